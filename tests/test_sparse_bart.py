@@ -8,6 +8,7 @@ import torch
 
 import mdsfair  # noqa: F401  (registers models, tasks, criterions)
 from mdsfair.modules.sentence_approximator import (
+    PoolingSentenceEncoder,
     SentenceEncoder,
     model_free_sentence_keys,
     model_free_sentence_log_scores,
@@ -106,12 +107,41 @@ def test_sentence_encoder_packs_sentences_like_one_by_one():
             torch.testing.assert_close(vectors[b, s], expected, atol=1e-5, rtol=1e-5)
 
 
+def test_pooling_sentence_encoder_matches_per_sentence_loop():
+    """Sec. 4.5's attention pooling: each sentence vector depends on that
+    sentence's tokens only (not on padding, other sentences or the batch)."""
+    torch.manual_seed(0)
+    ids = random_sentence_ids()
+    layout = sentence_layout(ids)
+    encoder = PoolingSentenceEncoder(8, 2).eval()
+    for parameter in encoder.parameters():  # off the zero-bias / unit-norm start, so the check sees every term
+        torch.nn.init.normal_(parameter, std=0.5)
+    states = torch.randn(3, ids.size(1), 8)
+    vectors = encoder(states, layout)
+    pooling = encoder.pooling
+    for b in range(3):
+        for s in range(layout.lengths.size(1)):
+            positions = (ids[b] == s).nonzero().view(-1)
+            if len(positions) == 0:
+                assert vectors[b, s].abs().sum() == 0
+                continue
+            tokens = states[b, positions]  # [J, C]
+            weights = pooling.score_proj(tokens).softmax(0)  # [J, H]: Eq. 15 over the sentence's tokens
+            values = pooling.value_proj(tokens).view(len(positions), 2, 4)
+            heads = pooling.head_layer_norm(pooling.head_proj((weights.unsqueeze(-1) * values).sum(0).unsqueeze(0)))
+            torch.testing.assert_close(vectors[b, s], encoder.output_proj(heads.flatten()), atol=1e-5, rtol=1e-5)
+    alone = encoder(states[1:2, : int(ids[1].ge(0).sum())], sentence_layout(ids[1:2, : int(ids[1].ge(0).sum())]))
+    torch.testing.assert_close(alone[0], vectors[1, : alone.size(1)], atol=1e-5, rtol=1e-5)
+
+
 def test_model_free_scores_match_eq19_loop():
     torch.manual_seed(0)
     ids = random_sentence_ids()
     layout = sentence_layout(ids)
     keys, queries = torch.randn(3, 2, ids.size(1), 4), torch.randn(3, 2, 5, 4)
-    log_scores = model_free_sentence_log_scores(queries, model_free_sentence_keys(keys, layout), layout.sentence_mask)
+    token_major = keys.permute(2, 0, 1, 3).reshape(ids.size(1), 3, 8)  # [N, B, H * d_h], as k_proj gives
+    sentence_keys = model_free_sentence_keys(token_major, ids, layout.token_index.size(1), 2)
+    log_scores = model_free_sentence_log_scores(queries, sentence_keys, layout.sentence_mask)
     phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
     for b in range(3):
         real = [s for s in range(layout.lengths.size(1)) if layout.lengths[b, s] > 0]
@@ -214,15 +244,20 @@ def test_per_source_cache_equals_per_row_expansion(top_r):
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attention.token_attention, expected_attention.token_attention)
         cache = module._get_input_buffer(per_source_state)
-        # one entry per source (2), not per row (4); a beam reorder leaves it in place. The gathered
-        # (sparse) path keeps keys/values token-major [B, N, C], the full path [B, H, N, d_h].
-        names = ("token_keys", "token_values") if top_r else ("prev_key", "prev_value")
-        assert sorted(cache) == sorted(names + ("sentence_keys",))
-        expected_shape = (2, key.size(0), 16) if top_r else (2, 4, key.size(0), 4)
-        assert [cache[name].shape for name in names] == [expected_shape] * 2
+        # one entry per source (2), not per row (4); a beam reorder leaves it in place. The full path keeps
+        # keys/values [B, H, N, d_h]; the gathered (sparse) path projects nothing: it keeps the encoder
+        # states [N, B, C] themselves (the same tensor, not a copy) and folds W^K/W^V into query and output.
+        if top_r:
+            assert sorted(cache) == ["sentence_keys", "source_states"]
+            assert cache["source_states"].data_ptr() == key.data_ptr()
+            assert cache["source_states"].shape == (key.size(0), 2, 16)
+        else:
+            assert sorted(cache) == ["prev_key", "prev_value", "sentence_keys"]
+            assert [cache[name].shape for name in ("prev_key", "prev_value")] == [(2, 4, key.size(0), 4)] * 2
         assert cache["sentence_keys"].size(0) == 2
+        name = "source_states" if top_r else "prev_key"
         module.reorder_incremental_state(per_source_state, torch.tensor([3, 2, 1, 0]))
-        assert module._get_input_buffer(per_source_state)[names[0]] is cache[names[0]]
+        assert module._get_input_buffer(per_source_state)[name] is cache[name]
     weights = attention.token_attention  # [B', 1, N]: sums to one over the kept tokens only
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, 1))
     assert weights.masked_select(padding[ROW_SOURCES][:, None]).abs().sum() == 0
@@ -338,7 +373,9 @@ def expand_per_hypothesis(model):
     def reorder_cache(attention):
         def reorder_incremental_state(incremental_state, new_order):
             cache = attention._get_input_buffer(incremental_state)
-            attention._set_input_buffer(incremental_state, {k: v.index_select(0, new_order) for k, v in cache.items()})
+            attention._set_input_buffer(incremental_state, {  # source_states is [N, B, C]
+                k: v.index_select(1 if k == "source_states" else 0, new_order) for k, v in cache.items()
+            })
             return incremental_state
         return reorder_incremental_state
 
@@ -369,9 +406,10 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     caches, row_counts = [], []
     per_source_cache = SparseCrossAttention._per_source_cache
 
-    def recording_cache(self, key, context, incremental_state, token_major=False):
-        cache = per_source_cache(self, key, context, incremental_state, token_major)
-        caches.append((id(self), cache[0].shape, cache[0].data_ptr()))
+    def recording_cache(self, key, context, incremental_state, gathered=False):
+        cache = per_source_cache(self, key, context, incremental_state, gathered)
+        per_source = cache[1] if gathered else cache[0]  # encoder states [N, B, C] or keys [B, H, N, d_h]
+        caches.append((id(self), per_source.shape[1 if gathered else 0], per_source.data_ptr()))
         row_counts.append(context.rows.source_index.numel())
         return cache
 
@@ -379,7 +417,7 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     per_source = generator.generate([model], sample, prefix_tokens=prefix)
     monkeypatch.undo()
     assert 12 in row_counts and 8 in row_counts  # the batch was compacted
-    assert {shape[0] for _, shape, _ in caches} == {3}  # [B, H, N, d] or [B, N, C], B = sources
+    assert {sources for _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
     assert len({(layer, pointer) for layer, _, pointer in caches}) == 2  # one tensor per layer, never copied
 
     expand_per_hypothesis(model)
@@ -481,10 +519,15 @@ def test_joint_stage_updates_both_groups(data_bin):
     assert any(name.startswith("decoder.layers") and "sentence" not in name for name in moved)
 
 
-def test_kl_only_stage_lowers_kl_on_a_small_set(data_bin):
+@pytest.mark.parametrize("sentence_encoder", ["bigru", "attention-pooling"])
+def test_kl_only_stage_lowers_kl_on_a_small_set(data_bin, sentence_encoder):
     from fairseq.trainer import Trainer
 
-    cfg, task, model, criterion = build(data_bin, "--lr", "1e-2", stage="kl-only")
+    cfg, task, model, criterion = build(
+        data_bin, "--lr", "1e-2", "--sentence-encoder", sentence_encoder, stage="kl-only"
+    )
+    expected_encoder = SentenceEncoder if sentence_encoder == "bigru" else PoolingSentenceEncoder
+    assert isinstance(model.encoder.sentence_encoder, expected_encoder)
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == set(model.approximator_parameter_names())
     trainer = Trainer(cfg, task, model, criterion)

@@ -21,11 +21,12 @@ of-document ``<s>`` belongs to the following sentence and the closing
 ``</s>`` to the last one).
 
 Parameters beyond BART (the approximator theta~ of Eq. 13-14):
-``encoder.sentence_encoder.*`` (the BiGRU of Eq. 10, shared by all layers)
+``encoder.sentence_encoder.*`` (the BiGRU of Eq. 10, or with
+``--sentence-encoder attention-pooling`` the pooling of Sec. 4.5; shared by all layers)
 and ``decoder.layers.*.encoder_attn.sentence_attention.*`` (W^Q, W^K of
 Eq. 8-9, per layer). When a plain BART checkpoint is restored they are
 created: W^Q/W^K copied from the layer's cross-attention ``q_proj``/``k_proj``
-(weights and biases), the GRU freshly initialized.
+(weights and biases), the sentence encoder freshly initialized.
 """
 import logging
 from typing import Dict, List, Optional
@@ -35,11 +36,16 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoder, TransformerEncoder
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
-from torch import Tensor
+from torch import Tensor, nn
 
 from mdsfair.hub_interface import register_hub_entry
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
-from mdsfair.modules.sentence_approximator import SentenceEncoder, approximator_parameter_names
+from mdsfair.modules.sentence_approximator import (
+    SENTENCE_ENCODERS,
+    PoolingSentenceEncoder,
+    SentenceEncoder,
+    approximator_parameter_names,
+)
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
 from mdsfair.modules.source_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
@@ -51,6 +57,23 @@ from mdsfair.modules.sparse_cross_attention import (
 )
 
 logger = logging.getLogger(__name__)
+
+
+def build_sentence_encoder(args) -> nn.Module:
+    """The sentence encoder of the model-based approximator: the BiGRU of
+    Eq. 10 (App. A.1) or the attention pooling proposed in Sec. 4.5."""
+    if args.sentence_encoder == "bigru":
+        return SentenceEncoder(
+            args.encoder_embed_dim,
+            args.sentence_encoder_hidden_dim or args.encoder_embed_dim,
+            num_layers=args.sentence_encoder_layers,
+            dropout=args.dropout,
+        )
+    if args.sentence_encoder == "attention-pooling":
+        return PoolingSentenceEncoder(
+            args.encoder_embed_dim, args.encoder_attention_heads, dropout=args.attention_dropout
+        )
+    raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {args.sentence_encoder!r}")
 
 
 class SparseBARTEncoder(TransformerEncoder):
@@ -66,16 +89,7 @@ class SparseBARTEncoder(TransformerEncoder):
 
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
-        self.sentence_encoder = (
-            SentenceEncoder(
-                args.encoder_embed_dim,
-                args.sentence_encoder_hidden_dim or args.encoder_embed_dim,
-                num_layers=args.sentence_encoder_layers,
-                dropout=args.dropout,
-            )
-            if args.approximator == "model-based"
-            else None
-        )
+        self.sentence_encoder = build_sentence_encoder(args) if args.approximator == "model-based" else None
 
     def forward(
         self,
@@ -302,6 +316,11 @@ class SparseBARTModel(BARTModel):
         parser.add_argument("--approximator", choices=APPROXIMATORS,
                             help="model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
                                  "(App. D Eq. 19, phi = ELU + 1, no parameters)")
+        parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
+                            help="sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+                                 "2-layer bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the "
+                                 "cheaper hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+                                 "(multi-head pooling, no recurrence)")
         parser.add_argument("--sentence-encoder-layers", type=int, metavar="N",
                             help="layers of the bidirectional GRU sentence encoder (App. A.1: 2)")
         parser.add_argument("--sentence-encoder-hidden-dim", type=int, metavar="D",
@@ -404,6 +423,7 @@ def sparse_bart_defaults(args):
     args.top_r = getattr(args, "top_r", 5)
     args.sentence_selection = getattr(args, "sentence_selection", "approx")
     args.approximator = getattr(args, "approximator", "model-based")
+    args.sentence_encoder = getattr(args, "sentence_encoder", "bigru")
     args.sentence_encoder_layers = getattr(args, "sentence_encoder_layers", 2)
     args.sentence_encoder_hidden_dim = getattr(args, "sentence_encoder_hidden_dim", None)
     args.share_selection_across_beams = getattr(args, "share_selection_across_beams", False)

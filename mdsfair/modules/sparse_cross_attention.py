@@ -217,41 +217,54 @@ class SparseCrossAttention(MultiheadAttention):
         return cached[1]
 
     def _per_source_cache(
-        self, key: Tensor, context: SentenceContext, incremental_state, token_major: bool = False
-    ) -> Tuple[Tensor, ...]:
-        """Word keys, values and per-head sentence keys ``[B, H, S, d_h]`` of
-        every source, projected once (at the first decoding step) and cached
-        per source, not per hypothesis. Keys and values are ``[B, H, N, d_h]``
-        (``prev_key``/``prev_value``, for full products), or with
-        ``token_major`` ``[B, N, C]`` (``token_keys``/``token_values``: every
-        token one contiguous row, so that selected tokens are gathered with
-        one ``index_select``)."""
-        names = ("token_keys", "token_values") if token_major else ("prev_key", "prev_value")
+        self, key: Tensor, context: SentenceContext, incremental_state, gathered: bool = False
+    ) -> Tuple[Optional[Tensor], Tensor, Tensor]:
+        """What every decoding step reads, built once (at the first step) and
+        cached per source, not per hypothesis.
+
+        * full attention: word keys and values ``[B, H, N, d_h]``
+          (``prev_key``/``prev_value``) and the per-head sentence keys
+          ``[B, H, S, d_h]``;
+        * the gathered sparse path (``gathered``): the encoder states
+          ``[N, B, C]`` themselves (``source_states``, not copied and never
+          projected: :meth:`_gathered_attention` folds ``W^K``/``W^V`` into
+          the query and the output) and the sentence keys. Returned as
+          ``(None, source_states, sentence_keys)``.
+        """
+        names = ("source_states",) if gathered else ("prev_key", "prev_value")
         saved_state = self._get_input_buffer(incremental_state) if incremental_state is not None else None
         if saved_state is not None and names[0] in saved_state:
-            return saved_state[names[0]], saved_state[names[1]], saved_state["sentence_keys"]
-        if token_major:
-            keys = self.k_proj(key).transpose(0, 1).contiguous()
-            values = self.v_proj(key).transpose(0, 1).contiguous()
-            bsz, src_len, _ = keys.shape
-            head_keys = keys.view(bsz, src_len, self.num_heads, self.head_dim).transpose(1, 2)
+            if gathered:
+                return None, saved_state["source_states"], saved_state["sentence_keys"]
+            return saved_state["prev_key"], saved_state["prev_value"], saved_state["sentence_keys"]
+        if gathered:
+            source_states = key.contiguous()
+            # the model-free sentence keys need every word key (Eq. 19); the model-based ones do not
+            word_keys = self.k_proj(key) if self.sentence_attention is None else None
+            sentence_keys = self._sentence_keys(word_keys, context)
+            cache = {"source_states": source_states, "sentence_keys": sentence_keys}
+            result = (None, source_states, sentence_keys)
         else:
-            keys = head_keys = self._split_heads(self.k_proj(key))
-            values = self._split_heads(self.v_proj(key))
-        sentence_keys = self._sentence_keys(head_keys, context)
+            projected_keys = self.k_proj(key)
+            keys, values = self._split_heads(projected_keys), self._split_heads(self.v_proj(key))
+            sentence_keys = self._sentence_keys(projected_keys, context)
+            cache = {"prev_key": keys, "prev_value": values, "sentence_keys": sentence_keys}
+            result = (keys, values, sentence_keys)
         if incremental_state is not None:
-            self._set_input_buffer(
-                incremental_state, {names[0]: keys, names[1]: values, "sentence_keys": sentence_keys}
-            )
-        return keys, values, sentence_keys
+            self._set_input_buffer(incremental_state, cache)
+        return result
 
-    def _sentence_keys(self, keys: Tensor, context: SentenceContext) -> Tensor:
-        """Per-head sentence keys: ``y_i W^K`` (Eq. 9) or ``sum_j phi(k_ij)`` (Eq. 19)."""
+    def _sentence_keys(self, keys: Optional[Tensor], context: SentenceContext) -> Tensor:
+        """Per-head sentence keys ``[B, H, S, d_h]``: ``y_i W^K`` (Eq. 9) from
+        the sentence encoder's states, or ``sum_j phi(k_ij)`` (Eq. 19) from
+        the projected word keys ``[N, B, C]`` (model-free)."""
         if self.sentence_attention is not None:
             if context.sentence_states is None:
                 raise ValueError("the model-based approximator needs sentence_states from the sentence encoder")
             return self.sentence_attention.project_sentences(context.sentence_states)
-        return model_free_sentence_keys(keys, context.layout)
+        return model_free_sentence_keys(
+            keys, context.src_sent_ids, context.layout.token_index.size(1), self.num_heads
+        )
 
     def _approx_log(
         self, queries: Tensor, sentence_queries: Optional[Tensor], sentence_keys: Tensor, sentence_mask: Tensor,
@@ -329,7 +342,7 @@ class SparseCrossAttention(MultiheadAttention):
         gathered = incremental_state is not None and selection in ("approx", "random")
         queries, sentence_queries = self._project_queries(query, needs_approx)
         keys, values, sentence_keys = self._per_source_cache(
-            key, sentence_context, incremental_state, token_major=gathered
+            key, sentence_context, incremental_state, gathered=gathered
         )
 
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
@@ -340,7 +353,7 @@ class SparseCrossAttention(MultiheadAttention):
 
         if gathered:
             return self._gathered_attention(
-                queries, keys, values, selection, approx_log, sentence_mask, sentence_context,
+                queries, values, selection, approx_log, sentence_mask, sentence_context,
                 need_weights, weight_heads,
             )
 
@@ -371,17 +384,28 @@ class SparseCrossAttention(MultiheadAttention):
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
 
     def _gathered_attention(
-        self, queries, token_keys, token_values, selection: str, approx_log, sentence_mask,
+        self, queries, source_states, selection: str, approx_log, sentence_mask,
         context: SentenceContext, need_weights: bool, weight_heads: Optional[int],
     ) -> Tuple[Tensor, SentenceAttention]:
-        """Eq. 3 on the gathered K_hat, V_hat of the selected sentences:
-        O(r * N2) per query instead of O(N). ``token_keys``/``token_values``
-        are the per-source ``[B, N, C]`` cache; each row's selected tokens are
-        read with one ``index_select`` over its flattened ``[B * N, C]`` view
-        (whole rows of C values), nothing is copied per beam beforehand."""
+        """Eq. 3 on the selected sentences only: O(r * N2) per query, and no
+        projection of the other sentences at all.
+
+        Each row's selected encoder states ``x_j`` are read from the
+        per-source ``source_states [N, B, C]`` with one ``index_select`` of
+        whole C-wide rows. The key and value projections are folded into the
+        query and the output, per head ``h``::
+
+            q_h . (W^K_h x_j + b^K_h) = (W^K_h^T q_h) . x_j + const
+            sum_j p_hj (W^V_h x_j + b^V_h) = W^V_h (sum_j p_hj x_j) + b^V_h
+
+        (the constant ``q_h . b^K_h`` is the same for every token of a row and
+        head, so the softmax drops it; the p_hj sum to one). A step then costs
+        O(C^2 + r * N2 * H * C) per row instead of projecting all N tokens
+        (O(N * C^2) per source) at the first step.
+        """
         bsz, num_heads, tgt_len, head_dim = queries.shape
         rows, layout = context.rows, context.layout
-        src_len = token_keys.size(1)
+        src_len, num_sources, source_dim = source_states.shape
         num_slots, max_length = layout.token_index.shape[1:]
         scores = self._selection_scores(selection, None, approx_log, sentence_mask, rows, tgt_len)
         indices, valid = select_top_r_sentences(scores, sentence_mask, self.top_r)
@@ -393,25 +417,32 @@ class SparseCrossAttention(MultiheadAttention):
         token_valid = layout.token_mask.view(-1, max_length).index_select(0, sentence_rows)
         token_positions = token_positions.view(bsz, tgt_len, num_kept)
         token_valid = (token_valid.view(*indices.shape, max_length) & valid.unsqueeze(-1)).view(
-            bsz, tgt_len, num_kept
+            bsz * tgt_len, 1, num_kept
         )
-        flat_positions = (token_positions + (rows.source_index * src_len).view(-1, 1, 1)).view(-1)
-        kept_shape = (bsz, tgt_len, num_kept, num_heads, head_dim)
-        selected_keys = token_keys.view(-1, self.embed_dim).index_select(0, flat_positions).view(kept_shape)
-        selected_values = token_values.view(-1, self.embed_dim).index_select(0, flat_positions).view(kept_shape)
+        # source_states is [N, B, C]: token n of source b is row n * B + b of its [N * B, C] view
+        flat_positions = (token_positions * num_sources + rows.source_index.view(-1, 1, 1)).view(-1)
+        selected = source_states.view(-1, source_dim).index_select(0, flat_positions)
+        selected = selected.view(bsz * tgt_len, num_kept, source_dim)  # [B'T, n, C]
 
-        # [B', T, n, H]: q_{m,h} . k_{j,h} for the kept tokens j of every row
-        row_queries = queries.transpose(1, 2).unsqueeze(2)  # [B', T, 1, H, d_h]
-        logits = (selected_keys * row_queries).sum(dim=-1).float()
-        logits = logits.masked_fill(~token_valid.unsqueeze(-1), float("-inf"))
-        probs = F.softmax(logits, dim=2)
+        # W^K_h^T q_h for every head: [H, B'T, d_h] @ [H, d_h, C] -> [B'T, H, C]
+        head_queries = queries.transpose(0, 1).reshape(num_heads, bsz * tgt_len, head_dim)
+        key_weight = self.k_proj.weight.view(num_heads, head_dim, source_dim)
+        source_queries = torch.matmul(head_queries, key_weight).transpose(0, 1)
+        logits = torch.matmul(source_queries, selected.transpose(1, 2)).float()  # [B'T, H, n]
+        probs = F.softmax(logits.masked_fill(~token_valid, float("-inf")), dim=-1)
         token_attention = None
         if need_weights:
             token_attention = probs.new_zeros(bsz, tgt_len, src_len).scatter_add_(
-                2, token_positions, probs[..., :weight_heads].mean(dim=-1)
+                2, token_positions, probs[:, :weight_heads].mean(dim=1).view(bsz, tgt_len, num_kept)
             )
         probs = self.dropout_module(probs.type_as(queries))
-        output = (probs.unsqueeze(-1) * selected_values).sum(dim=2)  # [B', T, H, d_h]
-        output = self.out_proj(output.view(bsz, tgt_len, self.embed_dim).transpose(0, 1))
+        # sum_j p_hj x_j, then W^V_h per head: [H, B'T, C] @ [H, C, d_h] -> [H, B'T, d_h]
+        mixed_states = torch.matmul(probs, selected).transpose(0, 1)
+        value_weight = self.v_proj.weight.view(num_heads, head_dim, source_dim).transpose(1, 2)
+        output = torch.matmul(mixed_states, value_weight)
+        if self.v_proj.bias is not None:
+            output = output + self.v_proj.bias.view(num_heads, 1, head_dim)
+        output = output.permute(1, 0, 2).reshape(bsz, tgt_len, self.embed_dim).transpose(0, 1)
+        output = self.out_proj(output)
         selection_mask = selection_mask_from_indices(indices, valid, num_slots)
         return output, SentenceAttention(None, approx_log, sentence_mask, selection_mask, token_attention)
