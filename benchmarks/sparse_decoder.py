@@ -12,14 +12,24 @@ run on the same weights:
 * ``r=R``: the model-based approximator's top-R sentences (BiGRU sentence
   encoder, Eq. 7-10), K/V gathered per hypothesis;
 * ``free r=R``: the same with the model-free approximator (App. D, Eq. 19:
-  no sentence encoder, sentence keys summed from the word keys).
+  no sentence encoder, sentence keys summed from the word keys);
+* ``pool r=R``: the model-based approximator with the attention-pooling
+  sentence encoder that Sec. 4.5 proposes instead of the BiGRU
+  (``--sentence-encoder attention-pooling``).
+
+Each configuration runs with ``--batch-sizes`` sources per batch (fairseq-
+generate batches sources; with one source the decoder's per-step cost is
+mostly reading its own weights, which no attention change can remove).
 
 Every run decodes exactly ``--target-length`` steps (min = max length), so
-rows compare equal work. The encoder runs once per model (``enc s``, the
-model-based encoder includes the sentence GRU of Eq. 10); the decoding time
-(``dec s``: the generator with that encoder output given, median of
-``--repeats``, the rows interleaved in every repeat) is timed separately, and ``total`` is their sum. Speed-ups are
-against stock BART, for the decoding alone and for the whole generation.
+rows compare equal work. The encoder time (``enc s``; the model-based
+encoder includes its sentence encoder) and the decoding time
+(``dec s``: the generator with the encoder output given) are each the median
+of ``--repeats`` runs after a warm-up, the models interleaved in every
+repeat so that load drift hits all alike. ``total`` is their sum, ``dec %``
+the decoding's share of it. Speed-ups are against stock BART and against
+``full`` (the same checkpoint with full cross-attention), for the decoding
+alone and for the whole generation.
 
 Random weights are enough for speed: the cost does not depend on their values.
 The default dimensions are BART-base's (6+6 layers, d 768, 12 heads, FFN 3072,
@@ -52,11 +62,12 @@ from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_archite
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-def build_model(options, dictionary, max_source_positions, approximator="model-based"):
+def build_model(options, dictionary, max_source_positions, approximator="model-based", sentence_encoder="bigru"):
     parser = argparse.ArgumentParser()
     SparseBARTModel.add_args(parser)
     args = parser.parse_args([])
     args.approximator = approximator
+    args.sentence_encoder = sentence_encoder
     args.encoder_layers = args.decoder_layers = options.layers
     args.encoder_embed_dim = args.decoder_embed_dim = options.dim
     args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * options.dim
@@ -82,25 +93,30 @@ def stock_bart_like(sparse_model, args, dictionary):
     return stock
 
 
-def model_free_like(sparse_model, options, dictionary, max_source_positions):
-    """``sparse_bart`` with the model-free approximator and the same word-level weights."""
-    model_free, _ = build_model(options, dictionary, max_source_positions, approximator="model-free")
-    state = {k: v for k, v in sparse_model.state_dict().items() if k in model_free.state_dict()}
-    model_free.load_state_dict(state, strict=True)
-    return model_free
+def variant_like(sparse_model, options, dictionary, max_source_positions, **variant):
+    """``sparse_bart`` with another approximator or sentence encoder
+    (``variant``) and the same word-level weights."""
+    other, _ = build_model(options, dictionary, max_source_positions, **variant)
+    own = "encoder.sentence_encoder."  # the variant's own sentence encoder (or none)
+    state = {k: v for k, v in sparse_model.state_dict().items() if k in other.state_dict() and not k.startswith(own)}
+    missing = [k for k in other.state_dict() if k not in state]
+    if any(not k.startswith(own) for k in missing):
+        raise RuntimeError(f"weights not shared with the benchmarked model: {missing}")
+    other.load_state_dict(state, strict=False)
+    return other
 
 
-def synthetic_batch(dictionary, source_tokens, sentence_tokens, generator):
-    """One source of ``source_tokens`` tokens (``</s>`` last) in sentences of
-    ``sentence_tokens`` tokens."""
-    tokens = torch.randint(dictionary.nspecial, len(dictionary), (1, source_tokens), generator=generator)
-    tokens[0, -1] = dictionary.eos()
-    sentence_ids = (torch.arange(source_tokens) // sentence_tokens).unsqueeze(0)
-    sentence_ids[0, -1] = sentence_ids[0, -2]
+def synthetic_batch(dictionary, batch_size, source_tokens, sentence_tokens, generator):
+    """``batch_size`` sources of ``source_tokens`` tokens (``</s>`` last) in
+    sentences of ``sentence_tokens`` tokens."""
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch_size, source_tokens), generator=generator)
+    tokens[:, -1] = dictionary.eos()
+    sentence_ids = (torch.arange(source_tokens) // sentence_tokens).repeat(batch_size, 1)
+    sentence_ids[:, -1] = sentence_ids[:, -2]
     return {
         "net_input": {
             "src_tokens": tokens,
-            "src_lengths": torch.tensor([source_tokens]),
+            "src_lengths": torch.full((batch_size,), source_tokens),
             "src_sent_ids": sentence_ids,
         }
     }
@@ -126,10 +142,14 @@ def timed(function, device, repeats):
 
 
 def encode(model, sample, device):
-    """Seconds of one encoder run (after a warm-up run) and its output."""
-    net_input = sample["net_input"]
-    encoder_out = model.encoder(**net_input)
-    return timed(lambda: model.encoder(**net_input), device, 1), encoder_out
+    """Seconds of one encoder run and its output."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    encoder_out = model.encoder(**sample["net_input"])
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start, encoder_out
 
 
 def decoding_runner(model, dictionary, sample, encoder_out, options):
@@ -149,9 +169,13 @@ def main():
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter and activation dtype")
     parser.add_argument("--source-lengths", type=int, nargs="+", default=[1024, 4096], help="source tokens N")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4],
+                        help="sources per batch (each decoded with --beam hypotheses)")
     parser.add_argument("--top-r", type=int, nargs="+", default=[5, 10, 30], help="sentences kept (r)")
     parser.add_argument("--model-free-top-r", type=int, nargs="*", default=[5],
                         help="r of the rows with the model-free approximator (App. D); none: no such rows")
+    parser.add_argument("--pooling-top-r", type=int, nargs="*", default=[5],
+                        help="r of the rows with the attention-pooling sentence encoder (Sec. 4.5); none: no such rows")
     parser.add_argument("--sentence-tokens", type=int, default=30,
                         help="tokens per sentence N2 (CNN/DM: 870/28.7 = 30; arXiv: 8584/237 = 36)")
     parser.add_argument("--target-length", type=int, default=60, help="decoding steps M (min = max length)")
@@ -174,57 +198,73 @@ def main():
     dictionary = Dictionary()
     for index in range(options.vocab_size - len(dictionary)):
         dictionary.add_symbol(f"w{index}")
-    model, args = build_model(options, dictionary, max(options.source_lengths))
-    stock = stock_bart_like(model, args, dictionary)
-    model_free = model_free_like(model, options, dictionary, max(options.source_lengths))
-    model = model.to(device=device, dtype=DTYPES[options.dtype]).eval()
-    stock = stock.to(device=device, dtype=DTYPES[options.dtype]).eval()
-    model_free = model_free.to(device=device, dtype=DTYPES[options.dtype]).eval()
+    max_positions = max(options.source_lengths)
+    model, args = build_model(options, dictionary, max_positions)
+    models = {
+        "stock": stock_bart_like(model, args, dictionary),
+        "bigru": model,
+        "free": variant_like(model, options, dictionary, max_positions, approximator="model-free"),
+        "pool": variant_like(model, options, dictionary, max_positions, sentence_encoder="attention-pooling"),
+    }
+    models = {name: m.to(device=device, dtype=DTYPES[options.dtype]).eval() for name, m in models.items()}
     device_name = (
         torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
     )
-    print(f"device: {device_name}; dtype {options.dtype}; torch {torch.__version__}; random weights, {options.layers}+{options.layers} layers, "
-          f"d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; beam {options.beam}, lenpen 2.0, "
-          f"M = {options.target_length} steps; sentences of {options.sentence_tokens} tokens; batch 1")
-    header = (f"{'N':>6} {'N1':>5} {'attention':>12} {'enc s':>7} {'dec s':>7} {'total s':>8} "
-              f"{'dec speed-up':>13} {'total speed-up':>15}")
+    print(f"device: {device_name}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+          f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
+          f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; sentences of "
+          f"{options.sentence_tokens} tokens")
+    header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>7} {'dec s':>7} {'total s':>8} {'dec %':>6} "
+              f"{'dec vs stock':>13} {'total vs stock':>15} {'dec vs full':>12} {'total vs full':>14}")
     print(header)
     print("-" * len(header))
+    rows = [("stock BART", "stock", None), ("full", "bigru", 0)]
+    rows += [(f"r={r}", "bigru", r) for r in options.top_r]
+    rows += [(f"free r={r}", "free", r) for r in options.model_free_top_r]
+    rows += [(f"pool r={r}", "pool", r) for r in options.pooling_top_r]
     random = torch.Generator().manual_seed(0)
-    for source_tokens in options.source_lengths:
-        sample = synthetic_batch(dictionary, source_tokens, options.sentence_tokens, random)
-        sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
-        stock_sample = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
-        num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
-        with torch.no_grad():
-            rows = [("stock BART", stock, stock_sample, None)]
-            rows += [("full" if r == 0 else f"r={r}", model, sample, r) for r in [0] + options.top_r]
-            rows += [(f"free r={r}", model_free, sample, r) for r in options.model_free_top_r]
-            encoded = {}
-            for _, row_model, row_sample, _ in rows:
-                if id(row_model) not in encoded:
-                    encoded[id(row_model)] = encode(row_model, row_sample, device)
-            encoder_seconds = [encoded[id(row_model)][0] for _, row_model, _, _ in rows]
-            runners = []
-            for _, row_model, row_sample, top_r in rows:
+    for batch_size in options.batch_sizes:
+        for source_tokens in options.source_lengths:
+            sample = synthetic_batch(dictionary, batch_size, source_tokens, options.sentence_tokens, random)
+            sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
+            samples = {name: sample for name in models}
+            samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
+            num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
+            measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences)
+
+
+def measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences):
+    """Time and print every row of one (batch size, source length) setting."""
+    with torch.no_grad():
+        used = [name for name in models if any(name == row_name for _, row_name, _ in rows)]
+        # a warm-up run, then --repeats runs interleaved over the models (median), as for the decoding
+        outputs = {name: encode(models[name], samples[name], device)[1] for name in used}
+        encoder_times = {name: [] for name in used}
+        for _ in range(options.repeats):
+            for name in used:
+                encoder_times[name].append(encode(models[name], samples[name], device)[0])
+        encoded = {name: (statistics.median(encoder_times[name]), outputs[name]) for name in used}
+        runners = []
+        for _, name, top_r in rows:
+            if top_r is not None:
+                set_top_r(models[name], top_r)
+            runners.append(decoding_runner(models[name], dictionary, samples[name], encoded[name][1], options))
+        # rows interleaved within every repeat, so that load drift on a shared machine hits all alike
+        decoder_times = [[] for _ in rows]
+        for _ in range(options.repeats):
+            for times, run, (_, name, top_r) in zip(decoder_times, runners, rows):
                 if top_r is not None:
-                    set_top_r(row_model, top_r)
-                run = decoding_runner(row_model, dictionary, row_sample, encoded[id(row_model)][1], options)
-                runners.append((run, row_model, top_r))
-            # rows interleaved within every repeat, so that load drift on a shared machine hits all alike
-            decoder_times = [[] for _ in rows]
-            for _ in range(options.repeats):
-                for times, (run, row_model, top_r) in zip(decoder_times, runners):
-                    if top_r is not None:
-                        set_top_r(row_model, top_r)
-                    times.append(timed(run, device, 1))
-            for (label, *_), encoder, times in zip(rows, encoder_seconds, decoder_times):
-                decoder = statistics.median(times)
-                total = encoder + decoder
-                if label == "stock BART":
-                    baseline = (decoder, total)
-                print(f"{source_tokens:>6} {num_sentences:>5} {label:>12} {encoder:>7.2f} {decoder:>7.2f} "
-                      f"{total:>8.2f} {baseline[0] / decoder:>12.2f}x {baseline[1] / total:>14.2f}x", flush=True)
+                    set_top_r(models[name], top_r)
+                times.append(timed(run, device, 1))
+    results = {}
+    for (label, name, _), times in zip(rows, decoder_times):
+        decoder = statistics.median(times)
+        results[label] = (encoded[name][0], decoder, encoded[name][0] + decoder)
+    stock, full = results["stock BART"], results["full"]
+    for label, (encoder, decoder, total) in results.items():
+        print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} {encoder:>7.2f} {decoder:>7.2f} "
+              f"{total:>8.2f} {100 * decoder / total:>5.0f}% {stock[1] / decoder:>12.2f}x {stock[2] / total:>14.2f}x "
+              f"{full[1] / decoder:>11.2f}x {full[2] / total:>13.2f}x", flush=True)
 
 
 if __name__ == "__main__":

@@ -153,13 +153,15 @@ def test_model_free_scores_match_eq19_loop():
 ROW_SOURCES = torch.tensor([1, 0, 0, 1])  # two hypotheses per source, interleaved as after a beam reorder
 
 
-def sparse_attention_inputs(top_r, selection="approx", share=False, seed=0, approximator="model-based"):
+def sparse_attention_inputs(top_r, selection="approx", share=False, seed=0, approximator="model-based",
+                            generation_path="gather"):
     """Two sources (of different lengths) and four decoder rows reading them
     through the per-source cache."""
     torch.manual_seed(seed)
     ids = random_sentence_ids(bsz=2)
     module = SparseCrossAttention(
-        16, 4, top_r=top_r, selection=selection, approximator=approximator, share_selection_across_beams=share
+        16, 4, top_r=top_r, selection=selection, approximator=approximator, share_selection_across_beams=share,
+        generation_path=generation_path,
     ).eval()
     for parameter in module.parameters():
         torch.nn.init.normal_(parameter, std=0.3)
@@ -299,6 +301,27 @@ def test_gathered_kv_equals_masked_attention(selection, share, approximator):
         assert not torch.equal(masked_attention.selection[0], masked_attention.selection[1])
 
 
+def test_generation_path_auto_gathers_only_when_it_pays():
+    """``auto`` gathers when r * longest sentence * heads <= 2 N (else the
+    masked per-source path, [B, H, N, d_h] keys/values); both give the
+    output of the masked teacher-forcing attention."""
+    module, query, key, padding, context = sparse_attention_inputs(top_r=2, generation_path="auto")
+    longest = context.layout.token_index.size(2)
+    assert 2 * longest * 4 > 2 * key.size(0)  # 23 tokens, 4 heads: gathering two sentences does not pay
+    assert not module.gathering_pays(key.size(0), context.layout)
+    assert module.gathering_pays(2 * longest * 4 // 2, context.layout)
+    masked, _ = module(query, key, padding, context)
+    for path, cache_names in (("auto", ["prev_key", "prev_value", "sentence_keys"]),
+                              ("gather", ["sentence_keys", "source_states"])):
+        module.generation_path = path
+        state = {}
+        out, _ = module(query[:1], key, padding, context, incremental_state=state)
+        assert sorted(module._get_input_buffer(state)) == cache_names
+        torch.testing.assert_close(out, masked[:1], atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match="generation path"):
+        SparseCrossAttention(16, 4, generation_path="sometimes")
+
+
 # ------------------------------------------------------------ the model
 
 
@@ -327,12 +350,15 @@ def decode_incrementally(model, sample):
     return torch.cat(steps, 1)
 
 
-@pytest.mark.parametrize("selection", ["approx", "ideal"])
-def test_incremental_decoding_equals_full(built, selection):
+@pytest.mark.parametrize("selection,path", [("approx", "gather"), ("approx", "mask"), ("ideal", "auto")])
+def test_incremental_decoding_equals_full(built, selection, path):
+    """Teacher forcing (masked logits) and incremental decoding give the same
+    output, whether generation gathers the kept sentences or masks."""
     _, task, model, _ = built
     model = copy.deepcopy(model).eval()
     for layer in model.decoder.layers:
         layer.encoder_attn.selection = selection
+        layer.encoder_attn.generation_path = path
     sample = batch(task, model)
     sample["net_input"]["prev_output_tokens"] = sample["net_input"]["prev_output_tokens"][:, :12]
     with torch.no_grad():
@@ -384,8 +410,8 @@ def expand_per_hypothesis(model):
         layer.encoder_attn.reorder_incremental_state = reorder_cache(layer.encoder_attn)
 
 
-@pytest.mark.parametrize("top_r", [0, 3])
-def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, top_r):
+@pytest.mark.parametrize("top_r,path", [(0, "auto"), (3, "gather"), (3, "mask")])
+def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, top_r, path):
     """Beam search with the per-source cache gives the tokens, scores and
     attention of the beam-expanded layout, also after the batch is compacted
     (source 1 is forced to finish at step 2), and its cache is never
@@ -396,6 +422,7 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     model = copy.deepcopy(model).eval()
     for layer in model.decoder.layers:
         layer.encoder_attn.top_r = top_r
+        layer.encoder_attn.generation_path = path
     dictionary = task.target_dictionary
     prefix = torch.full((3, 3), dictionary.pad())
     prefix[:, :2] = dictionary.nspecial + 6

@@ -50,6 +50,7 @@ from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
 from mdsfair.modules.source_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
+    GENERATION_PATHS,
     SENTENCE_SELECTIONS,
     SentenceAttention,
     SentenceContext,
@@ -173,6 +174,7 @@ class SparseDecoderLayer(TransformerDecoderLayerBase):
             sentence_dim=cfg.encoder.embed_dim,
             share_selection_across_beams=args.share_selection_across_beams,
             mix_decay_updates=args.mix_decay_updates,
+            generation_path=getattr(args, "sparse_generation_path", "auto"),
         )
 
     def forward(
@@ -329,6 +331,11 @@ class SparseBARTModel(BARTModel):
         parser.add_argument("--share-selection-across-beams", action="store_true",
                             help="average the sentence scores over the beam hypotheses of a source before top-r "
                                  "(the authors' decoding); by default every hypothesis selects its own sentences")
+        parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
+                            help="how incremental generation reads the top-r sentences: gather their encoder states "
+                                 "per hypothesis (cost ~ r * longest sentence * heads), mask the full per-source "
+                                 "attention (cost ~ N, same output), or auto: gather when r * longest sentence * "
+                                 "heads <= 2 * N")
         parser.add_argument("--mix-decay-updates", type=int, metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
                                  "max(0, 1 - update/N), else the approximation (the paper: N = one epoch)")
@@ -428,6 +435,7 @@ def sparse_bart_defaults(args):
     args.sentence_encoder_hidden_dim = getattr(args, "sentence_encoder_hidden_dim", None)
     args.share_selection_across_beams = getattr(args, "share_selection_across_beams", False)
     args.mix_decay_updates = getattr(args, "mix_decay_updates", None)
+    args.sparse_generation_path = getattr(args, "sparse_generation_path", "auto")
 
 
 @register_model_architecture("sparse_bart", "sparse_bart_large")

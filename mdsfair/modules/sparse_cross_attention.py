@@ -21,18 +21,21 @@ Two code paths compute the same attention:
 
 * teacher forcing (training, scoring): the logits of the unselected
   sentences' tokens are set to -inf before the softmax;
-* incremental generation with ``approx``/``random`` selection: the keys and
-  values of the selected sentences are gathered, so each step costs
-  O(r * N2) instead of O(N) (N2: longest sentence of the source).
+* incremental generation with ``approx``/``random`` selection: the encoder
+  states of the selected sentences are gathered, so each step costs
+  O(r * N2) instead of O(N) (N2: longest sentence of the source), and the
+  source is never projected (:meth:`SparseCrossAttention._gathered_attention`);
+  where r * N2 is large against N, the masked path above is cheaper and is
+  used instead (:meth:`SparseCrossAttention.gathering_pays`).
 
-The word-level keys/values (and the sentence keys) are computed once per
-source example and cached, never expanded or reordered per beam hypothesis;
-every decoder row finds its source through
-:class:`~mdsfair.modules.source_rows.HypothesisRows`. The gathered path keeps
-keys/values token-major (``[B, N, C]``) and reads each row's selected tokens
-with one ``index_select`` of whole C-wide rows; the full path keeps
-``[B, H, N, d_h]`` and runs one batched product per source, as do the
-sentence-level scores. With the model-based approximator the word queries
+What generation caches (the sentence keys; the word-level keys/values
+``[B, H, N, d_h]`` on the full and masked paths; the encoder states on the
+gathered path) is kept once per source example, never expanded or
+reordered per beam hypothesis; every decoder row finds its source through
+:class:`~mdsfair.modules.source_rows.HypothesisRows`. The gathered path
+reads each row's selected encoder states from ``[N, B, C]`` with one
+``index_select`` of whole C-wide rows; the full and masked paths run one
+batched product per source, as do the sentence-level scores. With the model-based approximator the word queries
 and the sentence queries of Eq. 8 come from one stacked projection.
 """
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -52,6 +55,7 @@ from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
 from mdsfair.modules.source_rows import HypothesisRows
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
+GENERATION_PATHS = ("auto", "gather", "mask")
 APPROXIMATORS = ("model-based", "model-free")
 
 
@@ -150,12 +154,15 @@ class SparseCrossAttention(MultiheadAttention):
         sentence_dim: Optional[int] = None,
         share_selection_across_beams: bool = False,
         mix_decay_updates: Optional[int] = None,
+        generation_path: str = "auto",
     ):
         super().__init__(
             embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, encoder_decoder_attention=True
         )
         if selection not in SENTENCE_SELECTIONS:
             raise ValueError(f"sentence selection must be one of {SENTENCE_SELECTIONS}, got {selection!r}")
+        if generation_path not in GENERATION_PATHS:
+            raise ValueError(f"generation path must be one of {GENERATION_PATHS}, got {generation_path!r}")
         if approximator not in APPROXIMATORS:
             raise ValueError(f"approximator must be one of {APPROXIMATORS}, got {approximator!r}")
         if selection == "mix" and not mix_decay_updates:
@@ -167,6 +174,7 @@ class SparseCrossAttention(MultiheadAttention):
         self.approximator = approximator
         self.share_selection_across_beams = share_selection_across_beams
         self.mix_decay_updates = mix_decay_updates
+        self.generation_path = generation_path
         self.num_updates = 0
         self.sentence_attention = (
             SentenceLevelAttention(embed_dim, sentence_dim or self.kdim, num_heads)
@@ -298,6 +306,24 @@ class SparseCrossAttention(MultiheadAttention):
             scores = average_over_hypotheses(scores, rows)
         return scores
 
+    def gathering_pays(self, src_len: int, layout: SentenceLayout) -> bool:
+        """Whether generation gathers the kept sentences per hypothesis
+        (:meth:`_gathered_attention`) or masks the full per-source attention
+        (the word-level keys/values projected once, the unselected tokens'
+        logits set to -inf: the same output, at full attention's cost plus
+        the approximator's).
+
+        Gathering costs about ``r * L * H * C`` per hypothesis and step
+        (``L``: the longest sentence, ``H`` heads; the key projection is folded
+        into the query), the masked path ``N * C``; ``auto`` gathers when
+        ``r * L * H <= 2 * N`` (measured on CPU by benchmarks/sparse_decoder.py:
+        at 4,096 tokens r = 5 and 10 gather, r = 30 masks; at 1,024 tokens only
+        r = 5 gathers)."""
+        if self.generation_path != "auto":
+            return self.generation_path == "gather"
+        num_slots, max_length = layout.token_index.shape[1:]
+        return min(self.top_r, num_slots) * max_length * self.num_heads <= 2 * src_len
+
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Nothing to reorder: the cache holds keys, values and sentence keys
         once per source; the rows' sources (``hypothesis_source_index`` of the
@@ -339,7 +365,10 @@ class SparseCrossAttention(MultiheadAttention):
         rows = sentence_context.rows
         selection = self.effective_selection() if self.top_r > 0 else None
         needs_approx = compute_saliency or selection == "approx"
-        gathered = incremental_state is not None and selection in ("approx", "random")
+        gathered = (
+            incremental_state is not None and selection in ("approx", "random")
+            and self.gathering_pays(key.size(0), sentence_context.layout)
+        )
         queries, sentence_queries = self._project_queries(query, needs_approx)
         keys, values, sentence_keys = self._per_source_cache(
             key, sentence_context, incremental_state, gathered=gathered
