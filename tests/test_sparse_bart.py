@@ -15,7 +15,12 @@ from mdsfair.modules.sentence_approximator import (
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
 from mdsfair.modules.source_rows import HypothesisRows
-from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
+from mdsfair.modules.sparse_cross_attention import (
+    SentenceContext,
+    SparseCrossAttention,
+    kept_token_layout,
+    select_top_r_sentences,
+)
 from tests.utils import USER_DIR, make_tiny_bart_checkpoint, make_tiny_data_bin
 
 MAX_SOURCE = "128"
@@ -246,20 +251,17 @@ def test_per_source_cache_equals_per_row_expansion(top_r):
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attention.token_attention, expected_attention.token_attention)
         cache = module._get_input_buffer(per_source_state)
-        # one entry per source (2), not per row (4); a beam reorder leaves it in place. The full path keeps
-        # keys/values [B, H, N, d_h]; the gathered (sparse) path projects nothing: it keeps the encoder
-        # states [N, B, C] themselves (the same tensor, not a copy) and folds W^K/W^V into query and output.
-        if top_r:
-            assert sorted(cache) == ["sentence_keys", "source_states"]
-            assert cache["source_states"].data_ptr() == key.data_ptr()
-            assert cache["source_states"].shape == (key.size(0), 2, 16)
-        else:
-            assert sorted(cache) == ["prev_key", "prev_value", "sentence_keys"]
+        # one entry per source (2), not per row (4); a beam reorder leaves it in place. Full attention keeps
+        # keys/values [B, H, N, d_h] (and no sentence keys); the gathered (sparse) path projects nothing of
+        # the source: it keeps only the sentence keys and folds W^K/W^V into the query and the output.
+        expected_cache = ["sentence_keys"] if top_r else ["prev_key", "prev_value"]
+        assert sorted(cache) == expected_cache
+        for name in expected_cache:
+            assert cache[name].size(0) == 2
+        if not top_r:
             assert [cache[name].shape for name in ("prev_key", "prev_value")] == [(2, 4, key.size(0), 4)] * 2
-        assert cache["sentence_keys"].size(0) == 2
-        name = "source_states" if top_r else "prev_key"
         module.reorder_incremental_state(per_source_state, torch.tensor([3, 2, 1, 0]))
-        assert module._get_input_buffer(per_source_state)[name] is cache[name]
+        assert module._get_input_buffer(per_source_state)[expected_cache[0]] is cache[expected_cache[0]]
     weights = attention.token_attention  # [B', 1, N]: sums to one over the kept tokens only
     torch.testing.assert_close(weights.sum(-1), torch.ones(4, 1))
     assert weights.masked_select(padding[ROW_SOURCES][:, None]).abs().sum() == 0
@@ -301,23 +303,49 @@ def test_gathered_kv_equals_masked_attention(selection, share, approximator):
         assert not torch.equal(masked_attention.selection[0], masked_attention.selection[1])
 
 
+def test_kept_token_layout_matches_loop():
+    """The selected sentences' tokens back to back per row, padded to the
+    longest row (not to r times the longest sentence)."""
+    module, _, key, _, context = sparse_attention_inputs(top_r=3)
+    sentence_mask = context.rows.lookup(context.layout.sentence_mask)
+    indices, valid = select_top_r_sentences(torch.rand(4, 1, sentence_mask.size(1)), sentence_mask, 3)
+    kept = kept_token_layout(indices, valid, context)
+    ids = context.src_sent_ids
+    expected = [
+        [n for j in range(3) if valid[row, 0, j] for n in range(ids.size(1)) if ids[source, n] == indices[row, 0, j]]
+        for row, source in enumerate(ROW_SOURCES.tolist())
+    ]
+    assert kept.positions.shape == (4, 1, max(len(tokens) for tokens in expected))
+    assert kept.positions.size(-1) < 3 * context.layout.token_index.size(2)
+    for row, tokens in enumerate(expected):
+        assert kept.valid[row, 0].sum() == len(tokens) and kept.valid[row, 0, : len(tokens)].all()
+        assert kept.positions[row, 0, : len(tokens)].tolist() == tokens
+    assert torch.equal(kept.flat_rows, kept.positions * 2 + ROW_SOURCES.view(-1, 1, 1))
+
+
 def test_generation_path_auto_gathers_only_when_it_pays():
-    """``auto`` gathers when r * longest sentence * heads <= 2 N (else the
-    masked per-source path, [B, H, N, d_h] keys/values); both give the
-    output of the masked teacher-forcing attention."""
-    module, query, key, padding, context = sparse_attention_inputs(top_r=2, generation_path="auto")
-    longest = context.layout.token_index.size(2)
-    assert 2 * longest * 4 > 2 * key.size(0)  # 23 tokens, 4 heads: gathering two sentences does not pay
-    assert not module.gathering_pays(key.size(0), context.layout)
-    assert module.gathering_pays(2 * longest * 4 // 2, context.layout)
-    masked, _ = module(query, key, padding, context)
-    for path, cache_names in (("auto", ["prev_key", "prev_value", "sentence_keys"]),
-                              ("gather", ["sentence_keys", "source_states"])):
-        module.generation_path = path
-        state = {}
-        out, _ = module(query[:1], key, padding, context, incremental_state=state)
-        assert sorted(module._get_input_buffer(state)) == cache_names
-        torch.testing.assert_close(out, masked[:1], atol=1e-5, rtol=1e-5)
+    """``auto`` gathers at a step when (most kept tokens of a row) * heads
+    <= 2 N, else masks the per-source attention (keys/values [B, H, N, d_h]
+    projected once); both give the output of the masked teacher-forcing
+    attention."""
+    decisions = set()
+    for top_r in (1, 4):
+        module, query, key, padding, context = sparse_attention_inputs(top_r=top_r, generation_path="auto")
+        masked, masked_attention = module(query, key, padding, context)
+        for path in ("auto", "gather", "mask"):
+            module.generation_path = path
+            state = {}
+            out, _ = module(query[:1], key, padding, context, incremental_state=state)
+            torch.testing.assert_close(out, masked[:1], atol=1e-5, rtol=1e-5)
+            selection = masked_attention.selection[:, :1]
+            flags, chosen = selection.float().topk(min(top_r, selection.size(-1)), dim=-1)
+            kept = kept_token_layout(chosen, flags.bool(), context)  # the same sentences, in any order
+            gathers = path == "gather" or (path == "auto" and kept.positions.size(-1) * 4 <= 2 * key.size(0))
+            cache = sorted(module._get_input_buffer(state))
+            assert cache == (["sentence_keys"] if gathers else ["prev_key", "prev_value", "sentence_keys"])
+            if path == "auto":
+                decisions.add(gathers)
+    assert decisions == {True, False}
     with pytest.raises(ValueError, match="generation path"):
         SparseCrossAttention(16, 4, generation_path="sometimes")
 
@@ -431,21 +459,30 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     generator = SequenceGenerator([model], dictionary, beam_size=4, max_len_b=10, len_penalty=2.0)
 
     caches, row_counts = [], []
-    per_source_cache = SparseCrossAttention._per_source_cache
+    cached = SparseCrossAttention._cached
+    approx_log = SparseCrossAttention._approx_log
 
-    def recording_cache(self, key, context, incremental_state, gathered=False):
-        cache = per_source_cache(self, key, context, incremental_state, gathered)
-        per_source = cache[1] if gathered else cache[0]  # encoder states [N, B, C] or keys [B, H, N, d_h]
-        caches.append((id(self), per_source.shape[1 if gathered else 0], per_source.data_ptr()))
-        row_counts.append(context.rows.source_index.numel())
-        return cache
+    def recording_cache(self, incremental_state, name, compute):
+        tensor = cached(self, incremental_state, name, compute)
+        caches.append((id(self), name, tensor.size(0), tensor.data_ptr()))
+        return tensor
 
-    monkeypatch.setattr(SparseCrossAttention, "_per_source_cache", recording_cache)
+    def recording_rows(self, queries, sentence_queries, sentence_keys, sentence_mask, rows):
+        row_counts.append(rows.source_index.numel())
+        return approx_log(self, queries, sentence_queries, sentence_keys, sentence_mask, rows)
+
+    monkeypatch.setattr(SparseCrossAttention, "_cached", recording_cache)
+    monkeypatch.setattr(SparseCrossAttention, "_approx_log", recording_rows)
     per_source = generator.generate([model], sample, prefix_tokens=prefix)
     monkeypatch.undo()
-    assert 12 in row_counts and 8 in row_counts  # the batch was compacted
-    assert {sources for _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
-    assert len({(layer, pointer) for layer, _, pointer in caches}) == 2  # one tensor per layer, never copied
+    if top_r:
+        assert 12 in row_counts and 8 in row_counts  # the batch was compacted
+    assert {sources for _, _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
+    names = {name for _, name, _, _ in caches}
+    assert names == ({"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | (
+        {"sentence_keys"} if top_r else set()))
+    # one tensor per layer and name, never copied or recomputed
+    assert len({(layer, name, pointer) for layer, name, _, pointer in caches}) == 2 * len(names)
 
     expand_per_hypothesis(model)
     expanded = generator.generate([model], sample, prefix_tokens=prefix)

@@ -122,6 +122,43 @@ def selection_mask_from_indices(indices: Tensor, valid: Tensor, num_slots: int) 
     return mask.scatter(2, indices, valid)
 
 
+class KeptTokens(NamedTuple):
+    """The tokens of every row's selected sentences, back to back.
+
+    ``positions [B', T, n]``: source positions; ``valid [B', T, n]``: False
+    at the padding after a row's last kept token; ``flat_rows [B', T, n]``:
+    the rows of the ``[N * B, C]`` view of the ``[N, B, C]`` encoder output
+    (``position * B + source``). ``n`` is the most tokens any row keeps
+    (not ``r`` times the longest sentence)."""
+
+    positions: Tensor
+    valid: Tensor
+    flat_rows: Tensor
+
+
+def kept_token_layout(indices: Tensor, valid: Tensor, context: "SentenceContext") -> KeptTokens:
+    """The kept tokens of ``indices [B', T, k]`` (the selected sentences,
+    ``valid`` False for a source with fewer than ``k``), vectorized: slot
+    ``p`` of a row belongs to the selected sentence whose running token
+    count first exceeds ``p`` (one ``searchsorted``)."""
+    rows, layout = context.rows, context.layout
+    num_sources, num_slots, max_length = layout.token_index.shape
+    bsz, tgt_len, k = indices.shape
+    sentence_rows = (rows.source_index.view(-1, 1, 1) * num_slots + indices).view(-1, k)  # [B'T, k]
+    lengths = layout.lengths.view(-1).index_select(0, sentence_rows.view(-1)).view(-1, k) * valid.view(-1, k)
+    ends = lengths.cumsum(dim=1)
+    num_kept = max(int(ends[:, -1].max()), 1)
+    slots = torch.arange(num_kept, device=indices.device).expand(ends.size(0), num_kept).contiguous()
+    which = torch.searchsorted(ends, slots, right=True)  # [B'T, n]: the selected sentence of every slot
+    kept_valid = which < k
+    which = which.clamp(max=k - 1)
+    offset = (slots - (ends - lengths).gather(1, which)).clamp(max=max_length - 1)
+    flat_token = sentence_rows.gather(1, which) * max_length + offset
+    positions = layout.token_index.view(-1).index_select(0, flat_token.view(-1)).view(bsz, tgt_len, num_kept)
+    flat_rows = positions * num_sources + rows.source_index.view(-1, 1, 1)
+    return KeptTokens(positions, kept_valid.view(bsz, tgt_len, num_kept), flat_rows)
+
+
 def average_over_hypotheses(scores: Tensor, rows: HypothesisRows) -> Tensor:
     """Mean of ``scores [B', ...]`` over the rows of the same source example
     (the authors' selection shared across beams), broadcast back to ``B'``."""
@@ -224,43 +261,31 @@ class SparseCrossAttention(MultiheadAttention):
             cached = self._stacked_query_cache = (signature, stacked)
         return cached[1]
 
-    def _per_source_cache(
-        self, key: Tensor, context: SentenceContext, incremental_state, gathered: bool = False
-    ) -> Tuple[Optional[Tensor], Tensor, Tensor]:
-        """What every decoding step reads, built once (at the first step) and
-        cached per source, not per hypothesis.
+    def _cached(self, incremental_state, name: str, compute):
+        """``compute()`` once per generation (at the first step that needs
+        it), kept per source in the incremental state; every call without
+        incremental state computes afresh."""
+        if incremental_state is None:
+            return compute()
+        saved_state = self._get_input_buffer(incremental_state)
+        if name not in saved_state:
+            saved_state[name] = compute()
+            self._set_input_buffer(incremental_state, saved_state)
+        return saved_state[name]
 
-        * full attention: word keys and values ``[B, H, N, d_h]``
-          (``prev_key``/``prev_value``) and the per-head sentence keys
-          ``[B, H, S, d_h]``;
-        * the gathered sparse path (``gathered``): the encoder states
-          ``[N, B, C]`` themselves (``source_states``, not copied and never
-          projected: :meth:`_gathered_attention` folds ``W^K``/``W^V`` into
-          the query and the output) and the sentence keys. Returned as
-          ``(None, source_states, sentence_keys)``.
-        """
-        names = ("source_states",) if gathered else ("prev_key", "prev_value")
-        saved_state = self._get_input_buffer(incremental_state) if incremental_state is not None else None
-        if saved_state is not None and names[0] in saved_state:
-            if gathered:
-                return None, saved_state["source_states"], saved_state["sentence_keys"]
-            return saved_state["prev_key"], saved_state["prev_value"], saved_state["sentence_keys"]
-        if gathered:
-            source_states = key.contiguous()
-            # the model-free sentence keys need every word key (Eq. 19); the model-based ones do not
-            word_keys = self.k_proj(key) if self.sentence_attention is None else None
-            sentence_keys = self._sentence_keys(word_keys, context)
-            cache = {"source_states": source_states, "sentence_keys": sentence_keys}
-            result = (None, source_states, sentence_keys)
-        else:
-            projected_keys = self.k_proj(key)
-            keys, values = self._split_heads(projected_keys), self._split_heads(self.v_proj(key))
-            sentence_keys = self._sentence_keys(projected_keys, context)
-            cache = {"prev_key": keys, "prev_value": values, "sentence_keys": sentence_keys}
-            result = (keys, values, sentence_keys)
-        if incremental_state is not None:
-            self._set_input_buffer(incremental_state, cache)
-        return result
+    def _source_keys_values(self, key: Tensor, incremental_state) -> Tuple[Tensor, Tensor]:
+        """Word keys and values ``[B, H, N, d_h]`` of every source, for the
+        full and masked paths (``prev_key``/``prev_value``, projected once)."""
+        keys = self._cached(incremental_state, "prev_key", lambda: self._split_heads(self.k_proj(key)))
+        values = self._cached(incremental_state, "prev_value", lambda: self._split_heads(self.v_proj(key)))
+        return keys, values
+
+    def _source_sentence_keys(self, key: Tensor, context: SentenceContext, incremental_state) -> Tensor:
+        """Per-head sentence keys ``[B, H, S, d_h]`` of every source (cached
+        as ``sentence_keys``)."""
+        def compute():
+            return self._sentence_keys(self.k_proj(key) if self.sentence_attention is None else None, context)
+        return self._cached(incremental_state, "sentence_keys", compute)
 
     def _sentence_keys(self, keys: Optional[Tensor], context: SentenceContext) -> Tensor:
         """Per-head sentence keys ``[B, H, S, d_h]``: ``y_i W^K`` (Eq. 9) from
@@ -306,23 +331,22 @@ class SparseCrossAttention(MultiheadAttention):
             scores = average_over_hypotheses(scores, rows)
         return scores
 
-    def gathering_pays(self, src_len: int, layout: SentenceLayout) -> bool:
-        """Whether generation gathers the kept sentences per hypothesis
-        (:meth:`_gathered_attention`) or masks the full per-source attention
-        (the word-level keys/values projected once, the unselected tokens'
-        logits set to -inf: the same output, at full attention's cost plus
-        the approximator's).
+    def gathering_pays(self, kept: "KeptTokens", src_len: int) -> bool:
+        """Whether this generation step gathers the kept sentences per
+        hypothesis (:meth:`_gathered_attention`) or masks the full
+        per-source attention (word keys/values projected once, the other
+        tokens' logits set to -inf: the same output, at full attention's cost
+        plus the approximator's).
 
-        Gathering costs about ``r * L * H * C`` per hypothesis and step
-        (``L``: the longest sentence, ``H`` heads; the key projection is folded
-        into the query), the masked path ``N * C``; ``auto`` gathers when
-        ``r * L * H <= 2 * N`` (measured on CPU by benchmarks/sparse_decoder.py:
-        at 4,096 tokens r = 5 and 10 gather, r = 30 masks; at 1,024 tokens only
-        r = 5 gathers)."""
+        Gathering costs about ``n * H * C`` per hypothesis (``n``: the most
+        tokens any row keeps, ``H`` heads: the key projection is folded into
+        the query), the masked path ``N * C``; ``auto`` gathers when
+        ``n * H <= 2 * N`` (measured on CPU by benchmarks/sparse_decoder.py:
+        at 4,096 tokens in sentences of 30, r = 5 and 10 gather, r = 30 masks;
+        at 1,024 tokens only r = 5 gathers)."""
         if self.generation_path != "auto":
             return self.generation_path == "gather"
-        num_slots, max_length = layout.token_index.shape[1:]
-        return min(self.top_r, num_slots) * max_length * self.num_heads <= 2 * src_len
+        return kept.positions.size(-1) * self.num_heads <= 2 * src_len
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Nothing to reorder: the cache holds keys, values and sentence keys
@@ -365,27 +389,27 @@ class SparseCrossAttention(MultiheadAttention):
         rows = sentence_context.rows
         selection = self.effective_selection() if self.top_r > 0 else None
         needs_approx = compute_saliency or selection == "approx"
-        gathered = (
-            incremental_state is not None and selection in ("approx", "random")
-            and self.gathering_pays(key.size(0), sentence_context.layout)
-        )
+        sparse_step = incremental_state is not None and selection in ("approx", "random")
         queries, sentence_queries = self._project_queries(query, needs_approx)
-        keys, values, sentence_keys = self._per_source_cache(
-            key, sentence_context, incremental_state, gathered=gathered
-        )
 
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
         num_slots = sentence_mask.size(1)
         approx_log = None
         if needs_approx:
+            sentence_keys = self._source_sentence_keys(key, sentence_context, incremental_state)
             approx_log = self._approx_log(queries, sentence_queries, sentence_keys, sentence_mask, rows)
 
-        if gathered:
-            return self._gathered_attention(
-                queries, values, selection, approx_log, sentence_mask, sentence_context,
-                need_weights, weight_heads,
-            )
+        selected = None
+        if sparse_step:
+            scores = self._selection_scores(selection, None, approx_log, sentence_mask, rows, tgt_len)
+            selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
+            kept = kept_token_layout(*selected, sentence_context)
+            if self.gathering_pays(kept, key.size(0)):
+                return self._gathered_attention(
+                    queries, key, selected, kept, approx_log, sentence_mask, need_weights, weight_heads
+                )
 
+        keys, values = self._source_keys_values(key, incremental_state)
         logits = rows.matmul(queries, keys.transpose(-1, -2)).float()
         if key_padding_mask is not None:
             padding = rows.lookup(key_padding_mask.to(torch.bool))
@@ -399,8 +423,10 @@ class SparseCrossAttention(MultiheadAttention):
         selection_mask = None
         probs = full_probs
         if selection is not None:
-            scores = self._selection_scores(selection, exact, approx_log, sentence_mask, rows, tgt_len)
-            indices, valid = select_top_r_sentences(scores, sentence_mask, self.top_r)
+            if selected is None:
+                scores = self._selection_scores(selection, exact, approx_log, sentence_mask, rows, tgt_len)
+                selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
+            indices, valid = selected
             selection_mask = selection_mask_from_indices(indices, valid, num_slots)
             token_sentence = src_sent_ids.clamp(min=0).unsqueeze(1).expand(-1, tgt_len, -1)
             kept_tokens = selection_mask.gather(2, token_sentence)
@@ -413,65 +439,54 @@ class SparseCrossAttention(MultiheadAttention):
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
 
     def _gathered_attention(
-        self, queries, source_states, selection: str, approx_log, sentence_mask,
-        context: SentenceContext, need_weights: bool, weight_heads: Optional[int],
+        self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: "KeptTokens", approx_log,
+        sentence_mask, need_weights: bool, weight_heads: Optional[int],
     ) -> Tuple[Tensor, SentenceAttention]:
         """Eq. 3 on the selected sentences only: O(r * N2) per query, and no
         projection of the other sentences at all.
 
-        Each row's selected encoder states ``x_j`` are read from the
-        per-source ``source_states [N, B, C]`` with one ``index_select`` of
-        whole C-wide rows. The key and value projections are folded into the
-        query and the output, per head ``h``::
+        Each row's kept encoder states ``x_j`` (``kept``, the selected
+        sentences' tokens back to back) are read from the per-source
+        ``source_states [N, B, C]`` with one ``index_select`` of whole C-wide
+        rows. The key and value projections are folded into the query and
+        the output, per head ``h``::
 
             q_h . (W^K_h x_j + b^K_h) = (W^K_h^T q_h) . x_j + const
             sum_j p_hj (W^V_h x_j + b^V_h) = W^V_h (sum_j p_hj x_j) + b^V_h
 
         (the constant ``q_h . b^K_h`` is the same for every token of a row and
         head, so the softmax drops it; the p_hj sum to one). A step then costs
-        O(C^2 + r * N2 * H * C) per row instead of projecting all N tokens
+        O(C^2 + n * H * C) per row instead of projecting all N tokens
         (O(N * C^2) per source) at the first step.
         """
         bsz, num_heads, tgt_len, head_dim = queries.shape
-        rows, layout = context.rows, context.layout
         src_len, num_sources, source_dim = source_states.shape
-        num_slots, max_length = layout.token_index.shape[1:]
-        scores = self._selection_scores(selection, None, approx_log, sentence_mask, rows, tgt_len)
-        indices, valid = select_top_r_sentences(scores, sentence_mask, self.top_r)
-        num_kept = indices.size(-1) * max_length
-
-        # (source, sentence) -> that sentence's row of the per-source token tables
-        sentence_rows = (rows.source_index.view(-1, 1, 1) * num_slots + indices).view(-1)
-        token_positions = layout.token_index.view(-1, max_length).index_select(0, sentence_rows)
-        token_valid = layout.token_mask.view(-1, max_length).index_select(0, sentence_rows)
-        token_positions = token_positions.view(bsz, tgt_len, num_kept)
-        token_valid = (token_valid.view(*indices.shape, max_length) & valid.unsqueeze(-1)).view(
-            bsz * tgt_len, 1, num_kept
-        )
+        num_kept = kept.positions.size(-1)
         # source_states is [N, B, C]: token n of source b is row n * B + b of its [N * B, C] view
-        flat_positions = (token_positions * num_sources + rows.source_index.view(-1, 1, 1)).view(-1)
-        selected = source_states.view(-1, source_dim).index_select(0, flat_positions)
-        selected = selected.view(bsz * tgt_len, num_kept, source_dim)  # [B'T, n, C]
+        states = source_states.contiguous().view(-1, source_dim).index_select(0, kept.flat_rows.view(-1))
+        states = states.view(bsz * tgt_len, num_kept, source_dim)  # [B'T, n, C]
 
         # W^K_h^T q_h for every head: [H, B'T, d_h] @ [H, d_h, C] -> [B'T, H, C]
         head_queries = queries.transpose(0, 1).reshape(num_heads, bsz * tgt_len, head_dim)
         key_weight = self.k_proj.weight.view(num_heads, head_dim, source_dim)
         source_queries = torch.matmul(head_queries, key_weight).transpose(0, 1)
-        logits = torch.matmul(source_queries, selected.transpose(1, 2)).float()  # [B'T, H, n]
+        logits = torch.matmul(source_queries, states.transpose(1, 2)).float()  # [B'T, H, n]
+        token_valid = kept.valid.view(bsz * tgt_len, 1, num_kept)
         probs = F.softmax(logits.masked_fill(~token_valid, float("-inf")), dim=-1)
         token_attention = None
         if need_weights:
             token_attention = probs.new_zeros(bsz, tgt_len, src_len).scatter_add_(
-                2, token_positions, probs[:, :weight_heads].mean(dim=1).view(bsz, tgt_len, num_kept)
+                2, kept.positions, probs[:, :weight_heads].mean(dim=1).view(bsz, tgt_len, num_kept)
             )
         probs = self.dropout_module(probs.type_as(queries))
         # sum_j p_hj x_j, then W^V_h per head: [H, B'T, C] @ [H, C, d_h] -> [H, B'T, d_h]
-        mixed_states = torch.matmul(probs, selected).transpose(0, 1)
+        mixed_states = torch.matmul(probs, states).transpose(0, 1)
         value_weight = self.v_proj.weight.view(num_heads, head_dim, source_dim).transpose(1, 2)
         output = torch.matmul(mixed_states, value_weight)
         if self.v_proj.bias is not None:
             output = output + self.v_proj.bias.view(num_heads, 1, head_dim)
         output = output.permute(1, 0, 2).reshape(bsz, tgt_len, self.embed_dim).transpose(0, 1)
         output = self.out_proj(output)
-        selection_mask = selection_mask_from_indices(indices, valid, num_slots)
+        indices, valid = selected
+        selection_mask = selection_mask_from_indices(indices, valid, sentence_mask.size(1))
         return output, SentenceAttention(None, approx_log, sentence_mask, selection_mask, token_attention)
