@@ -8,9 +8,9 @@ run on the same weights:
 * ``stock BART``: fairseq's own ``bart`` model holding the same weights (its
   "beamable" cross-attention keeps K/V once per source): the baseline;
 * ``full``: ``sparse_bart`` with ``top_r = 0`` (full cross-attention through
-  the same per-source K/V cache as the sparse rows);
+  a per-source K/V cache, as the masked sparse path);
 * ``r=R``: the model-based approximator's top-R sentences (BiGRU sentence
-  encoder, Eq. 7-10), K/V gathered per hypothesis;
+  encoder, Eq. 7-10), the kept sentences read per hypothesis;
 * ``free r=R``: the same with the model-free approximator (App. D, Eq. 19:
   no sentence encoder, sentence keys summed from the word keys);
 * ``pool r=R``: the model-based approximator with the attention-pooling

@@ -22,21 +22,24 @@ Two code paths compute the same attention:
 * teacher forcing (training, scoring): the logits of the unselected
   sentences' tokens are set to -inf before the softmax;
 * incremental generation with ``approx``/``random`` selection: the encoder
-  states of the selected sentences are gathered, so each step costs
-  O(r * N2) instead of O(N) (N2: longest sentence of the source), and the
-  source is never projected (:meth:`SparseCrossAttention._gathered_attention`);
-  where r * N2 is large against N, the masked path above is cheaper and is
+  states of the selected sentences' tokens are gathered (back to back,
+  :func:`kept_token_layout`), so each step costs O(r * N2) instead of O(N)
+  (N2: mean sentence length), and the source is never projected
+  (:meth:`SparseCrossAttention._gathered_attention`); at a step where the
+  kept tokens are many against N, the masked path above is cheaper and is
   used instead (:meth:`SparseCrossAttention.gathering_pays`).
 
 What generation caches (the sentence keys; the word-level keys/values
-``[B, H, N, d_h]`` on the full and masked paths; the encoder states on the
-gathered path) is kept once per source example, never expanded or
-reordered per beam hypothesis; every decoder row finds its source through
+``[B, H, N, d_h]`` once the full or masked path needs them; nothing of the
+source for the gathered path, which reads the encoder output itself) is kept
+once per source example, never expanded or reordered per beam hypothesis;
+every decoder row finds its source through
 :class:`~mdsfair.modules.source_rows.HypothesisRows`. The gathered path
-reads each row's selected encoder states from ``[N, B, C]`` with one
+reads each row's kept encoder states from ``[N, B, C]`` with one
 ``index_select`` of whole C-wide rows; the full and masked paths run one
-batched product per source, as do the sentence-level scores. With the model-based approximator the word queries
-and the sentence queries of Eq. 8 come from one stacked projection.
+batched product per source, as do the sentence-level scores. With the
+model-based approximator the word queries and the sentence queries of Eq. 8
+come from one stacked projection.
 """
 from typing import Dict, NamedTuple, Optional, Tuple
 
