@@ -397,6 +397,18 @@ def test_incremental_decoding_equals_full(built, selection, path):
     torch.testing.assert_close(incremental, full, atol=1e-4, rtol=1e-4)
 
 
+def test_attention_pooling_model_decodes_incrementally_like_teacher_forcing(data_bin):
+    _, task, model, _ = build(data_bin, "--sentence-encoder", "attention-pooling")
+    model = model.eval()
+    sample = batch(task, model)
+    sample["net_input"]["prev_output_tokens"] = sample["net_input"]["prev_output_tokens"][:, :8]
+    with torch.no_grad():
+        full, extra = model(**sample["net_input"])
+        incremental = decode_incrementally(model, sample)
+    assert extra["sentence_attention"][0].selection.sum(-1).max() == 3
+    torch.testing.assert_close(incremental, full, atol=1e-4, rtol=1e-4)
+
+
 def test_batched_generation_equals_one_by_one(built):
     _, task, model, _ = built
     from fairseq.sequence_generator import SequenceGenerator

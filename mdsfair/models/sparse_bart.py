@@ -63,18 +63,19 @@ logger = logging.getLogger(__name__)
 def build_sentence_encoder(args) -> nn.Module:
     """The sentence encoder of the model-based approximator: the BiGRU of
     Eq. 10 (App. A.1) or the attention pooling proposed in Sec. 4.5."""
-    if args.sentence_encoder == "bigru":
+    kind = getattr(args, "sentence_encoder", "bigru")  # checkpoints saved before the option: the BiGRU
+    if kind == "bigru":
         return SentenceEncoder(
             args.encoder_embed_dim,
             args.sentence_encoder_hidden_dim or args.encoder_embed_dim,
             num_layers=args.sentence_encoder_layers,
             dropout=args.dropout,
         )
-    if args.sentence_encoder == "attention-pooling":
+    if kind == "attention-pooling":
         return PoolingSentenceEncoder(
             args.encoder_embed_dim, args.encoder_attention_heads, dropout=args.attention_dropout
         )
-    raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {args.sentence_encoder!r}")
+    raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {kind!r}")
 
 
 class SparseBARTEncoder(TransformerEncoder):
