@@ -283,11 +283,20 @@ class SparseCrossAttention(MultiheadAttention):
         values = self._cached(incremental_state, "prev_value", lambda: self._split_heads(self.v_proj(key)))
         return keys, values
 
-    def _source_sentence_keys(self, key: Tensor, context: SentenceContext, incremental_state) -> Tensor:
+    def _source_sentence_keys(
+        self, key: Tensor, context: SentenceContext, incremental_state, head_keys: Optional[Tensor] = None
+    ) -> Tensor:
         """Per-head sentence keys ``[B, H, S, d_h]`` of every source (cached
-        as ``sentence_keys``)."""
+        as ``sentence_keys``). The model-free ones sum the word keys: from
+        ``head_keys [B, H, N, d_h]`` where the caller has them, else
+        projected here."""
         def compute():
-            return self._sentence_keys(self.k_proj(key) if self.sentence_attention is None else None, context)
+            if self.sentence_attention is not None:
+                return self._sentence_keys(None, context)
+            if head_keys is None:
+                return self._sentence_keys(self.k_proj(key), context)
+            bsz, _, src_len, _ = head_keys.shape
+            return self._sentence_keys(head_keys.permute(2, 0, 1, 3).reshape(src_len, bsz, -1), context)
         return self._cached(incremental_state, "sentence_keys", compute)
 
     def _sentence_keys(self, keys: Optional[Tensor], context: SentenceContext) -> Tensor:
@@ -398,8 +407,10 @@ class SparseCrossAttention(MultiheadAttention):
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
         num_slots = sentence_mask.size(1)
         approx_log = None
+        # teacher forcing and full or ideal generation read every word key anyway
+        keys, values = (None, None) if sparse_step else self._source_keys_values(key, incremental_state)
         if needs_approx:
-            sentence_keys = self._source_sentence_keys(key, sentence_context, incremental_state)
+            sentence_keys = self._source_sentence_keys(key, sentence_context, incremental_state, keys)
             approx_log = self._approx_log(queries, sentence_queries, sentence_keys, sentence_mask, rows)
 
         selected = None
@@ -412,7 +423,8 @@ class SparseCrossAttention(MultiheadAttention):
                     queries, key, selected, kept, approx_log, sentence_mask, need_weights, weight_heads
                 )
 
-        keys, values = self._source_keys_values(key, incremental_state)
+        if keys is None:  # a sparse step that masks
+            keys, values = self._source_keys_values(key, incremental_state)
         logits = rows.matmul(queries, keys.transpose(-1, -2)).float()
         if key_padding_mask is not None:
             padding = rows.lookup(key_padding_mask.to(torch.bool))
