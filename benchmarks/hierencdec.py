@@ -24,17 +24,19 @@ Example (the figures in ``examples/hierencdec/README.md``)::
     python benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base
 """
 import argparse
-import multiprocessing
 import os
-import resource
-import statistics
-import time
+import sys
 
 import torch
-from fairseq.data import Dictionary
-from fairseq.models.bart import BARTModel
 
-from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models.bart import BARTModel  # noqa: E402
+
+from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base  # noqa: E402
 
 SYSTEMS = ("blocked", "dense-masked", "bart")
 DIMS = {
@@ -100,11 +102,6 @@ def encoder_step(encoder, system, tokens, document_ids, inference: bool, autocas
     loss.backward()
 
 
-def current_rss_kb() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def measure(config: dict) -> dict:
     """Median time and peak memory of one (system, documents) configuration."""
     device = config["device"]
@@ -122,35 +119,13 @@ def measure(config: dict) -> dict:
     def step():
         encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], dtype)
 
-    if device == "cpu":
-        before = current_rss_kb()
-        step()  # warm-up; also the memory measurement
-        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    else:
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        torch.cuda.synchronize()
-        peak_mb = (torch.cuda.max_memory_allocated() - before) / 2 ** 20
-    times = []
-    for _ in range(config["steps"]):
-        if device != "cpu":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        if device != "cpu":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return {"seconds": statistics.median(times), "peak_mb": peak_mb}
+    # the first step is both the warm-up and the memory measurement
+    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
+    return {"seconds": measured["seconds"], "peak_mb": measured["peak_mib"]}
 
 
 def run(config: dict) -> dict:
-    """CPU: in a fresh forked process, so ``ru_maxrss`` is this configuration's own."""
-    if config["device"] != "cpu":
-        return measure(config)
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        return pool.apply(measure, (config,))
+    return in_fresh_process(measure, config)
 
 
 def main(argv=None):

@@ -30,12 +30,8 @@ number of paragraphs P grows at fixed L: HT's local attention costs
 """
 import argparse
 import contextlib
-import multiprocessing
 import os
-import resource
-import statistics
 import sys
-import time
 from argparse import Namespace
 
 import torch
@@ -45,6 +41,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 import mdsfair  # noqa: E402,F401  (registers hiertransformer)
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from fairseq.models.transformer import base_architecture as transformer_architecture  # noqa: E402
@@ -112,11 +109,6 @@ def training_step(model, system, batch, target, autocast_dtype, attention_backen
     model.zero_grad(set_to_none=False)
 
 
-def current_rss_kb() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def measure(config: dict) -> dict:
     """Throughput and peak step memory of one (system, P, L) configuration."""
     device, system = config["device"], config["system"]
@@ -126,44 +118,21 @@ def measure(config: dict) -> dict:
         task, config["batch_size"], config["paragraphs"], config["length"], config["target_tokens"], device
     )
     dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config["dtype"]]
-    if device == "cpu":
-        model.zero_grad(set_to_none=False)
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        before = current_rss_kb()
-    else:
-        for p in model.parameters():
-            p.grad = torch.zeros_like(p)
-        torch.cuda.synchronize()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-    # The warm-up step is also the memory measurement.
-    training_step(model, system, batch, target, dtype, config["attention_backend"])
-    if device == "cpu":
-        peak_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
-    else:
-        torch.cuda.synchronize()
-        peak_mb = (torch.cuda.max_memory_allocated() - before) / 2 ** 20
-    times = []
-    for _ in range(config["steps"]):
-        if device != "cpu":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)
+
+    def step():
         training_step(model, system, batch, target, dtype, config["attention_backend"])
-        if device != "cpu":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+
+    # the first step is both the warm-up and the memory measurement
+    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
     source_tokens = config["batch_size"] * config["paragraphs"] * config["length"]
-    tokens_per_s = source_tokens / statistics.median(times) if times else None
-    return {"tokens_per_s": tokens_per_s, "peak_mb": peak_mb}
+    tokens_per_s = source_tokens / measured["seconds"] if measured["seconds"] else None
+    return {"tokens_per_s": tokens_per_s, "peak_mb": measured["peak_mib"]}
 
 
 def run(config: dict) -> dict:
-    """CPU: in a fresh forked process, so ``ru_maxrss`` is this config's own."""
-    if config["device"] != "cpu":
-        return measure(config)
-    with multiprocessing.get_context("fork").Pool(1) as pool:
-        return pool.apply(measure, (config,))
+    return in_fresh_process(measure, config)
 
 
 def main(argv=None):
