@@ -334,9 +334,9 @@ class SparseBARTModel(BARTModel):
                                  "(the authors' decoding); by default every hypothesis selects its own sentences")
         parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
                             help="how incremental generation reads the top-r sentences: gather their encoder states "
-                                 "per hypothesis (cost ~ r * longest sentence * heads), mask the full per-source "
-                                 "attention (cost ~ N, same output), or auto: gather when r * longest sentence * "
-                                 "heads <= 2 * N")
+                                 "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+                                 "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+                                 "hypothesis keeps * heads <= 2 * N")
         parser.add_argument("--mix-decay-updates", type=int, metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
                                  "max(0, 1 - update/N), else the approximation (the paper: N = one epoch)")

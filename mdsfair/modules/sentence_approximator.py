@@ -222,8 +222,9 @@ def sentence_attention_log_scores(
 
 
 def elu_feature_map(x: Tensor) -> Tensor:
-    """phi(x) = ELU(x) + 1 (App. D), a positive feature map."""
-    return F.elu(x) + 1.0
+    """phi(x) = ELU(x) + 1 (App. D), a positive feature map (the + 1 in place
+    on ELU's fresh output: ELU's gradient needs its input, not its output)."""
+    return F.elu(x).add_(1.0)
 
 
 def model_free_sentence_keys(keys: Tensor, src_sent_ids: Tensor, num_slots: int, num_heads: int) -> Tensor:
@@ -245,7 +246,7 @@ def model_free_sentence_keys(keys: Tensor, src_sent_ids: Tensor, num_slots: int,
     # token n of source b is row n * B + b of the [N * B, C] view; padding goes to a spare last row
     rows = src_sent_ids + torch.arange(bsz, device=keys.device).unsqueeze(1) * num_slots
     rows = rows.masked_fill(src_sent_ids.lt(0), bsz * num_slots).t().reshape(-1)
-    features = F.elu(keys.float().reshape(src_len * bsz, dim)).add_(1.0)
+    features = elu_feature_map(keys.float().reshape(src_len * bsz, dim))
     sums = features.new_zeros(bsz * num_slots + 1, dim).index_add_(0, rows, features)[:-1]
     return sums.view(bsz, num_slots, num_heads, dim // num_heads).transpose(1, 2)
 

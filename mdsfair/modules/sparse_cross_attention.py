@@ -139,7 +139,7 @@ class KeptTokens(NamedTuple):
     flat_rows: Tensor
 
 
-def kept_token_layout(indices: Tensor, valid: Tensor, context: "SentenceContext") -> KeptTokens:
+def kept_token_layout(indices: Tensor, valid: Tensor, context: SentenceContext) -> KeptTokens:
     """The kept tokens of ``indices [B', T, k]`` (the selected sentences,
     ``valid`` False for a source with fewer than ``k``), vectorized: slot
     ``p`` of a row belongs to the selected sentence whose running token
@@ -343,7 +343,7 @@ class SparseCrossAttention(MultiheadAttention):
             scores = average_over_hypotheses(scores, rows)
         return scores
 
-    def gathering_pays(self, kept: "KeptTokens", src_len: int) -> bool:
+    def gathering_pays(self, kept: KeptTokens, src_len: int) -> bool:
         """Whether this generation step gathers the kept sentences per
         hypothesis (:meth:`_gathered_attention`) or masks the full
         per-source attention (word keys/values projected once, the other
@@ -454,7 +454,7 @@ class SparseCrossAttention(MultiheadAttention):
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
 
     def _gathered_attention(
-        self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: "KeptTokens", approx_log,
+        self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: KeptTokens, approx_log,
         sentence_mask, need_weights: bool, weight_heads: Optional[int],
     ) -> Tuple[Tensor, SentenceAttention]:
         """Eq. 3 on the selected sentences only: O(r * N2) per query, and no
