@@ -11,8 +11,13 @@ setup(
     long_description=long_description,
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["mdsfair", "mdsfair.*", "preprocess", "preprocess.*"]),
-    py_modules=["hubconf"],
+    # preprocess/ sits at the top of the repository (its place in the product's
+    # layout) but installs inside the mdsfair namespace, as mdsfair.preprocess:
+    # nothing but mdsfair lands in site-packages. hubconf.py is not installed;
+    # torch.hub reads it from the repository directory.
+    packages=find_packages(include=["mdsfair", "mdsfair.*"])
+    + ["mdsfair.preprocess" + name[len("preprocess"):] for name in find_packages(include=["preprocess", "preprocess.*"])],
+    package_dir={"mdsfair.preprocess": "preprocess"},
     install_requires=[
         # CPU torch: install `torch==2.13.0` first (see README); any torch
         # fairseq accepts works, the pin here only keeps pip off CUDA builds.
@@ -35,10 +40,10 @@ setup(
     extras_require={"test": ["pytest"]},
     entry_points={
         "console_scripts": [
-            "mdsfair-preprocess = preprocess.binarize:cli_main",
-            "mdsfair-convert = preprocess.converters:cli_main",
-            "mdsfair-rank = preprocess.rank:cli_main",
-            "mdsfair-synth = preprocess.synthetic:cli_main",
+            "mdsfair-preprocess = mdsfair.preprocess.binarize:cli_main",
+            "mdsfair-convert = mdsfair.preprocess.converters:cli_main",
+            "mdsfair-rank = mdsfair.preprocess.rank:cli_main",
+            "mdsfair-synth = mdsfair.preprocess.synthetic:cli_main",
             "mdsfair-rouge = mdsfair.evaluation.rouge:cli_main",
             "mdsfair-baseline = mdsfair.evaluation.baselines:cli_main",
             "mdsfair-compare = mdsfair.evaluation.compare:cli_main",

@@ -19,10 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from fairseq.data import Dictionary  # noqa: E402
 
-from preprocess.binarize import encode_cluster  # noqa: E402
-from preprocess.producers.dependency_arcs import DependencyArcAligner  # noqa: E402
-from preprocess.structure import SentenceSplitter, iter_raw_lines, parse_cluster  # noqa: E402
-from preprocess.subword import SentencePieceEncoder, dictionary_from_sentencepiece  # noqa: E402
+from mdsfair.preprocess.binarize import encode_cluster  # noqa: E402
+from mdsfair.preprocess.producers.dependency_arcs import DependencyArcAligner  # noqa: E402
+from mdsfair.preprocess.structure import SentenceSplitter, iter_raw_lines, parse_cluster  # noqa: E402
+from mdsfair.preprocess.subword import SentencePieceEncoder, dictionary_from_sentencepiece  # noqa: E402
 
 
 def main(argv=None):

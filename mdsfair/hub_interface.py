@@ -43,13 +43,13 @@ from mdsfair.tasks.multidoc_summarization import (
     read_manifest,
     unwrap_model,
 )
-# Modules, not names: ``preprocess.binarize`` imports ``mdsfair.data``, which
+# Modules, not names: ``mdsfair.preprocess.binarize`` imports ``mdsfair.data``, which
 # imports the models, which register hub entries here, so this module may be
-# imported while ``preprocess.binarize`` is still initializing; its names are
+# imported while ``mdsfair.preprocess.binarize`` is still initializing; its names are
 # looked up when used.
-from preprocess import binarize, structure as raw_structure
-from preprocess import side_data as side_data_registry
-from preprocess import subword as subword_encoders
+from mdsfair.preprocess import binarize, structure as raw_structure
+from mdsfair.preprocess import side_data as side_data_registry
+from mdsfair.preprocess import subword as subword_encoders
 
 logger = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
 
 
 class ClusterEncoder:
-    """Raw cluster -> :class:`~preprocess.binarize.EncodedCluster`, with the
+    """Raw cluster -> :class:`~mdsfair.preprocess.binarize.EncodedCluster`, with the
     training pipeline of a data-bin (structure, subwords, side data).
 
     Args:

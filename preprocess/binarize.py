@@ -41,8 +41,8 @@ from tqdm import tqdm
 
 from mdsfair.data.indexed import ArrayWriter, token_dtype
 from mdsfair.data.side_data import SideDataSpec
-from preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
-from preprocess.structure import (
+from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+from mdsfair.preprocess.structure import (
     ClusterStructure,
     InputFormatError,
     SentenceSplitter,
@@ -51,7 +51,7 @@ from preprocess.structure import (
     parse_cluster,
     split_paragraphs,
 )
-from preprocess.subword import (
+from mdsfair.preprocess.subword import (
     SPM_MODEL_NAME,
     GPT2BPEEncoder,
     SentencePieceEncoder,

@@ -184,7 +184,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
     args = get_parser().parse_args(argv)
     if not args.output and not args.evaluate:
         raise SystemExit("mdsfair-rank: error: give --output, --evaluate or both")
-    from preprocess.structure import InputFormatError, SentenceSplitter, read_clusters
+    from mdsfair.preprocess.structure import InputFormatError, SentenceSplitter, read_clusters
 
     try:
         clusters = list(read_clusters(args.input, SentenceSplitter("rule"), require_summary=args.evaluate))

@@ -46,7 +46,7 @@ class SideDataProducer(abc.ABC):
     @abc.abstractmethod
     def __call__(self, cluster, encoded) -> np.ndarray:
         """Return the array for one cluster (``encoded`` is an
-        :class:`preprocess.binarize.EncodedCluster`)."""
+        :class:`mdsfair.preprocess.binarize.EncodedCluster`)."""
 
 
 def register_side_data_producer(name: str) -> Callable:
@@ -62,8 +62,8 @@ def register_side_data_producer(name: str) -> Callable:
 
 
 def import_producers() -> None:
-    """Import every module of :mod:`preprocess.producers` (registration)."""
+    """Import every module of :mod:`mdsfair.preprocess.producers` (registration)."""
     directory = os.path.join(os.path.dirname(__file__), "producers")
     for entry in sorted(os.listdir(directory)):
         if entry.endswith(".py") and not entry.startswith("_"):
-            importlib.import_module(f"preprocess.producers.{entry[:-3]}")
+            importlib.import_module(f"mdsfair.preprocess.producers.{entry[:-3]}")

@@ -1,4 +1,4 @@
-"""Tests of preprocess.converters: each release format on its fixture, bad input, skip mode, CLI."""
+"""Tests of mdsfair.preprocess.converters: each release format on its fixture, bad input, skip mode, CLI."""
 import argparse
 import gzip
 import json
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from preprocess import converters
-from preprocess.converters import (
+from mdsfair.preprocess import converters
+from mdsfair.preprocess.converters import (
     CONVERTERS,
     ConversionReport,
     InputFormatError,

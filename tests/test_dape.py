@@ -28,7 +28,7 @@ from mdsfair.modules.document_positional_encoding import (
     DocumentAwarePositionalEncoding,
     positions_within_documents,
 )
-from preprocess.producers.dependency_arcs import DependencyArcAligner, align_sentence
+from mdsfair.preprocess.producers.dependency_arcs import DependencyArcAligner, align_sentence
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin, generate_in_process
 
 REL = {name: i for i, name in enumerate(DEPENDENCY_RELATIONS)}
@@ -229,8 +229,8 @@ def test_alignment_of_subwords_to_spacy_tokens():
 
 @pytest.fixture(scope="module")
 def parsed_cluster():
-    from preprocess.binarize import EncodedCluster
-    from preprocess.structure import ClusterStructure
+    from mdsfair.preprocess.binarize import EncodedCluster
+    from mdsfair.preprocess.structure import ClusterStructure
 
     sentences = [["The old cat sat on the mat.", "It slept."], ["Dogs bark loudly."]]
     pieces = {

@@ -20,8 +20,8 @@ from mdsfair.hub_interface import (
     preprocessing_args,
     register_hub_entry,
 )
-from preprocess.side_data import SIDE_DATA_PRODUCERS, SideDataProducer
-from preprocess.structure import InputFormatError
+from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, SideDataProducer
+from mdsfair.preprocess.structure import InputFormatError
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin
 
 TINY_TRANSFORMER_ARGS = [

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fairseq import options, tasks
 
-from preprocess.producers.paragraph_graphs import (
+from mdsfair.preprocess.producers.paragraph_graphs import (
     DISCOURSE_MARKERS,
     DiscourseGraphProducer,
     EntityExtractor,
@@ -20,7 +20,7 @@ from preprocess.producers.paragraph_graphs import (
     tfidf_similarity_matrix,
     write_graph,
 )
-from preprocess.structure import ClusterStructure, SentenceSplitter, read_clusters
+from mdsfair.preprocess.structure import ClusterStructure, SentenceSplitter, read_clusters
 from tests.utils import USER_DIR, make_tiny_data_bin
 
 

@@ -15,9 +15,9 @@ from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from mdsfair.models.paragraph_ranker import ParagraphRankerModel, masked_max_pool
 from mdsfair.tasks.paragraph_ranking import lcs_length, rouge_l_recall, rouge_n_recall, words
-from preprocess.rank import run as rank_main
-from preprocess.rank import ranked_documents, tfidf_title_scores
-from preprocess.structure import ClusterStructure
+from mdsfair.preprocess.rank import run as rank_main
+from mdsfair.preprocess.rank import ranked_documents, tfidf_title_scores
+from mdsfair.preprocess.structure import ClusterStructure
 from tests.utils import USER_DIR, make_synthetic_jsonl
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from mdsfair.data.indexed import NumpyMMapDataset
-from preprocess.binarize import encode_cluster, run
-from preprocess.structure import (
+from mdsfair.preprocess.binarize import encode_cluster, run
+from mdsfair.preprocess.structure import (
     InputFormatError,
     SentenceSplitter,
     parse_cluster,
@@ -15,7 +15,7 @@ from preprocess.structure import (
     split_paragraphs,
     split_sentences_rule,
 )
-from preprocess.subword import SentencePieceEncoder
+from mdsfair.preprocess.subword import SentencePieceEncoder
 from tests.utils import SHARED_DATA
 
 CLUSTERS = [
@@ -110,7 +110,7 @@ def test_bad_input_names_file_and_line(tmp_path, line, reason, fragment):
 
 
 def test_skip_bad_counts_every_skipped_line(tmp_path):
-    from preprocess.structure import ReadReport
+    from mdsfair.preprocess.structure import ReadReport
 
     lines = [b"{oops\n", b'{"id": "a", "documents": [], "summary": "s"}\n',
              b'{"id": "b", "documents": ["Fine text.", ""], "summary": "s"}\n']
@@ -197,8 +197,8 @@ def test_preprocess_fails_with_file_and_line_and_skips_with_flag(tmp_path, capsy
 def test_gpt2_bpe_symbols_and_word_ids(tmp_path):
     """GPT-2 BPE from local files: symbols are ids as strings, and words are
     counted from the space-marked tokens."""
-    from preprocess.structure import ClusterStructure
-    from preprocess.subword import GPT2BPEEncoder
+    from mdsfair.preprocess.structure import ClusterStructure
+    from mdsfair.preprocess.subword import GPT2BPEEncoder
     from fairseq.data import Dictionary
 
     # A byte-level BPE over a toy alphabet, in GPT-2's file formats.
@@ -232,7 +232,7 @@ def test_real_data_fewsum_preprocesses(tmp_path):
     assert reports["train"]["documents"] == 28 * 8
 
 
-@pytest.mark.parametrize("first_import", ["preprocess.binarize", "mdsfair.hub_interface", "mdsfair", "hubconf"])
+@pytest.mark.parametrize("first_import", ["mdsfair.preprocess.binarize", "mdsfair.hub_interface", "mdsfair", "hubconf"])
 def test_every_entry_module_imports_first_in_a_fresh_process(first_import):
     """The plugin registers models on import and models register hub entries,
     so import cycles show up only in a fresh interpreter, by entry point."""

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from preprocess import synthetic
-from preprocess.synthetic import (
+from mdsfair.preprocess import synthetic
+from mdsfair.preprocess.synthetic import (
     SLOT_ORDER,
     baseline_gap_report,
     canonical_summary,

@@ -15,7 +15,7 @@ SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 
 def make_synthetic_jsonl(out_dir: str, train: int = 64, valid: int = 16, test: int = 16, seed: int = 1, **options):
     """Write a small synthetic data set (raw JSONL contract) into ``out_dir``."""
-    from preprocess.synthetic import write_dataset
+    from mdsfair.preprocess.synthetic import write_dataset
 
     write_dataset(out_dir, seed=seed, train=train, valid=valid, test=test, **options)
     return out_dir
@@ -33,7 +33,7 @@ def make_tiny_data_bin(
 ) -> str:
     """Synthesize clusters and preprocess them into ``work_dir/data-bin``
     (SentencePiece vocabulary of about ``vocab_size`` pieces)."""
-    from preprocess.binarize import run
+    from mdsfair.preprocess.binarize import run
 
     raw = make_synthetic_jsonl(os.path.join(work_dir, "raw"), train, valid, test, seed=seed, **synth_options)
     dest = os.path.join(work_dir, "data-bin")

@@ -180,7 +180,7 @@ class MultiDocSummarizationTask(FairseqTask):
         return dataset
 
     def build_dataset_for_inference(self, encoded_clusters, **kwargs) -> MultiDocSummarizationDataset:
-        """A dataset over clusters encoded in memory (``preprocess.binarize.
+        """A dataset over clusters encoded in memory (``mdsfair.preprocess.binarize.
         EncodedCluster`` objects), with the task's truncation policies."""
         structure = {
             "doc": [c.doc_ids for c in encoded_clusters],

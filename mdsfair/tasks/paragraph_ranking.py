@@ -103,8 +103,8 @@ class ParagraphRankingConfig(FairseqDataclass):
 
 
 def read_ranking_clusters(path: str):
-    """The :class:`preprocess.structure.ClusterStructure` of every line."""
-    from preprocess.structure import SentenceSplitter, read_clusters
+    """The :class:`mdsfair.preprocess.structure.ClusterStructure` of every line."""
+    from mdsfair.preprocess.structure import SentenceSplitter, read_clusters
 
     return list(read_clusters(path, SentenceSplitter("rule"), require_summary=True))
 

