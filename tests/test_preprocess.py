@@ -1,4 +1,5 @@
 """The preprocessing pipeline: structure, alignment, bad input, binarization."""
+import hashlib
 import json
 import os
 
@@ -244,3 +245,116 @@ def test_every_entry_module_imports_first_in_a_fresh_process(first_import):
     result = subprocess.run([sys.executable, "-c", f"import {first_import}"], cwd=REPO_ROOT,
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+# ------------------------------------------------- byte-identical output
+
+# Clusters that exercise cleaning and splitting: CRLF, control and zero-width
+# characters, non-breaking and em spaces, combining accents (NFC), curly
+# quotes, abbreviations, an empty document (dropped under --skip-bad) and
+# extra reference summaries.
+REGRESSION_EXTRA_TRAIN = [
+    {"id": "u0", "title": "Caf\u00e9 \u201cnotes\u201d",
+     "documents": ["Dr. Smith met J. Doe at 5 p.m. in the U.S. capital.\r\nThey talked!  Then   3 more came.\n\n\n"
+                   "\u201cIt\u2019s fine,\u201d she said. (A quiet day.) The cafe\u0301 was closed\u200b; co-workers left.",
+                   "Caf\u00e9 r\u00e9sum\u00e9 na\u00efve \u2014 \u00fcber\u00a0spaces\u2003here. Numbers: 3.14, 1,000 and 42%.\x07",
+                   "   \n\n  "],
+     "summary": "Smith met Doe.  They talked \u2014 \u201cfine.\u201d"},
+    {"id": "u1", "documents": ["ALL CAPS TEXT. mixed Case text? yes! e.g. this one, i.e. that one. Fig. 3 shows it."],
+     "summary": "Caps and cases.", "summaries": ["Other reference.", "A third\none."]},
+]
+REGRESSION_BAD_LINES = [b"{not json\n", b'{"id": "b", "documents": [], "summary": "s"}\n']
+REGRESSION_DIGESTS = os.path.join(os.path.dirname(__file__), "fixtures", "preprocess", "regression_digests.json")
+
+
+def toy_gpt2_files(directory):
+    """A byte-level BPE over all 256 bytes plus a few merges, in GPT-2's file
+    formats, with a ``dict.txt`` listing every id."""
+    from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    byte_encoder = bytes_to_unicode()
+    vocab = {byte_encoder[b]: i for i, b in enumerate(range(256))}
+    merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("e", "r"), ("o", "n")]
+    for a, b in merges:
+        vocab[a + b] = len(vocab)
+    with open(os.path.join(directory, "encoder.json"), "w") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(directory, "vocab.bpe"), "w") as f:
+        f.write("#version: 0.2\n" + "\n".join(f"{a} {b}" for a, b in merges) + "\n")
+    with open(os.path.join(directory, "dict.txt"), "w") as f:
+        f.write("".join(f"{i} 1\n" for i in range(len(vocab))))
+    return [os.path.join(directory, n) for n in ("encoder.json", "vocab.bpe", "dict.txt")]
+
+
+def build_regression_inputs(root):
+    """Synthetic splits plus the clusters above, two bad lines and a blank one."""
+    from mdsfair.preprocess.synthetic import write_dataset
+
+    raw = os.path.join(root, "raw")
+    write_dataset(raw, seed=3, train=10, valid=3, test=3)
+    with open(os.path.join(raw, "train.jsonl"), "ab") as f:
+        for row in REGRESSION_EXTRA_TRAIN:
+            f.write((json.dumps(row, ensure_ascii=False) + "\n").encode("utf-8"))
+        for line in REGRESSION_BAD_LINES:
+            f.write(line)
+    with open(os.path.join(raw, "test.jsonl"), "ab") as f:
+        f.write(b'{"id": "t-empty", "documents": ["No summary here."], "summary": ""}\n\n')
+    return raw
+
+
+def regression_configs(root, raw):
+    """Three settings covering every code path of the command: SentencePiece
+    trained here; a given model with lowercasing, dependency arcs (all-subwords),
+    a paragraph graph and two workers; GPT-2 BPE with spaCy sentence splitting,
+    arcs and the discourse graph."""
+    gpt2_json, gpt2_bpe, gpt2_dict = toy_gpt2_files(root)
+    common = ["--skip-bad", "--no-progress-bar"]
+    plain = os.path.join(root, "plain")
+    return {
+        "plain": ["--input-dir", raw, "--destdir", plain, "--vocab-size", "150"] + common,
+        "arcs": ["--split", f"train={raw}/train.jsonl", "--split", f"test={raw}/test.jsonl",
+                 "--destdir", os.path.join(root, "arcs"), "--spm-model", os.path.join(plain, "spm.model"),
+                 "--lowercase", "--side-data", "dep_head", "dep_rel", "dep_word", "graph_similarity",
+                 "--dep-subword-arcs", "all-subwords", "--workers", "2", "--chunk-size", "3"] + common,
+        "gpt2": ["--split", f"train={raw}/train.jsonl", "--split", f"valid={raw}/valid.jsonl",
+                 "--destdir", os.path.join(root, "gpt2"), "--subword", "gpt2", "--gpt2-encoder-json", gpt2_json,
+                 "--gpt2-vocab-bpe", gpt2_bpe, "--dict", gpt2_dict, "--sentence-splitter", "spacy",
+                 "--side-data", "dep_head", "dep_rel", "graph_discourse"] + common,
+    }
+
+
+def data_bin_digests(directory, root):
+    """sha256 (16 hex digits) of every file; the manifest records input paths,
+    made relative to ``root`` first, and the SentencePiece model its training
+    prefix (a path), cleared first."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    digests = {}
+    for name in sorted(os.listdir(directory)):
+        with open(os.path.join(directory, name), "rb") as f:
+            data = f.read()
+        if name == "mdsfair.json":
+            data = data.replace(root.encode(), b"<root>")
+        if name == "spm.model":
+            model = sentencepiece_model_pb2.ModelProto()
+            model.ParseFromString(data)
+            model.trainer_spec.ClearField("model_prefix")
+            data = model.SerializeToString()
+        digests[name] = hashlib.sha256(data).hexdigest()[:16]
+    return digests
+
+
+def test_data_bins_are_byte_identical_to_the_reference_pipeline(tmp_path, monkeypatch):
+    """Every file of three data-bins equals, byte for byte, what the
+    preprocessing code before the corpus-speed rewrite wrote for the same
+    input and settings (digests in fixtures/preprocess/regression_digests.json)."""
+    # SentencePiece training uses os.cpu_count() threads and its result depends
+    # on the thread count; pin it so the digests hold on any machine.
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    root = str(tmp_path)
+    raw = build_regression_inputs(root)
+    with open(REGRESSION_DIGESTS) as f:
+        expected = json.load(f)
+    for name, argv in regression_configs(root, raw).items():
+        run(argv)
+        assert data_bin_digests(os.path.join(root, name), root) == expected[name], name
