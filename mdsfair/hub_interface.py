@@ -11,7 +11,8 @@ Raw text goes through exactly the pipeline ``mdsfair-preprocess`` ran on the
 training data, rebuilt from the data-bin manifest (``mdsfair.json``): cleaning,
 paragraph and sentence splitting (the manifest's ``sentence_splitter`` and
 ``lowercase``), subword encoding with the data-bin's own subword model, the
-side-data producers the manifest lists, then the task's truncation and
+side-data producers the manifest lists (one :class:`mdsfair.preprocess.pipeline.ClusterEncoder`,
+the class ``mdsfair-preprocess`` encodes with), then the task's truncation and
 special tokens (:meth:`MultiDocSummarizationTask.build_dataset_for_inference`)
 and the task's ``inference_step``, so a cluster summarized here is encoded
 token for token as it was for training.
@@ -19,9 +20,7 @@ token for token as it was for training.
 Model families announce themselves with :func:`register_hub_entry`;
 ``hubconf.py`` turns every registered entry into a ``torch.hub`` entry point.
 """
-import argparse
 import copy
-import json
 import logging
 import os
 import shutil
@@ -43,13 +42,13 @@ from mdsfair.tasks.multidoc_summarization import (
     read_manifest,
     unwrap_model,
 )
-# Modules, not names: ``mdsfair.preprocess.binarize`` imports ``mdsfair.data``, which
-# imports the models, which register hub entries here, so this module may be
-# imported while ``mdsfair.preprocess.binarize`` is still initializing; its names are
-# looked up when used.
-from mdsfair.preprocess import binarize, structure as raw_structure
-from mdsfair.preprocess import side_data as side_data_registry
-from mdsfair.preprocess import subword as subword_encoders
+# The module, not its names: ``mdsfair.preprocess.pipeline`` imports ``mdsfair.data``,
+# which imports the models, which register hub entries here, so this module may
+# be imported while the pipeline is still initializing; its names are looked
+# up when used. The pipeline is the one public way from raw text to model
+# inputs, shared with ``mdsfair-preprocess``; nothing else of preprocessing is
+# used here.
+from mdsfair.preprocess import pipeline
 
 logger = logging.getLogger(__name__)
 
@@ -161,106 +160,6 @@ def copy_inference_files(data_dir: str, model_dir: str) -> List[str]:
     return copied
 
 
-# ------------------------------------------- training-time preprocessing
-
-
-def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> argparse.Namespace:
-    """The arguments ``mdsfair-preprocess`` ran with, as far as inference
-    needs them: the command's defaults, every listed side-data producer's
-    flag defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
-    ``side_data`` / subword files (inside ``data_dir``) and recorded
-    ``side_data_args``, then ``overrides``."""
-    side_data_registry.import_producers()
-    side_data = list(manifest.get("side_data", {}))
-    unknown = [name for name in side_data if name not in side_data_registry.SIDE_DATA_PRODUCERS]
-    if unknown:
-        raise ValueError(
-            f"{data_dir}: the manifest lists side data {unknown} that no installed producer computes "
-            f"(available: {sorted(side_data_registry.SIDE_DATA_PRODUCERS)})"
-        )
-    values = vars(binarize.get_parser().parse_args(["--destdir", data_dir]))
-    # Producers of one family share their flags (dep_head / dep_rel / dep_word).
-    producer_parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
-    for add_args in dict.fromkeys(side_data_registry.SIDE_DATA_PRODUCERS[name].add_args for name in side_data):
-        add_args(producer_parser)
-    values.update(vars(producer_parser.parse_args([])))
-    subword = manifest.get("subword", {})
-    in_data_dir = lambda key: os.path.join(data_dir, subword[key]) if key in subword else None  # noqa: E731
-    values.update(
-        sentence_splitter=manifest.get("sentence_splitter", "rule"),
-        lowercase=bool(manifest.get("lowercase", False)),
-        side_data=side_data,
-        skip_bad=False,
-        subword=subword.get("type", values["subword"]),
-        spm_model=in_data_dir("model"),
-        gpt2_encoder_json=in_data_dir("encoder_json"),
-        gpt2_vocab_bpe=in_data_dir("vocab_bpe"),
-        dict=os.path.join(data_dir, manifest.get("dictionary", "dict.txt")),
-    )
-    values.update(manifest.get("side_data_args", {}))
-    values.update(overrides or {})
-    return argparse.Namespace(**values)
-
-
-class ClusterEncoder:
-    """Raw cluster -> :class:`~mdsfair.preprocess.binarize.EncodedCluster`, with the
-    training pipeline of a data-bin (structure, subwords, side data).
-
-    Args:
-        data_dir: the data-bin directory (or a copy of its inference files).
-        manifest: its ``mdsfair.json``.
-        dictionary: the task's dictionary.
-        sentence_splitter: override the manifest's splitter.
-        side_data_args: override producer flags (``{"graph_threshold": 0.1}``).
-    """
-
-    def __init__(
-        self,
-        data_dir: str,
-        manifest: Dict,
-        dictionary,
-        sentence_splitter: Optional[str] = None,
-        side_data_args: Optional[Dict[str, Any]] = None,
-    ):
-        self.args = preprocessing_args(manifest, data_dir, side_data_args)
-        if sentence_splitter:
-            self.args.sentence_splitter = sentence_splitter
-        self.splitter = raw_structure.SentenceSplitter(self.args.sentence_splitter)
-        self.subword = subword_encoders.load_encoder_from_manifest(data_dir, manifest["subword"])
-        self.dictionary = dictionary
-        self.producers = [side_data_registry.SIDE_DATA_PRODUCERS[name](self.args) for name in self.args.side_data]
-
-    def structure(self, cluster: Cluster, index: int = 0) -> "raw_structure.ClusterStructure":
-        """Validate and split one raw cluster: a list of document strings
-        (paragraphs separated by blank lines) or a dict of the raw contract
-        (``{"documents": [...], "title": ...}``; ``id`` and ``summary`` optional)."""
-        where = "<summarize input>"
-        if isinstance(cluster, dict):
-            if "documents" not in cluster:
-                raise raw_structure.InputFormatError(where, index + 1, "missing_key", f"cluster {index} has no 'documents' key")
-            record = {"summary": "", **cluster, "id": str(cluster.get("id", index))}
-        elif isinstance(cluster, str):
-            raise TypeError(
-                f"cluster {index} is a string; pass a list of clusters, each a list of document strings "
-                "or a dict with 'documents'"
-            )
-        else:
-            record = {"id": str(index), "documents": list(cluster), "summary": ""}
-        raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
-        structure, _ = raw_structure.parse_cluster(
-            raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
-            lowercase=self.args.lowercase,
-        )
-        return structure
-
-    def __call__(self, cluster: Cluster, index: int = 0) -> "binarize.EncodedCluster":
-        structure = self.structure(cluster, index)
-        encoded = binarize.encode_cluster(structure, self.subword, self.dictionary)
-        for producer in self.producers:
-            encoded.side_data[producer.spec.name] = np.asarray(producer(structure, encoded))
-        return encoded
-
-
 # --------------------------------------------------------- the interface
 
 
@@ -285,7 +184,7 @@ class MultiDocSummarizationHubInterface(nn.Module):
         self.dictionary = task.target_dictionary
         for model in self.models:
             model.prepare_for_inference_(cfg)
-        self.cluster_encoder = ClusterEncoder(
+        self.cluster_encoder = pipeline.ClusterEncoder.from_data_bin(
             task.data_dir,
             task.manifest,
             task.source_dictionary,
@@ -351,18 +250,19 @@ class MultiDocSummarizationHubInterface(nn.Module):
 
     # ------------------------------------------------------- encoding
 
-    def encode_cluster(self, cluster: Cluster, index: int = 0) -> "binarize.EncodedCluster":
+    def encode_cluster(self, cluster: Cluster, index: int = 0) -> "pipeline.EncodedCluster":
         """The stored form of a raw cluster (tokens, doc/para/sent ids, side
-        data) exactly as ``mdsfair-preprocess`` would write it."""
-        return self.cluster_encoder(cluster, index)
+        data) exactly as ``mdsfair-preprocess`` would write it: both go through
+        :class:`mdsfair.preprocess.pipeline.ClusterEncoder`."""
+        return self.cluster_encoder.encode(cluster, index)
 
     def decode(self, tokens: torch.Tensor) -> str:
         """Hypothesis token ids -> text (special tokens removed)."""
         special = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
         symbols = [self.dictionary[t] for t in tokens.tolist() if t not in special]
-        return self.cluster_encoder.subword.decode(symbols)
+        return self.cluster_encoder.decode(symbols)
 
-    def _batches(self, encoded_clusters: List["binarize.EncodedCluster"], batch_size: int):
+    def _batches(self, encoded_clusters: List["pipeline.EncodedCluster"], batch_size: int):
         """Collated batches (longest sources first), moved to the device."""
         dataset = self.task.build_dataset_for_inference(encoded_clusters)
         max_source = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions

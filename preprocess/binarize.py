@@ -29,11 +29,13 @@ import json
 import logging
 import multiprocessing
 import os
+import queue
 import shutil
 import sys
+import time
+import traceback
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 from fairseq.data import Dictionary
@@ -41,14 +43,17 @@ from tqdm import tqdm
 
 from mdsfair.data.indexed import ArrayWriter, token_dtype
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.preprocess.pipeline import (  # noqa: F401  (EncodedCluster, encode_cluster: public names here too)
+    ClusterEncoder,
+    EncodedCluster,
+    encode_cluster,
+)
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 from mdsfair.preprocess.structure import (
-    ClusterStructure,
     InputFormatError,
     SentenceSplitter,
     clean_text,
     iter_raw_lines,
-    parse_cluster,
     split_paragraphs,
 )
 from mdsfair.preprocess.subword import (
@@ -56,7 +61,6 @@ from mdsfair.preprocess.subword import (
     GPT2BPEEncoder,
     SentencePieceEncoder,
     dictionary_from_sentencepiece,
-    load_encoder_from_manifest,
     train_sentencepiece,
 )
 
@@ -66,132 +70,204 @@ MANIFEST_NAME = "mdsfair.json"
 MANIFEST_VERSION = 1
 STRUCTURE_STREAMS = ("doc", "para", "sent")
 
+# A worker's answer for one raw line: (EncodedCluster, empty documents dropped)
+# or ("error", InputFormatError), so the parent decides whether to raise or count.
+LineResult = Tuple[object, object]
 
-@dataclass
-class EncodedCluster:
-    """A cluster's source as a flat token stream with aligned structure.
 
-    ``doc_ids``, ``para_ids`` and ``sent_ids`` give, for every source token,
-    the index of its document, paragraph and sentence; ``word_ids`` the index
-    of its whitespace-separated word inside its sentence (for aligning
-    word-level annotations such as dependency arcs to subwords).
+def encode_line(encoder: ClusterEncoder, path: str, line_number: int, raw: bytes, require_summary: bool) -> LineResult:
+    """Encode one raw line for writing (word ids and character counts, only
+    needed by the producers, are dropped to keep what crosses processes small)."""
+    try:
+        encoded, dropped = encoder.encode_raw(raw, path, line_number, require_summary)
+    except InputFormatError as e:
+        return ("error", e)
+    encoded.word_ids = encoded.symbol_chars = None
+    return (encoded, dropped)
+
+
+# ------------------------------------------------------------ worker processes
+
+_WORKER: Dict[str, ClusterEncoder] = {}
+
+
+def _picklable(error: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.dumps(error)
+        return error
+    except Exception:
+        return RuntimeError(f"mdsfair-preprocess worker failed:\n{traceback.format_exc()}")
+
+
+def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]) -> None:
+    """Worker process: encode chunks of raw lines and send every cluster back
+    as soon as it is done, then the chunk's CPU seconds per stage.
+
+    Messages: ``(chunk, position, line_number, LineResult)`` per line (the
+    result ``("exception", error)`` when encoding failed; the worker then
+    stops), ``(chunk, "done", None, stage_seconds)`` per chunk and
+    ``(-1, "exception", None, error)`` when the worker cannot start.
+    """
+    try:
+        encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
+    except BaseException as e:  # report, never hang the parent
+        results.put((-1, "exception", None, _picklable(e)))
+        return
+    while True:
+        task = tasks.get()
+        if task is None:
+            return
+        chunk_index, path, require_summary, chunk = task
+        encoder.stage_seconds.clear()
+        for position, (line_number, raw) in enumerate(chunk):
+            try:
+                result = encode_line(encoder, path, line_number, raw, require_summary)
+            except BaseException as e:
+                results.put((chunk_index, position, line_number, ("exception", _picklable(e))))
+                return
+            results.put((chunk_index, position, line_number, result))
+        results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
+
+
+class OrderedWorkerPool:
+    """``workers`` forked processes that encode chunks of raw lines.
+
+    Results come back one cluster at a time, in input order, so progress is
+    shown per cluster; at most ``chunks_in_flight`` chunks are handed out at a
+    time, so memory stays flat however long the input is (raw lines are read
+    as they are needed, not loaded whole).
     """
 
-    id: str
-    tokens: np.ndarray
-    doc_ids: np.ndarray
-    para_ids: np.ndarray
-    sent_ids: np.ndarray
-    word_ids: np.ndarray
-    sentence_symbols: List[List[str]]
-    target: np.ndarray
-    summary: str
-    num_documents: int
-    num_paragraphs: int
-    num_sentences: int
-    num_unknown: int = 0
-    side_data: Dict[str, np.ndarray] = field(default_factory=dict)
+    def __init__(self, workers: int, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str],
+                 chunks_in_flight: Optional[int] = None):
+        context = multiprocessing.get_context("fork")
+        self.tasks = context.Queue()
+        self.results = context.Queue()
+        self.chunks_in_flight = chunks_in_flight or 2 * workers
+        self.processes = [
+            context.Process(target=_worker_main, args=(self.tasks, self.results, args, data_dir, subword_manifest),
+                            daemon=True)
+            for _ in range(workers)
+        ]
+        for process in self.processes:
+            process.start()
+        self.stage_seconds: Counter = Counter()
+        self._next_chunk = 0
+
+    def _receive(self):
+        while True:
+            try:
+                return self.results.get(timeout=1.0)
+            except queue.Empty:
+                # A worker exits 0 only when told to or after reporting an error.
+                dead = [p for p in self.processes if p.exitcode not in (None, 0)]
+                if dead:
+                    raise RuntimeError(
+                        f"mdsfair-preprocess worker process {dead[0].pid} died (exit code {dead[0].exitcode}); "
+                        "out of memory?"
+                    )
+
+    def imap(self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]) -> Iterator[Tuple[int, LineResult]]:
+        """``(line_number, LineResult)`` for every line of ``chunks``, in order."""
+        chunks = iter(chunks)
+        sizes: Dict[int, int] = {}
+        buffered: Dict[Tuple[int, object], Tuple[int, object]] = {}
+        current, position, exhausted = self._next_chunk, 0, False
+        while True:
+            while not exhausted and len(sizes) < self.chunks_in_flight:
+                chunk = next(chunks, None)
+                if chunk is None:
+                    exhausted = True
+                    break
+                sizes[self._next_chunk] = len(chunk)
+                self.tasks.put((self._next_chunk, path, require_summary, chunk))
+                self._next_chunk += 1
+            if not sizes:
+                return
+            key = (current, position if position < sizes[current] else "done")
+            if key not in buffered:
+                chunk_index, kind, line_number, payload = self._receive()
+                if chunk_index < 0:
+                    raise payload
+                buffered[(chunk_index, kind)] = (line_number, payload)
+                continue
+            line_number, payload = buffered.pop(key)
+            if key[1] == "done":
+                self.stage_seconds.update(payload)
+                del sizes[current]
+                current, position = current + 1, 0
+            elif isinstance(payload[0], str) and payload[0] == "exception":
+                raise payload[1]
+            else:
+                position += 1
+                yield line_number, payload
+
+    def close(self, terminate: bool = False) -> None:
+        for process in self.processes:
+            if terminate:
+                process.terminate()
+            else:
+                self.tasks.put(None)
+        for process in self.processes:
+            process.join(timeout=None if not terminate else 5)
+        for q in (self.tasks, self.results):
+            q.cancel_join_thread()
+            q.close()
 
 
-def encode_cluster(cluster: ClusterStructure, encoder, dictionary: Dictionary) -> EncodedCluster:
-    """Encode every sentence separately so each token keeps its structure."""
-    tokens, docs, paras, sents, words, symbols_per_sentence = [], [], [], [], [], []
-    paragraph_index = sentence_index = 0
-    for d, document in enumerate(cluster.documents):
-        first_in_document = True
-        for paragraph in document:
-            for sentence in paragraph:
-                symbols = encoder.encode(sentence, continues=not first_in_document)
-                first_in_document = False
-                n = len(symbols)
-                symbols_per_sentence.append(symbols)
-                tokens.extend(dictionary.index(s) for s in symbols)
-                docs.extend([d] * n)
-                paras.extend([paragraph_index] * n)
-                sents.extend([sentence_index] * n)
-                words.extend(encoder.word_ids(symbols))
-                sentence_index += 1
-            paragraph_index += 1
-    target_symbols: List[str] = []
-    for i, sentence in enumerate(cluster.summary_sentences):
-        target_symbols.extend(encoder.encode(sentence, continues=i > 0))
-    target = [dictionary.index(s) for s in target_symbols]
-    unk = dictionary.unk()
-    as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
-    tokens_array = as_array(tokens)
-    return EncodedCluster(
-        id=cluster.id,
-        tokens=tokens_array,
-        doc_ids=as_array(docs),
-        para_ids=as_array(paras),
-        sent_ids=as_array(sents),
-        word_ids=as_array(words),
-        sentence_symbols=symbols_per_sentence,
-        target=as_array(target),
-        summary=cluster.summary,
-        num_documents=len(cluster.documents),
-        num_paragraphs=paragraph_index,
-        num_sentences=sentence_index,
-        num_unknown=int((tokens_array == unk).sum()) + sum(t == unk for t in target),
-    )
+class SplitEncoder:
+    """Encodes the raw lines of a split in order: in this process
+    (``--workers 1``) or in an :class:`OrderedWorkerPool` shared by all splits.
+    :attr:`stage_seconds` sums the CPU seconds of every process per stage."""
 
+    def __init__(self, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]):
+        self.args = args
+        self.pool = self.encoder = None
+        if args.workers > 1:
+            self.pool = OrderedWorkerPool(args.workers, args, data_dir, subword_manifest)
+        else:
+            self.encoder = ClusterEncoder(args, data_dir, subword_manifest)
+        self.reading_seconds = 0.0
 
-# ------------------------------------------------------------ worker state
+    @property
+    def stage_seconds(self) -> Counter:
+        seconds = Counter(self.pool.stage_seconds if self.pool is not None else self.encoder.stage_seconds)
+        seconds["structure"] += self.reading_seconds  # reading the raw lines happens here
+        return seconds
 
-_WORKER: Dict[str, object] = {}
-
-
-def _init_worker(args: argparse.Namespace, data_dir: str, manifest_subword: Dict[str, str]) -> None:
-    _WORKER["splitter"] = SentenceSplitter(args.sentence_splitter)
-    encoder = load_encoder_from_manifest(data_dir, manifest_subword)
-    _WORKER["encoder"] = encoder
-    _WORKER["dictionary"] = Dictionary.load(os.path.join(data_dir, "dict.txt"))
-    import_producers()
-    _WORKER["producers"] = [SIDE_DATA_PRODUCERS[name](args) for name in args.side_data]
-    _WORKER["args"] = args
-
-
-def _process_chunk(task):
-    """Parse, split, encode and annotate a chunk of raw lines.
-
-    Returns one entry per line: ``(EncodedCluster, empty documents dropped)``
-    or ``("error", InputFormatError)``, so the parent decides whether to raise
-    or to count it.
-    """
-    path, require_summary, chunk = task
-    args = _WORKER["args"]
-    results = []
-    for line_number, raw in chunk:
-        try:
-            cluster, dropped = parse_cluster(
-                raw,
-                path,
-                line_number,
-                _WORKER["splitter"],
-                require_summary=require_summary,
-                drop_empty_documents=args.skip_bad,
-                lowercase=args.lowercase,
-            )
-        except InputFormatError as e:
-            results.append(("error", e))
-            continue
-        encoded = encode_cluster(cluster, _WORKER["encoder"], _WORKER["dictionary"])
-        for producer in _WORKER["producers"]:
-            encoded.side_data[producer.spec.name] = np.asarray(producer(cluster, encoded))
-        encoded.sentence_symbols = []  # not needed past this point; keep IPC small
-        results.append((encoded, dropped))
-    return results
-
-
-def _chunks(path: str, size: int):
-    chunk = []
-    for item in iter_raw_lines(path):
-        chunk.append(item)
-        if len(chunk) == size:
+    def _chunks(self, path: str) -> Iterator[List[Tuple[int, bytes]]]:
+        lines = iter_raw_lines(path)
+        while True:
+            start = time.process_time()
+            chunk = [item for _, item in zip(range(self.args.chunk_size), lines)]
+            self.reading_seconds += time.process_time() - start
+            if not chunk:
+                return
             yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
+
+    def __call__(self, path: str, require_summary: bool) -> Iterator[Tuple[int, LineResult]]:
+        if self.pool is not None:
+            yield from self.pool.imap(path, require_summary, self._chunks(path))
+            return
+        for chunk in self._chunks(path):
+            for line_number, raw in chunk:
+                yield line_number, encode_line(self.encoder, path, line_number, raw, require_summary)
+
+    def close(self, terminate: bool = False) -> None:
+        if self.pool is not None:
+            self.pool.close(terminate)
+
+
+def count_lines(path: str) -> int:
+    """Lines of a file (a last line without newline counts), fast: bytes, no decoding."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 22), b""):
+            count += block.count(b"\n")
+            last = block[-1:]
+    return count + int(last != b"\n")
 
 
 # ------------------------------------------------------------- the command
@@ -268,8 +344,44 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
     return encoder.manifest()
 
 
-def binarize_split(args, split: str, path: str, subword_manifest, specs: List[SideDataSpec]) -> Dict:
-    """Write one split; returns its report."""
+class Progress:
+    """The per-split progress bar: advances per line (a cluster or a skipped
+    line) against the split's line count, with the ETA that gives and the
+    source words per second as postfix."""
+
+    def __init__(self, split: str, path: str, disable: bool):
+        self.disable = disable
+        total = None if disable else count_lines(path)
+        self.bar = tqdm(desc=split, total=total, unit=" clusters", disable=disable, dynamic_ncols=True)
+        self.line = 0
+        self.words = 0
+        self.start = self.last_postfix = time.perf_counter()
+
+    def update(self, line_number: int, words: int) -> None:
+        if self.disable:
+            return
+        self.words += words
+        self.bar.update(line_number - self.line)
+        self.line = line_number
+        now = time.perf_counter()
+        if now - self.last_postfix >= 0.5:
+            self.bar.set_postfix_str(f"{self.words / (now - self.start):,.0f} words/s", refresh=False)
+            self.last_postfix = now
+
+    def close(self) -> None:
+        if not self.disable:
+            self.bar.update(max(self.bar.total - self.line, 0))  # trailing blank lines
+            elapsed = time.perf_counter() - self.start
+            self.bar.set_postfix_str(f"{self.words / max(elapsed, 1e-9):,.0f} words/s", refresh=False)
+        self.bar.close()
+
+
+def binarize_split(
+    args, split: str, path: str, specs: List[SideDataSpec], encode_split: "SplitEncoder",
+    stage_seconds: Optional[Counter] = None,
+) -> Dict:
+    """Write one split with ``encode_split``; returns its report. The CPU
+    seconds spent writing are added to ``stage_seconds["binarization"]``."""
     dest = args.destdir
     dictionary = Dictionary.load(os.path.join(dest, "dict.txt"))
     prefix = os.path.join(dest, split)
@@ -284,67 +396,66 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
     require_summary = split in args.train_splits and not args.allow_empty_summary
     counts = Counter()
     skipped = Counter()
-    lengths = []
-    tasks = ((path, require_summary, chunk) for chunk in _chunks(path, args.chunk_size))
-    if args.workers > 1:
-        pool = multiprocessing.get_context("fork").Pool(
-            args.workers, initializer=_init_worker, initargs=(args, dest, subword_manifest)
-        )
-        results_iter = pool.imap(_process_chunk, tasks)
-    else:
-        pool = None
-        _init_worker(args, dest, subword_manifest)
-        results_iter = map(_process_chunk, tasks)
+    longest = 0
+    writing = 0.0
+    progress = Progress(split, path, args.no_progress_bar)
     try:
         with open(prefix + ".ids.txt", "w", encoding="utf-8") as ids_file, open(
             prefix + ".summary.txt", "w", encoding="utf-8"
-        ) as summary_file, tqdm(desc=f"{split}", unit=" clusters", disable=args.no_progress_bar) as bar:
-            for results in results_iter:
-                for result in results:
-                    bar.update(1)
-                    counts["lines"] += 1
-                    if result[0] == "error":
-                        if not args.skip_bad:
-                            raise result[1]
-                        skipped[result[1].reason] += 1
-                        continue
-                    encoded, dropped = result
-                    counts["empty_documents_dropped"] += dropped
-                    counts["clusters"] += 1
-                    counts["documents"] += encoded.num_documents
-                    counts["paragraphs"] += encoded.num_paragraphs
-                    counts["sentences"] += encoded.num_sentences
-                    counts["source_tokens"] += len(encoded.tokens)
-                    counts["target_tokens"] += len(encoded.target)
-                    counts["unknown_tokens"] += encoded.num_unknown
-                    counts["empty_summaries"] += int(not encoded.summary)
-                    lengths.append(len(encoded.tokens))
-                    writers["source"].add(encoded.tokens)
-                    writers["target"].add(encoded.target)
-                    writers["doc"].add(encoded.doc_ids)
-                    writers["para"].add(encoded.para_ids)
-                    writers["sent"].add(encoded.sent_ids)
-                    for spec in specs:
-                        writers[spec.name].add(encoded.side_data[spec.name])
-                    ids_file.write(encoded.id.replace("\n", " ") + "\n")
-                    summary_file.write(encoded.summary.replace("\n", " ") + "\n")
+        ) as summary_file:
+            for line_number, result in encode_split(path, require_summary):
+                counts["lines"] += 1
+                if result[0] == "error":
+                    progress.update(line_number, 0)
+                    if not args.skip_bad:
+                        raise result[1]
+                    skipped[result[1].reason] += 1
+                    continue
+                start = time.process_time()
+                encoded, dropped = result
+                counts["empty_documents_dropped"] += dropped
+                counts["clusters"] += 1
+                counts["documents"] += encoded.num_documents
+                counts["paragraphs"] += encoded.num_paragraphs
+                counts["sentences"] += encoded.num_sentences
+                counts["source_tokens"] += len(encoded.tokens)
+                counts["target_tokens"] += len(encoded.target)
+                counts["unknown_tokens"] += encoded.num_unknown
+                counts["empty_summaries"] += int(not encoded.summary)
+                longest = max(longest, len(encoded.tokens))
+                writers["source"].add(encoded.tokens)
+                writers["target"].add(encoded.target)
+                writers["doc"].add(encoded.doc_ids)
+                writers["para"].add(encoded.para_ids)
+                writers["sent"].add(encoded.sent_ids)
+                for spec in specs:
+                    writers[spec.name].add(encoded.side_data[spec.name])
+                ids_file.write(encoded.id.replace("\n", " ") + "\n")
+                summary_file.write(encoded.summary.replace("\n", " ") + "\n")
+                writing += time.process_time() - start
+                progress.update(line_number, encoded.num_words)
     finally:
-        if pool is not None:
-            pool.terminate()
+        progress.close()
+    start = time.process_time()
     for writer in writers.values():
         writer.finalize()
+    writing += time.process_time() - start
+    if stage_seconds is not None:
+        stage_seconds["binarization"] += writing
+    clusters = counts["clusters"]
     report = {
         "input": path,
         "lines": counts["lines"],
-        "clusters": counts["clusters"],
+        "clusters": clusters,
         "documents": counts["documents"],
         "paragraphs": counts["paragraphs"],
         "sentences": counts["sentences"],
         "source_tokens": counts["source_tokens"],
         "target_tokens": counts["target_tokens"],
         "unknown_tokens": counts["unknown_tokens"],
-        "source_tokens_max": int(max(lengths)) if lengths else 0,
-        "source_tokens_mean": float(np.mean(lengths)) if lengths else 0.0,
+        "source_tokens_max": int(longest),
+        # the mean of the per-cluster lengths, as a correctly rounded quotient
+        "source_tokens_mean": counts["source_tokens"] / clusters if clusters else 0.0,
         "skipped": dict(skipped),
         "empty_documents_dropped": counts["empty_documents_dropped"],
         "empty_summaries": counts["empty_summaries"],
@@ -398,7 +509,10 @@ def get_parser() -> argparse.ArgumentParser:
         add_args(side)
     run = parser.add_argument_group("running")
     run.add_argument("--workers", type=int, default=1, help="worker processes")
-    run.add_argument("--chunk-size", type=int, default=64, help="clusters handed to a worker at a time")
+    run.add_argument(
+        "--chunk-size", type=int, default=64,
+        help="raw lines handed to a worker at a time (clusters come back one by one)",
+    )
     run.add_argument("--seed", type=int, default=1, help="seed for SentencePiece training")
     run.add_argument("--no-progress-bar", action="store_true", help="disable progress bars")
     return parser
@@ -432,8 +546,10 @@ def producer_arguments(args: argparse.Namespace) -> Dict[str, object]:
     return {action.dest: getattr(args, action.dest) for action in parser._actions if action.dest != "help"}
 
 
-def preprocess(args: argparse.Namespace) -> Dict[str, Dict]:
-    """Run the whole pipeline; returns the per-split reports."""
+def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None) -> Dict[str, Dict]:
+    """Run the whole pipeline; returns the per-split reports. CPU seconds per
+    stage (structure, which includes reading; subwords; side_data; binarization),
+    summed over processes, are added to ``stage_seconds`` when given."""
     import_producers()
     unknown = [name for name in args.side_data if name not in SIDE_DATA_PRODUCERS]
     if unknown:
@@ -443,8 +559,16 @@ def preprocess(args: argparse.Namespace) -> Dict[str, Dict]:
     subword_manifest = prepare_subwords(args, splits)
     specs = [SIDE_DATA_PRODUCERS[name].spec for name in args.side_data]
     reports = {}
-    for split in sorted(splits, key=lambda s: (s not in args.train_splits, s)):
-        reports[split] = binarize_split(args, split, splits[split], subword_manifest, specs)
+    encode_split = SplitEncoder(args, args.destdir, subword_manifest)
+    failed = True
+    try:
+        for split in sorted(splits, key=lambda s: (s not in args.train_splits, s)):
+            reports[split] = binarize_split(args, split, splits[split], specs, encode_split, stage_seconds)
+        failed = False
+    finally:
+        encode_split.close(terminate=failed)
+        if stage_seconds is not None:
+            stage_seconds.update(encode_split.stage_seconds)
     manifest = {
         "format": "mdsfair-binarized",
         "version": MANIFEST_VERSION,

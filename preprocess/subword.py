@@ -12,16 +12,72 @@ The dictionary is shared by source and target.
   apply. The BPE files are given by local path (no hub is reachable).
 """
 import abc
+import itertools
 import os
-from typing import Dict, Iterable, List, Optional
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
+import numpy as np
 from fairseq.data import Dictionary
 
 SPM_MODEL_NAME = "spm.model"
 
 
+def non_space_length(text: str) -> int:
+    """Characters of ``text`` that are not white space."""
+    return sum(not c.isspace() for c in text)
+
+
+@dataclass
+class EncodedSentences:
+    """Several sentences encoded in one call, as flat arrays over their symbols
+    (sentences concatenated in the order given).
+
+    ``tokens``: dictionary index of every symbol (``dictionary.index(symbol)``);
+    ``lengths``: symbols per sentence; ``word_ids``: index of the whitespace
+    word each symbol belongs to inside its sentence (:meth:`SubwordEncoder.word_ids`);
+    ``symbol_chars``: non-space characters of each symbol's surface text (for
+    aligning symbols to character offsets, e.g. spaCy tokens).
+    """
+
+    tokens: np.ndarray
+    lengths: np.ndarray
+    word_ids: np.ndarray
+    symbol_chars: np.ndarray
+
+
+@dataclass
+class _SymbolTables:
+    """Per model id: dictionary index, whether it starts a word, non-space characters."""
+
+    index: np.ndarray
+    starts_word: np.ndarray
+    chars: np.ndarray
+
+
+def _flatten(id_lists: Sequence[Sequence[int]]) -> Tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter(map(len, id_lists), dtype=np.int64, count=len(id_lists))
+    flat = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64, count=int(lengths.sum()))
+    return flat, lengths
+
+
+def word_ids_from_starts(starts_word: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Vectorized :meth:`SubwordEncoder.word_ids` over concatenated sentences:
+    the first symbol of every sentence opens word 0, every later symbol that
+    starts a word opens the next one."""
+    first = np.zeros(len(starts_word), dtype=bool)
+    sentence_starts = (np.cumsum(lengths) - lengths)[lengths > 0]
+    first[sentence_starts] = True
+    opens = (starts_word | first).astype(np.int64)
+    count = np.cumsum(opens)
+    # count at each sentence's first symbol, spread over the sentence
+    base = np.repeat(count[sentence_starts], lengths[lengths > 0])
+    return count - base
+
+
 class SubwordEncoder(abc.ABC):
-    """Interface: ``encode(text, continues=False) -> list[str]`` and ``decode``."""
+    """Interface: ``encode(text, continues=False) -> list[str]`` and ``decode``;
+    :meth:`encode_sentences` encodes many sentences at once to dictionary indices."""
 
     kind = ""
 
@@ -51,6 +107,37 @@ class SubwordEncoder(abc.ABC):
     def manifest(self) -> Dict[str, str]:
         """What the data-bin manifest records to rebuild this encoder."""
 
+    # ------------------------------------------------ batched encoding
+
+    @abc.abstractmethod
+    def _encode_ids(self, sentences: Sequence[str], continues: Sequence[bool]) -> List[List[int]]:
+        """Model ids of every sentence (the ids behind :meth:`encode`'s symbols)."""
+
+    @abc.abstractmethod
+    def _symbol_tables(self, dictionary: Dictionary) -> _SymbolTables:
+        """Lookup tables over the model's ids for ``dictionary``."""
+
+    def _patch_unknown(self, sentences, continues, flat, lengths, tokens, starts, chars, dictionary) -> None:
+        """Fix the entries of ids whose symbol is not a function of the id alone."""
+
+    def encode_sentences(
+        self, sentences: Sequence[str], continues: Sequence[bool], dictionary: Dictionary
+    ) -> EncodedSentences:
+        """Encode ``sentences`` (``continues[i]`` as in :meth:`encode`) in one
+        call; equals encoding them one by one with :meth:`encode`, looking the
+        symbols up in ``dictionary`` and taking :meth:`word_ids` per sentence."""
+        cache = self.__dict__.setdefault("_tables_cache", {})
+        key = id(dictionary)
+        if key not in cache or cache[key][0] is not dictionary:
+            cache[key] = (dictionary, self._symbol_tables(dictionary))
+        tables = cache[key][1]
+        flat, lengths = _flatten(self._encode_ids(sentences, continues))
+        tokens = tables.index[flat]
+        starts = tables.starts_word[flat]
+        chars = tables.chars[flat]
+        self._patch_unknown(sentences, continues, flat, lengths, tokens, starts, chars, dictionary)
+        return EncodedSentences(tokens, lengths, word_ids_from_starts(starts, lengths), chars)
+
 
 class SentencePieceEncoder(SubwordEncoder):
     kind = "sentencepiece"
@@ -65,6 +152,34 @@ class SentencePieceEncoder(SubwordEncoder):
 
     def encode(self, text: str, continues: bool = False) -> List[str]:
         return self.processor.encode(text, out_type=str)
+
+    def _encode_ids(self, sentences: Sequence[str], continues: Sequence[bool]) -> List[List[int]]:
+        # One C++ call for the whole batch; parallelism comes from worker processes.
+        return self.processor.encode(list(sentences), out_type=int, num_threads=1)
+
+    def _symbol_tables(self, dictionary: Dictionary) -> _SymbolTables:
+        pieces = [self.processor.id_to_piece(i) for i in range(self.processor.get_piece_size())]
+        return _SymbolTables(
+            index=np.array([dictionary.index(p) for p in pieces], dtype=np.int64),
+            starts_word=np.array([self.starts_word(p) for p in pieces], dtype=bool),
+            chars=np.array([non_space_length(p.replace("\u2581", " ")) for p in pieces], dtype=np.int64),
+        )
+
+    def _patch_unknown(self, sentences, continues, flat, lengths, tokens, starts, chars, dictionary) -> None:
+        """An unknown span comes back as the unknown id, but :meth:`encode` gives
+        its surface text as the symbol: re-encode those (rare) sentences as text."""
+        unknown = np.flatnonzero(flat == self.processor.unk_id())
+        if not len(unknown):
+            return
+        ends = np.cumsum(lengths)
+        for sentence in np.unique(np.searchsorted(ends, unknown, side="right")).tolist():
+            start = int(ends[sentence] - lengths[sentence])
+            symbols = self.encode(sentences[sentence], continues[sentence])
+            for position in np.flatnonzero(flat[start : ends[sentence]] == self.processor.unk_id()).tolist():
+                symbol = symbols[position]
+                tokens[start + position] = dictionary.index(symbol)
+                starts[start + position] = self.starts_word(symbol)
+                chars[start + position] = non_space_length(symbol.replace("\u2581", " "))
 
     def decode(self, symbols: List[str]) -> str:
         return "".join(symbols).replace("\u2581", " ").strip()
@@ -155,6 +270,24 @@ class GPT2BPEEncoder(SubwordEncoder):
         if continues:
             text = " " + text
         return [str(i) for i in self.bpe.encode(text)]
+
+    def _encode_ids(self, sentences: Sequence[str], continues: Sequence[bool]) -> List[List[int]]:
+        return [self.bpe.encode(" " + text if more else text) for text, more in zip(sentences, continues)]
+
+    def symbol_text(self, symbol: str) -> str:
+        """The surface text of one symbol (bytes decoded on their own)."""
+        if not (symbol.isdigit() and int(symbol) in self.bpe.decoder):
+            return ""
+        token = self.bpe.decoder[int(symbol)]
+        return bytearray(self.bpe.byte_decoder[c] for c in token).decode("utf-8", errors="replace")
+
+    def _symbol_tables(self, dictionary: Dictionary) -> _SymbolTables:
+        symbols = [str(i) for i in range(max(self.bpe.decoder) + 1)]
+        return _SymbolTables(
+            index=np.array([dictionary.index(s) for s in symbols], dtype=np.int64),
+            starts_word=np.array([self.starts_word(s) for s in symbols], dtype=bool),
+            chars=np.array([non_space_length(self.symbol_text(s)) for s in symbols], dtype=np.int64),
+        )
 
     def decode(self, symbols: List[str]) -> str:
         ids = [int(s) for s in symbols if s.isdigit()]

@@ -229,7 +229,7 @@ def test_alignment_of_subwords_to_spacy_tokens():
 
 @pytest.fixture(scope="module")
 def parsed_cluster():
-    from mdsfair.preprocess.binarize import EncodedCluster
+    from mdsfair.preprocess.pipeline import EncodedCluster
     from mdsfair.preprocess.structure import ClusterStructure
 
     sentences = [["The old cat sat on the mat.", "It slept."], ["Dogs bark loudly."]]
@@ -245,9 +245,10 @@ def parsed_cluster():
     cluster = ClusterStructure(id="c0", documents=documents, summary="x", summary_sentences=["x"])
     encoded = EncodedCluster(
         id="c0", tokens=np.arange(n), doc_ids=np.zeros(n, int), para_ids=np.zeros(n, int),
-        sent_ids=np.zeros(n, int),
+        sent_ids=np.repeat(np.arange(len(symbols)), [len(s) for s in symbols]),
         word_ids=np.concatenate([np.cumsum([p.startswith("▁") for p in s]) - 1 for s in symbols]),
-        sentence_symbols=symbols, target=np.zeros(1, int), summary="x",
+        symbol_chars=np.array([len(p.replace("▁", "")) for s in symbols for p in s]),
+        target=np.zeros(1, int), summary="x",
         num_documents=2, num_paragraphs=2, num_sentences=3,
     )
     first = DependencyArcAligner(argparse.Namespace(dep_subword_arcs="first-subword")).arcs(cluster, encoded)

@@ -17,9 +17,9 @@ from mdsfair.hub_interface import (
     HUB_ENTRIES,
     MultiDocSummarizationHubInterface,
     copy_inference_files,
-    preprocessing_args,
     register_hub_entry,
 )
+from mdsfair.preprocess.pipeline import preprocessing_args
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, SideDataProducer
 from mdsfair.preprocess.structure import InputFormatError
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin

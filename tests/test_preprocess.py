@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mdsfair.data.indexed import NumpyMMapDataset
-from mdsfair.preprocess.binarize import encode_cluster, run
+from mdsfair.preprocess.binarize import run
+from mdsfair.preprocess.pipeline import encode_cluster
 from mdsfair.preprocess.structure import (
     InputFormatError,
     SentenceSplitter,

