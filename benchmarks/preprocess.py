@@ -78,8 +78,11 @@ def _write_synthetic_part(job) -> str:
 def build_corpus(work_dir: str, words: int, shared_data: str) -> List[Dict]:
     """The real splits (by path) then synthetic parts until ``words`` words;
     one entry per split: name, path, clusters, words."""
+    paths = sorted(glob.glob(os.path.join(shared_data, "**", "jsonl", "*.jsonl"), recursive=True))
+    if not paths:
+        raise SystemExit(f"no real data (*/jsonl/*.jsonl) under {shared_data}; give --shared-data")
     splits = []
-    for path in sorted(glob.glob(os.path.join(shared_data, "**", "jsonl", "*.jsonl"), recursive=True)):
+    for path in paths:
         clusters, count = source_words(path)
         name = os.path.relpath(path, shared_data).replace(os.sep, "_").replace("_jsonl_", "_")[: -len(".jsonl")]
         splits.append({"name": name, "path": path, "clusters": clusters, "words": count})
@@ -240,7 +243,7 @@ def main(argv=None):
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="corpus sizes in words to run, each in a fresh process (default: --words)")
     parser.add_argument("--workers", type=int, default=2, help="mdsfair-preprocess --workers")
-    parser.add_argument("--chunk-size", type=int, default=64, help="mdsfair-preprocess --chunk-size")
+    parser.add_argument("--chunk-size", type=int, default=16, help="mdsfair-preprocess --chunk-size")
     parser.add_argument("--side-data", nargs="*", default=[], help="mdsfair-preprocess --side-data")
     parser.add_argument("--spm-model", help="SentencePiece model to encode with (default: trained once on a sample)")
     parser.add_argument("--vocab-size", type=int, default=32000, help="pieces of the SentencePiece model trained here")

@@ -510,8 +510,9 @@ def get_parser() -> argparse.ArgumentParser:
     run = parser.add_argument_group("running")
     run.add_argument("--workers", type=int, default=1, help="worker processes")
     run.add_argument(
-        "--chunk-size", type=int, default=64,
-        help="raw lines handed to a worker at a time (clusters come back one by one)",
+        "--chunk-size", type=int, default=16,
+        help="raw lines handed to a worker at a time (clusters come back one by one; at most two chunks per "
+             "worker are read ahead, so memory does not grow with the input)",
     )
     run.add_argument("--seed", type=int, default=1, help="seed for SentencePiece training")
     run.add_argument("--no-progress-bar", action="store_true", help="disable progress bars")

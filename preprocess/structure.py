@@ -124,8 +124,8 @@ def split_sentences_rule(paragraph: str) -> List[str]:
     sentences, start = [], 0
     for match in _BOUNDARY.finditer(paragraph):
         end = match.end(1)
-        before = paragraph[start:match.start(1)]
-        last_word = before.split()[-1] if before.split() else ""
+        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
+        last_word = words_before[-1] if words_before else ""
         token = last_word.lower().strip("\"'([")
         if match.group(1).startswith(".") and (
             token in _ABBREVIATIONS or (len(token) == 1 and token.isalpha())

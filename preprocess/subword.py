@@ -94,6 +94,10 @@ class SubwordEncoder(abc.ABC):
     def starts_word(self, symbol: str) -> bool:
         """Whether ``symbol`` begins a new whitespace-separated word."""
 
+    @abc.abstractmethod
+    def symbol_text(self, symbol: str) -> str:
+        """The surface text of one symbol (word-initial space included)."""
+
     def word_ids(self, symbols: List[str]) -> List[int]:
         """Index of the whitespace word each symbol of one sentence belongs to
         (for aligning word-level annotations, e.g. dependency arcs)."""
@@ -162,7 +166,7 @@ class SentencePieceEncoder(SubwordEncoder):
         return _SymbolTables(
             index=np.array([dictionary.index(p) for p in pieces], dtype=np.int64),
             starts_word=np.array([self.starts_word(p) for p in pieces], dtype=bool),
-            chars=np.array([non_space_length(p.replace("\u2581", " ")) for p in pieces], dtype=np.int64),
+            chars=np.array([non_space_length(self.symbol_text(p)) for p in pieces], dtype=np.int64),
         )
 
     def _patch_unknown(self, sentences, continues, flat, lengths, tokens, starts, chars, dictionary) -> None:
@@ -179,13 +183,16 @@ class SentencePieceEncoder(SubwordEncoder):
                 symbol = symbols[position]
                 tokens[start + position] = dictionary.index(symbol)
                 starts[start + position] = self.starts_word(symbol)
-                chars[start + position] = non_space_length(symbol.replace("\u2581", " "))
+                chars[start + position] = non_space_length(self.symbol_text(symbol))
 
     def decode(self, symbols: List[str]) -> str:
         return "".join(symbols).replace("\u2581", " ").strip()
 
     def starts_word(self, symbol: str) -> bool:
         return symbol.startswith("\u2581")
+
+    def symbol_text(self, symbol: str) -> str:
+        return symbol.replace("\u2581", " ")
 
     def manifest(self) -> Dict[str, str]:
         return {"type": self.kind, "model": os.path.basename(self.model_path)}
@@ -275,7 +282,7 @@ class GPT2BPEEncoder(SubwordEncoder):
         return [self.bpe.encode(" " + text if more else text) for text, more in zip(sentences, continues)]
 
     def symbol_text(self, symbol: str) -> str:
-        """The surface text of one symbol (bytes decoded on their own)."""
+        """The surface text of one symbol (its bytes decoded on their own)."""
         if not (symbol.isdigit() and int(symbol) in self.bpe.decoder):
             return ""
         token = self.bpe.decoder[int(symbol)]

@@ -227,6 +227,60 @@ def test_alignment_of_subwords_to_spacy_tokens():
     assert token_of_subword[:3].tolist() == [0, 0, 1]
 
 
+def test_cluster_alignment_equals_sentence_alignment():
+    """The vectorized alignment of a whole cluster equals the per-sentence
+    reference on random subword segmentations: by characters, with pieces
+    that carry no character, with normalization-changed characters (the
+    whitespace-word fallback), and with sentences of one token."""
+    import spacy
+
+    from mdsfair.preprocess.producers.dependency_arcs import align_cluster
+    from mdsfair.preprocess.subword import non_space_length
+
+    tokenizer = spacy.blank("en").tokenizer
+    rng = np.random.RandomState(0)
+    base = [
+        "The dog, U.S.-based, barked.", "It's 3.5 km (2 mi) long!", "Go.", "“Quoted” words — and an em dash…",
+        "Dr. Smith met J. Doe at 5 p.m.", "naïve café résumé", "x", "A  B",
+    ]
+    for trial in range(30):
+        sentences = [base[i] for i in rng.randint(0, len(base), size=rng.randint(1, 7))]
+        texts_per_sentence, word_ids_per_sentence = [], []
+        for sentence in sentences:
+            texts, word_ids, word = [], [], -1
+            for w, piece_word in enumerate(sentence.split(" ")):
+                cuts = sorted(set(rng.randint(0, len(piece_word) + 1, size=rng.randint(0, 3)).tolist()))
+                bounds = [0] + [c for c in cuts if 0 < c < len(piece_word)] + [len(piece_word)]
+                pieces = [piece_word[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+                pieces[0] = " " + pieces[0]
+                if rng.rand() < 0.15:  # a piece with no character of its own
+                    pieces.insert(0, " ")
+                for piece in pieces:
+                    word += int(not texts or piece.startswith(" "))
+                    texts.append(piece)
+                    word_ids.append(word)
+            if rng.rand() < 0.2:  # normalization changed the characters: fallback alignment
+                texts[-1] = texts[-1] + "."
+            texts_per_sentence.append(texts)
+            word_ids_per_sentence.append(np.array(word_ids))
+        token_starts = [np.array([t.idx for t in tokenizer(s)]) for s in sentences]
+        token_of_subword, anchor, aligned = align_cluster(
+            sentences,
+            np.array([len(t) for t in texts_per_sentence]),
+            np.array([non_space_length(p) for t in texts_per_sentence for p in t]),
+            np.concatenate(word_ids_per_sentence),
+            token_starts,
+        )
+        assert aligned.all()
+        sub_base = tok_base = 0
+        for sentence, texts, word_ids, starts in zip(sentences, texts_per_sentence, word_ids_per_sentence, token_starts):
+            expected_tokens, expected_anchor = align_sentence(sentence, texts, word_ids, starts.tolist())
+            n_sub, n_tok = len(texts), len(starts)
+            assert (token_of_subword[sub_base : sub_base + n_sub] - tok_base).tolist() == expected_tokens.tolist()
+            assert (anchor[tok_base : tok_base + n_tok] - sub_base).tolist() == expected_anchor.tolist()
+            sub_base, tok_base = sub_base + n_sub, tok_base + n_tok
+
+
 @pytest.fixture(scope="module")
 def parsed_cluster():
     from mdsfair.preprocess.pipeline import EncodedCluster

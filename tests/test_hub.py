@@ -135,6 +135,48 @@ def test_hub_encoding_equals_binarized_split(hub, trained):
     np.testing.assert_array_equal(as_list.tokens, stored["source"][0])
 
 
+def test_pipeline_encoding_equals_workers_output_with_arcs_and_graphs(tmp_path):
+    """What the hub encodes with (ClusterEncoder.from_data_bin on the
+    data-bin) equals what mdsfair-preprocess's worker processes wrote, with
+    lowercasing, dependency arcs (all subword pairs) and a paragraph graph."""
+    from mdsfair.preprocess.pipeline import ClusterEncoder
+
+    side = ["dep_head", "dep_rel", "dep_word", "graph_similarity"]
+    data_bin = make_tiny_data_bin(
+        str(tmp_path), train=6, valid=2, test=5, vocab_size=200,
+        extra_args=["--side-data", *side, "--dep-subword-arcs", "all-subwords", "--lowercase",
+                    "--workers", "2", "--chunk-size", "2"],
+    )
+    manifest = json.load(open(os.path.join(data_bin, "mdsfair.json")))
+    encoder = ClusterEncoder.from_data_bin(data_bin, manifest)
+    raw_test = [json.loads(line) for line in open(os.path.join(str(tmp_path), "raw", "test.jsonl"), encoding="utf-8")]
+    keys = ("source", "doc", "para", "sent", "target") + tuple(side)
+    stored = {key: NumpyMMapDataset(os.path.join(data_bin, f"test.{key}")) for key in keys}
+    for i, cluster in enumerate(raw_test):
+        encoded = encoder.encode(cluster, i)
+        arrays = {"source": encoded.tokens, "doc": encoded.doc_ids, "para": encoded.para_ids,
+                  "sent": encoded.sent_ids, "target": encoded.target, **encoded.side_data}
+        for key in keys:
+            np.testing.assert_array_equal(arrays[key], stored[key][i], err_msg=f"{key} of cluster {i}")
+        assert (encoded.side_data["dep_head"] >= 0).sum() > len(encoded.tokens) // 2
+
+
+def test_hub_takes_nothing_but_the_pipeline_from_preprocessing():
+    """The hub reaches preprocessing only through mdsfair.preprocess.pipeline,
+    the module mdsfair-preprocess encodes with, so the two cannot drift."""
+    import ast
+
+    with open(os.path.join(REPO_ROOT, "mdsfair", "hub_interface.py"), encoding="utf-8") as f:
+        tree = ast.parse(f.read())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and "preprocess" in node.module:
+            imported |= {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            imported |= {alias.name for alias in node.names if "preprocess" in alias.name}
+    assert imported == {"mdsfair.preprocess.pipeline"}
+
+
 def test_hub_dataset_equals_task_dataset(hub, trained):
     """After truncation and special tokens, the hub's inference dataset gives
     the model the same inputs as the task's test split."""

