@@ -66,12 +66,17 @@ def source_words(path: str) -> Tuple[int, int]:
 
 
 def _write_synthetic_part(job) -> str:
+    """Write one synthetic split file (kept when it is already there: the
+    same seed gives the same file)."""
     from mdsfair.preprocess.synthetic import generate_clusters
 
     path, seed = job
-    with open(path, "w", encoding="utf-8") as f:
+    if os.path.exists(path):
+        return path
+    with open(path + ".partial", "w", encoding="utf-8") as f:
         for cluster in generate_clusters(SYNTH_PART_CLUSTERS, seed=seed, split="train"):
             f.write(json.dumps(cluster, ensure_ascii=False) + "\n")
+    os.replace(path + ".partial", path)
     return path
 
 

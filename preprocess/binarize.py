@@ -23,6 +23,14 @@ needs. Nothing is truncated here (the task applies and counts truncation);
 bad lines fail with file and line, or are skipped and counted with
 ``--skip-bad``. A closing report lists clusters, documents, paragraphs,
 sentences, tokens, skipped lines by reason.
+
+Every cluster is encoded by :class:`mdsfair.preprocess.pipeline.ClusterEncoder`,
+the encoder the hub uses too. The input is streamed: the main process reads
+raw lines in chunks of ``--chunk-size``, hands at most two chunks per worker
+to ``--workers`` forked processes (one pool for all splits) and writes the
+clusters in input order as they come back one by one, so memory does not grow
+with the input and the progress bar (total from a line count) advances per
+cluster, with words/s and an ETA.
 """
 import argparse
 import json

@@ -39,8 +39,6 @@ from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifes
 # ``summary`` optional).
 RawCluster = Union[Sequence[str], Dict[str, Any]]
 
-STAGES = ("structure", "subwords", "side_data")
-
 
 @dataclass
 class EncodedCluster:
