@@ -279,8 +279,12 @@ def main(argv=None):
             start = time.perf_counter()
             spm_model = train_spm_on_sample(splits, os.path.join(work_dir, "spm"), args.vocab_size,
                                             args.spm_sample_clusters)
+            import sentencepiece
+
+            pieces = sentencepiece.SentencePieceProcessor(model_file=spm_model).get_piece_size()
             print(f"SentencePiece: trained once on the first {args.spm_sample_clusters} clusters of every split "
-                  f"({args.vocab_size} pieces asked) in {time.perf_counter() - start:.0f} s: {spm_model}")
+                  f"({args.vocab_size:,} pieces asked, {pieces:,} reached) in {time.perf_counter() - start:.0f} s: "
+                  f"{spm_model}")
         if args.profile_clusters:
             profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir)
         print(f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
