@@ -1,5 +1,6 @@
 """Tests of mdsfair.preprocess.converters: each release format on its fixture, bad input, skip mode, CLI."""
 import argparse
+import ast
 import gzip
 import json
 import shutil
@@ -58,6 +59,106 @@ def wcep_event(event_id, summary="A summary.", texts=("Article one.", "Article t
 
 def test_registry_names_every_format():
     assert set(CONVERTERS) == {"multinews", "wcep", "multixscience", "csv", "mred", "wikisum", "peersum"}
+
+
+CONVERTERS_PACKAGE = Path(converters.__file__).parent
+FORMAT_MODULE_MAX_LINES = 200
+
+
+def _format_module_files():
+    """The package's format modules: every public .py file that is not infrastructure."""
+    return sorted(path for path in CONVERTERS_PACKAGE.glob("*.py")
+                  if not path.stem.startswith("_") and path.stem not in converters.INFRASTRUCTURE_MODULES)
+
+
+def test_every_format_module_is_small_self_contained_and_registered():
+    registered_by = {}
+    for name, function in CONVERTERS.items():
+        package, _, module = function.__module__.rpartition(".")
+        assert package == converters.__name__, (name, function.__module__)
+        registered_by.setdefault(module, []).append(name)
+        # A format's CLI flags live in its own module, next to the generator they feed.
+        add_arguments = converters.CONVERTER_ARGUMENTS[name]
+        assert add_arguments is None or add_arguments.__module__ == function.__module__, name
+    files = _format_module_files()
+    assert {path.stem for path in files} == set(registered_by)
+    assert registered_by["hierencdec_csv"] == ["csv", "mred"]
+    assert all(len(formats) == 1 for module, formats in registered_by.items() if module != "hierencdec_csv")
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        assert source.count("\n") <= FORMAT_MODULE_MAX_LINES, f"{path.name} has {source.count(chr(10))} lines"
+        tree = ast.parse(source)
+        relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+        absolute = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
+        absolute |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        # Only the shared machinery, never another format module (nor mdsfair at large).
+        assert relative <= {"common", "registry"}, (path.name, relative)
+        assert not any(module.split(".")[0] in ("mdsfair", "preprocess") for module in absolute), (path.name, absolute)
+
+
+@pytest.fixture
+def toy_format():
+    """Register a throw-away format for one test, and remove it afterwards."""
+
+    def add_arguments(parser):
+        parser.add_argument("--shout", action="store_true", help="upper-case the summary")
+
+    @converters.register_converter("toy_lines", add_arguments=add_arguments)
+    def iter_toy_lines(inputs, split="train", *, shout=False, skip_bad=False, report=None):
+        """Toy: one document per line, the summary is the first word of each line."""
+        for index, path in enumerate(converters.common.as_paths(inputs)):
+            lines = Path(path).read_text(encoding="utf-8").split("\n")
+            summary = " ".join(line.split()[0] for line in lines if line.strip())
+            report.records_read += 1
+            report.clusters_written += 1
+            yield {"id": f"{split}-{index}", "documents": [line for line in lines if line.strip()],
+                   "summary": summary.upper() if shout else summary}
+
+    yield iter_toy_lines
+    del converters.CONVERTERS["toy_lines"]
+    del converters.CONVERTER_ARGUMENTS["toy_lines"]
+
+
+def test_cli_formats_are_read_from_the_registry(toy_format, tmp_path, capsys):
+    parser = converters.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(subparsers.choices) == list(CONVERTERS)
+    assert "toy_lines" in subparsers.choices
+    assert converters.format_options("toy_lines") == ["shout"]
+    source = tmp_path / "toy.txt"
+    source.write_text("alpha one\nbeta two\n", encoding="utf-8")
+    output = tmp_path / "toy.jsonl"
+    assert cli_main(["toy_lines", str(source), "-o", str(output), "--shout", "--split", "dev"]) == 0
+    assert read_jsonl(output) == [{"id": "dev-0", "documents": ["alpha one", "beta two"], "summary": "ALPHA BETA"}]
+    assert "clusters written:     1" in capsys.readouterr().out
+
+
+def test_registry_rejects_duplicates_bad_names_and_incomplete_generators(toy_format):
+    def iter_other(inputs, split="train", *, skip_bad=False, report=None):
+        """Other."""
+        yield from ()
+
+    with pytest.raises(ValueError, match="'toy_lines' registered twice"):
+        converters.register_converter("toy_lines")(iter_other)
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        converters.register_converter("Toy-Lines")
+    with pytest.raises(ValueError, match=r"lacks the parameters \['report'\]"):
+        converters.register_converter("toy_incomplete")(lambda inputs, split, skip_bad=False: iter(()))
+    assert "toy_incomplete" not in CONVERTERS
+
+
+def test_unknown_format_gives_a_clear_error(tmp_path, capsys):
+    source = write_lines(tmp_path / "in.jsonl", [wcep_event(1)])
+    with pytest.raises(ValueError, match=r"unknown format 'nosuch'; choose from \['csv', 'mred', 'multinews'"):
+        convert("nosuch", source, tmp_path / "out.jsonl")
+    with pytest.raises(ValueError, match="unknown format 'nosuch'"):
+        converters.format_options("nosuch")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["nosuch", str(source), "-o", str(tmp_path / "out.jsonl")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nosuch'" in err and "'multinews'" in err and "'peersum'" in err
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 # ----------------------------------------------------------------------------
