@@ -158,6 +158,67 @@ def model_inputs(sample, with_documents=True):
     return {name: sample["net_input"][name] for name in names}
 
 
+# ------------------------------------------------- per-document budget
+
+
+def authors_per_passage_source(documents, max_source_length, bos=0, eos=2):
+    """The source HierEncDec's ``run_summarization.py`` builds with
+    ``--per_passage_source_length_limit`` (documents given as token-id lists,
+    the tokenizer's ``encode(doc)[1:-1]``): ``(M - n) // n`` tokens per
+    document, each after its ``<s>``, one ``</s>``, then the whole source cut
+    to ``M - 1`` tokens plus ``</s>``; ``sep_positions`` = the ``<s>``
+    positions before the cut."""
+    limit = (max_source_length - len(documents)) // len(documents)
+    input_ids, sep_positions = [], [0]
+    for document in documents:
+        input_ids.extend([bos] + document[:limit])
+        sep_positions.append(len(input_ids))
+    sep_positions = sep_positions[:-1]
+    input_ids.append(eos)
+    if len(input_ids) > max_source_length:
+        input_ids = input_ids[: max_source_length - 1] + [eos]
+        sep_positions = [x for x in sep_positions if x < max_source_length - 1]
+    return input_ids, sep_positions
+
+
+@pytest.mark.parametrize(
+    "lengths,kept,cut_at_the_end",
+    [
+        ((30, 12, 50, 8), [15, 12, 15, 8], 0),  # issue 11's example: (64 - 4) // 4 = 15
+        ((30, 20, 50, 20), [15, 15, 15, 14], 1),  # 4 full shares + 4 <s> + </s> = 65: the M - 1 cut bites
+        ((9, 2, 40), [9, 2, 20], 0),  # (64 - 3) // 3 = 20: n does not divide M
+    ],
+)
+def test_per_document_budget_equals_the_authors_per_passage_limit(lengths, kept, cut_at_the_end):
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+
+    dictionary = Dictionary()
+    for i in range(300):
+        dictionary.add_symbol(f"w{i}")
+    starts = np.cumsum((0,) + lengths)
+    documents = [list(range(10 + int(start), 10 + int(start) + length)) for start, length in zip(starts, lengths)]
+    tokens = np.concatenate([np.array(d) for d in documents])
+    doc_ids = np.repeat(np.arange(len(lengths)), lengths)
+    dataset = MultiDocSummarizationDataset(
+        [tokens], [np.array([5, 6])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
+        TruncationConfig(max_source_positions=64, per_document_budget=True), name="budget",
+    )
+    item = dataset[0]
+    expected, sep_positions = authors_per_passage_source(documents, 64, dictionary.bos(), dictionary.eos())
+    assert item["source"].tolist() == expected
+    assert torch.nonzero(item["source"] == dictionary.bos()).flatten().tolist() == sep_positions
+    assert torch.bincount(item["structure"]["doc"][item["source"] != dictionary.bos()][:-1]).tolist() == kept
+    assert len(expected) <= 64
+    counts = dataset.truncation_counts
+    assert counts["per_document_budget_tokens"] == sum(lengths) - sum(kept) - cut_at_the_end
+    assert counts.get("max_source_positions_tokens", 0) == cut_at_the_end
+    assert counts["examples_truncated"] == 1
+    assert dataset.src_sizes[0] == len(expected)
+
+
 # ------------------------------------------------------ segment positions
 
 
