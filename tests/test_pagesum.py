@@ -432,13 +432,15 @@ def test_empty_pages_filler_is_the_authors_page_and_joins_the_softmax(data_bin):
     # repeat_interleave(P) copies, lin -> softmax over all P pages, weighted hidden sum, then lm_head.
     from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 
+    lin = filler.decoder.page_confidence  # the authors' ``lin = nn.Linear(config.d_model, 1)``, with bias
+    assert lin.weight.shape == (1, filler.decoder.output_embed_dim) and lin.bias.shape == (1,)
     prev = net_input["prev_output_tokens"]
     with torch.no_grad():
         rows = layout.tokens.view(-1, layout.page_length)
         encoder_out = TransformerEncoderBase.forward(filler.encoder, rows)
         hidden, _ = TransformerDecoderBase.extract_features(filler.decoder, prev.repeat_interleave(7, 0), encoder_out)
         hidden = hidden.view(2, 7, prev.size(1), -1).transpose(1, 2)  # [B, T, P, d]
-        s = torch.softmax(filler.decoder.page_confidence(hidden), dim=2)  # [B, T, P, 1]
+        s = torch.softmax(lin(hidden), dim=2)  # [B, T, P, 1]
         authors_logits = filler.decoder.output_layer((hidden * s).sum(2))
     torch.testing.assert_close(filler_logits, authors_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(weights, s.squeeze(-1), atol=1e-6, rtol=1e-5)
