@@ -249,6 +249,8 @@ def test_position_tiling_methods():
     authors = tile_position_table(weight, 13, padding_idx=1, method="authors")
     for row in range(13):
         assert torch.equal(authors[row], weight[row % 6])
+    # the authors' modeling_utils.py: cat([W] * (new // old) + [W[:new % old]])
+    assert torch.equal(authors, torch.cat([weight] * (13 // 6) + [weight[: 13 % 6]], 0))
     with pytest.raises(ValueError, match="shrink"):
         tile_position_table(weight, 4, padding_idx=1)
 
@@ -264,6 +266,26 @@ def make_self_attention(seed=0):
 def test_layout_rejects_non_contiguous_documents():
     with pytest.raises(ValueError, match="contiguous"):
         DocumentLayout.from_document_ids(torch.tensor([[0, 0, 1, 1, 0, -1]]))
+
+
+def authors_encoder_mask(sep_positions, seq_len):
+    """``hier_mask`` of the authors' ``BartEncoder.forward`` (``--enc_cross_doc``)
+    for one example: every document ``[start, end)`` attends within itself and
+    its SOD row to every SOD; the last document runs to ``seq_len``."""
+    hier_mask = torch.zeros(seq_len, seq_len)
+    for start, end in zip(sep_positions, sep_positions[1:] + [seq_len]):
+        hier_mask[start, sep_positions] = 1
+        hier_mask[start:end, start:end] = 1
+    return hier_mask.bool()
+
+
+def test_dense_mask_equals_the_authors_hier_mask():
+    allowed = document_attention_mask(DOCUMENT_IDS)
+    for example in range(DOCUMENT_IDS.size(0)):
+        ids = DOCUMENT_IDS[example]
+        length = int(ids.ge(0).sum())
+        sep_positions = [i for i in range(length) if i == 0 or ids[i] != ids[i - 1]]
+        assert torch.equal(allowed[example, :length, :length], authors_encoder_mask(sep_positions, length))
 
 
 def test_dense_mask_is_the_document_rule():
