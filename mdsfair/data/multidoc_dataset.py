@@ -47,10 +47,20 @@ class TruncationConfig:
     1. ``max_documents``: keep the first documents;
     2. ``max_paragraphs``: keep the first paragraphs in stream (ranked) order;
     3. ``max_paragraph_tokens``: cut every paragraph to this many tokens;
-    4. ``per_document_budget``: every document gets an even share of
-       ``max_source_positions`` (HierEncDec's per-passage limit);
+    4. ``per_document_budget``: every document keeps its first
+       ``(max_source_positions - n) // n`` tokens, n = the documents left and
+       the ``n`` their ``<s>`` tokens (none without ``document_start_token``),
+       as HierEncDec's ``--per_passage_source_length_limit`` does in the
+       authors' ``run_summarization.py``; the closing ``</s>`` is not in that
+       sum, so when every document fills its share and n divides the budget
+       the source is one token over and step 5 cuts the last document's last
+       token, as the authors cut to ``max_source_length - 1`` tokens plus
+       ``</s>``;
     5. ``max_source_positions``: cut the whole source, special tokens
-       included, at this length.
+       included, at this length (``max_source_positions - 1`` tokens and the
+       closing ``</s>``). A document whose first token falls past the cut is
+       dropped whole with its ``<s>`` (the authors' code keeps such a lone
+       ``<s>`` when it lands on the last position before ``</s>``).
     """
 
     max_source_positions: int = 1024
@@ -217,7 +227,8 @@ class MultiDocSummarizationDataset(FairseqDataset):
             cut(rank_within_runs(ids["para"]) < cfg.max_paragraph_tokens, "max_paragraph_tokens")
         kept_documents = len(np.unique(ids["doc"][keep]))
         if cfg.per_document_budget and kept_documents:
-            share = (cfg.max_source_positions - cfg.special_tokens(kept_documents)) // kept_documents
+            document_starts = kept_documents * int(cfg.document_start_token)
+            share = (cfg.max_source_positions - document_starts) // kept_documents
             if share < 1:
                 raise ValueError(
                     f"{self.name}: example {index}: {kept_documents} documents leave no tokens in a "

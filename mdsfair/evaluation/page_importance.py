@@ -91,8 +91,12 @@ def cli_main(argv: Optional[List[str]] = None):
              "hypothesis; the weights are those of every decoding step of the generation",
     )
     generation = parser.add_argument_group("generation (with --from-generation)")
-    generation.add_argument("--beam", type=int, default=4, help="beam size (default 4, the paper's)")
-    generation.add_argument("--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the paper's)")
+    generation.add_argument(
+        "--beam", type=int, default=4, help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)"
+    )
+    generation.add_argument(
+        "--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the authors' generate call)"
+    )
     generation.add_argument("--max-len-a", type=float, default=0, help="max length = a * source length + b (default 0)")
     generation.add_argument(
         "--max-len-b", type=int, default=200, help="max length = a * source length + b (default 200)"

@@ -58,8 +58,9 @@ class MultiDocSummarizationConfig(FairseqDataclass):
     )
     per_document_budget: bool = field(
         default=False,
-        metadata={"help": "give every document an even share of --max-source-positions (HierEncDec's "
-                          "per-passage limit) instead of cutting the concatenation at the end"},
+        metadata={"help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
+                          "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
+                          "the source is then cut at M as without this flag"},
     )
     no_document_start_token: bool = field(
         default=False,
