@@ -15,7 +15,7 @@ from mdsfair.models.hiertransformer import HierarchicalTransformerModel
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention, row_normalise_graph
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
-from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, sinusoidal_encoding
+from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, SinusoidalPositions, sinusoidal_encoding
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin
 
 
@@ -293,6 +293,313 @@ def test_sequence_generator_scores_equal_full_decoding():
             logits = model(**example, prev_output_tokens=prev)[0]
             full = F.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)[0]
             assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4)
+
+
+# ------------------------------------- the hiersumm code's model, from its equations
+#
+# A reimplementation of the authors' Summarizer (nlpyang/hiersumm,
+# src/abstractive/{neural,attn,transformer_encoder,transformer_decoder,
+# model_builder}.py) written from their equations, reading a state dict with
+# their parameter names. It is the reference for the hiertransformer_hiersumm
+# arch here and for ``mdsfair-import hiersumm`` (tests/test_import_hiersumm.py).
+
+
+def hiersumm_positions(length, dim):
+    """Their PositionalEncoding table (float32): pe[p, 2i] = sin(p * exp(2i * -ln(10^4)/dim)),
+    pe[p, 2i+1] = cos(...), positions from 0."""
+    position = torch.arange(length, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, dim, 2, dtype=torch.float) * -(math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def ref_layer_norm(x, sd, prefix):
+    return F.layer_norm(x, x.shape[-1:], sd[prefix + ".weight"], sd[prefix + ".bias"], eps=1e-6)
+
+
+def ref_linear(x, sd, prefix):
+    return x @ sd[prefix + ".weight"].T + sd[prefix + ".bias"]
+
+
+def ref_attention(key, value, query, sd, prefix, heads, blocked, final_linear=True):
+    """MultiHeadedAttention: ``[B, L, d]`` inputs; ``blocked [B, Lq or 1, Lk]`` True where masked."""
+    batch, dim = key.size(0), key.size(-1)
+    head_dim = dim // heads
+
+    def split(x):
+        return x.view(batch, -1, heads, head_dim).transpose(1, 2)
+
+    k = split(ref_linear(key, sd, prefix + ".linear_keys"))
+    v = split(ref_linear(value, sd, prefix + ".linear_values"))
+    q = split(ref_linear(query, sd, prefix + ".linear_query")) / math.sqrt(head_dim)
+    scores = (q @ k.transpose(2, 3)).masked_fill(blocked.unsqueeze(1), -1e18)
+    context = torch.softmax(scores, dim=-1) @ v
+    if not final_linear:
+        return context
+    return ref_linear(context.transpose(1, 2).reshape(batch, -1, dim), sd, prefix + ".final_linear")
+
+
+def ref_feed_forward(x, sd, prefix):
+    inner = torch.relu(ref_linear(ref_layer_norm(x, sd, prefix + ".layer_norm"), sd, prefix + ".w_1"))
+    return ref_linear(inner, sd, prefix + ".w_2") + x
+
+
+def ref_encoder(src, sd, heads, inter_layers, inter_heads, num_layers, pad):
+    """TransformerInterEncoder: ``src [B, n_blocks, n_tokens]`` -> memory ``[B, S, d]`` of the
+    non-pad tokens in order, and its padding mask ``[B, S]``."""
+    batch, blocks, tokens = src.shape
+    embeddings = sd["encoder.embeddings.weight"]
+    dim = embeddings.size(1)
+    pe = hiersumm_positions(max(blocks, tokens), dim // 2).to(embeddings.dtype)
+    position = torch.cat(
+        [pe[:tokens].expand(batch, blocks, tokens, dim // 2),
+         pe[:blocks].unsqueeze(1).expand(batch, blocks, tokens, dim // 2)], -1)
+    x = (embeddings[src] * math.sqrt(dim) + position).view(batch * blocks, tokens, dim)
+    pad_mask = src.eq(pad).view(batch * blocks, tokens)
+    block_missing = pad_mask.view(batch, blocks, tokens).all(-1)
+    head_dim = dim // inter_heads
+    for i in range(num_layers):
+        p = f"encoder.transformer_layers.{i}"
+        if i in inter_layers:
+            h = ref_layer_norm(x, sd, p + ".layer_norm1")
+            scores = ref_linear(h, sd, p + ".pooling.linear_keys").masked_fill(pad_mask.unsqueeze(-1), -1e18)
+            weights = torch.softmax(scores, dim=1)  # over the tokens of a block, per head
+            values = ref_linear(h, sd, p + ".pooling.linear_values").view(batch * blocks, tokens, inter_heads, head_dim)
+            block = (weights.unsqueeze(-1) * values).sum(1)  # [B*n, heads, d_head]
+            block = ref_layer_norm(block, sd, p + ".layer_norm2")
+            block = block.view(batch, blocks, inter_heads, head_dim).transpose(1, 2).reshape(batch * inter_heads, blocks, head_dim)
+            blocked = block_missing.unsqueeze(1).expand(batch, inter_heads, blocks).reshape(batch * inter_heads, 1, blocks)
+            block = ref_attention(block, block, block, sd, p + ".inter_att", 1, blocked, final_linear=False)
+            block = block.view(batch, inter_heads, blocks, head_dim).transpose(1, 2).reshape(batch * blocks, dim)
+            block = ref_linear(block, sd, p + ".linear")
+            x = ref_feed_forward(x + block.unsqueeze(1), sd, p + ".feed_forward")
+        else:
+            h = ref_layer_norm(x, sd, p + ".layer_norm")
+            x = ref_attention(h, h, h, sd, p + ".self_attn", heads, pad_mask.unsqueeze(1)) + x
+            x = ref_feed_forward(x, sd, p + ".feed_forward")
+    x = ref_layer_norm(x, sd, "encoder.layer_norm") * (~pad_mask).unsqueeze(-1)
+    x = x.view(batch, blocks * tokens, dim)
+    keep = (~pad_mask).view(batch, blocks * tokens)
+    unpadded = [x[b][keep[b]] for b in range(batch)]
+    length = max(u.size(0) for u in unpadded)
+    memory = torch.stack([torch.cat([u, u.new_zeros(length - u.size(0), dim)]) for u in unpadded])
+    memory_pad = torch.arange(length).unsqueeze(0) >= torch.tensor([u.size(0) for u in unpadded]).unsqueeze(1)
+    return memory, memory_pad
+
+
+def ref_decoder(tgt, memory, memory_pad, sd, heads, num_layers, pad):
+    """TransformerDecoder + generator under teacher forcing: ``tgt [B, T]`` starting with <S>;
+    returns log-probabilities ``[B, T, V]``."""
+    embeddings = sd["decoder.embeddings.weight"]
+    dim = embeddings.size(1)
+    length = tgt.size(1)
+    x = embeddings[tgt] * math.sqrt(dim) + hiersumm_positions(length, dim).to(embeddings.dtype)
+    future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+    self_blocked = tgt.eq(pad).unsqueeze(1) | future.unsqueeze(0)
+    for i in range(num_layers):
+        p = f"decoder.transformer_layers.{i}"
+        h = ref_layer_norm(x, sd, p + ".layer_norm_1")
+        query = ref_attention(h, h, h, sd, p + ".self_attn", heads, self_blocked) + x
+        mid = ref_attention(memory, memory, ref_layer_norm(query, sd, p + ".layer_norm_2"), sd,
+                            p + ".context_attn", heads, memory_pad.unsqueeze(1))
+        x = ref_feed_forward(mid + query, sd, p + ".feed_forward")
+    x = ref_layer_norm(x, sd, "decoder.layer_norm")
+    return torch.log_softmax(x @ sd["generator.0.weight"].T + sd["generator.0.bias"], dim=-1)
+
+
+def ref_log_probs(src, tgt, sd, opt, pad):
+    """The authors' Summarizer.forward followed by its generator."""
+    memory, memory_pad = ref_encoder(src, sd, opt.heads, opt.inter_layers, opt.inter_heads, opt.enc_layers, pad)
+    return ref_decoder(tgt, memory, memory_pad, sd, opt.heads, opt.dec_layers, pad)
+
+
+def export_to_hiersumm_layout(model):
+    """Our hiertransformer_hiersumm parameters under the hiersumm code's names
+    (the inverse of the importer's mapping, written independently here)."""
+    ours = {k: v.detach() for k, v in model.state_dict().items()}
+    sd = {"encoder.embeddings.weight": ours["encoder.embed_tokens.weight"],
+          "decoder.embeddings.weight": ours["decoder.embed_tokens.weight"],
+          "generator.0.weight": ours["decoder.output_projection.weight"],
+          "generator.0.bias": ours["decoder.output_projection.bias"]}
+
+    def copy(their, our):
+        sd[their + ".weight"] = ours[our + ".weight"]
+        sd[their + ".bias"] = ours[our + ".bias"]
+
+    def attention(their, our):
+        for a, b in (("linear_query", "q_proj"), ("linear_keys", "k_proj"), ("linear_values", "v_proj"),
+                     ("final_linear", "out_proj")):
+            copy(f"{their}.{a}", f"{our}.{b}")
+
+    local_layers = len(model.encoder.local_layers)
+    for i in range(local_layers):
+        their, our = f"encoder.transformer_layers.{i}", f"encoder.local_layers.{i}"
+        attention(their + ".self_attn", our + ".self_attn")
+        copy(their + ".layer_norm", our + ".self_attn_layer_norm")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    for j in range(len(model.encoder.global_layers)):
+        their, our = f"encoder.transformer_layers.{local_layers + j}", f"encoder.global_layers.{j}"
+        copy(their + ".layer_norm1", our + ".pooling_layer_norm")
+        copy(their + ".pooling.linear_keys", our + ".pooling.score_proj")
+        copy(their + ".pooling.linear_values", our + ".pooling.value_proj")
+        copy(their + ".layer_norm2", our + ".pooling.head_layer_norm")
+        for a, b in (("linear_query", "query_proj"), ("linear_keys", "key_proj"), ("linear_values", "value_proj")):
+            sd[f"{their}.inter_att.{a}.weight"] = ours[f"{our}.inter_paragraph_attention.{b}.weight"][0].T
+            sd[f"{their}.inter_att.{a}.bias"] = ours[f"{our}.inter_paragraph_attention.{b}.bias"][0]
+        copy(their + ".linear", our + ".context_proj")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    copy("encoder.layer_norm", "encoder.layer_norm")
+    for i in range(len(model.decoder.layers)):
+        their, our = f"decoder.transformer_layers.{i}", f"decoder.layers.{i}"
+        attention(their + ".self_attn", our + ".self_attn")
+        attention(their + ".context_attn", our + ".encoder_attn")
+        copy(their + ".layer_norm_1", our + ".self_attn_layer_norm")
+        copy(their + ".layer_norm_2", our + ".encoder_attn_layer_norm")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    copy("decoder.layer_norm", "decoder.layer_norm")
+    return sd
+
+
+def to_blocks(batch, pad=1):
+    """The flat toy batch as the hiersumm code's ``src [B, n_blocks, n_tokens]``."""
+    tokens, para = batch["src_tokens"], batch["src_para_ids"]
+    rows = [[tokens[b][(para[b] == p) & tokens[b].ne(pad)].tolist() for p in range(int(para[b].max()) + 1)]
+            for b in range(tokens.size(0))]
+    blocks = max(len(r) for r in rows)
+    width = max(len(p) for r in rows for p in r)
+    src = torch.full((len(rows), blocks, width), pad)
+    for b, r in enumerate(rows):
+        for p, ids in enumerate(r):
+            src[b, p, : len(ids)] = torch.tensor(ids)
+    return src
+
+
+HIERSUMM_TINY = ["--arch", "hiertransformer_hiersumm", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                 "--encoder-attention-heads", "4", "--local-layers", "2", "--decoder-layers", "2"]
+
+
+def randomize_(model, seed=3):
+    """Random values in every parameter (biases and LayerNorms included), so
+    that no mapping error hides behind a zero or a one."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return model
+
+
+def test_decoder_positions_follow_eq_7_8_from_position_zero():
+    d = 16
+    table = SinusoidalPositions(d)(torch.zeros(2, 40, dtype=torch.long))
+    assert table.shape == (2, 40, d) and torch.equal(table[0], table[1])
+    for pos, i in ((0, 0), (1, 0), (3, 2), (17, 5), (39, 7)):
+        angle = pos / 10000 ** (2 * i / d)
+        assert table[0, pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+        assert table[0, pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    assert torch.equal(table[0], hiersumm_positions(40, d))  # their table, bit for bit
+    # incremental decoding asks for the last position of the prefix only
+    last = SinusoidalPositions(d)(torch.zeros(3, 18, dtype=torch.long), incremental_state={})
+    assert last.shape == (3, 1, d) and torch.equal(last[0, 0], table[0, 17])
+    # fairseq's own table differs: sines then cosines, from position 2
+    from fairseq.modules import SinusoidalPositionalEmbedding
+    fairseq_table = SinusoidalPositionalEmbedding(d, padding_idx=1, init_size=64)(torch.full((1, 3), 5))
+    assert fairseq_table[0, 0, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
+    assert not torch.allclose(fairseq_table[0], table[0, :3])
+
+
+def test_hiersumm_arch_sets_the_authors_decoder():
+    model = build_model(*HIERSUMM_TINY)
+    decoder = model.decoder
+    assert isinstance(decoder.embed_positions, SinusoidalPositions)
+    assert decoder.output_projection.bias is not None
+    assert decoder.output_projection.weight is decoder.embed_tokens.weight is model.encoder.embed_tokens.weight
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 2 * 3 + 1 + 2 * 3 + 1 and {m.eps for m in norms} == {1e-6}
+    assert decoder.start_symbol == ToyTask().source_dictionary.bos()
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_hiersumm"])
+    assert (args.dropout, args.attention_dropout, args.activation_dropout) == (0.1, 0.1, 0.1)
+    paper = build_model()
+    assert paper.decoder.output_projection.bias is None and paper.decoder.start_symbol is None
+    assert {m.eps for m in paper.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
+
+
+def test_hiersumm_arch_equals_the_authors_model_written_from_their_equations():
+    """Encoder, decoder and generator on the same weights: log-probabilities
+    equal the reference to 1e-6 (float64), batch 2 with padding in both
+    the source and the target."""
+    model = randomize_(build_model(*HIERSUMM_TINY)).double()
+    batch = toy_batch()
+    sd = export_to_hiersumm_layout(model)
+    prev = torch.tensor([[2, 9, 10, 11, 12], [2, 13, 14, 1, 1]])  # fairseq's </s> start, pad at the end
+    ours = F.log_softmax(model(**batch, prev_output_tokens=prev)[0], dim=-1)
+    tgt = prev.clone()
+    tgt[:, 0] = 0  # the authors' targets start with <S> = our <s>
+
+    class Opt:
+        heads, inter_heads, enc_layers, dec_layers, inter_layers = 4, 4, 4, 2, [2, 3]
+
+    theirs = ref_log_probs(to_blocks(batch), tgt, sd, Opt, pad=1)
+    real = tgt.ne(1)
+    assert torch.allclose(ours[real], theirs[real], atol=1e-6)
+    # the decoder alone, on our encoder's memory
+    encoder_out = model.encoder(**batch)
+    memory = encoder_out["encoder_out"][0].transpose(0, 1)
+    decoder_only = ref_decoder(tgt, memory, encoder_out["encoder_padding_mask"][0], sd, 4, 2, pad=1)
+    assert torch.allclose(ours[real], decoder_only[real], atol=1e-6)
+    # and the difference is not vacuous: fairseq's positions or no bias would not match
+    without_bias = F.log_softmax(model.decoder.extract_features(prev, encoder_out)[0] @ sd["generator.0.weight"].T, -1)
+    assert not torch.allclose(without_bias[real], theirs[real], atol=1e-3)
+
+
+def test_hiersumm_arch_incremental_decoding_equals_teacher_forcing():
+    task = ToyTask()
+    model = randomize_(build_model(*HIERSUMM_TINY, task=task))
+    batch = toy_batch()
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=6, min_len=3)
+    hypotheses = generator.forward({"net_input": batch})
+    eos = task.target_dictionary.eos()
+    for index, beams in enumerate(hypotheses):
+        for hypothesis in beams:
+            target = hypothesis["tokens"].unsqueeze(0)
+            prev = torch.cat([target.new_tensor([[eos]]), target[:, :-1]], dim=1)
+            logits = model(**single(batch, index), prev_output_tokens=prev)[0]
+            full = F.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)[0]
+            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-5)
+    # step by step with an incremental state, by hand
+    encoder_out = model.encoder(**batch)
+    prev = torch.tensor([[2, 9, 10, 11], [2, 13, 14, 15]])
+    full = model.decoder(prev, encoder_out=encoder_out)[0]
+    state = {}
+    steps = [model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0] for t in range(4)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_no_source_special_tokens_equals_removing_them():
+    """Masking <s> / </s> in the encoder gives the states that a source without
+    them gives: a paragraph's first word keeps position 0."""
+    model = build_model("--no-source-special-tokens")
+    plain = {"src_tokens": torch.tensor([[5, 6, 7, 8, 9]]), "src_para_ids": torch.tensor([[0, 0, 1, 1, 1]])}
+    special = {"src_tokens": torch.tensor([[0, 5, 6, 0, 7, 8, 9, 2]]),
+               "src_para_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]])}
+    a = encode(model, plain)
+    b = encode(model, special)
+    kept = torch.tensor([1, 2, 4, 5, 6])
+    assert torch.allclose(a[0], b[0, kept], atol=1e-5)
+    assert torch.equal(b[0, [0, 3, 7]], torch.zeros(3, 32))
+    mask = model.encoder(**special)["encoder_padding_mask"][0]
+    assert mask.tolist() == [[True, False, False, True, False, False, False, True]]
+    keeps = encode(build_model(), special)
+    assert not torch.allclose(keeps[0, kept], a[0], atol=1e-3)
 
 
 # ------------------------------------------------------- data-bin fixtures
