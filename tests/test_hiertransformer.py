@@ -702,3 +702,141 @@ def test_architectures_set_the_paper_and_hiersumm_configurations():
     assert (hiersumm.local_layers, hiersumm.global_layers, hiersumm.decoder_layers) == (6, 2, 1)
     assert hiersumm.encoder_normalize_before and hiersumm.shared_inter_paragraph_attention
     assert hiersumm.no_pooling_head_projection and hiersumm.token_position_first
+
+
+# ------------------------------------------------------- the recipe's schedule
+
+PAPER_PEAK_LR = "0.0013975424859373686"  # 2 * 256^-0.5 * 8000^-0.5 (Section 4: lr 2, warmup 8,000, d 256)
+
+
+def test_recipe_flags_reproduce_the_papers_noam_schedule():
+    """examples/hiertransformer/README.md trains with fairseq's inverse_sqrt
+    scheduler; with its flags the rate at every update number s equals
+    Section 4's Noam schedule 2 * d^-0.5 * min(s^-0.5, s * 8000^-1.5)."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim import build_optimizer
+    from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+    readme = open(os.path.join(REPO_ROOT, "examples", "hiertransformer", "README.md"), encoding="utf-8").read()
+    flags = ["--lr", PAPER_PEAK_LR, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "8000", "--warmup-init-lr", "0"]
+    assert " ".join(flags) in readme
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
+         "--optimizer", "adam", "--adam-betas", "(0.9,0.998)", *flags],
+    )
+    cfg = convert_namespace_to_omegaconf(args)
+    optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
+    for step in (1, 2, 100, 4000, 7999, 8000, 8001, 20000, 100000, 500000):
+        noam = 2 * 256 ** -0.5 * min(step ** -0.5, step * 8000 ** -1.5)
+        assert scheduler.step_update(step) == pytest.approx(noam, rel=1e-12)
+        assert optimizer.get_lr() == pytest.approx(noam, rel=1e-12)
+    assert max(2 * 256 ** -0.5 * min(s ** -0.5, s * 8000 ** -1.5) for s in range(1, 20000)) == pytest.approx(1.40e-3, abs=5e-6)
+
+
+# --------------------------------------------------- the title as the summarizer's input
+
+
+@pytest.fixture(scope="module")
+def titled_data_bins(tmp_path_factory):
+    """The same raw clusters preprocessed with and without --title-document;
+    split 'pair' holds two clusters that differ only in their title."""
+    import json
+
+    from mdsfair.preprocess.binarize import run
+    from tests.utils import make_synthetic_jsonl
+
+    work = tmp_path_factory.mktemp("titled")
+    raw = make_synthetic_jsonl(str(work / "raw"), train=12, valid=2, test=2)
+    cluster = {"id": "a", "title": "Lake Ontario ferry", "summary": "The ferry crosses the lake.",
+               "documents": ["The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]}
+    with open(os.path.join(raw, "pair.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(cluster) + "\n")
+        f.write(json.dumps({**cluster, "id": "b", "title": "Toronto island airport"}) + "\n")
+    bins = {}
+    for name, extra in (("plain", []), ("titled", ["--title-document"])):
+        dest = str(work / name)
+        run(["--input-dir", raw, "--destdir", dest, "--vocab-size", "300", "--no-progress-bar", *extra])
+        bins[name] = dest
+    return bins
+
+
+def load_split(data_bin, split, *extra):
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
+         "--dropout", "0", *extra],
+    )
+    task = tasks.setup_task(args)
+    task.load_dataset(split)
+    dataset = task.datasets[split]
+    return task, args, dataset.collater([dataset[i] for i in range(len(dataset))])
+
+
+def test_title_document_puts_the_title_first_as_its_own_paragraph(titled_data_bins):
+    from mdsfair.preprocess.subword import SentencePieceEncoder
+
+    _, _, plain = load_split(titled_data_bins["plain"], "pair")
+    task, _, titled = load_split(titled_data_bins["titled"], "pair")
+    encoder = SentencePieceEncoder(os.path.join(titled_data_bins["titled"], "spm.model"))
+    title = [task.source_dictionary.index(s) for s in encoder.encode("Lake Ontario ferry")]
+    n = len(title)
+    plain_input, titled_input = plain["net_input"], titled["net_input"]
+    bos, eos = task.source_dictionary.bos(), task.source_dictionary.eos()
+    # example "a": <s> title | <s> the old stream, every structure id one higher
+    row = titled_input["src_tokens"][0]
+    assert row[: n + 1].tolist() == [bos] + title
+    old_length = int(plain_input["src_lengths"][0])
+    assert torch.equal(row[n + 1 : n + 1 + old_length], plain_input["src_tokens"][0, :old_length])
+    for key in ("src_doc_ids", "src_para_ids", "src_sent_ids"):
+        assert titled_input[key][0, : n + 1].tolist() == [0] * (n + 1)
+        assert torch.equal(titled_input[key][0, n + 1 : n + 1 + old_length], plain_input[key][0, :old_length] + 1)
+    assert int(titled_input["src_lengths"][0]) == old_length + n + 1
+    assert row[old_length + n].item() == eos
+    # the manifest records it, and the hub encodes a raw cluster the same way
+    from mdsfair.hub_interface import ClusterEncoder
+    from mdsfair.tasks.multidoc_summarization import read_manifest
+
+    manifest = read_manifest(titled_data_bins["titled"])
+    assert manifest["title_document"] is True and read_manifest(titled_data_bins["plain"])["title_document"] is False
+    hub = ClusterEncoder(titled_data_bins["titled"], manifest, task.source_dictionary)
+    encoded = hub({"title": "Lake Ontario ferry", "documents": [
+        "The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]})
+    stored = task.datasets["pair"].source[0]
+    assert list(encoded.tokens) == list(stored) and encoded.para_ids[: n].tolist() == [0] * n
+    with pytest.raises(Exception, match="title"):
+        hub({"documents": ["No title here."]})
+
+
+def test_the_title_reaches_the_encoder_through_the_global_layers(titled_data_bins):
+    """Two clusters that differ only in their title: with --title-document the
+    encoder states of the (same) paragraphs differ, through the global layers
+    only (the title is its own block); without it the inputs are identical."""
+    _, args, titled = load_split(titled_data_bins["titled"], "pair")
+    task, _, plain = load_split(titled_data_bins["plain"], "pair")
+    torch.manual_seed(0)
+    model = task.build_model(args).eval()
+    assert torch.equal(plain["net_input"]["src_tokens"][0], plain["net_input"]["src_tokens"][1])
+    states = encode(model, {k: plain["net_input"][k] for k in ("src_tokens", "src_para_ids")})
+    assert torch.allclose(states[0], states[1])
+
+    def paragraph_states(model, batch):
+        inputs = {k: batch["net_input"][k] for k in ("src_tokens", "src_para_ids")}
+        out = encode(model, inputs)
+        is_title = batch["net_input"]["src_para_ids"].eq(0)
+        return [out[b][~is_title[b] & inputs["src_tokens"][b].ne(1)] for b in range(2)]
+
+    a, b = paragraph_states(model, titled)
+    assert a.shape == b.shape and not torch.allclose(a, b, atol=1e-4)
+    no_global = load_split(titled_data_bins["titled"], "pair", "--global-layers", "0")
+    torch.manual_seed(0)
+    local_only = no_global[0].build_model(no_global[1]).eval()
+    a, b = paragraph_states(local_only, titled)
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_max_paragraphs_counts_the_title_paragraph(titled_data_bins):
+    _, _, titled = load_split(titled_data_bins["titled"], "pair", "--max-paragraphs", "2")
+    para = titled["net_input"]["src_para_ids"][0]
+    assert para.max().item() == 1 and para.eq(0).sum().item() > 1  # the title (with its <s>) and one paragraph
