@@ -272,7 +272,11 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
                 seed=args.seed,
             )
         encoder = SentencePieceEncoder(spm_path)
-        dictionary = dictionary_from_sentencepiece(encoder)
+        if args.dict:
+            dictionary = Dictionary.load(args.dict)
+            check_sentencepiece_dictionary(encoder, dictionary, args.dict)
+        else:
+            dictionary = dictionary_from_sentencepiece(encoder)
     else:
         missing = [f for f in ("gpt2_encoder_json", "gpt2_vocab_bpe", "dict") if not getattr(args, f)]
         if missing:
@@ -283,6 +287,31 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
         dictionary = Dictionary.load(args.dict)
     dictionary.save(os.path.join(dest, "dict.txt"))
     return encoder.manifest()
+
+
+def check_sentencepiece_dictionary(encoder: SentencePieceEncoder, dictionary: Dictionary, path: str) -> None:
+    """A ``--dict`` given with a SentencePiece model (e.g. the one
+    ``mdsfair-import hiersumm`` writes) must have an entry for every ordinary
+    and byte piece; user-defined pieces without an entry of their own (the
+    hiersumm specials ``<S>`` ``</S>`` ``<PAD>``, which the import maps onto
+    ``<s>`` ``</s>`` ``<pad>``) are listed in the log: a literal occurrence of
+    one in the text becomes ``<unk>``."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(encoder.model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    kinds = proto.SentencePiece.Type
+    missing = [p.piece for p in proto.pieces if p.type in (kinds.NORMAL, kinds.BYTE) and p.piece not in dictionary.indices]
+    if missing:
+        raise ValueError(
+            f"{path}: {len(missing)} pieces of {encoder.model_path} have no entry, e.g. {missing[:5]}; "
+            "give the dict.txt that belongs to this SentencePiece model"
+        )
+    unlisted = [p.piece for p in proto.pieces if p.type == kinds.USER_DEFINED and p.piece not in dictionary.indices]
+    if unlisted:
+        logger.info("%s: user-defined pieces without an entry of their own (read as <unk> if they occur in the "
+                    "text): %s", path, unlisted)
 
 
 def binarize_split(args, split: str, path: str, subword_manifest, specs: List[SideDataSpec]) -> Dict:
@@ -411,7 +440,12 @@ def get_parser() -> argparse.ArgumentParser:
     subword.add_argument("--spm-train-split", default="train", help="split SentencePiece is trained on")
     subword.add_argument("--gpt2-encoder-json", help="GPT-2 BPE encoder.json (local path)")
     subword.add_argument("--gpt2-vocab-bpe", help="GPT-2 BPE vocab.bpe (local path)")
-    subword.add_argument("--dict", help="fairseq dict.txt of the GPT-2 BPE ids (e.g. bart.large/dict.txt)")
+    subword.add_argument(
+        "--dict",
+        help="fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
+             "or with --spm-model the dictionary of an imported model (mdsfair-import writes one) instead of "
+             "one built from the SentencePiece pieces",
+    )
     side = parser.add_argument_group("side data")
     side.add_argument(
         "--side-data", nargs="*", default=[],
