@@ -720,6 +720,10 @@ def test_recipe_flags_reproduce_the_papers_noam_schedule():
     readme = open(os.path.join(REPO_ROOT, "examples", "hiertransformer", "README.md"), encoding="utf-8").read()
     flags = ["--lr", PAPER_PEAK_LR, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "8000", "--warmup-init-lr", "0"]
     assert " ".join(flags) in readme
+    # the authors' code: Adam (0.9, 0.998) with eps 1e-9, default lr 3 (hiersumm src/abstractive/optimizer.py,
+    # src/train_abstractive.py)
+    assert "--adam-betas '(0.9,0.998)' --adam-eps 1e-9" in readme
+    assert "--lr 0.002096313728906053" in readme and 3 * 256 ** -0.5 * 8000 ** -0.5 == 0.002096313728906053
     args = options.parse_args_and_arch(
         options.get_training_parser(),
         ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
