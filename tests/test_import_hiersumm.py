@@ -6,7 +6,6 @@ output against the reimplementation of their Summarizer in
 tests/test_hiertransformer.py, on raw text preprocessed by mdsfair-preprocess."""
 import argparse
 import json
-import math
 import os
 
 import pytest
