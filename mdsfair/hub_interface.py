@@ -9,8 +9,8 @@
 
 Raw text goes through exactly the pipeline ``mdsfair-preprocess`` ran on the
 training data, rebuilt from the data-bin manifest (``mdsfair.json``): cleaning,
-paragraph and sentence splitting (the manifest's ``sentence_splitter`` and
-``lowercase``), subword encoding with the data-bin's own subword model, the
+paragraph and sentence splitting (the manifest's ``sentence_splitter``,
+``lowercase`` and ``title_document``), subword encoding with the data-bin's own subword model, the
 side-data producers the manifest lists, then the task's truncation and
 special tokens (:meth:`MultiDocSummarizationTask.build_dataset_for_inference`)
 and the task's ``inference_step``, so a cluster summarized here is encoded
@@ -189,6 +189,7 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
     values.update(
         sentence_splitter=manifest.get("sentence_splitter", "rule"),
         lowercase=bool(manifest.get("lowercase", False)),
+        title_document=bool(manifest.get("title_document", False)),
         side_data=side_data,
         skip_bad=False,
         subword=subword.get("type", values["subword"]),
@@ -251,6 +252,8 @@ class ClusterEncoder:
             raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
             lowercase=self.args.lowercase,
         )
+        if self.args.title_document:
+            structure = binarize.prepend_title_document(structure, where, index + 1)
         return structure
 
     def __call__(self, cluster: Cluster, index: int = 0) -> "binarize.EncodedCluster":

