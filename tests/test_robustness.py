@@ -242,6 +242,28 @@ def test_checkpoint_records_data_fingerprint_and_weight_checksum(trained):
     assert record["model_checksum"]["tensors"][name] == checkpoints.tensor_digest(state["model"][name])
 
 
+def test_task_state_checksums_the_model_it_built_unless_told_not_to(trained):
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    args = options.parse_args_and_arch(
+        options.get_training_parser(), [trained["data_bin"], "--user-dir", USER_DIR, *TINY_TRANSFORMER]
+    )
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    record = task.state_dict()[checkpoints.RECORD_KEY]
+    assert record["model_checksum"] == checkpoints.model_checksum(model.state_dict())
+    assert record["data"] == task.data_fingerprint()
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)
+    assert task.state_dict()[checkpoints.RECORD_KEY]["model_checksum"] != record["model_checksum"]
+    task.cfg.no_checkpoint_checksum = True
+    assert "model_checksum" not in task.state_dict()[checkpoints.RECORD_KEY]
+    task.load_state_dict({checkpoints.RECORD_KEY: record})  # the record is not task state
+    assert checkpoints.RECORD_KEY not in task.state.state_dict
+
+
 def test_generate_refuses_a_data_bin_with_another_dictionary(trained, other_data_bin, tmp_path):
     same_size = [len(Dictionary.load(os.path.join(d, "dict.txt"))) for d in (trained["data_bin"], other_data_bin)]
     assert same_size[0] == same_size[1]
