@@ -298,7 +298,8 @@ def describe_unreadable(path: str, error: BaseException) -> str:
     size = os.path.getsize(path) if os.path.isfile(path) else None
     text = f"{type(error).__name__}: {error}"
     lowered = str(error).lower()
-    if isinstance(error, EOFError) or "ran out of input" in lowered or "central directory" in lowered or "eof" in lowered:
+    truncated_signs = ("ran out of input", "central directory", "eof")
+    if isinstance(error, EOFError) or any(sign in lowered for sign in truncated_signs):
         cause = "the file is truncated (an interrupted save, copy or download)"
     elif isinstance(error, pickle.UnpicklingError) and "invalid load key" in lowered:
         with open(path, "rb") as handle:
@@ -422,10 +423,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
                     print(f"{path}: readable; no mdsfair record (not written by fairseq-train with an mdsfair task)")
                 else:
                     data = record.get("data") or {}
-                    print(
-                        f"{path}: OK ({len((record.get('model_checksum') or {}).get('tensors', {}))} tensors verified); "
-                        f"trained on {', '.join(data.get('data_bins', [])) or '?'}"
-                    )
+                    verified = len((record.get("model_checksum") or {}).get("tensors", {}))
+                    print(f"{path}: OK ({verified} tensors verified); "
+                          f"trained on {', '.join(data.get('data_bins', [])) or '?'}")
         except (CheckpointFileError, CheckpointIntegrityError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
             status = 1

@@ -364,7 +364,8 @@ def test_flipped_bytes_inside_tensors_are_detected(trained, tmp_path, monkeypatc
     corrupted = str(tmp_path / "corrupted.pt")
     shutil.copyfile(trained["checkpoint"], corrupted)
     flip_bytes_in_largest_tensor(corrupted)
-    with pytest.raises(checkpoints.CheckpointIntegrityError, match=r"corrupted\.pt: the model weights .* differ: .*embed"):
+    differ = r"corrupted\.pt: the model weights .* differ: .*embed"
+    with pytest.raises(checkpoints.CheckpointIntegrityError, match=differ):
         load_with_fairseq(corrupted)
     with pytest.raises(checkpoints.CheckpointIntegrityError, match=r"corrupted\.pt"):
         generate(trained, tmp_path / "gen", checkpoint=corrupted)

@@ -451,7 +451,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
             self.sizes = np.stack([self.src_sizes, self.tgt_sizes], axis=1)
         logger.info(
             "%s: targets cut at the model's limit of %d tokens (below --max-target-positions %d): %d of %d "
-            "targets, %d tokens; generation still covers every example",
+            "targets, %d tokens (the examples are kept, not filtered)",
             self.name, limit, self.truncation.max_target_positions,
             self.truncation_counts["target_examples_truncated"], len(self),
             self.truncation_counts["target_tokens_truncated"],

@@ -499,7 +499,9 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
         "the hypotheses must cover (for a fairseq-generate log whose captured logging names it, found "
         "automatically)",
     )
-    parser.add_argument("--split", metavar="NAME", help="split of --data-bin (default: the one the log names, else test)")
+    parser.add_argument(
+        "--split", metavar="NAME", help="split of --data-bin (default: the one the log names, else test)"
+    )
     parser.add_argument(
         "--expected", type=int, metavar="N",
         help="number of clusters the hypotheses must cover (ids 0..N-1 of a fairseq-generate log); "
