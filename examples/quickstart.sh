@@ -49,7 +49,7 @@ mdsfair-train "$OUT/data-bin" --task multidoc_summarization "${MODEL_ARGS[@]}" \
     --max-tokens 8000 --max-update 100000 --stop-time-hours "$STOP_HOURS" \
     --save-dir "$OUT/checkpoints" --no-epoch-checkpoints --log-format simple --log-interval 50 \
     --num-workers 0 --seed 1 --cpu > "$OUT/train.log" 2>&1 || { tail -n 40 "$OUT/train.log"; exit 1; }
-grep -E "truncated|^INFO:(train|valid):|done training" "$OUT/train.log" | sed -e 's/^INFO:[a-z_.]*://' 
+grep -E "source tokens kept|^INFO:(train|valid):|done training" "$OUT/train.log" | sed -e 's/^INFO:[a-z_.]*://' 
 test -f "$OUT/checkpoints/checkpoint_last.pt"
 
 echo "== 4. generate the test summaries"

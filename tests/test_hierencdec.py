@@ -14,6 +14,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
+from mdsfair.checkpoints import restamp_state
 from mdsfair.evaluation.attention_analysis import (
     AttentionRecorder,
     cli_main as analyze_attention_main,
@@ -526,6 +527,7 @@ def hub_model_dir(restored_checkpoint, noisy_bart_state, data_bin, tmp_path_fact
     state = checkpoint_utils.load_checkpoint_to_cpu(restored_checkpoint)
     positions = "encoder.embed_positions.weight"
     state["model"] = {**noisy_bart_state["model"], positions: state["model"][positions]}
+    restamp_state(state)  # the weights changed on purpose: record their checksum
     torch.save(state, os.path.join(model_dir, "checkpoint_best.pt"))
     copy_inference_files(data_bin, model_dir)
     return model_dir
