@@ -53,8 +53,8 @@ setup(
             "mdsfair-analyze-attention = mdsfair.evaluation.attention_analysis:cli_main",
             "mdsfair-train = mdsfair.cli:train_main",
             "mdsfair-generate = mdsfair.cli:generate_main",
-            "mdsfair-import = mdsfair.importers.cli:import_entry",
-            "mdsfair-export = mdsfair.importers.cli:export_entry",
+            "mdsfair-import = mdsfair.importers.cli:import_main",
+            "mdsfair-export = mdsfair.importers.cli:export_main",
         ]
     },
 )

@@ -161,9 +161,17 @@ def gpt2_data_bin(work_dir: str, bpe_dir: str, clusters: Optional[Sequence[Dict]
     return dest
 
 
-def restore_with_trainer(data_bin: str, restore_file: str, arch: str, flags: Sequence[str] = (), save_dir: str = "."):
-    """What ``fairseq-train DATA --user-dir mdsfair --task multidoc_summarization
-    --arch ARCH FLAGS --restore-file FILE --reset-optimizer --reset-dataloader
+def restore_with_trainer(
+    data_bin: str,
+    restore_file: str,
+    arch: str,
+    flags: Sequence[str] = (),
+    save_dir: str = ".",
+    task: str = "multidoc_summarization",
+    criterion: Sequence[str] = ("--criterion", "cross_entropy"),
+):
+    """What ``fairseq-train DATA --user-dir mdsfair --task TASK --arch ARCH
+    FLAGS --restore-file FILE --reset-optimizer --reset-dataloader
     --reset-meters`` does before its first update, in this process: parse,
     build task, model, criterion and trainer, then fairseq's own
     ``checkpoint_utils.load_checkpoint``. Returns the trainer."""
@@ -174,16 +182,15 @@ def restore_with_trainer(data_bin: str, restore_file: str, arch: str, flags: Seq
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(parser, [
-        data_bin, "--task", "multidoc_summarization", "--arch", arch, *flags,
+        data_bin, "--task", task, "--arch", arch, *flags, *criterion,
         "--restore-file", restore_file, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
         "--optimizer", "adam", "--lr", "1e-4", "--max-tokens", "2048", "--cpu", "--save-dir", save_dir,
-        "--criterion", "cross_entropy", "--no-progress-bar", "--seed", "1",
+        "--no-progress-bar", "--seed", "1",
     ])
     cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    task.load_dataset("valid", combine=False, epoch=1)
-    model = task.build_model(cfg.model)
-    criterion = task.build_criterion(cfg.criterion)
-    trainer = Trainer(cfg, task, model, criterion)
+    fairseq_task = tasks.setup_task(cfg.task)
+    fairseq_task.load_dataset("valid", combine=False, epoch=1)
+    model = fairseq_task.build_model(cfg.model)
+    trainer = Trainer(cfg, fairseq_task, model, fairseq_task.build_criterion(cfg.criterion))
     checkpoint_utils.load_checkpoint(cfg.checkpoint, trainer)
     return trainer

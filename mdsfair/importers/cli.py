@@ -51,13 +51,5 @@ def export_main(argv: Optional[List[str]] = None) -> int:
     return dispatch("mdsfair-export", EXPORT_KINDS, "export_cli_main", argv)
 
 
-def import_entry() -> None:
-    sys.exit(import_main())
-
-
-def export_entry() -> None:
-    sys.exit(export_main())
-
-
 if __name__ == "__main__":
-    import_entry()
+    sys.exit(import_main())
