@@ -190,6 +190,37 @@ def test_dictionary_follows_the_embedding_rows(tmp_path):
         assert len(encoder) == len(vocab) - 4 - int(case["mask"])
 
 
+@pytest.mark.parametrize("weights_format", ["safetensors", "bin"])
+def test_sharded_weights_import_like_one_file(weights_format, imported, tmp_path):
+    """``model.safetensors.index.json`` / ``pytorch_model.bin.index.json`` with two shards."""
+    from safetensors.torch import load_file, save_file
+
+    entry = imported["plain-safetensors"]
+    sharded = str(tmp_path / "sharded")
+    shutil.copytree(entry["hf_dir"], sharded)
+    os.remove(os.path.join(sharded, "model.safetensors"))
+    state = load_file(os.path.join(entry["hf_dir"], "model.safetensors"))
+    names = sorted(state)
+    weight_map = {}
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        file = f"model-{shard + 1:05d}-of-00002." + ("safetensors" if weights_format == "safetensors" else "bin")
+        tensors = {name: state[name] for name in part}
+        if weights_format == "safetensors":
+            save_file(tensors, os.path.join(sharded, file))
+        else:
+            torch.save(tensors, os.path.join(sharded, file))
+        weight_map.update({name: file for name in part})
+    index = "model.safetensors.index.json" if weights_format == "safetensors" else "pytorch_model.bin.index.json"
+    with open(os.path.join(sharded, index), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    summary = import_hf_bart(sharded, str(tmp_path / "out"))
+    assert summary["source"].endswith(index)
+    ours = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(summary["out_dir"], "model.pt"))["model"]
+    reference = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))["model"]
+    assert set(ours) == set(reference)
+    assert all(torch.equal(ours[key], reference[key]) for key in reference)
+
+
 def test_gelu_new_is_fairseq_gelu_accurate(transformers):
     from fairseq.modules import gelu_accurate
 

@@ -15,17 +15,18 @@ fairseq's released BART checkpoints predate today's fairseq: a pickled
 their time (``min_lr``, ``max_sentences``, ``lr`` as a float, string
 booleans such as ``left_pad_source='True'``), ``encoder.version`` /
 ``decoder.version`` buffers, no ``decoder.output_projection.weight`` (the
-decoder projected with the tied embedding), and for ``bart.large`` one more
-embedding row than ``dict.txt`` has symbols: ``<mask>``, which the
-denoising task appended. fairseq's own loading handles all of it, which
-``tests/test_import_fairseq_bart.py`` checks on a checkpoint built in exactly
-that layout for every BART-based architecture:
+decoder projected with the tied embedding), and for the pretrained
+``bart.base`` / ``bart.large`` one more embedding row than ``dict.txt`` has
+symbols: ``<mask>``, which the denoising task appended (``bart.base``'s
+``dict.txt`` is padded with ``madeupword`` symbols to 51,196 lines). fairseq's
+own loading handles all of it, which ``tests/test_import_fairseq_bart.py``
+checks on checkpoints built in exactly that layout, restored into every
+BART-based architecture:
 
 * ``checkpoint_utils._upgrade_state_dict`` converts ``args`` to ``cfg``
   (``min_lr`` -> ``stop_min_lr``, a float ``lr`` -> ``[lr]``, ...);
 * ``TransformerDecoderBase.upgrade_state_dict_named`` copies the tied
-  embedding to ``output_projection.weight``; the ``version`` buffers (3)
-  keep the current layer-norm layout;
+  embedding to ``output_projection.weight``;
 * ``BARTModel.upgrade_state_dict_named`` drops the ``<mask>`` row when the
   task's dictionary (``dict.txt`` of the data-bin) has no ``<mask>``;
 * the mdsfair models add what BART lacks in their own
