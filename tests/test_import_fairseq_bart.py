@@ -244,3 +244,36 @@ def test_readme_restore_command_tiles_hierencdec_positions(release, tmp_path):
     assert table.size(0) == 4098
     assert torch.equal(table, tile_position_table(released["encoder.embed_positions.weight"], 4098, padding_idx=1))
     assert torch.equal(saved["decoder.layers.1.fc2.weight"], released["decoder.layers.1.fc2.weight"])
+
+
+@pytest.mark.parametrize("flavour", ["bart.large", "bart.base"])
+def test_export_of_a_release_to_hugging_face(flavour, release, tmp_path):
+    """``mdsfair-export hf-bart`` on a release with its own dict.txt and GPT-2
+    files: vocab.json gets the dictionary's indices (<mask> on the extra row,
+    the madeupword padding kept), Hugging Face's tokenizer writes the data-bin's
+    ids, and Hugging Face's logits are the restored fairseq model's."""
+    from mdsfair.importers.hf_bart import export_hf_bart
+    from tests.import_fixtures import TEXTS, hf_tokenizer, import_transformers
+
+    transformers = import_transformers()
+    gpt2 = os.path.join(os.path.dirname(release["checkpoints"][flavour]), flavour, "gpt2")
+    out_dir = str(tmp_path / "hf")
+    export_hf_bart(release["checkpoints"][flavour], os.path.join(gpt2, "dict.txt"), out_dir)
+    trainer = restore_with_trainer(release["data_bins"][flavour], release["checkpoints"][flavour], "bart_large", TINY,
+                                   str(tmp_path))
+    dictionary = trainer.task.source_dictionary
+    with open(os.path.join(out_dir, "vocab.json"), encoding="utf-8") as f:
+        vocab = json.load(f)
+    assert vocab["<mask>"] == len(dictionary) and len(vocab) == len(dictionary) + 1
+    assert sum(token.startswith("madeupword") for token in vocab) == FLAVOURS[flavour][1]
+    dataset = trainer.task.datasets["valid"]
+    tokenizer = hf_tokenizer(out_dir)
+    assert dataset[0]["source"].tolist() == tokenizer(TEXTS[0]).input_ids  # one-document cluster
+    hf = transformers.BartForConditionalGeneration.from_pretrained(out_dir).eval()
+    source = tokenizer([TEXTS[0], TEXTS[3]], padding=True, return_tensors="pt")
+    previous = torch.tensor([[2, 30, 31, 32], [2, 40, 41, 1]])
+    with torch.no_grad():
+        expected = hf(**source, decoder_input_ids=previous).logits[..., : len(dictionary)]
+        logits, _ = trainer.get_model().eval()(source.input_ids, source.attention_mask.sum(1), previous)
+    real = previous.ne(1)
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)

@@ -5,6 +5,7 @@ The first positional argument names the source kind; the rest goes to
 exports). Listing the kinds (``--help``) imports nothing heavy.
 """
 import importlib
+import importlib.util
 import sys
 from typing import Dict, List, Optional
 
@@ -38,7 +39,11 @@ def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[Lis
     if kind not in kinds:
         print(f"{program}: unknown kind {kind!r}\n\n{usage(program, kinds)}", file=sys.stderr)
         return 2
-    module = importlib.import_module(f"mdsfair.importers.{kind.replace('-', '_')}")
+    name = f"mdsfair.importers.{kind.replace('-', '_')}"
+    if importlib.util.find_spec(name) is None:
+        print(f"{program}: kind {kind!r} is not part of this installation ({name} missing)", file=sys.stderr)
+        return 2
+    module = importlib.import_module(name)
     result = getattr(module, entry)(rest)
     return int(result or 0)
 

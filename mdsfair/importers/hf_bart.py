@@ -35,9 +35,11 @@ The weights map one to one (the same layer and projection names, the same
   LayerNorm (weight and bias, the last operation before the projection) is
   divided by it. The logits are the same; every BART-based architecture
   restores it.
-* ``lm_head``: tied (``tie_word_embeddings``, every released BART) becomes
-  ``--share-all-embeddings``; an untied head becomes
-  ``decoder.output_projection.weight`` with ``share_all_embeddings`` and
+* ``lm_head``: tied (``tie_word_embeddings``, every released BART: encoder,
+  decoder and output share ``shared``) becomes ``--share-all-embeddings``.
+  Untied, each of ``encoder.embed_tokens``, ``decoder.embed_tokens`` (both
+  ``shared`` when the file has no key of their own) and ``lm_head`` is its
+  own tensor, written with ``share_all_embeddings`` and
   ``share_decoder_input_output_embed`` off in the checkpoint's cfg, which
   ``fairseq-generate --path`` and the hub honour. fairseq's ``bart_*``
   architectures always tie, so ``--restore-file`` into them would overwrite
