@@ -22,14 +22,13 @@ from tests.import_fixtures import TEXTS, hf_tokenizer, tiny_hf_bart
 PAGES, PAGE_LENGTH = 3, 64
 
 
-@pytest.fixture(scope="module")
-def released(tmp_path_factory):
+def write_release(root, scale_embedding=False):
     """``facebook/bart-large-cnn``-like config directory (config.json,
     vocab.json, merges.txt) and a PageSumModel state dict saved as the authors
     saved theirs (``torch.save(model.state_dict())``: every tied name present)."""
-    root = tmp_path_factory.mktemp("pagesum")
     config_dir = str(root / "bart-large-cnn")
-    model, _ = tiny_hf_bart(config_dir, seed=3, weights_format="bin", extra_rows=-1)  # cnn: <mask> beyond the rows
+    model, _ = tiny_hf_bart(config_dir, seed=3, weights_format="bin", extra_rows=-1,  # cnn: <mask> beyond the rows
+                            scale_embedding=scale_embedding)
     os.remove(os.path.join(config_dir, "pytorch_model.bin"))
     torch.manual_seed(4)
     lin = torch.nn.Linear(model.config.d_model, 1)
@@ -38,6 +37,11 @@ def released(tmp_path_factory):
     path = str(root / "model.bin")
     torch.save(state, path)
     return {"config_dir": config_dir, "state_dict": path, "state": state, "hf": model, "root": root}
+
+
+@pytest.fixture(scope="module")
+def released(tmp_path_factory):
+    return write_release(tmp_path_factory.mktemp("pagesum"))
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +122,21 @@ def reference_logits(hf, lin, pages, page_mask, decoder_input):
 
 
 def test_logits_equal_the_authors_forward(released, imported):
+    assert_logits_equal_the_authors_forward(released, imported)
+
+
+def test_scaled_embeddings_fold_into_the_page_scorer_too(tmp_path):
+    """With ``scale_embedding`` the import folds sqrt(d) into the weights
+    (hf_bart) and the page scorer reads the rescaled decoder states."""
+    release = write_release(tmp_path, scale_embedding=True)
+    out_dir = str(tmp_path / "out")
+    summary = import_pagesum(release["state_dict"], release["config_dir"], out_dir,
+                             dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH))
+    checkpoint = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out_dir, "model.pt"))
+    assert_logits_equal_the_authors_forward(release, {"out_dir": out_dir, "summary": summary, "checkpoint": checkpoint})
+
+
+def assert_logits_equal_the_authors_forward(released, imported):
     tokenizer = hf_tokenizer(released["config_dir"])
     clusters = [[TEXTS[0], TEXTS[1][:50], TEXTS[2]], [TEXTS[3][:30], TEXTS[4], TEXTS[5][:45]]]
     # The authors' pages: one document per page, "<s> ... </s>", padded.

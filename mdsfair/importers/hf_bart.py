@@ -308,8 +308,7 @@ def fairseq_state_from_hf(
     embeddings = {part: state.get(name, state.get(shared_name, fallback)) for part, name in names.items()}
     lm_head = optional("lm_head.weight")
     if shape.tied_output:
-        tied = [n for n in available + (["lm_head.weight"] if lm_head is not None else [])]
-        for name in tied:
+        for name in available + (["lm_head.weight"] if lm_head is not None else []):
             if not torch.equal(state[name], fallback):
                 raise ImportRefused(
                     f"{source}: {name} differs from {available[0]} although config.json ties them "

@@ -143,6 +143,10 @@ def import_pagesum(
             f"Linear({shape.embed_dim}, 1)"
         )
     fairseq_state = fairseq_state_from_hf(state, shape, state_dict_path, ignored=CONFIDENCE_KEYS)
+    if shape.scale_embedding and shape.tied_output:
+        # The folded scale leaves the decoder states divided by sqrt(d) (see
+        # hf_bart); the scorer reads them, so its weight takes the factor back.
+        weight = weight * shape.embed_scale
     fairseq_state["decoder.page_confidence.weight"] = weight
     fairseq_state["decoder.page_confidence.bias"] = bias
     num_rows = fairseq_state["decoder.embed_tokens.weight"].size(0)
