@@ -481,7 +481,10 @@ def write_bart_base_sized(directory):
         "model_type": "bart", "vocab_size": v, "d_model": d, "max_position_embeddings": BART_BASE["positions"],
         "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 12, "decoder_attention_heads": 12,
         "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "activation_function": "gelu", "scale_embedding": False,
-        "normalize_before": False, "add_final_layer_norm": False, "dropout": 0.1, "attention_dropout": 0.1,
+        # transformers 3 fields of the released configurations, at BART's values
+        "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
+        "static_position_embeddings": False, "add_bias_logits": False, "extra_pos_embeddings": 2,
+        "dropout": 0.1, "attention_dropout": 0.1,
         "activation_dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
         "decoder_start_token_id": 2, "forced_bos_token_id": 0, "num_beams": 4, "length_penalty": 2.0,
         "max_length": 142, "min_length": 56, "no_repeat_ngram_size": 3, "early_stopping": True,

@@ -204,6 +204,10 @@ def bart_shape(config: Dict, path: str) -> BartShape:
             f"{path}: model_type is {model_type!r}, not 'bart'; only BART checkpoints convert to fairseq's bart "
             "architectures (mBART, PEGASUS, LED, Marian and others differ in layer norms, positions or vocabulary)"
         )
+    if config.get("extra_pos_embeddings", 2) != 2:
+        raise ImportRefused(
+            f"{path}: extra_pos_embeddings={config['extra_pos_embeddings']}; BART's position tables have 2 offset rows"
+        )
     for name, bart_value in LEGACY_BART_FIELDS.items():
         if name in config and bool(config[name]) != bart_value:
             raise ImportRefused(

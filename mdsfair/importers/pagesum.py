@@ -23,6 +23,13 @@ authors' page settings:
   (tokenized ``<s> . </s>``), and that page takes part in the confidence
   softmax like any other.
 
+The printed ``fairseq-generate`` flags are those of their ``generate()``
+call (beam 4, length penalty 2.0, trigram blocking, their length limits).
+Two details of their transformers 4.6 beam search have no fairseq flag: it
+ran with ``early_stopping=False`` (fairseq stops a sentence once it has beam
+size finished hypotheses), and its length normalization counts the decoder's
+start token (fairseq counts the generated tokens).
+
 ``HF_CONFIG`` is the ``facebook/bart-large-cnn`` directory (``config.json``
 and the tokenizer's ``vocab.json`` / ``merges.txt``, which give ``dict.txt``,
 ``encoder.json``, ``vocab.bpe`` as for ``hf-bart``) or its ``config.json``
@@ -180,6 +187,9 @@ def print_summary(summary: Dict, out=None) -> None:
     print(f"wrote {out_dir}/model.pt (arch {summary['arch']}; locality {settings['locality']}, {settings['pages']} pages "
           f"of {settings['page_length']} tokens, empty pages filled with '.'), dict.txt "
           f"({summary['dictionary_size']} symbols), encoder.json, vocab.bpe", file=out)
+    if summary["generate_flags"]:
+        print("note: the generation flags are the authors' generate() call; its early_stopping=False and length "
+              "normalization over the decoder start token have no fairseq flag", file=out)
     print("next:", file=out)
     print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
           f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt", file=out)
