@@ -39,9 +39,10 @@ So the command is the README's:
 --restore-file bart.large/model.pt --reset-optimizer --reset-dataloader --reset-meters``.
 """
 import argparse
+import logging
 import os
 import warnings
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import torch
 
@@ -64,6 +65,7 @@ def checkpoint_state(args: argparse.Namespace, model_state: Dict[str, torch.Tens
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from omegaconf import OmegaConf
 
+    logging.getLogger("hydra").setLevel(logging.WARNING)  # its job-runtime debug lines
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # hydra's deprecation notices about fairseq's own config files
         cfg = convert_namespace_to_omegaconf(args)
@@ -92,17 +94,3 @@ def save_fairseq_checkpoint(path: str, args: argparse.Namespace, model_state: Di
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     torch_persistent_save(checkpoint_state(args, model_state), path)
     return path
-
-
-def version_buffers() -> Dict[str, torch.Tensor]:
-    """``encoder.version`` / ``decoder.version`` as fairseq's transformer
-    registers them (3: layer norms after the layer stack are kept)."""
-    return {"encoder.version": torch.Tensor([3]), "decoder.version": torch.Tensor([3])}
-
-
-def flag_list(values: Dict[str, object]) -> List[str]:
-    """``{"encoder_layers": 6}`` -> ``["--encoder-layers", "6"]``."""
-    flags: List[str] = []
-    for name, value in values.items():
-        flags += ["--" + name.replace("_", "-"), str(value)]
-    return flags
