@@ -749,7 +749,7 @@ def check_exportable(model_cfg, path: str) -> None:
         raise ImportRefused(f"{path}: not expressible as Hugging Face BART: {', '.join(problems)}")
 
 
-def hf_state_from_fairseq(state: Dict, model_cfg, path: str) -> Tuple["OrderedDict", bool, int]:
+def hf_state_from_fairseq(state: Dict, path: str) -> Tuple["OrderedDict", bool, Dict[str, int]]:
     """Hugging Face ``BartForConditionalGeneration`` state dict from a fairseq
     bart state dict; returns it, whether the head is tied, and the layer counts."""
     import torch
@@ -849,7 +849,7 @@ def export_hf_bart(
     state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
     model_cfg = state["cfg"]["model"] if state.get("cfg") is not None else state["args"]
     check_exportable(model_cfg, checkpoint)
-    hf_state, tied, layers = hf_state_from_fairseq(state["model"], model_cfg, checkpoint)
+    hf_state, tied, layers = hf_state_from_fairseq(state["model"], checkpoint)
     num_rows, d_model = hf_state["model.shared.weight"].shape
     positions = hf_state["model.encoder.embed_positions.weight"].size(0) - 2
     if hf_state["model.decoder.embed_positions.weight"].size(0) - 2 != positions:
