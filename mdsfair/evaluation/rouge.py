@@ -269,7 +269,7 @@ def load_hypotheses_and_references(
         cluster = [column[index] for column in reference_columns if column[index].strip()]
         if not cluster:
             raise RougeInputError(
-                f"line {index + 1}: empty reference in {', '.join(ref_paths)} "
+                f"{', '.join(f'{path}:{index + 1}' for path in ref_paths)}: empty reference "
                 f"(every hypothesis needs at least one non-empty reference)"
             )
         references.append(cluster)
