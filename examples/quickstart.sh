@@ -24,7 +24,7 @@ echo "== 1. synthesize a multi-document data set (facts spread over documents, r
 mdsfair-synth --out-dir "$OUT/raw" --seed 1 --train "$TRAIN_CLUSTERS" --valid 100 --test "$TEST_CLUSTERS"
 
 echo "== 2. preprocess: structure, SentencePiece, binarization"
-mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --vocab-size 4000 \
+mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --overwrite --vocab-size 4000 \
     --spm-model-type bpe --workers 2 --no-progress-bar
 
 echo "== 3. train ($ARCH, ${TRAIN_MINUTES} minutes)"

@@ -32,7 +32,6 @@ import json
 import logging
 import multiprocessing
 import os
-import shutil
 import sys
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -44,6 +43,9 @@ from tqdm import tqdm
 
 from mdsfair.data.indexed import ArrayWriter, token_dtype
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
+from mdsfair.preprocess.destdir import DestinationInUseError, copy_into, finish_destdir, prepare_destdir
+from mdsfair.preprocess.references import MULTI_REFERENCE_MODES, MultiReferenceWriter, training_references
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 from mdsfair.preprocess.structure import (
     ClusterStructure,
@@ -62,6 +64,7 @@ from mdsfair.preprocess.subword import (
     load_encoder_from_manifest,
     train_sentencepiece,
 )
+from mdsfair.raw_contract import cluster_references
 
 logger = logging.getLogger("mdsfair.preprocess")
 
@@ -94,6 +97,9 @@ class EncodedCluster:
     num_sentences: int
     num_unknown: int = 0
     side_data: Dict[str, np.ndarray] = field(default_factory=dict)
+    references: List[str] = field(default_factory=list)  # all references, the first = summary
+    dropped_documents: List[int] = field(default_factory=list)  # raw indices of dropped empty documents
+    line: int = 0  # the raw line it was read from
 
 
 def encode_cluster(cluster: ClusterStructure, encoder, dictionary: Dictionary) -> EncodedCluster:
@@ -136,6 +142,8 @@ def encode_cluster(cluster: ClusterStructure, encoder, dictionary: Dictionary) -
         num_paragraphs=paragraph_index,
         num_sentences=sentence_index,
         num_unknown=int((tokens_array == unk).sum()) + sum(t == unk for t in target),
+        references=list(cluster.references),
+        dropped_documents=list(cluster.dropped_documents),
     )
 
 
@@ -193,6 +201,7 @@ def _process_chunk(task):
             results.append(("error", e))
             continue
         encoded = encode_cluster(cluster, _WORKER["encoder"], _WORKER["dictionary"])
+        encoded.line = line_number
         for producer in _WORKER["producers"]:
             encoded.side_data[producer.spec.name] = np.asarray(producer(cluster, encoded))
         encoded.sentence_symbols = []  # not needed past this point; keep IPC small
@@ -233,19 +242,19 @@ def _split_paths(args) -> Dict[str, str]:
     return splits
 
 
-def _training_texts(path: str, lowercase: bool):
-    """Paragraphs and summaries of the training split, for SentencePiece."""
+def _training_texts(path: str, lowercase: bool, multi_reference: str = "first"):
+    """Paragraphs and the training references of the training split, for SentencePiece."""
     for _, raw in iter_raw_lines(path):
         try:
             obj = json.loads(raw.decode("utf-8"))
-            documents, summary = obj["documents"], obj["summary"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+            documents = obj["documents"]
+            summaries = [clean_text(s, lowercase) for s in training_references(cluster_references(obj), multi_reference)]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
             continue  # reported with file and line by the binarization pass
         for document in documents if isinstance(documents, list) else []:
             if isinstance(document, str):
                 yield from split_paragraphs(clean_text(document, lowercase))
-        if isinstance(summary, str) and summary.strip():
-            yield clean_text(summary, lowercase)
+        yield from summaries
 
 
 def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
@@ -255,17 +264,18 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
     if args.subword == "sentencepiece":
         spm_path = os.path.join(dest, SPM_MODEL_NAME)
         if args.spm_model:
-            shutil.copyfile(args.spm_model, spm_path)
+            copy_into(args.spm_model, spm_path)
         else:
             if args.spm_train_split not in splits:
                 raise SystemExit(
                     f"cannot train SentencePiece: no split {args.spm_train_split!r} (have {sorted(splits)}); "
                     "give --spm-model or --spm-train-split"
                 )
-            logger.info("training SentencePiece (%d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
+            check_training_split_has_a_cluster(splits[args.spm_train_split], args)  # FILE:LINE before sentencepiece
+            logger.info("training SentencePiece (asking for %d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
             prefix = os.path.join(dest, SPM_MODEL_NAME[: -len(".model")])
             train_sentencepiece(
-                _training_texts(splits[args.spm_train_split], args.lowercase),
+                _training_texts(splits[args.spm_train_split], args.lowercase, args.multi_reference),
                 prefix,
                 vocab_size=args.vocab_size,
                 model_type=args.spm_model_type,
@@ -277,12 +287,15 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
             check_sentencepiece_dictionary(encoder, dictionary, args.dict)
         else:
             dictionary = dictionary_from_sentencepiece(encoder)
+        if not args.spm_model:
+            args.vocabulary_report = sentencepiece_size_report(
+                args.vocab_size, encoder.processor.get_piece_size(), len(dictionary))
     else:
         missing = [f for f in ("gpt2_encoder_json", "gpt2_vocab_bpe", "dict") if not getattr(args, f)]
         if missing:
             raise SystemExit("--subword gpt2 needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
-        shutil.copyfile(args.gpt2_encoder_json, os.path.join(dest, "encoder.json"))
-        shutil.copyfile(args.gpt2_vocab_bpe, os.path.join(dest, "vocab.bpe"))
+        copy_into(args.gpt2_encoder_json, os.path.join(dest, "encoder.json"))
+        copy_into(args.gpt2_vocab_bpe, os.path.join(dest, "vocab.bpe"))
         encoder = GPT2BPEEncoder(os.path.join(dest, "encoder.json"), os.path.join(dest, "vocab.bpe"))
         dictionary = Dictionary.load(args.dict)
     dictionary.save(os.path.join(dest, "dict.txt"))
@@ -328,6 +341,9 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
     for spec in specs:
         writers[spec.name] = ArrayWriter(f"{prefix}.{spec.name}", spec.numpy_dtype)
     require_summary = split in args.train_splits and not args.allow_empty_summary
+    split_log = SplitLog(prefix, split, path, args.skip_bad)
+    references = MultiReferenceWriter(
+        prefix, args.multi_reference == "each" and split in args.train_splits, dest, subword_manifest)
     counts = Counter()
     skipped = Counter()
     lengths = []
@@ -353,6 +369,7 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
                         if not args.skip_bad:
                             raise result[1]
                         skipped[result[1].reason] += 1
+                        split_log.skipped(result[1])
                         continue
                     encoded, dropped = result
                     counts["empty_documents_dropped"] += dropped
@@ -374,6 +391,8 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
                         writers[spec.name].add(encoded.side_data[spec.name])
                     ids_file.write(encoded.id.replace("\n", " ") + "\n")
                     summary_file.write(encoded.summary.replace("\n", " ") + "\n")
+                    split_log.written(encoded)
+                    counts.update(references.add(encoded, writers, [spec.name for spec in specs], ids_file, summary_file))
     finally:
         if pool is not None:
             pool.terminate()
@@ -383,6 +402,7 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
         "input": path,
         "lines": counts["lines"],
         "clusters": counts["clusters"],
+        "examples": counts["clusters"] + counts["examples"],
         "documents": counts["documents"],
         "paragraphs": counts["paragraphs"],
         "sentences": counts["sentences"],
@@ -396,6 +416,8 @@ def binarize_split(args, split: str, path: str, subword_manifest, specs: List[Si
         "empty_summaries": counts["empty_summaries"],
         "truncated": 0,
     }
+    report.update(references.close(split))
+    report.update(split_log.close())
     return report
 
 
@@ -415,7 +437,19 @@ def get_parser() -> argparse.ArgumentParser:
     io.add_argument("--allow-empty-summary", action="store_true", help="accept empty summaries in training splits too")
     io.add_argument(
         "--skip-bad", action="store_true",
-        help="skip bad lines (and drop empty documents) and count them, instead of failing at the first one",
+        help="skip bad lines (and drop empty documents) and count them, instead of failing at the first one; "
+        "each skipped line and dropped document is listed in DESTDIR/{split}.skipped.txt",
+    )
+    io.add_argument(
+        "--overwrite", action="store_true",
+        help="write into a --destdir that is not empty: its old manifest is removed first, and every file the "
+        "new manifest does not list (e.g. splits of an earlier run) is removed at the end",
+    )
+    io.add_argument(
+        "--multi-reference", choices=MULTI_REFERENCE_MODES, default="first",
+        help="clusters with several references ('summaries'): train on the first ('first') or make one "
+        "training example per reference ('each', training splits only); all references are kept for "
+        "evaluation as DESTDIR/{split}.summary.txt, {split}.summary.2.txt, ...",
     )
     structure = parser.add_argument_group("structure")
     structure.add_argument(
@@ -477,7 +511,27 @@ def format_report(reports: Dict[str, Dict]) -> str:
         row += f"; empty summaries: {report['empty_summaries']}"
         lines.append(row)
     lines.append("truncated: 0 (preprocessing keeps everything; the task truncates and counts)")
+    lines.extend(split_notes(reports))
     return "\n".join(lines)
+
+
+def split_notes(reports: Dict[str, Dict]) -> List[str]:
+    """Closing-report lines on rows per reference, kept references, skip
+    reports and repeated ids."""
+    notes = []
+    for split, report in reports.items():
+        if report.get("examples", report["clusters"]) != report["clusters"]:
+            notes.append(f"{split}: {report['examples']:,} examples from {report['clusters']:,} clusters "
+                         "(--multi-reference each: one per reference)")
+        if report.get("reference_files"):
+            notes.append(f"{split}: {report['multi_reference_clusters']:,} clusters with several references, "
+                         f"kept in {', '.join(report['reference_files'])}")
+        if report.get("skip_report"):
+            notes.append(f"{split}: skipped lines and dropped documents listed in {report['skip_report']}")
+        if report.get("duplicate_ids"):
+            notes.append(f"{split}: {len(report['duplicate_ids']):,} cluster ids occur more than once "
+                         "(listed in mdsfair.json)")
+    return notes
 
 
 def producer_arguments(args: argparse.Namespace) -> Dict[str, object]:
@@ -496,7 +550,8 @@ def preprocess(args: argparse.Namespace) -> Dict[str, Dict]:
     if unknown:
         raise SystemExit(f"unknown side data {unknown}; available: {sorted(SIDE_DATA_PRODUCERS)}")
     splits = _split_paths(args)
-    os.makedirs(args.destdir, exist_ok=True)
+    prepare_destdir(args)  # refuses a used --destdir unless --overwrite
+    args.vocabulary_report = None
     subword_manifest = prepare_subwords(args, splits)
     specs = [SIDE_DATA_PRODUCERS[name].spec for name in args.side_data]
     reports = {}
@@ -515,6 +570,9 @@ def preprocess(args: argparse.Namespace) -> Dict[str, Dict]:
         "structure": list(STRUCTURE_STREAMS),
         "splits": reports,
     }
+    if args.vocabulary_report is not None:
+        manifest["vocabulary"] = args.vocabulary_report
+    finish_destdir(args, manifest)  # lists the files; --overwrite removes the others
     with open(os.path.join(args.destdir, MANIFEST_NAME), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
     return reports
@@ -528,10 +586,14 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
     args = get_parser().parse_args(argv)
     try:
         reports = preprocess(args)
-    except (InputFormatError, FileNotFoundError, OverflowError, ValueError) as e:
+    except (InputFormatError, FileNotFoundError, OverflowError, ValueError, DestinationInUseError) as e:
         print(f"mdsfair-preprocess: error: {e}", file=sys.stderr)
         raise SystemExit(1)
     print(format_report(reports))
+    vocabulary = getattr(args, "vocabulary_report", None)
+    if vocabulary:
+        print(f"vocabulary: {vocabulary['pieces']:,} SentencePiece pieces (asked for {vocabulary['requested_pieces']:,}); "
+              f"dict.txt {vocabulary['dictionary_size']:,} entries")
     return reports
 
 

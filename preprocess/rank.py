@@ -215,6 +215,8 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
                     }
                     if cluster.title:
                         record["title"] = cluster.title
+                    if len(cluster.references) > 1:  # keep every reference for evaluation
+                        record["summaries"] = cluster.references
                     output.write(json.dumps(record, ensure_ascii=False) + "\n")
     finally:
         if output is not None:

@@ -108,15 +108,15 @@ def _write_jsonl(path, records):
 def test_bad_jsonl_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(CLUSTER) + "\n\n" + '{"id": "broken", "documents": [\n')
-    with pytest.raises(ClusterFormatError, match=r"bad\.jsonl, line 3: not valid JSON"):
+    with pytest.raises(ClusterFormatError, match=r"bad\.jsonl:3: not valid JSON"):
         read_clusters(str(bad))
     missing = tmp_path / "missing.jsonl"
     missing.write_text(json.dumps({"id": "a", "documents": ["x"]}) + "\n" + json.dumps({"id": "b"}) + "\n")
-    with pytest.raises(ClusterFormatError, match=r"missing\.jsonl, line 2: missing key 'documents'"):
+    with pytest.raises(ClusterFormatError, match=r"missing\.jsonl:2: missing key 'documents'"):
         read_clusters(str(missing))
     wrong = tmp_path / "wrong.jsonl"
     wrong.write_text(json.dumps({"id": "a", "documents": "not a list"}) + "\n")
-    with pytest.raises(ClusterFormatError, match=r"line 1: 'documents' must be a list of strings"):
+    with pytest.raises(ClusterFormatError, match=r"\.jsonl:1: 'documents' must be a list of strings"):
         read_clusters(str(wrong))
 
 
@@ -126,7 +126,7 @@ def test_cli_bad_line_exits_with_message(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(["--method", "lead", str(bad), "-o", str(tmp_path / "out.txt")])
     assert exit_info.value.code == 2
-    assert "bad.jsonl, line 2" in capsys.readouterr().err
+    assert "bad.jsonl:2" in capsys.readouterr().err
 
 
 def test_cli_writes_one_summary_per_line(tmp_path, capsys):

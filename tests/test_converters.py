@@ -234,7 +234,7 @@ def test_multinews_invalid_utf8_in_target_names_target_and_line(tmp_path):
         list(iter_multinews(source))
     assert info.value.path == str(target) and info.value.line == 2
     assert info.value.reason == converters.INVALID_UTF8
-    assert f"{target}, line 2: invalid UTF-8: byte 0xff" in str(info.value)
+    assert f"{target}:2: invalid UTF-8: byte 0xff" in str(info.value)
 
 
 # ----------------------------------------------------------------------------
@@ -325,7 +325,7 @@ def test_multixscience_missing_key_reports_line_where_list_element_starts(tmp_pa
     clusters, report = run("multixscience", path, tmp_path, split="test", skip_bad=True)
     assert [c["id"] for c in clusters] == ["math9912167"]
     assert report.skipped == Counter({"missing_key": 1})
-    assert f"line {start_line}" in report.skipped_examples[0]
+    assert f"{path}:{start_line}: missing key" in report.skipped_examples[0]
 
 
 def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
@@ -349,7 +349,7 @@ def test_invalid_utf8_inside_json_list_element(tmp_path):
     clusters, report = run("multixscience", path, tmp_path, skip_bad=True)
     assert [c["id"] for c in clusters] == ["b"]
     assert report.skipped == Counter({"invalid_utf8": 1})
-    assert "line 3" in report.skipped_examples[0]
+    assert ":3: invalid UTF-8" in report.skipped_examples[0]
 
 
 # ----------------------------------------------------------------------------
@@ -413,7 +413,7 @@ def test_csv_broken_row_reports_its_first_line(tmp_path):
     with pytest.raises(InputFormatError) as info:
         run("csv", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.MALFORMED_CSV_ROW, 4)
-    assert f"{path}, line 4: malformed CSV row" in str(info.value)
+    assert f"{path}:4: malformed CSV row" in str(info.value)
 
     clusters, report = run("csv", path, tmp_path, skip_bad=True)
     assert [c["id"] for c in clusters] == ["train-0", "train-2"]
@@ -565,14 +565,14 @@ def test_bad_jsonl_record_names_file_and_line(tmp_path, bad_line, reason, messag
     with pytest.raises(InputFormatError) as info:
         list(iter_wcep(path))
     assert (info.value.path, info.value.line, info.value.reason) == (str(path), 2, reason)
-    assert str(info.value).startswith(f"{path}, line 2: ")
+    assert str(info.value).startswith(f"{path}:2: ")
     assert message in str(info.value)
 
     report = ConversionReport()
     clusters = list(iter_wcep(path, skip_bad=True, report=report))
     assert [c["id"] for c in clusters] == ["1", "3"]
     assert report.skipped == Counter({reason: 1})
-    assert report.skipped_examples[0].startswith(f"{path}, line 2: ")
+    assert report.skipped_examples[0].startswith(f"{path}:2: ")
     assert_accounted(report)
 
 
@@ -614,8 +614,8 @@ def test_skip_mode_counts_every_reason(tmp_path):
                                       "empty_cluster": 1, "duplicate_id": 1, "missing_key": 1})
     assert report.records_read == 8  # the blank line is not a record
     assert report.dropped_documents == Counter({"empty_document": 1})
-    assert [e.split(":")[0] for e in report.skipped_examples] == [
-        f"{path}, line {n}" for n in (2, 3, 5, 6, 7, 8)]
+    assert [e[: e.index(":", len(str(path)) + 1)] for e in report.skipped_examples] == [
+        f"{path}:{n}" for n in (2, 3, 5, 6, 7, 8)]
     assert_accounted(report)
 
 
@@ -676,7 +676,7 @@ def test_cli_bad_input_exit_status_message_and_skip(tmp_path, capsys):
     output = tmp_path / "out.jsonl"
     assert cli_main(["wcep", str(path), "-o", str(output)]) == 1
     err = capsys.readouterr().err
-    assert f"{path}, line 2: not valid JSON" in err and "--skip-bad" in err
+    assert f"{path}:2: not valid JSON" in err and "--skip-bad" in err
     assert not output.exists()
 
     assert cli_main(["wcep", str(path), "-o", str(output), "--skip-bad"]) == 0

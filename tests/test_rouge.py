@@ -231,7 +231,7 @@ def test_input_errors_name_files_and_counts(tmp_path):
         score_files(str(empty), REF, fast=True)
     blank_ref = tmp_path / "blank_ref.txt"
     blank_ref.write_text("a\n\nc\nd\ne\n")
-    with pytest.raises(RougeInputError, match=r"line 2: empty reference"):
+    with pytest.raises(RougeInputError, match=r"blank_ref\.txt:2: empty reference"):
         score_files(HYP, str(blank_ref), fast=True)
     with pytest.raises(RougeInputError, match="REF file is required"):
         score_files(HYP, fast=True)

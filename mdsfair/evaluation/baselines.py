@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from mdsfair.evaluation.text import split_paragraphs, split_sentences
+from mdsfair.raw_contract import cluster_references, format_location, strip_utf8_bom
 
 logger = logging.getLogger(__name__)
 
@@ -151,15 +152,18 @@ def _validate_cluster(record: object, where: str) -> Dict:
 
 
 def read_clusters(path: str) -> List[Dict]:
-    """Read and validate a raw-contract JSONL file (blank lines are skipped).
+    """Read and validate a raw-contract JSONL file (blank lines are skipped; a
+    UTF-8 byte-order mark before the first line is ignored).
 
     Raises:
-        ClusterFormatError: naming ``path`` and the 1-based line number.
+        ClusterFormatError: ``FILE:LINE: reason`` (1-based line).
     """
     clusters = []
     with open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
-            where = f"{path}, line {line_number}"
+            where = format_location(path, line_number)
+            if line_number == 1:
+                raw = strip_utf8_bom(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -175,14 +179,10 @@ def read_clusters(path: str) -> List[Dict]:
 
 
 def reference_summaries(cluster: Mapping) -> List[str]:
-    """The cluster's non-empty references: ``summaries`` if present, else ``summary``."""
-    if cluster.get("summaries"):
-        candidates = list(cluster["summaries"])
-    elif "summary" in cluster:
-        candidates = [cluster["summary"]]
-    else:
-        candidates = []
-    return [text for text in candidates if text.strip()]
+    """The cluster's non-empty references: ``summary``, then the entries of
+    ``summaries`` that differ from it (:func:`mdsfair.raw_contract.cluster_references`,
+    the rule ``mdsfair-preprocess`` follows too)."""
+    return cluster_references(cluster)
 
 
 def word_count(text: str) -> int:

@@ -59,12 +59,12 @@ a warning is logged.
 import argparse
 import json
 import logging
-import os
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
+from mdsfair.evaluation.references import data_bin_references
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.evaluation.text import split_sentences
 
@@ -84,7 +84,6 @@ class RougeInputError(ValueError):
 DATA_BIN_LINE_RE = re.compile(
     r"split (?P<split>\S+) of data-bin (?P<data_bin>.+?): (?P<clusters>\d+) clusters, source tokens kept"
 )
-MANIFEST_NAME = "mdsfair.json"
 
 
 def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
@@ -95,29 +94,6 @@ def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
         if match:
             found = (match.group("data_bin"), match.group("split"))
     return found
-
-
-def data_bin_references(data_bin: str, split: str) -> Tuple[List[List[str]], str]:
-    """The stored references of a data-bin split (``{split}.summary.txt``,
-    one cluster per line, as ``mdsfair-preprocess`` wrote them), checked
-    against the manifest's cluster count. Returns ``(references, path)``."""
-    path = os.path.join(data_bin, f"{split}.summary.txt")
-    if not os.path.isfile(path):
-        raise RougeInputError(
-            f"{path} not found: is {data_bin} a data-bin written by mdsfair-preprocess with a split {split!r}? "
-            "(give --data-bin / --split, or REF files)"
-        )
-    lines = read_lines(path)
-    manifest_path = os.path.join(data_bin, MANIFEST_NAME)
-    if os.path.isfile(manifest_path):
-        with open(manifest_path, encoding="utf-8") as handle:
-            report = json.load(handle).get("splits", {}).get(split)
-        if report is not None and report.get("clusters") != len(lines):
-            raise RougeInputError(
-                f"{path} has {len(lines)} references but {manifest_path} lists {report.get('clusters')} clusters "
-                f"in split {split!r}: the data-bin is inconsistent; preprocess it again"
-            )
-    return [[line] for line in lines], path
 
 
 def check_hypothesis_ids(ids: Optional[Sequence[int]], count: int, expected: int, hyp_path: str, why: str) -> None:
@@ -405,7 +381,7 @@ def load_hypotheses_and_references(
         cluster = [column[index] for column in reference_columns if column[index].strip()]
         if not cluster:
             raise RougeInputError(
-                f"line {index + 1}: empty reference in {', '.join(ref_paths)} "
+                f"{', '.join(f'{path}:{index + 1}' for path in ref_paths)}: empty reference "
                 f"(every hypothesis needs at least one non-empty reference)"
             )
         references.append(cluster)

@@ -31,6 +31,7 @@ the encoder runs once; ``reorder_encoder_out`` and the decoder's incremental
 state are indexed over ``batch x beam x pages`` (``new_order`` entry ``b``
 becomes rows ``b * P + i``).
 """
+import atexit
 import copy
 import logging
 from collections import Counter
@@ -61,6 +62,17 @@ from mdsfair.modules.pages import (
 logger = logging.getLogger(__name__)
 
 PAGE_STATISTICS = ("dropped_units", "dropped_tokens", "merged_units", "cut_tokens")
+
+
+def log_page_totals(statistics: Counter, settings: str) -> Optional[str]:
+    """Log the totals of :attr:`PageSumEncoder.page_statistics` (a warning
+    when anything was dropped, merged or cut); returns the message."""
+    if not statistics.get("examples"):
+        return None
+    cuts = ", ".join(f"{statistics[name]:,} {name.replace('_', ' ')}" for name in PAGE_STATISTICS)
+    message = f"PageSum pages over the {statistics['examples']:,} examples this process encoded: {cuts} ({settings})"
+    (logger.warning if any(statistics[name] for name in PAGE_STATISTICS) else logger.info)(message)
+    return message
 
 
 def page_order(new_order: Tensor, num_pages: int) -> Tensor:
@@ -111,22 +123,34 @@ class PageSumEncoder(TransformerEncoderBase):
 
     def record_page_statistics(self, layout: PageLayout):
         """Count what building the pages dropped, merged or cut: kept on
-        ``page_statistics`` (this process), logged as fairseq metrics
-        (``page_dropped_units`` ...), and a warning the first time each
-        happens."""
+        ``page_statistics`` (this process; ``examples`` counts the examples
+        encoded), logged as fairseq metrics (``page_dropped_units`` ...), a
+        warning the first time each happens, and the totals over everything
+        this process encoded (e.g. the whole split fairseq-generate ran on)
+        when it exits (:meth:`log_page_totals`)."""
         totals = torch.stack([getattr(layout, name).sum() for name in PAGE_STATISTICS]).tolist()
+        if not self.page_statistics:
+            atexit.register(log_page_totals, self.page_statistics, self.page_settings())
+        self.page_statistics["examples"] += layout.tokens.size(0)
         for name, total in zip(PAGE_STATISTICS, totals):
             if total == 0:
                 continue
             if self.page_statistics[name] == 0:
                 logger.warning(
-                    "PageSum pages: %d %s in a batch (locality %s, --num-pages %d, --page-tokens %d, "
-                    "--page-overflow %s); counted as page_%s",
-                    total, name.replace("_", " "), self.page_builder.locality, self.page_builder.num_pages,
-                    self.page_builder.page_tokens, self.page_builder.overflow, name,
+                    "PageSum pages: %d %s in a batch (%s); counted as page_%s (totals over all batches are "
+                    "logged at exit)", total, name.replace("_", " "), self.page_settings(), name,
                 )
             self.page_statistics[name] += total
             metrics.log_scalar_sum(f"page_{name}", total, round=0)
+
+    def page_settings(self) -> str:
+        builder = self.page_builder
+        return (f"locality {builder.locality}, --num-pages {builder.num_pages}, --page-tokens {builder.page_tokens}, "
+                f"--page-overflow {builder.overflow}")
+
+    def log_page_totals(self) -> Optional[str]:
+        """Log (and return) the page totals of every example encoded so far."""
+        return log_page_totals(self.page_statistics, self.page_settings())
 
     @staticmethod
     def concatenate_pages(encoder_out: Dict[str, List[Tensor]], page_mask: Tensor) -> Dict[str, List[Tensor]]:

@@ -24,6 +24,7 @@ from omegaconf import II
 
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
+from mdsfair.data.manifest import require_listed_split
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.side_data import SideDataSpec
 
@@ -205,6 +206,7 @@ class MultiDocSummarizationTask(FairseqTask):
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         paths = [p for p in self.cfg.data.split(os.pathsep) if p]
         data_dir = paths[(epoch - 1) % len(paths)]
+        require_listed_split(data_dir, split)  # files of splits the manifest does not list are stale
         prefix = os.path.join(data_dir, split)
 
         def open_stream(name: str):

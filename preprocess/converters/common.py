@@ -53,6 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from mdsfair.raw_contract import format_location
+
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Sequence[PathLike]]
 
@@ -107,7 +109,7 @@ class InputFormatError(ValueError):
         self.reason = reason
         self.detail = detail
         self.skippable = skippable
-        where = self.path if line is None else f"{self.path}, line {line}"
+        where = format_location(self.path, line)
         super().__init__(f"{where}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}")
 
 
@@ -122,7 +124,7 @@ class ConversionReport:
     were written (empty ones, reviews without text, ...), ``truncated`` what an
     option cut (e.g. articles beyond ``max_articles``), ``notes`` counted
     normalisations (e.g. stripped summary dashes). ``skipped_examples`` keeps
-    the first skipped records as ``file, line N: reason: detail``.
+    the first skipped records as ``FILE:LINE: reason: detail``.
     """
 
     format_name: str = ""
@@ -264,7 +266,7 @@ class ConversionSession:
         self.report.skipped[reason] += 1
         if len(self.report.skipped_examples) < _MAX_SKIP_EXAMPLES:
             self.report.skipped_examples.append(
-                f"{path}, line {line}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}")
+                f"{format_location(path, line)}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}")
 
     def filter_out(self, reason: str) -> None:
         """Count a record left out on purpose."""
