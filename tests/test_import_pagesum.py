@@ -293,8 +293,10 @@ def test_multinews_preset_with_filler_pages_equals_the_authors_and_generates(rel
         "--path", os.path.join(out_dir, "model.pt"), "--gen-subset", "valid", "--batch-size", "3", *flags[:6],
         *lengths, "--cpu",
     ], results_dir=os.path.join(out_dir, "generate"))
-    best = {int(line.split("\t")[0][2:]): line.split("\t")[2] for line in generated.splitlines() if line.startswith("H-")}
-    assert best == {i: hub.task.target_dictionary.string(hypotheses[0]["tokens"]) for i, hypotheses in enumerate(beams)}
+    best = {int(line.split("\t")[0][2:]): line.split("\t")[2]
+            for line in generated.splitlines() if line.startswith("H-")}
+    dictionary = hub.task.target_dictionary
+    assert best == {i: dictionary.string(hypotheses[0]["tokens"]) for i, hypotheses in enumerate(beams)}
 
 
 def test_scaled_embeddings_fold_into_the_page_scorer_too(tmp_path):

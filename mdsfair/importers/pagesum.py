@@ -219,9 +219,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--discourse-unit", choices=("paragraph", "section"),
                         help="discourse locality unit (arXiv sections: section)")
     parser.add_argument("--empty-pages", choices=EMPTY_PAGE_POLICIES,
-                        help="the model's --empty-pages: 'filler' (default), the authors' data code: a page with no "
-                             "text holds '.' and is weighted in the softmax over pages, as their models were trained; "
-                             "'mask' leaves such a page out of the softmax (mdsfair's default for models trained here)")
+                        help="the model's --empty-pages: 'filler' (default), the authors' data code: a page "
+                             "with no text holds '.' and is weighted in the softmax over pages, as their models "
+                             "were trained; 'mask' leaves such a page out of the softmax (mdsfair's default for "
+                             "models trained here)")
     parser.add_argument("--tokenizer-dir", help="directory with vocab.json and merges.txt (default: HF_CONFIG's)")
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
