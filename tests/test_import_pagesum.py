@@ -2,22 +2,26 @@
 ``PageSumModel`` (yixinL7/PageSum ``modeling_bart_ours.py``: BART's
 ``model.*``, ``lm_head``, ``final_logits_bias`` and the page scorer ``lin``)
 converts key by key into ``pagesum_bart``, with the authors' page settings in
-the checkpoint's cfg, and computes the logits of a reference forward that
-mirrors their ``PageSum`` / ``PageSumModel.forward`` on the original weights."""
+the checkpoint's cfg (their ``"."`` page for missing documents:
+``empty_pages="filler"``). Loaded as fairseq-generate loads it, on a GPT-2 BPE
+data-bin made with the import's files, it computes the logits of a reference
+forward that mirrors their ``PageSum`` / ``PageSumModel.forward`` on the
+original weights, with pages built from the raw text as their
+``data_utils.py`` builds them; the hub and fairseq-generate decode it."""
+import argparse
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
 
 import mdsfair  # noqa: F401
 from fairseq import checkpoint_utils
-from fairseq.data import Dictionary
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import import_main
 from mdsfair.importers.pagesum import PRESETS, import_pagesum
 from mdsfair.models.pagesum_bart import PageSumBARTModel
-from tests.import_fixtures import TEXTS, hf_tokenizer, tiny_hf_bart
+from tests.import_fixtures import TEXTS, gpt2_data_bin, hf_tokenizer, tiny_hf_bart
+from tests.utils import REPO_ROOT, USER_DIR, generate_in_process
 
 PAGES, PAGE_LENGTH = 3, 64
 
@@ -28,7 +32,7 @@ def write_release(root, scale_embedding=False):
     saved theirs (``torch.save(model.state_dict())``: every tied name present)."""
     config_dir = str(root / "bart-large-cnn")
     model, _ = tiny_hf_bart(config_dir, seed=3, weights_format="bin", extra_rows=-1,  # cnn: <mask> beyond the rows
-                            scale_embedding=scale_embedding)
+                            scale_embedding=scale_embedding, eos_pull=5.0)  # hypotheses end by themselves
     os.remove(os.path.join(config_dir, "pytorch_model.bin"))
     torch.manual_seed(4)
     lin = torch.nn.Linear(model.config.d_model, 1)
@@ -73,6 +77,13 @@ def test_page_settings_are_recorded(imported):
     assert model_cfg.arch == "pagesum_bart_large"
     assert (model_cfg.locality, model_cfg.num_pages, model_cfg.page_tokens) == ("document", PAGES, PAGE_LENGTH)
     assert model_cfg.page_overflow == "truncate" and model_cfg.empty_pages == "filler"
+    # The cfg field is the model's --empty-pages, and "filler" one of its values.
+    parser = argparse.ArgumentParser()
+    PageSumBARTModel.add_args(parser)
+    action = next(a for a in parser._actions if "--empty-pages" in a.option_strings)
+    assert action.dest == "empty_pages" and "filler" in action.choices
+    flags = imported["summary"]["arch_flags"]
+    assert flags[flags.index("--empty-pages") + 1] == "filler"
     assert model_cfg.max_page_positions == 96 and model_cfg.global_decoding is False
     assert imported["checkpoint"]["cfg"].task.max_source_positions == PAGES * PAGE_LENGTH
 
@@ -104,10 +115,10 @@ def test_presets_are_the_authors_config():
 
 
 def reference_logits(hf, lin, pages, page_mask, decoder_input):
-    """The authors' forward: encode the [B * P, L] pages independently, decode
-    every page with the summary prefix repeated P times, score each page's last
-    hidden state with ``lin``, softmax over pages, mix the hidden states, then
-    ``lm_head`` + ``final_logits_bias``."""
+    """The authors' forward (``PageSumModel.forward``): encode the [B * P, L]
+    pages independently, decode every page with the summary prefix repeated
+    P times, score each page's last hidden state with ``lin``, softmax over
+    all P pages, mix the hidden states, then ``lm_head`` + ``final_logits_bias``."""
     batch, num_pages, length = pages.shape
     encoder_out = hf.model.encoder(input_ids=pages.view(batch * num_pages, length),
                                    attention_mask=page_mask.view(batch * num_pages, length)).last_hidden_state
@@ -121,8 +132,171 @@ def reference_logits(hf, lin, pages, page_mask, decoder_input):
     return hf.lm_head(mixed) + hf.final_logits_bias
 
 
-def test_logits_equal_the_authors_forward(released, imported):
-    assert_logits_equal_the_authors_forward(released, imported)
+def authors_pages(tokenizer, clusters, num_pages, page_max_len):
+    """``src_input_ids`` of the authors' ``PageSumDataset.__getitem__`` with
+    ``page_type="multi_doc"`` and ``collate_mp`` (yixinL7/PageSum
+    ``data_utils.py``): article item i (a document) is page i for
+    i < num_pages, the rest are dropped, a page left empty gets the text
+    ``"."``, and every page is ``batch_encode_plus``-ed with
+    ``max_length=page_max_len, padding="max_length", truncation=True``;
+    the attention mask is ``input_ids != pad`` (their ``main.py``)."""
+    batch = []
+    for documents in clusters:
+        article = [[] for _ in range(num_pages)]
+        for i in range(min(len(documents), num_pages)):
+            article[i].append(documents[i])
+        for i in range(num_pages):
+            if len(article[i]) == 0:
+                article[i].append(".")
+        article = [" ".join(x) for x in article]
+        # batch_encode_plus (transformers 4.6) is the tokenizer's call on a list today.
+        batch.append(tokenizer(article, max_length=page_max_len, return_tensors="pt", padding="max_length",
+                               truncation=True)["input_ids"])
+    pages = torch.stack(batch)
+    return pages, pages.ne(tokenizer.pad_token_id).long()
+
+
+def authors_model(release):
+    """The released weights as the authors' model uses them: BART plus ``lin``."""
+    hf, state = release["hf"], release["state"]
+    lin = torch.nn.Linear(hf.config.d_model, 1)
+    lin.load_state_dict({"weight": state["lin.weight"], "bias": state["lin.bias"]})
+    return hf, lin
+
+
+# Raw clusters for the data-bins: 1 and 3 documents (fewer than the pages, so
+# filler pages), 7 short ones (none at 7 pages; 4 dropped at 3 pages).
+CLUSTERS = [
+    {"id": "one", "documents": [TEXTS[0]], "summary": TEXTS[1]},
+    {"id": "three", "documents": [TEXTS[5], TEXTS[6], TEXTS[7]], "summary": TEXTS[0]},
+    {"id": "seven", "documents": [text[:24].strip() for text in TEXTS[:7]], "summary": TEXTS[4]},
+]
+
+
+def load_through_task(out_dir, data_bin, **model_overrides):
+    """``fairseq-generate --path OUT_DIR/model.pt DATA [--model-overrides]``'s
+    loading: ``load_model_ensemble_and_task`` with the data-bin made with the
+    import's ``dict.txt``, ``encoder.json`` and ``vocab.bpe``."""
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": data_bin, **model_overrides}
+    )
+    task.load_dataset("valid")
+    return models[0].eval(), task
+
+
+def assert_logits_equal_the_authors_forward(release, out_dir, data_bin, num_pages):
+    """mdsfair's logits on the data-bin's batch equal the authors' forward on
+    the original weights, their pages built from the raw text as their data
+    code builds them ("." in every missing page)."""
+    model, task = load_through_task(out_dir, data_bin)
+    tokenizer = hf_tokenizer(release["config_dir"])
+    page_builder = model.encoder.page_builder
+    dot = tokenizer(".").input_ids
+    assert page_builder.empty_pages == "filler" and [0, *page_builder.filler_tokens, 2] == dot
+    dataset = task.datasets["valid"]
+    sample = dataset.collater([dataset[i] for i in range(len(CLUSTERS))])
+    net_input = task._sample_for(model, sample)["net_input"]
+    documents = [cluster["documents"] for cluster in CLUSTERS]
+    pages, page_mask = authors_pages(tokenizer, documents, num_pages, PAGE_LENGTH)
+
+    # The pages themselves: the same ids, "<s> . </s>" where a document is missing.
+    layout = page_builder(net_input["src_tokens"], net_input["src_doc_ids"])
+    assert layout.filler_mask.tolist() == [[p >= len(d) for p in range(num_pages)] for d in documents]
+    assert layout.page_mask.all()
+    for b in range(len(CLUSTERS)):
+        for p in range(num_pages):
+            ours = [t for t in layout.tokens[b, p].tolist() if t != 1]
+            assert ours == [t for t in pages[b, p].tolist() if t != 1], (b, p)
+            if p >= len(documents[b]):
+                assert ours == dot
+
+    hf, lin = authors_model(release)
+    decoder_input = net_input["prev_output_tokens"]
+    with torch.no_grad():
+        expected = reference_logits(hf, lin, pages, page_mask, decoder_input)
+        logits, extra = model(**net_input)
+    real = decoder_input.ne(1)
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    weights = extra["page_weights"][0]
+    assert weights.shape == (len(CLUSTERS), decoder_input.size(1), num_pages)
+    assert (weights[real] > 0).all()  # the filler pages take part in the softmax
+    return model, task
+
+
+@pytest.fixture(scope="module")
+def data_bin(imported, tmp_path_factory):
+    """mdsfair-preprocess --subword gpt2 with the import's files."""
+    return gpt2_data_bin(str(tmp_path_factory.mktemp("pagesum-data")), imported["out_dir"], CLUSTERS)
+
+
+@pytest.fixture(scope="module")
+def multinews(released, data_bin):
+    """The multinews preset (7 document pages, their generate() settings) at
+    pages of PAGE_LENGTH tokens (the tiny position table)."""
+    out_dir = str(released["root"] / "multinews")
+    summary = import_pagesum(released["state_dict"], released["config_dir"], out_dir,
+                             dict(PRESETS["multinews"], page_length=PAGE_LENGTH))
+    return {"out_dir": out_dir, "summary": summary}
+
+
+def test_logits_equal_the_authors_forward(released, imported, data_bin):
+    """3 document pages: the 1-document cluster has two "." pages, the
+    7-document one loses documents 4-7 as the authors' ``min(len, num_pages)``
+    loop does."""
+    assert_logits_equal_the_authors_forward(released, imported["out_dir"], data_bin, PAGES)
+
+
+def test_multinews_preset_with_filler_pages_equals_the_authors_and_generates(released, multinews, data_bin):
+    """Issue 11's case: a 3-document cluster at the Multi-News preset's 7
+    pages (4 "." pages), next to 1 and 7 documents; the checkpoint loads
+    through the task (logits equal the authors' forward) and through the hub,
+    whose greedy search equals greedy decoding with the authors' forward
+    token for token, and whose beam search with the preset's flags summarizes."""
+    out_dir = multinews["out_dir"]
+    assert_logits_equal_the_authors_forward(released, out_dir, data_bin, 7)
+
+    hub = torch.hub.load(REPO_ROOT, "pagesum_bart", model_dir=out_dir, checkpoint_file="model.pt",
+                         data_name_or_path=data_bin, source="local")
+    assert hub.models[0].encoder.page_builder.empty_pages == "filler"
+    documents = [cluster["documents"] for cluster in CLUSTERS]
+    min_len, max_len = 3, 16
+    greedy = hub.generate(documents, batch_size=3, beam=1, lenpen=1.0, min_len=min_len, max_len_a=0,
+                          max_len_b=max_len, no_repeat_ngram_size=0)
+    hf, lin = authors_model(released)
+    pages, page_mask = authors_pages(hf_tokenizer(released["config_dir"]), documents, 7, PAGE_LENGTH)
+    for b, hypotheses in enumerate(greedy):
+        prefix = [2]  # BART's decoder start token
+        with torch.no_grad():
+            while prefix[-1] != 2 or len(prefix) == 1:
+                scores = reference_logits(hf, lin, pages[b : b + 1], page_mask[b : b + 1],
+                                          torch.tensor([prefix]))[0, -1]
+                scores[1] = float("-inf")  # fairseq never emits <pad>
+                if len(prefix) - 1 < min_len:
+                    scores[2] = float("-inf")
+                prefix.append(2 if len(prefix) - 1 == max_len else int(scores.argmax()))
+        assert hypotheses[0]["tokens"].tolist() == prefix[1:], b
+
+    # The authors' beam search flags (the import's), with lengths for the tiny model.
+    flags = multinews["summary"]["generate_flags"]
+    assert flags[:6] == ["--beam", "4", "--lenpen", "2.0", "--no-repeat-ngram-size", "3"]
+    lengths = ["--min-len", str(min_len), "--max-len-a", "0", "--max-len-b", str(max_len)]
+    summaries = hub.summarize(documents, batch_size=3, beam=4, lenpen=2.0, no_repeat_ngram_size=3,
+                              min_len=min_len, max_len_a=0, max_len_b=max_len)
+    assert len(summaries) == 3 and all(isinstance(s, str) and s.strip() for s in summaries)
+    beams = hub.generate(documents, batch_size=1, beam=4, lenpen=2.0, no_repeat_ngram_size=3,
+                         min_len=min_len, max_len_a=0, max_len_b=max_len)
+    assert summaries == [hub.decode(hypotheses[0]["tokens"]) for hypotheses in beams]
+    assert all(len(hypotheses) == 4 for hypotheses in beams)
+    # fairseq-generate on the data-bin: the same best hypotheses.
+    generated = generate_in_process([
+        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
+        "--path", os.path.join(out_dir, "model.pt"), "--gen-subset", "valid", "--batch-size", "3", *flags[:6],
+        *lengths, "--cpu",
+    ], results_dir=os.path.join(out_dir, "generate"))
+    best = {int(line.split("\t")[0][2:]): line.split("\t")[2]
+            for line in generated.splitlines() if line.startswith("H-")}
+    dictionary = hub.task.target_dictionary
+    assert best == {i: dictionary.string(hypotheses[0]["tokens"]) for i, hypotheses in enumerate(beams)}
 
 
 def test_scaled_embeddings_fold_into_the_page_scorer_too(tmp_path):
@@ -130,48 +304,35 @@ def test_scaled_embeddings_fold_into_the_page_scorer_too(tmp_path):
     (hf_bart) and the page scorer reads the rescaled decoder states."""
     release = write_release(tmp_path, scale_embedding=True)
     out_dir = str(tmp_path / "out")
-    summary = import_pagesum(release["state_dict"], release["config_dir"], out_dir,
-                             dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH))
-    checkpoint = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out_dir, "model.pt"))
-    assert_logits_equal_the_authors_forward(release, {"out_dir": out_dir, "summary": summary, "checkpoint": checkpoint})
+    import_pagesum(release["state_dict"], release["config_dir"], out_dir,
+                   dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH))
+    data_bin = gpt2_data_bin(str(tmp_path / "data"), out_dir, CLUSTERS)
+    assert_logits_equal_the_authors_forward(release, out_dir, data_bin, PAGES)
 
 
-def assert_logits_equal_the_authors_forward(released, imported):
-    tokenizer = hf_tokenizer(released["config_dir"])
-    clusters = [[TEXTS[0], TEXTS[1][:50], TEXTS[2]], [TEXTS[3][:30], TEXTS[4], TEXTS[5][:45]]]
-    # The authors' pages: one document per page, "<s> ... </s>", padded.
-    page_ids = [[tokenizer(document).input_ids for document in cluster] for cluster in clusters]
-    length = max(len(ids) for cluster in page_ids for ids in cluster)
-    pages = torch.full((2, PAGES, length), 1)
-    for b, cluster in enumerate(page_ids):
-        for p, ids in enumerate(cluster):
-            pages[b, p, : len(ids)] = torch.tensor(ids)
-    page_mask = pages.ne(1).long()
-    # The same clusters as mdsfair's flat stream: <s> per document, one closing </s>.
-    streams = [[t for ids in cluster for t in ids[:-1]] + [2] for cluster in page_ids]
-    doc_ids = [[d for d, ids in enumerate(cluster) for _ in ids[:-1]] + [len(cluster) - 1] for cluster in page_ids]
-    width = max(map(len, streams))
-    src_tokens = torch.tensor([s + [1] * (width - len(s)) for s in streams])
-    src_doc_ids = torch.tensor([d + [-1] * (width - len(d)) for d in doc_ids])
-    summaries = [tokenizer(TEXTS[6]).input_ids, tokenizer(TEXTS[7][:40]).input_ids]
-    target_length = max(map(len, summaries))
-    decoder_input = torch.tensor([[2] + s[:-1] + [1] * (target_length - len(s)) for s in summaries])
-
-    hf, state = released["hf"], released["state"]
-    lin = torch.nn.Linear(hf.config.d_model, 1)
-    lin.load_state_dict({"weight": state["lin.weight"], "bias": state["lin.bias"]})
-    dictionary = Dictionary.load(os.path.join(imported["out_dir"], "dict.txt"))
-    checkpoint = imported["checkpoint"]
-    model = PageSumBARTModel.build_model(checkpoint["cfg"].model,
-                                         SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary))
-    model.load_state_dict(checkpoint["model"])
-    model.eval()
-    with torch.no_grad():
-        expected = reference_logits(hf, lin, pages, page_mask, decoder_input)
-        logits, extra = model(src_tokens, src_tokens.ne(1).sum(1), decoder_input, src_doc_ids=src_doc_ids)
-    real = decoder_input.ne(1)
-    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
-    assert extra["page_weights"][0].shape == (2, target_length, PAGES)
+def test_empty_pages_mask_at_import_or_generation(released, imported, data_bin, tmp_path, capsys):
+    """``mdsfair-import pagesum --empty-pages mask`` records mdsfair's default,
+    and ``fairseq-generate --model-overrides "{'empty_pages': 'mask'}"`` turns
+    a filler import into it: the missing pages are left out of the softmax
+    (weight 0), unlike the authors'."""
+    out_dir = str(tmp_path / "out")
+    assert import_main(["pagesum", released["state_dict"], released["config_dir"], out_dir, "--locality", "document",
+                        "--pages", str(PAGES), "--page-length", str(PAGE_LENGTH), "--empty-pages", "mask"]) == 0
+    assert "empty pages masked out of the softmax, unlike the authors'" in capsys.readouterr().out
+    for model, task in (load_through_task(out_dir, data_bin),
+                        load_through_task(imported["out_dir"], data_bin, empty_pages="mask")):
+        assert model.encoder.page_builder.empty_pages == "mask" and model.encoder.page_builder.filler_tokens is None
+        dataset = task.datasets["valid"]
+        sample = dataset.collater([dataset[0], dataset[1]])  # 1 document (pages 2, 3 empty) and 3 documents
+        with torch.no_grad():
+            _, extra = model(**task._sample_for(model, sample)["net_input"])
+        weights = extra["page_weights"][0]
+        real = sample["net_input"]["prev_output_tokens"].ne(1)
+        assert weights.shape[2] == PAGES
+        assert (weights[0][real[0]][:, 1:] == 0).all() and (weights[1][real[1]] > 0).all()
+    with pytest.raises(ImportRefused, match="--empty-pages must be one of"):
+        import_pagesum(released["state_dict"], released["config_dir"], str(tmp_path / "x"),
+                       dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH, empty_pages="drop"))
 
 
 def test_refusals(released, tmp_path):

@@ -19,9 +19,13 @@ authors' page settings:
 * ``--spatial-remainder-to-last-page`` for spatial locality (their chunking:
   ``len // num_pages`` sentences per page, the rest on the last page);
 * ``--page-overflow truncate`` (they drop the documents past the last page);
-* ``empty_pages: "filler"``: they fill a page with no text with ``"."``
-  (tokenized ``<s> . </s>``), and that page takes part in the confidence
-  softmax like any other.
+* ``--empty-pages filler`` (cfg field ``empty_pages: "filler"``): they fill
+  a page with no text with ``"."`` (tokenized ``<s> . </s>``), and that page
+  takes part in the confidence softmax like any other; the model finds the
+  ids of ``"."`` with the data-bin's subword model when it is built (GPT-2
+  BPE and BART's ``dict.txt``: ``0 4 2``). ``--empty-pages mask`` records
+  mdsfair's default instead (the page is left out of the softmax), which is
+  not how the released models were trained.
 
 The printed ``fairseq-generate`` flags are those of their ``generate()``
 call (beam 4, length penalty 2.0, trigram blocking, their length limits).
@@ -52,6 +56,7 @@ from mdsfair.importers.hf_bart import (
     prepare_out_dir,
     read_json,
 )
+from mdsfair.modules.pages import EMPTY_PAGE_POLICIES
 
 # The authors' configurations (config.py of yixinL7/PageSum): pages and
 # locality (page_type None = spatial, "multi_doc" = one page per article item:
@@ -69,7 +74,9 @@ PRESETS: Dict[str, Dict] = {
 }
 LOCALITIES = ("spatial", "discourse", "document")
 CONFIDENCE_KEYS = ("lin.weight", "lin.bias")
-EMPTY_PAGE_FILLER = "filler"
+# The model's --empty-pages value of the authors' data code (a page with no
+# text holds "." and joins the softmax over pages).
+AUTHORS_EMPTY_PAGES = "filler"
 
 
 def config_location(hf_config: str):
@@ -77,16 +84,6 @@ def config_location(hf_config: str):
     if os.path.isdir(hf_config):
         return os.path.join(hf_config, "config.json"), hf_config
     return hf_config, os.path.dirname(os.path.abspath(hf_config))
-
-
-def model_supports_flag(flag: str) -> bool:
-    """Whether ``pagesum_bart`` declares ``flag`` (``--empty-pages`` comes
-    with the PageSum fidelity work; the cfg records the value either way)."""
-    from mdsfair.models.pagesum_bart import PageSumBARTModel
-
-    parser = argparse.ArgumentParser(add_help=False)
-    PageSumBARTModel.add_args(parser)
-    return any(flag in action.option_strings for action in parser._actions)
 
 
 def page_flags(settings: Dict, max_positions: int) -> List[str]:
@@ -100,8 +97,7 @@ def page_flags(settings: Dict, max_positions: int) -> List[str]:
         flags += ["--discourse-unit", settings.get("discourse_unit") or "paragraph"]
     if locality == "spatial":
         flags.append("--spatial-remainder-to-last-page")
-    if model_supports_flag("--empty-pages"):
-        flags += ["--empty-pages", EMPTY_PAGE_FILLER]
+    flags += ["--empty-pages", settings.get("empty_pages") or AUTHORS_EMPTY_PAGES]
     return flags
 
 
@@ -122,11 +118,14 @@ def import_pagesum(
     overwrite: bool = False,
 ) -> Dict:
     """Convert a PageSumModel state dict; ``settings`` holds ``locality``,
-    ``pages``, ``page_length`` (and ``discourse_unit``)."""
+    ``pages``, ``page_length`` (and ``discourse_unit``, ``empty_pages``:
+    the model's ``--empty-pages``, default the authors' ``filler``)."""
     if settings.get("locality") not in LOCALITIES:
         raise ImportRefused(f"--locality must be one of {', '.join(LOCALITIES)} (or give --preset)")
     if not settings.get("pages") or not settings.get("page_length"):
         raise ImportRefused("--pages and --page-length are required without --preset")
+    if (settings.get("empty_pages") or AUTHORS_EMPTY_PAGES) not in EMPTY_PAGE_POLICIES:
+        raise ImportRefused(f"--empty-pages must be one of {', '.join(EMPTY_PAGE_POLICIES)}")
     config_path, config_dir = config_location(hf_config)
     shape = bart_shape(read_json(config_path, "the BART configuration (facebook/bart-large-cnn)"), config_path)
     if settings["page_length"] > shape.max_positions:
@@ -161,7 +160,6 @@ def import_pagesum(
     arch, shape_flags = architecture_flags(shape, family="pagesum_bart")
     flags = page_flags(settings, shape.max_positions)
     args = checkpoint_namespace(shape, arch, shape_flags, extra=flags)
-    args.empty_pages = EMPTY_PAGE_FILLER
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
 
@@ -184,8 +182,11 @@ def print_summary(summary: Dict, out=None) -> None:
     out_dir = summary["out_dir"]
     settings = summary["settings"]
     print(f"converted {summary['source']}", file=out)
+    empty_pages = settings.get("empty_pages") or AUTHORS_EMPTY_PAGES
+    empty = ("empty pages hold '.' and are weighted, as the authors'" if empty_pages == AUTHORS_EMPTY_PAGES
+             else "empty pages masked out of the softmax, unlike the authors'")
     print(f"wrote {out_dir}/model.pt (arch {summary['arch']}; locality {settings['locality']}, {settings['pages']} pages "
-          f"of {settings['page_length']} tokens, empty pages filled with '.'), dict.txt "
+          f"of {settings['page_length']} tokens, {empty}), dict.txt "
           f"({summary['dictionary_size']} symbols), encoder.json, vocab.bpe", file=out)
     if summary["generate_flags"]:
         print("note: the generation flags are the authors' generate() call; its early_stopping=False and length "
@@ -217,11 +218,16 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--page-length", type=int, help="tokens per page including <s> and </s> (their page_max_len)")
     parser.add_argument("--discourse-unit", choices=("paragraph", "section"),
                         help="discourse locality unit (arXiv sections: section)")
+    parser.add_argument("--empty-pages", choices=EMPTY_PAGE_POLICIES,
+                        help="the model's --empty-pages: 'filler' (default), the authors' data code: a page "
+                             "with no text holds '.' and is weighted in the softmax over pages, as their models "
+                             "were trained; 'mask' leaves such a page out of the softmax (mdsfair's default for "
+                             "models trained here)")
     parser.add_argument("--tokenizer-dir", help="directory with vocab.json and merges.txt (default: HF_CONFIG's)")
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
     settings = dict(PRESETS.get(args.preset, {}))
-    for name in ("locality", "pages", "page_length", "discourse_unit"):
+    for name in ("locality", "pages", "page_length", "discourse_unit", "empty_pages"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     try:
