@@ -101,6 +101,7 @@ def test_vectorized_blocker_equals_reference_loop(device, n, bsz, beam_size):
     generator = torch.Generator().manual_seed(100 * n + 10 * bsz + beam_size)
     rows, max_len, vocab = bsz * beam_size, 14, 8
     blocker = VectorizedNGramRepeatBlock(n).to(device)
+    bans = 0
     for step in range(0, max_len + 1):  # 0 .. n-1 (too short to block), n, and beyond
         for _ in range(3):
             tokens = random_buffer(rows, step, vocab, max_len, generator)
@@ -108,6 +109,7 @@ def test_vectorized_blocker_equals_reference_loop(device, n, bsz, beam_size):
             expected = lprobs.clone()
             for row, banned in enumerate(reference_banned_tokens(tokens[:, : step + 1].tolist(), n)):
                 expected[row, sorted(banned)] = -math.inf
+                bans += len(banned)
             tokens_d, lprobs_d = tokens.to(device), lprobs.to(device)
             result = blocker(tokens_d, lprobs_d, bsz, beam_size, step)
             assert result.data_ptr() == lprobs_d.data_ptr()  # in place, like fairseq's
@@ -117,6 +119,7 @@ def test_vectorized_blocker_equals_reference_loop(device, n, bsz, beam_size):
                     tokens[:, : step + 1], lprobs.clone(), bsz, beam_size, step
                 )
                 assert torch.equal(sliced, expected)
+    assert bans > 0
 
 
 def test_blocker_edge_cases_and_errors():
@@ -177,14 +180,15 @@ TINY_TRANSFORMER_ARGS = [
     "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
     "--decoder-attention-heads", "4", "--share-all-embeddings",
 ]
-FAMILIES = {
-    "transformer": ["--arch", "transformer", *TINY_TRANSFORMER_ARGS],
-    "bart": TINY_BART_ARGS,
-    "hiertransformer": ["--arch", "hiertransformer_tiny"],
-    "hierencdec_bart": ["--arch", "hierencdec_bart_tiny"],
-    "pagesum_bart": ["--arch", "pagesum_bart_tiny", "--num-pages", "3"],
-    "sparse_bart": ["--arch", "sparse_bart_tiny", "--top-r", "2", "--task", "multidoc_summarization_sparse"],
-    "dape_transformer": ["--arch", "dape_transformer_tiny"],
+FAMILIES = {  # name: (arguments, the model class they build)
+    "transformer": (["--arch", "transformer", *TINY_TRANSFORMER_ARGS], "TransformerModel"),
+    "bart": (TINY_BART_ARGS, "BARTModel"),
+    "hiertransformer": (["--arch", "hiertransformer_tiny"], "HierarchicalTransformerModel"),
+    "hierencdec_bart": (["--arch", "hierencdec_bart_tiny"], "HierEncDecBARTModel"),
+    "pagesum_bart": (["--arch", "pagesum_bart_tiny", "--num-pages", "3"], "PageSumBARTModel"),
+    "sparse_bart": (["--arch", "sparse_bart_tiny", "--top-r", "2", "--task", "multidoc_summarization_sparse"],
+                    "SparseBARTModel"),
+    "dape_transformer": (["--arch", "dape_transformer_tiny"], "DapeTransformerModel"),
 }
 GENERATION = dict(beam=4, max_len_b=16, min_len=16)
 BATCH = 3
@@ -194,11 +198,12 @@ def build(data_bin, family):
     """A tiny model of ``family`` with seeded random weights scaled up (a
     sharp random model, which repeats itself) and its task."""
     argv = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--max-source-positions", "512",
-            "--dropout", "0", "--seed", "1", *FAMILIES[family]]
+            "--dropout", "0", "--seed", "1", *FAMILIES[family][0]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     model = task.build_model(args).eval()
+    assert type(model).__name__ == FAMILIES[family][1]
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for parameter in model.parameters():

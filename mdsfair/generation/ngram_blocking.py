@@ -59,8 +59,7 @@ def repeated_ngram_ban(history: Tensor, scores: Tensor, no_repeat_ngram_size: in
     ngrams = history.unfold(1, n, 1)[:, first_window:]  # [H, W, n]
     suffix = history[:, length - n + 1 :]  # [H, n-1], the n-gram prefix to look for
     matches = ngrams[:, :, : n - 1].eq(suffix.unsqueeze(1)).all(dim=2)  # [H, W]
-    ban_values = torch.full(matches.shape, math.inf, dtype=scores.dtype, device=scores.device)
-    ban_values.masked_fill_(matches, -math.inf)
+    ban_values = torch.where(matches, -math.inf, math.inf).to(scores.dtype)  # min(score, +inf) keeps the score
     scores.scatter_reduce_(1, ngrams[:, :, n - 1], ban_values, reduce="amin", include_self=True)
     return scores
 
