@@ -13,9 +13,9 @@ whole ``tokens`` buffer of ``SequenceGenerator`` -- ``max_len + 2`` columns,
 one used on CPU and wherever its CUDA extension is not built) takes the last
 n-1 entries of that buffer as the n-gram prefix to look for. Those are always
 ``<pad>``, so nothing is ever banned and ``--no-repeat-ngram-size`` silently
-does nothing (fairseq issues #4709 and #5206). Its loop over hypotheses, in
-Python on CPU lists, is also known to dominate decoding time (fairseq issue
-#3582).
+does nothing (fairseq issues #4709 and #5206). It also loops over hypotheses
+in Python on a host copy of the tokens (fairseq issue #3582 profiled ~90% of a
+decoding run inside an earlier form of that loop).
 
 :class:`VectorizedNGramRepeatBlock` reads only the history
 ``tokens[:, :step + 1]`` and bans with three tensor operations on whichever
