@@ -10,6 +10,7 @@ from fairseq import options, tasks
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 
+from mdsfair.generation.sequence_generator import use_vectorized_ngram_blocker
 from mdsfair.modules.pages import PageBuilder, filler_page_tokens, spatial_pages, unit_rank
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin, generate_in_process
 
@@ -641,8 +642,9 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
     task.load_dataset("valid")
     dataset = task.datasets["valid"]
     sample = dataset.collater([dataset[1], dataset[3]])
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=2,
-                                  len_penalty=2.0, no_repeat_ngram_size=3)
+    generator = use_vectorized_ngram_blocker(SequenceGenerator(  # the blocker the CLI's task generator has
+        [model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=2, len_penalty=2.0, no_repeat_ngram_size=3
+    ))
     hypos = task.inference_step(generator, [model], sample)
     net_input = task._sample_for(model, sample)["net_input"]
     with torch.no_grad():

@@ -27,6 +27,7 @@ from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.manifest import require_listed_split
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.generation.sequence_generator import build_sequence_generator
 
 logger = logging.getLogger(__name__)
 
@@ -300,6 +301,15 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def valid_step(self, sample, model, criterion):
         return super().valid_step(self._sample_for(model, sample), model, criterion)
+
+    # ------------------------------------------------------- generation
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """fairseq's generator with mdsfair's vectorized n-gram blocker (fairseq's
+        blocks nothing; see :mod:`mdsfair.generation.sequence_generator`)."""
+        return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                        prefix_allowed_tokens_fn)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         return super().inference_step(
