@@ -14,7 +14,7 @@ the encoder output is never expanded to the beam; only the per-row vector
 ``hypothesis_source_index`` (which source every hypothesis reads) is
 reordered with fairseq's ``new_order``, so batch compaction of finished
 sources is tracked exactly, and the cross-attention's key/value cache stays
-``[B, H, N, d_h]`` (see ``mdsfair/modules/source_rows.py``).
+``[B, H, N, d_h]`` (see ``mdsfair/generation/hypothesis_rows.py``).
 
 Sentences come from ``src_sent_ids`` of mdsfair's data contract (the start-
 of-document ``<s>`` belongs to the following sentence and the closing
@@ -48,7 +48,7 @@ from mdsfair.modules.sentence_approximator import (
     approximator_parameter_names,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
-from mdsfair.modules.source_rows import HypothesisRows
+from mdsfair.generation.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,

@@ -41,7 +41,7 @@ What generation caches (the sentence keys; the word-level keys/values
 source for the gathered path, which reads the encoder output itself) is kept
 once per source example, never expanded or reordered per beam hypothesis;
 every decoder row finds its source through
-:class:`~mdsfair.modules.source_rows.HypothesisRows`. The gathered path
+:class:`~mdsfair.generation.hypothesis_rows.HypothesisRows`. The gathered path
 reads each row's kept encoder states from ``[N, B, C]`` with one
 ``index_select`` of whole C-wide rows; the full and masked paths run one
 batched product per source, as do the sentence-level scores. With the
@@ -63,7 +63,7 @@ from mdsfair.modules.sentence_approximator import (
     sentence_attention_log_scores,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
-from mdsfair.modules.source_rows import HypothesisRows
+from mdsfair.generation.hypothesis_rows import HypothesisRows
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
 GENERATION_PATHS = ("auto", "gather", "mask")
