@@ -37,7 +37,9 @@ setup(
         # fairseq logs a request for it at every import without it
         "tensorboardX",
     ],
-    extras_require={"test": ["pytest"]},
+    # transformers and safetensors: the Hugging Face BART import tests build
+    # reference models with them (mdsfair-import reads .safetensors with safetensors).
+    extras_require={"test": ["pytest", "transformers", "safetensors"]},
     entry_points={
         "console_scripts": [
             "mdsfair-preprocess = mdsfair.preprocess.binarize:cli_main",
@@ -51,6 +53,8 @@ setup(
             "mdsfair-analyze-attention = mdsfair.evaluation.attention_analysis:cli_main",
             "mdsfair-train = mdsfair.cli:train_main",
             "mdsfair-generate = mdsfair.cli:generate_main",
+            "mdsfair-import = mdsfair.importers.cli:import_main",
+            "mdsfair-export = mdsfair.importers.cli:export_main",
         ]
     },
 )

@@ -156,7 +156,8 @@ def run_once(config: Dict) -> Dict:
     import_producers()
     import_seconds = time.perf_counter() - start_import
     argv = ["--destdir", config["destdir"], "--spm-model", config["spm_model"], "--workers", str(config["workers"]),
-            "--chunk-size", str(config["chunk_size"]), "--no-progress-bar", "--train-splits", "none"]
+            "--chunk-size", str(config["chunk_size"]), "--no-progress-bar", "--train-splits", "none",
+            "--overwrite"]
     for split in config["splits"]:
         argv += ["--split", f"{split['name']}={split['path']}"]
     if config["side_data"]:

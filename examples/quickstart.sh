@@ -24,7 +24,7 @@ echo "== 1. synthesize a multi-document data set (facts spread over documents, r
 mdsfair-synth --out-dir "$OUT/raw" --seed 1 --train "$TRAIN_CLUSTERS" --valid 100 --test "$TEST_CLUSTERS"
 
 echo "== 2. preprocess: structure, SentencePiece, binarization"
-mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --vocab-size 4000 \
+mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --overwrite --vocab-size 4000 \
     --spm-model-type bpe --workers 2 --no-progress-bar
 
 echo "== 3. train ($ARCH, ${TRAIN_MINUTES} minutes)"
@@ -49,7 +49,7 @@ mdsfair-train "$OUT/data-bin" --task multidoc_summarization "${MODEL_ARGS[@]}" \
     --max-tokens 8000 --max-update 100000 --stop-time-hours "$STOP_HOURS" \
     --save-dir "$OUT/checkpoints" --no-epoch-checkpoints --log-format simple --log-interval 50 \
     --num-workers 0 --seed 1 --cpu > "$OUT/train.log" 2>&1 || { tail -n 40 "$OUT/train.log"; exit 1; }
-grep -E "truncated|^INFO:(train|valid):|done training" "$OUT/train.log" | sed -e 's/^INFO:[a-z_.]*://' 
+grep -E "source tokens kept|^INFO:(train|valid):|done training" "$OUT/train.log" | sed -e 's/^INFO:[a-z_.]*://' 
 test -f "$OUT/checkpoints/checkpoint_last.pt"
 
 echo "== 4. generate the test summaries"

@@ -9,10 +9,11 @@
 
 Raw text goes through exactly the pipeline ``mdsfair-preprocess`` ran on the
 training data, rebuilt from the data-bin manifest (``mdsfair.json``): cleaning,
-paragraph and sentence splitting (the manifest's ``sentence_splitter`` and
-``lowercase``), subword encoding with the data-bin's own subword model, the
-side-data producers the manifest lists (one :class:`mdsfair.preprocess.pipeline.ClusterEncoder`,
-the class ``mdsfair-preprocess`` encodes with), then the task's truncation and
+paragraph and sentence splitting (the manifest's ``sentence_splitter``,
+``lowercase`` and ``title_document``), subword encoding with the data-bin's own
+subword model, the side-data producers the manifest lists (one
+:class:`mdsfair.preprocess.pipeline.ClusterEncoder`, the class
+``mdsfair-preprocess`` encodes with), then the task's truncation and
 special tokens (:meth:`MultiDocSummarizationTask.build_dataset_for_inference`)
 and the task's ``inference_step``, so a cluster summarized here is encoded
 token for token as it was for training.
@@ -205,6 +206,7 @@ class MultiDocSummarizationHubInterface(nn.Module):
         data_name_or_path: str = ".",
         side_data_args: Optional[Dict[str, Any]] = None,
         sentence_splitter: Optional[str] = None,
+        allow_dictionary_mismatch: bool = False,
         **overrides,
     ) -> "MultiDocSummarizationHubInterface":
         """Load ``model_dir/checkpoint_file`` (several joined by ``os.pathsep``
@@ -217,6 +219,10 @@ class MultiDocSummarizationHubInterface(nn.Module):
             side_data_args: producer flags that differ from their defaults.
             sentence_splitter: split raw text with this splitter instead of
                 the one the data-bin was preprocessed with.
+            allow_dictionary_mismatch: load even when the data-bin's
+                dictionary or subword model differs from the one the
+                checkpoint was trained with (by default that is an error
+                naming both data-bins; see :mod:`mdsfair.checkpoints`).
             overrides: configuration overrides by name (``max_source_positions``,
                 ``beam`` ...).
         """
@@ -237,6 +243,7 @@ class MultiDocSummarizationHubInterface(nn.Module):
             checkpoint_file=checkpoint_file,
             data_name_or_path=os.path.abspath(data_dir),
             user_dir=USER_DIR,
+            allow_dictionary_mismatch=allow_dictionary_mismatch,
             **overrides,
         )
         return cls(
@@ -262,9 +269,9 @@ class MultiDocSummarizationHubInterface(nn.Module):
         symbols = [self.dictionary[t] for t in tokens.tolist() if t not in special]
         return self.cluster_encoder.decode(symbols)
 
-    def _batches(self, encoded_clusters: List["pipeline.EncodedCluster"], batch_size: int):
-        """Collated batches (longest sources first), moved to the device."""
-        dataset = self.task.build_dataset_for_inference(encoded_clusters)
+    def _batches(self, dataset, batch_size: int):
+        """Collated batches of an inference dataset (longest sources first),
+        moved to the device."""
         max_source = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
         if max_source is not None:
             too_long = np.flatnonzero(dataset.src_sizes > max_source)
@@ -306,26 +313,39 @@ class MultiDocSummarizationHubInterface(nn.Module):
         self,
         clusters: Sequence[Cluster],
         batch_size: int = 8,
+        return_truncation: bool = False,
         **generation_args,
-    ) -> List[List[Dict[str, torch.Tensor]]]:
+    ):
         """Beam search on raw clusters; returns, in input order, the
         hypotheses of each cluster (best first), as fairseq's
         ``SequenceGenerator`` gives them (``tokens``, ``score``,
-        ``positional_scores`` ...)."""
+        ``positional_scores`` ...).
+
+        The task's truncation policies apply as in training; every cluster
+        they cut is logged as a warning (see :meth:`summarize`). With
+        ``return_truncation`` the result is ``(hypotheses, truncation)``,
+        ``truncation`` holding one dict per cluster
+        (:meth:`~mdsfair.data.multidoc_dataset.MultiDocSummarizationDataset.example_truncation`).
+        """
         if isinstance(clusters, (str, dict)):
             raise TypeError("clusters must be a list of clusters (each a list of documents or a raw-contract dict)")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         if not clusters:
-            return []
+            return ([], []) if return_truncation else []
         encoded = [self.encode_cluster(cluster, i) for i, cluster in enumerate(clusters)]
+        dataset = self.task.build_dataset_for_inference(encoded)
+        truncation = [dataset.example_truncation(i) for i in range(len(dataset))]
+        for index, cut in enumerate(truncation):
+            if cut["tokens_cut_by"]:
+                logger.warning("cluster %d: %s", index, describe_truncation(cut))
         generator = self.task.build_generator(self.models, self.generation_config(**generation_args))
         results: List[Optional[List[Dict[str, torch.Tensor]]]] = [None] * len(encoded)
-        for sample in self._batches(encoded, batch_size):
+        for sample in self._batches(dataset, batch_size):
             hypotheses = self.task.inference_step(generator, self.models, sample)
             for index, hypos in zip(sample["id"].tolist(), hypotheses):
                 results[index] = hypos
-        return results
+        return (results, truncation) if return_truncation else results
 
     def summarize(
         self,
@@ -337,9 +357,16 @@ class MultiDocSummarizationHubInterface(nn.Module):
         min_len: Optional[int] = None,
         no_repeat_ngram_size: Optional[int] = None,
         batch_size: int = 8,
+        return_truncation: bool = False,
         **generation_args,
-    ) -> List[str]:
+    ):
         """One summary per cluster, in input order.
+
+        The model sees each cluster as the task's truncation policies leave it
+        (``max_source_positions``, ``max_documents`` ...; the checkpoint's
+        values unless overridden at load). Every cluster they cut is logged as
+        a warning: source tokens kept of the total, whole documents and
+        paragraphs dropped, tokens cut by each policy.
 
         Args:
             clusters: each a list of document strings (paragraphs separated by
@@ -349,11 +376,16 @@ class MultiDocSummarizationHubInterface(nn.Module):
                 beam search options as in ``fairseq-generate``; None keeps the
                 checkpoint's generation config (or the values given at load).
             batch_size: clusters per forward pass; does not change the output.
+            return_truncation: return ``(summaries, truncation)``, with per
+                cluster a dict: ``source_tokens`` / ``source_tokens_kept``,
+                ``documents`` / ``documents_kept``, ``paragraphs`` /
+                ``paragraphs_kept`` and ``tokens_cut_by`` (policy -> tokens).
             generation_args: any other ``fairseq-generate`` option by dest name.
         """
-        hypotheses = self.generate(
+        hypotheses, truncation = self.generate(
             clusters,
             batch_size=batch_size,
+            return_truncation=True,
             beam=beam,
             lenpen=lenpen,
             max_len_a=max_len_a,
@@ -362,4 +394,17 @@ class MultiDocSummarizationHubInterface(nn.Module):
             no_repeat_ngram_size=no_repeat_ngram_size,
             **generation_args,
         )
-        return [self.decode(hypos[0]["tokens"]) for hypos in hypotheses]
+        summaries = [self.decode(hypos[0]["tokens"]) for hypos in hypotheses]
+        return (summaries, truncation) if return_truncation else summaries
+
+
+def describe_truncation(cut: Dict[str, Any]) -> str:
+    """One line for a cluster's truncation (see ``return_truncation``)."""
+    dropped = cut["source_tokens"] - cut["source_tokens_kept"]
+    text = (
+        f"the model sees {cut['source_tokens_kept']:,} of {cut['source_tokens']:,} source tokens "
+        f"({dropped:,} cut), {cut['documents_kept']} of {cut['documents']} documents, "
+        f"{cut['paragraphs_kept']} of {cut['paragraphs']} paragraphs"
+    )
+    policies = ", ".join(f"{policy} {tokens:,}" for policy, tokens in cut["tokens_cut_by"].items())
+    return f"{text} (tokens cut by {policies})"

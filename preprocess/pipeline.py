@@ -6,7 +6,9 @@
 model sees at inference can never drift from what it was trained on:
 
 1. **structure**: the raw JSON line is validated, cleaned and split into
-   documents, paragraphs and sentences (:func:`mdsfair.preprocess.structure.parse_cluster`);
+   documents, paragraphs and sentences (:func:`mdsfair.preprocess.structure.parse_cluster`),
+   with the title as an extra first document under ``--title-document``
+   (:func:`prepend_title_document`);
 2. **subwords**: every sentence of the cluster (source and summary) is encoded
    in one batched call of the subword model and looked up in the dictionary
    through precomputed tables (:meth:`SubwordEncoder.encode_sentences`);
@@ -19,20 +21,24 @@ A :class:`ClusterEncoder` is built from the command's arguments
 :func:`preprocessing_args`). It counts the CPU seconds it spends per stage in
 :attr:`ClusterEncoder.stage_seconds` (for the benchmark and progress report).
 """
+from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
+
 import argparse
 import json
 import os
 import time
 from collections import Counter
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
-from fairseq.data import Dictionary
 
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
 from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
+
+if TYPE_CHECKING:
+    from fairseq.data import Dictionary
 
 # A raw cluster as the hub takes it: a list of document strings, or a dict of
 # the raw contract (``{"documents": [...], "title": ...}``, ``id`` and
@@ -50,6 +56,10 @@ class EncodedCluster:
     the number of non-space characters of its surface text (for aligning
     word-level annotations such as dependency arcs to subwords).
     ``num_words`` counts the whitespace words of the cleaned source sentences.
+    ``references`` holds every cleaned reference (the first is ``summary``),
+    ``dropped_documents`` the raw indices of the empty documents dropped under
+    ``--skip-bad`` and ``line`` the raw line the cluster was read from (set
+    by ``mdsfair-preprocess``; 0 elsewhere).
     """
 
     id: str
@@ -67,6 +77,9 @@ class EncodedCluster:
     num_unknown: int = 0
     num_words: int = 0
     side_data: Dict[str, np.ndarray] = field(default_factory=dict)
+    references: List[str] = field(default_factory=list)  # all references, the first = summary
+    dropped_documents: List[int] = field(default_factory=list)  # raw indices of dropped empty documents
+    line: int = 0  # the raw line it was read from
 
 
 def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionary: Dictionary) -> EncodedCluster:
@@ -119,14 +132,28 @@ def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionar
         num_unknown=int((tokens == unk).sum()) + int((target == unk).sum()),
         # sentences are single-space separated after cleaning
         num_words=sum(s.count(" ") for s in sentences) + num_source,
+        references=list(cluster.references),
+        dropped_documents=list(cluster.dropped_documents),
     )
+
+
+def prepend_title_document(cluster: ClusterStructure, path: str, line: int) -> ClusterStructure:
+    """The cluster with its title as an extra first document of one paragraph
+    of one sentence (``--title-document``); the other documents, paragraphs
+    and sentences move up by one. A cluster without a title is an error."""
+    title = " ".join((cluster.title or "").split())
+    if not title:
+        raise InputFormatError(
+            path, line, "missing_key", f"cluster {cluster.id!r} has no 'title', which --title-document needs"
+        )
+    return replace(cluster, documents=[[[title]]] + cluster.documents)
 
 
 def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> argparse.Namespace:
     """The arguments ``mdsfair-preprocess`` ran with, as far as encoding
     needs them: the command's defaults, every listed side-data producer's
     flag defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
-    ``side_data`` / subword files (inside ``data_dir``) and recorded
+    ``title_document`` / ``side_data`` / subword files (inside ``data_dir``) and recorded
     ``side_data_args``, then ``overrides``."""
     from mdsfair.preprocess.binarize import get_parser  # the command imports this module
 
@@ -149,6 +176,7 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
     values.update(
         sentence_splitter=manifest.get("sentence_splitter", "rule"),
         lowercase=bool(manifest.get("lowercase", False)),
+        title_document=bool(manifest.get("title_document", False)),
         side_data=side_data,
         skip_bad=False,
         subword=subword.get("type", values["subword"]),
@@ -168,7 +196,7 @@ class ClusterEncoder:
 
     Args:
         args: ``mdsfair-preprocess``'s arguments (``sentence_splitter``,
-            ``lowercase``, ``skip_bad``, ``side_data`` and the producers' flags).
+            ``lowercase``, ``title_document``, ``skip_bad``, ``side_data`` and the producers' flags).
         data_dir: the data-bin directory holding the subword model files.
         subword_manifest: the manifest's ``subword`` entry.
         dictionary: the shared dictionary (default: ``data_dir/dict.txt``).
@@ -184,7 +212,11 @@ class ClusterEncoder:
         self.args = args
         self.splitter = SentenceSplitter(args.sentence_splitter)
         self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
-        self.dictionary = dictionary if dictionary is not None else Dictionary.load(os.path.join(data_dir, "dict.txt"))
+        if dictionary is None:
+            from fairseq.data import Dictionary
+
+            dictionary = Dictionary.load(os.path.join(data_dir, "dict.txt"))
+        self.dictionary = dictionary
         import_producers()
         self.producers = [SIDE_DATA_PRODUCERS[name](args) for name in args.side_data]
         self.stage_seconds: Counter = Counter()
@@ -230,6 +262,8 @@ class ClusterEncoder:
                 raw, path, line, self.splitter, require_summary=require_summary,
                 drop_empty_documents=self.args.skip_bad, lowercase=self.args.lowercase,
             )
+            if getattr(self.args, "title_document", False):
+                structure = prepend_title_document(structure, path, line)
         finally:
             self.stage_seconds["structure"] += time.process_time() - start
         return self.encode_structure(structure), dropped
@@ -257,6 +291,8 @@ class ClusterEncoder:
             raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
             lowercase=self.args.lowercase,
         )
+        if getattr(self.args, "title_document", False):
+            structure = prepend_title_document(structure, where, index + 1)
         return structure
 
     def encode(self, cluster: RawCluster, index: int = 0) -> EncodedCluster:

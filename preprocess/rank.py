@@ -38,7 +38,6 @@ from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
 
 logger = logging.getLogger("mdsfair.rank")
 
@@ -88,8 +87,14 @@ class RankerScorer:
         self.device = device
         self.batch_paragraphs = batch_paragraphs
 
-    @torch.no_grad()
     def __call__(self, cluster) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            return self._score(cluster)
+
+    def _score(self, cluster) -> np.ndarray:
+        import torch
         from fairseq.data import data_utils
 
         title, paragraphs, _ = self.task.encode_cluster(cluster)
@@ -215,6 +220,8 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
                     }
                     if cluster.title:
                         record["title"] = cluster.title
+                    if len(cluster.references) > 1:  # keep every reference for evaluation
+                        record["summaries"] = cluster.references
                     output.write(json.dumps(record, ensure_ascii=False) + "\n")
     finally:
         if output is not None:

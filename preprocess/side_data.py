@@ -46,7 +46,7 @@ class SideDataProducer(abc.ABC):
     @abc.abstractmethod
     def __call__(self, cluster, encoded) -> np.ndarray:
         """Return the array for one cluster (``encoded`` is an
-        :class:`mdsfair.preprocess.binarize.EncodedCluster`)."""
+        :class:`mdsfair.preprocess.pipeline.EncodedCluster`)."""
 
 
 def register_side_data_producer(name: str) -> Callable:

@@ -2,7 +2,10 @@
 
 The raw contract (../shared/DESIGN.md): one cluster per JSON line,
 ``{"id": str, "documents": [str, ...], "summary": str}`` with an optional
-``"title"``. Paragraphs inside a document are separated by blank lines.
+``"title"``; several references may be given as ``"summaries": [str, ...]``
+(with or instead of ``"summary"``; see :mod:`mdsfair.preprocess.references`).
+Paragraphs inside a document are separated by blank lines. A UTF-8
+byte-order mark before the first line is ignored.
 
 This module turns such a line into a :class:`ClusterStructure`: documents ->
 paragraphs -> sentences, lightly cleaned, with every empty piece removed and
@@ -16,6 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
+from mdsfair.preprocess.references import check_reference_fields, clean_references
+from mdsfair.raw_contract import format_location, strip_utf8_bom
+
 
 class InputFormatError(ValueError):
     """A raw input line that breaks the data contract; names file and line."""
@@ -25,7 +31,7 @@ class InputFormatError(ValueError):
         self.line = line
         self.reason = reason
         self.message = message
-        super().__init__(f"{path}:{line}: {message}")
+        super().__init__(f"{format_location(path, line)}: {message}")
 
     def __reduce__(self):  # picklable across worker processes
         return (type(self), (self.path, self.line, self.reason, self.message))
@@ -57,7 +63,10 @@ class ClusterStructure:
     summary: str
     summary_sentences: List[str]
     title: Optional[str] = None
+    # every reference, cleaned, the first being ``summary`` (see mdsfair.preprocess.references)
     references: List[str] = field(default_factory=list)
+    # indices (in the raw line) of the empty documents dropped under --skip-bad
+    dropped_documents: List[int] = field(default_factory=list)
 
     @property
     def num_paragraphs(self) -> int:
@@ -195,9 +204,12 @@ class ReadReport:
 
 
 def iter_raw_lines(path: str) -> Iterator[Tuple[int, bytes]]:
-    """Yield ``(line_number, raw_bytes)`` of a JSONL file, blank lines skipped."""
+    """Yield ``(line_number, raw_bytes)`` of a JSONL file, blank lines skipped
+    (a UTF-8 byte-order mark before the first line is not part of it)."""
     with open(path, "rb") as f:
         for line_number, raw in enumerate(f, start=1):
+            if line_number == 1:
+                raw = strip_utf8_bom(raw)
             if raw.strip():
                 yield line_number, raw
 
@@ -227,19 +239,18 @@ def parse_cluster(
         raise InputFormatError(path, line, "not_json", f"not JSON ({e.msg} at column {e.colno})") from None
     if not isinstance(obj, dict):
         raise InputFormatError(path, line, "not_an_object", f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("id", "documents", "summary"):
+    for key in ("id", "documents"):
         if key not in obj:
             raise InputFormatError(path, line, "missing_key", f"missing key {key!r} (keys: {sorted(obj)})")
-    documents, summary = obj["documents"], obj["summary"]
+    documents = obj["documents"]
     if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
         raise InputFormatError(path, line, "wrong_type", "'documents' must be a list of strings")
-    if not isinstance(summary, str):
-        raise InputFormatError(path, line, "wrong_type", "'summary' must be a string")
+    check_reference_fields(obj, path, line)  # 'summary' and/or 'summaries'
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
         raise InputFormatError(path, line, "wrong_type", "'title' must be a string")
 
-    structured, empty_documents = [], 0
+    structured, empty_documents = [], []
     for d, document in enumerate(documents):
         paragraphs = split_paragraphs(clean_text(document, lowercase))
         paragraphs_sentences = [p for p in splitter.split(paragraphs) if p]
@@ -248,17 +259,17 @@ def parse_cluster(
                 raise InputFormatError(
                     path, line, "empty_document", f"document {d} of cluster {obj['id']!r} is empty"
                 )
-            empty_documents += 1
+            empty_documents.append(d)
             continue
         structured.append(paragraphs_sentences)
     if not structured:
         raise InputFormatError(path, line, "empty_cluster", f"cluster {obj['id']!r} has no non-empty document")
 
-    summary_clean = " ".join(clean_text(summary, lowercase).split())
+    references = clean_references(obj, lambda text: clean_text(text, lowercase))
+    summary_clean = references[0] if references else ""
     if not summary_clean and require_summary:
         raise InputFormatError(path, line, "empty_summary", f"cluster {obj['id']!r} has an empty summary")
     summary_sentences = splitter.split([summary_clean])[0] if summary_clean else []
-    references = obj.get("summaries") or []
     return (
         ClusterStructure(
             id=str(obj["id"]),
@@ -266,9 +277,10 @@ def parse_cluster(
             summary=summary_clean,
             summary_sentences=summary_sentences,
             title=clean_text(title, lowercase) if title else None,
-            references=[" ".join(clean_text(r, lowercase).split()) for r in references if isinstance(r, str)],
+            references=references,
+            dropped_documents=empty_documents,
         ),
-        empty_documents,
+        len(empty_documents),
     )
 
 

@@ -11,14 +11,18 @@ The dictionary is shared by source and target.
   fairseq's BART ``dict.txt`` lists them, so BART checkpoints' vocabularies
   apply. The BPE files are given by local path (no hub is reachable).
 """
+from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
+
 import abc
 import itertools
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
-from fairseq.data import Dictionary
+
+if TYPE_CHECKING:
+    from fairseq.data import Dictionary
 
 SPM_MODEL_NAME = "spm.model"
 
@@ -248,6 +252,8 @@ def train_sentencepiece(
 
 def dictionary_from_sentencepiece(encoder: SentencePieceEncoder, padding_factor: int = 8) -> Dictionary:
     """A fairseq dictionary over every piece, in the model's order."""
+    from fairseq.data import Dictionary
+
     dictionary = Dictionary()
     for piece in encoder.pieces():
         dictionary.add_symbol(piece)

@@ -1,5 +1,6 @@
 """Tests of mdsfair.preprocess.converters: each release format on its fixture, bad input, skip mode, CLI."""
 import argparse
+import ast
 import gzip
 import json
 import shutil
@@ -58,6 +59,106 @@ def wcep_event(event_id, summary="A summary.", texts=("Article one.", "Article t
 
 def test_registry_names_every_format():
     assert set(CONVERTERS) == {"multinews", "wcep", "multixscience", "csv", "mred", "wikisum", "peersum"}
+
+
+CONVERTERS_PACKAGE = Path(converters.__file__).parent
+FORMAT_MODULE_MAX_LINES = 200
+
+
+def _format_module_files():
+    """The package's format modules: every public .py file that is not infrastructure."""
+    return sorted(path for path in CONVERTERS_PACKAGE.glob("*.py")
+                  if not path.stem.startswith("_") and path.stem not in converters.INFRASTRUCTURE_MODULES)
+
+
+def test_every_format_module_is_small_self_contained_and_registered():
+    registered_by = {}
+    for name, function in CONVERTERS.items():
+        package, _, module = function.__module__.rpartition(".")
+        assert package == converters.__name__, (name, function.__module__)
+        registered_by.setdefault(module, []).append(name)
+        # A format's CLI flags live in its own module, next to the generator they feed.
+        add_arguments = converters.CONVERTER_ARGUMENTS[name]
+        assert add_arguments is None or add_arguments.__module__ == function.__module__, name
+    files = _format_module_files()
+    assert {path.stem for path in files} == set(registered_by)
+    assert registered_by["hierencdec_csv"] == ["csv", "mred"]
+    assert all(len(formats) == 1 for module, formats in registered_by.items() if module != "hierencdec_csv")
+    for path in files:
+        source = path.read_text(encoding="utf-8")
+        assert source.count("\n") <= FORMAT_MODULE_MAX_LINES, f"{path.name} has {source.count(chr(10))} lines"
+        tree = ast.parse(source)
+        relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
+        absolute = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
+        absolute |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+        # Only the shared machinery, never another format module (nor mdsfair at large).
+        assert relative <= {"common", "registry"}, (path.name, relative)
+        assert not any(module.split(".")[0] in ("mdsfair", "preprocess") for module in absolute), (path.name, absolute)
+
+
+@pytest.fixture
+def toy_format():
+    """Register a throw-away format for one test, and remove it afterwards."""
+
+    def add_arguments(parser):
+        parser.add_argument("--shout", action="store_true", help="upper-case the summary")
+
+    @converters.register_converter("toy_lines", add_arguments=add_arguments)
+    def iter_toy_lines(inputs, split="train", *, shout=False, skip_bad=False, report=None):
+        """Toy: one document per line, the summary is the first word of each line."""
+        for index, path in enumerate(converters.common.as_paths(inputs)):
+            lines = Path(path).read_text(encoding="utf-8").split("\n")
+            summary = " ".join(line.split()[0] for line in lines if line.strip())
+            report.records_read += 1
+            report.clusters_written += 1
+            yield {"id": f"{split}-{index}", "documents": [line for line in lines if line.strip()],
+                   "summary": summary.upper() if shout else summary}
+
+    yield iter_toy_lines
+    del converters.CONVERTERS["toy_lines"]
+    del converters.CONVERTER_ARGUMENTS["toy_lines"]
+
+
+def test_cli_formats_are_read_from_the_registry(toy_format, tmp_path, capsys):
+    parser = converters.build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(subparsers.choices) == list(CONVERTERS)
+    assert "toy_lines" in subparsers.choices
+    assert converters.format_options("toy_lines") == ["shout"]
+    source = tmp_path / "toy.txt"
+    source.write_text("alpha one\nbeta two\n", encoding="utf-8")
+    output = tmp_path / "toy.jsonl"
+    assert cli_main(["toy_lines", str(source), "-o", str(output), "--shout", "--split", "dev"]) == 0
+    assert read_jsonl(output) == [{"id": "dev-0", "documents": ["alpha one", "beta two"], "summary": "ALPHA BETA"}]
+    assert "clusters written:     1" in capsys.readouterr().out
+
+
+def test_registry_rejects_duplicates_bad_names_and_incomplete_generators(toy_format):
+    def iter_other(inputs, split="train", *, skip_bad=False, report=None):
+        """Other."""
+        yield from ()
+
+    with pytest.raises(ValueError, match="'toy_lines' registered twice"):
+        converters.register_converter("toy_lines")(iter_other)
+    with pytest.raises(ValueError, match="lower-case identifier"):
+        converters.register_converter("Toy-Lines")
+    with pytest.raises(ValueError, match=r"lacks the parameters \['report'\]"):
+        converters.register_converter("toy_incomplete")(lambda inputs, split, skip_bad=False: iter(()))
+    assert "toy_incomplete" not in CONVERTERS
+
+
+def test_unknown_format_gives_a_clear_error(tmp_path, capsys):
+    source = write_lines(tmp_path / "in.jsonl", [wcep_event(1)])
+    with pytest.raises(ValueError, match=r"unknown format 'nosuch'; choose from \['csv', 'mred', 'multinews'"):
+        convert("nosuch", source, tmp_path / "out.jsonl")
+    with pytest.raises(ValueError, match="unknown format 'nosuch'"):
+        converters.format_options("nosuch")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["nosuch", str(source), "-o", str(tmp_path / "out.jsonl")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nosuch'" in err and "'multinews'" in err and "'peersum'" in err
+    assert not (tmp_path / "out.jsonl").exists()
 
 
 # ----------------------------------------------------------------------------
@@ -133,7 +234,7 @@ def test_multinews_invalid_utf8_in_target_names_target_and_line(tmp_path):
         list(iter_multinews(source))
     assert info.value.path == str(target) and info.value.line == 2
     assert info.value.reason == converters.INVALID_UTF8
-    assert f"{target}, line 2: invalid UTF-8: byte 0xff" in str(info.value)
+    assert f"{target}:2: invalid UTF-8: byte 0xff" in str(info.value)
 
 
 # ----------------------------------------------------------------------------
@@ -224,7 +325,7 @@ def test_multixscience_missing_key_reports_line_where_list_element_starts(tmp_pa
     clusters, report = run("multixscience", path, tmp_path, split="test", skip_bad=True)
     assert [c["id"] for c in clusters] == ["math9912167"]
     assert report.skipped == Counter({"missing_key": 1})
-    assert f"line {start_line}" in report.skipped_examples[0]
+    assert f"{path}:{start_line}: missing key" in report.skipped_examples[0]
 
 
 def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
@@ -248,7 +349,7 @@ def test_invalid_utf8_inside_json_list_element(tmp_path):
     clusters, report = run("multixscience", path, tmp_path, skip_bad=True)
     assert [c["id"] for c in clusters] == ["b"]
     assert report.skipped == Counter({"invalid_utf8": 1})
-    assert "line 3" in report.skipped_examples[0]
+    assert ":3: invalid UTF-8" in report.skipped_examples[0]
 
 
 # ----------------------------------------------------------------------------
@@ -312,7 +413,7 @@ def test_csv_broken_row_reports_its_first_line(tmp_path):
     with pytest.raises(InputFormatError) as info:
         run("csv", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.MALFORMED_CSV_ROW, 4)
-    assert f"{path}, line 4: malformed CSV row" in str(info.value)
+    assert f"{path}:4: malformed CSV row" in str(info.value)
 
     clusters, report = run("csv", path, tmp_path, skip_bad=True)
     assert [c["id"] for c in clusters] == ["train-0", "train-2"]
@@ -464,14 +565,14 @@ def test_bad_jsonl_record_names_file_and_line(tmp_path, bad_line, reason, messag
     with pytest.raises(InputFormatError) as info:
         list(iter_wcep(path))
     assert (info.value.path, info.value.line, info.value.reason) == (str(path), 2, reason)
-    assert str(info.value).startswith(f"{path}, line 2: ")
+    assert str(info.value).startswith(f"{path}:2: ")
     assert message in str(info.value)
 
     report = ConversionReport()
     clusters = list(iter_wcep(path, skip_bad=True, report=report))
     assert [c["id"] for c in clusters] == ["1", "3"]
     assert report.skipped == Counter({reason: 1})
-    assert report.skipped_examples[0].startswith(f"{path}, line 2: ")
+    assert report.skipped_examples[0].startswith(f"{path}:2: ")
     assert_accounted(report)
 
 
@@ -513,8 +614,8 @@ def test_skip_mode_counts_every_reason(tmp_path):
                                       "empty_cluster": 1, "duplicate_id": 1, "missing_key": 1})
     assert report.records_read == 8  # the blank line is not a record
     assert report.dropped_documents == Counter({"empty_document": 1})
-    assert [e.split(":")[0] for e in report.skipped_examples] == [
-        f"{path}, line {n}" for n in (2, 3, 5, 6, 7, 8)]
+    assert [e[: e.index(":", len(str(path)) + 1)] for e in report.skipped_examples] == [
+        f"{path}:{n}" for n in (2, 3, 5, 6, 7, 8)]
     assert_accounted(report)
 
 
@@ -575,7 +676,7 @@ def test_cli_bad_input_exit_status_message_and_skip(tmp_path, capsys):
     output = tmp_path / "out.jsonl"
     assert cli_main(["wcep", str(path), "-o", str(output)]) == 1
     err = capsys.readouterr().err
-    assert f"{path}, line 2: not valid JSON" in err and "--skip-bad" in err
+    assert f"{path}:2: not valid JSON" in err and "--skip-bad" in err
     assert not output.exists()
 
     assert cli_main(["wcep", str(path), "-o", str(output), "--skip-bad"]) == 0

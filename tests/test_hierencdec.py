@@ -14,6 +14,7 @@ from fairseq import checkpoint_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
+from mdsfair.checkpoints import restamp_state
 from mdsfair.evaluation.attention_analysis import (
     AttentionRecorder,
     cli_main as analyze_attention_main,
@@ -158,6 +159,67 @@ def model_inputs(sample, with_documents=True):
     return {name: sample["net_input"][name] for name in names}
 
 
+# ------------------------------------------------- per-document budget
+
+
+def authors_per_passage_source(documents, max_source_length, bos=0, eos=2):
+    """The source HierEncDec's ``run_summarization.py`` builds with
+    ``--per_passage_source_length_limit`` (documents given as token-id lists,
+    the tokenizer's ``encode(doc)[1:-1]``): ``(M - n) // n`` tokens per
+    document, each after its ``<s>``, one ``</s>``, then the whole source cut
+    to ``M - 1`` tokens plus ``</s>``; ``sep_positions`` = the ``<s>``
+    positions before the cut."""
+    limit = (max_source_length - len(documents)) // len(documents)
+    input_ids, sep_positions = [], [0]
+    for document in documents:
+        input_ids.extend([bos] + document[:limit])
+        sep_positions.append(len(input_ids))
+    sep_positions = sep_positions[:-1]
+    input_ids.append(eos)
+    if len(input_ids) > max_source_length:
+        input_ids = input_ids[: max_source_length - 1] + [eos]
+        sep_positions = [x for x in sep_positions if x < max_source_length - 1]
+    return input_ids, sep_positions
+
+
+@pytest.mark.parametrize(
+    "lengths,kept,cut_at_the_end",
+    [
+        ((30, 12, 50, 8), [15, 12, 15, 8], 0),  # issue 11's example: (64 - 4) // 4 = 15
+        ((30, 20, 50, 20), [15, 15, 15, 14], 1),  # 4 full shares + 4 <s> + </s> = 65: the M - 1 cut bites
+        ((9, 2, 40), [9, 2, 20], 0),  # (64 - 3) // 3 = 20: n does not divide M
+    ],
+)
+def test_per_document_budget_equals_the_authors_per_passage_limit(lengths, kept, cut_at_the_end):
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+
+    dictionary = Dictionary()
+    for i in range(300):
+        dictionary.add_symbol(f"w{i}")
+    starts = np.cumsum((0,) + lengths)
+    documents = [list(range(10 + int(start), 10 + int(start) + length)) for start, length in zip(starts, lengths)]
+    tokens = np.concatenate([np.array(d) for d in documents])
+    doc_ids = np.repeat(np.arange(len(lengths)), lengths)
+    dataset = MultiDocSummarizationDataset(
+        [tokens], [np.array([5, 6])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
+        TruncationConfig(max_source_positions=64, per_document_budget=True), name="budget",
+    )
+    item = dataset[0]
+    expected, sep_positions = authors_per_passage_source(documents, 64, dictionary.bos(), dictionary.eos())
+    assert item["source"].tolist() == expected
+    assert torch.nonzero(item["source"] == dictionary.bos()).flatten().tolist() == sep_positions
+    assert torch.bincount(item["structure"]["doc"][item["source"] != dictionary.bos()][:-1]).tolist() == kept
+    assert len(expected) <= 64
+    counts = dataset.truncation_counts
+    assert counts["per_document_budget_tokens"] == sum(lengths) - sum(kept) - cut_at_the_end
+    assert counts.get("max_source_positions_tokens", 0) == cut_at_the_end
+    assert counts["examples_truncated"] == 1
+    assert dataset.src_sizes[0] == len(expected)
+
+
 # ------------------------------------------------------ segment positions
 
 
@@ -188,6 +250,8 @@ def test_position_tiling_methods():
     authors = tile_position_table(weight, 13, padding_idx=1, method="authors")
     for row in range(13):
         assert torch.equal(authors[row], weight[row % 6])
+    # the authors' modeling_utils.py: cat([W] * (new // old) + [W[:new % old]])
+    assert torch.equal(authors, torch.cat([weight] * (13 // 6) + [weight[: 13 % 6]], 0))
     with pytest.raises(ValueError, match="shrink"):
         tile_position_table(weight, 4, padding_idx=1)
 
@@ -203,6 +267,26 @@ def make_self_attention(seed=0):
 def test_layout_rejects_non_contiguous_documents():
     with pytest.raises(ValueError, match="contiguous"):
         DocumentLayout.from_document_ids(torch.tensor([[0, 0, 1, 1, 0, -1]]))
+
+
+def authors_encoder_mask(sep_positions, seq_len):
+    """``hier_mask`` of the authors' ``BartEncoder.forward`` (``--enc_cross_doc``)
+    for one example: every document ``[start, end)`` attends within itself and
+    its SOD row to every SOD; the last document runs to ``seq_len``."""
+    hier_mask = torch.zeros(seq_len, seq_len)
+    for start, end in zip(sep_positions, sep_positions[1:] + [seq_len]):
+        hier_mask[start, sep_positions] = 1
+        hier_mask[start:end, start:end] = 1
+    return hier_mask.bool()
+
+
+def test_dense_mask_equals_the_authors_hier_mask():
+    allowed = document_attention_mask(DOCUMENT_IDS)
+    for example in range(DOCUMENT_IDS.size(0)):
+        ids = DOCUMENT_IDS[example]
+        length = int(ids.ge(0).sum())
+        sep_positions = [i for i in range(length) if i == 0 or ids[i] != ids[i - 1]]
+        assert torch.equal(allowed[example, :length, :length], authors_encoder_mask(sep_positions, length))
 
 
 def test_dense_mask_is_the_document_rule():
@@ -443,6 +527,7 @@ def hub_model_dir(restored_checkpoint, noisy_bart_state, data_bin, tmp_path_fact
     state = checkpoint_utils.load_checkpoint_to_cpu(restored_checkpoint)
     positions = "encoder.embed_positions.weight"
     state["model"] = {**noisy_bart_state["model"], positions: state["model"][positions]}
+    restamp_state(state)  # the weights changed on purpose: record their checksum
     torch.save(state, os.path.join(model_dir, "checkpoint_best.pt"))
     copy_inference_files(data_bin, model_dir)
     return model_dir

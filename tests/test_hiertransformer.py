@@ -15,7 +15,7 @@ from mdsfair.models.hiertransformer import HierarchicalTransformerModel
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention, row_normalise_graph
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
-from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, sinusoidal_encoding
+from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, SinusoidalPositions, sinusoidal_encoding
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin
 
 
@@ -295,6 +295,313 @@ def test_sequence_generator_scores_equal_full_decoding():
             assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4)
 
 
+# ------------------------------------- the hiersumm code's model, from its equations
+#
+# A reimplementation of the authors' Summarizer (nlpyang/hiersumm,
+# src/abstractive/{neural,attn,transformer_encoder,transformer_decoder,
+# model_builder}.py) written from their equations, reading a state dict with
+# their parameter names. It is the reference for the hiertransformer_hiersumm
+# arch here and for ``mdsfair-import hiersumm`` (tests/test_import_hiersumm.py).
+
+
+def hiersumm_positions(length, dim):
+    """Their PositionalEncoding table (float32): pe[p, 2i] = sin(p * exp(2i * -ln(10^4)/dim)),
+    pe[p, 2i+1] = cos(...), positions from 0."""
+    position = torch.arange(length, dtype=torch.float).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, dim, 2, dtype=torch.float) * -(math.log(10000.0) / dim))
+    pe = torch.zeros(length, dim)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+def ref_layer_norm(x, sd, prefix):
+    return F.layer_norm(x, x.shape[-1:], sd[prefix + ".weight"], sd[prefix + ".bias"], eps=1e-6)
+
+
+def ref_linear(x, sd, prefix):
+    return x @ sd[prefix + ".weight"].T + sd[prefix + ".bias"]
+
+
+def ref_attention(key, value, query, sd, prefix, heads, blocked, final_linear=True):
+    """MultiHeadedAttention: ``[B, L, d]`` inputs; ``blocked [B, Lq or 1, Lk]`` True where masked."""
+    batch, dim = key.size(0), key.size(-1)
+    head_dim = dim // heads
+
+    def split(x):
+        return x.view(batch, -1, heads, head_dim).transpose(1, 2)
+
+    k = split(ref_linear(key, sd, prefix + ".linear_keys"))
+    v = split(ref_linear(value, sd, prefix + ".linear_values"))
+    q = split(ref_linear(query, sd, prefix + ".linear_query")) / math.sqrt(head_dim)
+    scores = (q @ k.transpose(2, 3)).masked_fill(blocked.unsqueeze(1), -1e18)
+    context = torch.softmax(scores, dim=-1) @ v
+    if not final_linear:
+        return context
+    return ref_linear(context.transpose(1, 2).reshape(batch, -1, dim), sd, prefix + ".final_linear")
+
+
+def ref_feed_forward(x, sd, prefix):
+    inner = torch.relu(ref_linear(ref_layer_norm(x, sd, prefix + ".layer_norm"), sd, prefix + ".w_1"))
+    return ref_linear(inner, sd, prefix + ".w_2") + x
+
+
+def ref_encoder(src, sd, heads, inter_layers, inter_heads, num_layers, pad):
+    """TransformerInterEncoder: ``src [B, n_blocks, n_tokens]`` -> memory ``[B, S, d]`` of the
+    non-pad tokens in order, and its padding mask ``[B, S]``."""
+    batch, blocks, tokens = src.shape
+    embeddings = sd["encoder.embeddings.weight"]
+    dim = embeddings.size(1)
+    pe = hiersumm_positions(max(blocks, tokens), dim // 2).to(embeddings.dtype)
+    position = torch.cat(
+        [pe[:tokens].expand(batch, blocks, tokens, dim // 2),
+         pe[:blocks].unsqueeze(1).expand(batch, blocks, tokens, dim // 2)], -1)
+    x = (embeddings[src] * math.sqrt(dim) + position).view(batch * blocks, tokens, dim)
+    pad_mask = src.eq(pad).view(batch * blocks, tokens)
+    block_missing = pad_mask.view(batch, blocks, tokens).all(-1)
+    head_dim = dim // inter_heads
+    for i in range(num_layers):
+        p = f"encoder.transformer_layers.{i}"
+        if i in inter_layers:
+            h = ref_layer_norm(x, sd, p + ".layer_norm1")
+            scores = ref_linear(h, sd, p + ".pooling.linear_keys").masked_fill(pad_mask.unsqueeze(-1), -1e18)
+            weights = torch.softmax(scores, dim=1)  # over the tokens of a block, per head
+            values = ref_linear(h, sd, p + ".pooling.linear_values").view(batch * blocks, tokens, inter_heads, head_dim)
+            block = (weights.unsqueeze(-1) * values).sum(1)  # [B*n, heads, d_head]
+            block = ref_layer_norm(block, sd, p + ".layer_norm2")
+            block = block.view(batch, blocks, inter_heads, head_dim).transpose(1, 2).reshape(batch * inter_heads, blocks, head_dim)
+            blocked = block_missing.unsqueeze(1).expand(batch, inter_heads, blocks).reshape(batch * inter_heads, 1, blocks)
+            block = ref_attention(block, block, block, sd, p + ".inter_att", 1, blocked, final_linear=False)
+            block = block.view(batch, inter_heads, blocks, head_dim).transpose(1, 2).reshape(batch * blocks, dim)
+            block = ref_linear(block, sd, p + ".linear")
+            x = ref_feed_forward(x + block.unsqueeze(1), sd, p + ".feed_forward")
+        else:
+            h = ref_layer_norm(x, sd, p + ".layer_norm")
+            x = ref_attention(h, h, h, sd, p + ".self_attn", heads, pad_mask.unsqueeze(1)) + x
+            x = ref_feed_forward(x, sd, p + ".feed_forward")
+    x = ref_layer_norm(x, sd, "encoder.layer_norm") * (~pad_mask).unsqueeze(-1)
+    x = x.view(batch, blocks * tokens, dim)
+    keep = (~pad_mask).view(batch, blocks * tokens)
+    unpadded = [x[b][keep[b]] for b in range(batch)]
+    length = max(u.size(0) for u in unpadded)
+    memory = torch.stack([torch.cat([u, u.new_zeros(length - u.size(0), dim)]) for u in unpadded])
+    memory_pad = torch.arange(length).unsqueeze(0) >= torch.tensor([u.size(0) for u in unpadded]).unsqueeze(1)
+    return memory, memory_pad
+
+
+def ref_decoder(tgt, memory, memory_pad, sd, heads, num_layers, pad):
+    """TransformerDecoder + generator under teacher forcing: ``tgt [B, T]`` starting with <S>;
+    returns log-probabilities ``[B, T, V]``."""
+    embeddings = sd["decoder.embeddings.weight"]
+    dim = embeddings.size(1)
+    length = tgt.size(1)
+    x = embeddings[tgt] * math.sqrt(dim) + hiersumm_positions(length, dim).to(embeddings.dtype)
+    future = torch.triu(torch.ones(length, length, dtype=torch.bool), diagonal=1)
+    self_blocked = tgt.eq(pad).unsqueeze(1) | future.unsqueeze(0)
+    for i in range(num_layers):
+        p = f"decoder.transformer_layers.{i}"
+        h = ref_layer_norm(x, sd, p + ".layer_norm_1")
+        query = ref_attention(h, h, h, sd, p + ".self_attn", heads, self_blocked) + x
+        mid = ref_attention(memory, memory, ref_layer_norm(query, sd, p + ".layer_norm_2"), sd,
+                            p + ".context_attn", heads, memory_pad.unsqueeze(1))
+        x = ref_feed_forward(mid + query, sd, p + ".feed_forward")
+    x = ref_layer_norm(x, sd, "decoder.layer_norm")
+    return torch.log_softmax(x @ sd["generator.0.weight"].T + sd["generator.0.bias"], dim=-1)
+
+
+def ref_log_probs(src, tgt, sd, opt, pad):
+    """The authors' Summarizer.forward followed by its generator."""
+    memory, memory_pad = ref_encoder(src, sd, opt.heads, opt.inter_layers, opt.inter_heads, opt.enc_layers, pad)
+    return ref_decoder(tgt, memory, memory_pad, sd, opt.heads, opt.dec_layers, pad)
+
+
+def export_to_hiersumm_layout(model):
+    """Our hiertransformer_hiersumm parameters under the hiersumm code's names
+    (the inverse of the importer's mapping, written independently here)."""
+    ours = {k: v.detach() for k, v in model.state_dict().items()}
+    sd = {"encoder.embeddings.weight": ours["encoder.embed_tokens.weight"],
+          "decoder.embeddings.weight": ours["decoder.embed_tokens.weight"],
+          "generator.0.weight": ours["decoder.output_projection.weight"],
+          "generator.0.bias": ours["decoder.output_projection.bias"]}
+
+    def copy(their, our):
+        sd[their + ".weight"] = ours[our + ".weight"]
+        sd[their + ".bias"] = ours[our + ".bias"]
+
+    def attention(their, our):
+        for a, b in (("linear_query", "q_proj"), ("linear_keys", "k_proj"), ("linear_values", "v_proj"),
+                     ("final_linear", "out_proj")):
+            copy(f"{their}.{a}", f"{our}.{b}")
+
+    local_layers = len(model.encoder.local_layers)
+    for i in range(local_layers):
+        their, our = f"encoder.transformer_layers.{i}", f"encoder.local_layers.{i}"
+        attention(their + ".self_attn", our + ".self_attn")
+        copy(their + ".layer_norm", our + ".self_attn_layer_norm")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    for j in range(len(model.encoder.global_layers)):
+        their, our = f"encoder.transformer_layers.{local_layers + j}", f"encoder.global_layers.{j}"
+        copy(their + ".layer_norm1", our + ".pooling_layer_norm")
+        copy(their + ".pooling.linear_keys", our + ".pooling.score_proj")
+        copy(their + ".pooling.linear_values", our + ".pooling.value_proj")
+        copy(their + ".layer_norm2", our + ".pooling.head_layer_norm")
+        for a, b in (("linear_query", "query_proj"), ("linear_keys", "key_proj"), ("linear_values", "value_proj")):
+            sd[f"{their}.inter_att.{a}.weight"] = ours[f"{our}.inter_paragraph_attention.{b}.weight"][0].T
+            sd[f"{their}.inter_att.{a}.bias"] = ours[f"{our}.inter_paragraph_attention.{b}.bias"][0]
+        copy(their + ".linear", our + ".context_proj")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    copy("encoder.layer_norm", "encoder.layer_norm")
+    for i in range(len(model.decoder.layers)):
+        their, our = f"decoder.transformer_layers.{i}", f"decoder.layers.{i}"
+        attention(their + ".self_attn", our + ".self_attn")
+        attention(their + ".context_attn", our + ".encoder_attn")
+        copy(their + ".layer_norm_1", our + ".self_attn_layer_norm")
+        copy(their + ".layer_norm_2", our + ".encoder_attn_layer_norm")
+        copy(their + ".feed_forward.layer_norm", our + ".final_layer_norm")
+        copy(their + ".feed_forward.w_1", our + ".fc1")
+        copy(their + ".feed_forward.w_2", our + ".fc2")
+    copy("decoder.layer_norm", "decoder.layer_norm")
+    return sd
+
+
+def to_blocks(batch, pad=1):
+    """The flat toy batch as the hiersumm code's ``src [B, n_blocks, n_tokens]``."""
+    tokens, para = batch["src_tokens"], batch["src_para_ids"]
+    rows = [[tokens[b][(para[b] == p) & tokens[b].ne(pad)].tolist() for p in range(int(para[b].max()) + 1)]
+            for b in range(tokens.size(0))]
+    blocks = max(len(r) for r in rows)
+    width = max(len(p) for r in rows for p in r)
+    src = torch.full((len(rows), blocks, width), pad)
+    for b, r in enumerate(rows):
+        for p, ids in enumerate(r):
+            src[b, p, : len(ids)] = torch.tensor(ids)
+    return src
+
+
+HIERSUMM_TINY = ["--arch", "hiertransformer_hiersumm", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                 "--encoder-attention-heads", "4", "--local-layers", "2", "--decoder-layers", "2"]
+
+
+def randomize_(model, seed=3):
+    """Random values in every parameter (biases and LayerNorms included), so
+    that no mapping error hides behind a zero or a one."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.3)
+    return model
+
+
+def test_decoder_positions_follow_eq_7_8_from_position_zero():
+    d = 16
+    table = SinusoidalPositions(d)(torch.zeros(2, 40, dtype=torch.long))
+    assert table.shape == (2, 40, d) and torch.equal(table[0], table[1])
+    for pos, i in ((0, 0), (1, 0), (3, 2), (17, 5), (39, 7)):
+        angle = pos / 10000 ** (2 * i / d)
+        assert table[0, pos, 2 * i].item() == pytest.approx(math.sin(angle), abs=1e-6)
+        assert table[0, pos, 2 * i + 1].item() == pytest.approx(math.cos(angle), abs=1e-6)
+    assert torch.equal(table[0], hiersumm_positions(40, d))  # their table, bit for bit
+    # incremental decoding asks for the last position of the prefix only
+    last = SinusoidalPositions(d)(torch.zeros(3, 18, dtype=torch.long), incremental_state={})
+    assert last.shape == (3, 1, d) and torch.equal(last[0, 0], table[0, 17])
+    # fairseq's own table differs: sines then cosines, from position 2
+    from fairseq.modules import SinusoidalPositionalEmbedding
+    fairseq_table = SinusoidalPositionalEmbedding(d, padding_idx=1, init_size=64)(torch.full((1, 3), 5))
+    assert fairseq_table[0, 0, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
+    assert not torch.allclose(fairseq_table[0], table[0, :3])
+
+
+def test_hiersumm_arch_sets_the_authors_decoder():
+    model = build_model(*HIERSUMM_TINY)
+    decoder = model.decoder
+    assert isinstance(decoder.embed_positions, SinusoidalPositions)
+    assert decoder.output_projection.bias is not None
+    assert decoder.output_projection.weight is decoder.embed_tokens.weight is model.encoder.embed_tokens.weight
+    norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert len(norms) == 2 * 2 + 2 * 3 + 1 + 2 * 3 + 1 and {m.eps for m in norms} == {1e-6}
+    assert decoder.start_symbol == ToyTask().source_dictionary.bos()
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_hiersumm"])
+    assert (args.dropout, args.attention_dropout, args.activation_dropout) == (0.1, 0.1, 0.1)
+    paper = build_model()
+    assert paper.decoder.output_projection.bias is None and paper.decoder.start_symbol is None
+    assert {m.eps for m in paper.modules() if isinstance(m, torch.nn.LayerNorm)} == {1e-5}
+
+
+def test_hiersumm_arch_equals_the_authors_model_written_from_their_equations():
+    """Encoder, decoder and generator on the same weights: log-probabilities
+    equal the reference to 1e-6 (float64), batch 2 with padding in both
+    the source and the target."""
+    model = randomize_(build_model(*HIERSUMM_TINY)).double()
+    batch = toy_batch()
+    sd = export_to_hiersumm_layout(model)
+    prev = torch.tensor([[2, 9, 10, 11, 12], [2, 13, 14, 1, 1]])  # fairseq's </s> start, pad at the end
+    ours = F.log_softmax(model(**batch, prev_output_tokens=prev)[0], dim=-1)
+    tgt = prev.clone()
+    tgt[:, 0] = 0  # the authors' targets start with <S> = our <s>
+
+    class Opt:
+        heads, inter_heads, enc_layers, dec_layers, inter_layers = 4, 4, 4, 2, [2, 3]
+
+    theirs = ref_log_probs(to_blocks(batch), tgt, sd, Opt, pad=1)
+    real = tgt.ne(1)
+    assert torch.allclose(ours[real], theirs[real], atol=1e-6)
+    # the decoder alone, on our encoder's memory
+    encoder_out = model.encoder(**batch)
+    memory = encoder_out["encoder_out"][0].transpose(0, 1)
+    decoder_only = ref_decoder(tgt, memory, encoder_out["encoder_padding_mask"][0], sd, 4, 2, pad=1)
+    assert torch.allclose(ours[real], decoder_only[real], atol=1e-6)
+    # and the difference is not vacuous: fairseq's positions or no bias would not match
+    without_bias = F.log_softmax(model.decoder.extract_features(prev, encoder_out)[0] @ sd["generator.0.weight"].T, -1)
+    assert not torch.allclose(without_bias[real], theirs[real], atol=1e-3)
+
+
+def test_hiersumm_arch_incremental_decoding_equals_teacher_forcing():
+    task = ToyTask()
+    model = randomize_(build_model(*HIERSUMM_TINY, task=task))
+    batch = toy_batch()
+    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=6, min_len=3)
+    hypotheses = generator.forward({"net_input": batch})
+    eos = task.target_dictionary.eos()
+    for index, beams in enumerate(hypotheses):
+        for hypothesis in beams:
+            target = hypothesis["tokens"].unsqueeze(0)
+            prev = torch.cat([target.new_tensor([[eos]]), target[:, :-1]], dim=1)
+            logits = model(**single(batch, index), prev_output_tokens=prev)[0]
+            full = F.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)[0]
+            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-5)
+    # step by step with an incremental state, by hand
+    encoder_out = model.encoder(**batch)
+    prev = torch.tensor([[2, 9, 10, 11], [2, 13, 14, 15]])
+    full = model.decoder(prev, encoder_out=encoder_out)[0]
+    state = {}
+    steps = [model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0] for t in range(4)]
+    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
+
+
+def test_no_source_special_tokens_equals_removing_them():
+    """Masking <s> / </s> in the encoder gives the states that a source without
+    them gives: a paragraph's first word keeps position 0."""
+    model = build_model("--no-source-special-tokens")
+    plain = {"src_tokens": torch.tensor([[5, 6, 7, 8, 9]]), "src_para_ids": torch.tensor([[0, 0, 1, 1, 1]])}
+    special = {"src_tokens": torch.tensor([[0, 5, 6, 0, 7, 8, 9, 2]]),
+               "src_para_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]])}
+    a = encode(model, plain)
+    b = encode(model, special)
+    kept = torch.tensor([1, 2, 4, 5, 6])
+    assert torch.allclose(a[0], b[0, kept], atol=1e-5)
+    assert torch.equal(b[0, [0, 3, 7]], torch.zeros(3, 32))
+    mask = model.encoder(**special)["encoder_padding_mask"][0]
+    assert mask.tolist() == [[True, False, False, True, False, False, False, True]]
+    keeps = encode(build_model(), special)
+    assert not torch.allclose(keeps[0, kept], a[0], atol=1e-3)
+
+
 # ------------------------------------------------------- data-bin fixtures
 
 
@@ -395,3 +702,145 @@ def test_architectures_set_the_paper_and_hiersumm_configurations():
     assert (hiersumm.local_layers, hiersumm.global_layers, hiersumm.decoder_layers) == (6, 2, 1)
     assert hiersumm.encoder_normalize_before and hiersumm.shared_inter_paragraph_attention
     assert hiersumm.no_pooling_head_projection and hiersumm.token_position_first
+
+
+# ------------------------------------------------------- the recipe's schedule
+
+PAPER_PEAK_LR = "0.0013975424859373686"  # 2 * 256^-0.5 * 8000^-0.5 (Section 4: lr 2, warmup 8,000, d 256)
+
+
+def test_recipe_flags_reproduce_the_papers_noam_schedule():
+    """examples/hiertransformer/README.md trains with fairseq's inverse_sqrt
+    scheduler; with its flags the rate at every update number s equals
+    Section 4's Noam schedule 2 * d^-0.5 * min(s^-0.5, s * 8000^-1.5)."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim import build_optimizer
+    from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+    readme = open(os.path.join(REPO_ROOT, "examples", "hiertransformer", "README.md"), encoding="utf-8").read()
+    flags = ["--lr", PAPER_PEAK_LR, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "8000", "--warmup-init-lr", "0"]
+    assert " ".join(flags) in readme
+    # the authors' code: Adam (0.9, 0.998) with eps 1e-9, default lr 3 (hiersumm src/abstractive/optimizer.py,
+    # src/train_abstractive.py)
+    assert "--adam-betas '(0.9,0.998)' --adam-eps 1e-9" in readme
+    assert "--lr 0.002096313728906053" in readme and 3 * 256 ** -0.5 * 8000 ** -0.5 == 0.002096313728906053
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
+         "--optimizer", "adam", "--adam-betas", "(0.9,0.998)", *flags],
+    )
+    cfg = convert_namespace_to_omegaconf(args)
+    optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
+    for step in (1, 2, 100, 4000, 7999, 8000, 8001, 20000, 100000, 500000):
+        noam = 2 * 256 ** -0.5 * min(step ** -0.5, step * 8000 ** -1.5)
+        assert scheduler.step_update(step) == pytest.approx(noam, rel=1e-12)
+        assert optimizer.get_lr() == pytest.approx(noam, rel=1e-12)
+    assert max(2 * 256 ** -0.5 * min(s ** -0.5, s * 8000 ** -1.5) for s in range(1, 20000)) == pytest.approx(1.40e-3, abs=5e-6)
+
+
+# --------------------------------------------------- the title as the summarizer's input
+
+
+@pytest.fixture(scope="module")
+def titled_data_bins(tmp_path_factory):
+    """The same raw clusters preprocessed with and without --title-document;
+    split 'pair' holds two clusters that differ only in their title."""
+    import json
+
+    from mdsfair.preprocess.binarize import run
+    from tests.utils import make_synthetic_jsonl
+
+    work = tmp_path_factory.mktemp("titled")
+    raw = make_synthetic_jsonl(str(work / "raw"), train=12, valid=2, test=2)
+    cluster = {"id": "a", "title": "Lake Ontario ferry", "summary": "The ferry crosses the lake.",
+               "documents": ["The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]}
+    with open(os.path.join(raw, "pair.jsonl"), "w", encoding="utf-8") as f:
+        f.write(json.dumps(cluster) + "\n")
+        f.write(json.dumps({**cluster, "id": "b", "title": "Toronto island airport"}) + "\n")
+    bins = {}
+    for name, extra in (("plain", []), ("titled", ["--title-document"])):
+        dest = str(work / name)
+        run(["--input-dir", raw, "--destdir", dest, "--vocab-size", "300", "--no-progress-bar", *extra])
+        bins[name] = dest
+    return bins
+
+
+def load_split(data_bin, split, *extra):
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
+         "--dropout", "0", *extra],
+    )
+    task = tasks.setup_task(args)
+    task.load_dataset(split)
+    dataset = task.datasets[split]
+    return task, args, dataset.collater([dataset[i] for i in range(len(dataset))])
+
+
+def test_title_document_puts_the_title_first_as_its_own_paragraph(titled_data_bins):
+    from mdsfair.preprocess.subword import SentencePieceEncoder
+
+    _, _, plain = load_split(titled_data_bins["plain"], "pair")
+    task, _, titled = load_split(titled_data_bins["titled"], "pair")
+    encoder = SentencePieceEncoder(os.path.join(titled_data_bins["titled"], "spm.model"))
+    title = [task.source_dictionary.index(s) for s in encoder.encode("Lake Ontario ferry")]
+    n = len(title)
+    plain_input, titled_input = plain["net_input"], titled["net_input"]
+    bos, eos = task.source_dictionary.bos(), task.source_dictionary.eos()
+    # example "a": <s> title | <s> the old stream, every structure id one higher
+    row = titled_input["src_tokens"][0]
+    assert row[: n + 1].tolist() == [bos] + title
+    old_length = int(plain_input["src_lengths"][0])
+    assert torch.equal(row[n + 1 : n + 1 + old_length], plain_input["src_tokens"][0, :old_length])
+    for key in ("src_doc_ids", "src_para_ids", "src_sent_ids"):
+        assert titled_input[key][0, : n + 1].tolist() == [0] * (n + 1)
+        assert torch.equal(titled_input[key][0, n + 1 : n + 1 + old_length], plain_input[key][0, :old_length] + 1)
+    assert int(titled_input["src_lengths"][0]) == old_length + n + 1
+    assert row[old_length + n].item() == eos
+    # the manifest records it, and the hub's encoder encodes a raw cluster the same way
+    from mdsfair.preprocess.pipeline import ClusterEncoder
+    from mdsfair.tasks.multidoc_summarization import read_manifest
+
+    manifest = read_manifest(titled_data_bins["titled"])
+    assert manifest["title_document"] is True and read_manifest(titled_data_bins["plain"])["title_document"] is False
+    hub = ClusterEncoder.from_data_bin(titled_data_bins["titled"], manifest, task.source_dictionary)
+    encoded = hub.encode({"title": "Lake Ontario ferry", "documents": [
+        "The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]})
+    stored = task.datasets["pair"].source[0]
+    assert list(encoded.tokens) == list(stored) and encoded.para_ids[: n].tolist() == [0] * n
+    with pytest.raises(Exception, match="title"):
+        hub.encode({"documents": ["No title here."]})
+
+
+def test_the_title_reaches_the_encoder_through_the_global_layers(titled_data_bins):
+    """Two clusters that differ only in their title: with --title-document the
+    encoder states of the (same) paragraphs differ, through the global layers
+    only (the title is its own block); without it the inputs are identical."""
+    _, args, titled = load_split(titled_data_bins["titled"], "pair")
+    task, _, plain = load_split(titled_data_bins["plain"], "pair")
+    torch.manual_seed(0)
+    model = task.build_model(args).eval()
+    assert torch.equal(plain["net_input"]["src_tokens"][0], plain["net_input"]["src_tokens"][1])
+    states = encode(model, {k: plain["net_input"][k] for k in ("src_tokens", "src_para_ids")})
+    assert torch.allclose(states[0], states[1])
+
+    def paragraph_states(model, batch):
+        inputs = {k: batch["net_input"][k] for k in ("src_tokens", "src_para_ids")}
+        out = encode(model, inputs)
+        is_title = batch["net_input"]["src_para_ids"].eq(0)
+        return [out[b][~is_title[b] & inputs["src_tokens"][b].ne(1)] for b in range(2)]
+
+    a, b = paragraph_states(model, titled)
+    assert a.shape == b.shape and not torch.allclose(a, b, atol=1e-4)
+    no_global = load_split(titled_data_bins["titled"], "pair", "--global-layers", "0")
+    torch.manual_seed(0)
+    local_only = no_global[0].build_model(no_global[1]).eval()
+    a, b = paragraph_states(local_only, titled)
+    assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_max_paragraphs_counts_the_title_paragraph(titled_data_bins):
+    _, _, titled = load_split(titled_data_bins["titled"], "pair", "--max-paragraphs", "2")
+    para = titled["net_input"]["src_para_ids"][0]
+    assert para.max().item() == 1 and para.eq(0).sum().item() > 1  # the title (with its <s>) and one paragraph

@@ -10,7 +10,8 @@ from fairseq import options, tasks
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 
-from mdsfair.modules.pages import PageBuilder, spatial_pages, unit_rank
+from mdsfair.generation.sequence_generator import use_vectorized_ngram_blocker
+from mdsfair.modules.pages import PageBuilder, filler_page_tokens, spatial_pages, unit_rank
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin, generate_in_process
 
 BOS, PAD, EOS = 0, 1, 2
@@ -131,6 +132,127 @@ def test_spatial_chunks_and_authors_variant():
     assert spatial_pages(torch.arange(2).unsqueeze(0), 4).tolist() == [[0, 1]]
 
 
+def authors_spatial_labels(num_sentences, num_pages):
+    """The page of every sentence in the authors' ``PageSumDataset.__getitem__``
+    (``page_type=None``), copied in spirit from their ``data_utils.py``."""
+    num = num_sentences // num_pages
+    label = []
+    for i in range(num_pages):
+        label.extend([i] * num)
+    while len(label) < num_sentences:
+        label.append(num_pages - 1)
+    return label
+
+
+def test_spatial_remainder_to_last_page_is_the_authors_arithmetic():
+    for num_pages in (1, 3, 7):
+        for num_sentences in range(1, 23):
+            rank = torch.arange(num_sentences).unsqueeze(0)
+            pages = spatial_pages(rank, num_pages, remainder_to_last_page=True)
+            assert pages[0].tolist() == authors_spatial_labels(num_sentences, num_pages), (num_sentences, num_pages)
+    # 3 sentences, 7 pages: S // P = 0, so pages 0..5 are empty and page 6 holds all three.
+    tokens = torch.tensor([[BOS, 10, 11, 12, 13, 14, EOS]])
+    sent = torch.tensor([[0, 0, 0, 1, 2, 2, 2]])
+    for empty_pages, filler in (("mask", None), ("filler", [4])):
+        layout = PageBuilder("spatial", 7, 1024, BOS, EOS, PAD, spatial_remainder_to_last_page=True,
+                             empty_pages=empty_pages, filler_tokens=filler)(tokens, src_sent_ids=sent)
+        assert layout.num_pages == 7
+        assert [t for t in layout.tokens[0, 6].tolist() if t != PAD] == [BOS, 10, 11, 12, 13, 14, EOS]
+        empty = [[t for t in page if t != PAD] for page in layout.tokens[0, :6].tolist()]
+        assert empty == [[BOS] + (filler or []) + [EOS]] * 6
+        assert layout.page_mask[0].tolist() == [empty_pages == "filler"] * 6 + [True]
+        assert layout.filler_mask[0].tolist() == [empty_pages == "filler"] * 6 + [False]
+    # the default chunking keeps one sentence per page
+    assert spatial_pages(torch.arange(3).unsqueeze(0), 7).tolist() == [[0, 1, 2]]
+
+
+def test_recipe_learning_rate_is_eq_11():
+    """examples/pagesum/README.md: fairseq's inverse_sqrt with --lr 2e-5
+    --warmup-updates 10000 --warmup-init-lr 0 gives Eq. 11,
+    2e-3 * min(step^-0.5, step * 10000^-1.5), at every step checked."""
+    from argparse import Namespace
+
+    from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
+        InverseSquareRootLRScheduleConfig,
+        InverseSquareRootSchedule,
+    )
+    from fairseq.optim.sgd import SGD
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.structured(InverseSquareRootLRScheduleConfig(warmup_updates=10000, warmup_init_lr=0, lr=[2e-5]))
+    optimizer = SGD(Namespace(lr=[2e-5], momentum=0.0, weight_decay=0.0), [torch.nn.Parameter(torch.zeros(1))])
+    scheduler = InverseSquareRootSchedule(cfg, optimizer)
+    for step in (1, 10, 5000, 9999, 10000, 10001, 50000, 200000):
+        eq_11 = 2e-3 * min(step ** -0.5, step * 10000 ** -1.5)
+        assert scheduler.step_update(step) == pytest.approx(eq_11, rel=1e-12), step
+        assert optimizer.get_lr() == scheduler.step_update(step)
+
+
+def authors_multi_doc_pages(documents, num_pages, dot_ids, page_max_len=1024):
+    """The authors' pages for ``page_type="multi_doc"`` as token ids: page i is
+    document i, an empty page is the text "." (``dot_ids`` once tokenized),
+    each tokenized as ``<s> ... </s>`` and cut at ``page_max_len``."""
+    pages = [documents[i] if i < len(documents) else dot_ids for i in range(num_pages)]
+    return [[BOS] + page[: page_max_len - 2] + [EOS] for page in pages]
+
+
+@pytest.mark.parametrize("num_pages", [7, 2])
+def test_filler_pages_are_the_authors_pages(num_pages):
+    """Document pages with --empty-pages filler are the authors' multi_doc
+    pages: documents past --num-pages are dropped as theirs are (and counted
+    here), missing ones are "."."""
+    tokens, doc, para, sent = example_batch()
+    builder = PageBuilder("document", num_pages, 1024, BOS, EOS, PAD, empty_pages="filler", filler_tokens=[4])
+    layout = builder(tokens, doc, para, sent)
+    assert layout.tokens.shape[:2] == (2, num_pages)
+    for example in range(2):
+        row = tokens[example].tolist()
+        documents = [
+            [t for t, d in zip(row, doc[example].tolist()) if d == i and t not in (BOS, EOS, PAD)]
+            for i in range(int(doc[example].max()) + 1)
+        ]
+        pages = [[t for t in page if t != PAD] for page in layout.tokens[example].tolist()]
+        assert pages == authors_multi_doc_pages(documents, num_pages, [4])
+    assert layout.page_mask.all()
+    if num_pages == 2:
+        assert not layout.filler_mask.any() and layout.dropped_units.tolist() == [1, 0]
+        return
+    assert layout.filler_mask.tolist() == [[False] * 3 + [True] * 4, [False] * 2 + [True] * 5]
+    assert (layout.source_position[layout.filler_mask] == -1).all()
+    with pytest.raises(ValueError, match="no filler tokens"):
+        PageBuilder("document", 7, 1024, BOS, EOS, PAD, empty_pages="filler")(tokens, doc, para, sent)
+    with pytest.raises(ValueError, match="--empty-pages"):
+        PageBuilder("document", 7, 1024, BOS, EOS, PAD, empty_pages="drop")
+
+
+def test_filler_dot_is_bart_id_4_with_gpt2_bpe(tmp_path):
+    """GPT-2's byte-level base vocabulary lists the printable bytes first, in
+    ``bytes_to_unicode`` order, so "." is BPE id 13; BART's ``dict.txt``
+    starts with the symbol ``13`` (its most frequent token), which fairseq
+    numbers 4 after ``<s> <pad> </s> <unk>``: the filler page is ``0 4 2``,
+    the ids ``BartTokenizer`` gives the authors' page "."."""
+    from fairseq.data import Dictionary
+    from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    from mdsfair.preprocess.subword import GPT2BPEEncoder
+
+    vocab = {symbol: i for i, symbol in enumerate(bytes_to_unicode().values())}
+    assert vocab["."] == 13 and vocab["!"] == 0
+    (tmp_path / "encoder.json").write_text(json.dumps(vocab))
+    (tmp_path / "vocab.bpe").write_text("#version: 0.2\n")
+    encoder = GPT2BPEEncoder(str(tmp_path / "encoder.json"), str(tmp_path / "vocab.bpe"))
+    bart_dictionary = Dictionary()
+    for symbol in ["13", "262", "11", "284"] + [str(i) for i in range(256)]:  # dict.txt's first lines, then bytes
+        bart_dictionary.add_symbol(symbol)
+    ids = filler_page_tokens(encoder, bart_dictionary)
+    assert ids == [4]
+    builder = PageBuilder("document", 7, 1024, BOS, EOS, PAD, empty_pages="filler", filler_tokens=ids)
+    layout = builder(torch.tensor([[BOS, 300, 301, EOS]]), torch.tensor([[0, 0, 0, 0]]))
+    assert layout.tokens[0, 1].tolist() == [0, 4, 2, PAD]
+    with pytest.raises(ValueError, match="does not hold"):
+        filler_page_tokens(encoder, Dictionary())
+
+
 def test_unit_rank_handles_gaps_and_rejects_bad_ids():
     mask = torch.tensor([[True, True, True, True, False]])
     assert unit_rank(torch.tensor([[3, 3, 7, 9, -1]]), mask).tolist() == [[0, 0, 1, 2, -1]]
@@ -244,6 +366,85 @@ def test_confidence_weights_sum_to_one_and_skip_empty_pages(data_bin, valid_batc
     assert (~page_mask).any(), "the fixture batch should have an example with fewer paragraphs"
     assert torch.all(weights.masked_select(~page_mask.unsqueeze(1).expand_as(weights)) == 0)
     assert torch.all(weights.masked_select(page_mask.unsqueeze(1).expand_as(weights)) > 0)
+
+
+def test_empty_pages_filler_is_the_authors_page_and_joins_the_softmax(data_bin):
+    """A 3-document cluster at 7 pages (the authors' Multi-News setting):
+    with --empty-pages filler pages 4-7 hold exactly <s> "." </s> (the "."
+    ids from the data's SentencePiece model) and get nonzero weights; the
+    logits differ from masking, and equal masking on the cluster with four
+    more documents holding just "." (the filler is an ordinary page)."""
+    from mdsfair.preprocess.subword import load_encoder_from_manifest
+
+    task, masked = build(data_bin, extra=["--locality", "document", "--num-pages", "7", "--max-documents", "3"])
+    _, filler = build(data_bin, extra=["--locality", "document", "--num-pages", "7", "--max-documents", "3",
+                                       "--empty-pages", "filler"])
+    assert filler.args.empty_pages == "filler" and masked.args.empty_pages == "mask"
+    dot = load_encoder_from_manifest(task.data_dir, task.manifest["subword"]).encode(".")
+    dot_ids = [task.source_dictionary.index(symbol) for symbol in dot]
+    assert task.source_dictionary.unk() not in dot_ids
+    assert filler.encoder.page_builder.filler_tokens == dot_ids
+    filler.load_state_dict(masked.state_dict())
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    three = [i for i in range(len(dataset)) if int(dataset[i]["structure"]["doc"].max()) == 2][:2]
+    assert len(three) == 2, "the fixture data should have 3-document clusters"
+    sample = dataset.collater([dataset[i] for i in three])
+    net_input = sample["net_input"]
+    layout = filler.encoder.page_builder(net_input["src_tokens"], net_input["src_doc_ids"])
+    bos, eos = task.source_dictionary.bos(), task.source_dictionary.eos()
+    pad = task.source_dictionary.pad()
+    for page in layout.tokens[:, 3:].reshape(-1, layout.page_length).tolist():
+        assert [t for t in page if t != pad] == [bos] + dot_ids + [eos]
+    assert layout.filler_mask[:, 3:].all() and not layout.filler_mask[:, :3].any()
+    with torch.no_grad():
+        masked_logits, masked_extra = masked(**net_input)
+        filler_logits, filler_extra = filler(**net_input)
+    assert masked_extra["page_weights"][0].shape[-1] == 3
+    weights = filler_extra["page_weights"][0]
+    assert weights.shape[-1] == 7
+    assert (weights[:, :, 3:] > 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:2]))
+    assert (filler_logits - masked_logits).abs().max() > 1e-3
+
+    # The same clusters with documents 4-7 given as the text "." and masking.
+    rows = []
+    for row in range(2):
+        length = int(net_input["src_lengths"][row])
+        tokens = net_input["src_tokens"][row, : length - 1]
+        doc_ids = net_input["src_doc_ids"][row, : length - 1]
+        for extra_doc in range(3, 7):
+            tokens = torch.cat([tokens, torch.tensor([bos] + dot_ids)])
+            doc_ids = torch.cat([doc_ids, torch.full((1 + len(dot_ids),), extra_doc)])
+        rows.append((torch.cat([tokens, torch.tensor([eos])]), torch.cat([doc_ids, torch.tensor([6])])))
+    width = max(len(t) for t, _ in rows)
+    dotted = {
+        "src_tokens": torch.stack([torch.nn.functional.pad(t, (0, width - len(t)), value=pad) for t, _ in rows]),
+        "src_doc_ids": torch.stack([torch.nn.functional.pad(d, (0, width - len(d)), value=-1) for _, d in rows]),
+        "prev_output_tokens": net_input["prev_output_tokens"],
+    }
+    dotted["src_lengths"] = dotted["src_tokens"].ne(pad).sum(1)
+    with torch.no_grad():
+        dotted_logits, dotted_extra = masked(**dotted)
+    torch.testing.assert_close(dotted_logits, filler_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(dotted_extra["page_weights"][0], weights, atol=1e-6, rtol=1e-5)
+
+    # The authors' PageSum.forward on these pages: BART encoder on [B * P, L] page rows, decoder on
+    # repeat_interleave(P) copies, lin -> softmax over all P pages, weighted hidden sum, then lm_head.
+    from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
+
+    lin = filler.decoder.page_confidence  # the authors' ``lin = nn.Linear(config.d_model, 1)``, with bias
+    assert lin.weight.shape == (1, filler.decoder.output_embed_dim) and lin.bias.shape == (1,)
+    prev = net_input["prev_output_tokens"]
+    with torch.no_grad():
+        rows = layout.tokens.view(-1, layout.page_length)
+        encoder_out = TransformerEncoderBase.forward(filler.encoder, rows)
+        hidden, _ = TransformerDecoderBase.extract_features(filler.decoder, prev.repeat_interleave(7, 0), encoder_out)
+        hidden = hidden.view(2, 7, prev.size(1), -1).transpose(1, 2)  # [B, T, P, d]
+        s = torch.softmax(lin(hidden), dim=2)  # [B, T, P, 1]
+        authors_logits = filler.decoder.output_layer((hidden * s).sum(2))
+    torch.testing.assert_close(filler_logits, authors_logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(weights, s.squeeze(-1), atol=1e-6, rtol=1e-5)
 
 
 def permute_documents(net_input, example, order):
@@ -386,6 +587,28 @@ def read_page_importance(out_dir, examples, num_pages=4):
     return records
 
 
+def test_empty_pages_is_read_from_the_checkpoint_cfg(workdir, data_bin, pagesum_checkpoint):
+    """The model config field ``empty_pages`` decides at load time (an
+    importer of the authors' checkpoints sets it to "filler"); checkpoints
+    saved before the field existed load with masking."""
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(pagesum_checkpoint)
+    assert state["cfg"].model.empty_pages == "mask"
+    loaded = {}
+    for value in ("filler", None):
+        if value is None:
+            del state["cfg"].model.empty_pages
+        else:
+            state["cfg"].model.empty_pages = value
+        path = os.path.join(workdir, f"empty_pages_{value}.pt")
+        torch.save(state, path)
+        models, _, task = checkpoint_utils.load_model_ensemble_and_task([path], arg_overrides={"data": data_bin})
+        loaded[value] = models[0].encoder.page_builder
+    assert loaded["filler"].empty_pages == "filler" and loaded["filler"].filler_tokens
+    assert loaded[None].empty_pages == "mask" and loaded[None].filler_tokens is None
+
+
 def test_page_importance_of_references(workdir, data_bin, pagesum_checkpoint):
     from mdsfair.evaluation.page_importance import cli_main
 
@@ -419,8 +642,9 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
     task.load_dataset("valid")
     dataset = task.datasets["valid"]
     sample = dataset.collater([dataset[1], dataset[3]])
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=2,
-                                  len_penalty=2.0, no_repeat_ngram_size=3)
+    generator = use_vectorized_ngram_blocker(SequenceGenerator(  # the blocker the CLI's task generator has
+        [model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=2, len_penalty=2.0, no_repeat_ngram_size=3
+    ))
     hypos = task.inference_step(generator, [model], sample)
     net_input = task._sample_for(model, sample)["net_input"]
     with torch.no_grad():

@@ -326,16 +326,16 @@ def regression_configs(root, raw):
 
 
 def data_bin_digests(directory, root):
-    """sha256 (16 hex digits) of every file; the manifest records input paths,
-    made relative to ``root`` first, and the SentencePiece model its training
-    prefix (a path), cleared first."""
+    """sha256 (16 hex digits) of every file; the manifest and the ``--skip-bad``
+    reports record input paths, made relative to ``root`` first, and the
+    SentencePiece model its training prefix (a path), cleared first."""
     from sentencepiece import sentencepiece_model_pb2
 
     digests = {}
     for name in sorted(os.listdir(directory)):
         with open(os.path.join(directory, name), "rb") as f:
             data = f.read()
-        if name == "mdsfair.json":
+        if name == "mdsfair.json" or name.endswith(".skipped.txt"):
             data = data.replace(root.encode(), b"<root>")
         if name == "spm.model":
             model = sentencepiece_model_pb2.ModelProto()

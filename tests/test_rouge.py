@@ -231,7 +231,7 @@ def test_input_errors_name_files_and_counts(tmp_path):
         score_files(str(empty), REF, fast=True)
     blank_ref = tmp_path / "blank_ref.txt"
     blank_ref.write_text("a\n\nc\nd\ne\n")
-    with pytest.raises(RougeInputError, match=r"line 2: empty reference"):
+    with pytest.raises(RougeInputError, match=r"blank_ref\.txt:2: empty reference"):
         score_files(HYP, str(blank_ref), fast=True)
     with pytest.raises(RougeInputError, match="REF file is required"):
         score_files(HYP, fast=True)
@@ -267,12 +267,15 @@ def test_read_generate_output_decodes_gpt2_ids():
     assert targets == ["The cat sat on the mat.", "The dog sat."]
 
 
-def test_score_generate_log_defaults_to_its_targets():
-    result = score_files(GENERATE_LOG, fast=True, per_cluster=True)
-    assert result["info"]["num_hypotheses"] == 4
-    assert result["info"]["num_empty_hypotheses"] == 1
-    # id 10: "Heavy rain flooded the region." vs "Rain flooded the region."
-    assert result["per_cluster"]["rouge-1"]["r"][3] == pytest.approx(1.0)
+def test_score_generate_log_against_its_targets_only_when_asked_and_complete():
+    # No data-bin named in the log and no REF: refused (T- lines are cut targets).
+    with pytest.raises(RougeInputError, match="does not name its data-bin"):
+        score_files(GENERATE_LOG, fast=True)
+    # ids 0, 1, 2, 10: clusters 3..9 have no hypothesis.
+    with pytest.raises(RougeInputError, match=r"no hypothesis for 7 of 11 clusters \(ids 3, 4, 5, 6, 7, 8, 9\)"):
+        score_files(GENERATE_LOG, fast=True, target_lines=True, expected=11)
+    with pytest.raises(RougeInputError, match="--expected N"):
+        score_files(GENERATE_LOG, fast=True, target_lines=True)
 
 
 def test_sentence_separator_marker_is_removed():

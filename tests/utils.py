@@ -10,7 +10,21 @@ from typing import List, Optional
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO_ROOT, "mdsfair")
-SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
+
+
+def _shared_data() -> str:
+    """``../shared/data`` of the checkout, or of the nearest ancestor that has
+    one (a git worktree may lie a level deeper than the main checkout)."""
+    directory = REPO_ROOT
+    while True:
+        parent = os.path.dirname(directory)
+        candidate = os.path.join(parent, "shared", "data")
+        if os.path.isdir(candidate) or parent == directory:
+            return candidate if os.path.isdir(candidate) else os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
+        directory = parent
+
+
+SHARED_DATA = _shared_data()
 
 
 def make_synthetic_jsonl(out_dir: str, train: int = 64, valid: int = 16, test: int = 16, seed: int = 1, **options):

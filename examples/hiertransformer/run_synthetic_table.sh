@@ -14,7 +14,7 @@ STOP_HOURS=$(python3 -c "print($TRAIN_MINUTES / 60)")
 mkdir -p "$OUT"
 
 mdsfair-synth --out-dir "$OUT/raw" --seed 1 --train 4000 --valid 100 --test 100
-mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --vocab-size 4000 --spm-model-type bpe \
+mdsfair-preprocess --input-dir "$OUT/raw" --destdir "$OUT/data-bin" --overwrite --vocab-size 4000 --spm-model-type bpe \
     --side-data graph_similarity graph_discourse --workers 2 --no-progress-bar
 
 HT=(--arch hiertransformer --local-layers 1 --global-layers 1 --decoder-layers 2

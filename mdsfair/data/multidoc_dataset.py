@@ -47,10 +47,20 @@ class TruncationConfig:
     1. ``max_documents``: keep the first documents;
     2. ``max_paragraphs``: keep the first paragraphs in stream (ranked) order;
     3. ``max_paragraph_tokens``: cut every paragraph to this many tokens;
-    4. ``per_document_budget``: every document gets an even share of
-       ``max_source_positions`` (HierEncDec's per-passage limit);
+    4. ``per_document_budget``: every document keeps its first
+       ``(max_source_positions - n) // n`` tokens, n = the documents left and
+       the ``n`` their ``<s>`` tokens (none without ``document_start_token``),
+       as HierEncDec's ``--per_passage_source_length_limit`` does in the
+       authors' ``run_summarization.py``; the closing ``</s>`` is not in that
+       sum, so when every document fills its share and n divides the budget
+       the source is one token over and step 5 cuts the last document's last
+       token, as the authors cut to ``max_source_length - 1`` tokens plus
+       ``</s>``;
     5. ``max_source_positions``: cut the whole source, special tokens
-       included, at this length.
+       included, at this length (``max_source_positions - 1`` tokens and the
+       closing ``</s>``). A document whose first token falls past the cut is
+       dropped whole with its ``<s>`` (the authors' code keeps such a lone
+       ``<s>`` when it lands on the last position before ``</s>``).
     """
 
     max_source_positions: int = 1024
@@ -166,9 +176,18 @@ class MultiDocSummarizationDataset(FairseqDataset):
         self.truncation_counts = Counter()
         self.src_sizes = np.zeros(len(source), dtype=np.int64)
         self.tgt_sizes = np.zeros(len(source), dtype=np.int64)
+        #: Longest target served: --max-target-positions, lowered to the
+        #: model's limit by :meth:`filter_indices_by_size`; None: no cut.
+        self.target_limit = truncation.max_target_positions if truncation.truncate_target else None
+        stored_sizes = getattr(source, "sizes", None)
+        self.source_tokens_stored = int(
+            np.sum(stored_sizes) if stored_sizes is not None else sum(len(tokens) for tokens in source)
+        )
+        self.source_tokens_kept = 0
         for index in range(len(source)):
             view = self._source_view(index, self.truncation_counts)
             self.src_sizes[index] = len(view["tokens"])
+            self.source_tokens_kept += int((view["kept"] >= 0).sum())
             self.tgt_sizes[index] = self._target_length(index, self.truncation_counts)
         self.sizes = np.stack([self.src_sizes, self.tgt_sizes], axis=1) if target is not None else self.src_sizes
 
@@ -217,7 +236,8 @@ class MultiDocSummarizationDataset(FairseqDataset):
             cut(rank_within_runs(ids["para"]) < cfg.max_paragraph_tokens, "max_paragraph_tokens")
         kept_documents = len(np.unique(ids["doc"][keep]))
         if cfg.per_document_budget and kept_documents:
-            share = (cfg.max_source_positions - cfg.special_tokens(kept_documents)) // kept_documents
+            document_starts = kept_documents * int(cfg.document_start_token)
+            share = (cfg.max_source_positions - document_starts) // kept_documents
             if share < 1:
                 raise ValueError(
                     f"{self.name}: example {index}: {kept_documents} documents leave no tokens in a "
@@ -279,8 +299,8 @@ class MultiDocSummarizationDataset(FairseqDataset):
         if self.target is None:
             return 0
         length = len(self.target[index]) + 1  # + eos
-        limit = self.truncation.max_target_positions
-        if length > limit and self.truncation.truncate_target:
+        limit = self.target_limit
+        if limit is not None and length > limit:
             counts["target_examples_truncated"] += 1
             counts["target_tokens_truncated"] += length - limit
             return limit
@@ -319,7 +339,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         if self.target is not None:
             target = torch.as_tensor(np.asarray(self.target[index], dtype=np.int64))
             target = torch.cat([target, target.new_tensor([self.dictionary.eos()])])
-            item["target"] = target[: self.truncation.max_target_positions]
+            item["target"] = target[: self.target_limit] if self.target_limit is not None else target
         return item
 
     def __len__(self):
@@ -406,9 +426,97 @@ class MultiDocSummarizationDataset(FairseqDataset):
     def supports_prefetch(self):
         return False
 
-    def truncation_report(self) -> str:
-        """One line per counted truncation, for the log."""
-        if not self.truncation_counts:
-            return f"{self.name}: nothing truncated"
-        parts = [f"{k}={v}" for k, v in sorted(self.truncation_counts.items())]
-        return f"{self.name}: truncated " + ", ".join(parts)
+    def filter_indices_by_size(self, indices, max_sizes):
+        """fairseq's size filter, with targets never a reason to drop an example.
+
+        ``max_sizes`` is ``(source, target)``: the limits the task and the
+        model agree on. A source above its limit is returned as ignored
+        (fairseq then stops, or skips it with
+        ``--skip-invalid-size-inputs-valid-test``). A target above the target
+        limit (a model trained with a lower ``--max-target-positions`` than
+        the task now has) is cut to it and counted, so every cluster of a
+        generation subset gets a hypothesis whatever its reference's length.
+        With ``--no-truncate-target`` long targets are filtered as fairseq does.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        max_source, max_target = max_sizes if isinstance(max_sizes, (tuple, list)) else (max_sizes, None)
+        if self.target is not None and max_target is not None and self.target_limit is not None:
+            if max_target < self.target_limit:
+                self.set_target_limit(int(max_target))
+        too_long = np.zeros(len(indices), dtype=bool)
+        if max_source is not None:
+            too_long |= self.src_sizes[indices] > max_source
+        if self.target is not None and max_target is not None and self.target_limit is None:
+            too_long |= self.tgt_sizes[indices] > max_target
+        return indices[~too_long], indices[too_long].tolist()
+
+    def set_target_limit(self, limit: int) -> None:
+        """Cut targets at ``limit`` tokens (``</s>`` included) from now on; the
+        target counts are recomputed and the new cut is logged."""
+        self.target_limit = limit
+        for key in ("target_examples_truncated", "target_tokens_truncated"):
+            self.truncation_counts.pop(key, None)
+        for index in range(len(self)):
+            self.tgt_sizes[index] = self._target_length(index, self.truncation_counts)
+        if self.target is not None:
+            self.sizes = np.stack([self.src_sizes, self.tgt_sizes], axis=1)
+        logger.info(
+            "%s: targets cut at the model's limit of %d tokens (below --max-target-positions %d): %d of %d "
+            "targets, %d tokens (the examples are kept, not filtered)",
+            self.name, limit, self.truncation.max_target_positions,
+            self.truncation_counts["target_examples_truncated"], len(self),
+            self.truncation_counts["target_tokens_truncated"],
+        )
+
+    def example_truncation(self, index: int) -> Dict[str, object]:
+        """What the truncation policies cut from example ``index``: stored and
+        kept source tokens, documents and paragraphs, and the tokens each
+        policy removed (``{"max_source_positions": 812, ...}``)."""
+        counts: Counter = Counter()
+        view = self._source_view(index, counts)
+        _, ids = self._raw_item(index)
+        return {
+            "source_tokens": int(len(ids["doc"])),
+            "source_tokens_kept": int((view["kept"] >= 0).sum()),
+            "documents": int(len(np.unique(ids["doc"]))),
+            "documents_kept": int(len(np.unique(view["doc"]))),
+            "paragraphs": int(len(np.unique(ids["para"]))),
+            "paragraphs_kept": int(len(view["kept_paragraphs"])),
+            "tokens_cut_by": {
+                key[: -len("_tokens")]: int(value) for key, value in counts.items()
+                if key.endswith("_tokens") and value
+            },
+        }
+
+    #: Truncation policies in the order they apply, with their task option.
+    POLICY_OPTIONS = (
+        ("max_documents", "--max-documents"),
+        ("max_paragraphs", "--max-paragraphs"),
+        ("max_paragraph_tokens", "--max-paragraph-tokens"),
+        ("per_document_budget", "--per-document-budget"),
+        ("max_source_positions", "--max-source-positions"),
+    )
+
+    def truncation_report(self, label: Optional[str] = None) -> str:
+        """One line for the log: ``label`` (default: the dataset's name), the
+        share of source tokens kept, then what each policy cut (clusters,
+        tokens, whole documents / paragraphs) and the targets cut."""
+        counts = self.truncation_counts
+        stored, kept = self.source_tokens_stored, self.source_tokens_kept
+        share = 100.0 * kept / stored if stored else 100.0
+        line = f"{label or self.name}: {len(self)} clusters, source tokens kept {share:.1f}% ({kept:,} of {stored:,})"
+        cuts = []
+        for policy, option in self.POLICY_OPTIONS:
+            if not counts[f"{policy}_tokens"]:
+                continue
+            cut = f"{option} cut {counts[f'{policy}_tokens']:,} tokens in {counts[f'{policy}_examples']:,} clusters"
+            for unit in ("documents", "paragraphs"):
+                if counts[f"{policy}_{unit}"]:
+                    cut += f" ({counts[f'{policy}_{unit}']:,} whole {unit})"
+            cuts.append(cut)
+        if counts["target_examples_truncated"]:
+            cuts.append(
+                f"targets cut at {self.target_limit} tokens: {counts['target_examples_truncated']:,} targets, "
+                f"{counts['target_tokens_truncated']:,} tokens"
+            )
+        return line + ("; " + "; ".join(cuts) if cuts else "; nothing truncated")

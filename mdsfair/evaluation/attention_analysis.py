@@ -39,17 +39,21 @@ relative values)::
 writes ``attention_analysis.tsv`` (the table, also printed),
 ``attention_analysis.json`` (per-example values) and ``attention_analysis.png``.
 """
+from __future__ import annotations
+
 import argparse
+import functools
 import json
 import logging
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
-import torch
-from torch import Tensor
+
+if TYPE_CHECKING:  # torch is imported where a measure runs, so that --help stays light
+    from torch import Tensor
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +62,19 @@ DECODER_INPUTS = ("generated", "reference")
 
 
 # ------------------------------------------------------------- measures
+
+
+def _no_grad(function):
+    """``torch.no_grad()`` around ``function``, importing torch at call time."""
+
+    @functools.wraps(function)
+    def without_gradients(*args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return function(*args, **kwargs)
+
+    return without_gradients
 
 
 def masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -70,7 +87,7 @@ def document_lengths(document_ids: Tensor) -> Tensor:
     """``[B, N]`` tokens per document of ``document_ids [B, S]`` (-1 at padding)."""
     num_documents = int(document_ids.max()) + 1
     lengths = document_ids.new_zeros(document_ids.size(0), num_documents + 1)
-    lengths.scatter_add_(1, document_ids.masked_fill(document_ids.lt(0), num_documents), torch.ones_like(document_ids))
+    lengths.scatter_add_(1, document_ids.masked_fill(document_ids.lt(0), num_documents), document_ids.new_ones(document_ids.shape))
     return lengths[:, :num_documents]
 
 
@@ -270,7 +287,7 @@ def summaries_as_decoder_input(summaries: Sequence[Tensor], pad: int, eos: int):
     return prev_output_tokens, target_mask
 
 
-@torch.no_grad()
+@_no_grad
 def analyze_model(
     model,
     task,
@@ -288,6 +305,8 @@ def analyze_model(
     With a ``generator`` the decoder reads the model's best beam-search
     hypothesis (the paper's inference-time analysis), else the reference.
     """
+    import torch
+
     from mdsfair.tasks.multidoc_summarization import filter_net_input
 
     model.eval()
@@ -492,6 +511,8 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     for path in args.checkpoint:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint not found: {path}")
+
+    import torch
 
     import mdsfair  # noqa: F401  (registers the task and the models)
     from fairseq import checkpoint_utils, utils

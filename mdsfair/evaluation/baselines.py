@@ -11,9 +11,9 @@ is split into sentences with :func:`mdsfair.evaluation.text.split_sentences`
 read; its references are used by the oracle and by ``--score``.
 
 * :func:`lead`: the first sentences (``num_sentences``) or the first words
-  (``num_tokens``, the last sentence cut) of the documents, either document
-  after document (``sequential``) or one sentence of each document in turn
-  (``round-robin``).
+  (``num_tokens``, a word budget) of the documents, either document after
+  document (``sequential``) or one sentence of each document in turn
+  (``round-robin``), optionally after the cluster's title (``include_title``).
 * :func:`lexrank`: LexRank with a threshold (Erkan & Radev, 2004): tf-idf
   cosine similarity between the cluster's sentences, an edge where the
   similarity exceeds the threshold (0.1 by default, their choice), PageRank
@@ -28,7 +28,29 @@ read; its references are used by the oracle and by ``--score``.
 All three return the chosen sentences in document order (lead: in reading
 order), ready to be joined into one summary line.
 
-Command line: ``mdsfair-baseline --method lead|lexrank|oracle INPUT.jsonl -o OUT.txt``.
+Word budgets
+------------
+A word is a whitespace-separated token (``str.split``), the unit of every
+count here. A budget of ``W`` words is cut at the word, not at the sentence:
+sentences are taken whole while they fit and the sentence that crosses the
+budget is cut after its first remaining words, so a Lead summary is exactly
+the first ``min(W, words in the cluster)`` words of its reading order and a
+LexRank summary holds exactly ``W`` words unless the sentences it may take hold
+fewer. (Some authors' scripts stop at sentence boundaries instead, under or
+over the budget; :data:`BUDGET_PRESETS` says which.)
+
+Three-sentence Lead, the default without a budget, suits CNN/DailyMail-length
+summaries, not multi-document ones (a Multi-News reference has ~264 words).
+:data:`BUDGET_PRESETS` gives one word budget per data set, with where each
+number comes from; ``reference_word_budget`` is the oracle length (each
+cluster's budget is its own reference's word count), as Liu & Lapata (2019)
+used for their WikiSum Lead and LexRank. An oracle length uses the reference,
+so its scores are not those of a system that could run without it; the command
+line labels them as such.
+
+Command line: ``mdsfair-baseline --method lead|lexrank|oracle INPUT.jsonl -o OUT.txt``
+(``--budget-preset multinews``, ``--lead-tokens W`` / ``--max-words W``,
+``--budget-from-reference``).
 """
 import argparse
 import json
@@ -37,19 +59,69 @@ import math
 import re
 import sys
 from collections import Counter
+from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from mdsfair.evaluation.text import split_paragraphs, split_sentences
+from mdsfair.raw_contract import cluster_references, format_location, strip_utf8_bom
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("lead", "lexrank", "oracle")
+DEFAULT_NUM_SENTENCES = 3  # Lead and LexRank without a word budget
 LEAD_ORDERS = ("sequential", "round-robin")
 _WORD_RE = re.compile(r"\w+")
 
 
 class ClusterFormatError(ValueError):
     """A JSONL line that breaks the raw contract; the message names file and line."""
+
+
+@dataclass(frozen=True)
+class BudgetPreset:
+    """A data set's word budget for Lead and LexRank, and where the number comes from."""
+
+    dataset: str
+    words: int
+    source: str
+
+
+# Per-data-set word budgets (``--budget-preset``). Each ``source`` says what the
+# number is and where it was read; where no source states a budget for the
+# extractive baselines, the budget is the data set's mean reference length.
+BUDGET_PRESETS: Dict[str, BudgetPreset] = {
+    "multinews": BudgetPreset(
+        "Multi-News", 264,
+        "mean reference length, 263.66 words (Fabbri et al. 2019, Table 3; quoted by Ma et al. 2022, "
+        "Sec. IV-A). No source read states a word budget for the paper's Lead, which is First-k (the first "
+        "k sentences of every article); the authors' released lexrank.py and textrank.py "
+        "(github.com/Alex-Fabbri/Multi-News, code/extractive_code) stop at the sentence that reaches "
+        "500 words, their mmr_summarizer.py at 100",
+    ),
+    "wcep": BudgetPreset(
+        "WCEP", 40,
+        "the authors' extractive baselines: max_len=40, len_type='words' (github.com/complementizer/"
+        "wcep-mds-dataset, experiments/baselines.py defaults and the README's settings); they skip a "
+        "sentence that would exceed 40 words, mdsfair cuts it at the 40th word",
+    ),
+    "multixscience": BudgetPreset(
+        "Multi-XScience", 116,
+        "mean related-work length, 116.44 words (github.com/yaolu/Multi-XScience README, Lu et al. 2020; "
+        "Ma et al. 2022 quote 116). No source read states a budget for its extractive baselines",
+    ),
+    "wikisum": BudgetPreset(
+        "WikiSum", 139,
+        "mean target length, 139.4 tokens (Liu & Lapata 2019, Sec. 4, which does not say whether words or "
+        "subword pieces). Their Lead (title + ranked paragraphs) and LexRank take each cluster's own "
+        "target length instead, an oracle: --budget-from-reference (with --lead-title for the Lead)",
+    ),
+    "peersum": BudgetPreset(
+        "PeerSum", 113,
+        "no source read states a budget or the mean meta-review length (the PeerSum README and dataset "
+        "card give none); 112.8 words is the mean over the 90 meta-reviews of the PeerSum sample in "
+        "../shared/data/peersum_sample",
+    ),
+}
 
 
 # ---------------------------------------------------------------------------
@@ -80,15 +152,18 @@ def _validate_cluster(record: object, where: str) -> Dict:
 
 
 def read_clusters(path: str) -> List[Dict]:
-    """Read and validate a raw-contract JSONL file (blank lines are skipped).
+    """Read and validate a raw-contract JSONL file (blank lines are skipped; a
+    UTF-8 byte-order mark before the first line is ignored).
 
     Raises:
-        ClusterFormatError: naming ``path`` and the 1-based line number.
+        ClusterFormatError: ``FILE:LINE: reason`` (1-based line).
     """
     clusters = []
     with open(path, "rb") as handle:
         for line_number, raw in enumerate(handle, start=1):
-            where = f"{path}, line {line_number}"
+            where = format_location(path, line_number)
+            if line_number == 1:
+                raw = strip_utf8_bom(raw)
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as error:
@@ -104,14 +179,26 @@ def read_clusters(path: str) -> List[Dict]:
 
 
 def reference_summaries(cluster: Mapping) -> List[str]:
-    """The cluster's non-empty references: ``summaries`` if present, else ``summary``."""
-    if cluster.get("summaries"):
-        candidates = list(cluster["summaries"])
-    elif "summary" in cluster:
-        candidates = [cluster["summary"]]
-    else:
-        candidates = []
-    return [text for text in candidates if text.strip()]
+    """The cluster's non-empty references: ``summary``, then the entries of
+    ``summaries`` that differ from it (:func:`mdsfair.raw_contract.cluster_references`,
+    the rule ``mdsfair-preprocess`` follows too)."""
+    return cluster_references(cluster)
+
+
+def word_count(text: str) -> int:
+    """Number of whitespace-separated words, the unit of every word budget."""
+    return len(text.split())
+
+
+def reference_word_budget(cluster: Mapping) -> int:
+    """The oracle word budget of a cluster: its reference's word count.
+
+    With several references, the mean of their word counts rounded half up.
+    Raises ValueError when the cluster has no non-empty reference."""
+    references = reference_summaries(cluster)
+    if not references:
+        raise ValueError(f"cluster {cluster.get('id', '?')!r} has no reference summary to take its length from")
+    return int(sum(word_count(text) for text in references) / len(references) + 0.5)
 
 
 def document_sentences(document: str) -> List[str]:
@@ -133,7 +220,9 @@ def _truncate_words(sentence: str, words: int) -> str:
 
 
 def _take_words(sentences: Sequence[str], budget: int) -> List[str]:
-    """Sentences in order until ``budget`` words; the last one is cut to fit."""
+    """Sentences in order until ``budget`` words; the last one is cut to fit.
+
+    The result holds exactly ``min(budget, total words)`` words: the first ones."""
     taken, used = [], 0
     for sentence in sentences:
         length = len(sentence.split())
@@ -155,16 +244,22 @@ def lead(
     num_sentences: Optional[int] = None,
     num_tokens: Optional[int] = None,
     order: str = "sequential",
+    include_title: bool = False,
 ) -> List[str]:
     """Lead baseline: the first sentences or words of the documents.
 
     Args:
         cluster: a raw-contract cluster (needs ``documents``).
         num_sentences: take this many sentences (default 3 when neither limit is given).
-        num_tokens: take this many whitespace-separated words instead (the last
-            sentence is cut to fit); exclusive with ``num_sentences``.
+        num_tokens: a word budget instead: exactly the first ``num_tokens``
+            whitespace-separated words of the reading order (all of them if
+            there are fewer), the sentence that crosses the budget cut at the
+            word; exclusive with ``num_sentences``.
         order: ``sequential`` (all of document 1, then document 2, ...) or
             ``round-robin`` (sentence 1 of each document, then sentence 2, ...).
+        include_title: put the cluster's ``title`` (when it has one) first, as
+            one unit of the reading order; Liu & Lapata (2019)'s WikiSum Lead
+            "concatenates the title and ranked paragraphs".
 
     Returns:
         The chosen sentences in reading order.
@@ -174,7 +269,7 @@ def lead(
     if order not in LEAD_ORDERS:
         raise ValueError(f"order must be one of {LEAD_ORDERS}, got {order!r}")
     if num_sentences is None and num_tokens is None:
-        num_sentences = 3
+        num_sentences = DEFAULT_NUM_SENTENCES
     limit = num_sentences if num_sentences is not None else num_tokens
     if limit < 1:
         raise ValueError("the lead length must be at least 1")
@@ -189,6 +284,9 @@ def lead(
             for sentences in per_document
             if position < len(sentences)
         ]
+    title = " ".join(str(cluster.get("title") or "").split())
+    if include_title and title:
+        ordered = [title] + ordered
     if num_sentences is not None:
         return ordered[:num_sentences]
     return _take_words(ordered, num_tokens)
@@ -261,7 +359,7 @@ def lexrank_scores(
 
 def lexrank(
     cluster: Mapping,
-    num_sentences: int = 3,
+    num_sentences: int = DEFAULT_NUM_SENTENCES,
     max_words: Optional[int] = None,
     threshold: float = 0.1,
     damping: float = 0.85,
@@ -274,8 +372,10 @@ def lexrank(
         cluster: a raw-contract cluster (needs ``documents``).
         num_sentences: how many sentences to take when ``max_words`` is None.
         max_words: word budget; sentences are taken by rank until it is
-            reached and the last one is cut to fit (``num_sentences`` is then
-            ignored).
+            reached and the last one is cut to fit, so the summary holds
+            exactly ``max_words`` words unless the sentences it may take
+            (those not skipped as redundant) hold fewer (``num_sentences`` is
+            then ignored).
         threshold: similarity threshold for an edge (0.1 as in Erkan & Radev).
         damping: PageRank damping factor.
         weighted: continuous LexRank (similarity-weighted edges).
@@ -406,15 +506,43 @@ def greedy_oracle(
 # Command line
 
 
+def cluster_word_budget(cluster: Mapping, args: argparse.Namespace) -> Optional[int]:
+    """The word budget of one cluster under the command line's length options (None: a sentence count)."""
+    if args.budget_from_reference:
+        return reference_word_budget(cluster)
+    if args.budget_preset is not None:
+        return BUDGET_PRESETS[args.budget_preset].words
+    return args.lead_tokens if args.method == "lead" else args.max_words
+
+
+def length_description(args: argparse.Namespace) -> str:
+    """How long the summaries are, as printed with them (an oracle length says so)."""
+    if args.method == "oracle":
+        limit = args.oracle_max_sentences
+        return "until ROUGE stops improving" + (f", at most {limit} sentences" if limit else "")
+    if args.budget_from_reference:
+        return "ORACLE LENGTH: each cluster's word budget is its reference's word count"
+    if args.budget_preset is not None:
+        preset = BUDGET_PRESETS[args.budget_preset]
+        return f"{preset.words} words (--budget-preset {args.budget_preset})"
+    words = args.lead_tokens if args.method == "lead" else args.max_words
+    if words is not None:
+        return f"{words} words"
+    sentences = args.lead_sentences if args.method == "lead" else args.num_sentences
+    return f"{sentences or DEFAULT_NUM_SENTENCES} sentences"
+
+
 def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
     """Run the baseline chosen on the command line on one cluster."""
     if args.method == "lead":
-        return lead(cluster, num_sentences=args.lead_sentences, num_tokens=args.lead_tokens, order=args.lead_order)
+        budget = cluster_word_budget(cluster, args)
+        return lead(cluster, num_sentences=None if budget is not None else args.lead_sentences,
+                    num_tokens=budget, order=args.lead_order, include_title=args.lead_title)
     if args.method == "lexrank":
         return lexrank(
             cluster,
-            num_sentences=args.num_sentences,
-            max_words=args.max_words,
+            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
+            max_words=cluster_word_budget(cluster, args),
             threshold=args.threshold,
             damping=args.damping,
             weighted=args.weighted,
@@ -437,17 +565,42 @@ def build_parser() -> argparse.ArgumentParser:
         "--separator", default=" ",
         help="string placed between the sentences of a summary (default: one space; must not contain a newline)",
     )
+    budget_group = parser.add_argument_group(
+        "word budget of lead and lexrank",
+        "a word is a whitespace-separated token; the sentence that crosses the budget is cut at the word",
+    )
+    budget_choice = budget_group.add_mutually_exclusive_group()
+    budget_choice.add_argument(
+        "--budget-preset", choices=sorted(BUDGET_PRESETS),
+        help="the data set's word budget: "
+        + ", ".join(f"{name} {preset.words}" for name, preset in sorted(BUDGET_PRESETS.items()))
+        + " (sources in the README and BUDGET_PRESETS); replaces --lead-sentences/--lead-tokens and "
+        "--num-sentences/--max-words",
+    )
+    budget_choice.add_argument(
+        "--budget-from-reference", action="store_true",
+        help="ORACLE length: each cluster's budget is its reference's word count (mean over several "
+        "references); uses the reference, labelled as an oracle in the output",
+    )
     lead_group = parser.add_argument_group("lead")
     lead_limit = lead_group.add_mutually_exclusive_group()
-    lead_limit.add_argument("--lead-sentences", type=int, help="lead: number of sentences (default 3)")
-    lead_limit.add_argument("--lead-tokens", type=int, help="lead: number of words instead (last sentence cut to fit)")
+    lead_limit.add_argument("--lead-sentences", type=int,
+                            help=f"lead: number of sentences (default {DEFAULT_NUM_SENTENCES} without a word budget)")
+    lead_limit.add_argument("--lead-tokens", type=int,
+                            help="lead: word budget instead: exactly the first N words of the reading order (last sentence cut at the word)")
     lead_group.add_argument(
         "--lead-order", choices=LEAD_ORDERS, default="sequential",
         help="lead: document after document, or one sentence of each document in turn",
     )
+    lead_group.add_argument(
+        "--lead-title", action="store_true",
+        help="lead: put the cluster's title first (Liu & Lapata 2019's WikiSum Lead: title + ranked paragraphs)",
+    )
     lexrank_group = parser.add_argument_group("lexrank")
-    lexrank_group.add_argument("--num-sentences", type=int, default=3, help="lexrank: sentences to select (without --max-words)")
-    lexrank_group.add_argument("--max-words", type=int, help="lexrank: word budget instead of --num-sentences (last sentence cut)")
+    lexrank_group.add_argument(
+        "--num-sentences", type=int,
+        help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})")
+    lexrank_group.add_argument("--max-words", type=int, help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)")
     lexrank_group.add_argument("--threshold", type=float, default=0.1, help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)")
     lexrank_group.add_argument("--damping", type=float, default=0.85, help="lexrank: PageRank damping factor")
     lexrank_group.add_argument("--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)")
@@ -476,6 +629,14 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    budget_flag = "--budget-preset" if args.budget_preset else "--budget-from-reference" if args.budget_from_reference else None
+    if budget_flag is not None:
+        if args.method == "oracle":
+            parser.error(f"{budget_flag} applies to lead and lexrank; the oracle stops when ROUGE stops improving")
+        own = {"lead": ("lead_sentences", "lead_tokens"), "lexrank": ("num_sentences", "max_words")}[args.method]
+        given = [f"--{name.replace('_', '-')}" for name in own if getattr(args, name) is not None]
+        if given:
+            parser.error(f"{budget_flag} sets the length; it cannot be combined with {' / '.join(given)}")
     try:
         clusters = read_clusters(args.input)
     except (ClusterFormatError, OSError) as error:
@@ -495,7 +656,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     with open(args.output, "w", encoding="utf-8") as handle:
         for sentences in summaries:
             handle.write(args.separator.join(sentences) + "\n")
-    print(f"wrote {len(summaries)} {args.method} summaries to {args.output}", file=sys.stderr)
+    length = length_description(args)
+    print(f"wrote {len(summaries)} {args.method} summaries ({length}) to {args.output}", file=sys.stderr)
     if args.score:
         from mdsfair.evaluation.rouge import RougeInputError, format_table, score_sentences
         from mdsfair.evaluation.rouge155 import RougeDependencyError
@@ -507,6 +669,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             )
         except (RougeInputError, RougeDependencyError) as error:
             parser.error(f"--score: {error}")
+        print(f"{args.method} ({length})")
         print(format_table(result))
     return 0
 

@@ -1,17 +1,27 @@
 """``mdsfair-compare``: one ROUGE table for several systems on the same references.
 
     mdsfair-compare --ref test.summary.txt model=gen.out lead=lead.txt lexrank=lexrank.txt
+    mdsfair-compare --data-bin data-bin --split test model=gen.out lead=lead.txt
 
 Each system is ``NAME=PATH`` (a plain hypothesis file or a fairseq-generate log);
 rows are systems, columns R-1, R-2, R-L, R-Lsum, R-SU4 (F1 x 100), scored with the
-official ROUGE-1.5.5 script (or ``--fast``) exactly as ``mdsfair-rouge`` does.
+official ROUGE-1.5.5 script (or ``--fast``) exactly as ``mdsfair-rouge`` does:
+the references are the ``--ref`` files or the data-bin's stored ones, and every
+system must cover every cluster (a fairseq-generate log with missing ids is refused).
 """
 import argparse
 import json
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from mdsfair.evaluation.rouge import COLUMN_TITLES, METRICS, RougeDependencyError, RougeInputError, score_files
+from mdsfair.evaluation.rouge import (
+    COLUMN_TITLES,
+    METRICS,
+    RougeDependencyError,
+    RougeInputError,
+    add_reference_source_arguments,
+    score_files,
+)
 
 
 def format_comparison(results: Dict[str, Dict], measure: str = "f") -> str:
@@ -27,7 +37,11 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-compare``; returns the exit status."""
     parser = argparse.ArgumentParser(prog="mdsfair-compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("systems", nargs="+", metavar="NAME=PATH", help="a system's hypotheses (or fairseq-generate log)")
-    parser.add_argument("--ref", action="append", required=True, help="reference file, one per line (repeatable)")
+    parser.add_argument(
+        "--ref", action="append", default=[],
+        help="reference file, one per line (repeatable); default: the references stored in --data-bin",
+    )
+    add_reference_source_arguments(parser)
     parser.add_argument("--fast", action="store_true", help="use rouge-score instead of the ROUGE-1.5.5 script")
     parser.add_argument("--measure", choices=["f", "r", "p"], default="f", help="F1 (default), recall or precision")
     parser.add_argument("--json", metavar="PATH", help="also write every system's scores as JSON here")
@@ -40,7 +54,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     results = {}
     try:
         for name, path in systems:
-            results[name] = score_files(path, args.ref, fast=args.fast)
+            results[name] = score_files(
+                path, args.ref, fast=args.fast, data_bin=args.data_bin, split=args.split,
+                expected=args.expected, target_lines=args.target_lines,
+            )
     except (RougeInputError, RougeDependencyError, OSError) as error:
         parser.error(str(error))
     scorer = "rouge-score (--fast)" if args.fast else "official ROUGE-1.5.5"

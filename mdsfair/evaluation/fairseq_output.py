@@ -13,6 +13,11 @@ mixed with log lines. :func:`read_generate_output` keeps, per id, the first
 ``D-`` line (the best hypothesis when ``--nbest`` > 1), or the first ``H-``
 line when there is no ``D-`` line, and the ``T-`` line, sorted by id.
 
+A ``T-`` line is the target as the task served it, cut at the model's target
+limit; ``mdsfair-rouge`` scores against the full references stored in the
+data-bin unless asked for the ``T-`` lines (``--target-lines``). Ids are the
+split's example indices (line numbers of ``{split}.summary.txt``, from 0).
+
 Subword decoding, applied to every extracted hypothesis and target:
 
 * SentencePiece: text that still holds ``\u2581`` pieces is joined exactly as

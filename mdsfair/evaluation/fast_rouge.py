@@ -23,6 +23,17 @@ WordNet irregular-form lookup (``said`` -> ``say``, ``children`` ->
 ``child``), rouge-score uses NLTK's Porter stemmer without that lookup; and
 the script rounds every per-summary R/P/F to 5 decimals before averaging.
 
+Scripts other than Latin (``ScriptAwareTokenizer``): rouge-score, like the
+official script, deletes every character outside ``[a-z0-9]``, so Chinese,
+Arabic or Russian text has no tokens and scores 0. The fast scorer keeps
+them: a Han or kana character is one token (the usual character-level ROUGE
+for Chinese and Japanese), a run of letters, marks and digits of any other
+non-Latin script is one word (Arabic, Cyrillic, Greek, Hebrew, Devanagari,
+Hangul, ...). Text that is all ASCII is tokenized exactly as rouge-score does
+(so English numbers are unchanged), and accented Latin letters still separate
+words as in the official script. Scripts written without spaces other than
+Han/kana (Thai, Lao, Khmer, Burmese) come out as whole space-delimited runs.
+
 Several references: the usual convention of rouge-score's ``score_multi`` --
 for each metric separately, the reference with the highest F1 is used (its
 recall and precision are reported with it). ROUGE-1.5.5's default instead
@@ -32,6 +43,8 @@ from collections import Counter
 from typing import Dict, List, Sequence, Tuple
 
 from rouge_score import rouge_scorer, tokenizers
+
+from mdsfair.evaluation.text import character_kind
 
 RougeTriple = Tuple[float, float, float]  # (recall, precision, f1)
 
@@ -44,6 +57,38 @@ _ROUGE_SCORE_TYPES = {
     "rouge-l": "rougeL",
     "rouge-lsum": "rougeLsum",
 }
+
+
+class ScriptAwareTokenizer(tokenizers.Tokenizer):
+    """rouge-score's tokenizer, extended to non-Latin scripts (module docstring).
+
+    Args:
+        use_stemmer: Porter-stem ASCII words longer than 3 characters (as rouge-score).
+    """
+
+    def __init__(self, use_stemmer: bool = True):
+        self._ascii = tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)
+
+    def tokenize(self, text: str) -> List[str]:
+        if text.isascii():
+            return self._ascii.tokenize(text)
+        tokens: List[str] = []
+        run, run_kind = [], ""
+        for char in text.lower():
+            kind = character_kind(char)
+            if run and kind != run_kind:
+                word = "".join(run)
+                tokens.extend(self._ascii.tokenize(word) if run_kind == "ascii" else [word])
+                run = []
+            if kind == "han":
+                tokens.append(char)
+            elif kind:
+                run.append(char)
+            run_kind = kind
+        if run:
+            word = "".join(run)
+            tokens.extend(self._ascii.tokenize(word) if run_kind == "ascii" else [word])
+        return tokens
 
 
 def skip_bigram_unigram_counts(tokens: Sequence[str], max_gap: int = 4) -> Counter:
@@ -85,13 +130,12 @@ class FastRougeScorer:
 
     def __init__(self, stemming: bool = True):
         self.stemming = stemming
-        self._scorer = rouge_scorer.RougeScorer(
-            list(_ROUGE_SCORE_TYPES.values()), use_stemmer=stemming
-        )
-        self._tokenizer = tokenizers.DefaultTokenizer(use_stemmer=stemming)
+        self._tokenizer = ScriptAwareTokenizer(use_stemmer=stemming)
+        self._scorer = rouge_scorer.RougeScorer(list(_ROUGE_SCORE_TYPES.values()), tokenizer=self._tokenizer)
 
     def tokenize(self, text: str) -> List[str]:
-        """rouge-score's tokens: lower-cased ``[a-z0-9]+`` runs, stemmed if asked."""
+        """rouge-score's tokens (lower-cased ``[a-z0-9]+`` runs, stemmed if
+        asked), plus words and Han/kana characters of non-Latin scripts."""
         return self._tokenizer.tokenize(text)
 
     def score_pair(self, hypothesis: Sequence[str], reference: Sequence[str]) -> Dict[str, RougeTriple]:

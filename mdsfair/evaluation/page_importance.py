@@ -20,9 +20,10 @@ example (pages x decoding steps, darker = more important)::
 import argparse
 import json
 import os
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
-import torch
+if TYPE_CHECKING:  # torch is imported when a command runs, not for --help
+    import torch
 
 
 def parse_examples(text: str) -> List[int]:
@@ -35,17 +36,19 @@ def parse_examples(text: str) -> List[int]:
     return indices
 
 
-def page_importance(model, sample) -> torch.Tensor:
+def page_importance(model, sample) -> "torch.Tensor":
     """Teacher-forced confidence weights ``[B, T, P]`` of a PageSum model on
     ``sample`` (a collated batch with ``prev_output_tokens``)."""
     if getattr(model.decoder, "page_confidence", None) is None:
         raise ValueError("the checkpoint is not a page-wise PageSum model (trained with --global-decoding?)")
+    import torch
+
     with torch.no_grad():
         _, extra = model(**sample["net_input"], features_only=True)
     return extra["page_weights"][0].float()
 
 
-def generated_summaries(task, model, sample, args) -> List[torch.Tensor]:
+def generated_summaries(task, model, sample, args) -> List["torch.Tensor"]:
     """The best beam-search hypothesis (token ids ending in ``</s>``) of every
     example of ``sample``, generated with the options of ``args``."""
     generator = task.build_generator([model], args)
@@ -91,8 +94,12 @@ def cli_main(argv: Optional[List[str]] = None):
              "hypothesis; the weights are those of every decoding step of the generation",
     )
     generation = parser.add_argument_group("generation (with --from-generation)")
-    generation.add_argument("--beam", type=int, default=4, help="beam size (default 4, the paper's)")
-    generation.add_argument("--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the paper's)")
+    generation.add_argument(
+        "--beam", type=int, default=4, help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)"
+    )
+    generation.add_argument(
+        "--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the authors' generate call)"
+    )
     generation.add_argument("--max-len-a", type=float, default=0, help="max length = a * source length + b (default 0)")
     generation.add_argument(
         "--max-len-b", type=int, default=200, help="max length = a * source length + b (default 200)"
@@ -107,6 +114,8 @@ def cli_main(argv: Optional[List[str]] = None):
     args = parser.parse_args(argv)
     if args.from_generation and args.summaries:
         parser.error("--from-generation and --summaries are exclusive: the summary is either generated or given")
+
+    import torch
 
     import mdsfair  # noqa: F401  (registers the task and model)
     from fairseq import checkpoint_utils, utils

@@ -4,7 +4,8 @@ Command line (``mdsfair-rouge`` or ``python -m mdsfair.evaluation.rouge``)::
 
     mdsfair-rouge HYP REF                      # official ROUGE-1.5.5
     mdsfair-rouge HYP --ref a.txt --ref b.txt  # several references
-    mdsfair-rouge generate.log                 # fairseq-generate output, REF = its T- lines
+    mdsfair-rouge generate.log                 # fairseq-generate output, references from its data-bin
+    mdsfair-rouge HYP --data-bin DIR --split test   # plain hypotheses, references from a data-bin
     mdsfair-rouge HYP REF --fast               # rouge-score + our ROUGE-SU4
 
 Inputs
@@ -17,6 +18,18 @@ Inputs
   empty line in a reference file means "this file has no reference for this
   cluster" (so clusters may have different numbers of references); every
   cluster needs at least one non-empty reference.
+* Without REF files the references are the full, uncut summaries that
+  ``mdsfair-preprocess`` stored in the data-bin (``{split}.summary.txt``):
+  the data-bin and split given with ``--data-bin`` / ``--split``, or, for a
+  fairseq-generate log, the ones the task names in the log (its line
+  ``split S of data-bin D: N clusters, ...``). The log's ``T-`` lines are the
+  targets as the task served them, cut at the model's target limit; they are
+  used only with ``--target-lines``.
+* Every cluster must have a hypothesis: the expected number is the split's
+  cluster count in the data-bin manifest, ``--expected N``, or the REF files'
+  line count. A fairseq-generate log with missing ids (cut short, or clusters
+  skipped with ``--skip-invalid-size-inputs-valid-test``) is refused with the
+  missing ids named.
 * Sentences: each line is split with the rule-based splitter of
   :mod:`mdsfair.evaluation.text`, or on an explicit marker given with
   ``--sentence-separator`` (the marker is removed).
@@ -46,10 +59,12 @@ a warning is logged.
 import argparse
 import json
 import logging
+import re
 import sys
-from typing import Dict, List, Optional, Sequence, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
+from mdsfair.evaluation.references import data_bin_references
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.evaluation.text import split_sentences
 
@@ -63,6 +78,48 @@ MEASURE_NAMES = {"f": "F1", "r": "recall", "p": "precision"}
 
 class RougeInputError(ValueError):
     """Inputs that cannot be scored (missing/mismatched lines, empty files)."""
+
+
+#: The line the task logs for every split it loads (one per split).
+DATA_BIN_LINE_RE = re.compile(
+    r"split (?P<split>\S+) of data-bin (?P<data_bin>.+?): (?P<clusters>\d+) clusters, source tokens kept"
+)
+
+
+def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
+    """``(data_bin, split)`` of the last split the task logged in ``lines``."""
+    found = None
+    for line in lines:
+        match = DATA_BIN_LINE_RE.search(line)
+        if match:
+            found = (match.group("data_bin"), match.group("split"))
+    return found
+
+
+def check_hypothesis_ids(ids: Optional[Sequence[int]], count: int, expected: int, hyp_path: str, why: str) -> None:
+    """Refuse hypotheses that do not cover clusters ``0 .. expected - 1``
+    exactly (``ids``: the generate log's ids; None for a plain file of
+    ``count`` lines). ``why`` says where ``expected`` comes from."""
+    if ids is None:
+        if count != expected:
+            raise RougeInputError(f"{hyp_path} has {count} hypotheses but {why}")
+        return
+    present = set(ids)
+    missing = [i for i in range(expected) if i not in present]
+    extra = sorted(i for i in present if i >= expected)
+    problems = []
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
+        problems.append(f"no hypothesis for {len(missing)} of {expected} clusters (ids {shown})")
+    if extra:
+        shown = ", ".join(map(str, extra[:20])) + (", ..." if len(extra) > 20 else "")
+        problems.append(f"{len(extra)} ids beyond the {expected} clusters ({shown})")
+    if problems:
+        raise RougeInputError(
+            f"{hyp_path}: {'; '.join(problems)} ({why}). The log is incomplete (generation stopped early or "
+            "skipped clusters, e.g. --skip-invalid-size-inputs-valid-test) or belongs to another split; "
+            "scoring part of a test set would give a number that is not the test set's"
+        )
 
 
 def read_lines(path: str) -> List[str]:
@@ -221,19 +278,37 @@ def load_hypotheses_and_references(
     ref_paths: Optional[Union[str, Sequence[str]]] = None,
     gpt2_encoder_json: Optional[str] = None,
     gpt2_vocab_bpe: Optional[str] = None,
+    data_bin: Optional[str] = None,
+    split: Optional[str] = None,
+    expected: Optional[int] = None,
+    target_lines: bool = False,
+    info: Optional[Dict] = None,
 ):
-    """Read HYP (plain or fairseq-generate log) and the parallel REF files.
+    """Read HYP (plain or fairseq-generate log) and its references.
+
+    References, in this order: the REF files; with ``target_lines``, the
+    log's ``T-`` lines; otherwise the data-bin's stored summaries (``data_bin``
+    / ``split``, or the data-bin and split the log names). The number of
+    clusters expected is ``expected``, else the data-bin split's, else the
+    REF files' line count; hypotheses must cover exactly those clusters.
 
     Returns:
         ``(hypotheses, references)``: strings, and per hypothesis the list of
-        its non-empty references.
+        its non-empty references. ``info`` (a dict), when given, receives
+        where the references came from.
     """
     if isinstance(ref_paths, str):
         ref_paths = [ref_paths]
     ref_paths = list(ref_paths or [])
+    info = info if info is not None else {}
+    if ref_paths and target_lines:
+        raise RougeInputError("give REF files or --target-lines, not both")
+    if expected is not None and expected < 1:
+        raise RougeInputError(f"--expected must be positive, got {expected}")
     lines = read_lines(hyp_path)
     if not lines:
         raise RougeInputError(f"hypothesis file {hyp_path} is empty (0 lines)")
+    ids = targets = None
     if is_generate_output(lines):
         if (gpt2_encoder_json is None) != (gpt2_vocab_bpe is None):
             raise RougeInputError("GPT-2 decoding needs both --gpt2-encoder-json and --gpt2-vocab-bpe")
@@ -241,35 +316,72 @@ def load_hypotheses_and_references(
         ids, hypotheses, targets = parse_generate_lines(lines, decoder, source=hyp_path)
         logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
                     len(ids), ids[0], ids[-1], hyp_path)
-        if not ref_paths:
-            missing = [sample_id for sample_id, target in zip(ids, targets) if target is None]
-            if missing:
+        if data_bin is None and not ref_paths and not target_lines:
+            named = data_bin_named_in_log(lines)
+            if named is None:
                 raise RougeInputError(
-                    f"{hyp_path}: no REF file given and {len(missing)} of {len(ids)} ids have no "
-                    f"T- line (first: id {missing[0]}); give the references with --ref"
+                    f"{hyp_path} does not name its data-bin (the task's line 'split S of data-bin D: N clusters' "
+                    "is missing, e.g. logging was off): give --data-bin DIR --split S (references: the data-bin's "
+                    "stored summaries), REF files, or --target-lines to score against the log's T- lines, which "
+                    "are cut at the model's target limit"
                 )
-            return hypotheses, [[target] for target in targets]
+            data_bin, logged_split = named
+            split = split or logged_split
     else:
         hypotheses = lines
-        if not ref_paths:
+        if target_lines:
+            raise RougeInputError(f"{hyp_path} is not fairseq-generate output, so it has no T- lines")
+        if not ref_paths and data_bin is None:
             raise RougeInputError(
-                f"{hyp_path} is not fairseq-generate output, so a REF file is required"
+                f"{hyp_path} is not fairseq-generate output, so a REF file is required (or --data-bin DIR "
+                "--split S: the references stored in a data-bin)"
             )
+    expected_from = f"--expected is {expected}" if expected is not None else None
+    references: Optional[List[List[str]]] = None
+    if data_bin is not None:
+        split = split or "test"
+        stored, path = data_bin_references(data_bin, split)
+        if expected is not None and expected != len(stored):
+            raise RougeInputError(f"--expected {expected} but {path} has {len(stored)} clusters")
+        expected, expected_from = len(stored), f"data-bin {data_bin} split {split!r} has {len(stored)} clusters"
+        if not ref_paths and not target_lines:
+            references = stored
+            info["references"] = path
     reference_columns = []
     for path in ref_paths:
         column = read_lines(path)
-        if len(column) != len(hypotheses):
-            raise RougeInputError(
-                f"line count mismatch: {hyp_path} has {len(hypotheses)} hypotheses but "
-                f"{path} has {len(column)} lines"
-            )
+        if expected is not None and len(column) != expected:
+            raise RougeInputError(f"{path} has {len(column)} lines but {expected_from}")
+        expected, expected_from = len(column), expected_from or f"{path} has {len(column)} lines"
         reference_columns.append(column)
+    if ref_paths:
+        info["references"] = list(ref_paths)
+    if expected is None:
+        raise RougeInputError(
+            f"mdsfair-rouge cannot tell how many clusters {hyp_path} should cover: give --expected N or "
+            "--data-bin DIR --split S"
+        )
+    check_hypothesis_ids(ids, len(hypotheses), expected, hyp_path, expected_from)
+    if target_lines:
+        missing = [sample_id for sample_id, target in zip(ids, targets) if target is None]
+        if missing:
+            raise RougeInputError(
+                f"{hyp_path}: {len(missing)} of {len(ids)} ids have no T- line (first: id {missing[0]})"
+            )
+        logger.warning(
+            "%s: scoring against the T- lines, the targets as the task served them (cut at the model's "
+            "target limit); the full references are the data-bin's <split>.summary.txt", hyp_path,
+        )
+        info["references"] = "T- lines of " + hyp_path
+        return hypotheses, [[target] for target in targets]
+    if references is not None:
+        return hypotheses, references
     references = []
     for index in range(len(hypotheses)):
         cluster = [column[index] for column in reference_columns if column[index].strip()]
         if not cluster:
             raise RougeInputError(
-                f"line {index + 1}: empty reference in {', '.join(ref_paths)} "
+                f"{', '.join(f'{path}:{index + 1}' for path in ref_paths)}: empty reference "
                 f"(every hypothesis needs at least one non-empty reference)"
             )
         references.append(cluster)
@@ -288,23 +400,34 @@ def score_files(
     gpt2_vocab_bpe: Optional[str] = None,
     keep_files: Optional[str] = None,
     per_cluster: bool = False,
+    data_bin: Optional[str] = None,
+    split: Optional[str] = None,
+    expected: Optional[int] = None,
+    target_lines: bool = False,
 ) -> Dict[str, Dict]:
-    """ROUGE of a hypothesis file against one or more parallel reference files.
+    """ROUGE of a hypothesis file against its references.
 
     Args:
         hyp_path: one hypothesis per line, or a fairseq-generate log.
-        ref_paths: reference file(s); optional for a fairseq-generate log
-            (its ``T-`` lines are used).
+        ref_paths: parallel reference file(s); without them the references
+            are the data-bin's stored summaries (see
+            :func:`load_hypotheses_and_references`).
         fast, sentence_separator, stemming, multi_ref_mode, resamples,
             keep_files, per_cluster: see :func:`score`.
         gpt2_encoder_json, gpt2_vocab_bpe: decode GPT-2 BPE id strings in a
             fairseq-generate log.
+        data_bin, split: the data-bin split the hypotheses summarize (its
+            ``{split}.summary.txt`` and cluster count).
+        expected: the number of clusters the hypotheses must cover.
+        target_lines: score a fairseq-generate log against its ``T-`` lines.
 
     Returns:
         See :func:`score_sentences`; ``info`` also names the files.
     """
+    sources: Dict = {}
     hypotheses, references = load_hypotheses_and_references(
-        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe
+        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
+        data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
     )
     result = score(
         hypotheses,
@@ -321,6 +444,7 @@ def score_files(
     result["info"]["reference_files"] = (
         [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
     )
+    result["info"]["references"] = sources.get("references")
     return result
 
 
@@ -336,7 +460,34 @@ def format_table(result: Dict[str, Dict], measures: Sequence[str] = ("f",)) -> s
     note = f"{info.get('scorer', '?')}, {count} {'hypothesis' if count == 1 else 'hypotheses'}"
     if info.get("num_empty_hypotheses"):
         note += f" ({info['num_empty_hypotheses']} empty)"
+    if isinstance(info.get("references"), str):
+        note += f"; references: {info['references']}"
     return "\n".join(rows) + f"\n[{note}; R-L = LCS over the whole summary, R-Lsum = summary-level LCS over sentences]"
+
+
+def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data-bin``, ``--split``, ``--expected``, ``--target-lines`` (shared
+    with ``mdsfair-compare``)."""
+    parser.add_argument(
+        "--data-bin", metavar="DIR",
+        help="the data-bin the hypotheses were generated from: without REF files its stored references "
+        "({split}.summary.txt, full length) are scored against, and its manifest says how many clusters "
+        "the hypotheses must cover (for a fairseq-generate log whose captured logging names it, found "
+        "automatically)",
+    )
+    parser.add_argument(
+        "--split", metavar="NAME", help="split of --data-bin (default: the one the log names, else test)"
+    )
+    parser.add_argument(
+        "--expected", type=int, metavar="N",
+        help="number of clusters the hypotheses must cover (ids 0..N-1 of a fairseq-generate log); "
+        "default: the data-bin split's cluster count, else the REF files' line count",
+    )
+    parser.add_argument(
+        "--target-lines", action="store_true",
+        help="score a fairseq-generate log against its T- lines (the targets as the task served them, cut "
+        "at the model's target limit) instead of the data-bin's full references",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -355,12 +506,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "refs", nargs="*", metavar="REF",
         help="reference file(s), one reference per line, parallel to HYP; several files = "
-        "several references per hypothesis (optional for a fairseq-generate log: its T- lines)",
+        "several references per hypothesis (default: the references stored in --data-bin)",
     )
     parser.add_argument(
         "--ref", action="append", default=[], dest="extra_refs", metavar="REF",
         help="another reference file (repeatable; same as a positional REF)",
     )
+    add_reference_source_arguments(parser)
     parser.add_argument(
         "--fast", action="store_true",
         help="score with rouge-score (+ a Python ROUGE-SU4) instead of the ROUGE-1.5.5 Perl script",
@@ -424,6 +576,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             gpt2_vocab_bpe=args.gpt2_vocab_bpe,
             keep_files=args.keep_rouge_files,
             per_cluster=args.per_cluster,
+            data_bin=args.data_bin,
+            split=args.split,
+            expected=args.expected,
+            target_lines=args.target_lines,
         )
     except (RougeInputError, RougeDependencyError, OSError) as error:
         parser.error(str(error))

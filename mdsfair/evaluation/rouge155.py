@@ -73,6 +73,8 @@ import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape as xml_escape
 
+from mdsfair.evaluation.text import mostly_non_latin
+
 logger = logging.getLogger(__name__)
 
 #: Skip-bigram with unigrams, at most 4 words between the two words.
@@ -327,6 +329,26 @@ def build_command(
     return command
 
 
+def warn_non_latin_references(models: Sequence[Sequence[Sequence[str]]]) -> List[int]:
+    """Log a warning when references are mostly in scripts ROUGE-1.5.5 deletes.
+
+    The script keeps ``[A-Za-z0-9]`` only, so a Chinese or Arabic reference
+    has no tokens and every hypothesis scores 0 against it, without a word
+    from the script. Returns the indices of the clusters whose references
+    are all mostly non-Latin (:func:`mdsfair.evaluation.text.mostly_non_latin`).
+    """
+    texts = [" ".join(sentence for reference in references for sentence in reference) for references in models]
+    flagged = mostly_non_latin(texts)
+    if flagged:
+        logger.warning(
+            "%d of %d reference sets are mostly in non-Latin script (first: cluster %d); ROUGE-1.5.5 keeps only "
+            "A-Z a-z 0-9 and scores them 0. Use --fast, whose tokenizer keeps Han/kana characters and the words "
+            "of other scripts.",
+            len(flagged), len(models), flagged[0],
+        )
+    return flagged
+
+
 def run_rouge155(
     peers: Sequence[Sequence[str]],
     models: Sequence[Sequence[Sequence[str]]],
@@ -365,6 +387,7 @@ def run_rouge155(
         raise ValueError("nothing to score: no hypotheses")
     if resamples < 1:
         raise ValueError("resamples must be at least 1 (the script averages over its resamples)")
+    warn_non_latin_references(models)
     perl_data_dir = ensure_data_dir(data_dir)
     if keep_files:
         os.makedirs(keep_files, exist_ok=True)

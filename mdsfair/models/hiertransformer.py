@@ -16,7 +16,14 @@ The encoder reads the L' ranked paragraphs of a cluster as blocks:
 The decoder is fairseq's transformer decoder attending over the states of all
 non-pad tokens of all paragraphs (the flat source order is the concatenation
 of the paragraphs in rank order), so fairseq's SequenceGenerator, beam search,
-length penalty and incremental decoding work unchanged.
+length penalty and incremental decoding work unchanged. Its target positions
+are Eq. 7-8's sinusoids from position 0 (``--decoder-position-encoding``);
+``--decoder-output-bias``, ``--decoder-start-symbol bos``, ``--layernorm-eps``
+and ``--no-source-special-tokens`` give the hiersumm code's generator bias,
+``<S>`` start token, LayerNorm epsilon and special-token-free paragraphs, which
+``--arch hiertransformer_hiersumm`` sets together with the code's dropouts, so
+that this arch computes exactly what the authors' model computes
+(``mdsfair-import hiersumm`` converts their released checkpoint).
 
 Inputs come from task ``multidoc_summarization``: ``src_tokens``,
 ``src_para_ids`` (paragraph index = rank, since ``mdsfair-rank`` writes
@@ -32,7 +39,7 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import utils
 from fairseq.models import FairseqEncoder, register_model, register_model_architecture
-from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import TransformerDecoder, TransformerModel
 from fairseq.models.transformer import base_architecture as transformer_base_architecture
 from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
@@ -41,11 +48,13 @@ from mdsfair.hub_interface import register_hub_entry
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
-from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding
+from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, SinusoidalPositions
 
 logger = logging.getLogger(__name__)
 
 GRAPH_CHOICES = ("none", "similarity", "discourse")
+DECODER_POSITION_ENCODINGS = ("interleaved", "fairseq")
+DECODER_START_SYMBOLS = ("eos", "bos")
 UNBOUNDED_SOURCE_POSITIONS = 10 ** 9
 
 
@@ -144,6 +153,9 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
         )
         self.dropout_module = FairseqDropout(args.dropout, module_name=self.__class__.__name__)
         self.graph = args.graph
+        self.ignored_source_symbols = (
+            sorted({dictionary.bos(), dictionary.eos()}) if args.no_source_special_tokens else []
+        )
         self.local_layers = nn.ModuleList([TransformerEncoderLayer(args) for _ in range(args.local_layers)])
         self.global_layers = nn.ModuleList([GlobalTransformerLayer(args) for _ in range(args.global_layers)])
         self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
@@ -153,6 +165,16 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
         word = self.embed_scale * self.embed_tokens(src_tokens)
         position = self.embed_positions(paragraph_ids.clamp(min=0), blocks.position_in_block)
         return self.dropout_module(word + position.type_as(word))
+
+    def source_padding_mask(self, src_tokens: Tensor) -> Tensor:
+        """``[B, T]`` True at the tokens the encoder does not read: padding
+        and, with ``--no-source-special-tokens``, the data contract's ``<s>``
+        and ``</s>``. A masked ``<s>`` opens its paragraph, so the paragraph's
+        first word takes position 0 as if the ``<s>`` had not been inserted."""
+        mask = src_tokens.eq(self.padding_idx)
+        for symbol in self.ignored_source_symbols:
+            mask = mask | src_tokens.eq(symbol)
+        return mask
 
     def graph_input(self, blocks: ParagraphBlocks, src_graph_similarity: Optional[Tensor],
                     src_graph_discourse: Optional[Tensor]) -> Optional[Tensor]:
@@ -192,7 +214,7 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
                 "hiertransformer needs src_para_ids (the paragraph of every source token); "
                 "train it with --task multidoc_summarization"
             )
-        padding_mask = src_tokens.eq(self.padding_idx)
+        padding_mask = self.source_padding_mask(src_tokens)
         blocks = ParagraphBlocks.from_paragraph_ids(src_para_ids, ~padding_mask)
         graph = self.graph_input(blocks, src_graph_similarity, src_graph_discourse)
         x = self.forward_embedding(src_tokens, blocks, src_para_ids)
@@ -238,6 +260,61 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
         return UNBOUNDED_SOURCE_POSITIONS
 
 
+class HierarchicalTransformerDecoder(TransformerDecoder):
+    """fairseq's transformer decoder with the choices the hiersumm code makes.
+
+    * ``--decoder-position-encoding interleaved`` (default): Eq. 7-8 target
+      positions from 0 (:class:`~mdsfair.modules.sinusoidal.SinusoidalPositions`),
+      as the paper's encoding and the hiersumm decoder; ``fairseq`` keeps
+      fairseq's ``SinusoidalPositionalEmbedding``.
+    * ``--decoder-output-bias``: the output projection ``W x + b`` has a bias
+      (hiersumm's generator ``nn.Linear(d, V)``, whose weight alone is tied
+      to the embeddings).
+    * ``--decoder-start-symbol bos``: the first decoder input is ``<s>``
+      instead of fairseq's ``</s>``; hiersumm's targets start with ``<S>``.
+      Column 0 of ``prev_output_tokens`` is replaced in training and in
+      (incremental) generation alike.
+    """
+
+    def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
+        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
+                         output_projection=output_projection)
+        if self.embed_positions is not None and args.decoder_position_encoding == "interleaved":
+            if args.decoder_learned_pos:
+                raise ValueError("--decoder-learned-pos and --decoder-position-encoding interleaved exclude each other")
+            self.embed_positions = SinusoidalPositions(self.embed_dim)
+        self.start_symbol = dictionary.bos() if args.decoder_start_symbol == "bos" else None
+
+    def build_output_projection(self, args, dictionary, embed_tokens):
+        super().build_output_projection(args, dictionary, embed_tokens)
+        if not getattr(self.args, "decoder_output_bias", False):
+            return
+        if self.adaptive_softmax is not None:
+            raise ValueError("--decoder-output-bias does not apply to an adaptive softmax")
+        weight = self.output_projection.weight
+        projection = nn.Linear(weight.size(1), weight.size(0), bias=True)
+        projection.weight = weight  # stays tied to the embeddings when it was
+        nn.init.zeros_(projection.bias)
+        self.output_projection = projection
+
+    def extract_features(self, prev_output_tokens, encoder_out=None, incremental_state=None, **kwargs):
+        if self.start_symbol is not None:
+            prev_output_tokens = prev_output_tokens.clone()
+            prev_output_tokens[:, 0] = self.start_symbol
+        return super().extract_features(prev_output_tokens, encoder_out, incremental_state, **kwargs)
+
+
+def set_layer_norm_eps(model: nn.Module, eps: float) -> int:
+    """Give every LayerNorm of ``model`` the epsilon ``eps``; returns how many
+    there are. (fairseq builds its LayerNorms with 1e-5; hiersumm's have 1e-6.)"""
+    count = 0
+    for module in model.modules():
+        if isinstance(module, nn.LayerNorm) or type(module).__name__ == "FusedLayerNorm":
+            module.eps = eps
+            count += 1
+    return count
+
+
 register_hub_entry("hiertransformer", "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads")
 
 
@@ -278,6 +355,23 @@ class HierarchicalTransformerModel(TransformerModel):
                                  "default: none")
         parser.add_argument("--graph-heads", type=int, metavar="N",
                             help="learned heads the graph replaces in every global layer (paper: one)")
+        parser.add_argument("--decoder-position-encoding", choices=DECODER_POSITION_ENCODINGS,
+                            help="target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at odd "
+                                 "dimensions, frequency 10000^(-2i/d), first token at position 0), as the "
+                                 "paper and the hiersumm decoder (default); 'fairseq' = fairseq's "
+                                 "SinusoidalPositionalEmbedding (sin half then cos half, from position 2)")
+        parser.add_argument("--decoder-output-bias", action="store_true",
+                            help="give the output projection a bias (its weight stays tied), as hiersumm's "
+                                 "generator nn.Linear(d, V)")
+        parser.add_argument("--decoder-start-symbol", choices=DECODER_START_SYMBOLS,
+                            help="first decoder input: fairseq's </s> (eos, default) or <s> (bos), as "
+                                 "hiersumm's targets start with <S>")
+        parser.add_argument("--layernorm-eps", type=float, metavar="EPS",
+                            help="epsilon of every LayerNorm (default fairseq's 1e-5; hiersumm 1e-6)")
+        parser.add_argument("--no-source-special-tokens", action="store_true",
+                            help="the encoder skips the data contract's <s> / </s> source tokens (masked "
+                                 "like padding, which equals removing them), so it reads exactly the "
+                                 "paragraphs, as the hiersumm code")
 
     @classmethod
     def build_model(cls, args, task):
@@ -293,11 +387,19 @@ class HierarchicalTransformerModel(TransformerModel):
             raise ValueError("--graph needs at least one global layer (--global-layers)")
         if args.encoder_layers_to_keep:
             raise ValueError("--encoder-layers-to-keep is not supported by hiertransformer")
-        return super().build_model(args, task)
+        model = super().build_model(args, task)
+        set_layer_norm_eps(model, args.layernorm_eps)
+        return model
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):
         return HierarchicalTransformerEncoder(args, src_dict, embed_tokens)
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return HierarchicalTransformerDecoder(
+            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+        )
 
     def forward(
         self,
@@ -350,15 +452,25 @@ def base_architecture(args):
     args.no_scale_embedding = getattr(args, "no_scale_embedding", False)
     args.max_source_positions = getattr(args, "max_source_positions", 1024) or 1024
     args.max_target_positions = getattr(args, "max_target_positions", 1024) or 1024
+    args.decoder_position_encoding = getattr(args, "decoder_position_encoding", None) or "interleaved"
+    args.decoder_output_bias = getattr(args, "decoder_output_bias", False)
+    args.decoder_start_symbol = getattr(args, "decoder_start_symbol", None) or "eos"
+    args.layernorm_eps = getattr(args, "layernorm_eps", None) or 1e-5
+    args.no_source_special_tokens = getattr(args, "no_source_special_tokens", False)
     transformer_base_architecture(args)
 
 
 @register_model_architecture("hiertransformer", "hiertransformer_hiersumm")
 def hiersumm_architecture(args):
-    """The configuration of the authors' released code (hiersumm): 6 local +
-    2 global layers, a 1-layer decoder, pre-LN everywhere, one inter-paragraph
-    attention shared by the heads, no per-head pooling projection, position
-    layout [e_j ; e_i]."""
+    """The model of the authors' released code (hiersumm, README command
+    ``-enc_layers 8 -inter_layers 6,7 -dec_layers 1 -enc_dropout 0.1
+    -dec_dropout 0.1``): 6 local + 2 global layers, a 1-layer decoder, pre-LN
+    everywhere with LayerNorm eps 1e-6, one inter-paragraph attention shared
+    by the heads, no per-head pooling projection, position layout
+    [e_j ; e_i], dropout 0.1 on residuals, attention weights and the
+    feed-forward inner activation, Eq. 7-8 decoder positions from 0, a
+    generator bias, ``<S>`` (bos) as the first decoder input, and paragraphs
+    read without ``<s>`` / ``</s>``."""
     args.local_layers = getattr(args, "local_layers", 6)
     args.decoder_layers = getattr(args, "decoder_layers", 1)
     args.encoder_normalize_before = getattr(args, "encoder_normalize_before", True)
@@ -366,6 +478,14 @@ def hiersumm_architecture(args):
     args.shared_inter_paragraph_attention = getattr(args, "shared_inter_paragraph_attention", True)
     args.no_pooling_head_projection = getattr(args, "no_pooling_head_projection", True)
     args.token_position_first = getattr(args, "token_position_first", True)
+    args.dropout = getattr(args, "dropout", 0.1)
+    args.attention_dropout = getattr(args, "attention_dropout", 0.1)
+    args.activation_dropout = getattr(args, "activation_dropout", 0.1)
+    args.decoder_position_encoding = getattr(args, "decoder_position_encoding", None) or "interleaved"
+    args.decoder_output_bias = getattr(args, "decoder_output_bias", True)
+    args.decoder_start_symbol = getattr(args, "decoder_start_symbol", None) or "bos"
+    args.layernorm_eps = getattr(args, "layernorm_eps", None) or 1e-6
+    args.no_source_special_tokens = getattr(args, "no_source_special_tokens", True)
     base_architecture(args)
 
 

@@ -12,6 +12,13 @@ scores (Eq. 8), and the confidence-weighted sum of the hidden states goes
 through BART's output projection (Eq. 9): the mixing is on hidden states,
 before the vocabulary projection, as in the authors' code.
 
+A page with no source text (fewer documents than ``--num-pages``) is left out
+of Eq. 8's softmax by default (``--empty-pages mask``: the paper's pages are
+the ones an example has); ``--empty-pages filler`` is the authors' data code,
+where such a page holds ``<s> . </s>`` and is weighted like any other page
+(model config field ``empty_pages``, so a checkpoint trained that way decodes
+that way).
+
 ``--global-decoding`` is the Table 7 alternative: pages are still encoded
 separately, and one decoder cross-attends to their concatenation.
 
@@ -24,6 +31,7 @@ the encoder runs once; ``reorder_encoder_out`` and the decoder's incremental
 state are indexed over ``batch x beam x pages`` (``new_order`` entry ``b``
 becomes rows ``b * P + i``).
 """
+import atexit
 import copy
 import logging
 from collections import Counter
@@ -41,11 +49,30 @@ from torch import Tensor
 
 from mdsfair.hub_interface import register_hub_entry
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
-from mdsfair.modules.pages import DISCOURSE_UNITS, LOCALITIES, OVERFLOW_POLICIES, PageBuilder, PageLayout
+from mdsfair.modules.pages import (
+    DISCOURSE_UNITS,
+    EMPTY_PAGE_POLICIES,
+    LOCALITIES,
+    OVERFLOW_POLICIES,
+    PageBuilder,
+    PageLayout,
+    filler_page_tokens,
+)
 
 logger = logging.getLogger(__name__)
 
 PAGE_STATISTICS = ("dropped_units", "dropped_tokens", "merged_units", "cut_tokens")
+
+
+def log_page_totals(statistics: Counter, settings: str) -> Optional[str]:
+    """Log the totals of :attr:`PageSumEncoder.page_statistics` (a warning
+    when anything was dropped, merged or cut); returns the message."""
+    if not statistics.get("examples"):
+        return None
+    cuts = ", ".join(f"{statistics[name]:,} {name.replace('_', ' ')}" for name in PAGE_STATISTICS)
+    message = f"PageSum pages over the {statistics['examples']:,} examples this process encoded: {cuts} ({settings})"
+    (logger.warning if any(statistics[name] for name in PAGE_STATISTICS) else logger.info)(message)
+    return message
 
 
 def page_order(new_order: Tensor, num_pages: int) -> Tensor:
@@ -96,22 +123,34 @@ class PageSumEncoder(TransformerEncoderBase):
 
     def record_page_statistics(self, layout: PageLayout):
         """Count what building the pages dropped, merged or cut: kept on
-        ``page_statistics`` (this process), logged as fairseq metrics
-        (``page_dropped_units`` ...), and a warning the first time each
-        happens."""
+        ``page_statistics`` (this process; ``examples`` counts the examples
+        encoded), logged as fairseq metrics (``page_dropped_units`` ...), a
+        warning the first time each happens, and the totals over everything
+        this process encoded (e.g. the whole split fairseq-generate ran on)
+        when it exits (:meth:`log_page_totals`)."""
         totals = torch.stack([getattr(layout, name).sum() for name in PAGE_STATISTICS]).tolist()
+        if not self.page_statistics:
+            atexit.register(log_page_totals, self.page_statistics, self.page_settings())
+        self.page_statistics["examples"] += layout.tokens.size(0)
         for name, total in zip(PAGE_STATISTICS, totals):
             if total == 0:
                 continue
             if self.page_statistics[name] == 0:
                 logger.warning(
-                    "PageSum pages: %d %s in a batch (locality %s, --num-pages %d, --page-tokens %d, "
-                    "--page-overflow %s); counted as page_%s",
-                    total, name.replace("_", " "), self.page_builder.locality, self.page_builder.num_pages,
-                    self.page_builder.page_tokens, self.page_builder.overflow, name,
+                    "PageSum pages: %d %s in a batch (%s); counted as page_%s (totals over all batches are "
+                    "logged at exit)", total, name.replace("_", " "), self.page_settings(), name,
                 )
             self.page_statistics[name] += total
             metrics.log_scalar_sum(f"page_{name}", total, round=0)
+
+    def page_settings(self) -> str:
+        builder = self.page_builder
+        return (f"locality {builder.locality}, --num-pages {builder.num_pages}, --page-tokens {builder.page_tokens}, "
+                f"--page-overflow {builder.overflow}")
+
+    def log_page_totals(self) -> Optional[str]:
+        """Log (and return) the page totals of every example encoded so far."""
+        return log_page_totals(self.page_statistics, self.page_settings())
 
     @staticmethod
     def concatenate_pages(encoder_out: Dict[str, List[Tensor]], page_mask: Tensor) -> Dict[str, List[Tensor]]:
@@ -205,11 +244,13 @@ class PageSumDecoder(TransformerDecoderBase):
 
         Args:
             page_states: ``[B, P, T, d]`` local hidden states ``h_i^(j)``.
-            page_mask: ``[B, P]`` True at pages with tokens.
+            page_mask: ``[B, P]`` True at the pages to combine (pages with
+                source tokens, and filler pages).
 
         Returns:
             ``sum_j c_ij h_i^(j)`` ``[B, T, d]`` and the weights ``c_ij``
-            ``[B, T, P]`` (zero at empty pages).
+            ``[B, T, P]`` (zero at pages ``page_mask`` leaves out: empty pages
+            under ``--empty-pages mask``).
         """
         confidence = self.page_confidence(page_states).squeeze(-1)  # Eq. 7: [B, P, T]
         confidence = confidence.masked_fill(~page_mask.unsqueeze(-1), float("-inf"))
@@ -273,7 +314,17 @@ class PageSumBARTModel(BARTModel):
         parser.add_argument(
             "--spatial-remainder-to-last-page", action="store_true",
             help="authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
-                 "remainder (default: chunk sizes differ by at most one sentence, the paper's equal split)",
+                 "remainder, so with fewer sentences than pages all of them are on the last page (default: "
+                 "chunk sizes differ by at most one sentence, the paper's equal split)",
+        )
+        parser.add_argument(
+            "--empty-pages", choices=EMPTY_PAGE_POLICIES,
+            help="a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
+                 "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
+                 "(Eq. 8 over the pages the example has; default); 'filler' is the authors' data_utils.py: "
+                 "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
+                 "the data's subword model) and is weighted like any page; needed to run their checkpoints "
+                 "as trained",
         )
         parser.add_argument(
             "--global-decoding", action="store_true",
@@ -298,12 +349,23 @@ class PageSumBARTModel(BARTModel):
             discourse_unit=cfg.discourse_unit,
             overflow=cfg.page_overflow,
             spatial_remainder_to_last_page=cfg.spatial_remainder_to_last_page,
+            empty_pages=getattr(cfg, "empty_pages", None) or "mask",
         )
         # --max-source-positions is the task's whole-source budget; the encoder
         # sees one page at a time and keeps BART's per-page position table.
         page_cfg = copy.copy(cfg)
         page_cfg.max_source_positions = cfg.max_page_positions
         return PageSumEncoder(page_cfg, src_dict, embed_tokens, page_builder, global_decoding=cfg.global_decoding)
+
+    @classmethod
+    def build_model(cls, args, task):
+        """BART's ``build_model``; with ``--empty-pages filler`` the filler
+        page's ids are then encoded with the data's subword model."""
+        model = super().build_model(args, task)
+        page_builder = model.encoder.page_builder
+        if page_builder.empty_pages == "filler":
+            page_builder.set_filler_tokens(authors_filler_tokens(task))
+        return model
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
@@ -368,6 +430,24 @@ class PageSumBARTModel(BARTModel):
                 state_dict[full_key] = value
 
 
+def authors_filler_tokens(task) -> List[int]:
+    """The ids of the authors' empty-page text ``"."`` in ``task``'s data:
+    encoded with the subword model named in the data-bin manifest
+    (``mdsfair.json``), looked up in the task's dictionary."""
+    from mdsfair.preprocess.subword import load_encoder_from_manifest
+
+    manifest = getattr(task, "manifest", None) or {}
+    data_dir = getattr(task, "data_dir", "the data directory")
+    if "subword" not in manifest:
+        raise ValueError(
+            f"--empty-pages filler encodes the authors' '.' page with the data's subword model, and "
+            f"{data_dir} has no manifest naming one (use the multidoc_summarization task on an "
+            "mdsfair-preprocess data-bin)"
+        )
+    encoder = load_encoder_from_manifest(data_dir, manifest["subword"])
+    return filler_page_tokens(encoder, task.source_dictionary)
+
+
 register_hub_entry(
     "pagesum_bart",
     "PageSum (Liu et al. 2022): BART encoding pages independently, decoding with confidence-weighted pages",
@@ -382,6 +462,7 @@ def pagesum_defaults(args):
     args.discourse_unit = getattr(args, "discourse_unit", None) or "paragraph"
     args.page_overflow = getattr(args, "page_overflow", None) or "truncate"
     args.spatial_remainder_to_last_page = getattr(args, "spatial_remainder_to_last_page", False)
+    args.empty_pages = getattr(args, "empty_pages", None) or "mask"
     args.global_decoding = getattr(args, "global_decoding", False)
 
 

@@ -14,7 +14,7 @@ the encoder output is never expanded to the beam; only the per-row vector
 ``hypothesis_source_index`` (which source every hypothesis reads) is
 reordered with fairseq's ``new_order``, so batch compaction of finished
 sources is tracked exactly, and the cross-attention's key/value cache stays
-``[B, H, N, d_h]`` (see ``mdsfair/modules/source_rows.py``).
+``[B, H, N, d_h]`` (see ``mdsfair/generation/hypothesis_rows.py``).
 
 Sentences come from ``src_sent_ids`` of mdsfair's data contract (the start-
 of-document ``<s>`` belongs to the following sentence and the closing
@@ -31,6 +31,7 @@ created: W^Q/W^K copied from the layer's cross-attention ``q_proj``/``k_proj``
 import logging
 from typing import Dict, List, Optional
 
+import torch
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
@@ -47,7 +48,7 @@ from mdsfair.modules.sentence_approximator import (
     approximator_parameter_names,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
-from mdsfair.modules.source_rows import HypothesisRows
+from mdsfair.generation.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
@@ -190,11 +191,13 @@ class SparseDecoderLayer(TransformerDecoderLayerBase):
         compute_saliency: bool = False,
         need_attn: bool = False,
         attention_heads: Optional[int] = None,
+        mix_draw: Optional[float] = None,
     ):
         """Self-attention, sparse cross-attention, feed-forward (pre- or
         post-norm as configured). Returns ``(x, SentenceAttention)``; with
         ``need_attn`` its ``token_attention`` holds the cross-attention
-        weights averaged over the first ``attention_heads`` heads."""
+        weights averaged over the first ``attention_heads`` heads;
+        ``mix_draw`` is the forward pass's draw for ``mix`` selection."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
@@ -212,7 +215,7 @@ class SparseDecoderLayer(TransformerDecoderLayerBase):
         x, sentence_attention = self.encoder_attn(
             x, encoder_out, encoder_padding_mask, sentence_context,
             incremental_state=incremental_state, compute_saliency=compute_saliency,
-            need_weights=need_attn, weight_heads=attention_heads,
+            need_weights=need_attn, weight_heads=attention_heads, mix_draw=mix_draw,
         )
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
@@ -237,6 +240,15 @@ class SparseBARTDecoder(TransformerDecoder):
     cross-attention actually used, averaged over ``alignment_heads``, as in
     fairseq's TransformerDecoder."""
 
+    def mix_draw(self) -> Optional[float]:
+        """Sec. 4.3's scheduled mix: one uniform draw per training forward
+        pass, shared by every layer (each layer ranks by the exact saliency
+        when it is below that update's probability); None in evaluation or
+        when no layer mixes."""
+        if not self.training or not any(layer.encoder_attn.selection == "mix" for layer in self.layers):
+            return None
+        return torch.rand(()).item()
+
     def build_decoder_layer(self, args, no_encoder_attn=False):
         if no_encoder_attn:
             raise ValueError("sparse_bart needs encoder-decoder attention")
@@ -259,6 +271,7 @@ class SparseBARTDecoder(TransformerDecoder):
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
         sentence_context = sentence_context_from_encoder_out(encoder_out)
         compute_saliency = incremental_state is None
+        mix_draw = self.mix_draw()
 
         positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state) \
             if self.embed_positions is not None else None
@@ -288,7 +301,7 @@ class SparseBARTDecoder(TransformerDecoder):
                 x, encoder_states, padding_mask, sentence_context,
                 incremental_state=incremental_state, self_attn_mask=self_attn_mask,
                 self_attn_padding_mask=self_attn_padding_mask, compute_saliency=compute_saliency,
-                need_attn=index == alignment_layer, attention_heads=alignment_heads,
+                need_attn=index == alignment_layer, attention_heads=alignment_heads, mix_draw=mix_draw,
             )
             inner_states.append(x)
             sentence_attention.append(layer_sentence_attention)
@@ -315,10 +328,13 @@ class SparseBARTModel(BARTModel):
                                  "CNN/DailyMail); 0 keeps all (full attention)")
         parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
                             help="saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
-                                 "Eq. 7), random, or mix (Sec. 4.3 scheduled sampling ideal->approx in training)")
+                                 "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+                                 "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+                                 "in evaluation and generation)")
         parser.add_argument("--approximator", choices=APPROXIMATORS,
                             help="model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
-                                 "(App. D Eq. 19, phi = ELU + 1, no parameters)")
+                                 "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+                                 "dropped, averaged over heads before top-r, as App. D and the authors' decoding)")
         parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
                             help="sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
                                  "2-layer bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the "
@@ -339,7 +355,8 @@ class SparseBARTModel(BARTModel):
                                  "hypothesis keeps * heads <= 2 * N")
         parser.add_argument("--mix-decay-updates", type=int, metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
-                                 "max(0, 1 - update/N), else the approximation (the paper: N = one epoch)")
+                                 "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
+                                 "so N = the updates of one epoch)")
 
     @classmethod
     def build_encoder(cls, args, src_dict, embed_tokens):

@@ -5,8 +5,10 @@ PageSum views a source as non-overlapping *pages*, ``D := {P_1, ..., P_n}``
 
 * ``spatial``: the sentences of the (flat, multi-document) stream are split
   into ``num_pages`` contiguous chunks of equal sentence count (chunk sizes
-  differ by at most one sentence); the authors' code gives every chunk
-  ``S // num_pages`` sentences and the remainder to the last page, available
+  differ by at most one sentence; fewer sentences than pages: one sentence per
+  page); the authors' ``PageSumDataset`` gives every chunk
+  ``S // num_pages`` sentences and the remainder to the last page, so with
+  fewer sentences than pages every sentence is on the last page, available
   with ``spatial_remainder_to_last_page``;
 * ``discourse``: every discourse unit is a page, a paragraph
   (``discourse_unit="paragraph"``) or a section (``"section"``: a document of
@@ -26,11 +28,25 @@ included; tokens past the cap are cut and counted. The ``<s>``/``</s>`` the
 task inserts into the flat stream are dropped first, so with one page the
 page equals the stream ``<s> tokens </s>`` that stock BART reads.
 
+A page with no source token (fewer units than pages) is handled by
+``empty_pages``:
+
+* ``mask`` (default): the layout runs up to the last page any example of the
+  batch uses, an empty page holds ``<s> </s>`` (encodable) and ``page_mask`` is
+  False there, so the decoder leaves it out of the softmax over pages (Eq. 8
+  over the pages the example has; the paper lets "each example have different
+  numbers of pages", Sec. 5.3);
+* ``filler``: the authors' ``PageSumDataset``: every example has exactly
+  ``num_pages`` pages, an empty page holds the text ``"."`` tokenized like a
+  page (``<s> . </s>``; BART's ids ``0 4 2``) and takes part in the softmax
+  like any page. The ids of ``"."`` come from the data's subword model
+  (:func:`filler_page_tokens`).
+
 Everything is vectorized index arithmetic over ``[B, T]``: no Python loop over
 examples, units or pages.
 """
 from dataclasses import dataclass
-from typing import Optional
+from typing import List, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -38,6 +54,9 @@ from torch import Tensor
 LOCALITIES = ("spatial", "discourse", "document")
 DISCOURSE_UNITS = ("paragraph", "section")
 OVERFLOW_POLICIES = ("truncate", "merge")
+EMPTY_PAGE_POLICIES = ("mask", "filler")
+# What the authors' PageSumDataset puts into a page with no text.
+AUTHORS_EMPTY_PAGE_TEXT = "."
 
 
 @dataclass
@@ -46,9 +65,12 @@ class PageLayout:
 
     Attributes:
         tokens: ``[B, P, L]`` page tokens ``<s> ... </s>``, right-padded; an
-            empty page (an example with fewer pages than the batch) holds
-            ``<s> </s>`` so that it can be encoded without an all-padding row.
-        page_mask: ``[B, P]`` True at pages with source tokens.
+            empty page holds ``<s> </s>`` (``empty_pages="mask"``: encodable,
+            never an all-padding row) or ``<s> filler </s>``
+            (``empty_pages="filler"``).
+        page_mask: ``[B, P]`` True at the pages the decoder combines: pages
+            with source tokens, and filler pages.
+        filler_mask: ``[B, P]`` True at pages holding the filler.
         source_position: ``[B, P, L]`` index in ``src_tokens`` of every page
             slot, -1 at ``<s>``, ``</s>`` and padding.
         dropped_units: ``[B]`` units past the last page dropped by the
@@ -60,6 +82,7 @@ class PageLayout:
 
     tokens: Tensor
     page_mask: Tensor
+    filler_mask: Tensor
     source_position: Tensor
     dropped_units: Tensor
     dropped_tokens: Tensor
@@ -99,12 +122,19 @@ def unit_rank(unit_ids: Tensor, content_mask: Tensor) -> Tensor:
 def spatial_pages(sentence_rank: Tensor, num_pages: int, remainder_to_last_page: bool = False) -> Tensor:
     """Page of every token for spatial locality: sentences in ``num_pages``
     contiguous chunks of equal sentence count (sizes differ by at most one;
-    with ``remainder_to_last_page``, the authors' ``S // num_pages`` chunks and
-    the rest in the last page). Fewer sentences than pages: one per page."""
+    fewer sentences than pages: one per page).
+
+    With ``remainder_to_last_page``, the authors' ``PageSumDataset``
+    arithmetic: ``num = S // num_pages``, sentence ``s`` goes to page
+    ``s // num`` for the first ``num * num_pages`` sentences and the rest to
+    the last page; with ``S < num_pages`` (``num = 0``) every sentence is on
+    the last page."""
     num_sentences = (sentence_rank.max(dim=1, keepdim=True).values + 1).clamp(min=1)
+    last_page = torch.full_like(sentence_rank, num_pages - 1)
     if remainder_to_last_page:
-        chunk = (num_sentences // num_pages).clamp(min=1)
-        page = torch.minimum(sentence_rank // chunk, torch.full_like(sentence_rank, num_pages - 1))
+        chunk = num_sentences // num_pages
+        page = torch.minimum(sentence_rank // chunk.clamp(min=1), last_page)
+        page = torch.where(chunk > 0, page, last_page)
     else:
         balanced = sentence_rank * num_pages // num_sentences
         page = torch.where(num_sentences >= num_pages, balanced, sentence_rank)
@@ -123,6 +153,10 @@ class PageBuilder:
         discourse_unit: ``paragraph`` or ``section`` (discourse locality).
         overflow: ``truncate`` or ``merge`` (more units than pages).
         spatial_remainder_to_last_page: the authors' spatial chunking.
+        empty_pages: ``mask`` or ``filler`` (see the module docstring).
+        filler_tokens: the ids between ``<s>`` and ``</s>`` of a filler page
+            (``empty_pages="filler"``; :func:`filler_page_tokens`); may be
+            given later with :meth:`set_filler_tokens`.
     """
 
     def __init__(
@@ -136,6 +170,8 @@ class PageBuilder:
         discourse_unit: str = "paragraph",
         overflow: str = "truncate",
         spatial_remainder_to_last_page: bool = False,
+        empty_pages: str = "mask",
+        filler_tokens: Optional[Sequence[int]] = None,
     ):
         if locality not in LOCALITIES:
             raise ValueError(f"locality must be one of {LOCALITIES}, got {locality!r}")
@@ -143,6 +179,8 @@ class PageBuilder:
             raise ValueError(f"discourse unit must be one of {DISCOURSE_UNITS}, got {discourse_unit!r}")
         if overflow not in OVERFLOW_POLICIES:
             raise ValueError(f"page overflow policy must be one of {OVERFLOW_POLICIES}, got {overflow!r}")
+        if empty_pages not in EMPTY_PAGE_POLICIES:
+            raise ValueError(f"--empty-pages must be one of {EMPTY_PAGE_POLICIES}, got {empty_pages!r}")
         if num_pages < 1:
             raise ValueError(f"--num-pages must be at least 1, got {num_pages}")
         if page_tokens < 3:
@@ -154,6 +192,24 @@ class PageBuilder:
         self.discourse_unit = discourse_unit
         self.overflow = overflow
         self.spatial_remainder_to_last_page = spatial_remainder_to_last_page
+        self.empty_pages = empty_pages
+        self.filler_tokens: Optional[List[int]] = None
+        if filler_tokens is not None:
+            self.set_filler_tokens(filler_tokens)
+
+    def set_filler_tokens(self, filler_tokens: Sequence[int]) -> None:
+        """The ids a filler page holds between ``<s>`` and ``</s>``."""
+        filler_tokens = [int(t) for t in filler_tokens]
+        if not filler_tokens:
+            raise ValueError("the filler page needs at least one token")
+        if len(filler_tokens) > self.page_tokens - 2:
+            raise ValueError(
+                f"the filler page's {len(filler_tokens)} tokens do not fit --page-tokens {self.page_tokens} "
+                "with <s> and </s>"
+            )
+        if any(t in (self.bos, self.eos, self.pad) for t in filler_tokens):
+            raise ValueError(f"filler tokens {filler_tokens} contain <s>, </s> or <pad>")
+        self.filler_tokens = filler_tokens
 
     def unit_ids(
         self,
@@ -209,7 +265,14 @@ class PageBuilder:
         in_page = page >= 0
         dropped_tokens = (content_mask & ~in_page).sum(dim=1)
         batch_size, length = src_tokens.shape
-        num_pages = int(page.max()) + 1
+        fill = self.empty_pages == "filler"
+        if fill and self.filler_tokens is None:
+            raise ValueError(
+                "PageBuilder with empty_pages='filler' has no filler tokens; PageSumBARTModel.build_model sets "
+                "them from the data's subword model (set_filler_tokens)"
+            )
+        # The authors' pages: always num_pages of them; masked: up to the last page used in the batch.
+        num_pages = self.num_pages if fill else int(page.max()) + 1
 
         # Position of every token inside its page: pages are contiguous runs of
         # the content tokens, so it is the running count minus the count
@@ -227,6 +290,10 @@ class PageBuilder:
         kept = in_page & (position < capacity)
         cut_tokens = (in_page & ~kept).sum(dim=1)
         content_length = tokens_per_page.clamp(max=capacity)
+        empty_page = tokens_per_page == 0
+        filler_mask = empty_page & fill
+        if fill:
+            content_length = content_length.masked_fill(filler_mask, len(self.filler_tokens))
         page_length = int(content_length.max()) + 2
 
         slot = (flat_page * page_length + position + 1)[kept]
@@ -237,13 +304,38 @@ class PageBuilder:
         source_position[slot] = token_index[kept]
         page_tokens = page_tokens.view(batch_size, num_pages, page_length)
         page_tokens[:, :, 0] = self.bos
+        if bool(filler_mask.any()):
+            filler = torch.tensor(self.filler_tokens, dtype=page_tokens.dtype, device=page_tokens.device)
+            filler_slots = page_tokens[:, :, 1 : 1 + len(filler)]
+            filler_slots.copy_(torch.where(filler_mask.unsqueeze(2), filler, filler_slots))
         page_tokens.scatter_(2, (content_length + 1).unsqueeze(2), self.eos)
         return PageLayout(
             tokens=page_tokens,
-            page_mask=tokens_per_page > 0,
+            page_mask=~empty_page | filler_mask,
+            filler_mask=filler_mask,
             source_position=source_position.view(batch_size, num_pages, page_length),
             dropped_units=dropped_units,
             dropped_tokens=dropped_tokens,
             merged_units=merged_units,
             cut_tokens=cut_tokens,
         )
+
+
+def filler_page_tokens(subword_encoder, dictionary, text: str = AUTHORS_EMPTY_PAGE_TEXT) -> List[int]:
+    """Dictionary ids of ``text`` (the authors' ``"."``) encoded as a page's
+    text: the subword model the data was made with (``encode(text)``, no
+    leading space, as ``BartTokenizer`` encodes a page), then the fairseq
+    dictionary. With GPT-2 BPE, ``"."`` is BPE id 13, whose symbol ``13`` is
+    the first entry of BART's ``dict.txt``, so id 4 (after ``<s> <pad> </s>
+    <unk>``), the id ``BartTokenizer`` gives ``"."``.
+
+    Raises ``ValueError`` when the encoding is empty or a piece is not in the
+    dictionary."""
+    symbols = subword_encoder.encode(text)
+    ids = [dictionary.index(symbol) for symbol in symbols]
+    if not ids or dictionary.unk() in ids:
+        raise ValueError(
+            f"the filler page text {text!r} encodes to {symbols}, which the dictionary "
+            f"({len(dictionary)} types) does not hold; --empty-pages filler needs it"
+        )
+    return ids

@@ -12,8 +12,9 @@ a sentence-level attention (Eq. 7)::
 * :class:`SentenceEncoder` is the RNN of Eq. 10: a 2-layer bidirectional GRU
   run over each sentence's encoder states, all sentences of the batch packed
   into one call; the sentence vector is a linear map of the final forward
-  and the final backward state (as the authors' ``SentLevelNN``). It is
-  shared by every decoder layer.
+  and the final backward state (the authors' ``SentLevelNN`` reads the last
+  layer's forward output at the last token and backward output at the first
+  token: the same states). It is shared by every decoder layer.
 * :class:`PoolingSentenceEncoder` is the cheaper replacement Sec. 4.5
   proposes ("replace RNN by a hierarchical attention that runs over
   sentences", cost growing with N1 N2 D instead of N1 N2 D^2 per step of a
@@ -22,10 +23,12 @@ a sentence-level attention (Eq. 7)::
   and mapped to the model dimension.
 * :class:`SentenceLevelAttention` holds one decoder layer's ``W^Q``/``W^K``
   (initialized from that layer's cross-attention query/key projections,
-  biases included) and computes the per-head alpha~ of Eq. 7.
-* :func:`model_free_sentence_log_scores` is the training-free approximation
-  of App. D, Eq. 19: ``phi(q_m) . sum_j phi(k_{i,j})`` with
-  ``phi = ELU + 1``.
+  biases included, App. A.1) and computes the per-head alpha~ of Eq. 7.
+* :func:`model_free_sentence_scores` is the training-free approximation of
+  App. D, Eq. 19: ``phi(q_m) . sum_j phi(k_{i,j})`` with ``phi = ELU + 1``,
+  the unnormalized alpha^s (Z_m dropped) that ranks sentences;
+  :func:`model_free_log_probabilities` normalizes it per head where a
+  distribution is needed (losses, reports).
 """
 from typing import Callable, Tuple
 
@@ -162,8 +165,10 @@ class SentenceLevelAttention(nn.Module):
     @torch.no_grad()
     def initialize_from(self, query_proj: nn.Linear, key_proj: nn.Linear):
         """App. A.1: W^Q, W^K start as the word-level cross-attention's
-        query/key projections; the biases are copied too (the authors' code
-        copies only the weights and leaves the biases random)."""
+        query/key projections, weights and biases (as the authors' LoBART
+        scripts copy every ``sent_q``/``sent_k`` tensor from ``q_proj``/
+        ``k_proj``; their BART scripts leave W^Q/W^K at ``nn.Linear``'s
+        random initialization)."""
         for target, source in ((self.sentence_query_proj, query_proj), (self.sentence_key_proj, key_proj)):
             if target.weight.shape != source.weight.shape:
                 raise ValueError(
@@ -251,25 +256,45 @@ def model_free_sentence_keys(keys: Tensor, src_sent_ids: Tensor, num_slots: int,
     return sums.view(bsz, num_slots, num_heads, dim // num_heads).transpose(1, 2)
 
 
-def model_free_sentence_log_scores(
+def model_free_sentence_scores(
     queries: Tensor, sentence_key_sums: Tensor, sentence_mask: Tensor, matmul: Callable = torch.matmul
 ) -> Tensor:
-    """App. D, Eq. 19: ``log phi(q_m) . sum_j phi(k_{i,j})``, normalized over
-    sentences per head so that it can be averaged over heads like alpha~.
+    """App. D, Eq. 19: ``phi(q_m) . sum_j phi(k_{i,j})`` per head, the
+    approximation of the unnormalized ``sum_j exp(q_m . k_{i,j})`` (Z_m
+    dropped: it does not change a head's ranking).
 
     Args:
-        queries: ``[B, H, T, d_h]`` scaled word-level cross-attention queries.
+        queries: ``[B, H, T, d_h]`` scaled word-level cross-attention queries
+            (the authors' ``q_proj(query) * scaling``).
         sentence_key_sums: ``[B, H, S, d_h]`` from :func:`model_free_sentence_keys`.
         sentence_mask: ``[B, S]``.
         matmul: the batched product (see :func:`sentence_attention_log_scores`).
 
     Returns:
-        ``[B, H, T, S]`` log scores, -inf at empty sentence slots.
+        ``[B, H, T, S]`` positive scores, 0 at empty sentence slots.
     """
     scores = matmul(elu_feature_map(queries.float()), sentence_key_sums.transpose(-1, -2))
+    return scores.masked_fill(~sentence_mask[:, None, None, :], 0.0)
+
+
+def model_free_log_probabilities(scores: Tensor, sentence_mask: Tensor) -> Tensor:
+    """Eq. 19's scores ``[B, H, T, S]`` normalized over sentences per head:
+    log alpha~ ``[B, H, T, S]``, -inf at empty sentence slots."""
     log_scores = scores.clamp(min=torch.finfo(scores.dtype).tiny).log()
     log_scores = log_scores.masked_fill(~sentence_mask[:, None, None, :], float("-inf"))
     return F.log_softmax(log_scores, dim=-1)
+
+
+def model_free_sentence_log_scores(
+    queries: Tensor, sentence_key_sums: Tensor, sentence_mask: Tensor, matmul: Callable = torch.matmul
+) -> Tensor:
+    """App. D, Eq. 19 normalized over sentences per head: ``[B, H, T, S]``
+    log alpha~ (:func:`model_free_log_probabilities` of
+    :func:`model_free_sentence_scores`). Ranking uses the unnormalized
+    scores, not these."""
+    return model_free_log_probabilities(
+        model_free_sentence_scores(queries, sentence_key_sums, sentence_mask, matmul), sentence_mask
+    )
 
 
 def approximator_parameter_names(named_parameters) -> Tuple[str, ...]:

@@ -1,5 +1,6 @@
-"""Sinusoidal encodings of a token's paragraph rank and its position inside
-the paragraph (Liu & Lapata 2019, Eq. 7-10).
+"""Sinusoidal encodings (Liu & Lapata 2019, Eq. 7-10): a token's paragraph
+rank and its position inside the paragraph for the encoder, and the target
+position for the decoder.
 
 Eq. 7-8 give the encoding of the p-th element of a sequence::
 
@@ -11,6 +12,7 @@ position ``j`` inside the paragraph, ``d/2`` dimensions each, and Eq. 10 adds
 the result to the word embedding.
 """
 import math
+from typing import Optional
 
 import torch
 from torch import Tensor, nn
@@ -59,3 +61,44 @@ class ParagraphTokenPositionalEncoding(nn.Module):
         paragraph = sinusoidal_encoding(paragraph_rank, self.paragraph_dim)
         parts = [token, paragraph] if self.token_position_first else [paragraph, token]
         return torch.cat(parts, dim=-1)
+
+
+UNBOUNDED_POSITIONS = 10 ** 9
+
+
+class SinusoidalPositions(nn.Module):
+    """Eq. 7-8 encodings of the positions ``0, 1, 2, ...`` of a target
+    sequence, with fairseq's ``embed_positions`` interface, for a decoder.
+
+    This is the encoding of Vaswani et al. (2017) that the paper writes as
+    Eq. 7-8 and that the hiersumm code adds to its decoder input
+    (``PositionalEncoding(dropout, d)``: sines at even and cosines at odd
+    dimensions, frequency ``10000^(-2i/d)``, the first target token at
+    position 0). fairseq's ``SinusoidalPositionalEmbedding`` differs: it puts
+    all sines in the first half and all cosines in the second, uses the
+    frequency ``10000^(-i/(d/2-1))`` and starts at position ``padding_idx +
+    1`` (2 with fairseq's dictionary).
+
+    The encoding has no length limit (``max_positions`` is unbounded).
+    """
+
+    def __init__(self, embed_dim: int):
+        super().__init__()
+        self.embed_dim = embed_dim
+        self.max_positions = UNBOUNDED_POSITIONS
+
+    def forward(self, tokens: Tensor, incremental_state=None, timestep: Optional[Tensor] = None,
+                positions: Optional[Tensor] = None) -> Tensor:
+        """``tokens``: ``[B, T]`` decoder input (the whole prefix during
+        incremental decoding). Returns ``[B, T, d]`` float32, or ``[B, 1, d]``
+        for the last position only when ``incremental_state`` is given (the
+        fairseq decoder keeps only the last position then)."""
+        batch_size, length = tokens.shape[:2]
+        if positions is None:
+            if incremental_state is not None:
+                last = length - 1 if timestep is None else int(timestep)
+                positions = torch.full((1, 1), last, dtype=torch.long, device=tokens.device)
+            else:
+                positions = torch.arange(length, device=tokens.device).unsqueeze(0)
+        encoding = sinusoidal_encoding(positions, self.embed_dim)
+        return encoding.expand(batch_size, -1, -1)

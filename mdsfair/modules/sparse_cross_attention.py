@@ -11,11 +11,18 @@ over their tokens only (Eq. 3)::
 The saliency used for the ranking is chosen by ``selection``:
 
 * ``ideal``: the exact alpha^s (Eq. 4; needs the full attention);
-* ``approx``: the approximator's alpha~^s (Eq. 7 or App. D Eq. 19);
-* ``random``: random sentences (the paper's lower baseline);
-* ``mix``: scheduled sampling (Sec. 4.3) in training, exact with probability
-  ``max(0, 1 - update / mix_decay_updates)``, else approx; approx in
-  evaluation and generation.
+* ``approx``: the approximator's alpha~^s (Eq. 7), or App. D's model-free
+  score ``phi(q_m) . sum_j phi(k_{i,j})`` (Eq. 19) with Z_m dropped: the
+  unnormalized scores are averaged over heads before top-r, as App. D
+  (Z_m "can be dropped") with App. A.4 (heads averaged before top-r) read
+  together, and as the authors' model-free decoding
+  (``phi_prod.mean(dim=[0, 1])``);
+* ``random``: random sentences (the paper's random-selection baseline);
+* ``mix``: scheduled sampling (Sec. 4.3) in training: exact with probability
+  ``max(0, 1 - update / mix_decay_updates)``, else approx, decided by one
+  draw per forward pass that every layer shares (``mix_draw``; the
+  authors' code draws once per training example, their batch being 1);
+  approx in evaluation and generation.
 
 Two code paths compute the same attention:
 
@@ -34,7 +41,7 @@ What generation caches (the sentence keys; the word-level keys/values
 source for the gathered path, which reads the encoder output itself) is kept
 once per source example, never expanded or reordered per beam hypothesis;
 every decoder row finds its source through
-:class:`~mdsfair.modules.source_rows.HypothesisRows`. The gathered path
+:class:`~mdsfair.generation.hypothesis_rows.HypothesisRows`. The gathered path
 reads each row's kept encoder states from ``[N, B, C]`` with one
 ``index_select`` of whole C-wide rows; the full and masked paths run one
 batched product per source, as do the sentence-level scores. With the
@@ -50,12 +57,13 @@ from torch import Tensor
 
 from mdsfair.modules.sentence_approximator import (
     SentenceLevelAttention,
+    model_free_log_probabilities,
     model_free_sentence_keys,
-    model_free_sentence_log_scores,
+    model_free_sentence_scores,
     sentence_attention_log_scores,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
-from mdsfair.modules.source_rows import HypothesisRows
+from mdsfair.generation.hypothesis_rows import HypothesisRows
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
 GENERATION_PATHS = ("auto", "gather", "mask")
@@ -82,8 +90,9 @@ class SentenceAttention(NamedTuple):
     """What one layer's sparse cross-attention reports for the losses.
 
     ``exact``: ``[B', H, T, S]`` alpha^s of Eq. 4 (None where not computed);
-    ``approx_log``: ``[B', H, T, S]`` log alpha~^s (None without approximator
-    or where not computed); ``sentence_mask``: ``[B', S]``;
+    ``approx_log``: ``[B', H, T, S]`` log alpha~^s (Eq. 7; model-free: Eq. 19
+    normalized per head; None without approximator or where not computed);
+    ``sentence_mask``: ``[B', S]``;
     ``selection``: ``[B', T, S]`` bool, the kept sentences (None: all);
     ``token_attention``: ``[B', T, N]`` the word-level attention actually
     used (zero off the selected sentences), averaged over the requested
@@ -225,6 +234,11 @@ class SparseCrossAttention(MultiheadAttention):
     def set_num_updates(self, num_updates: int):
         self.num_updates = num_updates
 
+    def exact_selection_probability(self) -> float:
+        """Sec. 4.3's scheduled mix: the probability of ranking by the exact
+        alpha^s at this update, ``max(0, 1 - update / mix_decay_updates)``."""
+        return max(0.0, 1.0 - self.num_updates / float(self.mix_decay_updates))
+
     def initialize_approximator_from_cross_attention(self):
         """App. A.1: W^Q, W^K (weights and biases) from q_proj, k_proj."""
         if self.sentence_attention is not None:
@@ -311,31 +325,47 @@ class SparseCrossAttention(MultiheadAttention):
             keys, context.src_sent_ids, context.layout.token_index.size(1), self.num_heads
         )
 
-    def _approx_log(
+    def _approximate(
         self, queries: Tensor, sentence_queries: Optional[Tensor], sentence_keys: Tensor, sentence_mask: Tensor,
         rows: HypothesisRows,
-    ) -> Tensor:
-        """log alpha~ ``[B', H, T, S]`` (Eq. 7 or Eq. 19); the per-source
-        sentence keys are read by every row in place (``rows.matmul``)."""
-        if self.sentence_attention is not None:
-            return sentence_attention_log_scores(sentence_queries, sentence_keys, sentence_mask, rows.matmul)
-        return model_free_sentence_log_scores(queries, sentence_keys, sentence_mask, rows.matmul)
+    ) -> Tuple[Tensor, Tensor]:
+        """log alpha~ ``[B', H, T, S]`` (Eq. 7, or Eq. 19 normalized per head)
+        and the ranking scores ``[B', T, S]`` averaged over heads (App. A.4);
+        the per-source sentence keys are read by every row in place
+        (``rows.matmul``).
 
-    def effective_selection(self) -> str:
-        """The saliency that ranks sentences in this call (resolves ``mix``)."""
+        Model-based: the scores are alpha~ averaged over heads. Model-free:
+        the raw ``phi(q_m) . sum_j phi(k_{i,j})`` averaged over heads, Z_m
+        dropped (App. D; the authors' ``phi_prod.mean(dim=[0, 1])``), not
+        the per-head normalized ones (which rank differently when heads'
+        totals differ)."""
+        if self.sentence_attention is not None:
+            approx_log = sentence_attention_log_scores(sentence_queries, sentence_keys, sentence_mask, rows.matmul)
+            return approx_log, approx_log.exp().mean(dim=1)
+        raw = model_free_sentence_scores(queries, sentence_keys, sentence_mask, rows.matmul)
+        return model_free_log_probabilities(raw, sentence_mask), raw.mean(dim=1)
+
+    def effective_selection(self, mix_draw: Optional[float] = None) -> str:
+        """The saliency that ranks sentences in this call (resolves ``mix``).
+
+        ``mix_draw``: a uniform draw in [0, 1) shared by all layers of one
+        forward pass (the decoder makes it); without it a module used on its
+        own draws once for this call."""
         if self.selection != "mix":
             return self.selection
         if not self.training:
             return "approx"
-        exact_probability = max(0.0, 1.0 - self.num_updates / float(self.mix_decay_updates))
-        return "ideal" if torch.rand(()).item() < exact_probability else "approx"
+        if mix_draw is None:
+            mix_draw = torch.rand(()).item()
+        return "ideal" if mix_draw < self.exact_selection_probability() else "approx"
 
-    def _selection_scores(self, selection: str, exact, approx_log, sentence_mask, rows, tgt_len) -> Tensor:
-        """``[B, T, S]`` scores averaged over heads (App. A.4)."""
+    def _selection_scores(self, selection: str, exact, approx_scores, sentence_mask, rows, tgt_len) -> Tensor:
+        """``[B, T, S]`` scores averaged over heads (App. A.4); ``approx_scores``
+        come averaged from :meth:`_approximate`."""
         if selection == "ideal":
             scores = exact.mean(dim=1)
         elif selection == "approx":
-            scores = approx_log.exp().mean(dim=1)
+            scores = approx_scores
         else:
             bsz, num_slots = sentence_mask.shape
             scores = torch.rand(bsz, tgt_len, num_slots, device=sentence_mask.device)
@@ -378,6 +408,7 @@ class SparseCrossAttention(MultiheadAttention):
         compute_saliency: bool = False,
         need_weights: bool = False,
         weight_heads: Optional[int] = None,
+        mix_draw: Optional[float] = None,
     ) -> Tuple[Tensor, SentenceAttention]:
         """
         Args:
@@ -393,29 +424,31 @@ class SparseCrossAttention(MultiheadAttention):
                 selection needs.
             need_weights: also return the word-level attention, averaged
                 over the first ``weight_heads`` heads (default: all).
+            mix_draw: for ``mix`` selection in training, the uniform draw of
+                this forward pass, shared by all layers (Sec. 4.3).
 
         Returns:
             ``[T, B', C]`` attention output and a :class:`SentenceAttention`.
         """
         tgt_len, bsz, _ = query.shape
         rows = sentence_context.rows
-        selection = self.effective_selection() if self.top_r > 0 else None
+        selection = self.effective_selection(mix_draw) if self.top_r > 0 else None
         needs_approx = compute_saliency or selection == "approx"
         sparse_step = incremental_state is not None and selection in ("approx", "random")
         queries, sentence_queries = self._project_queries(query, needs_approx)
 
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
         num_slots = sentence_mask.size(1)
-        approx_log = None
+        approx_log = approx_scores = None
         # teacher forcing and full or ideal generation read every word key anyway
         keys, values = (None, None) if sparse_step else self._source_keys_values(key, incremental_state)
         if needs_approx:
             sentence_keys = self._source_sentence_keys(key, sentence_context, incremental_state, keys)
-            approx_log = self._approx_log(queries, sentence_queries, sentence_keys, sentence_mask, rows)
+            approx_log, approx_scores = self._approximate(queries, sentence_queries, sentence_keys, sentence_mask, rows)
 
         selected = None
         if sparse_step:
-            scores = self._selection_scores(selection, None, approx_log, sentence_mask, rows, tgt_len)
+            scores = self._selection_scores(selection, None, approx_scores, sentence_mask, rows, tgt_len)
             selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
             kept = kept_token_layout(*selected, sentence_context)
             if self.gathering_pays(kept, key.size(0)):
@@ -439,7 +472,7 @@ class SparseCrossAttention(MultiheadAttention):
         probs = full_probs
         if selection is not None:
             if selected is None:
-                scores = self._selection_scores(selection, exact, approx_log, sentence_mask, rows, tgt_len)
+                scores = self._selection_scores(selection, exact, approx_scores, sentence_mask, rows, tgt_len)
                 selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
             indices, valid = selected
             selection_mask = selection_mask_from_indices(indices, valid, num_slots)

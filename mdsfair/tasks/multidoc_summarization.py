@@ -12,6 +12,7 @@ import inspect
 import json
 import logging
 import os
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
@@ -21,9 +22,12 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
+from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
+from mdsfair.data.manifest import require_listed_split
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.generation.sequence_generator import build_sequence_generator
 
 logger = logging.getLogger(__name__)
 
@@ -58,8 +62,9 @@ class MultiDocSummarizationConfig(FairseqDataclass):
     )
     per_document_budget: bool = field(
         default=False,
-        metadata={"help": "give every document an even share of --max-source-positions (HierEncDec's "
-                          "per-passage limit) instead of cutting the concatenation at the end"},
+        metadata={"help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
+                          "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
+                          "the source is then cut at M as without this flag"},
     )
     no_document_start_token: bool = field(
         default=False,
@@ -69,6 +74,17 @@ class MultiDocSummarizationConfig(FairseqDataclass):
     no_truncate_target: bool = field(
         default=False,
         metadata={"help": "do not cut long targets; fairseq then filters them by --max-target-positions"},
+    )
+    allow_dictionary_mismatch: bool = field(
+        default=False,
+        metadata={"help": "load a checkpoint trained on a data-bin whose dictionary or subword model differs "
+                          "from this one's (deliberate vocabulary transfer); by default such a load stops "
+                          "with both data-bins named"},
+    )
+    no_checkpoint_checksum: bool = field(
+        default=False,
+        metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
+                          "(saves one pass over the weights per save; see mdsfair/checkpoints.py)"},
     )
     seed: int = II("common.seed")
 
@@ -120,6 +136,8 @@ class MultiDocSummarizationTask(FairseqTask):
         self.side_data_specs = [
             SideDataSpec.from_json(name, obj) for name, obj in manifest.get("side_data", {}).items()
         ]
+        self._data_fingerprint: Optional[Dict] = None
+        self._trained_model = None  # weak reference to the model build_model returned last
 
     @classmethod
     def setup_task(cls, cfg: MultiDocSummarizationConfig, **kwargs):
@@ -137,6 +155,42 @@ class MultiDocSummarizationTask(FairseqTask):
     def data_dir(self) -> str:
         return [p for p in self.cfg.data.split(os.pathsep) if p][0]
 
+    # ------------------------------------------- checkpoint provenance
+
+    def data_fingerprint(self) -> Dict:
+        """The dictionary and subword model this task's data-bin uses
+        (:func:`mdsfair.checkpoints.data_fingerprint`)."""
+        if self._data_fingerprint is None:
+            paths = [p for p in self.cfg.data.split(os.pathsep) if p]
+            self._data_fingerprint = checkpoints.data_fingerprint(paths, self.dictionary, self.manifest)
+        return self._data_fingerprint
+
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's ``build_model``; the model then refuses, at
+        ``load_state_dict``, a checkpoint trained on a data-bin with another
+        dictionary or subword model (unless ``--allow-dictionary-mismatch``),
+        and its weights are checksummed into the checkpoints this task saves."""
+        model = super().build_model(cfg, from_checkpoint)
+        model.register_load_state_dict_pre_hook(
+            checkpoints.dictionary_check_hook(self.data_fingerprint, lambda: self.cfg.allow_dictionary_mismatch)
+        )
+        self._trained_model = weakref.ref(model)
+        return model
+
+    def state_dict(self):
+        """fairseq stores this in every checkpoint (``task_state``): the
+        task's state plus mdsfair's record (data fingerprint, weight checksum)."""
+        state = dict(super().state_dict())
+        model = self._trained_model() if self._trained_model is not None else None
+        model_state = model.state_dict() if model is not None and not self.cfg.no_checkpoint_checksum else None
+        state[checkpoints.RECORD_KEY] = checkpoints.make_record(self.data_fingerprint(), model_state)
+        return state
+
+    def load_state_dict(self, state_dict):
+        """The task's own state; mdsfair's record is checked where the weights
+        load (see :mod:`mdsfair.checkpoints`)."""
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != checkpoints.RECORD_KEY})
+
     def truncation_config(self) -> TruncationConfig:
         cfg = self.cfg
         return TruncationConfig(
@@ -153,6 +207,7 @@ class MultiDocSummarizationTask(FairseqTask):
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
         paths = [p for p in self.cfg.data.split(os.pathsep) if p]
         data_dir = paths[(epoch - 1) % len(paths)]
+        require_listed_split(data_dir, split)  # files of splits the manifest does not list are stale
         prefix = os.path.join(data_dir, split)
 
         def open_stream(name: str):
@@ -175,7 +230,9 @@ class MultiDocSummarizationTask(FairseqTask):
             shuffle=True,
             name=f"{data_dir}/{split}",
         )
-        logger.info("%s: %d examples; %s", split, len(dataset), dataset.truncation_report())
+        # One line per split; mdsfair-rouge finds the data-bin and split of a
+        # fairseq-generate log by this line (REPORT_LINE_RE).
+        logger.info(dataset.truncation_report(label=f"split {split} of data-bin {os.path.abspath(data_dir)}"))
         self.datasets[split] = dataset
         return dataset
 
@@ -244,6 +301,15 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def valid_step(self, sample, model, criterion):
         return super().valid_step(self._sample_for(model, sample), model, criterion)
+
+    # ------------------------------------------------------- generation
+
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                        prefix_allowed_tokens_fn=None):
+        """fairseq's generator with mdsfair's vectorized n-gram blocker (fairseq's
+        blocks nothing; see :mod:`mdsfair.generation.sequence_generator`)."""
+        return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs,
+                                        prefix_allowed_tokens_fn)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         return super().inference_step(

@@ -17,9 +17,11 @@ parameters train and, per update, which loss (criterion ``sparse_kl``):
 * ``--sparse-training-stage joint``: the authors' code: one optimizer updates
   theta_dec and theta~ together on ``L_xent + lambda * L_KL`` every step.
 
-In every stage the encoder and the (shared) embeddings stay frozen, as in
-the paper (theta_dec is the decoder) and the authors' code, unless
-``--train-encoder``.
+In every stage the encoder and the (shared) embeddings stay frozen, unless
+``--train-encoder``: the paper's theta_dec is the decoder, and the authors'
+code freezes them too. It also freezes the decoder's learned positions and
+embedding layer norm (it trains only ``decoder.layers`` and the sentence
+encoder); here they belong to theta_dec and train with the decoder layers.
 
 Everything happens inside ``train_step`` / ``optimizer_step``, so
 multi-GPU, gradient accumulation, fp16/bf16 and checkpoints work as for any

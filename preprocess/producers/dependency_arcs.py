@@ -62,7 +62,6 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
-from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
 from mdsfair.preprocess.subword import non_space_length
 
@@ -74,7 +73,17 @@ NON_PARSER_COMPONENTS = (
     "tagger", "morphologizer", "senter", "attribute_ruler", "lemmatizer", "trainable_lemmatizer", "ner",
     "entity_ruler", "entity_linker", "textcat", "textcat_multilabel", "spancat",
 )
-_RELATION_ID = {relation: i for i, relation in enumerate(DEPENDENCY_RELATIONS)}
+
+
+@functools.lru_cache(maxsize=None)
+def relation_ids() -> Dict[str, int]:
+    """Relation label -> id (:data:`mdsfair.modules.dependency_attention.DEPENDENCY_RELATIONS`;
+    imported here, not at module level, so that ``mdsfair-preprocess --help`` loads no torch)."""
+    from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
+
+    return {relation: i for i, relation in enumerate(DEPENDENCY_RELATIONS)}
+
+
 # Strings (words, their norms, prefixes, suffixes, shapes) spaCy keeps for good
 # per process beyond its model's own; past them it parses in memory zones.
 VOCABULARY_KEPT = 200_000
@@ -95,7 +104,7 @@ def load_parser(model: str = DEFAULT_SPACY_MODEL):
     missing = [c for c in PARSER_COMPONENTS if c not in nlp.pipe_names]
     if missing:
         raise ValueError(f"spaCy model {model!r} lacks {missing} (has {nlp.pipe_names})")
-    unknown = [label for label in nlp.get_pipe("parser").labels if label not in _RELATION_ID]
+    unknown = [label for label in nlp.get_pipe("parser").labels if label not in relation_ids()]
     if unknown:
         raise ValueError(
             f"spaCy model {model!r} has dependency labels {unknown} outside the relation inventory "
@@ -301,7 +310,7 @@ class DependencyArcAligner:
         strings = self.nlp.vocab.strings
         self._model_strings = len(strings)
         # spaCy label hash -> relation id, as sorted arrays for a vectorized lookup
-        hashes = np.array([strings.add(label) for label in DEPENDENCY_RELATIONS], dtype=np.uint64)
+        hashes = np.array([strings.add(label) for label in relation_ids()], dtype=np.uint64)
         order = np.argsort(hashes)
         self._label_hashes = hashes[order]
         self._label_ids = order.astype(np.int64)
@@ -373,7 +382,7 @@ class DependencyArcAligner:
         own_word = anchor[tokens]  # first subword of each subword's word
         head_word = anchor[token_head[tokens]]
         rel = token_relation[tokens]
-        is_root = rel == _RELATION_ID["ROOT"]
+        is_root = rel == relation_ids()["ROOT"]
         carries = (rel >= 0) & ((head_word != own_word) | is_root)
         if self.mode == "first-subword":
             carries &= own_word == positions

@@ -24,19 +24,23 @@ networkx graphs, which :func:`write_graph` saves as GraphML for inspection::
     python -m mdsfair.preprocess.producers.paragraph_graphs --input clusters.jsonl \\
         --graph similarity discourse --out-dir graphs/
 """
+from __future__ import annotations  # networkx only in annotations: imported where graphs are built
+
 import argparse
 import math
 import os
 import re
 import sys
 from collections import Counter
-from typing import Iterable, List, Optional, Sequence, Set
+from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Set
 
-import networkx as nx
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 SIMILARITY_THRESHOLD = 0.2  # Appendix A.1: "We remove edges with weights lower than 0.2."
 ENTITY_WEIGHT = 0.2  # Eq. 26
@@ -110,6 +114,8 @@ def discourse_matrix(
 def to_networkx(matrix: np.ndarray, labels: Optional[Sequence[str]] = None) -> nx.Graph:
     """An undirected weighted networkx graph of a paragraph matrix; node ``i``
     carries the paragraph text as attribute ``text`` when ``labels`` is given."""
+    import networkx as nx
+
     graph = nx.Graph()
     for i in range(matrix.shape[0]):
         graph.add_node(i, **({"text": labels[i]} if labels is not None else {}))
@@ -119,11 +125,15 @@ def to_networkx(matrix: np.ndarray, labels: Optional[Sequence[str]] = None) -> n
 
 
 def to_matrix(graph: nx.Graph, num_paragraphs: int) -> np.ndarray:
+    import networkx as nx
+
     return nx.to_numpy_array(graph, nodelist=range(num_paragraphs), weight="weight")
 
 
 def write_graph(matrix: np.ndarray, path: str, labels: Optional[Sequence[str]] = None) -> None:
     """Write a paragraph matrix as GraphML (open it with networkx, Gephi, yEd)."""
+    import networkx as nx
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     nx.write_graphml(to_networkx(matrix, labels), path)
 

@@ -1,0 +1,287 @@
+"""Cost of n-gram blocking (``--no-repeat-ngram-size``) in beam search:
+mdsfair's vectorized blocker vs fairseq's loop, and blocking on vs off.
+
+The pinned fairseq's ``NGramRepeatBlock`` blocks nothing (it reads the end of
+the pad-filled token buffer, see ``mdsfair/generation/ngram_blocking.py``).
+The fair comparison is therefore with fairseq's blocker *fixed by slicing*:
+its own Python path (``use_extension=False``, the path every install without
+the optional CUDA extension runs, on CPU and GPU) called with the history
+``tokens[:, :step + 1]``. It and mdsfair's blocker ban the same tokens, and
+the benchmark checks that both generate the same hypotheses.
+
+Two measurements per (beam, batch) configuration, all in one run:
+
+* ``blocker``: the blocker alone, called for steps 0 .. S-1 on a generator-like
+  buffer (``</s>`` then S tokens drawn from ``--history-vocab`` ids, so that
+  some n-grams repeat and some tokens are banned; ``<pad>`` after the step),
+  ``[batch * beam, V]`` scores; the time of those S calls, median of
+  ``--repeats`` after a warm-up (``benchmarks/measure.py``);
+* ``generation``: fairseq's ``SequenceGenerator`` decoding exactly S steps
+  (``min_len = max_len_b = S``) with a random-weight ``transformer`` (sizes
+  ``--dims``) from random sources of ``--source-length`` tokens, with no
+  blocking, mdsfair's blocker, and fairseq's sliced blocker; median of
+  ``--repeats`` runs, the three interleaved in every repeat so that load drift
+  on a shared machine hits all alike. Per step: the generation time over
+  S + 1 decoder steps (S tokens and ``</s>``), and (``blk``) the time spent
+  inside the blocker's calls during those generations, which a shared
+  machine's noise disturbs far less than the difference of two totals.
+
+Ratios: ``on/off`` (generation with blocking over without), and
+``fairseq/ours`` (how many times slower fairseq's sliced loop is; for the
+whole generation and for the blocker alone). ``same
+hyps``: mdsfair's and fairseq's sliced blocker gave the same hypotheses;
+``off repeats``: the share of hypotheses that repeat an n-gram without
+blocking (so that blocking had work to do).
+
+    python benchmarks/ngram_blocking.py                    # CPU, 1 thread
+    python benchmarks/ngram_blocking.py --device cuda
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+from types import SimpleNamespace
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.measure import peak_memory_and_median_time  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
+from fairseq.ngram_repeat_block import NGramRepeatBlock  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock  # noqa: E402
+
+DIMS = {
+    # name: (layers, embed dim, ffn dim, heads)
+    "small": (2, 256, 1024, 4),
+    "base": (6, 768, 3072, 12),
+}
+
+
+class FairseqBlockerOnHistory(torch.nn.Module):
+    """fairseq's ``NGramRepeatBlock`` (Python path) given ``tokens[:, :step + 1]``."""
+
+    def __init__(self, n: int):
+        super().__init__()
+        self.blocker = NGramRepeatBlock(n, use_extension=False)
+
+    def forward(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
+        return self.blocker(tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+
+BLOCKERS = {"ours": VectorizedNGramRepeatBlock, "fairseq": FairseqBlockerOnHistory}
+
+
+def make_dictionary(vocab_size: int) -> Dictionary:
+    dictionary = Dictionary()
+    for index in range(vocab_size - len(dictionary)):
+        dictionary.add_symbol(f"w{index}")
+    return dictionary
+
+
+def synchronize(device: str):
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+# ----------------------------------------------------------- blocker alone
+
+
+def measure_blocker(config: dict) -> dict:
+    """Median seconds of the S blocker calls of one generation."""
+    device = config["device"]
+    rows, steps, dictionary = config["batch"] * config["beam"], config["steps"], make_dictionary(config["vocab_size"])
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.full((rows, steps + 2), dictionary.pad(), dtype=torch.long)
+    tokens[:, 0] = dictionary.eos()
+    tokens[:, 1 : steps + 1] = torch.randint(
+        dictionary.nspecial, dictionary.nspecial + config["history_vocab"], (rows, steps), generator=generator
+    )
+    tokens = tokens.to(device)
+    scores = torch.randn(rows, len(dictionary), generator=generator).to(device)
+    blocker = BLOCKERS[config["blocker"]](config["n"]).to(device)
+    views = [tokens.clone() for _ in range(steps)]  # the buffer as the generator holds it at each step
+    for step, view in enumerate(views):
+        view[:, step + 1 :] = dictionary.pad()
+
+    def run():
+        for step in range(steps):
+            blocker(views[step], scores, config["batch"], config["beam"], step)
+
+    return peak_memory_and_median_time(run, device, config["repeats"])["seconds"]
+
+
+# -------------------------------------------------------------- generation
+
+
+def build_model(dims: str, dictionary: Dictionary, source_length: int, steps: int):
+    layers, embed_dim, ffn_dim, heads = DIMS[dims]
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    TransformerModel.add_args(parser)
+    args = parser.parse_args([])
+    args.encoder_layers = args.decoder_layers = layers
+    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
+    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
+    args.encoder_attention_heads = args.decoder_attention_heads = heads
+    args.max_source_positions, args.max_target_positions = source_length, steps + 2
+    args.share_all_embeddings = True
+    args.dropout = 0.0
+    base_architecture(args)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return TransformerModel.build_model(args, task).eval()
+
+
+class TimedBlocker(torch.nn.Module):
+    """A blocker that adds the seconds spent in its calls to ``seconds``
+    (synchronizing CUDA around each call, so the figure is the blocker's own)."""
+
+    def __init__(self, blocker, device: str):
+        super().__init__()
+        self.blocker, self.device, self.seconds = blocker, device, 0.0
+
+    def forward(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
+        synchronize(self.device)
+        start = time.perf_counter()
+        lprobs = self.blocker(tokens, lprobs, bsz, beam_size, step)
+        synchronize(self.device)
+        self.seconds += time.perf_counter() - start
+        return lprobs
+
+
+def generation_runners(model, dictionary, sample, options, beam):
+    """name -> (generator, function that decodes ``sample`` once)."""
+    runners = {}
+    for name in ("off", "ours", "fairseq"):
+        generator = SequenceGenerator(
+            [model], dictionary, beam_size=beam, min_len=options.steps, max_len_a=0, max_len_b=options.steps,
+            no_repeat_ngram_size=0 if name == "off" else options.n,
+        )
+        if name != "off":
+            generator.repeat_ngram_blocker = TimedBlocker(BLOCKERS[name](options.n), options.device)
+        runners[name] = (generator, lambda g=generator: g.generate([model], sample))
+    return runners
+
+
+def has_repeated_ngram(tokens, n: int) -> bool:
+    ngrams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return len(ngrams) != len(set(ngrams))
+
+
+def timed(function, device: str) -> float:
+    synchronize(device)
+    start = time.perf_counter()
+    function()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
+def measure_generation(model, dictionary, options, beam: int, batch: int):
+    """Median seconds of one generation per row, median seconds inside the
+    blocker per generation, whether ours and fairseq's generated the same
+    hypotheses, and the share of unblocked hypotheses that repeat an n-gram."""
+    generator = torch.Generator().manual_seed(1)
+    src_tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch, options.source_length), generator=generator)
+    src_tokens[:, -1] = dictionary.eos()
+    sample = {"net_input": {"src_tokens": src_tokens.to(options.device),
+                            "src_lengths": torch.full((batch,), options.source_length, device=options.device)}}
+    runners = generation_runners(model, dictionary, sample, options, beam)
+    with torch.no_grad():
+        outputs = {name: run() for name, (_, run) in runners.items()}  # warm-up, and the hypotheses compared
+        same = all(
+            torch.equal(a["tokens"], b["tokens"])
+            for hyps_a, hyps_b in zip(outputs["ours"], outputs["fairseq"])
+            for a, b in zip(hyps_a, hyps_b)
+        )
+        unblocked = [h["tokens"].tolist() for hyps in outputs["off"] for h in hyps]
+        repeating = sum(has_repeated_ngram(tokens, options.n) for tokens in unblocked) / len(unblocked)
+        times = {name: [] for name in runners}
+        blocker_times = {name: [] for name in runners if name != "off"}
+        for _ in range(options.repeats):
+            for name, (generator, run) in runners.items():
+                if name in blocker_times:
+                    generator.repeat_ngram_blocker.seconds = 0.0
+                times[name].append(timed(run, options.device))
+                if name in blocker_times:
+                    blocker_times[name].append(generator.repeat_ngram_blocker.seconds)
+    return (
+        {name: statistics.median(values) for name, values in times.items()},
+        {name: statistics.median(values) for name, values in blocker_times.items()},
+        same,
+        repeating,
+    )
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    parser.add_argument("--beams", type=int, nargs="+", default=[4, 5], help="beam sizes")
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="sources per batch")
+    parser.add_argument("--steps", type=int, default=200, help="decoding steps S (min = max length)")
+    parser.add_argument("--n", type=int, default=3, help="--no-repeat-ngram-size")
+    parser.add_argument("--dims", default="small", choices=sorted(DIMS),
+                        help="generation model: 'small' (2+2 layers, d 256, 4 heads) or 'base' (transformer base sizes)")
+    parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART's: 50,265)")
+    parser.add_argument("--history-vocab", type=int, default=200,
+                        help="distinct ids in the blocker-alone histories (fewer: more repeated n-grams)")
+    parser.add_argument("--source-length", type=int, default=512, help="source tokens per example")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median reported)")
+    parser.add_argument("--skip-generation", action="store_true", help="measure the blocker alone only")
+    options = parser.parse_args(argv)
+    if options.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but no GPU is visible")
+    torch.set_num_threads(options.threads)
+    device_name = torch.cuda.get_device_name() if options.device == "cuda" else f"CPU, {options.threads} thread(s)"
+    layers, embed_dim, ffn_dim, heads = DIMS[options.dims]
+    print(f"device: {device_name}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
+          f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
+          f"d {embed_dim}, {heads} heads, source {options.source_length} tokens")
+
+    print("\nblocker alone: S calls on a generator-like buffer")
+    header = f"{'beam':>4} {'batch':>5} {'ours ms':>9} {'fairseq ms':>11} {'fairseq/ours':>13}"
+    print(header)
+    print("-" * len(header))
+    for beam in options.beams:
+        for batch in options.batches:
+            results = {}
+            for blocker in BLOCKERS:
+                config = dict(device=options.device, batch=batch, beam=beam,
+                              steps=options.steps, n=options.n, vocab_size=options.vocab_size,
+                              history_vocab=options.history_vocab, repeats=options.repeats, blocker=blocker)
+                results[blocker] = measure_blocker(config)
+            ours, fairseq = results["ours"], results["fairseq"]
+            print(f"{beam:>4} {batch:>5} {1e3 * ours:>9.1f} {1e3 * fairseq:>11.1f} {fairseq / ours:>12.1f}x",
+                  flush=True)
+    if options.skip_generation:
+        return
+
+    print("\ngeneration: SequenceGenerator decoding S steps; ms per step = time / (S + 1); "
+          "blk = inside the blocker")
+    header = (f"{'beam':>4} {'batch':>5} {'off ms':>8} {'ours ms':>8} {'fairseq ms':>11} {'ours blk':>9} "
+              f"{'fairseq blk':>12} {'ours on/off':>12} {'fairseq on/off':>15} {'fairseq/ours':>13} "
+              f"{'blk fairseq/ours':>17} {'same hyps':>10} {'off repeats':>12}")
+    print(header)
+    print("-" * len(header))
+    dictionary = make_dictionary(options.vocab_size)
+    torch.manual_seed(0)
+    model = build_model(options.dims, dictionary, options.source_length, options.steps).to(options.device)
+    per_step = (options.steps + 1) / 1e3
+    for beam in options.beams:
+        for batch in options.batches:
+            seconds, blocker_seconds, same, repeating = measure_generation(model, dictionary, options, beam, batch)
+            off, ours, fairseq = (seconds[name] / per_step for name in ("off", "ours", "fairseq"))
+            ours_blk, fairseq_blk = (blocker_seconds[name] / per_step for name in ("ours", "fairseq"))
+            print(f"{beam:>4} {batch:>5} {off:>8.2f} {ours:>8.2f} {fairseq:>11.2f} {ours_blk:>9.3f} "
+                  f"{fairseq_blk:>12.3f} {ours / off:>11.3f}x {fairseq / off:>14.3f}x {fairseq / ours:>12.2f}x "
+                  f"{fairseq_blk / ours_blk:>16.1f}x {'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""The references of a data-bin split, for ROUGE: every reference of every
+cluster, as ``mdsfair-preprocess`` stored them (full length, cleaned text).
+
+A split's rows have their references in parallel text files (see
+:mod:`mdsfair.preprocess.references`): ``{split}.summary.txt`` (the reference
+the row's target encodes) and, when some cluster has several references, the
+further files its manifest entry lists in ``reference_files``
+(``{split}.summary.2.txt``, ...; an empty line = no further reference for
+that row). :func:`data_bin_references` gathers them per row.
+
+Pure Python (no torch / fairseq import), for ``mdsfair-rouge``.
+"""
+import json
+import os
+from typing import Dict, List, Tuple
+
+MANIFEST_NAME = "mdsfair.json"
+
+
+def _input_error(message: str) -> Exception:
+    from mdsfair.evaluation.rouge import RougeInputError  # imported here: rouge imports this module
+
+    return RougeInputError(message)
+
+
+def _read_lines(path: str) -> List[str]:
+    from mdsfair.evaluation.rouge import read_lines
+
+    return read_lines(path)
+
+
+def split_reference_files(data_bin: str, split: str) -> Tuple[List[str], Dict]:
+    """Paths of the split's reference files (``{split}.summary.txt`` first)
+    and the split's manifest entry (``{}`` when the data-bin has no manifest)."""
+    manifest_path = os.path.join(data_bin, MANIFEST_NAME)
+    report: Dict = {}
+    if os.path.isfile(manifest_path):
+        with open(manifest_path, encoding="utf-8") as handle:
+            splits = json.load(handle).get("splits", {})
+        if split not in splits:
+            raise _input_error(
+                f"{manifest_path} lists no split {split!r} (listed: {', '.join(sorted(splits)) or 'none'})"
+            )
+        report = splits[split]
+    names = report.get("reference_files") or [f"{split}.summary.txt"]
+    return [os.path.join(data_bin, name) for name in names], report
+
+
+def data_bin_references(data_bin: str, split: str) -> Tuple[List[List[str]], str]:
+    """Every reference of every row of a data-bin split, checked against the
+    manifest's row count.
+
+    Returns:
+        ``(references, path)``: per row, its non-empty references (the one its
+        target encodes first); ``path`` names the files read
+        (``{split}.summary.txt``, or ``{split}.summary.txt + 2 more``).
+    """
+    paths, report = split_reference_files(data_bin, split)
+    columns = []
+    for path in paths:
+        if not os.path.isfile(path):
+            raise _input_error(
+                f"{path} not found: is {data_bin} a data-bin written by mdsfair-preprocess with a split {split!r}? "
+                "(give --data-bin / --split, or REF files)"
+            )
+        columns.append(_read_lines(path))
+    rows = report.get("examples", report.get("clusters"))
+    for path, column in zip(paths, columns):
+        if rows is not None and len(column) != rows:
+            raise _input_error(
+                f"{path} has {len(column)} lines but {os.path.join(data_bin, MANIFEST_NAME)} lists {rows} rows "
+                f"in split {split!r}: the data-bin is inconsistent; preprocess it again"
+            )
+        if len(column) != len(columns[0]):
+            raise _input_error(f"{path} has {len(column)} lines but {paths[0]} has {len(columns[0])}")
+    references = [[column[row] for column in columns if column[row].strip()] for row in range(len(columns[0]))]
+    for row, refs in enumerate(references):
+        if not refs:
+            raise _input_error(f"{paths[0]}:{row + 1}: empty reference (every cluster needs one to be scored)")
+    name = paths[0] if len(paths) == 1 else f"{paths[0]} + {len(paths) - 1} more"
+    return references, name

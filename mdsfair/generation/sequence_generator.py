@@ -1,0 +1,59 @@
+"""The sequence generator mdsfair's tasks build: fairseq's, with a working
+n-gram blocker.
+
+``MultiDocSummarizationTask.build_generator`` (and so ``fairseq-generate``,
+the hub's ``generate()`` / ``summarize()``, ``mdsfair-attention-analysis`` and
+``mdsfair-page-importance``) calls :func:`build_sequence_generator`: fairseq's
+own construction (beam search, sampling, diverse beams, constraints,
+``--print-alignment`` ... all as in ``FairseqTask.build_generator``), then
+:func:`use_vectorized_ngram_blocker` swaps fairseq's ``NGramRepeatBlock``,
+which in the pinned fairseq blocks nothing (see
+:mod:`mdsfair.generation.ngram_blocking`), for
+:class:`~mdsfair.generation.ngram_blocking.VectorizedNGramRepeatBlock`. The
+swap is by attribute, so it works for every model family and for any
+``SequenceGenerator`` subclass passed as ``seq_gen_cls``.
+"""
+from fairseq.ngram_repeat_block import NGramRepeatBlock
+from fairseq.tasks import FairseqTask
+
+from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
+
+
+def use_vectorized_ngram_blocker(generator):
+    """Replace ``generator.repeat_ngram_blocker`` (fairseq's
+    ``NGramRepeatBlock``) by a :class:`VectorizedNGramRepeatBlock` of the same
+    n, in place; returns ``generator``. Generators without n-gram blocking
+    (``--no-repeat-ngram-size 0``, ``SequenceScorer`` for
+    ``--score-reference``) and generators already converted are returned
+    unchanged."""
+    blocker = getattr(generator, "repeat_ngram_blocker", None)
+    if blocker is None or isinstance(blocker, VectorizedNGramRepeatBlock):
+        return generator
+    if not isinstance(blocker, NGramRepeatBlock):
+        raise TypeError(
+            f"{type(generator).__name__}.repeat_ngram_blocker is a {type(blocker).__name__}, not fairseq's "
+            "NGramRepeatBlock; mdsfair replaces only fairseq's blocker"
+        )
+    generator.repeat_ngram_blocker = VectorizedNGramRepeatBlock(blocker.no_repeat_ngram_size)
+    return use_vectorized_ngram_blocker(generator)
+
+
+def build_sequence_generator(
+    task,
+    models,
+    generation_cfg,
+    seq_gen_cls=None,
+    extra_gen_cls_kwargs=None,
+    prefix_allowed_tokens_fn=None,
+):
+    """fairseq's generator for ``task`` (``FairseqTask.build_generator`` with
+    the same arguments) with the vectorized n-gram blocker."""
+    generator = FairseqTask.build_generator(
+        task,
+        models,
+        generation_cfg,
+        seq_gen_cls=seq_gen_cls,
+        extra_gen_cls_kwargs=extra_gen_cls_kwargs,
+        prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
+    )
+    return use_vectorized_ngram_blocker(generator)

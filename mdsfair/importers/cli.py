@@ -1,0 +1,60 @@
+"""``mdsfair-import KIND ...`` and ``mdsfair-export KIND ...``.
+
+The first positional argument names the source kind; the rest goes to
+``mdsfair.importers.<kind with - as _>.cli_main`` (``export_cli_main`` for
+exports). Listing the kinds (``--help``) imports nothing heavy.
+"""
+import importlib
+import importlib.util
+import sys
+from typing import Dict, List, Optional
+
+IMPORT_KINDS: Dict[str, str] = {
+    "hf-bart": "Hugging Face BART model directory (config.json, model.safetensors or pytorch_model.bin, "
+               "vocab.json, merges.txt) -> fairseq BART model.pt + dict.txt, encoder.json, vocab.bpe",
+    "pagesum": "PageSum's released PageSumModel state dict (yixinL7/PageSum) + its BART config "
+               "-> a pagesum_bart checkpoint with the authors' page settings",
+    "hiersumm": "hiersumm's released OpenNMT-style checkpoint (nlpyang/hiersumm) + its SentencePiece "
+                "model -> a hiertransformer_hiersumm checkpoint, dictionary and data-bin manifest",
+}
+
+EXPORT_KINDS: Dict[str, str] = {
+    "hf-bart": "a plain fairseq bart_* checkpoint + its dict.txt -> a Hugging Face BART model directory",
+}
+
+
+def usage(program: str, kinds: Dict[str, str]) -> str:
+    lines = [f"usage: {program} KIND ARGS...   ({program} KIND --help for the arguments of one kind)", "", "kinds:"]
+    width = max(len(kind) for kind in kinds)
+    lines += [f"  {kind.ljust(width)}  {description}" for kind, description in kinds.items()]
+    return "\n".join(lines)
+
+
+def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[List[str]]) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage(program, kinds))
+        return 0 if argv else 2
+    kind, rest = argv[0], argv[1:]
+    if kind not in kinds:
+        print(f"{program}: unknown kind {kind!r}\n\n{usage(program, kinds)}", file=sys.stderr)
+        return 2
+    name = f"mdsfair.importers.{kind.replace('-', '_')}"
+    if importlib.util.find_spec(name) is None:
+        print(f"{program}: kind {kind!r} is not part of this installation ({name} missing)", file=sys.stderr)
+        return 2
+    module = importlib.import_module(name)
+    result = getattr(module, entry)(rest)
+    return int(result or 0)
+
+
+def import_main(argv: Optional[List[str]] = None) -> int:
+    return dispatch("mdsfair-import", IMPORT_KINDS, "cli_main", argv)
+
+
+def export_main(argv: Optional[List[str]] = None) -> int:
+    return dispatch("mdsfair-export", EXPORT_KINDS, "export_cli_main", argv)
+
+
+if __name__ == "__main__":
+    sys.exit(import_main())

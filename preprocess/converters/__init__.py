@@ -1,0 +1,95 @@
+"""Converters from public multi-document summarization releases to mdsfair's raw JSONL contract.
+
+The raw contract (see DESIGN.md and :mod:`.common`): one cluster per line,
+``{"id": str, "documents": [str, ...], "summary": str}`` with an optional
+``"title"`` and ``"summaries"``; paragraphs inside a document separated by
+one blank line; summaries on one line.
+
+Layout, as fairseq lays out its data readers:
+
+* :mod:`.common`: what every format shares: the contract's normalisation,
+  the file readers (lines, JSON lines / JSON lists, CSV; gzip, UTF-8 and line
+  bookkeeping), the validation and error policy (:class:`InputFormatError`,
+  ``--skip-bad``) and the :class:`ConversionReport`;
+* :mod:`.registry`: :func:`register_converter` and :data:`CONVERTERS`;
+* one module per release format, each registering its generator (and its
+  ``mdsfair-convert`` flags): :mod:`.multinews`, :mod:`.wcep`,
+  :mod:`.multixscience`, :mod:`.hierencdec_csv` (``csv`` and ``mred``),
+  :mod:`.wikisum`, :mod:`.peersum`; each module's docstring names the sources
+  its field names come from;
+* :mod:`.driver`: :func:`convert` and ``mdsfair-convert`` (:func:`cli_main`),
+  whose subcommands are the registry's formats.
+
+Importing this package imports every module in it (the registrations run),
+so a new format is one new module here.
+"""
+import importlib as _importlib
+import os as _os
+
+from .common import (  # re-exported (__all__)
+    DUPLICATE_ID,
+    EMPTY_CLUSTER,
+    EMPTY_DOCUMENT,
+    EMPTY_SUMMARY,
+    INVALID_JSON,
+    INVALID_UTF8,
+    MALFORMED_CSV_ROW,
+    MISALIGNED_FILES,
+    MISSING_KEY,
+    PARAGRAPH_SEPARATOR,
+    REASON_DESCRIPTIONS,
+    TRAINING_SPLITS,
+    WRONG_TYPE,
+    ConversionReport,
+    InputFormatError,
+    Inputs,
+    PathLike,
+    normalize_document,
+    normalize_paragraph,
+    normalize_summary,
+)
+from .driver import build_parser, cli_main, convert
+from .registry import CONVERTER_ARGUMENTS, CONVERTERS, format_options, get_converter, register_converter
+
+# Infrastructure modules; every other module of the package is a release format.
+INFRASTRUCTURE_MODULES = ("common", "registry", "driver")
+
+
+def _import_format_modules() -> None:
+    """Import every format module beside this file, so that its ``register_converter`` runs."""
+    directory = _os.path.dirname(__file__)
+    for entry in sorted(_os.listdir(directory)):
+        name, extension = _os.path.splitext(entry)
+        if extension == ".py" and not name.startswith("_") and name not in INFRASTRUCTURE_MODULES:
+            _importlib.import_module(f"{__name__}.{name}")
+
+
+_import_format_modules()
+
+from .hierencdec_csv import (  # noqa: E402
+    CONTROL_PREFIX_CHOICES,
+    HIERENCDEC_DOCUMENT_SEPARATOR,
+    MRED_PARAGRAPH_SEPARATOR,
+    iter_csv,
+    iter_mred,
+)
+from .multinews import MULTINEWS_RAW_SEPARATOR, MULTINEWS_STORY_SEPARATOR, iter_multinews  # noqa: E402
+from .multixscience import iter_multixscience  # noqa: E402
+from .peersum import PEERSUM_WRITERS, iter_peersum  # noqa: E402
+from .wcep import iter_wcep  # noqa: E402
+from .wikisum import iter_wikisum  # noqa: E402
+
+__all__ = [
+    # the raw contract, errors and the report (common)
+    "PARAGRAPH_SEPARATOR", "TRAINING_SPLITS", "REASON_DESCRIPTIONS", "INVALID_UTF8", "INVALID_JSON",
+    "MALFORMED_CSV_ROW", "MISSING_KEY", "WRONG_TYPE", "EMPTY_CLUSTER", "EMPTY_DOCUMENT", "EMPTY_SUMMARY",
+    "DUPLICATE_ID", "MISALIGNED_FILES", "PathLike", "Inputs", "InputFormatError", "ConversionReport",
+    "normalize_paragraph", "normalize_document", "normalize_summary",
+    # the registry and the driver
+    "CONVERTERS", "CONVERTER_ARGUMENTS", "register_converter", "get_converter", "format_options",
+    "convert", "build_parser", "cli_main",
+    # the formats
+    "iter_multinews", "MULTINEWS_STORY_SEPARATOR", "MULTINEWS_RAW_SEPARATOR", "iter_wcep", "iter_multixscience",
+    "iter_csv", "iter_mred", "HIERENCDEC_DOCUMENT_SEPARATOR", "MRED_PARAGRAPH_SEPARATOR", "CONTROL_PREFIX_CHOICES",
+    "iter_wikisum", "iter_peersum", "PEERSUM_WRITERS",
+]

@@ -1,0 +1,110 @@
+"""Start-up (issue 15, item 11): the commands that need no model import
+neither torch nor fairseq, and mdsfair still registers everything with
+fairseq whenever fairseq is in use, whatever the import order.
+
+Each check runs in a fresh interpreter (``sys.modules`` of this test process
+already holds torch)."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.utils import REPO_ROOT
+
+#: module of each command that needs no model (setup.py's entry points)
+LIGHT_COMMANDS = {
+    "mdsfair-rouge": "mdsfair.evaluation.rouge",
+    "mdsfair-compare": "mdsfair.evaluation.compare",
+    "mdsfair-baseline": "mdsfair.evaluation.baselines",
+    "mdsfair-convert": "mdsfair.preprocess.converters",
+    "mdsfair-synth": "mdsfair.preprocess.synthetic",
+}
+#: commands that load a model, whose --help must still be light (their
+#: modules import torch/fairseq only when a command runs)
+MODEL_COMMANDS = {
+    "mdsfair-rank": "mdsfair.preprocess.rank",
+    "mdsfair-page-importance": "mdsfair.evaluation.page_importance",
+    "mdsfair-analyze-attention": "mdsfair.evaluation.attention_analysis",
+    "mdsfair-import": "mdsfair.importers.cli",
+    "mdsfair-preprocess": "mdsfair.preprocess.binarize",
+}
+#: modules the light commands import
+LIGHT_MODULES = sorted(set(LIGHT_COMMANDS.values()) | {
+    "mdsfair", "mdsfair.evaluation.fairseq_output", "mdsfair.evaluation.text", "mdsfair.evaluation.rouge155",
+})
+
+
+def run_python(code: str) -> str:
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result.stdout
+
+
+def test_light_modules_import_neither_torch_nor_fairseq():
+    code = (
+        "import importlib, sys\n"
+        f"for name in {LIGHT_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        "heavy = sorted(m for m in ('torch', 'fairseq', 'numpy.random', 'spacy') if m in sys.modules)\n"
+        "print('heavy:', heavy)\n"
+    )
+    assert run_python(code).strip() == "heavy: []"
+
+
+@pytest.mark.parametrize("command", sorted(LIGHT_COMMANDS) + sorted(MODEL_COMMANDS))
+def test_help_of_light_commands_imports_neither_torch_nor_fairseq(command):
+    module = {**LIGHT_COMMANDS, **MODEL_COMMANDS}[command]
+    code = (
+        "import runpy, sys, time\n"
+        "start = time.perf_counter()\n"
+        f"sys.argv = [{command!r}, '--help']\n"
+        "try:\n"
+        f"    runpy.run_module({module!r}, run_name='__main__', alter_sys=True)\n"
+        "except SystemExit as exit:\n"
+        "    assert exit.code in (0, None), exit.code\n"
+        "seconds = time.perf_counter() - start\n"
+        "print('\\nRESULT', 'torch' in sys.modules, 'fairseq' in sys.modules, round(seconds, 3))\n"
+    )
+    output = run_python(code)
+    assert "usage:" in output
+    _, torch_loaded, fairseq_loaded, seconds = output.strip().splitlines()[-1].split()
+    assert (torch_loaded, fairseq_loaded) == ("False", "False")
+    # imports and --help after interpreter start-up; importing torch + fairseq took 5.5 s
+    assert float(seconds) < 1.0
+
+
+REGISTRY_CHECK = (
+    "from fairseq.tasks import TASK_REGISTRY\n"
+    "from fairseq.models import ARCH_MODEL_REGISTRY, MODEL_REGISTRY\n"
+    "from fairseq.criterions import CRITERION_REGISTRY\n"
+    "from fairseq import checkpoint_utils\n"
+    "import mdsfair\n"
+    "from mdsfair.hub_interface import HUB_ENTRIES\n"
+    "print('tasks', all(t in TASK_REGISTRY for t in ('multidoc_summarization', 'multidoc_summarization_sparse', "
+    "'paragraph_ranking')))\n"
+    "print('models', all(m in MODEL_REGISTRY for m in ('hiertransformer', 'dape_transformer', 'pagesum_bart', "
+    "'sparse_bart', 'hierencdec_bart')))\n"
+    "print('archs', all(a in ARCH_MODEL_REGISTRY for a in ('hiertransformer_hiersumm', 'dape_transformer', "
+    "'pagesum_bart_large', 'sparse_bart_base', 'hierencdec_bart_large', 'paragraph_ranker')))\n"
+    "print('criterions', all(c in CRITERION_REGISTRY for c in ('sparse_kl', 'paragraph_ranking')))\n"
+    "print('hub', sorted(HUB_ENTRIES) == sorted(['bart', 'dape_transformer', 'hierencdec_bart', 'hiertransformer', "
+    "'pagesum_bart', 'sparse_bart', 'summarizer', 'transformer']))\n"
+    "print('checkpoint hooks', getattr(checkpoint_utils.load_checkpoint_to_cpu, '__mdsfair_checked__', False))\n"
+    "print('registered', mdsfair.is_registered())\n"
+)
+
+
+@pytest.mark.parametrize("first_import", [
+    "import mdsfair\nimport fairseq\n",                   # plugin first, fairseq later
+    "import fairseq\nimport mdsfair\n",                   # --user-dir: fairseq first
+    "from mdsfair.hub_interface import HUB_ENTRIES\n",    # an mdsfair module that imports fairseq itself
+])
+def test_registries_are_filled_whatever_the_import_order(first_import):
+    output = run_python(first_import + REGISTRY_CHECK)
+    assert output.split() == [
+        "tasks", "True", "models", "True", "archs", "True", "criterions", "True", "hub", "True",
+        "checkpoint", "hooks", "True", "registered", "True",
+    ], output
