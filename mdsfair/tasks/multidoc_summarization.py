@@ -9,7 +9,6 @@ needs from them; stock fairseq models (``transformer``, ``bart_base``,
 train and generate on the same data as flat baselines.
 """
 import inspect
-import json
 import logging
 import os
 import weakref
@@ -24,14 +23,12 @@ from omegaconf import II
 
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
-from mdsfair.data.manifest import require_listed_split
+from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split  # noqa: F401 (the hub imports them from here)
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator
 
 logger = logging.getLogger(__name__)
-
-MANIFEST_NAME = "mdsfair.json"
 
 
 @dataclass
@@ -110,17 +107,6 @@ def filter_net_input(function, net_input: Dict[str, torch.Tensor]) -> Dict[str, 
     if names is None:
         return net_input
     return {k: v for k, v in net_input.items() if k in names}
-
-
-def read_manifest(data_dir: str) -> Dict:
-    path = os.path.join(data_dir, MANIFEST_NAME)
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{data_dir} is not an mdsfair data-bin directory ({MANIFEST_NAME} missing); "
-            "create it with mdsfair-preprocess"
-        )
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
 
 
 @register_task("multidoc_summarization", dataclass=MultiDocSummarizationConfig)
