@@ -19,6 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
+from mdsfair.evaluation.text import split_at_caseless_sentence_ends
 from mdsfair.preprocess.references import check_reference_fields, clean_references
 from mdsfair.raw_contract import format_location, strip_utf8_bom
 
@@ -123,15 +124,38 @@ _ABBREVIATIONS = {
 }
 # A candidate boundary: sentence-final punctuation, optional closing quotes or
 # brackets, whitespace, then something that can start a sentence.
-_BOUNDARY = re.compile(r"([.!?]+[\"'\u201d\u2019)\]]*)\s+(?=[\"'\u201c\u2018(\[]?[A-Z0-9])")
+# The next letter may also be a non-ASCII one (group "caseless", checked below
+# to be upper-case, as Cyrillic or accented Latin capitals, or of a script
+# without case: Arabic, Hebrew, Han, Devanagari, ...).
+_BOUNDARY = re.compile(
+    r"([.!?]+[\"'\u201d\u2019)\]]*)\s+"
+    r"(?=[\"'\u201c\u2018(\[\u300c\u300e\uff08]?(?:[A-Z0-9]|(?P<caseless>[^\W\d_a-zA-Z])))"
+)
 
 
 def split_sentences_rule(paragraph: str) -> List[str]:
     """Rule-based sentence splitter: splits after ``.!?`` followed by a space
-    and an upper-case letter, digit or opening quote, except after common
-    abbreviations and single initials ("J. Smith")."""
+    and an upper-case letter, digit, opening quote or a letter of a
+    script without case, except after common abbreviations and single
+    initials ("J. Smith"); and after the sentence-final marks of caseless
+    scripts, space or no space (``。！？｡`` and ``؟ ۔``; the rules of
+    :func:`mdsfair.evaluation.text.split_at_caseless_sentence_ends`)."""
+    if paragraph.isascii():
+        return _split_sentences_cased(paragraph)
+    return [
+        sentence
+        for piece in split_at_caseless_sentence_ends(paragraph)
+        for sentence in _split_sentences_cased(piece)
+    ]
+
+
+def _split_sentences_cased(paragraph: str) -> List[str]:
+    """The ``.!?`` + whitespace rules of :func:`split_sentences_rule`."""
     sentences, start = [], 0
     for match in _BOUNDARY.finditer(paragraph):
+        caseless = match.group("caseless")
+        if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
+            continue  # a lower-case letter: not a boundary
         end = match.end(1)
         words_before = paragraph[start:match.start(1)].rsplit(None, 1)
         last_word = words_before[-1] if words_before else ""

@@ -58,3 +58,15 @@ def test_official_rouge_warns_on_non_latin_references(caplog):
     with caplog.at_level(logging.WARNING, logger=rouge155.logger.name):
         assert rouge155.warn_non_latin_references([[["plain English"]]]) == []
     assert caplog.text == ""
+
+
+def test_preprocessing_rule_splitter_cuts_chinese_arabic_and_cyrillic_sentences():
+    from mdsfair.preprocess.structure import split_sentences_rule
+
+    assert split_sentences_rule("今天天气很好。我们去公园吧！你来吗？好的") == ["今天天气很好。", "我们去公园吧！", "你来吗？", "好的"]
+    assert split_sentences_rule("كيف حالك؟ أنا بخير. شكرا لك") == ["كيف حالك؟", "أنا بخير.", "شكرا لك"]
+    assert split_sentences_rule("یہ ایک جملہ ہے۔ یہ دوسرا ہے۔") == ["یہ ایک جملہ ہے۔", "یہ دوسرا ہے۔"]
+    assert split_sentences_rule("Он пришёл. Она ушла. и всё") == ["Он пришёл.", "Она ушла. и всё"]
+    # English rules unchanged: abbreviations, initials, decimals, a lower-case (accented) word after a period
+    assert split_sentences_rule("Mr. Smith met J. Smith. It was 3.5 m tall. and élan. Étude") == [
+        "Mr. Smith met J. Smith.", "It was 3.5 m tall. and élan.", "Étude"]
