@@ -33,6 +33,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence
@@ -197,6 +198,8 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
         raise SystemExit(f"mdsfair-rank: error: {e}")
     scorers = {method: build_scorer(method, args) for method in args.method}
     totals = {method: Counter() for method in args.method}
+    if args.output and os.path.dirname(args.output):
+        os.makedirs(os.path.dirname(args.output), exist_ok=True)  # the recipe's ranked/{split}.jsonl
     output = open(args.output, "w", encoding="utf-8") if args.output else None
     try:
         for cluster in clusters:

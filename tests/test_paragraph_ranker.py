@@ -189,3 +189,18 @@ def test_tfidf_needs_titles(tmp_path):
     np.testing.assert_allclose(
         rank_main(["--input", str(path), "--method", "original", "--evaluate", "--top", "1"])["original"][1], 100.0
     )
+
+
+def test_rank_output_directory_is_created(tmp_path):
+    """The recipe's ``mdsfair-rank --output ranked/train.jsonl`` into a folder that does not exist yet."""
+    path = tmp_path / "raw.jsonl"
+    clusters = [
+        {"id": "a", "title": "Budget", "documents": ["The budget passed.\n\nRain fell."], "summary": "The budget passed."},
+        {"id": "b", "title": "Storm", "documents": ["Traffic was light.\n\nA storm hit."], "summary": "A storm hit."},
+    ]
+    path.write_text("".join(json.dumps(c) + "\n" for c in clusters))
+    output = tmp_path / "ranked" / "deeper" / "test.jsonl"
+    rank_main(["--input", str(path), "--output", str(output), "--method", "tfidf"])
+    ranked = [json.loads(line) for line in output.read_text().splitlines()]
+    assert [r["id"] for r in ranked] == ["a", "b"]
+    assert [r["ranked_paragraphs"] for r in ranked] == [[[0, 0], [0, 1]], [[0, 1], [0, 0]]]
