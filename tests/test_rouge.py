@@ -13,6 +13,7 @@ from mdsfair.evaluation.rouge import (
     METRICS,
     RougeInputError,
     cli_main,
+    load_hypotheses_and_references,
     score,
     score_files,
     score_sentences,
@@ -326,3 +327,37 @@ def test_cli_fast_several_refs_and_errors(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "short.txt has 1 lines" in capsys.readouterr().err
 
+
+
+def _gpt2_data_bin(tmp_path, with_files=True):
+    """A data-bin holding what mdsfair-preprocess --subword gpt2 writes for
+    scoring: the manifest's subword entry, the GPT-2 files, the references."""
+    import shutil
+
+    data_bin = tmp_path / "data-bin"
+    data_bin.mkdir(parents=True)
+    subword = {"type": "gpt2"}
+    if with_files:
+        shutil.copy(GPT2_ENCODER, data_bin / "encoder.json")
+        shutil.copy(GPT2_VOCAB, data_bin / "vocab.bpe")
+        subword.update(encoder_json="encoder.json", vocab_bpe="vocab.bpe")
+    manifest = {"subword": subword, "splits": {"test": {"clusters": 2}}}
+    (data_bin / "mdsfair.json").write_text(json.dumps(manifest), encoding="utf-8")
+    (data_bin / "test.summary.txt").write_text("The cat sat on the mat.\nThe dog sat on the mat.\n", encoding="utf-8")
+    return str(data_bin)
+
+
+def test_gpt2_ids_in_a_log_are_decoded_with_the_data_bins_files_or_refused(tmp_path):
+    """A generate log of GPT-2 ids (fairseq-generate without --bpe gpt2) once
+    scored 0.00 with only a warning: with --data-bin of a GPT-2 data-bin it is
+    decoded with that data-bin's encoder.json / vocab.bpe; where nothing can
+    decode it, it is refused."""
+    hypotheses, references = load_hypotheses_and_references(
+        GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path), split="test")
+    assert hypotheses == ["The cat sat on the mat.", "The dog sat on the mat."]
+    assert references == [["The cat sat on the mat."], ["The dog sat on the mat."]]
+    result = score_files(GENERATE_GPT2_LOG, data_bin=str(tmp_path / "data-bin"), split="test", fast=True)
+    assert result["rouge-1"]["f"] == pytest.approx(1.0)
+    with pytest.raises(RougeInputError, match="sequence of integers"):
+        load_hypotheses_and_references(GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path / "b", with_files=False),
+                                       split="test")

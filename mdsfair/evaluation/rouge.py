@@ -59,6 +59,7 @@ a warning is logged.
 import argparse
 import json
 import logging
+import os
 import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -273,6 +274,24 @@ def score(
     )
 
 
+def data_bin_gpt2_files(data_bin: str) -> Tuple[Optional[str], Optional[str]]:
+    """``(encoder.json, vocab.bpe)`` of a data-bin preprocessed with
+    ``--subword gpt2`` (its manifest's ``subword`` entry names the copies
+    mdsfair-preprocess made), else ``(None, None)``."""
+    manifest_path = os.path.join(data_bin, "mdsfair.json")
+    if not os.path.isfile(manifest_path):
+        return None, None
+    with open(manifest_path, encoding="utf-8") as handle:
+        subword = json.load(handle).get("subword", {})
+    if subword.get("type") != "gpt2" or "encoder_json" not in subword or "vocab_bpe" not in subword:
+        return None, None
+    paths = tuple(os.path.join(data_bin, subword[key]) for key in ("encoder_json", "vocab_bpe"))
+    missing = [path for path in paths if not os.path.isfile(path)]
+    if missing:
+        raise RougeInputError(f"{manifest_path} names GPT-2 files that are missing: {', '.join(missing)}")
+    return paths
+
+
 def load_hypotheses_and_references(
     hyp_path: str,
     ref_paths: Optional[Union[str, Sequence[str]]] = None,
@@ -291,6 +310,9 @@ def load_hypotheses_and_references(
     / ``split``, or the data-bin and split the log names). The number of
     clusters expected is ``expected``, else the data-bin split's, else the
     REF files' line count; hypotheses must cover exactly those clusters.
+    GPT-2 BPE ids in a log are decoded with the given files, else with the
+    data-bin's own (a ``--subword gpt2`` data-bin); ids that cannot be
+    decoded are refused, not scored as 0.
 
     Returns:
         ``(hypotheses, references)``: strings, and per hypothesis the list of
@@ -312,10 +334,6 @@ def load_hypotheses_and_references(
     if is_generate_output(lines):
         if (gpt2_encoder_json is None) != (gpt2_vocab_bpe is None):
             raise RougeInputError("GPT-2 decoding needs both --gpt2-encoder-json and --gpt2-vocab-bpe")
-        decoder = Gpt2Decoder(gpt2_encoder_json, gpt2_vocab_bpe) if gpt2_encoder_json else None
-        ids, hypotheses, targets = parse_generate_lines(lines, decoder, source=hyp_path)
-        logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
-                    len(ids), ids[0], ids[-1], hyp_path)
         if data_bin is None and not ref_paths and not target_lines:
             named = data_bin_named_in_log(lines)
             if named is None:
@@ -327,6 +345,22 @@ def load_hypotheses_and_references(
                 )
             data_bin, logged_split = named
             split = split or logged_split
+        if gpt2_encoder_json is None and data_bin is not None:
+            gpt2_encoder_json, gpt2_vocab_bpe = data_bin_gpt2_files(data_bin)
+            if gpt2_encoder_json is not None:
+                info["gpt2_files"] = "the data-bin's " + ", ".join((gpt2_encoder_json, gpt2_vocab_bpe))
+        decoder = Gpt2Decoder(gpt2_encoder_json, gpt2_vocab_bpe) if gpt2_encoder_json else None
+        ids, hypotheses, targets = parse_generate_lines(lines, decoder, source=hyp_path)
+        if decoder is None:
+            non_empty = [text for text in hypotheses if text.strip()]
+            if non_empty and all(Gpt2Decoder.looks_encoded(text) for text in non_empty):
+                raise RougeInputError(
+                    f"{hyp_path}: every hypothesis is a sequence of integers (GPT-2 BPE ids: fairseq-generate ran "
+                    "without --bpe gpt2), which would score 0: give --data-bin of a GPT-2 data-bin (its encoder.json "
+                    "and vocab.bpe decode them) or --gpt2-encoder-json and --gpt2-vocab-bpe"
+                )
+        logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
+                    len(ids), ids[0], ids[-1], hyp_path)
     else:
         hypotheses = lines
         if target_lines:
