@@ -669,14 +669,19 @@ def print_summary(summary: Dict, out=None) -> None:
           f"{', <mask> included' if summary['mask'] else ''}), encoder.json, vocab.bpe", file=out)
     for note in summary["notes"]:
         print(f"note: {note}", file=out)
-    print("next:", file=out)
-    print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
-          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt", file=out)
+    print_next_preprocess_command(out_dir, out)
     print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
           f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
           "--reset-meters ...", file=out)
     print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization --path {out_dir}/model.pt "
           f"{' '.join(summary['generate_flags'])}", file=out)
+
+
+def print_next_preprocess_command(out_dir: str, out) -> None:
+    """Print "next:" and the mdsfair-preprocess command that uses an import's GPT-2 files."""
+    print("next:", file=out)
+    print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
+          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt", file=out)
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:

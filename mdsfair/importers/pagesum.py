@@ -54,6 +54,7 @@ from mdsfair.importers.hf_bart import (
     fairseq_state_from_hf,
     load_tensor_file,
     prepare_out_dir,
+    print_next_preprocess_command,
     read_json,
 )
 from mdsfair.modules.pages import EMPTY_PAGE_POLICIES
@@ -191,9 +192,7 @@ def print_summary(summary: Dict, out=None) -> None:
     if summary["generate_flags"]:
         print("note: the generation flags are the authors' generate() call; its early_stopping=False and length "
               "normalization over the decoder start token have no fairseq flag", file=out)
-    print("next:", file=out)
-    print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
-          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt", file=out)
+    print_next_preprocess_command(out_dir, out)
     budget = settings["pages"] * settings["page_length"]
     print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization --path {out_dir}/model.pt "
           f"--max-source-positions {budget} {' '.join(summary['generate_flags'])}", file=out)
