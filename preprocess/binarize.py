@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
+from mdsfair.data.manifest import MANIFEST_NAME  # noqa: F401  (also imported from here)
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, copy_into, finish_destdir, prepare_destdir
@@ -84,7 +85,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("mdsfair.preprocess")
 
-MANIFEST_NAME = "mdsfair.json"
 MANIFEST_VERSION = 1
 STRUCTURE_STREAMS = ("doc", "para", "sent")
 

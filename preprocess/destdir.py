@@ -22,9 +22,9 @@ import logging
 import os
 from typing import Dict, Iterable, List, Set
 
-logger = logging.getLogger("mdsfair.preprocess")
+from mdsfair.data.manifest import MANIFEST_NAME
 
-MANIFEST_NAME = "mdsfair.json"
+logger = logging.getLogger("mdsfair.preprocess")
 
 
 class DestinationInUseError(ValueError):

@@ -281,7 +281,12 @@ def test_sequence_generator_scores_equal_full_decoding():
     gives every hypothesis the scores that one full forward pass gives it."""
     task = ToyTask()
     model = build_model("--graph", "similarity", task=task)
-    batch = toy_batch(graph=True)
+    assert_beam_scores_equal_full_decoding(model, task, toy_batch(graph=True), atol=1e-4)
+
+
+def assert_beam_scores_equal_full_decoding(model, task, batch, atol):
+    """Every hypothesis of a beam search (beam 3, batch 2) has the positional
+    scores that one teacher-forced forward pass over its tokens gives."""
     generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=6, min_len=3)
     hypotheses = generator.forward({"net_input": batch})
     eos = task.target_dictionary.eos()
@@ -289,10 +294,9 @@ def test_sequence_generator_scores_equal_full_decoding():
         for hypothesis in beams:
             target = hypothesis["tokens"].unsqueeze(0)
             prev = torch.cat([target.new_tensor([[eos]]), target[:, :-1]], dim=1)
-            example = single(batch, index)
-            logits = model(**example, prev_output_tokens=prev)[0]
+            logits = model(**single(batch, index), prev_output_tokens=prev)[0]
             full = F.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)[0]
-            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4)
+            assert torch.allclose(full, hypothesis["positional_scores"], atol=atol)
 
 
 # ------------------------------------- the hiersumm code's model, from its equations
@@ -565,16 +569,7 @@ def test_hiersumm_arch_incremental_decoding_equals_teacher_forcing():
     task = ToyTask()
     model = randomize_(build_model(*HIERSUMM_TINY, task=task))
     batch = toy_batch()
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=3, max_len_b=6, min_len=3)
-    hypotheses = generator.forward({"net_input": batch})
-    eos = task.target_dictionary.eos()
-    for index, beams in enumerate(hypotheses):
-        for hypothesis in beams:
-            target = hypothesis["tokens"].unsqueeze(0)
-            prev = torch.cat([target.new_tensor([[eos]]), target[:, :-1]], dim=1)
-            logits = model(**single(batch, index), prev_output_tokens=prev)[0]
-            full = F.log_softmax(logits, dim=-1).gather(-1, target.unsqueeze(-1)).squeeze(-1)[0]
-            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-5)
+    assert_beam_scores_equal_full_decoding(model, task, batch, atol=1e-5)
     # step by step with an incremental state, by hand
     encoder_out = model.encoder(**batch)
     prev = torch.tensor([[2, 9, 10, 11], [2, 13, 14, 15]])

@@ -14,7 +14,7 @@ import json
 import os
 from typing import Dict, List, Tuple
 
-MANIFEST_NAME = "mdsfair.json"
+from mdsfair.data.manifest import MANIFEST_NAME
 
 
 def _input_error(message: str) -> Exception:

@@ -65,6 +65,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
+from mdsfair.data.manifest import MANIFEST_NAME
 from mdsfair.evaluation.references import data_bin_references
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.evaluation.text import split_sentences
@@ -278,7 +279,7 @@ def data_bin_gpt2_files(data_bin: str) -> Tuple[Optional[str], Optional[str]]:
     """``(encoder.json, vocab.bpe)`` of a data-bin preprocessed with
     ``--subword gpt2`` (its manifest's ``subword`` entry names the copies
     mdsfair-preprocess made), else ``(None, None)``."""
-    manifest_path = os.path.join(data_bin, "mdsfair.json")
+    manifest_path = os.path.join(data_bin, MANIFEST_NAME)
     if not os.path.isfile(manifest_path):
         return None, None
     with open(manifest_path, encoding="utf-8") as handle:
