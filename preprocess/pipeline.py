@@ -29,7 +29,7 @@ import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -210,7 +210,7 @@ class ClusterEncoder:
         dictionary: Optional[Dictionary] = None,
     ):
         self.args = args
-        self.splitter = SentenceSplitter(args.sentence_splitter)
+        self.splitter = SentenceSplitter(args.sentence_splitter, gemm=getattr(args, "spacy_gemm", None) or "numpy")
         self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
         if dictionary is None:
             from fairseq.data import Dictionary
@@ -251,10 +251,50 @@ class ClusterEncoder:
         self.stage_seconds["side_data"] += time.process_time() - middle
         return encoded
 
+    def expect(self, structures: Sequence[ClusterStructure]) -> None:
+        """Tell the producers which clusters :meth:`encode_structure` gets
+        next, in order, so a producer can prepare them as one batch (the
+        dependency parser parses all their sentences as one spaCy stream)."""
+        for producer in self.producers:
+            expect = getattr(producer, "expect", None)  # optional for producers not derived from SideDataProducer
+            if expect is not None:
+                expect(structures)
+
     def encode_raw(
         self, raw: bytes, path: str, line: int, require_summary: bool
     ) -> Tuple[EncodedCluster, int]:
         """One raw JSON line -> ``(EncodedCluster, empty documents dropped)``;
+        raises :class:`InputFormatError` naming ``path`` and ``line``."""
+        structure, dropped = self.structure_raw(raw, path, line, require_summary)
+        return self.encode_structure(structure), dropped
+
+    def encode_raw_lines(
+        self, lines: Iterable[Tuple[int, bytes]], path: str, require_summary: bool
+    ) -> Iterator[Tuple[int, Union[Tuple[EncodedCluster, int], InputFormatError]]]:
+        """:meth:`encode_raw` for a chunk of ``(line number, raw line)``, in
+        order, each cluster yielded as soon as it is encoded (an invalid line
+        yields its :class:`InputFormatError`). Every line is split into its
+        structure first (cheap), then the producers are told which clusters
+        follow (:meth:`expect`): the chunk's sentences are parsed as one
+        stream instead of one short ``nlp.pipe`` per cluster."""
+        structures: List[Tuple[int, Union[Tuple[ClusterStructure, int], InputFormatError]]] = []
+        for line_number, raw in lines:
+            try:
+                structures.append((line_number, self.structure_raw(raw, path, line_number, require_summary)))
+            except InputFormatError as e:
+                structures.append((line_number, e))
+        self.expect([item[0] for _, item in structures if not isinstance(item, InputFormatError)])
+        for line_number, item in structures:
+            if isinstance(item, InputFormatError):
+                yield line_number, item
+            else:
+                structure, dropped = item
+                yield line_number, (self.encode_structure(structure), dropped)
+
+    def structure_raw(
+        self, raw: bytes, path: str, line: int, require_summary: bool
+    ) -> Tuple[ClusterStructure, int]:
+        """One raw JSON line -> ``(ClusterStructure, empty documents dropped)``;
         raises :class:`InputFormatError` naming ``path`` and ``line``."""
         start = time.process_time()
         try:
@@ -266,7 +306,7 @@ class ClusterEncoder:
                 structure = prepend_title_document(structure, path, line)
         finally:
             self.stage_seconds["structure"] += time.process_time() - start
-        return self.encode_structure(structure), dropped
+        return structure, dropped
 
     # ------------------------------------------------ the hub's inputs
 

@@ -22,7 +22,7 @@ import abc
 import argparse
 import importlib
 import os
-from typing import Callable, Dict, Type
+from typing import Callable, Dict, Sequence, Type
 
 import numpy as np
 
@@ -42,6 +42,12 @@ class SideDataProducer(abc.ABC):
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
         """Add the producer's own command-line flags."""
+
+    def expect(self, clusters: Sequence) -> None:
+        """The clusters (:class:`mdsfair.preprocess.structure.ClusterStructure`)
+        this producer is called on next, in order: a producer that works
+        faster in batches may prepare them (it must still give every cluster
+        the same array as without this call). Default: nothing."""
 
     @abc.abstractmethod
     def __call__(self, cluster, encoded) -> np.ndarray:

