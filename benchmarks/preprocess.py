@@ -199,7 +199,9 @@ def run_in_fresh_process(config: Dict) -> Dict:
 # ----------------------------------------------------------------- profile
 
 
-def profile_clusters(splits: List[Dict], spm_model: str, side_data: List[str], clusters: int, work_dir: str) -> None:
+def profile_clusters(
+    splits: List[Dict], spm_model: str, side_data: List[str], clusters: int, work_dir: str, chunk_size: int
+) -> None:
     """cProfile of the encoder (structure, subwords, side data) over the first
     ``clusters`` clusters, in this process."""
     import cProfile
@@ -211,7 +213,9 @@ def profile_clusters(splits: List[Dict], spm_model: str, side_data: List[str], c
 
     destdir = os.path.join(work_dir, "profile-bin")
     os.makedirs(destdir, exist_ok=True)
-    args = get_parser().parse_args(["--destdir", destdir, "--spm-model", spm_model, "--side-data", *side_data])
+    args = get_parser().parse_args(
+        ["--destdir", destdir, "--spm-model", spm_model, "--chunk-size", str(chunk_size), "--side-data", *side_data]
+    )
     encoder = ClusterEncoder(args, destdir, prepare_subwords(args, {}))
     lines = []
     for split in splits:
@@ -221,10 +225,16 @@ def profile_clusters(splits: List[Dict], spm_model: str, side_data: List[str], c
                 break
         if len(lines) == clusters:
             break
+    chunks: List[Tuple[str, List]] = []  # as the command hands them out: --chunk-size lines of one split
+    for path, item in lines:
+        if not chunks or chunks[-1][0] != path or len(chunks[-1][1]) == args.chunk_size:
+            chunks.append((path, []))
+        chunks[-1][1].append(item)
     profiler = cProfile.Profile()
     profiler.enable()
-    for path, (line_number, raw) in lines:
-        encoder.encode_raw(raw, path, line_number, require_summary=False)
+    for path, chunk in chunks:
+        for _ in encoder.encode_raw_lines(chunk, path, require_summary=False):
+            pass
     profiler.disable()
     print(f"\ncProfile over {len(lines)} clusters (one process), top 15 by own time:")
     pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(15)
@@ -287,7 +297,7 @@ def main(argv=None):
                   f"({args.vocab_size:,} pieces asked, {pieces:,} reached) in {time.perf_counter() - start:.0f} s: "
                   f"{spm_model}")
         if args.profile_clusters:
-            profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir)
+            profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir, args.chunk_size)
         print(f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
               + (f" --side-data {' '.join(args.side_data)}" if args.side_data else ""))
         for size in sizes:
