@@ -16,12 +16,17 @@ process per corpus size and prints:
 * peak resident memory of the main process and of the largest worker at
   every corpus size (``ru_maxrss``): flat when preprocessing streams.
 
+``--baseline-words N`` then preprocesses the first N words with stock spaCy
+settings (thinc's blis for the matrix products, one ``nlp.pipe`` per cluster:
+``--spacy-gemm blis --chunk-size 1``) and with the run's own, back to back,
+and prints the ratios.
+
 ``--profile-clusters N`` first runs cProfile over the first N clusters in
 this process and prints the functions that take the most time.
 
     python benchmarks/preprocess.py --words 5000000 --sizes 2500000 5000000 --workers 2
     python benchmarks/preprocess.py --words 5000000 --sizes 5000000 --workers 2 \\
-        --side-data dep_head dep_rel --spm-model /tmp/spm32k.model
+        --side-data dep_head dep_rel --spm-model /tmp/spm32k.model --baseline-words 600000
 """
 import argparse
 import glob
@@ -162,6 +167,7 @@ def run_once(config: Dict) -> Dict:
         argv += ["--split", f"{split['name']}={split['path']}"]
     if config["side_data"]:
         argv += ["--side-data", *config["side_data"]]
+    argv += config.get("extra_args", [])
     args = get_parser().parse_args(argv)
     rss_before = _rss_kib()
     self_before, children_before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -243,6 +249,58 @@ def profile_clusters(
 # -------------------------------------------------------------------- main
 
 
+# Stock spaCy settings, as preprocessing ran before the corpus-speed work:
+# thinc's blis for the matrix products and one nlp.pipe per cluster.
+STOCK_SPACY_ARGS = ["--spacy-gemm", "blis", "--chunk-size", "1"]
+
+
+def print_result(words: int, result: Dict, side_data: List[str]) -> Dict[str, float]:
+    """Print one run's stages, totals and memory; returns its words/s figures."""
+    stages = result["stage_seconds"]
+    cpu_total = result["cpu_seconds_main"] + result["cpu_seconds_workers"]
+    print(f"\n{words:,} words, {result['clusters']:,} clusters, {result['source_tokens']:,} source tokens "
+          f"(load average {os.getloadavg()[0]:.1f} after)")
+    print(f"  {'stage':<34}{'CPU s':>9}{'words/s':>13}")
+    for stage in STAGES:
+        if stage == "side_data" and not side_data:
+            continue
+        seconds = stages.get(stage, 0.0)
+        print(f"  {STAGE_TITLES[stage]:<34}{seconds:>9.1f}{words / max(seconds, 1e-9):>13,.0f}")
+    plain = sum(stages.get(s, 0.0) for s in ("structure", "subwords", "binarization"))
+    print(f"  {'structure + subwords + binarization':<34}{plain:>9.1f}{words / max(plain, 1e-9):>13,.0f}")
+    print(f"  total: {result['wall_seconds']:.1f} s wall = {words / result['wall_seconds']:,.0f} words/s; "
+          f"CPU {cpu_total:.1f} s (main {result['cpu_seconds_main']:.1f}, workers "
+          f"{result['cpu_seconds_workers']:.1f}) = {words / cpu_total:,.0f} words per CPU-second")
+    print(f"  peak RSS: main {result['peak_rss_main_kib'] / 1024:,.0f} MiB (after imports "
+          f"{result['rss_before_kib'] / 1024:,.0f} MiB), largest worker "
+          f"{result['peak_rss_worker_kib'] / 1024:,.0f} MiB; imports took {result['import_seconds']:.1f} s")
+    return {
+        "wall": words / result["wall_seconds"],
+        "cpu": words / cpu_total,
+        "side_data": words / max(stages.get("side_data", 0.0), 1e-9),
+    }
+
+
+def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: str, work_dir: str) -> None:
+    """The first ``--baseline-words`` words with stock spaCy settings
+    (:data:`STOCK_SPACY_ARGS`) and with this run's, one after the other in
+    this run; prints the ratios."""
+    chosen = corpus_of_size(splits, args.baseline_words)
+    words = sum(s["words"] for s in chosen)
+    figures = {}
+    for name, extra in (("stock spaCy (" + " ".join(STOCK_SPACY_ARGS) + ")", STOCK_SPACY_ARGS), ("mdsfair", [])):
+        destdir = os.path.join(work_dir, "bin-baseline")
+        config = {"splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
+                  "chunk_size": args.chunk_size, "side_data": args.side_data, "extra_args": extra}
+        print(f"\nbaseline comparison, {name}:", end="")
+        figures[name] = print_result(words, run_in_fresh_process(config), args.side_data)
+        shutil.rmtree(destdir, ignore_errors=True)
+    stock, ours = figures.values()
+    print(f"\nmdsfair / stock spaCy on the same {words:,} words: {ours['wall'] / stock['wall']:.2f}x words/s (wall), "
+          f"{ours['cpu'] / stock['cpu']:.2f}x words per CPU-second, {ours['side_data'] / stock['side_data']:.2f}x "
+          "side-data words per CPU-second")
+
+
 def describe_machine() -> str:
     model = platform.processor() or platform.machine()
     try:
@@ -266,6 +324,11 @@ def main(argv=None):
     parser.add_argument("--spm-sample-clusters", type=int, default=100,
                         help="clusters per split SentencePiece is trained on")
     parser.add_argument("--profile-clusters", type=int, default=0, help="cProfile this many clusters first")
+    parser.add_argument(
+        "--baseline-words", type=int, default=0,
+        help="after the runs, preprocess the first N words of the corpus with stock spaCy settings (thinc's blis, "
+             "one nlp.pipe per cluster) and with this run's, and print the ratios (0: skip)",
+    )
     parser.add_argument("--shared-data", default=SHARED_DATA, help="the real data directory")
     parser.add_argument("--work-dir", help="directory for the corpus and outputs (default: a temporary one, removed)")
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
@@ -309,24 +372,9 @@ def main(argv=None):
                 "chunk_size": args.chunk_size, "side_data": args.side_data,
             })
             shutil.rmtree(destdir, ignore_errors=True)
-            stages = result["stage_seconds"]
-            cpu_total = result["cpu_seconds_main"] + result["cpu_seconds_workers"]
-            print(f"\n{words:,} words, {result['clusters']:,} clusters, {result['source_tokens']:,} source tokens "
-                  f"(load average {os.getloadavg()[0]:.1f} after)")
-            print(f"  {'stage':<34}{'CPU s':>9}{'words/s':>13}")
-            for stage in STAGES:
-                if stage == "side_data" and not args.side_data:
-                    continue
-                seconds = stages.get(stage, 0.0)
-                print(f"  {STAGE_TITLES[stage]:<34}{seconds:>9.1f}{words / max(seconds, 1e-9):>13,.0f}")
-            plain = sum(stages.get(s, 0.0) for s in ("structure", "subwords", "binarization"))
-            print(f"  {'structure + subwords + binarization':<34}{plain:>9.1f}{words / max(plain, 1e-9):>13,.0f}")
-            print(f"  total: {result['wall_seconds']:.1f} s wall = {words / result['wall_seconds']:,.0f} words/s; "
-                  f"CPU {cpu_total:.1f} s (main {result['cpu_seconds_main']:.1f}, workers "
-                  f"{result['cpu_seconds_workers']:.1f}) = {words / cpu_total:,.0f} words per CPU-second")
-            print(f"  peak RSS: main {result['peak_rss_main_kib'] / 1024:,.0f} MiB (after imports "
-                  f"{result['rss_before_kib'] / 1024:,.0f} MiB), largest worker "
-                  f"{result['peak_rss_worker_kib'] / 1024:,.0f} MiB; imports took {result['import_seconds']:.1f} s")
+            print_result(words, result, args.side_data)
+        if args.baseline_words:
+            compare_with_stock(args, splits, spm_model, work_dir)
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)

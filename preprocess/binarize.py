@@ -38,6 +38,9 @@ cluster, with words/s and an ETA.
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import argparse
+import collections
+import gc
+import itertools
 import json
 import logging
 import multiprocessing
@@ -134,6 +137,24 @@ def limit_blas_threads(threads: int) -> None:
     threadpool_limits(threads, user_api="blas")
 
 
+# Allocations between two collections of Python's youngest generation (default
+# 700). spaCy's parse allocates many short-lived objects; at the default the
+# collector took ~15% of a worker's time in the parse, most of it scanning
+# the objects of torch, fairseq and the models, which live as long as the
+# process (hence also gc.freeze()).
+GC_THRESHOLD_YOUNGEST = 50_000
+
+
+def settle_garbage_collector() -> None:
+    """For a preprocessing process whose models are loaded: move every object
+    alive now out of the collector's reach (``gc.freeze()``) and collect the
+    youngest generation every :data:`GC_THRESHOLD_YOUNGEST` allocations.
+    Garbage is still collected, less often; nothing else changes."""
+    gc.freeze()
+    _, middle, oldest = gc.get_threshold()
+    gc.set_threshold(GC_THRESHOLD_YOUNGEST, middle, oldest)
+
+
 def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]) -> None:
     """Worker process: encode chunks of raw lines and send every cluster back
     as soon as it is done, then the chunk's CPU seconds per stage.
@@ -146,6 +167,7 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
     try:
         limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
         encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
+        settle_garbage_collector()
     except BaseException as e:  # report, never hang the parent
         results.put((-1, "exception", None, _picklable(e)))
         return
@@ -190,7 +212,11 @@ class OrderedWorkerPool:
         for process in self.processes:
             process.start()
         self.stage_seconds: Counter = Counter()
-        self._next_chunk = 0
+        self._feed: Optional[Iterator] = None
+        self._next_chunk = self._current = 0  # next chunk handed out, next chunk whose results are yielded
+        self._sizes: Dict[int, int] = {}  # lines of each chunk in flight
+        self._buffered: Dict[Tuple[int, object], Tuple[int, object]] = {}  # results that came early
+        self._split_ends: collections.deque = collections.deque()  # first chunk after each split handed out
 
     def _receive(self):
         while True:
@@ -205,40 +231,64 @@ class OrderedWorkerPool:
                         "out of memory?"
                     )
 
-    def imap(self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]) -> Iterator[Tuple[int, LineResult]]:
-        """``(line_number, LineResult)`` for every line of ``chunks``, in order."""
-        chunks = iter(chunks)
-        sizes: Dict[int, int] = {}
-        buffered: Dict[Tuple[int, object], Tuple[int, object]] = {}
-        current, position, exhausted = self._next_chunk, 0, False
-        while True:
-            while not exhausted and len(sizes) < self.chunks_in_flight:
-                chunk = next(chunks, None)
-                if chunk is None:
-                    exhausted = True
-                    break
-                sizes[self._next_chunk] = len(chunk)
+    def start(self, feed: Iterator[Optional[Tuple[str, bool, List[Tuple[int, bytes]]]]]) -> None:
+        """Encode the chunks of ``feed``: ``(path, require_summary, chunk)``
+        items, ``None`` after the last chunk of each split. Chunks are handed
+        out as results are taken (:meth:`next_split`), across split
+        boundaries, so the workers start on the next split while the last
+        chunks of this one finish, instead of waiting for them."""
+        if self._feed is not None:
+            raise RuntimeError("OrderedWorkerPool.start: the previous feed is not finished")
+        self._feed = iter(feed)
+        self._split_ends.clear()
+
+    def _hand_out(self) -> None:
+        """Put chunks of the feed into the task queue up to the in-flight limit."""
+        while self._feed is not None and len(self._sizes) < self.chunks_in_flight:
+            item = next(self._feed, StopIteration)
+            if item is StopIteration:
+                self._feed = None
+            elif item is None:
+                self._split_ends.append(self._next_chunk)
+            else:
+                path, require_summary, chunk = item
+                self._sizes[self._next_chunk] = len(chunk)
                 self.tasks.put((self._next_chunk, path, require_summary, chunk))
                 self._next_chunk += 1
-            if not sizes:
+
+    def next_split(self) -> Iterator[Tuple[int, LineResult]]:
+        """``(line_number, LineResult)`` for every line of the feed's next split, in order."""
+        position = 0
+        while True:
+            self._hand_out()
+            if self._split_ends and self._current == self._split_ends[0]:
+                self._split_ends.popleft()
                 return
-            key = (current, position if position < sizes[current] else "done")
-            if key not in buffered:
+            if self._current not in self._sizes:
+                raise RuntimeError("OrderedWorkerPool: the feed ended inside a split (no None after its chunks)")
+            size = self._sizes[self._current]
+            key = (self._current, position if position < size else "done")
+            if key not in self._buffered:
                 chunk_index, kind, line_number, payload = self._receive()
                 if chunk_index < 0:
                     raise payload
-                buffered[(chunk_index, kind)] = (line_number, payload)
+                self._buffered[(chunk_index, kind)] = (line_number, payload)
                 continue
-            line_number, payload = buffered.pop(key)
+            line_number, payload = self._buffered.pop(key)
             if key[1] == "done":
                 self.stage_seconds.update(payload)
-                del sizes[current]
-                current, position = current + 1, 0
+                del self._sizes[self._current]
+                self._current, position = self._current + 1, 0
             elif isinstance(payload[0], str) and payload[0] == "exception":
                 raise payload[1]
             else:
                 position += 1
                 yield line_number, payload
+
+    def imap(self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]) -> Iterator[Tuple[int, LineResult]]:
+        """``(line_number, LineResult)`` for every line of ``chunks`` (one split), in order."""
+        self.start(itertools.chain(((path, require_summary, chunk) for chunk in chunks), [None]))
+        yield from self.next_split()
 
     def close(self, terminate: bool = False) -> None:
         for process in self.processes:
@@ -268,6 +318,7 @@ class SplitEncoder:
         else:
             self.encoder = ClusterEncoder(args, data_dir, subword_manifest)
         self.reading_seconds = 0.0
+        self._planned: List[Tuple[str, bool]] = []
 
     @property
     def stage_seconds(self) -> Counter:
@@ -285,9 +336,31 @@ class SplitEncoder:
                 return
             yield chunk
 
+    def plan(self, splits: List[Tuple[str, bool]]) -> None:
+        """The ``(path, require_summary)`` of every split this encoder will be
+        called on, in order: with workers, their chunks are handed out as one
+        feed, so no worker waits at the end of a split for the others."""
+        if self.pool is None:
+            return
+        self._planned = list(splits)
+
+        def feed():
+            for path, require_summary in splits:
+                for chunk in self._chunks(path):
+                    yield path, require_summary, chunk
+                yield None
+
+        self.pool.start(feed())
+
     def __call__(self, path: str, require_summary: bool) -> Iterator[Tuple[int, LineResult]]:
         if self.pool is not None:
-            yield from self.pool.imap(path, require_summary, self._chunks(path))
+            if not self._planned:
+                yield from self.pool.imap(path, require_summary, self._chunks(path))
+                return
+            planned = self._planned.pop(0)
+            if planned != (path, require_summary):
+                raise RuntimeError(f"SplitEncoder: split {(path, require_summary)} asked for, {planned} planned")
+            yield from self.pool.next_split()
             return
         for chunk in self._chunks(path):
             yield from encode_lines(self.encoder, path, chunk, require_summary)
@@ -448,6 +521,11 @@ class Progress:
         self.bar.close()
 
 
+def requires_summary(args: argparse.Namespace, split: str) -> bool:
+    """Whether every cluster of ``split`` must have a summary (training splits)."""
+    return split in args.train_splits and not args.allow_empty_summary
+
+
 def binarize_split(
     args, split: str, path: str, specs: List[SideDataSpec], encode_split: "SplitEncoder",
     stage_seconds: Optional[Counter] = None,
@@ -469,7 +547,7 @@ def binarize_split(
         writers[stream] = ArrayWriter(f"{prefix}.{stream}", np.int32)
     for spec in specs:
         writers[spec.name] = ArrayWriter(f"{prefix}.{spec.name}", spec.numpy_dtype)
-    require_summary = split in args.train_splits and not args.allow_empty_summary
+    require_summary = requires_summary(args, split)
     split_log = SplitLog(prefix, split, path, args.skip_bad)
     references = MultiReferenceWriter(
         prefix, args.multi_reference == "each" and split in args.train_splits, dest, encode_split.subword_manifest)
@@ -694,7 +772,9 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     encode_split = SplitEncoder(args, args.destdir, subword_manifest)
     failed = True
     try:
-        for split in sorted(splits, key=lambda s: (s not in args.train_splits, s)):
+        order = sorted(splits, key=lambda s: (s not in args.train_splits, s))
+        encode_split.plan([(splits[split], requires_summary(args, split)) for split in order])
+        for split in order:
             reports[split] = binarize_split(args, split, splits[split], specs, encode_split, stage_seconds)
         failed = False
     finally:

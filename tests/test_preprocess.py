@@ -469,6 +469,46 @@ def test_worker_pool_streams_clusters_in_order_with_bounded_chunks(data_bin, tmp
         pool.close()
 
 
+def test_worker_pool_starts_the_next_split_before_this_one_is_finished(data_bin, tmp_path):
+    """A feed of three splits (one empty): every split's lines come back in
+    order and only with it, and chunks of the next split are handed out while
+    the last ones of the current split are still being encoded, so no worker
+    waits at a split boundary."""
+    from mdsfair.preprocess.binarize import OrderedWorkerPool, get_parser
+
+    dest, rows, _ = data_bin
+    paths = [write_jsonl(tmp_path / "a.jsonl", rows[:7]), write_jsonl(tmp_path / "empty.jsonl", []),
+             write_jsonl(tmp_path / "b.jsonl", rows[7:12])]
+    args = get_parser().parse_args(["--destdir", dest])
+    manifest = json.load(open(os.path.join(dest, "mdsfair.json")))
+    pool = OrderedWorkerPool(2, args, dest, manifest["subword"], chunks_in_flight=3)
+    handed_out = []
+
+    def feed():
+        for path in paths:
+            lines = [(i + 1, line) for i, line in enumerate(open(path, "rb"))]
+            for start in range(0, len(lines), 2):
+                handed_out.append(path)
+                yield path, True, lines[start : start + 2]
+            yield None
+
+    try:
+        pool.start(feed())
+        ids = []
+        for path in paths:
+            delivered = []
+            for line_number, (encoded, _) in pool.next_split():
+                delivered.append(line_number)
+                if path == paths[0] and line_number == 7:  # the last line of the first split
+                    assert paths[2] in handed_out, "the next split's chunks were not handed out yet"
+            ids.append(delivered)
+        assert ids == [list(range(1, 8)), [], list(range(1, 6))]
+        # the feed was read to its end: the pool takes a new one
+        assert [n for n, _ in pool.imap(paths[2], True, [[(1, open(paths[2], "rb").readline())]])] == [1]
+    finally:
+        pool.close()
+
+
 class FailingProducer:
     """Test side data that fails on one cluster."""
 
