@@ -39,7 +39,6 @@ from __future__ import annotations  # fairseq's Dictionary only in annotations: 
 
 import argparse
 import collections
-import gc
 import itertools
 import json
 import logging
@@ -137,24 +136,6 @@ def limit_blas_threads(threads: int) -> None:
     threadpool_limits(threads, user_api="blas")
 
 
-# Allocations between two collections of Python's youngest generation (default
-# 700). spaCy's parse allocates many short-lived objects; at the default the
-# collector took ~15% of a worker's time in the parse, most of it scanning
-# the objects of torch, fairseq and the models, which live as long as the
-# process (hence also gc.freeze()).
-GC_THRESHOLD_YOUNGEST = 50_000
-
-
-def settle_garbage_collector() -> None:
-    """For a preprocessing process whose models are loaded: move every object
-    alive now out of the collector's reach (``gc.freeze()``) and collect the
-    youngest generation every :data:`GC_THRESHOLD_YOUNGEST` allocations.
-    Garbage is still collected, less often; nothing else changes."""
-    gc.freeze()
-    _, middle, oldest = gc.get_threshold()
-    gc.set_threshold(GC_THRESHOLD_YOUNGEST, middle, oldest)
-
-
 def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]) -> None:
     """Worker process: encode chunks of raw lines and send every cluster back
     as soon as it is done, then the chunk's CPU seconds per stage.
@@ -167,7 +148,6 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
     try:
         limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
         encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
-        settle_garbage_collector()
     except BaseException as e:  # report, never hang the parent
         results.put((-1, "exception", None, _picklable(e)))
         return
@@ -189,6 +169,13 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
         results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
 
 
+# Chunks handed out per worker and not yet written. Results are written in
+# input order, so a worker that finishes early runs ahead only this far while
+# another one is on a slow chunk (clusters differ 10x in length); the raw lines
+# and encoded clusters in flight are what memory holds beyond the models.
+CHUNKS_IN_FLIGHT_PER_WORKER = 4
+
+
 class OrderedWorkerPool:
     """``workers`` forked processes that encode chunks of raw lines.
 
@@ -203,7 +190,7 @@ class OrderedWorkerPool:
         context = multiprocessing.get_context("fork")
         self.tasks = context.Queue()
         self.results = context.Queue()
-        self.chunks_in_flight = chunks_in_flight or 2 * workers
+        self.chunks_in_flight = chunks_in_flight or CHUNKS_IN_FLIGHT_PER_WORKER * workers
         self.processes = [
             context.Process(target=_worker_main, args=(self.tasks, self.results, args, data_dir, subword_manifest),
                             daemon=True)

