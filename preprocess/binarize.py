@@ -29,11 +29,14 @@ sentences, tokens, skipped lines by reason.
 
 Every cluster is encoded by :class:`mdsfair.preprocess.pipeline.ClusterEncoder`,
 the encoder the hub uses too. The input is streamed: the main process reads
-raw lines in chunks of ``--chunk-size``, hands at most two chunks per worker
-to ``--workers`` forked processes (one pool for all splits) and writes the
-clusters in input order as they come back one by one, so memory does not grow
-with the input and the progress bar (total from a line count) advances per
-cluster, with words/s and an ETA.
+raw lines in chunks of ``--chunk-size``, hands at most four chunks per worker
+to ``--workers`` forked processes (one pool and one feed of chunks for all
+splits, so no worker waits at the end of a split) and writes the clusters in
+input order as they come back one by one, so memory does not grow with the
+input and the progress bar (total from a line count) advances per cluster,
+with words/s and an ETA. A worker encodes a chunk's clusters in order but
+tells the side-data producers the whole chunk first, so spaCy parses the
+chunk's sentences as one stream.
 """
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
@@ -684,8 +687,9 @@ def get_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=1, help="worker processes")
     run.add_argument(
         "--chunk-size", type=int, default=16,
-        help="raw lines handed to a worker at a time (clusters come back one by one; at most two chunks per "
-             "worker are read ahead, so memory does not grow with the input)",
+        help="raw lines handed to a worker at a time, whose sentences spaCy parses as one stream (clusters come "
+             "back one by one; at most four chunks per worker are read ahead, so memory does not grow with the "
+             "input)",
     )
     run.add_argument("--spacy-gemm", choices=GEMM_CHOICES, default="numpy", help=GEMM_HELP)
     run.add_argument("--seed", type=int, default=1, help="seed for SentencePiece training")
