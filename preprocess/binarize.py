@@ -328,8 +328,8 @@ class SplitEncoder:
 
     def plan(self, splits: List[Tuple[str, bool]]) -> None:
         """The ``(path, require_summary)`` of every split this encoder will be
-        called on, in order: with workers, their chunks are handed out as one
-        feed, so no worker waits at the end of a split for the others."""
+        called on, in order (required with workers): their chunks are handed
+        out as one feed, so no worker waits at the end of a split for the others."""
         if self.pool is None:
             return
         self._planned = list(splits)
@@ -344,10 +344,7 @@ class SplitEncoder:
 
     def __call__(self, path: str, require_summary: bool) -> Iterator[Tuple[int, LineResult]]:
         if self.pool is not None:
-            if not self._planned:
-                yield from self.pool.imap(path, require_summary, self._chunks(path))
-                return
-            planned = self._planned.pop(0)
+            planned = self._planned.pop(0) if self._planned else None
             if planned != (path, require_summary):
                 raise RuntimeError(f"SplitEncoder: split {(path, require_summary)} asked for, {planned} planned")
             yield from self.pool.next_split()

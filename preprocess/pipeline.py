@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional,
 import numpy as np
 
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+from mdsfair.preprocess.spacy_pipeline import gemm_setting
 from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
 from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
 
@@ -210,7 +211,7 @@ class ClusterEncoder:
         dictionary: Optional[Dictionary] = None,
     ):
         self.args = args
-        self.splitter = SentenceSplitter(args.sentence_splitter, gemm=getattr(args, "spacy_gemm", None) or "numpy")
+        self.splitter = SentenceSplitter(args.sentence_splitter, gemm=gemm_setting(args))
         self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
         if dictionary is None:
             from fairseq.data import Dictionary

@@ -27,6 +27,12 @@ GEMM_HELP = (
 )
 
 
+def gemm_setting(args) -> str:
+    """``--spacy-gemm`` of preprocessing arguments (``numpy`` where they
+    predate the flag, e.g. the arguments of an older data-bin's manifest)."""
+    return getattr(args, "spacy_gemm", None) or "numpy"
+
+
 def use_numpy_gemm(nlp) -> int:
     """Run the matrix products of ``nlp``'s components with numpy's BLAS
     instead of blis: every layer on thinc's CPU ``NumpyOps`` gets

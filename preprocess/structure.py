@@ -21,6 +21,7 @@ from typing import Iterator, List, Optional, Tuple
 
 from mdsfair.evaluation.text import split_at_caseless_sentence_ends
 from mdsfair.preprocess.references import check_reference_fields, clean_references
+from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 from mdsfair.raw_contract import format_location, strip_utf8_bom
 
 
@@ -191,8 +192,6 @@ class SentenceSplitter:
         self.method = method
         self._nlp = None
         if method == "spacy":
-            from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
-
             self._nlp = load_spacy_pipeline(spacy_model, ("tagger", "attribute_ruler", "lemmatizer", "ner"), gemm)
 
     def split(self, paragraphs: List[str]) -> List[List[str]]:

