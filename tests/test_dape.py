@@ -302,20 +302,30 @@ def test_parse_in_a_memory_zone_is_the_same_and_keeps_no_new_word(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def peersum_clusters():
-    """The first 6 clusters of the real PeerSum validation split, split by the rule splitter."""
+def real_clusters(tmp_path_factory):
+    """The first 6 clusters of the real PeerSum validation split (reviews of
+    papers), split by the rule splitter; where ../shared/data is not present,
+    6 mdsfair-synth clusters (40 of them, so the stream spans many batches)."""
     from mdsfair.preprocess.structure import SentenceSplitter, read_clusters
+    from mdsfair.preprocess.synthetic import generate_clusters
 
     path = os.path.join(SHARED_DATA, "peersum_sample", "jsonl", "valid.jsonl")
+    count = 6
+    if not os.path.exists(path):
+        path = str(tmp_path_factory.mktemp("synth") / "train.jsonl")
+        with open(path, "w", encoding="utf-8") as f:
+            for cluster in generate_clusters(40, seed=3):
+                f.write(json.dumps(cluster) + "\n")
+        count = 40
     clusters = []
     for cluster in read_clusters(path, SentenceSplitter("rule"), require_summary=False):
         clusters.append(cluster)
-        if len(clusters) == 6:
+        if len(clusters) == count:
             return clusters
-    raise AssertionError(f"{path}: fewer than 6 clusters")
+    raise AssertionError(f"{path}: fewer than {count} clusters")
 
 
-def test_numpy_gemm_parses_like_spacys_blis(peersum_clusters):
+def test_numpy_gemm_parses_like_spacys_blis(real_clusters):
     """--spacy-gemm numpy (the default) runs tok2vec and the parser on
     numpy's BLAS: every layer is switched, and real PeerSum sentences get the
     same tokens, heads and labels as with thinc's default blis."""
@@ -330,8 +340,8 @@ def test_numpy_gemm_parses_like_spacys_blis(peersum_clusters):
             layers = list(nlp.get_pipe(component).model.walk())
             assert layers and all(isinstance(layer.ops, NumpyOps) for layer in layers)
             assert {layer.ops.use_blis for layer in layers} == {uses_blis}
-    sentences = [s for cluster in peersum_clusters[:3] for d in cluster.documents for p in d for s in p][:300]
-    assert sum(len(s.split()) for s in sentences) > 4000
+    sentences = [s for cluster in real_clusters for d in cluster.documents for p in d for s in p][:400]
+    assert sum(len(s.split()) for s in sentences) > 3000  # PeerSum: 6,920
     for with_numpy, with_blis in zip(numpy_nlp.pipe(sentences), blis_nlp.pipe(sentences)):
         assert (with_numpy.to_array([IDX, HEAD, DEP]) == with_blis.to_array([IDX, HEAD, DEP])).all(), with_numpy.text
     with pytest.raises(ValueError, match="--spacy-gemm"):
@@ -360,35 +370,35 @@ def pieces_of_four_characters(cluster):
     )
 
 
-def test_a_chunk_parsed_as_one_stream_gives_the_arcs_of_one_parse_per_cluster(peersum_clusters):
+def test_a_chunk_parsed_as_one_stream_gives_the_arcs_of_one_parse_per_cluster(real_clusters):
     """expect() parses the sentences of the clusters announced next as one
     nlp.pipe stream; each cluster gets the arcs it gets on its own, also when
     the clusters do not come in the announced order or one is skipped."""
-    encoded = {cluster.id: pieces_of_four_characters(cluster) for cluster in peersum_clusters}
+    encoded = {cluster.id: pieces_of_four_characters(cluster) for cluster in real_clusters}
     args = argparse.Namespace(dep_subword_arcs="all-subwords", side_data=["dep_head", "dep_rel", "dep_word"])
     one_by_one = DependencyArcAligner(args)
-    expected = {c.id: one_by_one.arcs(c, encoded[c.id]) for c in peersum_clusters}
+    expected = {c.id: one_by_one.arcs(c, encoded[c.id]) for c in real_clusters}
 
     streamed = DependencyArcAligner(args)
     calls = []
     original_pipe = streamed.nlp.pipe
     streamed.nlp.pipe = lambda texts, **kw: (calls.append(1), original_pipe(texts, **kw))[1]
     try:
-        streamed.expect(peersum_clusters)
-        streamed.expect(peersum_clusters)  # a second producer of the same aligner: the same stream
-        for cluster in peersum_clusters:
+        streamed.expect(real_clusters)
+        streamed.expect(real_clusters)  # a second producer of the same aligner: the same stream
+        for cluster in real_clusters:
             got = streamed.arcs(cluster, encoded[cluster.id])
             for name in ("dep_head", "dep_rel", "dep_word"):
                 assert got[name].tolist() == expected[cluster.id][name].tolist(), (cluster.id, name)
         assert len(calls) == 1, "one stream for the whole chunk"
         # announced 0..5 but asked for 2, 3, 1: the stream is dropped, each is parsed on its own
-        streamed.expect(list(peersum_clusters))
-        for cluster in (peersum_clusters[2], peersum_clusters[3], peersum_clusters[1]):
+        streamed.expect(list(real_clusters))
+        for cluster in (real_clusters[2], real_clusters[3], real_clusters[1]):
             got = streamed.arcs(cluster, encoded[cluster.id])
             assert got["dep_head"].tolist() == expected[cluster.id]["dep_head"].tolist()
     finally:
         del streamed.nlp.pipe
-    assert sum(int((expected[c.id]["dep_head"] >= 0).sum()) for c in peersum_clusters) > 5000
+    assert sum(int((expected[c.id]["dep_head"] >= 0).sum()) for c in real_clusters) > 5000
 
 
 @pytest.fixture(scope="module")
