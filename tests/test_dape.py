@@ -305,7 +305,7 @@ def test_parse_in_a_memory_zone_is_the_same_and_keeps_no_new_word(monkeypatch):
 def real_clusters(tmp_path_factory):
     """The first 6 clusters of the real PeerSum validation split (reviews of
     papers), split by the rule splitter; where ../shared/data is not present,
-    6 mdsfair-synth clusters (40 of them, so the stream spans many batches)."""
+    40 mdsfair-synth clusters (short ones: 40 make a stream of many batches)."""
     from mdsfair.preprocess.structure import SentenceSplitter, read_clusters
     from mdsfair.preprocess.synthetic import generate_clusters
 
