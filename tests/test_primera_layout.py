@@ -25,6 +25,15 @@ def authors_join(tokenizer, all_docs, max_input_len, mask_num, docsep_token_id):
     return [tokenizer.bos_token_id] + input_ids + [tokenizer.eos_token_id]
 
 
+def primera_tokenizer(directory):
+    write_tokenizer(directory)
+    with open(os.path.join(directory, "config.json"), "w") as f:
+        json.dump({"model_type": "led"}, f)  # AutoTokenizer picks LED's (BART's) byte-level BPE
+    tokenizer = hf_tokenizer(directory)
+    tokenizer.add_special_tokens({"additional_special_tokens": ["<doc-sep>"]})
+    return tokenizer
+
+
 def test_example_lengths_by_hand():
     # budget 4096, 3 documents: share 1365, 1363 content tokens each; the
     # short one's unused 1263 tokens are not given to the others.
@@ -43,11 +52,7 @@ def test_example_lengths_by_hand():
 @pytest.mark.parametrize("max_input_len,mask_num", [(16, 0), (23, 0), (40, 0), (41, 5), (300, 0)])
 def test_equals_authors_loop_with_a_real_tokenizer(max_input_len, mask_num):
     with tempfile.TemporaryDirectory() as directory:
-        write_tokenizer(directory)
-        with open(os.path.join(directory, "config.json"), "w") as f:
-            json.dump({"model_type": "led"}, f)  # AutoTokenizer picks LED's (BART's) byte-level BPE
-        tokenizer = hf_tokenizer(directory)
-        tokenizer.add_special_tokens({"additional_special_tokens": ["<doc-sep>"]})
+        tokenizer = primera_tokenizer(directory)
         docsep = tokenizer.convert_tokens_to_ids("<doc-sep>")
         docs = [TEXTS[0] + " " + TEXTS[1], TEXTS[2], TEXTS[3] + " " + TEXTS[4] + " " + TEXTS[5]]
         theirs = authors_join(tokenizer, docs, max_input_len, mask_num, docsep)
@@ -63,3 +68,109 @@ def test_equals_authors_loop_with_a_real_tokenizer(max_input_len, mask_num):
         assert sum(ours["cut"]) == sum(len(ids) for ids in full) - sum(ours["kept"])
         if max_input_len < 100:
             assert sum(ours["cut"]) > 0  # the case exercises truncation
+
+
+@pytest.mark.parametrize("max_source_positions", [24, 37, 60, 2000])
+def test_task_layout_equals_the_authors_join(max_source_positions):
+    """The task's --source-layout primera view of a full stored source (the
+    data-bin keeps every token) is the authors' joined input id for id, and
+    every token it leaves out is counted."""
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+
+    with tempfile.TemporaryDirectory() as directory:
+        tokenizer = primera_tokenizer(directory)
+        docsep = tokenizer.convert_tokens_to_ids("<doc-sep>")
+        # fairseq's Dictionary numbers <s> <pad> </s> <unk> 0-3 like BART, so
+        # the ids of this dictionary are the tokenizer's
+        dictionary = Dictionary()
+        vocab = tokenizer.get_vocab()
+        for token, index in sorted(vocab.items(), key=lambda item: item[1])[4:]:
+            assert dictionary.add_symbol(token) == index
+        docs = [TEXTS[0] + " " + TEXTS[1], TEXTS[2], TEXTS[3] + " " + TEXTS[4] + " " + TEXTS[5], TEXTS[6]]
+        full = [tokenizer.encode(doc)[1:-1] for doc in docs]
+        tokens = np.concatenate([np.array(ids) for ids in full])
+        doc_ids = np.repeat(np.arange(len(full)), [len(ids) for ids in full])
+        dataset = MultiDocSummarizationDataset(
+            [tokens], [np.array([5, 6])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
+            TruncationConfig(max_source_positions=max_source_positions, per_document_budget=True,
+                             document_start_token=False, document_separator=docsep),
+            name="primera",
+        )
+        theirs = authors_join(tokenizer, docs, max_source_positions, 0, docsep)
+        item = dataset[0]
+        assert item["source"].tolist() == theirs
+        counts = dataset.truncation_counts
+        assert counts["per_document_budget_tokens"] == len(tokens) - (len(theirs) - 2 - len(docs))
+        assert (counts["per_document_budget_tokens"] > 0) == (max_source_positions < 2000)
+        assert counts.get("max_source_positions_tokens", 0) == 0  # n >= 2: the layout fits the budget
+        assert dataset.src_sizes[0] == len(theirs)
+        # every <doc-sep> carries the document it closes
+        doc_of = item["structure"]["doc"]
+        assert doc_of[item["source"] == docsep].tolist() == list(range(len(docs)))
+
+
+def test_separator_layout_cuts_at_the_budget_and_counts():
+    """Without the per-document budget the whole source is cut at
+    max_source_positions, the <doc-sep> of the cut document and </s> included."""
+    import numpy as np
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+
+    dictionary = Dictionary()
+    for i in range(40):
+        dictionary.add_symbol(f"w{i}")
+    sep = dictionary.add_symbol("<doc-sep>")
+    tokens = np.arange(10, 22)  # documents of 5, 4, 3 tokens
+    doc_ids = np.repeat(np.arange(3), [5, 4, 3])
+    dataset = MultiDocSummarizationDataset(
+        [tokens], [np.array([5])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
+        TruncationConfig(max_source_positions=12, document_start_token=False, document_separator=sep), name="sep",
+    )
+    bos, eos = dictionary.bos(), dictionary.eos()
+    assert dataset[0]["source"].tolist() == [bos, 10, 11, 12, 13, 14, sep, 15, 16, 17, sep, eos]
+    assert dataset.truncation_counts["max_source_positions_tokens"] == 4
+    assert dataset.truncation_counts["max_source_positions_documents"] == 1
+
+
+def test_task_source_layout_primera_takes_doc_sep_from_the_dictionary(tmp_path):
+    """--source-layout primera: the <doc-sep> id is the data-bin dictionary's;
+    a dictionary without it is an error naming the data-bin."""
+    import shutil
+
+    from fairseq import options, tasks
+
+    from tests.utils import make_tiny_data_bin
+
+    data_bin = make_tiny_data_bin(str(tmp_path / "plain"), train=4, valid=2, test=2)
+
+    def setup(data):
+        parser = options.get_training_parser()
+        args = options.parse_args_and_arch(parser, [
+            data, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
+            "--source-layout", "primera", "--per-document-budget", "--max-source-positions", "40",
+        ])
+        return tasks.setup_task(args)
+
+    with pytest.raises(ValueError, match=r"plain.*no <doc-sep> symbol"):
+        setup(data_bin).load_dataset("valid")
+    with_sep = str(tmp_path / "with-sep")
+    shutil.copytree(data_bin, with_sep)
+    with open(os.path.join(with_sep, "dict.txt"), "a", encoding="utf-8") as f:
+        f.write("<doc-sep> 0 #fairseq:overwrite\n")
+    task = setup(with_sep)
+    task.load_dataset("valid")
+    separator = task.dictionary.index("<doc-sep>")
+    assert separator != task.dictionary.unk()
+    dataset = task.datasets["valid"]
+    for index in range(len(dataset)):
+        item = dataset[index]
+        source = item["source"].tolist()
+        assert source[0] == task.dictionary.bos() and source[-1] == task.dictionary.eos()
+        assert task.dictionary.bos() not in source[1:]
+        assert source[-2] == separator
+        assert source.count(separator) == len(set(item["structure"]["doc"].tolist()))
+        assert len(source) <= 40

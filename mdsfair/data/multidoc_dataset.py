@@ -34,6 +34,7 @@ import torch
 from fairseq.data import FairseqDataset, data_utils
 
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.data.primera_layout import primera_truncation
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +73,17 @@ class TruncationConfig:
     document_start_token: bool = True
     append_eos: bool = True
     truncate_target: bool = True
+    #: PRIMERA's layout (``--source-layout primera``): the id of ``<doc-sep>``.
+    #: The source is then ``<s> doc_1 <doc-sep> ... doc_n <doc-sep> </s>``
+    #: (one ``<s>``, no per-document ``<s>``), and ``per_document_budget``
+    #: keeps ``max_source_positions // n - 2`` tokens of every document, the
+    #: rule of allenai/PRIMER ``script/dataloader.py`` (see
+    #: :mod:`mdsfair.data.primera_layout`).
+    document_separator: Optional[int] = None
 
     def special_tokens(self, num_documents: int) -> int:
+        if self.document_separator is not None:
+            return 1 + num_documents + int(self.append_eos)
         return num_documents * int(self.document_start_token) + int(self.append_eos)
 
 
@@ -235,7 +245,14 @@ class MultiDocSummarizationDataset(FairseqDataset):
         if cfg.max_paragraph_tokens is not None:
             cut(rank_within_runs(ids["para"]) < cfg.max_paragraph_tokens, "max_paragraph_tokens")
         kept_documents = len(np.unique(ids["doc"][keep]))
-        if cfg.per_document_budget and kept_documents:
+        separated = cfg.document_separator is not None
+        if cfg.per_document_budget and kept_documents and separated:
+            # allenai/PRIMER script/dataloader.py: encode(doc, max_length=M // n)[1:-1]
+            share = primera_truncation([0] * kept_documents, cfg.max_source_positions)["share"] - 2
+            position_in_document = np.zeros(len(tokens), dtype=np.int64)
+            position_in_document[keep] = rank_within_runs(ids["doc"][keep])
+            cut(position_in_document < share, "per_document_budget")
+        elif cfg.per_document_budget and kept_documents:
             document_starts = kept_documents * int(cfg.document_start_token)
             share = (cfg.max_source_positions - document_starts) // kept_documents
             if share < 1:
@@ -250,10 +267,16 @@ class MultiDocSummarizationDataset(FairseqDataset):
         kept_index = np.flatnonzero(keep)
         if len(kept_index):
             doc_of_kept = ids["doc"][kept_index]
-            specials_before = (
-                np.cumsum(first_occurrence_mask(doc_of_kept)) * int(cfg.document_start_token)
-            )
-            final_position = np.arange(len(kept_index)) + specials_before  # position after insertion
+            if separated:
+                # one <s> first; every earlier document closed by its <doc-sep>;
+                # the token's own document still needs its <doc-sep> after it
+                specials_before = 1 + np.cumsum(first_occurrence_mask(doc_of_kept)) - 1
+                final_position = np.arange(len(kept_index)) + specials_before + 1
+            else:
+                specials_before = (
+                    np.cumsum(first_occurrence_mask(doc_of_kept)) * int(cfg.document_start_token)
+                )
+                final_position = np.arange(len(kept_index)) + specials_before  # position after insertion
             limit = cfg.max_source_positions - int(cfg.append_eos)
             over = final_position >= limit
             if over.any():
@@ -270,17 +293,26 @@ class MultiDocSummarizationDataset(FairseqDataset):
 
         positions = kept_index
         doc = ids["doc"][positions]
-        if cfg.document_start_token:
+        if separated:
+            ends = np.flatnonzero(np.append(doc[1:] != doc[:-1], True)) + 1
+            positions = np.insert(positions, ends, -2)
+            positions = np.insert(positions, 0, -1)
+        elif cfg.document_start_token:
             starts = np.flatnonzero(first_occurrence_mask(doc))
             positions = np.insert(positions, starts, -1)
         stored = positions >= 0
-        # An inserted <s> takes the structure of the stored token after it.
+        # An inserted <s> takes the structure of the stored token after it,
+        # an inserted <doc-sep> that of the token before it (its document).
         structure_source = positions.copy()
-        inserted = np.flatnonzero(~stored)
+        inserted = np.flatnonzero(positions == -1)
         structure_source[inserted] = positions[inserted + 1]
+        separators = np.flatnonzero(positions == -2)
+        structure_source[separators] = positions[separators - 1]
         out = {key: ids[key][structure_source] for key in STRUCTURE_KEYS}
         token_out = np.where(stored, tokens[structure_source], self.dictionary.bos())
-        source_of = positions
+        if separated:
+            token_out[separators] = cfg.document_separator
+        source_of = np.where(positions >= 0, positions, -1)
         if cfg.append_eos:
             token_out = np.append(token_out, self.dictionary.eos())
             source_of = np.append(source_of, -1)

@@ -17,7 +17,7 @@ from typing import Dict, Optional
 
 import torch
 from fairseq.data import Dictionary
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -67,6 +67,14 @@ class MultiDocSummarizationConfig(FairseqDataclass):
         default=False,
         metadata={"help": "do not start every document with <s> (the start-of-document token); by default "
                           "each document starts with <s> and one </s> closes the source"},
+    )
+    source_layout: ChoiceEnum(["documents", "primera"]) = field(
+        default="documents",
+        metadata={"help": "how documents are joined: 'documents' starts each with <s> (see "
+                          "--no-document-start-token); 'primera' is PRIMERA's <s> doc_1 <doc-sep> ... doc_n "
+                          "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
+                          "the data-bin's dictionary; with --per-document-budget every document then keeps "
+                          "its first M // n - 2 tokens, as the authors' code does (counted)"},
     )
     no_truncate_target: bool = field(
         default=False,
@@ -177,8 +185,24 @@ class MultiDocSummarizationTask(FairseqTask):
         load (see :mod:`mdsfair.checkpoints`)."""
         super().load_state_dict({k: v for k, v in state_dict.items() if k != checkpoints.RECORD_KEY})
 
+    DOCUMENT_SEPARATOR = "<doc-sep>"
+
+    def document_separator(self) -> Optional[int]:
+        """The dictionary id of ``<doc-sep>`` under ``--source-layout primera``."""
+        if self.cfg.source_layout != "primera":
+            return None
+        index = self.dictionary.index(self.DOCUMENT_SEPARATOR)
+        if index == self.dictionary.unk():
+            raise ValueError(
+                f"--source-layout primera: the dictionary of {os.path.abspath(self.data_dir)} has no "
+                f"{self.DOCUMENT_SEPARATOR} symbol; preprocess with it in the dictionary (an imported "
+                f"PRIMERA dict.txt has it)"
+            )
+        return index
+
     def truncation_config(self) -> TruncationConfig:
         cfg = self.cfg
+        separator = self.document_separator()
         return TruncationConfig(
             max_source_positions=cfg.max_source_positions,
             max_target_positions=cfg.max_target_positions,
@@ -186,8 +210,9 @@ class MultiDocSummarizationTask(FairseqTask):
             max_paragraphs=cfg.max_paragraphs,
             max_paragraph_tokens=cfg.max_paragraph_tokens,
             per_document_budget=cfg.per_document_budget,
-            document_start_token=not cfg.no_document_start_token,
+            document_start_token=not cfg.no_document_start_token and separator is None,
             truncate_target=not cfg.no_truncate_target,
+            document_separator=separator,
         )
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
