@@ -40,6 +40,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor, nn
 
 from mdsfair.hub_interface import register_hub_entry
+from mdsfair.modules.activation_checkpointing import checkpoint_layer, checkpoint_structured_layer
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.sentence_approximator import (
     SENTENCE_ENCODERS,
@@ -92,7 +93,11 @@ class SparseBARTEncoder(TransformerEncoder):
 
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
-        self.sentence_encoder = build_sentence_encoder(args) if args.approximator == "model-based" else None
+        # --checkpoint-activations: the sentence encoder's inputs are tensors
+        # and a layout of index tensors, so fairseq's wrapper applies as is.
+        self.sentence_encoder = (
+            checkpoint_layer(build_sentence_encoder(args), args) if args.approximator == "model-based" else None
+        )
 
     def forward(
         self,
@@ -252,7 +257,11 @@ class SparseBARTDecoder(TransformerDecoder):
     def build_decoder_layer(self, args, no_encoder_attn=False):
         if no_encoder_attn:
             raise ValueError("sparse_bart needs encoder-decoder attention")
-        return SparseDecoderLayer(TransformerConfig.from_namespace(args), args)
+        # --checkpoint-activations: the layer reads the trainable sentence
+        # vectors inside its SentenceContext and returns the saliencies the KL
+        # loss trains on inside a SentenceAttention, so both are flattened
+        # into tensors around fairseq's checkpoint function.
+        return checkpoint_structured_layer(SparseDecoderLayer(TransformerConfig.from_namespace(args), args), args)
 
     def extract_features(
         self,
