@@ -190,9 +190,10 @@ def test_graph_head_equals_eq_24():
 # ---------------------------------------------------------- the encoder
 
 
-@pytest.mark.parametrize("extra", [[], ["--encoder-normalize-before"], ["--graph", "similarity", "--graph-heads", "2"]])
-def test_padding_and_missing_paragraphs_do_not_change_real_tokens(extra):
-    model = build_model(*extra)
+def test_padding_and_missing_paragraphs_do_not_change_graph_heads():
+    """With graph heads (Eq. 24) over a padded [B, P, P] graph; the default
+    and pre-LN (hiersumm) layers are in the model-contract suite."""
+    model = build_model("--graph", "similarity", "--graph-heads", "2")
     batch = toy_batch(graph=True)
     together = encode(model, batch)
     for index in range(2):
@@ -565,18 +566,6 @@ def test_hiersumm_arch_equals_the_authors_model_written_from_their_equations():
     assert not torch.allclose(without_bias[real], theirs[real], atol=1e-3)
 
 
-def test_hiersumm_arch_incremental_decoding_equals_teacher_forcing():
-    task = ToyTask()
-    model = randomize_(build_model(*HIERSUMM_TINY, task=task))
-    batch = toy_batch()
-    assert_beam_scores_equal_full_decoding(model, task, batch, atol=1e-5)
-    # step by step with an incremental state, by hand
-    encoder_out = model.encoder(**batch)
-    prev = torch.tensor([[2, 9, 10, 11], [2, 13, 14, 15]])
-    full = model.decoder(prev, encoder_out=encoder_out)[0]
-    state = {}
-    steps = [model.decoder(prev[:, : t + 1], encoder_out=encoder_out, incremental_state=state)[0] for t in range(4)]
-    assert torch.allclose(torch.cat(steps, dim=1), full, atol=1e-5)
 
 
 def test_no_source_special_tokens_equals_removing_them():
@@ -673,13 +662,6 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
     assert batched == single and all(isinstance(s, str) for s in batched)
 
 
-def test_data_parallel_gradients_equal_single_process(graph_data_bin):
-    from tests.distributed_harness import run_distributed_gradient_check
-
-    report = run_distributed_gradient_check(
-        [*TRAIN_ARGS[2:], "--graph", "similarity"], graph_data_bin, ddp_backends=("pytorch_ddp",)
-    )
-    assert "encoder.global_layers.0.inter_paragraph_attention.query_proj.weight" in report["pytorch_ddp"]
 
 
 def test_architectures_set_the_paper_and_hiersumm_configurations():

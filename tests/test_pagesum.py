@@ -696,14 +696,3 @@ def test_hub_summarizes_raw_clusters_at_batch_size_three(workdir, data_bin, page
                        checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin,
                        source="local")
 
-
-def test_data_parallel_gradients(data_bin):
-    from tests.distributed_harness import run_distributed_gradient_check
-
-    run_distributed_gradient_check(
-        ["--task", "multidoc_summarization", "--arch", "pagesum_bart_tiny", "--locality", "discourse",
-         "--num-pages", "4", "--max-source-positions", "4096", "--criterion", "label_smoothed_cross_entropy",
-         "--label-smoothing", "0.1", "--optimizer", "adam", "--lr", "1e-3"],
-        data_bin,
-        ddp_backends=("pytorch_ddp",),
-    )

@@ -409,18 +409,6 @@ def test_attention_pooling_model_decodes_incrementally_like_teacher_forcing(data
     torch.testing.assert_close(incremental, full, atol=1e-4, rtol=1e-4)
 
 
-def test_batched_generation_equals_one_by_one(built):
-    _, task, model, _ = built
-    from fairseq.sequence_generator import SequenceGenerator
-
-    model = copy.deepcopy(model).eval()
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=12, len_penalty=2.0)
-    sample = batch(task, model, (0, 1, 2))
-    together = generator.generate([model], sample)
-    for i in range(3):
-        alone = generator.generate([model], batch(task, model, (i,)))
-        assert together[i][0]["tokens"].tolist() == alone[0][0]["tokens"].tolist()
-        torch.testing.assert_close(together[i][0]["score"], alone[0][0]["score"], atol=1e-4, rtol=1e-4)
 
 
 def expand_per_hypothesis(model):
@@ -600,12 +588,3 @@ def test_kl_only_stage_lowers_kl_on_a_small_set(data_bin, sentence_encoder):
         kls.append(float(logging["kl_loss"]))  # per target token
     assert kls[-1] < 0.6 * kls[0], kls
 
-
-def test_distributed_gradients_match_single_process(data_bin):
-    harness = pytest.importorskip("tests.distributed_harness")
-    harness.run_distributed_gradient_check(
-        ["--task", "multidoc_summarization_sparse", "--arch", "sparse_bart_tiny", "--criterion", "sparse_kl",
-         "--max-source-positions", MAX_SOURCE, "--top-r", "3"],
-        data_bin,
-        ddp_backends=("pytorch_ddp",),
-    )
