@@ -93,8 +93,10 @@ class SparseBARTEncoder(TransformerEncoder):
 
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
-        # --checkpoint-activations: the sentence encoder's inputs are tensors
-        # and a layout of index tensors, so fairseq's wrapper applies as is.
+        # --checkpoint-activations: the sentence encoder reads the encoder
+        # states and a layout of index tensors; while the approximator trains
+        # on the frozen BART encoder none of its inputs requires grad, and
+        # checkpoint_layer still gives its own parameters their gradients.
         self.sentence_encoder = (
             checkpoint_layer(build_sentence_encoder(args), args) if args.approximator == "model-based" else None
         )

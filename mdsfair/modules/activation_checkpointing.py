@@ -13,13 +13,18 @@ way to an mdsfair layer. That function records the tensor arguments for the
 recomputation and passes any other argument by reference; a tensor *inside*
 another object (a NamedTuple, a dataclass) would reach the recomputation but
 not the autograd graph, and a tensor inside a structured *output* would carry
-no gradient. Layers whose
-arguments or outputs hold such tensors (the sparse decoder layer: its
-``SentenceContext`` holds the trainable sentence vectors, its
-``SentenceAttention`` output the saliencies the KL loss trains on) use
-:func:`checkpoint_structured_layer`, which flattens tuples, lists and
+no gradient. Layers whose arguments or outputs hold such tensors (the
+sparse decoder layer: its ``SentenceContext`` holds the trainable sentence
+vectors, its ``SentenceAttention`` output the saliencies the KL loss trains
+on) use :func:`checkpoint_structured_layer`, which flattens tuples, lists and
 NamedTuples of the arguments and outputs into tensors before fairseq's
 checkpoint function sees them, and rebuilds them after.
+
+fairseq's function is also silent when no tensor argument requires grad: its
+output then has no gradient, so a trainable layer on frozen inputs would not
+train. :func:`checkpoint_layer` always records one extra zero-size tensor
+that requires grad. ``tests/test_activation_checkpointing.py`` shows both
+behaviours of fairseq's function and the fixes.
 """
 import functools
 from typing import Sequence, Tuple
