@@ -219,7 +219,10 @@ def loss_and_gradients(model, criterion, sample) -> Tuple[torch.Tensor, int, Dic
     loss, sample_size, _ = criterion(model, sample)
     loss.backward()
     gradients = {
-        name: (param.grad.detach().float().clone() if param.grad is not None else torch.zeros_like(param, dtype=torch.float))
+        name: (
+            param.grad.detach().float().clone() if param.grad is not None
+            else torch.zeros_like(param, dtype=torch.float)
+        )
         for name, param in model.named_parameters()
     }
     return loss.detach().float(), int(sample_size), gradients

@@ -60,7 +60,8 @@ def losses_and_gradients(layer, inputs, call):
         tensor.grad = None
     loss = call(layer)
     loss.backward()
-    return loss.detach(), [p.grad.clone() for p in layer.parameters()], [t.grad.clone() for t in inputs if t.requires_grad]
+    parameter_grads = [p.grad.clone() for p in layer.parameters()]
+    return loss.detach(), parameter_grads, [t.grad.clone() for t in inputs if t.requires_grad]
 
 
 def test_flags():

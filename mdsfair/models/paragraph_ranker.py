@@ -45,7 +45,9 @@ class ParagraphRankerModel(BaseFairseqModel):
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         # --checkpoint-activations: the LSTMs, whose per-step states are the
         # bulk of the ranker's activations, are recomputed in the backward pass.
-        self.title_lstm = checkpoint_layer(nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True), args)
+        self.title_lstm = checkpoint_layer(
+            nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True), args
+        )
         self.paragraph_lstm = checkpoint_layer(
             nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True), args
         )
