@@ -56,7 +56,11 @@ Usage from a model's tests::
         )
 
 Each call spawns two fresh Python processes (about 15 CPU-seconds, mostly
-importing torch and fairseq); keep sources short so the steps are cheap.
+importing torch and fairseq); keep sources short so the steps are cheap. To
+check many models in one spawn, give :func:`data_parallel_train_steps` one
+:class:`WorkerRun` per model with its own ``train_args``/``data_dir`` and a
+``name`` (the model-contract suite runs every mdsfair architecture that way),
+and compare each with :func:`check_data_parallel_results`.
 
 Training on many GPUs (the commands the check stands for):
 
