@@ -530,7 +530,6 @@ def test_training_loss_falls_and_the_relation_encoder_learns(data_bin):
     assert relation_encoder[0].weight.grad.abs().sum() > 0, "F_depEnc gets no gradient"
 
 
-
 def test_hub_pipeline_parses_raw_clusters_into_the_stored_arcs(data_bin):
     """The hub encodes a raw cluster with the pipeline rebuilt from the
     data-bin manifest: it parses the raw text and aligns the arcs exactly as

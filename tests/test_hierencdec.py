@@ -460,8 +460,6 @@ def test_restored_with_fairseq_train_equals_bart(restored_checkpoint, bart_state
 # ------------------------------------------------------------ decoding
 
 
-
-
 def test_reorder_encoder_out_reorders_documents(bart_state, task):
     model = build_hierencdec(bart_state, task)
     sample = valid_batch(task)
@@ -470,8 +468,6 @@ def test_reorder_encoder_out_reorders_documents(bart_state, task):
     order = torch.tensor([2, 2, 0, 1])
     reordered = model.encoder.reorder_encoder_out(encoder_out, order)
     assert torch.equal(reordered["src_doc_ids"][0], sample["net_input"]["src_doc_ids"][order])
-
-
 
 
 def test_fairseq_generate_beam_search_at_batch_size_above_one(restored_checkpoint, data_bin, tmp_path):
@@ -671,8 +667,6 @@ def test_analyze_attention_cli_compares_bart_and_hierencdec(bart_checkpoint, hub
 
 
 # ------------------------------------------------------- data parallel
-
-
 
 
 def test_recipe_training_flags_are_the_papers_and_the_authors():

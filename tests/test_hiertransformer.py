@@ -566,8 +566,6 @@ def test_hiersumm_arch_equals_the_authors_model_written_from_their_equations():
     assert not torch.allclose(without_bias[real], theirs[real], atol=1e-3)
 
 
-
-
 def test_no_source_special_tokens_equals_removing_them():
     """Masking <s> / </s> in the encoder gives the states that a source without
     them gives: a paragraph's first word keeps position 0."""
@@ -660,8 +658,6 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
     batched = summarizer.summarize(clusters, beam=5, lenpen=0.4, max_len_b=8, batch_size=3)
     single = [summarizer.summarize([c], beam=5, lenpen=0.4, max_len_b=8, batch_size=1)[0] for c in clusters]
     assert batched == single and all(isinstance(s, str) for s in batched)
-
-
 
 
 def test_architectures_set_the_paper_and_hiersumm_configurations():

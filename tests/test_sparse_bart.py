@@ -409,8 +409,6 @@ def test_attention_pooling_model_decodes_incrementally_like_teacher_forcing(data
     torch.testing.assert_close(incremental, full, atol=1e-4, rtol=1e-4)
 
 
-
-
 def expand_per_hypothesis(model):
     """Switch ``model`` to the beam-expanded layout of stock fairseq: every
     per-source tensor of the encoder output and every cross-attention cache
@@ -587,4 +585,3 @@ def test_kl_only_stage_lowers_kl_on_a_small_set(data_bin, sentence_encoder):
         logging = trainer.train_step([sample])
         kls.append(float(logging["kl_loss"]))  # per target token
     assert kls[-1] < 0.6 * kls[0], kls
-
