@@ -16,7 +16,7 @@ from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention, r
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
 from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, SinusoidalPositions, sinusoidal_encoding
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin
+from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin
 
 
 # ------------------------------------------------------------------ helpers
@@ -635,12 +635,12 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
          "--max-tokens", "2000", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
          "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation"],
     )
-    output = fairseq_cli(
-        "fairseq_cli.generate",
+    output = generate_in_process(  # fairseq-generate's main, without a second interpreter start
         [graph_data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--gen-subset", "test",
          "--path", os.path.join(save_dir, "checkpoint_last.pt"), "--max-source-positions", "600",
          "--max-paragraphs", "40", "--beam", "5", "--lenpen", "0.4", "--max-len-b", "8",
          "--batch-size", "4", "--cpu"],
+        results_dir=str(tmp_path / "generate"),
     )
     hypotheses = [line for line in output.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == 4
