@@ -112,6 +112,30 @@ def test_sentence_encoder_packs_sentences_like_one_by_one():
             torch.testing.assert_close(vectors[b, s], expected, atol=1e-5, rtol=1e-5)
 
 
+def test_sentence_encoder_checkpointed_by_chunks_equals_one_pass():
+    """--checkpoint-activations recomputes the BiGRU a chunk of sentences at
+    a time: same vectors and gradients, also for a frozen input."""
+    torch.manual_seed(0)
+    ids = random_sentence_ids()
+    layout = sentence_layout(ids)
+    reference = SentenceEncoder(8, 6)
+    chunked = copy.deepcopy(reference)
+    chunked.checkpoint_activations(2)
+    states = torch.randn(3, ids.size(1), 8)
+    for requires_grad in (True, False):
+        inputs = [states.clone().requires_grad_(requires_grad) for _ in range(2)]
+        outputs = [encoder(x, layout) for encoder, x in zip((reference, chunked), inputs)]
+        torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
+        for encoder, output in zip((reference, chunked), outputs):
+            encoder.zero_grad()
+            output.pow(2).sum().backward()
+        for (name, expected), got in zip(reference.named_parameters(), chunked.parameters()):
+            assert got.grad is not None and got.grad.abs().sum() > 0, name
+            torch.testing.assert_close(got.grad, expected.grad, atol=1e-6, rtol=1e-5)
+        if requires_grad:
+            torch.testing.assert_close(inputs[1].grad, inputs[0].grad, atol=1e-6, rtol=1e-5)
+
+
 def test_pooling_sentence_encoder_matches_per_sentence_loop():
     """Sec. 4.5's attention pooling: each sentence vector depends on that
     sentence's tokens only (not on padding, other sentences or the batch)."""

@@ -131,6 +131,18 @@ def _checkpointed_layer_forward(original_forward, offload_to_cpu: bool, holders,
     return pytree.tree_unflatten(list(output_leaves), output_spec["spec"])
 
 
+def checkpointed_call(function, *args, offload_to_cpu: bool = False):
+    """``function(*args)`` through fairseq's checkpoint function (tensor
+    arguments recorded, the rest passed by reference, one zero-size tensor
+    that requires grad recorded so ``function``'s parameters get gradients);
+    for a part of a layer that checkpoints piece by piece. Without gradients
+    it is a plain call."""
+    if not torch.is_grad_enabled():
+        return function(*args)
+    anchor = torch.empty(0, requires_grad=True)
+    return _checkpointed_forward(lambda _anchor, *inner: function(*inner), offload_to_cpu, anchor, *args)
+
+
 def checkpointed_modules(model: nn.Module):
     """Names of the modules of ``model`` whose forward is checkpointed."""
     return [name for name, module in model.named_modules() if hasattr(module, "precheckpoint_forward")]
