@@ -56,7 +56,11 @@ Usage from a model's tests::
         )
 
 Each call spawns two fresh Python processes (about 15 CPU-seconds, mostly
-importing torch and fairseq); keep sources short so the steps are cheap.
+importing torch and fairseq); keep sources short so the steps are cheap. To
+check many models in one spawn, give :func:`data_parallel_train_steps` one
+:class:`WorkerRun` per model with its own ``train_args``/``data_dir`` and a
+``name`` (the model-contract suite runs every mdsfair architecture that way),
+and compare each with :func:`check_data_parallel_results`.
 
 Training on many GPUs (the commands the check stands for):
 
@@ -190,10 +194,15 @@ def _gradients_of(parameters: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor
     }
 
 
-def train_steps(cfg, example_indices: Sequence[int], steps: int, model_seed: Optional[int] = None) -> Dict:
+def train_steps(cfg, example_indices: Sequence, steps: int, model_seed: Optional[int] = None) -> Dict:
     """Build task, model and criterion as fairseq-train does, run ``steps``
     ``Trainer.train_step`` calls on the collated ``example_indices`` and return
     the gradients after each step and the parameters once wrapped.
+
+    ``example_indices`` is one batch (a list of example indices) or a list of
+    batches that one update accumulates, as ``--update-freq k`` hands
+    ``Trainer.train_step`` ``k`` batches (``cfg.optimization.update_freq`` is
+    set to ``[k]``).
 
     When ``cfg.distributed_training.distributed_world_size > 1`` the process
     group must be initialized; the Trainer then wraps the model with
@@ -205,6 +214,8 @@ def train_steps(cfg, example_indices: Sequence[int], steps: int, model_seed: Opt
     from fairseq.trainer import Trainer
     from mdsfair.tasks.multidoc_summarization import unwrap_model
 
+    batches = [list(batch) for batch in example_indices] if _is_batch_list(example_indices) else [list(example_indices)]
+    cfg.optimization.update_freq = [len(batches)]
     utils.import_user_module(cfg.common)
     seed = cfg.common.seed if model_seed is None else model_seed
     np.random.seed(seed)
@@ -213,7 +224,7 @@ def train_steps(cfg, example_indices: Sequence[int], steps: int, model_seed: Opt
     model = task.build_model(cfg.model)
     criterion = task.build_criterion(cfg.criterion)
     task.load_dataset("train", combine=False, epoch=1)
-    sample = collate_examples(task.dataset("train"), example_indices)
+    samples = [collate_examples(task.dataset("train"), batch) for batch in batches]
 
     trainer = Trainer(cfg, task, model, criterion)
     wrapped_model = trainer.model  # the distributed wrapper when world size > 1
@@ -225,16 +236,20 @@ def train_steps(cfg, example_indices: Sequence[int], steps: int, model_seed: Opt
     gradients = []
     with metrics.aggregate(new_root=True):
         for _ in range(steps):
-            if trainer.train_step([sample]) is None:
+            if trainer.train_step(samples) is None:
                 raise RuntimeError("Trainer.train_step skipped the update (out of memory or overflow)")
             gradients.append(_gradients_of(parameters))
     return {
-        "example_ids": sample["id"].tolist(),
+        "example_ids": sum((sample["id"].tolist() for sample in samples), []),
         "wrapper_classes": [cls.__name__ for cls in type(wrapper).__mro__],
         "wrapped_parameters": wrapped_parameters,
         "gradients": gradients,
         "updated_parameters": {name: param.detach().clone() for name, param in parameters.items()},
     }
+
+
+def _is_batch_list(example_indices: Sequence) -> bool:
+    return len(example_indices) > 0 and not isinstance(example_indices[0], (int, np.integer))
 
 
 # ------------------------------------------------------------ the workers
@@ -285,16 +300,23 @@ def _free_loopback_port() -> int:
 class WorkerRun:
     """One data-parallel run of the workers: the ``--ddp-backend`` and each
     rank's model-initialization seed (``None``: ``--seed`` on every rank, as
-    fairseq-train does). Several runs share one spawn of the workers."""
+    fairseq-train does). ``train_args`` / ``data_dir`` (default: those of the
+    call) let one spawn of the workers train several models, e.g. every
+    architecture of the model-contract suite; ``name`` then tells the runs
+    apart. Several runs share one spawn of the workers."""
 
     ddp_backend: str
     model_seeds: Optional[Tuple[int, ...]] = None
+    train_args: Optional[Tuple[str, ...]] = None
+    data_dir: Optional[str] = None
+    name: Optional[str] = None
 
     @property
     def label(self) -> str:
+        label = self.ddp_backend if self.name is None else f"{self.name}/{self.ddp_backend}"
         if self.model_seeds is None:
-            return self.ddp_backend
-        return f"{self.ddp_backend}/seeds=" + ",".join(map(str, self.model_seeds))
+            return label
+        return f"{label}/seeds=" + ",".join(map(str, self.model_seeds))
 
 
 def _data_parallel_worker(
@@ -313,13 +335,16 @@ def _data_parallel_worker(
 
     torch.set_num_threads(1)  # see single_threaded()
     logging.getLogger().setLevel(logging.WARNING)
-    cfg = parse_training_config(train_args, data_dir, seed)
-    _set_data_parallel(cfg, world_size, rank, runs[0].ddp_backend, init_method)
-    distributed_utils.distributed_init(cfg)
+    def run_config(run: WorkerRun):
+        cfg = parse_training_config(run.train_args or train_args, run.data_dir or data_dir, seed)
+        _set_data_parallel(cfg, world_size, rank, run.ddp_backend, init_method)
+        return cfg
+
+    distributed_utils.distributed_init(run_config(runs[0]))
     try:
         with cpu_data_parallel_wrapper():
             for index, run in enumerate(runs):
-                cfg.distributed_training.ddp_backend = run.ddp_backend
+                cfg = run_config(run)
                 model_seed = seed if run.model_seeds is None else run.model_seeds[rank]
                 result = train_steps(cfg, shards[rank], steps, model_seed=model_seed)
                 result["ddp_backend"] = run.ddp_backend

@@ -1,5 +1,4 @@
-"""Issue 15 items 1, 7, 8, 9: nothing silently wrong between the raw data and
-the numbers.
+"""Nothing silently wrong between the raw data and the numbers.
 
 Stale splits in a re-used ``--destdir``; a training split with no valid line
 before SentencePiece; multi-reference clusters (FewSum ``jsonl_multiref``)

@@ -1,7 +1,8 @@
 """Multi-GPU readiness: fairseq's data-parallel training (2 gloo workers under
 ``DistributedFairseqModel``) computes the gradients of one process on the
 combined batch, for stock ``transformer`` and ``bart_base`` on the
-``multidoc_summarization`` task; and the check fails when it should."""
+``multidoc_summarization`` task; and the check fails when it should. Every
+mdsfair architecture runs through it in ``tests/test_model_contract.py``."""
 import pytest
 import torch
 
@@ -14,7 +15,6 @@ from tests.distributed_harness import (
     compare_tensors,
     data_parallel_train_steps,
     parse_training_config,
-    run_distributed_gradient_check,
     single_threaded,
     split_examples,
     train_steps,
@@ -32,10 +32,16 @@ TINY_TRANSFORMER_ARGS = [
     "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
     *SHORT_SOURCES,
 ]
+TINY_BART_BASE_ARGS = [
+    "--task", "multidoc_summarization", *TINY_BART_ARGS, *SHORT_SOURCES,
+    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+]
 EXAMPLES = [0, 1, 2, 3]
 STEPS = 2
 # ranks initialized from different seeds, to show what the check catches
 MISMATCHED_SEEDS = [WorkerRun(backend, model_seeds=(1, 2)) for backend in DDP_BACKENDS]
+# stock bart_base in the same spawn of the workers
+BART_BASE_RUNS = [WorkerRun(backend, train_args=tuple(TINY_BART_BASE_ARGS), name="bart_base") for backend in DDP_BACKENDS]
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +63,10 @@ def transformer_reference(transformer_cfg):
 @pytest.fixture(scope="module")
 def transformer_runs(data_bin):
     """One spawn of 2 workers: both backends as fairseq-train runs them, then
-    both again with rank-dependent initialization."""
+    both again with rank-dependent initialization, then stock bart_base."""
     return data_parallel_train_steps(
-        TINY_TRANSFORMER_ARGS, data_bin, split_examples(EXAMPLES, 2), [*DDP_BACKENDS, *MISMATCHED_SEEDS], steps=STEPS
+        TINY_TRANSFORMER_ARGS, data_bin, split_examples(EXAMPLES, 2),
+        [*DDP_BACKENDS, *MISMATCHED_SEEDS, *BART_BASE_RUNS], steps=STEPS,
     )
 
 
@@ -127,13 +134,13 @@ def test_check_fails_when_ranks_initialize_differently(transformer_reference, tr
         check_data_parallel_results(transformer_reference, {legacy_ddp: transformer_runs[legacy_ddp]}, 1e-5, 1e-4)
 
 
-def test_bart_base_gradients_equal_one_process(data_bin):
-    report = run_distributed_gradient_check(
-        ["--task", "multidoc_summarization", *TINY_BART_ARGS, *SHORT_SOURCES,
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"],
-        data_bin,
+def test_bart_base_gradients_equal_one_process(data_bin, transformer_runs):
+    with single_threaded():
+        reference = train_steps(parse_training_config(TINY_BART_BASE_ARGS, data_bin), EXAMPLES, STEPS)
+    report = check_data_parallel_results(
+        reference, {run.label: transformer_runs[run.label] for run in BART_BASE_RUNS}, atol=1e-5, rtol=1e-4
     )
-    assert set(report) == set(DDP_BACKENDS)
+    assert set(report) == {"bart_base/pytorch_ddp", "bart_base/legacy_ddp"}
     for differences in report.values():
         assert "encoder.layers.1.fc2.weight" in differences
         assert max(differences.values()) < 1e-5

@@ -51,7 +51,7 @@ class SentenceStartProducer(SideDataProducer):
 
 
 @pytest.fixture(scope="module")
-def test_producer():
+def sentence_start_producer():
     """Register the test producer for this module only."""
     SIDE_DATA_PRODUCERS[SIDE_DATA] = SentenceStartProducer
     yield SIDE_DATA
@@ -59,11 +59,11 @@ def test_producer():
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, test_producer):
+def trained(tmp_path_factory, sentence_start_producer):
     """A tiny data-bin (with side data) and a stock transformer trained on it
     for a few updates."""
     work = str(tmp_path_factory.mktemp("hub"))
-    data_bin = make_tiny_data_bin(work, train=24, valid=4, test=8, extra_args=["--side-data", test_producer])
+    data_bin = make_tiny_data_bin(work, train=24, valid=4, test=8, extra_args=["--side-data", sentence_start_producer])
     save_dir = os.path.join(work, "checkpoints")
     fairseq_cli(
         "fairseq_cli.train",

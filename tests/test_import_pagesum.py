@@ -247,7 +247,7 @@ def test_logits_equal_the_authors_forward(released, imported, data_bin):
 
 
 def test_multinews_preset_with_filler_pages_equals_the_authors_and_generates(released, multinews, data_bin):
-    """Issue 11's case: a 3-document cluster at the Multi-News preset's 7
+    """A 3-document cluster at the Multi-News preset's 7
     pages (4 "." pages), next to 1 and 7 documents; the checkpoint loads
     through the task (logits equal the authors' forward) and through the hub,
     whose greedy search equals greedy decoding with the authors' forward

@@ -77,7 +77,7 @@ def random_buffer(rows, step, vocab, max_len, generator):
 
 
 def test_fairseq_blocker_bans_nothing_on_the_padded_buffer():
-    """The repro of the issue: history </s> 7 7 7 at step 3 in a buffer padded
+    """fairseq's own blocker on a padded buffer: history </s> 7 7 7 at step 3 in a buffer padded
     to 10 columns. The trigram 7 7 7 occurs, so 7 after the suffix (7, 7) must
     be banned; fairseq compares the buffer's last two entries (<pad> <pad>)
     instead and bans nothing."""
@@ -212,14 +212,14 @@ def build(data_bin, family):
 
 
 @pytest.fixture(scope="module")
-def test_batch(data_bin):
+def first_test_examples(data_bin):
     args, task, _ = build(data_bin, "transformer")
     task.load_dataset("test")
     dataset = task.datasets["test"]
     return dataset.collater([dataset[i] for i in range(BATCH)])
 
 
-def test_fairseq_sequence_generator_hands_the_blocker_the_whole_padded_buffer(data_bin, test_batch):
+def test_fairseq_sequence_generator_hands_the_blocker_the_whole_padded_buffer(data_bin, first_test_examples):
     """fairseq's SequenceGenerator calls the blocker with its full
     ``[bsz * beam, max_len + 2]`` buffer, <pad> after the current step (the
     reason its blocker sees only <pad>), and so repeats trigrams with
@@ -237,7 +237,7 @@ def test_fairseq_sequence_generator_hands_the_blocker_the_whole_padded_buffer(da
 
     generator.repeat_ngram_blocker.forward = spy
     with torch.no_grad():
-        hypos = task.inference_step(generator, [model], test_batch)
+        hypos = task.inference_step(generator, [model], first_test_examples)
     assert len(calls) == 17 and all(tokens.size(1) == 16 + 2 for _, tokens in calls)
     assert all(tokens[:, step + 1 :].eq(PAD).all() for step, tokens in calls)
     assert any(has_repeated_ngram(h["tokens"].tolist()) for hypotheses in hypos for h in hypotheses)
@@ -273,14 +273,14 @@ def generate(task, model, sample, **generation):
 
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_no_generated_hypothesis_repeats_a_trigram(data_bin, test_batch, family):
+def test_no_generated_hypothesis_repeats_a_trigram(data_bin, first_test_examples, family):
     _, task, model = build(data_bin, family)
-    generator, unblocked = generate(task, model, test_batch, no_repeat_ngram_size=0)
+    generator, unblocked = generate(task, model, first_test_examples, no_repeat_ngram_size=0)
     assert generator.repeat_ngram_blocker is None
     # the same model, unblocked, does repeat (else this test could not fail)
     assert any(has_repeated_ngram(h["tokens"].tolist()) for hypotheses in unblocked for h in hypotheses)
 
-    generator, blocked = generate(task, model, test_batch, no_repeat_ngram_size=3)
+    generator, blocked = generate(task, model, first_test_examples, no_repeat_ngram_size=3)
     assert isinstance(generator.repeat_ngram_blocker, VectorizedNGramRepeatBlock)
     assert len(blocked) == BATCH
     for hypotheses in blocked:
@@ -294,14 +294,14 @@ def test_no_generated_hypothesis_repeats_a_trigram(data_bin, test_batch, family)
     # with fairseq's own blocker fixed by slicing the history
     generator.repeat_ngram_blocker = FairseqBlockerOnHistory(3)
     with torch.no_grad():
-        reference = task.inference_step(generator, [model], test_batch)
+        reference = task.inference_step(generator, [model], first_test_examples)
     for ours, theirs in zip(blocked, reference):
         for a, b in zip(ours, theirs):
             assert torch.equal(a["tokens"], b["tokens"])
             assert float(a["score"]) == float(b["score"])
 
 
-def test_analysis_commands_generate_with_the_blocker(data_bin, test_batch):
+def test_analysis_commands_generate_with_the_blocker(data_bin, first_test_examples):
     """``mdsfair-page-importance`` decodes with the task's generator:
     blocked, its summaries never repeat a trigram (the unblocked do);
     ``mdsfair-attention-analysis`` builds ``task.build_generator`` from a
@@ -309,8 +309,8 @@ def test_analysis_commands_generate_with_the_blocker(data_bin, test_batch):
     from mdsfair.evaluation.page_importance import generated_summaries
 
     _, task, model = build(data_bin, "pagesum_bart")
-    blocked = generated_summaries(task, model, test_batch, GenerationConfig(**GENERATION, no_repeat_ngram_size=3))
-    unblocked = generated_summaries(task, model, test_batch, GenerationConfig(**GENERATION))
+    blocked = generated_summaries(task, model, first_test_examples, GenerationConfig(**GENERATION, no_repeat_ngram_size=3))
+    unblocked = generated_summaries(task, model, first_test_examples, GenerationConfig(**GENERATION))
     assert not any(has_repeated_ngram(summary.tolist()) for summary in blocked)
     assert any(has_repeated_ngram(summary.tolist()) for summary in unblocked)
 

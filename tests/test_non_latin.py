@@ -1,4 +1,4 @@
-"""Non-Latin text: sentence splitting and ROUGE (issue: no silently wrong results, item 10)."""
+"""Non-Latin text: sentence splitting and ROUGE give no silently wrong results."""
 import logging
 
 from rouge_score import tokenizers

@@ -1,4 +1,4 @@
-"""No silently wrong results (issue 15): generation covers every cluster
+"""No silently wrong results: generation covers every cluster
 whatever its reference length, ROUGE scores full references and refuses
 incomplete inputs, the hub reports truncation, checkpoints refuse a foreign
 dictionary and corrupted weights, and the task logs one readable line per split.

@@ -1,4 +1,4 @@
-"""Start-up (issue 15, item 11): the commands that need no model import
+"""Start-up: the commands that need no model import
 neither torch nor fairseq, and mdsfair still registers everything with
 fairseq whenever fairseq is in use, whatever the import order.
 

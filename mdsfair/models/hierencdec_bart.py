@@ -30,11 +30,11 @@ from fairseq.models import register_model, register_model_architecture
 from fairseq.models.bart import BARTModel
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
 from mdsfair.hub_interface import register_hub_entry
+from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS, DocumentBlockedSelfAttention, DocumentLayout
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
@@ -54,11 +54,11 @@ register_hub_entry(
 )
 
 
-def wrap_layer(layer, cfg):
-    """Activation checkpointing and FSDP wrapping as fairseq's own builders do."""
-    if cfg.checkpoint_activations:
-        layer = checkpoint_wrapper(layer, offload_to_cpu=cfg.offload_activations)
-    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not cfg.checkpoint_activations else 0)
+def wrap_layer(layer, cfg, attribute_inputs=()):
+    """Activation checkpointing and FSDP wrapping as fairseq's own builders do
+    (``attribute_inputs``: see :func:`mdsfair.modules.activation_checkpointing.checkpoint_layer`)."""
+    layer = checkpoint_layer(layer, cfg, attribute_inputs)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not activation_checkpointing(cfg) else 0)
 
 
 class HierEncDecEncoderLayer(TransformerEncoderLayerBase):
@@ -246,7 +246,12 @@ class HierEncDecDecoder(TransformerDecoderBase):
     (Sec. 4.2) over the documents named by the encoder output's ``src_doc_ids``."""
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
-        return wrap_layer(HierEncDecDecoderLayer(cfg, no_encoder_attn), cfg)
+        layer = HierEncDecDecoderLayer(cfg, no_encoder_attn)
+        # The key documents reach the cross-attention as an attribute set for
+        # one pass (_cross_attention_documents); a checkpointed layer
+        # recomputes after that pass, so it takes them as an input.
+        documents = [(layer.encoder_attn, "key_document_ids")] if layer.encoder_attn is not None else []
+        return wrap_layer(layer, cfg, documents)
 
     @contextmanager
     def _cross_attention_documents(self, document_ids: Optional[Tensor]):

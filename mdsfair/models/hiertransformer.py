@@ -45,6 +45,7 @@ from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
 from mdsfair.hub_interface import register_hub_entry
+from mdsfair.modules.activation_checkpointing import checkpoint_layer
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
@@ -135,6 +136,10 @@ class GlobalTransformerLayer(nn.Module):
 class HierarchicalTransformerEncoder(FairseqEncoder):
     """Local layers over paragraph blocks, then global layers (Section 3.2).
 
+    ``--checkpoint-activations`` wraps every local and global layer (a global
+    layer's :class:`ParagraphBlocks` argument holds only index tensors, which
+    need no gradient, so fairseq's wrapper may pass it by reference).
+
     Returns fairseq's encoder-output dict over the flat source
     (``encoder_out [T, B, d]``, ``encoder_padding_mask [B, T]``), so the
     decoder attends over all non-pad tokens of all paragraphs.
@@ -156,8 +161,12 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
         self.ignored_source_symbols = (
             sorted({dictionary.bos(), dictionary.eos()}) if args.no_source_special_tokens else []
         )
-        self.local_layers = nn.ModuleList([TransformerEncoderLayer(args) for _ in range(args.local_layers)])
-        self.global_layers = nn.ModuleList([GlobalTransformerLayer(args) for _ in range(args.global_layers)])
+        self.local_layers = nn.ModuleList(
+            [checkpoint_layer(TransformerEncoderLayer(args), args) for _ in range(args.local_layers)]
+        )
+        self.global_layers = nn.ModuleList(
+            [checkpoint_layer(GlobalTransformerLayer(args), args) for _ in range(args.global_layers)]
+        )
         self.layer_norm = LayerNorm(embed_dim) if args.encoder_normalize_before else None
 
     def forward_embedding(self, src_tokens: Tensor, blocks: ParagraphBlocks, paragraph_ids: Tensor) -> Tensor:

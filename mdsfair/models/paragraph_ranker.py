@@ -21,6 +21,8 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from mdsfair.modules.activation_checkpointing import checkpoint_layer
+
 
 def masked_max_pool(states: Tensor, padding_mask: Tensor) -> Tensor:
     """Max over the time dimension 1 of ``[N, T, d]``, ignoring padding
@@ -41,8 +43,14 @@ class ParagraphRankerModel(BaseFairseqModel):
         self.embed_tokens = nn.Embedding(len(dictionary), args.ranker_embed_dim, padding_idx=self.padding_idx)
         nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=args.ranker_embed_dim ** -0.5)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
-        self.title_lstm = nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True)
-        self.paragraph_lstm = nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True)
+        # --checkpoint-activations: the LSTMs, whose per-step states are the
+        # bulk of the ranker's activations, are recomputed in the backward pass.
+        self.title_lstm = checkpoint_layer(
+            nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True), args
+        )
+        self.paragraph_lstm = checkpoint_layer(
+            nn.LSTM(args.ranker_embed_dim, args.ranker_hidden_dim, batch_first=True), args
+        )
         self.match_proj = nn.Linear(2 * args.ranker_hidden_dim, args.ranker_hidden_dim)  # W_1
         self.score_proj = nn.Linear(args.ranker_hidden_dim, 1)  # W_2
         self.dropout_module = FairseqDropout(args.dropout, module_name=self.__class__.__name__)
@@ -54,6 +62,12 @@ class ParagraphRankerModel(BaseFairseqModel):
                             help="hidden size of the title and paragraph LSTMs (paper: 256)")
         parser.add_argument("--dropout", type=float, metavar="D",
                             help="dropout before every linear layer (paper: 0.2)")
+        parser.add_argument("--checkpoint-activations", action="store_true",
+                            help="recompute the LSTM states in the backward pass instead of storing them "
+                                 "(less memory, more compute)")
+        parser.add_argument("--offload-activations", action="store_true",
+                            help="--checkpoint-activations, keeping the saved LSTM inputs in CPU memory; "
+                                 "sets --checkpoint-activations")
 
     @classmethod
     def build_model(cls, args, task):
@@ -100,6 +114,8 @@ def base_architecture(args):
     args.ranker_embed_dim = getattr(args, "ranker_embed_dim", 256)
     args.ranker_hidden_dim = getattr(args, "ranker_hidden_dim", 256)
     args.dropout = getattr(args, "dropout", 0.2)
+    args.offload_activations = getattr(args, "offload_activations", False)
+    args.checkpoint_activations = getattr(args, "checkpoint_activations", False) or args.offload_activations
 
 
 @register_model_architecture("paragraph_ranker", "paragraph_ranker_tiny")

@@ -40,6 +40,11 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor, nn
 
 from mdsfair.hub_interface import register_hub_entry
+from mdsfair.modules.activation_checkpointing import (
+    activation_checkpointing,
+    checkpoint_layer,
+    checkpoint_structured_layer,
+)
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.sentence_approximator import (
     SENTENCE_ENCODERS,
@@ -59,6 +64,10 @@ from mdsfair.modules.sparse_cross_attention import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: Sentences per recomputed chunk of the BiGRU sentence encoder under
+#: --checkpoint-activations.
+SENTENCE_ENCODER_CHECKPOINT_CHUNK = 32
 
 
 def build_sentence_encoder(args) -> nn.Module:
@@ -93,6 +102,19 @@ class SparseBARTEncoder(TransformerEncoder):
     def __init__(self, args, dictionary, embed_tokens):
         super().__init__(args, dictionary, embed_tokens)
         self.sentence_encoder = build_sentence_encoder(args) if args.approximator == "model-based" else None
+        if isinstance(self.sentence_encoder, SentenceEncoder) and activation_checkpointing(args):
+            # --checkpoint-activations: the BiGRU's working set over every
+            # sentence of the batch is the largest of the model, so it is
+            # recomputed a chunk of sentences at a time
+            self.sentence_encoder.checkpoint_activations(
+                SENTENCE_ENCODER_CHECKPOINT_CHUNK, offload_to_cpu=bool(getattr(args, "offload_activations", False))
+            )
+        elif self.sentence_encoder is not None:
+            # the pooling encoder reads the encoder states and a layout of index
+            # tensors; while the approximator trains on the frozen BART encoder
+            # none of its inputs requires grad, and checkpoint_layer still
+            # gives its own parameters their gradients
+            self.sentence_encoder = checkpoint_layer(self.sentence_encoder, args)
 
     def forward(
         self,
@@ -252,7 +274,11 @@ class SparseBARTDecoder(TransformerDecoder):
     def build_decoder_layer(self, args, no_encoder_attn=False):
         if no_encoder_attn:
             raise ValueError("sparse_bart needs encoder-decoder attention")
-        return SparseDecoderLayer(TransformerConfig.from_namespace(args), args)
+        # --checkpoint-activations: the layer reads the trainable sentence
+        # vectors inside its SentenceContext and returns the saliencies the KL
+        # loss trains on inside a SentenceAttention, so both are flattened
+        # into tensors around fairseq's checkpoint function.
+        return checkpoint_structured_layer(SparseDecoderLayer(TransformerConfig.from_namespace(args), args), args)
 
     def extract_features(
         self,

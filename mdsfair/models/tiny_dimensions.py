@@ -1,4 +1,12 @@
-"""The tiny encoder-decoder dimensions every ``*_tiny`` test architecture uses."""
+"""The tiny encoder-decoder dimensions every ``*_tiny`` test architecture uses.
+
+Every mdsfair model registers a ``<model>_tiny`` architecture. The
+model-contract suite (``tests/test_model_contract.py``) runs *every*
+architecture of the model at the sizes that architecture sets (its
+``*_embed_dim``, ``*_hidden_dim``, ``*_layers`` and ``*_heads`` arguments,
+given on top of the architecture's own settings), and fails for a model
+that has none.
+"""
 
 TINY_DIMENSIONS = {
     "encoder_layers": 2,

@@ -83,7 +83,7 @@ class InterParagraphAttention(nn.Module):
         value = self.value_proj(heads)
         scores = torch.einsum("bihd,bjhd->bhij", query, key).float()
         key_mask = paragraph_mask[:, None, None, :]
-        scores = scores.masked_fill(~key_mask, torch.finfo(torch.float32).min)
+        scores = scores.masked_fill(~key_mask, torch.finfo(scores.dtype).min)
         weights = (F.softmax(scores, dim=-1) * key_mask).type_as(heads)
         attention = weights
         if graph_heads > 0:

@@ -49,7 +49,7 @@ class MultiHeadPooling(nn.Module):
         token pools to the layer norm of a zero vector (no NaN)."""
         num_blocks, length, _ = x.shape
         scores = self.score_proj(x).float()  # [N, L, H]
-        scores = scores.masked_fill(padding_mask.unsqueeze(-1), torch.finfo(torch.float32).min)
+        scores = scores.masked_fill(padding_mask.unsqueeze(-1), torch.finfo(scores.dtype).min)
         weights = F.softmax(scores, dim=1) * (~padding_mask).unsqueeze(-1)
         weights = self.dropout_module(weights.type_as(x))
         values = self.value_proj(x).view(num_blocks, length, self.num_heads, self.head_dim)

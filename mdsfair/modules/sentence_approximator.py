@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
+from mdsfair.modules.activation_checkpointing import checkpointed_call
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.sentence_saliency import SentenceLayout
 
@@ -64,6 +65,8 @@ class SentenceEncoder(nn.Module):
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output_proj = nn.Linear(2 * hidden_dim, embed_dim)
+        self.checkpoint_chunk_sentences = 0  # see checkpoint_activations
+        self.offload_activations = False
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -73,6 +76,22 @@ class SentenceEncoder(nn.Module):
                 nn.init.xavier_normal_(parameter)
             else:
                 nn.init.zeros_(parameter)
+
+    def checkpoint_activations(self, chunk_sentences: int, offload_to_cpu: bool = False) -> None:
+        """Checkpoint the GRU ``chunk_sentences`` sentences at a time (0: off):
+        the backward pass then holds the GRU states of one chunk, not those of
+        every sentence of the batch."""
+        self.checkpoint_chunk_sentences = chunk_sentences
+        self.offload_activations = offload_to_cpu
+
+    def sentence_vectors(self, states: Tensor, lengths: Tensor) -> Tensor:
+        """``y_i`` (Eq. 10) of ``[n, L, C]`` right-padded sentences of ``lengths``."""
+        packed = pack_padded_sequence(states, lengths.cpu(), batch_first=True, enforce_sorted=False)
+        _, final_states = self.gru(packed)
+        # final_states: [layers * 2, n, H]; the last layer's forward state has
+        # read the whole sentence left to right, its backward state right to left.
+        last_forward, last_backward = final_states[-2], final_states[-1]
+        return self.output_proj(torch.cat([last_forward, last_backward], dim=-1))
 
     def forward(self, encoder_states: Tensor, layout: SentenceLayout) -> Tensor:
         """
@@ -92,14 +111,20 @@ class SentenceEncoder(nn.Module):
         )
         if real.numel() == 0:
             return sentences.view(bsz, num_slots, -1)
-        packed = pack_padded_sequence(
-            gathered.index_select(0, real), lengths.index_select(0, real).cpu(), batch_first=True, enforce_sorted=False
-        )
-        _, final_states = self.gru(packed)
-        # final_states: [layers * 2, n, H]; the last layer's forward state has
-        # read the whole sentence left to right, its backward state right to left.
-        last_forward, last_backward = final_states[-2], final_states[-1]
-        vectors = self.output_proj(torch.cat([last_forward, last_backward], dim=-1))
+        states, real_lengths = gathered.index_select(0, real), lengths.index_select(0, real)
+        if self.checkpoint_chunk_sentences > 0 and torch.is_grad_enabled():
+            # --checkpoint-activations: the backward pass recomputes the GRU one
+            # chunk of sentences at a time (sentences are independent sequences)
+            chunk = self.checkpoint_chunk_sentences
+            vectors = torch.cat([
+                checkpointed_call(
+                    self.sentence_vectors, states[start : start + chunk], real_lengths[start : start + chunk],
+                    offload_to_cpu=self.offload_activations,
+                )
+                for start in range(0, states.size(0), chunk)
+            ])
+        else:
+            vectors = self.sentence_vectors(states, real_lengths)
         sentences = sentences.to(vectors.dtype).index_copy(0, real, vectors)
         return sentences.view(bsz, num_slots, -1)
 

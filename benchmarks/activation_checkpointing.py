@@ -1,0 +1,133 @@
+"""Peak memory of one training step with and without ``--checkpoint-activations``.
+
+For every architecture given (default: one per system at base dimensions), one
+training step (forward and backward of the system's training criterion, no
+optimizer update) on one synthetic cluster of about ``--source-tokens``
+source tokens, built with fairseq-train's own argument parsing, task, model
+and criterion; dropout is on as in training. The step's peak memory above
+what the model and the batch already hold is measured as in every mdsfair
+benchmark (:mod:`benchmarks.measure`: ``torch.cuda.max_memory_allocated`` on
+CUDA; on CPU the growth of the peak resident size of a fresh forked process
+per run). Prints, per architecture, the median (min-max) of ``--repeats``
+runs of each variant and the ratio checkpointed / plain: the plain model is
+the stock baseline, measured in the same run.
+
+    python benchmarks/activation_checkpointing.py                       # CPU, 1 thread, 3 repeats
+    python benchmarks/activation_checkpointing.py --archs hiertransformer --source-tokens 4096
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+
+#: One architecture per system at base dimensions, with its training task and criterion.
+SYSTEMS = {
+    "hiertransformer": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
+                        "--label-smoothing", "0.1"],
+    "hierencdec_bart_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
+                             "--label-smoothing", "0.1"],
+    "pagesum_bart_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
+                          "--label-smoothing", "0.1"],
+    "sparse_bart_base": ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl",
+                         "--sparse-training-stage", "joint"],
+    "dape_transformer": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
+                         "--label-smoothing", "0.1"],
+}
+
+
+def make_data(work_dir: str) -> str:
+    """Synthetic clusters of about 2,000-2,400 source tokens (12 documents),
+    with the dependency arcs DAPE reads."""
+    from tests.utils import make_tiny_data_bin
+
+    return make_tiny_data_bin(
+        work_dir, train=4, valid=1, test=1, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
+        num_docs=8, distractor_docs=4, noise_sentences=6,
+    )
+
+
+def measure(config: dict) -> dict:
+    import torch
+    from fairseq import options, tasks, utils
+
+    torch.set_num_threads(config["threads"])
+    argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
+            *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
+            "--max-source-positions", str(config["source_tokens"]), *config["flags"]]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    utils.set_torch_seed(1)
+    task = tasks.setup_task(args)
+    task.load_dataset("train")
+    model = task.build_model(args).to(config["device"]).train()
+    criterion = task.build_criterion(args)
+    dataset = task.dataset("train")
+    sample = dataset.collater([dataset[int(dataset.src_sizes.argmax())]])
+    sample = task._sample_for(model, sample) if hasattr(task, "_sample_for") else sample
+    sample = utils.move_to_cuda(sample) if config["device"] == "cuda" else sample
+    for parameter in model.parameters():
+        if parameter.requires_grad:
+            parameter.grad = torch.zeros_like(parameter)
+
+    def step():
+        loss, _, _ = criterion(model, sample)
+        loss.backward()
+        model.zero_grad(set_to_none=False)
+
+    measured = peak_memory_and_median_time(step, config["device"], 0, warm_up=False)
+    return {"peak_mib": measured["peak_mib"], "source_tokens": int(sample["net_input"]["src_tokens"].numel())}
+
+
+def device_name(device: str) -> str:
+    import platform
+
+    import torch
+
+    if device == "cuda":
+        return torch.cuda.get_device_name()
+    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", nargs="+", default=list(SYSTEMS), help="architectures to measure")
+    parser.add_argument("--source-tokens", type=int, default=2048, help="source tokens of the cluster (truncated to)")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant (median, min, max)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
+    parser.add_argument("--data", help="a data-bin with dep_head/dep_rel side data (default: synthesized)")
+    args = parser.parse_args(argv)
+    work = None
+    if args.data is None:
+        work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
+        args.data = make_data(work.name)
+    print(f"device: {device_name(args.device)}; one training step, batch 1, fp32")
+    print(f"{'architecture':<22} {'tokens':>6} {'plain MiB':>22} {'checkpointed MiB':>22} {'ratio':>6}")
+    for arch in args.archs:
+        peaks = {(): [], ("--checkpoint-activations",): []}
+        tokens = None
+        for _ in range(args.repeats):
+            for flags in peaks:
+                config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": list(flags),
+                          "data": args.data, "source_tokens": args.source_tokens}
+                result = in_fresh_process(measure, config)
+                peaks[flags].append(result["peak_mib"])
+                tokens = result["source_tokens"]
+        plain, checkpointed = peaks[()], peaks[("--checkpoint-activations",)]
+
+        def cell(values):
+            return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+        ratio = statistics.median(checkpointed) / statistics.median(plain)
+        print(f"{arch:<22} {tokens:>6} {cell(plain):>22} {cell(checkpointed):>22} {ratio:>6.2f}", flush=True)
+    if work is not None:
+        work.cleanup()
+
+
+if __name__ == "__main__":
+    main()

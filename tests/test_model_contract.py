@@ -1,0 +1,359 @@
+"""The model contract, run by every registered mdsfair architecture.
+
+Each test is parametrized over :func:`tests.model_contract.mdsfair_architectures`
+(fairseq's ``ARCH_MODEL_REGISTRY``, model classes in ``mdsfair.*``), each
+architecture at its model's tiny dimensions. Per-architecture test files keep
+only what is specific to a system (its equations, the authors' code).
+
+* forward shapes; results independent of batch padding and composition;
+* incremental decoding (beam search, reordered states) equals full decoding;
+* save / load round trip through fairseq's Trainer and checkpoint loader;
+* the hub interface equals fairseq-generate's path (the task's generator on
+  the binarized split) on the raw clusters;
+* bf16 and fp16 forward and backward finite and close to fp32;
+* ``--checkpoint-activations`` / ``--offload-activations``: every layer
+  wrapped, identical loss and gradients;
+* ``--update-freq 2`` at batch 2 equals batch 4 (fairseq's Trainer);
+* 2-process data-parallel gradients (gloo, one spawn for all architectures)
+  equal one process on the combined batch.
+"""
+import copy
+
+import pytest
+import torch
+
+from tests import model_contract as contract
+from tests.distributed_harness import (
+    WorkerRun,
+    check_data_parallel_results,
+    data_parallel_train_steps,
+    single_threaded,
+    train_steps,
+)
+
+ARCHITECTURES = contract.mdsfair_architectures()
+GENERATING = [arch for arch in ARCHITECTURES if contract.family(arch).generates]
+TRAIN_EXAMPLES = [0, 1, 2, 3]
+SHARDS = [[0, 1], [2, 3]]
+STEPS = 2
+GENERATION = {"beam": 2, "max_len_b": 6, "min_len": 2}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return contract.make_contract_data(str(tmp_path_factory.mktemp("contract")))
+
+
+_BUILT = {}
+
+
+def built(arch, data, *extra):
+    """The :class:`ContractModel` of ``arch`` (cached per flags)."""
+    key = (arch, extra)
+    if key not in _BUILT:
+        _BUILT[key] = contract.ContractModel(arch, data, *extra)
+    return _BUILT[key]
+
+
+# ----------------------------------------------------------- registration
+
+
+def test_every_architecture_is_found_and_has_a_tiny_configuration():
+    assert {"hiertransformer", "hierencdec_bart_tiny", "pagesum_bart_base", "sparse_bart_large",
+            "dape_transformer", "paragraph_ranker"} <= set(ARCHITECTURES)
+    missing = []
+    for arch in ARCHITECTURES:
+        try:
+            sizes = contract.tiny_configuration(arch)
+        except LookupError as error:
+            missing.append(str(error))
+            continue
+        assert sizes and max(sizes.values()) <= 64, (arch, sizes)
+    assert not missing, "\n".join(missing)
+
+
+def test_a_model_without_tiny_architecture_fails_the_contract():
+    from fairseq.models import ARCH_MODEL_NAME_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+
+    ARCH_MODEL_NAME_REGISTRY["contract_probe"] = "contract_probe_model"
+    ARCH_MODEL_REGISTRY["contract_probe"] = MODEL_REGISTRY["hiertransformer"]
+    try:
+        with pytest.raises(LookupError, match="contract_probe_model_tiny"):
+            contract.tiny_configuration("contract_probe")
+    finally:
+        del ARCH_MODEL_NAME_REGISTRY["contract_probe"], ARCH_MODEL_REGISTRY["contract_probe"]
+
+
+# ------------------------------------------------------------------ forward
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_forward_shapes_and_padding_and_batch_composition(arch, data):
+    """Output shapes; every example's outputs are those it gets alone (no
+    padding) and in a batch of another composition and order."""
+    built_model = built(arch, data)
+    model = built_model.build_model().eval()
+    indices = built_model.shortest("valid", 3)
+    sample = built_model.batch("valid", indices, model)
+    if not built_model.family.generates:
+        scores = model(**sample["net_input"])
+        assert scores.shape == sample["target"].shape and torch.isfinite(scores).all()
+        other = built_model.batch("valid", indices[::-1][:2], model)
+        reordered = model(**other["net_input"])
+        clusters = sample["net_input"]["paragraph_cluster"]
+        first = scores[clusters == 2]
+        assert torch.allclose(reordered[other["net_input"]["paragraph_cluster"] == 0], first, atol=1e-5)
+        return
+    pad = built_model.task.target_dictionary.pad()
+    with torch.no_grad():
+        logits, extra = model(**sample["net_input"])
+    batch_size, target_length = sample["target"].shape
+    assert logits.shape == (batch_size, target_length, len(built_model.task.target_dictionary))
+    assert isinstance(extra, dict) and torch.isfinite(logits).all()
+    assert sample["net_input"]["src_tokens"].eq(pad).any(), "the batch must hold padding"
+    # another composition and order: examples 2 and 0 only
+    other = built_model.batch("valid", [indices[2], indices[0]], model)
+    with torch.no_grad():
+        other_logits = model(**other["net_input"])[0]
+    for row, original in ((0, 2), (1, 0)):
+        real = other["target"][row].ne(pad)
+        length = int(real.sum())
+        assert torch.allclose(other_logits[row, :length], logits[original, :length], atol=1e-5), arch
+    # each example alone, without source or target padding
+    for index in range(batch_size):
+        length = int(sample["target"][index].ne(pad).sum())
+        alone = contract.unpadded_example(sample, index, built_model.task.source_dictionary.pad())
+        prev = sample["net_input"]["prev_output_tokens"][index : index + 1, :length]
+        with torch.no_grad():
+            alone_logits = model(**alone, prev_output_tokens=prev)[0]
+        assert torch.allclose(alone_logits[0], logits[index, :length], atol=1e-5), (arch, index)
+
+
+@pytest.mark.parametrize("arch", GENERATING)
+def test_incremental_beam_search_equals_full_decoding(arch, data):
+    """Beam search (incremental states, reordered encoder outputs, batch 3)
+    gives every hypothesis the scores one full forward pass gives it."""
+    built_model = built(arch, data)
+    model = built_model.build_model().eval()
+    with torch.no_grad():  # a sharper model than the initialization: distinct hypotheses
+        generator = torch.Generator().manual_seed(0)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    indices = built_model.shortest("valid", 3)
+    sample = built_model.batch("valid", indices)
+    gen_cfg = copy.deepcopy(built_model.cfg.generation)
+    gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = 3, 8, 3, 0
+    generator = built_model.task.build_generator([model], gen_cfg)
+    with torch.no_grad():
+        hypotheses = built_model.task.inference_step(generator, [model], sample)
+    eos = built_model.task.target_dictionary.eos()
+    pad = built_model.task.source_dictionary.pad()
+    forwarded = built_model.batch("valid", indices, model)
+    compared = 0
+    for row, beams in enumerate(hypotheses):
+        alone = contract.unpadded_example(forwarded, row, pad)
+        for hypothesis in beams:
+            with torch.no_grad():
+                full = contract.teacher_forced_scores(model, alone, hypothesis["tokens"], eos)
+            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4), (arch, row)
+            compared += 1
+    assert compared == 3 * 3
+
+
+# -------------------------------------------------------- save and reload
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_save_and_load_round_trip(arch, data, tmp_path):
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    built_model = built(arch, data)
+    model = built_model.build_model()
+    trainer = Trainer(built_model.cfg, built_model.task, model, built_model.build_criterion())
+    path = str(tmp_path / "checkpoint.pt")
+    trainer.consolidate_optimizer()  # as fairseq's checkpoint_utils.save_checkpoint does
+    trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], task=built_model.task)
+    loaded = models[0].eval()
+    assert type(loaded) is type(model) and cfg.model.arch == arch
+    original_state, loaded_state = model.state_dict(), loaded.state_dict()
+    assert list(original_state) == list(loaded_state)
+    for name, value in original_state.items():
+        assert torch.equal(value, loaded_state[name]), name
+    model.eval()
+    sample = built_model.batch("valid", built_model.shortest("valid", 2), model)
+    with torch.no_grad():
+        expected, actual = model(**sample["net_input"]), loaded(**sample["net_input"])
+    expected = expected[0] if isinstance(expected, tuple) else expected
+    actual = actual[0] if isinstance(actual, tuple) else actual
+    assert torch.equal(expected, actual)
+
+
+# --------------------------------------------------- hub == fairseq-generate
+
+
+@pytest.mark.parametrize("arch", GENERATING)
+def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
+    """fairseq-generate's path (the task's generator and ``inference_step``
+    over the binarized test split) and the hub interface on the raw test
+    clusters give the same hypotheses and scores."""
+    import json
+    import os
+
+    from mdsfair.hub_interface import MultiDocSummarizationHubInterface
+
+    built_model = built(arch, data)
+    model = built_model.build_model().eval()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(1)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    task = built_model.task
+    dataset = built_model.dataset("test")
+    gen_cfg = copy.deepcopy(built_model.cfg.generation)
+    gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = (
+        GENERATION["beam"], GENERATION["max_len_b"], GENERATION["min_len"], 0
+    )
+    sequence_generator = task.build_generator([model], gen_cfg)
+    generated = {}
+    with torch.no_grad():
+        for start in range(0, len(dataset), 2):
+            sample = dataset.collater([dataset[i] for i in range(start, min(start + 2, len(dataset)))])
+            hypotheses = task.inference_step(sequence_generator, [model], sample)
+            for index, hypotheses_of_one in zip(sample["id"].tolist(), hypotheses):
+                generated[index] = hypotheses_of_one[0]
+    hub = MultiDocSummarizationHubInterface(built_model.cfg, task, [model])
+    raw_test = os.path.join(data["raw"], "test.jsonl")
+    clusters = [json.loads(line) for line in open(raw_test, encoding="utf-8")]
+    assert len(clusters) == len(dataset) == len(generated)
+    for index, hypotheses in enumerate(hub.generate(clusters, batch_size=3, **GENERATION)):
+        assert torch.equal(hypotheses[0]["tokens"], generated[index]["tokens"]), (arch, index)
+        assert hypotheses[0]["score"].item() == pytest.approx(generated[index]["score"].item(), abs=1e-4)
+
+
+# ------------------------------------------------------------ half precision
+
+HALF_TOLERANCES = {  # relative loss difference, 1 - cosine of the gradients
+    torch.bfloat16: (3e-2, 2e-2),
+    torch.float16: (5e-3, 2e-3),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_half_precision_forward_and_backward_close_to_fp32(arch, data, dtype):
+    """CPU kernels stand in for the GPU's: the loss and every gradient stay
+    finite, the loss and the gradient direction stay close to fp32 (masks
+    use dtype-aware fill values)."""
+    built_model = built(arch, data)
+    criterion = built_model.build_criterion()
+    model = built_model.build_model().train()
+    sample = built_model.batch("train", TRAIN_EXAMPLES, model)
+    loss, sample_size, gradients = contract.loss_and_gradients(model, criterion, sample)
+
+    def to_half(tensor):
+        return tensor.to(dtype) if tensor.is_floating_point() else tensor
+
+    from fairseq import utils
+
+    half_model = built_model.build_model().to(dtype).train()
+    half_sample = utils.apply_to_sample(to_half, sample)
+    half_loss, _, half_gradients = contract.loss_and_gradients(half_model, criterion, half_sample)
+    assert torch.isfinite(half_loss), (arch, half_loss)
+    not_finite = [name for name, gradient in half_gradients.items() if not torch.isfinite(gradient).all()]
+    assert not not_finite, not_finite[:5]
+    loss_tolerance, direction_tolerance = HALF_TOLERANCES[dtype]
+    relative_loss_difference = abs(half_loss.item() - loss.item()) / abs(loss.item())
+    assert relative_loss_difference <= loss_tolerance, (arch, loss.item(), half_loss.item())
+    full, half = contract.flat_gradient(gradients), contract.flat_gradient(half_gradients)
+    cosine = torch.nn.functional.cosine_similarity(full.double(), half.double(), dim=0).item()
+    assert 1 - cosine <= direction_tolerance, (arch, cosine)
+
+
+# --------------------------------------------------- activation checkpointing
+
+
+def layers_outside_checkpoints(model):
+    """Elements of the model's ``nn.ModuleList``s (its layers) that are not
+    checkpointed and not inside a checkpointed module."""
+    checkpointed = [name for name, module in model.named_modules() if hasattr(module, "precheckpoint_forward")]
+    inside = lambda name: any(name == c or name.startswith(c + ".") for c in checkpointed)  # noqa: E731
+    missing = []
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and not inside(name):
+            for index, layer in enumerate(module):
+                if any(True for _ in layer.parameters()) and not inside(f"{name}.{index}"):
+                    missing.append(f"{name}.{index}")
+    return checkpointed, missing
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_activation_checkpointing_wraps_every_layer_and_changes_nothing(arch, data, flag):
+    built_model = built(arch, data)
+    criterion = built_model.build_criterion()
+    plain = built_model.build_model().train()
+    sample = built_model.batch("train", TRAIN_EXAMPLES, plain)
+    loss, _, gradients = contract.loss_and_gradients(plain, criterion, sample)
+    checkpointing = built(arch, data, flag)
+    model = checkpointing.build_model().train()
+    checkpointed, missing = layers_outside_checkpoints(model)
+    assert checkpointed and not missing, (arch, checkpointed, missing)
+    assert not layers_outside_checkpoints(plain)[0]
+    checkpointed_loss, _, checkpointed_gradients = contract.loss_and_gradients(model, criterion, sample)
+    assert torch.equal(checkpointed_loss, loss), (arch, loss.item(), checkpointed_loss.item())
+    # the same operations; only the order gradients of shared tensors are
+    # summed in may differ (rounding, ~1e-6)
+    difference, where = contract.max_difference(gradients, checkpointed_gradients)
+    assert difference <= 1e-5, (arch, where, difference)
+    assert contract.flat_gradient(gradients).abs().sum() > 0
+
+
+# ------------------------------------------- update-freq and data parallelism
+
+
+@pytest.fixture(scope="module")
+def one_process_reference(data):
+    """One process, batch of examples 0-3, two Trainer steps, per architecture."""
+    references = {}
+    with single_threaded():
+        for arch in ARCHITECTURES:
+            built_model = built(arch, data)
+            references[arch] = train_steps(built_model.cfg, TRAIN_EXAMPLES, STEPS)
+    return references
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_update_freq_2_at_batch_2_equals_batch_4(arch, data, one_process_reference):
+    built_model = built(arch, data)
+    with single_threaded():
+        accumulated = train_steps(built_model.cfg, SHARDS, STEPS)
+    reference = one_process_reference[arch]
+    assert accumulated["example_ids"] == reference["example_ids"]
+    for step in range(STEPS):
+        difference, where = contract.max_difference(reference["gradients"][step], accumulated["gradients"][step])
+        assert difference <= 1e-5, (arch, step, where, difference)
+    assert any(gradient.any() for gradient in reference["gradients"][0].values())
+
+
+@pytest.fixture(scope="module")
+def data_parallel_runs(data):
+    """Two gloo workers (one spawn), each training every architecture on its
+    half of the batch under fairseq's ``pytorch_ddp`` wrapper."""
+    runs = [
+        WorkerRun("pytorch_ddp", train_args=tuple(contract.train_args(arch)),
+                  data_dir=data[contract.family(arch).data], name=arch)
+        for arch in ARCHITECTURES
+    ]
+    first = runs[0]
+    return data_parallel_train_steps(list(first.train_args), first.data_dir, SHARDS, runs, steps=STEPS)
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_data_parallel_gradients_equal_one_process(arch, one_process_reference, data_parallel_runs):
+    label = f"{arch}/pytorch_ddp"
+    report = check_data_parallel_results(
+        one_process_reference[arch], {label: data_parallel_runs[label]}, atol=1e-5, rtol=1e-4
+    )
+    assert max(report[label].values()) < 1e-5
