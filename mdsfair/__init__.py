@@ -25,8 +25,9 @@ So the commands that need no model (``mdsfair-rouge``, ``-compare``,
 ``-baseline``, ``-convert``, ``-synth``) import neither torch nor fairseq and
 start in well under a second; ``tests/test_startup.py`` checks both sides.
 
-Importing mdsfair also sets ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1`` (torch >= 2.6
-refuses fairseq checkpoints otherwise) and silences a fixed list of known,
+Importing mdsfair leaves torch's ``weights_only`` default alone: checkpoint
+loads that mdsfair performs or triggers allow fairseq's few extra globals for
+that load only (:mod:`mdsfair.checkpoint_loading`). It silences a fixed list of known,
 harmless third-party warnings by message (:data:`SILENCED_WARNINGS`).
 """
 import importlib
@@ -36,19 +37,12 @@ import sys
 import threading
 import warnings
 
-# torch >= 2.6 loads checkpoints with ``weights_only=True`` by default, which
-# refuses every fairseq checkpoint (they pickle an argparse.Namespace and
-# omegaconf objects). fairseq checkpoints are trusted local files, so restore
-# the old default for this process before anything loads one.
-os.environ.setdefault("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
-
 __version__ = "0.1.0"
 
 #: ``(category name, message regex)`` of third-party warnings that every
 #: fairseq run prints and that say nothing about the run: hydra's
 #: deprecations triggered by fairseq's own config code, torch's deprecations
-#: triggered by fairseq's code, torch's notice that it honours the
-#: ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` set above, and the DataLoader's
+#: triggered by fairseq's code, and the DataLoader's
 #: ``pin_memory`` notice on machines without an accelerator. Matched by
 #: message, so any other warning of the same category still shows.
 SILENCED_WARNINGS = (
@@ -57,7 +51,6 @@ SILENCED_WARNINGS = (
     ("UserWarning", r"In '.*': Usage of deprecated keyword in package header '# @package _group_'"),
     ("UserWarning", r"\s*'.*' is validated against ConfigStore schema with the same name"),
     ("UserWarning", r"\s*The strict flag in the compose API is deprecated"),
-    ("UserWarning", r"Environment variable TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD detected"),
     ("FutureWarning", r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated"),
     ("DeprecationWarning", r"`torch\.jit\.script` is deprecated"),
     ("UserWarning", r"'pin_memory' argument is set as true but no accelerator is found"),

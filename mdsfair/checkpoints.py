@@ -42,7 +42,9 @@ mdsfair (:func:`install_fairseq_hooks`) wraps it:
   ``--allow-dictionary-mismatch`` is set.
 
 Checkpoints without a record (stock fairseq / BART releases, older mdsfair
-checkpoints) load as before.
+checkpoints) load as before. Every load here runs with torch's
+``weights_only=True`` and only the globals of
+:mod:`mdsfair.checkpoint_loading` allowed, for that load alone.
 
 Cost
 ----
@@ -67,6 +69,8 @@ import sys
 import traceback
 import zipfile
 from typing import Any, Dict, List, Optional
+
+from mdsfair.checkpoint_loading import UntrustedCheckpointError, call_with_checkpoint_globals, load_checkpoint_file
 
 logger = logging.getLogger(__name__)
 
@@ -296,12 +300,13 @@ def _raised_by_torch_load(error: BaseException) -> bool:
 def describe_unreadable(path: str, error: BaseException) -> str:
     """Why torch could not read ``path``, with the likely cause."""
     size = os.path.getsize(path) if os.path.isfile(path) else None
-    text = f"{type(error).__name__}: {error}"
+    text = f"{type(error).__name__}: {' '.join(str(error).split())}"  # one line
     lowered = str(error).lower()
     truncated_signs = ("ran out of input", "central directory", "eof")
     if isinstance(error, EOFError) or any(sign in lowered for sign in truncated_signs):
         cause = "the file is truncated (an interrupted save, copy or download)"
-    elif isinstance(error, pickle.UnpicklingError) and "invalid load key" in lowered:
+    elif isinstance(error, pickle.UnpicklingError) and ("invalid load key" in lowered or "unsupported operand" in lowered):
+        # "unsupported operand": what torch's weights_only unpickler says of bytes that are no pickle
         with open(path, "rb") as handle:
             head = handle.read(24)
         cause = f"the file is not a torch checkpoint (it starts with {head!r})"
@@ -315,7 +320,7 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
     the module docstring."""
     check_checkpoint_file(path)
     try:
-        state = original(path, arg_overrides, load_on_all_ranks)
+        state = call_with_checkpoint_globals(path, original, path, arg_overrides, load_on_all_ranks)
     except CheckpointFileError:
         raise
     except Exception as error:  # noqa: BLE001 (re-raised with the file named when torch.load failed)
@@ -380,7 +385,7 @@ def stamp(path: str, output: Optional[str] = None) -> Dict[str, Any]:
     import torch
 
     check_checkpoint_file(path)
-    state = torch.load(path, map_location="cpu", weights_only=False)
+    state = load_checkpoint_file(path)
     record = restamp_state(state)
     torch.save(state, output or path)
     return record
@@ -392,7 +397,9 @@ def verify(path: str) -> Optional[Dict[str, Any]]:
 
     check_checkpoint_file(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        state = load_checkpoint_file(path)
+    except UntrustedCheckpointError:
+        raise
     except Exception as error:  # noqa: BLE001
         raise CheckpointFileError(describe_unreadable(path, error)) from error
     record = (state.get("task_state") or {}).get(RECORD_KEY)

@@ -223,12 +223,14 @@ def test_task_filters_inputs_for_stock_models(tiny_bin):
 
 
 def test_checkpoint_loads_under_torch_weights_only_default(tiny_bin, tmp_path):
-    """torch >= 2.6 refuses fairseq checkpoints by default; importing mdsfair handles it."""
+    """torch >= 2.6 refuses fairseq checkpoints by default; mdsfair loads them
+    with weights_only still on (fairseq's extra globals allowed for that load)
+    and leaves the process environment as it was."""
     import mdsfair  # noqa: F401
     from fairseq import checkpoint_utils
 
     train(tiny_bin, str(tmp_path / "c"), TINY_TRANSFORMER, 1)
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(tmp_path / "c" / "checkpoint_last.pt")])
     assert task.__class__.__name__ == "MultiDocSummarizationTask"
-    assert os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] == "1"
+    assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ
     assert isinstance(models[0], torch.nn.Module)

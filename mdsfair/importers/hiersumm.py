@@ -67,6 +67,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import torch
 from fairseq.data import Dictionary
 
+from mdsfair.checkpoint_loading import UntrustedCheckpointError, load_checkpoint_file
+
 logger = logging.getLogger(__name__)
 
 CHECKPOINT_NAME = "model.pt"
@@ -94,7 +96,9 @@ def load_hiersumm_checkpoint(path: str) -> Tuple[Dict[str, torch.Tensor], argpar
     if not os.path.isfile(path):
         raise HiersummImportError(f"{path}: checkpoint not found")
     try:
-        checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+        checkpoint = load_checkpoint_file(path)
+    except UntrustedCheckpointError:
+        raise
     except Exception as e:  # a truncated file, a zip of something else, ...
         raise HiersummImportError(f"{path}: cannot be read by torch.load ({type(e).__name__}: {e})") from None
     if not isinstance(checkpoint, dict) or "model" not in checkpoint or "opt" not in checkpoint:
