@@ -8,7 +8,7 @@ this run's ``dict.txt``.
 """
 import json
 import os
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional, Tuple
 
 MANIFEST_NAME = "mdsfair.json"
 
@@ -17,8 +17,61 @@ class UnlistedSplitError(FileNotFoundError):
     """A split the data-bin's manifest does not list."""
 
 
+class ManifestError(ValueError):
+    """A manifest that cannot be used: damaged JSON, or a file name that
+    leaves its data-bin directory."""
+
+
+#: What rebuilds a data-bin (and so its manifest).
+REBUILD_HINT = "rebuild the data-bin with mdsfair-preprocess (same options, --overwrite)"
+
+
+def manifest_file_names(manifest: Dict) -> Iterator[Tuple[str, object]]:
+    """``(entry, value)`` of every manifest value that becomes a file name in
+    the data-bin: the dictionary, the subword files, the ``files`` list, split,
+    structure and side-data names (``{split}.{stream}.bin``) and each split's
+    ``reference_files``."""
+    if "dictionary" in manifest:
+        yield "dictionary", manifest["dictionary"]
+    for key, value in (manifest.get("subword") or {}).items():
+        if key != "type":
+            yield f"subword.{key}", value
+    for index, name in enumerate(manifest.get("files") or []):
+        yield f"files[{index}]", name
+    for name in manifest.get("structure") or []:
+        yield "structure", name
+    for name in manifest.get("side_data") or {}:
+        yield "side_data", name
+    for split, report in (manifest.get("splits") or {}).items():
+        yield "splits", split
+        for index, name in enumerate((report or {}).get("reference_files") or []):
+            yield f"splits.{split}.reference_files[{index}]", name
+
+
+def is_plain_file_name(name: object) -> bool:
+    """A non-empty name of a file inside its folder: no directory part, not
+    absolute, not ``.``/``..``, no NUL."""
+    return (
+        isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
+        and "\0" not in name and not os.path.isabs(name)
+    )
+
+
+def check_manifest_file_names(manifest: Dict, path: str) -> None:
+    """Refuse a manifest naming a file outside its directory (``../x``,
+    ``/abs/x``, ``sub/x``): every name it lists must be a plain file name."""
+    bad = [f"{entry} = {value!r}" for entry, value in manifest_file_names(manifest) if not is_plain_file_name(value)]
+    if bad:
+        raise ManifestError(
+            f"{path}: refusing a manifest whose file names leave the data-bin directory: {'; '.join(bad)} "
+            "(every name must be a plain file name inside that directory)"
+        )
+
+
 def read_manifest(data_dir: str) -> Dict:
-    """The manifest of ``data_dir``; a clear error when there is none."""
+    """The manifest of ``data_dir``, checked: a clear error when there is
+    none, when it is damaged (empty or cut short), or when a file name it
+    lists leaves the directory (:func:`check_manifest_file_names`)."""
     path = os.path.join(data_dir, MANIFEST_NAME)
     if not os.path.exists(path):
         raise FileNotFoundError(
@@ -26,7 +79,16 @@ def read_manifest(data_dir: str) -> Dict:
             "create it with mdsfair-preprocess"
         )
     with open(path, encoding="utf-8") as f:
-        return json.load(f)
+        text = f.read()
+    try:
+        manifest = json.loads(text)
+    except json.JSONDecodeError as error:
+        state = "empty" if not text.strip() else f"damaged ({error.msg} at line {error.lineno} column {error.colno})"
+        raise ManifestError(f"{path}: the manifest is {state}; {REBUILD_HINT}") from None
+    if not isinstance(manifest, dict):
+        raise ManifestError(f"{path}: the manifest is not a JSON object; {REBUILD_HINT}")
+    check_manifest_file_names(manifest, path)
+    return manifest
 
 
 def require_listed_split(data_dir: str, split: str, manifest: Optional[Dict] = None) -> Dict:

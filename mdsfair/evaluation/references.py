@@ -10,11 +10,10 @@ that row). :func:`data_bin_references` gathers them per row.
 
 Pure Python (no torch / fairseq import), for ``mdsfair-rouge``.
 """
-import json
 import os
 from typing import Dict, List, Tuple
 
-from mdsfair.data.manifest import MANIFEST_NAME
+from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
 
 
 def _input_error(message: str) -> Exception:
@@ -35,8 +34,7 @@ def split_reference_files(data_bin: str, split: str) -> Tuple[List[str], Dict]:
     manifest_path = os.path.join(data_bin, MANIFEST_NAME)
     report: Dict = {}
     if os.path.isfile(manifest_path):
-        with open(manifest_path, encoding="utf-8") as handle:
-            splits = json.load(handle).get("splits", {})
+        splits = read_manifest(data_bin).get("splits", {})
         if split not in splits:
             raise _input_error(
                 f"{manifest_path} lists no split {split!r} (listed: {', '.join(sorted(splits)) or 'none'})"

@@ -65,7 +65,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
-from mdsfair.data.manifest import MANIFEST_NAME
+from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, read_manifest
 from mdsfair.evaluation.references import data_bin_references
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.evaluation.text import split_sentences
@@ -282,8 +282,7 @@ def data_bin_gpt2_files(data_bin: str) -> Tuple[Optional[str], Optional[str]]:
     manifest_path = os.path.join(data_bin, MANIFEST_NAME)
     if not os.path.isfile(manifest_path):
         return None, None
-    with open(manifest_path, encoding="utf-8") as handle:
-        subword = json.load(handle).get("subword", {})
+    subword = read_manifest(data_bin).get("subword", {})
     if subword.get("type") != "gpt2" or "encoder_json" not in subword or "vocab_bpe" not in subword:
         return None, None
     paths = tuple(os.path.join(data_bin, subword[key]) for key in ("encoder_json", "vocab_bpe"))
@@ -616,7 +615,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             expected=args.expected,
             target_lines=args.target_lines,
         )
-    except (RougeInputError, RougeDependencyError, OSError) as error:
+    except (RougeInputError, RougeDependencyError, ManifestError, OSError) as error:
         parser.error(str(error))
     measures = ("f", "r", "p") if args.measure == "all" else (args.measure,)
     print(format_table(result, measures))
