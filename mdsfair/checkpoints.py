@@ -393,8 +393,6 @@ def stamp(path: str, output: Optional[str] = None) -> Dict[str, Any]:
 
 def verify(path: str) -> Optional[Dict[str, Any]]:
     """Check ``path`` as loading does; returns its record (None without one)."""
-    import torch
-
     check_checkpoint_file(path)
     try:
         state = load_checkpoint_file(path)

@@ -57,7 +57,7 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
-from mdsfair.data.manifest import MANIFEST_NAME  # noqa: F401  (also imported from here)
+from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, copy_into, finish_destdir, prepare_destdir
@@ -785,8 +785,7 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     if args.vocabulary_report is not None:
         manifest["vocabulary"] = args.vocabulary_report
     finish_destdir(args, manifest)  # lists the files; --overwrite removes the others
-    with open(os.path.join(args.destdir, MANIFEST_NAME), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+    write_json_atomic(os.path.join(args.destdir, MANIFEST_NAME), manifest, indent=2)  # last, whole or not at all
     return reports
 
 

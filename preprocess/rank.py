@@ -40,6 +40,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mdsfair.data.manifest import write_json_atomic
+
 logger = logging.getLogger("mdsfair.rank")
 
 METHODS = ("ranker", "tfidf", "original")
@@ -238,8 +240,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
             lines.append(f"{method:<12}" + "".join(f"{results[method][top]:<11.2f}" for top in args.top))
         print("\n".join(lines))
         if args.report:
-            with open(args.report, "w", encoding="utf-8") as f:
-                json.dump({m: {str(k): v for k, v in r.items()} for m, r in results.items()}, f, indent=2)
+            write_json_atomic(args.report, {m: {str(k): v for k, v in r.items()} for m, r in results.items()}, indent=2)
     if args.output:
         print(f"wrote {len(clusters)} ranked clusters to {args.output}", file=sys.stderr)
     return results

@@ -87,3 +87,21 @@ def test_empty_or_cut_manifest_names_path_and_rebuild_command(data_bin, tmp_path
         read_manifest(target)
     message = str(raised.value)
     assert message.startswith(os.path.join(target, MANIFEST_NAME)) and state in message and "mdsfair-preprocess" in message
+
+
+def test_manifest_write_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):
+    from mdsfair.data import manifest as manifest_module
+
+    path = str(tmp_path / MANIFEST_NAME)
+    manifest_module.write_json_atomic(path, {"format": "mdsfair-binarized", "version": 1}, indent=2)
+    before = open(path, encoding="utf-8").read()
+
+    def dump_half_then_fail(obj, handle, **options):
+        handle.write('{"format": "mdsf')
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(manifest_module.json, "dump", dump_half_then_fail)
+    with pytest.raises(OSError, match="No space left"):
+        manifest_module.write_json_atomic(path, {"format": "new"})
+    assert open(path, encoding="utf-8").read() == before  # the old manifest, whole
+    assert listing(str(tmp_path)) == [MANIFEST_NAME]  # no temporary left behind

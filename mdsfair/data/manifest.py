@@ -68,6 +68,27 @@ def check_manifest_file_names(manifest: Dict, path: str) -> None:
         )
 
 
+def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_options) -> None:
+    """Write ``obj`` as JSON to ``path`` so that a reader sees the old file or
+    the whole new one, never a part: a temporary file in the same folder,
+    flushed and fsynced, then ``os.replace``d over ``path`` (removed on error).
+    Every manifest and small JSON file mdsfair writes goes through here."""
+    directory = os.path.dirname(os.path.abspath(path))
+    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(obj, handle, **dump_options)
+            if trailing_newline:
+                handle.write("\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
 def read_manifest(data_dir: str) -> Dict:
     """The manifest of ``data_dir``, checked: a clear error when there is
     none, when it is damaged (empty or cut short), or when a file name it

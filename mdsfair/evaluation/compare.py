@@ -10,10 +10,10 @@ the references are the ``--ref`` files or the data-bin's stored ones, and every
 system must cover every cluster (a fairseq-generate log with missing ids is refused).
 """
 import argparse
-import json
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from mdsfair.data.manifest import write_json_atomic
 from mdsfair.evaluation.rouge import (
     COLUMN_TITLES,
     METRICS,
@@ -64,8 +64,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     print(format_comparison(results, args.measure))
     print(f"[{scorer}; {args.measure.upper()} x 100; {results[systems[0][0]]['info'].get('num_hypotheses')} clusters]")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(results, f, indent=2)
+        write_json_atomic(args.json, results, indent=2)
     return 0
 
 

@@ -57,7 +57,6 @@ An empty hypothesis is valid (it scores 0); empty hypotheses are counted and
 a warning is logged.
 """
 import argparse
-import json
 import logging
 import os
 import re
@@ -65,7 +64,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
-from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, read_manifest
+from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, read_manifest, write_json_atomic
 from mdsfair.evaluation.references import data_bin_references
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.evaluation.text import split_sentences
@@ -620,9 +619,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     measures = ("f", "r", "p") if args.measure == "all" else (args.measure,)
     print(format_table(result, measures))
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
-            handle.write("\n")
+        write_json_atomic(args.json, result, trailing_newline=True, indent=2)
     return 0
 
 

@@ -71,6 +71,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
+from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
 
 SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq Dictionary indices 0-3
@@ -397,8 +398,7 @@ class BPEFiles:
     symbols: List[str]  # dict.txt symbols for indices 4 .. rows-1
 
     def write(self, out_dir: str) -> None:
-        with open(os.path.join(out_dir, "encoder.json"), "w", encoding="utf-8") as f:
-            json.dump(self.encoder, f, ensure_ascii=True)
+        write_json_atomic(os.path.join(out_dir, "encoder.json"), self.encoder, ensure_ascii=True)
         with open(os.path.join(out_dir, "vocab.bpe"), "w", encoding="utf-8") as f:
             # fairseq's GPT-2 reader skips the first line and the text after the last newline.
             f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in self.merges))
@@ -891,16 +891,17 @@ def export_hf_bart(
     names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json",
              "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin"]
     prepare_out_dir(out_dir, names, overwrite)
-    with open(os.path.join(out_dir, "config.json"), "w", encoding="utf-8") as f:
-        json.dump(config, f, indent=2)
-    with open(os.path.join(out_dir, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
+    write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2)
+    write_json_atomic(os.path.join(out_dir, "vocab.json"), vocab, ensure_ascii=False)
     with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
         f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w", encoding="utf-8") as f:
-        json.dump({"tokenizer_class": "BartTokenizer", "model_max_length": positions, "add_prefix_space": False,
-                   "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-                   "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK}, f, indent=2)
+    write_json_atomic(
+        os.path.join(out_dir, "tokenizer_config.json"),
+        {"tokenizer_class": "BartTokenizer", "model_max_length": positions, "add_prefix_space": False,
+         "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+         "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK},
+        indent=2,
+    )
     tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
     if weights_format == "safetensors":
         try:

@@ -56,7 +56,6 @@ encoder, global layers that are not the top ones, untied embeddings, a
 vocabulary that does not match the SentencePiece model.
 """
 import argparse
-import json
 import logging
 import os
 import shutil
@@ -68,6 +67,7 @@ import torch
 from fairseq.data import Dictionary
 
 from mdsfair.checkpoint_loading import UntrustedCheckpointError, load_checkpoint_file
+from mdsfair.data.manifest import write_json_atomic
 
 logger = logging.getLogger(__name__)
 
@@ -385,8 +385,7 @@ def write_manifest(out_dir: str, lowercase: bool, source: Dict[str, object]) -> 
         "splits": {},
         "imported_from": source,
     }
-    with open(os.path.join(out_dir, MANIFEST_NAME), "w", encoding="utf-8") as f:
-        json.dump(manifest, f, indent=2)
+    write_json_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest, indent=2)
 
 
 def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bool = True) -> str:

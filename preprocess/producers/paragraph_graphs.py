@@ -67,9 +67,16 @@ def paragraph_words(paragraph: str) -> List[str]:
     return _WORD.findall(paragraph.lower())
 
 
+#: Decimals the stored cosines keep. The last bits of a float64 matrix
+#: product depend on the BLAS kernel the CPU selects (summation order), so an
+#: unrounded stream differed byte for byte between machines of the same data.
+SIMILARITY_DECIMALS = 12
+
+
 def tfidf_similarity_matrix(paragraphs: Sequence[str], threshold: float = SIMILARITY_THRESHOLD) -> np.ndarray:
-    """Eq. 25 tf-idf vectors over ``paragraphs`` and their pairwise cosine;
-    weights below ``threshold`` and the diagonal are set to 0."""
+    """Eq. 25 tf-idf vectors over ``paragraphs`` and their pairwise cosine
+    (rounded to :data:`SIMILARITY_DECIMALS`, the same bytes on every
+    machine); weights below ``threshold`` and the diagonal are set to 0."""
     counts = [Counter(paragraph_words(p)) for p in paragraphs]
     num_paragraphs = len(paragraphs)
     document_frequency = Counter(word for c in counts for word in c)
@@ -80,7 +87,7 @@ def tfidf_similarity_matrix(paragraphs: Sequence[str], threshold: float = SIMILA
             vectors[i, vocabulary[word]] = count * math.log(num_paragraphs / document_frequency[word])
     norms = np.linalg.norm(vectors, axis=1, keepdims=True)
     unit = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-    similarity = unit @ unit.T
+    similarity = np.round(unit @ unit.T, SIMILARITY_DECIMALS)
     similarity[similarity < threshold] = 0.0
     np.fill_diagonal(similarity, 0.0)
     return similarity
