@@ -421,6 +421,26 @@ def load_hypotheses_and_references(
     return hypotheses, references
 
 
+#: A character ROUGE counts as part of a word (its tokenizers keep letters and
+#: digits of any script): a reference without one scores 0 in every measure.
+_WORD_CHARACTER = re.compile(r"[^\W_]")
+
+
+def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int:
+    """Warn, per cluster, about a cluster whose every reference has no word
+    (only punctuation or symbols): every ROUGE of it is 0 whatever the
+    hypothesis. Returns how many clusters that is."""
+    wordless = 0
+    for index, cluster in enumerate(references):
+        if cluster and not any(_WORD_CHARACTER.search(reference) for reference in cluster):
+            wordless += 1
+            logger.warning(
+                "%s: cluster %d (line %d): its reference has no word (%r): it scores 0 in every ROUGE",
+                source, index, index + 1, cluster[0][:60],
+            )
+    return wordless
+
+
 def score_files(
     hyp_path: str,
     ref_paths: Optional[Union[str, Sequence[str]]] = None,
@@ -462,6 +482,7 @@ def score_files(
         hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
         data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
     )
+    sources["wordless_references"] = warn_wordless_references(references, sources.get("references") or ref_paths)
     result = score(
         hypotheses,
         references,
@@ -478,6 +499,7 @@ def score_files(
         [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
     )
     result["info"]["references"] = sources.get("references")
+    result["info"]["wordless_references"] = sources["wordless_references"]
     return result
 
 
