@@ -39,8 +39,29 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     _run(cli_main, "mdsfair-train", argv)
 
 
+def check_generation_arguments(argv: List[str]) -> None:
+    """Beam-search flags that cannot work, refused before fairseq loads a
+    model (defaults: fairseq's GenerationConfig)."""
+    import argparse
+
+    from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
+
+    parser = argparse.ArgumentParser(prog="mdsfair-generate", add_help=False)
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--min-len", type=int, default=1)
+    parser.add_argument("--max-len-a", type=float, default=0)
+    parser.add_argument("--max-len-b", type=int, default=200)
+    known, _ = parser.parse_known_args(argv)
+    try:
+        check_generation_settings(known.beam, known.min_len, known.max_len_a, known.max_len_b)
+    except GenerationSettingsError as error:
+        parser.exit(2, f"mdsfair-generate: error: {error}\n")
+
+
 def generate_main(argv: Optional[List[str]] = None) -> None:
-    """``mdsfair-generate``: ``fairseq-generate`` with ``--user-dir`` set to mdsfair."""
+    """``mdsfair-generate``: ``fairseq-generate`` with ``--user-dir`` set to
+    mdsfair; impossible beam-search flags are refused before any model loads."""
+    check_generation_arguments(sys.argv[1:] if argv is None else argv)
     from fairseq_cli.generate import cli_main
 
     _run(cli_main, "mdsfair-generate", argv)

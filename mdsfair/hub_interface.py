@@ -37,6 +37,7 @@ from fairseq.models import MODEL_REGISTRY
 from omegaconf import open_dict
 from torch import nn
 
+from mdsfair.generation.sequence_generator import check_generation_settings
 from mdsfair.tasks.multidoc_summarization import (
     MANIFEST_NAME,
     MultiDocSummarizationTask,
@@ -331,6 +332,10 @@ class MultiDocSummarizationHubInterface(nn.Module):
             raise TypeError("clusters must be a list of clusters (each a list of documents or a raw-contract dict)")
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
+        generation_config = self.generation_config(**generation_args)
+        check_generation_settings(
+            generation_config.beam, generation_config.min_len, generation_config.max_len_a, generation_config.max_len_b
+        )
         if not clusters:
             return ([], []) if return_truncation else []
         encoded = [self.encode_cluster(cluster, i) for i, cluster in enumerate(clusters)]
@@ -339,7 +344,7 @@ class MultiDocSummarizationHubInterface(nn.Module):
         for index, cut in enumerate(truncation):
             if cut["tokens_cut_by"]:
                 logger.warning("cluster %d: %s", index, describe_truncation(cut))
-        generator = self.task.build_generator(self.models, self.generation_config(**generation_args))
+        generator = self.task.build_generator(self.models, generation_config)
         results: List[Optional[List[Dict[str, torch.Tensor]]]] = [None] * len(encoded)
         for sample in self._batches(dataset, batch_size):
             hypotheses = self.task.inference_step(generator, self.models, sample)

@@ -38,6 +38,30 @@ def use_vectorized_ngram_blocker(generator):
     return use_vectorized_ngram_blocker(generator)
 
 
+class GenerationSettingsError(ValueError):
+    """Beam-search settings that cannot produce a summary."""
+
+
+def check_generation_settings(beam, min_len, max_len_a, max_len_b) -> None:
+    """Refuse settings fairseq would fail on later, or blame on the wrong
+    flag: a beam below 1, and a length limit that allows no token or is
+    below ``--min-len`` (with ``--max-len-a 0`` the limit is ``--max-len-b``;
+    fairseq's own assertion names only min_len)."""
+    if beam is not None and int(beam) < 1:
+        raise GenerationSettingsError(f"--beam (beam=) must be at least 1, got {beam}")
+    if max_len_a is not None and float(max_len_a) == 0 and max_len_b is not None:
+        if int(max_len_b) < 1:
+            raise GenerationSettingsError(
+                f"--max-len-b {max_len_b} with --max-len-a 0 allows no output token: "
+                "give --max-len-b of at least 1 (the summary length limit in tokens)"
+            )
+        if min_len is not None and int(min_len) > int(max_len_b):
+            raise GenerationSettingsError(
+                f"--min-len {min_len} is above the length limit --max-len-b {max_len_b} (with --max-len-a 0): "
+                "raise --max-len-b or lower --min-len"
+            )
+
+
 def build_sequence_generator(
     task,
     models,
@@ -47,7 +71,12 @@ def build_sequence_generator(
     prefix_allowed_tokens_fn=None,
 ):
     """fairseq's generator for ``task`` (``FairseqTask.build_generator`` with
-    the same arguments) with the vectorized n-gram blocker."""
+    the same arguments) with the vectorized n-gram blocker; settings that
+    cannot work are refused first (:func:`check_generation_settings`)."""
+    check_generation_settings(
+        getattr(generation_cfg, "beam", None), getattr(generation_cfg, "min_len", None),
+        getattr(generation_cfg, "max_len_a", None), getattr(generation_cfg, "max_len_b", None),
+    )
     generator = FairseqTask.build_generator(
         task,
         models,

@@ -13,7 +13,7 @@ import logging
 import os
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import torch
 from fairseq.data import Dictionary
@@ -117,6 +117,25 @@ def filter_net_input(function, net_input: Dict[str, torch.Tensor]) -> Dict[str, 
     return {k: v for k, v in net_input.items() if k in names}
 
 
+def check_data_paths(data: str, paths: List[str]) -> None:
+    """fairseq reads ``DATA`` as epoch shards separated by ``os.pathsep``
+    (``data-bin1:data-bin2``): a directory whose own name contains ``:`` would
+    be split into pieces that do not exist. Refuse that with what to do."""
+    missing = [path for path in paths if not os.path.isdir(path)]
+    if not missing:
+        return
+    if len(paths) > 1 and os.path.isdir(data):
+        raise ValueError(
+            f"data path {data!r} contains {os.pathsep!r}, which fairseq reads as a list of epoch shards "
+            f"({', '.join(repr(p) for p in paths)}), and {', '.join(repr(p) for p in missing)} do not exist: "
+            f"rename the directory or give a symbolic link to it whose path has no {os.pathsep!r}"
+        )
+    if len(paths) > 1:
+        raise ValueError(
+            f"data shards {', '.join(repr(p) for p in missing)} of {data!r} (split at {os.pathsep!r}) do not exist"
+        )
+
+
 @register_task("multidoc_summarization", dataclass=MultiDocSummarizationConfig)
 class MultiDocSummarizationTask(FairseqTask):
     """Multi-document summarization on mdsfair's binarized data contract."""
@@ -138,6 +157,7 @@ class MultiDocSummarizationTask(FairseqTask):
         paths = [p for p in cfg.data.split(os.pathsep) if p]
         if not paths:
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
+        check_data_paths(cfg.data, paths)
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
         logger.info("dictionary: %d types; side data: %s", len(dictionary), sorted(manifest.get("side_data", {})))

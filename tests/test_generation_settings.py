@@ -1,0 +1,47 @@
+"""Beam-search flags that cannot work are refused with a plain message before
+any model loads, and a data-bin path with ':' is not split silently."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
+from tests.utils import REPO_ROOT
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--beam", "0"], "--beam (beam=) must be at least 1, got 0"),
+        (["--beam", "-3"], "must be at least 1, got -3"),
+        (["--max-len-b", "0"], "--max-len-b 0 with --max-len-a 0 allows no output token"),
+        (["--max-len-b", "5", "--min-len", "10"], "--min-len 10 is above the length limit --max-len-b 5"),
+    ],
+)
+def test_mdsfair_generate_refuses_before_loading_anything(tmp_path, flags, message):
+    # the checkpoint and the data-bin do not exist: the refusal must come first
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-c", "from mdsfair.cli import generate_main; generate_main()",
+               str(tmp_path / "no-data-bin"), "--path", str(tmp_path / "none.pt"), *flags]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_generator_and_hub_settings_are_checked_in_process():
+    with pytest.raises(GenerationSettingsError, match="beam"):
+        check_generation_settings(-1, 1, 0, 200)
+    check_generation_settings(1, 1, 0, 1)  # the smallest settings that work
+    check_generation_settings(4, 50, 1.5, 0)  # a length limit that grows with the source
+
+
+def test_data_directory_with_colon_is_refused_not_split(tmp_path):
+    from mdsfair.tasks.multidoc_summarization import check_data_paths
+
+    data = tmp_path / "runs:2026"
+    data.mkdir()
+    with pytest.raises(ValueError) as raised:
+        check_data_paths(str(data), [p for p in str(data).split(os.pathsep) if p])
+    assert "epoch shards" in str(raised.value) and "symbolic link" in str(raised.value)
+    check_data_paths(str(tmp_path), [str(tmp_path)])  # a plain directory passes
