@@ -32,8 +32,21 @@ def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> 
         sys.argv = saved_argv
 
 
+def check_train_arguments(argv: List[str]) -> None:
+    """``--bf16`` is fairseq's TPU mode: refused at once without torch_xla."""
+    import importlib.util
+
+    if any(arg in ("--bf16", "--memory-efficient-bf16") for arg in argv) and importlib.util.find_spec("torch_xla") is None:
+        from mdsfair.tasks.multidoc_summarization import BF16_NEEDS_TPU
+
+        sys.stderr.write(f"mdsfair-train: error: {BF16_NEEDS_TPU}\n")
+        raise SystemExit(2)
+
+
 def train_main(argv: Optional[List[str]] = None) -> None:
-    """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair."""
+    """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
+    ``--bf16`` without a TPU stack is refused before fairseq starts."""
+    check_train_arguments(sys.argv[1:] if argv is None else argv)
     from fairseq_cli.train import cli_main
 
     _run(cli_main, "mdsfair-train", argv)

@@ -45,3 +45,32 @@ def test_data_directory_with_colon_is_refused_not_split(tmp_path):
         check_data_paths(str(data), [p for p in str(data).split(os.pathsep) if p])
     assert "epoch shards" in str(raised.value) and "symbolic link" in str(raised.value)
     check_data_paths(str(tmp_path), [str(tmp_path)])  # a plain directory passes
+
+
+TINY_TRAIN = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
+              "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
+              "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+              "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2048", "--max-update", "1", "--no-save",
+              "--cpu", "--bf16", "--disable-validation", "--no-progress-bar"]
+
+
+@pytest.fixture(scope="module")
+def tiny_bin(tmp_path_factory):
+    from tests.utils import make_tiny_data_bin
+
+    return make_tiny_data_bin(str(tmp_path_factory.mktemp("bf16")), train=8, valid=2, test=2)
+
+
+@pytest.mark.parametrize("entry", ["mdsfair-train", "fairseq-train"])
+def test_cpu_bf16_stops_with_what_to_use_instead(tiny_bin, tmp_path, entry):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    if entry == "mdsfair-train":
+        command = [sys.executable, "-c", "from mdsfair.cli import train_main; train_main()", tiny_bin]
+    else:
+        command = [sys.executable, "-m", "fairseq_cli.train", tiny_bin, "--user-dir", os.path.join(REPO_ROOT, "mdsfair")]
+    result = subprocess.run(command + TINY_TRAIN + ["--save-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode != 0
+    assert "drop --bf16" in result.stderr and "--fp16" in result.stderr
+    assert "xla_device" not in result.stderr
+    if entry == "mdsfair-train":
+        assert "Traceback" not in result.stderr

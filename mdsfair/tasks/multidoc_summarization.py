@@ -92,6 +92,8 @@ class MultiDocSummarizationConfig(FairseqDataclass):
                           "(saves one pass over the weights per save; see mdsfair/checkpoints.py)"},
     )
     seed: int = II("common.seed")
+    bf16: bool = II("common.bf16")
+    tpu: bool = II("common.tpu")
 
 
 def unwrap_model(model):
@@ -115,6 +117,26 @@ def filter_net_input(function, net_input: Dict[str, torch.Tensor]) -> Dict[str, 
     if names is None:
         return net_input
     return {k: v for k, v in net_input.items() if k in names}
+
+
+BF16_NEEDS_TPU = (
+    "--bf16 in fairseq means training on a TPU (fairseq's options.py turns it into --tpu) and torch_xla is "
+    "not installed, so fairseq would fail inside its TPU code: on a CPU train in float32 (drop --bf16); on a "
+    "GPU use --fp16 or --amp (mixed precision with loss scaling)"
+)
+
+
+def check_bf16_device(cfg) -> None:
+    """Refuse ``--bf16`` (which fairseq makes ``--tpu``) without torch_xla,
+    before fairseq's trainer asks torch_xla for a device."""
+    import importlib.util
+
+    try:
+        bf16, tpu = bool(cfg.bf16), bool(cfg.tpu)
+    except Exception:  # noqa: BLE001 (a config built without fairseq's common section)
+        return
+    if bf16 and tpu and importlib.util.find_spec("torch_xla") is None:
+        raise ValueError(BF16_NEEDS_TPU)
 
 
 def check_data_paths(data: str, paths: List[str]) -> None:
@@ -158,6 +180,7 @@ class MultiDocSummarizationTask(FairseqTask):
         if not paths:
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
         check_data_paths(cfg.data, paths)
+        check_bf16_device(cfg)
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
         logger.info("dictionary: %d types; side data: %s", len(dictionary), sorted(manifest.get("side_data", {})))
