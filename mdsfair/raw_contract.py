@@ -15,7 +15,7 @@ take a cluster's references by the same rule (:func:`cluster_references`).
 
 Pure Python: importing this module loads neither torch nor fairseq.
 """
-from typing import Any, List, Mapping, Optional, Union
+from typing import Any, Iterator, List, Mapping, Optional, Tuple, Union
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -50,3 +50,45 @@ def cluster_references(record: Mapping[str, Any]) -> List[str]:
     if isinstance(summaries, list):
         candidates += [s for s in summaries if isinstance(s, str) and s != summary]
     return [text for text in candidates if text.strip()]
+
+
+#: Characters an id may not hold: they end a line (``str.splitlines``) or
+#: separate fields in the files that carry ids (``{split}.ids.txt``, TSVs).
+ID_BREAKING_CHARACTERS = "\t\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"
+
+
+def contract_strings(record: Mapping[str, Any]) -> Iterator[Tuple[str, str]]:
+    """``(field, text)`` of every string of a cluster: id, title, documents,
+    summary and summaries."""
+    for key in ("id", "title", "summary"):
+        if isinstance(record.get(key), str):
+            yield key, record[key]
+    for key in ("documents", "summaries"):
+        for index, text in enumerate(record.get(key) or []):
+            if isinstance(text, str):
+                yield f"{key}[{index}]", text
+
+
+def contract_string_problem(record: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
+    """``(code, detail)`` of the first string of ``record`` that cannot be
+    written back as UTF-8 (a lone surrogate such as JSON ``"\\ud800"``), or
+    of an id that is empty or holds a line break or tab; None when fine."""
+    for field, text in contract_strings(record):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as error:
+            return "lone_surrogate", (
+                f"{field} holds a lone surrogate {text[error.start]!r} at character {error.start} "
+                "(half of a UTF-16 pair, not a character; fix the JSON escape)"
+            )
+    if "id" in record:
+        cluster_id = str(record["id"])
+        if not cluster_id.strip():
+            return "bad_id", f"id {cluster_id!r} is empty (every cluster needs an id to match its summary)"
+        breaking = [c for c in cluster_id if c in ID_BREAKING_CHARACTERS]
+        if breaking:
+            return "bad_id", (
+                f"id {cluster_id!r} holds {breaking[0]!r}, which would break the line count of ids.txt "
+                "(ids may not contain tabs or line breaks)"
+            )
+    return None

@@ -37,6 +37,7 @@ from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 from mdsfair.preprocess.spacy_pipeline import gemm_setting
 from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
 from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
+from mdsfair.raw_contract import contract_string_problem
 
 if TYPE_CHECKING:
     from fairseq.data import Dictionary
@@ -327,6 +328,9 @@ class ClusterEncoder:
             )
         else:
             record = {"id": str(index), "documents": list(cluster), "summary": ""}
+        problem = contract_string_problem(record)
+        if problem is not None:
+            raise InputFormatError(where, index + 1, *problem)
         raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
         structure, _ = parse_cluster(
             raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,

@@ -30,6 +30,7 @@ against the gold summary, averaged over clusters.
         --checkpoint ranker/checkpoint_best.pt
 """
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -40,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mdsfair.data.manifest import write_json_atomic
+from mdsfair.data.manifest import atomic_text_file, write_json_atomic
 
 logger = logging.getLogger("mdsfair.rank")
 
@@ -202,8 +203,8 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
     totals = {method: Counter() for method in args.method}
     if args.output and os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)  # the recipe's ranked/{split}.jsonl
-    output = open(args.output, "w", encoding="utf-8") if args.output else None
-    try:
+    # Atomic: an error or Ctrl-C half-way leaves no partial ranked file.
+    with (atomic_text_file(args.output) if args.output else contextlib.nullcontext()) as output:
         for cluster in clusters:
             for position, (method, scorer) in enumerate(scorers.items()):
                 try:
@@ -228,9 +229,6 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
                     if len(cluster.references) > 1:  # keep every reference for evaluation
                         record["summaries"] = cluster.references
                     output.write(json.dumps(record, ensure_ascii=False) + "\n")
-    finally:
-        if output is not None:
-            output.close()
     results = {}
     if args.evaluate:
         header = "method      " + "".join(f"L'={top:<8d}" for top in args.top)

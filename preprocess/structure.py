@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
 from mdsfair.evaluation.text import split_at_caseless_sentence_ends
+from mdsfair.raw_contract import contract_string_problem
 from mdsfair.preprocess.references import check_reference_fields, clean_references
 from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 from mdsfair.raw_contract import format_location, strip_utf8_bom
@@ -49,6 +50,8 @@ BAD_INPUT_REASONS = (
     "empty_cluster",
     "empty_document",
     "empty_summary",
+    "lone_surrogate",
+    "bad_id",
 )
 
 
@@ -268,6 +271,9 @@ def parse_cluster(
     if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
         raise InputFormatError(path, line, "wrong_type", "'documents' must be a list of strings")
     check_reference_fields(obj, path, line)  # 'summary' and/or 'summaries'
+    problem = contract_string_problem(obj)
+    if problem is not None:
+        raise InputFormatError(path, line, *problem)
     title = obj.get("title")
     if title is not None and not isinstance(title, str):
         raise InputFormatError(path, line, "wrong_type", "'title' must be a string")

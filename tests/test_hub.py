@@ -307,6 +307,11 @@ def test_bad_input_is_a_clear_error(hub):
         hub.summarize([["A real document.", "   "]])
     with pytest.raises(InputFormatError, match="no 'documents'"):
         hub.summarize([{"title": "only a title"}])
+    # Issue 22.7/22.8: a lone surrogate or an id with a line break is named, not an encoding traceback.
+    with pytest.raises(InputFormatError, match=r"<summarize input>:2: documents\[0\] holds a lone surrogate"):
+        hub.summarize([["A real document."], ["Bad \ud800 text."]])
+    with pytest.raises(InputFormatError, match="ids may not contain tabs or line breaks"):
+        hub.summarize([{"id": "a\nb", "documents": ["A real document."]}])
     with pytest.raises(ValueError, match="unknown generation option 'beam_size'"):
         hub.summarize([["A document."]], beam_size=3)
     assert hub.summarize([]) == []

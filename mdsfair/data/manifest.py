@@ -6,6 +6,7 @@ dictionary (a re-run into the same ``--destdir`` before ``--overwrite``
 existed), so the task refuses them instead of loading their token ids with
 this run's ``dict.txt``.
 """
+import contextlib
 import json
 import os
 from typing import Dict, Iterator, Optional, Tuple
@@ -68,18 +69,18 @@ def check_manifest_file_names(manifest: Dict, path: str) -> None:
         )
 
 
-def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_options) -> None:
-    """Write ``obj`` as JSON to ``path`` so that a reader sees the old file or
-    the whole new one, never a part: a temporary file in the same folder,
-    flushed and fsynced, then ``os.replace``d over ``path`` (removed on error).
-    Every manifest and small JSON file mdsfair writes goes through here."""
+@contextlib.contextmanager
+def atomic_text_file(path: str, newline: Optional[str] = None) -> Iterator:
+    """A text handle whose content appears at ``path`` only when the block
+    ends without an error: it writes a temporary file in the same folder,
+    flushes and fsyncs it, then ``os.replace``s it over ``path``. On any
+    error, Ctrl-C included, the temporary file is removed and ``path`` keeps
+    what it held before (or stays absent): no reader ever sees a part."""
     directory = os.path.dirname(os.path.abspath(path))
     temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8") as handle:
-            json.dump(obj, handle, **dump_options)
-            if trailing_newline:
-                handle.write("\n")
+        with open(temporary, "w", encoding="utf-8", newline=newline) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
@@ -87,6 +88,15 @@ def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_opt
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+
+
+def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_options) -> None:
+    """Write ``obj`` as JSON to ``path`` through :func:`atomic_text_file`.
+    Every manifest and small JSON file mdsfair writes goes through here."""
+    with atomic_text_file(path) as handle:
+        json.dump(obj, handle, **dump_options)
+        if trailing_newline:
+            handle.write("\n")
 
 
 def read_manifest(data_dir: str) -> Dict:

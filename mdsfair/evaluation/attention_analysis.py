@@ -52,6 +52,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mdsfair.data.manifest import atomic_text_file
+
 if TYPE_CHECKING:  # torch is imported where a measure runs, so that --help stays light
     from torch import Tensor
 
@@ -556,11 +558,11 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
 
     rows = table_rows(analyses)
     os.makedirs(args.output_dir, exist_ok=True)
-    with open(os.path.join(args.output_dir, "attention_analysis.tsv"), "w", encoding="utf-8") as out:
+    with atomic_text_file(os.path.join(args.output_dir, "attention_analysis.tsv")) as out:
         out.write("\t".join(TABLE_COLUMNS) + "\n")
         for row in rows:
             out.write("\t".join(str(row[column]) for column in TABLE_COLUMNS) + "\n")
-    with open(os.path.join(args.output_dir, "attention_analysis.json"), "w", encoding="utf-8") as out:
+    with atomic_text_file(os.path.join(args.output_dir, "attention_analysis.json")) as out:
         json.dump(
             {
                 "data": args.data, "split": args.split, "decoder_input": args.decoder_input,

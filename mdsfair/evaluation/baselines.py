@@ -62,8 +62,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from mdsfair.data.manifest import atomic_text_file
 from mdsfair.evaluation.text import split_paragraphs, split_sentences
-from mdsfair.raw_contract import cluster_references, format_location, strip_utf8_bom
+from mdsfair.raw_contract import cluster_references, contract_string_problem, format_location, strip_utf8_bom
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +175,11 @@ def read_clusters(path: str) -> List[Dict]:
                 record = json.loads(line)
             except json.JSONDecodeError as error:
                 raise ClusterFormatError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from error
-            clusters.append(_validate_cluster(record, where))
+            cluster = _validate_cluster(record, where)
+            problem = contract_string_problem(cluster)
+            if problem is not None:
+                raise ClusterFormatError(f"{where}: {problem[1]}")
+            clusters.append(cluster)
     return clusters
 
 
@@ -653,7 +658,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         if not sentences:
             logger.warning("cluster %r: the %s baseline produced an empty summary", cluster["id"], args.method)
         summaries.append(sentences)
-    with open(args.output, "w", encoding="utf-8") as handle:
+    with atomic_text_file(args.output) as handle:  # no partial file on an error or Ctrl-C
         for sentences in summaries:
             handle.write(args.separator.join(sentences) + "\n")
     length = length_description(args)

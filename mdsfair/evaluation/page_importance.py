@@ -22,6 +22,8 @@ import json
 import os
 from typing import TYPE_CHECKING, List, Optional
 
+from mdsfair.data.manifest import atomic_text_file
+
 if TYPE_CHECKING:  # torch is imported when a command runs, not for --help
     import torch
 
@@ -153,7 +155,7 @@ def cli_main(argv: Optional[List[str]] = None):
 
     os.makedirs(args.output_dir, exist_ok=True)
     dictionary = task.target_dictionary
-    with open(os.path.join(args.output_dir, "page_importance.jsonl"), "w", encoding="utf-8") as out:
+    with atomic_text_file(os.path.join(args.output_dir, "page_importance.jsonl")) as out:
         for row, (index, item) in enumerate(zip(indices, items)):
             target = item["target"]
             steps = len(target)

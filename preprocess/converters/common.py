@@ -24,7 +24,7 @@ Bad input
 ---------
 Invalid UTF-8, a line that is not JSON, a broken CSV row, a missing key or a
 value of the wrong type, an empty cluster (no non-empty document), an empty
-summary, a duplicate id: :class:`InputFormatError` naming the file and the
+summary, a duplicate id, an id holding a tab or line break: :class:`InputFormatError` naming the file and the
 1-based line (for CSV the first line of the row, for a JSON list the line where
 the element starts or the line of the bad byte), or, with ``skip_bad``
 (``--skip-bad``), the record is skipped and counted by reason. Empty summaries
@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from mdsfair.raw_contract import format_location
+from mdsfair.raw_contract import ID_BREAKING_CHARACTERS, format_location
 
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Sequence[PathLike]]
@@ -72,6 +72,7 @@ EMPTY_DOCUMENT = "empty_document"
 EMPTY_SUMMARY = "empty_summary"
 DUPLICATE_ID = "duplicate_id"
 MISALIGNED_FILES = "misaligned_files"
+BAD_ID = "bad_id"
 
 REASON_DESCRIPTIONS = {
     INVALID_UTF8: "invalid UTF-8",
@@ -84,6 +85,7 @@ REASON_DESCRIPTIONS = {
     EMPTY_SUMMARY: "empty summary",
     DUPLICATE_ID: "duplicate id",
     MISALIGNED_FILES: "source and target files do not line up",
+    BAD_ID: "id holds a tab or line break",
 }
 
 _MAX_SKIP_EXAMPLES = 20
@@ -318,6 +320,10 @@ class ConversionSession:
                          f"cluster {cluster_id!r} contains U+{ord(match.group()):04X}, "
                          "which cannot be written as UTF-8")
                 return None
+        if any(character in ID_BREAKING_CHARACTERS for character in cluster_id):
+            self.bad(record, BAD_ID, f"id {cluster_id!r} holds a tab or line break, which would break the line "
+                                     "count of ids.txt (ids may not contain tabs or line breaks)")
+            return None
         if cluster_id in self._seen_ids:
             self.bad(record, DUPLICATE_ID, f"id {cluster_id!r} was already written")
             return None

@@ -1,0 +1,103 @@
+"""A lone surrogate in any string of a cluster, and an id that is empty or
+holds a tab or line break, stop mdsfair-preprocess and mdsfair-baseline with
+FILE:LINE and the field; --skip-bad skips and counts them; no partial output."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.utils import REPO_ROOT
+
+GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
+
+
+def line(**changes):
+    record = {**GOOD, **changes}
+    return json.dumps(record)  # ensure_ascii: a lone surrogate is written as the JSON escape \\ud800
+
+
+CASES = {
+    "surrogate_in_document": (line(documents=["Fine text \ud800 here."]), "documents[0] holds a lone surrogate"),
+    "surrogate_in_summary": (line(summary="Sum \udfff."), "summary holds a lone surrogate"),
+    "surrogate_in_id": (line(id="c\ud800"), "id holds a lone surrogate"),
+    "id_with_newline": (line(id="c1\nc2"), "ids may not contain tabs or line breaks"),
+    "id_with_tab": (line(id="c1\tx"), "ids may not contain tabs or line breaks"),
+    "empty_id": (line(id=""), "is empty"),
+}
+
+
+def run(module, args, cwd):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def write_split(path, bad_line, good_count=3):
+    lines = [json.dumps({**GOOD, "id": f"g{i}"}) for i in range(good_count)]
+    lines.insert(1, bad_line)
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_baseline_names_file_line_and_field_and_leaves_no_output(tmp_path, case):
+    bad_line, message = CASES[case]
+    source = tmp_path / "test.jsonl"
+    write_split(source, bad_line)
+    out = tmp_path / "lead.txt"
+    result = run("mdsfair.evaluation.baselines", [str(source), "--method", "lead", "-o", str(out)], str(tmp_path))
+    assert result.returncode != 0
+    assert f"{source}:2:" in result.stderr and message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("case", ["surrogate_in_document", "id_with_newline", "empty_id"])
+def test_preprocess_refuses_then_skips_and_counts(tmp_path, case):
+    bad_line, message = CASES[case]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    for split in ("train", "valid", "test"):
+        write_split(raw / f"{split}.jsonl", bad_line if split == "test" else json.dumps({**GOOD, "id": "v0"}), good_count=8)
+    dest = tmp_path / "bin"
+    args = ["--input-dir", str(raw), "--destdir", str(dest), "--vocab-size", "60", "--no-progress-bar"]
+    refused = run("mdsfair.preprocess.binarize", args, str(tmp_path))
+    assert refused.returncode != 0
+    assert f"{raw / 'test.jsonl'}:2:" in refused.stderr + refused.stdout and message in refused.stderr + refused.stdout
+    assert "Traceback" not in refused.stderr
+    skipped = run("mdsfair.preprocess.binarize", args + ["--skip-bad", "--overwrite"], str(tmp_path))
+    assert skipped.returncode == 0, skipped.stderr[-3000:]
+    ids = (dest / "test.ids.txt").read_text(encoding="utf-8").splitlines()
+    assert len(ids) == 8 and all(i.startswith("g") for i in ids)
+    assert f"{raw / 'test.jsonl'}:2" in (dest / "test.skipped.txt").read_text(encoding="utf-8")
+
+
+def test_atomic_text_file_leaves_old_content_on_error_or_interrupt(tmp_path):
+    """What every mdsfair output file is written through (baseline -o,
+    mdsfair-rank -o, analysis tables, manifests): a failure half-way, Ctrl-C
+    included, leaves the old file as it was and no temporary file."""
+    from mdsfair.data.manifest import atomic_text_file
+
+    target = tmp_path / "out.txt"
+    target.write_text("old\n", encoding="utf-8")
+    for error in (ValueError("bad cluster"), KeyboardInterrupt()):
+        with pytest.raises(type(error)):
+            with atomic_text_file(str(target)) as handle:
+                handle.write("half of the new\n")
+                raise error
+        assert target.read_text(encoding="utf-8") == "old\n"
+        assert os.listdir(tmp_path) == ["out.txt"]
+    with atomic_text_file(str(target)) as handle:
+        handle.write("new\n")
+    assert target.read_text(encoding="utf-8") == "new\n" and os.listdir(tmp_path) == ["out.txt"]
+
+
+def test_baseline_keeps_an_existing_output_when_input_is_bad(tmp_path):
+    source = tmp_path / "test.jsonl"
+    write_split(source, CASES["surrogate_in_summary"][0])
+    out = tmp_path / "lead.txt"
+    out.write_text("an earlier run's summaries\n", encoding="utf-8")
+    result = run("mdsfair.evaluation.baselines", [str(source), "--method", "lead", "-o", str(out)], str(tmp_path))
+    assert result.returncode != 0 and f"{source}:2:" in result.stderr
+    assert out.read_text(encoding="utf-8") == "an earlier run's summaries\n"
+    assert sorted(os.listdir(tmp_path)) == ["lead.txt", "test.jsonl"]
