@@ -73,6 +73,8 @@ EMPTY_SUMMARY = "empty_summary"
 DUPLICATE_ID = "duplicate_id"
 MISALIGNED_FILES = "misaligned_files"
 BAD_ID = "bad_id"
+SECTION_MISMATCH = "section_mismatch"
+MISSING_FILE = "missing_file"
 
 REASON_DESCRIPTIONS = {
     INVALID_UTF8: "invalid UTF-8",
@@ -86,6 +88,8 @@ REASON_DESCRIPTIONS = {
     DUPLICATE_ID: "duplicate id",
     MISALIGNED_FILES: "source and target files do not line up",
     BAD_ID: "id holds a tab or line break",
+    SECTION_MISMATCH: "section names and sections do not line up",
+    MISSING_FILE: "file listed but not found",
 }
 
 _MAX_SKIP_EXAMPLES = 20
