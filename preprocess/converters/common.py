@@ -559,6 +559,34 @@ def iter_json_records(paths: Sequence[Path], session: ConversionSession) -> Iter
             yield from _iter_jsonl(path, session)
 
 
+def read_json_file_record(path: Path, session: ConversionSession, *, listed_at: Optional[Tuple[str, int]] = None
+                          ) -> Optional[Record]:
+    """One record holding a whole file's JSON value (a report per file, e.g. GovReport).
+
+    The record is located at ``listed_at`` (file, line of a list that named the
+    file) when given, else at line 1 of ``path``; invalid UTF-8 or JSON is
+    located at its own line in ``path``. A missing file is bad input
+    (``missing_file``) at the listing line. Returns None when the record was
+    skipped (``skip_bad``)."""
+    where_path, where_line = listed_at if listed_at is not None else (str(path), 1)
+    record = session.start_record(where_path, where_line)
+    if not path.is_file():
+        session.bad(record, MISSING_FILE, f"{path} does not exist")
+        return None
+    text = _read_text(path)
+    bad_bytes = invalid_utf8_detail(text)
+    if bad_bytes is not None:
+        offset, message = bad_bytes
+        session.bad(record, INVALID_UTF8, message, line=text.count("\n", 0, offset) + 1, path=str(path))
+        return None
+    try:
+        record.payload = json.loads(text)
+    except json.JSONDecodeError as err:
+        session.bad(record, INVALID_JSON, f"{err.msg} (column {err.colno})", line=err.lineno, path=str(path))
+        return None
+    return record
+
+
 def _raise_csv_field_limit() -> None:
     """Allow CSV fields as long as a full set of reviews (the default limit is 128 KiB)."""
     limit = sys.maxsize
