@@ -149,3 +149,84 @@ def test_govreport_missing_and_broken_reports_are_located(tmp_path):
     assert report.skipped_examples[1].startswith(f"{root / 'crs' / 'R2.json'}:4: not valid JSON")
     assert "reports.subsections[0]: missing key 'section_title'" in report.skipped_examples[2]
     assert_accounted(report)
+
+
+# ----------------------------------------------------------------------------
+# HierEncDec's Table 1 data sets: Rotten Tomatoes, WikiDomains, MReD+
+# ----------------------------------------------------------------------------
+
+def test_rottentomatoes_original_release_reviews_to_consensus(tmp_path):
+    path = FIXTURES / "rottentomatoes" / "opinion_abstracts" / "rottentomatoes.json"
+    clusters, report = run("rottentomatoes", path, tmp_path)
+    assert clusters == [
+        {"id": "m/a_quiet_film", "documents": ["Gentle and wise.", "A bit slow, but rewarding."],
+         "summary": "A gentle, rewarding drama."},
+        {"id": "m/loud", "documents": ["Too loud by half."], "summary": "Loud."},
+    ]
+    assert dict(report.dropped_documents) == {"empty_review": 1}
+    assert report.records_read == 2 and report.documents_written == 3
+    assert_accounted(report)
+
+
+def test_rottentomatoes_hierencdec_csv_takes_the_last_two_columns(tmp_path):
+    path = FIXTURES / "rottentomatoes" / "hierencdec" / "test.csv"
+    clusters, report = run("rottentomatoes", path, tmp_path, split="test")
+    assert clusters[0] == {"id": "test-0", "documents": ["Great fun.", "Dull.", "Charming cast."],
+                           "summary": "Fun, charming."}
+    assert clusters[1]["documents"] == ["Only review."]
+    assert dict(report.dropped_documents) == {"empty_review": 1}
+    clusters, _ = run("rottentomatoes", path, tmp_path, split="test", id_column="movie")
+    assert [c["id"] for c in clusters] == ["m/x", "m/y"]
+    # Named columns win over the last two.
+    clusters, _ = run("rottentomatoes", path, tmp_path, split="test", text_column="summary", summary_column="movie")
+    assert clusters[0]["documents"] == ["Fun, charming."] and clusters[0]["summary"] == "m/x"
+
+
+def test_wikidomains_reads_json_and_csv_and_prefixes_the_domain(tmp_path):
+    root = FIXTURES / "wikidomains"
+    clusters, report = run("wikidomains", [root / "Film" / "test.json", root / "Town" / "test.csv"], tmp_path,
+                           split="test")
+    assert clusters == [
+        {"id": "Film-test-0", "documents": ["Plot text.", "Cast text.\n\nMore cast.", "Reception text."],
+         "summary": "X is a 1999 film."},
+        {"id": "Film-test-1", "documents": ["Only one section."], "summary": "Y is a film."},
+        {"id": "Town-test-2", "documents": ["History text.", "Geography text."], "summary": "Z is a town."},
+    ]
+    assert report.documents_written == 6 and not report.dropped_documents
+    assert_accounted(report)
+
+
+def test_mred_plus_splits_reviews_rebuttals_and_paragraphs(tmp_path):
+    clusters, report = run("mred_plus", FIXTURES / "mred_plus" / "mred" / "test_rebuttal.json", tmp_path,
+                           split="test")
+    assert clusters[0]["documents"] == ["Review one para one.\n\nReview one para two.", "Review two.",
+                                        "We thank the reviewers.\n\nWe fixed it."]
+    assert clusters[0]["summary"] == "The paper is accepted."
+    assert clusters[1]["documents"] == ["Short review."]
+    assert dict(report.dropped_documents) == {"empty_document": 1}
+    assert_accounted(report)
+
+
+def test_hierencdec_files_bad_rows_and_extensions(tmp_path):
+    path = tmp_path / "train_rebuttal.json"
+    path.write_text("\n".join([
+        json.dumps({"text": "Review.", "summary": "Meta."}),
+        json.dumps({"text": ["not", "a", "string"], "summary": "Meta."}),
+        json.dumps({"only": "one column"}),
+        "{broken",
+        json.dumps({"text": " <REVBREAK> ", "summary": "Meta."}),
+        json.dumps({"text": "Review.", "summary": ""}),
+    ]) + "\n", encoding="utf-8")
+    with pytest.raises(InputFormatError) as caught:
+        run("mred_plus", path, tmp_path)
+    assert (caught.value.line, caught.value.reason) == (2, "wrong_type")
+    clusters, report = run("mred_plus", path, tmp_path, skip_bad=True)
+    assert [c["id"] for c in clusters] == ["train-0"]
+    assert dict(report.skipped) == {"wrong_type": 1, "missing_key": 1, "invalid_json": 1, "empty_cluster": 1,
+                                    "empty_summary": 1}
+    assert [example.split(": ")[0] for example in report.skipped_examples] == [f"{path}:{n}" for n in range(2, 7)]
+    assert_accounted(report)
+    other = tmp_path / "train.tsv"
+    other.write_text("text\tsummary\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="HierEncDec data files are .csv or .json"):
+        run("wikidomains", other, tmp_path)
