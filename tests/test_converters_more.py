@@ -230,3 +230,40 @@ def test_hierencdec_files_bad_rows_and_extensions(tmp_path):
     other.write_text("text\tsummary\n", encoding="utf-8")
     with pytest.raises(ValueError, match="HierEncDec data files are .csv or .json"):
         run("wikidomains", other, tmp_path)
+
+
+# ----------------------------------------------------------------------------
+# CNN/DailyMail
+# ----------------------------------------------------------------------------
+
+CNNDM_EXPECTED = [
+    {"id": "0001d1afc246a7964130f43ae940af6bc6c57f01",
+     "documents": ["By . Staff Reporter . PUBLISHED: . 12:00 . The council voted on Monday.\n\nResidents cheered."],
+     "summary": "Council votes on Monday . Residents cheer ."},
+    {"id": "0002095e55fcbd3a2f366d9bf92a95433dc305ef", "documents": ["(CNN) -- A storm hit the coast."],
+     "summary": "Storm hits coast ."},
+]
+
+
+def test_cnn_dailymail_csv_and_jsonl_give_single_document_clusters(tmp_path):
+    for name in ("test.csv", "validation.jsonl"):
+        clusters, report = run("cnn_dailymail", FIXTURES / "cnn_dailymail" / name, tmp_path, split="test")
+        assert clusters == CNNDM_EXPECTED, name
+        assert report.records_read == 2 and report.documents_written == 2
+        assert_accounted(report)
+
+
+def test_cnn_dailymail_bad_rows_are_located(tmp_path):
+    path = tmp_path / "train.csv"
+    path.write_text('id,article,highlights\na,"Text one.",Sum one.\nb,"  ",Sum two.\nc,Text three.\n'
+                    'd,"Text four.",""\n', encoding="utf-8")
+    with pytest.raises(InputFormatError) as caught:
+        run("cnn_dailymail", path, tmp_path)
+    assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
+    clusters, report = run("cnn_dailymail", path, tmp_path, skip_bad=True)
+    assert [c["id"] for c in clusters] == ["a"]
+    assert dict(report.skipped) == {"empty_cluster": 1, "malformed_csv_row": 1, "empty_summary": 1}
+    assert_accounted(report)
+    jsonl = write_jsonl(tmp_path / "train.jsonl", [{"id": "x", "article": "A."}])
+    with pytest.raises(InputFormatError, match="train.jsonl:1: missing key: missing key 'highlights'"):
+        run("cnn_dailymail", jsonl, tmp_path)
