@@ -2,6 +2,9 @@
 import json
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.ipc as pa_ipc
+import pyarrow.parquet as pa_parquet
 import pytest
 
 from mdsfair.preprocess.converters import CONVERTERS, InputFormatError, cli_main, convert
@@ -29,6 +32,26 @@ def assert_accounted(report):
 def write_jsonl(path, records):
     path.write_text("".join(json.dumps(record) + "\n" for record in records), encoding="utf-8")
     return path
+
+
+NEW_FORMATS = {"scientific_papers": ["--whole-article", "--omit-section-names"],
+               "govreport": ["--section-depth", "--subset"],
+               "rottentomatoes": ["--text-column", "--summary-column", "--id-column"],
+               "wikidomains": ["--text-column", "--summary-column", "--id-column"],
+               "mred_plus": ["--text-column", "--summary-column", "--id-column", "--paragraph-separator"],
+               "cnn_dailymail": ["--delimiter"],
+               "hf": ["--preset", "--documents-column", "--summary-column", "--id-column", "--document-separator"]}
+
+
+@pytest.mark.parametrize("format_name", sorted(NEW_FORMATS))
+def test_new_formats_are_registered_with_their_flags(format_name, capsys):
+    assert format_name in CONVERTERS
+    with pytest.raises(SystemExit) as exited:
+        cli_main([format_name, "--help"])
+    assert exited.value.code == 0
+    help_text = capsys.readouterr().out
+    for flag in NEW_FORMATS[format_name] + ["--skip-bad", "--split"]:
+        assert flag in help_text, (format_name, flag)
 
 
 # ----------------------------------------------------------------------------
@@ -267,3 +290,167 @@ def test_cnn_dailymail_bad_rows_are_located(tmp_path):
     jsonl = write_jsonl(tmp_path / "train.jsonl", [{"id": "x", "article": "A."}])
     with pytest.raises(InputFormatError, match="train.jsonl:1: missing key: missing key 'highlights'"):
         run("cnn_dailymail", jsonl, tmp_path)
+
+
+# ----------------------------------------------------------------------------
+# mdsfair-convert hf: Parquet, Arrow, save_to_disk
+# ----------------------------------------------------------------------------
+
+
+MULTI_NEWS_ROWS = {
+    "document": ["Story one.\nSecond line. ||||| Story two. ||||| ",
+                 "Only story |||||   |||||  Third story.",
+                 "Lone story without separator."],
+    "summary": ["– Summary one.", "Summary two.", "Summary three."],
+}
+
+
+def write_parquet(path, columns):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pa_parquet.write_table(pa.table(columns), path)
+    return path
+
+
+def write_arrow_stream(path, columns):
+    """An Arrow IPC stream, as datasets' ArrowWriter writes its data-*.arrow files."""
+    table = pa.table(columns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with pa.OSFile(str(path), "wb") as sink, pa_ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return path
+
+
+def write_save_to_disk(folder, columns, split="train"):
+    """The layout of datasets' Dataset.save_to_disk: data-00000-of-00001.arrow, dataset_info.json, state.json."""
+    write_arrow_stream(folder / "data-00000-of-00001.arrow", columns)
+    features = {name: {"dtype": "string", "_type": "Value"} for name in columns}
+    (folder / "dataset_info.json").write_text(json.dumps({"citation": "", "description": "", "features": features,
+                                                          "homepage": "", "license": ""}), encoding="utf-8")
+    (folder / "state.json").write_text(json.dumps({
+        "_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_fingerprint": "0123456789abcdef",
+        "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+        "_split": split}), encoding="utf-8")
+    return folder
+
+
+def test_hf_multi_news_preset_on_parquet(tmp_path):
+    path = write_parquet(tmp_path / "default" / "train" / "0000.parquet", MULTI_NEWS_ROWS)
+    clusters, report = run("hf", tmp_path, tmp_path, preset="multi_news")
+    assert clusters == [
+        {"id": "train-0", "documents": ["Story one. Second line.", "Story two."], "summary": "– Summary one."},
+        {"id": "train-1", "documents": ["Only story", "Third story."], "summary": "Summary two."},
+        {"id": "train-2", "documents": ["Lone story without separator."], "summary": "Summary three."},
+    ]
+    assert report.records_read == 3 and report.documents_written == 5
+    assert dict(report.notes) == {"trailing_separator": 1}
+    assert dict(report.dropped_documents) == {"empty_document": 1}
+    assert_accounted(report)
+    # The file itself reads the same; an explicit separator overrides the preset's.
+    clusters, _ = run("hf", path, tmp_path, preset="multi_news", document_separator="NONE")
+    assert [len(c["documents"]) for c in clusters] == [1, 1, 1]
+
+
+def test_hf_folder_of_splits_picks_the_split(tmp_path):
+    write_parquet(tmp_path / "data" / "train-00000-of-00001.parquet", {"document": ["a"], "summary": ["s"]})
+    write_parquet(tmp_path / "data" / "validation-00000-of-00001.parquet",
+                  {"document": ["v1", "v2"], "summary": ["t1", "t2"]})
+    clusters, _ = run("hf", tmp_path, tmp_path / "out", split="val")
+    assert [c["documents"] for c in clusters] == [["v1"], ["v2"]]
+    clusters, _ = run("hf", tmp_path, tmp_path / "out", split="train")
+    assert clusters == [{"id": "train-0", "documents": ["a"], "summary": "s"}]
+    with pytest.raises(ValueError, match=r"splits \['train', 'validation'\], none of split 'test'"):
+        run("hf", tmp_path, tmp_path / "out", split="test")
+
+
+def test_hf_multi_x_science_preset_reads_struct_and_list_columns(tmp_path):
+    columns = {
+        "aid": ["1234.5678", "1234.9999"],
+        "mid": ["m1", "m2"],
+        "abstract": ["Our abstract.", "Second abstract."],
+        "related_work": ["Prior work @cite_1 did x.", "Related."],
+        "ref_abstract": [{"cite_N": ["@cite_1", "@cite_2"], "mid": ["a", "b"], "abstract": ["Cited one.", ""]},
+                         {"cite_N": [], "mid": [], "abstract": []}],
+    }
+    path = write_parquet(tmp_path / "test.parquet", columns)
+    clusters, report = run("hf", path, tmp_path, split="test", preset="multi_x_science")
+    assert clusters == [
+        {"id": "1234.5678", "documents": ["Our abstract.", "Cited one."], "summary": "Prior work @cite_1 did x."},
+        {"id": "1234.9999", "documents": ["Second abstract."], "summary": "Related."},
+    ]
+    assert dict(report.dropped_documents) == {"empty_document": 1}
+    assert_accounted(report)
+
+
+def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
+    columns = {"document": [["Article one.", "Article two."], ["Only article."]],
+               "summary": ["Event one.", "Event two."], "id": ["e1", "e2"]}
+    expected = [{"id": "e1", "documents": ["Article one.", "Article two."], "summary": "Event one."},
+                {"id": "e2", "documents": ["Only article."], "summary": "Event two."}]
+    arrow = write_arrow_stream(tmp_path / "wcep.arrow", columns)
+    clusters, _ = run("hf", arrow, tmp_path, preset="wcep10", id_column="id")
+    assert clusters == expected
+    # An Arrow IPC *file* (Feather v2) reads the same.
+    table = pa.table(columns)
+    with pa.OSFile(str(tmp_path / "wcep.feather"), "wb") as sink, pa_ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    clusters, _ = run("hf", tmp_path / "wcep.feather", tmp_path, preset="wcep10", id_column="id")
+    assert clusters == expected
+    # save_to_disk: a Dataset folder, and a DatasetDict folder with a split per sub-folder.
+    saved = write_save_to_disk(tmp_path / "saved", {"document": ["A. </s> B.", "C."], "summary": ["S1.", "S2."]})
+    clusters, _ = run("hf", saved, tmp_path, preset="wcep10")
+    assert [c["documents"] for c in clusters] == [["A.", "B."], ["C."]]
+    dictionary = tmp_path / "dict"
+    write_save_to_disk(dictionary / "train", {"document": ["T."], "summary": ["ST."]})
+    write_save_to_disk(dictionary / "validation", {"document": ["V."], "summary": ["SV."]}, split="validation")
+    (dictionary / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation"]}))
+    clusters, _ = run("hf", dictionary, tmp_path, split="val")
+    assert clusters == [{"id": "val-0", "documents": ["V."], "summary": "SV."}]
+    with pytest.raises(ValueError, match=r"no split 'test'; its splits are \['train', 'validation'\]"):
+        run("hf", dictionary, tmp_path, split="test")
+    # A save_to_disk folder whose Arrow columns are not the features of dataset_info.json is refused.
+    info = json.loads((saved / "dataset_info.json").read_text())
+    info["features"]["extra"] = {"dtype": "string", "_type": "Value"}
+    (saved / "dataset_info.json").write_text(json.dumps(info))
+    with pytest.raises(InputFormatError, match="differ from the features"):
+        run("hf", saved, tmp_path)
+
+
+def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
+    columns = {"text": ["Good.", None, "Fine.", "Also fine.", "x ||| y"],
+               "target": ["S.", "S.", "", None, "S5."],
+               "key": ["a", "b", "c", "d", "a"]}
+    path = write_parquet(tmp_path / "train.parquet", columns)
+    options = dict(documents_columns=["text"], summary_column="target", id_column="key", document_separator="|||")
+    with pytest.raises(InputFormatError) as caught:
+        run("hf", path, tmp_path, **options)
+    assert (caught.value.path, caught.value.line, caught.value.reason) == (str(path), 2, "empty_cluster")
+    clusters, report = run("hf", path, tmp_path, skip_bad=True, **options)
+    assert clusters == [{"id": "a", "documents": ["Good."], "summary": "S."}]
+    assert dict(report.skipped) == {"empty_cluster": 1, "empty_summary": 2, "duplicate_id": 1}
+    assert [example.split(": ")[0] for example in report.skipped_examples] == [f"{path}:{row}" for row in (2, 3, 4, 5)]
+    assert not report.notes  # the null text's note goes with its skipped cluster
+    assert_accounted(report)
+    # A column that is not in the table is fatal even with --skip-bad, naming the columns there are.
+    missing = r"column\(s\) \['document', 'summary'\] not in the table's columns \['text', 'target', 'key'\]"
+    with pytest.raises(InputFormatError, match=missing):
+        run("hf", path, tmp_path, skip_bad=True)
+    wrong = write_parquet(tmp_path / "wrong" / "train.parquet", {"document": [1, 2], "summary": ["s", "t"]})
+    with pytest.raises(InputFormatError, match=r"train.parquet:1: wrong type: column 'document' must be a string"):
+        run("hf", wrong, tmp_path)
+    not_a_table = tmp_path / "broken.parquet"
+    not_a_table.write_bytes(b"PAR1 this is not parquet")
+    with pytest.raises(InputFormatError, match="not a Parquet file"):
+        run("hf", not_a_table, tmp_path)
+
+
+def test_hf_cli_with_preset_and_repeated_columns(tmp_path, capsys):
+    path = write_parquet(tmp_path / "test.parquet", {"abstract": ["Abs."], "ref": [["R1.", "R2."]],
+                                                     "rw": ["Related."]})
+    output = tmp_path / "cli.jsonl"
+    assert cli_main(["hf", str(path), "-o", str(output), "--split", "test", "--documents-column", "abstract",
+                     "--documents-column", "ref", "--summary-column", "rw"]) == 0
+    assert read_jsonl(output) == [{"id": "test-0", "documents": ["Abs.", "R1.", "R2."], "summary": "Related."}]
+    assert "documents written:    3" in capsys.readouterr().out
+    assert cli_main(["hf", str(path), "-o", str(output), "--preset", "arxiv"]) == 1
+    assert "column(s) ['article'] not in the table's columns ['abstract', 'ref', 'rw']" in (
+        capsys.readouterr().err)
