@@ -337,14 +337,19 @@ def test_hf_multi_news_preset_on_parquet(tmp_path):
     path = write_parquet(tmp_path / "default" / "train" / "0000.parquet", MULTI_NEWS_ROWS)
     clusters, report = run("hf", tmp_path, tmp_path, preset="multi_news")
     assert clusters == [
-        {"id": "train-0", "documents": ["Story one. Second line.", "Story two."], "summary": "– Summary one."},
+        {"id": "train-0", "documents": ["Story one. Second line.", "Story two."], "summary": "Summary one."},
         {"id": "train-1", "documents": ["Only story", "Third story."], "summary": "Summary two."},
         {"id": "train-2", "documents": ["Lone story without separator."], "summary": "Summary three."},
     ]
     assert report.records_read == 3 and report.documents_written == 5
-    assert dict(report.notes) == {"trailing_separator": 1}
+    # HF's multi_news.py keeps the en dash ("– ".lstrip("- ") is unchanged); the preset strips and counts it.
+    assert "\u2013 Summary one.".lstrip("- ") == "\u2013 Summary one."
+    assert dict(report.notes) == {"trailing_separator": 1, "summary_dash_prefix_stripped": 1}
     assert dict(report.dropped_documents) == {"empty_document": 1}
     assert_accounted(report)
+    # Without the preset the summary is left as it is.
+    clusters, _ = run("hf", path, tmp_path, document_separator="|||||")
+    assert clusters[0]["summary"] == "\u2013 Summary one."
     # The file itself reads the same; an explicit separator overrides the preset's.
     clusters, _ = run("hf", path, tmp_path, preset="multi_news", document_separator="NONE")
     assert [len(c["documents"]) for c in clusters] == [1, 1, 1]

@@ -16,7 +16,10 @@ struct column ``a``), each a string -- one document, or several joined by
 loaders that wrote them (huggingface/datasets ``datasets/<name>/<name>.py``)
 name the columns:
 
-* ``multi_news``: ``document`` (stories joined by ``|||||``), ``summary``;
+* ``multi_news``: ``document`` (stories joined by ``|||||``), ``summary``
+  (the loader's ``lstrip("- ")`` leaves the release's leading en dash
+  ``"– "``, which is stripped and counted as ``summary_dash_prefix_stripped``,
+  as ``mdsfair-convert multinews`` does for the release files);
 * ``multi_x_science``: ``abstract`` and ``ref_abstract.abstract`` (the cited
   abstracts; ``ref_abstract`` is ``{cite_N, mid, abstract}``), summary
   ``related_work``, id ``aid``;
@@ -37,6 +40,7 @@ format artifact: removed and counted as ``trailing_separator``.
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -59,19 +63,22 @@ from .common import (
 )
 from .registry import register_converter
 
-# name -> (documents columns, document separator, summary column, id column or None)
+# name -> documents columns, document separator, summary column, id column (None: no id column)
 HF_PRESETS: Dict[str, Dict[str, Any]] = {
     "multi_news": dict(documents_columns=["document"], document_separator="|||||", summary_column="summary",
-                       id_column=None),
+                       id_column=None, strip_summary_dash=True),
     "multi_x_science": dict(documents_columns=["abstract", "ref_abstract.abstract"], document_separator=None,
                             summary_column="related_work", id_column="aid"),
     "wcep10": dict(documents_columns=["document"], document_separator="</s>", summary_column="summary",
                    id_column=None),
-    "arxiv": dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None),
-    "pubmed": dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None),
+    **{name: dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None)
+       for name in ("arxiv", "pubmed")},
     "cnn_dailymail": dict(documents_columns=["article"], document_separator=None, summary_column="highlights",
                           id_column="id"),
 }
+
+# Multi-News' summaries start with an en dash (the release's "– "); the HF loader strips only "-" and " ".
+_LEADING_DASH = re.compile(r"^[\u2013\u2014-]\s+")
 
 
 def _column_value(row: Dict[str, Any], column: str) -> Any:
@@ -145,14 +152,13 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
     dropped and counted."""
     if preset is not None and preset not in HF_PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose from {sorted(HF_PRESETS)}")
-    defaults = HF_PRESETS.get(preset or "", dict(documents_columns=["document"], document_separator=None,
-                                                  summary_column="summary", id_column=None))
+    defaults = HF_PRESETS.get(preset or "", dict(documents_columns=["document"], summary_column="summary"))
     if isinstance(documents_columns, str):
         documents_columns = [documents_columns]
     columns = list(documents_columns or defaults["documents_columns"])
     summary_column = summary_column or defaults["summary_column"]
-    id_column = id_column or defaults["id_column"]
-    separator = defaults["document_separator"] if document_separator is None else document_separator
+    id_column = id_column or defaults.get("id_column")
+    separator = defaults.get("document_separator") if document_separator is None else document_separator
     separator = "\n" if separator == "\\n" else separator
     paths = as_paths(inputs)
     session = make_session(report, "hf", split, skip_bad, allow_empty_summary, error_on_empty_document, paths)
@@ -183,7 +189,12 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         if summary is not None and not isinstance(summary, str):
             raise BadRecord(WRONG_TYPE, f"summary column {summary_column!r} must be a string, "
                                         f"got {type(summary).__name__}")
-        return session.finish(record, cluster_id=cluster_id, documents=documents, pending=pending,
-                              summary=normalize_summary(summary or ""))
+        summary = normalize_summary(summary or "")
+        if defaults.get("strip_summary_dash"):
+            stripped = _LEADING_DASH.sub("", summary)
+            if stripped != summary:
+                pending.notes["summary_dash_prefix_stripped"] += 1
+            summary = stripped
+        return session.finish(record, cluster_id=cluster_id, documents=documents, pending=pending, summary=summary)
 
     yield from build_clusters(iter_table_records(paths, session, split, check_columns), session, build)
