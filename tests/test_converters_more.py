@@ -401,6 +401,10 @@ def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
     clusters, _ = run("hf", tmp_path / "wcep.feather", tmp_path, preset="wcep10", id_column="id")
     assert clusters == expected
     # save_to_disk: a Dataset folder, and a DatasetDict folder with a split per sub-folder.
+    # WCEP-10's newline config: '\\n' on the command line means a newline.
+    newline = write_parquet(tmp_path / "newline.parquet", {"document": ["A.\nB."], "summary": ["S."]})
+    clusters, _ = run("hf", newline, tmp_path, preset="wcep10", document_separator="\\n")
+    assert clusters[0]["documents"] == ["A.", "B."]
     saved = write_save_to_disk(tmp_path / "saved", {"document": ["A. </s> B.", "C."], "summary": ["S1.", "S2."]})
     clusters, _ = run("hf", saved, tmp_path, preset="wcep10")
     assert [c["documents"] for c in clusters] == [["A.", "B."], ["C."]]

@@ -95,7 +95,8 @@ __all__ = [
     # the raw contract, errors and the report (common)
     "PARAGRAPH_SEPARATOR", "TRAINING_SPLITS", "REASON_DESCRIPTIONS", "INVALID_UTF8", "INVALID_JSON",
     "MALFORMED_CSV_ROW", "MISSING_KEY", "WRONG_TYPE", "EMPTY_CLUSTER", "EMPTY_DOCUMENT", "EMPTY_SUMMARY",
-    "DUPLICATE_ID", "MISALIGNED_FILES", "SECTION_MISMATCH", "MISSING_FILE", "PathLike", "Inputs", "InputFormatError", "ConversionReport",
+    "DUPLICATE_ID", "MISALIGNED_FILES", "SECTION_MISMATCH", "MISSING_FILE", "PathLike", "Inputs",
+    "InputFormatError", "ConversionReport",
     "normalize_paragraph", "normalize_document", "normalize_summary",
     # the registry and the driver
     "CONVERTERS", "CONVERTER_ARGUMENTS", "register_converter", "get_converter", "format_options",

@@ -75,6 +75,7 @@ MISALIGNED_FILES = "misaligned_files"
 BAD_ID = "bad_id"
 SECTION_MISMATCH = "section_mismatch"
 MISSING_FILE = "missing_file"
+INVALID_TABLE = "invalid_table"
 
 REASON_DESCRIPTIONS = {
     INVALID_UTF8: "invalid UTF-8",
@@ -90,7 +91,7 @@ REASON_DESCRIPTIONS = {
     BAD_ID: "id holds a tab or line break",
     SECTION_MISMATCH: "section names and sections do not line up",
     MISSING_FILE: "file listed but not found",
-    "invalid_table": "not a readable table",
+    INVALID_TABLE: "not a readable table",
 }
 
 _MAX_SKIP_EXAMPLES = 20
@@ -807,7 +808,7 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             parquet = pa.parquet.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as err:
-            raise InputFormatError(path, None, "invalid_table", f"not a Parquet file ({err})", skippable=False) from None
+            raise InputFormatError(path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False) from None
         return list(parquet.schema_arrow.names), parquet.iter_batches(batch_size=_TABLE_BATCH_ROWS)
     source = pa.memory_map(str(path))
     try:
@@ -817,12 +818,12 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             reader = pa.ipc.open_file(source)
         except pa.ArrowInvalid as err:
-            raise InputFormatError(path, None, "invalid_table", f"neither a Parquet file nor an Arrow IPC "
+            raise InputFormatError(path, None, INVALID_TABLE, f"neither a Parquet file nor an Arrow IPC "
                                    f"stream or file ({err})", skippable=False) from None
         names, batches = list(reader.schema.names), (reader.get_batch(i) for i in range(reader.num_record_batches))
     expected = _expected_features(path)
     if expected is not None and sorted(expected) != sorted(names):
-        raise InputFormatError(path, None, "invalid_table", f"columns {names} differ from the features {expected} "
+        raise InputFormatError(path, None, INVALID_TABLE, f"columns {names} differ from the features {expected} "
                                f"of {path.parent / 'dataset_info.json'}", skippable=False)
     return names, batches
 
