@@ -424,6 +424,24 @@ def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
         run("hf", saved, tmp_path)
 
 
+def test_hf_field_of_a_list_of_structs(tmp_path):
+    """WCEP's own layout as a table: articles = list of {title, text}; articles.text reads every text."""
+    columns = {"id": [7, 8], "summary": ["Event.", "Other."],
+               "articles": [[{"title": "T1", "text": "Text one."}, {"title": "T2", "text": None}],
+                            None]}
+    path = write_parquet(tmp_path / "val.parquet", columns)
+    options = dict(documents_columns=["articles.text"], id_column="id", split="val")
+    with pytest.raises(InputFormatError) as caught:
+        run("hf", path, tmp_path, **options)
+    assert (caught.value.line, caught.value.reason) == (2, "empty_cluster")
+    clusters, report = run("hf", path, tmp_path, skip_bad=True, **options)
+    assert clusters == [{"id": "7", "documents": ["Text one."], "summary": "Event."}]
+    assert dict(report.dropped_documents) == {"empty_document": 1} and dict(report.skipped) == {"empty_cluster": 1}
+    with pytest.raises(InputFormatError, match=r"val.parquet:1: missing key: column 'articles.body': no field 'body' "
+                                               r"\(fields: \['text', 'title'\]\)"):
+        run("hf", path, tmp_path, documents_columns=["articles.body"], split="val")
+
+
 def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
     columns = {"text": ["Good.", None, "Fine.", "Also fine.", "x ||| y"],
                "target": ["S.", "S.", "", None, "S5."],

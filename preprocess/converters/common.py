@@ -828,6 +828,29 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
     return names, batches
 
 
+def _struct_field(value: Any, part: str, column: str) -> Any:
+    """Field ``part`` of a struct value (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRecord(WRONG_TYPE, f"column {column!r}: {part!r} is looked up in a {type(value).__name__}")
+    if part not in value:
+        raise BadRecord(MISSING_KEY, f"column {column!r}: no field {part!r} (fields: {sorted(value)})")
+    return value[part]
+
+
+def table_column_value(row: Dict[str, Any], column: str) -> Any:
+    """``row[column]``, following ``a.b`` into struct column ``a`` -- or into every struct of a list
+    column ``a`` (WCEP's ``articles.text``); None when a struct on the way is null."""
+    value: Any = row
+    for part in column.split("."):
+        if isinstance(value, list):
+            value = [_struct_field(item, part, column) for item in value]
+        else:
+            value = _struct_field(value, part, column)
+    return value
+
+
 def iter_table_records(paths: Sequence[Path], session: ConversionSession, split: str,
                        check_columns: Callable[[Path, List[str]], None]) -> Iterator[Record]:
     """Records of tables, one per row, located at the 1-based row number of their file as the "line";

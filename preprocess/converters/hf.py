@@ -9,7 +9,7 @@ split). All are read with pyarrow (``datasets`` is not needed), one row at a
 time; a row's 1-based number in its file is its "line" in messages.
 
 Columns: ``documents_columns`` (one or more; ``a.b`` reads field ``b`` of
-struct column ``a``), each a string -- one document, or several joined by
+struct column ``a``, or of every struct of list column ``a``), each a string -- one document, or several joined by
 ``document_separator`` -- or a list of strings, one document each;
 ``summary_column``, a string (or a list of strings: several references);
 ``id_column``, optional. Presets fill them in for the Hub's layouts, as the
@@ -57,6 +57,7 @@ from .common import (
     as_paths,
     build_clusters,
     iter_table_records,
+    table_column_value,
     make_session,
     normalize_document,
     normalize_summary,
@@ -79,20 +80,6 @@ HF_PRESETS: Dict[str, Dict[str, Any]] = {
 
 # Multi-News' summaries start with an en dash (the release's "– "); the HF loader strips only "-" and " ".
 _LEADING_DASH = re.compile(r"^[\u2013\u2014-]\s+")
-
-
-def _column_value(row: Dict[str, Any], column: str) -> Any:
-    """``row[column]``, following ``a.b`` into struct column ``a``; None when a struct on the way is null."""
-    value: Any = row
-    for part in column.split("."):
-        if value is None:
-            return None
-        if not isinstance(value, dict):
-            raise BadRecord(WRONG_TYPE, f"column {column!r}: {part!r} is looked up in a {type(value).__name__}")
-        if part not in value:
-            raise BadRecord(MISSING_KEY, f"column {column!r}: no field {part!r} (fields: {sorted(value)})")
-        value = value[part]
-    return value
 
 
 def _texts(value: Any, column: str, separator: Optional[str], pending: PendingCounts) -> List[str]:
@@ -126,7 +113,7 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents-column", dest="documents_columns", action="append", default=None,
                         metavar="COLUMN",
                         help="column of the documents (string or list of strings; a.b = field b of struct "
-                             "column a); repeat it to add columns in order (default: the preset's, else 'document')")
+                             "column a, or of each struct of list column a); repeat it to add columns in order (default: the preset's, else 'document')")
     parser.add_argument("--summary-column", default=None,
                         help="column of the summary (default: the preset's, else 'summary')")
     parser.add_argument("--id-column", default=None,
@@ -176,10 +163,10 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         pending = PendingCounts()
         documents = []
         for column in columns:
-            for text in _texts(_column_value(row, column), column, separator, pending):
+            for text in _texts(table_column_value(row, column), column, separator, pending):
                 documents.append(Document(normalize_document(text), f"{column} document {len(documents) + 1}"))
-        summary = _column_value(row, summary_column)
-        cluster_id = _column_value(row, id_column) if id_column else None
+        summary = table_column_value(row, summary_column)
+        cluster_id = table_column_value(row, id_column) if id_column else None
         if cluster_id is not None and not isinstance(cluster_id, (str, int)):
             raise BadRecord(WRONG_TYPE, f"id column {id_column!r} must be a string or an integer, "
                                         f"got {type(cluster_id).__name__}")
