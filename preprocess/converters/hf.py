@@ -113,7 +113,8 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--documents-column", dest="documents_columns", action="append", default=None,
                         metavar="COLUMN",
                         help="column of the documents (string or list of strings; a.b = field b of struct "
-                             "column a, or of each struct of list column a); repeat it to add columns in order (default: the preset's, else 'document')")
+                             "column a, or of each struct of list column a); repeat it to add columns in order "
+                             "(default: the preset's, else 'document')")
     parser.add_argument("--summary-column", default=None,
                         help="column of the summary (default: the preset's, else 'summary')")
     parser.add_argument("--id-column", default=None,
