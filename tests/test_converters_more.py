@@ -392,22 +392,25 @@ def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
     expected = [{"id": "e1", "documents": ["Article one.", "Article two."], "summary": "Event one."},
                 {"id": "e2", "documents": ["Only article."], "summary": "Event two."}]
     arrow = write_arrow_stream(tmp_path / "wcep.arrow", columns)
-    clusters, _ = run("hf", arrow, tmp_path, preset="wcep10", id_column="id")
+    clusters, _ = run("hf", arrow, tmp_path, preset="wcep10")  # ccdv/WCEP-10's card: id, document, summary
     assert clusters == expected
     # An Arrow IPC *file* (Feather v2) reads the same.
     table = pa.table(columns)
     with pa.OSFile(str(tmp_path / "wcep.feather"), "wb") as sink, pa_ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    clusters, _ = run("hf", tmp_path / "wcep.feather", tmp_path, preset="wcep10", id_column="id")
+    clusters, _ = run("hf", tmp_path / "wcep.feather", tmp_path, preset="wcep10")
     assert clusters == expected
     # save_to_disk: a Dataset folder, and a DatasetDict folder with a split per sub-folder.
     # WCEP-10's newline config: '\\n' on the command line means a newline.
     newline = write_parquet(tmp_path / "newline.parquet", {"document": ["A.\nB."], "summary": ["S."]})
-    clusters, _ = run("hf", newline, tmp_path, preset="wcep10", document_separator="\\n")
+    clusters, _ = run("hf", newline, tmp_path, preset="wcep10", document_separator="\\n", id_column="")
     assert clusters[0]["documents"] == ["A.", "B."]
     saved = write_save_to_disk(tmp_path / "saved", {"document": ["A. </s> B.", "C."], "summary": ["S1.", "S2."]})
-    clusters, _ = run("hf", saved, tmp_path, preset="wcep10")
+    with pytest.raises(InputFormatError, match=r"column\(s\) \['id'\] not in the table's columns"):
+        run("hf", saved, tmp_path, preset="wcep10")
+    clusters, _ = run("hf", saved, tmp_path, preset="wcep10", id_column="")  # '' = no id column
     assert [c["documents"] for c in clusters] == [["A.", "B."], ["C."]]
+    assert [c["id"] for c in clusters] == ["train-0", "train-1"]
     dictionary = tmp_path / "dict"
     write_save_to_disk(dictionary / "train", {"document": ["T."], "summary": ["ST."]})
     write_save_to_disk(dictionary / "validation", {"document": ["V."], "summary": ["SV."]}, split="validation")

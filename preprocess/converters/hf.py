@@ -23,10 +23,11 @@ name the columns:
 * ``multi_x_science``: ``abstract`` and ``ref_abstract.abstract`` (the cited
   abstracts; ``ref_abstract`` is ``{cite_N, mid, abstract}``), summary
   ``related_work``, id ``aid``;
-* ``wcep10`` (ccdv/WCEP-10): ``document``, ``summary``; its ``roberta`` and
-  ``bart`` configs join the articles with ``</s>`` (the preset's separator),
-  ``list`` keeps a list, ``newline`` joins with ``\\n`` (pass
-  ``--document-separator '\\n'``);
+* ``wcep10`` (ccdv/WCEP-10, its dataset card): ``document``, ``summary``, id
+  ``id``; its configs ``roberta`` (the default) join the articles with
+  ``</s>`` (the preset's separator), ``bert`` with ``[SEP]``, ``newline``
+  with ``\\n`` (pass ``--document-separator '[SEP]'`` / ``'\\n'``), ``list``
+  keeps a list. The Hub's Parquet has one folder per config: give one;
 * ``arxiv`` / ``pubmed`` (``scientific_papers``; ccdv/arxiv-summarization,
   ccdv/pubmed-summarization): ``article`` as one document (its sentences or
   paragraphs joined by newlines; the sections cannot be recovered, use the
@@ -71,7 +72,7 @@ HF_PRESETS: Dict[str, Dict[str, Any]] = {
     "multi_x_science": dict(documents_columns=["abstract", "ref_abstract.abstract"], document_separator=None,
                             summary_column="related_work", id_column="aid"),
     "wcep10": dict(documents_columns=["document"], document_separator="</s>", summary_column="summary",
-                   id_column=None),
+                   id_column="id"),
     **{name: dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None)
        for name in ("arxiv", "pubmed")},
     "cnn_dailymail": dict(documents_columns=["article"], document_separator=None, summary_column="highlights",
@@ -118,7 +119,8 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--summary-column", default=None,
                         help="column of the summary (default: the preset's, else 'summary')")
     parser.add_argument("--id-column", default=None,
-                        help="column of the cluster id (default: the preset's, else none: ids are SPLIT-INDEX)")
+                        help="column of the cluster id; '' for none, ids are then SPLIT-INDEX (default: the "
+                             "preset's, else none)")
     parser.add_argument("--document-separator", default=None,
                         help="string between documents inside a string column, e.g. Multi-News' '|||||'; "
                              "'\\n' means a newline (default: the preset's, else none: one document)")
@@ -145,7 +147,7 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         documents_columns = [documents_columns]
     columns = list(documents_columns or defaults["documents_columns"])
     summary_column = summary_column or defaults["summary_column"]
-    id_column = id_column or defaults.get("id_column")
+    id_column = defaults.get("id_column") if id_column is None else (id_column or None)  # "": no id column
     separator = defaults.get("document_separator") if document_separator is None else document_separator
     separator = "\n" if separator == "\\n" else separator
     paths = as_paths(inputs)
