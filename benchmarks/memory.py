@@ -21,8 +21,10 @@ Every cell of the table is ``static + activations(n)``:
 * activations(n): measured at the lengths given, and otherwise projected from
   the least-squares fit ``a + b n + c n^2`` (``c`` >= 0: attention that is
   dense over the whole source grows with n^2, blocked or paged attention
-  linearly) of the measured lengths. Each cell says ``m`` (measured) or ``p``
-  (projected).
+  linearly) of the float32 measurements; 16-bit activations are measured for
+  ``--bf16-archs`` at ``--bf16-lengths`` (bfloat16 kernels are slow on CPUs)
+  and otherwise projected as the float32 figure times the median measured
+  bf16/fp32 ratio. Each cell says ``m`` (measured) or ``p`` (projected).
 
 The last table gives, per system, the largest source length (multiple of 256,
 up to 16,384) whose projected step fits on a 24, 40 and 80 GB GPU with 1 GiB
@@ -132,8 +134,15 @@ def main(argv=None):
     parser.add_argument("--archs", nargs="+", default=DEFAULT_ARCHS, help="architectures to measure")
     parser.add_argument("--lengths", nargs="+", type=int, default=[512, 1024, 2048],
                         help="source lengths to measure (the rest of the table is projected from them)")
-    parser.add_argument("--dtypes", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"],
-                        help="precisions to measure")
+    parser.add_argument("--bf16-archs", nargs="*", default=None,
+                        help="architectures also measured in bfloat16 (default: the first one; bf16 kernels are "
+                             "slow on CPUs without AMX); the others' 16-bit activations are their float32 "
+                             "activations times the median bf16/fp32 ratio of these measurements")
+    parser.add_argument("--bf16-lengths", nargs="+", type=int, default=[512],
+                        help="source lengths measured in bfloat16 (a subset of --lengths)")
+    parser.add_argument("--bf16-ratio", type=float, default=None,
+                        help="16-bit / float32 activation ratio to project with when no architecture is measured "
+                             "in bfloat16 (--bf16-archs with none): take it from an earlier run")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (median, min, max)")
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
@@ -147,31 +156,50 @@ def main(argv=None):
           f"repeats: {args.repeats}")
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
     parameters: Dict[str, int] = {}
-    for arch in args.archs:
+    bf16_archs = args.archs[:1] if args.bf16_archs is None else args.bf16_archs
+    plan = [(arch, "fp32", n) for arch in args.archs for n in args.lengths]
+    plan += [(arch, "bf16", n) for arch in bf16_archs for n in args.bf16_lengths]
+    for arch in dict.fromkeys(arch for arch, _, _ in plan):
         parameters[arch] = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data})[
             "parameters"]
-        for dtype in args.dtypes:
-            for checkpointed in (False, True):
-                flags = ["--checkpoint-activations"] if checkpointed else []
-                runs = measured.setdefault((arch, dtype, checkpointed), {})
-                for n in args.lengths:
-                    config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
-                              "data": args.data, "source_tokens": n, "dtype": dtype}
-                    runs[n] = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
-                    values = runs[n]
-                    print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
-                          f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
+    for arch, dtype, n in plan:
+        for checkpointed in (False, True):
+            flags = ["--checkpoint-activations"] if checkpointed else []
+            config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
+                      "data": args.data, "source_tokens": n, "dtype": dtype}
+            values = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
+            measured.setdefault((arch, dtype, checkpointed), {})[n] = values
+            print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
+                  f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
+    ratios = [
+        statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
+        for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"
+        for n, values in runs.items() if n in measured[(arch, "fp32", checkpointed)]
+    ]
+    if ratios:
+        bf16_ratio = statistics.median(ratios)
+        print(f"16-bit / float32 activations: median {bf16_ratio:.2f} of {len(ratios)} measured pairs")
+    elif args.bf16_ratio is not None:
+        bf16_ratio = args.bf16_ratio
+        print(f"16-bit / float32 activations: {bf16_ratio:.2f} (--bf16-ratio, from an earlier run)")
+    else:
+        parser.error("no architecture measured in bfloat16: give --bf16-archs or --bf16-ratio")
+
+    def activation_fit(arch, dtype, checkpointed):
+        runs = measured[(arch, "fp32", checkpointed)]
+        a, b, c = fit_activations(sorted(runs), [statistics.median(runs[m]) for m in sorted(runs)])
+        scale = bf16_ratio if dtype == "bf16" else 1.0
+        return a * scale, b * scale, c * scale
 
     def cell(arch, dtype, checkpointed, n):
-        runs = measured[(arch, dtype, checkpointed)]
+        runs = measured.get((arch, dtype, checkpointed), {})
         static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
         if n in runs:
             return (static + statistics.median(runs[n]) * MIB) / GIB, "m"
-        fit = fit_activations(sorted(runs), [statistics.median(runs[m]) for m in sorted(runs)])
-        return (static + activations_at(fit, n) * MIB) / GIB, "p"
+        return (static + activations_at(activation_fit(arch, dtype, checkpointed), n) * MIB) / GIB, "p"
 
     lengths = sorted(set(TABLE_LENGTHS) | set(args.lengths))
-    columns = [(dtype, checkpointed) for dtype in args.dtypes for checkpointed in (False, True)]
+    columns = [(dtype, checkpointed) for dtype in ("fp32", "bf16") for checkpointed in (False, True)]
     names = {("fp32", False): "fp32", ("fp32", True): "fp32 + ckpt", ("bf16", False): "16-bit",
              ("bf16", True): "16-bit + ckpt"}
     print()
@@ -186,14 +214,13 @@ def main(argv=None):
             print(f"| {arch} | {parameters[arch] / 1e6:.0f} M | {n:,} | " + " | ".join(cells) + " |")
     print()
     print("largest source length whose training step fits (batch 1, Adam, 1 GiB CUDA context reserved):")
-    settings = [(dtype, True) for dtype in reversed(args.dtypes)]
+    settings = [("bf16", True), ("fp32", True)]
     print("| system | " + " | ".join(f"{gb} GB, {names[s]}" for s in settings for gb in GPU_SIZES_GB) + " |")
     print("|---|" + "---:|" * (len(settings) * len(GPU_SIZES_GB)))
     for arch in args.archs:
         cells = []
         for dtype, checkpointed in settings:
-            runs = measured[(arch, dtype, checkpointed)]
-            fit = fit_activations(sorted(runs), [statistics.median(runs[m]) for m in sorted(runs)])
+            fit = activation_fit(arch, dtype, checkpointed)
             static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
             for gb in GPU_SIZES_GB:
                 longest = largest_fitting_length(static, fit, gb)
