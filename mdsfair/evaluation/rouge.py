@@ -429,14 +429,18 @@ _WORD_CHARACTER = re.compile(r"[^\W_]")
 def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int:
     """Warn, per cluster, about a cluster whose every reference has no word
     (only punctuation or symbols): every ROUGE of it is 0 whatever the
-    hypothesis. Returns how many clusters that is."""
+    hypothesis. Returns how many clusters that is. ``source`` names where
+    the references came from (a path, or several: each line then names the
+    first, whose line numbers are the clusters')."""
+    if isinstance(source, (list, tuple)):
+        source = source[0] if len(source) == 1 else f"{source[0]} (and {len(source) - 1} more reference files)"
     wordless = 0
     for index, cluster in enumerate(references):
         if cluster and not any(_WORD_CHARACTER.search(reference) for reference in cluster):
             wordless += 1
             logger.warning(
-                "%s: cluster %d (line %d): its reference has no word (%r): it scores 0 in every ROUGE",
-                source, index, index + 1, cluster[0][:60],
+                "%s:%d: cluster %d: its reference has no word (%r): it scores 0 in every ROUGE",
+                source, index + 1, index, cluster[0][:60],
             )
     return wordless
 

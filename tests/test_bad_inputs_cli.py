@@ -1,0 +1,180 @@
+"""Every bad input of issue 22 through the command-line entry points, as a
+user runs them: each stops with its message (file and line or the offending
+entry, what to do instead), no traceback, and nothing on disk changes except
+the outputs the command is expected to write (a before/after listing with
+SHA-256 of every file in the folders involved)."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from typing import Dict, List
+
+import pytest
+import torch
+
+from tests.utils import REPO_ROOT, make_tiny_data_bin
+
+GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
+
+
+def snapshot(*folders) -> Dict[str, str]:
+    """``{path: sha256}`` of every file under ``folders``."""
+    listing = {}
+    for folder in folders:
+        for root, _, files in os.walk(folder):
+            for name in files:
+                path = os.path.join(root, name)
+                with open(path, "rb") as handle:
+                    listing[path] = hashlib.sha256(handle.read()).hexdigest()
+    return listing
+
+
+def run_cli(arguments: List[str], cwd) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    env.pop("MDSFAIR_TRUST_CHECKPOINTS", None)
+    return subprocess.run([sys.executable, *arguments], cwd=str(cwd), capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def refused(result: subprocess.CompletedProcess, *messages: str) -> None:
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    for message in messages:
+        assert message in output, (message, output[-3000:])
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def write_raw(folder, test_lines: List[str]) -> None:
+    os.makedirs(folder, exist_ok=True)
+    for split in ("train", "valid"):
+        lines = [json.dumps({**GOOD, "id": f"{split}{i}"}) for i in range(6)]
+        with open(os.path.join(folder, f"{split}.jsonl"), "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+    with open(os.path.join(folder, "test.jsonl"), "w", encoding="utf-8") as handle:
+        handle.write("\n".join(test_lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def data_bin(tmp_path_factory):
+    return make_tiny_data_bin(str(tmp_path_factory.mktemp("cli_bad")), train=8, valid=2, test=3)
+
+
+@pytest.mark.parametrize(
+    "bad_line, message",
+    [
+        (json.dumps({**GOOD, "documents": ["Fine \ud800 text."]}), "documents[0] holds a lone surrogate"),
+        (json.dumps({**GOOD, "id": "c1\tc2"}), "ids may not contain tabs or line breaks"),
+        (json.dumps({**GOOD, "id": ""}), "is empty"),
+    ],
+    ids=["lone_surrogate", "id_with_tab", "empty_id"],
+)
+def test_preprocess_refuses_hostile_text_and_writes_nothing(tmp_path, bad_line, message):
+    raw = tmp_path / "raw"
+    write_raw(raw, [json.dumps({**GOOD, "id": "t0"}), bad_line])
+    before = snapshot(tmp_path)
+    destination = tmp_path / "data-bin"
+    result = run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(raw), "--destdir", str(destination),
+                      "--vocab-size", "60", "--no-progress-bar"], tmp_path)
+    refused(result, f"{raw / 'test.jsonl'}:2:", message)
+    after = snapshot(tmp_path)
+    assert after == before, sorted(set(after) ^ set(before))
+
+
+def test_baseline_with_a_lone_surrogate_keeps_the_old_output(tmp_path):
+    source = tmp_path / "test.jsonl"
+    source.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "id": "c2", "summary": "S \udfff"}) + "\n",
+                      encoding="utf-8")
+    output = tmp_path / "lead.txt"
+    output.write_text("an earlier run\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = run_cli(["-m", "mdsfair.evaluation.baselines", str(source), "--method", "lead", "-o", str(output)],
+                     tmp_path)
+    refused(result, f"{source}:2:", "summary holds a lone surrogate")
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "manifest_text, message",
+    [
+        ("", "is empty"),
+        ('{"format": "mdsfair-binarized", "dicti', "is damaged"),
+        (None, "splits.test.reference_files[0] = '../secret.txt'"),
+    ],
+    ids=["empty_manifest", "cut_manifest", "reference_outside_the_folder"],
+)
+def test_rouge_refuses_a_damaged_or_escaping_manifest(data_bin, tmp_path, manifest_text, message):
+    copy = tmp_path / "data-bin"
+    shutil.copytree(data_bin, copy)
+    manifest_path = copy / "mdsfair.json"
+    if manifest_text is None:
+        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        manifest["splits"]["test"]["reference_files"] = ["../secret.txt"]
+        manifest_path.write_text(json.dumps(manifest), encoding="utf-8")
+    else:
+        manifest_path.write_text(manifest_text, encoding="utf-8")
+    (tmp_path / "secret.txt").write_text("not a reference\n", encoding="utf-8")
+    hypotheses = tmp_path / "hypotheses.txt"
+    hypotheses.write_text("a summary\n" * 3, encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = run_cli(["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--data-bin", str(copy), "--split", "test",
+                      "--fast"], tmp_path)
+    refused(result, message)
+    assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--beam", "0"], "--beam (beam=) must be at least 1, got 0"),
+        (["--max-len-b", "0"], "--max-len-b 0 with --max-len-a 0 allows no output token"),
+        (["--max-len-b", "5", "--min-len", "10"], "--min-len 10 is above the length limit --max-len-b 5"),
+    ],
+    ids=["beam_0", "max_len_b_0", "min_len_above_max"],
+)
+def test_generate_refuses_impossible_settings_before_loading(data_bin, tmp_path, flags, message):
+    results = tmp_path / "results"
+    before = snapshot(data_bin, tmp_path)
+    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
+                      str(tmp_path / "checkpoint.pt"), "--results-path", str(results), *flags], tmp_path)
+    refused(result, message)
+    assert snapshot(data_bin, tmp_path) == before and not results.exists()
+
+
+class WritesMarker:
+    """A pickled object whose unpickling writes a file: what a hostile
+    checkpoint would do."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_generate_refuses_a_checkpoint_that_needs_pickle(data_bin, tmp_path):
+    marker = tmp_path / "ran.txt"
+    checkpoint = tmp_path / "hostile.pt"
+    torch.save({"model": {}, "payload": WritesMarker(str(marker))}, checkpoint)
+    before = snapshot(data_bin, tmp_path)
+    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
+                      str(checkpoint), "--task", "multidoc_summarization", "--cpu", "--gen-subset", "test"], tmp_path)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert str(checkpoint) in output and "MDSFAIR_TRUST_CHECKPOINTS=1" in output
+    assert not marker.exists()
+    assert snapshot(data_bin, tmp_path) == before
+
+
+def test_rouge_warns_about_a_reference_without_a_word(tmp_path):
+    references = tmp_path / "references.txt"
+    references.write_text("the budget passed .\n... !!!\n", encoding="utf-8")
+    hypotheses = tmp_path / "hypotheses.txt"
+    hypotheses.write_text("the budget passed .\nsomething\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = run_cli(["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--ref", str(references), "--fast"],
+                     tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert f"{references}:2: cluster 1: its reference has no word" in result.stderr
+    assert snapshot(tmp_path) == before
