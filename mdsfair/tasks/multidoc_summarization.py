@@ -86,6 +86,14 @@ class MultiDocSummarizationConfig(FairseqDataclass):
                           "from this one's (deliberate vocabulary transfer); by default such a load stops "
                           "with both data-bins named"},
     )
+    allow_arch_change: bool = field(
+        default=False,
+        metadata={"help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
+                          "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
+                          "--activation-fn: same tensor shapes, another model); by default such a resume stops "
+                          "naming each flag with its old and new value. Dropouts and other non-architecture "
+                          "values may always change (mdsfair/checkpoints.py)"},
+    )
     no_checkpoint_checksum: bool = field(
         default=False,
         metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
