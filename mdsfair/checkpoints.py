@@ -293,14 +293,17 @@ def dictionary_check_hook(data_fingerprint_of, allow_mismatch_of):
 
 #: Model-configuration keys that never change what the saved weights mean:
 #: regularization and memory settings, position budgets (a learned table of
-#: another size does not load; sinusoidal positions have no weights), and
-#: schedules and generation paths of the sparse decoder. Any key containing
+#: another size does not load; sinusoidal positions have no weights; the
+#: tiling of a shorter table), and the sparse decoder's sentence selection. Any key containing
 #: ``dropout`` or ``layerdrop`` is one too.
 NON_ARCHITECTURE_KEYS = frozenset({
     "checkpoint_activations", "offload_activations", "min_params_to_wrap",
     "max_source_positions", "max_target_positions",
     "quant_noise_pq", "quant_noise_pq_block_size", "quant_noise_scalar",
-    "tpu", "mix_decay_updates", "share_selection_across_beams", "sparse_generation_path", "position_tiling",
+    "tpu", "position_tiling",
+    # the sparse decoder's sentence selection: changed between its training stages (README: KL-only with
+    # --top-r 0, then --top-r 5 --sentence-selection approx) and by --model-overrides at generation
+    "top_r", "sentence_selection", "mix_decay_updates", "share_selection_across_beams", "sparse_generation_path",
 })
 #: How a resume and a fine-tune are told apart (see the module docstring).
 _LOADING = {"context": None}
