@@ -38,6 +38,8 @@ setup(
         "matplotlib",
         # fairseq logs a request for it at every import without it
         "tensorboardX",
+        # mdsfair-convert hf reads Parquet, Arrow and datasets.save_to_disk folders with it
+        "pyarrow>=12",
     ],
     # transformers and safetensors: the Hugging Face BART import tests build
     # reference models with them (mdsfair-import reads .safetensors with safetensors).

@@ -38,17 +38,6 @@ def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> 
         sys.argv = saved_argv
 
 
-def _flag_value(argv: List[str], flag: str, default: Optional[str]) -> Optional[str]:
-    """The value of ``flag`` on a command line (``--flag V`` or ``--flag=V``; the last one wins)."""
-    value = default
-    for index, arg in enumerate(argv):
-        if arg == flag and index + 1 < len(argv):
-            value = argv[index + 1]
-        elif arg.startswith(flag + "="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
 def interrupted(prog: str, what: str) -> None:
     """Ctrl-C: one line on stderr instead of a traceback, exit status 130
     (128 + SIGINT, as a shell reports it)."""
@@ -58,20 +47,83 @@ def interrupted(prog: str, what: str) -> None:
 
 
 def check_train_arguments(argv: List[str]) -> None:
-    """``--bf16`` is fairseq's TPU mode: refused at once without torch_xla."""
+    """Refused at once, before fairseq starts: ``--bf16`` (fairseq's TPU
+    mode) without torch_xla, and ``--ddp-backend fully_sharded``."""
     import importlib.util
 
     if any(arg in ("--bf16", "--memory-efficient-bf16") for arg in argv) and importlib.util.find_spec("torch_xla") is None:
-        from mdsfair.tasks.multidoc_summarization import BF16_NEEDS_TPU
+        from mdsfair.tasks.training_setup import BF16_NEEDS_TPU
 
         sys.stderr.write(f"mdsfair-train: error: {BF16_NEEDS_TPU}\n")
         raise SystemExit(2)
+    world = _flag_value(argv, "--distributed-world-size")
+    if "--cpu" in argv and world is not None and int(world) > 1 and "--distributed-no-spawn" not in argv:
+        sys.stderr.write(
+            f"mdsfair-train: error: --cpu with --distributed-world-size {world}: fairseq starts one worker per "
+            "CUDA device (none on CPU), so nothing would train; launch the workers with torchrun instead: "
+            f"torchrun --nproc-per-node {world} $(which mdsfair-train) ... --cpu (README, 'Training past one "
+            "machine')\n"
+        )
+        raise SystemExit(2)
+    if any(arg in ("fully_sharded", "--ddp-backend=fully_sharded") for arg in argv):
+        from mdsfair.tasks.training_setup import FULLY_SHARDED_REFUSED
+
+        sys.stderr.write(f"mdsfair-train: error: {FULLY_SHARDED_REFUSED}\n")
+        raise SystemExit(2)
+
+
+def _flag_value(argv: List[str], flag: str) -> Optional[str]:
+    """The value of the last ``flag VALUE`` / ``flag=VALUE`` in ``argv``."""
+    value = None
+    for index, arg in enumerate(argv):
+        if arg == flag and index + 1 < len(argv):
+            value = argv[index + 1]
+        elif arg.startswith(flag + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def has_flag(argv: List[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def with_torchrun_settings(argv: List[str], environ=os.environ) -> List[str]:
+    """``argv`` with the distributed flags a ``torchrun`` launch implies
+    (``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK`` in the environment), each added
+    only where the command line has none:
+
+    ``--distributed-world-size WORLD_SIZE --distributed-rank RANK --device-id
+    LOCAL_RANK --distributed-no-spawn --distributed-init-method env://``; with
+    ``--cpu`` also ``--distributed-backend gloo --ddp-backend legacy_ddp``.
+
+    fairseq infers these itself only when its default world size (the GPUs
+    of this machine) is above 1: with one GPU (or none) per node it would
+    train every node alone, and its CPU launch spawns ``cuda.device_count()``
+    = 0 workers. Without torchrun's variables ``argv`` is returned as is."""
+    if not all(name in environ for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK")):
+        return list(argv)
+    implied = [
+        ("--distributed-world-size", environ["WORLD_SIZE"]),
+        ("--distributed-rank", environ["RANK"]),
+        ("--device-id", environ["LOCAL_RANK"]),
+        ("--distributed-no-spawn", None),
+        ("--distributed-init-method", "env://"),
+    ]
+    if "--cpu" in argv:
+        implied += [("--distributed-backend", "gloo"), ("--ddp-backend", "legacy_ddp")]
+    argv = list(argv)
+    for flag, value in implied:
+        if not has_flag(argv, flag):
+            argv += [flag] if value is None else [flag, value]
+    return argv
 
 
 def train_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
-    ``--bf16`` without a TPU stack is refused before fairseq starts."""
-    argv = sys.argv[1:] if argv is None else argv
+    ``--bf16`` without a TPU stack is refused before fairseq starts; under
+    ``torchrun`` the distributed flags it implies are filled in
+    (:func:`with_torchrun_settings`); Ctrl-C prints one line and exits 130."""
+    argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
@@ -81,7 +133,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
         # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp
         # (mdsfair/checkpoints.py: install_atomic_checkpoint_copies)
-        save_dir = _flag_value(argv, "--save-dir", "checkpoints")
+        save_dir = _flag_value(argv, "--save-dir") or "checkpoints"
         interrupted("mdsfair-train", f"the checkpoints in {save_dir} are the last complete ones (none is half-written)")
 
 
@@ -116,10 +168,10 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     try:
         _run(generate.cli_main, "mdsfair-generate", argv)
     except KeyboardInterrupt:
-        results = _flag_value(argv, "--results-path", None)
+        results = _flag_value(argv, "--results-path")
         if results is None:
             interrupted("mdsfair-generate", "the hypotheses printed so far are incomplete")
-        output = os.path.join(results, f"generate-{_flag_value(argv, '--gen-subset', 'test')}.txt")
+        output = os.path.join(results, f"generate-{_flag_value(argv, '--gen-subset') or 'test'}.txt")
         interrupted("mdsfair-generate", f"nothing written to {output} (partial output removed; an earlier file is "
                     "left as it was)")
     finally:

@@ -58,7 +58,9 @@ def wcep_event(event_id, summary="A summary.", texts=("Article one.", "Article t
 # ----------------------------------------------------------------------------
 
 def test_registry_names_every_format():
-    assert set(CONVERTERS) == {"multinews", "wcep", "multixscience", "csv", "mred", "wikisum", "peersum"}
+    assert set(CONVERTERS) == {"multinews", "wcep", "multixscience", "csv", "mred", "wikisum", "peersum",
+                               "scientific_papers", "govreport", "rottentomatoes", "wikidomains", "mred_plus",
+                               "cnn_dailymail", "hf"}
 
 
 CONVERTERS_PACKAGE = Path(converters.__file__).parent
@@ -149,7 +151,7 @@ def test_registry_rejects_duplicates_bad_names_and_incomplete_generators(toy_for
 
 def test_unknown_format_gives_a_clear_error(tmp_path, capsys):
     source = write_lines(tmp_path / "in.jsonl", [wcep_event(1)])
-    with pytest.raises(ValueError, match=r"unknown format 'nosuch'; choose from \['csv', 'mred', 'multinews'"):
+    with pytest.raises(ValueError, match=r"unknown format 'nosuch'; choose from \['cnn_dailymail', 'csv', 'govreport'"):
         convert("nosuch", source, tmp_path / "out.jsonl")
     with pytest.raises(ValueError, match="unknown format 'nosuch'"):
         converters.format_options("nosuch")

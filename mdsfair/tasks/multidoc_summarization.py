@@ -15,9 +15,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+import numpy as np
 import torch
 from fairseq.data import Dictionary
-from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -27,12 +28,13 @@ from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_s
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator
+from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass
-class MultiDocSummarizationConfig(FairseqDataclass):
+class MultiDocSummarizationConfig(TrainingSetupConfig):
     data: str = field(
         default="",
         metadata={"help": "data-bin directory written by mdsfair-preprocess (several joined by ':' are "
@@ -86,22 +88,13 @@ class MultiDocSummarizationConfig(FairseqDataclass):
                           "from this one's (deliberate vocabulary transfer); by default such a load stops "
                           "with both data-bins named"},
     )
-    allow_arch_change: bool = field(
-        default=False,
-        metadata={"help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
-                          "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
-                          "--activation-fn: same tensor shapes, another model); by default such a resume stops "
-                          "naming each flag with its old and new value. Dropouts and other non-architecture "
-                          "values may always change (mdsfair/checkpoints.py)"},
-    )
     no_checkpoint_checksum: bool = field(
         default=False,
         metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
                           "(saves one pass over the weights per save; see mdsfair/checkpoints.py)"},
     )
     seed: int = II("common.seed")
-    bf16: bool = II("common.bf16")
-    tpu: bool = II("common.tpu")
+    train_subset: str = II("dataset.train_subset")
 
 
 def unwrap_model(model):
@@ -127,24 +120,37 @@ def filter_net_input(function, net_input: Dict[str, torch.Tensor]) -> Dict[str, 
     return {k: v for k, v in net_input.items() if k in names}
 
 
-BF16_NEEDS_TPU = (
-    "--bf16 in fairseq means training on a TPU (fairseq's options.py turns it into --tpu) and torch_xla is "
-    "not installed, so fairseq would fail inside its TPU code: on a CPU train in float32 (drop --bf16); on a "
-    "GPU use --fp16 or --amp (mixed precision with loss scaling)"
-)
-
-
-def check_bf16_device(cfg) -> None:
-    """Refuse ``--bf16`` (which fairseq makes ``--tpu``) without torch_xla,
-    before fairseq's trainer asks torch_xla for a device."""
-    import importlib.util
-
-    try:
-        bf16, tpu = bool(cfg.bf16), bool(cfg.tpu)
-    except Exception:  # noqa: BLE001 (a config built without fairseq's common section)
-        return
-    if bf16 and tpu and importlib.util.find_spec("torch_xla") is None:
-        raise ValueError(BF16_NEEDS_TPU)
+def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_given: bool) -> str:
+    """Why ``ignored`` examples of ``dataset`` exceed ``max_positions`` (the
+    smaller of the task's and the model's limits) and what to do instead of
+    dropping them."""
+    max_source, max_target = max_positions if isinstance(max_positions, (tuple, list)) else (max_positions, None)
+    ignored = np.asarray(ignored, dtype=np.int64)
+    long_sources = int((dataset.src_sizes[ignored] > max_source).sum()) if max_source is not None else 0
+    long_targets = len(ignored) - long_sources
+    reasons = []
+    if long_sources:
+        reasons.append(
+            f"{long_sources} with a source above the model's limit of {max_source} tokens after the task's "
+            f"truncation (--max-source-positions {cfg.max_source_positions}): give --max-source-positions "
+            f"{max_source} so the task cuts them to fit (counted in the truncation report)"
+        )
+    if long_targets:
+        reasons.append(
+            f"{long_targets} with a reference above {max_target} tokens under --no-truncate-target: drop "
+            "--no-truncate-target so long references are cut and counted instead"
+        )
+    action = (
+        "--skip-invalid-size-inputs-valid-test would drop them from generation and scoring without a word, "
+        "so mdsfair refuses it for validation and test splits"
+        if skip_flag_given else "do not add --skip-invalid-size-inputs-valid-test: it would drop them from "
+        "generation and scoring without a word"
+    )
+    first = int(ignored[0])
+    return (
+        f"{dataset.name}: {len(ignored)} of {total} clusters do not fit ({'; '.join(reasons)}). {action}. "
+        f"First: cluster {first} of size {dataset.size(first)}"
+    )
 
 
 def check_data_paths(data: str, paths: List[str]) -> None:
@@ -188,7 +194,7 @@ class MultiDocSummarizationTask(FairseqTask):
         if not paths:
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
         check_data_paths(cfg.data, paths)
-        check_bf16_device(cfg)
+        check_not_fully_sharded(cfg)
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
         logger.info("dictionary: %d types; side data: %s", len(dictionary), sorted(manifest.get("side_data", {})))
@@ -214,7 +220,11 @@ class MultiDocSummarizationTask(FairseqTask):
         """fairseq's ``build_model``; the model then refuses, at
         ``load_state_dict``, a checkpoint trained on a data-bin with another
         dictionary or subword model (unless ``--allow-dictionary-mismatch``),
-        and its weights are checksummed into the checkpoints this task saves."""
+        and its weights are checksummed into the checkpoints this task saves.
+        A model built for training (not from a checkpoint) first passes
+        :func:`~mdsfair.tasks.training_setup.check_training_setup`."""
+        if not from_checkpoint:
+            check_training_setup(self.cfg)
         model = super().build_model(cfg, from_checkpoint)
         model.register_load_state_dict_pre_hook(
             checkpoints.dictionary_check_hook(self.data_fingerprint, lambda: self.cfg.allow_dictionary_mismatch)
@@ -323,6 +333,28 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def max_positions(self):
         return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+    def filter_indices_by_size(self, indices, dataset, max_positions=None, ignore_invalid_inputs=False):
+        """fairseq's size filter, except that no cluster of a validation or
+        test split is ever dropped: fairseq's advice
+        ``--skip-invalid-size-inputs-valid-test`` would leave those clusters
+        without a hypothesis and out of every score, silently. For such a
+        split the clusters above the limits are counted and refused, with
+        what to change instead (:func:`describe_size_filter`). The training
+        split keeps fairseq's behaviour (too-long examples skipped, counted
+        in a warning)."""
+        kept, ignored = dataset.filter_indices_by_size(indices, max_positions)
+        if len(ignored) == 0:
+            return kept
+        is_training_split = dataset.name.rsplit("/", 1)[-1] == (getattr(self.cfg, "train_subset", None) or "train")
+        if is_training_split and ignore_invalid_inputs:
+            logger.warning(
+                "%s: %d of %d training examples are above max_positions=%s and are skipped",
+                dataset.name, len(ignored), len(indices), max_positions,
+            )
+            return kept
+        raise ValueError(describe_size_filter(dataset, ignored, len(indices), max_positions, self.cfg,
+                                              ignore_invalid_inputs and not is_training_split))
 
     @property
     def source_dictionary(self):

@@ -29,8 +29,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 from fairseq.data import Dictionary, FairseqDataset, data_utils
-from fairseq.dataclass import FairseqDataclass
 from fairseq.tasks import FairseqTask, register_task
+
+from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def rouge_l_recall(candidate: Sequence[str], reference: Sequence[str]) -> float:
 
 
 @dataclass
-class ParagraphRankingConfig(FairseqDataclass):
+class ParagraphRankingConfig(TrainingSetupConfig):
     data: str = field(
         default="", metadata={"help": "directory of raw JSONL splits ({split}.jsonl) with titles and summaries"}
     )
@@ -177,6 +178,13 @@ class ParagraphRankingTask(FairseqTask):
         super().__init__(cfg)
         self.dictionary = dictionary
 
+    def build_model(self, cfg, from_checkpoint=False):
+        """fairseq's; a model built for training (not from a checkpoint) first
+        passes :func:`~mdsfair.tasks.training_setup.check_training_setup`."""
+        if not from_checkpoint:
+            check_training_setup(self.cfg)
+        return super().build_model(cfg, from_checkpoint)
+
     @classmethod
     def dictionary_path(cls, cfg: ParagraphRankingConfig) -> str:
         return cfg.ranker_dict or os.path.join(cfg.data, RANKER_DICT_NAME)
@@ -185,6 +193,7 @@ class ParagraphRankingTask(FairseqTask):
     def setup_task(cls, cfg: ParagraphRankingConfig, **kwargs):
         if not cfg.data:
             raise ValueError("--data (a directory of raw JSONL splits) is required for task paragraph_ranking")
+        check_not_fully_sharded(cfg)
         path = cls.dictionary_path(cfg)
         if os.path.exists(path):
             dictionary = Dictionary.load(path)

@@ -15,8 +15,11 @@ Layout, as fairseq lays out its data readers:
 * one module per release format, each registering its generator (and its
   ``mdsfair-convert`` flags): :mod:`.multinews`, :mod:`.wcep`,
   :mod:`.multixscience`, :mod:`.hierencdec_csv` (``csv`` and ``mred``),
-  :mod:`.wikisum`, :mod:`.peersum`; each module's docstring names the sources
-  its field names come from;
+  :mod:`.wikisum`, :mod:`.peersum`, :mod:`.scientific_papers` (arXiv,
+  PubMed), :mod:`.govreport`, :mod:`.rottentomatoes`, :mod:`.wikidomains`,
+  :mod:`.mred_plus`, :mod:`.cnn_dailymail`, :mod:`.hf` (Parquet / Arrow /
+  ``save_to_disk``); each module's docstring names the sources its field
+  names come from;
 * :mod:`.driver`: :func:`convert` and ``mdsfair-convert`` (:func:`cli_main`),
   whose subcommands are the registry's formats.
 
@@ -35,9 +38,11 @@ from .common import (  # re-exported (__all__)
     INVALID_UTF8,
     MALFORMED_CSV_ROW,
     MISALIGNED_FILES,
+    MISSING_FILE,
     MISSING_KEY,
     PARAGRAPH_SEPARATOR,
     REASON_DESCRIPTIONS,
+    SECTION_MISMATCH,
     TRAINING_SPLITS,
     WRONG_TYPE,
     ConversionReport,
@@ -78,12 +83,20 @@ from .multixscience import iter_multixscience  # noqa: E402
 from .peersum import PEERSUM_WRITERS, iter_peersum  # noqa: E402
 from .wcep import iter_wcep  # noqa: E402
 from .wikisum import iter_wikisum  # noqa: E402
+from .scientific_papers import iter_scientific_papers  # noqa: E402
+from .govreport import iter_govreport  # noqa: E402
+from .rottentomatoes import iter_rottentomatoes  # noqa: E402
+from .wikidomains import WIKIDOMAINS, iter_wikidomains  # noqa: E402
+from .mred_plus import iter_mred_plus  # noqa: E402
+from .cnn_dailymail import iter_cnn_dailymail  # noqa: E402
+from .hf import HF_PRESETS, iter_hf  # noqa: E402
 
 __all__ = [
     # the raw contract, errors and the report (common)
     "PARAGRAPH_SEPARATOR", "TRAINING_SPLITS", "REASON_DESCRIPTIONS", "INVALID_UTF8", "INVALID_JSON",
     "MALFORMED_CSV_ROW", "MISSING_KEY", "WRONG_TYPE", "EMPTY_CLUSTER", "EMPTY_DOCUMENT", "EMPTY_SUMMARY",
-    "DUPLICATE_ID", "MISALIGNED_FILES", "PathLike", "Inputs", "InputFormatError", "ConversionReport",
+    "DUPLICATE_ID", "MISALIGNED_FILES", "SECTION_MISMATCH", "MISSING_FILE", "PathLike", "Inputs",
+    "InputFormatError", "ConversionReport",
     "normalize_paragraph", "normalize_document", "normalize_summary",
     # the registry and the driver
     "CONVERTERS", "CONVERTER_ARGUMENTS", "register_converter", "get_converter", "format_options",
@@ -91,5 +104,7 @@ __all__ = [
     # the formats
     "iter_multinews", "MULTINEWS_STORY_SEPARATOR", "MULTINEWS_RAW_SEPARATOR", "iter_wcep", "iter_multixscience",
     "iter_csv", "iter_mred", "HIERENCDEC_DOCUMENT_SEPARATOR", "MRED_PARAGRAPH_SEPARATOR", "CONTROL_PREFIX_CHOICES",
-    "iter_wikisum", "iter_peersum", "PEERSUM_WRITERS",
+    "iter_wikisum", "iter_peersum", "PEERSUM_WRITERS", "iter_scientific_papers", "iter_govreport",
+    "iter_rottentomatoes", "iter_wikidomains", "WIKIDOMAINS", "iter_mred_plus", "iter_cnn_dailymail", "iter_hf",
+    "HF_PRESETS",
 ]

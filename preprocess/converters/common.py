@@ -73,6 +73,9 @@ EMPTY_SUMMARY = "empty_summary"
 DUPLICATE_ID = "duplicate_id"
 MISALIGNED_FILES = "misaligned_files"
 BAD_ID = "bad_id"
+SECTION_MISMATCH = "section_mismatch"
+MISSING_FILE = "missing_file"
+INVALID_TABLE = "invalid_table"
 
 REASON_DESCRIPTIONS = {
     INVALID_UTF8: "invalid UTF-8",
@@ -86,6 +89,9 @@ REASON_DESCRIPTIONS = {
     DUPLICATE_ID: "duplicate id",
     MISALIGNED_FILES: "source and target files do not line up",
     BAD_ID: "id holds a tab or line break",
+    SECTION_MISMATCH: "section names and sections do not line up",
+    MISSING_FILE: "file listed but not found",
+    INVALID_TABLE: "not a readable table",
 }
 
 _MAX_SKIP_EXAMPLES = 20
@@ -555,6 +561,34 @@ def iter_json_records(paths: Sequence[Path], session: ConversionSession) -> Iter
             yield from _iter_jsonl(path, session)
 
 
+def read_json_file_record(path: Path, session: ConversionSession, *, listed_at: Optional[Tuple[str, int]] = None
+                          ) -> Optional[Record]:
+    """One record holding a whole file's JSON value (a report per file, e.g. GovReport).
+
+    The record is located at ``listed_at`` (file, line of a list that named the
+    file) when given, else at line 1 of ``path``; invalid UTF-8 or JSON is
+    located at its own line in ``path``. A missing file is bad input
+    (``missing_file``) at the listing line. Returns None when the record was
+    skipped (``skip_bad``)."""
+    where_path, where_line = listed_at if listed_at is not None else (str(path), 1)
+    record = session.start_record(where_path, where_line)
+    if not path.is_file():
+        session.bad(record, MISSING_FILE, f"{path} does not exist")
+        return None
+    text = _read_text(path)
+    bad_bytes = invalid_utf8_detail(text)
+    if bad_bytes is not None:
+        offset, message = bad_bytes
+        session.bad(record, INVALID_UTF8, message, line=text.count("\n", 0, offset) + 1, path=str(path))
+        return None
+    try:
+        record.payload = json.loads(text)
+    except json.JSONDecodeError as err:
+        session.bad(record, INVALID_JSON, f"{err.msg} (column {err.colno})", line=err.lineno, path=str(path))
+        return None
+    return record
+
+
 def _raise_csv_field_limit() -> None:
     """Allow CSV fields as long as a full set of reviews (the default limit is 128 KiB)."""
     limit = sys.maxsize
@@ -615,6 +649,224 @@ def iter_csv_rows(path: Path, session: ConversionSession, delimiter: str
                 yield record, row
 
     return header, rows()
+
+
+# HierEncDec's data files (github.com/DAMO-NLP-SG/HierEncDec run_summarization.py): read with
+# ``load_dataset(extension)`` for extension "csv" or "json", documents joined by " <REVBREAK> ".
+HIERENCDEC_SEPARATOR = "<REVBREAK>"
+HIERENCDEC_EXTENSIONS = (".csv", ".json", ".jsonl")
+
+
+def hierencdec_columns(example: Any, text_column: Optional[str], summary_column: Optional[str]) -> Tuple[str, str]:
+    """Text and summary column of one example of a HierEncDec data file, as
+    ``run_summarization.py`` picks them: the named ones, else the
+    second-to-last and the last column."""
+    if not isinstance(example, dict):
+        raise BadRecord(WRONG_TYPE, f"expected a JSON object, got {type(example).__name__}")
+    keys = list(example)
+    if (text_column is None or summary_column is None) and len(keys) < 2:
+        raise BadRecord(MISSING_KEY, f"columns {keys}: HierEncDec takes text and summary from the last two "
+                                     "columns, and there are fewer than two")
+    return (text_column or keys[-2], summary_column or keys[-1])
+
+
+def hierencdec_cluster(session: ConversionSession, record: Record, *, text_column: Optional[str] = None,
+                       summary_column: Optional[str] = None, id_column: Optional[str] = None,
+                       paragraph_separator: Optional[str] = None, document_name: str = "document",
+                       empty_reason: str = EMPTY_DOCUMENT, default_id: Optional[str] = None
+                       ) -> Optional[Dict[str, Any]]:
+    """The cluster of one HierEncDec example: the text split on ``<REVBREAK>``
+    (whitespace around it ignored; HierEncDec splits on ``" <REVBREAK> "`` and
+    drops empty documents, here dropped and counted as ``empty_reason``),
+    paragraphs inside a document split on ``paragraph_separator``; the summary
+    on one line. Id: ``id_column`` when given, else ``default_id``, else
+    ``{split}-{index}``."""
+    example = record.payload
+    text_key, summary_key = hierencdec_columns(example, text_column, summary_column)
+    text = require_field(example, text_key, str)
+    summary = require_field(example, summary_key, str)
+    cluster_id = require_field(example, id_column, (str, int)) if id_column else default_id
+    documents = [Document(normalize_document(piece, paragraph_separator), f"{document_name} {number}",
+                          empty_reason=empty_reason)
+                 for number, piece in enumerate(text.split(HIERENCDEC_SEPARATOR), start=1)]
+    return session.finish(record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary))
+
+
+def iter_hierencdec_records(paths: Sequence[Path], session: ConversionSession, delimiter: str = ","
+                            ) -> Iterator[Record]:
+    """Records of HierEncDec data files, each payload a dict column -> value.
+
+    ``.csv`` files are read as CSV (a header row, then one example per row),
+    ``.json`` / ``.jsonl`` files as JSON lines or one JSON list of objects (the
+    two layouts ``load_dataset("json")`` reads); a ``.gz`` suffix is looked
+    through. Another extension is refused, as ``run_summarization.py`` does."""
+    for path in paths:
+        name = path.name[:-3] if path.name.endswith(".gz") else path.name
+        extension = os.path.splitext(name)[1].lower()
+        if extension not in HIERENCDEC_EXTENSIONS:
+            raise ValueError(f"{path}: HierEncDec data files are .csv or .json (got {extension or 'no extension'})")
+        if extension == ".csv":
+            header, rows = iter_csv_rows(path, session, delimiter)
+            for record, row in rows:
+                record.payload = dict(zip(header, row))
+                yield record
+        else:
+            yield from iter_json_records([path], session)
+
+
+# --------------------------------------------------------------------------
+# Tables (Parquet, Arrow, datasets.save_to_disk) read with pyarrow
+# --------------------------------------------------------------------------
+
+# Names a split goes by in Hugging Face layouts (parquet-converter folders, save_to_disk dictionaries).
+SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "validation": ("validation", "val", "valid", "dev"),
+                 "valid": ("valid", "validation", "val", "dev"), "dev": ("dev", "validation", "valid", "val")}
+_KNOWN_SPLITS = frozenset({"train", "test"} | set(SPLIT_ALIASES))
+_TABLE_BATCH_ROWS = 1024
+
+
+def _pyarrow():
+    """pyarrow, imported on first use (a dependency of mdsfair; only the table readers need it)."""
+    try:
+        import pyarrow
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError as err:  # pragma: no cover - pyarrow is in install_requires
+        raise ImportError("reading Parquet / Arrow / save_to_disk data needs pyarrow: pip install pyarrow") from err
+    return pyarrow
+
+
+def _split_names(split: str) -> Tuple[str, ...]:
+    split = split.strip().lower()
+    return SPLIT_ALIASES.get(split, (split,))
+
+
+def _matches_split(relative: Path, names: Sequence[str]) -> bool:
+    """A Parquet file belongs to a split when a folder is named after it (``default/train/0000.parquet``)
+    or its name starts with it (``data/train-00000-of-00001.parquet``, ``test.parquet``)."""
+    parts = [part.lower() for part in relative.parts]
+    return any(name in parts[:-1] or re.match(rf"{re.escape(name)}(?:[-._]|$)", parts[-1]) for name in names)
+
+
+def table_files(path: Path, split: str) -> List[Path]:
+    """The Parquet / Arrow files that hold ``split`` of the input ``path``.
+
+    A file is itself. A folder with ``state.json`` is a ``Dataset.save_to_disk``
+    folder: its ``_data_files`` in order (``dataset_info.json``'s features,
+    when present, must be the Arrow files' columns). A folder with
+    ``dataset_dict.json`` is a ``DatasetDict.save_to_disk`` folder: the
+    sub-folder of ``split`` (or an alias: val / validation / valid / dev). Any
+    other folder is searched for ``*.parquet`` files: those of ``split`` when
+    some file names or folders name it, else all of them, unless they name other
+    splits only (then ``split`` is not there: an error)."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} does not exist")
+    if (path / "dataset_dict.json").is_file():
+        splits = json.loads((path / "dataset_dict.json").read_text(encoding="utf-8")).get("splits", [])
+        for name in _split_names(split):
+            if name in splits:
+                return table_files(path / name, split)
+        raise ValueError(f"{path / 'dataset_dict.json'}: no split {split!r}; its splits are {splits} (--split)")
+    if (path / "state.json").is_file():
+        state = json.loads((path / "state.json").read_text(encoding="utf-8"))
+        files = [path / entry["filename"] for entry in state.get("_data_files", [])]
+        missing = [str(f) for f in files if not f.is_file()]
+        if not files or missing:
+            raise FileNotFoundError(f"{path / 'state.json'} lists data files {missing or 'none'} that are not there")
+        return files
+    found = sorted(p for p in path.rglob("*.parquet") if p.is_file())
+    if not found:
+        raise FileNotFoundError(f"{path}: no .parquet file, state.json or dataset_dict.json in this folder")
+    names = _split_names(split)
+    chosen = [p for p in found if _matches_split(p.relative_to(path), names)]
+    if chosen:
+        return chosen
+    others = sorted({name for p in found for name in _KNOWN_SPLITS if _matches_split(p.relative_to(path), [name])})
+    if others:
+        raise ValueError(f"{path}: its Parquet files are of splits {others}, none of split {split!r} (--split)")
+    return found
+
+
+def _expected_features(arrow_file: Path) -> Optional[List[str]]:
+    """Column names of the ``dataset_info.json`` beside a save_to_disk Arrow file, if there is one."""
+    info = arrow_file.parent / "dataset_info.json"
+    if not (arrow_file.parent / "state.json").is_file() or not info.is_file():
+        return None
+    features = json.loads(info.read_text(encoding="utf-8")).get("features")
+    return list(features) if isinstance(features, dict) else None
+
+
+def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
+    """Column names and record batches of a Parquet file or an Arrow IPC stream / file.
+
+    ``datasets`` writes its Arrow files as IPC streams; an IPC file (Feather
+    v2) is read too. Anything else is refused naming the file."""
+    pa = _pyarrow()
+    if path.suffix.lower() == ".parquet":
+        try:
+            parquet = pa.parquet.ParquetFile(path)
+        except (pa.ArrowInvalid, OSError) as err:
+            raise InputFormatError(path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False) from None
+        return list(parquet.schema_arrow.names), parquet.iter_batches(batch_size=_TABLE_BATCH_ROWS)
+    source = pa.memory_map(str(path))
+    try:
+        reader = pa.ipc.open_stream(source)
+        names, batches = list(reader.schema.names), iter(reader)
+    except pa.ArrowInvalid:
+        try:
+            reader = pa.ipc.open_file(source)
+        except pa.ArrowInvalid as err:
+            raise InputFormatError(path, None, INVALID_TABLE, f"neither a Parquet file nor an Arrow IPC "
+                                   f"stream or file ({err})", skippable=False) from None
+        names, batches = list(reader.schema.names), (reader.get_batch(i) for i in range(reader.num_record_batches))
+    expected = _expected_features(path)
+    if expected is not None and sorted(expected) != sorted(names):
+        raise InputFormatError(path, None, INVALID_TABLE, f"columns {names} differ from the features {expected} "
+                               f"of {path.parent / 'dataset_info.json'}", skippable=False)
+    return names, batches
+
+
+def _struct_field(value: Any, part: str, column: str) -> Any:
+    """Field ``part`` of a struct value (None stays None)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise BadRecord(WRONG_TYPE, f"column {column!r}: {part!r} is looked up in a {type(value).__name__}")
+    if part not in value:
+        raise BadRecord(MISSING_KEY, f"column {column!r}: no field {part!r} (fields: {sorted(value)})")
+    return value[part]
+
+
+def table_column_value(row: Dict[str, Any], column: str) -> Any:
+    """``row[column]``, following ``a.b`` into struct column ``a`` -- or into every struct of a list
+    column ``a`` (WCEP's ``articles.text``); None when a struct on the way is null."""
+    value: Any = row
+    for part in column.split("."):
+        if isinstance(value, list):
+            value = [_struct_field(item, part, column) for item in value]
+        else:
+            value = _struct_field(value, part, column)
+    return value
+
+
+def iter_table_records(paths: Sequence[Path], session: ConversionSession, split: str,
+                       check_columns: Callable[[Path, List[str]], None]) -> Iterator[Record]:
+    """Records of tables, one per row, located at the 1-based row number of their file as the "line";
+    payload: the row as a dict (struct columns as dicts, list columns as lists).
+    ``check_columns(file, column names)`` runs before a file's first row."""
+    for path in paths:
+        for table_file in table_files(path, split):
+            names, batches = iter_table_batches(table_file)
+            check_columns(table_file, names)
+            row = 0
+            for batch in batches:
+                for payload in batch.to_pylist():
+                    row += 1
+                    record = session.start_record(table_file, row)
+                    record.payload = payload
+                    yield record
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""MReD+ (HierEncDec, Shen et al. 2023): a paper's reviews and the authors' rebuttals -> its meta-review.
+
+MReD (Shen et al. 2022: ICLR reviews -> meta-review, format ``mred``) with
+the rebuttals added to the input (HierEncDec paper Sec. 5.2; Table 4: 6.3
+documents per example instead of MReD's 3.3). Layout, from github.com/
+DAMO-NLP-SG/HierEncDec README ("the MReD+ data are under the mred/ folder,
+ending with _rebuttal.json" of ``data/``, unzipped from
+``HierEncDec_data.zip``) and ``run_summarization.py`` (``.json`` read with
+``load_dataset("json")``: JSON lines or one JSON list of objects; text
+column = the second-to-last column unless named, summary column = the last;
+the text split on ``" <REVBREAK> "``, empty documents dropped). Paragraphs
+inside a review are split on MReD's ``" <sep> "`` (``--paragraph-separator``,
+MReD's CSVs use it; a text without it is one paragraph).
+
+Documents: reviews and rebuttals in file order (the compiled text does not
+mark which is which), empty ones dropped and counted. Summary: the
+meta-review. Ids: ``--id-column`` or ``{split}-{index}``.
+"""
+from __future__ import annotations
+
+import argparse
+from typing import Any, Dict, Iterator, Optional
+
+from .common import (
+    ConversionReport,
+    Inputs,
+    Record,
+    as_paths,
+    build_clusters,
+    hierencdec_cluster,
+    iter_hierencdec_records,
+    make_session,
+)
+from .registry import register_converter
+
+MRED_PARAGRAPH_MARKER = "<sep>"
+
+
+def add_mred_plus_arguments(parser: argparse.ArgumentParser) -> None:
+    """``mdsfair-convert mred_plus`` flags."""
+    parser.add_argument("--text-column", default=None,
+                        help="column of the reviews and rebuttals (default: the second-to-last, as HierEncDec's "
+                             "run_summarization.py takes it)")
+    parser.add_argument("--summary-column", default=None,
+                        help="column of the meta-review (default: the last column)")
+    parser.add_argument("--id-column", default=None,
+                        help="column of the id (default: none, ids are SPLIT-INDEX)")
+    parser.add_argument("--paragraph-separator", default=MRED_PARAGRAPH_MARKER,
+                        help="string between paragraphs inside a review (default: %(default)s, MReD's marker)")
+
+
+@register_converter("mred_plus", add_arguments=add_mred_plus_arguments)
+def iter_mred_plus(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
+                   summary_column: Optional[str] = None, id_column: Optional[str] = None,
+                   paragraph_separator: Optional[str] = MRED_PARAGRAPH_MARKER, skip_bad: bool = False,
+                   allow_empty_summary: bool = False, error_on_empty_document: bool = False,
+                   report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+    """MReD+ (HierEncDec's mred/*_rebuttal.json) -> contract clusters.
+
+    Reviews and rebuttals split on ``<REVBREAK>`` are the documents
+    (paragraphs on ``paragraph_separator``), the meta-review the summary."""
+    paths = as_paths(inputs)
+    session = make_session(report, "mred_plus", split, skip_bad, allow_empty_summary,
+                           error_on_empty_document, paths)
+
+    def build(record: Record) -> Optional[Dict[str, Any]]:
+        return hierencdec_cluster(session, record, text_column=text_column, summary_column=summary_column,
+                                  id_column=id_column, paragraph_separator=paragraph_separator or None,
+                                  document_name="review or rebuttal")
+
+    yield from build_clusters(iter_hierencdec_records(paths, session), session, build)
