@@ -175,6 +175,50 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
         results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
 
 
+def call_in_child(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` in a forked child process, waited for
+    here, so that Ctrl-C stops it at once. For SentencePiece's trainer: its
+    C++ code reads the Python sentence iterator and then trains without
+    returning to Python, so in this process Ctrl-C waited for the whole
+    training (minutes on a large corpus), and one that came while the
+    iterator ran was lost (the run went on and finished). The child ignores
+    SIGINT; on Ctrl-C here it is terminated and :class:`KeyboardInterrupt`
+    raised. An exception in the child is raised here."""
+    import signal
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def child():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            sender.send(("ok", function(*args, **kwargs)))
+        except BaseException as error:  # noqa: BLE001 (sent to the parent)
+            sender.send(("error", _picklable(error)))
+
+    process = context.Process(target=child, daemon=True)
+    process.start()
+    sender.close()
+    try:
+        try:
+            kind, payload = receiver.recv()
+        except EOFError:
+            process.join()
+            raise RuntimeError(f"{getattr(function, '__name__', function)} died in process {process.pid} "
+                               f"(exit code {process.exitcode}); out of memory?") from None
+        process.join()
+    except BaseException:
+        if process.is_alive():
+            process.terminate()
+            process.join()
+        raise
+    finally:
+        receiver.close()
+    if kind == "error":
+        raise payload
+    return payload
+
+
 # Chunks handed out per worker and not yet written. Results are written in
 # input order, so a worker that finishes early runs ahead only this far while
 # another one is on a slow chunk (clusters differ 10x in length); the raw lines
@@ -426,7 +470,8 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
             check_training_split_has_a_cluster(splits[args.spm_train_split], args)  # FILE:LINE before sentencepiece
             logger.info("training SentencePiece (asking for %d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
             prefix = os.path.join(dest, SPM_MODEL_NAME[: -len(".model")])
-            train_sentencepiece(
+            call_in_child(
+                train_sentencepiece,
                 _training_texts(splits[args.spm_train_split], args.lowercase, args.multi_reference),
                 prefix,
                 vocab_size=args.vocab_size,

@@ -310,3 +310,34 @@ def test_the_lock_is_released_after_an_error(tmp_path, capsys):
         preprocess(paths, dest)
     assert f"{paths['test']}:2:" in capsys.readouterr().err
     assert not dest.exists()  # created by the run, removed with its partial output and lock
+
+
+def test_ctrl_c_while_sentencepiece_reads_its_training_text(tmp_path):
+    """SentencePiece's C++ trainer reads the Python sentence iterator: a
+    Ctrl-C there became a RuntimeError (exit status 1, a traceback), and one
+    during its training waited for the whole training. It now runs in a
+    child process that the interrupted parent stops."""
+    from mdsfair.preprocess.synthetic import write_dataset
+
+    raw = tmp_path / "raw"
+    write_dataset(str(raw), seed=1, train=3000, valid=2, test=2)  # 6.5 MB: seconds of reading
+    dest = tmp_path / "bin"
+    err_path = tmp_path / "err"
+    with open(err_path, "w") as err_file:
+        process = subprocess.Popen(
+            command("--input-dir", str(raw), "--destdir", str(dest), "--vocab-size", "8000", "--no-progress-bar"),
+            stdout=subprocess.DEVNULL, stderr=err_file, env=environment(), start_new_session=True)
+        try:
+            wait_for(lambda: "training SentencePiece" in err_path.read_text() or process.poll() is not None,
+                     what="SentencePiece to start")
+            assert process.poll() is None
+            os.killpg(process.pid, signal.SIGINT)  # while the training text is read
+            assert process.wait(timeout=120) == 130, err_path.read_text()[-3000:]
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+    err = err_path.read_text()
+    assert "Traceback" not in err and "RuntimeError" not in err
+    assert err.strip().splitlines()[-1].startswith(f"mdsfair-preprocess: interrupted; nothing written to {dest}")
+    assert not dest.exists()
