@@ -156,3 +156,48 @@ def test_a_finished_generation_replaces_the_results_file_whole(trained, tmp_path
     with pytest.raises(Exception):
         results_written_whole(main)(parsed)
     assert not failing.exists()
+
+
+def test_checkpoint_copies_and_saves_leave_the_old_file_whole_when_interrupted(tmp_path, monkeypatch):
+    """fairseq saves a checkpoint to FILE.tmp and renames it (atomic), but
+    makes checkpoint_last.pt / checkpoint_best.pt with ``PathManager.copy``,
+    which without iopath is ``shutil.copyfile`` onto the old file: an
+    interrupt cut it short. mdsfair's hooks make the copy atomic and remove an
+    interrupted FILE.tmp."""
+    import shutil
+
+    import torch
+
+    import mdsfair
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    mdsfair.register()
+    source, last = tmp_path / "checkpoint_1_5.pt", tmp_path / "checkpoint_last.pt"
+    source.write_bytes(b"new checkpoint " * 1000)
+    last.write_bytes(b"old checkpoint")
+    real_copyfile = shutil.copyfile
+
+    def interrupted_copy(src, dst, *args, **kwargs):
+        with open(dst, "wb") as handle:
+            handle.write(b"new chec")  # part of it, then Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(shutil, "copyfile", interrupted_copy)
+    with pytest.raises(KeyboardInterrupt):
+        PathManager.copy(str(source), str(last), overwrite=True)
+    assert last.read_bytes() == b"old checkpoint"
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]
+    monkeypatch.setattr(shutil, "copyfile", real_copyfile)
+    assert PathManager.copy(str(source), str(last), overwrite=True)
+    assert last.read_bytes() == source.read_bytes()
+
+    def interrupted_save(obj, handle, *args, **kwargs):
+        handle.write(b"half a checkpoint")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", interrupted_save)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint_utils.torch_persistent_save({"model": {}}, str(last))
+    assert last.read_bytes() == source.read_bytes()
+    assert sorted(os.listdir(tmp_path)) == ["checkpoint_1_5.pt", "checkpoint_last.pt"]  # no checkpoint_last.pt.tmp
