@@ -55,7 +55,7 @@ import threading
 import time
 from typing import Dict, Iterable, List, Optional, Set
 
-from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, read_manifest, write_json_atomic
+from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, is_plain_file_name, read_manifest, write_json_atomic
 
 logger = logging.getLogger("mdsfair.preprocess")
 
@@ -287,8 +287,6 @@ def owned_files(dest: str) -> Optional[Set[str]]:
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ManifestError(f"{journal_path}: unreadable swap journal ({error}); remove it and the data-bin "
                                 "by hand") from None
-        from mdsfair.data.manifest import is_plain_file_name
-
         owned = (owned or set()) | {name for name in names if is_plain_file_name(name)} | {JOURNAL_NAME}
     return owned
 
