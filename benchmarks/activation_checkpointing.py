@@ -64,12 +64,14 @@ def measure(config: dict) -> dict:
     utils.set_torch_seed(1)
     task = tasks.setup_task(args)
     task.load_dataset("train")
-    model = task.build_model(args).to(config["device"]).train()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[config.get("dtype", "fp32")]
+    model = task.build_model(args).to(config["device"]).to(dtype).train()
     criterion = task.build_criterion(args)
     dataset = task.dataset("train")
     sample = dataset.collater([dataset[int(dataset.src_sizes.argmax())]])
     sample = task._sample_for(model, sample) if hasattr(task, "_sample_for") else sample
     sample = utils.move_to_cuda(sample) if config["device"] == "cuda" else sample
+    sample = utils.apply_to_sample(lambda t: t.to(dtype) if t.is_floating_point() else t, sample)
     for parameter in model.parameters():
         if parameter.requires_grad:
             parameter.grad = torch.zeros_like(parameter)

@@ -153,6 +153,32 @@ def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_
     )
 
 
+def check_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict) -> None:
+    """fairseq reads ``data-bin1:data-bin2:...`` as one shard per epoch,
+    with the first shard's dictionary: every other shard must be an mdsfair
+    data-bin with the same dictionary, subword model and side data, or its
+    token ids would be read with the wrong vocabulary. Refuse a shard that
+    differs, naming it and what differs."""
+    if len(paths) < 2:
+        return
+    first = checkpoints.data_fingerprint(paths[:1], dictionary, manifest)
+    for path in paths[1:]:
+        shard_manifest = read_manifest(path)
+        shard_dictionary = Dictionary.load(os.path.join(path, shard_manifest.get("dictionary", "dict.txt")))
+        shard = checkpoints.data_fingerprint([path], shard_dictionary, shard_manifest)
+        differences = checkpoints.fingerprint_differences(first, shard)
+        if sorted(shard_manifest.get("side_data", {})) != sorted(manifest.get("side_data", {})):
+            differences.append(
+                f"side data {sorted(manifest.get('side_data', {}))} vs {sorted(shard_manifest.get('side_data', {}))}"
+            )
+        if differences:
+            raise ValueError(
+                f"epoch shard {path} does not match the first shard {paths[0]} ({'; '.join(differences)}): every "
+                "shard of data-bin1:data-bin2:... must share one dictionary and subword model "
+                "(mdsfair-preprocess --shards N writes such shards)"
+            )
+
+
 def check_data_paths(data: str, paths: List[str]) -> None:
     """fairseq reads ``DATA`` as epoch shards separated by ``os.pathsep``
     (``data-bin1:data-bin2``): a directory whose own name contains ``:`` would
@@ -197,6 +223,7 @@ class MultiDocSummarizationTask(FairseqTask):
         check_not_fully_sharded(cfg)
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
+        check_epoch_shards(paths, dictionary, manifest)
         logger.info("dictionary: %d types; side data: %s", len(dictionary), sorted(manifest.get("side_data", {})))
         return cls(cfg, dictionary, manifest)
 

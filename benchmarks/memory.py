@@ -1,0 +1,234 @@
+"""What fits on a GPU: training memory per system at the papers' source lengths.
+
+For every architecture given (default: each system at base and large
+dimensions, the Hierarchical Transformer at its paper size), one training step
+at batch 1 on one synthetic cluster of ``n`` source tokens is measured for
+``n`` in ``--lengths`` (forward and backward of the system's training criterion,
+dropout on, built with fairseq-train's own parsing, task, model and criterion:
+:func:`benchmarks.activation_checkpointing.measure`), in float32 and in
+bfloat16 (the model and the batch cast to it), without and with
+``--checkpoint-activations``. The step's peak above what the model and the
+batch hold is the **activation** memory (CPU: growth of the peak resident size
+of a fresh process, :mod:`benchmarks.measure`; CUDA: ``max_memory_allocated``).
+
+Every cell of the table is ``static + activations(n)``:
+
+* static, per parameter P (fairseq's trainer with Adam): float32 16 bytes
+  (weights 4, gradients 4, Adam's two moments 8); 16-bit 20 bytes (fairseq's
+  ``--fp16`` keeps 16-bit weights and gradients, 2 + 2, plus a float32 master
+  copy of both, 4 + 4, and Adam's moments in float32, 8; bfloat16 on a GPU
+  costs the same; ``--memory-efficient-fp16`` drops the master copy: 12 bytes);
+* activations(n): measured at the lengths given, and otherwise projected from
+  the least-squares fit ``a + b n + c n^2`` (``c`` >= 0: attention that is
+  dense over the whole source grows with n^2, blocked or paged attention
+  linearly) of the float32 measurements; 16-bit activations are measured for
+  ``--bf16-archs`` at ``--bf16-lengths`` (bfloat16 kernels are slow on CPUs)
+  and otherwise projected as the float32 figure times the median measured
+  bf16/fp32 ratio. Each cell says ``m`` (measured) or ``p`` (projected).
+
+The last table gives, per system, the largest source length (multiple of 256,
+up to 16,384) whose projected step fits on a 24, 40 and 80 GB GPU with 1 GiB
+left for the CUDA context, in 16-bit with activation checkpointing (the
+setting that fits most) and in float32 with checkpointing.
+
+CPU resident size is not the CUDA allocator's peak (no caching-allocator
+fragmentation, and CPU kernels keep other temporaries), so on a GPU run
+``--device cuda`` to measure the same table there.
+
+    python benchmarks/memory.py                                 # CPU, every system, 512 1024 2048
+    python benchmarks/memory.py --archs hierencdec_bart_base --lengths 1024 2048 4096 --repeats 3
+    python benchmarks/memory.py --device cuda --lengths 1024 4096 8192 16384
+"""
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.activation_checkpointing import SYSTEMS, device_name, measure  # noqa: E402
+from benchmarks.measure import in_fresh_process  # noqa: E402
+
+#: Each system at base and large dimensions (DAPE's paper model is a base
+#: Transformer; the Hierarchical Transformer's arch is its paper size).
+DEFAULT_ARCHS = [
+    "hiertransformer",
+    "hierencdec_bart_base", "hierencdec_bart_large",
+    "pagesum_bart_base", "pagesum_bart_large",
+    "sparse_bart_base", "sparse_bart_large",
+    "dape_transformer",
+]
+#: The source lengths the table reports.
+TABLE_LENGTHS = (1024, 4096, 8192, 16384)
+#: Bytes per parameter of the trainer's static state (see the module docstring).
+STATIC_BYTES_PER_PARAMETER = {"fp32": 16, "bf16": 20}
+GPU_SIZES_GB = (24, 40, 80)
+CUDA_CONTEXT_GIB = 1.0
+GIB = 2**30
+MIB = 2**20
+
+
+def make_long_data(work_dir: str, longest: int) -> str:
+    """Synthetic clusters longer than ``longest`` source tokens, with the
+    dependency arcs DAPE reads."""
+    from tests.utils import make_tiny_data_bin
+
+    documents = max(8, 8 * -(-longest // 2048))
+    return make_tiny_data_bin(
+        work_dir, train=2, valid=1, test=1, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
+        num_docs=documents, distractor_docs=documents // 2, noise_sentences=6,
+    )
+
+
+def count_parameters(config: dict) -> dict:
+    from fairseq import options, tasks
+
+    argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
+            *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]), "--max-source-positions", "1024"]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    model = task.build_model(args)
+    return {"parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+
+
+def fit_activations(lengths: Sequence[int], mib: Sequence[float]) -> Tuple[float, float, float]:
+    """``(a, b, c)`` of the least-squares fit ``a + b n + c n^2`` (MiB), with
+    ``c`` >= 0 (a linear fit when the quadratic one bends down); one length
+    gives a line through the origin."""
+    n = np.asarray(lengths, dtype=np.float64)
+    y = np.asarray(mib, dtype=np.float64)
+    if len(n) == 1:
+        return 0.0, float(y[0] / n[0]), 0.0
+    if len(n) >= 3:
+        c, b, a = np.polyfit(n, y, 2)
+        if c >= 0:
+            return float(a), float(b), float(c)
+    b, a = np.polyfit(n, y, 1)
+    return float(a), float(b), 0.0
+
+
+def activations_at(fit: Tuple[float, float, float], n: int) -> float:
+    a, b, c = fit
+    return max(a + b * n + c * n * n, 0.0)
+
+
+def largest_fitting_length(static_bytes: float, fit, gpu_gb: int, cap: int = 16384, step: int = 256) -> int:
+    """The largest multiple of ``step`` up to ``cap`` whose projected step fits
+    on a ``gpu_gb`` GB (10^9 bytes) GPU with the CUDA context reserved; 0 when
+    none does."""
+    budget = gpu_gb * 1e9 - CUDA_CONTEXT_GIB * GIB
+    best = 0
+    for n in range(step, cap + 1, step):
+        if static_bytes + activations_at(fit, n) * MIB <= budget:
+            best = n
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--archs", nargs="+", default=DEFAULT_ARCHS, help="architectures to measure")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[512, 1024, 2048],
+                        help="source lengths to measure (the rest of the table is projected from them)")
+    parser.add_argument("--bf16-archs", nargs="*", default=None,
+                        help="architectures also measured in bfloat16 (default: the first one; bf16 kernels are "
+                             "slow on CPUs without AMX); the others' 16-bit activations are their float32 "
+                             "activations times the median bf16/fp32 ratio of these measurements")
+    parser.add_argument("--bf16-lengths", nargs="+", type=int, default=[512],
+                        help="source lengths measured in bfloat16 (a subset of --lengths)")
+    parser.add_argument("--bf16-ratio", type=float, default=None,
+                        help="16-bit / float32 activation ratio to project with when no architecture is measured "
+                             "in bfloat16 (--bf16-archs with none): take it from an earlier run")
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (median, min, max)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
+    parser.add_argument("--data", help="a data-bin with clusters longer than the longest length (default: synthesized)")
+    args = parser.parse_args(argv)
+    work = None
+    if args.data is None:
+        work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")
+        args.data = make_long_data(work.name, max(args.lengths))
+    print(f"device: {device_name(args.device)}; one training step, batch 1, Adam; lengths measured: {args.lengths}; "
+          f"repeats: {args.repeats}")
+    measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
+    parameters: Dict[str, int] = {}
+    bf16_archs = args.archs[:1] if args.bf16_archs is None else args.bf16_archs
+    plan = [(arch, "fp32", n) for arch in args.archs for n in args.lengths]
+    plan += [(arch, "bf16", n) for arch in bf16_archs for n in args.bf16_lengths]
+    for arch in dict.fromkeys(arch for arch, _, _ in plan):
+        parameters[arch] = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data})[
+            "parameters"]
+    for arch, dtype, n in plan:
+        for checkpointed in (False, True):
+            flags = ["--checkpoint-activations"] if checkpointed else []
+            config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
+                      "data": args.data, "source_tokens": n, "dtype": dtype}
+            values = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
+            measured.setdefault((arch, dtype, checkpointed), {})[n] = values
+            print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
+                  f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
+    ratios = [
+        statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
+        for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"
+        for n, values in runs.items() if n in measured[(arch, "fp32", checkpointed)]
+    ]
+    if ratios:
+        bf16_ratio = statistics.median(ratios)
+        print(f"16-bit / float32 activations: median {bf16_ratio:.2f} of {len(ratios)} measured pairs")
+    elif args.bf16_ratio is not None:
+        bf16_ratio = args.bf16_ratio
+        print(f"16-bit / float32 activations: {bf16_ratio:.2f} (--bf16-ratio, from an earlier run)")
+    else:
+        parser.error("no architecture measured in bfloat16: give --bf16-archs or --bf16-ratio")
+
+    def activation_fit(arch, dtype, checkpointed):
+        runs = measured[(arch, "fp32", checkpointed)]
+        a, b, c = fit_activations(sorted(runs), [statistics.median(runs[m]) for m in sorted(runs)])
+        scale = bf16_ratio if dtype == "bf16" else 1.0
+        return a * scale, b * scale, c * scale
+
+    def cell(arch, dtype, checkpointed, n):
+        runs = measured.get((arch, dtype, checkpointed), {})
+        static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
+        if n in runs:
+            return (static + statistics.median(runs[n]) * MIB) / GIB, "m"
+        return (static + activations_at(activation_fit(arch, dtype, checkpointed), n) * MIB) / GIB, "p"
+
+    lengths = sorted(set(TABLE_LENGTHS) | set(args.lengths))
+    columns = [(dtype, checkpointed) for dtype in ("fp32", "bf16") for checkpointed in (False, True)]
+    names = {("fp32", False): "fp32", ("fp32", True): "fp32 + ckpt", ("bf16", False): "16-bit",
+             ("bf16", True): "16-bit + ckpt"}
+    print()
+    print("| system | parameters | source tokens | " + " | ".join(names[c] + " (GiB)" for c in columns) + " |")
+    print("|---|---:|---:|" + "---:|" * len(columns))
+    for arch in args.archs:
+        for n in lengths:
+            cells = []
+            for dtype, checkpointed in columns:
+                gib, kind = cell(arch, dtype, checkpointed, n)
+                cells.append(f"{gib:.1f} {kind}")
+            print(f"| {arch} | {parameters[arch] / 1e6:.0f} M | {n:,} | " + " | ".join(cells) + " |")
+    print()
+    print("largest source length whose training step fits (batch 1, Adam, 1 GiB CUDA context reserved):")
+    settings = [("bf16", True), ("fp32", True)]
+    print("| system | " + " | ".join(f"{gb} GB, {names[s]}" for s in settings for gb in GPU_SIZES_GB) + " |")
+    print("|---|" + "---:|" * (len(settings) * len(GPU_SIZES_GB)))
+    for arch in args.archs:
+        cells = []
+        for dtype, checkpointed in settings:
+            fit = activation_fit(arch, dtype, checkpointed)
+            static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
+            for gb in GPU_SIZES_GB:
+                longest = largest_fitting_length(static, fit, gb)
+                cells.append(f"{longest:,}" if longest < 16384 else ">= 16,384")
+        print(f"| {arch} | " + " | ".join(cells) + " |")
+    if work is not None:
+        work.cleanup()
+
+
+if __name__ == "__main__":
+    main()
