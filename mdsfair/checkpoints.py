@@ -41,6 +41,24 @@ mdsfair (:func:`install_fairseq_hooks`) wraps it:
   raises :class:`DictionaryMismatchError` naming both data-bins unless
   ``--allow-dictionary-mismatch`` is set.
 
+* resuming training (``fairseq-train`` / ``mdsfair-train`` with
+  ``--restore-file``, or ``checkpoint_last.pt`` in ``--save-dir``) compares the
+  checkpoint's model configuration with this run's (:func:`architecture_differences`,
+  from the wrapped ``Trainer.load_checkpoint``): a changed architecture flag
+  that keeps every tensor's shape (``--decoder-attention-heads``,
+  ``--activation-fn``, ``--encoder-normalize-before``, ``--locality``, ...)
+  would load the old weights into a different model, so it raises
+  :class:`ArchitectureChangeError` naming each flag with its old and new value,
+  unless the task's ``--allow-arch-change`` is set (each difference is then
+  logged). A *fine-tune* (the optimizer is reset: ``--reset-optimizer``, or
+  ``--finetune-from-model``'s first start) may change ``--arch`` (a BART
+  release into ``hierencdec_bart_large``, the README's transfers) and flags
+  the checkpoint's configuration does not have; every flag both
+  configurations have must agree as for a resume. Non-architecture values
+  (:data:`NON_ARCHITECTURE_KEYS`: dropouts, layer drop, activation
+  checkpointing, position budgets, sparse-selection schedules) may always
+  change and are logged. Only mdsfair tasks are checked (the flag is theirs).
+
 Checkpoints without a record (stock fairseq / BART releases, older mdsfair
 checkpoints) load as before. Every load here runs with torch's
 ``weights_only=True`` and only the globals of
@@ -95,6 +113,10 @@ class CheckpointIntegrityError(RuntimeError):
 
 class DictionaryMismatchError(RuntimeError):
     """A checkpoint used with a data-bin whose dictionary or subword model differs."""
+
+
+class ArchitectureChangeError(RuntimeError):
+    """Resuming from a checkpoint whose model configuration differs from this run's."""
 
 
 # ---------------------------------------------------------------- hashing
@@ -267,6 +289,151 @@ def dictionary_check_hook(data_fingerprint_of, allow_mismatch_of):
     return hook
 
 
+# ------------------------------------------------- architecture on resume
+
+#: Model-configuration keys that never change what the saved weights mean:
+#: regularization and memory settings, position budgets (a learned table of
+#: another size does not load; sinusoidal positions have no weights; the
+#: tiling of a shorter table), and the sparse decoder's sentence selection. Any key containing
+#: ``dropout`` or ``layerdrop`` is one too.
+NON_ARCHITECTURE_KEYS = frozenset({
+    "checkpoint_activations", "offload_activations", "min_params_to_wrap",
+    "max_source_positions", "max_target_positions",
+    "quant_noise_pq", "quant_noise_pq_block_size", "quant_noise_scalar",
+    "tpu", "position_tiling",
+    # the sparse decoder's sentence selection: changed between its training stages (README: KL-only with
+    # --top-r 0, then --top-r 5 --sentence-selection approx) and by --model-overrides at generation
+    "top_r", "sentence_selection", "mix_decay_updates", "share_selection_across_beams", "sparse_generation_path",
+})
+#: How a resume and a fine-tune are told apart (see the module docstring).
+_LOADING = {"context": None}
+
+
+def is_architecture_key(key: str) -> bool:
+    return not ("dropout" in key or "layerdrop" in key or key in NON_ARCHITECTURE_KEYS or key.startswith("_"))
+
+
+@functools.lru_cache(maxsize=None)
+def _model_keys(model_class) -> frozenset:
+    """The configuration keys a fairseq model class declares (its
+    ``add_args``, which for dataclass models lists the dataclass)."""
+    parser = argparse.ArgumentParser(add_help=False)
+    try:
+        model_class.add_args(parser)
+    except Exception:  # noqa: BLE001 (a model whose add_args cannot run alone: compare nothing but --arch)
+        return frozenset()
+    return frozenset(action.dest for action in parser._actions if action.dest != "help")
+
+
+def _as_plain_dict(model_cfg) -> Dict[str, Any]:
+    if model_cfg is None:
+        return {}
+    if isinstance(model_cfg, argparse.Namespace):
+        return dict(vars(model_cfg))
+    if isinstance(model_cfg, dict):
+        return dict(model_cfg)
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(model_cfg, DictConfig):
+        try:
+            return OmegaConf.to_container(model_cfg, resolve=True)
+        except Exception:  # noqa: BLE001 (an interpolation that does not resolve outside its run)
+            return OmegaConf.to_container(model_cfg, resolve=False)
+    return {}
+
+
+def _normalized(value):
+    if isinstance(value, (list, tuple)):
+        return [_normalized(v) for v in value]
+    try:
+        from omegaconf import ListConfig
+
+        if isinstance(value, ListConfig):
+            return [_normalized(v) for v in value]
+    except ImportError:  # pragma: no cover
+        pass
+    return value
+
+
+def _arch_name(config: Dict[str, Any]) -> Optional[str]:
+    return config.get("arch") or config.get("_name")
+
+
+def architecture_differences(old_cfg, new_cfg, fine_tune: bool) -> Dict[str, List[Any]]:
+    """``{key: [old, new]}`` of every model-configuration value that differs
+    between a checkpoint's (``old_cfg``) and this run's (``new_cfg``), for the
+    keys the new model class declares and both configurations have
+    (``--arch`` too, except in a fine-tune). Non-architecture keys are
+    included; :func:`is_architecture_key` tells them apart."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    old, new = _as_plain_dict(old_cfg), _as_plain_dict(new_cfg)
+    differences: Dict[str, List[Any]] = {}
+    old_arch, new_arch = _arch_name(old), _arch_name(new)
+    if not fine_tune and old_arch and new_arch and old_arch != new_arch:
+        differences["arch"] = [old_arch, new_arch]
+    model_class = ARCH_MODEL_REGISTRY.get(new_arch)
+    keys = _model_keys(model_class) if model_class is not None else frozenset()
+    for key in sorted(keys):
+        if key in ("arch", "_name") or key not in old or key not in new:
+            continue
+        if _normalized(old[key]) != _normalized(new[key]):
+            differences[key] = [old[key], new[key]]
+    return differences
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+def check_architecture(state: Dict[str, Any], path: str, context: Dict[str, Any]) -> None:
+    """Compare a checkpoint's model configuration with the run that resumes
+    from it (module docstring); raise :class:`ArchitectureChangeError` or log."""
+    trainer = context["trainer"]
+    task_cfg = getattr(getattr(trainer, "task", None), "cfg", None)
+    allow = getattr(task_cfg, "allow_arch_change", None)
+    if allow is None:  # not an mdsfair task: fairseq's behaviour
+        return
+    saved = state.get("cfg")
+    old_model = saved.get("model") if hasattr(saved, "get") else None
+    if old_model is None:
+        return
+    fine_tune = context["fine_tune"]
+    differences = architecture_differences(old_model, trainer.cfg.model, fine_tune)
+    what = "fine-tuning from" if fine_tune else "resuming from"
+    allowed = {key: values for key, values in differences.items() if not is_architecture_key(key)}
+    for key, (old, new) in allowed.items():
+        logger.info("%s %s: %s was %r in the checkpoint, %r now (not an architecture flag)", what, path, _flag(key), old, new)
+    changed = {key: values for key, values in differences.items() if is_architecture_key(key)}
+    if not changed:
+        return
+    listed = "; ".join(f"{_flag(key)} {old!r} in the checkpoint, {new!r} now" for key, (old, new) in changed.items())
+    if allow:
+        for key, (old, new) in changed.items():
+            logger.warning("--allow-arch-change: %s %s with %s changed from %r to %r", what, path, _flag(key), old, new)
+        return
+    raise ArchitectureChangeError(
+        f"{what} checkpoint {path}: this run's model differs from the one that saved it ({listed}). The tensors "
+        "have the same shapes, so its weights would load silently into a different model. Give the checkpoint's "
+        "values again (or start in a new --save-dir), or pass --allow-arch-change if you mean to change the "
+        "architecture" + ("" if fine_tune else " (a fine-tune with --reset-optimizer may also change --arch)")
+    )
+
+
+def trainer_load_checked(original, trainer, filename, reset_optimizer=False, reset_lr_scheduler=False,
+                         optimizer_overrides=None, reset_meters=False, **kwargs):
+    """fairseq's ``Trainer.load_checkpoint`` (resume / fine-tune), with the
+    checkpoint's model configuration compared with the trainer's by
+    :func:`load_checked` (:func:`check_architecture`)."""
+    previous = _LOADING["context"]
+    _LOADING["context"] = {"trainer": trainer, "path": filename, "fine_tune": bool(reset_optimizer)}
+    try:
+        return original(trainer, filename, reset_optimizer, reset_lr_scheduler, optimizer_overrides,
+                        reset_meters=reset_meters, **kwargs)
+    finally:
+        _LOADING["context"] = previous
+
+
 # ------------------------------------------------------------ file checks
 
 
@@ -327,6 +494,9 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
         if _raised_by_torch_load(error):
             raise CheckpointFileError(describe_unreadable(path, error)) from error
         raise
+    context = _LOADING["context"]
+    if context is not None and context["path"] == path and isinstance(state, dict):
+        check_architecture(state, path, context)
     record = (state.get("task_state") or {}).get(RECORD_KEY) if isinstance(state, dict) else None
     if not record or "model" not in state:
         stale = getattr(state.get("model"), "_metadata", None) if isinstance(state, dict) else None
@@ -349,7 +519,9 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
 
 
 def install_fairseq_hooks() -> None:
-    """Wrap ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` (once)."""
+    """Wrap ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` and
+    ``fairseq.trainer.Trainer.load_checkpoint``, and make fairseq's checkpoint
+    copies atomic (once each)."""
     from fairseq import checkpoint_utils
 
     current = checkpoint_utils.load_checkpoint_to_cpu
@@ -362,6 +534,79 @@ def install_fairseq_hooks() -> None:
 
     load_checkpoint_to_cpu.__mdsfair_checked__ = True
     checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
+
+    from fairseq.trainer import Trainer
+
+    trainer_load = Trainer.load_checkpoint
+    if not getattr(trainer_load, "__mdsfair_checked__", False):
+        @functools.wraps(trainer_load)
+        def load_checkpoint(self, filename, *args, **kwargs):
+            return trainer_load_checked(trainer_load, self, filename, *args, **kwargs)
+
+        load_checkpoint.__mdsfair_checked__ = True
+        Trainer.load_checkpoint = load_checkpoint
+
+    install_atomic_checkpoint_copies()
+
+
+def _is_local(path) -> bool:
+    return isinstance(path, str) and "://" not in path
+
+
+def atomic_copy(original, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
+    """fairseq's ``PathManager.copy`` (how ``save_checkpoint`` makes
+    ``checkpoint_last.pt`` / ``checkpoint_best.pt`` from the checkpoint it
+    saved) made atomic for local files: a temporary file in the same folder,
+    fsynced, then ``os.replace``d; an error or Ctrl-C removes it and leaves
+    the old checkpoint whole (fairseq's own copy is ``shutil.copyfile`` onto
+    the old file, which an interrupt leaves cut short)."""
+    import shutil
+
+    if not (_is_local(src_path) and _is_local(dst_path)) or (not overwrite and os.path.exists(dst_path)):
+        return original(src_path, dst_path, overwrite=overwrite)
+    temporary = os.path.join(os.path.dirname(os.path.abspath(dst_path)),
+                             f".{os.path.basename(dst_path)}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(src_path, temporary)
+        with open(temporary, "rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, dst_path)
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+    return True
+
+
+def install_atomic_checkpoint_copies() -> None:
+    """Make fairseq's checkpoint writing leave nothing half-written on an
+    error or Ctrl-C: ``PathManager.copy`` becomes :func:`atomic_copy`, and
+    ``checkpoint_utils.torch_persistent_save`` (``torch.save`` to
+    ``FILE.tmp``, then a rename: atomic already) removes its ``FILE.tmp``
+    when interrupted."""
+    from fairseq import checkpoint_utils
+    from fairseq.file_io import PathManager
+
+    copy = PathManager.copy
+    if not getattr(copy, "__mdsfair_atomic__", False):
+        def atomic(src_path, dst_path, overwrite=False):
+            return atomic_copy(copy, src_path, dst_path, overwrite)
+
+        atomic.__mdsfair_atomic__ = True
+        PathManager.copy = staticmethod(atomic)
+    save = checkpoint_utils.torch_persistent_save
+    if not getattr(save, "__mdsfair_atomic__", False):
+        @functools.wraps(save)
+        def torch_persistent_save(obj, filename, *args, **kwargs):
+            try:
+                return save(obj, filename, *args, **kwargs)
+            except BaseException:
+                if _is_local(filename) and os.path.exists(filename + ".tmp"):
+                    os.remove(filename + ".tmp")
+                raise
+
+        torch_persistent_save.__mdsfair_atomic__ = True
+        checkpoint_utils.torch_persistent_save = torch_persistent_save
 
 
 # ------------------------------------------------------------- commands

@@ -6,6 +6,12 @@ name, so these wrappers pass the installed ``mdsfair`` package's directory
 (unless the command line already has a ``--user-dir``) and run
 ``fairseq_cli.train.cli_main`` / ``fairseq_cli.generate.cli_main`` with every
 other argument unchanged.
+
+Ctrl-C prints one line, not a traceback, and exits with status 130:
+``mdsfair-generate --results-path`` then leaves no partial
+``generate-SUBSET.txt`` (it is written whole or not at all, see
+:func:`results_written_whole`), and ``mdsfair-train`` leaves only complete
+checkpoints (:func:`mdsfair.checkpoints.install_atomic_checkpoint_copies`).
 """
 import os
 import sys
@@ -30,6 +36,14 @@ def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> 
         cli_main()
     finally:
         sys.argv = saved_argv
+
+
+def interrupted(prog: str, what: str) -> None:
+    """Ctrl-C: one line on stderr instead of a traceback, exit status 130
+    (128 + SIGINT, as a shell reports it)."""
+    sys.stderr.write(f"{prog}: interrupted; {what}\n")
+    sys.stderr.flush()
+    raise SystemExit(130)
 
 
 def check_train_arguments(argv: List[str]) -> None:
@@ -108,12 +122,19 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
     ``--bf16`` without a TPU stack is refused before fairseq starts; under
     ``torchrun`` the distributed flags it implies are filled in
-    (:func:`with_torchrun_settings`)."""
+    (:func:`with_torchrun_settings`); Ctrl-C prints one line and exits 130."""
     argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
-    _run(cli_main, "mdsfair-train", argv)
+    try:
+        _run(cli_main, "mdsfair-train", argv)
+    except KeyboardInterrupt:
+        # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
+        # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp
+        # (mdsfair/checkpoints.py: install_atomic_checkpoint_copies)
+        save_dir = _flag_value(argv, "--save-dir") or "checkpoints"
+        interrupted("mdsfair-train", f"the checkpoints in {save_dir} are the last complete ones (none is half-written)")
 
 
 def check_generation_arguments(argv: List[str]) -> None:
@@ -138,7 +159,61 @@ def check_generation_arguments(argv: List[str]) -> None:
 def generate_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-generate``: ``fairseq-generate`` with ``--user-dir`` set to
     mdsfair; impossible beam-search flags are refused before any model loads."""
-    check_generation_arguments(sys.argv[1:] if argv is None else argv)
-    from fairseq_cli.generate import cli_main
+    argv = sys.argv[1:] if argv is None else argv
+    check_generation_arguments(argv)
+    from fairseq_cli import generate
 
-    _run(cli_main, "mdsfair-generate", argv)
+    original_main = generate.main
+    generate.main = results_written_whole(original_main)
+    try:
+        _run(generate.cli_main, "mdsfair-generate", argv)
+    except KeyboardInterrupt:
+        results = _flag_value(argv, "--results-path")
+        if results is None:
+            interrupted("mdsfair-generate", "the hypotheses printed so far are incomplete")
+        output = os.path.join(results, f"generate-{_flag_value(argv, '--gen-subset') or 'test'}.txt")
+        interrupted("mdsfair-generate", f"nothing written to {output} (partial output removed; an earlier file is "
+                    "left as it was)")
+    finally:
+        generate.main = original_main
+
+
+def results_written_whole(original_main: Callable):
+    """fairseq-generate's ``main`` writing ``--results-path``'s
+    ``generate-SUBSET.txt`` whole or not at all: fairseq's own main writes it
+    into a hidden folder inside the results path, and the file is moved over
+    the old one (``os.replace``) only when generation has finished. An error
+    or Ctrl-C removes the folder (and a results path this run created) and
+    leaves an earlier file as it was. Without ``--results-path``, fairseq's
+    main unchanged (hypotheses go to stdout)."""
+    import shutil
+    import tempfile
+
+    def main(cfg):
+        from argparse import Namespace
+
+        if isinstance(cfg, Namespace):
+            from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+            cfg = convert_namespace_to_omegaconf(cfg)
+        results = cfg.common_eval.results_path
+        if results is None:
+            return original_main(cfg)
+        created = not os.path.isdir(results)
+        os.makedirs(results, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".mdsfair-generate-", dir=results)
+        name = f"generate-{cfg.dataset.gen_subset}.txt"
+        cfg.common_eval.results_path = staging
+        finished = False
+        try:
+            value = original_main(cfg)
+            os.replace(os.path.join(staging, name), os.path.join(results, name))
+            finished = True
+            return value
+        finally:
+            cfg.common_eval.results_path = results
+            shutil.rmtree(staging, ignore_errors=True)
+            if created and not finished and not os.listdir(results):
+                os.rmdir(results)
+
+    return main

@@ -60,7 +60,7 @@ from tqdm import tqdm
 from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
-from mdsfair.preprocess.destdir import DestinationInUseError, copy_into, finish_destdir, prepare_destdir
+from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
 from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
     ClusterEncoder,
     EncodedCluster,
@@ -148,6 +148,9 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
     stops), ``(chunk, "done", None, stage_seconds)`` per chunk and
     ``(-1, "exception", None, error)`` when the worker cannot start.
     """
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops the workers
     try:
         limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
         encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
@@ -170,6 +173,50 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
                 return
             results.put((chunk_index, position, line_number, result))
         results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
+
+
+def call_in_child(function, *args, **kwargs):
+    """``function(*args, **kwargs)`` in a forked child process, waited for
+    here, so that Ctrl-C stops it at once. For SentencePiece's trainer: its
+    C++ code reads the Python sentence iterator and then trains without
+    returning to Python, so in this process Ctrl-C waited for the whole
+    training (minutes on a large corpus), and one that came while the
+    iterator ran was lost (the run went on and finished). The child ignores
+    SIGINT; on Ctrl-C here it is terminated and :class:`KeyboardInterrupt`
+    raised. An exception in the child is raised here."""
+    import signal
+
+    context = multiprocessing.get_context("fork")
+    receiver, sender = context.Pipe(duplex=False)
+
+    def child():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            sender.send(("ok", function(*args, **kwargs)))
+        except BaseException as error:  # noqa: BLE001 (sent to the parent)
+            sender.send(("error", _picklable(error)))
+
+    process = context.Process(target=child, daemon=True)
+    process.start()
+    sender.close()
+    try:
+        try:
+            kind, payload = receiver.recv()
+        except EOFError:
+            process.join()
+            raise RuntimeError(f"{getattr(function, '__name__', function)} died in process {process.pid} "
+                               f"(exit code {process.exitcode}); out of memory?") from None
+        process.join()
+    except BaseException:
+        if process.is_alive():
+            process.terminate()
+            process.join()
+        raise
+    finally:
+        receiver.close()
+    if kind == "error":
+        raise payload
+    return payload
 
 
 # Chunks handed out per worker and not yet written. Results are written in
@@ -423,7 +470,8 @@ def prepare_subwords(args, splits: Dict[str, str]) -> Dict[str, str]:
             check_training_split_has_a_cluster(splits[args.spm_train_split], args)  # FILE:LINE before sentencepiece
             logger.info("training SentencePiece (asking for %d pieces) on %s", args.vocab_size, splits[args.spm_train_split])
             prefix = os.path.join(dest, SPM_MODEL_NAME[: -len(".model")])
-            train_sentencepiece(
+            call_in_child(
+                train_sentencepiece,
                 _training_texts(splits[args.spm_train_split], args.lowercase, args.multi_reference),
                 prefix,
                 vocab_size=args.vocab_size,
@@ -635,8 +683,15 @@ def get_parser() -> argparse.ArgumentParser:
     )
     io.add_argument(
         "--overwrite", action="store_true",
-        help="write into a --destdir that is not empty: its old manifest is removed first, and every file the "
-        "new manifest does not list (e.g. splits of an earlier run) is removed at the end",
+        help="replace the data-bin in a --destdir that is not empty: only files the old data-bin's manifest "
+        "(mdsfair.json) lists are removed or replaced, when the new run has succeeded; other files stay. A folder "
+        "without mdsfair.json (not written by mdsfair) is refused, with or without this flag",
+    )
+    io.add_argument(
+        "--break-stale-lock", action="store_true",
+        help="remove a stale --destdir lock (DESTDIR/.mdsfair.lock of a run on this host that no longer runs: "
+        "killed or crashed) and that run's partial output, then go on; without it such a lock is reported "
+        "and the run refused. A lock of a running process or of another host is never removed",
     )
     io.add_argument(
         "--multi-reference", choices=MULTI_REFERENCE_MODES, default="first",
@@ -752,7 +807,20 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     if unknown:
         raise SystemExit(f"unknown side data {unknown}; available: {sorted(SIDE_DATA_PRODUCERS)}")
     splits = _split_paths(args)
-    prepare_destdir(args)  # refuses a used --destdir unless --overwrite
+    # Locks --destdir, refuses it when in use; every file goes to a staging folder
+    # that is moved in only when the run succeeded (preprocess/destdir.py).
+    with DestinationRun(args) as destination:
+        work = argparse.Namespace(**vars(args))
+        work.destdir = destination.staging
+        reports = _preprocess_into(work, splits, stage_seconds)
+        args.vocabulary_report = work.vocabulary_report
+        destination.commit(work.manifest)  # the manifest last, whole or not at all
+    return reports
+
+
+def _preprocess_into(args: argparse.Namespace, splits: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
+    """The pipeline, writing into ``args.destdir`` (the staging folder);
+    leaves the manifest, its ``files`` list filled in, in ``args.manifest``."""
     args.vocabulary_report = None
     subword_manifest = prepare_subwords(args, splits)
     specs = [SIDE_DATA_PRODUCERS[name].spec for name in args.side_data]
@@ -784,8 +852,7 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     }
     if args.vocabulary_report is not None:
         manifest["vocabulary"] = args.vocabulary_report
-    finish_destdir(args, manifest)  # lists the files; --overwrite removes the others
-    write_json_atomic(os.path.join(args.destdir, MANIFEST_NAME), manifest, indent=2)  # last, whole or not at all
+    args.manifest = finish_destdir(args, manifest)  # lists the files, checking each was written
     return reports
 
 
@@ -800,6 +867,11 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
     except (InputFormatError, FileNotFoundError, OverflowError, ValueError, DestinationInUseError) as e:
         print(f"mdsfair-preprocess: error: {e}", file=sys.stderr)
         raise SystemExit(1)
+    except KeyboardInterrupt:
+        # preprocess() has removed its staging folder and released the lock on the way out
+        print(f"mdsfair-preprocess: interrupted; nothing written to {args.destdir} (partial output removed, the "
+              "directory is as it was before the run)", file=sys.stderr)
+        raise SystemExit(130)
     print(format_report(reports))
     vocabulary = getattr(args, "vocabulary_report", None)
     if vocabulary:

@@ -1,34 +1,79 @@
-"""The output directory of ``mdsfair-preprocess``: refuse to mix runs.
+"""The output directory of ``mdsfair-preprocess``: one run at a time, nothing
+of anyone else's removed, nothing half-written left behind.
 
-A data-bin holds one run's files, all encoded with one ``dict.txt``. Writing a
-new run into a used directory would leave the old run's splits beside the new
-dictionary (the task would load them as silent garbage), so:
+A data-bin holds one run's files, all encoded with one ``dict.txt``. So
+(issue 22 items 1, 2 and 11):
 
-* a ``--destdir`` that exists and is not empty is refused, unless
-  ``--overwrite`` is given;
-* with ``--overwrite`` the old manifest is removed first (an interrupted run
-  leaves no manifest, so nothing loads a half-written directory), and once
-  the new manifest is written every file it does not account for is removed
-  (each one logged). Input files that live in the directory (``--split``,
-  ``--spm-model``, GPT-2 files, ``--dict``) are never removed; sub-directories
-  are left in place with a warning (the task never reads them).
+* **Lock.** A run holds ``DESTDIR/.mdsfair.lock`` from start to end: created
+  with ``O_CREAT | O_EXCL`` (atomic: of two runs started at once exactly one
+  gets it) and holding the owner's pid, host, start time and command line. A
+  second run into the same ``--destdir`` is refused with the owner named. A
+  lock whose process is gone (same host: the pid no longer runs, or runs a
+  process started after the lock) is *stale*: it is reported, never taken
+  silently; ``--break-stale-lock`` removes it (and the dead run's staging
+  folder) and goes on. A lock from another host cannot be checked and is
+  only ever removed by hand. The lock is removed when the run ends: at
+  success, on an error and on Ctrl-C.
+* **Staging.** Every output file is written into a hidden staging folder
+  inside ``--destdir`` (``.mdsfair-staging-PID-TIME``). Only when the whole
+  run succeeded are the files moved into ``--destdir`` (``os.replace``, same
+  file system) and the manifest last. An error or Ctrl-C removes the staging
+  folder, so ``--destdir`` is left as it was (a directory the run created
+  is removed again). A killed run (SIGKILL, power loss) leaves only the lock
+  and its staging folder, which ``--break-stale-lock`` clears.
+* **Ownership.** A ``--destdir`` that exists and is not empty is refused
+  without ``--overwrite``. ``--overwrite`` replaces only a data-bin that
+  mdsfair wrote: the files removed are those the old manifest
+  (``mdsfair.json``) lists in ``files`` (:func:`data_bin_files` for a
+  manifest written before that list existed) and the new run does not write
+  again; every other file (a user's ``notes.txt``, input files) stays, and is
+  listed in the log. A non-empty directory with no manifest was not written
+  by mdsfair (a raw-data folder, say) and is refused, with or without
+  ``--overwrite``, listing what it holds.
+* **Swap.** Replacing an old data-bin: a journal
+  (``.mdsfair.replacing.json``, the old and new file lists) is written, the
+  old manifest removed, the new files moved in, old listed files the new run
+  did not write removed, the new manifest moved in last and the journal
+  removed. A crash inside this short window leaves no manifest but the
+  journal, which the next ``--overwrite`` run accepts as proof of ownership.
 
 The manifest accounts for its files in ``files`` (:func:`data_bin_files`):
 itself, ``dict.txt``, the subword model, and per split its ``.bin``/``.idx``
 streams, ``ids.txt``, ``summary.txt`` and the reference and skip-report files
 its entry lists.
 """
+import contextlib
+import datetime
+import json
 import logging
 import os
-from typing import Dict, Iterable, List, Set
+import shutil
+import signal
+import socket
+import sys
+import threading
+import time
+from typing import Dict, Iterable, List, Optional, Set
 
-from mdsfair.data.manifest import MANIFEST_NAME
+from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, is_plain_file_name, read_manifest, write_json_atomic
 
 logger = logging.getLogger("mdsfair.preprocess")
 
+#: The lock file a run holds in ``--destdir``.
+LOCK_NAME = ".mdsfair.lock"
+#: Prefix of the hidden folder a run writes its files into.
+STAGING_PREFIX = ".mdsfair-staging-"
+#: The swap journal (see the module docstring).
+JOURNAL_NAME = ".mdsfair.replacing.json"
+
 
 class DestinationInUseError(ValueError):
-    """``--destdir`` holds files and ``--overwrite`` was not given."""
+    """``--destdir`` holds files and ``--overwrite`` was not given, or holds
+    files mdsfair did not write."""
+
+
+class DestinationLockedError(DestinationInUseError):
+    """Another run holds (or held, and died holding) ``--destdir``'s lock."""
 
 
 def input_paths(args) -> List[str]:
@@ -39,28 +84,6 @@ def input_paths(args) -> List[str]:
     if input_dir and os.path.isdir(input_dir):
         paths += [os.path.join(input_dir, name) for name in os.listdir(input_dir) if name.endswith(".jsonl")]
     return [os.path.realpath(p) for p in paths if p]
-
-
-def prepare_destdir(args) -> None:
-    """Create ``args.destdir``, or refuse it when it is in use (unless
-    ``args.overwrite``, which removes its old manifest now)."""
-    dest = args.destdir
-    if os.path.exists(dest) and not os.path.isdir(dest):
-        raise DestinationInUseError(f"--destdir {dest} exists and is not a directory")
-    entries = sorted(os.listdir(dest)) if os.path.isdir(dest) else []
-    if entries and not args.overwrite:
-        shown = ", ".join(entries[:5]) + (f", ... ({len(entries)} entries)" if len(entries) > 5 else "")
-        what = "a data-bin" if MANIFEST_NAME in entries else "files"
-        raise DestinationInUseError(
-            f"--destdir {dest} is not empty (it holds {what}: {shown}). Files of an earlier run would be left "
-            "beside the new dictionary; give --overwrite to replace the directory's data-bin (files the new "
-            "manifest does not list are then removed) or choose an empty directory"
-        )
-    os.makedirs(dest, exist_ok=True)
-    manifest = os.path.join(dest, MANIFEST_NAME)
-    if entries and os.path.exists(manifest):
-        os.remove(manifest)
-        logger.info("--overwrite: removed the old manifest %s", manifest)
 
 
 def data_bin_files(manifest: Dict, trained_spm_vocab: bool = False) -> List[str]:
@@ -81,51 +104,359 @@ def data_bin_files(manifest: Dict, trained_spm_vocab: bool = False) -> List[str]
     return list(dict.fromkeys(files))
 
 
-def remove_unaccounted(dest: str, accounted: Iterable[str], keep_paths: Iterable[str]) -> List[str]:
-    """Remove every file of ``dest`` that is neither accounted for nor one of
-    ``keep_paths`` (real paths); returns the removed names."""
-    accounted: Set[str] = set(accounted)
-    keep = set(keep_paths)
-    removed, directories = [], []
-    for name in sorted(os.listdir(dest)):
-        path = os.path.join(dest, name)
-        if name in accounted or os.path.realpath(path) in keep:
-            continue
-        if os.path.isdir(path) and not os.path.islink(path):
-            directories.append(name)
-            continue
-        os.remove(path)
-        removed.append(name)
-    if removed:
-        logger.warning(
-            "--overwrite: removed %d file(s) of an earlier run that the new manifest does not list: %s",
-            len(removed), ", ".join(removed),
+# ------------------------------------------------------------------ lock
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _process_start_epoch(pid: int) -> Optional[float]:
+    """When process ``pid`` started (seconds since the epoch), from Linux's
+    ``/proc``; None where that cannot be read."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(float(line.split()[1]) for line in handle if line.startswith("btime "))
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22 of stat: starttime in clock ticks
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def lock_owner_state(owner: Dict) -> str:
+    """``"running"``, ``"dead"`` (same host, the process is gone or the pid
+    now belongs to a later process) or ``"other-host"``."""
+    if owner.get("host") != socket.gethostname():
+        return "other-host"
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return "dead"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return "dead"
+    except PermissionError:
+        pass  # a process of another user: it exists
+    started = _process_start_epoch(pid)
+    if started is not None and isinstance(owner.get("started_epoch"), (int, float)):
+        if started > owner["started_epoch"] + 2.0:  # the pid was reused by a process started after the lock
+            return "dead"
+    return "running"
+
+
+def _read_lock(path: str) -> Optional[Dict]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            owner = json.load(handle)
+        return owner if isinstance(owner, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _describe_owner(owner: Dict) -> str:
+    return (f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started')}"
+            f" ({owner.get('command', '?')})")
+
+
+class DestinationLock:
+    """``DESTDIR/.mdsfair.lock``, held by this process (see the module docstring)."""
+
+    def __init__(self, dest: str, break_stale: bool = False):
+        self.dest = dest
+        self.path = os.path.join(dest, LOCK_NAME)
+        started = time.time()
+        self.owner = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started": _now(),
+            "started_epoch": started,
+            "command": " ".join(["mdsfair-preprocess"] + sys.argv[1:])[:1000],
+            "staging": f"{STAGING_PREFIX}{os.getpid()}-{int(started * 1000)}",
+        }
+        self._acquire(break_stale)
+        self.held = True
+
+    def _acquire(self, break_stale: bool) -> None:
+        for _ in range(3):
+            try:
+                fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+            except FileExistsError:
+                owner = _read_lock(self.path)
+                if owner is None:
+                    raise DestinationLockedError(
+                        f"--destdir {self.dest} is locked by {self.path}, which cannot be read (another "
+                        "mdsfair-preprocess is creating it right now, or it is damaged); if no run is going on "
+                        f"there, remove {self.path} and run again"
+                    ) from None
+                state = lock_owner_state(owner)
+                if state == "running":
+                    raise DestinationLockedError(
+                        f"--destdir {self.dest} is in use by another mdsfair-preprocess run: "
+                        f"{_describe_owner(owner)}; lock file {self.path}. Wait for it to finish (or stop it), "
+                        "or choose another --destdir"
+                    ) from None
+                if state == "other-host":
+                    raise DestinationLockedError(
+                        f"--destdir {self.dest} is locked by an mdsfair-preprocess run on another host: "
+                        f"{_describe_owner(owner)}; lock file {self.path}. This host cannot tell whether it "
+                        f"still runs: if it does not, remove {self.path} (and "
+                        f"{os.path.join(self.dest, str(owner.get('staging', STAGING_PREFIX + '*')))}) by hand"
+                    ) from None
+                staging = self._staging_of(owner)
+                if not break_stale:
+                    leftover = f" and its partial output {staging}" if staging and os.path.exists(staging) else ""
+                    raise DestinationLockedError(
+                        f"--destdir {self.dest} has a stale lock {self.path}: the run that made it "
+                        f"({_describe_owner(owner)}) is no longer running (killed or crashed). Nothing was "
+                        f"changed. Give --break-stale-lock to remove the lock{leftover} and go on, or remove "
+                        "them yourself"
+                    ) from None
+                self._break(owner, staging)
+                continue
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                json.dump(self.owner, handle, indent=2)
+                handle.flush()
+                os.fsync(handle.fileno())
+            return
+        raise DestinationLockedError(f"--destdir {self.dest}: could not take the lock {self.path} (contended)")
+
+    def _staging_of(self, owner: Dict) -> Optional[str]:
+        name = owner.get("staging")
+        if isinstance(name, str) and name.startswith(STAGING_PREFIX) and "/" not in name and "\\" not in name:
+            return os.path.join(self.dest, name)
+        return None
+
+    def _break(self, owner: Dict, staging: Optional[str]) -> None:
+        """Remove a stale lock: renamed first (atomic, so of two runs breaking
+        it only one does) and checked to be the lock that was judged stale."""
+        aside = f"{self.path}.broken.{os.getpid()}"
+        try:
+            os.rename(self.path, aside)
+        except FileNotFoundError:
+            return  # someone else broke it; try again
+        if _read_lock(aside) != owner:  # a new live lock replaced the stale one meanwhile: put it back
+            try:
+                os.link(aside, self.path)
+            except FileExistsError:
+                pass
+            os.remove(aside)
+            return
+        os.remove(aside)
+        removed = ""
+        if staging and os.path.isdir(staging):
+            shutil.rmtree(staging)
+            removed = f" and its partial output {staging}"
+        logger.warning("--break-stale-lock: removed the stale lock of %s%s", _describe_owner(owner), removed)
+
+    @property
+    def staging(self) -> str:
+        return os.path.join(self.dest, self.owner["staging"])
+
+    def release(self) -> None:
+        """Remove the lock if it is still this run's."""
+        if self.held and _read_lock(self.path) == self.owner:
+            os.remove(self.path)
+        self.held = False
+
+
+# ------------------------------------------------------------- ownership
+
+
+def _listing(names: List[str], limit: int = 20) -> str:
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names)} entries in all)" if len(names) > limit else "")
+
+
+def owned_files(dest: str) -> Optional[Set[str]]:
+    """The files of ``dest`` an earlier mdsfair run lists as its own (its
+    manifest's ``files``, or :func:`data_bin_files` of an older manifest,
+    plus an unfinished swap's journal); None when no manifest or journal
+    says ``dest`` is a data-bin. A damaged manifest raises
+    :class:`~mdsfair.data.manifest.ManifestError`."""
+    owned: Optional[Set[str]] = None
+    if os.path.exists(os.path.join(dest, MANIFEST_NAME)):
+        manifest = read_manifest(dest)  # checks the names: plain file names inside dest
+        owned = set(manifest.get("files") or data_bin_files(manifest, trained_spm_vocab=True)) | {MANIFEST_NAME}
+    journal_path = os.path.join(dest, JOURNAL_NAME)
+    if os.path.exists(journal_path):
+        try:
+            with open(journal_path, encoding="utf-8") as handle:
+                journal = json.load(handle)
+            names = set(journal["old"]) | set(journal["new"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ManifestError(f"{journal_path}: unreadable swap journal ({error}); remove it and the data-bin "
+                                "by hand") from None
+        owned = (owned or set()) | {name for name in names if is_plain_file_name(name)} | {JOURNAL_NAME}
+    return owned
+
+
+def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str]) -> Set[str]:
+    """Refuse a ``--destdir`` in use (module docstring); returns the names
+    ``--overwrite`` may remove (files an earlier manifest lists, never an
+    input file of this run)."""
+    entries = sorted(name for name in os.listdir(dest) if name != LOCK_NAME)
+    if not entries:
+        return set()
+    owned = owned_files(dest)
+    if owned is None:
+        raise DestinationInUseError(
+            f"--destdir {dest} is not empty and holds no {MANIFEST_NAME}, so mdsfair-preprocess did not write it; "
+            f"it holds {len(entries)} entries: {_listing(entries)}. mdsfair-preprocess writes only into an empty "
+            "or new directory, or replaces a data-bin it wrote itself: choose another --destdir (or move those "
+            "files away)"
         )
-    if directories:
-        logger.warning("--overwrite: left the sub-directories %s of %s in place", ", ".join(directories), dest)
-    return removed
+    if not overwrite:
+        raise DestinationInUseError(
+            f"--destdir {dest} is not empty (it holds a data-bin: {_listing(entries, 5)}). Files of an earlier run "
+            "would be left beside the new dictionary; give --overwrite to replace the data-bin (only the files "
+            f"its {MANIFEST_NAME} lists are removed; other files stay) or choose an empty directory"
+        )
+    keep = set(keep_paths)
+    removable = {
+        name for name in owned
+        if os.path.isfile(os.path.join(dest, name)) and not os.path.islink(os.path.join(dest, name))
+        and os.path.realpath(os.path.join(dest, name)) not in keep
+    }
+    others = [name for name in entries if name not in removable]
+    if others:
+        logger.info("--overwrite: %s holds %d entries no mdsfair manifest lists (or inputs of this run); they stay: "
+                    "%s", dest, len(others), _listing(others))
+    return removable
+
+
+# ------------------------------------------------------------------ run
+
+
+class DestinationRun:
+    """A run's hold on ``--destdir``: lock, ownership check and staging
+    folder on entry; :meth:`commit` moves the finished files in; leaving
+    without a commit (error, Ctrl-C) removes the staging folder and, when
+    this run created ``--destdir``, the directory; the lock is released in
+    every case."""
+
+    def __init__(self, args):
+        self.args = args
+        self.dest = args.destdir
+        self.created = False
+        self.committed = False
+        self.lock: Optional[DestinationLock] = None
+        self.removable: Set[str] = set()
+
+    def __enter__(self) -> "DestinationRun":
+        dest = self.dest
+        if os.path.exists(dest) and not os.path.isdir(dest):
+            raise DestinationInUseError(f"--destdir {dest} exists and is not a directory")
+        if not os.path.isdir(dest):
+            os.makedirs(dest)
+            self.created = True
+        try:
+            self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False))
+            self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args))
+            os.mkdir(self.staging)
+        except BaseException:
+            self._clean_up()
+            raise
+        return self
+
+    @property
+    def staging(self) -> str:
+        return self.lock.staging
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._clean_up()
+
+    def _clean_up(self) -> None:
+        try:
+            if self.lock is not None and os.path.isdir(self.staging):
+                shutil.rmtree(self.staging)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
+            if self.created and os.path.isdir(self.dest) and not os.listdir(self.dest):
+                os.rmdir(self.dest)
+
+    def commit(self, manifest: Dict) -> None:
+        """Move the run's files (``manifest["files"]``) from the staging
+        folder into ``--destdir``, remove the old data-bin's files the new
+        one does not have, and move the manifest in last."""
+        with _interrupts_deferred():
+            self._commit(manifest)
+        self.committed = True
+
+    def _commit(self, manifest: Dict) -> None:
+        dest, staging = self.dest, self.staging
+        new = [name for name in manifest["files"] if name != MANIFEST_NAME]
+        write_json_atomic(os.path.join(staging, MANIFEST_NAME), manifest, indent=2)
+        journal = os.path.join(dest, JOURNAL_NAME)
+        replacing = bool(self.removable)
+        if replacing:
+            write_json_atomic(journal, {"old": sorted(self.removable), "new": list(manifest["files"])}, indent=1)
+            if os.path.exists(os.path.join(dest, MANIFEST_NAME)):
+                os.remove(os.path.join(dest, MANIFEST_NAME))  # from here on no reader takes the folder for a data-bin
+        for name in new:
+            os.replace(os.path.join(staging, name), os.path.join(dest, name))
+        stale = sorted(self.removable - set(manifest["files"]) - {JOURNAL_NAME})
+        for name in stale:
+            path = os.path.join(dest, name)
+            if os.path.isfile(path):
+                os.remove(path)
+        if stale:
+            logger.warning("--overwrite: removed %d file(s) of the earlier data-bin that the new manifest does not "
+                           "list: %s", len(stale), ", ".join(stale))
+        _fsync_directory(dest)
+        os.replace(os.path.join(staging, MANIFEST_NAME), os.path.join(dest, MANIFEST_NAME))  # last
+        if replacing and os.path.exists(journal):
+            os.remove(journal)
+        _fsync_directory(dest)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred():
+    """Hold Ctrl-C (SIGINT) off while the finished files are moved in (a few
+    renames), so an interrupt never leaves half a swap; one that came is
+    logged afterwards (the data-bin is then complete)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if received:
+        logger.warning("Ctrl-C came while the finished data-bin was being moved into place; it was completed first")
+
+
+def _fsync_directory(path: str) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def finish_destdir(args, manifest: Dict) -> Dict:
-    """Record the run's files in ``manifest["files"]`` (checking that each
-    exists) and, with ``--overwrite``, remove every other file of the
-    directory. Returns the manifest."""
+    """Record the run's files in ``manifest["files"]``, checking that each
+    exists in ``args.destdir`` (the staging folder during a run). Returns the
+    manifest."""
     trained = getattr(args, "subword", "sentencepiece") == "sentencepiece" and not getattr(args, "spm_model", None)
     files = data_bin_files(manifest, trained_spm_vocab=trained)
     missing = [name for name in files if name != MANIFEST_NAME and not os.path.exists(os.path.join(args.destdir, name))]
     if missing:
         raise FileNotFoundError(f"{args.destdir}: the run should have written {missing} but did not")
     manifest["files"] = files
-    if args.overwrite:
-        remove_unaccounted(args.destdir, files, input_paths(args))
     return manifest
 
 
 def copy_into(source: str, destination: str) -> str:
-    """Copy an input file into the data-bin, unless it already is that file
-    (``--spm-model data-bin/spm.model --destdir data-bin --overwrite``)."""
-    import shutil
-
+    """Copy an input file into the data-bin, unless it already is that file."""
     if os.path.exists(destination) and os.path.samefile(source, destination):
         return destination
     return shutil.copyfile(source, destination)

@@ -9,7 +9,7 @@ generation and hub loads build with ``from_checkpoint=True``, so the training
 settings a checkpoint stores never stop a later load.
 """
 import importlib.util
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fairseq.dataclass import FairseqDataclass
 from omegaconf import II
@@ -24,6 +24,15 @@ class TrainingSetupConfig(FairseqDataclass):
     cpu: bool = II("common.cpu")
     ddp_backend: str = II("distributed_training.ddp_backend")
     distributed_world_size: int = II("distributed_training.distributed_world_size")
+    # every mdsfair task's own flag (mdsfair/checkpoints.py: check_architecture)
+    allow_arch_change: bool = field(
+        default=False,
+        metadata={"help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
+                          "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
+                          "--activation-fn: same tensor shapes, another model); by default such a resume stops "
+                          "naming each flag with its old and new value. Dropouts and other non-architecture "
+                          "values may always change (mdsfair/checkpoints.py)"},
+    )
 
 
 BF16_NEEDS_TPU = (
