@@ -2,7 +2,14 @@
 user runs them: each stops with its message (file and line or the offending
 entry, what to do instead), no traceback, and nothing on disk changes except
 the outputs the command is expected to write (a before/after listing with
-SHA-256 of every file in the folders involved)."""
+SHA-256 of every file in the folders involved).
+
+The cases that need concurrent or interrupted processes run the same way in
+their own files: a second preprocess into a locked destination and
+``--overwrite`` on a folder mdsfair did not write (tests/test_destination_safety.py),
+resuming with a changed architecture (tests/test_resume_arch_change.py), Ctrl-C
+in preprocess, train and generate (tests/test_interrupts.py), fairseq's size
+filter on a test split (tests/test_size_filter.py)."""
 import hashlib
 import json
 import os
