@@ -301,6 +301,12 @@ class LEDModel(BARTModel):
     def max_positions(self):
         return (self.encoder.max_positions(), self.decoder.max_positions())
 
+    def set_beam_size(self, beam):
+        """BART's "beamable" cross-attention (one encoder row shared by an
+        example's beams) stays off: it is a speed-up only, and once set it
+        stays on the model, so a later forward pass whose batch is not
+        ``examples x beam`` (scoring one example after beam search) fails."""
+
 
 def document_separator_index(task) -> int:
     """The ``<doc-sep>`` id: the task's (``--source-layout primera``), else the
