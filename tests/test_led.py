@@ -401,3 +401,69 @@ def test_best_beam_equals_hugging_face_generate(transformers, lenpen):
     assert max(lengths) < max_len + 1, lengths  # the summaries end by themselves
     unblocked = beam_search(0)
     assert any(a[0]["tokens"].tolist() != b[0]["tokens"].tolist() for a, b in zip(ours, unblocked))
+
+
+# ------------------------------------------------- fairseq-train / generate / hub
+
+
+@pytest.fixture(scope="module")
+def primera_run(tmp_path_factory):
+    """``fairseq-train --arch primera`` (tiny dims, window 8,
+    ``--checkpoint-activations``) for 2 updates on a data-bin whose
+    dictionary has ``<doc-sep>``."""
+    import os
+
+    from tests.model_contract import tiny_flags
+    from tests.utils import USER_DIR, fairseq_cli, make_tiny_data_bin
+
+    work = tmp_path_factory.mktemp("primera")
+    data_bin = make_tiny_data_bin(str(work), train=8, valid=4, test=4, vocab_size=300, num_docs=3,
+                                  distractor_docs=0, noise_sentences=0)
+    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as dictionary:
+        dictionary.write("<doc-sep> 0 #fairseq:overwrite\n")
+    save_dir = str(work / "checkpoints")
+    output = fairseq_cli("fairseq_cli.train", [
+        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "primera",
+        *tiny_flags("primera"), "--attention-window", "8", "--max-source-positions", "256",
+        "--max-target-positions", "128", "--checkpoint-activations",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
+        "--lr", "1e-3", "--batch-size", "4", "--max-update", "2", "--save-dir", save_dir,
+        "--no-epoch-checkpoints", "--no-progress-bar", "--cpu", "--seed", "1", "--log-interval", "1",
+    ])
+    assert "done training" in output
+    return {"data_bin": data_bin, "checkpoint": os.path.join(save_dir, "checkpoint_last.pt"), "work": str(work)}
+
+
+def test_primera_trains_and_its_checkpoint_keeps_the_layout_and_global_attention(primera_run):
+    state = torch.load(primera_run["checkpoint"], map_location="cpu", weights_only=False)
+    model_cfg, task_cfg = state["cfg"]["model"], state["cfg"]["task"]
+    assert state["optimizer_history"][-1]["num_updates"] == 2
+    assert model_cfg.arch == "primera" and model_cfg.global_attention == "doc-sep"
+    assert model_cfg.attention_window == "8" and model_cfg.max_encoder_positions == 4096
+    assert model_cfg.checkpoint_activations
+    assert task_cfg["source_layout"] == "primera"
+    assert any(key.endswith("self_attn.q_global_proj.weight") for key in state["model"])
+
+
+def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
+    """``fairseq-generate --path`` summarizes every valid cluster; the hub
+    entry ``led`` rebuilds the model with the checkpoint's doc-sep global
+    attention and the dictionary's <doc-sep> id."""
+    import os
+
+    from tests.utils import REPO_ROOT, USER_DIR, generate_in_process
+
+    generated = generate_in_process([
+        primera_run["data_bin"], "--user-dir", USER_DIR, "--task", "multidoc_summarization",
+        "--path", primera_run["checkpoint"], "--gen-subset", "valid", "--batch-size", "4", "--beam", "2",
+        "--max-len-b", "8", "--min-len", "2", "--no-repeat-ngram-size", "3", "--cpu",
+    ], results_dir=os.path.join(primera_run["work"], "generate"))
+    hypotheses = [line for line in generated.splitlines() if line.startswith("H-")]
+    assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2, 3]
+
+    hub = torch.hub.load(REPO_ROOT, "led", model_dir=os.path.dirname(primera_run["checkpoint"]),
+                         checkpoint_file="checkpoint_last.pt", data_name_or_path=primera_run["data_bin"],
+                         source="local")
+    encoder = hub.models[0].encoder
+    assert encoder.global_attention == "doc-sep" and encoder.attention_windows == [8, 8]
+    assert encoder.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
