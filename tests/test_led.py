@@ -32,7 +32,7 @@ from mdsfair.models.led import (
     led_state_dict_from_hf,
     parse_attention_window,
 )
-from mdsfair.modules.longformer_attention import LongformerSelfAttention
+from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
 
 # ------------------------------------------------------------- attention
 
@@ -80,11 +80,12 @@ def attention_inputs(length, batch_size=3, dim=16, dtype=torch.double, seed=0):
     return x, padding, is_global & ~padding
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("window", [2, 4, 6, 8, 10, 16])
 @pytest.mark.parametrize("length", [1, 3, 7, 13, 37])
-def test_banded_attention_equals_dense_reference(window, length):
+def test_banded_attention_equals_dense_reference(window, length, implementation):
     torch.manual_seed(window)
-    attention = LongformerSelfAttention(16, 2, window).double()
+    attention = LongformerSelfAttention(16, 2, window, implementation=implementation).double()
     x, padding, is_global = attention_inputs(length)
     expected = dense_reference(attention, x, padding, is_global)
     torch.testing.assert_close(attention(x, padding, is_global), expected, atol=1e-12, rtol=1e-12)
@@ -95,10 +96,11 @@ def test_banded_attention_equals_dense_reference(window, length):
     )
 
 
-def test_window_semantics_each_side_sees_half_the_window():
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_window_semantics_each_side_sees_half_the_window(implementation):
     """Window 4: token 10's output depends on tokens 8..12 and no other (a
     gradient probe), Hugging Face's attention_window meaning."""
-    attention = LongformerSelfAttention(8, 1, 4).double()
+    attention = LongformerSelfAttention(8, 1, 4, implementation=implementation).double()
     x = torch.randn(24, 1, 8, dtype=torch.double, requires_grad=True)
     attention(x)[10].sum().backward()
     touched = x.grad.abs().sum(dim=(1, 2)).nonzero().flatten().tolist()
@@ -133,12 +135,13 @@ class LargestTensor(TorchDispatchMode):
         return output
 
 
-def test_memory_is_linear_in_length_never_n_by_n():
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
+def test_memory_is_linear_in_length_never_n_by_n(implementation):
     """n = 2,048, window 16, batch 3, 2 heads of 8: every tensor the banded
     attention makes is O(B * n * (w + d)) elements (far below B * n^2 = 12.6M),
     and doubling n at most doubles it. The same probe sees the dense reference's n x n
     scores, so it can fail."""
-    attention = LongformerSelfAttention(16, 2, 16).float()
+    attention = LongformerSelfAttention(16, 2, 16, implementation=implementation).float()
 
     def largest(length, function):
         x, padding, is_global = attention_inputs(length, dtype=torch.float)
@@ -155,10 +158,11 @@ def test_memory_is_linear_in_length_never_n_by_n():
     assert largest(2048, dense_reference) >= 3 * 2048 * 2048
 
 
+@pytest.mark.parametrize("implementation", IMPLEMENTATIONS)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_runs_and_is_close_to_float32(dtype):
+def test_half_precision_runs_and_is_close_to_float32(dtype, implementation):
     torch.manual_seed(0)
-    attention = LongformerSelfAttention(16, 2, 6)
+    attention = LongformerSelfAttention(16, 2, 6, implementation=implementation)
     x, padding, is_global = attention_inputs(29, dtype=torch.float)
     expected = attention(x, padding, is_global)
     got = attention.to(dtype)(x.to(dtype), padding, is_global)
@@ -285,6 +289,14 @@ def test_teacher_forced_logits_equal_hugging_face_first(transformers, windows, l
     real = labels.ne(1)
     assert expected[real].std() > 0.5  # the comparison is not between near-constant logits
     torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    # --longformer-attention banded computes the same
+    for module in model.modules():
+        if isinstance(module, LongformerSelfAttention):
+            assert module.implementation == "fused"
+            module.implementation = "banded"
+    with torch.no_grad():
+        banded, _ = model(ours_source, mask.sum(1), decoder_input)
+    torch.testing.assert_close(banded[real], expected[real], atol=1e-5, rtol=1e-5)
 
 
 @pytest.mark.parametrize("windows", [(4, 12), (6, 6), (8, 16)])

@@ -68,7 +68,7 @@ from torch import Tensor
 from mdsfair.hub_interface import register_hub_entry
 from mdsfair.models.hierencdec_bart import wrap_layer
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
-from mdsfair.modules.longformer_attention import LongformerSelfAttention
+from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
 
 logger = logging.getLogger(__name__)
 
@@ -133,13 +133,15 @@ def global_attention_mask(
 class LEDEncoderLayer(TransformerEncoderLayerBase):
     """BART's post-LN encoder layer around :class:`LongformerSelfAttention`."""
 
-    def __init__(self, cfg, attention_window: int):
+    def __init__(self, cfg, attention_window: int, implementation: str = "fused"):
         self.attention_window = attention_window
+        self.implementation = implementation
         super().__init__(cfg)
 
     def build_self_attention(self, embed_dim, cfg):
         return LongformerSelfAttention(
-            embed_dim, cfg.encoder.attention_heads, self.attention_window, dropout=cfg.attention_dropout
+            embed_dim, cfg.encoder.attention_heads, self.attention_window, dropout=cfg.attention_dropout,
+            implementation=self.implementation,
         )
 
     def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], global_mask: Optional[Tensor] = None):
@@ -168,6 +170,7 @@ class LEDEncoder(TransformerEncoderBase):
     def __init__(self, args, dictionary, embed_tokens):
         self.attention_windows = parse_attention_window(args.attention_window, args.encoder_layers)
         self.global_attention = args.global_attention
+        self.implementation = getattr(args, "longformer_attention", None) or "fused"
         self.document_separator: Optional[int] = None
         self._layers_built = 0
         cfg = TransformerConfig.from_namespace(args)
@@ -177,7 +180,7 @@ class LEDEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
         window = self.attention_windows[self._layers_built]
         self._layers_built += 1
-        return wrap_layer(LEDEncoderLayer(cfg, window), cfg)
+        return wrap_layer(LEDEncoderLayer(cfg, window, self.implementation), cfg)
 
     def global_mask(self, src_tokens: Tensor, src_doc_ids: Optional[Tensor]) -> Tensor:
         return global_attention_mask(
@@ -241,6 +244,12 @@ class LEDModel(BARTModel):
             help="tokens with global attention: 'first' = the first source token (LED, default), 'doc-sep' = the "
                  "first token and every <doc-sep> (PRIMERA; default of the primera architecture), 'documents' = "
                  "the first token of every document (from the data-bin's document ids)",
+        )
+        parser.add_argument(
+            "--longformer-attention", choices=IMPLEMENTATIONS,
+            help="computation of the encoder attention (same numbers): 'fused' = every window through "
+                 "torch's scaled_dot_product_attention with a block mask (fused kernels; default), 'banded' = "
+                 "explicit banded score tensors (the portable reference, as Hugging Face computes them)",
         )
         parser.add_argument(
             "--max-encoder-positions", type=int,
@@ -375,6 +384,7 @@ def led_defaults(args, positions: int, window: int, global_attention: str = "fir
     args.max_encoder_positions = getattr(args, "max_encoder_positions", None) or positions
     args.attention_window = getattr(args, "attention_window", None) or str(window)
     args.global_attention = getattr(args, "global_attention", None) or global_attention
+    args.longformer_attention = getattr(args, "longformer_attention", None) or "fused"
     args.max_target_positions = getattr(args, "max_target_positions", 1024)
 
 

@@ -64,6 +64,14 @@ def global_token_indices(global_mask: Tensor) -> Tuple[Tensor, Tensor]:
     return order.masked_fill(~valid, 0), valid
 
 
+#: ``fused``: the window and global keys of every query block through
+#: ``F.scaled_dot_product_attention`` with a boolean mask (PyTorch's fused
+#: kernels where the device has them); ``banded``: the same scores as explicit
+#: ``[B, H, N, b, 3b + G]`` tensors (einsum, masked softmax): the portable
+#: reference, as Hugging Face computes it.
+IMPLEMENTATIONS = ("fused", "banded")
+
+
 def softmax_dtype(scores: Tensor) -> torch.dtype:
     """float32 for float16/bfloat16 scores (HF's ``softmax(..., dtype=torch.float32)``),
     else the scores' own dtype (float64 stays float64)."""
@@ -80,8 +88,14 @@ class LongformerSelfAttention(nn.Module):
     ``self_attn.output``].
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, attention_window: int, dropout: float = 0.0, bias: bool = True):
+    def __init__(
+        self, embed_dim: int, num_heads: int, attention_window: int, dropout: float = 0.0, bias: bool = True,
+        implementation: str = "fused",
+    ):
         super().__init__()
+        if implementation not in IMPLEMENTATIONS:
+            raise ValueError(f"implementation must be one of {IMPLEMENTATIONS}, got {implementation!r}")
+        self.implementation = implementation
         if embed_dim % num_heads:
             raise ValueError(f"embed_dim {embed_dim} is not a multiple of the number of heads {num_heads}")
         if attention_window <= 0 or attention_window % 2:
@@ -167,18 +181,14 @@ class LongformerSelfAttention(nn.Module):
         ``[B, T, C]`` before the output projection."""
         batch_size, length, _ = hidden.shape
         num_blocks = length // block
-        dtype = hidden.dtype
-        lowest = torch.finfo(dtype).min
         query = self.heads(self.q_proj(hidden) * self.scaling)  # [B, H, T, D]
         key = self.heads(self.k_proj(hidden))
         value = self.heads(self.v_proj(hidden))
+        query_blocks = query.reshape(batch_size, self.num_heads, num_blocks, block, self.head_dim)
 
         # keys of blocks c-1, c, c+1 for every query block c: [B, H, N, D, 3b] (a view)
         def windows(t: Tensor) -> Tensor:
             return F.pad(t, (0, 0, block, block)).unfold(2, 3 * block, block)
-
-        query_blocks = query.reshape(batch_size, self.num_heads, num_blocks, block, self.head_dim)
-        scores = torch.einsum("bhnqd,bhndk->bhnqk", query_blocks, windows(key))  # [B, H, N, b, 3b]
 
         # a key is in a window when within w/2 of the query, not padding, not global
         offsets = torch.arange(3 * block, device=hidden.device) - block
@@ -186,33 +196,73 @@ class LongformerSelfAttention(nn.Module):
         band = (offsets.unsqueeze(0) - positions.unsqueeze(1)).abs() <= self.one_sided_window  # [b, 3b]
         windowed_keys = F.pad(~(padding | is_global), (block, block), value=False).unfold(1, 3 * block, block)
         allowed = band.view(1, 1, block, 3 * block) & windowed_keys.unsqueeze(2)  # [B, N, b, 3b]
-        scores = scores.masked_fill(~allowed.unsqueeze(1), lowest)
-
         global_indices, global_valid = global_token_indices(is_global)
         num_global = global_indices.size(1)
         if num_global:
             gather = global_indices.view(batch_size, 1, num_global, 1).expand(-1, self.num_heads, -1, self.head_dim)
             global_keys = key.gather(2, gather)  # [B, H, G, D]
             global_values = value.gather(2, gather)
-            global_scores = torch.einsum("bhnqd,bhgd->bhnqg", query_blocks, global_keys)
-            global_scores = global_scores.masked_fill(~global_valid.view(batch_size, 1, 1, 1, num_global), lowest)
-            scores = torch.cat([global_scores, scores], dim=-1)
-
-        probabilities = F.softmax(scores, dim=-1, dtype=softmax_dtype(scores))
+        if self.implementation == "fused":
+            output = self.fused_windows(
+                query_blocks, windows(key), windows(value), allowed, padding,
+                (global_keys, global_values, global_valid) if num_global else None,
+            )
+        else:
+            lowest = torch.finfo(hidden.dtype).min
+            scores = torch.einsum("bhnqd,bhndk->bhnqk", query_blocks, windows(key))  # [B, H, N, b, 3b]
+            scores.masked_fill_(~allowed.unsqueeze(1), lowest)  # in place: einsum's backward keeps its inputs only
+            if num_global:
+                global_scores = torch.einsum("bhnqd,bhgd->bhnqg", query_blocks, global_keys)
+                global_scores = global_scores.masked_fill(~global_valid.view(batch_size, 1, 1, 1, num_global), lowest)
+                scores = torch.cat([global_scores, scores], dim=-1)
+            probabilities = F.softmax(scores, dim=-1, dtype=softmax_dtype(scores)).type_as(scores)
+            del scores
+            probabilities = self.dropout_module(probabilities)
+            output = torch.einsum("bhnqk,bhndk->bhnqd", probabilities[..., num_global:], windows(value))
+            if num_global:
+                output = output + torch.einsum("bhnqg,bhgd->bhnqd", probabilities[..., :num_global], global_values)
         # padding queries attend to nothing (HF zeroes their probabilities)
-        probabilities = probabilities.masked_fill(
-            padding.view(batch_size, 1, num_blocks, block, 1), 0.0
-        ).type_as(scores)
-        probabilities = self.dropout_module(probabilities)
-
-        output = torch.einsum(
-            "bhnqk,bhndk->bhnqd", probabilities[..., num_global:], windows(value)
-        )
-        if num_global:
-            output = output + torch.einsum("bhnqg,bhgd->bhnqd", probabilities[..., :num_global], global_values)
+        output = output.masked_fill(padding.view(batch_size, 1, num_blocks, block, 1), 0.0)
         return output.reshape(batch_size, self.num_heads, length, self.head_dim).transpose(1, 2).reshape(
             batch_size, length, self.embed_dim
         )
+
+    def fused_windows(self, query_blocks, key_windows, value_windows, allowed, padding, global_part):
+        """The same attention through ``F.scaled_dot_product_attention`` (a
+        fused kernel where the device has one: no score tensor is kept), one
+        call over every (example, block): queries ``[B * N, H, b, D]``
+        against their ``3b`` window keys and the ``G`` global keys, a boolean
+        ``[B * N, 1, b, 3b + G]`` mask shared by the heads. A padding query
+        is allowed its own key so that no row is empty (its output is zeroed
+        afterwards)."""
+        batch_size, heads, num_blocks, block, head_dim = query_blocks.shape
+        rows = batch_size * num_blocks
+        keys = key_windows.permute(0, 2, 1, 4, 3)  # [B, N, H, 3b, D]
+        values = value_windows.permute(0, 2, 1, 4, 3)
+        diagonal = (  # query i of a block is key b + i of its window
+            torch.arange(3 * block, device=allowed.device).unsqueeze(0)
+            == torch.arange(block, device=allowed.device).unsqueeze(1) + block
+        )
+        padded_query = padding.view(batch_size, num_blocks, block, 1)
+        mask = allowed | (diagonal.view(1, 1, block, 3 * block) & padded_query)
+        if global_part is not None:
+            global_keys, global_values, global_valid = global_part
+            num_global = global_keys.size(2)
+            keys = torch.cat([global_keys.unsqueeze(1).expand(-1, num_blocks, -1, -1, -1), keys], dim=3)
+            values = torch.cat([global_values.unsqueeze(1).expand(-1, num_blocks, -1, -1, -1), values], dim=3)
+            mask = torch.cat(
+                [global_valid.view(batch_size, 1, 1, num_global).expand(-1, num_blocks, block, -1), mask], dim=3
+            )
+        width = keys.size(3)
+        output = F.scaled_dot_product_attention(
+            query_blocks.transpose(1, 2).reshape(rows, heads, block, head_dim),
+            keys.reshape(rows, heads, width, head_dim),
+            values.reshape(rows, heads, width, head_dim),
+            attn_mask=mask.reshape(rows, 1, block, width),
+            dropout_p=self.dropout_module.p if self.training else 0.0,
+            scale=1.0,  # the queries are already scaled, as in HF
+        )
+        return output.view(batch_size, num_blocks, heads, block, head_dim).transpose(1, 2)
 
     def global_queries(self, hidden: Tensor, padding: Tensor, is_global: Tensor, output: Tensor) -> Tensor:
         """Global tokens attend to every non-padding token with the global
