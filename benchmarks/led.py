@@ -33,7 +33,7 @@ at the longest length within 1.3x of that at the shortest (linear), and below
 dense BART from 4k on.
 
     python benchmarks/led.py                                  # CPU, base dims, 2k..16k
-    python benchmarks/led.py --dims small --max-dense-tokens 8192   # reduced scope
+    python benchmarks/led.py --dims small --max-math-tokens 8192   # reduced scope
     python benchmarks/led.py --device cuda --dtype bf16
 """
 import argparse
@@ -186,7 +186,10 @@ def main(argv=None):
     parser.add_argument("--lengths", default="2048,4096,8192,16384", help="source lengths in tokens (comma list)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"systems to measure (comma list of {SYSTEMS})")
     parser.add_argument("--max-dense-tokens", type=int, default=None,
-                        help="longest source for dense BART (default: every length on cuda, 8192 on cpu)")
+                        help="longest source for dense BART through SDPA (default: every length)")
+    parser.add_argument("--max-math-tokens", type=int, default=None,
+                        help="longest source for bart-math, whose T x T scores take 4 * heads * T^2 bytes per "
+                             "layer (default: every length on cuda, 4096 on cpu)")
     parser.add_argument("--document-tokens", type=int, default=1024,
                         help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, "
                              "PageSum's page size)")
@@ -197,7 +200,8 @@ def main(argv=None):
     opts = parser.parse_args(argv)
     if opts.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
-    max_dense = opts.max_dense_tokens or (10**9 if opts.device == "cuda" else 8192)
+    max_dense = opts.max_dense_tokens or 10**9
+    max_math = opts.max_math_tokens or (10**9 if opts.device == "cuda" else 4096)
     lengths = [int(x) for x in opts.lengths.split(",")]
     systems = [s for s in opts.systems.split(",") if s]
     device = torch.cuda.get_device_name() if opts.device == "cuda" else f"CPU ({opts.threads} thread(s))"
@@ -209,8 +213,9 @@ def main(argv=None):
     print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>8} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:
-            if system.startswith("bart") and length > max_dense:
-                results[system, length] = {"error": f"skipped (> --max-dense-tokens {max_dense})"}
+            limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(system)
+            if limit and length > limit[1]:
+                results[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
             else:
                 results[system, length] = run({
                     "system": system, "dims": opts.dims, "length": length, "device": opts.device,

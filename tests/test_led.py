@@ -479,3 +479,18 @@ def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
     encoder = hub.models[0].encoder
     assert encoder.global_attention == "doc-sep" and encoder.attention_windows == [8, 8]
     assert encoder.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
+
+
+def test_position_budget_is_checked_against_the_encoder_table(transformers):
+    """The task's --max-source-positions may not exceed
+    --max-encoder-positions; a longer source is refused, not cut."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    args = argparse.Namespace(task="multidoc_summarization", max_source_positions=200, max_encoder_positions=96)
+    ARCH_CONFIG_REGISTRY["led_tiny"](args)
+    with pytest.raises(ValueError, match="--max-source-positions 200 exceeds .*--max-encoder-positions 96"):
+        LEDModel.build_model(args, StubTask(led_dictionary()))
+    _, model = hf_and_ours(transformers, (4, 4))
+    too_long = torch.full((1, 97), 5)
+    with pytest.raises(ValueError, match="97 tokens exceeds the encoder's 96 positions"):
+        model.encoder(too_long)
