@@ -494,3 +494,46 @@ def test_position_budget_is_checked_against_the_encoder_table(transformers):
     too_long = torch.full((1, 97), 5)
     with pytest.raises(ValueError, match="97 tokens exceeds the encoder's 96 positions"):
         model.encoder(too_long)
+
+
+@pytest.fixture(scope="module")
+def contract_data(tmp_path_factory):
+    from tests import model_contract
+
+    return model_contract.make_contract_data(str(tmp_path_factory.mktemp("led-contract")))
+
+
+@pytest.mark.parametrize("arch, flags, expected", [
+    ("led_tiny", ("--global-attention", "documents"), "documents"),
+    ("primera", ("--attention-window", "8"), "doc-sep"),
+])
+def test_global_tokens_of_a_task_batch(contract_data, arch, flags, expected):
+    """On batches of the multidoc_summarization task: ``documents`` makes the
+    first token of every document global (from the batch's src_doc_ids),
+    the primera architecture (PRIMERA's layout) <s> and every <doc-sep>, one
+    per document; the encoder's global mask is the one its layers receive."""
+    from tests import model_contract
+
+    built = model_contract.ContractModel(arch, contract_data, *flags)
+    model = built.build_model().eval()
+    sample = built.batch("valid", [0, 1, 2, 3], model)
+    net_input = sample["net_input"]
+    tokens, doc_ids = net_input["src_tokens"], net_input["src_doc_ids"]
+    assert model.encoder.global_attention == expected
+    received = []
+    hook = model.encoder.layers[0].register_forward_pre_hook(lambda module, args: received.append(args[2]))
+    with torch.no_grad():
+        model(**net_input)
+    hook.remove()
+    mask = received[0]
+    real = tokens.ne(built.task.source_dictionary.pad())
+    documents = torch.tensor([len(set(ids[ids >= 0].tolist())) for ids in doc_ids])
+    if expected == "documents":
+        assert mask.sum(1).equal(documents)
+        starts = real & doc_ids.ne(torch.cat([doc_ids.new_full((len(doc_ids), 1), -1), doc_ids[:, :-1]], 1))
+        assert mask.equal(starts)
+    else:
+        separator = built.task.document_separator()
+        assert mask.sum(1).equal(documents + 1)
+        assert mask.equal(real & (tokens.eq(separator) | tokens.eq(built.task.source_dictionary.bos())))
+    assert not (mask & ~real).any() and mask[:, 0].all()
