@@ -415,7 +415,12 @@ def primera_architecture(args):
     with ``--max-encoder-positions 4096 --attention-window 512`` for
     PRIMERA's dimensions on another layout."""
     led_defaults(args, 4096, 512, "doc-sep")
-    if hasattr(args, "source_layout"):
+    if hasattr(args, "source_layout") and args.source_layout != "primera":
+        logger.info(
+            "architecture primera: task --source-layout %s replaced by primera (documents joined by <doc-sep>); "
+            "for PRIMERA's dimensions on another layout use --arch led_large --max-encoder-positions 4096 "
+            "--attention-window 512", args.source_layout,
+        )
         args.source_layout = "primera"
     led_large_architecture(args)
 
