@@ -28,9 +28,13 @@ The computation is that of Hugging Face's ``LEDEncoderSelfAttention``
 Cost is O(n * w): queries are cut into blocks of ``b = w / 2`` tokens, and
 block ``c`` scores only the ``3b`` keys of blocks ``c - 1, c, c + 1``
 (``Tensor.unfold`` on the key sequence padded by ``b`` on each side: a view),
-with a fixed ``[b, 3b]`` band mask ``|i - j| <= w / 2``. The largest score
-tensor is ``[B, H, n / b, b, 3b + G]`` (``G`` = most global tokens of an
-example), never ``n x n``. Masked scores take the dtype's lowest finite value
+with a fixed ``[b, 3b]`` band mask ``|i - j| <= w / 2``. Two computations
+give the same numbers (``implementation``): ``banded`` holds the scores as
+``[B, H, n / b, b, 3b + G]`` (``G`` = most global tokens of an example), the
+portable reference; ``fused`` (default) hands every block's queries, its
+``3b + G`` keys and a boolean ``[b, 3b + G]`` block mask to
+``F.scaled_dot_product_attention`` (flash kernel on CPU, fused kernels on
+CUDA), which keeps no score tensor. Neither ever forms ``n x n``. Masked scores take the dtype's lowest finite value
 (``torch.finfo(dtype).min``), the softmax runs in float32 as in HF, so
 float16 and bfloat16 work.
 
