@@ -419,20 +419,25 @@ def test_best_beam_equals_hugging_face_generate(transformers, lenpen):
 
 
 @pytest.fixture(scope="module")
-def primera_run(tmp_path_factory):
+def contract_data(tmp_path_factory):
+    """The model contract's clusters and data-bin (its dictionary has <doc-sep>)."""
+    from tests import model_contract
+
+    return model_contract.make_contract_data(str(tmp_path_factory.mktemp("led-contract")))
+
+
+@pytest.fixture(scope="module")
+def primera_run(tmp_path_factory, contract_data):
     """``fairseq-train --arch primera`` (tiny dims, window 8,
-    ``--checkpoint-activations``) for 2 updates on a data-bin whose
-    dictionary has ``<doc-sep>``."""
+    ``--checkpoint-activations``) for 2 updates on the contract's data-bin,
+    whose dictionary has ``<doc-sep>``."""
     import os
 
     from tests.model_contract import tiny_flags
-    from tests.utils import USER_DIR, fairseq_cli, make_tiny_data_bin
+    from tests.utils import USER_DIR, fairseq_cli
 
     work = tmp_path_factory.mktemp("primera")
-    data_bin = make_tiny_data_bin(str(work), train=8, valid=4, test=4, vocab_size=300, num_docs=3,
-                                  distractor_docs=0, noise_sentences=0)
-    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as dictionary:
-        dictionary.write("<doc-sep> 0 #fairseq:overwrite\n")
+    data_bin = contract_data["data-bin"]
     save_dir = str(work / "checkpoints")
     output = fairseq_cli("fairseq_cli.train", [
         data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "primera",
@@ -494,13 +499,6 @@ def test_position_budget_is_checked_against_the_encoder_table(transformers):
     too_long = torch.full((1, 97), 5)
     with pytest.raises(ValueError, match="97 tokens exceeds the encoder's 96 positions"):
         model.encoder(too_long)
-
-
-@pytest.fixture(scope="module")
-def contract_data(tmp_path_factory):
-    from tests import model_contract
-
-    return model_contract.make_contract_data(str(tmp_path_factory.mktemp("led-contract")))
 
 
 @pytest.mark.parametrize("arch, flags, expected", [
