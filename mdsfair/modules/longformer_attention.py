@@ -198,8 +198,6 @@ class LongformerSelfAttention(nn.Module):
         offsets = torch.arange(3 * block, device=hidden.device) - block
         positions = torch.arange(block, device=hidden.device)
         band = (offsets.unsqueeze(0) - positions.unsqueeze(1)).abs() <= self.one_sided_window  # [b, 3b]
-        windowed_keys = F.pad(~(padding | is_global), (block, block), value=False).unfold(1, 3 * block, block)
-        allowed = band.view(1, 1, block, 3 * block) & windowed_keys.unsqueeze(2)  # [B, N, b, 3b]
         global_indices, global_valid = global_token_indices(is_global)
         num_global = global_indices.size(1)
         if num_global:
@@ -208,10 +206,12 @@ class LongformerSelfAttention(nn.Module):
             global_values = value.gather(2, gather)
         if self.implementation == "fused":
             output = self.fused_windows(
-                query_blocks, windows(key), windows(value), allowed, padding,
+                query_blocks, key, value, ~(padding | is_global), band,
                 (global_keys, global_values, global_valid) if num_global else None,
             )
         else:
+            windowed_keys = F.pad(~(padding | is_global), (block, block), value=False).unfold(1, 3 * block, block)
+            allowed = band.view(1, 1, block, 3 * block) & windowed_keys.unsqueeze(2)  # [B, N, b, 3b]
             lowest = torch.finfo(hidden.dtype).min
             scores = torch.einsum("bhnqd,bhndk->bhnqk", query_blocks, windows(key))  # [B, H, N, b, 3b]
             scores.masked_fill_(~allowed.unsqueeze(1), lowest)  # in place: einsum's backward keeps its inputs only
@@ -231,42 +231,63 @@ class LongformerSelfAttention(nn.Module):
             batch_size, length, self.embed_dim
         )
 
-    def fused_windows(self, query_blocks, key_windows, value_windows, allowed, padding, global_part):
+    def fused_windows(self, query_blocks, key, value, key_allowed, band, global_part):
         """The same attention through ``F.scaled_dot_product_attention`` (a
         fused kernel where the device has one: no score tensor is kept), one
-        call over every (example, block): queries ``[B * N, H, b, D]``
-        against their ``3b`` window keys and the ``G`` global keys, a boolean
-        ``[B * N, 1, b, 3b + G]`` mask shared by the heads. A padding query
-        is allowed its own key so that no row is empty (its output is zeroed
-        afterwards)."""
+        call over every (example, block): queries ``[B * N, H, b, D']``
+        against their ``3b`` window keys and the ``G`` global keys.
+
+        Which keys a query may see is split in two so that no per-block mask
+        is built: the band ``|i - j| <= w / 2`` is one ``[b, G + 3b]`` boolean
+        mask shared by every block and head; a key that is padding, global
+        (inside a window), outside the sequence, or an unused global slot gets
+        ``finfo(dtype).min / 2`` in an extra head-dimension column whose query
+        entry is 1, so its score is that low value and its probability exactly
+        0, while the extra column adds exactly 0 to every other score. The
+        head dimension is padded with zeros to a multiple of 8 (the fused
+        kernels' alignment). No row is empty (a query always sees itself), so
+        padding queries give finite outputs, zeroed afterwards."""
         batch_size, heads, num_blocks, block, head_dim = query_blocks.shape
         rows = batch_size * num_blocks
-        keys = key_windows.permute(0, 2, 1, 4, 3)  # [B, N, H, 3b, D]
-        values = value_windows.permute(0, 2, 1, 4, 3)
-        diagonal = (  # query i of a block is key b + i of its window
-            torch.arange(3 * block, device=allowed.device).unsqueeze(0)
-            == torch.arange(block, device=allowed.device).unsqueeze(1) + block
-        )
-        padded_query = padding.view(batch_size, num_blocks, block, 1)
-        mask = allowed | (diagonal.view(1, 1, block, 3 * block) & padded_query)
+        dtype = query_blocks.dtype
+        extra = 8 - head_dim % 8  # >= 1: the key-bias column, then zeros
+        lowest = torch.finfo(dtype).min / 2
+
+        def extended(vectors: Tensor, bias: Tensor) -> Tensor:
+            """``[..., L, D]`` + the bias column ``[..., L]`` + zero columns."""
+            columns = [vectors, bias.unsqueeze(-1)]
+            if extra > 1:
+                columns.append(vectors.new_zeros(*vectors.shape[:-1], extra - 1))
+            return torch.cat(columns, dim=-1)
+
+        key_bias = torch.zeros(key_allowed.shape, dtype=dtype, device=key.device).masked_fill(~key_allowed, lowest)
+        key_bias = F.pad(key_bias, (block, block), value=lowest)  # outside the sequence
+        padded_keys = extended(F.pad(key, (0, 0, block, block)), key_bias.unsqueeze(1).expand(-1, heads, -1))
+        keys = padded_keys.unfold(2, 3 * block, block).permute(0, 2, 1, 4, 3)  # [B, N, H, 3b, D']
+        # zero head-dimension columns and the sequence padding in one copy, before the (view) windows
+        values = F.pad(value, (0, extra, block, block)).unfold(2, 3 * block, block).permute(0, 2, 1, 4, 3)
+        mask = band
         if global_part is not None:
             global_keys, global_values, global_valid = global_part
             num_global = global_keys.size(2)
+            global_bias = torch.zeros(global_valid.shape, dtype=dtype, device=key.device).masked_fill(~global_valid, lowest)
+            global_keys = extended(global_keys, global_bias.unsqueeze(1).expand(-1, heads, -1))
+            global_values = F.pad(global_values, (0, extra))
             keys = torch.cat([global_keys.unsqueeze(1).expand(-1, num_blocks, -1, -1, -1), keys], dim=3)
             values = torch.cat([global_values.unsqueeze(1).expand(-1, num_blocks, -1, -1, -1), values], dim=3)
-            mask = torch.cat(
-                [global_valid.view(batch_size, 1, 1, num_global).expand(-1, num_blocks, block, -1), mask], dim=3
-            )
+            mask = torch.cat([band.new_ones(block, num_global), band], dim=1)
         width = keys.size(3)
+        queries = extended(query_blocks, query_blocks.new_ones(query_blocks.shape[:-1]))
         output = F.scaled_dot_product_attention(
-            query_blocks.transpose(1, 2).reshape(rows, heads, block, head_dim),
-            keys.reshape(rows, heads, width, head_dim),
-            values.reshape(rows, heads, width, head_dim),
-            attn_mask=mask.reshape(rows, 1, block, width),
+            queries.transpose(1, 2).reshape(rows, heads, block, head_dim + extra),
+            keys.reshape(rows, heads, width, head_dim + extra),
+            values.reshape(rows, heads, width, head_dim + extra),
+            attn_mask=mask.view(1, 1, block, width),
             dropout_p=self.dropout_module.p if self.training else 0.0,
             scale=1.0,  # the queries are already scaled, as in HF
         )
-        return output.view(batch_size, num_blocks, heads, block, head_dim).transpose(1, 2)
+        output = output[..., :head_dim]
+        return output.reshape(batch_size, num_blocks, heads, block, head_dim).transpose(1, 2)
 
     def global_queries(self, hidden: Tensor, padding: Tensor, is_global: Tensor, output: Tensor) -> Tensor:
         """Global tokens attend to every non-padding token with the global
