@@ -155,13 +155,18 @@ def train_args(arch: str, *extra: str) -> List[str]:
 
 def make_contract_data(work_dir: str) -> Dict[str, str]:
     """Small synthetic clusters (``raw``) and their data-bin with the side
-    data of :data:`SIDE_DATA` (``data-bin``): the data of every family."""
+    data of :data:`SIDE_DATA` and ``<doc-sep>`` in its dictionary
+    (``data-bin``): the data of every family."""
     from tests.utils import make_tiny_data_bin
 
     data_bin = make_tiny_data_bin(
         work_dir, train=8, valid=4, test=4, vocab_size=300,
         extra_args=["--side-data", *SIDE_DATA], **SYNTHETIC_OPTIONS,
     )
+    # PRIMERA's document separator, as an imported PRIMERA dict.txt has it: the
+    # primera architecture sets the task's --source-layout primera.
+    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as dictionary:
+        dictionary.write("<doc-sep> 0 #fairseq:overwrite\n")
     return {"data-bin": data_bin, "raw": os.path.join(work_dir, "raw")}
 
 

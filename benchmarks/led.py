@@ -1,0 +1,255 @@
+"""LED's encoder (Longformer sliding-window + global attention) against the
+other long-input encoders of mdsfair, at 2k..16k source tokens.
+
+Systems, all at the same dimensions (``--dims``; ``base`` = BART-base, 6
+layers, d 768, 12 heads):
+
+* ``led-512``, ``led-1024``: :class:`mdsfair.models.led.LEDModel`'s encoder
+  with ``--attention-window`` 512 / 1,024 (PRIMERA's / LED's), the first
+  token global;
+* ``bart``: fairseq's stock BART encoder, dense self-attention, its learned
+  position table enlarged to the input length (a cost measurement, not a
+  pretrained model). fairseq's attention calls torch's
+  ``scaled_dot_product_attention``, whose fused kernels (flash attention on
+  CPU, memory-efficient/flash on CUDA) never hold the ``T x T`` scores: its
+  memory is linear, its time quadratic;
+* ``bart-math``: the same encoder with that call restricted to torch's math
+  backend, which holds the ``T x T`` scores (dense attention as BART's and
+  Hugging Face's eager code compute it);
+* ``hierencdec``: HierEncDec's document-blocked encoder
+  (``--document-attention blocked``), documents of ``--document-tokens``;
+* ``pagesum``: PageSum's encoder, one page per document of
+  ``--document-tokens`` (document locality).
+
+Measured per cell, one run (``--steps`` timed runs after the memory run;
+default 1): one encoder forward, no gradient (``--train``: forward and
+backward of a summed-square loss). Peak memory above what the model and
+batch already hold: on CUDA ``torch.cuda.max_memory_allocated``; on CPU
+every cell runs in a fresh forked process and the figure is the growth of
+its peak resident set size (:mod:`benchmarks.measure`). The table prints
+MiB, MiB per 1k tokens, seconds and every system's memory relative to
+``led-1024``; then the two targets of issue 20: LED's memory per 1k tokens
+at the longest length within 1.3x of that at the shortest (linear), and below
+dense BART from 4k on.
+
+    python benchmarks/led.py                                  # CPU, base dims, 2k..16k
+    python benchmarks/led.py --dims small --max-math-tokens 8192   # reduced scope
+    python benchmarks/led.py --device cuda --dtype bf16
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from fairseq.data import Dictionary  # noqa: E402
+
+SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
+DIMS = {
+    # name: (layers, embed dim, ffn dim, heads)
+    "small": (2, 256, 1024, 4),
+    "base": (6, 768, 3072, 12),
+}
+
+
+class _Task:
+    """What ``build_model`` reads of a task."""
+
+    def __init__(self, vocab_size: int):
+        self.source_dictionary = self.target_dictionary = Dictionary()
+        for index in range(vocab_size - len(self.source_dictionary)):
+            self.source_dictionary.add_symbol(f"w{index}")
+
+    def document_separator(self):
+        return None
+
+
+def model_args(model_class, dims: str, length: int):
+    layers, embed_dim, ffn_dim, heads = DIMS[dims]
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)  # as fairseq parses model args
+    model_class.add_args(parser)
+    args = parser.parse_args([])
+    args.encoder_layers = args.decoder_layers = layers
+    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
+    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
+    args.encoder_attention_heads = args.decoder_attention_heads = heads
+    args.max_source_positions = length
+    args.max_target_positions = 1024
+    args.dropout = args.attention_dropout = 0.0
+    args.task = "multidoc_summarization"
+    return args
+
+
+def build_encoder(config: dict):
+    system, dims, length = config["system"], config["dims"], config["length"]
+    task = _Task(config["vocab_size"])
+    if system.startswith("led"):
+        from mdsfair.models.led import LEDModel, led_base_architecture
+
+        args = model_args(LEDModel, dims, length)
+        args.attention_window = system.split("-")[1]
+        args.global_attention = "first"
+        args.max_encoder_positions = max(length, 16384)
+        led_base_architecture(args)
+        model = LEDModel.build_model(args, task)
+    elif system in ("bart", "bart-math"):
+        from fairseq.models.bart import BARTModel
+        from fairseq.models.bart.model import bart_base_architecture
+
+        args = model_args(BARTModel, dims, length)
+        bart_base_architecture(args)
+        model = BARTModel.build_model(args, task)
+    elif system == "hierencdec":
+        from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base
+
+        args = model_args(HierEncDecBARTModel, dims, length)
+        args.document_attention = "blocked"
+        hierencdec_bart_base(args)
+        model = HierEncDecBARTModel.build_model(args, task)
+    elif system == "pagesum":
+        from mdsfair.models.pagesum_bart import PageSumBARTModel, pagesum_bart_base_architecture
+
+        args = model_args(PageSumBARTModel, dims, length)
+        args.locality, args.num_pages = "document", 10_000
+        args.page_tokens = args.max_page_positions = config["document_tokens"]
+        pagesum_bart_base_architecture(args)
+        model = PageSumBARTModel.build_model(args, task)
+    else:
+        raise ValueError(f"unknown system {system!r}; choose from {SYSTEMS}")
+    return model.encoder.to(config["device"]), task.source_dictionary
+
+
+def synthetic_source(dictionary, length: int, document_tokens: int, device: str):
+    """One source of exactly ``length`` tokens: documents of
+    ``document_tokens`` (PageSum's pages hold ``<s>``/``</s>`` too, so its
+    documents are 2 shorter), each opened by ``<s>``, ``</s>`` at the end."""
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (1, length), generator=generator)
+    document_ids = (torch.arange(length) // document_tokens).unsqueeze(0)
+    tokens[0, torch.arange(0, length, document_tokens)] = dictionary.bos()
+    tokens[0, -1] = dictionary.eos()
+    return tokens.to(device), document_ids.to(device)
+
+
+def measure(config: dict) -> dict:
+    device = config["device"]
+    torch.manual_seed(0)
+    torch.set_num_threads(config["threads"])
+    encoder, dictionary = build_encoder(config)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config["dtype"]]
+    encoder = encoder.to(dtype).train(config["train"])
+    document_tokens = config["document_tokens"] - (2 if config["system"] == "pagesum" else 0)
+    tokens, document_ids = synthetic_source(dictionary, config["length"], document_tokens, device)
+    inputs = {"src_tokens": tokens, "src_lengths": torch.tensor([config["length"]], device=device)}
+    if config["system"] in ("hierencdec", "pagesum"):
+        inputs["src_doc_ids"] = document_ids
+    if config["train"]:
+        for parameter in encoder.parameters():
+            parameter.grad = torch.zeros_like(parameter)
+
+    def forward_and_backward():
+        if not config["train"]:
+            with torch.no_grad():
+                encoder(**inputs)
+            return
+        encoder(**inputs)["encoder_out"][0].float().pow(2).mean().backward()
+
+    def step():
+        if config["system"] != "bart-math":
+            return forward_and_backward()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        with sdpa_kernel(SDPBackend.MATH):
+            return forward_and_backward()
+
+    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
+    return {"seconds": measured["seconds"], "peak_mib": measured["peak_mib"]}
+
+
+def run(config: dict) -> dict:
+    try:
+        return in_fresh_process(measure, config)
+    except Exception as error:  # a cell that does not fit is reported, the others still run
+        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
+    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="parameter/activation dtype")
+    parser.add_argument("--dims", default="base", choices=sorted(DIMS),
+                        help="encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)")
+    parser.add_argument("--lengths", default="2048,4096,8192,16384", help="source lengths in tokens (comma list)")
+    parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"systems to measure (comma list of {SYSTEMS})")
+    parser.add_argument("--max-dense-tokens", type=int, default=None,
+                        help="longest source for dense BART through SDPA (default: every length)")
+    parser.add_argument("--max-math-tokens", type=int, default=None,
+                        help="longest source for bart-math, whose T x T scores take 4 * heads * T^2 bytes per "
+                             "layer (default: every length on cuda, 4096 on cpu)")
+    parser.add_argument("--document-tokens", type=int, default=1024,
+                        help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, "
+                             "PageSum's page size)")
+    parser.add_argument("--steps", type=int, default=1, help="timed runs per cell after the memory run (median)")
+    parser.add_argument("--train", action="store_true", help="forward + backward instead of a no-grad forward")
+    parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
+    opts = parser.parse_args(argv)
+    if opts.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device cuda but CUDA is not available")
+    max_dense = opts.max_dense_tokens or 10**9
+    max_math = opts.max_math_tokens or (10**9 if opts.device == "cuda" else 4096)
+    lengths = [int(x) for x in opts.lengths.split(",")]
+    systems = [s for s in opts.systems.split(",") if s]
+    device = torch.cuda.get_device_name() if opts.device == "cuda" else f"CPU ({opts.threads} thread(s))"
+    layers, embed_dim, ffn_dim, heads = DIMS[opts.dims]
+    print(f"device: {device}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
+          f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
+          f"{opts.document_tokens} tokens; torch {torch.__version__}")
+    results = {}
+    print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>8} {'mem vs led-1024':>15}")
+    for length in lengths:
+        for system in systems:
+            limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(system)
+            if limit and length > limit[1]:
+                results[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
+            else:
+                results[system, length] = run({
+                    "system": system, "dims": opts.dims, "length": length, "device": opts.device,
+                    "dtype": opts.dtype, "train": opts.train, "steps": opts.steps, "threads": opts.threads,
+                    "vocab_size": opts.vocab_size, "document_tokens": opts.document_tokens,
+                })
+            result = results[system, length]
+            if "error" in result:
+                print(f"{system:>10} {length:>7} {result['error']}", flush=True)
+                continue
+            reference = results.get(("led-1024", length), {})
+            ratio = (f"{result['peak_mib'] / reference['peak_mib']:.2f}x"
+                     if reference.get("peak_mib") else "-")
+            print(f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
+                  f"{result['seconds'] or 0:>8.2f} {ratio:>15}", flush=True)
+
+    print("\ntargets (issue 20):")
+    for system in [s for s in systems if s.startswith("led")]:
+        short, long = results.get((system, lengths[0]), {}), results.get((system, lengths[-1]), {})
+        if short.get("peak_mib") and long.get("peak_mib"):
+            growth = (long["peak_mib"] / lengths[-1]) / (short["peak_mib"] / lengths[0])
+            print(f"  {system}: MiB per 1k tokens at {lengths[-1]} / at {lengths[0]} = {growth:.2f} "
+                  f"({'within' if growth <= 1.3 else 'ABOVE'} 1.3)")
+        for dense_system in ("bart", "bart-math"):
+            below = []
+            for length in lengths:
+                dense = results.get((dense_system, length), {})
+                ours = results.get((system, length), {})
+                if length >= 4096 and dense.get("peak_mib") and ours.get("peak_mib"):
+                    below.append(f"{length}: memory {ours['peak_mib'] / dense['peak_mib']:.2f}x, "
+                                 f"time {ours['seconds'] / dense['seconds']:.2f}x")
+            if below:
+                print(f"  {system} relative to {dense_system}: " + "; ".join(below))
+
+
+if __name__ == "__main__":
+    main()
