@@ -23,7 +23,8 @@ What loading checks
 Every checkpoint fairseq loads goes through
 ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` (``fairseq-generate``, the
 hub, ``--restore-file`` / ``--finetune-from-model``, resuming). Registering
-mdsfair (:func:`install_fairseq_hooks`) wraps it:
+mdsfair (:func:`mdsfair.fairseq_patches.patch_load_checkpoint_to_cpu`) wraps it
+with :func:`load_checked`:
 
 * a file that is empty, a Git LFS pointer, or that torch cannot read
   (truncated, not a checkpoint) raises :class:`CheckpointFileError` naming the
@@ -60,7 +61,6 @@ and every load, proportionally more for bart_large (0.4 B parameters).
 import argparse
 import collections
 import concurrent.futures
-import functools
 import hashlib
 import logging
 import os
@@ -346,22 +346,6 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
     model_state._metadata = metadata
     state["model"] = model_state
     return state
-
-
-def install_fairseq_hooks() -> None:
-    """Wrap ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` (once)."""
-    from fairseq import checkpoint_utils
-
-    current = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(current, "__mdsfair_checked__", False):
-        return
-
-    @functools.wraps(current)
-    def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
-        return load_checked(current, path, arg_overrides, load_on_all_ranks)
-
-    load_checkpoint_to_cpu.__mdsfair_checked__ = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
 
 
 # ------------------------------------------------------------- commands

@@ -11,6 +11,8 @@ import os
 import sys
 from typing import Callable, List, Optional
 
+import mdsfair
+
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -24,6 +26,9 @@ def with_user_dir(argv: List[str]) -> List[str]:
 def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> None:
     """Run a fairseq ``cli_main`` (which reads ``sys.argv``) on ``argv``."""
     argv = sys.argv[1:] if argv is None else argv
+    # mdsfair is imported already (this module is part of it), so fairseq's
+    # --user-dir will not import it again: register explicitly.
+    mdsfair.register()
     saved_argv = sys.argv
     sys.argv = [prog] + with_user_dir(argv)
     try:

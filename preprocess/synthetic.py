@@ -41,14 +41,15 @@ import argparse
 import functools
 import hashlib
 import json
-import math
 import os
 import random
 import re
 import sys
-from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from mdsfair.lexrank import lexrank_scores
+from mdsfair.text import split_sentences
 
 SPLITS = ("train", "valid", "test")
 
@@ -811,53 +812,21 @@ def write_dataset(out_dir: str, seed: int = 1, train: int = 2000, valid: int = 2
 # Baseline gap check: how far extractive baselines stay from the references.
 # ---------------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def split_sentences(text: str) -> List[str]:
-    """Split generated text into sentences (its sentences end with ``.``)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
-
-
 def lead_summary(documents: Sequence[str], num_sentences: int = 3) -> str:
-    """Lead baseline: the first ``num_sentences`` sentences of the first document."""
+    """Lead baseline: the first ``num_sentences`` sentences of the first document
+    (sentences split by :func:`mdsfair.text.split_sentences`)."""
     return " ".join(split_sentences(documents[0])[:num_sentences])
 
 
 def lexrank_summary(documents: Sequence[str], num_sentences: int = 3) -> str:
-    """Crude LexRank: the most tf-idf-cosine-central sentences, in source order.
-
-    Centrality is the PageRank score (damping 0.85) of the sentence graph
-    weighted by tf-idf cosine similarity.
-    """
+    """Continuous LexRank (:func:`mdsfair.lexrank.lexrank_scores`, every
+    positive similarity an edge weighted by it): the ``num_sentences`` most
+    central sentences of the cluster, in source order."""
     sentences = [s for doc in documents for s in split_sentences(doc)]
     if len(sentences) <= num_sentences:
         return " ".join(sentences)
-    bags = [Counter(_TOKEN.findall(s.lower())) for s in sentences]
-    doc_freq = Counter(term for bag in bags for term in bag)
-    n = len(sentences)
-    vectors = []
-    for bag in bags:
-        vec = {t: c * (math.log((1 + n) / (1 + doc_freq[t])) + 1.0) for t, c in bag.items()}
-        norm = math.sqrt(sum(w * w for w in vec.values())) or 1.0
-        vectors.append({t: w / norm for t, w in vec.items()})
-    sim = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = vectors[i], vectors[j]
-            if len(a) > len(b):
-                a, b = b, a
-            value = sum(w * b.get(t, 0.0) for t, w in a.items())
-            sim[i][j] = sim[j][i] = value
-    out_weight = [sum(row) or 1.0 for row in sim]
-    score = [1.0 / n] * n
-    for _ in range(30):
-        score = [
-            0.15 / n + 0.85 * sum(score[j] * sim[j][i] / out_weight[j] for j in range(n))
-            for i in range(n)
-        ]
-    top = sorted(sorted(range(n), key=lambda i: -score[i])[:num_sentences])
+    scores = lexrank_scores(sentences, threshold=0.0, weighted=True)
+    top = sorted(sorted(range(len(sentences)), key=lambda i: (-scores[i], i))[:num_sentences])
     return " ".join(sentences[i] for i in top)
 
 

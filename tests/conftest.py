@@ -12,13 +12,15 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
-def pytest_unconfigure(config):
-    """PageSum models log the page cuts of every example their process
-    encoded when the process exits (``mdsfair.models.pagesum_bart.
-    log_page_totals``, for fairseq-generate's whole split). In the test
-    process those are the tiny test models' cuts, each test checks its own,
-    and printed after pytest's summary they would bury it: silence that
-    exit-time logger once the session is over."""
-    import logging
+def pytest_collection_finish(session):
+    """Register mdsfair with fairseq once the test modules are imported, if
+    any of them imported fairseq: what fairseq's ``--user-dir`` does for its
+    commands (``import mdsfair`` itself registers nothing when fairseq comes
+    later; see :func:`mdsfair.register`). Test files that need no model never
+    import fairseq and stay fast."""
+    import sys
 
-    logging.getLogger("mdsfair.models.pagesum_bart").disabled = True
+    if "fairseq" in sys.modules:
+        import mdsfair
+
+        mdsfair.register()

@@ -540,7 +540,7 @@ def test_training_reduces_the_loss(data_bin, valid_batch):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     assert losses[-1] < losses[0] * 0.9
     assert model.decoder.page_confidence.weight.grad.abs().sum() > 0
 

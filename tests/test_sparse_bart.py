@@ -14,7 +14,7 @@ from mdsfair.modules.sentence_approximator import (
     model_free_sentence_log_scores,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
-from mdsfair.generation.hypothesis_rows import HypothesisRows
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     SentenceContext,
     SparseCrossAttention,

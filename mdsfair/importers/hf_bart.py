@@ -838,8 +838,10 @@ def export_hf_bart(
     overwrite: bool = False,
 ) -> Dict:
     """Write a Hugging Face BART directory for a plain fairseq ``bart_*`` checkpoint."""
-    import mdsfair  # noqa: F401  (allows loading fairseq checkpoints on torch >= 2.6)
+    import mdsfair
     from fairseq import checkpoint_utils
+
+    mdsfair.register()  # checkpoint checks and weights_only allow-list for fairseq checkpoints
 
     if not os.path.isfile(checkpoint):
         raise ImportRefused(f"{checkpoint}: missing (the fairseq checkpoint)")
