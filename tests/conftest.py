@@ -12,15 +12,13 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
-def pytest_collection_finish(session):
-    """Register mdsfair with fairseq once the test modules are imported, if
-    any of them imported fairseq: what fairseq's ``--user-dir`` does for its
-    commands (``import mdsfair`` itself registers nothing when fairseq comes
-    later; see :func:`mdsfair.register`). Test files that need no model never
-    import fairseq and stay fast."""
-    import sys
+def pytest_configure(config):
+    """Register mdsfair with fairseq once for the session, explicitly: the
+    tests parse fairseq command lines with ``--user-dir mdsfair`` in this
+    process, and fairseq skips a user dir whose package is already imported
+    (``import mdsfair`` itself registers nothing when fairseq comes later; see
+    :func:`mdsfair.register`). Torch is imported above anyway; the commands'
+    own start-up is checked in fresh interpreters (tests/test_startup.py)."""
+    import mdsfair
 
-    if "fairseq" in sys.modules:
-        import mdsfair
-
-        mdsfair.register()
+    mdsfair.register()
