@@ -5,7 +5,6 @@ import os
 import pytest
 import torch
 
-import mdsfair  # noqa: F401
 from fairseq import options, tasks
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator

@@ -6,7 +6,6 @@ import copy
 import pytest
 import torch
 
-import mdsfair  # noqa: F401  (registers models, tasks, criterions)
 from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
