@@ -6,8 +6,9 @@ see ARCHITECTURE.md).
   of scoring, the extractive baselines and the synthetic data (no model, no
   external state, so a number computed today can be reproduced later from
   the same files). The preprocessing pipeline's spaCy-based splitter
-  (``preprocess/structure.py``) uses :func:`split_at_caseless_sentence_ends`
-  from here for scripts without letter case.
+  (``preprocess/structure.py``) splits with :func:`split_sentences_rule`
+  (its own rules, also here) or spaCy, and paragraphs of cleaned text with
+  :func:`split_paragraphs`.
 * word tokenization, one tokenizer per purpose: :func:`words` (Unicode word
   runs, lower-cased: term vectors of LexRank and the paragraph graphs),
   :func:`rouge_tokens` (rouge_score's tokenizer: lower-cased ASCII letter and
@@ -208,6 +209,70 @@ def split_paragraphs(document: str) -> List[str]:
     """
     paragraphs = re.split(r"\n[ \t\r\f\v]*\n", document.replace("\r\n", "\n"))
     return [" ".join(p.split()) for p in paragraphs if p.strip()]
+
+
+# ---------------------------------------------------------------------------
+# The preprocessing pipeline's rule-based sentence splitter (mdsfair-preprocess
+# --sentence-splitter rule; the hub re-splits raw text with it): its own
+# abbreviation list and boundary rule, kept byte for byte so data-bins do not
+# change (tests/test_preprocess.py checks their digests).
+
+PREPROCESSING_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc",
+    "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec", "no", "fig", "figs", "eq", "eqs", "al", "e.g",
+    "i.e", "cf", "approx", "dept", "gen", "gov", "sen", "rep", "u.s", "u.k",
+}
+# A candidate boundary: sentence-final punctuation, optional closing quotes or
+# brackets, whitespace, then something that can start a sentence.
+# The next letter may also be a non-ASCII one (group "caseless", checked below
+# to be upper-case, as Cyrillic or accented Latin capitals, or of a script
+# without case: Arabic, Hebrew, Han, Devanagari, ...).
+_PREPROCESSING_BOUNDARY = re.compile(
+    r"([.!?]+[\"'\u201d\u2019)\]]*)\s+"
+    r"(?=[\"'\u201c\u2018(\[\u300c\u300e\uff08]?(?:[A-Z0-9]|(?P<caseless>[^\W\d_a-zA-Z])))"
+)
+
+
+def split_sentences_rule(paragraph: str) -> List[str]:
+    """Rule-based sentence splitter: splits after ``.!?`` followed by a space
+    and an upper-case letter, digit, opening quote or a letter of a
+    script without case, except after common abbreviations and single
+    initials ("J. Smith"); and after the sentence-final marks of caseless
+    scripts, space or no space (``。！？｡`` and ``؟ ۔``; the rules of
+    :func:`mdsfair.text.split_at_caseless_sentence_ends`)."""
+    if paragraph.isascii():
+        return _split_sentences_cased(paragraph)
+    return [
+        sentence
+        for piece in split_at_caseless_sentence_ends(paragraph)
+        for sentence in _split_sentences_cased(piece)
+    ]
+
+
+def _split_sentences_cased(paragraph: str) -> List[str]:
+    """The ``.!?`` + whitespace rules of :func:`split_sentences_rule`."""
+    sentences, start = [], 0
+    for match in _PREPROCESSING_BOUNDARY.finditer(paragraph):
+        caseless = match.group("caseless")
+        if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
+            continue  # a lower-case letter: not a boundary
+        end = match.end(1)
+        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
+        last_word = words_before[-1] if words_before else ""
+        token = last_word.lower().strip("\"'([")
+        if match.group(1).startswith(".") and (
+            token in PREPROCESSING_ABBREVIATIONS or (len(token) == 1 and token.isalpha())
+        ):
+            continue
+        sentence = paragraph[start:end].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = match.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
 
 
 # ---------------------------------------------------------------------------

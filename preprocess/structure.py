@@ -29,7 +29,9 @@ from mdsfair.raw_contract import (
     decode_cluster_line,
     iter_raw_lines,
 )
-from mdsfair.text import split_at_caseless_sentence_ends
+# Paragraphs (of cleaned text) and the rule-based sentence splitter are the
+# text layer's (mdsfair.text); their names stay importable from here.
+from mdsfair.text import split_paragraphs, split_sentences_rule
 
 
 # One error type and one set of reason codes for every reader of the raw
@@ -76,7 +78,6 @@ class ClusterStructure:
 
 _CONTROL_CHARS = re.compile(r"[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\u200b\ufeff]")
 _SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 
 
 def clean_text(text: str, lowercase: bool = False) -> str:
@@ -88,76 +89,6 @@ def clean_text(text: str, lowercase: bool = False) -> str:
     if lowercase:
         text = text.lower()
     return text.strip()
-
-
-def split_paragraphs(document: str) -> List[str]:
-    """Paragraphs are separated by blank lines; single newlines become spaces."""
-    paragraphs = []
-    for block in _PARAGRAPH_BREAK.split(document):
-        block = " ".join(block.split())
-        if block:
-            paragraphs.append(block)
-    return paragraphs
-
-
-# ------------------------------------------------------- sentence splitting
-
-_ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc",
-    "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec", "no", "fig", "figs", "eq", "eqs", "al", "e.g",
-    "i.e", "cf", "approx", "dept", "gen", "gov", "sen", "rep", "u.s", "u.k",
-}
-# A candidate boundary: sentence-final punctuation, optional closing quotes or
-# brackets, whitespace, then something that can start a sentence.
-# The next letter may also be a non-ASCII one (group "caseless", checked below
-# to be upper-case, as Cyrillic or accented Latin capitals, or of a script
-# without case: Arabic, Hebrew, Han, Devanagari, ...).
-_BOUNDARY = re.compile(
-    r"([.!?]+[\"'\u201d\u2019)\]]*)\s+"
-    r"(?=[\"'\u201c\u2018(\[\u300c\u300e\uff08]?(?:[A-Z0-9]|(?P<caseless>[^\W\d_a-zA-Z])))"
-)
-
-
-def split_sentences_rule(paragraph: str) -> List[str]:
-    """Rule-based sentence splitter: splits after ``.!?`` followed by a space
-    and an upper-case letter, digit, opening quote or a letter of a
-    script without case, except after common abbreviations and single
-    initials ("J. Smith"); and after the sentence-final marks of caseless
-    scripts, space or no space (``。！？｡`` and ``؟ ۔``; the rules of
-    :func:`mdsfair.text.split_at_caseless_sentence_ends`)."""
-    if paragraph.isascii():
-        return _split_sentences_cased(paragraph)
-    return [
-        sentence
-        for piece in split_at_caseless_sentence_ends(paragraph)
-        for sentence in _split_sentences_cased(piece)
-    ]
-
-
-def _split_sentences_cased(paragraph: str) -> List[str]:
-    """The ``.!?`` + whitespace rules of :func:`split_sentences_rule`."""
-    sentences, start = [], 0
-    for match in _BOUNDARY.finditer(paragraph):
-        caseless = match.group("caseless")
-        if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
-            continue  # a lower-case letter: not a boundary
-        end = match.end(1)
-        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
-        last_word = words_before[-1] if words_before else ""
-        token = last_word.lower().strip("\"'([")
-        if match.group(1).startswith(".") and (
-            token in _ABBREVIATIONS or (len(token) == 1 and token.isalpha())
-        ):
-            continue
-        sentence = paragraph[start:end].strip()
-        if sentence:
-            sentences.append(sentence)
-        start = match.end()
-    tail = paragraph[start:].strip()
-    if tail:
-        sentences.append(tail)
-    return sentences
 
 
 class SentenceSplitter:

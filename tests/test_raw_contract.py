@@ -104,3 +104,24 @@ def test_one_lexrank_serves_the_baseline_and_the_synthetic_gap_check():
         sentences[i] for i in top_two)
     assert 3 not in top_two  # the unconnected sentence is least central
     assert baselines.lexrank_scores is lexrank_scores and synthetic.lexrank_scores is lexrank_scores
+
+
+def test_preprocessing_paragraphs_are_the_text_layers_on_cleaned_text():
+    """preprocess/structure.py used its own paragraph splitter until issue 24;
+    on cleaned text (what it is called on) the text layer's gives the same
+    paragraphs. Its former definition, verbatim, against random documents."""
+    import random
+    import re
+
+    former_break = re.compile(r"\n[ \t]*\n\s*")
+
+    def former_split_paragraphs(document):
+        return [" ".join(block.split()) for block in former_break.split(document) if " ".join(block.split())]
+
+    rng = random.Random(0)
+    pieces = ["a", "Bb", " ", "\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u2028", "\x0c", "\u3000", ".", "\x85"]
+    for _ in range(3000):
+        document = structure.clean_text("".join(rng.choice(pieces) for _ in range(rng.randint(0, 30))))
+        assert structure.split_paragraphs(document) == former_split_paragraphs(document), repr(document)
+    assert structure.split_paragraphs is text.split_paragraphs
+    assert structure.split_sentences_rule is text.split_sentences_rule
