@@ -6,19 +6,22 @@
                                 data_name_or_path="data-bin/", source="local")
     summarizer.summarize([["first document ...", "second document ..."]])
 
-Every family registered with :func:`mdsfair.hub_interface.register_hub_entry`
-(the stock ``transformer`` and ``bart`` baselines, the generic ``summarizer``,
-and each mdsfair model in its own module) becomes a function here::
+Every entry of :func:`mdsfair.hub_interface.hub_entries` (the stock
+``transformer`` and ``bart`` baselines, the generic ``summarizer``, and each
+mdsfair model class that declares ``hub_description``) becomes a function here::
 
     name(model_dir, checkpoint_file="checkpoint_best.pt", data_name_or_path=".", **kwargs)
 
 returning a :class:`~mdsfair.hub_interface.MultiDocSummarizationHubInterface`.
 ``torch.hub.list(MDSFAIR_DIR, source="local")`` lists them.
 """
-import mdsfair as _mdsfair  # noqa: F401  (first: registers every model, allows loading fairseq checkpoints)
-from mdsfair.hub_interface import HUB_ENTRIES as _HUB_ENTRIES
-from mdsfair.hub_interface import HubEntry as _HubEntry
-from mdsfair.hub_interface import load_hub_entry as _load_hub_entry
+import mdsfair as _mdsfair
+
+_mdsfair.register()  # every model and its hub entry, the checkpoint checks (mdsfair.fairseq_patches)
+
+from mdsfair.hub_interface import HUB_ENTRIES as _HUB_ENTRIES  # noqa: E402
+from mdsfair.hub_interface import HubEntry as _HubEntry  # noqa: E402
+from mdsfair.hub_interface import load_hub_entry as _load_hub_entry  # noqa: E402
 
 # Module attributes that are callable and public are hub entry points, so the
 # helpers above and below keep a leading underscore.

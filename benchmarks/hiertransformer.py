@@ -40,7 +40,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402,F401  (registers hiertransformer)
+import mdsfair  # noqa: E402
+
+mdsfair.register()  # every mdsfair model, task and criterion with fairseq
 from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402

@@ -32,7 +32,9 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402,F401
+import mdsfair  # noqa: E402
+
+mdsfair.register()  # every mdsfair model, task and criterion with fairseq
 from benchmarks.measure import peak_memory_and_median_time  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402

@@ -51,7 +51,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import mdsfair  # noqa: E402,F401
+import mdsfair  # noqa: E402
+
+mdsfair.register()  # every mdsfair model, task and criterion with fairseq
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 

@@ -23,7 +23,8 @@ What loading checks
 Every checkpoint fairseq loads goes through
 ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` (``fairseq-generate``, the
 hub, ``--restore-file`` / ``--finetune-from-model``, resuming). Registering
-mdsfair (:func:`install_fairseq_hooks`) wraps it:
+mdsfair (:func:`mdsfair.fairseq_patches.patch_load_checkpoint_to_cpu`) wraps it
+with :func:`load_checked`:
 
 * a file that is empty, a Git LFS pointer, or that torch cannot read
   (truncated, not a checkpoint) raises :class:`CheckpointFileError` naming the
@@ -78,8 +79,8 @@ and every load, proportionally more for bart_large (0.4 B parameters).
 import argparse
 import collections
 import concurrent.futures
-import functools
 import hashlib
+import functools
 import logging
 import os
 import pickle
@@ -518,37 +519,6 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
     return state
 
 
-def install_fairseq_hooks() -> None:
-    """Wrap ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` and
-    ``fairseq.trainer.Trainer.load_checkpoint``, and make fairseq's checkpoint
-    copies atomic (once each)."""
-    from fairseq import checkpoint_utils
-
-    current = checkpoint_utils.load_checkpoint_to_cpu
-    if getattr(current, "__mdsfair_checked__", False):
-        return
-
-    @functools.wraps(current)
-    def load_checkpoint_to_cpu(path, arg_overrides=None, load_on_all_ranks=False):
-        return load_checked(current, path, arg_overrides, load_on_all_ranks)
-
-    load_checkpoint_to_cpu.__mdsfair_checked__ = True
-    checkpoint_utils.load_checkpoint_to_cpu = load_checkpoint_to_cpu
-
-    from fairseq.trainer import Trainer
-
-    trainer_load = Trainer.load_checkpoint
-    if not getattr(trainer_load, "__mdsfair_checked__", False):
-        @functools.wraps(trainer_load)
-        def load_checkpoint(self, filename, *args, **kwargs):
-            return trainer_load_checked(trainer_load, self, filename, *args, **kwargs)
-
-        load_checkpoint.__mdsfair_checked__ = True
-        Trainer.load_checkpoint = load_checkpoint
-
-    install_atomic_checkpoint_copies()
-
-
 def _is_local(path) -> bool:
     return isinstance(path, str) and "://" not in path
 
@@ -576,37 +546,6 @@ def atomic_copy(original, src_path: str, dst_path: str, overwrite: bool = False)
             os.remove(temporary)
         raise
     return True
-
-
-def install_atomic_checkpoint_copies() -> None:
-    """Make fairseq's checkpoint writing leave nothing half-written on an
-    error or Ctrl-C: ``PathManager.copy`` becomes :func:`atomic_copy`, and
-    ``checkpoint_utils.torch_persistent_save`` (``torch.save`` to
-    ``FILE.tmp``, then a rename: atomic already) removes its ``FILE.tmp``
-    when interrupted."""
-    from fairseq import checkpoint_utils
-    from fairseq.file_io import PathManager
-
-    copy = PathManager.copy
-    if not getattr(copy, "__mdsfair_atomic__", False):
-        def atomic(src_path, dst_path, overwrite=False):
-            return atomic_copy(copy, src_path, dst_path, overwrite)
-
-        atomic.__mdsfair_atomic__ = True
-        PathManager.copy = staticmethod(atomic)
-    save = checkpoint_utils.torch_persistent_save
-    if not getattr(save, "__mdsfair_atomic__", False):
-        @functools.wraps(save)
-        def torch_persistent_save(obj, filename, *args, **kwargs):
-            try:
-                return save(obj, filename, *args, **kwargs)
-            except BaseException:
-                if _is_local(filename) and os.path.exists(filename + ".tmp"):
-                    os.remove(filename + ".tmp")
-                raise
-
-        torch_persistent_save.__mdsfair_atomic__ = True
-        checkpoint_utils.torch_persistent_save = torch_persistent_save
 
 
 # ------------------------------------------------------------- commands

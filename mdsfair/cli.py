@@ -11,11 +11,13 @@ Ctrl-C prints one line, not a traceback, and exits with status 130:
 ``mdsfair-generate --results-path`` then leaves no partial
 ``generate-SUBSET.txt`` (it is written whole or not at all, see
 :func:`results_written_whole`), and ``mdsfair-train`` leaves only complete
-checkpoints (:func:`mdsfair.checkpoints.install_atomic_checkpoint_copies`).
+checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
 """
 import os
 import sys
 from typing import Callable, List, Optional
+
+import mdsfair
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -30,6 +32,9 @@ def with_user_dir(argv: List[str]) -> List[str]:
 def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> None:
     """Run a fairseq ``cli_main`` (which reads ``sys.argv``) on ``argv``."""
     argv = sys.argv[1:] if argv is None else argv
+    # mdsfair is imported already (this module is part of it), so fairseq's
+    # --user-dir will not import it again: register explicitly.
+    mdsfair.register()
     saved_argv = sys.argv
     sys.argv = [prog] + with_user_dir(argv)
     try:
@@ -132,7 +137,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     except KeyboardInterrupt:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
         # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp
-        # (mdsfair/checkpoints.py: install_atomic_checkpoint_copies)
+        # (mdsfair/fairseq_patches.py: patch_atomic_checkpoint_writes)
         save_dir = _flag_value(argv, "--save-dir") or "checkpoints"
         interrupted("mdsfair-train", f"the checkpoints in {save_dir} are the last complete ones (none is half-written)")
 

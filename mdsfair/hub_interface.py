@@ -18,8 +18,10 @@ special tokens (:meth:`MultiDocSummarizationTask.build_dataset_for_inference`)
 and the task's ``inference_step``, so a cluster summarized here is encoded
 token for token as it was for training.
 
-Model families announce themselves with :func:`register_hub_entry`;
-``hubconf.py`` turns every registered entry into a ``torch.hub`` entry point.
+Model families declare their entry point on the model class
+(``hub_description``, ``from_pretrained``: :mod:`mdsfair.models.hub`);
+:func:`hub_entries` collects them from fairseq's model registry and
+``hubconf.py`` turns every entry into a ``torch.hub`` entry point.
 """
 import copy
 import logging
@@ -28,7 +30,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
-import mdsfair  # noqa: F401  (registers everything; allows torch >= 2.6 to read fairseq checkpoints)
+import mdsfair
 
 import numpy as np
 import torch
@@ -44,13 +46,13 @@ from mdsfair.tasks.multidoc_summarization import (
     read_manifest,
     unwrap_model,
 )
-# The module, not its names: ``mdsfair.preprocess.pipeline`` imports ``mdsfair.data``,
-# which imports the models, which register hub entries here, so this module may
-# be imported while the pipeline is still initializing; its names are looked
-# up when used. The pipeline is the one public way from raw text to model
-# inputs, shared with ``mdsfair-preprocess``; nothing else of preprocessing is
-# used here.
+# The pipeline is the one public way from raw text to model inputs, shared
+# with ``mdsfair-preprocess``; nothing else of preprocessing is used here.
 from mdsfair.preprocess import pipeline
+
+# Explicit: the hub entries are read from fairseq's model registry, and loading
+# checkpoints goes through the checks of mdsfair.fairseq_patches.
+mdsfair.register()
 
 logger = logging.getLogger(__name__)
 
@@ -75,34 +77,38 @@ class HubEntry:
     models: Tuple[str, ...]
 
 
-HUB_ENTRIES: Dict[str, HubEntry] = {}
+#: The entries of fairseq's own models trained on mdsfair data, and the
+#: generic one; each mdsfair model class declares its own (``hub_description``).
+STOCK_HUB_ENTRIES: Dict[str, HubEntry] = {
+    entry.name: entry for entry in (
+        HubEntry("summarizer", "any mdsfair checkpoint (task multidoc_summarization), whatever its model", ()),
+        HubEntry("transformer", "fairseq's stock transformer trained on mdsfair data (flat baseline)", ("transformer",)),
+        HubEntry("bart", "fairseq's stock BART (bart_base / bart_large) fine-tuned on mdsfair data (flat baseline)",
+                 ("bart",)),
+    )
+}
 
 
-def register_hub_entry(name: str, description: str, models: Optional[Sequence[str]] = None) -> HubEntry:
-    """Expose a model family as ``torch.hub.load(MDSFAIR_DIR, name, ...)``.
+def hub_entries() -> Dict[str, HubEntry]:
+    """Every ``torch.hub`` entry point: :data:`STOCK_HUB_ENTRIES` and one per
+    registered model class whose own body sets ``hub_description``
+    (:class:`mdsfair.models.hub.MultiDocHubModel`), named after its
+    ``@register_model`` name."""
+    entries = dict(STOCK_HUB_ENTRIES)
+    for name, cls in sorted(MODEL_REGISTRY.items()):
+        description = vars(cls).get("hub_description")
+        if description:
+            if not name.isidentifier():
+                raise ValueError(f"model {name!r} declares a hub entry but its name is not a Python identifier")
+            if name in entries:
+                raise ValueError(f"hub entry {name!r} declared twice ({cls.__name__} and a stock entry)")
+            entries[name] = HubEntry(name, description, (name,))
+    return entries
 
-    Args:
-        name: the entry point's name (a Python identifier).
-        description: one line for ``torch.hub.help``.
-        models: fairseq model names whose checkpoints the entry loads;
-            default ``(name,)``; ``()`` accepts any checkpoint.
-    """
-    if not name.isidentifier():
-        raise ValueError(f"hub entry name {name!r} must be a Python identifier")
-    entry = HubEntry(name, description, tuple((name,) if models is None else models))
-    if name in HUB_ENTRIES and HUB_ENTRIES[name] != entry:
-        raise ValueError(f"hub entry {name!r} registered twice with different definitions")
-    HUB_ENTRIES[name] = entry
-    return entry
 
-
-register_hub_entry(
-    "summarizer",
-    "any mdsfair checkpoint (task multidoc_summarization), whatever its model",
-    models=(),
-)
-register_hub_entry("transformer", "fairseq's stock transformer trained on mdsfair data (flat baseline)")
-register_hub_entry("bart", "fairseq's stock BART (bart_base / bart_large) fine-tuned on mdsfair data (flat baseline)")
+#: The entries when this module was imported (after :func:`mdsfair.register`):
+#: what ``hubconf.py`` exposes.
+HUB_ENTRIES: Dict[str, HubEntry] = hub_entries()
 
 
 def load_hub_entry(
@@ -114,9 +120,10 @@ def load_hub_entry(
 ) -> "MultiDocSummarizationHubInterface":
     """Load ``model_dir/checkpoint_file`` through the hub entry ``name``,
     checking that the checkpoint holds a model of that family."""
-    if name not in HUB_ENTRIES:
-        raise KeyError(f"no hub entry {name!r}; registered: {sorted(HUB_ENTRIES)}")
-    entry = HUB_ENTRIES[name]
+    entries = hub_entries()
+    if name not in entries:
+        raise KeyError(f"no hub entry {name!r}; registered: {sorted(entries)}")
+    entry = entries[name]
     interface = MultiDocSummarizationHubInterface.from_pretrained(
         model_dir, checkpoint_file=checkpoint_file, data_name_or_path=data_name_or_path, **kwargs
     )
@@ -131,10 +138,14 @@ def load_hub_entry(
     return interface
 
 
+def registered_model_name(cls: type) -> Optional[str]:
+    """The ``@register_model`` name of the model class ``cls`` (None if unregistered)."""
+    return next((name for name, registered in MODEL_REGISTRY.items() if registered is cls), None)
+
+
 def fairseq_model_name(model: nn.Module) -> Optional[str]:
     """The ``@register_model`` name of ``model``'s exact class."""
-    cls = type(unwrap_model(model))
-    return next((name for name, registered in MODEL_REGISTRY.items() if registered is cls), None)
+    return registered_model_name(type(unwrap_model(model)))
 
 
 # ------------------------------------------- data files a model dir needs

@@ -1,5 +1,6 @@
-"""What every reader of the raw contract shares: error locations, the UTF-8
-byte-order mark and the references of a cluster.
+"""The raw contract's one owner: reading and validating a raw cluster, the
+one error type (:class:`InputFormatError`) with the one set of reason codes,
+error locations, the UTF-8 byte-order mark and the references of a cluster.
 
 The raw contract (DESIGN.md): one cluster per JSON line, ``{"id": str,
 "documents": [str, ...], "summary": str}``, optional ``"title"`` and optional
@@ -12,10 +13,15 @@ and ``mdsfair-baseline`` (:mod:`mdsfair.evaluation.baselines`). They locate bad
 input the same way (:func:`format_location`: ``FILE:LINE``), all accept a
 UTF-8 byte-order mark before the first line (:func:`strip_utf8_bom`), and all
 take a cluster's references by the same rule (:func:`cluster_references`).
+A JSONL line is decoded and type-checked by :func:`decode_cluster_line`
+(``mdsfair-preprocess`` then splits it, ``mdsfair-baseline`` reads it as is),
+and every refusal is an :class:`InputFormatError` whose ``reason`` is one of
+:data:`REASON_DESCRIPTIONS` (the converters raise a subclass of it).
 
 Pure Python: importing this module loads neither torch nor fairseq.
 """
-from typing import Any, Iterator, List, Mapping, Optional, Tuple, Union
+import json
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
 UTF8_BOM = b"\xef\xbb\xbf"
 
@@ -92,3 +98,139 @@ def contract_string_problem(record: Mapping[str, Any]) -> Optional[Tuple[str, st
                 "(ids may not contain tabs or line breaks)"
             )
     return None
+
+
+# --------------------------------------------------------------- bad input
+
+# The reason codes of bad input, for every reader of the raw contract (and the
+# converters' source formats); the keys of every skip counter.
+INVALID_UTF8 = "invalid_utf8"
+INVALID_JSON = "invalid_json"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_KEY = "missing_key"
+WRONG_TYPE = "wrong_type"
+EMPTY_CLUSTER = "empty_cluster"
+EMPTY_DOCUMENT = "empty_document"
+EMPTY_SUMMARY = "empty_summary"
+LONE_SURROGATE = "lone_surrogate"
+BAD_ID = "bad_id"
+DUPLICATE_ID = "duplicate_id"
+MALFORMED_CSV_ROW = "malformed_csv_row"
+MISALIGNED_FILES = "misaligned_files"
+SECTION_MISMATCH = "section_mismatch"
+MISSING_FILE = "missing_file"
+INVALID_TABLE = "invalid_table"
+
+#: Every reason code and what it means.
+REASON_DESCRIPTIONS: Dict[str, str] = {
+    INVALID_UTF8: "invalid UTF-8",
+    INVALID_JSON: "not valid JSON",
+    NOT_AN_OBJECT: "not a JSON object",
+    MISSING_KEY: "missing key",
+    WRONG_TYPE: "wrong type",
+    EMPTY_CLUSTER: "empty cluster (no non-empty document)",
+    EMPTY_DOCUMENT: "empty document",
+    EMPTY_SUMMARY: "empty summary",
+    LONE_SURROGATE: "lone surrogate",
+    BAD_ID: "id holds a tab or line break",
+    DUPLICATE_ID: "duplicate id",
+    MALFORMED_CSV_ROW: "malformed CSV row",
+    MISALIGNED_FILES: "source and target files do not line up",
+    SECTION_MISMATCH: "section names and sections do not line up",
+    MISSING_FILE: "file listed but not found",
+    INVALID_TABLE: "not a readable table",
+}
+
+#: The reasons a line of a raw-contract JSONL file can be refused for
+#: (``mdsfair-preprocess``'s skip counters, in report order).
+CLUSTER_LINE_REASONS = (
+    INVALID_UTF8, INVALID_JSON, NOT_AN_OBJECT, MISSING_KEY, WRONG_TYPE, EMPTY_CLUSTER, EMPTY_DOCUMENT,
+    EMPTY_SUMMARY, LONE_SURROGATE, BAD_ID,
+)
+
+
+class InputFormatError(ValueError):
+    """Bad input, located by file and 1-based line (``line`` None when no
+    line applies); the message reads ``FILE:LINE: message``.
+
+    Attributes: ``path``, ``line``, ``reason`` (a key of
+    :data:`REASON_DESCRIPTIONS`), ``message`` and ``skippable`` (False for a
+    structural error that ``--skip-bad`` cannot get past). Picklable, so it
+    crosses worker processes.
+    """
+
+    def __init__(self, path: Any, line: Optional[int], reason: str, message: str, skippable: bool = True):
+        if reason not in REASON_DESCRIPTIONS:
+            raise ValueError(f"unknown bad-input reason {reason!r} (known: {sorted(REASON_DESCRIPTIONS)})")
+        self.path = path
+        self.line = line
+        self.reason = reason
+        self.message = message
+        self.skippable = skippable
+        super().__init__(f"{format_location(path, line)}: {message}")
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.line, self.reason, self.message, self.skippable))
+
+
+def check_reference_fields(obj: Mapping[str, Any], path: Any, line: Optional[int]) -> None:
+    """Raise :class:`InputFormatError` unless the record has ``summary`` (a
+    string) or ``summaries`` (a list of strings), each of the right type."""
+    if "summary" not in obj and "summaries" not in obj:
+        raise InputFormatError(
+            path, line, MISSING_KEY,
+            f"missing key 'summary' (or 'summaries', a list of references) (keys: {sorted(obj)})",
+        )
+    if "summary" in obj and not isinstance(obj["summary"], str):
+        raise InputFormatError(path, line, WRONG_TYPE, "'summary' must be a string")
+    summaries = obj.get("summaries")
+    if "summaries" in obj and not (isinstance(summaries, list) and all(isinstance(s, str) for s in summaries)):
+        raise InputFormatError(path, line, WRONG_TYPE, "'summaries' must be a list of strings")
+
+
+def decode_cluster_line(raw: bytes, path: Any, line: Optional[int], require_references: bool = True) -> Dict:
+    """One raw-contract JSONL line as a checked dict: valid UTF-8, a JSON
+    object with ``id`` and ``documents`` (a list of strings), ``summary`` /
+    ``summaries`` of the right types (required with ``require_references``),
+    a string ``title`` if any, no lone surrogate and a usable id
+    (:func:`contract_string_problem`). Emptiness is the caller's to judge.
+
+    Raises:
+        InputFormatError: ``FILE:LINE: ...`` with the reason code.
+    """
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise InputFormatError(path, line, INVALID_UTF8, f"invalid UTF-8 at byte {error.start}") from None
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputFormatError(path, line, INVALID_JSON,
+                               f"not valid JSON ({error.msg} at column {error.colno})") from None
+    if not isinstance(obj, dict):
+        raise InputFormatError(path, line, NOT_AN_OBJECT, f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("id", "documents"):
+        if key not in obj:
+            raise InputFormatError(path, line, MISSING_KEY, f"missing key {key!r} (keys: {sorted(obj)})")
+    documents = obj["documents"]
+    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
+        raise InputFormatError(path, line, WRONG_TYPE, "'documents' must be a list of strings")
+    if require_references or "summary" in obj or "summaries" in obj:
+        check_reference_fields(obj, path, line)
+    problem = contract_string_problem(obj)
+    if problem is not None:
+        raise InputFormatError(path, line, *problem)
+    if obj.get("title") is not None and not isinstance(obj["title"], str):
+        raise InputFormatError(path, line, WRONG_TYPE, "'title' must be a string")
+    return obj
+
+
+def iter_raw_lines(path: str) -> Iterator[Tuple[int, bytes]]:
+    """``(line number, raw bytes)`` of every non-blank line of a JSONL file
+    (a UTF-8 byte-order mark before the first line is not part of it)."""
+    with open(path, "rb") as handle:
+        for line_number, raw in enumerate(handle, start=1):
+            if line_number == 1:
+                raw = strip_utf8_bom(raw)
+            if raw.strip():
+                yield line_number, raw

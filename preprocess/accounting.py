@@ -7,7 +7,7 @@ The skip report ``{split}.skipped.txt`` (written with ``--skip-bad``, listed
 in the split's manifest entry as ``skip_report``) has one line per skipped
 line and per dropped document, in input order::
 
-    raw/train.jsonl:7: skipped (not_json): not JSON (Expecting value at column 1)
+    raw/train.jsonl:7: skipped (invalid_json): not valid JSON (Expecting value at column 1)
     raw/train.jsonl:9: dropped document 2 of cluster 'c9' (empty_document: no text after cleaning)
 """
 import logging

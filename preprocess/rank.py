@@ -42,6 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import numpy as np
 
 from mdsfair.data.manifest import atomic_text_file, write_json_atomic
+from mdsfair.text import rouge_l_recall, rouge_tokens
 
 logger = logging.getLogger("mdsfair.rank")
 
@@ -51,9 +52,7 @@ METHODS = ("ranker", "tfidf", "original")
 def tfidf_title_scores(title: str, paragraphs: Sequence[str]) -> np.ndarray:
     """Cosine between the tf-idf vectors of the title and of each paragraph
     (idf = log(#paragraphs / #paragraphs containing the word))."""
-    from mdsfair.tasks.paragraph_ranking import words
-
-    paragraph_counts = [Counter(words(p)) for p in paragraphs]
+    paragraph_counts = [Counter(rouge_tokens(p)) for p in paragraphs]
     document_frequency = Counter(w for c in paragraph_counts for w in c)
     num_paragraphs = len(paragraphs)
 
@@ -63,7 +62,7 @@ def tfidf_title_scores(title: str, paragraphs: Sequence[str]) -> np.ndarray:
             for w, c in counts.items() if w in document_frequency
         }
 
-    query = vector(Counter(words(title)))
+    query = vector(Counter(rouge_tokens(title)))
     query_norm = math.sqrt(sum(v * v for v in query.values()))
     scores = np.zeros(num_paragraphs)
     for i, counts in enumerate(paragraph_counts):
@@ -79,8 +78,10 @@ class RankerScorer:
 
     def __init__(self, checkpoint: str, ranker_data: Optional[str] = None, batch_paragraphs: int = 256,
                  device: str = "cpu"):
-        import mdsfair  # noqa: F401  (registers the task and model)
+        import mdsfair
         from fairseq import checkpoint_utils
+
+        mdsfair.register()  # the task and model, the checkpoint checks
 
         overrides = {"data": ranker_data} if ranker_data else {}
         models, _, task = checkpoint_utils.load_model_ensemble_and_task([checkpoint], arg_overrides=overrides)
@@ -138,10 +139,8 @@ def ranked_documents(cluster, order: Sequence[int]) -> List[str]:
 
 def rouge_l_recall_at(cluster, order: Sequence[int], tops: Sequence[int]) -> Dict[int, float]:
     """Table 1: ROUGE-L recall of the top-L' paragraphs against the summary."""
-    from mdsfair.tasks.paragraph_ranking import rouge_l_recall, words
-
-    summary = words(cluster.summary)
-    paragraph_words = [words(p) for p in cluster.paragraphs()]
+    summary = rouge_tokens(cluster.summary)
+    paragraph_words = [rouge_tokens(p) for p in cluster.paragraphs()]
     result = {}
     for top in tops:
         candidate = [w for index in order[:top] for w in paragraph_words[index]]

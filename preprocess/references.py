@@ -44,22 +44,6 @@ from mdsfair.raw_contract import cluster_references
 MULTI_REFERENCE_MODES = ("first", "each")
 
 
-def check_reference_fields(obj: Dict, path: str, line: int) -> None:
-    """Raise :class:`~mdsfair.preprocess.structure.InputFormatError` unless the
-    record has ``summary`` (a string) or ``summaries`` (a list of strings)."""
-    from mdsfair.preprocess.structure import InputFormatError
-
-    if "summary" not in obj and "summaries" not in obj:
-        raise InputFormatError(
-            path, line, "missing_key", f"missing key 'summary' (or 'summaries', a list of references) (keys: {sorted(obj)})"
-        )
-    if "summary" in obj and not isinstance(obj["summary"], str):
-        raise InputFormatError(path, line, "wrong_type", "'summary' must be a string")
-    summaries = obj.get("summaries")
-    if "summaries" in obj and not (isinstance(summaries, list) and all(isinstance(s, str) for s in summaries)):
-        raise InputFormatError(path, line, "wrong_type", "'summaries' must be a list of strings")
-
-
 def clean_references(obj: Dict, clean) -> List[str]:
     """The record's references (:func:`~mdsfair.raw_contract.cluster_references`),
     each cleaned with ``clean`` and flattened to one line; empty ones and

@@ -41,7 +41,8 @@ class SideDataProducer(abc.ABC):
 
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
-        """Add the producer's own command-line flags."""
+        """Add the producer's own command-line flags (to a group of their own:
+        :func:`producer_argument_group`)."""
 
     def expect(self, clusters: Sequence) -> None:
         """The clusters (:class:`mdsfair.preprocess.structure.ClusterStructure`)
@@ -73,3 +74,12 @@ def import_producers() -> None:
     for entry in sorted(os.listdir(directory)):
         if entry.endswith(".py") and not entry.startswith("_"):
             importlib.import_module(f"mdsfair.preprocess.producers.{entry[:-3]}")
+
+
+def producer_argument_group(parser, title: str):
+    """Where a producer's ``add_args`` puts its flags: a new group titled
+    ``title`` of an :class:`argparse.ArgumentParser`, or ``parser`` itself
+    when it is already an argument group (``mdsfair-preprocess`` hands the
+    producers its "side data" group; argparse deprecates nested groups since
+    Python 3.11)."""
+    return parser.add_argument_group(title) if isinstance(parser, argparse.ArgumentParser) else parser

@@ -12,47 +12,31 @@ paragraphs -> sentences, lightly cleaned, with every empty piece removed and
 counted. Bad input raises :class:`InputFormatError` naming the file and the
 1-based line, or, when the caller asks for skipping, is counted by reason.
 """
-import json
 import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterator, List, Optional, Tuple
 
-from mdsfair.evaluation.text import split_at_caseless_sentence_ends
-from mdsfair.raw_contract import contract_string_problem
-from mdsfair.preprocess.references import check_reference_fields, clean_references
+from mdsfair.preprocess.references import clean_references
 from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
-from mdsfair.raw_contract import format_location, strip_utf8_bom
-
-
-class InputFormatError(ValueError):
-    """A raw input line that breaks the data contract; names file and line."""
-
-    def __init__(self, path: str, line: int, reason: str, message: str):
-        self.path = path
-        self.line = line
-        self.reason = reason
-        self.message = message
-        super().__init__(f"{format_location(path, line)}: {message}")
-
-    def __reduce__(self):  # picklable across worker processes
-        return (type(self), (self.path, self.line, self.reason, self.message))
-
-
-# Reasons a cluster can be rejected; the keys of the skip counters.
-BAD_INPUT_REASONS = (
-    "invalid_utf8",
-    "not_json",
-    "not_an_object",
-    "missing_key",
-    "wrong_type",
-    "empty_cluster",
-    "empty_document",
-    "empty_summary",
-    "lone_surrogate",
-    "bad_id",
+from mdsfair.raw_contract import (
+    CLUSTER_LINE_REASONS,
+    EMPTY_CLUSTER,
+    EMPTY_DOCUMENT,
+    EMPTY_SUMMARY,
+    InputFormatError,
+    decode_cluster_line,
+    iter_raw_lines,
 )
+# Paragraphs (of cleaned text) and the rule-based sentence splitter are the
+# text layer's (mdsfair.text); their names stay importable from here.
+from mdsfair.text import split_paragraphs, split_sentences_rule
+
+
+# One error type and one set of reason codes for every reader of the raw
+# contract (mdsfair.raw_contract); the old names stay importable from here.
+BAD_INPUT_REASONS = CLUSTER_LINE_REASONS
 
 
 @dataclass
@@ -94,7 +78,6 @@ class ClusterStructure:
 
 _CONTROL_CHARS = re.compile(r"[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\u200b\ufeff]")
 _SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
-_PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n\s*")
 
 
 def clean_text(text: str, lowercase: bool = False) -> str:
@@ -106,76 +89,6 @@ def clean_text(text: str, lowercase: bool = False) -> str:
     if lowercase:
         text = text.lower()
     return text.strip()
-
-
-def split_paragraphs(document: str) -> List[str]:
-    """Paragraphs are separated by blank lines; single newlines become spaces."""
-    paragraphs = []
-    for block in _PARAGRAPH_BREAK.split(document):
-        block = " ".join(block.split())
-        if block:
-            paragraphs.append(block)
-    return paragraphs
-
-
-# ------------------------------------------------------- sentence splitting
-
-_ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc",
-    "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec", "no", "fig", "figs", "eq", "eqs", "al", "e.g",
-    "i.e", "cf", "approx", "dept", "gen", "gov", "sen", "rep", "u.s", "u.k",
-}
-# A candidate boundary: sentence-final punctuation, optional closing quotes or
-# brackets, whitespace, then something that can start a sentence.
-# The next letter may also be a non-ASCII one (group "caseless", checked below
-# to be upper-case, as Cyrillic or accented Latin capitals, or of a script
-# without case: Arabic, Hebrew, Han, Devanagari, ...).
-_BOUNDARY = re.compile(
-    r"([.!?]+[\"'\u201d\u2019)\]]*)\s+"
-    r"(?=[\"'\u201c\u2018(\[\u300c\u300e\uff08]?(?:[A-Z0-9]|(?P<caseless>[^\W\d_a-zA-Z])))"
-)
-
-
-def split_sentences_rule(paragraph: str) -> List[str]:
-    """Rule-based sentence splitter: splits after ``.!?`` followed by a space
-    and an upper-case letter, digit, opening quote or a letter of a
-    script without case, except after common abbreviations and single
-    initials ("J. Smith"); and after the sentence-final marks of caseless
-    scripts, space or no space (``。！？｡`` and ``؟ ۔``; the rules of
-    :func:`mdsfair.evaluation.text.split_at_caseless_sentence_ends`)."""
-    if paragraph.isascii():
-        return _split_sentences_cased(paragraph)
-    return [
-        sentence
-        for piece in split_at_caseless_sentence_ends(paragraph)
-        for sentence in _split_sentences_cased(piece)
-    ]
-
-
-def _split_sentences_cased(paragraph: str) -> List[str]:
-    """The ``.!?`` + whitespace rules of :func:`split_sentences_rule`."""
-    sentences, start = [], 0
-    for match in _BOUNDARY.finditer(paragraph):
-        caseless = match.group("caseless")
-        if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
-            continue  # a lower-case letter: not a boundary
-        end = match.end(1)
-        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
-        last_word = words_before[-1] if words_before else ""
-        token = last_word.lower().strip("\"'([")
-        if match.group(1).startswith(".") and (
-            token in _ABBREVIATIONS or (len(token) == 1 and token.isalpha())
-        ):
-            continue
-        sentence = paragraph[start:end].strip()
-        if sentence:
-            sentences.append(sentence)
-        start = match.end()
-    tail = paragraph[start:].strip()
-    if tail:
-        sentences.append(tail)
-    return sentences
 
 
 class SentenceSplitter:
@@ -228,17 +141,6 @@ class ReadReport:
         self.empty_summaries += other.empty_summaries
 
 
-def iter_raw_lines(path: str) -> Iterator[Tuple[int, bytes]]:
-    """Yield ``(line_number, raw_bytes)`` of a JSONL file, blank lines skipped
-    (a UTF-8 byte-order mark before the first line is not part of it)."""
-    with open(path, "rb") as f:
-        for line_number, raw in enumerate(f, start=1):
-            if line_number == 1:
-                raw = strip_utf8_bom(raw)
-            if raw.strip():
-                yield line_number, raw
-
-
 def parse_cluster(
     raw: bytes,
     path: str,
@@ -254,29 +156,8 @@ def parse_cluster(
     when ``drop_empty_documents``; otherwise an empty document is an error).
     Raises :class:`InputFormatError` for every violation of the contract.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputFormatError(path, line, "invalid_utf8", f"invalid UTF-8 at byte {e.start}") from None
-    try:
-        obj = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise InputFormatError(path, line, "not_json", f"not JSON ({e.msg} at column {e.colno})") from None
-    if not isinstance(obj, dict):
-        raise InputFormatError(path, line, "not_an_object", f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("id", "documents"):
-        if key not in obj:
-            raise InputFormatError(path, line, "missing_key", f"missing key {key!r} (keys: {sorted(obj)})")
-    documents = obj["documents"]
-    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
-        raise InputFormatError(path, line, "wrong_type", "'documents' must be a list of strings")
-    check_reference_fields(obj, path, line)  # 'summary' and/or 'summaries'
-    problem = contract_string_problem(obj)
-    if problem is not None:
-        raise InputFormatError(path, line, *problem)
-    title = obj.get("title")
-    if title is not None and not isinstance(title, str):
-        raise InputFormatError(path, line, "wrong_type", "'title' must be a string")
+    obj = decode_cluster_line(raw, path, line)
+    documents, title = obj["documents"], obj.get("title")
 
     structured, empty_documents = [], []
     for d, document in enumerate(documents):
@@ -285,18 +166,18 @@ def parse_cluster(
         if not paragraphs_sentences:
             if not drop_empty_documents:
                 raise InputFormatError(
-                    path, line, "empty_document", f"document {d} of cluster {obj['id']!r} is empty"
+                    path, line, EMPTY_DOCUMENT, f"document {d} of cluster {obj['id']!r} is empty"
                 )
             empty_documents.append(d)
             continue
         structured.append(paragraphs_sentences)
     if not structured:
-        raise InputFormatError(path, line, "empty_cluster", f"cluster {obj['id']!r} has no non-empty document")
+        raise InputFormatError(path, line, EMPTY_CLUSTER, f"cluster {obj['id']!r} has no non-empty document")
 
     references = clean_references(obj, lambda text: clean_text(text, lowercase))
     summary_clean = references[0] if references else ""
     if not summary_clean and require_summary:
-        raise InputFormatError(path, line, "empty_summary", f"cluster {obj['id']!r} has an empty summary")
+        raise InputFormatError(path, line, EMPTY_SUMMARY, f"cluster {obj['id']!r} has an empty summary")
     summary_sentences = splitter.split([summary_clean])[0] if summary_clean else []
     return (
         ClusterStructure(

@@ -36,19 +36,32 @@ draws from its own random stream, cluster ids carry the split name, and a
 cluster's content signature (topic entity and fact values) is hashed into a
 split bucket, so a (topic, facts) combination of the test split can never
 occur in the training split.
+
+The world itself (entity types, fact slots, templates, invented names) is
+:mod:`mdsfair.preprocess.synthetic_world`; this module makes clusters of it,
+writes the splits and runs the baseline gap check.
 """
 import argparse
-import functools
-import hashlib
 import json
-import math
 import os
 import random
 import re
 import sys
-from collections import Counter
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from mdsfair.lexrank import lexrank_scores
+from mdsfair.preprocess.synthetic_world import (
+    AWARD_CANON,
+    AWARD_DOCS,
+    AWARDS,
+    ENTITY_TYPES,
+    NOISE,
+    YEAR_RANGE,
+    World,
+    build_world,
+    derive_seed,
+)
+from mdsfair.text import split_sentences
 
 SPLITS = ("train", "valid", "test")
 
@@ -58,331 +71,6 @@ SLOT_ORDER = ("category", "city", "year", "person", "size", "award", "operator")
 
 # A content signature hashes to one of ten buckets: 0-7 train, 8 valid, 9 test.
 _SPLIT_BUCKETS = {"train": range(0, 8), "valid": range(8, 9), "test": range(9, 10)}
-
-_YEAR_RANGE = (1880, 2015)
-
-_SYLLABLES = (
-    "var", "nel", "osk", "ti", "ber", "cal", "den", "mor", "lin", "dra",
-    "ven", "tor", "sel", "ka", "ri", "pol", "an", "ves", "thal", "mir",
-    "do", "gan", "lu", "shen", "bra", "kel", "fen", "ost", "ru", "na",
-    "zel", "quin", "ar", "bel", "cor", "eth", "gil", "hap", "ivo", "jas",
-)
-_CITY_SUFFIXES = ("", "", "ford", "holm", "wick", "by", "mouth", "stad")
-_ORG_SUFFIXES = ("Trust", "Group", "Society", "Foundation", "Council", "Board")
-
-FIRST_NAMES = (
-    "Mira", "Tomas", "Ilse", "Jonah", "Petra", "Anselm", "Kara", "Leon",
-    "Dalia", "Oskar", "Rena", "Viktor", "Selma", "Hugo", "Nadia", "Emil",
-    "Greta", "Felix", "Lotte", "Bruno",
-)
-SURNAMES = (
-    "Holt", "Brenner", "Castell", "Dorn", "Ekwall", "Falk", "Grau", "Hessel",
-    "Iverson", "Jarl", "Kessler", "Lund", "Marr", "Norberg", "Ostrand",
-    "Pike", "Quist", "Ravel", "Sorensen", "Thorne",
-)
-AWARDS = (
-    "Golden Lantern", "Silver Compass", "Blue Harbour", "Civic Star",
-    "Iron Oak", "Crystal Crown", "Open Gate", "Northern Light", "Red Kite",
-    "Amber Leaf", "White Falcon", "Green Meadow",
-)
-
-# Templates shared by every entity type. ``{ref}`` is "<Name> <noun>" (used
-# after "the"/"The"), ``{name}`` is the bare name, ``{v}`` the fact value.
-_AWARD_CANON = "It won the {v} award."
-_AWARD_DOCS = (
-    "The {ref} received the {v} award.",
-    "Judges gave the {v} award to {name}.",
-    "{name} was honoured with the {v} award.",
-    "The {v} award went to the {ref} after a long debate.",
-)
-
-# Filler sentences: they name the entity (so extractive baselines find them
-# central) but state no fact; none contains a fact value.
-_NOISE = (
-    "The {ref} was mentioned again in a local newspaper this week.",
-    "Many people have strong opinions about {name}.",
-    "Tourists often ask for directions to the {ref}.",
-    "Photographs of the {ref} appear in many guide books.",
-    "A new book about {name} is expected next year.",
-    "Some residents still remember the early days of the {ref}.",
-    "Students sometimes write essays about {name}.",
-    "The {ref} came up during a long debate in the council.",
-    "A short documentary about {name} was shown on television.",
-    "Critics and supporters of the {ref} rarely agree.",
-    "Plans to celebrate {name} are still being discussed.",
-    "The weather was mild for most of the season.",
-    "A spokesperson declined to comment on the matter.",
-    "The article was later shared widely online.",
-    "Several readers wrote letters about the topic.",
-    "Officials said more details would follow soon.",
-    "The report did not give any further details.",
-    "Nobody expected so much interest in the story.",
-    "Local shops reported a busy weekend.",
-    "The meeting ended later than planned.",
-    "Opinions on the matter remain divided.",
-    "Further questions were sent to the city office.",
-)
-
-
-@dataclass(frozen=True)
-class EntityType:
-    """Wording and value pools of one entity type.
-
-    ``*_canon`` is the summary template of a slot, ``*_docs`` the document
-    paraphrase templates of the same slot.
-    """
-
-    noun: str
-    categories: Tuple[str, ...]
-    sizes: Tuple[int, ...]
-    category_docs: Tuple[str, ...]
-    city_docs: Tuple[str, ...]
-    year_canon: str
-    year_docs: Tuple[str, ...]
-    person_canon: str
-    person_docs: Tuple[str, ...]
-    size_canon: str
-    size_docs: Tuple[str, ...]
-    operator_canon: str
-    operator_docs: Tuple[str, ...]
-
-
-ENTITY_TYPES: Dict[str, EntityType] = {
-    "bridge": EntityType(
-        noun="bridge",
-        categories=("suspension", "arch", "cable-stayed", "truss", "cantilever"),
-        sizes=tuple(range(120, 1000, 10)),
-        category_docs=(
-            "Engineers describe {name} as a {v} design.",
-            "The {ref} is built in the {v} style.",
-            "{name} is one of the best known {v} structures in the region.",
-        ),
-        city_docs=(
-            "The {ref} crosses the river in {v}.",
-            "{name} links two districts of {v}.",
-            "Commuters in {v} use the {ref} every day.",
-        ),
-        year_canon="It was opened to traffic in {v}.",
-        year_docs=(
-            "Work on the {ref} was finished in {v}.",
-            "The first cars crossed {name} in {v}.",
-            "{name} has carried traffic since {v}.",
-        ),
-        person_canon="It was designed by the engineer {v}.",
-        person_docs=(
-            "{v} drew up the plans for the {ref}.",
-            "The design of {name} is the work of {v}.",
-            "Plans for the {ref} came from {v}.",
-        ),
-        size_canon="It is {v} metres long.",
-        size_docs=(
-            "The {ref} spans {v} metres.",
-            "{name} stretches for {v} metres.",
-            "From end to end, {name} measures {v} metres.",
-        ),
-        operator_canon="It is maintained by the {v}.",
-        operator_docs=(
-            "The {v} looks after the {ref}.",
-            "Repairs to {name} are handled by the {v}.",
-            "{name} is in the care of the {v}.",
-        ),
-    ),
-    "company": EntityType(
-        noun="company",
-        categories=("software", "furniture", "shipping", "textile", "bicycle"),
-        sizes=tuple(range(100, 1800, 50)),
-        category_docs=(
-            "{name} works in the {v} business.",
-            "The {ref} is active in the {v} sector.",
-            "Buyers in the {v} trade know {name} well.",
-        ),
-        city_docs=(
-            "The {ref} has its headquarters in {v}.",
-            "{name} is based in {v}.",
-            "Most staff of {name} work at its offices in {v}.",
-        ),
-        year_canon="It was founded in {v}.",
-        year_docs=(
-            "{name} opened for business in {v}.",
-            "The {ref} started trading in {v}.",
-            "The history of {name} goes back to {v}.",
-        ),
-        person_canon="It was started by the entrepreneur {v}.",
-        person_docs=(
-            "{v} set up the {ref}.",
-            "{name} was created by {v}.",
-            "The idea for {name} came from {v}.",
-        ),
-        size_canon="It employs {v} people.",
-        size_docs=(
-            "The {ref} has a staff of {v}.",
-            "{name} gives work to {v} people.",
-            "A total of {v} employees work for {name}.",
-        ),
-        operator_canon="It is owned by the {v}.",
-        operator_docs=(
-            "The {v} holds all shares of {name}.",
-            "{name} belongs to the {v}.",
-            "The {v} bought the {ref} some years ago.",
-        ),
-    ),
-    "festival": EntityType(
-        noun="festival",
-        categories=("jazz", "folk", "film", "poetry", "dance"),
-        sizes=tuple(range(2500, 60000, 500)),
-        category_docs=(
-            "The programme of {name} focuses on {v}.",
-            "Fans of {v} travel far to attend the {ref}.",
-            "{name} celebrates {v} in all its forms.",
-        ),
-        city_docs=(
-            "The {ref} takes place in {v} every summer.",
-            "Each year {name} is held in {v}.",
-            "Crowds gather in {v} for {name}.",
-        ),
-        year_canon="It was first held in {v}.",
-        year_docs=(
-            "The first edition of {name} took place in {v}.",
-            "The {ref} started in {v}.",
-            "{name} has been running since {v}.",
-        ),
-        person_canon="It was founded by {v}.",
-        person_docs=(
-            "{v} came up with the idea for the {ref}.",
-            "The {ref} was set up by {v}.",
-            "{name} owes its existence to {v}.",
-        ),
-        size_canon="It attracts {v} visitors a year.",
-        size_docs=(
-            "About {v} people attend the {ref} each year.",
-            "{name} draws {v} guests annually.",
-            "Organisers count {v} tickets sold at {name} every year.",
-        ),
-        operator_canon="It is organised by the {v}.",
-        operator_docs=(
-            "The {v} runs the {ref}.",
-            "{name} is put on by the {v}.",
-            "Every edition of {name} is planned by the {v}.",
-        ),
-    ),
-    "museum": EntityType(
-        noun="museum",
-        categories=("art", "science", "history", "maritime", "railway"),
-        sizes=tuple(range(300, 1800, 20)),
-        category_docs=(
-            "{name} specialises in {v}.",
-            "The displays at the {ref} cover {v}.",
-            "Anyone interested in {v} should visit {name}.",
-        ),
-        city_docs=(
-            "The {ref} stands in the old centre of {v}.",
-            "{name} is one of the sights of {v}.",
-            "Schools in {v} often take pupils to the {ref}.",
-        ),
-        year_canon="It opened in {v}.",
-        year_docs=(
-            "The {ref} welcomed its first visitors in {v}.",
-            "{name} first opened its doors in {v}.",
-            "The {ref} has been open to the public since {v}.",
-        ),
-        person_canon="It was founded by the collector {v}.",
-        person_docs=(
-            "{v} established {name}.",
-            "{name} grew out of the private collection of {v}.",
-            "The {ref} was set up by {v}.",
-        ),
-        size_canon="It holds {v} objects.",
-        size_docs=(
-            "The collection of {name} contains {v} items.",
-            "Visitors to the {ref} can see {v} pieces.",
-            "The {ref} keeps {v} exhibits in its stores.",
-        ),
-        operator_canon="It is run by the {v}.",
-        operator_docs=(
-            "The {v} manages the {ref}.",
-            "{name} is administered by the {v}.",
-            "The {v} has long been in charge of {name}.",
-        ),
-    ),
-    "stadium": EntityType(
-        noun="stadium",
-        categories=("football", "rugby", "athletics", "cricket", "baseball"),
-        sizes=tuple(range(5000, 60000, 500)),
-        category_docs=(
-            "The {ref} mainly hosts {v} events.",
-            "{name} was built with {v} in mind.",
-            "Most events at {name} are {v} events.",
-        ),
-        city_docs=(
-            "The {ref} rises above the streets of {v}.",
-            "Fans travel to {v} to visit {name}.",
-            "{name} sits on the edge of {v}.",
-        ),
-        year_canon="It opened in {v}.",
-        year_docs=(
-            "The first match at {name} was played in {v}.",
-            "Construction of the {ref} ended in {v}.",
-            "{name} hosted its first game in {v}.",
-        ),
-        person_canon="It was designed by the architect {v}.",
-        person_docs=(
-            "{v} drew the plans of the {ref}.",
-            "{name} is based on a plan by {v}.",
-            "The shape of the {ref} was the idea of {v}.",
-        ),
-        size_canon="It has {v} seats.",
-        size_docs=(
-            "The {ref} can hold {v} spectators.",
-            "Up to {v} fans fit into {name}.",
-            "{name} offers room for {v} people.",
-        ),
-        operator_canon="It is managed by the {v}.",
-        operator_docs=(
-            "The {v} runs the {ref}.",
-            "Daily work at {name} is done by the {v}.",
-            "{name} is operated by the {v}.",
-        ),
-    ),
-    "tower": EntityType(
-        noun="tower",
-        categories=("radio", "clock", "observation", "water", "bell"),
-        sizes=tuple(range(40, 400, 5)),
-        category_docs=(
-            "The {ref} was built to serve as a {v} tower.",
-            "Locals know {name} as a {v} tower.",
-            "{name} has always been used as a {v} tower.",
-        ),
-        city_docs=(
-            "The {ref} looks over the roofs of {v}.",
-            "{name} can be seen from all over {v}.",
-            "The skyline of {v} is dominated by the {ref}.",
-        ),
-        year_canon="It was completed in {v}.",
-        year_docs=(
-            "Builders finished the {ref} in {v}.",
-            "{name} has stood since {v}.",
-            "The last stone of {name} was laid in {v}.",
-        ),
-        person_canon="It was designed by the architect {v}.",
-        person_docs=(
-            "{v} drew the plans of the {ref}.",
-            "{name} follows a plan by {v}.",
-            "The shape of the {ref} was the idea of {v}.",
-        ),
-        size_canon="It is {v} metres tall.",
-        size_docs=(
-            "The {ref} rises {v} metres.",
-            "{name} reaches a height of {v} metres.",
-            "From the ground to the top, {name} measures {v} metres.",
-        ),
-        operator_canon="It is owned by the {v}.",
-        operator_docs=(
-            "The {v} bought {name} years ago.",
-            "{name} belongs to the {v}.",
-            "The {v} holds the deeds to the {ref}.",
-        ),
-    ),
-}
 
 DEFAULT_OPTIONS = {
     "num_docs": 4,
@@ -399,65 +87,6 @@ DEFAULT_OPTIONS = {
     "world_seed": None,
     "include_meta": False,
 }
-
-
-@dataclass(frozen=True)
-class World:
-    """The closed world of one world seed: names and value pools."""
-
-    entities: Tuple[Tuple[str, str], ...]  # (name, entity type key)
-    cities: Tuple[str, ...]
-    persons: Tuple[str, ...]
-    organisations: Tuple[str, ...]
-
-
-def _derive_seed(*parts) -> int:
-    """A stable 64-bit seed from arbitrary parts (``hash()`` is salted per run)."""
-    digest = hashlib.sha256(":".join(str(p) for p in parts).encode("utf-8")).hexdigest()
-    return int(digest[:16], 16)
-
-
-def _invent_word(rng: random.Random, min_syllables: int, max_syllables: int) -> str:
-    """A capitalised pseudo-word made of syllables."""
-    count = rng.randint(min_syllables, max_syllables)
-    return "".join(rng.choice(_SYLLABLES) for _ in range(count)).capitalize()
-
-
-@functools.lru_cache(maxsize=8)
-def build_world(world_seed: int, num_names: int = 300) -> World:
-    """Build the closed world of ``world_seed``.
-
-    Every word of every invented name (entities, cities, organisations) is
-    unique across the world, so a name never occurs inside another one.
-    """
-    if num_names < 8:
-        raise ValueError("num_names must be at least 8")
-    rng = random.Random(_derive_seed("mdsfair-synth-world", world_seed, num_names))
-    reserved = {w.lower() for w in FIRST_NAMES + SURNAMES}
-    reserved |= {w.lower() for award in AWARDS for w in award.split()}
-    reserved |= {w.lower() for w in _ORG_SUFFIXES}
-    used = set(reserved)
-
-    def fresh(min_syllables: int, max_syllables: int, suffixes=("",)) -> str:
-        while True:
-            word = _invent_word(rng, min_syllables, max_syllables) + rng.choice(suffixes)
-            if word.lower() not in used and len(word) >= 4:
-                used.add(word.lower())
-                return word
-
-    type_keys = sorted(ENTITY_TYPES)
-    entities = []
-    for index in range(num_names):
-        if rng.random() < 0.3:
-            name = fresh(1, 2) + " " + fresh(2, 2)
-        else:
-            name = fresh(2, 3)
-        entities.append((name, type_keys[index % len(type_keys)]))
-    rng.shuffle(entities)
-    cities = tuple(fresh(2, 2, _CITY_SUFFIXES) for _ in range(30))
-    organisations = tuple(fresh(2, 2) + " " + rng.choice(_ORG_SUFFIXES) for _ in range(24))
-    persons = tuple(f"{first} {last}" for first in FIRST_NAMES for last in SURNAMES)
-    return World(tuple(entities), cities, persons, organisations)
 
 
 def _resolve_options(options: dict) -> dict:
@@ -499,7 +128,7 @@ def _sample_value(rng: random.Random, world: World, type_key: str, slot: str) ->
     if slot == "city":
         return rng.choice(world.cities)
     if slot == "year":
-        return str(rng.randint(*_YEAR_RANGE))
+        return str(rng.randint(*YEAR_RANGE))
     if slot == "person":
         return rng.choice(world.persons)
     if slot == "size":
@@ -528,7 +157,7 @@ def canonical_summary(name: str, type_key: str, facts: Dict[str, str]) -> str:
         "year": etype.year_canon,
         "person": etype.person_canon,
         "size": etype.size_canon,
-        "award": _AWARD_CANON,
+        "award": AWARD_CANON,
         "operator": etype.operator_canon,
     }
     for slot in SLOT_ORDER[2:]:
@@ -541,7 +170,7 @@ def _doc_templates(type_key: str, slot: str) -> Tuple[str, ...]:
     """Document paraphrase templates of ``slot`` for an entity type."""
     etype = ENTITY_TYPES[type_key]
     if slot == "award":
-        return _AWARD_DOCS
+        return AWARD_DOCS
     return getattr(etype, f"{slot}_docs")
 
 
@@ -571,7 +200,7 @@ def _fact_sentence(rng: random.Random, entity: dict, slot: str, avoid: Optional[
 
 def _noise_sentences(rng: random.Random, entity: dict, count: int) -> List[str]:
     """``count`` distinct filler sentences, those with a slot naming ``entity``."""
-    templates = rng.sample(_NOISE, min(count, len(_NOISE)))
+    templates = rng.sample(NOISE, min(count, len(NOISE)))
     return [_realise(t, entity["name"], entity["type"]) for t in templates]
 
 
@@ -585,7 +214,7 @@ def _ensure_type_stated(rng: random.Random, topic: dict, relevant_docs: List[Lis
     phrase = f"{topic['name']} {ENTITY_TYPES[topic['type']].noun}"
     if any(_mentions(s, phrase) for doc in relevant_docs for s in doc):
         return
-    template = rng.choice([t for t in _NOISE if "{ref}" in t])
+    template = rng.choice([t for t in NOISE if "{ref}" in t])
     doc = rng.choice(relevant_docs)
     doc.insert(rng.randint(0, len(doc)), _realise(template, topic["name"], topic["type"]))
 
@@ -665,7 +294,7 @@ def _check_cluster(topic: dict, documents: List[List[str]], relevant: List[int],
 def _signature_bucket(topic: dict) -> int:
     """Split bucket (0-9) of a cluster's content signature (topic and facts)."""
     facts = "|".join(f"{slot}={topic['facts'][slot]}" for slot in SLOT_ORDER if slot in topic["facts"])
-    return _derive_seed("mdsfair-synth-signature", topic["name"], facts) % 10
+    return derive_seed("mdsfair-synth-signature", topic["name"], facts) % 10
 
 
 def _sample_topic(rng: random.Random, world: World, opts: dict) -> dict:
@@ -782,7 +411,7 @@ def generate_clusters(num_clusters: int, seed: int = 1, split: str = "train", **
     opts = _resolve_options(options)
     world_seed = seed if opts["world_seed"] is None else opts["world_seed"]
     world = build_world(world_seed, opts["num_names"])
-    rng = random.Random(_derive_seed("mdsfair-synth-clusters", seed, split))
+    rng = random.Random(derive_seed("mdsfair-synth-clusters", seed, split))
     return [
         _make_cluster(rng, world, split, opts, f"synth-{split}-{index:06d}")
         for index in range(num_clusters)
@@ -811,53 +440,21 @@ def write_dataset(out_dir: str, seed: int = 1, train: int = 2000, valid: int = 2
 # Baseline gap check: how far extractive baselines stay from the references.
 # ---------------------------------------------------------------------------
 
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def split_sentences(text: str) -> List[str]:
-    """Split generated text into sentences (its sentences end with ``.``)."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
-
-
 def lead_summary(documents: Sequence[str], num_sentences: int = 3) -> str:
-    """Lead baseline: the first ``num_sentences`` sentences of the first document."""
+    """Lead baseline: the first ``num_sentences`` sentences of the first document
+    (sentences split by :func:`mdsfair.text.split_sentences`)."""
     return " ".join(split_sentences(documents[0])[:num_sentences])
 
 
 def lexrank_summary(documents: Sequence[str], num_sentences: int = 3) -> str:
-    """Crude LexRank: the most tf-idf-cosine-central sentences, in source order.
-
-    Centrality is the PageRank score (damping 0.85) of the sentence graph
-    weighted by tf-idf cosine similarity.
-    """
+    """Continuous LexRank (:func:`mdsfair.lexrank.lexrank_scores`, every
+    positive similarity an edge weighted by it): the ``num_sentences`` most
+    central sentences of the cluster, in source order."""
     sentences = [s for doc in documents for s in split_sentences(doc)]
     if len(sentences) <= num_sentences:
         return " ".join(sentences)
-    bags = [Counter(_TOKEN.findall(s.lower())) for s in sentences]
-    doc_freq = Counter(term for bag in bags for term in bag)
-    n = len(sentences)
-    vectors = []
-    for bag in bags:
-        vec = {t: c * (math.log((1 + n) / (1 + doc_freq[t])) + 1.0) for t, c in bag.items()}
-        norm = math.sqrt(sum(w * w for w in vec.values())) or 1.0
-        vectors.append({t: w / norm for t, w in vec.items()})
-    sim = [[0.0] * n for _ in range(n)]
-    for i in range(n):
-        for j in range(i + 1, n):
-            a, b = vectors[i], vectors[j]
-            if len(a) > len(b):
-                a, b = b, a
-            value = sum(w * b.get(t, 0.0) for t, w in a.items())
-            sim[i][j] = sim[j][i] = value
-    out_weight = [sum(row) or 1.0 for row in sim]
-    score = [1.0 / n] * n
-    for _ in range(30):
-        score = [
-            0.15 / n + 0.85 * sum(score[j] * sim[j][i] / out_weight[j] for j in range(n))
-            for i in range(n)
-        ]
-    top = sorted(sorted(range(n), key=lambda i: -score[i])[:num_sentences])
+    scores = lexrank_scores(sentences, threshold=0.0, weighted=True)
+    top = sorted(sorted(range(len(sentences)), key=lambda i: (-scores[i], i))[:num_sentences])
     return " ".join(sentences[i] for i in top)
 
 
@@ -904,7 +501,7 @@ def baseline_gap_report(num_clusters: int = 200, seed: int = 1, split: str = "te
     clusters = generate_clusters(num_clusters, seed=seed, split=split, **options)
     opts = _resolve_options(options)
     world = build_world(seed if opts["world_seed"] is None else opts["world_seed"], opts["num_names"])
-    rng = random.Random(_derive_seed("mdsfair-synth-report", seed, split))
+    rng = random.Random(derive_seed("mdsfair-synth-report", seed, split))
     scorer = rouge_scorer.RougeScorer(["rouge1", "rouge2", "rougeL"], use_stemmer=True)
     systems = ("lead", "lexrank", "fact_oracle", "noisy_model", "template_only")
     totals = {name: {"rouge1": 0.0, "rouge2": 0.0, "rougeL": 0.0} for name in systems}

@@ -12,13 +12,13 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
-def pytest_unconfigure(config):
-    """PageSum models log the page cuts of every example their process
-    encoded when the process exits (``mdsfair.models.pagesum_bart.
-    log_page_totals``, for fairseq-generate's whole split). In the test
-    process those are the tiny test models' cuts, each test checks its own,
-    and printed after pytest's summary they would bury it: silence that
-    exit-time logger once the session is over."""
-    import logging
+def pytest_configure(config):
+    """Register mdsfair with fairseq once for the session, explicitly: the
+    tests parse fairseq command lines with ``--user-dir mdsfair`` in this
+    process, and fairseq skips a user dir whose package is already imported
+    (``import mdsfair`` itself registers nothing when fairseq comes later; see
+    :func:`mdsfair.register`). Torch is imported above anyway; the commands'
+    own start-up is checked in fresh interpreters (tests/test_startup.py)."""
+    import mdsfair
 
-    logging.getLogger("mdsfair.models.pagesum_bart").disabled = True
+    mdsfair.register()

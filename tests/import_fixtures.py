@@ -170,7 +170,6 @@ def restore_with_trainer(
     --reset-meters`` does before its first update, in this process: parse,
     build task, model, criterion and trainer, then fairseq's own
     ``checkpoint_utils.load_checkpoint``. Returns the trainer."""
-    import mdsfair  # noqa: F401
     from fairseq import checkpoint_utils, options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.trainer import Trainer

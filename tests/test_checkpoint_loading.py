@@ -92,7 +92,9 @@ def test_trusted_checkpoint_is_unpickled_for_that_load_only(tmp_path, monkeypatc
     marker = str(tmp_path / "ran.txt")
     hostile = hostile_file(str(tmp_path), marker)
     monkeypatch.setenv(TRUST_ENV, "1")
-    load_checkpoint_file(hostile)
+    # torch says it unpickles fully (raised from mdsfair's call, an error under test unless expected)
+    with pytest.warns(UserWarning, match="TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD detected"):
+        load_checkpoint_file(hostile)
     assert os.path.exists(marker)  # the user asked for it
     assert "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD" not in os.environ
     with pytest.raises(pickle.UnpicklingError):

@@ -12,7 +12,6 @@ from fairseq import options, tasks
 from fairseq.models.transformer import TransformerModel
 from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
 
-import mdsfair  # noqa: F401  (registers the task and models)
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.modules.dependency_attention import (
     DEPENDENCY_RELATIONS,

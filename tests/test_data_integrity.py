@@ -309,7 +309,7 @@ def test_skip_bad_lists_skipped_lines_and_dropped_documents_in_a_report_file(tmp
     reports = preprocess(str(raw), dest, "--skip-bad")
     assert reports["train"]["skip_report"] == "train.skipped.txt"
     assert (dest / "train.skipped.txt").read_text().splitlines() == [
-        f"{path}:7: skipped (not_json): not JSON (Expecting property name enclosed in double quotes at column 2)",
+        f"{path}:7: skipped (invalid_json): not valid JSON (Expecting property name enclosed in double quotes at column 2)",
         f"{path}:9: skipped (empty_cluster): cluster 'e' has no non-empty document",
         f"{path}:10: dropped document 1 of cluster 'd' (empty_document: no text after cleaning)",
     ]
@@ -346,39 +346,49 @@ def test_repeated_cluster_ids_are_warned_with_the_ids(tmp_path, caplog):
     assert "split 'train' has 3 cluster ids that occur more than once: 'c0' (lines 1, 4); 'c1' (lines 2, 5); 'c2' (lines 3, 6)" in message
 
 
-def test_pagesum_logs_page_cuts_summed_over_every_batch(caplog, monkeypatch):
-    """Page cuts of every batch add up, and one exit hook logs the totals
-    (fairseq-generate used to show the first batch's warning only)."""
+def test_pagesum_counts_page_cuts_on_device_and_reports_them_through_fairseq_metrics(caplog, monkeypatch):
+    """Page cuts of every batch add up on the device with no host
+    synchronization and no exit hook in the forward pass; fairseq's metrics
+    carry the per-batch counts (summed over an epoch by fairseq), and
+    log_page_totals reports the running totals when asked."""
     import atexit
-    from collections import Counter
 
     import torch
+    from fairseq.logging import metrics
 
     from mdsfair.models.pagesum_bart import PAGE_STATISTICS, PageSumEncoder
     from mdsfair.modules.pages import PageBuilder
 
     bos, pad, eos = 0, 1, 2
     builder = PageBuilder("document", 2, 6, bos, eos, pad)  # 2 pages of 4 content tokens
-    encoder = SimpleNamespace(page_builder=builder, page_statistics=Counter())
-    encoder.page_settings = lambda: PageSumEncoder.page_settings(encoder)
-    registered = []
-    monkeypatch.setattr(atexit, "register", lambda *hook: registered.append(hook))
-    totals = Counter()
+    encoder = SimpleNamespace(page_builder=builder, page_counts=torch.zeros(len(PAGE_STATISTICS), dtype=torch.long),
+                              examples_encoded=0)
+    layouts = []
     for seed in (0, 1):  # two batches of 3 examples, 3 documents of 8 tokens each
         tokens = torch.randint(4, 30, (3, 24), generator=torch.Generator().manual_seed(seed))
         doc = torch.arange(24).div(8, rounding_mode="floor").expand(3, 24)
-        layout = builder(tokens, doc, doc, doc)
-        for name in PAGE_STATISTICS:
-            totals[name] += int(getattr(layout, name).sum())
-        PageSumEncoder.record_page_statistics(encoder, layout)
+        layouts.append(builder(tokens, doc, doc, doc))
+    totals = {name: sum(int(getattr(layout, name).sum()) for layout in layouts) for name in PAGE_STATISTICS}
+
+    def host_sync(*args, **kwargs):
+        raise AssertionError("host synchronization in the forward pass")
+
+    with monkeypatch.context() as patch, metrics.aggregate(new_root=True) as aggregated:
+        patch.setattr(atexit, "register", host_sync)
+        for method in ("tolist", "item", "__bool__", "__int__", "__float__"):
+            patch.setattr(torch.Tensor, method, host_sync)
+        for layout in layouts:
+            PageSumEncoder.record_page_statistics(encoder, layout)
     # per batch: document 3 dropped (8 tokens), documents 1-2 cut to 4 tokens (4 + 4 cut), for 3 examples
-    assert dict(totals) == {"dropped_units": 6, "dropped_tokens": 48, "cut_tokens": 48, "merged_units": 0}
-    assert len(registered) == 1  # one exit hook per encoder
-    function, statistics, settings = registered[0]
+    assert totals == {"dropped_units": 6, "dropped_tokens": 48, "cut_tokens": 48, "merged_units": 0}
+    assert encoder.page_counts.tolist() == [totals[name] for name in PAGE_STATISTICS]
+    assert encoder.examples_encoded == 6
+    assert {name: int(aggregated[f"page_{name}"].sum) for name in PAGE_STATISTICS} == totals
+    encoder.page_settings = lambda: PageSumEncoder.page_settings(encoder)
     with caplog.at_level(logging.INFO):
-        message = function(statistics, settings)
+        message = PageSumEncoder.log_page_totals(encoder)
     assert message.startswith(
-        "PageSum pages over the 6 examples this process encoded: 6 dropped units, 48 dropped tokens, "
+        "PageSum pages over the 6 examples this encoder encoded: 6 dropped units, 48 dropped tokens, "
         "0 merged units, 48 cut tokens (locality document, --num-pages 2, --page-tokens 6"
     )
     assert message in caplog.text

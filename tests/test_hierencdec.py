@@ -9,7 +9,6 @@ import os
 import pytest
 import torch
 
-import mdsfair  # noqa: F401  (registers the task and the model)
 from fairseq import checkpoint_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.bart import BARTModel

@@ -13,11 +13,14 @@ import torch
 
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.side_data import SideDataSpec
+from fairseq.models import MODEL_REGISTRY
+
 from mdsfair.hub_interface import (
     HUB_ENTRIES,
+    HubEntry,
     MultiDocSummarizationHubInterface,
     copy_inference_files,
-    register_hub_entry,
+    hub_entries,
 )
 from mdsfair.preprocess.pipeline import preprocessing_args
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, SideDataProducer
@@ -102,11 +105,32 @@ def test_hubconf_exposes_every_registered_entry():
     assert "model_dir" in hubconf.transformer.__doc__
 
 
-def test_register_hub_entry_validates():
-    with pytest.raises(ValueError, match="identifier"):
-        register_hub_entry("not-a-name", "x")
-    with pytest.raises(ValueError, match="registered twice"):
-        register_hub_entry("transformer", "a different description")
+MDSFAIR_MODELS = ("dape_transformer", "hierencdec_bart", "hiertransformer", "pagesum_bart", "sparse_bart")
+
+
+def test_hub_entries_are_declared_by_the_model_classes(monkeypatch):
+    entries = hub_entries()
+    assert entries == HUB_ENTRIES
+    assert sorted(entries) == sorted(MDSFAIR_MODELS + ("bart", "summarizer", "transformer"))
+    for name in MDSFAIR_MODELS:
+        cls = MODEL_REGISTRY[name]
+        assert entries[name] == HubEntry(name, cls.hub_description, (name,))
+        assert cls.hub_models() == {}  # fairseq's map of downloadable releases: mdsfair publishes none
+    # a registered subclass without its own hub_description gets no entry; with one it does
+    base = MODEL_REGISTRY["pagesum_bart"]
+    monkeypatch.setitem(MODEL_REGISTRY, "pagesum_variant", type("PageSumVariant", (base,), {}))
+    assert "pagesum_variant" not in hub_entries()
+    monkeypatch.setitem(MODEL_REGISTRY, "pagesum_variant",
+                        type("PageSumVariant", (base,), {"hub_description": "a variant"}))
+    assert hub_entries()["pagesum_variant"] == HubEntry("pagesum_variant", "a variant", ("pagesum_variant",))
+    monkeypatch.setitem(MODEL_REGISTRY, "not-a-name", type("Bad", (base,), {"hub_description": "x"}))
+    with pytest.raises(ValueError, match="not a Python identifier"):
+        hub_entries()
+
+
+def test_model_class_from_pretrained_loads_only_its_own_family(trained):
+    with pytest.raises(ValueError, match="holds a 'transformer' model; hub entry 'pagesum_bart'"):
+        MODEL_REGISTRY["pagesum_bart"].from_pretrained(trained["save_dir"], data_name_or_path=trained["data_bin"])
 
 
 def test_hub_load_returns_interface(hub):

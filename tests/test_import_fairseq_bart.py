@@ -22,7 +22,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import mdsfair  # noqa: F401
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 from fairseq.models.bart import BARTModel

@@ -13,7 +13,6 @@ import time
 import pytest
 import torch
 
-import mdsfair  # noqa: F401
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator

@@ -14,7 +14,6 @@ import os
 import pytest
 import torch
 
-import mdsfair  # noqa: F401
 from fairseq import checkpoint_utils
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import import_main

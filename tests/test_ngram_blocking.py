@@ -9,7 +9,6 @@ import os
 import pytest
 import torch
 
-import mdsfair  # noqa: F401  (registers tasks and models)
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf

@@ -5,7 +5,7 @@ from rouge_score import tokenizers
 
 from mdsfair.evaluation import rouge155
 from mdsfair.evaluation.fast_rouge import FastRougeScorer, ScriptAwareTokenizer
-from mdsfair.evaluation.text import mostly_non_latin, non_latin_share, split_sentences
+from mdsfair.text import mostly_non_latin, non_latin_share, split_sentences
 
 
 def test_splitter_cuts_chinese_sentences_with_or_without_space():

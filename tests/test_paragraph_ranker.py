@@ -14,7 +14,8 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from mdsfair.models.paragraph_ranker import ParagraphRankerModel, masked_max_pool
-from mdsfair.tasks.paragraph_ranking import lcs_length, rouge_l_recall, rouge_n_recall, words
+from mdsfair.tasks.paragraph_ranking import words
+from mdsfair.text import lcs_length, rouge_l_recall, rouge_n_recall
 from mdsfair.preprocess.rank import run as rank_main
 from mdsfair.preprocess.rank import ranked_documents, tfidf_title_scores
 from mdsfair.preprocess.structure import ClusterStructure

@@ -93,7 +93,7 @@ def test_structure_of_a_cluster():
 @pytest.mark.parametrize(
     "line, reason, fragment",
     [
-        (b"{not json\n", "not_json", "not JSON"),
+        (b"{not json\n", "invalid_json", "not valid JSON"),
         (b"[1, 2]\n", "not_an_object", "expected a JSON object"),
         (b'{"id": "a", "documents": ["x"]}\n', "missing_key", "missing key 'summary'"),
         (b'{"id": "a", "documents": "x", "summary": "s"}\n', "wrong_type", "list of strings"),
@@ -122,7 +122,7 @@ def test_skip_bad_counts_every_skipped_line(tmp_path):
     clusters = list(read_clusters(path, skip_bad=True, report=report))
     assert [c.id for c in clusters] == ["c0", "c1", "b"]
     assert report.lines == 5 and report.clusters == 3
-    assert dict(report.skipped) == {"not_json": 1, "empty_cluster": 1}
+    assert dict(report.skipped) == {"invalid_json": 1, "empty_cluster": 1}
     assert report.empty_documents_dropped == 1
 
 
@@ -466,7 +466,7 @@ def test_worker_pool_streams_clusters_in_order_with_bounded_chunks(data_bin, tmp
             if line_number <= len(rows):
                 assert result[0].id == rows[line_number - 1]["id"]
         assert delivered == list(range(1, len(rows) + 2))
-        assert result[0] == "error" and result[1].reason == "not_json"
+        assert result[0] == "error" and result[1].reason == "invalid_json"
         assert pool.stage_seconds["subwords"] > 0
     finally:
         pool.close()

@@ -18,7 +18,7 @@ from mdsfair.evaluation.rouge import (
     score_files,
     score_sentences,
 )
-from mdsfair.evaluation.text import split_sentences
+from mdsfair.text import split_sentences
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "evaluation")
 PAIR_HYP = os.path.join(FIXTURES, "pair_hyp.txt")

@@ -6,7 +6,6 @@ import copy
 import pytest
 import torch
 
-import mdsfair  # noqa: F401  (registers models, tasks, criterions)
 from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
@@ -14,7 +13,7 @@ from mdsfair.modules.sentence_approximator import (
     model_free_sentence_log_scores,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
-from mdsfair.generation.hypothesis_rows import HypothesisRows
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     SentenceContext,
     SparseCrossAttention,

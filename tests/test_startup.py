@@ -31,7 +31,7 @@ MODEL_COMMANDS = {
 }
 #: modules the light commands import
 LIGHT_MODULES = sorted(set(LIGHT_COMMANDS.values()) | {
-    "mdsfair", "mdsfair.evaluation.fairseq_output", "mdsfair.evaluation.text", "mdsfair.evaluation.rouge155",
+    "mdsfair", "mdsfair.evaluation.fairseq_output", "mdsfair.text", "mdsfair.evaluation.rouge155",
 })
 
 
@@ -98,9 +98,12 @@ REGISTRY_CHECK = (
 
 
 @pytest.mark.parametrize("first_import", [
-    "import mdsfair\nimport fairseq\n",                   # plugin first, fairseq later
-    "import fairseq\nimport mdsfair\n",                   # --user-dir: fairseq first
-    "from mdsfair.hub_interface import HUB_ENTRIES\n",    # an mdsfair module that imports fairseq itself
+    "import mdsfair\nimport fairseq\nmdsfair.register()\n",  # plugin first, fairseq later: explicit register()
+    "import fairseq\nimport mdsfair\n",                       # fairseq first, as its --user-dir imports mdsfair
+    # fairseq's own --user-dir mechanism (what fairseq-train --user-dir mdsfair runs)
+    "import argparse\nfrom fairseq import utils\nutils.import_user_module(argparse.Namespace(user_dir='mdsfair'))\n",
+    "from mdsfair.hub_interface import HUB_ENTRIES\n",        # the hub registers explicitly
+    "import hubconf\n",                                      # torch.hub's entry file
 ])
 def test_registries_are_filled_whatever_the_import_order(first_import):
     output = run_python(first_import + REGISTRY_CHECK)
@@ -108,3 +111,29 @@ def test_registries_are_filled_whatever_the_import_order(first_import):
         "tasks", "True", "models", "True", "archs", "True", "criterions", "True", "hub", "True",
         "checkpoint", "hooks", "True", "registered", "True",
     ], output
+
+
+def test_importing_mdsfair_changes_nothing_in_fairseq_warnings_or_the_import_system():
+    """No import-time magic: ``import mdsfair`` before fairseq installs no
+    import hook, patches nothing and registers nothing until ``register()``,
+    and never touches the process's warning filters."""
+    code = (
+        "import sys, warnings\n"
+        "filters_before, meta_path_before = list(warnings.filters), list(sys.meta_path)\n"
+        "import mdsfair\n"
+        "print('filters', warnings.filters == filters_before)\n"
+        "print('meta_path', sys.meta_path == meta_path_before)\n"
+        "import fairseq\n"
+        "from fairseq import checkpoint_utils\n"
+        "from fairseq.models import MODEL_REGISTRY\n"
+        "print('patched', getattr(checkpoint_utils.load_checkpoint_to_cpu, '__mdsfair_checked__', False))\n"
+        "print('models', 'pagesum_bart' in MODEL_REGISTRY, mdsfair.is_registered())\n"
+        "filters_before = list(warnings.filters)\n"
+        "mdsfair.register()\n"
+        "silenced = [f for f in warnings.filters if f[1] is not None and 'hydra' in f[1].pattern]\n"
+        "print('after', 'pagesum_bart' in MODEL_REGISTRY, mdsfair.is_registered(), silenced == [])\n"
+    )
+    assert run_python(code).split() == [
+        "filters", "True", "meta_path", "True", "patched", "False", "models", "False", "False",
+        "after", "True", "True", "True",
+    ]

@@ -226,7 +226,6 @@ def test_checkpoint_loads_under_torch_weights_only_default(tiny_bin, tmp_path):
     """torch >= 2.6 refuses fairseq checkpoints by default; mdsfair loads them
     with weights_only still on (fairseq's extra globals allowed for that load)
     and leaves the process environment as it was."""
-    import mdsfair  # noqa: F401
     from fairseq import checkpoint_utils
 
     train(tiny_bin, str(tmp_path / "c"), TINY_TRANSFORMER, 1)

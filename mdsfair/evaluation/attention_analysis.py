@@ -516,8 +516,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
 
     import torch
 
-    import mdsfair  # noqa: F401  (registers the task and the models)
+    import mdsfair
     from fairseq import checkpoint_utils, utils
+
+    mdsfair.register()  # the task and the models, the checkpoint checks
     from fairseq.dataclass.configs import GenerationConfig
     from fairseq.models.bart import BARTModel
 

@@ -5,7 +5,7 @@ Input is the raw contract (one cluster per JSON line)::
     {"id": str, "documents": [str, ...], "summary": str, "title": str (optional)}
 
 Paragraphs inside a document are separated by blank lines; every paragraph
-is split into sentences with :func:`mdsfair.evaluation.text.split_sentences`
+is split into sentences with :func:`mdsfair.text.split_sentences`
 (sentences never cross a paragraph boundary). A multi-reference variant with
 ``"summaries": [str, ...]`` instead of (or besides) ``"summary"`` is also
 read; its references are used by the oracle and by ``--score``.
@@ -53,29 +53,26 @@ Command line: ``mdsfair-baseline --method lead|lexrank|oracle INPUT.jsonl -o OUT
 ``--budget-from-reference``).
 """
 import argparse
-import json
 import logging
-import math
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from mdsfair.data.manifest import atomic_text_file
-from mdsfair.evaluation.text import split_paragraphs, split_sentences
-from mdsfair.raw_contract import cluster_references, contract_string_problem, format_location, strip_utf8_bom
+from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
+from mdsfair.raw_contract import InputFormatError, cluster_references, decode_cluster_line, iter_raw_lines
+from mdsfair.text import split_paragraphs, split_sentences, words
 
 logger = logging.getLogger(__name__)
 
 METHODS = ("lead", "lexrank", "oracle")
 DEFAULT_NUM_SENTENCES = 3  # Lead and LexRank without a word budget
 LEAD_ORDERS = ("sequential", "round-robin")
-_WORD_RE = re.compile(r"\w+")
 
 
-class ClusterFormatError(ValueError):
-    """A JSONL line that breaks the raw contract; the message names file and line."""
+#: The raw contract's one error type (its old name here).
+ClusterFormatError = InputFormatError
 
 
 @dataclass(frozen=True)
@@ -129,58 +126,16 @@ BUDGET_PRESETS: Dict[str, BudgetPreset] = {
 # Input
 
 
-def _validate_cluster(record: object, where: str) -> Dict:
-    if not isinstance(record, dict):
-        raise ClusterFormatError(f"{where}: expected a JSON object, got {type(record).__name__}")
-    for key in ("id", "documents"):
-        if key not in record:
-            raise ClusterFormatError(f"{where}: missing key {key!r}")
-    if not isinstance(record["id"], str):
-        raise ClusterFormatError(f"{where}: 'id' must be a string")
-    documents = record["documents"]
-    if not isinstance(documents, list) or not all(isinstance(d, str) for d in documents):
-        raise ClusterFormatError(f"{where}: 'documents' must be a list of strings")
-    if "summary" in record and not isinstance(record["summary"], str):
-        raise ClusterFormatError(f"{where}: 'summary' must be a string")
-    if "summaries" in record and (
-        not isinstance(record["summaries"], list)
-        or not all(isinstance(s, str) for s in record["summaries"])
-    ):
-        raise ClusterFormatError(f"{where}: 'summaries' must be a list of strings")
-    if "title" in record and not isinstance(record["title"], str):
-        raise ClusterFormatError(f"{where}: 'title' must be a string")
-    return record
-
-
 def read_clusters(path: str) -> List[Dict]:
     """Read and validate a raw-contract JSONL file (blank lines are skipped; a
-    UTF-8 byte-order mark before the first line is ignored).
+    UTF-8 byte-order mark before the first line is ignored) with
+    :func:`mdsfair.raw_contract.decode_cluster_line`; references are optional.
 
     Raises:
-        ClusterFormatError: ``FILE:LINE: reason`` (1-based line).
+        InputFormatError: ``FILE:LINE: reason`` (1-based line), with the raw
+        contract's reason code.
     """
-    clusters = []
-    with open(path, "rb") as handle:
-        for line_number, raw in enumerate(handle, start=1):
-            where = format_location(path, line_number)
-            if line_number == 1:
-                raw = strip_utf8_bom(raw)
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ClusterFormatError(f"{where}: invalid UTF-8 ({error})") from error
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise ClusterFormatError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from error
-            cluster = _validate_cluster(record, where)
-            problem = contract_string_problem(cluster)
-            if problem is not None:
-                raise ClusterFormatError(f"{where}: {problem[1]}")
-            clusters.append(cluster)
-    return clusters
+    return [decode_cluster_line(raw, path, line, require_references=False) for line, raw in iter_raw_lines(path)]
 
 
 def reference_summaries(cluster: Mapping) -> List[str]:
@@ -301,67 +256,6 @@ def lead(
 # LexRank
 
 
-def _words(sentence: str) -> List[str]:
-    return _WORD_RE.findall(sentence.lower())
-
-
-def tfidf_cosine_matrix(sentences: Sequence[str]) -> List[List[float]]:
-    """Pairwise idf-modified cosine similarity of the sentences (Erkan & Radev).
-
-    Term frequency is the raw count in the sentence; idf treats each sentence
-    of the cluster as a document, smoothed so that it stays positive:
-    ``idf(w) = ln((1 + N) / (1 + df(w))) + 1``.
-    """
-    bags = [Counter(_words(sentence)) for sentence in sentences]
-    document_frequency = Counter(word for bag in bags for word in bag)
-    count = len(sentences)
-    idf = {word: math.log((1 + count) / (1 + df)) + 1 for word, df in document_frequency.items()}
-    vectors = [{word: tf * idf[word] for word, tf in bag.items()} for bag in bags]
-    norms = [math.sqrt(sum(value * value for value in vector.values())) for vector in vectors]
-    matrix = [[0.0] * count for _ in range(count)]
-    for i in range(count):
-        matrix[i][i] = 1.0 if norms[i] > 0 else 0.0
-        for j in range(i + 1, count):
-            if norms[i] == 0 or norms[j] == 0:
-                continue
-            small, large = (vectors[i], vectors[j]) if len(vectors[i]) <= len(vectors[j]) else (vectors[j], vectors[i])
-            dot = sum(value * large[word] for word, value in small.items() if word in large)
-            matrix[i][j] = matrix[j][i] = dot / (norms[i] * norms[j])
-    return matrix
-
-
-def lexrank_scores(
-    sentences: Sequence[str],
-    threshold: float = 0.1,
-    damping: float = 0.85,
-    weighted: bool = False,
-    similarity: Optional[List[List[float]]] = None,
-) -> List[float]:
-    """LexRank centrality of each sentence.
-
-    Args:
-        sentences: the cluster's sentences.
-        threshold: keep an edge when the cosine similarity is above this.
-        damping: PageRank damping factor (networkx ``alpha``).
-        weighted: weight edges by their similarity (continuous LexRank)
-            instead of 1 (LexRank with threshold).
-        similarity: the :func:`tfidf_cosine_matrix` of ``sentences`` if
-            already computed.
-    """
-    import networkx as nx
-
-    if similarity is None:
-        similarity = tfidf_cosine_matrix(sentences)
-    graph = nx.Graph()
-    graph.add_nodes_from(range(len(sentences)))
-    for i in range(len(sentences)):
-        for j in range(i + 1, len(sentences)):
-            if similarity[i][j] > threshold:
-                graph.add_edge(i, j, weight=similarity[i][j])
-    ranks = nx.pagerank(graph, alpha=damping, weight="weight" if weighted else None)
-    return [ranks[i] for i in range(len(sentences))]
-
-
 def lexrank(
     cluster: Mapping,
     num_sentences: int = DEFAULT_NUM_SENTENCES,
@@ -390,7 +284,7 @@ def lexrank(
     Returns:
         The chosen sentences in document order.
     """
-    sentences = [s for s in _flatten(cluster_sentences(cluster)) if _words(s)]
+    sentences = [s for s in _flatten(cluster_sentences(cluster)) if words(s)]
     if not sentences:
         return []
     if max_words is None and num_sentences < 1:

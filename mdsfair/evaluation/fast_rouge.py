@@ -44,7 +44,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from rouge_score import rouge_scorer, tokenizers
 
-from mdsfair.evaluation.text import character_kind
+from mdsfair.text import character_kind
 
 RougeTriple = Tuple[float, float, float]  # (recall, precision, f1)
 

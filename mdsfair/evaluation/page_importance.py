@@ -119,8 +119,10 @@ def cli_main(argv: Optional[List[str]] = None):
 
     import torch
 
-    import mdsfair  # noqa: F401  (registers the task and model)
+    import mdsfair
     from fairseq import checkpoint_utils, utils
+
+    mdsfair.register()  # the task and model, the checkpoint checks
 
     indices = parse_examples(args.examples)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides={"data": args.data})

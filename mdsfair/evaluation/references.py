@@ -14,18 +14,7 @@ import os
 from typing import Dict, List, Tuple
 
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
-
-
-def _input_error(message: str) -> Exception:
-    from mdsfair.evaluation.rouge import RougeInputError  # imported here: rouge imports this module
-
-    return RougeInputError(message)
-
-
-def _read_lines(path: str) -> List[str]:
-    from mdsfair.evaluation.rouge import read_lines
-
-    return read_lines(path)
+from mdsfair.evaluation.inputs import RougeInputError, read_lines
 
 
 def split_reference_files(data_bin: str, split: str) -> Tuple[List[str], Dict]:
@@ -36,7 +25,7 @@ def split_reference_files(data_bin: str, split: str) -> Tuple[List[str], Dict]:
     if os.path.isfile(manifest_path):
         splits = read_manifest(data_bin).get("splits", {})
         if split not in splits:
-            raise _input_error(
+            raise RougeInputError(
                 f"{manifest_path} lists no split {split!r} (listed: {', '.join(sorted(splits)) or 'none'})"
             )
         report = splits[split]
@@ -57,23 +46,23 @@ def data_bin_references(data_bin: str, split: str) -> Tuple[List[List[str]], str
     columns = []
     for path in paths:
         if not os.path.isfile(path):
-            raise _input_error(
+            raise RougeInputError(
                 f"{path} not found: is {data_bin} a data-bin written by mdsfair-preprocess with a split {split!r}? "
                 "(give --data-bin / --split, or REF files)"
             )
-        columns.append(_read_lines(path))
+        columns.append(read_lines(path))
     rows = report.get("examples", report.get("clusters"))
     for path, column in zip(paths, columns):
         if rows is not None and len(column) != rows:
-            raise _input_error(
+            raise RougeInputError(
                 f"{path} has {len(column)} lines but {os.path.join(data_bin, MANIFEST_NAME)} lists {rows} rows "
                 f"in split {split!r}: the data-bin is inconsistent; preprocess it again"
             )
         if len(column) != len(columns[0]):
-            raise _input_error(f"{path} has {len(column)} lines but {paths[0]} has {len(columns[0])}")
+            raise RougeInputError(f"{path} has {len(column)} lines but {paths[0]} has {len(columns[0])}")
     references = [[column[row] for column in columns if column[row].strip()] for row in range(len(columns[0]))]
     for row, refs in enumerate(references):
         if not refs:
-            raise _input_error(f"{paths[0]}:{row + 1}: empty reference (every cluster needs one to be scored)")
+            raise RougeInputError(f"{paths[0]}:{row + 1}: empty reference (every cluster needs one to be scored)")
     name = paths[0] if len(paths) == 1 else f"{paths[0]} + {len(paths) - 1} more"
     return references, name

@@ -31,7 +31,7 @@ Inputs
   skipped with ``--skip-invalid-size-inputs-valid-test``) is refused with the
   missing ids named.
 * Sentences: each line is split with the rule-based splitter of
-  :mod:`mdsfair.evaluation.text`, or on an explicit marker given with
+  :mod:`mdsfair.text`, or on an explicit marker given with
   ``--sentence-separator`` (the marker is removed).
 
 Numbers
@@ -58,16 +58,17 @@ a warning is logged.
 """
 import argparse
 import logging
-import os
-import re
 import sys
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Union
 
-from mdsfair.evaluation.fairseq_output import Gpt2Decoder, is_generate_output, parse_generate_lines
-from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, read_manifest, write_json_atomic
-from mdsfair.evaluation.references import data_bin_references
+from mdsfair.data.manifest import ManifestError, write_json_atomic
+from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
+from mdsfair.evaluation.inputs import RougeInputError, read_lines
+
+__all__ = ["RougeInputError", "read_lines", "load_hypotheses_and_references", "score", "score_sentences",
+           "score_files", "format_table", "cli_main", "METRICS", "COLUMN_TITLES"]
 from mdsfair.evaluation.rouge155 import RougeDependencyError
-from mdsfair.evaluation.text import split_sentences
+from mdsfair.text import has_word, split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -75,66 +76,6 @@ logger = logging.getLogger(__name__)
 METRICS = ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum", "rouge-su4")
 COLUMN_TITLES = ("R-1", "R-2", "R-L", "R-Lsum", "R-SU4")
 MEASURE_NAMES = {"f": "F1", "r": "recall", "p": "precision"}
-
-
-class RougeInputError(ValueError):
-    """Inputs that cannot be scored (missing/mismatched lines, empty files)."""
-
-
-#: The line the task logs for every split it loads (one per split).
-DATA_BIN_LINE_RE = re.compile(
-    r"split (?P<split>\S+) of data-bin (?P<data_bin>.+?): (?P<clusters>\d+) clusters, source tokens kept"
-)
-
-
-def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
-    """``(data_bin, split)`` of the last split the task logged in ``lines``."""
-    found = None
-    for line in lines:
-        match = DATA_BIN_LINE_RE.search(line)
-        if match:
-            found = (match.group("data_bin"), match.group("split"))
-    return found
-
-
-def check_hypothesis_ids(ids: Optional[Sequence[int]], count: int, expected: int, hyp_path: str, why: str) -> None:
-    """Refuse hypotheses that do not cover clusters ``0 .. expected - 1``
-    exactly (``ids``: the generate log's ids; None for a plain file of
-    ``count`` lines). ``why`` says where ``expected`` comes from."""
-    if ids is None:
-        if count != expected:
-            raise RougeInputError(f"{hyp_path} has {count} hypotheses but {why}")
-        return
-    present = set(ids)
-    missing = [i for i in range(expected) if i not in present]
-    extra = sorted(i for i in present if i >= expected)
-    problems = []
-    if missing:
-        shown = ", ".join(map(str, missing[:20])) + (", ..." if len(missing) > 20 else "")
-        problems.append(f"no hypothesis for {len(missing)} of {expected} clusters (ids {shown})")
-    if extra:
-        shown = ", ".join(map(str, extra[:20])) + (", ..." if len(extra) > 20 else "")
-        problems.append(f"{len(extra)} ids beyond the {expected} clusters ({shown})")
-    if problems:
-        raise RougeInputError(
-            f"{hyp_path}: {'; '.join(problems)} ({why}). The log is incomplete (generation stopped early or "
-            "skipped clusters, e.g. --skip-invalid-size-inputs-valid-test) or belongs to another split; "
-            "scoring part of a test set would give a number that is not the test set's"
-        )
-
-
-def read_lines(path: str) -> List[str]:
-    """Lines of a text file without line terminators (one final newline is optional)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            content = handle.read()
-    except UnicodeDecodeError as error:
-        raise RougeInputError(f"{path} is not valid UTF-8 ({error})") from error
-    if not content:
-        return []
-    if content.endswith("\n"):
-        content = content[:-1]
-    return [line.rstrip("\r") for line in content.split("\n")]
 
 
 def _normalise_references(
@@ -274,158 +215,6 @@ def score(
     )
 
 
-def data_bin_gpt2_files(data_bin: str) -> Tuple[Optional[str], Optional[str]]:
-    """``(encoder.json, vocab.bpe)`` of a data-bin preprocessed with
-    ``--subword gpt2`` (its manifest's ``subword`` entry names the copies
-    mdsfair-preprocess made), else ``(None, None)``."""
-    manifest_path = os.path.join(data_bin, MANIFEST_NAME)
-    if not os.path.isfile(manifest_path):
-        return None, None
-    subword = read_manifest(data_bin).get("subword", {})
-    if subword.get("type") != "gpt2" or "encoder_json" not in subword or "vocab_bpe" not in subword:
-        return None, None
-    paths = tuple(os.path.join(data_bin, subword[key]) for key in ("encoder_json", "vocab_bpe"))
-    missing = [path for path in paths if not os.path.isfile(path)]
-    if missing:
-        raise RougeInputError(f"{manifest_path} names GPT-2 files that are missing: {', '.join(missing)}")
-    return paths
-
-
-def load_hypotheses_and_references(
-    hyp_path: str,
-    ref_paths: Optional[Union[str, Sequence[str]]] = None,
-    gpt2_encoder_json: Optional[str] = None,
-    gpt2_vocab_bpe: Optional[str] = None,
-    data_bin: Optional[str] = None,
-    split: Optional[str] = None,
-    expected: Optional[int] = None,
-    target_lines: bool = False,
-    info: Optional[Dict] = None,
-):
-    """Read HYP (plain or fairseq-generate log) and its references.
-
-    References, in this order: the REF files; with ``target_lines``, the
-    log's ``T-`` lines; otherwise the data-bin's stored summaries (``data_bin``
-    / ``split``, or the data-bin and split the log names). The number of
-    clusters expected is ``expected``, else the data-bin split's, else the
-    REF files' line count; hypotheses must cover exactly those clusters.
-    GPT-2 BPE ids in a log are decoded with the given files, else with the
-    data-bin's own (a ``--subword gpt2`` data-bin); ids that cannot be
-    decoded are refused, not scored as 0.
-
-    Returns:
-        ``(hypotheses, references)``: strings, and per hypothesis the list of
-        its non-empty references. ``info`` (a dict), when given, receives
-        where the references came from.
-    """
-    if isinstance(ref_paths, str):
-        ref_paths = [ref_paths]
-    ref_paths = list(ref_paths or [])
-    info = info if info is not None else {}
-    if ref_paths and target_lines:
-        raise RougeInputError("give REF files or --target-lines, not both")
-    if expected is not None and expected < 1:
-        raise RougeInputError(f"--expected must be positive, got {expected}")
-    lines = read_lines(hyp_path)
-    if not lines:
-        raise RougeInputError(f"hypothesis file {hyp_path} is empty (0 lines)")
-    ids = targets = None
-    if is_generate_output(lines):
-        if (gpt2_encoder_json is None) != (gpt2_vocab_bpe is None):
-            raise RougeInputError("GPT-2 decoding needs both --gpt2-encoder-json and --gpt2-vocab-bpe")
-        if data_bin is None and not ref_paths and not target_lines:
-            named = data_bin_named_in_log(lines)
-            if named is None:
-                raise RougeInputError(
-                    f"{hyp_path} does not name its data-bin (the task's line 'split S of data-bin D: N clusters' "
-                    "is missing, e.g. logging was off): give --data-bin DIR --split S (references: the data-bin's "
-                    "stored summaries), REF files, or --target-lines to score against the log's T- lines, which "
-                    "are cut at the model's target limit"
-                )
-            data_bin, logged_split = named
-            split = split or logged_split
-        if gpt2_encoder_json is None and data_bin is not None:
-            gpt2_encoder_json, gpt2_vocab_bpe = data_bin_gpt2_files(data_bin)
-            if gpt2_encoder_json is not None:
-                info["gpt2_files"] = "the data-bin's " + ", ".join((gpt2_encoder_json, gpt2_vocab_bpe))
-        decoder = Gpt2Decoder(gpt2_encoder_json, gpt2_vocab_bpe) if gpt2_encoder_json else None
-        ids, hypotheses, targets = parse_generate_lines(lines, decoder, source=hyp_path)
-        if decoder is None:
-            non_empty = [text for text in hypotheses if text.strip()]
-            if non_empty and all(Gpt2Decoder.looks_encoded(text) for text in non_empty):
-                raise RougeInputError(
-                    f"{hyp_path}: every hypothesis is a sequence of integers (GPT-2 BPE ids: fairseq-generate ran "
-                    "without --bpe gpt2), which would score 0: give --data-bin of a GPT-2 data-bin (its encoder.json "
-                    "and vocab.bpe decode them) or --gpt2-encoder-json and --gpt2-vocab-bpe"
-                )
-        logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
-                    len(ids), ids[0], ids[-1], hyp_path)
-    else:
-        hypotheses = lines
-        if target_lines:
-            raise RougeInputError(f"{hyp_path} is not fairseq-generate output, so it has no T- lines")
-        if not ref_paths and data_bin is None:
-            raise RougeInputError(
-                f"{hyp_path} is not fairseq-generate output, so a REF file is required (or --data-bin DIR "
-                "--split S: the references stored in a data-bin)"
-            )
-    expected_from = f"--expected is {expected}" if expected is not None else None
-    references: Optional[List[List[str]]] = None
-    if data_bin is not None:
-        split = split or "test"
-        stored, path = data_bin_references(data_bin, split)
-        if expected is not None and expected != len(stored):
-            raise RougeInputError(f"--expected {expected} but {path} has {len(stored)} clusters")
-        expected, expected_from = len(stored), f"data-bin {data_bin} split {split!r} has {len(stored)} clusters"
-        if not ref_paths and not target_lines:
-            references = stored
-            info["references"] = path
-    reference_columns = []
-    for path in ref_paths:
-        column = read_lines(path)
-        if expected is not None and len(column) != expected:
-            raise RougeInputError(f"{path} has {len(column)} lines but {expected_from}")
-        expected, expected_from = len(column), expected_from or f"{path} has {len(column)} lines"
-        reference_columns.append(column)
-    if ref_paths:
-        info["references"] = list(ref_paths)
-    if expected is None:
-        raise RougeInputError(
-            f"mdsfair-rouge cannot tell how many clusters {hyp_path} should cover: give --expected N or "
-            "--data-bin DIR --split S"
-        )
-    check_hypothesis_ids(ids, len(hypotheses), expected, hyp_path, expected_from)
-    if target_lines:
-        missing = [sample_id for sample_id, target in zip(ids, targets) if target is None]
-        if missing:
-            raise RougeInputError(
-                f"{hyp_path}: {len(missing)} of {len(ids)} ids have no T- line (first: id {missing[0]})"
-            )
-        logger.warning(
-            "%s: scoring against the T- lines, the targets as the task served them (cut at the model's "
-            "target limit); the full references are the data-bin's <split>.summary.txt", hyp_path,
-        )
-        info["references"] = "T- lines of " + hyp_path
-        return hypotheses, [[target] for target in targets]
-    if references is not None:
-        return hypotheses, references
-    references = []
-    for index in range(len(hypotheses)):
-        cluster = [column[index] for column in reference_columns if column[index].strip()]
-        if not cluster:
-            raise RougeInputError(
-                f"{', '.join(f'{path}:{index + 1}' for path in ref_paths)}: empty reference "
-                f"(every hypothesis needs at least one non-empty reference)"
-            )
-        references.append(cluster)
-    return hypotheses, references
-
-
-#: A character ROUGE counts as part of a word (its tokenizers keep letters and
-#: digits of any script): a reference without one scores 0 in every measure.
-_WORD_CHARACTER = re.compile(r"[^\W_]")
-
-
 def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int:
     """Warn, per cluster, about a cluster whose every reference has no word
     (only punctuation or symbols): every ROUGE of it is 0 whatever the
@@ -436,7 +225,7 @@ def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int
         source = source[0] if len(source) == 1 else f"{source[0]} (and {len(source) - 1} more reference files)"
     wordless = 0
     for index, cluster in enumerate(references):
-        if cluster and not any(_WORD_CHARACTER.search(reference) for reference in cluster):
+        if cluster and not any(has_word(reference) for reference in cluster):
             wordless += 1
             logger.warning(
                 "%s:%d: cluster %d: its reference has no word (%r): it scores 0 in every ROUGE",

@@ -73,7 +73,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 from xml.sax.saxutils import escape as xml_escape
 
-from mdsfair.evaluation.text import mostly_non_latin
+from mdsfair.text import mostly_non_latin
 
 logger = logging.getLogger(__name__)
 
@@ -335,7 +335,7 @@ def warn_non_latin_references(models: Sequence[Sequence[Sequence[str]]]) -> List
     The script keeps ``[A-Za-z0-9]`` only, so a Chinese or Arabic reference
     has no tokens and every hypothesis scores 0 against it, without a word
     from the script. Returns the indices of the clusters whose references
-    are all mostly non-Latin (:func:`mdsfair.evaluation.text.mostly_non_latin`).
+    are all mostly non-Latin (:func:`mdsfair.text.mostly_non_latin`).
     """
     texts = [" ".join(sentence for reference in references for sentence in reference) for references in models]
     flagged = mostly_non_latin(texts)

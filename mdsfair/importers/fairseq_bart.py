@@ -53,8 +53,10 @@ def training_namespace(arch: str, flags: Sequence[str] = (), task: str = TASK, d
     """The namespace ``fairseq-train DATA --task TASK --arch ARCH FLAGS`` builds,
     every model argument set by the architecture's defaults where ``flags``
     leave it."""
-    import mdsfair  # noqa: F401  (registers the task and the mdsfair architectures)
+    import mdsfair
     from fairseq import options
+
+    mdsfair.register()  # the task and the mdsfair architectures
 
     parser = options.get_training_parser()
     return options.parse_args_and_arch(parser, [data, "--task", task, "--arch", arch, *flags])

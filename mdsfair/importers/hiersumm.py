@@ -348,6 +348,7 @@ def model_arguments(options: SimpleNamespace, out_dir: str, max_target_positions
 
     import mdsfair
 
+    mdsfair.register()  # the task and hiertransformer_hiersumm (--user-dir skips an mdsfair imported already)
     argv = [
         out_dir, "--user-dir", os.path.dirname(os.path.abspath(mdsfair.__file__)),
         "--task", "multidoc_summarization", "--arch", "hiertransformer_hiersumm",

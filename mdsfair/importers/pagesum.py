@@ -48,15 +48,12 @@ from typing import Dict, List, Optional
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.hf_bart import (
     architecture_flags,
-    bart_shape,
-    bpe_files,
     checkpoint_namespace,
-    fairseq_state_from_hf,
-    load_tensor_file,
     prepare_out_dir,
     print_next_preprocess_command,
-    read_json,
 )
+from mdsfair.importers.hf_bart_files import bpe_files, load_tensor_file, read_json
+from mdsfair.importers.hf_bart_weights import bart_shape, fairseq_state_from_hf
 from mdsfair.modules.pages import EMPTY_PAGE_POLICIES
 
 # The authors' configurations (config.py of yixinL7/PageSum): pages and

@@ -32,7 +32,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
-from mdsfair.hub_interface import register_hub_entry
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.dependency_attention import DependencyGuidedMultiheadAttention, DependencyRelationEncoder
 from mdsfair.modules.document_positional_encoding import DocumentAwarePositionalEncoding
@@ -232,10 +232,16 @@ class DapeTransformerEncoder(TransformerEncoderBase):
 
 
 @register_model("dape_transformer")
-class DapeTransformerModel(TransformerModel):
+class DapeTransformerModel(MultiDocHubModel, TransformerModel):
     """Transformer with document-aware positional encoding and linguistic-guided
     encoding (Ma et al., 2022). Train on ``--task multidoc_summarization``
     with a data-bin preprocessed with ``--side-data dep_head dep_rel``."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "Transformer with document-aware positions and dependency-guided encoder attention (Ma et al. 2022); "
+        "raw clusters are parsed with spaCy as in preprocessing"
+    )
 
     @staticmethod
     def add_args(parser):
@@ -288,13 +294,6 @@ class DapeTransformerModel(TransformerModel):
             src_lengths=src_lengths,
             return_all_hiddens=return_all_hiddens,
         )
-
-
-register_hub_entry(
-    "dape_transformer",
-    "Transformer with document-aware positions and dependency-guided encoder attention (Ma et al. 2022); "
-    "raw clusters are parsed with spaCy as in preprocessing",
-)
 
 
 def _dape_defaults(args):

@@ -33,9 +33,9 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
-from mdsfair.hub_interface import register_hub_entry
-from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
+from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
 from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS, DocumentBlockedSelfAttention, DocumentLayout
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
 from mdsfair.modules.segment_positions import (
@@ -47,11 +47,6 @@ from mdsfair.modules.segment_positions import (
 )
 
 logger = logging.getLogger(__name__)
-
-register_hub_entry(
-    "hierencdec_bart",
-    "HierEncDec on BART (Shen et al., 2023): document-restricted encoder, Eq. 3-5 cross-attention, beam search at any batch size",
-)
 
 
 def wrap_layer(layer, cfg, attribute_inputs=()):
@@ -289,7 +284,7 @@ class HierEncDecDecoder(TransformerDecoderBase):
 
 
 @register_model("hierencdec_bart")
-class HierEncDecBARTModel(BARTModel):
+class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
     """BART with HierEncDec's hierarchical encoder and decoder; no new parameters.
 
     Table 3 rows as flags (``<s>`` tokens are the task's default, removed by
@@ -306,6 +301,12 @@ class HierEncDecBARTModel(BARTModel):
     5     row 4 + task ``--no-document-start-token`` (= BART)
     ====  =================================================================
     """
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "HierEncDec on BART (Shen et al., 2023): "
+        "document-restricted encoder, Eq. 3-5 cross-attention, beam search at any batch size"
+    )
 
     @staticmethod
     def add_args(parser):

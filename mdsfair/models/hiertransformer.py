@@ -44,7 +44,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
-from mdsfair.hub_interface import register_hub_entry
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
@@ -324,12 +324,12 @@ def set_layer_norm_eps(model: nn.Module, eps: float) -> int:
     return count
 
 
-register_hub_entry("hiertransformer", "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads")
-
-
 @register_model("hiertransformer")
-class HierarchicalTransformerModel(TransformerModel):
+class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     """Hierarchical Transformer encoder + fairseq transformer decoder."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads"
 
     @staticmethod
     def add_args(parser):

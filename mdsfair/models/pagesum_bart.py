@@ -31,11 +31,9 @@ the encoder runs once; ``reorder_encoder_out`` and the decoder's incremental
 state are indexed over ``batch x beam x pages`` (``new_order`` entry ``b``
 becomes rows ``b * P + i``).
 """
-import atexit
 import copy
 import logging
-from collections import Counter
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn as nn
@@ -47,7 +45,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
-from mdsfair.hub_interface import register_hub_entry
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.pages import (
     DISCOURSE_UNITS,
@@ -64,14 +62,15 @@ logger = logging.getLogger(__name__)
 PAGE_STATISTICS = ("dropped_units", "dropped_tokens", "merged_units", "cut_tokens")
 
 
-def log_page_totals(statistics: Counter, settings: str) -> Optional[str]:
-    """Log the totals of :attr:`PageSumEncoder.page_statistics` (a warning
-    when anything was dropped, merged or cut); returns the message."""
-    if not statistics.get("examples"):
+def log_page_totals(counts: Sequence[int], examples: int, settings: str) -> Optional[str]:
+    """Log page totals (``counts`` in :data:`PAGE_STATISTICS` order, over
+    ``examples`` examples): a warning when anything was dropped, merged or
+    cut; returns the message (None before any example)."""
+    if not examples:
         return None
-    cuts = ", ".join(f"{statistics[name]:,} {name.replace('_', ' ')}" for name in PAGE_STATISTICS)
-    message = f"PageSum pages over the {statistics['examples']:,} examples this process encoded: {cuts} ({settings})"
-    (logger.warning if any(statistics[name] for name in PAGE_STATISTICS) else logger.info)(message)
+    cuts = ", ".join(f"{int(count):,} {name.replace('_', ' ')}" for name, count in zip(PAGE_STATISTICS, counts))
+    message = f"PageSum pages over the {examples:,} examples this encoder encoded: {cuts} ({settings})"
+    (logger.warning if any(int(count) for count in counts) else logger.info)(message)
     return message
 
 
@@ -96,7 +95,9 @@ class PageSumEncoder(TransformerEncoderBase):
         super().__init__(cfg, dictionary, embed_tokens)
         self.page_builder = page_builder
         self.global_decoding = global_decoding
-        self.page_statistics = Counter()
+        # Running totals of PAGE_STATISTICS, kept on the model's device (not saved in checkpoints).
+        self.register_buffer("page_counts", torch.zeros(len(PAGE_STATISTICS), dtype=torch.long), persistent=False)
+        self.examples_encoded = 0
 
     def forward(
         self,
@@ -122,26 +123,20 @@ class PageSumEncoder(TransformerEncoderBase):
         return encoder_out
 
     def record_page_statistics(self, layout: PageLayout):
-        """Count what building the pages dropped, merged or cut: kept on
-        ``page_statistics`` (this process; ``examples`` counts the examples
-        encoded), logged as fairseq metrics (``page_dropped_units`` ...), a
-        warning the first time each happens, and the totals over everything
-        this process encoded (e.g. the whole split fairseq-generate ran on)
-        when it exits (:meth:`log_page_totals`)."""
-        totals = torch.stack([getattr(layout, name).sum() for name in PAGE_STATISTICS]).tolist()
-        if not self.page_statistics:
-            atexit.register(log_page_totals, self.page_statistics, self.page_settings())
-        self.page_statistics["examples"] += layout.tokens.size(0)
-        for name, total in zip(PAGE_STATISTICS, totals):
-            if total == 0:
-                continue
-            if self.page_statistics[name] == 0:
-                logger.warning(
-                    "PageSum pages: %d %s in a batch (%s); counted as page_%s (totals over all batches are "
-                    "logged at exit)", total, name.replace("_", " "), self.page_settings(), name,
-                )
-            self.page_statistics[name] += total
-            metrics.log_scalar_sum(f"page_{name}", total, round=0)
+        """Count what building the pages dropped, merged or cut, on the
+        device, with no host synchronization in the forward pass: added to
+        the ``page_counts`` buffer (this encoder's running totals;
+        ``examples_encoded`` counts the examples) and logged as fairseq
+        metrics ``page_dropped_units``, ``page_dropped_tokens``,
+        ``page_merged_units``, ``page_cut_tokens`` (summed tensors: fairseq
+        reads them at its log intervals and reports their sums over the epoch
+        at its end, training and validation alike). :meth:`log_page_totals`
+        logs the running totals when asked."""
+        counts = torch.stack([getattr(layout, name).sum() for name in PAGE_STATISTICS]).to(self.page_counts)
+        self.page_counts.add_(counts)
+        self.examples_encoded += layout.tokens.size(0)
+        for index, name in enumerate(PAGE_STATISTICS):
+            metrics.log_scalar_sum(f"page_{name}", counts[index], round=0)
 
     def page_settings(self) -> str:
         builder = self.page_builder
@@ -149,8 +144,9 @@ class PageSumEncoder(TransformerEncoderBase):
                 f"--page-overflow {builder.overflow}")
 
     def log_page_totals(self) -> Optional[str]:
-        """Log (and return) the page totals of every example encoded so far."""
-        return log_page_totals(self.page_statistics, self.page_settings())
+        """Log (and return) the page totals of every example encoded so far
+        (one host synchronization)."""
+        return log_page_totals(self.page_counts.tolist(), self.examples_encoded, self.page_settings())
 
     @staticmethod
     def concatenate_pages(encoder_out: Dict[str, List[Tensor]], page_mask: Tensor) -> Dict[str, List[Tensor]]:
@@ -272,8 +268,14 @@ class PageSumDecoder(TransformerDecoderBase):
 
 
 @register_model("pagesum_bart")
-class PageSumBARTModel(BARTModel):
+class PageSumBARTModel(MultiDocHubModel, BARTModel):
     """PageSum on BART (Liu et al. 2022); see the module docstring."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "PageSum (Liu et al. 2022): "
+        "BART encoding pages independently, decoding with confidence-weighted pages"
+    )
 
     @staticmethod
     def add_args(parser):
@@ -432,26 +434,18 @@ class PageSumBARTModel(BARTModel):
 
 def authors_filler_tokens(task) -> List[int]:
     """The ids of the authors' empty-page text ``"."`` in ``task``'s data:
-    encoded with the subword model named in the data-bin manifest
-    (``mdsfair.json``), looked up in the task's dictionary."""
-    from mdsfair.preprocess.subword import load_encoder_from_manifest
-
-    manifest = getattr(task, "manifest", None) or {}
-    data_dir = getattr(task, "data_dir", "the data directory")
-    if "subword" not in manifest:
+    encoded with the subword model of the task's data-bin
+    (:meth:`MultiDocSummarizationTask.subword_encoder`), looked up in the
+    task's dictionary."""
+    encoder = task.subword_encoder() if hasattr(task, "subword_encoder") else None
+    if encoder is None:
+        data_dir = getattr(task, "data_dir", "the data directory")
         raise ValueError(
             f"--empty-pages filler encodes the authors' '.' page with the data's subword model, and "
             f"{data_dir} has no manifest naming one (use the multidoc_summarization task on an "
             "mdsfair-preprocess data-bin)"
         )
-    encoder = load_encoder_from_manifest(data_dir, manifest["subword"])
     return filler_page_tokens(encoder, task.source_dictionary)
-
-
-register_hub_entry(
-    "pagesum_bart",
-    "PageSum (Liu et al. 2022): BART encoding pages independently, decoding with confidence-weighted pages",
-)
 
 
 def pagesum_defaults(args):

@@ -14,7 +14,7 @@ the encoder output is never expanded to the beam; only the per-row vector
 ``hypothesis_source_index`` (which source every hypothesis reads) is
 reordered with fairseq's ``new_order``, so batch compaction of finished
 sources is tracked exactly, and the cross-attention's key/value cache stays
-``[B, H, N, d_h]`` (see ``mdsfair/generation/hypothesis_rows.py``).
+``[B, H, N, d_h]`` (see ``mdsfair/modules/hypothesis_rows.py``).
 
 Sentences come from ``src_sent_ids`` of mdsfair's data contract (the start-
 of-document ``<s>`` belongs to the following sentence and the closing
@@ -39,12 +39,12 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoder, Tr
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase
 from torch import Tensor, nn
 
-from mdsfair.hub_interface import register_hub_entry
 from mdsfair.modules.activation_checkpointing import (
     activation_checkpointing,
     checkpoint_layer,
     checkpoint_structured_layer,
 )
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.sentence_approximator import (
     SENTENCE_ENCODERS,
@@ -53,7 +53,7 @@ from mdsfair.modules.sentence_approximator import (
     approximator_parameter_names,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
-from mdsfair.generation.hypothesis_rows import HypothesisRows
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
@@ -343,8 +343,14 @@ class SparseBARTDecoder(TransformerDecoder):
 
 
 @register_model("sparse_bart")
-class SparseBARTModel(BARTModel):
+class SparseBARTModel(MultiDocHubModel, BARTModel):
     """BART whose decoder attends to the top-r sentences (Manakul & Gales 2021)."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "BART with sparse encoder-decoder attention over the top-r sentences (Manakul & Gales 2021); "
+        "load with top_r=R to change r (0: full attention)"
+    )
 
     @staticmethod
     def add_args(parser):
@@ -461,13 +467,6 @@ class SparseBARTModel(BARTModel):
         if created:
             logger.info("sparse_bart: created %d approximator tensors absent from the checkpoint "
                         "(W^Q/W^K copied from the cross-attention projections)", created)
-
-
-register_hub_entry(
-    "sparse_bart",
-    "BART with sparse encoder-decoder attention over the top-r sentences (Manakul & Gales 2021); "
-    "load with top_r=R to change r (0: full attention)",
-)
 
 
 def sparse_bart_defaults(args):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.modules.heads import from_heads, to_heads
 from mdsfair.modules.segment_positions import segment_start_mask
 
 IMPLEMENTATIONS = ("blocked", "dense")
@@ -150,15 +151,12 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         length, batch_size, _ = x.shape
         x = x.transpose(0, 1)
 
-        def heads(t: Tensor) -> Tensor:
-            return t.reshape(batch_size, length, self.num_heads, self.head_dim)
-
-        return heads(self.q_proj(x) * self.scaling), heads(self.k_proj(x)), heads(self.v_proj(x))
+        return (to_heads(self.q_proj(x) * self.scaling, self.num_heads), to_heads(self.k_proj(x), self.num_heads),
+                to_heads(self.v_proj(x), self.num_heads))
 
     def _output(self, context: Tensor) -> Tensor:
         """``context [B, T, H, d]`` -> ``[T, B, C]`` through ``out_proj``."""
-        batch_size, length = context.shape[:2]
-        return self.out_proj(context.reshape(batch_size, length, self.embed_dim).transpose(0, 1))
+        return self.out_proj(from_heads(context).transpose(0, 1))
 
     def forward_documents(self, x: Tensor, layout: DocumentLayout, need_weights: bool = False):
         """Hierarchical self-attention of ``x [T, B, C]``.

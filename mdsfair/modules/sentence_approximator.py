@@ -38,6 +38,7 @@ from torch import Tensor, nn
 from torch.nn.utils.rnn import pack_padded_sequence
 
 from mdsfair.modules.activation_checkpointing import checkpointed_call
+from mdsfair.modules.heads import split_heads, to_heads
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.sentence_saliency import SentenceLayout
 
@@ -207,16 +208,12 @@ class SentenceLevelAttention(nn.Module):
 
     def project_sentences(self, sentence_states: Tensor) -> Tensor:
         """``[B, S, C]`` -> per-head sentence keys ``[B, H, S, d_h]`` (Eq. 9)."""
-        bsz, num_slots, _ = sentence_states.shape
-        keys = self.sentence_key_proj(sentence_states)
-        return keys.view(bsz, num_slots, self.num_heads, self.head_dim).transpose(1, 2)
+        return to_heads(self.sentence_key_proj(sentence_states), self.num_heads).transpose(1, 2)
 
     def project_queries(self, query: Tensor) -> Tensor:
         """``[T, B, C]`` decoder states -> scaled per-head sentence queries
         ``[B, H, T, d_h]`` (Eq. 8)."""
-        tgt_len, bsz, _ = query.shape
-        queries = self.sentence_query_proj(query) * self.scaling
-        return queries.view(tgt_len, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        return split_heads(self.sentence_query_proj(query) * self.scaling, self.num_heads)
 
     def forward(self, query: Tensor, sentence_keys: Tensor, sentence_mask: Tensor) -> Tensor:
         """
@@ -278,7 +275,7 @@ def model_free_sentence_keys(keys: Tensor, src_sent_ids: Tensor, num_slots: int,
     rows = rows.masked_fill(src_sent_ids.lt(0), bsz * num_slots).t().reshape(-1)
     features = elu_feature_map(keys.float().reshape(src_len * bsz, dim))
     sums = features.new_zeros(bsz * num_slots + 1, dim).index_add_(0, rows, features)[:-1]
-    return sums.view(bsz, num_slots, num_heads, dim // num_heads).transpose(1, 2)
+    return to_heads(sums.view(bsz, num_slots, dim), num_heads).transpose(1, 2)
 
 
 def model_free_sentence_scores(

@@ -41,7 +41,7 @@ What generation caches (the sentence keys; the word-level keys/values
 source for the gathered path, which reads the encoder output itself) is kept
 once per source example, never expanded or reordered per beam hypothesis;
 every decoder row finds its source through
-:class:`~mdsfair.generation.hypothesis_rows.HypothesisRows`. The gathered path
+:class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`. The gathered path
 reads each row's kept encoder states from ``[N, B, C]`` with one
 ``index_select`` of whole C-wide rows; the full and masked paths run one
 batched product per source, as do the sentence-level scores. With the
@@ -55,6 +55,8 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.modules.heads import split_heads
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
     SentenceLevelAttention,
     model_free_log_probabilities,
@@ -63,7 +65,6 @@ from mdsfair.modules.sentence_approximator import (
     sentence_attention_log_scores,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
-from mdsfair.generation.hypothesis_rows import HypothesisRows
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
 GENERATION_PATHS = ("auto", "gather", "mask")
@@ -248,8 +249,7 @@ class SparseCrossAttention(MultiheadAttention):
 
     def _split_heads(self, x: Tensor) -> Tensor:
         """``[L, B, C]`` -> ``[B, H, L, d_h]``."""
-        length, bsz, _ = x.shape
-        return x.view(length, bsz, self.num_heads, self.head_dim).permute(1, 2, 0, 3)
+        return split_heads(x, self.num_heads)
 
     def _project_queries(self, query: Tensor, with_sentence_queries: bool) -> Tuple[Tensor, Optional[Tensor]]:
         """Scaled word-level queries ``[B', H, T, d_h]`` and, for the

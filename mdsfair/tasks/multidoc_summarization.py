@@ -233,6 +233,17 @@ class MultiDocSummarizationTask(FairseqTask):
     def data_dir(self) -> str:
         return [p for p in self.cfg.data.split(os.pathsep) if p][0]
 
+    def subword_encoder(self):
+        """The subword encoder of this task's data-bin (the SentencePiece or
+        GPT-2 BPE model its manifest names), for a model that encodes fixed
+        text when it is built (PageSum's filler page); None when the manifest
+        names none."""
+        if "subword" not in (self.manifest or {}):
+            return None
+        from mdsfair.preprocess.subword import load_encoder_from_manifest
+
+        return load_encoder_from_manifest(self.data_dir, self.manifest["subword"])
+
     # ------------------------------------------- checkpoint provenance
 
     def data_fingerprint(self) -> Dict:

@@ -21,10 +21,8 @@ Every paragraph's target is its ROUGE-2 recall against the gold summary
 """
 import logging
 import os
-import re
-from collections import Counter
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import List, Optional
 
 import numpy as np
 import torch
@@ -32,52 +30,14 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import FairseqTask, register_task
 
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
+from mdsfair.text import rouge_n_recall, rouge_tokens
 
 logger = logging.getLogger(__name__)
 
-_WORD = re.compile(r"[a-z0-9]+")
 RANKER_DICT_NAME = "dict.ranker.txt"
 
-
-def words(text: str) -> List[str]:
-    """ROUGE-style tokens: lower-cased runs of letters and digits."""
-    return _WORD.findall(text.lower())
-
-
-def ngram_counts(tokens: Sequence[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
-
-
-def rouge_n_recall(candidate: Sequence[str], reference: Sequence[str], n: int = 2) -> float:
-    """ROUGE-N recall: clipped n-gram overlap / n-grams in the reference."""
-    reference_counts = ngram_counts(reference, n)
-    total = sum(reference_counts.values())
-    if total == 0:
-        return 0.0
-    candidate_counts = ngram_counts(candidate, n)
-    overlap = sum(min(count, candidate_counts[gram]) for gram, count in reference_counts.items())
-    return overlap / total
-
-
-def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common subsequence, bit-parallel (Hyyrö 2004):
-    one big-integer update per token of ``b``, so long candidates are cheap."""
-    if not a or not b:
-        return 0
-    match_bits: Dict[str, int] = {}
-    for i, token in enumerate(a):
-        match_bits[token] = match_bits.get(token, 0) | (1 << i)
-    all_ones = (1 << len(a)) - 1
-    v = all_ones
-    for token in b:
-        u = v & match_bits.get(token, 0)
-        v = ((v + u) | (v - u)) & all_ones
-    return len(a) - bin(v).count("1")
-
-
-def rouge_l_recall(candidate: Sequence[str], reference: Sequence[str]) -> float:
-    """ROUGE-L recall: LCS / reference length (Table 1's metric)."""
-    return lcs_length(candidate, reference) / len(reference) if reference else 0.0
+#: ROUGE-style tokens (rouge_score's tokenizer) of the ranker's vocabulary and labels
+words = rouge_tokens
 
 
 @dataclass

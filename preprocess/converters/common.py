@@ -53,7 +53,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from mdsfair.raw_contract import ID_BREAKING_CHARACTERS, format_location
+from mdsfair import raw_contract
+from mdsfair.raw_contract import (  # noqa: F401  (the reason codes: converters import them from here)
+    BAD_ID,
+    DUPLICATE_ID,
+    EMPTY_CLUSTER,
+    EMPTY_DOCUMENT,
+    EMPTY_SUMMARY,
+    ID_BREAKING_CHARACTERS,
+    INVALID_JSON,
+    INVALID_TABLE,
+    INVALID_UTF8,
+    MALFORMED_CSV_ROW,
+    MISALIGNED_FILES,
+    MISSING_FILE,
+    MISSING_KEY,
+    REASON_DESCRIPTIONS,
+    SECTION_MISMATCH,
+    WRONG_TYPE,
+    format_location,
+)
 
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Sequence[PathLike]]
@@ -61,39 +80,8 @@ Inputs = Union[PathLike, Sequence[PathLike]]
 PARAGRAPH_SEPARATOR = "\n\n"
 TRAINING_SPLITS = frozenset({"train", "training"})
 
-# Reasons a record is bad (keys of ConversionReport.skipped).
-INVALID_UTF8 = "invalid_utf8"
-INVALID_JSON = "invalid_json"
-MALFORMED_CSV_ROW = "malformed_csv_row"
-MISSING_KEY = "missing_key"
-WRONG_TYPE = "wrong_type"
-EMPTY_CLUSTER = "empty_cluster"
-EMPTY_DOCUMENT = "empty_document"
-EMPTY_SUMMARY = "empty_summary"
-DUPLICATE_ID = "duplicate_id"
-MISALIGNED_FILES = "misaligned_files"
-BAD_ID = "bad_id"
-SECTION_MISMATCH = "section_mismatch"
-MISSING_FILE = "missing_file"
-INVALID_TABLE = "invalid_table"
-
-REASON_DESCRIPTIONS = {
-    INVALID_UTF8: "invalid UTF-8",
-    INVALID_JSON: "not valid JSON",
-    MALFORMED_CSV_ROW: "malformed CSV row",
-    MISSING_KEY: "missing key",
-    WRONG_TYPE: "wrong type",
-    EMPTY_CLUSTER: "empty cluster (no non-empty document)",
-    EMPTY_DOCUMENT: "empty document",
-    EMPTY_SUMMARY: "empty summary",
-    DUPLICATE_ID: "duplicate id",
-    MISALIGNED_FILES: "source and target files do not line up",
-    BAD_ID: "id holds a tab or line break",
-    SECTION_MISMATCH: "section names and sections do not line up",
-    MISSING_FILE: "file listed but not found",
-    INVALID_TABLE: "not a readable table",
-}
-
+# Reasons a record is bad (keys of ConversionReport.skipped): the one set of
+# codes of mdsfair.raw_contract, shared with mdsfair-preprocess and -baseline.
 _MAX_SKIP_EXAMPLES = 20
 _SURROGATE_ESCAPES = re.compile("[\udc80-\udcff]")  # bytes surrogateescape could not decode
 _ANY_SURROGATE = re.compile("[\ud800-\udfff]")  # also lone surrogates from JSON escapes
@@ -102,23 +90,24 @@ _PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
 _JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
 
-class InputFormatError(ValueError):
-    """Bad input, located by file and 1-based line.
+class InputFormatError(raw_contract.InputFormatError):
+    """Bad input of a converter, located by file and 1-based line: the raw
+    contract's :class:`mdsfair.raw_contract.InputFormatError` (same reason
+    codes, same ``FILE:LINE`` prefix) whose message starts with the reason's
+    description (``FILE:LINE: not valid JSON: ...``).
 
-    Attributes: ``path``, ``line`` (None when no line applies), ``reason`` (one
-    of the reason constants of this module), ``detail`` and ``skippable``
-    (False for structural errors that ``--skip-bad`` cannot get past).
+    Attributes: ``path``, ``line`` (None when no line applies), ``reason``,
+    ``detail`` and ``skippable`` (False for structural errors that
+    ``--skip-bad`` cannot get past).
     """
 
     def __init__(self, path: PathLike, line: Optional[int], reason: str, detail: str,
                  skippable: bool = True):
-        self.path = str(path)
-        self.line = line
-        self.reason = reason
         self.detail = detail
-        self.skippable = skippable
-        where = format_location(self.path, line)
-        super().__init__(f"{where}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}")
+        super().__init__(str(path), line, reason, f"{REASON_DESCRIPTIONS.get(reason, reason)}: {detail}", skippable)
+
+    def __reduce__(self):
+        return (type(self), (self.path, self.line, self.reason, self.detail, self.skippable))
 
 
 @dataclass

@@ -69,7 +69,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
-from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.side_data import SideDataProducer, producer_argument_group, register_side_data_producer
 from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
 from mdsfair.preprocess.subword import non_space_length
 
@@ -484,7 +484,7 @@ class DependencyHead(_DependencyProducer):
 
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("dependency arcs (dep_head, dep_rel, dep_word)")
+        group = producer_argument_group(parser, "dependency arcs (dep_head, dep_rel, dep_word)")
         group.add_argument(
             "--dep-subword-arcs", choices=SUBWORD_ARC_MODES, default="first-subword",
             help="how a word-level arc maps onto subwords: first-subword (first subword of the dependent -> "

@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Set
 import numpy as np
 
 from mdsfair.data.side_data import SideDataSpec
-from mdsfair.preprocess.side_data import SideDataProducer, register_side_data_producer
+from mdsfair.preprocess.side_data import SideDataProducer, producer_argument_group, register_side_data_producer
 from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
+from mdsfair.text import words
 
 if TYPE_CHECKING:
     import networkx as nx
@@ -60,11 +61,9 @@ _MARKER_PATTERN = re.compile(
     r"\b(?:" + "|".join(re.escape(m).replace(r"\ ", r"\s+") for m in DISCOURSE_MARKERS) + r")\b",
     re.IGNORECASE,
 )
-_WORD = re.compile(r"\w+", re.UNICODE)
-
-
 def paragraph_words(paragraph: str) -> List[str]:
-    return _WORD.findall(paragraph.lower())
+    """The paragraph's lower-cased words (:func:`mdsfair.text.words`)."""
+    return words(paragraph)
 
 
 #: Decimals the stored cosines keep. The last bits of a float64 matrix
@@ -154,7 +153,7 @@ class _ParagraphGraphProducer(SideDataProducer):
 
     @staticmethod
     def add_args(parser: argparse.ArgumentParser) -> None:
-        group = parser.add_argument_group("paragraph graphs (graph_similarity, graph_discourse)")
+        group = producer_argument_group(parser, "paragraph graphs (graph_similarity, graph_discourse)")
         if not any(a.dest == "graph_dump_dir" for a in parser._actions):
             group.add_argument(
                 "--graph-dump-dir",

@@ -1,10 +1,19 @@
-"""Small text helpers used only for scoring and the extractive baselines.
+"""The text layer: sentence and paragraph splitting and word tokenization,
+for every part of mdsfair (pure Python, no mdsfair import: the bottom layer,
+see ARCHITECTURE.md).
 
-The preprocessing pipeline has its own, richer sentence splitter
-(``preprocess/structure.py``). Scoring needs something smaller and fully
-predictable, so that a number computed today can be reproduced later from the
-same files: :func:`split_sentences` is a rule-based splitter with no model and
-no external state.
+* :func:`split_sentences` / :func:`split_paragraphs`: the rule-based splitter
+  of scoring, the extractive baselines and the synthetic data (no model, no
+  external state, so a number computed today can be reproduced later from
+  the same files). The preprocessing pipeline's spaCy-based splitter
+  (``preprocess/structure.py``) splits with :func:`split_sentences_rule`
+  (its own rules, also here) or spaCy, and paragraphs of cleaned text with
+  :func:`split_paragraphs`.
+* word tokenization, one tokenizer per purpose: :func:`words` (Unicode word
+  runs, lower-cased: term vectors of LexRank and the paragraph graphs),
+  :func:`rouge_tokens` (rouge_score's tokenizer: lower-cased ASCII letter and
+  digit runs, for ROUGE-derived labels such as the paragraph ranker's), and
+  :func:`has_word` (whether ROUGE can count anything in a text).
 
 Rules of :func:`split_sentences`:
 
@@ -29,7 +38,8 @@ Rules of :func:`split_sentences`:
 """
 import re
 import unicodedata
-from typing import List, Optional, Sequence
+from collections import Counter
+from typing import Dict, List, Optional, Sequence
 
 # Lower-cased abbreviations, without their final period, after which a period
 # is not a sentence boundary.
@@ -199,3 +209,138 @@ def split_paragraphs(document: str) -> List[str]:
     """
     paragraphs = re.split(r"\n[ \t\r\f\v]*\n", document.replace("\r\n", "\n"))
     return [" ".join(p.split()) for p in paragraphs if p.strip()]
+
+
+# ---------------------------------------------------------------------------
+# The preprocessing pipeline's rule-based sentence splitter (mdsfair-preprocess
+# --sentence-splitter rule; the hub re-splits raw text with it): its own
+# abbreviation list and boundary rule, kept byte for byte so data-bins do not
+# change (tests/test_preprocess.py checks their digests).
+
+PREPROCESSING_ABBREVIATIONS = {
+    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc",
+    "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
+    "sept", "oct", "nov", "dec", "no", "fig", "figs", "eq", "eqs", "al", "e.g",
+    "i.e", "cf", "approx", "dept", "gen", "gov", "sen", "rep", "u.s", "u.k",
+}
+# A candidate boundary: sentence-final punctuation, optional closing quotes or
+# brackets, whitespace, then something that can start a sentence.
+# The next letter may also be a non-ASCII one (group "caseless", checked below
+# to be upper-case, as Cyrillic or accented Latin capitals, or of a script
+# without case: Arabic, Hebrew, Han, Devanagari, ...).
+_PREPROCESSING_BOUNDARY = re.compile(
+    r"([.!?]+[\"'\u201d\u2019)\]]*)\s+"
+    r"(?=[\"'\u201c\u2018(\[\u300c\u300e\uff08]?(?:[A-Z0-9]|(?P<caseless>[^\W\d_a-zA-Z])))"
+)
+
+
+def split_sentences_rule(paragraph: str) -> List[str]:
+    """Rule-based sentence splitter: splits after ``.!?`` followed by a space
+    and an upper-case letter, digit, opening quote or a letter of a
+    script without case, except after common abbreviations and single
+    initials ("J. Smith"); and after the sentence-final marks of caseless
+    scripts, space or no space (``。！？｡`` and ``؟ ۔``; the rules of
+    :func:`mdsfair.text.split_at_caseless_sentence_ends`)."""
+    if paragraph.isascii():
+        return _split_sentences_cased(paragraph)
+    return [
+        sentence
+        for piece in split_at_caseless_sentence_ends(paragraph)
+        for sentence in _split_sentences_cased(piece)
+    ]
+
+
+def _split_sentences_cased(paragraph: str) -> List[str]:
+    """The ``.!?`` + whitespace rules of :func:`split_sentences_rule`."""
+    sentences, start = [], 0
+    for match in _PREPROCESSING_BOUNDARY.finditer(paragraph):
+        caseless = match.group("caseless")
+        if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
+            continue  # a lower-case letter: not a boundary
+        end = match.end(1)
+        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
+        last_word = words_before[-1] if words_before else ""
+        token = last_word.lower().strip("\"'([")
+        if match.group(1).startswith(".") and (
+            token in PREPROCESSING_ABBREVIATIONS or (len(token) == 1 and token.isalpha())
+        ):
+            continue
+        sentence = paragraph[start:end].strip()
+        if sentence:
+            sentences.append(sentence)
+        start = match.end()
+    tail = paragraph[start:].strip()
+    if tail:
+        sentences.append(tail)
+    return sentences
+
+
+# ---------------------------------------------------------------------------
+# Word tokenization
+
+#: A word for term vectors: a run of Unicode letters, digits or underscores.
+WORD_RE = re.compile(r"\w+")
+#: A token of Google's rouge_score tokenizer (``rouge_score/tokenize.py``:
+#: lower-case, replace every character outside ``[a-z0-9]`` by a space, split).
+ROUGE_TOKEN_RE = re.compile(r"[a-z0-9]+")
+#: A character ROUGE counts as part of a word (its tokenizers keep letters and
+#: digits of any script): a text without one scores 0 in every measure.
+WORD_CHARACTER_RE = re.compile(r"[^\W_]")
+
+
+def words(text: str) -> List[str]:
+    """Lower-cased Unicode word runs (:data:`WORD_RE`) of ``text``."""
+    return WORD_RE.findall(text.lower())
+
+
+def rouge_tokens(text: str) -> List[str]:
+    """``text`` as rouge_score tokenizes it without stemming (:data:`ROUGE_TOKEN_RE`)."""
+    return ROUGE_TOKEN_RE.findall(text.lower())
+
+
+def has_word(text: str) -> bool:
+    """Whether ``text`` holds a letter or digit of any script (:data:`WORD_CHARACTER_RE`)."""
+    return WORD_CHARACTER_RE.search(text) is not None
+
+
+# ---------------------------------------------------------------------------
+# ROUGE recall of token lists: the paragraph ranker's training labels (Liu &
+# Lapata 2019, Sec. 3.1: ROUGE-2 recall against the summary) and mdsfair-rank's
+# Table 1 (ROUGE-L recall of the top paragraphs); tokens from rouge_tokens.
+
+
+def ngram_counts(tokens: Sequence[str], n: int) -> Counter:
+    """Counts of the ``n``-grams (tuples) of ``tokens``."""
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
+
+
+def rouge_n_recall(candidate: Sequence[str], reference: Sequence[str], n: int = 2) -> float:
+    """ROUGE-N recall: clipped n-gram overlap / n-grams in the reference."""
+    reference_counts = ngram_counts(reference, n)
+    total = sum(reference_counts.values())
+    if total == 0:
+        return 0.0
+    candidate_counts = ngram_counts(candidate, n)
+    overlap = sum(min(count, candidate_counts[gram]) for gram, count in reference_counts.items())
+    return overlap / total
+
+
+def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence, bit-parallel (Hyyrö 2004):
+    one big-integer update per token of ``b``, so long candidates are cheap."""
+    if not a or not b:
+        return 0
+    match_bits: Dict[str, int] = {}
+    for i, token in enumerate(a):
+        match_bits[token] = match_bits.get(token, 0) | (1 << i)
+    all_ones = (1 << len(a)) - 1
+    v = all_ones
+    for token in b:
+        u = v & match_bits.get(token, 0)
+        v = ((v + u) | (v - u)) & all_ones
+    return len(a) - bin(v).count("1")
+
+
+def rouge_l_recall(candidate: Sequence[str], reference: Sequence[str]) -> float:
+    """ROUGE-L recall: LCS / reference length (Table 1's metric)."""
+    return lcs_length(candidate, reference) / len(reference) if reference else 0.0

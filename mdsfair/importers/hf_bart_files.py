@@ -1,0 +1,219 @@
+"""Hugging Face BART's files for mdsfair's BART importer and exporter
+(:mod:`mdsfair.importers.hf_bart`): reading JSON and weight files (sharded or
+not) and the tokenizer and vocabulary files in both directions (``vocab.json``
+/ ``merges.txt`` <-> fairseq ``dict.txt``, ``encoder.json``, ``vocab.bpe``);
+the module docstring of :mod:`mdsfair.importers.hf_bart` explains the
+vocabulary mapping."""
+import json
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+from mdsfair.data.manifest import write_json_atomic
+from mdsfair.importers import ImportRefused
+
+SPECIAL_SYMBOLS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq Dictionary indices 0-3
+MASK = "<mask>"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+INDEX_SUFFIX = ".index.json"
+
+# ------------------------------------------------------------------ reading
+
+
+def read_json(path: str, what: str):
+    if not os.path.isfile(path):
+        raise ImportRefused(f"{path}: missing ({what})")
+    with open(path, encoding="utf-8") as f:
+        try:
+            return json.load(f)
+        except json.JSONDecodeError as error:
+            raise ImportRefused(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from error
+
+
+def load_tensor_file(path: str):
+    """One ``.safetensors`` or ``torch.save`` state dict file."""
+    import torch
+
+    if path.endswith(".safetensors"):
+        try:
+            from safetensors.torch import load_file
+        except ImportError as error:
+            raise ImportRefused(f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)") from error
+        return load_file(path, device="cpu")
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise ImportRefused(f"{path}: not a state dict (a mapping of names to tensors)")
+    return state
+
+
+def load_hf_weights(model_dir: str) -> Tuple[Dict, str]:
+    """The model's tensors and the file(s) they came from: ``model.safetensors``
+    first (as Hugging Face prefers it), then ``pytorch_model.bin``, each
+    single or sharded (``*.index.json``)."""
+    for name in WEIGHT_FILES:
+        path = os.path.join(model_dir, name)
+        if os.path.isfile(path):
+            return load_tensor_file(path), path
+        index_path = path + INDEX_SUFFIX
+        if os.path.isfile(index_path):
+            index = read_json(index_path, "shard index")
+            weight_map = index.get("weight_map")
+            if not isinstance(weight_map, dict):
+                raise ImportRefused(f"{index_path}: no 'weight_map'")
+            state = {}
+            for shard in sorted(set(weight_map.values())):
+                shard_path = os.path.join(model_dir, shard)
+                if not os.path.isfile(shard_path):
+                    raise ImportRefused(f"{shard_path}: missing (listed in {index_path})")
+                state.update(load_tensor_file(shard_path))
+            return state, index_path
+    raise ImportRefused(
+        f"{model_dir}: no weights: none of {', '.join(WEIGHT_FILES)} (or their sharded *.index.json) is there"
+    )
+
+
+# ---------------------------------------------------------------- vocabulary
+
+
+@dataclass
+class BPEFiles:
+    """What ``mdsfair-preprocess --subword gpt2`` reads."""
+
+    encoder: Dict[str, int]  # token -> id (= fairseq index)
+    merges: List[str]  # "a b" in rank order
+    symbols: List[str]  # dict.txt symbols for indices 4 .. rows-1
+
+    def write(self, out_dir: str) -> None:
+        write_json_atomic(os.path.join(out_dir, "encoder.json"), self.encoder, ensure_ascii=True)
+        with open(os.path.join(out_dir, "vocab.bpe"), "w", encoding="utf-8") as f:
+            # fairseq's GPT-2 reader skips the first line and the text after the last newline.
+            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in self.merges))
+        with open(os.path.join(out_dir, "dict.txt"), "w", encoding="utf-8") as f:
+            f.write("".join(f"{symbol} 1\n" for symbol in self.symbols))
+
+
+def read_merges(path: str) -> List[str]:
+    if not os.path.isfile(path):
+        raise ImportRefused(f"{path}: missing (the BPE merges)")
+    merges = []
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line or (number == 1 and line.startswith("#version")):
+                continue
+            parts = line.split(" ")
+            if len(parts) != 2 or not all(parts):
+                raise ImportRefused(f"{path}:{number}: a merge is two symbols separated by one space, got {line!r}")
+            merges.append(line)
+    return merges
+
+
+def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
+    """Refuse tokenizers whose ids the GPT-2 encoder of mdsfair-preprocess would
+    not reproduce: added tokens beyond ``vocab.json`` and a prefix space."""
+    known = set(SPECIAL_SYMBOLS) | {MASK}
+    added_path = os.path.join(tokenizer_dir, "added_tokens.json")
+    added = dict(read_json(added_path, "added tokens")) if os.path.isfile(added_path) else {}
+    tokenizer_path = os.path.join(tokenizer_dir, "tokenizer.json")
+    tokenizer = read_json(tokenizer_path, "tokenizer") if os.path.isfile(tokenizer_path) else {}
+    for entry in tokenizer.get("added_tokens") or []:
+        added[entry.get("content")] = entry.get("id")
+    extra = sorted(token for token in added if token not in known)
+    if extra:
+        where = added_path if os.path.isfile(added_path) else tokenizer_path
+        raise ImportRefused(
+            f"{where}: the tokenizer adds tokens that byte-level BPE never produces ({', '.join(map(repr, extra[:5]))}); "
+            "mdsfair-preprocess's GPT-2 encoder cannot reproduce its ids"
+        )
+    for token, token_id in added.items():
+        if token in vocab and vocab[token] != token_id:
+            raise ImportRefused(f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in vocab.json")
+    config_path = os.path.join(tokenizer_dir, "tokenizer_config.json")
+    prefix_space = read_json(config_path, "tokenizer config").get("add_prefix_space") if os.path.isfile(config_path) else None
+    pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
+    for node in [pre_tokenizer] + list(pre_tokenizer.get("pretokenizers") or []):
+        if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
+            prefix_space = True
+    if prefix_space:
+        raise ImportRefused(
+            f"{tokenizer_dir}: the tokenizer adds a prefix space (add_prefix_space=true); mdsfair-preprocess's GPT-2 "
+            "encoder, like BART's, does not"
+        )
+
+
+def bpe_files(tokenizer_dir: str, num_rows: int) -> BPEFiles:
+    """``encoder.json`` / ``vocab.bpe`` / ``dict.txt`` contents for a model with
+    ``num_rows`` embedding rows, from ``vocab.json`` and ``merges.txt``."""
+    vocab_path = os.path.join(tokenizer_dir, "vocab.json")
+    vocab = read_json(vocab_path, "the tokenizer vocabulary")
+    if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
+        raise ImportRefused(f"{vocab_path}: expected a JSON object mapping tokens to integer ids")
+    for index, symbol in enumerate(SPECIAL_SYMBOLS):
+        if vocab.get(symbol) != index:
+            raise ImportRefused(
+                f"{vocab_path}: {symbol} has id {vocab.get(symbol)}; fairseq's dictionary puts "
+                f"{' '.join(SPECIAL_SYMBOLS)} at 0-3, so the ids would not match"
+            )
+    by_id: Dict[int, str] = {}
+    for token, token_id in vocab.items():
+        if token_id in by_id:
+            raise ImportRefused(f"{vocab_path}: tokens {by_id[token_id]!r} and {token!r} share id {token_id}")
+        if token_id < 0:
+            raise ImportRefused(f"{vocab_path}: {token!r} has a negative id {token_id}")
+        by_id[token_id] = token
+    beyond = sorted(i for i, token in by_id.items() if i >= num_rows and token != MASK)
+    if beyond:
+        raise ImportRefused(
+            f"{vocab_path}: {len(beyond)} tokens have ids at or above the model's {num_rows} embedding rows "
+            f"(e.g. {by_id[beyond[0]]!r} = {beyond[0]})"
+        )
+    check_tokenizer_extras(tokenizer_dir, vocab)
+    encoder, symbols, unused = {}, [], 0
+    for index in range(len(SPECIAL_SYMBOLS), num_rows):
+        token = by_id.get(index)
+        if token == MASK:
+            symbols.append(MASK)
+        elif token is None:
+            symbols.append(f"madeupword{unused:04d}")
+            unused += 1
+        else:
+            encoder[token] = index
+            symbols.append(str(index))
+    return BPEFiles(encoder=encoder, merges=read_merges(os.path.join(tokenizer_dir, "merges.txt")), symbols=symbols)
+
+
+def hf_vocabulary(dict_path: str, encoder_json: str, num_rows: int) -> Dict[str, int]:
+    """``vocab.json`` (token -> id = fairseq index) from a GPT-2 ``dict.txt`` and ``encoder.json``."""
+    from fairseq.data import Dictionary
+
+    encoder = read_json(encoder_json, "GPT-2 encoder")
+    decoder = {int(i): token for token, i in encoder.items()}
+    dictionary = Dictionary.load(dict_path)
+    if len(dictionary) not in (num_rows, num_rows - 1):
+        raise ImportRefused(
+            f"{dict_path}: {len(dictionary)} symbols for a model with {num_rows} embedding rows; give the dict.txt "
+            "the checkpoint was trained with"
+        )
+    vocab: Dict[str, int] = {}
+    for index, symbol in enumerate(dictionary.symbols):
+        line = index - len(SPECIAL_SYMBOLS) + 1
+        if index < len(SPECIAL_SYMBOLS) or symbol == MASK or symbol.startswith("madeupword"):
+            token = symbol
+        elif symbol.isdigit():
+            if int(symbol) not in decoder:
+                raise ImportRefused(f"{dict_path}:{line}: id {symbol} is not in {encoder_json}")
+            token = decoder[int(symbol)]
+        else:
+            raise ImportRefused(
+                f"{dict_path}:{line}: symbol {symbol!r} is not a GPT-2 BPE id; only GPT-2 BPE dictionaries "
+                "export to Hugging Face BART"
+            )
+        if token in vocab:
+            raise ImportRefused(f"{dict_path}: token {token!r} appears twice")
+        vocab[token] = index
+    if len(dictionary) == num_rows - 1:
+        if MASK in vocab:
+            raise ImportRefused(f"{dict_path}: one row short of the model and <mask> already present")
+        vocab[MASK] = num_rows - 1  # the denoising task's <mask> row, kept in the checkpoint
+    return vocab
+
