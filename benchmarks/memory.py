@@ -40,6 +40,7 @@ fragmentation, and CPU kernels keep other temporaries), so on a GPU run
     python benchmarks/memory.py --device cuda --lengths 1024 4096 8192 16384
 """
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -85,15 +86,35 @@ def make_long_data(work_dir: str, longest: int) -> str:
     )
 
 
+def paper_vocabulary_size(arch: str) -> int:
+    """The vocabulary the system is trained with in its paper: BART's GPT-2
+    BPE (50,265) for the BART- and LED-based systems (PRIMERA adds
+    ``<doc-sep>``), a 32,000-piece SentencePiece model for the others
+    (Liu & Lapata 2019; the same size for DAPE's Transformer)."""
+    if arch == "primera":
+        return 50266
+    return 50265 if any(name in arch for name in ("bart", "led")) else 32000
+
+
 def count_parameters(config: dict) -> dict:
+    """Trainable parameters of ``config["arch"]`` with its paper's vocabulary
+    (the synthetic data-bin's dictionary is padded to that size, so the
+    embeddings and output projection count as in a real run)."""
+    import mdsfair
     from fairseq import options, tasks
 
+    mdsfair.register()
     argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
             *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]), "--max-source-positions", "1024"]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     task = tasks.setup_task(args)
+    dictionary = task.source_dictionary
+    for index in range(len(dictionary), config["vocabulary"]):
+        dictionary.add_symbol(f"madeupword{index:05d}")
     model = task.build_model(args)
-    return {"parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
+    # a learned position table the source may not outgrow (LED / PRIMERA); None: any length
+    max_source = getattr(args, "max_encoder_positions", None)
+    return {"parameters": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
 
 
 def fit_activations(lengths: Sequence[int], mib: Sequence[float]) -> Tuple[float, float, float]:
@@ -147,6 +168,11 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
     parser.add_argument("--data", help="a data-bin with clusters longer than the longest length (default: synthesized)")
+    parser.add_argument("--table-only", action="store_true",
+                        help="measure nothing: print the tables from --measurements")
+    parser.add_argument("--measurements", metavar="JSON",
+                        help="measured activations (MiB) by architecture, dtype, checkpointing and length: read "
+                             "when the file exists (what it holds is not measured again), written at the end")
     args = parser.parse_args(argv)
     work = None
     if args.data is None:
@@ -156,14 +182,26 @@ def main(argv=None):
           f"repeats: {args.repeats}")
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
     parameters: Dict[str, int] = {}
+    max_source: Dict[str, int] = {}
     bf16_archs = args.archs[:1] if args.bf16_archs is None else args.bf16_archs
     plan = [(arch, "fp32", n) for arch in args.archs for n in args.lengths]
     plan += [(arch, "bf16", n) for arch in bf16_archs for n in args.bf16_lengths]
     for arch in dict.fromkeys(arch for arch, _, _ in plan):
-        parameters[arch] = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data})[
-            "parameters"]
+        counted = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data,
+                                                      "vocabulary": paper_vocabulary_size(arch)})
+        parameters[arch] = counted["parameters"]
+        max_source[arch] = counted["max_source"] or 16384
+    if args.measurements and os.path.exists(args.measurements):
+        with open(args.measurements, encoding="utf-8") as handle:
+            for key, runs in json.load(handle).items():
+                arch, dtype, variant = key.split("/")
+                measured[(arch, dtype, variant == "checkpointed")] = {int(n): values for n, values in runs.items()}
+    if args.table_only:
+        plan = []
     for arch, dtype, n in plan:
         for checkpointed in (False, True):
+            if n in measured.get((arch, dtype, checkpointed), {}):
+                continue
             flags = ["--checkpoint-activations"] if checkpointed else []
             config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
                       "data": args.data, "source_tokens": n, "dtype": dtype}
@@ -171,6 +209,10 @@ def main(argv=None):
             measured.setdefault((arch, dtype, checkpointed), {})[n] = values
             print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
                   f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
+    if args.measurements:
+        with open(args.measurements, "w", encoding="utf-8") as handle:
+            json.dump({f"{arch}/{dtype}/{'checkpointed' if checkpointed else 'plain'}": runs
+                       for (arch, dtype, checkpointed), runs in measured.items()}, handle, indent=1)
     ratios = [
         statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
         for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"
@@ -198,7 +240,6 @@ def main(argv=None):
             return (static + statistics.median(runs[n]) * MIB) / GIB, "m"
         return (static + activations_at(activation_fit(arch, dtype, checkpointed), n) * MIB) / GIB, "p"
 
-    lengths = sorted(set(TABLE_LENGTHS) | set(args.lengths))
     columns = [(dtype, checkpointed) for dtype in ("fp32", "bf16") for checkpointed in (False, True)]
     names = {("fp32", False): "fp32", ("fp32", True): "fp32 + ckpt", ("bf16", False): "16-bit",
              ("bf16", True): "16-bit + ckpt"}
@@ -206,9 +247,12 @@ def main(argv=None):
     print("| system | parameters | source tokens | " + " | ".join(names[c] + " (GiB)" for c in columns) + " |")
     print("|---|---:|---:|" + "---:|" * len(columns))
     for arch in args.archs:
-        for n in lengths:
+        for n in sorted(set(TABLE_LENGTHS) | set(measured[(arch, "fp32", False)])):
             cells = []
             for dtype, checkpointed in columns:
+                if n > max_source[arch]:
+                    cells.append(f"n/a (table of {max_source[arch]:,})")
+                    continue
                 gib, kind = cell(arch, dtype, checkpointed, n)
                 cells.append(f"{gib:.1f} {kind}")
             print(f"| {arch} | {parameters[arch] / 1e6:.0f} M | {n:,} | " + " | ".join(cells) + " |")
@@ -223,8 +267,11 @@ def main(argv=None):
             fit = activation_fit(arch, dtype, checkpointed)
             static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
             for gb in GPU_SIZES_GB:
-                longest = largest_fitting_length(static, fit, gb)
-                cells.append(f"{longest:,}" if longest < 16384 else ">= 16,384")
+                longest = largest_fitting_length(static, fit, gb, cap=max_source[arch])
+                if longest >= 16384:
+                    cells.append(">= 16,384")
+                else:
+                    cells.append(f"{longest:,}" + (" (table)" if longest == max_source[arch] else ""))
         print(f"| {arch} | " + " | ".join(cells) + " |")
     if work is not None:
         work.cleanup()

@@ -65,8 +65,8 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
-from mdsfair.hub_interface import register_hub_entry
 from mdsfair.models.hierencdec_bart import wrap_layer
+from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
 
@@ -74,13 +74,6 @@ logger = logging.getLogger(__name__)
 
 GLOBAL_ATTENTION = ("first", "doc-sep", "documents")
 DOCUMENT_SEPARATOR = "<doc-sep>"
-
-register_hub_entry(
-    "led",
-    "LED / PRIMERA (Beltagy et al. 2020; Xiao et al. 2022): BART with Longformer sliding-window + global "
-    "encoder attention",
-)
-
 
 def parse_attention_window(value, num_layers: int) -> List[int]:
     """``--attention-window``: one even window for all layers or one per layer."""
@@ -227,8 +220,14 @@ class LEDEncoder(TransformerEncoderBase):
 
 
 @register_model("led")
-class LEDModel(BARTModel):
+class LEDModel(MultiDocHubModel, BARTModel):
     """LED / PRIMERA: see the module docstring."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "LED / PRIMERA (Beltagy et al. 2020; Xiao et al. 2022): BART with Longformer sliding-window + global "
+        "encoder attention"
+    )
 
     @staticmethod
     def add_args(parser):
