@@ -248,7 +248,7 @@ class LEDModel(BARTModel):
         parser.add_argument(
             "--longformer-attention", choices=IMPLEMENTATIONS,
             help="computation of the encoder attention (same numbers): 'fused' = every window through "
-                 "torch's scaled_dot_product_attention with a block mask (fused kernels; default), 'banded' = "
+                 "torch's scaled_dot_product_attention with a shared band mask (fused kernels; default), 'banded' = "
                  "explicit banded score tensors (the portable reference, as Hugging Face computes them)",
         )
         parser.add_argument(

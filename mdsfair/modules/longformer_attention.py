@@ -31,10 +31,12 @@ block ``c`` scores only the ``3b`` keys of blocks ``c - 1, c, c + 1``
 with a fixed ``[b, 3b]`` band mask ``|i - j| <= w / 2``. Two computations
 give the same numbers (``implementation``): ``banded`` holds the scores as
 ``[B, H, n / b, b, 3b + G]`` (``G`` = most global tokens of an example), the
-portable reference; ``fused`` (default) hands every block's queries, its
-``3b + G`` keys and a boolean ``[b, 3b + G]`` block mask to
-``F.scaled_dot_product_attention`` (flash kernel on CPU, fused kernels on
-CUDA), which keeps no score tensor. Neither ever forms ``n x n``. Masked scores take the dtype's lowest finite value
+portable reference; ``fused`` (default) hands every block's queries and
+its ``3b + G`` keys to ``F.scaled_dot_product_attention`` (flash kernel on
+CPU, fused kernels on CUDA), which keeps no score tensor, with one band mask
+shared by all blocks and the excluded keys marked in an extra head-dimension
+column (:meth:`LongformerSelfAttention.fused_windows`). Neither ever forms
+``n x n``. Masked scores take the dtype's lowest finite value
 (``torch.finfo(dtype).min``), the softmax runs in float32 as in HF, so
 float16 and bfloat16 work.
 
@@ -69,7 +71,7 @@ def global_token_indices(global_mask: Tensor) -> Tuple[Tensor, Tensor]:
 
 
 #: ``fused``: the window and global keys of every query block through
-#: ``F.scaled_dot_product_attention`` with a boolean mask (PyTorch's fused
+#: ``F.scaled_dot_product_attention`` with a shared band mask (PyTorch's fused
 #: kernels where the device has them); ``banded``: the same scores as explicit
 #: ``[B, H, N, b, 3b + G]`` tensors (einsum, masked softmax): the portable
 #: reference, as Hugging Face computes it.
