@@ -392,3 +392,50 @@ def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_pa
     for metric in ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum"):
         assert 0.0 <= scores[metric]["f"] <= 1.0
     assert scores["info"]["references"].endswith("test.summary.txt")
+
+
+def readme_commands(program):
+    """The ``program ...`` command lines of examples/led/README.md's code blocks
+    (continuation lines joined, ``> file`` dropped)."""
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "examples", "led", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    commands = []
+    for block in text.split("```")[1::2]:
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            words = shlex.split(line.split(">")[0]) if line.strip().startswith(program) else []
+            if words and words[0] == program:
+                commands.append(words[1:])
+    return root, commands
+
+
+def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
+    """Every fairseq-train / fairseq-generate line of the recipe parses with
+    fairseq's own parsers (flags exist, values have their types, the archs are
+    registered); every mdsfair-import / mdsfair-export kind exists."""
+    from fairseq import options
+
+    from mdsfair.importers.cli import EXPORT_KINDS, IMPORT_KINDS
+
+    root, train = readme_commands("fairseq-train")
+    monkeypatch.chdir(root)  # --user-dir mdsfair, as a user runs it from the checkout
+    _, generate = readme_commands("fairseq-generate")
+    assert len(train) == 2 and len(generate) == 1
+    for argv in train:
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        assert args.arch in ("primera", "led_large") and args.max_source_positions == 4096
+        if args.arch == "primera":
+            assert args.source_layout == "primera" and args.per_document_budget and args.lr == [3e-5]
+            assert (args.warmup_updates, int(args.total_num_update), args.update_freq) == (1000, 50000, [4])
+        else:
+            assert args.lr == [5e-5] and args.lr_scheduler == "fixed" and args.global_attention == "first"
+    args = options.parse_args_and_arch(options.get_generation_parser(), generate[0])
+    assert (args.beam, args.lenpen, args.max_len_a, args.max_len_b) == (5, 1.0, 0, 1022)
+    assert args.source_layout == "primera" and args.per_document_budget
+    _, imports = readme_commands("mdsfair-import")
+    _, exports = readme_commands("mdsfair-export")
+    assert {argv[0] for argv in imports} == {"hf-led", "bart-to-led"} <= set(IMPORT_KINDS)
+    assert {argv[0] for argv in exports} == {"hf-led"} <= set(EXPORT_KINDS)
