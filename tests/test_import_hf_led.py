@@ -330,6 +330,10 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"--dict {out_dir}/dict.txt" in printed and "--arch primera" in printed
     assert "--attention-window 4,8" in printed and "--global-attention doc-sep" in printed
+    generate = next(line for line in printed.splitlines() if "fairseq-generate" in line)
+    assert f"--source-layout primera --per-document-budget --max-source-positions {ENCODER_POSITIONS}" in generate
+    train = next(line for line in printed.splitlines() if "fairseq-train" in line)
+    assert train.count("--source-layout primera") == 1 and "--per-document-budget" in train
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
     assert "already there" in capsys.readouterr().err
     assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),

@@ -331,6 +331,9 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         "arch": arch,
         "arch_flags": train_flags,
         "generate_flags": generate,
+        # the task is built from fairseq-generate's command line, not the checkpoint
+        "generate_task_flags": (["--source-layout", "primera", "--per-document-budget"] if separator is not None else [])
+        + ["--max-source-positions", str(encoder_positions)],
         "dictionary_size": num_rows,
         "document_separator": separator,
         "attention_window": windows,
@@ -348,12 +351,13 @@ def print_summary(summary: Dict, out=None) -> None:
     for note in summary["notes"]:
         print(f"note: {note}", file=out)
     print_next_preprocess_command(out_dir, out)
-    layout = " --source-layout primera" if separator is not None else ""
-    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization{layout} --arch {summary['arch']} "
+    budget = " --per-document-budget" if separator is not None else ""
+    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization{budget} --arch {summary['arch']} "
           f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
           "--reset-meters ...", file=out)
-    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization{layout} --path {out_dir}/model.pt "
-          f"{' '.join(summary['generate_flags'])}", file=out)
+    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization "
+          f"{' '.join(summary['generate_task_flags'])} --path {out_dir}/model.pt {' '.join(summary['generate_flags'])}",
+          file=out)
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
