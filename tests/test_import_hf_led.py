@@ -22,7 +22,8 @@ from tests.import_fixtures import TEXTS, default_clusters, gpt2_data_bin, hf_tok
 
 WINDOWS = [4, 8]  # one per encoder layer: both shorter than the test sources
 ENCODER_POSITIONS, DECODER_POSITIONS = 160, 64
-VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "primera": "safetensors"}
+VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "untied": "safetensors",
+            "primera": "safetensors"}
 
 
 @pytest.fixture(scope="module")
@@ -58,10 +59,11 @@ def save_weights(model, directory, layout):
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
 
 
-def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, seed=0):
+def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, seed=0, tied=True):
     """A random LED with a byte-level BPE tokenizer; ``primera`` adds
     ``<doc-sep>`` as PRIMERA's files do (added_tokens.json, tokenizer files)
-    and gives the embedding that row."""
+    and gives the embedding that row; ``tied=False``: encoder, decoder and
+    output embeddings are separate tensors (tie_word_embeddings=false)."""
     vocab = write_tokenizer(directory)
     rows = len(vocab) + int(primera)
     config = transformers.LEDConfig(
@@ -69,6 +71,7 @@ def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, se
         decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
         max_encoder_position_embeddings=ENCODER_POSITIONS, max_decoder_position_embeddings=DECODER_POSITIONS,
         attention_window=list(WINDOWS), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
     model = transformers.LEDForConditionalGeneration(config).eval()
@@ -95,7 +98,8 @@ def imported(tmp_path_factory, transformers):
     for seed, (name, layout) in enumerate(VARIANTS.items()):
         root = tmp_path_factory.mktemp(name)
         hf_dir, out_dir = str(root / "hf"), str(root / "out")
-        model, vocab = tiny_hf_led(hf_dir, transformers, layout, primera=name == "primera", seed=seed)
+        model, vocab = tiny_hf_led(hf_dir, transformers, layout, primera=name == "primera", seed=seed,
+                                   tied=name != "untied")
         summary = import_hf_led(hf_dir, out_dir)
         result[name] = {"hf_dir": hf_dir, "out_dir": out_dir, "hf": model, "vocab": vocab, "summary": summary}
     return result
@@ -120,7 +124,7 @@ def decoder_batch(tokenizer):
     return labels, torch.cat([torch.full((labels.size(0), 1), 2), labels[:, :-1]], dim=1)
 
 
-@pytest.mark.parametrize("variant", ["safetensors", "bin", "sharded"])
+@pytest.mark.parametrize("variant", ["safetensors", "bin", "sharded", "untied"])
 def test_led_logits_equal_hugging_face(variant, imported):
     """Batch 3, right padding, sources of 20-40 tokens (several windows of 4
     and 8), global attention on the first token as LED's checkpoint records."""
@@ -131,7 +135,13 @@ def test_led_logits_equal_hugging_face(variant, imported):
     assert model.encoder.attention_windows == WINDOWS
     assert model.encoder.embed_positions.weight.size(0) == ENCODER_POSITIONS + 2
     assert model.decoder.embed_positions.weight.size(0) == DECODER_POSITIONS + 2
-    assert model.decoder.output_projection.weight is model.encoder.embed_tokens.weight
+    tied = variant != "untied"
+    assert (model.decoder.output_projection.weight is model.encoder.embed_tokens.weight) == tied
+    assert (model.decoder.embed_tokens.weight is model.encoder.embed_tokens.weight) == tied
+    if not tied:
+        hf_state = entry["hf"].state_dict()
+        assert torch.equal(model.decoder.output_projection.weight, hf_state["lm_head.weight"])
+        assert not torch.equal(hf_state["lm_head.weight"], hf_state["led.encoder.embed_tokens.weight"])
     tokenizer = hf_tokenizer(entry["hf_dir"])
     source = tokenizer([TEXTS[0], TEXTS[3], TEXTS[6][:40]], padding=True, return_tensors="pt")
     assert source.attention_mask.sum(1).min() > 2 * max(WINDOWS)
@@ -147,9 +157,21 @@ def test_led_logits_equal_hugging_face(variant, imported):
     torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
 
 
+def test_attention_window_from_config():
+    """One value (LEDConfig's int default) is repeated per layer; a list must
+    have one even window per encoder layer."""
+    from mdsfair.importers.hf_led import led_windows
+
+    assert led_windows({"attention_window": 512}, "config.json", 3) == [512, 512, 512]
+    assert led_windows({"attention_window": [4, 8]}, "config.json", 2) == [4, 8]
+    for bad in ([4, 8, 8], 7, [4, 0]):
+        with pytest.raises(ImportRefused, match="config.json: attention_window"):
+            led_windows({"attention_window": bad}, "config.json", 2)
+
+
 def test_every_layout_imports_the_same_vocabulary_files(imported):
     reference = imported["safetensors"]["out_dir"]
-    for name in ("bin", "sharded"):
+    for name in ("bin", "sharded", "untied"):
         for file in ("dict.txt", "encoder.json", "vocab.bpe"):
             with open(os.path.join(reference, file), encoding="utf-8") as a, open(
                     os.path.join(imported[name]["out_dir"], file), encoding="utf-8") as b:
@@ -228,7 +250,8 @@ def test_primera_preprocessed_cluster_gets_primer_ids_and_hugging_face_logits(im
     assert (first_only[real] - expected[real]).abs().max() > 1e-3  # the <doc-sep> global tokens matter
 
 
-@pytest.mark.parametrize("variant,weights_format", [("safetensors", "safetensors"), ("primera", "bin")])
+@pytest.mark.parametrize("variant,weights_format", [("safetensors", "safetensors"), ("primera", "bin"),
+                                                    ("untied", "safetensors")])
 def test_export_round_trip_is_exact(variant, weights_format, imported, tmp_path, transformers):
     entry = imported[variant]
     out = str(tmp_path / "hf")
@@ -259,8 +282,19 @@ def test_export_round_trip_is_exact(variant, weights_format, imported, tmp_path,
     reloaded = transformers.LEDForConditionalGeneration.from_pretrained(out).eval()
     theirs, ours = entry["hf"].state_dict(), reloaded.state_dict()
     assert set(theirs) == set(ours)
-    for key in theirs:
+    unused = set()
+    if variant == "untied":  # HF's forward never reads led.shared when nothing is tied; the import says so
+        unused = {"led.shared.weight"}
+        assert any("shared.weight differs" in note for note in entry["summary"]["notes"])
+        assert torch.equal(ours["led.shared.weight"], theirs["led.encoder.embed_tokens.weight"])
+    for key in set(theirs) - unused:
         assert torch.equal(theirs[key], ours[key]), key
+    tokenizer = hf_tokenizer(entry["hf_dir"])
+    source = tokenizer([TEXTS[0], TEXTS[3]], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = entry["hf"](**source, decoder_input_ids=source.input_ids[:, :5]).logits
+        after = reloaded(**source, decoder_input_ids=source.input_ids[:, :5]).logits
+    assert torch.equal(before, after)
     # and the exported directory imports back to the same checkpoint
     again = import_hf_led(out, str(tmp_path / "again"))
     first = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))

@@ -324,6 +324,13 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, model_state)
     write_manifest(out_dir, {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)})
     generate, notes = generation_flags(hf_dir)
+    prefix = "led." if any(k.startswith("led.") for k in state) else ""
+    shared = state.get(prefix + "shared.weight")
+    if not shape.tied_output and shared is not None and not any(
+            torch.equal(shared, state.get(prefix + f"{part}.embed_tokens.weight", shared)) for part in ("encoder", "decoder")):
+        notes.append(f"{prefix}shared.weight differs from the encoder and decoder embeddings; with "
+                     "tie_word_embeddings=false Hugging Face's forward does not read it, so it is not kept "
+                     "(mdsfair-export hf-led writes the encoder embedding there)")
     train_flags = flags + position_arguments(shape, encoder_positions)
     return {
         "source": weights_path,
