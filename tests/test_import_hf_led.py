@@ -477,3 +477,61 @@ def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
     _, exports = readme_commands("mdsfair-export")
     assert {argv[0] for argv in imports} == {"hf-led", "bart-to-led"} <= set(IMPORT_KINDS)
     assert {argv[0] for argv in exports} == {"hf-led"} <= set(EXPORT_KINDS)
+
+
+# Fields of allenai/PRIMERA's config.json (and of the models fine-tuned from it) that
+# Hugging Face's LEDConfig ignores: the Longformer / BART-era settings it was converted from,
+# and the generation defaults added to PRIMERA-multinews (num_beams, trigram block).
+PRIMERA_LEGACY_FIELDS = {
+    "_num_labels": 3, "add_bias_logits": False, "add_final_layer_norm": False, "attention_mode": "sliding_chunks",
+    "autoregressive": False, "classif_dropout": 0.0, "extra_pos_embeddings": 2,
+    "force_bos_token_to_be_generated": False, "max_position_embeddings": 4096, "normalize_before": False,
+    "normalize_embedding": True, "static_position_embeddings": False, "num_beams": 5, "no_repeat_ngram_size": 3,
+}
+
+
+def test_primera_release_file_layout(imported, tmp_path, capsys):
+    """PRIMERA's own files: legacy config fields, attention_dilation, a
+    tokenizer_config.json with only model_max_length, special_tokens_map.json
+    and added_tokens.json {"<doc-sep>": id}, no tokenizer.json: the same
+    checkpoint and dictionary as the save_pretrained layout, and the config's
+    generation defaults become fairseq-generate flags."""
+    entry = imported["primera"]
+    release = str(tmp_path / "PRIMERA-like")
+    shutil.copytree(entry["hf_dir"], release)
+    with open(os.path.join(release, "config.json")) as f:
+        config = json.load(f)
+    config.update(PRIMERA_LEGACY_FIELDS, attention_dilation=[1] * config["encoder_layers"])
+    with open(os.path.join(release, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        if os.path.exists(os.path.join(release, name)):
+            os.remove(os.path.join(release, name))
+    separator = len(entry["vocab"])
+    with open(os.path.join(release, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": ENCODER_POSITIONS}, f)
+    with open(os.path.join(release, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                   "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>",
+                   "additional_special_tokens": ["<doc-sep>"]}, f)
+    with open(os.path.join(release, "added_tokens.json"), "w") as f:
+        json.dump({"<doc-sep>": separator}, f)
+    out = str(tmp_path / "out")
+    assert import_main(["hf-led", release, out]) == 0
+    generate = next(line for line in capsys.readouterr().out.splitlines() if "fairseq-generate" in line)
+    assert "--beam 5" in generate and "--no-repeat-ngram-size 3" in generate
+    for file in ("dict.txt", "encoder.json", "vocab.bpe"):
+        with open(os.path.join(out, file), encoding="utf-8") as a, open(
+                os.path.join(entry["out_dir"], file), encoding="utf-8") as b:
+            assert a.read() == b.read(), file
+    ours = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out, "model.pt"))
+    reference = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
+    assert all(torch.equal(ours["model"][k], reference["model"][k]) for k in reference["model"])
+    for name in ("global_attention", "attention_window", "max_encoder_positions", "max_target_positions"):
+        assert recorded(ours, "model", name) == recorded(reference, "model", name)
+    # a legacy field with another value than BART's is a model fairseq's layers do not compute
+    config["normalize_before"] = True
+    with open(os.path.join(release, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(ImportRefused, match="normalize_before=true"):
+        import_hf_led(release, str(tmp_path / "refused"))
