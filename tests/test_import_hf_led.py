@@ -233,6 +233,8 @@ def test_primera_preprocessed_cluster_gets_primer_ids_and_hugging_face_logits(im
         expected = primer_dataloader_ids(tokenizer, cluster["documents"], separator)
         assert dataset[index]["source"].tolist() == expected
         assert expected.count(separator) == len(cluster["documents"])
+        # and HF's tokenizer on the joined text, <doc-sep> written after every document
+        assert tokenizer("".join(d + "<doc-sep>" for d in cluster["documents"])).input_ids == expected
         sources.append(expected)
     src = right_padded(sources)
     mask = src.ne(1).long()
