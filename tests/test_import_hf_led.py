@@ -537,3 +537,44 @@ def test_primera_release_file_layout(imported, tmp_path, capsys):
         json.dump(config, f)
     with pytest.raises(ImportRefused, match="normalize_before=true"):
         import_hf_led(release, str(tmp_path / "refused"))
+
+
+LED_BASE_CONFIG = dict(  # allenai/led-base-16384's dimensions (LEDConfig fields)
+    model_type="led", vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+    decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_encoder_position_embeddings=16384,
+    max_decoder_position_embeddings=1024, attention_window=[1024] * 6,
+)
+PRIMERA_CONFIG = dict(  # allenai/PRIMERA's (led-large dimensions, 4,096 positions, window 512, one row more)
+    LED_BASE_CONFIG, vocab_size=50266, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+    decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_encoder_position_embeddings=4096,
+    attention_window=[512] * 12, **PRIMERA_LEGACY_FIELDS,
+)
+
+
+@pytest.mark.parametrize("name,config,separator,arch", [
+    ("led-base-16384", LED_BASE_CONFIG, None, "led_base"),
+    ("led-large-16384", dict(PRIMERA_CONFIG, vocab_size=50265, max_encoder_position_embeddings=16384,
+                             attention_window=[1024] * 12), None, "led_large"),
+    ("PRIMERA", PRIMERA_CONFIG, 50265, "primera"),
+])
+def test_released_configurations_map_to_their_architecture(name, config, separator, arch):
+    """The released models' dimensions select their arch with no dimension
+    flag, and the model that arch builds (on the meta device) has the
+    released weight shapes: position tables of P + 2 rows, global projections."""
+    from mdsfair.importers.fairseq_bart import training_namespace
+    from mdsfair.importers.hf_led import expected_parameter_names, led_arguments, led_shape, position_arguments
+
+    shape, positions, windows = led_shape(config, f"{name}/config.json")
+    chosen, flags = led_arguments(shape, positions, windows, separator)
+    assert chosen == arch
+    assert not any(flag.startswith(("--encoder-", "--decoder-")) for flag in flags[::2]), flags
+    args = training_namespace(chosen, flags + position_arguments(shape, positions))
+    shapes = expected_parameter_names(args, config["vocab_size"], separator)
+    d, layers = config["d_model"], config["encoder_layers"]
+    assert shapes["encoder.embed_positions.weight"] == (positions + 2, d)
+    assert shapes["decoder.embed_positions.weight"] == (1024 + 2, d)
+    assert shapes["encoder.embed_tokens.weight"] == (config["vocab_size"], d)
+    assert shapes[f"encoder.layers.{layers - 1}.self_attn.k_global_proj.weight"] == (d, d)
+    assert f"encoder.layers.{layers}.fc1.weight" not in shapes
+    assert args.attention_window == str(windows[0]) and args.max_encoder_positions == positions
+    assert args.global_attention == ("doc-sep" if separator else "first")
