@@ -16,10 +16,15 @@ IMPORT_KINDS: Dict[str, str] = {
                "-> a pagesum_bart checkpoint with the authors' page settings",
     "hiersumm": "hiersumm's released OpenNMT-style checkpoint (nlpyang/hiersumm) + its SentencePiece "
                 "model -> a hiertransformer_hiersumm checkpoint, dictionary and data-bin manifest",
+    "bart-to-led": "a fairseq BART checkpoint -> an led_* checkpoint as LED was made (encoder positions copied to "
+                   "--max-source-positions, global q/k/v = local q/k/v), for fairseq-train --restore-file",
+    "hf-led": "Hugging Face LED / PRIMERA model directory -> an led checkpoint (led_*, primera) + dict.txt, "
+              "encoder.json, vocab.bpe",
 }
 
 EXPORT_KINDS: Dict[str, str] = {
     "hf-bart": "a plain fairseq bart_* checkpoint + its dict.txt -> a Hugging Face BART model directory",
+    "hf-led": "an led checkpoint (led_*, primera) + its dict.txt -> a Hugging Face LED model directory",
 }
 
 

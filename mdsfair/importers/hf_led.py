@@ -1,0 +1,572 @@
+"""Hugging Face LED / PRIMERA <-> mdsfair's ``led`` model.
+
+``mdsfair-import hf-led HF_DIR OUT_DIR`` reads a Hugging Face
+``LEDForConditionalGeneration`` directory in the layout of
+``allenai/led-base-16384``, ``allenai/led-large-16384``, ``allenai/PRIMERA``
+and ``allenai/PRIMERA-multinews`` (``config.json`` with ``model_type: led``;
+``model.safetensors`` or ``pytorch_model.bin``, single or sharded;
+``vocab.json``, ``merges.txt``; PRIMERA's ``<doc-sep>`` in
+``added_tokens.json`` / ``tokenizer.json`` / ``tokenizer_config.json``) and
+writes, as ``mdsfair-import hf-bart`` does (:mod:`mdsfair.importers.hf_bart`):
+
+* ``OUT_DIR/model.pt``: an ``led`` checkpoint (``--arch led_base``,
+  ``led_large`` or ``primera``, plus the flags that make it exactly the
+  Hugging Face configuration), loadable by ``fairseq-generate --path`` and
+  ``load_model_ensemble_and_task``;
+* ``OUT_DIR/mdsfair.json``: a data-bin manifest without splits (GPT-2
+  subwords, the files above), so that ``load_model_ensemble_and_task(
+  [OUT_DIR/model.pt], arg_overrides={"data": OUT_DIR})`` and the hub load
+  the model with its dictionary before any data is preprocessed;
+* ``OUT_DIR/dict.txt``, ``encoder.json``, ``vocab.bpe`` for
+  ``mdsfair-preprocess --subword gpt2``: the ids it writes are the Hugging
+  Face tokenizer's. PRIMERA's ``<doc-sep>`` (id 50,265, its vocabulary's
+  50,266th row) is the dictionary symbol ``<doc-sep>`` at that index; the
+  GPT-2 encoder never produces it from text, the task's ``--source-layout
+  primera`` inserts it by id after every document (allenai/PRIMER
+  ``script/dataloader.py``, :mod:`mdsfair.data.primera_layout`).
+
+What the checkpoint records, from ``config.json`` (Hugging Face
+``LEDConfig``):
+
+* ``--attention-window``: ``attention_window``, one value or one per encoder
+  layer (``transformers/models/led/configuration_led.py``);
+* ``--max-encoder-positions`` / ``--max-source-positions``:
+  ``max_encoder_position_embeddings`` (16,384 for LED, 4,096 for PRIMERA);
+  ``--max-target-positions``: ``max_decoder_position_embeddings`` (1,024);
+* ``--global-attention doc-sep`` and ``--source-layout primera`` when the
+  tokenizer has ``<doc-sep>`` (PRIMERA: global attention on ``<s>`` and every
+  ``<doc-sep>``, ``script/primer_hf_main.py``), else ``first`` (LED's
+  summarization setting, ``global_attention_mask[:, 0] = 1``).
+
+Weights map by :func:`mdsfair.models.led.led_state_dict_from_hf` (the table
+in :mod:`mdsfair.models.led`); the configuration is checked with
+:func:`mdsfair.importers.hf_bart.bart_shape` (LED is BART's post-LayerNorm
+transformer with Longformer encoder attention and no embedding scaling).
+``final_logits_bias`` must be zero (Hugging Face registers it as a buffer
+that training leaves at zero; fairseq's projection has no bias).
+
+``mdsfair-export hf-led CKPT DICT OUT_DIR`` is the reverse for ``led``
+checkpoints: ``config.json``, the weights, ``vocab.json``, ``merges.txt``,
+``tokenizer_config.json`` and, when the dictionary has ``<doc-sep>``,
+``added_tokens.json`` ``{"<doc-sep>": id}`` as PRIMERA ships it.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from collections import OrderedDict
+from typing import Dict, List, Optional
+
+from mdsfair.data.manifest import write_json_atomic
+from mdsfair.importers import ImportRefused
+from mdsfair.importers.hf_bart import (
+    HF_ACTIVATIONS,
+    MASK,
+    architecture_flags,
+    bart_shape,
+    bpe_files,
+    checkpoint_namespace,
+    generation_flags,
+    hf_vocabulary,
+    load_hf_weights,
+    prepare_out_dir,
+    print_next_preprocess_command,
+    read_json,
+    read_merges,
+)
+
+DOC_SEP = "<doc-sep>"
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>", MASK)
+OUT_FILES = ("model.pt", "dict.txt", "encoder.json", "vocab.bpe", "mdsfair.json")
+
+
+# --------------------------------------------------------------- tokenizer
+
+
+def added_tokens(tokenizer_dir: str) -> Dict[str, int]:
+    """Tokens a Hugging Face tokenizer adds beyond ``vocab.json``, from
+    ``added_tokens.json`` (slow tokenizers, PRIMERA's files),
+    ``tokenizer.json``'s ``added_tokens`` and ``tokenizer_config.json``'s
+    ``added_tokens_decoder`` (transformers >= 4.34); refused when two of them
+    disagree on an id."""
+    found: Dict[str, int] = {}
+    where: Dict[str, str] = {}
+
+    def add(token, token_id, path):
+        if token in found and found[token] != token_id:
+            raise ImportRefused(f"{path}: {token!r} has id {token_id}, but {where[token]} gives {found[token]}")
+        found[token], where[token] = int(token_id), path
+
+    path = os.path.join(tokenizer_dir, "added_tokens.json")
+    if os.path.isfile(path):
+        for token, token_id in read_json(path, "added tokens").items():
+            add(token, token_id, path)
+    path = os.path.join(tokenizer_dir, "tokenizer.json")
+    if os.path.isfile(path):
+        for entry in read_json(path, "tokenizer").get("added_tokens") or []:
+            add(entry.get("content"), entry.get("id"), path)
+    path = os.path.join(tokenizer_dir, "tokenizer_config.json")
+    if os.path.isfile(path):
+        for token_id, entry in (read_json(path, "tokenizer config").get("added_tokens_decoder") or {}).items():
+            add(entry.get("content"), int(token_id), path)
+    return found
+
+
+def check_prefix_space(tokenizer_dir: str) -> None:
+    prefix_space = False
+    path = os.path.join(tokenizer_dir, "tokenizer_config.json")
+    if os.path.isfile(path) and read_json(path, "tokenizer config").get("add_prefix_space"):
+        prefix_space = True
+    path = os.path.join(tokenizer_dir, "tokenizer.json")
+    if os.path.isfile(path):
+        pre = read_json(path, "tokenizer").get("pre_tokenizer") or {}
+        for node in [pre] + list(pre.get("pretokenizers") or []):
+            if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
+                prefix_space = True
+    if prefix_space:
+        raise ImportRefused(
+            f"{tokenizer_dir}: the tokenizer adds a prefix space (add_prefix_space=true); mdsfair-preprocess's GPT-2 "
+            "encoder, like LED's and BART's, does not"
+        )
+
+
+def led_bpe_files(tokenizer_dir: str, num_rows: int):
+    """The GPT-2 files of :func:`mdsfair.importers.hf_bart.bpe_files`, with
+    PRIMERA's ``<doc-sep>`` as a dictionary symbol at its id. Returns the
+    files and the ``<doc-sep>`` id (``None`` for LED)."""
+    vocab_path = os.path.join(tokenizer_dir, "vocab.json")
+    vocab = read_json(vocab_path, "the tokenizer vocabulary")
+    extra = added_tokens(tokenizer_dir)
+    for token, token_id in extra.items():
+        if token in SPECIALS or token == DOC_SEP:
+            if token in vocab and vocab[token] != token_id:
+                raise ImportRefused(f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in {vocab_path}")
+            continue
+        raise ImportRefused(
+            f"{tokenizer_dir}: the tokenizer adds {token!r} (id {token_id}); only PRIMERA's {DOC_SEP} is supported "
+            "beyond vocab.json (mdsfair-preprocess's GPT-2 encoder cannot reproduce other added tokens)"
+        )
+    check_prefix_space(tokenizer_dir)
+    separator = extra.get(DOC_SEP, vocab.get(DOC_SEP))
+    if separator is not None and not (len(vocab) - (DOC_SEP in vocab) <= separator < num_rows):
+        raise ImportRefused(
+            f"{tokenizer_dir}: {DOC_SEP} has id {separator}; expected an id after vocab.json's {len(vocab)} tokens "
+            f"and below the model's {num_rows} embedding rows (PRIMERA: 50265 of 50266)"
+        )
+    # bpe_files on vocab.json and merges.txt alone (the <doc-sep> row becomes a
+    # placeholder, replaced below); the added tokens were checked above.
+    with tempfile.TemporaryDirectory() as scratch:
+        plain = {token: i for token, i in vocab.items() if token != DOC_SEP}
+        write_json_atomic(os.path.join(scratch, "vocab.json"), plain, ensure_ascii=False)
+        merges_path = os.path.join(tokenizer_dir, "merges.txt")
+        if not os.path.isfile(merges_path):
+            raise ImportRefused(f"{merges_path}: missing (the BPE merges)")
+        shutil.copyfile(merges_path, os.path.join(scratch, "merges.txt"))
+        files = bpe_files(scratch, num_rows)
+    if separator is not None:
+        files.symbols[separator - 4] = DOC_SEP
+    return files, separator
+
+
+# ------------------------------------------------------------------ config
+
+
+def led_windows(config: Dict, path: str, layers: int) -> List[int]:
+    window = config.get("attention_window", 512)
+    windows = list(window) if isinstance(window, (list, tuple)) else [window] * layers
+    if len(windows) != layers or any(int(w) <= 0 or int(w) % 2 for w in windows):
+        raise ImportRefused(f"{path}: attention_window {window!r}: expected one positive even window or one per "
+                            f"encoder layer ({layers})")
+    return [int(w) for w in windows]
+
+
+def led_shape(config: Dict, path: str):
+    """``(shape, encoder positions, windows)``: BART's checks on the LED
+    configuration (positions: the decoder's)."""
+    if config.get("model_type") != "led":
+        raise ImportRefused(f"{path}: model_type is {config.get('model_type')!r}, not 'led'; use mdsfair-import "
+                            "hf-bart for BART")
+    if config.get("scale_embedding"):
+        raise ImportRefused(f"{path}: scale_embedding=true; Hugging Face's LED does not scale its embeddings")
+    try:
+        decoder_positions = int(config["max_decoder_position_embeddings"])
+        encoder_positions = int(config["max_encoder_position_embeddings"])
+    except KeyError as error:
+        raise ImportRefused(f"{path}: LED config field {error.args[0]!r} is missing") from error
+    shape = bart_shape({**config, "model_type": "bart", "max_position_embeddings": decoder_positions}, path)
+    return shape, encoder_positions, led_windows(config, path, shape.encoder_layers)
+
+
+def led_arguments(shape, encoder_positions: int, windows: List[int], separator: Optional[int]):
+    """``(arch, flags)`` for fairseq-train / the checkpoint."""
+    arch, flags = architecture_flags(shape, family="led")
+    if separator is not None:
+        arch = "primera"
+    window = str(windows[0]) if len(set(windows)) == 1 else ",".join(map(str, windows))
+    flags += [
+        "--max-encoder-positions", str(encoder_positions),
+        "--attention-window", window,
+        "--global-attention", "doc-sep" if separator is not None else "first",
+    ]
+    if separator is not None:
+        flags += ["--source-layout", "primera"]
+    return arch, flags
+
+
+def position_arguments(shape, encoder_positions: int) -> List[str]:
+    return ["--max-source-positions", str(encoder_positions), "--max-target-positions", str(shape.max_positions)]
+
+
+# ------------------------------------------------------------------ import
+
+
+def write_manifest(out_dir: str, source: Dict[str, object]) -> None:
+    """``mdsfair.json`` of a data-bin with no splits (as
+    :func:`mdsfair.importers.hiersumm.write_manifest`), GPT-2 subwords."""
+    from mdsfair.preprocess.binarize import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS
+
+    manifest = {
+        "format": "mdsfair-binarized",
+        "version": MANIFEST_VERSION,
+        "dictionary": "dict.txt",
+        "subword": {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"},
+        "sentence_splitter": "rule",
+        "lowercase": False,
+        "title_document": False,
+        "side_data": {},
+        "side_data_args": {},
+        "structure": list(STRUCTURE_STREAMS),
+        "splits": {},
+        "imported_from": source,
+    }
+    write_json_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest, indent=2)
+
+
+def expected_parameter_names(args, num_rows: int, separator: Optional[int]):
+    """The state dict keys and shapes of the ``led`` model ``args`` builds
+    (on the meta device: no memory; BART's ``init_bert_params``, which copies
+    through the CPU, skipped there)."""
+    from unittest import mock
+
+    import torch
+    from fairseq.data import Dictionary
+
+    from mdsfair.models.led import LEDModel
+
+    dictionary = Dictionary()
+    for index in range(len(dictionary), num_rows):
+        dictionary.add_symbol(DOC_SEP if index == separator else f"w{index}")
+
+    class ShapeTask:
+        source_dictionary = target_dictionary = dictionary
+
+        def document_separator(self):
+            return separator
+
+    with torch.device("meta"), mock.patch("fairseq.models.bart.model.init_bert_params", lambda module: None):
+        model = LEDModel.build_model(args, ShapeTask())
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_dir: Optional[str] = None) -> Dict:
+    """Convert a Hugging Face LED / PRIMERA directory; returns a summary."""
+    import torch
+
+    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+    from mdsfair.models.led import led_state_dict_from_hf
+
+    if not os.path.isdir(hf_dir):
+        raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
+    config_path = os.path.join(hf_dir, "config.json")
+    config = read_json(config_path, "the model configuration")
+    shape, encoder_positions, windows = led_shape(config, config_path)
+    state, weights_path = load_hf_weights(hf_dir)
+    if not shape.tied_output and "lm_head.weight" not in state:
+        raise ImportRefused(f"{weights_path}: lm_head.weight is missing and config.json does not tie it")
+    try:
+        fairseq_state = led_state_dict_from_hf(state)
+    except (KeyError, ValueError) as error:
+        raise ImportRefused(f"{weights_path}: {error}") from error
+    num_rows = fairseq_state["encoder.embed_tokens.weight"].size(0)
+    if config.get("vocab_size", num_rows) != num_rows:
+        raise ImportRefused(f"{config_path}: vocab_size {config['vocab_size']} but {weights_path} has {num_rows} embedding rows")
+    if shape.tied_output:
+        shared = fairseq_state["encoder.embed_tokens.weight"]
+        for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
+            if not torch.equal(fairseq_state[name], shared):
+                raise ImportRefused(f"{weights_path}: {name} (Hugging Face) differs from the shared embedding although "
+                                    "config.json ties them (tie_word_embeddings=true)")
+    files, separator = led_bpe_files(tokenizer_dir or hf_dir, num_rows)
+    arch, flags = led_arguments(shape, encoder_positions, windows, separator)
+    args = checkpoint_namespace(shape, arch, flags, position_arguments(shape, encoder_positions))
+    expected = expected_parameter_names(args, num_rows, separator)
+    expected.pop("encoder.version", None)
+    expected.pop("decoder.version", None)
+    missing = sorted(set(expected) - set(fairseq_state))
+    unexpected = sorted(set(fairseq_state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(fairseq_state) if tuple(fairseq_state[k].shape) != expected[k])
+    if missing or unexpected or wrong:
+        raise ImportRefused(
+            f"{weights_path}: the weights do not match config.json's LED "
+            f"(missing: {', '.join(missing[:4]) or '-'}; not LED's: {', '.join(unexpected[:4]) or '-'}; "
+            f"other shape: {', '.join(f'{k} {tuple(fairseq_state[k].shape)} != {expected[k]}' for k in wrong[:3]) or '-'})"
+        )
+    model_state = OrderedDict((k, fairseq_state[k].contiguous()) for k in expected)
+    model_state["encoder.version"] = torch.Tensor([3])
+    model_state["decoder.version"] = torch.Tensor([3])
+    if shape.tied_output:
+        for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
+            model_state[name] = model_state["encoder.embed_tokens.weight"]
+
+    prepare_out_dir(out_dir, OUT_FILES, overwrite)
+    files.write(out_dir)
+    save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, model_state)
+    write_manifest(out_dir, {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)})
+    generate, notes = generation_flags(hf_dir)
+    prefix = "led." if any(k.startswith("led.") for k in state) else ""
+    shared = state.get(prefix + "shared.weight")
+    if not shape.tied_output and shared is not None and not any(
+            torch.equal(shared, state.get(prefix + f"{part}.embed_tokens.weight", shared)) for part in ("encoder", "decoder")):
+        notes.append(f"{prefix}shared.weight differs from the encoder and decoder embeddings; with "
+                     "tie_word_embeddings=false Hugging Face's forward does not read it, so it is not kept "
+                     "(mdsfair-export hf-led writes the encoder embedding there)")
+    train_flags = flags + position_arguments(shape, encoder_positions)
+    return {
+        "source": weights_path,
+        "out_dir": out_dir,
+        "arch": arch,
+        "arch_flags": train_flags,
+        "generate_flags": generate,
+        # the task is built from fairseq-generate's command line, not the checkpoint
+        "generate_task_flags": (["--source-layout", "primera", "--per-document-budget"] if separator is not None else [])
+        + ["--max-source-positions", str(encoder_positions)],
+        "dictionary_size": num_rows,
+        "document_separator": separator,
+        "attention_window": windows,
+        "notes": notes,
+    }
+
+
+def print_summary(summary: Dict, out=None) -> None:
+    out = out or sys.stdout
+    out_dir = summary["out_dir"]
+    separator = summary["document_separator"]
+    print(f"converted {summary['source']}", file=out)
+    print(f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
+          f"{f', <doc-sep> = {separator}' if separator is not None else ''}), encoder.json, vocab.bpe", file=out)
+    for note in summary["notes"]:
+        print(f"note: {note}", file=out)
+    print_next_preprocess_command(out_dir, out)
+    budget = " --per-document-budget" if separator is not None else ""
+    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization{budget} --arch {summary['arch']} "
+          f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
+          "--reset-meters ...", file=out)
+    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization "
+          f"{' '.join(summary['generate_task_flags'])} --path {out_dir}/model.pt {' '.join(summary['generate_flags'])}",
+          file=out)
+
+
+def cli_main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mdsfair-import hf-led",
+        description="Convert a Hugging Face LED / PRIMERA model directory into an mdsfair led checkpoint (model.pt) "
+                    "and the GPT-2 BPE files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe).",
+    )
+    parser.add_argument("hf_dir", help="Hugging Face LED directory: config.json, model.safetensors or pytorch_model.bin "
+                                       "(or their sharded index), vocab.json, merges.txt (PRIMERA: added_tokens.json)")
+    parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
+    parser.add_argument("--tokenizer-dir", help="directory with the tokenizer files when not in HF_DIR")
+    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
+    args = parser.parse_args(argv)
+    try:
+        summary = import_hf_led(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
+    except ImportRefused as error:
+        print(f"mdsfair-import hf-led: {error}", file=sys.stderr)
+        return 1
+    print_summary(summary)
+    return 0
+
+
+# ------------------------------------------------------------------ export
+
+
+HF_RENAMES = {
+    ".self_attn.q_proj.": ".self_attn.longformer_self_attn.query.",
+    ".self_attn.k_proj.": ".self_attn.longformer_self_attn.key.",
+    ".self_attn.v_proj.": ".self_attn.longformer_self_attn.value.",
+    ".self_attn.q_global_proj.": ".self_attn.longformer_self_attn.query_global.",
+    ".self_attn.k_global_proj.": ".self_attn.longformer_self_attn.key_global.",
+    ".self_attn.v_global_proj.": ".self_attn.longformer_self_attn.value_global.",
+    ".self_attn.out_proj.": ".self_attn.output.",
+}
+
+
+def hf_led_state_from_fairseq(state: Dict):
+    """Hugging Face ``LEDForConditionalGeneration`` weights from an ``led``
+    state dict (the inverse of :func:`mdsfair.models.led.led_state_dict_from_hf`);
+    returns them and whether the embeddings are tied."""
+    import torch
+
+    embedding = state["encoder.embed_tokens.weight"]
+    decoder_embedding = state.get("decoder.embed_tokens.weight", embedding)
+    projection = state.get("decoder.output_projection.weight", decoder_embedding)
+    tied = torch.equal(embedding, decoder_embedding) and torch.equal(projection, embedding)
+    out = OrderedDict()
+    out["led.shared.weight"] = embedding
+    out["led.encoder.embed_tokens.weight"] = embedding
+    out["led.decoder.embed_tokens.weight"] = decoder_embedding
+    out["lm_head.weight"] = projection
+    for key, tensor in state.items():
+        if key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight",
+                   "encoder.version", "decoder.version"):
+            continue
+        name = key
+        if name.endswith("embed_positions.weight"):
+            tensor = tensor[2:]  # fairseq's two unused offset rows
+        if name.startswith("encoder."):
+            for old, new in HF_RENAMES.items():
+                if old in name:
+                    name = name.replace(old, new)
+                    break
+        out["led." + name] = tensor
+    out["final_logits_bias"] = torch.zeros(1, embedding.size(0), dtype=embedding.dtype)
+    return out, tied
+
+
+def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: Optional[str] = None,
+                  vocab_bpe: Optional[str] = None, weights_format: str = "safetensors", overwrite: bool = False) -> Dict:
+    """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint."""
+    import mdsfair  # noqa: F401
+    from fairseq import checkpoint_utils
+    from fairseq.data import Dictionary
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    from mdsfair.models.led import LEDModel, parse_attention_window
+
+    for path, what in ((checkpoint, "the fairseq checkpoint"), (dict_path, "the dict.txt the checkpoint was trained with")):
+        if not os.path.isfile(path):
+            raise ImportRefused(f"{path}: missing ({what})")
+    here = os.path.dirname(os.path.abspath(dict_path))
+    encoder_json = encoder_json or os.path.join(here, "encoder.json")
+    vocab_bpe = vocab_bpe or os.path.join(here, "vocab.bpe")
+    for path, flag in ((encoder_json, "--gpt2-encoder-json"), (vocab_bpe, "--gpt2-vocab-bpe")):
+        if not os.path.isfile(path):
+            raise ImportRefused(f"{path}: missing; give the GPT-2 BPE file of this dictionary with {flag}")
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    cfg = state["cfg"]["model"] if state.get("cfg") is not None else vars(state["args"])
+
+    def get(name, default=None):
+        value = cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
+        return default if value is None else value
+
+    arch = get("_name") or get("arch")
+    if ARCH_MODEL_REGISTRY.get(arch) is not LEDModel:
+        raise ImportRefused(f"{checkpoint}: arch {arch!r} is not an led architecture; use mdsfair-export hf-bart for bart_*")
+    if get("activation_fn", "gelu") not in HF_ACTIVATIONS or get("encoder_normalize_before", False) or get(
+            "decoder_normalize_before", False) or not get("layernorm_embedding", True):
+        raise ImportRefused(f"{checkpoint}: not expressible as Hugging Face LED (pre-LayerNorm, no embedding "
+                            "LayerNorm or an activation Hugging Face lacks)")
+    if get("global_attention", "first") == "documents":
+        raise ImportRefused(f"{checkpoint}: --global-attention documents has no Hugging Face LED equivalent "
+                            "(its global_attention_mask is set by the caller)")
+    hf_state, tied = hf_led_state_from_fairseq(state["model"])
+    num_rows, d_model = hf_state["led.shared.weight"].shape
+    layers = {part: 1 + max(int(k.split(".")[3]) for k in hf_state if k.startswith(f"led.{part}.layers."))
+              for part in ("encoder", "decoder")}
+    windows = parse_attention_window(get("attention_window"), layers["encoder"])
+
+    # vocab.json from dict.txt: <doc-sep> (PRIMERA) goes to added_tokens.json.
+    dictionary = Dictionary.load(dict_path)
+    separator = dictionary.index(DOC_SEP) if DOC_SEP in dictionary.symbols else None
+    with tempfile.TemporaryDirectory() as scratch:
+        plain_dict = os.path.join(scratch, "dict.txt")
+        with open(dict_path, encoding="utf-8") as source, open(plain_dict, "w", encoding="utf-8") as target:
+            for line in source:
+                target.write(line.replace(DOC_SEP, "madeupwordDOCSEP", 1) if line.startswith(DOC_SEP + " ") else line)
+        vocab = hf_vocabulary(plain_dict, encoder_json, num_rows)
+    vocab.pop("madeupwordDOCSEP", None)
+    merges = read_merges(vocab_bpe)
+    config = {
+        "model_type": "led",
+        "architectures": ["LEDForConditionalGeneration"],
+        "vocab_size": num_rows,
+        "d_model": d_model,
+        "encoder_layers": layers["encoder"],
+        "decoder_layers": layers["decoder"],
+        "encoder_attention_heads": get("encoder_attention_heads"),
+        "decoder_attention_heads": get("decoder_attention_heads"),
+        "encoder_ffn_dim": get("encoder_ffn_embed_dim"),
+        "decoder_ffn_dim": get("decoder_ffn_embed_dim"),
+        "max_encoder_position_embeddings": hf_state["led.encoder.embed_positions.weight"].size(0),
+        "max_decoder_position_embeddings": hf_state["led.decoder.embed_positions.weight"].size(0),
+        "attention_window": windows,
+        "activation_function": HF_ACTIVATIONS[get("activation_fn", "gelu")],
+        "dropout": get("dropout", 0.1),
+        "attention_dropout": get("attention_dropout", 0.0),
+        "activation_dropout": get("activation_dropout", 0.0),
+        "encoder_layerdrop": get("encoder_layerdrop", 0.0),
+        "decoder_layerdrop": get("decoder_layerdrop", 0.0),
+        "tie_word_embeddings": tied,
+        "is_encoder_decoder": True,
+        "bos_token_id": 0,
+        "pad_token_id": 1,
+        "eos_token_id": 2,
+        "decoder_start_token_id": 2,
+    }
+    weights = "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin"
+    names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json", weights]
+    if separator is not None:
+        names.append("added_tokens.json")
+    prepare_out_dir(out_dir, names, overwrite)
+    write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2)
+    write_json_atomic(os.path.join(out_dir, "vocab.json"), vocab, ensure_ascii=False)
+    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
+    tokenizer_config = {
+        "tokenizer_class": "LEDTokenizer", "model_max_length": config["max_encoder_position_embeddings"],
+        "add_prefix_space": False, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+        "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK,
+    }
+    if separator is not None:
+        tokenizer_config["additional_special_tokens"] = [DOC_SEP]
+        write_json_atomic(os.path.join(out_dir, "added_tokens.json"), {DOC_SEP: separator}, indent=2)
+    write_json_atomic(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config, indent=2)
+    if tied:
+        for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
+            hf_state.pop(name)
+    tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
+    if weights_format == "safetensors":
+        from safetensors.torch import save_file
+
+        save_file(tensors, os.path.join(out_dir, weights), metadata={"format": "pt"})
+    else:
+        import torch
+
+        torch.save(tensors, os.path.join(out_dir, weights))
+    return {"out_dir": out_dir, "config": config, "files": names, "document_separator": separator}
+
+
+def export_cli_main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mdsfair-export hf-led",
+        description="Write a Hugging Face LED model directory (config.json, weights, vocab.json, merges.txt, "
+                    "tokenizer_config.json, PRIMERA's added_tokens.json) for an mdsfair led checkpoint.",
+    )
+    parser.add_argument("checkpoint", help="fairseq checkpoint of an led architecture (led_*, primera)")
+    parser.add_argument("dict", help="the dict.txt it was trained with (e.g. data-bin/dict.txt)")
+    parser.add_argument("out_dir", help="the Hugging Face model directory to write")
+    parser.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json of the dictionary (default: next to DICT)")
+    parser.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe of the dictionary (default: next to DICT)")
+    parser.add_argument("--weights-format", choices=("safetensors", "bin"), default="safetensors",
+                        help="model.safetensors (default) or pytorch_model.bin")
+    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
+    args = parser.parse_args(argv)
+    try:
+        summary = export_hf_led(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json, args.gpt2_vocab_bpe,
+                                args.weights_format, args.overwrite)
+    except ImportRefused as error:
+        print(f"mdsfair-export hf-led: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
+    return 0

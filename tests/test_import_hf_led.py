@@ -1,0 +1,580 @@
+"""``mdsfair-import hf-led`` / ``mdsfair-export hf-led``: tiny random Hugging
+Face ``LEDForConditionalGeneration`` models written here in the on-disk
+layouts of allenai/led-*-16384 (safetensors, bin, sharded) and
+allenai/PRIMERA (``<doc-sep>`` added to the tokenizer, one embedding row more);
+the imported checkpoints load with ``load_model_ensemble_and_task`` and
+compute Hugging Face's logits; the PRIMERA-like one, on a cluster
+preprocessed with the imported GPT-2 files, gets the ids of allenai/PRIMER's
+dataloader and Hugging Face's logits; the export round trip is exact."""
+import json
+import os
+import shutil
+
+import pytest
+import torch
+
+import mdsfair  # noqa: F401
+from fairseq import checkpoint_utils
+from mdsfair.importers import ImportRefused
+from mdsfair.importers.cli import export_main, import_main
+from mdsfair.importers.hf_led import export_hf_led, import_hf_led
+from tests.import_fixtures import TEXTS, default_clusters, gpt2_data_bin, hf_tokenizer, import_transformers, write_tokenizer
+
+WINDOWS = [4, 8]  # one per encoder layer: both shorter than the test sources
+ENCODER_POSITIONS, DECODER_POSITIONS = 160, 64
+VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "untied": "safetensors",
+            "primera": "safetensors"}
+
+
+@pytest.fixture(scope="module")
+def transformers():
+    return import_transformers()
+
+
+def save_weights(model, directory, layout):
+    """``model.safetensors`` (one copy of tied tensors, as save_pretrained),
+    ``pytorch_model.bin`` (every name, as transformers 4 wrote it) or two
+    safetensors shards with ``model.safetensors.index.json``."""
+    from safetensors.torch import save_file
+
+    state = model.state_dict()
+    if layout == "bin":
+        torch.save({k: v.clone() for k, v in state.items()}, os.path.join(directory, "pytorch_model.bin"))
+        return
+    seen, tensors = set(), {}
+    for name, tensor in state.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            tensors[name] = tensor.contiguous()
+    if layout == "safetensors":
+        save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+        return
+    names = sorted(tensors)
+    weight_map = {}
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        file = f"model-{shard + 1:05d}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(directory, file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, seed=0, tied=True):
+    """A random LED with a byte-level BPE tokenizer; ``primera`` adds
+    ``<doc-sep>`` as PRIMERA's files do (added_tokens.json, tokenizer files)
+    and gives the embedding that row; ``tied=False``: encoder, decoder and
+    output embeddings are separate tensors (tie_word_embeddings=false)."""
+    vocab = write_tokenizer(directory)
+    rows = len(vocab) + int(primera)
+    config = transformers.LEDConfig(
+        vocab_size=rows, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_encoder_position_embeddings=ENCODER_POSITIONS, max_decoder_position_embeddings=DECODER_POSITIONS,
+        attention_window=list(WINDOWS), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LEDForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" in name or "layernorm" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+            else:
+                parameter.normal_(0, 0.3)
+    config.save_pretrained(directory)
+    save_weights(model, directory, layout)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    if primera:
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<doc-sep>"]})
+        tokenizer.save_pretrained(directory)
+        with open(os.path.join(directory, "added_tokens.json"), "w") as f:
+            json.dump({"<doc-sep>": len(vocab)}, f)  # PRIMERA's file: {"<doc-sep>": 50265}
+    return model, vocab
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory, transformers):
+    result = {}
+    for seed, (name, layout) in enumerate(VARIANTS.items()):
+        root = tmp_path_factory.mktemp(name)
+        hf_dir, out_dir = str(root / "hf"), str(root / "out")
+        model, vocab = tiny_hf_led(hf_dir, transformers, layout, primera=name == "primera", seed=seed,
+                                   tied=name != "untied")
+        summary = import_hf_led(hf_dir, out_dir)
+        result[name] = {"hf_dir": hf_dir, "out_dir": out_dir, "hf": model, "vocab": vocab, "summary": summary}
+    return result
+
+
+def load_imported(out_dir, data=None):
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": data or out_dir})
+    return models[0].eval(), task
+
+
+def right_padded(rows):
+    width = max(len(r) for r in rows)
+    tokens = torch.full((len(rows), width), 1, dtype=torch.long)
+    for i, row in enumerate(rows):
+        tokens[i, : len(row)] = torch.tensor(row)
+    return tokens
+
+
+def decoder_batch(tokenizer):
+    labels = tokenizer([TEXTS[1], TEXTS[2][:30], TEXTS[5]], padding=True, return_tensors="pt").input_ids
+    return labels, torch.cat([torch.full((labels.size(0), 1), 2), labels[:, :-1]], dim=1)
+
+
+@pytest.mark.parametrize("variant", ["safetensors", "bin", "sharded", "untied"])
+def test_led_logits_equal_hugging_face(variant, imported):
+    """Batch 3, right padding, sources of 20-40 tokens (several windows of 4
+    and 8), global attention on the first token as LED's checkpoint records."""
+    entry = imported[variant]
+    model, task = load_imported(entry["out_dir"])
+    assert entry["summary"]["arch"] == "led_large" and entry["summary"]["document_separator"] is None
+    assert model.encoder.global_attention == "first"
+    assert model.encoder.attention_windows == WINDOWS
+    assert model.encoder.embed_positions.weight.size(0) == ENCODER_POSITIONS + 2
+    assert model.decoder.embed_positions.weight.size(0) == DECODER_POSITIONS + 2
+    tied = variant != "untied"
+    assert (model.decoder.output_projection.weight is model.encoder.embed_tokens.weight) == tied
+    assert (model.decoder.embed_tokens.weight is model.encoder.embed_tokens.weight) == tied
+    if not tied:
+        hf_state = entry["hf"].state_dict()
+        assert torch.equal(model.decoder.output_projection.weight, hf_state["lm_head.weight"])
+        assert not torch.equal(hf_state["lm_head.weight"], hf_state["led.encoder.embed_tokens.weight"])
+    tokenizer = hf_tokenizer(entry["hf_dir"])
+    source = tokenizer([TEXTS[0], TEXTS[3], TEXTS[6][:40]], padding=True, return_tensors="pt")
+    assert source.attention_mask.sum(1).min() > 2 * max(WINDOWS)
+    labels, decoder_input = decoder_batch(tokenizer)
+    global_mask = torch.zeros_like(source.input_ids)
+    global_mask[:, 0] = 1
+    with torch.no_grad():
+        expected = entry["hf"](input_ids=source.input_ids, attention_mask=source.attention_mask,
+                               global_attention_mask=global_mask, decoder_input_ids=decoder_input).logits
+        logits, _ = model(source.input_ids, source.attention_mask.sum(1), decoder_input)
+    real = labels.ne(1)
+    assert expected[real].std() > 0.3
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+
+
+def test_attention_window_from_config():
+    """One value (LEDConfig's int default) is repeated per layer; a list must
+    have one even window per encoder layer."""
+    from mdsfair.importers.hf_led import led_windows
+
+    assert led_windows({"attention_window": 512}, "config.json", 3) == [512, 512, 512]
+    assert led_windows({"attention_window": [4, 8]}, "config.json", 2) == [4, 8]
+    for bad in ([4, 8, 8], 7, [4, 0]):
+        with pytest.raises(ImportRefused, match="config.json: attention_window"):
+            led_windows({"attention_window": bad}, "config.json", 2)
+
+
+def test_every_layout_imports_the_same_vocabulary_files(imported):
+    reference = imported["safetensors"]["out_dir"]
+    for name in ("bin", "sharded", "untied"):
+        for file in ("dict.txt", "encoder.json", "vocab.bpe"):
+            with open(os.path.join(reference, file), encoding="utf-8") as a, open(
+                    os.path.join(imported[name]["out_dir"], file), encoding="utf-8") as b:
+                assert a.read() == b.read(), (name, file)
+
+
+def test_primera_checkpoint_records_doc_sep_layout_and_dictionary(imported):
+    entry = imported["primera"]
+    separator = len(entry["vocab"])
+    assert entry["summary"]["arch"] == "primera" and entry["summary"]["document_separator"] == separator
+    state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
+    assert recorded(state, "model", "global_attention") == "doc-sep"
+    assert recorded(state, "model", "attention_window") == "4,8"
+    assert recorded(state, "model", "max_encoder_positions") == ENCODER_POSITIONS
+    assert recorded(state, "task", "source_layout") == "primera"
+    assert recorded(state, "task", "max_source_positions") == ENCODER_POSITIONS
+    assert recorded(state, "task", "max_target_positions") == DECODER_POSITIONS
+    with open(os.path.join(entry["out_dir"], "dict.txt"), encoding="utf-8") as f:
+        symbols = [line.split()[0] for line in f]
+    assert len(symbols) + 4 == separator + 1 and symbols[-1] == "<doc-sep>" and symbols[-2] == "<mask>"
+    with open(os.path.join(entry["out_dir"], "encoder.json"), encoding="utf-8") as f:
+        assert "<doc-sep>" not in json.load(f)
+    led = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(imported["safetensors"]["out_dir"], "model.pt"))
+    assert recorded(led, "model", "global_attention") == "first"
+    assert recorded(led, "task", "source_layout") == "documents"
+
+
+def recorded(state, section, name):
+    """A value of the checkpoint's cfg (its model section is the training Namespace)."""
+    part = state["cfg"][section]
+    return part[name] if isinstance(part, dict) else getattr(part, name)
+
+
+def primer_dataloader_ids(tokenizer, documents, separator):
+    """allenai/PRIMER script/dataloader.py, join method concat_start_wdoc_global,
+    mask_num 0, no truncation: every document encoded alone, its <s>/</s>
+    stripped, a <doc-sep> after each; <s> first and </s> last."""
+    ids = []
+    for document in documents:
+        document = " ".join(document.replace("\n", " ").split())
+        ids.extend(tokenizer.encode(document)[1:-1])
+        ids.append(separator)
+    return [tokenizer.bos_token_id] + ids + [tokenizer.eos_token_id]
+
+
+def test_primera_preprocessed_cluster_gets_primer_ids_and_hugging_face_logits(imported, tmp_path):
+    entry = imported["primera"]
+    data_bin = gpt2_data_bin(str(tmp_path), entry["out_dir"])
+    model, task = load_imported(entry["out_dir"], data=data_bin)
+    separator = len(entry["vocab"])
+    assert task.cfg.source_layout == "primera" and task.document_separator() == separator
+    assert model.encoder.document_separator == separator
+    tokenizer = hf_tokenizer(entry["hf_dir"])
+    assert tokenizer.convert_tokens_to_ids("<doc-sep>") == separator
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    sources = []
+    for index, cluster in enumerate(default_clusters()):
+        expected = primer_dataloader_ids(tokenizer, cluster["documents"], separator)
+        assert dataset[index]["source"].tolist() == expected
+        assert expected.count(separator) == len(cluster["documents"])
+        # and HF's tokenizer on the joined text, <doc-sep> written after every document
+        assert tokenizer("".join(d + "<doc-sep>" for d in cluster["documents"])).input_ids == expected
+        sources.append(expected)
+    src = right_padded(sources)
+    mask = src.ne(1).long()
+    global_mask = (src.eq(separator) | (torch.arange(src.size(1)) == 0)).long()  # primer_hf_main.py
+    labels = right_padded([tokenizer(c["summary"]).input_ids for c in default_clusters()])
+    decoder_input = torch.cat([torch.full((labels.size(0), 1), 2), labels[:, :-1]], dim=1)
+    with torch.no_grad():
+        expected = entry["hf"](input_ids=src, attention_mask=mask, global_attention_mask=global_mask,
+                               decoder_input_ids=decoder_input).logits
+        logits, _ = model(src, mask.sum(1), decoder_input)
+        first_only = entry["hf"](input_ids=src, attention_mask=mask, global_attention_mask=(global_mask * 0).index_fill(
+            1, torch.tensor([0]), 1), decoder_input_ids=decoder_input).logits
+    real = labels.ne(1)
+    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    assert (first_only[real] - expected[real]).abs().max() > 1e-3  # the <doc-sep> global tokens matter
+
+
+@pytest.mark.parametrize("variant,weights_format", [("safetensors", "safetensors"), ("primera", "bin"),
+                                                    ("untied", "safetensors")])
+def test_export_round_trip_is_exact(variant, weights_format, imported, tmp_path, transformers):
+    entry = imported[variant]
+    out = str(tmp_path / "hf")
+    export_hf_led(os.path.join(entry["out_dir"], "model.pt"), os.path.join(entry["out_dir"], "dict.txt"), out,
+                  weights_format=weights_format)
+    with open(os.path.join(entry["hf_dir"], "config.json")) as f:
+        original = json.load(f)
+    with open(os.path.join(out, "config.json")) as f:
+        exported = json.load(f)
+    for key in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
+                "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_encoder_position_embeddings",
+                "max_decoder_position_embeddings", "attention_window", "activation_function", "dropout",
+                "attention_dropout", "activation_dropout", "tie_word_embeddings", "pad_token_id", "bos_token_id",
+                "eos_token_id", "decoder_start_token_id", "model_type"):
+        assert exported[key] == original[key], key
+    with open(os.path.join(out, "vocab.json"), encoding="utf-8") as f:
+        assert json.load(f) == entry["vocab"]
+    with open(os.path.join(out, "merges.txt"), encoding="utf-8") as a, open(
+            os.path.join(entry["hf_dir"], "merges.txt"), encoding="utf-8") as b:
+        assert [l for l in a.read().splitlines() if not l.startswith("#")] == \
+               [l for l in b.read().splitlines() if not l.startswith("#")]
+    if variant == "primera":
+        with open(os.path.join(out, "added_tokens.json")) as f:
+            assert json.load(f) == {"<doc-sep>": len(entry["vocab"])}
+        assert hf_tokenizer(out).convert_tokens_to_ids("<doc-sep>") == len(entry["vocab"])
+    else:
+        assert not os.path.exists(os.path.join(out, "added_tokens.json"))
+    reloaded = transformers.LEDForConditionalGeneration.from_pretrained(out).eval()
+    theirs, ours = entry["hf"].state_dict(), reloaded.state_dict()
+    assert set(theirs) == set(ours)
+    unused = set()
+    if variant == "untied":  # HF's forward never reads led.shared when nothing is tied; the import says so
+        unused = {"led.shared.weight"}
+        assert any("shared.weight differs" in note for note in entry["summary"]["notes"])
+        assert torch.equal(ours["led.shared.weight"], theirs["led.encoder.embed_tokens.weight"])
+    for key in set(theirs) - unused:
+        assert torch.equal(theirs[key], ours[key]), key
+    tokenizer = hf_tokenizer(entry["hf_dir"])
+    source = tokenizer([TEXTS[0], TEXTS[3]], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        before = entry["hf"](**source, decoder_input_ids=source.input_ids[:, :5]).logits
+        after = reloaded(**source, decoder_input_ids=source.input_ids[:, :5]).logits
+    assert torch.equal(before, after)
+    # and the exported directory imports back to the same checkpoint
+    again = import_hf_led(out, str(tmp_path / "again"))
+    first = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
+    second = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(again["out_dir"], "model.pt"))
+    assert set(first["model"]) == set(second["model"])
+    assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
+    assert recorded(first, "model", "attention_window") == recorded(second, "model", "attention_window") == "4,8"
+    for file in ("dict.txt", "encoder.json"):
+        with open(os.path.join(entry["out_dir"], file), encoding="utf-8") as a, open(
+                os.path.join(again["out_dir"], file), encoding="utf-8") as b:
+            assert a.read() == b.read(), file
+
+
+# ------------------------------------------------------------ refusals
+
+
+@pytest.fixture
+def source_copy(imported, tmp_path):
+    directory = str(tmp_path / "copy")
+    shutil.copytree(imported["primera"]["hf_dir"], directory)
+    return directory
+
+
+def edit_json(path, **changes):
+    with open(path) as f:
+        data = json.load(f)
+    data.update(changes)
+    with open(path, "w") as f:
+        json.dump(data, f)
+
+
+def test_refuses_another_model_type(source_copy, tmp_path):
+    edit_json(os.path.join(source_copy, "config.json"), model_type="bart")
+    with pytest.raises(ImportRefused, match=r"config.json: model_type is 'bart', not 'led'"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+
+
+def test_refuses_added_tokens_other_than_doc_sep(source_copy, tmp_path):
+    edit_json(os.path.join(source_copy, "added_tokens.json"), **{"<extra>": 999})
+    with pytest.raises(ImportRefused, match=r"adds '<extra>' \(id 999\)"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+
+
+def test_refuses_nonzero_final_logits_bias_and_mismatched_layers(source_copy, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    path = os.path.join(source_copy, "model.safetensors")
+    state = load_file(path)
+    state["final_logits_bias"] = torch.full_like(state["final_logits_bias"], 0.5)
+    save_file(state, path)
+    with pytest.raises(ImportRefused, match="final_logits_bias is nonzero"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+    state["final_logits_bias"].zero_()
+    save_file(state, path)
+    edit_json(os.path.join(source_copy, "config.json"), encoder_layers=1, attention_window=[4])
+    with pytest.raises(ImportRefused, match=r"do not match config.json's LED .*not LED's: encoder.layers.1"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+    assert not os.path.exists(str(tmp_path / "out" / "model.pt"))
+
+
+def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
+    assert import_main(["--help"]) == 0 and "  hf-led" in capsys.readouterr().out
+    assert export_main(["--help"]) == 0 and "  hf-led" in capsys.readouterr().out
+    entry = imported["primera"]
+    out_dir = str(tmp_path / "out")
+    assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 0
+    printed = capsys.readouterr().out
+    assert f"--dict {out_dir}/dict.txt" in printed and "--arch primera" in printed
+    assert "--attention-window 4,8" in printed and "--global-attention doc-sep" in printed
+    generate = next(line for line in printed.splitlines() if "fairseq-generate" in line)
+    assert f"--source-layout primera --per-document-budget --max-source-positions {ENCODER_POSITIONS}" in generate
+    train = next(line for line in printed.splitlines() if "fairseq-train" in line)
+    assert train.count("--source-layout primera") == 1 and "--per-document-budget" in train
+    assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
+    assert "already there" in capsys.readouterr().err
+    assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),
+                        str(tmp_path / "hf")]) == 0
+    assert os.path.isfile(str(tmp_path / "hf" / "added_tokens.json"))
+
+
+# ------------------------------------------------ the README recipe, tiny
+
+
+def run_module(module, *arguments, cwd):
+    """``python -m module arguments`` (the console scripts on PATH run the
+    installed checkout, not this one); returns stdout, fails with stderr."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(mdsfair.__file__))),
+           "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=cwd, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_path):
+    """examples/led/README.md's PRIMERA-multinews sequence on the tiny
+    PRIMERA-like model: mdsfair-import hf-led, mdsfair-convert multinews,
+    mdsfair-preprocess with the imported files, fairseq-generate with the
+    recipe's flags (lengths shrunk), mdsfair-rouge."""
+    work = str(tmp_path)
+    out = os.path.join(work, "imported")
+    run_module("mdsfair.importers.cli", "hf-led", imported["primera"]["hf_dir"], out, cwd=work)
+    release = os.path.join(work, "multi-news")
+    os.makedirs(release)
+    clusters = [c for c in default_clusters() if len(c["documents"]) > 1] * 2
+    with open(os.path.join(release, "test.src"), "w", encoding="utf-8") as src, open(
+            os.path.join(release, "test.tgt"), "w", encoding="utf-8") as tgt:
+        for cluster in clusters:
+            src.write(" story_separator_special_tag ".join(cluster["documents"]) + "\n")
+            tgt.write("– " + cluster["summary"] + "\n")
+    os.makedirs(os.path.join(work, "raw"))
+    run_module("mdsfair.preprocess.converters", "multinews", os.path.join(release, "test.src"), "--split", "test",
+               "-o", os.path.join(work, "raw", "test.jsonl"), cwd=work)
+    run_module("mdsfair.preprocess.binarize", "--input-dir", "raw", "--destdir", "data-bin", "--subword", "gpt2",
+               "--gpt2-encoder-json", f"{out}/encoder.json", "--gpt2-vocab-bpe", f"{out}/vocab.bpe",
+               "--dict", f"{out}/dict.txt", "--no-progress-bar", cwd=work)
+    log = run_module("fairseq_cli.generate", "data-bin", "--user-dir", os.path.dirname(mdsfair.__file__),
+                     "--task", "multidoc_summarization", "--source-layout", "primera", "--per-document-budget",
+                     "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
+                     "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--max-len-a", "0", "--max-len-b", "20",
+                     "--batch-size", "2", "--cpu", cwd=work)
+    hypotheses = [line for line in log.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == len(clusters)
+    with open(os.path.join(work, "gen.out"), "w", encoding="utf-8") as f:
+        f.write(log)
+    table = run_module("mdsfair.evaluation.rouge", "gen.out", "--data-bin", "data-bin", "--split", "test", "--fast",
+                       "--json", "scores.json", cwd=work)
+    assert "R-Lsum" in table
+    with open(os.path.join(work, "scores.json")) as f:
+        scores = json.load(f)
+    for metric in ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum"):
+        assert 0.0 <= scores[metric]["f"] <= 1.0
+    assert scores["info"]["references"].endswith("test.summary.txt")
+
+
+def readme_commands(program):
+    """The ``program ...`` command lines of examples/led/README.md's code blocks
+    (continuation lines joined, ``> file`` dropped)."""
+    import shlex
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "examples", "led", "README.md"), encoding="utf-8") as f:
+        text = f.read()
+    commands = []
+    for block in text.split("```")[1::2]:
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            words = shlex.split(line.split(">")[0]) if line.strip().startswith(program) else []
+            if words and words[0] == program:
+                commands.append(words[1:])
+    return root, commands
+
+
+def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
+    """Every fairseq-train / fairseq-generate line of the recipe parses with
+    fairseq's own parsers (flags exist, values have their types, the archs are
+    registered); every mdsfair-import / mdsfair-export kind exists."""
+    from fairseq import options
+
+    from mdsfair.importers.cli import EXPORT_KINDS, IMPORT_KINDS
+
+    root, train = readme_commands("fairseq-train")
+    monkeypatch.chdir(root)  # --user-dir mdsfair, as a user runs it from the checkout
+    _, generate = readme_commands("fairseq-generate")
+    assert len(train) == 2 and len(generate) == 1
+    for argv in train:
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        assert args.arch in ("primera", "led_large") and args.max_source_positions == 4096
+        if args.arch == "primera":
+            assert args.source_layout == "primera" and args.per_document_budget and args.lr == [3e-5]
+            assert (args.warmup_updates, int(args.total_num_update), args.update_freq) == (1000, 50000, [4])
+        else:
+            assert args.lr == [5e-5] and args.lr_scheduler == "fixed" and args.global_attention == "first"
+    args = options.parse_args_and_arch(options.get_generation_parser(), generate[0])
+    assert (args.beam, args.lenpen, args.max_len_a, args.max_len_b) == (5, 1.0, 0, 1022)
+    assert args.source_layout == "primera" and args.per_document_budget
+    _, imports = readme_commands("mdsfair-import")
+    _, exports = readme_commands("mdsfair-export")
+    assert {argv[0] for argv in imports} == {"hf-led", "bart-to-led"} <= set(IMPORT_KINDS)
+    assert {argv[0] for argv in exports} == {"hf-led"} <= set(EXPORT_KINDS)
+
+
+# Fields of allenai/PRIMERA's config.json (and of the models fine-tuned from it) that
+# Hugging Face's LEDConfig ignores: the Longformer / BART-era settings it was converted from,
+# and the generation defaults added to PRIMERA-multinews (num_beams, trigram block).
+PRIMERA_LEGACY_FIELDS = {
+    "_num_labels": 3, "add_bias_logits": False, "add_final_layer_norm": False, "attention_mode": "sliding_chunks",
+    "autoregressive": False, "classif_dropout": 0.0, "extra_pos_embeddings": 2,
+    "force_bos_token_to_be_generated": False, "max_position_embeddings": 4096, "normalize_before": False,
+    "normalize_embedding": True, "static_position_embeddings": False, "num_beams": 5, "no_repeat_ngram_size": 3,
+}
+
+
+def test_primera_release_file_layout(imported, tmp_path, capsys):
+    """PRIMERA's own files: legacy config fields, attention_dilation, a
+    tokenizer_config.json with only model_max_length, special_tokens_map.json
+    and added_tokens.json {"<doc-sep>": id}, no tokenizer.json: the same
+    checkpoint and dictionary as the save_pretrained layout, and the config's
+    generation defaults become fairseq-generate flags."""
+    entry = imported["primera"]
+    release = str(tmp_path / "PRIMERA-like")
+    shutil.copytree(entry["hf_dir"], release)
+    with open(os.path.join(release, "config.json")) as f:
+        config = json.load(f)
+    config.update(PRIMERA_LEGACY_FIELDS, attention_dilation=[1] * config["encoder_layers"])
+    with open(os.path.join(release, "config.json"), "w") as f:
+        json.dump(config, f)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json"):
+        if os.path.exists(os.path.join(release, name)):
+            os.remove(os.path.join(release, name))
+    separator = len(entry["vocab"])
+    with open(os.path.join(release, "tokenizer_config.json"), "w") as f:
+        json.dump({"model_max_length": ENCODER_POSITIONS}, f)
+    with open(os.path.join(release, "special_tokens_map.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                   "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>",
+                   "additional_special_tokens": ["<doc-sep>"]}, f)
+    with open(os.path.join(release, "added_tokens.json"), "w") as f:
+        json.dump({"<doc-sep>": separator}, f)
+    out = str(tmp_path / "out")
+    assert import_main(["hf-led", release, out]) == 0
+    generate = next(line for line in capsys.readouterr().out.splitlines() if "fairseq-generate" in line)
+    assert "--beam 5" in generate and "--no-repeat-ngram-size 3" in generate
+    for file in ("dict.txt", "encoder.json", "vocab.bpe"):
+        with open(os.path.join(out, file), encoding="utf-8") as a, open(
+                os.path.join(entry["out_dir"], file), encoding="utf-8") as b:
+            assert a.read() == b.read(), file
+    ours = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out, "model.pt"))
+    reference = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
+    assert all(torch.equal(ours["model"][k], reference["model"][k]) for k in reference["model"])
+    for name in ("global_attention", "attention_window", "max_encoder_positions", "max_target_positions"):
+        assert recorded(ours, "model", name) == recorded(reference, "model", name)
+    # a legacy field with another value than BART's is a model fairseq's layers do not compute
+    config["normalize_before"] = True
+    with open(os.path.join(release, "config.json"), "w") as f:
+        json.dump(config, f)
+    with pytest.raises(ImportRefused, match="normalize_before=true"):
+        import_hf_led(release, str(tmp_path / "refused"))
+
+
+LED_BASE_CONFIG = dict(  # allenai/led-base-16384's dimensions (LEDConfig fields)
+    model_type="led", vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
+    decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_encoder_position_embeddings=16384,
+    max_decoder_position_embeddings=1024, attention_window=[1024] * 6,
+)
+PRIMERA_CONFIG = dict(  # allenai/PRIMERA's (led-large dimensions, 4,096 positions, window 512, one row more)
+    LED_BASE_CONFIG, vocab_size=50266, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+    decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_encoder_position_embeddings=4096,
+    attention_window=[512] * 12, **PRIMERA_LEGACY_FIELDS,
+)
+
+
+@pytest.mark.parametrize("name,config,separator,arch", [
+    ("led-base-16384", LED_BASE_CONFIG, None, "led_base"),
+    ("led-large-16384", dict(PRIMERA_CONFIG, vocab_size=50265, max_encoder_position_embeddings=16384,
+                             attention_window=[1024] * 12), None, "led_large"),
+    ("PRIMERA", PRIMERA_CONFIG, 50265, "primera"),
+])
+def test_released_configurations_map_to_their_architecture(name, config, separator, arch):
+    """The released models' dimensions select their arch with no dimension
+    flag, and the model that arch builds (on the meta device) has the
+    released weight shapes: position tables of P + 2 rows, global projections."""
+    from mdsfair.importers.fairseq_bart import training_namespace
+    from mdsfair.importers.hf_led import expected_parameter_names, led_arguments, led_shape, position_arguments
+
+    shape, positions, windows = led_shape(config, f"{name}/config.json")
+    chosen, flags = led_arguments(shape, positions, windows, separator)
+    assert chosen == arch
+    assert not any(flag.startswith(("--encoder-", "--decoder-")) for flag in flags[::2]), flags
+    args = training_namespace(chosen, flags + position_arguments(shape, positions))
+    shapes = expected_parameter_names(args, config["vocab_size"], separator)
+    d, layers = config["d_model"], config["encoder_layers"]
+    assert shapes["encoder.embed_positions.weight"] == (positions + 2, d)
+    assert shapes["decoder.embed_positions.weight"] == (1024 + 2, d)
+    assert shapes["encoder.embed_tokens.weight"] == (config["vocab_size"], d)
+    assert shapes[f"encoder.layers.{layers - 1}.self_attn.k_global_proj.weight"] == (d, d)
+    assert f"encoder.layers.{layers}.fc1.weight" not in shapes
+    assert args.attention_window == str(windows[0]) and args.max_encoder_positions == positions
+    assert args.global_attention == ("doc-sep" if separator else "first")
