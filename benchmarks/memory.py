@@ -13,11 +13,13 @@ of a fresh process, :mod:`benchmarks.measure`; CUDA: ``max_memory_allocated``).
 
 Every cell of the table is ``static + activations(n)``:
 
-* static, per parameter P (fairseq's trainer with Adam): float32 16 bytes
-  (weights 4, gradients 4, Adam's two moments 8); 16-bit 20 bytes (fairseq's
-  ``--fp16`` keeps 16-bit weights and gradients, 2 + 2, plus a float32 master
-  copy of both, 4 + 4, and Adam's moments in float32, 8; bfloat16 on a GPU
-  costs the same; ``--memory-efficient-fp16`` drops the master copy: 12 bytes);
+* static (fairseq's trainer with Adam), with the paper's vocabulary
+  (:func:`paper_vocabulary_size`): float32 4 bytes per weight and 12 more per
+  trained weight (gradient 4, Adam's two moments 8); 16-bit 2 bytes per weight
+  and 18 more per trained weight (fairseq's ``--fp16`` keeps 16-bit gradients,
+  2, a float32 master copy of weights and gradients, 4 + 4, and Adam's moments
+  in float32, 8; bfloat16 on a GPU costs the same; ``--memory-efficient-fp16``
+  drops the master copy);
 * activations(n): measured at the lengths given, and otherwise projected from
   the least-squares fit ``a + b n + c n^2`` (``c`` >= 0: attention that is
   dense over the whole source grows with n^2, blocked or paged attention
@@ -67,7 +69,15 @@ DEFAULT_ARCHS = [
 #: The source lengths the table reports.
 TABLE_LENGTHS = (1024, 4096, 8192, 16384)
 #: Bytes per parameter of the trainer's static state (see the module docstring).
-STATIC_BYTES_PER_PARAMETER = {"fp32": 16, "bf16": 20}
+#: ``(per weight, per trainable weight)``: every weight is stored; gradients,
+#: the float32 master copy and Adam's moments exist for trainable ones only
+#: (the sparse decoder's joint stage freezes BART's body).
+STATIC_BYTES_PER_PARAMETER = {"fp32": (4, 12), "bf16": (2, 18)}
+
+
+def static_bytes(counted: Dict[str, int], dtype: str) -> float:
+    per_weight, per_trainable = STATIC_BYTES_PER_PARAMETER[dtype]
+    return counted["parameters"] * per_weight + counted["trainable"] * per_trainable
 GPU_SIZES_GB = (24, 40, 80)
 CUDA_CONTEXT_GIB = 1.0
 GIB = 2**30
@@ -114,7 +124,8 @@ def count_parameters(config: dict) -> dict:
     model = task.build_model(args)
     # a learned position table the source may not outgrow (LED / PRIMERA); None: any length
     max_source = getattr(args, "max_encoder_positions", None)
-    return {"parameters": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
 
 
 def fit_activations(lengths: Sequence[int], mib: Sequence[float]) -> Tuple[float, float, float]:
@@ -181,7 +192,7 @@ def main(argv=None):
     print(f"device: {device_name(args.device)}; one training step, batch 1, Adam; lengths measured: {args.lengths}; "
           f"repeats: {args.repeats}")
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
-    parameters: Dict[str, int] = {}
+    parameters: Dict[str, Dict[str, int]] = {}
     max_source: Dict[str, int] = {}
     bf16_archs = args.archs[:1] if args.bf16_archs is None else args.bf16_archs
     plan = [(arch, "fp32", n) for arch in args.archs for n in args.lengths]
@@ -189,7 +200,7 @@ def main(argv=None):
     for arch in dict.fromkeys(arch for arch, _, _ in plan):
         counted = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data,
                                                       "vocabulary": paper_vocabulary_size(arch)})
-        parameters[arch] = counted["parameters"]
+        parameters[arch] = counted
         max_source[arch] = counted["max_source"] or 16384
     if args.measurements and os.path.exists(args.measurements):
         with open(args.measurements, encoding="utf-8") as handle:
@@ -235,7 +246,7 @@ def main(argv=None):
 
     def cell(arch, dtype, checkpointed, n):
         runs = measured.get((arch, dtype, checkpointed), {})
-        static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
+        static = static_bytes(parameters[arch], dtype)
         if n in runs:
             return (static + statistics.median(runs[n]) * MIB) / GIB, "m"
         return (static + activations_at(activation_fit(arch, dtype, checkpointed), n) * MIB) / GIB, "p"
@@ -255,7 +266,10 @@ def main(argv=None):
                     continue
                 gib, kind = cell(arch, dtype, checkpointed, n)
                 cells.append(f"{gib:.1f} {kind}")
-            print(f"| {arch} | {parameters[arch] / 1e6:.0f} M | {n:,} | " + " | ".join(cells) + " |")
+            counted = parameters[arch]
+            weights = f"{counted['parameters'] / 1e6:.0f} M" + (
+                f" ({counted['trainable'] / 1e6:.0f} M trained)" if counted["trainable"] < counted["parameters"] else "")
+            print(f"| {arch} | {weights} | {n:,} | " + " | ".join(cells) + " |")
     print()
     print("largest source length whose training step fits (batch 1, Adam, 1 GiB CUDA context reserved):")
     settings = [("bf16", True), ("fp32", True)]
@@ -265,7 +279,7 @@ def main(argv=None):
         cells = []
         for dtype, checkpointed in settings:
             fit = activation_fit(arch, dtype, checkpointed)
-            static = parameters[arch] * STATIC_BYTES_PER_PARAMETER[dtype]
+            static = static_bytes(parameters[arch], dtype)
             for gb in GPU_SIZES_GB:
                 longest = largest_fitting_length(static, fit, gb, cap=max_source[arch])
                 if longest >= 16384:
