@@ -53,9 +53,11 @@ def make_data(work_dir: str) -> str:
 
 
 def measure(config: dict) -> dict:
+    import mdsfair
     import torch
     from fairseq import options, tasks, utils
 
+    mdsfair.register()  # fairseq's --user-dir skips a package that is already imported
     torch.set_num_threads(config["threads"])
     argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
             *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
