@@ -38,6 +38,8 @@ SYSTEMS = {
                          "--sparse-training-stage", "joint"],
     "dape_transformer": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
                          "--label-smoothing", "0.1"],
+    "led_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
+                 "--label-smoothing", "0.1"],
 }
 
 
