@@ -65,6 +65,7 @@ DEFAULT_ARCHS = [
     "pagesum_bart_base", "pagesum_bart_large",
     "sparse_bart_base", "sparse_bart_large",
     "dape_transformer",
+    "led_base", "led_large", "primera",
 ]
 #: The source lengths the table reports.
 TABLE_LENGTHS = (1024, 4096, 8192, 16384)
