@@ -91,10 +91,14 @@ def make_long_data(work_dir: str, longest: int) -> str:
     from tests.utils import make_tiny_data_bin
 
     documents = max(8, 8 * -(-longest // 2048))
-    return make_tiny_data_bin(
+    data_bin = make_tiny_data_bin(
         work_dir, train=2, valid=1, test=1, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
         num_docs=documents, distractor_docs=documents // 2, noise_sentences=6,
     )
+    # PRIMERA's layout joins documents with <doc-sep>, a symbol of its imported dictionary
+    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as handle:
+        handle.write("<doc-sep> 1\n")
+    return data_bin
 
 
 def paper_vocabulary_size(arch: str) -> int:
