@@ -133,6 +133,13 @@ def count_parameters(config: dict) -> dict:
             "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
 
 
+def save_measurements(path: str, measured) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump({f"{arch}/{dtype}/{'checkpointed' if checkpointed else 'plain'}": runs
+                   for (arch, dtype, checkpointed), runs in measured.items()}, handle, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def fit_activations(lengths: Sequence[int], mib: Sequence[float]) -> Tuple[float, float, float]:
     """``(a, b, c)`` of the least-squares fit ``a + b n + c n^2`` (MiB), with
     ``c`` >= 0 (a linear fit when the quadratic one bends down); one length
@@ -223,12 +230,12 @@ def main(argv=None):
                       "data": args.data, "source_tokens": n, "dtype": dtype}
             values = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
             measured.setdefault((arch, dtype, checkpointed), {})[n] = values
+            if args.measurements:  # after every measurement: an interrupted run keeps what it measured
+                save_measurements(args.measurements, measured)
             print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
                   f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
     if args.measurements:
-        with open(args.measurements, "w", encoding="utf-8") as handle:
-            json.dump({f"{arch}/{dtype}/{'checkpointed' if checkpointed else 'plain'}": runs
-                       for (arch, dtype, checkpointed), runs in measured.items()}, handle, indent=1)
+        save_measurements(args.measurements, measured)
     ratios = [
         statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
         for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"
