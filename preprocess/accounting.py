@@ -58,6 +58,11 @@ class SplitLog:
         """Every id written more than once, with the lines it was read from."""
         return {key: lines for key, lines in self._lines_of_id.items() if len(lines) > 1}
 
+    def abort(self) -> None:
+        """Close the skip report of a failed run (its folder is removed)."""
+        if self._report is not None and not self._report.closed:
+            self._report.close()
+
     def close(self) -> Dict:
         """Close the report; warn about repeated ids. Returns the split
         report's additions (``skip_report``, ``duplicate_ids``)."""

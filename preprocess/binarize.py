@@ -629,6 +629,12 @@ def binarize_split(
                 counts.update(references.add(encoded, writers, [spec.name for spec in specs], ids_file, summary_file))
                 writing += time.process_time() - start
                 progress.update(line_number, encoded.num_words)
+    except BaseException:
+        for writer in writers.values():  # the staging folder is removed; close its files first
+            writer.abort()
+        references.abort()
+        split_log.abort()
+        raise
     finally:
         progress.close()
     start = time.process_time()

@@ -144,6 +144,12 @@ class MultiReferenceWriter:
             added["unknown_tokens"] += int((target == unk).sum())
         return added
 
+    def abort(self) -> None:
+        """Close the extra reference files of a failed run (its folder is removed)."""
+        for handle in self._files:
+            if not handle.closed:
+                handle.close()
+
     def close(self, split: str) -> Dict:
         """Close the files; returns the split report's additions:
         ``reference_files`` (when any cluster has several references) and

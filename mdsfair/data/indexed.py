@@ -50,6 +50,12 @@ class ArrayWriter:
     def finalize(self) -> None:
         self._builder.finalize(index_file_path(self.prefix))
 
+    def abort(self) -> None:
+        """Close the data file without writing the index (a failed run: the
+        caller removes what it wrote)."""
+        if not self._builder._data_file.closed:
+            self._builder._data_file.close()
+
 
 def token_dtype(vocab_size: int):
     """The smallest unsigned dtype that holds every token id."""
