@@ -284,7 +284,7 @@ def main(argv=None):
             print(f"| {arch} | {weights} | {n:,} | " + " | ".join(cells) + " |")
     print()
     print("largest source length whose training step fits (batch 1, Adam, 1 GiB CUDA context reserved):")
-    settings = [("bf16", True), ("fp32", True)]
+    settings = [("bf16", False), ("bf16", True), ("fp32", True)]
     print("| system | " + " | ".join(f"{gb} GB, {names[s]}" for s in settings for gb in GPU_SIZES_GB) + " |")
     print("|---|" + "---:|" * (len(settings) * len(GPU_SIZES_GB)))
     for arch in args.archs:
