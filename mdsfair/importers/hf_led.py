@@ -154,8 +154,9 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
             f"{tokenizer_dir}: {DOC_SEP} has id {separator}; expected an id after vocab.json's {len(vocab)} tokens "
             f"and below the model's {num_rows} embedding rows (PRIMERA: 50265 of 50266)"
         )
-    # bpe_files on vocab.json and merges.txt alone (the <doc-sep> row becomes a
-    # placeholder, replaced below); the added tokens were checked above.
+    # bpe_files on vocab.json and merges.txt alone (it gives the <doc-sep> row a
+    # filler symbol, which the code below renames to <doc-sep>); the added tokens
+    # were checked above.
     with tempfile.TemporaryDirectory() as scratch:
         plain = {token: i for token, i in vocab.items() if token != DOC_SEP}
         write_json_atomic(os.path.join(scratch, "vocab.json"), plain, ensure_ascii=False)

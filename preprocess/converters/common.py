@@ -659,6 +659,20 @@ def hierencdec_columns(example: Any, text_column: Optional[str], summary_column:
     return (text_column or keys[-2], summary_column or keys[-1])
 
 
+def add_hierencdec_column_arguments(parser, text: str, summary: str, ids: str, prefix: str = "") -> None:
+    """``--text-column``, ``--summary-column`` and ``--id-column`` of a
+    HierEncDec-format converter: ``text`` / ``summary`` say what the columns
+    hold, ``ids`` the ids used without an id column, ``prefix`` (e.g.
+    ``"HierEncDec files: "``) when the format also reads another layout."""
+    parser.add_argument("--text-column", default=None,
+                        help=f"{prefix}column of the {text} (default: the second-to-last, as HierEncDec's "
+                             "run_summarization.py takes it)")
+    parser.add_argument("--summary-column", default=None,
+                        help=f"{prefix}column of the {summary} (default: the last column)")
+    parser.add_argument("--id-column", default=None,
+                        help=f"{prefix}column of the id (default: none, ids are {ids})")
+
+
 def hierencdec_cluster(session: ConversionSession, record: Record, *, text_column: Optional[str] = None,
                        summary_column: Optional[str] = None, id_column: Optional[str] = None,
                        paragraph_separator: Optional[str] = None, document_name: str = "document",

@@ -25,6 +25,7 @@ from .common import (
     ConversionReport,
     Inputs,
     Record,
+    add_hierencdec_column_arguments,
     as_paths,
     build_clusters,
     hierencdec_cluster,
@@ -38,13 +39,7 @@ MRED_PARAGRAPH_MARKER = "<sep>"
 
 def add_mred_plus_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert mred_plus`` flags."""
-    parser.add_argument("--text-column", default=None,
-                        help="column of the reviews and rebuttals (default: the second-to-last, as HierEncDec's "
-                             "run_summarization.py takes it)")
-    parser.add_argument("--summary-column", default=None,
-                        help="column of the meta-review (default: the last column)")
-    parser.add_argument("--id-column", default=None,
-                        help="column of the id (default: none, ids are SPLIT-INDEX)")
+    add_hierencdec_column_arguments(parser, "reviews and rebuttals", "meta-review", "SPLIT-INDEX")
     parser.add_argument("--paragraph-separator", default=MRED_PARAGRAPH_MARKER,
                         help="string between paragraphs inside a review (default: %(default)s, MReD's marker)")
 

@@ -33,6 +33,7 @@ from .common import (
     Document,
     Inputs,
     Record,
+    add_hierencdec_column_arguments,
     as_paths,
     build_clusters,
     hierencdec_cluster,
@@ -50,13 +51,7 @@ ORIGINAL_REVIEWS_KEY = "_critics"
 
 def add_rottentomatoes_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert rottentomatoes`` flags."""
-    parser.add_argument("--text-column", default=None,
-                        help="HierEncDec files: column of the reviews (default: the second-to-last, as "
-                             "HierEncDec's run_summarization.py takes it)")
-    parser.add_argument("--summary-column", default=None,
-                        help="HierEncDec files: column of the consensus (default: the last column)")
-    parser.add_argument("--id-column", default=None,
-                        help="HierEncDec files: column of the id (default: none, ids are SPLIT-INDEX)")
+    add_hierencdec_column_arguments(parser, "reviews", "consensus", "SPLIT-INDEX", prefix="HierEncDec files: ")
 
 
 @register_converter("rottentomatoes", add_arguments=add_rottentomatoes_arguments)

@@ -27,6 +27,7 @@ from .common import (
     ConversionReport,
     Inputs,
     Record,
+    add_hierencdec_column_arguments,
     as_paths,
     build_clusters,
     hierencdec_cluster,
@@ -40,13 +41,7 @@ WIKIDOMAINS = ("Film", "MeanOfTransportation", "Software", "Town")
 
 def add_wikidomains_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert wikidomains`` flags."""
-    parser.add_argument("--text-column", default=None,
-                        help="column of the section texts (default: the second-to-last, as HierEncDec's "
-                             "run_summarization.py takes it)")
-    parser.add_argument("--summary-column", default=None,
-                        help="column of the lead section (default: the last column)")
-    parser.add_argument("--id-column", default=None,
-                        help="column of the id (default: none, ids are DOMAIN-SPLIT-INDEX)")
+    add_hierencdec_column_arguments(parser, "section texts", "lead section", "DOMAIN-SPLIT-INDEX")
 
 
 @register_converter("wikidomains", add_arguments=add_wikidomains_arguments)
