@@ -42,12 +42,14 @@ from __future__ import annotations  # fairseq's Dictionary only in annotations: 
 
 import argparse
 import collections
+import contextlib
 import itertools
 import json
 import logging
 import multiprocessing
 import os
 import queue
+import signal
 import sys
 import time
 import traceback
@@ -148,9 +150,7 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
     stops), ``(chunk, "done", None, stage_seconds)`` per chunk and
     ``(-1, "exception", None, error)`` when the worker cannot start.
     """
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the parent stops the workers
+    ignore_sigint_in_child()  # Ctrl-C reaches the whole process group: the parent stops the workers
     try:
         limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
         encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
@@ -175,6 +175,34 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
         results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
 
 
+@contextlib.contextmanager
+def sigint_held_pending():
+    """Hold Ctrl-C (SIGINT) pending at the OS level while processes are forked.
+
+    Python's own handler cannot help there: a signal that arrives during
+    ``fork`` runs its handler inside the at-fork hooks (logging's lock release),
+    where the :class:`KeyboardInterrupt` is printed as "Exception ignored" and
+    dropped, so the run went on and exited 0; a child interrupted before it
+    ignores SIGINT dies with a traceback. Blocked here, the signal stays
+    pending: each child inherits the block, ignores SIGINT, then unblocks
+    (:func:`ignore_sigint_in_child`, which discards its pending copy); this
+    process raises :class:`KeyboardInterrupt` as soon as the block is lifted,
+    after the children exist, so the caller can stop them."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def ignore_sigint_in_child() -> None:
+    """First step of a child forked under :func:`sigint_held_pending`: Ctrl-C
+    reaches the whole process group and the parent stops its children, so the
+    child ignores SIGINT (a pending one is discarded) and lifts the block."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def call_in_child(function, *args, **kwargs):
     """``function(*args, **kwargs)`` in a forked child process, waited for
     here, so that Ctrl-C stops it at once. For SentencePiece's trainer: its
@@ -184,22 +212,21 @@ def call_in_child(function, *args, **kwargs):
     iterator ran was lost (the run went on and finished). The child ignores
     SIGINT; on Ctrl-C here it is terminated and :class:`KeyboardInterrupt`
     raised. An exception in the child is raised here."""
-    import signal
-
     context = multiprocessing.get_context("fork")
     receiver, sender = context.Pipe(duplex=False)
 
     def child():
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        ignore_sigint_in_child()
         try:
             sender.send(("ok", function(*args, **kwargs)))
         except BaseException as error:  # noqa: BLE001 (sent to the parent)
             sender.send(("error", _picklable(error)))
 
     process = context.Process(target=child, daemon=True)
-    process.start()
-    sender.close()
     try:
+        with sigint_held_pending():  # a Ctrl-C during the fork is raised here, after it
+            process.start()
+        sender.close()
         try:
             kind, payload = receiver.recv()
         except EOFError:
@@ -213,6 +240,7 @@ def call_in_child(function, *args, **kwargs):
             process.join()
         raise
     finally:
+        sender.close()
         receiver.close()
     if kind == "error":
         raise payload
@@ -246,8 +274,16 @@ class OrderedWorkerPool:
                             daemon=True)
             for _ in range(workers)
         ]
-        for process in self.processes:
-            process.start()
+        try:
+            with sigint_held_pending():  # a Ctrl-C during the forks is raised here, after them
+                for process in self.processes:
+                    process.start()
+        except BaseException:
+            for process in self.processes:
+                if process.is_alive():
+                    process.terminate()
+                    process.join()
+            raise
         self.stage_seconds: Counter = Counter()
         self._feed: Optional[Iterator] = None
         self._next_chunk = self._current = 0  # next chunk handed out, next chunk whose results are yielded
