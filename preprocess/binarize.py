@@ -42,14 +42,12 @@ from __future__ import annotations  # fairseq's Dictionary only in annotations: 
 
 import argparse
 import collections
-import contextlib
 import itertools
 import json
 import logging
 import multiprocessing
 import os
 import queue
-import signal
 import sys
 import time
 import traceback
@@ -63,6 +61,7 @@ from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
+from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after
 from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
     ClusterEncoder,
     EncodedCluster,
@@ -175,34 +174,6 @@ def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subwor
         results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
 
 
-@contextlib.contextmanager
-def sigint_held_pending():
-    """Hold Ctrl-C (SIGINT) pending at the OS level while processes are forked.
-
-    Python's own handler cannot help there: a signal that arrives during
-    ``fork`` runs its handler inside the at-fork hooks (logging's lock release),
-    where the :class:`KeyboardInterrupt` is printed as "Exception ignored" and
-    dropped, so the run went on and exited 0; a child interrupted before it
-    ignores SIGINT dies with a traceback. Blocked here, the signal stays
-    pending: each child inherits the block, ignores SIGINT, then unblocks
-    (:func:`ignore_sigint_in_child`, which discards its pending copy); this
-    process raises :class:`KeyboardInterrupt` as soon as the block is lifted,
-    after the children exist, so the caller can stop them."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def ignore_sigint_in_child() -> None:
-    """First step of a child forked under :func:`sigint_held_pending`: Ctrl-C
-    reaches the whole process group and the parent stops its children, so the
-    child ignores SIGINT (a pending one is discarded) and lifts the block."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-
-
 def call_in_child(function, *args, **kwargs):
     """``function(*args, **kwargs)`` in a forked child process, waited for
     here, so that Ctrl-C stops it at once. For SentencePiece's trainer: its
@@ -224,7 +195,7 @@ def call_in_child(function, *args, **kwargs):
 
     process = context.Process(target=child, daemon=True)
     try:
-        with sigint_held_pending():  # a Ctrl-C during the fork is raised here, after it
+        with sigint_delivered_after():  # a Ctrl-C during the fork is raised here, after it
             process.start()
         sender.close()
         try:
@@ -275,7 +246,7 @@ class OrderedWorkerPool:
             for _ in range(workers)
         ]
         try:
-            with sigint_held_pending():  # a Ctrl-C during the forks is raised here, after them
+            with sigint_delivered_after():  # a Ctrl-C during the forks is raised here, after them
                 for process in self.processes:
                     process.start()
         except BaseException:

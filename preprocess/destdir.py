@@ -48,14 +48,13 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import sys
-import threading
 import time
 from typing import Dict, Iterable, List, Optional, Set
 
 from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, is_plain_file_name, read_manifest, write_json_atomic
+from mdsfair.preprocess.interrupts import sigint_recorded
 
 logger = logging.getLogger("mdsfair.preprocess")
 
@@ -416,15 +415,8 @@ def _interrupts_deferred():
     """Hold Ctrl-C (SIGINT) off while the finished files are moved in (a few
     renames), so an interrupt never leaves half a swap; one that came is
     logged afterwards (the data-bin is then complete)."""
-    if threading.current_thread() is not threading.main_thread():
+    with sigint_recorded() as received:
         yield
-        return
-    received = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
     if received:
         logger.warning("Ctrl-C came while the finished data-bin was being moved into place; it was completed first")
 
