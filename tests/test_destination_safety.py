@@ -183,6 +183,7 @@ def staging_files(dest):
             for f in os.listdir(os.path.join(dest, name))]
 
 
+@pytest.mark.slow
 def test_a_second_run_is_refused_while_the_first_holds_the_lock_and_ctrl_c_restores_the_destination(tmp_path):
     """Two real processes: the first blocks reading a named pipe (a split not
     yet written) after it has written SentencePiece, dict.txt and the
@@ -238,6 +239,7 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock_and_ctrl_c_resto
     assert snapshot(dest) == before  # old data-bin and notes byte for byte; no lock, no staging folder
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_new_destination_removes_it(tmp_path):
     paths = raw_splits(tmp_path, train=CLUSTERS * 3)
     pipe = tmp_path / "valid.jsonl"
@@ -313,6 +315,7 @@ def test_the_lock_is_released_after_an_error(tmp_path, capsys):
     assert not dest.exists()  # created by the run, removed with its partial output and lock
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_sentencepiece_reads_its_training_text(tmp_path):
     """SentencePiece's C++ trainer reads the Python sentence iterator: a
     Ctrl-C there became a RuntimeError (exit status 1, a traceback), and one

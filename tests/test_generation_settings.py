@@ -10,6 +10,7 @@ from mdsfair.generation.sequence_generator import GenerationSettingsError, check
 from tests.utils import REPO_ROOT
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "flags, message",
     [
@@ -61,6 +62,7 @@ def tiny_bin(tmp_path_factory):
     return make_tiny_data_bin(str(tmp_path_factory.mktemp("bf16")), train=8, valid=2, test=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", ["mdsfair-train", "fairseq-train"])
 def test_cpu_bf16_stops_with_what_to_use_instead(tiny_bin, tmp_path, entry):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))

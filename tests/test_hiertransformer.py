@@ -627,6 +627,7 @@ def test_tiny_model_training_loss_falls(graph_data_bin):
     assert losses[-1] < 0.7 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_path):
     save_dir = str(tmp_path / "checkpoints")
     fairseq_cli(

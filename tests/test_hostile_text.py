@@ -52,6 +52,7 @@ def test_baseline_names_file_line_and_field_and_leaves_no_output(tmp_path, case)
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ["surrogate_in_document", "id_with_newline", "empty_id"])
 def test_preprocess_refuses_then_skips_and_counts(tmp_path, case):
     bad_line, message = CASES[case]

@@ -393,6 +393,7 @@ def run_module(module, *arguments, cwd):
     return done.stdout
 
 
+@pytest.mark.slow
 def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_path):
     """examples/led/README.md's PRIMERA-multinews sequence on the tiny
     PRIMERA-like model: mdsfair-import hf-led, mdsfair-convert multinews,

@@ -350,6 +350,7 @@ def data_parallel_runs(data):
     return data_parallel_train_steps(list(first.train_args), first.data_dir, SHARDS, runs, steps=STEPS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_data_parallel_gradients_equal_one_process(arch, one_process_reference, data_parallel_runs):
     label = f"{arch}/pytorch_ddp"

@@ -14,6 +14,8 @@ import torch
 from mdsfair.cli import with_torchrun_settings
 from tests.utils import REPO_ROOT, make_tiny_data_bin
 
+pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+
 MODEL = [
     "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
     "--dropout", "0", "--attention-dropout", "0", "--relu-dropout", "0",

@@ -11,6 +11,8 @@ import pytest
 
 from tests.utils import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+
 
 @pytest.mark.skipif(shutil.which("mdsfair-synth") is None, reason="console scripts not installed (pip install -e .)")
 def test_quickstart_script_end_to_end_and_load_independent(tmp_path):

@@ -105,6 +105,7 @@ REGISTRY_CHECK = (
     "from mdsfair.hub_interface import HUB_ENTRIES\n",        # the hub registers explicitly
     "import hubconf\n",                                      # torch.hub's entry file
 ])
+@pytest.mark.slow
 def test_registries_are_filled_whatever_the_import_order(first_import):
     output = run_python(first_import + REGISTRY_CHECK)
     assert output.split() == [

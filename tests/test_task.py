@@ -176,6 +176,7 @@ def train(data_bin, save_dir, arch_args, updates):
     ])
 
 
+@pytest.mark.slow
 def test_stock_transformer_trains_20_updates_and_generates(tiny_bin, tmp_path):
     log = train(tiny_bin, str(tmp_path / "ckpt"), TINY_TRANSFORMER, 20)
     assert "--max-source-positions cut" in log  # the truncation report at load
@@ -192,6 +193,7 @@ def test_stock_transformer_trains_20_updates_and_generates(tiny_bin, tmp_path):
     assert sorted(int(i) for i in hypotheses) == list(range(16))
 
 
+@pytest.mark.slow
 def test_stock_bart_trains_and_generates_on_the_same_data(tiny_bin, tmp_path):
     from tests.utils import TINY_BART_ARGS
 
