@@ -65,6 +65,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerEncoderBase
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hierencdec_bart import wrap_layer
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
@@ -74,6 +75,17 @@ logger = logging.getLogger(__name__)
 
 GLOBAL_ATTENTION = ("first", "doc-sep", "documents")
 DOCUMENT_SEPARATOR = "<doc-sep>"
+
+#: The one source of the led model's defaults (``mdsfair.models.flag_defaults``):
+#: allenai/led-*-16384's; the architectures override positions, window and
+#: global attention for PRIMERA.
+DEFAULTS = FlagDefaults({
+    "max_encoder_positions": 16384,
+    "attention_window": "1024",  # a string, as --attention-window (type=str) stores it
+    "global_attention": "first",
+    "longformer_attention": "fused",
+})
+
 
 def parse_attention_window(value, num_layers: int) -> List[int]:
     """``--attention-window``: one even window for all layers or one per layer."""
@@ -163,7 +175,7 @@ class LEDEncoder(TransformerEncoderBase):
     def __init__(self, args, dictionary, embed_tokens):
         self.attention_windows = parse_attention_window(args.attention_window, args.encoder_layers)
         self.global_attention = args.global_attention
-        self.implementation = getattr(args, "longformer_attention", None) or "fused"
+        self.implementation = args.longformer_attention
         self.document_separator: Optional[int] = None
         self._layers_built = 0
         cfg = TransformerConfig.from_namespace(args)
@@ -234,26 +246,34 @@ class LEDModel(MultiDocHubModel, BARTModel):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--attention-window", type=str,
-            help="Longformer window per encoder layer: one even number for all layers or a comma list with one "
-                 "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
-                 "attention_window; default 1024 for led_*, 512 for primera, as the released checkpoints)",
+            help=DEFAULTS.help(
+                "attention_window",
+                "Longformer window per encoder layer: one even number for all layers or a comma list with one "
+                "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
+                "attention_window; 512 under the primera architecture, as the released checkpoints)"),
         )
         parser.add_argument(
             "--global-attention", choices=GLOBAL_ATTENTION,
-            help="tokens with global attention: 'first' = the first source token (LED, default), 'doc-sep' = the "
-                 "first token and every <doc-sep> (PRIMERA; default of the primera architecture), 'documents' = "
-                 "the first token of every document (from the data-bin's document ids)",
+            help=DEFAULTS.help(
+                "global_attention",
+                "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
+                "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
+                "the first token of every document (from the data-bin's document ids)"),
         )
         parser.add_argument(
             "--longformer-attention", choices=IMPLEMENTATIONS,
-            help="computation of the encoder attention (same numbers): 'fused' = every window through "
-                 "torch's scaled_dot_product_attention with a shared band mask (fused kernels; default), 'banded' = "
-                 "explicit banded score tensors (the portable reference, as Hugging Face computes them)",
+            help=DEFAULTS.help(
+                "longformer_attention",
+                "computation of the encoder attention (same numbers): 'fused' = every window through "
+                "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
+                "explicit banded score tensors (the portable reference, as Hugging Face computes them)"),
         )
         parser.add_argument(
             "--max-encoder-positions", type=int,
-            help="rows of the encoder's learned position table (16384 for led_*, 4096 for primera, the released "
-                 "models'); the task's --max-source-positions may not exceed it",
+            help=DEFAULTS.help(
+                "max_encoder_positions",
+                "rows of the encoder's learned position table (4096 under the primera architecture, as the "
+                "released models); the task's --max-source-positions may not exceed it"),
         )
 
     @classmethod
@@ -379,19 +399,11 @@ def led_state_dict_from_hf(hf_state: Dict[str, Tensor]) -> Dict[str, Tensor]:
 # ------------------------------------------------------------ architectures
 
 
-def led_defaults(args, positions: int, window: int, global_attention: str = "first"):
-    args.max_encoder_positions = getattr(args, "max_encoder_positions", None) or positions
-    args.attention_window = getattr(args, "attention_window", None) or str(window)
-    args.global_attention = getattr(args, "global_attention", None) or global_attention
-    args.longformer_attention = getattr(args, "longformer_attention", None) or "fused"
-    args.max_target_positions = getattr(args, "max_target_positions", 1024)
-
-
 @register_model_architecture("led", "led_base")
 def led_base_architecture(args):
     """allenai/led-base-16384: BART-base (6 + 6 layers, d 768), 16,384 source
     positions, window 1,024."""
-    led_defaults(args, 16384, 1024)
+    DEFAULTS.fill(args)
     bart_base_architecture(args)
 
 
@@ -399,7 +411,7 @@ def led_base_architecture(args):
 def led_large_architecture(args):
     """allenai/led-large-16384: BART-large (12 + 12 layers, d 1,024), 16,384
     source positions, window 1,024."""
-    led_defaults(args, 16384, 1024)
+    DEFAULTS.fill(args)
     bart_large_architecture(args)
 
 
@@ -413,7 +425,7 @@ def primera_architecture(args):
     under this architecture the layout is always PRIMERA's; use ``led_large``
     with ``--max-encoder-positions 4096 --attention-window 512`` for
     PRIMERA's dimensions on another layout."""
-    led_defaults(args, 4096, 512, "doc-sep")
+    DEFAULTS.fill(args, max_encoder_positions=4096, attention_window="512", global_attention="doc-sep")
     if hasattr(args, "source_layout") and args.source_layout != "primera":
         logger.info(
             "architecture primera: task --source-layout %s replaced by primera (documents joined by <doc-sep>); "
@@ -429,5 +441,5 @@ def led_tiny_architecture(args):
     """Tiny dims for tests (``mdsfair.models.tiny_dimensions``), 1,024
     encoder positions, window 8 (several windows per test source)."""
     set_tiny_dimensions(args)
-    led_defaults(args, 1024, 8)
+    DEFAULTS.fill(args, max_encoder_positions=1024, attention_window="8")
     led_base_architecture(args)

@@ -1,0 +1,87 @@
+"""One table of defaults per model: the single source that ``add_args``, the
+architecture functions and the documentation read.
+
+fairseq's legacy models write each default up to four times: in an
+``add_argument`` help text, in ``getattr(args, name, default)`` inside every
+architecture function, in ``getattr`` calls scattered through the model, and in
+the README. A model here declares its flags' defaults once::
+
+    DEFAULTS = FlagDefaults({
+        "attention_window": 1024,          # a plain value
+        "decoder_embed_dim": lambda args: args.encoder_embed_dim,  # derived
+    })
+
+and then
+
+* ``add_args`` writes ``help=DEFAULTS.help("attention_window", "what it does")``,
+  which appends ``(default: 1024)`` read from the table (``--help`` is the docs
+  a user reads; the per-system READMEs quote ``--help``);
+* an architecture function calls ``DEFAULTS.fill(args, attention_window=512)``:
+  every flag the user left unset (missing or ``None``) gets the architecture's
+  value if it names one, else the table's; values given on the command line or
+  stored in a checkpoint are kept, as fairseq's ``getattr(args, name, default)``
+  keeps them;
+* the model reads ``args.name`` directly: after the architecture function ran,
+  every flag of the table is set.
+
+Why not ``argparse`` defaults: fairseq's architectures override a model's
+defaults (``led_base`` and ``primera`` differ in window and positions), and an
+``add_argument(default=...)`` value cannot be told apart from one the user
+typed, which is why fairseq itself leaves them out of legacy ``add_args``.
+"""
+from typing import Any, Callable, Dict, Iterator, Mapping, Union
+
+Default = Union[Any, Callable[[Any], Any]]
+
+
+class FlagDefaults(Mapping):
+    """A model's flag defaults (flag names as argparse ``dest``: underscores)."""
+
+    def __init__(self, table: Dict[str, Default]):
+        self._table = dict(table)
+
+    def __getitem__(self, name: str) -> Default:
+        return self._table[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def extended(self, **more: Default) -> "FlagDefaults":
+        """This table plus (or overriding) ``more``: a derived model's table."""
+        return FlagDefaults({**self._table, **more})
+
+    def describe(self, name: str) -> str:
+        """The default as ``--help`` shows it."""
+        value = self._table[name]
+        if callable(value):
+            return getattr(value, "__doc__", None) or "derived from other flags"
+        if isinstance(value, bool):
+            return "on" if value else "off"
+        return str(value)
+
+    def help(self, name: str, text: str) -> str:
+        """``text`` followed by ``(default: VALUE)`` from the table."""
+        return f"{text} (default: {self.describe(name)})"
+
+    def fill(self, args, **architecture_values: Default) -> None:
+        """Set every flag of the table (and every ``architecture_values`` name)
+        that ``args`` lacks or holds as ``None``: the architecture's value
+        first, else the table's. Derived defaults (callables) see the values
+        filled before them, in table order."""
+        unknown = set(architecture_values) - set(self._table)
+        if unknown:
+            raise KeyError(f"architecture values for flags not in the model's table: {sorted(unknown)}")
+        for name, default in self._table.items():
+            if getattr(args, name, None) is not None:
+                continue
+            value = architecture_values.get(name, default)
+            setattr(args, name, value(args) if callable(value) else value)
+
+
+def derived(doc: str, function: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A derived default with the text ``--help`` shows for it."""
+    function.__doc__ = doc
+    return function
