@@ -791,7 +791,7 @@ def format_report(reports: Dict[str, Dict]) -> str:
         ("sentences", "sents"), ("source_tokens", "src tok"), ("target_tokens", "tgt tok"),
         ("source_tokens_max", "src max"), ("unknown_tokens", "unk"),
     ]
-    width = max([10] + [len(split) + 1 for split in reports])  # shard{k}/{split} with --shards
+    width = max([10] + [len(split) + 1 for split in reports if "/" in split])  # shard{k}/{split}: --shards
     header = f"{'split':<{width}}" + "".join(f"{title:>11}" for _, title in columns) + "  skipped / dropped"
     lines = [header, "-" * len(header)]
     for split, report in reports.items():
