@@ -70,7 +70,7 @@ from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
-from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after
+from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after, sigint_recorded
 from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
     ClusterEncoder,
     EncodedCluster,
@@ -949,8 +949,12 @@ def preprocess_shards(args: argparse.Namespace, splits: Dict[str, str], stage_se
                     work.manifest["vocabulary"] = works[0].vocabulary_report
                 works.append(work)
             args.vocabulary_report = works[0].vocabulary_report
-            for destination, work in zip(runs, works):
-                destination.commit(work.manifest)  # each shard's manifest last, whole or not at all
+            with sigint_recorded() as interrupted:  # a Ctrl-C waits until every shard is in place
+                for destination, work in zip(runs, works):
+                    destination.commit(work.manifest)  # each shard's manifest last, whole or not at all
+            if interrupted:
+                logger.warning("Ctrl-C came while the finished shards were being moved into place; they were "
+                               "completed first")
     except BaseException:
         if created and os.path.isdir(args.destdir) and not os.listdir(args.destdir):
             os.rmdir(args.destdir)
