@@ -44,8 +44,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
-from mdsfair.models import flag_defaults
-from mdsfair.models.flag_defaults import FlagDefaults
+from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention
@@ -73,13 +72,9 @@ DEFAULTS = FlagDefaults({
     "encoder_ffn_embed_dim": 1024,
     "encoder_attention_heads": 8,
     "encoder_normalize_before": False,
-    "decoder_embed_dim": flag_defaults.derived("--encoder-embed-dim", lambda args: args.encoder_embed_dim),
-    "decoder_ffn_embed_dim": flag_defaults.derived(
-        "--encoder-ffn-embed-dim", lambda args: args.encoder_ffn_embed_dim
-    ),
-    "decoder_attention_heads": flag_defaults.derived(
-        "--encoder-attention-heads", lambda args: args.encoder_attention_heads
-    ),
+    "decoder_embed_dim": derived("--encoder-embed-dim", lambda args: args.encoder_embed_dim),
+    "decoder_ffn_embed_dim": derived("--encoder-ffn-embed-dim", lambda args: args.encoder_ffn_embed_dim),
+    "decoder_attention_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
     "decoder_layers": 6,
     "decoder_normalize_before": False,
     "dropout": 0.1,
@@ -93,7 +88,7 @@ DEFAULTS = FlagDefaults({
     # the hierarchical encoder's flags
     "local_layers": 5,
     "global_layers": 2,
-    "global_heads": flag_defaults.derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
+    "global_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
     "no_paragraph_position": False,
     "token_position_first": False,
     "shared_inter_paragraph_attention": False,
