@@ -3,6 +3,7 @@ loop-over-paragraphs references, masking, graph heads (Eq. 24), ablations,
 incremental decoding, training, and fairseq-train / fairseq-generate."""
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from fairseq import options, tasks
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
 
-from mdsfair.models.hiertransformer import HierarchicalTransformerModel
+from mdsfair.models.hiertransformer import DEFAULTS, HierarchicalTransformerModel
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention, row_normalise_graph
 from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
@@ -676,6 +677,19 @@ def test_architectures_set_the_paper_and_hiersumm_configurations():
     assert (hiersumm.local_layers, hiersumm.global_layers, hiersumm.decoder_layers) == (6, 2, 1)
     assert hiersumm.encoder_normalize_before and hiersumm.shared_inter_paragraph_attention
     assert hiersumm.no_pooling_head_projection and hiersumm.token_position_first
+
+
+
+def test_readme_flag_table_states_the_defaults_of_the_models_table():
+    """examples/hiertransformer/README.md's flag table writes the paper's
+    values as the defaults; they are those of ``DEFAULTS``, the table that
+    --help and the architectures read."""
+    readme = open(os.path.join(REPO_ROOT, "examples", "hiertransformer", "README.md"), encoding="utf-8").read()
+    assert f"| `--local-layers {DEFAULTS['local_layers']} --global-layers {DEFAULTS['global_layers']}` |" in readme
+    assert f"`--graph-heads {DEFAULTS['graph_heads']}` |" in readme
+    epsilon = re.search(r"epsilon of every LayerNorm: (\S+) \(fairseq, default\)", readme)
+    assert epsilon and float(epsilon.group(1)) == DEFAULTS["layernorm_eps"]
+    assert "fairseq's `</s>` (default)" in readme and DEFAULTS["decoder_start_symbol"] == "eos"
 
 
 # ------------------------------------------------------- the recipe's schedule

@@ -44,6 +44,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
+from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
 from mdsfair.modules.inter_paragraph_attention import InterParagraphAttention
@@ -57,6 +58,60 @@ GRAPH_CHOICES = ("none", "similarity", "discourse")
 DECODER_POSITION_ENCODINGS = ("interleaved", "fairseq")
 DECODER_START_SYMBOLS = ("eos", "bos")
 UNBOUNDED_SOURCE_POSITIONS = 10 ** 9
+
+#: The one source of the hiertransformer model's defaults
+#: (:mod:`mdsfair.models.flag_defaults`): the paper's WikiSum model (Liu &
+#: Lapata 2019, Section 4: d 256, 8 heads, feed-forward 1,024, 5 local + 2
+#: global layers, dropout 0.1, shared embeddings, post-LN); the decoder depth,
+#: which the paper does not give, is the 6 layers of its flat-transformer
+#: baseline. The choices of the authors' code (hiersumm) are off here, as in
+#: fairseq; ``hiertransformer_hiersumm`` turns them on.
+DEFAULTS = FlagDefaults({
+    # fairseq's transformer flags that the architectures set
+    "encoder_embed_dim": 256,
+    "encoder_ffn_embed_dim": 1024,
+    "encoder_attention_heads": 8,
+    "encoder_normalize_before": False,
+    "decoder_embed_dim": derived("--encoder-embed-dim", lambda args: args.encoder_embed_dim),
+    "decoder_ffn_embed_dim": derived("--encoder-ffn-embed-dim", lambda args: args.encoder_ffn_embed_dim),
+    "decoder_attention_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
+    "decoder_layers": 6,
+    "decoder_normalize_before": False,
+    "dropout": 0.1,
+    "attention_dropout": 0.0,
+    "activation_dropout": 0.0,
+    "share_all_embeddings": True,
+    "share_decoder_input_output_embed": True,
+    "no_scale_embedding": False,
+    "max_source_positions": 1024,
+    "max_target_positions": 1024,
+    # the hierarchical encoder's flags
+    "local_layers": 5,
+    "global_layers": 2,
+    "global_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
+    "no_paragraph_position": False,
+    "token_position_first": False,
+    "shared_inter_paragraph_attention": False,
+    "no_pooling_head_projection": False,
+    "graph": "none",
+    "graph_heads": 1,
+    "no_source_special_tokens": False,
+    # the decoder's and every LayerNorm's
+    "decoder_position_encoding": "interleaved",
+    "decoder_output_bias": False,
+    "decoder_start_symbol": "eos",
+    "layernorm_eps": 1e-5,
+})
+
+
+def add_transformer_args(parser) -> None:
+    """fairseq's transformer flags (``TransformerModel.add_args``); those
+    that :data:`DEFAULTS` tables show this model's default in ``--help``."""
+    first_new = len(parser._actions)  # an argument group shares its parser's action list
+    TransformerModel.add_args(parser)
+    for action in parser._actions[first_new:]:
+        if action.dest in DEFAULTS:
+            action.help = DEFAULTS.help(action.dest, action.help)
 
 
 class GlobalTransformerLayer(nn.Module):
@@ -296,7 +351,7 @@ class HierarchicalTransformerDecoder(TransformerDecoder):
 
     def build_output_projection(self, args, dictionary, embed_tokens):
         super().build_output_projection(args, dictionary, embed_tokens)
-        if not getattr(self.args, "decoder_output_bias", False):
+        if not self.args.decoder_output_bias:
             return
         if self.adaptive_softmax is not None:
             raise ValueError("--decoder-output-bias does not apply to an adaptive softmax")
@@ -333,54 +388,71 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
 
     @staticmethod
     def add_args(parser):
-        TransformerModel.add_args(parser)
+        add_transformer_args(parser)
         parser.add_argument("--local-layers", type=int, metavar="N",
-                            help="local transformer layers inside paragraphs (Eq. 11-12; paper: 5)")
+                            help=DEFAULTS.help("local_layers",
+                                               "local transformer layers inside paragraphs (Eq. 11-12; Section 4)"))
         parser.add_argument("--global-layers", type=int, metavar="N",
-                            help="global transformer layers across paragraphs on top of the local ones "
-                                 "(Eq. 13-23; paper: 2; 0 = Table 3's 'w/o GT')")
+                            help=DEFAULTS.help("global_layers",
+                                               "global transformer layers across paragraphs on top of the local "
+                                               "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"))
         parser.add_argument("--global-heads", type=int, metavar="N",
-                            help="heads of multi-head pooling and inter-paragraph attention (default: "
-                                 "--encoder-attention-heads; 1 = Table 3's 'w/o MP')")
+                            help=DEFAULTS.help("global_heads",
+                                               "heads of multi-head pooling and inter-paragraph attention (1 = "
+                                               "Table 3's 'w/o MP')"))
         parser.add_argument("--no-paragraph-position", action="store_true",
-                            help="encode only the token position inside the paragraph, over all d "
-                                 "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
-                                 "rank and token position")
+                            help=DEFAULTS.help("no_paragraph_position",
+                                               "encode only the token position inside the paragraph, over all d "
+                                               "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
+                                               "rank and token position"))
         parser.add_argument("--token-position-first", action="store_true",
-                            help="lay out the position encoding as [e_j ; e_i] (token position first), "
-                                 "as the hiersumm code does; the paper writes [e_i ; e_j] (Eq. 9)")
+                            help=DEFAULTS.help("token_position_first",
+                                               "lay out the position encoding as [e_j ; e_i] (token position "
+                                               "first), as the hiersumm code does; the paper writes [e_i ; e_j] "
+                                               "(Eq. 9)"))
         parser.add_argument("--shared-inter-paragraph-attention", action="store_true",
-                            help="one single-head attention shared by all heads in the inter-paragraph "
-                                 "attention (the hiersumm code); the paper has per-head W^z_q, W^z_k, "
-                                 "W^z_v (Eq. 17-19)")
+                            help=DEFAULTS.help("shared_inter_paragraph_attention",
+                                               "one single-head attention shared by all heads in the "
+                                               "inter-paragraph attention (the hiersumm code); the paper has "
+                                               "per-head W^z_q, W^z_k, W^z_v (Eq. 17-19)"))
         parser.add_argument("--no-pooling-head-projection", action="store_true",
-                            help="drop the per-head W^z_c of multi-head pooling (Eq. 16), as the "
-                                 "hiersumm code does")
+                            help=DEFAULTS.help("no_pooling_head_projection",
+                                               "drop the per-head W^z_c of multi-head pooling (Eq. 16), as the "
+                                               "hiersumm code does"))
         parser.add_argument("--graph", choices=GRAPH_CHOICES,
-                            help="graph-informed attention (Eq. 24): replace --graph-heads learned "
-                                 "inter-paragraph heads with the row-normalised paragraph graph read "
-                                 "from side data src_graph_similarity / src_graph_discourse "
-                                 "(mdsfair-preprocess --side-data graph_similarity|graph_discourse); "
-                                 "default: none")
+                            help=DEFAULTS.help("graph",
+                                               "graph-informed attention (Eq. 24): replace --graph-heads learned "
+                                               "inter-paragraph heads with the row-normalised paragraph graph read "
+                                               "from side data src_graph_similarity / src_graph_discourse "
+                                               "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"))
         parser.add_argument("--graph-heads", type=int, metavar="N",
-                            help="learned heads the graph replaces in every global layer (paper: one)")
+                            help=DEFAULTS.help("graph_heads",
+                                               "learned heads the graph replaces in every global layer (Eq. 24; "
+                                               "the default is the paper's)"))
         parser.add_argument("--decoder-position-encoding", choices=DECODER_POSITION_ENCODINGS,
-                            help="target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at odd "
-                                 "dimensions, frequency 10000^(-2i/d), first token at position 0), as the "
-                                 "paper and the hiersumm decoder (default); 'fairseq' = fairseq's "
-                                 "SinusoidalPositionalEmbedding (sin half then cos half, from position 2)")
+                            help=DEFAULTS.help("decoder_position_encoding",
+                                               "target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at "
+                                               "odd dimensions, frequency 10000^(-2i/d), first token at position "
+                                               "0), as the paper and the hiersumm decoder; 'fairseq' = fairseq's "
+                                               "SinusoidalPositionalEmbedding (sin half then cos half, from "
+                                               "position 2)"))
         parser.add_argument("--decoder-output-bias", action="store_true",
-                            help="give the output projection a bias (its weight stays tied), as hiersumm's "
-                                 "generator nn.Linear(d, V)")
+                            help=DEFAULTS.help("decoder_output_bias",
+                                               "give the output projection a bias (its weight stays tied), as "
+                                               "hiersumm's generator nn.Linear(d, V)"))
         parser.add_argument("--decoder-start-symbol", choices=DECODER_START_SYMBOLS,
-                            help="first decoder input: fairseq's </s> (eos, default) or <s> (bos), as "
-                                 "hiersumm's targets start with <S>")
+                            help=DEFAULTS.help("decoder_start_symbol",
+                                               "first decoder input: fairseq's </s> (eos) or <s> (bos), as "
+                                               "hiersumm's targets start with <S>"))
         parser.add_argument("--layernorm-eps", type=float, metavar="EPS",
-                            help="epsilon of every LayerNorm (default fairseq's 1e-5; hiersumm 1e-6)")
+                            help=DEFAULTS.help("layernorm_eps",
+                                               "epsilon of every LayerNorm (the default is fairseq's; hiersumm "
+                                               "1e-6)"))
         parser.add_argument("--no-source-special-tokens", action="store_true",
-                            help="the encoder skips the data contract's <s> / </s> source tokens (masked "
-                                 "like padding, which equals removing them), so it reads exactly the "
-                                 "paragraphs, as the hiersumm code")
+                            help=DEFAULTS.help("no_source_special_tokens",
+                                               "the encoder skips the data contract's <s> / </s> source tokens "
+                                               "(masked like padding, which equals removing them), so it reads "
+                                               "exactly the paragraphs, as the hiersumm code"))
 
     @classmethod
     def build_model(cls, args, task):
@@ -407,7 +479,7 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
         return HierarchicalTransformerDecoder(
-            args, tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+            args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
         )
 
     def forward(
@@ -435,37 +507,12 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
 @register_model_architecture("hiertransformer", "hiertransformer")
 def base_architecture(args):
     """The paper's WikiSum model (Section 4): d 256, 8 heads, feed-forward
-    1,024, 5 local + 2 global layers, dropout 0.1, shared embeddings, post-LN.
-    The paper does not give the decoder depth; we use the 6 layers of its flat
-    transformer baseline."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 256)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 1024)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
-    args.local_layers = getattr(args, "local_layers", 5)
-    args.global_layers = getattr(args, "global_layers", 2)
+    1,024, 5 local + 2 global layers, dropout 0.1, shared embeddings, post-LN
+    (:data:`DEFAULTS`). The paper does not give the decoder depth; we use the
+    6 layers of its flat transformer baseline."""
+    DEFAULTS.fill(args)
+    # not a default: fairseq's encoder depth is always the two stacks together
     args.encoder_layers = args.local_layers + args.global_layers
-    args.global_heads = getattr(args, "global_heads", None) or args.encoder_attention_heads
-    args.no_paragraph_position = getattr(args, "no_paragraph_position", False)
-    args.token_position_first = getattr(args, "token_position_first", False)
-    args.shared_inter_paragraph_attention = getattr(args, "shared_inter_paragraph_attention", False)
-    args.no_pooling_head_projection = getattr(args, "no_pooling_head_projection", False)
-    args.graph = getattr(args, "graph", None) or "none"
-    args.graph_heads = getattr(args, "graph_heads", None) or 1
-    args.decoder_embed_dim = getattr(args, "decoder_embed_dim", args.encoder_embed_dim)
-    args.decoder_ffn_embed_dim = getattr(args, "decoder_ffn_embed_dim", args.encoder_ffn_embed_dim)
-    args.decoder_attention_heads = getattr(args, "decoder_attention_heads", args.encoder_attention_heads)
-    args.decoder_layers = getattr(args, "decoder_layers", 6)
-    args.dropout = getattr(args, "dropout", 0.1)
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
-    args.share_decoder_input_output_embed = getattr(args, "share_decoder_input_output_embed", True)
-    args.no_scale_embedding = getattr(args, "no_scale_embedding", False)
-    args.max_source_positions = getattr(args, "max_source_positions", 1024) or 1024
-    args.max_target_positions = getattr(args, "max_target_positions", 1024) or 1024
-    args.decoder_position_encoding = getattr(args, "decoder_position_encoding", None) or "interleaved"
-    args.decoder_output_bias = getattr(args, "decoder_output_bias", False)
-    args.decoder_start_symbol = getattr(args, "decoder_start_symbol", None) or "eos"
-    args.layernorm_eps = getattr(args, "layernorm_eps", None) or 1e-5
-    args.no_source_special_tokens = getattr(args, "no_source_special_tokens", False)
     transformer_base_architecture(args)
 
 
@@ -480,21 +527,22 @@ def hiersumm_architecture(args):
     feed-forward inner activation, Eq. 7-8 decoder positions from 0, a
     generator bias, ``<S>`` (bos) as the first decoder input, and paragraphs
     read without ``<s>`` / ``</s>``."""
-    args.local_layers = getattr(args, "local_layers", 6)
-    args.decoder_layers = getattr(args, "decoder_layers", 1)
-    args.encoder_normalize_before = getattr(args, "encoder_normalize_before", True)
-    args.decoder_normalize_before = getattr(args, "decoder_normalize_before", True)
-    args.shared_inter_paragraph_attention = getattr(args, "shared_inter_paragraph_attention", True)
-    args.no_pooling_head_projection = getattr(args, "no_pooling_head_projection", True)
-    args.token_position_first = getattr(args, "token_position_first", True)
-    args.dropout = getattr(args, "dropout", 0.1)
-    args.attention_dropout = getattr(args, "attention_dropout", 0.1)
-    args.activation_dropout = getattr(args, "activation_dropout", 0.1)
-    args.decoder_position_encoding = getattr(args, "decoder_position_encoding", None) or "interleaved"
-    args.decoder_output_bias = getattr(args, "decoder_output_bias", True)
-    args.decoder_start_symbol = getattr(args, "decoder_start_symbol", None) or "bos"
-    args.layernorm_eps = getattr(args, "layernorm_eps", None) or 1e-6
-    args.no_source_special_tokens = getattr(args, "no_source_special_tokens", True)
+    DEFAULTS.fill(
+        args,
+        local_layers=6,
+        decoder_layers=1,
+        encoder_normalize_before=True,
+        decoder_normalize_before=True,
+        shared_inter_paragraph_attention=True,
+        no_pooling_head_projection=True,
+        token_position_first=True,
+        attention_dropout=0.1,
+        activation_dropout=0.1,
+        decoder_output_bias=True,
+        decoder_start_symbol="bos",
+        layernorm_eps=1e-6,
+        no_source_special_tokens=True,
+    )
     base_architecture(args)
 
 
@@ -502,10 +550,8 @@ def hiersumm_architecture(args):
 def tiny_architecture(args):
     """For tests: d 32, 4 heads, feed-forward 64, 2 local + 1 global layers,
     2 decoder layers."""
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 32)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 64)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 4)
-    args.local_layers = getattr(args, "local_layers", 2)
-    args.global_layers = getattr(args, "global_layers", 1)
-    args.decoder_layers = getattr(args, "decoder_layers", 2)
+    DEFAULTS.fill(
+        args, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4, local_layers=2,
+        global_layers=1, decoder_layers=2,
+    )
     base_architecture(args)

@@ -21,7 +21,20 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
+
+#: The one source of the paragraph_ranker model's defaults
+#: (:mod:`mdsfair.models.flag_defaults`): Liu & Lapata 2019, Section 4 (LSTM
+#: hidden size 256, dropout 0.2 before all linear layers); the paper does not
+#: give the word embedding size, which we set to the hidden size.
+DEFAULTS = FlagDefaults({
+    "ranker_embed_dim": 256,
+    "ranker_hidden_dim": 256,
+    "dropout": 0.2,
+    "checkpoint_activations": False,
+    "offload_activations": False,
+})
 
 
 def masked_max_pool(states: Tensor, padding_mask: Tensor) -> Tensor:
@@ -57,17 +70,21 @@ class ParagraphRankerModel(BaseFairseqModel):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--ranker-embed-dim", type=int, metavar="N", help="word embedding dimension")
+        parser.add_argument("--ranker-embed-dim", type=int, metavar="N",
+                            help=DEFAULTS.help("ranker_embed_dim", "word embedding dimension"))
         parser.add_argument("--ranker-hidden-dim", type=int, metavar="N",
-                            help="hidden size of the title and paragraph LSTMs (paper: 256)")
+                            help=DEFAULTS.help("ranker_hidden_dim", "hidden size of the title and paragraph LSTMs "
+                                                                    "(Section 4)"))
         parser.add_argument("--dropout", type=float, metavar="D",
-                            help="dropout before every linear layer (paper: 0.2)")
+                            help=DEFAULTS.help("dropout", "dropout before every linear layer (Section 4)"))
         parser.add_argument("--checkpoint-activations", action="store_true",
-                            help="recompute the LSTM states in the backward pass instead of storing them "
-                                 "(less memory, more compute)")
+                            help=DEFAULTS.help("checkpoint_activations",
+                                               "recompute the LSTM states in the backward pass instead of storing "
+                                               "them (less memory, more compute)"))
         parser.add_argument("--offload-activations", action="store_true",
-                            help="--checkpoint-activations, keeping the saved LSTM inputs in CPU memory; "
-                                 "sets --checkpoint-activations")
+                            help=DEFAULTS.help("offload_activations",
+                                               "--checkpoint-activations, keeping the saved LSTM inputs in CPU "
+                                               "memory; sets --checkpoint-activations"))
 
     @classmethod
     def build_model(cls, args, task):
@@ -110,16 +127,15 @@ class ParagraphRankerModel(BaseFairseqModel):
 
 @register_model_architecture("paragraph_ranker", "paragraph_ranker")
 def base_architecture(args):
-    """Section 4: LSTM hidden size 256, dropout 0.2 (Adagrad, lr 0.15)."""
-    args.ranker_embed_dim = getattr(args, "ranker_embed_dim", 256)
-    args.ranker_hidden_dim = getattr(args, "ranker_hidden_dim", 256)
-    args.dropout = getattr(args, "dropout", 0.2)
-    args.offload_activations = getattr(args, "offload_activations", False)
-    args.checkpoint_activations = getattr(args, "checkpoint_activations", False) or args.offload_activations
+    """Section 4: LSTM hidden size 256, dropout 0.2 (:data:`DEFAULTS`; the
+    paper trains it with Adagrad, lr 0.15)."""
+    DEFAULTS.fill(args)
+    # not a default: --offload-activations implies --checkpoint-activations, as in fairseq's transformer
+    args.checkpoint_activations = args.checkpoint_activations or args.offload_activations
 
 
 @register_model_architecture("paragraph_ranker", "paragraph_ranker_tiny")
 def tiny_architecture(args):
-    args.ranker_embed_dim = getattr(args, "ranker_embed_dim", 16)
-    args.ranker_hidden_dim = getattr(args, "ranker_hidden_dim", 16)
+    """For tests: embedding and hidden size 16."""
+    DEFAULTS.fill(args, ranker_embed_dim=16, ranker_hidden_dim=16)
     base_architecture(args)
