@@ -14,8 +14,11 @@ the README. A model here declares its flags' defaults once::
 and then
 
 * ``add_args`` writes ``help=DEFAULTS.help("attention_window", "what it does")``,
-  which appends ``(default: 1024)`` read from the table (``--help`` is the docs
-  a user reads; the per-system READMEs quote ``--help``);
+  which appends ``(default: 1024)`` read from the table. (fairseq 0.12's
+  ``fairseq-train --help`` prints its generic groups only, not a model's
+  ``add_args``; the per-system READMEs document the flags, and tests check
+  the defaults they state against the table, e.g.
+  ``tests/test_hiertransformer.py``.)
 * an architecture function calls ``DEFAULTS.fill(args, attention_window=512)``:
   every flag the user left unset (missing or ``None``) gets the architecture's
   value if it names one, else the table's; values given on the command line or
