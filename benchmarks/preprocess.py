@@ -331,9 +331,9 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
     stock, ours = figures.values()
     print(f"\nmdsfair / stock spaCy on the same {words:,} words, median (min-max) of {args.repeats} interleaved "
           f"pair(s): {interleaved_ratio(ours['wall'], stock['wall']).format('.2f', 'x')} words/s (wall), "
-          f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second, "
-          f"{interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
-          "CPU-second")
+          f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second"
+          + (f", {interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
+             "CPU-second" if args.side_data else ""))
 
 
 def describe_machine() -> str:
