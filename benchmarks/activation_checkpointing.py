@@ -24,7 +24,7 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, spread  # noqa: E402
 
 #: One architecture per system at base dimensions, with its training task and criterion.
 SYSTEMS = {
@@ -126,11 +126,9 @@ def main(argv=None):
                 tokens = result["source_tokens"]
         plain, checkpointed = peaks[()], peaks[("--checkpoint-activations",)]
 
-        def cell(values):
-            return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
-
         ratio = statistics.median(checkpointed) / statistics.median(plain)
-        print(f"{arch:<22} {tokens:>6} {cell(plain):>22} {cell(checkpointed):>22} {ratio:>6.2f}", flush=True)
+        print(f"{arch:<22} {tokens:>6} {spread(plain).format('.0f'):>22} {spread(checkpointed).format('.0f'):>22} "
+              f"{ratio:>6.2f}", flush=True)
     if work is not None:
         work.cleanup()
 

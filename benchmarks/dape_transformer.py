@@ -20,6 +20,12 @@ Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` around the step; on
 CPU each measurement runs in a fresh subprocess and reports the growth of the
 peak resident set size. Prints the device and dtype it measured.
 
+Time: ``seconds`` is the median (min-max) of ``--repeats`` timed steps (3 by
+default) after a warm-up and the memory step. The systems are measured one
+after the other (each in its own process on CPU), so ``time ratio`` is
+median(system) / median(transformer), with min-max over the per-repeat pairs
+taken in order (:func:`benchmarks.measure.separate_ratio`).
+
     python benchmarks/dape_transformer.py                                  # CPU, d 256, 2 + 2 layers
     python benchmarks/dape_transformer.py --device cuda --dtype bf16       # d 512, 8 + 8 layers (the paper's)
 """
@@ -38,7 +44,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks.measure import peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
 
@@ -108,7 +114,8 @@ def batch(opts, num_tokens: int) -> dict:
 
 
 def measure(opts, system: str, num_tokens: int) -> dict:
-    """Peak memory (MiB) and median seconds of one training step."""
+    """Peak memory (MiB) and the seconds of one training step (median, min,
+    max, and every timed repeat: :func:`benchmarks.measure.peak_memory_and_median_time`)."""
     model = build(opts, system, num_tokens)
     net_input = batch(opts, num_tokens)
     if SYSTEMS[system][0] is TransformerModel:
@@ -143,9 +150,12 @@ def parse_args(argv=None):
                         help="model dim (default 512 cuda, the paper's; 256 cpu)")
     parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default 8 cuda, 2 cpu)")
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default 8 cuda, 4 cpu)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed steps (median reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed steps per system and length (median (min-max) reported; default 3)")
     parser.add_argument("--measure-one", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
+    if opts.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {opts.repeats}")
     gpu = opts.device == "cuda"
     if gpu and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
@@ -174,7 +184,7 @@ def main(argv=None):
           f"torch {torch.__version__}")
     run = measure if opts.device == "cuda" else measure_in_subprocess
     print("one training step (forward + backward); ratios against the stock fairseq transformer of the same run")
-    print(f"{'tokens':>6} {'system':>16} {'seconds':>8} {'time ratio':>10} {'peak MiB':>9} {'mem ratio':>9}")
+    print(f"{'tokens':>6} {'system':>16} {'seconds':>21} {'time ratio':>18} {'peak MiB':>9} {'mem ratio':>9}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
         baseline = None
         for system in SYSTEMS:
@@ -183,8 +193,9 @@ def main(argv=None):
                 print(f"{num_tokens:>6} {system:>16} failed: {result['error']}")
                 continue
             baseline = baseline or result
-            print(f"{num_tokens:>6} {system:>16} {result['seconds']:>8.3f} "
-                  f"{result['seconds'] / baseline['seconds']:>9.2f}x {result['peak_mib']:>9.1f} "
+            seconds = spread(result["seconds_each"]).format(".3f")
+            time_ratio = separate_ratio(result["seconds_each"], baseline["seconds_each"]).format(".2f", "x")
+            print(f"{num_tokens:>6} {system:>16} {seconds:>21} {time_ratio:>18} {result['peak_mib']:>9.1f} "
                   f"{result['peak_mib'] / max(baseline['peak_mib'], 1e-9):>8.2f}x")
 
 

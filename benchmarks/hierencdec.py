@@ -11,7 +11,11 @@ the same input, and the ratios are printed from that one run.
 Measured per configuration (one encoder forward + backward of a summed-square
 loss by default, ``--inference`` for a no-grad forward):
 
-* time: median over ``--steps`` timed runs after one warm-up;
+* time: median (min-max) over ``--steps`` timed runs (3 by default) after one
+  warm-up. The three systems run one after the other, each in its own
+  process, so a ratio such as ``dense/blk`` is median(dense) / median(blocked)
+  with min-max over the per-step pairs taken in order
+  (:func:`benchmarks.measure.separate_ratio`);
 * peak memory above what model and batch already hold. On CUDA:
   ``torch.cuda.max_memory_allocated`` (tensors only). On CPU each configuration
   runs in a fresh forked process and the figure is its peak resident set size
@@ -32,7 +36,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 
@@ -103,7 +107,7 @@ def encoder_step(encoder, system, tokens, document_ids, inference: bool, autocas
 
 
 def measure(config: dict) -> dict:
-    """Median time and peak memory of one (system, documents) configuration."""
+    """Seconds of every timed step and peak memory of one (system, documents) configuration."""
     device = config["device"]
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
@@ -121,7 +125,7 @@ def measure(config: dict) -> dict:
 
     # the first step is both the warm-up and the memory measurement
     measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
-    return {"seconds": measured["seconds"], "peak_mb": measured["peak_mib"]}
+    return {"seconds_each": measured["seconds_each"], "peak_mb": measured["peak_mib"]}
 
 
 def run(config: dict) -> dict:
@@ -138,10 +142,13 @@ def main(argv=None):
     parser.add_argument("--length", type=int, default=4096, help="source tokens per example (paper: 4,096)")
     parser.add_argument("--documents", default="4,8,16", help="numbers of equal-length documents to compare")
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps per configuration (after one warm-up)")
+    parser.add_argument("--steps", type=int, default=3,
+                        help="timed steps per configuration after one warm-up (median (min-max) reported; default 3)")
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
     parser.add_argument("--inference", action="store_true", help="time a no-grad forward instead of forward + backward")
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but no GPU is visible")
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
@@ -153,14 +160,17 @@ def main(argv=None):
     )
     base = {key: getattr(args, key) for key in ("device", "dtype", "dims", "threads", "length", "batch_size", "steps",
                                                 "vocab_size", "inference")}
-    print(f"{'docs':>4} | {'blocked s':>9} {'dense s':>8} {'BART s':>7} {'dense/blk':>9} {'BART/blk':>8} | "
+    print(f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
           f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}")
     for documents in (int(d) for d in args.documents.split(",")):
         result = {system: run({**base, "system": system, "documents": documents}) for system in SYSTEMS}
         blocked, dense, bart = result["blocked"], result["dense-masked"], result["bart"]
+        seconds = {name: spread(result[name]["seconds_each"]).format(".3f") for name in SYSTEMS}
+        dense_ratio = separate_ratio(dense["seconds_each"], blocked["seconds_each"]).format(".2f")
+        bart_ratio = separate_ratio(bart["seconds_each"], blocked["seconds_each"]).format(".2f")
         print(
-            f"{documents:>4} | {blocked['seconds']:>9.3f} {dense['seconds']:>8.3f} {bart['seconds']:>7.3f} "
-            f"{dense['seconds'] / blocked['seconds']:>9.2f} {bart['seconds'] / blocked['seconds']:>8.2f} | "
+            f"{documents:>4} | {seconds['blocked']:>21} {seconds['dense-masked']:>21} {seconds['bart']:>21} "
+            f"{dense_ratio:>17} {bart_ratio:>17} | "
             f"{blocked['peak_mb']:>11.0f} {dense['peak_mb']:>9.0f} {bart['peak_mb']:>8.0f} "
             f"{dense['peak_mb'] / blocked['peak_mb']:>9.2f} {bart['peak_mb'] / blocked['peak_mb']:>8.2f}",
             flush=True,

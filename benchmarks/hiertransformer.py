@@ -10,8 +10,11 @@ memory figure).
 
 Measured:
 
-* throughput: source tokens per second of training steps (median over
-  ``--steps`` steps after one warm-up step);
+* throughput: source tokens per second of training steps, median (min-max)
+  over ``--steps`` steps (3 by default) after one warm-up step. HT and the flat
+  model run one after the other, each in its own process, so their ``ratio``
+  is median(HT) / median(flat) with min-max over the per-step pairs taken in
+  order (:func:`benchmarks.measure.separate_ratio`);
 * peak memory of one training step above what the model and the batch
   already hold. On CUDA: ``torch.cuda.max_memory_allocated`` (tensors only).
   On CPU there is no allocator high-water mark, so every configuration runs
@@ -43,7 +46,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from fairseq.models.transformer import base_architecture as transformer_architecture  # noqa: E402
@@ -112,7 +115,7 @@ def training_step(model, system, batch, target, autocast_dtype, attention_backen
 
 
 def measure(config: dict) -> dict:
-    """Throughput and peak step memory of one (system, P, L) configuration."""
+    """Throughput of every timed step and peak step memory of one (system, P, L) configuration."""
     device, system = config["device"], config["system"]
     torch.set_num_threads(config["threads"])
     model, task = build(system, config["vocab_size"], device)
@@ -129,8 +132,8 @@ def measure(config: dict) -> dict:
     # the first step is both the warm-up and the memory measurement
     measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
     source_tokens = config["batch_size"] * config["paragraphs"] * config["length"]
-    tokens_per_s = source_tokens / measured["seconds"] if measured["seconds"] else None
-    return {"tokens_per_s": tokens_per_s, "peak_mb": measured["peak_mib"]}
+    return {"tokens_per_s_each": [source_tokens / seconds for seconds in measured["seconds_each"]],
+            "peak_mb": measured["peak_mib"]}
 
 
 def run(config: dict) -> dict:
@@ -148,13 +151,16 @@ def main(argv=None):
                              "kernel that never stores the T x T scores; 'math' materialises them, as the "
                              "hiersumm code and older fairseq did, which exposes P*L^2 vs (P*L)^2 memory")
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
-    parser.add_argument("--steps", type=int, default=2, help="timed steps per configuration (after one warm-up)")
+    parser.add_argument("--steps", type=int, default=3,
+                        help="timed steps per configuration after one warm-up (median (min-max) reported; default 3)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="dictionary size (paper: 32,000)")
     parser.add_argument("--target-tokens", type=int, default=140, help="target length (WikiSum mean: 139.4)")
     parser.add_argument("--sizes", default="24x67,40x75", help="PxL source shapes of part 1 (1,608 and 3,000 tokens)")
     parser.add_argument("--scaling-length", type=int, default=64, help="L of part 2")
     parser.add_argument("--scaling-paragraphs", default="8,16,32", help="P values of part 2")
     args = parser.parse_args(argv)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but no GPU is visible")
     device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
@@ -166,27 +172,30 @@ def main(argv=None):
             "target_tokens": args.target_tokens}
 
     print("\n(1) paper input sizes: source tokens/s and peak step memory (MiB)")
-    print(f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>9} {'flat tok/s':>10} {'ratio':>6} | "
+    print(f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "
           f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}")
     for size in args.sizes.split(","):
         paragraphs, length = (int(v) for v in size.lower().split("x"))
         ht = run({**base, "system": "hiertransformer", "paragraphs": paragraphs, "length": length})
         flat = run({**base, "system": "transformer", "paragraphs": paragraphs, "length": length})
-        print(f"{size:>8} {paragraphs * length:>7} | {ht['tokens_per_s']:>9.0f} {flat['tokens_per_s']:>10.0f} "
-              f"{ht['tokens_per_s'] / flat['tokens_per_s']:>6.2f} | {ht['peak_mb']:>8.0f} {flat['peak_mb']:>9.0f} "
+        ratio = separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"]).format(".2f")
+        print(f"{size:>8} {paragraphs * length:>7} | {spread(ht['tokens_per_s_each']).format('.0f'):>17} "
+              f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
+              f"{ht['peak_mb']:>8.0f} {flat['peak_mb']:>9.0f} "
               f"{ht['peak_mb'] / flat['peak_mb']:>6.2f}")
 
     print(f"\n(2) as P grows at L = {args.scaling_length}: peak step memory (MiB), source tokens/s, and the "
           f"attention-score elements one encoder layer would hold per head (HT local: P*L^2, flat: (P*L)^2)")
-    print(f"{'P':>4} {'tokens':>7} | {'HT MiB':>7} {'flat MiB':>8} | {'HT tok/s':>8} {'flat tok/s':>10} | "
+    print(f"{'P':>4} {'tokens':>7} | {'HT MiB':>7} {'flat MiB':>8} | {'HT tok/s':>17} {'flat tok/s':>17} | "
           f"{'HT P*L^2':>10} {'flat (PL)^2':>12}")
     for paragraphs in (int(p) for p in args.scaling_paragraphs.split(",")):
-        config = {**base, "steps": 1, "paragraphs": paragraphs, "length": args.scaling_length}
+        config = {**base, "paragraphs": paragraphs, "length": args.scaling_length}
         ht = run({**config, "system": "hiertransformer"})
         flat = run({**config, "system": "transformer"})
         tokens = paragraphs * args.scaling_length
         print(f"{paragraphs:>4} {tokens:>7} | {ht['peak_mb']:>7.0f} {flat['peak_mb']:>8.0f} | "
-              f"{ht['tokens_per_s']:>8.0f} {flat['tokens_per_s']:>10.0f} | "
+              f"{spread(ht['tokens_per_s_each']).format('.0f'):>17} "
+              f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} | "
               f"{paragraphs * args.scaling_length ** 2:>10,d} {tokens ** 2:>12,d}")
 
 

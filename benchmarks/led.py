@@ -22,15 +22,17 @@ layers, d 768, 12 heads):
   ``--document-tokens`` (document locality).
 
 Measured per cell, one run (``--steps`` timed runs after the memory run;
-default 1): one encoder forward, no gradient (``--train``: forward and
-backward of a summed-square loss). Peak memory above what the model and
+default 3, printed as median (min-max)): one encoder forward, no gradient
+(``--train``: forward and backward of a summed-square loss). Peak memory above what the model and
 batch already hold: on CUDA ``torch.cuda.max_memory_allocated``; on CPU
 every cell runs in a fresh forked process and the figure is the growth of
 its peak resident set size (:mod:`benchmarks.measure`). The table prints
 MiB, MiB per 1k tokens, seconds and every system's memory relative to
 ``led-1024``; then the two targets of issue 20: LED's memory per 1k tokens
 at the longest length within 1.3x of that at the shortest (linear), and below
-dense BART from 4k on.
+dense BART from 4k on. The cells run one after the other, each in its own
+process, so a time ratio there is median(LED) / median(BART) with min-max over
+the per-step pairs taken in order (:func:`benchmarks.measure.separate_ratio`).
 
     python benchmarks/led.py                                  # CPU, base dims, 2k..16k
     python benchmarks/led.py --dims small --max-math-tokens 8192   # reduced scope
@@ -45,7 +47,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
 SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
@@ -167,7 +169,7 @@ def measure(config: dict) -> dict:
             return forward_and_backward()
 
     measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
-    return {"seconds": measured["seconds"], "peak_mib": measured["peak_mib"]}
+    return {"seconds_each": measured["seconds_each"], "peak_mib": measured["peak_mib"]}
 
 
 def run(config: dict) -> dict:
@@ -193,11 +195,14 @@ def main(argv=None):
     parser.add_argument("--document-tokens", type=int, default=1024,
                         help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, "
                              "PageSum's page size)")
-    parser.add_argument("--steps", type=int, default=1, help="timed runs per cell after the memory run (median)")
+    parser.add_argument("--steps", type=int, default=3,
+                        help="timed runs per cell after the memory run (median (min-max) reported; default 3)")
     parser.add_argument("--train", action="store_true", help="forward + backward instead of a no-grad forward")
     parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (1 = stable figures on a shared machine)")
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
     opts = parser.parse_args(argv)
+    if opts.steps < 1:
+        parser.error(f"--steps must be at least 1, got {opts.steps}")
     if opts.device == "cuda" and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
     max_dense = opts.max_dense_tokens or 10**9
@@ -210,7 +215,7 @@ def main(argv=None):
           f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
           f"{opts.document_tokens} tokens; torch {torch.__version__}")
     results = {}
-    print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>8} {'mem vs led-1024':>15}")
+    print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>21} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:
             limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(system)
@@ -230,7 +235,7 @@ def main(argv=None):
             ratio = (f"{result['peak_mib'] / reference['peak_mib']:.2f}x"
                      if reference.get("peak_mib") else "-")
             print(f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
-                  f"{result['seconds'] or 0:>8.2f} {ratio:>15}", flush=True)
+                  f"{spread(result['seconds_each']).format('.2f'):>21} {ratio:>15}", flush=True)
 
     print("\ntargets (issue 20):")
     for system in [s for s in systems if s.startswith("led")]:
@@ -245,8 +250,9 @@ def main(argv=None):
                 dense = results.get((dense_system, length), {})
                 ours = results.get((system, length), {})
                 if length >= 4096 and dense.get("peak_mib") and ours.get("peak_mib"):
+                    time_ratio = separate_ratio(ours["seconds_each"], dense["seconds_each"])
                     below.append(f"{length}: memory {ours['peak_mib'] / dense['peak_mib']:.2f}x, "
-                                 f"time {ours['seconds'] / dense['seconds']:.2f}x")
+                                 f"time {time_ratio.format('.2f', 'x')}")
             if below:
                 print(f"  {system} relative to {dense_system}: " + "; ".join(below))
 

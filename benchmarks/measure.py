@@ -1,15 +1,30 @@
-"""Peak memory and median time of one step, the same way in every benchmark.
+"""Peak memory and time of one step, the same way in every benchmark, and
+the one way every benchmark prints a timing: ``MEDIAN (MIN-MAX)`` over its
+repeats (issue 23.5: every speed figure quoted is the median of at least 3
+repeats with its min and max).
 
 CUDA: ``torch.cuda.max_memory_allocated`` above what was allocated before the
 step. CPU: the growth of the process's peak resident size (``ru_maxrss``) over
 its resident size just before the step, so run each configuration in a fresh
 process for the figure to be its own.
+
+Ratios of two timed things come in two kinds:
+
+* measured in the same repeat (interleaved, e.g. ``A1 B1 A2 B2 A3 B3``): the
+  ratio is computed per repeat and reported as the median (min-max) of those
+  per-repeat ratios (:func:`interleaved_ratio`);
+* measured separately (all repeats of A, then all of B, often in different
+  processes): the ratio reported is median(A) / median(B), with min and max
+  over the per-repeat pairs ``A_i / B_i`` taken in order
+  (:func:`separate_ratio`). For an odd number of repeats median(A) / median(B)
+  lies within that min and max.
 """
 import multiprocessing
 import os
 import resource
+import statistics
 import time
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, List, NamedTuple, Sequence
 
 import torch
 
@@ -20,13 +35,68 @@ def current_rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def format_median_min_max(median: float, minimum: float, maximum: float, spec: str = ".3f", suffix: str = "") -> str:
+    """``MEDIAN (MIN-MAX)``, each number formatted with ``spec`` and the median
+    followed by ``suffix``: ``format_median_min_max(1.24, 1.2, 1.41, ".2f",
+    "x")`` is ``"1.24x (1.20-1.41)"``. The one format of a timing (or a
+    throughput, or a ratio of timings) in every benchmark."""
+    return f"{median:{spec}}{suffix} ({minimum:{spec}}-{maximum:{spec}})"
+
+
+class Spread(NamedTuple):
+    """Median, min and max of a figure over a benchmark's repeats."""
+
+    median: float
+    minimum: float
+    maximum: float
+
+    def scaled(self, factor: float) -> "Spread":
+        """The same figure in other units (``factor`` > 0: seconds to ms, ...)."""
+        return Spread(self.median * factor, self.minimum * factor, self.maximum * factor)
+
+    def format(self, spec: str = ".3f", suffix: str = "") -> str:
+        """:func:`format_median_min_max` of this spread."""
+        return format_median_min_max(self.median, self.minimum, self.maximum, spec, suffix)
+
+
+def spread(values: Sequence[float]) -> Spread:
+    """Median (for an even count the mean of the middle two), min and max of
+    ``values`` (one per repeat)."""
+    values = list(values)
+    if not values:
+        raise ValueError("spread of no values: a figure needs at least one repeat")
+    return Spread(statistics.median(values), min(values), max(values))
+
+
+def _pairs(numerators: Sequence[float], denominators: Sequence[float]) -> List[float]:
+    if len(numerators) != len(denominators):
+        raise ValueError(f"a ratio needs as many repeats of each side: {len(numerators)} vs {len(denominators)}")
+    return [n / d for n, d in zip(numerators, denominators)]
+
+
+def interleaved_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> Spread:
+    """Ratio of two things timed in the same repeats: median (min-max) of the
+    per-repeat ratios ``numerators[i] / denominators[i]``."""
+    return spread(_pairs(numerators, denominators))
+
+
+def separate_ratio(numerators: Sequence[float], denominators: Sequence[float]) -> Spread:
+    """Ratio of two things timed separately: median(numerators) /
+    median(denominators), with the min and max of the per-repeat pairs
+    ``numerators[i] / denominators[i]`` taken in order."""
+    pairs = _pairs(numerators, denominators)
+    return Spread(statistics.median(numerators) / statistics.median(denominators), min(pairs), max(pairs))
+
+
 def peak_memory_and_median_time(
     step: Callable[[], object], device: str, repeats: int, warm_up: bool = True
-) -> Dict[str, Optional[float]]:
+) -> Dict[str, object]:
     """Run ``step`` once to warm up (unless ``warm_up`` is False: then the
     memory step is the first), once to measure peak memory, then ``repeats``
-    timed times; returns ``{"peak_mib", "seconds"}`` (median; None when
-    ``repeats`` is 0)."""
+    timed times. Returns ``peak_mib``; ``seconds`` (the median of the timed
+    runs: the middle one for an odd count, the mean of the middle two for an
+    even one), ``seconds_min``, ``seconds_max`` (None when ``repeats`` is 0);
+    and ``seconds_each``, the timed runs in order (for per-repeat ratios)."""
     if warm_up:
         step()
     if device == "cuda":
@@ -49,8 +119,14 @@ def peak_memory_and_median_time(
         if device == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
-    seconds = sorted(times)[len(times) // 2] if times else None
-    return {"peak_mib": max(peak, 0) / 2**20, "seconds": seconds}
+    median, minimum, maximum = spread(times) if times else (None, None, None)
+    return {
+        "peak_mib": max(peak, 0) / 2**20,
+        "seconds": median,
+        "seconds_min": minimum,
+        "seconds_max": maximum,
+        "seconds_each": times,
+    }
 
 
 def in_fresh_process(function: Callable[[dict], dict], config: dict) -> dict:

@@ -55,7 +55,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks.activation_checkpointing import SYSTEMS, device_name, measure  # noqa: E402
-from benchmarks.measure import in_fresh_process  # noqa: E402
+from benchmarks.measure import in_fresh_process, spread  # noqa: E402
 
 #: Each system at base and large dimensions (DAPE's paper model is a base
 #: Transformer; the Hierarchical Transformer's arch is its paper size).
@@ -233,7 +233,7 @@ def main(argv=None):
             if args.measurements:  # after every measurement: an interrupted run keeps what it measured
                 save_measurements(args.measurements, measured)
             print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
-                  f"{statistics.median(values):.0f} MiB ({min(values):.0f}-{max(values):.0f})", flush=True)
+                  f"{spread(values).format('.0f', ' MiB')}", flush=True)
     if args.measurements:
         save_measurements(args.measurements, measured)
     ratios = [

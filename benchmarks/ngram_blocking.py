@@ -28,7 +28,16 @@ Two measurements per (beam, batch) configuration, all in one run:
 
 Ratios: ``on/off`` (generation with blocking over without), and
 ``fairseq/ours`` (how many times slower fairseq's sliced loop is; for the
-whole generation and for the blocker alone). ``same
+whole generation and for the blocker alone).
+
+Every time and ratio is printed as median (min-max) over ``--repeats`` (3 by
+default; :mod:`benchmarks.measure`). In ``generation`` the three runs are
+interleaved in every repeat, so a ratio is computed per repeat and the
+median (min-max) of those per-repeat ratios is printed
+(:func:`benchmarks.measure.interleaved_ratio`). In ``blocker alone`` the two
+blockers are timed one after the other, so ``fairseq/ours`` there is
+median(fairseq) / median(ours) with min-max over the per-repeat pairs taken
+in order (:func:`benchmarks.measure.separate_ratio`). ``same
 hyps``: mdsfair's and fairseq's sliced blocker gave the same hypotheses;
 ``off repeats``: the share of hypotheses that repeat an n-gram without
 blocking (so that blocking had work to do).
@@ -38,7 +47,6 @@ blocking (so that blocking had work to do).
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -48,7 +56,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import interleaved_ratio, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
 from fairseq.ngram_repeat_block import NGramRepeatBlock  # noqa: E402
@@ -92,8 +100,8 @@ def synchronize(device: str):
 # ----------------------------------------------------------- blocker alone
 
 
-def measure_blocker(config: dict) -> dict:
-    """Median seconds of the S blocker calls of one generation."""
+def measure_blocker(config: dict) -> list:
+    """Seconds of the S blocker calls of one generation, one figure per repeat."""
     device = config["device"]
     rows, steps, dictionary = config["batch"] * config["beam"], config["steps"], make_dictionary(config["vocab_size"])
     generator = torch.Generator().manual_seed(0)
@@ -113,7 +121,7 @@ def measure_blocker(config: dict) -> dict:
         for step in range(steps):
             blocker(views[step], scores, config["batch"], config["beam"], step)
 
-    return peak_memory_and_median_time(run, device, config["repeats"])["seconds"]
+    return peak_memory_and_median_time(run, device, config["repeats"])["seconds_each"]
 
 
 # -------------------------------------------------------------- generation
@@ -181,9 +189,10 @@ def timed(function, device: str) -> float:
 
 
 def measure_generation(model, dictionary, options, beam: int, batch: int):
-    """Median seconds of one generation per row, median seconds inside the
-    blocker per generation, whether ours and fairseq's generated the same
-    hypotheses, and the share of unblocked hypotheses that repeat an n-gram."""
+    """Seconds of one generation per row and seconds inside the blocker per
+    generation (one figure per repeat, the rows interleaved in every repeat),
+    whether ours and fairseq's generated the same hypotheses, and the share of
+    unblocked hypotheses that repeat an n-gram."""
     generator = torch.Generator().manual_seed(1)
     src_tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch, options.source_length), generator=generator)
     src_tokens[:, -1] = dictionary.eos()
@@ -208,12 +217,7 @@ def measure_generation(model, dictionary, options, beam: int, batch: int):
                 times[name].append(timed(run, options.device))
                 if name in blocker_times:
                     blocker_times[name].append(generator.repeat_ngram_blocker.seconds)
-    return (
-        {name: statistics.median(values) for name, values in times.items()},
-        {name: statistics.median(values) for name, values in blocker_times.items()},
-        same,
-        repeating,
-    )
+    return times, blocker_times, same, repeating
 
 
 def main(argv=None):
@@ -231,9 +235,12 @@ def main(argv=None):
     parser.add_argument("--history-vocab", type=int, default=200,
                         help="distinct ids in the blocker-alone histories (fewer: more repeated n-grams)")
     parser.add_argument("--source-length", type=int, default=512, help="source tokens per example")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed runs per row (median (min-max) reported; default 3)")
     parser.add_argument("--skip-generation", action="store_true", help="measure the blocker alone only")
     options = parser.parse_args(argv)
+    if options.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {options.repeats}")
     if options.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but no GPU is visible")
     torch.set_num_threads(options.threads)
@@ -244,7 +251,7 @@ def main(argv=None):
           f"d {embed_dim}, {heads} heads, source {options.source_length} tokens")
 
     print("\nblocker alone: S calls on a generator-like buffer")
-    header = f"{'beam':>4} {'batch':>5} {'ours ms':>9} {'fairseq ms':>11} {'fairseq/ours':>13}"
+    header = f"{'beam':>4} {'batch':>5} {'ours ms':>19} {'fairseq ms':>19} {'fairseq/ours':>19}"
     print(header)
     print("-" * len(header))
     for beam in options.beams:
@@ -256,16 +263,17 @@ def main(argv=None):
                               history_vocab=options.history_vocab, repeats=options.repeats, blocker=blocker)
                 results[blocker] = measure_blocker(config)
             ours, fairseq = results["ours"], results["fairseq"]
-            print(f"{beam:>4} {batch:>5} {1e3 * ours:>9.1f} {1e3 * fairseq:>11.1f} {fairseq / ours:>12.1f}x",
-                  flush=True)
+            print(f"{beam:>4} {batch:>5} {spread(ours).scaled(1e3).format('.1f'):>19} "
+                  f"{spread(fairseq).scaled(1e3).format('.1f'):>19} "
+                  f"{separate_ratio(fairseq, ours).format('.1f', 'x'):>19}", flush=True)
     if options.skip_generation:
         return
 
     print("\ngeneration: SequenceGenerator decoding S steps; ms per step = time / (S + 1); "
           "blk = inside the blocker")
-    header = (f"{'beam':>4} {'batch':>5} {'off ms':>8} {'ours ms':>8} {'fairseq ms':>11} {'ours blk':>9} "
-              f"{'fairseq blk':>12} {'ours on/off':>12} {'fairseq on/off':>15} {'fairseq/ours':>13} "
-              f"{'blk fairseq/ours':>17} {'same hyps':>10} {'off repeats':>12}")
+    header = (f"{'beam':>4} {'batch':>5} {'off ms':>19} {'ours ms':>19} {'fairseq ms':>19} {'ours blk':>22} "
+              f"{'fairseq blk':>22} {'ours on/off':>22} {'fairseq on/off':>22} {'fairseq/ours':>19} "
+              f"{'blk fairseq/ours':>19} {'same hyps':>10} {'off repeats':>12}")
     print(header)
     print("-" * len(header))
     dictionary = make_dictionary(options.vocab_size)
@@ -275,12 +283,17 @@ def main(argv=None):
     for beam in options.beams:
         for batch in options.batches:
             seconds, blocker_seconds, same, repeating = measure_generation(model, dictionary, options, beam, batch)
-            off, ours, fairseq = (seconds[name] / per_step for name in ("off", "ours", "fairseq"))
-            ours_blk, fairseq_blk = (blocker_seconds[name] / per_step for name in ("ours", "fairseq"))
-            print(f"{beam:>4} {batch:>5} {off:>8.2f} {ours:>8.2f} {fairseq:>11.2f} {ours_blk:>9.3f} "
-                  f"{fairseq_blk:>12.3f} {ours / off:>11.3f}x {fairseq / off:>14.3f}x {fairseq / ours:>12.2f}x "
-                  f"{fairseq_blk / ours_blk:>16.1f}x {'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%",
-                  flush=True)
+            off, ours, fairseq = (spread(seconds[name]).scaled(1 / per_step).format(".2f")
+                                  for name in ("off", "ours", "fairseq"))
+            ours_blk, fairseq_blk = (spread(blocker_seconds[name]).scaled(1 / per_step).format(".3f")
+                                     for name in ("ours", "fairseq"))
+            ours_on_off = interleaved_ratio(seconds["ours"], seconds["off"]).format(".3f", "x")
+            fairseq_on_off = interleaved_ratio(seconds["fairseq"], seconds["off"]).format(".3f", "x")
+            fairseq_ours = interleaved_ratio(seconds["fairseq"], seconds["ours"]).format(".2f", "x")
+            blk_fairseq_ours = interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"]).format(".1f", "x")
+            print(f"{beam:>4} {batch:>5} {off:>19} {ours:>19} {fairseq:>19} {ours_blk:>22} {fairseq_blk:>22} "
+                  f"{ours_on_off:>22} {fairseq_on_off:>22} {fairseq_ours:>19} {blk_fairseq_ours:>19} "
+                  f"{'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%", flush=True)
 
 
 if __name__ == "__main__":

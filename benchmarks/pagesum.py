@@ -11,6 +11,15 @@
 2. Decoder: time per generated token (one incremental step, batch 1, beam 1)
    against the number of pages, relative to stock BART's decoder on one page.
 
+Times are printed as median (min-max) over ``--repeats`` (3 by default;
+:mod:`benchmarks.measure`): timed encoder forwards after a warm-up and the
+memory forward; for the decoder, whole incremental decodes of
+``--decoder-steps`` steps after the first, each giving the median time of its
+steps. Every measurement runs one after the other (PageSum and dense in
+separate processes on CPU; the stock BART decoder before the PageSum ones), so
+a time ratio is median / median with min-max over the per-repeat pairs taken
+in order (:func:`benchmarks.measure.separate_ratio`).
+
 Peak memory: on CUDA ``torch.cuda.max_memory_allocated`` around the forward;
 on CPU every measurement runs in a fresh subprocess and reports the growth of
 the peak resident set size during the forward. Both models run under
@@ -35,7 +44,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks.measure import peak_memory_and_median_time  # noqa: E402
+from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 from fairseq.models.bart.model import bart_large_architecture  # noqa: E402
@@ -89,7 +98,7 @@ def source(dictionary, num_tokens: int, page_tokens: int, device):
 
 
 def measure_encoder(opts, pagesum: bool, num_tokens: int) -> dict:
-    """Peak memory (MiB) and median time (s) of one encoder forward."""
+    """Peak memory (MiB) and time (s: median, min, max, each repeat) of one encoder forward."""
     model, dictionary = build(opts, pagesum, opts.page_tokens if pagesum else num_tokens)
     tokens, doc_ids = source(dictionary, num_tokens, opts.page_tokens, opts.device)
     lengths = torch.tensor([num_tokens], device=opts.device)
@@ -110,8 +119,10 @@ def measure_in_subprocess(opts, pagesum: bool, num_tokens: int) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
-def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> float:
-    """Median seconds of one incremental decoder step after ``opts.decoder_steps`` cached steps."""
+def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> list:
+    """Seconds of one incremental decoder step, one figure per repeat: each of
+    ``opts.repeats`` decodes runs ``opts.decoder_steps + 1`` steps from an empty
+    cache and gives the median of its steps after the first."""
     model, dictionary = build(opts, pagesum, opts.page_tokens)
     tokens, doc_ids = source(dictionary, num_pages * opts.page_tokens, opts.page_tokens, opts.device)
     lengths = torch.tensor([tokens.size(1)], device=opts.device)
@@ -121,16 +132,20 @@ def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> float:
             if pagesum else model.encoder(tokens[:, : opts.page_tokens], src_lengths=lengths)
         )
         prev = torch.full((1, opts.decoder_steps + 1), dictionary.eos(), device=opts.device)
-        state = {}
-        times = []
-        for step in range(opts.decoder_steps + 1):
-            start = time.perf_counter()
-            model.decoder(prev[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
-            if opts.device == "cuda":
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-    steady = sorted(times[1:])
-    return steady[len(steady) // 2]
+        per_repeat = []
+        for _ in range(opts.repeats):
+            state = {}
+            times = []
+            for step in range(opts.decoder_steps + 1):
+                if opts.device == "cuda":
+                    torch.cuda.synchronize()
+                start = time.perf_counter()
+                model.decoder(prev[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
+                if opts.device == "cuda":
+                    torch.cuda.synchronize()
+                times.append(time.perf_counter() - start)
+            per_repeat.append(spread(times[1:]).median)
+    return per_repeat
 
 
 def parse_args(argv=None):
@@ -146,9 +161,14 @@ def parse_args(argv=None):
                         help="longest input for the dense baseline (default: 16384 cuda, 8192 cpu)")
     parser.add_argument("--pages", default="1,2,4,8,16", help="page counts for the decoder measurement")
     parser.add_argument("--decoder-steps", type=int, default=16, help="incremental decoder steps measured")
-    parser.add_argument("--repeats", type=int, default=3, help="timed encoder forwards (median reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed encoder forwards and decodes (median (min-max) reported; default 3)")
     parser.add_argument("--measure-one", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
+    if opts.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {opts.repeats}")
+    if opts.decoder_steps < 1:
+        parser.error(f"--decoder-steps must be at least 1, got {opts.decoder_steps}")
     gpu = opts.device == "cuda"
     if gpu and not torch.cuda.is_available():
         parser.error("--device cuda but CUDA is not available")
@@ -177,7 +197,7 @@ def main(argv=None):
 
     print("\n1. encoder forward (inference), PageSum pages vs stock BART dense attention")
     print(f"{'tokens':>7} {'pages':>5} {'PageSum MiB':>12} {'dense MiB':>10} {'mem ratio':>9} "
-          f"{'PageSum s':>10} {'dense s':>8} {'time ratio':>10} {'PageSum MiB/1k tok':>18}")
+          f"{'PageSum s':>21} {'dense s':>21} {'time ratio':>18} {'PageSum MiB/1k tok':>18}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
         pages = -(-(num_tokens - 2) // (opts.page_tokens - 2))
         ours = measure(opts, True, num_tokens)
@@ -185,21 +205,24 @@ def main(argv=None):
         if "error" in ours:
             print(f"{num_tokens:>7} {pages:>5} PageSum failed: {ours['error']}")
             continue
+        ours_seconds = spread(ours["seconds_each"]).format(".3f")
         if "error" in dense:
-            dense_cols = f"{'(' + dense['error'][:8] + ')':>10} {'-':>9} {ours['seconds']:>10.3f} {'-':>8} {'-':>10}"
+            dense_cols = f"{'(' + dense['error'][:8] + ')':>10} {'-':>9} {ours_seconds:>21} {'-':>21} {'-':>18}"
         else:
+            time_ratio = separate_ratio(dense["seconds_each"], ours["seconds_each"]).format(".2f", "x")
             dense_cols = (f"{dense['peak_mib']:>10.1f} {dense['peak_mib'] / max(ours['peak_mib'], 1e-9):>8.2f}x "
-                          f"{ours['seconds']:>10.3f} {dense['seconds']:>8.3f} {dense['seconds'] / ours['seconds']:>9.2f}x")
+                          f"{ours_seconds:>21} {spread(dense['seconds_each']).format('.3f'):>21} {time_ratio:>18}")
         print(f"{num_tokens:>7} {pages:>5} {ours['peak_mib']:>12.1f} {dense_cols} "
               f"{ours['peak_mib'] / num_tokens * 1000:>18.2f}")
 
     print("\n2. decoder: seconds per generated token (incremental step, batch 1, beam 1)")
     baseline = decoder_step_seconds(opts, False, 1)
-    print(f"stock BART decoder, 1 page of {opts.page_tokens}: {baseline * 1000:.2f} ms/token")
-    print(f"{'pages':>5} {'PageSum ms/token':>17} {'vs stock BART':>14}")
+    print(f"stock BART decoder, 1 page of {opts.page_tokens}: {spread(baseline).scaled(1e3).format('.2f')} ms/token")
+    print(f"{'pages':>5} {'PageSum ms/token':>21} {'vs stock BART':>18}")
     for num_pages in [int(x) for x in opts.pages.split(",")]:
         seconds = decoder_step_seconds(opts, True, num_pages)
-        print(f"{num_pages:>5} {seconds * 1000:>17.2f} {seconds / baseline:>13.2f}x")
+        print(f"{num_pages:>5} {spread(seconds).scaled(1e3).format('.2f'):>21} "
+              f"{separate_ratio(seconds, baseline).format('.2f', 'x'):>18}")
 
 
 if __name__ == "__main__":

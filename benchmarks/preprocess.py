@@ -16,10 +16,17 @@ process per corpus size and prints:
 * peak resident memory of the main process and of the largest worker at
   every corpus size (``ru_maxrss``): flat when preprocessing streams.
 
+Each corpus size is preprocessed ``--repeats`` times (3 by default), each run
+in a fresh process, and every figure is printed as median (min-max) over those
+runs (:mod:`benchmarks.measure`).
+
 ``--baseline-words N`` then preprocesses the first N words with stock spaCy
 settings (thinc's blis for the matrix products, one ``nlp.pipe`` per cluster:
 ``--spacy-gemm blis --chunk-size 1``) and with the run's own, back to back,
-and prints the ratios.
+``--repeats`` times (stock, own, stock, own, ...), and prints the ratios:
+computed per repeat, as the two runs of a repeat are measured back to back,
+and printed as median (min-max) of the per-repeat ratios
+(:func:`benchmarks.measure.interleaved_ratio`).
 
 ``--profile-clusters N`` first runs cProfile over the first N clusters in
 this process and prints the functions that take the most time.
@@ -45,6 +52,9 @@ from typing import Dict, List, Tuple
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
+
+from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 STAGES = ("structure", "subwords", "side_data", "binarization")
 STAGE_TITLES = {
@@ -254,51 +264,76 @@ def profile_clusters(
 STOCK_SPACY_ARGS = ["--spacy-gemm", "blis", "--chunk-size", "1"]
 
 
-def print_result(words: int, result: Dict, side_data: List[str]) -> Dict[str, float]:
-    """Print one run's stages, totals and memory; returns its words/s figures."""
-    stages = result["stage_seconds"]
-    cpu_total = result["cpu_seconds_main"] + result["cpu_seconds_workers"]
-    print(f"\n{words:,} words, {result['clusters']:,} clusters, {result['source_tokens']:,} source tokens "
-          f"(load average {os.getloadavg()[0]:.1f} after)")
-    print(f"  {'stage':<34}{'CPU s':>9}{'words/s':>13}")
+def print_result(words: int, results: List[Dict], side_data: List[str]) -> Dict[str, List[float]]:
+    """Print the stages, totals and memory of the runs ``results`` (repeats of
+    one configuration) as median (min-max); returns their words/s figures,
+    one per run."""
+    first = results[0]
+
+    def figure(values: List[float], spec: str) -> str:
+        return spread(values).format(spec)
+
+    def per_run(function) -> List[float]:
+        return [function(result) for result in results]
+
+    def words_per_second(seconds: List[float]) -> List[float]:
+        return [words / max(s, 1e-9) for s in seconds]
+
+    cpu_totals = per_run(lambda r: r["cpu_seconds_main"] + r["cpu_seconds_workers"])
+    print(f"\n{words:,} words, {first['clusters']:,} clusters, {first['source_tokens']:,} source tokens; "
+          f"{len(results)} run(s), median (min-max) (load average {os.getloadavg()[0]:.1f} after)")
+    print(f"  {'stage':<34}{'CPU s':>20} {'words/s':>29}")
     for stage in STAGES:
         if stage == "side_data" and not side_data:
             continue
-        seconds = stages.get(stage, 0.0)
-        print(f"  {STAGE_TITLES[stage]:<34}{seconds:>9.1f}{words / max(seconds, 1e-9):>13,.0f}")
-    plain = sum(stages.get(s, 0.0) for s in ("structure", "subwords", "binarization"))
-    print(f"  {'structure + subwords + binarization':<34}{plain:>9.1f}{words / max(plain, 1e-9):>13,.0f}")
-    print(f"  total: {result['wall_seconds']:.1f} s wall = {words / result['wall_seconds']:,.0f} words/s; "
-          f"CPU {cpu_total:.1f} s (main {result['cpu_seconds_main']:.1f}, workers "
-          f"{result['cpu_seconds_workers']:.1f}) = {words / cpu_total:,.0f} words per CPU-second")
-    print(f"  peak RSS: main {result['peak_rss_main_kib'] / 1024:,.0f} MiB (after imports "
-          f"{result['rss_before_kib'] / 1024:,.0f} MiB), largest worker "
-          f"{result['peak_rss_worker_kib'] / 1024:,.0f} MiB; imports took {result['import_seconds']:.1f} s")
+        seconds = per_run(lambda r: r["stage_seconds"].get(stage, 0.0))
+        print(f"  {STAGE_TITLES[stage]:<34}{figure(seconds, '.1f'):>20} "
+              f"{figure(words_per_second(seconds), ',.0f'):>29}")
+    plain = per_run(lambda r: sum(r["stage_seconds"].get(s, 0.0) for s in ("structure", "subwords", "binarization")))
+    print(f"  {'structure + subwords + binarization':<34}{figure(plain, '.1f'):>20} "
+          f"{figure(words_per_second(plain), ',.0f'):>29}")
+    wall = per_run(lambda r: r["wall_seconds"])
+    print(f"  total: {figure(wall, '.1f')} s wall = {figure(words_per_second(wall), ',.0f')} words/s; "
+          f"CPU {figure(cpu_totals, '.1f')} s (main {figure(per_run(lambda r: r['cpu_seconds_main']), '.1f')}, "
+          f"workers {figure(per_run(lambda r: r['cpu_seconds_workers']), '.1f')}) = "
+          f"{figure(words_per_second(cpu_totals), ',.0f')} words per CPU-second")
+    print(f"  peak RSS: main {figure(per_run(lambda r: r['peak_rss_main_kib'] / 1024), ',.0f')} MiB (after imports "
+          f"{figure(per_run(lambda r: r['rss_before_kib'] / 1024), ',.0f')} MiB), largest worker "
+          f"{figure(per_run(lambda r: r['peak_rss_worker_kib'] / 1024), ',.0f')} MiB; imports took "
+          f"{figure(per_run(lambda r: r['import_seconds']), '.1f')} s")
     return {
-        "wall": words / result["wall_seconds"],
-        "cpu": words / cpu_total,
-        "side_data": words / max(stages.get("side_data", 0.0), 1e-9),
+        "wall": words_per_second(wall),
+        "cpu": words_per_second(cpu_totals),
+        "side_data": words_per_second(per_run(lambda r: r["stage_seconds"].get("side_data", 0.0))),
     }
 
 
 def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: str, work_dir: str) -> None:
     """The first ``--baseline-words`` words with stock spaCy settings
     (:data:`STOCK_SPACY_ARGS`) and with this run's, one after the other in
-    this run; prints the ratios."""
+    this run, ``--repeats`` times interleaved (stock, mdsfair, stock, ...);
+    prints the ratios, median (min-max) of the per-repeat ratios."""
     chosen = corpus_of_size(splits, args.baseline_words)
     words = sum(s["words"] for s in chosen)
+    variants = {"stock spaCy (" + " ".join(STOCK_SPACY_ARGS) + ")": STOCK_SPACY_ARGS, "mdsfair": []}
+    runs = {name: [] for name in variants}
+    destdir = os.path.join(work_dir, "bin-baseline")
+    for _ in range(args.repeats):
+        for name, extra in variants.items():
+            config = {"splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
+                      "chunk_size": args.chunk_size, "side_data": args.side_data, "extra_args": extra}
+            runs[name].append(run_in_fresh_process(config))
+            shutil.rmtree(destdir, ignore_errors=True)
     figures = {}
-    for name, extra in (("stock spaCy (" + " ".join(STOCK_SPACY_ARGS) + ")", STOCK_SPACY_ARGS), ("mdsfair", [])):
-        destdir = os.path.join(work_dir, "bin-baseline")
-        config = {"splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
-                  "chunk_size": args.chunk_size, "side_data": args.side_data, "extra_args": extra}
+    for name in variants:
         print(f"\nbaseline comparison, {name}:", end="")
-        figures[name] = print_result(words, run_in_fresh_process(config), args.side_data)
-        shutil.rmtree(destdir, ignore_errors=True)
+        figures[name] = print_result(words, runs[name], args.side_data)
     stock, ours = figures.values()
-    print(f"\nmdsfair / stock spaCy on the same {words:,} words: {ours['wall'] / stock['wall']:.2f}x words/s (wall), "
-          f"{ours['cpu'] / stock['cpu']:.2f}x words per CPU-second, {ours['side_data'] / stock['side_data']:.2f}x "
-          "side-data words per CPU-second")
+    print(f"\nmdsfair / stock spaCy on the same {words:,} words, median (min-max) of {args.repeats} interleaved "
+          f"pair(s): {interleaved_ratio(ours['wall'], stock['wall']).format('.2f', 'x')} words/s (wall), "
+          f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second"
+          + (f", {interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
+             "CPU-second" if args.side_data else ""))
 
 
 def describe_machine() -> str:
@@ -316,6 +351,9 @@ def main(argv=None):
     parser.add_argument("--words", type=int, default=5_000_000, help="words of the corpus built (at least)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="corpus sizes in words to run, each in a fresh process (default: --words)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of every corpus size and of each baseline variant, each in a fresh process "
+                             "(median (min-max) reported; default 3)")
     parser.add_argument("--workers", type=int, default=2, help="mdsfair-preprocess --workers")
     parser.add_argument("--chunk-size", type=int, default=16, help="mdsfair-preprocess --chunk-size")
     parser.add_argument("--side-data", nargs="*", default=[], help="mdsfair-preprocess --side-data")
@@ -336,6 +374,8 @@ def main(argv=None):
     if args.run_config:
         print(json.dumps(run_once(json.loads(args.run_config))))
         return
+    if args.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {args.repeats}")
 
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="mdsfair-preprocess-bench-")
     sizes = args.sizes or [args.words]
@@ -362,17 +402,20 @@ def main(argv=None):
         if args.profile_clusters:
             profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir, args.chunk_size)
         print(f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
-              + (f" --side-data {' '.join(args.side_data)}" if args.side_data else ""))
+              + (f" --side-data {' '.join(args.side_data)}" if args.side_data else "")
+              + f"; {args.repeats} run(s) per size, median (min-max)")
         for size in sizes:
             chosen = corpus_of_size(splits, size)
             words = sum(s["words"] for s in chosen)
             destdir = os.path.join(work_dir, f"bin-{size}")
-            result = run_in_fresh_process({
-                "splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
-                "chunk_size": args.chunk_size, "side_data": args.side_data,
-            })
-            shutil.rmtree(destdir, ignore_errors=True)
-            print_result(words, result, args.side_data)
+            results = []
+            for _ in range(args.repeats):
+                results.append(run_in_fresh_process({
+                    "splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
+                    "chunk_size": args.chunk_size, "side_data": args.side_data,
+                }))
+                shutil.rmtree(destdir, ignore_errors=True)
+            print_result(words, results, args.side_data)
         if args.baseline_words:
             compare_with_stock(args, splits, spm_model, work_dir)
     finally:

@@ -24,12 +24,19 @@ mostly reading its own weights, which no attention change can remove).
 Every run decodes exactly ``--target-length`` steps (min = max length), so
 rows compare equal work. The encoder time (``enc s``; the model-based
 encoder includes its sentence encoder) and the decoding time
-(``dec s``: the generator with the encoder output given) are each the median
-of ``--repeats`` runs after a warm-up, the models interleaved in every
-repeat so that load drift hits all alike. ``total`` is their sum, ``dec %``
+(``dec s``: the generator with the encoder output given) are each timed in
+``--repeats`` runs (3 by default) after a warm-up, the models interleaved in
+every repeat so that load drift hits all alike. ``total`` is their sum per
+repeat (the encoder run and the decoding run of the same repeat), ``dec %``
 the decoding's share of it. Speed-ups are against stock BART and against
 ``full`` (the same checkpoint with full cross-attention), for the decoding
 alone and for the whole generation.
+
+Every figure is printed as median (min-max) over the repeats
+(:mod:`benchmarks.measure`). As all rows are measured in every repeat, a
+ratio (``dec %`` and the speed-ups) is computed per repeat and the median
+(min-max) of those per-repeat ratios is printed
+(:func:`benchmarks.measure.interleaved_ratio`).
 
 Random weights are enough for speed: the cost does not depend on their values.
 The default dimensions are BART-base's (6+6 layers, d 768, 12 heads, FFN 3072,
@@ -42,7 +49,6 @@ run isolate the attention.
 """
 import argparse
 import os
-import statistics
 import sys
 import time
 from types import SimpleNamespace
@@ -60,6 +66,8 @@ from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
+
+from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -130,17 +138,15 @@ def set_top_r(model, top_r):
         layer.encoder_attn.selection = "approx"
 
 
-def timed(function, device, repeats):
-    times = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        function()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+def timed(function, device):
+    """Seconds of one call of ``function``."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    function()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.perf_counter() - start
 
 
 def encode(model, sample, device):
@@ -166,7 +172,7 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     return lambda: generator.generate([model], sample)
 
 
-def main():
+def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter and activation dtype")
@@ -186,11 +192,14 @@ def main():
     parser.add_argument("--dim", type=int, default=768, help="model dimension (BART-base: 768)")
     parser.add_argument("--heads", type=int, default=12, help="attention heads (BART-base: 12)")
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed decoding runs per row (median reported)")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="timed encoder and decoding runs per row (median (min-max) reported; default 3)")
     parser.add_argument("--share-selection-across-beams", action="store_true",
                         help="the authors' selection shared by the beam hypotheses")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    options = parser.parse_args()
+    options = parser.parse_args(argv)
+    if options.repeats < 1:
+        parser.error(f"--repeats must be at least 1, got {options.repeats}")
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
@@ -216,8 +225,8 @@ def main():
           f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
           f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; sentences of "
           f"{options.sentence_tokens} tokens")
-    header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>7} {'dec s':>7} {'total s':>8} {'dec %':>6} "
-              f"{'dec vs stock':>13} {'total vs stock':>15} {'dec vs full':>12} {'total vs full':>14}")
+    header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
+              f"{'dec %':>14} {'dec vs stock':>18} {'total vs stock':>18} {'dec vs full':>18} {'total vs full':>18}")
     print(header)
     print("-" * len(header))
     rows = [("stock BART", "stock", None), ("full", "bigru", 0)]
@@ -239,34 +248,38 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
     """Time and print every row of one (batch size, source length) setting."""
     with torch.no_grad():
         used = [name for name in models if any(name == row_name for _, row_name, _ in rows)]
-        # a warm-up run, then --repeats runs interleaved over the models (median), as for the decoding
+        # a warm-up run, then --repeats runs interleaved over the models, as for the decoding
         outputs = {name: encode(models[name], samples[name], device)[1] for name in used}
         encoder_times = {name: [] for name in used}
         for _ in range(options.repeats):
             for name in used:
                 encoder_times[name].append(encode(models[name], samples[name], device)[0])
-        encoded = {name: (statistics.median(encoder_times[name]), outputs[name]) for name in used}
         runners = []
         for _, name, top_r in rows:
             if top_r is not None:
                 set_top_r(models[name], top_r)
-            runners.append(decoding_runner(models[name], dictionary, samples[name], encoded[name][1], options))
+            runners.append(decoding_runner(models[name], dictionary, samples[name], outputs[name], options))
         # rows interleaved within every repeat, so that load drift on a shared machine hits all alike
         decoder_times = [[] for _ in rows]
         for _ in range(options.repeats):
             for times, run, (_, name, top_r) in zip(decoder_times, runners, rows):
                 if top_r is not None:
                     set_top_r(models[name], top_r)
-                times.append(timed(run, device, 1))
-    results = {}
+                times.append(timed(run, device))
+    results = {}  # label -> per-repeat (encoder, decoding, total) seconds
     for (label, name, _), times in zip(rows, decoder_times):
-        decoder = statistics.median(times)
-        results[label] = (encoded[name][0], decoder, encoded[name][0] + decoder)
+        totals = [encoder + decoder for encoder, decoder in zip(encoder_times[name], times)]
+        results[label] = (encoder_times[name], times, totals)
     stock, full = results["stock BART"], results["full"]
     for label, (encoder, decoder, total) in results.items():
-        print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} {encoder:>7.2f} {decoder:>7.2f} "
-              f"{total:>8.2f} {100 * decoder / total:>5.0f}% {stock[1] / decoder:>12.2f}x {stock[2] / total:>14.2f}x "
-              f"{full[1] / decoder:>11.2f}x {full[2] / total:>13.2f}x", flush=True)
+        decoding_share = interleaved_ratio(decoder, total).scaled(100).format(".0f", "%")
+        print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} "
+              f"{spread(encoder).format('.2f'):>18} {spread(decoder).format('.2f'):>18} "
+              f"{spread(total).format('.2f'):>18} {decoding_share:>14} "
+              f"{interleaved_ratio(stock[1], decoder).format('.2f', 'x'):>18} "
+              f"{interleaved_ratio(stock[2], total).format('.2f', 'x'):>18} "
+              f"{interleaved_ratio(full[1], decoder).format('.2f', 'x'):>18} "
+              f"{interleaved_ratio(full[2], total).format('.2f', 'x'):>18}", flush=True)
 
 
 if __name__ == "__main__":
