@@ -196,7 +196,13 @@ def test_primera_checkpoint_records_doc_sep_layout_and_dictionary(imported):
         assert "<doc-sep>" not in json.load(f)
     led = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(imported["safetensors"]["out_dir"], "model.pt"))
     assert recorded(led, "model", "global_attention") == "first"
-    assert recorded(led, "task", "source_layout") == "documents"
+    assert recorded(led, "task", "source_layout") is None  # the data-bin's layout, or 'documents'
+    # OUT_DIR is a data-bin without splits: PRIMERA's records its layout and <doc-sep> id
+    with open(os.path.join(entry["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
+        assert json.load(f)["source_layout"] == {"name": "primera", "document_separator": "<doc-sep>",
+                                                 "document_separator_id": separator, "per_document_budget": True}
+    with open(os.path.join(imported["safetensors"]["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
+        assert "source_layout" not in json.load(f)
 
 
 def recorded(state, section, name):
@@ -328,6 +334,64 @@ def edit_json(path, **changes):
         json.dump(data, f)
 
 
+def drop_doc_sep_ids(directory):
+    """Remove every place that names <doc-sep> from the PRIMERA-like
+    tokenizer files: added_tokens.json, tokenizer.json, and the
+    additional_special_tokens / added_tokens_decoder entries of
+    tokenizer_config.json and special_tokens_map.json."""
+    for name in ("added_tokens.json", "tokenizer.json"):
+        os.remove(os.path.join(directory, name))
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):  # newer transformers write no special_tokens_map.json
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        data.pop("additional_special_tokens", None)
+        decoder = data.pop("added_tokens_decoder", None)
+        if decoder is not None:  # keep <s> <pad> </s> <unk> <mask>
+            data["added_tokens_decoder"] = {i: e for i, e in decoder.items() if e["content"] != "<doc-sep>"}
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+
+@pytest.mark.parametrize("declared_in", ["special_tokens_map.json", "tokenizer_config.json"])
+def test_doc_sep_declared_only_as_an_additional_special_token(declared_in, imported, source_copy, tmp_path,
+                                                               transformers):
+    """<doc-sep> named only by ``additional_special_tokens`` (a string, as
+    PRIMERA's special_tokens_map.json, or an AddedToken object) gets the id
+    Hugging Face's tokenizer gives it on loading, the next after vocab.json:
+    the same import as with added_tokens.json."""
+    drop_doc_sep_ids(source_copy)
+    entry = {"content": "<doc-sep>", "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
+             "special": True}
+    path = os.path.join(source_copy, declared_in)
+    if not os.path.exists(path):
+        with open(path, "w") as f:  # PRIMERA's special_tokens_map.json (test_primera_release_file_layout)
+            json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                       "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}, f)
+    edit_json(path, additional_special_tokens=["<doc-sep>"] if declared_in == "special_tokens_map.json" else [entry])
+    separator = len(imported["primera"]["vocab"])
+    assert hf_tokenizer(source_copy).convert_tokens_to_ids("<doc-sep>") == separator
+    summary = import_hf_led(source_copy, str(tmp_path / "out"))
+    assert summary["document_separator"] == separator and summary["arch"] == "primera"
+    with open(os.path.join(str(tmp_path / "out"), "dict.txt"), encoding="utf-8") as a, open(
+            os.path.join(imported["primera"]["out_dir"], "dict.txt"), encoding="utf-8") as b:
+        assert a.read() == b.read()
+
+
+def test_refuses_an_embedding_row_no_tokenizer_file_names(imported, source_copy, tmp_path):
+    """PRIMERA's weights (one row more than vocab.json) without any file that
+    declares <doc-sep>: refused, naming the directory, instead of importing
+    an unnamed row as an LED."""
+    drop_doc_sep_ids(source_copy)
+    rows = len(imported["primera"]["vocab"]) + 1
+    with pytest.raises(ImportRefused, match=rf"{source_copy}: the model has {rows} embedding rows but the tokenizer "
+                                            rf"names only {rows - 1} \(vocab.json\) and no <doc-sep> was found"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+    assert not os.path.exists(str(tmp_path / "out" / "model.pt"))
+
+
 def test_refuses_another_model_type(source_copy, tmp_path):
     edit_json(os.path.join(source_copy, "config.json"), model_type="bart")
     with pytest.raises(ImportRefused, match=r"config.json: model_type is 'bart', not 'led'"):
@@ -366,10 +430,12 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"--dict {out_dir}/dict.txt" in printed and "--arch primera" in printed
     assert "--attention-window 4,8" in printed and "--global-attention doc-sep" in printed
+    preprocess = next(line for line in printed.splitlines() if "mdsfair-preprocess" in line)
+    assert preprocess.endswith(f"--dict {out_dir}/dict.txt --source-layout primera")
     generate = next(line for line in printed.splitlines() if "fairseq-generate" in line)
-    assert f"--source-layout primera --per-document-budget --max-source-positions {ENCODER_POSITIONS}" in generate
+    assert f"--max-source-positions {ENCODER_POSITIONS}" in generate and "--source-layout" not in generate
     train = next(line for line in printed.splitlines() if "fairseq-train" in line)
-    assert train.count("--source-layout primera") == 1 and "--per-document-budget" in train
+    assert train.count("--source-layout primera") == 1 and "--per-document-budget" not in train
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
     assert "already there" in capsys.readouterr().err
     assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),

@@ -513,8 +513,9 @@ def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_dat
     """A data-bin written with mdsfair-preprocess --source-layout primera
     (the dictionary's <doc-sep> recorded) gives fairseq-generate PRIMERA's
     layout and per-document truncation without task flags: the same sources,
-    truncation report and hypotheses as --source-layout primera
-    --per-document-budget, and not those of --source-layout primera alone."""
+    and hypotheses as --source-layout primera --per-document-budget, and
+    not those of the old data-bin with --source-layout primera alone
+    (no per-document truncation)."""
     import os
 
     from mdsfair.preprocess.binarize import run
@@ -526,8 +527,8 @@ def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_dat
     run(["--input-dir", contract_data["raw"], "--destdir", data_bin, "--spm-model", os.path.join(plain, SPM_MODEL_NAME),
          "--dict", os.path.join(plain, "dict.txt"), "--source-layout", "primera", "--no-progress-bar"])
 
-    def generate(name, *flags):
-        text = generate_in_process([data_bin, "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
+    def generate(name, *flags, data=data_bin):
+        text = generate_in_process([data, "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
                                     *PRIMERA_GENERATE, *flags],
                                    results_dir=str(tmp_path / name))
         return sorted(line for line in text.splitlines() if line[:2] in ("S-", "H-"))
@@ -536,7 +537,7 @@ def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_dat
     assert recorded == generate("flags", "--source-layout", "primera", "--per-document-budget")
     sources = [line for line in recorded if line.startswith("S-")]
     assert len(sources) == 4 and all(line.count("<doc-sep>") == 2 for line in sources)
-    assert recorded != generate("layout-only", "--source-layout", "primera")  # the recorded budget cuts
+    assert recorded != generate("layout-only", "--source-layout", "primera", data=plain)  # the recorded budget cuts
     with pytest.raises(ValueError, match=r"--source-layout documents contradicts the layout 'primera'"):
         generate("conflict", "--source-layout", "documents")
 

@@ -264,8 +264,8 @@ def test_task_takes_the_recorded_layout_and_its_per_document_truncation(layout_d
         source = task.datasets["valid"][index]["source"].tolist()
         assert source == explicit.datasets["valid"][index]["source"].tolist()
         assert source[-2] == separator and task.dictionary.bos() not in source[1:]
-    # an explicit --source-layout primera chooses --per-document-budget itself
-    assert not setup_task(layout_data_bins["primera"], "--source-layout", "primera").truncation_config().per_document_budget
+    # repeating --source-layout primera (the primera arch sets it) keeps the recorded truncation
+    assert setup_task(layout_data_bins["primera"], "--source-layout", "primera").truncation_config() == config
     # a data-bin recording 'documents', or nothing, joins documents with <s>
     for name in ("documents", "plain"):
         other = setup_task(layout_data_bins[name])

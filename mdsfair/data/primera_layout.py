@@ -44,8 +44,7 @@ def source_layout_manifest_entry(layout: str, dictionary, dictionary_path: str) 
     ``documents``: ``{"name": "documents"}``. ``primera``: also the
     separator symbol, its id in ``dictionary`` and ``per_document_budget:
     true`` (PRIMERA's per-document truncation, :func:`primera_truncation`,
-    is part of its layout: the task applies it unless ``--source-layout`` is
-    given on its command line). A dictionary without ``<doc-sep>`` is an
+    is part of its layout: the task applies it on such a data-bin). A dictionary without ``<doc-sep>`` is an
     error naming ``dictionary_path``: the separator must be the imported
     model's symbol, not a new one.
     """

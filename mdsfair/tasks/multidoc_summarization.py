@@ -66,7 +66,7 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
         metadata={"help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
                           "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
                           "the source is then cut at M as without this flag (on by default when the data-bin "
-                          "records PRIMERA's layout and --source-layout is not given)"},
+                          "records PRIMERA's layout)"},
     )
     no_document_start_token: bool = field(
         default=False,
@@ -80,9 +80,9 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
                           "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
                           "the data-bin's dictionary; with --per-document-budget every document then keeps "
                           "its first M // n - 2 tokens, as the authors' code does (counted). Default: the "
-                          "layout the data-bin records (mdsfair-preprocess --source-layout; 'primera' then "
-                          "brings its per-document truncation), else 'documents'; a value that contradicts "
-                          "the recorded one is refused"},
+                          "layout the data-bin records (mdsfair-preprocess --source-layout; a recorded "
+                          "'primera' also brings its per-document truncation), else 'documents'; a value "
+                          "that contradicts the recorded one is refused"},
     )
     no_truncate_target: bool = field(
         default=False,
@@ -321,13 +321,12 @@ class MultiDocSummarizationTask(FairseqTask):
 
     @property
     def per_document_budget(self) -> bool:
-        """``--per-document-budget``, or the data-bin's PRIMERA layout when
-        ``--source-layout`` is not given: its per-document truncation is
-        part of the layout (``mdsfair-preprocess --source-layout primera``)."""
-        if self.cfg.per_document_budget:
-            return True
-        recorded = self.recorded_layout or {}
-        return not self.source_layout_explicit and bool(recorded.get("per_document_budget"))
+        """``--per-document-budget``, or a data-bin that records PRIMERA's
+        layout: its per-document truncation is part of that layout
+        (``mdsfair-preprocess --source-layout primera``), whether or not
+        ``--source-layout primera`` is repeated on the command line (the
+        primera architecture sets it)."""
+        return bool(self.cfg.per_document_budget or (self.recorded_layout or {}).get("per_document_budget"))
 
     def document_separator(self) -> Optional[int]:
         """The dictionary id of ``<doc-sep>`` under the PRIMERA layout
