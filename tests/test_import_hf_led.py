@@ -481,14 +481,16 @@ def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_pa
                "-o", os.path.join(work, "raw", "test.jsonl"), cwd=work)
     run_module("mdsfair.preprocess.binarize", "--input-dir", "raw", "--destdir", "data-bin", "--subword", "gpt2",
                "--gpt2-encoder-json", f"{out}/encoder.json", "--gpt2-vocab-bpe", f"{out}/vocab.bpe",
-               "--dict", f"{out}/dict.txt", "--no-progress-bar", cwd=work)
+               "--dict", f"{out}/dict.txt", "--source-layout", "primera", "--no-progress-bar", cwd=work)
     log = run_module("fairseq_cli.generate", "data-bin", "--user-dir", os.path.dirname(mdsfair.__file__),
-                     "--task", "multidoc_summarization", "--source-layout", "primera", "--per-document-budget",
-                     "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
+                     "--task", "multidoc_summarization", "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
                      "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--max-len-a", "0", "--max-len-b", "20",
                      "--batch-size", "2", "--cpu", cwd=work)
     hypotheses = [line for line in log.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == len(clusters)
+    sources = [line for line in log.splitlines() if line.startswith("S-")]
+    assert all(line.count("<doc-sep>") == len(cluster["documents"]) for line, cluster in zip(
+        sorted(sources, key=lambda line: int(line.split("\t")[0][2:])), clusters))  # the data-bin's layout
     with open(os.path.join(work, "gen.out"), "w", encoding="utf-8") as f:
         f.write(log)
     table = run_module("mdsfair.evaluation.rouge", "gen.out", "--data-bin", "data-bin", "--split", "test", "--fast",
@@ -531,17 +533,26 @@ def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
     monkeypatch.chdir(root)  # --user-dir mdsfair, as a user runs it from the checkout
     _, generate = readme_commands("fairseq-generate")
     assert len(train) == 2 and len(generate) == 1
+    # PRIMERA's layout is a data-bin option: the README's PRIMERA data-bins are preprocessed with it
+    from mdsfair.preprocess.binarize import get_parser
+
+    _, preprocess = readme_commands("mdsfair-preprocess")
+    layouts = {}
+    for argv in preprocess:
+        parsed = get_parser().parse_args(argv)
+        assert parsed.subword == "gpt2" and parsed.dict.endswith("/dict.txt")
+        layouts[parsed.destdir] = parsed.source_layout
     for argv in train:
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
         assert args.arch in ("primera", "led_large") and args.max_source_positions == 4096
         if args.arch == "primera":
-            assert args.source_layout == "primera" and args.per_document_budget and args.lr == [3e-5]
+            assert layouts[argv[0]] == "primera" and "--per-document-budget" not in argv and args.lr == [3e-5]
             assert (args.warmup_updates, int(args.total_num_update), args.update_freq) == (1000, 50000, [4])
         else:
             assert args.lr == [5e-5] and args.lr_scheduler == "fixed" and args.global_attention == "first"
     args = options.parse_args_and_arch(options.get_generation_parser(), generate[0])
     assert (args.beam, args.lenpen, args.max_len_a, args.max_len_b) == (5, 1.0, 0, 1022)
-    assert args.source_layout == "primera" and args.per_document_budget
+    assert layouts[generate[0][0]] == "primera" and args.source_layout is None and not args.per_document_budget
     _, imports = readme_commands("mdsfair-import")
     _, exports = readme_commands("mdsfair-export")
     assert {argv[0] for argv in imports} == {"hf-led", "bart-to-led"} <= set(IMPORT_KINDS)
