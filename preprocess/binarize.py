@@ -37,11 +37,20 @@ input and the progress bar (total from a line count) advances per cluster,
 with words/s and an ETA. A worker encodes a chunk's clusters in order but
 tells the side-data producers the whole chunk first, so spaCy parses the
 chunk's sentences as one stream.
+
+With ``--shards N`` the training clusters are dealt round-robin into N
+data-bins ``DESTDIR/shard0`` ... ``DESTDIR/shard{N-1}`` for fairseq's
+epoch-sharded training (``fairseq-train DESTDIR/shard0:DESTDIR/shard1:...``
+reads shard ``(epoch - 1) % N`` in each epoch): one SentencePiece model and
+``dict.txt``, trained once on the whole training split, in every shard; the
+other splits (valid, test) only in ``shard0``, where fairseq reads them
+(:func:`preprocess_shards`).
 """
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import argparse
 import collections
+import contextlib
 import itertools
 import json
 import logging
@@ -62,7 +71,7 @@ from mdsfair.data.primera_layout import SOURCE_LAYOUTS, source_layout_manifest_e
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
-from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after
+from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after, sigint_recorded
 from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
     ClusterEncoder,
     EncodedCluster,
@@ -373,6 +382,9 @@ class SplitEncoder:
 
     def _chunks(self, path: str) -> Iterator[List[Tuple[int, bytes]]]:
         lines = iter_raw_lines(path)
+        shard = getattr(self.args, "shard_selection", {}).get(path)  # (index, count) with --shards
+        if shard is not None:
+            lines = lines_of_shard(lines, *shard)
         while True:
             start = time.process_time()
             chunk = [item for _, item in zip(range(self.args.chunk_size), lines)]
@@ -713,6 +725,16 @@ def get_parser() -> argparse.ArgumentParser:
         "training example per reference ('each', training splits only); all references are kept for "
         "evaluation as DESTDIR/{split}.summary.txt, {split}.summary.2.txt, ...",
     )
+    io.add_argument(
+        "--shards", type=int, metavar="N",
+        help="write N data-bins DESTDIR/shard0 ... DESTDIR/shard{N-1} for fairseq's epoch-sharded training "
+             "(fairseq-train DESTDIR/shard0:DESTDIR/shard1:... reads shard (epoch-1) %% N in each epoch): the "
+             "clusters of each training split (--train-splits) are dealt round-robin, each to exactly one shard; "
+             "every shard gets the same dict.txt and subword model (SentencePiece trained once, on the whole "
+             "training split); the other splits (valid, test) go to shard0 only, where fairseq reads them. "
+             "Each shard folder is locked, staged and replaced (--overwrite) as a --destdir is. Prints the "
+             "DATA path to give fairseq-train",
+    )
     structure = parser.add_argument_group("structure")
     structure.add_argument(
         "--sentence-splitter", choices=SentenceSplitter.METHODS, default="rule",
@@ -778,10 +800,11 @@ def format_report(reports: Dict[str, Dict]) -> str:
         ("sentences", "sents"), ("source_tokens", "src tok"), ("target_tokens", "tgt tok"),
         ("source_tokens_max", "src max"), ("unknown_tokens", "unk"),
     ]
-    header = f"{'split':<10}" + "".join(f"{title:>11}" for _, title in columns) + "  skipped / dropped"
+    width = max([10] + [len(split) + 1 for split in reports if "/" in split])  # shard{k}/{split}: --shards
+    header = f"{'split':<{width}}" + "".join(f"{title:>11}" for _, title in columns) + "  skipped / dropped"
     lines = [header, "-" * len(header)]
     for split, report in reports.items():
-        row = f"{split:<10}" + "".join(f"{report[key]:>11,}" for key, _ in columns)
+        row = f"{split:<{width}}" + "".join(f"{report[key]:>11,}" for key, _ in columns)
         skipped = ", ".join(f"{k}={v}" for k, v in sorted(report["skipped"].items())) or "none"
         row += f"  skipped: {skipped}; empty documents dropped: {report['empty_documents_dropped']}"
         row += f"; empty summaries: {report['empty_summaries']}"
@@ -829,6 +852,8 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     if unknown:
         raise SystemExit(f"unknown side data {unknown}; available: {sorted(SIDE_DATA_PRODUCERS)}")
     splits = _split_paths(args)
+    if getattr(args, "shards", None) is not None:
+        return preprocess_shards(args, splits, stage_seconds)
     # Locks --destdir, refuses it when in use; every file goes to a staging folder
     # that is moved in only when the run succeeded (preprocess/destdir.py).
     with DestinationRun(args) as destination:
@@ -860,6 +885,136 @@ def recorded_layout(args: argparse.Namespace) -> Optional[Dict[str, object]]:
     written = os.path.join(args.destdir, "dict.txt")
     described = args.dict or "the dict.txt built from the SentencePiece model (give --dict)"
     return source_layout_manifest_entry(args.source_layout, Dictionary.load(written), described)
+
+
+#: The name of shard ``k``'s data-bin inside ``--destdir`` with ``--shards``
+#: (as fairseq's own sharded data-bins are named: ``data-bin/shard0``, ...).
+SHARD_NAME = "shard{}"
+
+
+def lines_of_shard(lines: Iterator[Tuple[int, bytes]], index: int, count: int) -> Iterator[Tuple[int, bytes]]:
+    """The raw lines of shard ``index`` of ``count``: the non-blank lines
+    ``index``, ``index + count``, ``index + 2 count``, ... (round-robin, so
+    every cluster lands in exactly one shard and the shards differ in size by
+    at most one cluster, however the input is ordered). Line numbers stay
+    those of the input file, so errors name the file's own lines."""
+    for position, item in enumerate(lines):
+        if position % count == index:
+            yield item
+
+
+def shard_directories(destdir: str, count: int) -> List[str]:
+    """The data-bins ``--shards count`` writes, in epoch order."""
+    return [os.path.join(destdir, SHARD_NAME.format(index)) for index in range(count)]
+
+
+def count_clusters(path: str) -> int:
+    """Non-blank lines of a raw JSONL split (what :func:`lines_of_shard` deals out)."""
+    return sum(1 for _ in iter_raw_lines(path))
+
+
+def preprocess_shards(args: argparse.Namespace, splits: Dict[str, str], stage_seconds: Optional[Counter] = None
+                      ) -> Dict[str, Dict]:
+    """``--shards N``: write N data-bins for fairseq's epoch-sharded training.
+
+    Every shard folder is held as a ``--destdir`` is (lock, ownership check,
+    staging folder; :class:`DestinationRun`), all of them from the start, so
+    a folder in use is refused before any work. Shard 0 is written first: it
+    trains the subword model on the whole training split (or copies the
+    given one) and gets every split that is not a training split; shards
+    1 ... N-1 get their share of the training splits, encoded with shard 0's
+    SentencePiece model and ``dict.txt`` (byte-identical copies). Only when
+    every shard is complete are they moved into place, one after the other.
+    Returns the reports keyed ``shard{k}/{split}``; ``args.shard_data`` is the
+    ``os.pathsep``-joined DATA path for fairseq-train."""
+    count = args.shards
+    if count < 1:
+        raise ValueError(f"--shards must be at least 1, got {count}")
+    if os.pathsep in args.destdir:
+        raise ValueError(
+            f"--destdir {args.destdir!r} contains {os.pathsep!r}, which fairseq reads as the separator of epoch "
+            f"shards: the DATA path {os.pathsep.join(shard_directories(args.destdir, count))!r} could not be read "
+            f"back; choose a --destdir without {os.pathsep!r}"
+        )
+    if os.path.exists(args.destdir) and not os.path.isdir(args.destdir):
+        raise DestinationInUseError(f"--destdir {args.destdir} exists and is not a directory")
+    sharded = sorted(split for split in splits if split in args.train_splits)
+    if not sharded:
+        raise ValueError(f"--shards {count}: no training split to shard (splits {sorted(splits)}, --train-splits "
+                         f"{' '.join(args.train_splits)})")
+    for split in sharded:
+        clusters = count_clusters(splits[split])
+        if clusters < count:
+            raise ValueError(f"--shards {count}: {splits[split]} (split {split!r}) has {clusters} clusters, fewer "
+                             "than the shards; every shard needs at least one")
+    directories = shard_directories(args.destdir, count)
+    created = not os.path.isdir(args.destdir)
+    os.makedirs(args.destdir, exist_ok=True)
+    reports: Dict[str, Dict] = {}
+    try:
+        with contextlib.ExitStack() as held:
+            runs = [held.enter_context(DestinationRun(argparse.Namespace(**dict(vars(args), destdir=directory))))
+                    for directory in directories]
+            works = []
+            for index, destination in enumerate(runs):
+                work = argparse.Namespace(**vars(args))
+                work.destdir = destination.staging
+                work.shard_selection = {splits[split]: (index, count) for split in sharded}
+                shard_splits = dict(splits)
+                if index > 0:  # the training splits' share; the shared subword model and dictionary of shard 0
+                    shard_splits = {split: splits[split] for split in sharded}
+                    if args.subword == "sentencepiece":
+                        work.spm_model = os.path.join(runs[0].staging, SPM_MODEL_NAME)
+                        work.dict = os.path.join(runs[0].staging, "dict.txt")
+                logger.info("--shards %d: writing shard %d (%s)", count, index, directories[index])
+                for split, report in _preprocess_into(work, shard_splits, stage_seconds).items():
+                    reports[f"{SHARD_NAME.format(index)}/{split}"] = report
+                    if split in sharded and report["clusters"] == 0:
+                        raise ValueError(f"--shards {count}: shard {index} got no cluster of {splits[split]} (split "
+                                         f"{split!r}; its lines were skipped as bad): use fewer shards")
+                work.manifest["shard"] = {
+                    "index": index, "count": count, "sharded_splits": sharded,
+                    "data": os.pathsep.join(os.path.abspath(directory) for directory in directories),
+                }
+                if index > 0 and works[0].vocabulary_report is not None:  # the one shared model's report
+                    work.manifest["vocabulary"] = works[0].vocabulary_report
+                works.append(work)
+            args.vocabulary_report = works[0].vocabulary_report
+            with sigint_recorded() as interrupted:  # a Ctrl-C waits until every shard is in place
+                for destination, work in zip(runs, works):
+                    destination.commit(work.manifest)  # each shard's manifest last, whole or not at all
+            if interrupted:
+                logger.warning("Ctrl-C came while the finished shards were being moved into place; they were "
+                               "completed first")
+    except BaseException:
+        if created and os.path.isdir(args.destdir) and not os.listdir(args.destdir):
+            os.rmdir(args.destdir)
+        raise
+    args.shard_data = os.pathsep.join(directories)
+    args.sharded_splits = sharded
+    others = sorted(name for name in os.listdir(args.destdir)
+                    if name.startswith("shard") and os.path.join(args.destdir, name) not in directories)
+    if others:
+        logger.warning("--shards %d: %s also holds %s, not part of this run's DATA path; left as they are",
+                       count, args.destdir, ", ".join(others))
+    return reports
+
+
+def format_shard_summary(args: argparse.Namespace, reports: Dict[str, Dict]) -> str:
+    """The closing lines of a ``--shards`` run: clusters per shard of each
+    training split, where the other splits went, the DATA path to train on."""
+    count, first = args.shards, SHARD_NAME.format(0)
+    lines = [f"{count} shard(s) in {args.destdir}, one dict.txt and subword model in each:"]
+    for split in args.sharded_splits:
+        parts = [reports[f"{SHARD_NAME.format(index)}/{split}"]["clusters"] for index in range(count)]
+        lines.append(f"  {split}: {sum(parts):,} clusters = " + " + ".join(
+            f"{part:,} ({SHARD_NAME.format(index)})" for index, part in enumerate(parts)))
+    others = [key.split("/", 1)[1] for key in reports
+              if key.startswith(first + "/") and key.split("/", 1)[1] not in args.sharded_splits]
+    if others:
+        lines.append(f"  {', '.join(others)}: in {first} only (fairseq reads them from the first shard)")
+    lines.append(f"DATA for fairseq-train / mdsfair-train (epoch e reads shard (e-1) % {count}): {args.shard_data}")
+    return "\n".join(lines)
 
 
 def _preprocess_into(args: argparse.Namespace, splits: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
@@ -925,6 +1080,8 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
     if vocabulary:
         print(f"vocabulary: {vocabulary['pieces']:,} SentencePiece pieces (asked for {vocabulary['requested_pieces']:,}); "
               f"dict.txt {vocabulary['dictionary_size']:,} entries")
+    if getattr(args, "shards", None) is not None:
+        print(format_shard_summary(args, reports))
     return reports
 
 

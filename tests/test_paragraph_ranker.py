@@ -9,6 +9,7 @@ from argparse import Namespace
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -48,6 +49,48 @@ def test_ranker_matches_equations_and_ignores_padding():
         expected = model.score_proj(p.max(dim=0).values)  # Eq. 5-6 (logit)
         assert torch.allclose(logits[n], expected.squeeze(), atol=1e-6)
     assert torch.allclose(model.score(titles, paragraphs, cluster), torch.sigmoid(logits))
+
+
+@pytest.mark.parametrize("flag", ["checkpoint_activations", "offload_activations"])
+def test_checkpoint_activations_recompute_both_lstms_with_identical_loss_and_gradients(flag, monkeypatch):
+    """--checkpoint-activations (--offload-activations implies it): the title
+    and the paragraph LSTM (Eq. 1-2) each run without gradients in the
+    forward pass and again, recomputed, in the backward pass; loss and
+    gradients are those of the plain model."""
+    calls = []
+    lstm_forward = torch.nn.LSTM.forward
+
+    def recording_forward(self, *args, **kwargs):
+        calls.append((self, torch.is_grad_enabled()))
+        return lstm_forward(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.nn.LSTM, "forward", recording_forward)  # before the layers are wrapped
+    dictionary = tiny_ranker()[1]
+    pad = dictionary.pad()
+    titles = torch.tensor([[5, 6, 7], [8, 9, pad]])
+    paragraphs = torch.tensor([[10, 11, 12, 13], [14, 15, pad, pad], [16, pad, pad, pad], [17, 18, 19, pad]])
+    cluster = torch.tensor([0, 0, 1, 1])
+    targets = torch.tensor([0.9, 0.1, 0.4, 0.7])
+    results = []
+    for flags in ({}, {flag: True}):
+        torch.manual_seed(0)
+        model = ParagraphRankerModel(Namespace(ranker_embed_dim=8, ranker_hidden_dim=6, dropout=0.0, **flags),
+                                     dictionary).train()
+        calls.clear()
+        loss = F.binary_cross_entropy_with_logits(model(titles, paragraphs, cluster), targets)
+        forward_calls = list(calls)
+        loss.backward()
+        modes = {name: [mode for layer, mode in calls if layer is getattr(model, name)]
+                 for name in ("title_lstm", "paragraph_lstm")}
+        assert all(layer in (model.title_lstm, model.paragraph_lstm) for layer, _ in forward_calls)
+        results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, modes))
+    (loss, gradients, plain_modes), (checkpointed_loss, checkpointed_gradients, modes) = results
+    assert plain_modes == {"title_lstm": [True], "paragraph_lstm": [True]}
+    assert modes == {"title_lstm": [False, True], "paragraph_lstm": [False, True]}  # forward, recomputation
+    assert torch.equal(checkpointed_loss, loss)
+    for name, gradient in gradients.items():
+        assert gradient.abs().sum() > 0, name
+        torch.testing.assert_close(checkpointed_gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
 
 
 def test_masked_max_pool():

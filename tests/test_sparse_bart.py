@@ -608,3 +608,73 @@ def test_kl_only_stage_lowers_kl_on_a_small_set(data_bin, sentence_encoder):
         logging = trainer.train_step([sample])
         kls.append(float(logging["kl_loss"]))  # per target token
     assert kls[-1] < 0.6 * kls[0], kls
+
+
+# ------------------------------------------------- activation checkpointing
+
+
+def record_grad_modes(module):
+    """``torch.is_grad_enabled()`` at every call of ``module``: a module run
+    by fairseq's checkpoint function is called without gradients in the
+    forward pass and called again with them when the backward pass
+    recomputes it; a plain module is called once, with gradients."""
+    modes = []
+    handle = module.register_forward_hook(lambda *_: modes.append(torch.is_grad_enabled()))
+    return modes, handle
+
+
+def loss_gradients_and_encoder_calls(model, criterion, sample):
+    encoder = model.encoder.sentence_encoder
+    inner = encoder.gru if isinstance(encoder, SentenceEncoder) else encoder.pooling
+    modes, handle = record_grad_modes(inner)
+    try:
+        model.train()
+        model.zero_grad()
+        loss, _, _ = criterion(model, sample)
+        forward_modes = list(modes)
+        loss.backward()
+    finally:
+        handle.remove()
+    gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
+    return loss.detach(), gradients, forward_modes, modes[len(forward_modes):]
+
+
+@pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
+@pytest.mark.parametrize("sentence_encoder", ["bigru", "attention-pooling"])
+def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_encoder, flag, monkeypatch):
+    """--checkpoint-activations (and --offload-activations, which implies it)
+    recompute the sentence encoder of Eq. 10 (BiGRU by chunks of sentences,
+    or the attention pooling of Sec. 4.5 as one layer) in the backward pass:
+    it runs without gradients in the forward pass and again in the backward
+    pass, with the same loss and gradients as without the flag. The joint
+    stage trains the sentence encoder on the frozen BART encoder's states,
+    inputs that do not require grad."""
+    from mdsfair.models import sparse_bart
+
+    chunk = 8  # the tiny batch's ~20 sentences span several chunks
+    monkeypatch.setattr(sparse_bart, "SENTENCE_ENCODER_CHECKPOINT_CHUNK", chunk)
+    _, task, plain, criterion = build(data_bin, "--sentence-encoder", sentence_encoder, stage="joint")
+    _, _, model, _ = build(data_bin, "--sentence-encoder", sentence_encoder, flag, stage="joint")
+    encoder = model.encoder.sentence_encoder
+    offload = flag == "--offload-activations"
+    if sentence_encoder == "bigru":
+        assert encoder.checkpoint_chunk_sentences == chunk
+        assert encoder.offload_activations == offload
+        assert plain.encoder.sentence_encoder.checkpoint_chunk_sentences == 0
+    else:
+        assert hasattr(encoder, "precheckpoint_forward") and encoder.forward.args[1] == offload
+        assert not hasattr(plain.encoder.sentence_encoder, "precheckpoint_forward")
+    sample = batch(task, plain)
+    loss, gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(plain, criterion, sample)
+    assert forward_modes == [True] and backward_modes == []
+    checkpointed_loss, checkpointed_gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(
+        model, criterion, sample)
+    sentences = int(sample["net_input"]["src_sent_ids"].max(dim=1).values.add(1).sum())
+    chunks = -(-sentences // chunk) if sentence_encoder == "bigru" else 1
+    assert sentence_encoder == "attention-pooling" or chunks > 1
+    assert forward_modes == [False] * chunks and backward_modes == [True] * chunks
+    assert torch.equal(checkpointed_loss, loss)
+    assert set(checkpointed_gradients) == set(gradients)
+    assert any(name.startswith("encoder.sentence_encoder.") for name in gradients)
+    for name, gradient in gradients.items():
+        torch.testing.assert_close(checkpointed_gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
