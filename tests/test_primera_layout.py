@@ -291,3 +291,28 @@ def test_task_refuses_a_replaced_dictionary_under_the_recorded_layout(layout_dat
     with pytest.raises(ValueError, match=r"copy/mdsfair.json: the PRIMERA layout was preprocessed with <doc-sep> = "
                                          r"\d+, but the data-bin's dictionary gives no such symbol"):
         setup_task(copy)
+
+
+def test_every_epoch_shard_records_the_layout(layout_data_bins, tmp_path):
+    """--shards with --source-layout primera: each shard's manifest records
+    the layout and <doc-sep> id, and the task over DATA = shard0:shard1 takes
+    it (check_epoch_shards compares the shards' layouts)."""
+    from mdsfair.preprocess.binarize import run
+
+    destdir = str(tmp_path / "sharded")
+    run(layout_data_bins["common"] + ["--destdir", destdir, "--dict", layout_data_bins["dict"],
+                                      "--source-layout", "primera", "--shards", "2"])
+    shards = [os.path.join(destdir, f"shard{index}") for index in range(2)]
+    layouts = []
+    for shard in shards:
+        with open(os.path.join(shard, "mdsfair.json"), encoding="utf-8") as f:
+            layouts.append(json.load(f)["source_layout"])
+    assert layouts[0] == layouts[1] and layouts[0]["name"] == "primera"
+    assert setup_task(os.pathsep.join(shards)).source_layout == "primera"
+    with open(os.path.join(shards[1], "mdsfair.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    manifest["source_layout"] = {"name": "documents"}
+    with open(os.path.join(shards[1], "mdsfair.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    with pytest.raises(ValueError, match=r"epoch shard .*shard1 does not match the first shard .*source layout"):
+        setup_task(os.pathsep.join(shards))
