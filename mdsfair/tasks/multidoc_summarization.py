@@ -239,8 +239,9 @@ class MultiDocSummarizationTask(FairseqTask):
         ]
         self._data_fingerprint: Optional[Dict] = None
         self._trained_model = None  # weak reference to the model build_model returned last
-        self.recorded_layout = recorded_source_layout(manifest, self.data_dir, dictionary) if cfg.data else None
-        self.source_layout = resolve_source_layout(cfg.source_layout, self.recorded_layout, self.data_dir)
+        data_dir = self.data_dir if cfg.data else ""
+        self.recorded_layout = recorded_source_layout(manifest or {}, data_dir, dictionary) if data_dir else None
+        self.source_layout = resolve_source_layout(cfg.source_layout, self.recorded_layout, data_dir)
 
     @classmethod
     def setup_task(cls, cfg: MultiDocSummarizationConfig, **kwargs):
