@@ -67,6 +67,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
+from mdsfair.data.primera_layout import SOURCE_LAYOUTS, source_layout_manifest_entry
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
@@ -746,6 +747,14 @@ def get_parser() -> argparse.ArgumentParser:
              "the title and the paragraphs (WikiSum; the Hierarchical Transformer's input); a cluster "
              "without a title is an error",
     )
+    structure.add_argument(
+        "--source-layout", choices=SOURCE_LAYOUTS,
+        help="record in mdsfair.json how the task joins the documents by default: 'documents' (each starts with "
+             "<s>) or 'primera', PRIMERA's <s> doc_1 <doc-sep> ... doc_n <doc-sep> </s> with its per-document "
+             "truncation (Xiao et al. 2022; allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from --dict "
+             "(an imported PRIMERA model's dict.txt has it) and recorded; fairseq-train/-generate then need no "
+             "--source-layout. Unset: nothing recorded, the task's --source-layout decides",
+    )
     subword = parser.add_argument_group("subwords")
     subword.add_argument(
         "--subword", choices=["sentencepiece", "gpt2"], default="sentencepiece",
@@ -854,6 +863,28 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
         args.vocabulary_report = work.vocabulary_report
         destination.commit(work.manifest)  # the manifest last, whole or not at all
     return reports
+
+
+def check_source_layout_dictionary(args: argparse.Namespace) -> None:
+    """``--source-layout primera`` with a ``--dict``: that file must hold
+    ``<doc-sep>`` (checked before any subword or encoding work)."""
+    if getattr(args, "source_layout", None) == "primera" and args.dict:
+        from fairseq.data import Dictionary
+
+        source_layout_manifest_entry("primera", Dictionary.load(args.dict), args.dict)
+
+
+def recorded_layout(args: argparse.Namespace) -> Optional[Dict[str, object]]:
+    """The manifest's ``source_layout`` entry for ``--source-layout``, its
+    ``<doc-sep>`` id that of the ``dict.txt`` just written (None when the
+    option is not given)."""
+    if getattr(args, "source_layout", None) is None:
+        return None
+    from fairseq.data import Dictionary
+
+    written = os.path.join(args.destdir, "dict.txt")
+    described = args.dict or "the dict.txt built from the SentencePiece model (give --dict)"
+    return source_layout_manifest_entry(args.source_layout, Dictionary.load(written), described)
 
 
 #: The name of shard ``k``'s data-bin inside ``--destdir`` with ``--shards``
@@ -990,7 +1021,9 @@ def _preprocess_into(args: argparse.Namespace, splits: Dict[str, str], stage_sec
     """The pipeline, writing into ``args.destdir`` (the staging folder);
     leaves the manifest, its ``files`` list filled in, in ``args.manifest``."""
     args.vocabulary_report = None
+    check_source_layout_dictionary(args)  # before SentencePiece and encoding: a missing <doc-sep> fails at once
     subword_manifest = prepare_subwords(args, splits)
+    source_layout = recorded_layout(args)
     specs = [SIDE_DATA_PRODUCERS[name].spec for name in args.side_data]
     reports = {}
     encode_split = SplitEncoder(args, args.destdir, subword_manifest)
@@ -1020,6 +1053,8 @@ def _preprocess_into(args: argparse.Namespace, splits: Dict[str, str], stage_sec
     }
     if args.vocabulary_report is not None:
         manifest["vocabulary"] = args.vocabulary_report
+    if source_layout is not None:
+        manifest["source_layout"] = source_layout
     args.manifest = finish_destdir(args, manifest)  # lists the files, checking each was written
     return reports
 

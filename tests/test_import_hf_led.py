@@ -196,7 +196,13 @@ def test_primera_checkpoint_records_doc_sep_layout_and_dictionary(imported):
         assert "<doc-sep>" not in json.load(f)
     led = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(imported["safetensors"]["out_dir"], "model.pt"))
     assert recorded(led, "model", "global_attention") == "first"
-    assert recorded(led, "task", "source_layout") == "documents"
+    assert recorded(led, "task", "source_layout") is None  # the data-bin's layout, or 'documents'
+    # OUT_DIR is a data-bin without splits: PRIMERA's records its layout and <doc-sep> id
+    with open(os.path.join(entry["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
+        assert json.load(f)["source_layout"] == {"name": "primera", "document_separator": "<doc-sep>",
+                                                 "document_separator_id": separator, "per_document_budget": True}
+    with open(os.path.join(imported["safetensors"]["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
+        assert "source_layout" not in json.load(f)
 
 
 def recorded(state, section, name):
@@ -328,6 +334,64 @@ def edit_json(path, **changes):
         json.dump(data, f)
 
 
+def drop_doc_sep_ids(directory):
+    """Remove every place that names <doc-sep> from the PRIMERA-like
+    tokenizer files: added_tokens.json, tokenizer.json, and the
+    additional_special_tokens / added_tokens_decoder entries of
+    tokenizer_config.json and special_tokens_map.json."""
+    for name in ("added_tokens.json", "tokenizer.json"):
+        os.remove(os.path.join(directory, name))
+    for name in ("tokenizer_config.json", "special_tokens_map.json"):
+        path = os.path.join(directory, name)
+        if not os.path.exists(path):  # newer transformers write no special_tokens_map.json
+            continue
+        with open(path) as f:
+            data = json.load(f)
+        data.pop("additional_special_tokens", None)
+        decoder = data.pop("added_tokens_decoder", None)
+        if decoder is not None:  # keep <s> <pad> </s> <unk> <mask>
+            data["added_tokens_decoder"] = {i: e for i, e in decoder.items() if e["content"] != "<doc-sep>"}
+        with open(path, "w") as f:
+            json.dump(data, f)
+
+
+@pytest.mark.parametrize("declared_in", ["special_tokens_map.json", "tokenizer_config.json"])
+def test_doc_sep_declared_only_as_an_additional_special_token(declared_in, imported, source_copy, tmp_path,
+                                                               transformers):
+    """<doc-sep> named only by ``additional_special_tokens`` (a string, as
+    PRIMERA's special_tokens_map.json, or an AddedToken object) gets the id
+    Hugging Face's tokenizer gives it on loading, the next after vocab.json:
+    the same import as with added_tokens.json."""
+    drop_doc_sep_ids(source_copy)
+    entry = {"content": "<doc-sep>", "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
+             "special": True}
+    path = os.path.join(source_copy, declared_in)
+    if not os.path.exists(path):
+        with open(path, "w") as f:  # PRIMERA's special_tokens_map.json (test_primera_release_file_layout)
+            json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
+                       "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}, f)
+    edit_json(path, additional_special_tokens=["<doc-sep>"] if declared_in == "special_tokens_map.json" else [entry])
+    separator = len(imported["primera"]["vocab"])
+    assert hf_tokenizer(source_copy).convert_tokens_to_ids("<doc-sep>") == separator
+    summary = import_hf_led(source_copy, str(tmp_path / "out"))
+    assert summary["document_separator"] == separator and summary["arch"] == "primera"
+    with open(os.path.join(str(tmp_path / "out"), "dict.txt"), encoding="utf-8") as a, open(
+            os.path.join(imported["primera"]["out_dir"], "dict.txt"), encoding="utf-8") as b:
+        assert a.read() == b.read()
+
+
+def test_refuses_an_embedding_row_no_tokenizer_file_names(imported, source_copy, tmp_path):
+    """PRIMERA's weights (one row more than vocab.json) without any file that
+    declares <doc-sep>: refused, naming the directory, instead of importing
+    an unnamed row as an LED."""
+    drop_doc_sep_ids(source_copy)
+    rows = len(imported["primera"]["vocab"]) + 1
+    with pytest.raises(ImportRefused, match=rf"{source_copy}: the model has {rows} embedding rows but the tokenizer "
+                                            rf"names only {rows - 1} \(vocab.json\) and no <doc-sep> was found"):
+        import_hf_led(source_copy, str(tmp_path / "out"))
+    assert not os.path.exists(str(tmp_path / "out" / "model.pt"))
+
+
 def test_refuses_another_model_type(source_copy, tmp_path):
     edit_json(os.path.join(source_copy, "config.json"), model_type="bart")
     with pytest.raises(ImportRefused, match=r"config.json: model_type is 'bart', not 'led'"):
@@ -366,10 +430,12 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"--dict {out_dir}/dict.txt" in printed and "--arch primera" in printed
     assert "--attention-window 4,8" in printed and "--global-attention doc-sep" in printed
+    preprocess = next(line for line in printed.splitlines() if "mdsfair-preprocess" in line)
+    assert preprocess.endswith(f"--dict {out_dir}/dict.txt --source-layout primera")
     generate = next(line for line in printed.splitlines() if "fairseq-generate" in line)
-    assert f"--source-layout primera --per-document-budget --max-source-positions {ENCODER_POSITIONS}" in generate
+    assert f"--max-source-positions {ENCODER_POSITIONS}" in generate and "--source-layout" not in generate
     train = next(line for line in printed.splitlines() if "fairseq-train" in line)
-    assert train.count("--source-layout primera") == 1 and "--per-document-budget" in train
+    assert train.count("--source-layout primera") == 1 and "--per-document-budget" not in train
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
     assert "already there" in capsys.readouterr().err
     assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),
@@ -415,14 +481,16 @@ def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_pa
                "-o", os.path.join(work, "raw", "test.jsonl"), cwd=work)
     run_module("mdsfair.preprocess.binarize", "--input-dir", "raw", "--destdir", "data-bin", "--subword", "gpt2",
                "--gpt2-encoder-json", f"{out}/encoder.json", "--gpt2-vocab-bpe", f"{out}/vocab.bpe",
-               "--dict", f"{out}/dict.txt", "--no-progress-bar", cwd=work)
+               "--dict", f"{out}/dict.txt", "--source-layout", "primera", "--no-progress-bar", cwd=work)
     log = run_module("fairseq_cli.generate", "data-bin", "--user-dir", os.path.dirname(mdsfair.__file__),
-                     "--task", "multidoc_summarization", "--source-layout", "primera", "--per-document-budget",
-                     "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
+                     "--task", "multidoc_summarization", "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
                      "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--max-len-a", "0", "--max-len-b", "20",
                      "--batch-size", "2", "--cpu", cwd=work)
     hypotheses = [line for line in log.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == len(clusters)
+    sources = [line for line in log.splitlines() if line.startswith("S-")]
+    assert all(line.count("<doc-sep>") == len(cluster["documents"]) for line, cluster in zip(
+        sorted(sources, key=lambda line: int(line.split("\t")[0][2:])), clusters))  # the data-bin's layout
     with open(os.path.join(work, "gen.out"), "w", encoding="utf-8") as f:
         f.write(log)
     table = run_module("mdsfair.evaluation.rouge", "gen.out", "--data-bin", "data-bin", "--split", "test", "--fast",
@@ -465,17 +533,26 @@ def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
     monkeypatch.chdir(root)  # --user-dir mdsfair, as a user runs it from the checkout
     _, generate = readme_commands("fairseq-generate")
     assert len(train) == 2 and len(generate) == 1
+    # PRIMERA's layout is a data-bin option: the README's PRIMERA data-bins are preprocessed with it
+    from mdsfair.preprocess.binarize import get_parser
+
+    _, preprocess = readme_commands("mdsfair-preprocess")
+    layouts = {}
+    for argv in preprocess:
+        parsed = get_parser().parse_args(argv)
+        assert parsed.subword == "gpt2" and parsed.dict.endswith("/dict.txt")
+        layouts[parsed.destdir] = parsed.source_layout
     for argv in train:
         args = options.parse_args_and_arch(options.get_training_parser(), argv)
         assert args.arch in ("primera", "led_large") and args.max_source_positions == 4096
         if args.arch == "primera":
-            assert args.source_layout == "primera" and args.per_document_budget and args.lr == [3e-5]
+            assert layouts[argv[0]] == "primera" and "--per-document-budget" not in argv and args.lr == [3e-5]
             assert (args.warmup_updates, int(args.total_num_update), args.update_freq) == (1000, 50000, [4])
         else:
             assert args.lr == [5e-5] and args.lr_scheduler == "fixed" and args.global_attention == "first"
     args = options.parse_args_and_arch(options.get_generation_parser(), generate[0])
     assert (args.beam, args.lenpen, args.max_len_a, args.max_len_b) == (5, 1.0, 0, 1022)
-    assert args.source_layout == "primera" and args.per_document_budget
+    assert layouts[generate[0][0]] == "primera" and args.source_layout is None and not args.per_document_budget
     _, imports = readme_commands("mdsfair-import")
     _, exports = readme_commands("mdsfair-export")
     assert {argv[0] for argv in imports} == {"hf-led", "bart-to-led"} <= set(IMPORT_KINDS)

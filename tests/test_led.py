@@ -33,6 +33,7 @@ from mdsfair.models.led import (
     parse_attention_window,
 )
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
+from tests.import_fixtures import import_transformers
 
 # ------------------------------------------------------------- attention
 
@@ -178,7 +179,7 @@ SEPARATOR = VOCAB - 1  # "<doc-sep>" in the dictionary below
 
 @pytest.fixture(scope="module")
 def transformers():
-    return pytest.importorskip("transformers")
+    return import_transformers()
 
 
 class StubTask:
@@ -472,8 +473,8 @@ def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
 
     generated = generate_in_process([
         primera_run["data_bin"], "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--path", primera_run["checkpoint"], "--gen-subset", "valid", "--batch-size", "4", "--beam", "2",
-        "--max-len-b", "8", "--min-len", "2", "--no-repeat-ngram-size", "3", "--cpu",
+        "--source-layout", "primera", "--path", primera_run["checkpoint"], "--gen-subset", "valid",
+        "--batch-size", "4", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--no-repeat-ngram-size", "3", "--cpu",
     ], results_dir=os.path.join(primera_run["work"], "generate"))
     hypotheses = [line for line in generated.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2, 3]
@@ -484,6 +485,61 @@ def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
     encoder = hub.models[0].encoder
     assert encoder.global_attention == "doc-sep" and encoder.attention_windows == [8, 8]
     assert encoder.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
+
+
+PRIMERA_GENERATE = ["--task", "multidoc_summarization", "--gen-subset", "valid",
+                    "--batch-size", "4", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--cpu",
+                    "--max-source-positions", "40"]
+
+
+def test_primera_checkpoint_on_a_data_bin_without_primera_layout_is_refused(primera_run, tmp_path):
+    """fairseq-generate builds its task from its own command line: a doc-sep
+    (PRIMERA) checkpoint on a data-bin that records no PRIMERA layout, with
+    no --source-layout, stops at once naming the flags to add (it decoded
+    with no <doc-sep> and only <s> global, without a word)."""
+    import os
+
+    from tests.utils import USER_DIR, generate_in_process
+
+    with pytest.raises(ValueError, match=r"--global-attention doc-sep.*source layout is 'documents'.*Add "
+                                         r"--source-layout primera --per-document-budget.*mdsfair-preprocess "
+                                         r"--source-layout primera"):
+        generate_in_process([primera_run["data_bin"], "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
+                             *PRIMERA_GENERATE],
+                            results_dir=str(tmp_path / "refused"))
+
+
+def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_data, tmp_path):
+    """A data-bin written with mdsfair-preprocess --source-layout primera
+    (the dictionary's <doc-sep> recorded) gives fairseq-generate PRIMERA's
+    layout and per-document truncation without task flags: the same sources,
+    and hypotheses as --source-layout primera --per-document-budget, and
+    not those of the old data-bin with --source-layout primera alone
+    (no per-document truncation)."""
+    import os
+
+    from mdsfair.preprocess.binarize import run
+    from mdsfair.preprocess.subword import SPM_MODEL_NAME
+    from tests.utils import USER_DIR, generate_in_process
+
+    plain = primera_run["data_bin"]
+    data_bin = str(tmp_path / "primera-bin")
+    run(["--input-dir", contract_data["raw"], "--destdir", data_bin, "--spm-model", os.path.join(plain, SPM_MODEL_NAME),
+         "--dict", os.path.join(plain, "dict.txt"), "--source-layout", "primera", "--no-progress-bar"])
+
+    def generate(name, *flags, data=data_bin):
+        text = generate_in_process([data, "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
+                                    *PRIMERA_GENERATE, *flags],
+                                   results_dir=str(tmp_path / name))
+        return sorted(line for line in text.splitlines() if line[:2] in ("S-", "H-"))
+
+    recorded = generate("recorded")
+    assert recorded == generate("flags", "--source-layout", "primera", "--per-document-budget")
+    sources = [line for line in recorded if line.startswith("S-")]
+    assert len(sources) == 4 and all(line.count("<doc-sep>") == 2 for line in sources)
+    assert recorded != generate("layout-only", "--source-layout", "primera", data=plain)  # the recorded budget cuts
+    with pytest.raises(ValueError, match=r"--source-layout documents contradicts the layout 'primera'"):
+        generate("conflict", "--source-layout", "documents")
 
 
 def test_position_budget_is_checked_against_the_encoder_table(transformers):

@@ -174,3 +174,145 @@ def test_task_source_layout_primera_takes_doc_sep_from_the_dictionary(tmp_path):
         assert source[-2] == separator
         assert source.count(separator) == len(set(item["structure"]["doc"].tolist()))
         assert len(source) <= 40
+
+
+# ------------------------------------- the layout as a data-bin option
+
+
+def setup_task(data, *flags):
+    from fairseq import options, tasks
+
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        data, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
+        "--max-source-positions", "40", *flags,
+    ])
+    return tasks.setup_task(args)
+
+
+@pytest.fixture(scope="module")
+def layout_data_bins(tmp_path_factory):
+    """A SentencePiece data-bin (its dict.txt has no <doc-sep>), a dict.txt
+    with <doc-sep> appended, and the same clusters preprocessed with
+    --source-layout primera and --source-layout documents."""
+    import shutil
+
+    from mdsfair.preprocess.binarize import run
+    from tests.utils import make_tiny_data_bin
+
+    work = tmp_path_factory.mktemp("layouts")
+    plain = make_tiny_data_bin(str(work / "plain"), train=4, valid=2, test=2)
+    with_sep = str(work / "dict-with-sep.txt")
+    shutil.copyfile(os.path.join(plain, "dict.txt"), with_sep)
+    with open(with_sep, "a", encoding="utf-8") as f:
+        f.write("<doc-sep> 0 #fairseq:overwrite\n")
+    common = ["--input-dir", str(work / "plain" / "raw"), "--spm-model", os.path.join(plain, "spm.model"),
+              "--no-progress-bar"]
+    bins = {"plain": plain, "dict": with_sep}
+    for layout in ("primera", "documents"):
+        bins[layout] = str(work / layout)
+        run(common + ["--destdir", bins[layout], "--dict", with_sep, "--source-layout", layout])
+    bins["common"] = common
+    bins["work"] = str(work)
+    return bins
+
+
+def test_preprocess_records_the_layout_and_the_dictionary_doc_sep_id(layout_data_bins):
+    from fairseq.data import Dictionary
+
+    separator = Dictionary.load(layout_data_bins["dict"]).index("<doc-sep>")
+    assert separator == len(Dictionary.load(os.path.join(layout_data_bins["plain"], "dict.txt")))
+    with open(os.path.join(layout_data_bins["primera"], "mdsfair.json"), encoding="utf-8") as f:
+        assert json.load(f)["source_layout"] == {
+            "name": "primera", "document_separator": "<doc-sep>", "document_separator_id": separator,
+            "per_document_budget": True,
+        }
+    with open(os.path.join(layout_data_bins["documents"], "mdsfair.json"), encoding="utf-8") as f:
+        assert json.load(f)["source_layout"] == {"name": "documents"}
+    with open(os.path.join(layout_data_bins["plain"], "mdsfair.json"), encoding="utf-8") as f:
+        assert "source_layout" not in json.load(f)  # not asked for: nothing recorded
+
+
+def test_preprocess_primera_layout_needs_doc_sep_in_the_dictionary(layout_data_bins, capsys):
+    """A --dict without <doc-sep> is refused before anything is encoded,
+    naming the dictionary file; nothing is written."""
+    from mdsfair.preprocess.binarize import run
+
+    plain_dict = os.path.join(layout_data_bins["plain"], "dict.txt")
+    destdir = os.path.join(layout_data_bins["work"], "refused")
+    with pytest.raises(SystemExit) as exit_info:
+        run(layout_data_bins["common"] + ["--destdir", destdir, "--dict", plain_dict, "--source-layout", "primera"])
+    assert exit_info.value.code == 1
+    error = capsys.readouterr().err
+    assert f"{plain_dict}: --source-layout primera needs the <doc-sep> symbol" in error
+    assert not os.path.exists(os.path.join(destdir, "mdsfair.json"))
+
+
+def test_task_takes_the_recorded_layout_and_its_per_document_truncation(layout_data_bins):
+    """No --source-layout: the data-bin's PRIMERA layout, with PRIMERA's
+    per-document truncation; the same sources as the explicit flags."""
+    task = setup_task(layout_data_bins["primera"])
+    explicit = setup_task(layout_data_bins["primera"], "--source-layout", "primera", "--per-document-budget")
+    separator = task.dictionary.index("<doc-sep>")
+    config = task.truncation_config()
+    assert task.source_layout == "primera" and not task.source_layout_explicit
+    assert config.document_separator == separator and config.per_document_budget
+    assert config == explicit.truncation_config()
+    task.load_dataset("valid")
+    explicit.load_dataset("valid")
+    for index in range(len(task.datasets["valid"])):
+        source = task.datasets["valid"][index]["source"].tolist()
+        assert source == explicit.datasets["valid"][index]["source"].tolist()
+        assert source[-2] == separator and task.dictionary.bos() not in source[1:]
+    # repeating --source-layout primera (the primera arch sets it) keeps the recorded truncation
+    assert setup_task(layout_data_bins["primera"], "--source-layout", "primera").truncation_config() == config
+    # a data-bin recording 'documents', or nothing, joins documents with <s>
+    for name in ("documents", "plain"):
+        other = setup_task(layout_data_bins[name])
+        assert other.source_layout == "documents" and other.truncation_config().document_separator is None
+
+
+@pytest.mark.parametrize("data_bin,flag,recorded", [("primera", "documents", "primera"),
+                                                   ("documents", "primera", "documents")])
+def test_task_refuses_a_layout_contradicting_the_data_bin(layout_data_bins, data_bin, flag, recorded):
+    path = os.path.join(layout_data_bins[data_bin], "mdsfair.json")
+    with pytest.raises(ValueError, match=rf"--source-layout {flag} contradicts the layout '{recorded}' that "
+                                         rf"{path} records"):
+        setup_task(layout_data_bins[data_bin], "--source-layout", flag)
+
+
+def test_task_refuses_a_replaced_dictionary_under_the_recorded_layout(layout_data_bins, tmp_path):
+    """The recorded <doc-sep> id must still be the dictionary's."""
+    import shutil
+
+    copy = str(tmp_path / "copy")
+    shutil.copytree(layout_data_bins["primera"], copy)
+    shutil.copyfile(os.path.join(layout_data_bins["plain"], "dict.txt"), os.path.join(copy, "dict.txt"))
+    with pytest.raises(ValueError, match=r"copy/mdsfair.json: the PRIMERA layout was preprocessed with <doc-sep> = "
+                                         r"\d+, but the data-bin's dictionary gives no such symbol"):
+        setup_task(copy)
+
+
+def test_every_epoch_shard_records_the_layout(layout_data_bins, tmp_path):
+    """--shards with --source-layout primera: each shard's manifest records
+    the layout and <doc-sep> id, and the task over DATA = shard0:shard1 takes
+    it (check_epoch_shards compares the shards' layouts)."""
+    from mdsfair.preprocess.binarize import run
+
+    destdir = str(tmp_path / "sharded")
+    run(layout_data_bins["common"] + ["--destdir", destdir, "--dict", layout_data_bins["dict"],
+                                      "--source-layout", "primera", "--shards", "2"])
+    shards = [os.path.join(destdir, f"shard{index}") for index in range(2)]
+    layouts = []
+    for shard in shards:
+        with open(os.path.join(shard, "mdsfair.json"), encoding="utf-8") as f:
+            layouts.append(json.load(f)["source_layout"])
+    assert layouts[0] == layouts[1] and layouts[0]["name"] == "primera"
+    assert setup_task(os.pathsep.join(shards)).source_layout == "primera"
+    with open(os.path.join(shards[1], "mdsfair.json"), encoding="utf-8") as f:
+        manifest = json.load(f)
+    manifest["source_layout"] = {"name": "documents"}
+    with open(os.path.join(shards[1], "mdsfair.json"), "w", encoding="utf-8") as f:
+        json.dump(manifest, f)
+    with pytest.raises(ValueError, match=r"epoch shard .*shard1 does not match the first shard .*source layout"):
+        setup_task(os.pathsep.join(shards))

@@ -5,6 +5,13 @@ any other split in the directory were written by another run, with another
 dictionary (a re-run into the same ``--destdir`` before ``--overwrite``
 existed), so the task refuses them instead of loading their token ids with
 this run's ``dict.txt``.
+
+``source_layout`` (written by ``mdsfair-preprocess --source-layout``) is how
+the task joins the documents by default: ``{"name": "documents"}`` or
+PRIMERA's ``{"name": "primera", "document_separator": "<doc-sep>",
+"document_separator_id": ID, "per_document_budget": true}``
+(:mod:`mdsfair.data.primera_layout`); a manifest without it leaves the
+layout to the task's ``--source-layout``.
 """
 import contextlib
 import json
@@ -120,6 +127,16 @@ def read_manifest(data_dir: str) -> Dict:
         raise ManifestError(f"{path}: the manifest is not a JSON object; {REBUILD_HINT}")
     check_manifest_file_names(manifest, path)
     return manifest
+
+
+def recorded_source_layout(manifest: Dict, data_dir: str, dictionary) -> Optional[Dict]:
+    """The ``source_layout`` the manifest of ``data_dir`` records, checked
+    against the data-bin's ``dictionary``
+    (:func:`mdsfair.data.primera_layout.check_source_layout_entry`); None
+    when it records none."""
+    from mdsfair.data.primera_layout import check_source_layout_entry
+
+    return check_source_layout_entry(manifest.get("source_layout"), dictionary, os.path.join(data_dir, MANIFEST_NAME))
 
 
 def require_listed_split(data_dir: str, split: str, manifest: Optional[Dict] = None) -> Dict:

@@ -25,7 +25,69 @@ allenai/PRIMER ``script/dataloader.py``, join method
   ``max_input_len + 2 - n``: one over the budget for a single document.
 """
 
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
+
+#: The symbol PRIMERA inserts after every document (allenai/PRIMER
+#: ``script/primer_hf_main.py`` adds it to the tokenizer as an additional
+#: special token; the released tokenizers give it id 50,265).
+DOCUMENT_SEPARATOR = "<doc-sep>"
+
+#: The source layouts a data-bin can record (``mdsfair-preprocess
+#: --source-layout``, the manifest's ``source_layout``) and the task applies.
+SOURCE_LAYOUTS = ("documents", "primera")
+
+
+def source_layout_manifest_entry(layout: str, dictionary, dictionary_path: str) -> Dict[str, object]:
+    """The manifest's ``source_layout`` entry of a data-bin written with
+    ``mdsfair-preprocess --source-layout LAYOUT`` and ``dictionary``.
+
+    ``documents``: ``{"name": "documents"}``. ``primera``: also the
+    separator symbol, its id in ``dictionary`` and ``per_document_budget:
+    true`` (PRIMERA's per-document truncation, :func:`primera_truncation`,
+    is part of its layout: the task applies it on such a data-bin). A dictionary without ``<doc-sep>`` is an
+    error naming ``dictionary_path``: the separator must be the imported
+    model's symbol, not a new one.
+    """
+    if layout not in SOURCE_LAYOUTS:
+        raise ValueError(f"source layout {layout!r}: expected one of {', '.join(SOURCE_LAYOUTS)}")
+    if layout == "documents":
+        return {"name": "documents"}
+    if DOCUMENT_SEPARATOR not in dictionary.indices:
+        raise ValueError(
+            f"{dictionary_path}: --source-layout primera needs the {DOCUMENT_SEPARATOR} symbol in the dictionary, "
+            f"and this one has none; give the dict.txt of an imported PRIMERA model (mdsfair-import hf-led writes "
+            f"it, with {DOCUMENT_SEPARATOR} at the id of the model's embedding row) with --dict"
+        )
+    return {
+        "name": "primera",
+        "document_separator": DOCUMENT_SEPARATOR,
+        "document_separator_id": dictionary.index(DOCUMENT_SEPARATOR),
+        "per_document_budget": True,
+    }
+
+
+def check_source_layout_entry(entry: object, dictionary, path: str) -> Optional[Dict[str, object]]:
+    """The manifest's ``source_layout`` entry, checked against the data-bin's
+    ``dictionary``; ``None`` when the manifest (``path``) records none. A
+    damaged entry, or a ``<doc-sep>`` id that is not this dictionary's (its
+    ``dict.txt`` replaced after preprocessing), is an error naming ``path``."""
+    if entry is None:
+        return None
+    if not isinstance(entry, dict) or entry.get("name") not in SOURCE_LAYOUTS:
+        raise ValueError(
+            f"{path}: source_layout {entry!r} is not one of {', '.join(SOURCE_LAYOUTS)}; rebuild the data-bin with "
+            "mdsfair-preprocess"
+        )
+    if entry["name"] == "primera":
+        recorded = entry.get("document_separator_id")
+        actual = dictionary.index(DOCUMENT_SEPARATOR) if DOCUMENT_SEPARATOR in dictionary.indices else None
+        if recorded != actual:
+            raise ValueError(
+                f"{path}: the PRIMERA layout was preprocessed with {DOCUMENT_SEPARATOR} = {recorded}, but the "
+                f"data-bin's dictionary gives {'no such symbol' if actual is None else actual}; the dict.txt was "
+                "replaced after preprocessing: rebuild the data-bin with mdsfair-preprocess --source-layout primera"
+            )
+    return entry
 
 
 def primera_document_share(num_documents: int, max_input_len: int, mask_num: int = 0) -> int:

@@ -6,7 +6,11 @@
 and ``allenai/PRIMERA-multinews`` (``config.json`` with ``model_type: led``;
 ``model.safetensors`` or ``pytorch_model.bin``, single or sharded;
 ``vocab.json``, ``merges.txt``; PRIMERA's ``<doc-sep>`` in
-``added_tokens.json`` / ``tokenizer.json`` / ``tokenizer_config.json``) and
+``added_tokens.json`` / ``tokenizer.json`` / ``tokenizer_config.json``'s
+``added_tokens_decoder``, or only among the ``additional_special_tokens`` of
+``special_tokens_map.json`` / ``tokenizer_config.json``, which gives it the
+next id after ``vocab.json`` as Hugging Face does when it loads them; an
+embedding row that no file names is refused) and
 writes, as ``mdsfair-import hf-bart`` does (:mod:`mdsfair.importers.hf_bart`):
 
 * ``OUT_DIR/model.pt``: an ``led`` checkpoint (``--arch led_base``,
@@ -21,9 +25,12 @@ writes, as ``mdsfair-import hf-bart`` does (:mod:`mdsfair.importers.hf_bart`):
   ``mdsfair-preprocess --subword gpt2``: the ids it writes are the Hugging
   Face tokenizer's. PRIMERA's ``<doc-sep>`` (id 50,265, its vocabulary's
   50,266th row) is the dictionary symbol ``<doc-sep>`` at that index; the
-  GPT-2 encoder never produces it from text, the task's ``--source-layout
-  primera`` inserts it by id after every document (allenai/PRIMER
-  ``script/dataloader.py``, :mod:`mdsfair.data.primera_layout`).
+  GPT-2 encoder never produces it from text: PRIMERA's source layout
+  inserts it by id after every document (allenai/PRIMER
+  ``script/dataloader.py``, :mod:`mdsfair.data.primera_layout`), recorded in
+  a data-bin by ``mdsfair-preprocess --source-layout primera --dict
+  OUT_DIR/dict.txt`` (the import prints that command) and in
+  ``OUT_DIR/mdsfair.json``.
 
 What the checkpoint records, from ``config.json`` (Hugging Face
 ``LEDConfig``):
@@ -51,6 +58,7 @@ checkpoints: ``config.json``, the weights, ``vocab.json``, ``merges.txt``,
 ``added_tokens.json`` ``{"<doc-sep>": id}`` as PRIMERA ships it.
 """
 import argparse
+import io
 import os
 import shutil
 import sys
@@ -113,6 +121,49 @@ def added_tokens(tokenizer_dir: str) -> Dict[str, int]:
     return found
 
 
+#: The files whose ``additional_special_tokens`` a Hugging Face tokenizer adds
+#: when it loads (``special_tokens_map.json`` as ``save_pretrained`` and
+#: PRIMERA's release write it; ``tokenizer_config.json`` in newer files).
+SPECIAL_TOKEN_FILES = ("special_tokens_map.json", "tokenizer_config.json")
+
+
+def additional_special_tokens(tokenizer_dir: str) -> List[str]:
+    """The ``additional_special_tokens`` of :data:`SPECIAL_TOKEN_FILES`, in
+    order, each once (an entry is a string or an ``AddedToken`` object with
+    ``content``). allenai/PRIMER's loader (``script/primer_hf_main.py``)
+    gives its tokenizer ``<doc-sep>`` this way, so a directory may name it
+    here and nowhere else."""
+    tokens: List[str] = []
+    for name in SPECIAL_TOKEN_FILES:
+        path = os.path.join(tokenizer_dir, name)
+        if not os.path.isfile(path):
+            continue
+        entries = read_json(path, "special tokens").get("additional_special_tokens") or []
+        if not isinstance(entries, list):
+            raise ImportRefused(f"{path}: additional_special_tokens must be a list, got {entries!r}")
+        for entry in entries:
+            token = entry.get("content") if isinstance(entry, dict) else entry
+            if not isinstance(token, str):
+                raise ImportRefused(f"{path}: additional_special_tokens entry {entry!r} is not a token")
+            if token not in tokens:
+                tokens.append(token)
+    return tokens
+
+
+def tokenizer_extra_tokens(tokenizer_dir: str, vocab: Dict[str, int]) -> Dict[str, int]:
+    """:func:`added_tokens`, plus the ``additional_special_tokens`` that have
+    no id there nor in ``vocab.json``, with the ids a Hugging Face tokenizer
+    gives them when it adds them on loading: the next ones after the
+    vocabulary and the tokens already added, in their order."""
+    extra = added_tokens(tokenizer_dir)
+    next_id = max([len(vocab) - 1, *vocab.values(), *extra.values()]) + 1
+    for token in additional_special_tokens(tokenizer_dir):
+        if token not in extra and token not in vocab:
+            extra[token] = next_id
+            next_id += 1
+    return extra
+
+
 def check_prefix_space(tokenizer_dir: str) -> None:
     prefix_space = False
     path = os.path.join(tokenizer_dir, "tokenizer_config.json")
@@ -137,7 +188,7 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
     files and the ``<doc-sep>`` id (``None`` for LED)."""
     vocab_path = os.path.join(tokenizer_dir, "vocab.json")
     vocab = read_json(vocab_path, "the tokenizer vocabulary")
-    extra = added_tokens(tokenizer_dir)
+    extra = tokenizer_extra_tokens(tokenizer_dir, vocab)
     for token, token_id in extra.items():
         if token in SPECIALS or token == DOC_SEP:
             if token in vocab and vocab[token] != token_id:
@@ -153,6 +204,15 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
         raise ImportRefused(
             f"{tokenizer_dir}: {DOC_SEP} has id {separator}; expected an id after vocab.json's {len(vocab)} tokens "
             f"and below the model's {num_rows} embedding rows (PRIMERA: 50265 of 50266)"
+        )
+    named = sum(1 for token_id in vocab.values() if isinstance(token_id, int) and 0 <= token_id < num_rows)
+    if separator is None and num_rows > named:
+        raise ImportRefused(
+            f"{tokenizer_dir}: the model has {num_rows} embedding rows but the tokenizer names only {named} "
+            f"(vocab.json) and no {DOC_SEP} was found (added_tokens.json, tokenizer.json, tokenizer_config.json's "
+            f"added_tokens_decoder, additional_special_tokens of {' / '.join(SPECIAL_TOKEN_FILES)}); PRIMERA's extra "
+            f"row is {DOC_SEP}: add the tokenizer file that declares it (--tokenizer-dir), rather than importing an "
+            "unnamed row"
         )
     # bpe_files on vocab.json and merges.txt alone (it gives the <doc-sep> row a
     # filler symbol, which the code below renames to <doc-sep>); the added tokens
@@ -222,9 +282,14 @@ def position_arguments(shape, encoder_positions: int) -> List[str]:
 # ------------------------------------------------------------------ import
 
 
-def write_manifest(out_dir: str, source: Dict[str, object]) -> None:
+def write_manifest(out_dir: str, source: Dict[str, object], separator: Optional[int] = None) -> None:
     """``mdsfair.json`` of a data-bin with no splits (as
-    :func:`mdsfair.importers.hiersumm.write_manifest`), GPT-2 subwords."""
+    :func:`mdsfair.importers.hiersumm.write_manifest`), GPT-2 subwords; for
+    PRIMERA (``separator``, the ``<doc-sep>`` id) it records PRIMERA's
+    source layout as ``mdsfair-preprocess --source-layout primera`` does."""
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.primera_layout import source_layout_manifest_entry
     from mdsfair.preprocess.binarize import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS
 
     manifest = {
@@ -241,6 +306,9 @@ def write_manifest(out_dir: str, source: Dict[str, object]) -> None:
         "splits": {},
         "imported_from": source,
     }
+    if separator is not None:
+        dict_path = os.path.join(out_dir, "dict.txt")
+        manifest["source_layout"] = source_layout_manifest_entry("primera", Dictionary.load(dict_path), dict_path)
     write_json_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest, indent=2)
 
 
@@ -323,7 +391,8 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     prepare_out_dir(out_dir, OUT_FILES, overwrite)
     files.write(out_dir)
     save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, model_state)
-    write_manifest(out_dir, {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)})
+    write_manifest(out_dir, {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
+                   separator)
     generate, notes = generation_flags(hf_dir)
     prefix = "led." if any(k.startswith("led.") for k in state) else ""
     shared = state.get(prefix + "shared.weight")
@@ -339,9 +408,10 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         "arch": arch,
         "arch_flags": train_flags,
         "generate_flags": generate,
-        # the task is built from fairseq-generate's command line, not the checkpoint
-        "generate_task_flags": (["--source-layout", "primera", "--per-document-budget"] if separator is not None else [])
-        + ["--max-source-positions", str(encoder_positions)],
+        # the task is built from fairseq-generate's command line, not the checkpoint; PRIMERA's
+        # layout comes from the data-bin (mdsfair-preprocess --source-layout primera)
+        "generate_task_flags": ["--max-source-positions", str(encoder_positions)],
+        "preprocess_flags": ["--source-layout", "primera"] if separator is not None else [],
         "dictionary_size": num_rows,
         "document_separator": separator,
         "attention_window": windows,
@@ -358,9 +428,10 @@ def print_summary(summary: Dict, out=None) -> None:
           f"{f', <doc-sep> = {separator}' if separator is not None else ''}), encoder.json, vocab.bpe", file=out)
     for note in summary["notes"]:
         print(f"note: {note}", file=out)
-    print_next_preprocess_command(out_dir, out)
-    budget = " --per-document-budget" if separator is not None else ""
-    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization{budget} --arch {summary['arch']} "
+    preprocess = io.StringIO()
+    print_next_preprocess_command(out_dir, preprocess)
+    print(preprocess.getvalue().rstrip("\n") + "".join(" " + flag for flag in summary["preprocess_flags"]), file=out)
+    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
           f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
           "--reset-meters ...", file=out)
     print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization "

@@ -282,6 +282,28 @@ class LEDModel(MultiDocHubModel, BARTModel):
 
     @classmethod
     def build_model(cls, args, task):
+        """BART's ``build_model`` after two checks: the task's source budget
+        fits the encoder's position table, and a ``--global-attention
+        doc-sep`` model (PRIMERA) meets PRIMERA's layout. fairseq-generate
+        builds its task from its own command line, not the checkpoint's, so
+        without the second check a PRIMERA checkpoint on a data-bin that
+        records no PRIMERA layout would decode without a single ``<doc-sep>``
+        (only the first token global) and without an error. A
+        ``--source-layout`` given on the command line is taken as meant."""
+        layout = getattr(task, "source_layout", None)
+        if (
+            args.global_attention == "doc-sep" and layout is not None and layout != "primera"
+            and not getattr(task, "source_layout_explicit", True)
+        ):
+            data_dir = getattr(task, "data_dir", "the data-bin")
+            raise ValueError(
+                f"--arch {getattr(args, 'arch', 'led')} uses --global-attention doc-sep (PRIMERA: global attention on "
+                f"<s> and every <doc-sep>), but the task's source layout is {layout!r}: {data_dir} records no PRIMERA "
+                f"layout, so the documents would be joined without <doc-sep>. Add --source-layout primera "
+                f"--per-document-budget to this command, or preprocess the data-bin with mdsfair-preprocess "
+                f"--source-layout primera (--dict of the imported model); --source-layout documents decodes "
+                f"without <doc-sep> on purpose"
+            )
         budget = getattr(args, "max_source_positions", None)
         if budget is not None and budget > args.max_encoder_positions:
             raise ValueError(

@@ -25,7 +25,9 @@ from omegaconf import II
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split  # noqa: F401 (the hub imports them from here)
+from mdsfair.data.manifest import recorded_source_layout
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
@@ -63,20 +65,24 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
         default=False,
         metadata={"help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
                           "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
-                          "the source is then cut at M as without this flag"},
+                          "the source is then cut at M as without this flag (on by default when the data-bin "
+                          "records PRIMERA's layout)"},
     )
     no_document_start_token: bool = field(
         default=False,
         metadata={"help": "do not start every document with <s> (the start-of-document token); by default "
                           "each document starts with <s> and one </s> closes the source"},
     )
-    source_layout: ChoiceEnum(["documents", "primera"]) = field(
-        default="documents",
+    source_layout: Optional[ChoiceEnum(list(SOURCE_LAYOUTS))] = field(
+        default=None,
         metadata={"help": "how documents are joined: 'documents' starts each with <s> (see "
                           "--no-document-start-token); 'primera' is PRIMERA's <s> doc_1 <doc-sep> ... doc_n "
                           "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
                           "the data-bin's dictionary; with --per-document-budget every document then keeps "
-                          "its first M // n - 2 tokens, as the authors' code does (counted)"},
+                          "its first M // n - 2 tokens, as the authors' code does (counted). Default: the "
+                          "layout the data-bin records (mdsfair-preprocess --source-layout; a recorded "
+                          "'primera' also brings its per-document truncation), else 'documents'; a value "
+                          "that contradicts the recorded one is refused"},
     )
     no_truncate_target: bool = field(
         default=False,
@@ -167,6 +173,8 @@ def check_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict)
         shard_dictionary = Dictionary.load(os.path.join(path, shard_manifest.get("dictionary", "dict.txt")))
         shard = checkpoints.data_fingerprint([path], shard_dictionary, shard_manifest)
         differences = checkpoints.fingerprint_differences(first, shard)
+        if shard_manifest.get("source_layout") != manifest.get("source_layout"):
+            differences.append(f"source layout {manifest.get('source_layout')} vs {shard_manifest.get('source_layout')}")
         if sorted(shard_manifest.get("side_data", {})) != sorted(manifest.get("side_data", {})):
             differences.append(
                 f"side data {sorted(manifest.get('side_data', {}))} vs {sorted(shard_manifest.get('side_data', {}))}"
@@ -177,6 +185,24 @@ def check_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict)
                 "shard of data-bin1:data-bin2:... must share one dictionary and subword model "
                 "(mdsfair-preprocess --shards N writes such shards)"
             )
+
+
+def resolve_source_layout(explicit: Optional[str], recorded: Optional[Dict], data_dir: str) -> str:
+    """The task's source layout: ``--source-layout`` when given, else the
+    data-bin's record (``mdsfair-preprocess --source-layout``), else
+    ``documents``. A given layout that contradicts the recorded one is
+    refused: the data-bin was prepared for the other (and a PRIMERA model
+    decoded without ``<doc-sep>``, or the reverse, gives wrong summaries
+    without an error)."""
+    recorded_name = (recorded or {}).get("name")
+    if explicit is not None and recorded_name is not None and str(explicit) != recorded_name:
+        raise ValueError(
+            f"--source-layout {explicit} contradicts the layout {recorded_name!r} that "
+            f"{os.path.join(os.path.abspath(data_dir), MANIFEST_NAME)} records (mdsfair-preprocess --source-layout "
+            f"{recorded_name}): drop --source-layout to use the data-bin's, or preprocess the data into another "
+            f"--destdir with --source-layout {explicit}"
+        )
+    return str(explicit) if explicit is not None else recorded_name or "documents"
 
 
 def check_data_paths(data: str, paths: List[str]) -> None:
@@ -213,6 +239,9 @@ class MultiDocSummarizationTask(FairseqTask):
         ]
         self._data_fingerprint: Optional[Dict] = None
         self._trained_model = None  # weak reference to the model build_model returned last
+        data_dir = self.data_dir if cfg.data else ""
+        self.recorded_layout = recorded_source_layout(manifest or {}, data_dir, dictionary) if data_dir else None
+        self.source_layout = resolve_source_layout(cfg.source_layout, self.recorded_layout, data_dir)
 
     @classmethod
     def setup_task(cls, cfg: MultiDocSummarizationConfig, **kwargs):
@@ -284,11 +313,26 @@ class MultiDocSummarizationTask(FairseqTask):
         load (see :mod:`mdsfair.checkpoints`)."""
         super().load_state_dict({k: v for k, v in state_dict.items() if k != checkpoints.RECORD_KEY})
 
-    DOCUMENT_SEPARATOR = "<doc-sep>"
+    DOCUMENT_SEPARATOR = DOCUMENT_SEPARATOR
+
+    @property
+    def source_layout_explicit(self) -> bool:
+        """Whether ``--source-layout`` was given (else the data-bin's record, or 'documents', decides)."""
+        return self.cfg.source_layout is not None
+
+    @property
+    def per_document_budget(self) -> bool:
+        """``--per-document-budget``, or a data-bin that records PRIMERA's
+        layout: its per-document truncation is part of that layout
+        (``mdsfair-preprocess --source-layout primera``), whether or not
+        ``--source-layout primera`` is repeated on the command line (the
+        primera architecture sets it)."""
+        return bool(self.cfg.per_document_budget or (self.recorded_layout or {}).get("per_document_budget"))
 
     def document_separator(self) -> Optional[int]:
-        """The dictionary id of ``<doc-sep>`` under ``--source-layout primera``."""
-        if self.cfg.source_layout != "primera":
+        """The dictionary id of ``<doc-sep>`` under the PRIMERA layout
+        (``--source-layout primera`` or the data-bin's record)."""
+        if self.source_layout != "primera":
             return None
         index = self.dictionary.index(self.DOCUMENT_SEPARATOR)
         if index == self.dictionary.unk():
@@ -308,7 +352,7 @@ class MultiDocSummarizationTask(FairseqTask):
             max_documents=cfg.max_documents,
             max_paragraphs=cfg.max_paragraphs,
             max_paragraph_tokens=cfg.max_paragraph_tokens,
-            per_document_budget=cfg.per_document_budget,
+            per_document_budget=self.per_document_budget,
             document_start_token=not cfg.no_document_start_token and separator is None,
             truncate_target=not cfg.no_truncate_target,
             document_separator=separator,
