@@ -442,18 +442,19 @@ def primera_architecture(args):
     """allenai/PRIMERA: led_large dimensions, 4,096 source positions, window
     512, ``--global-attention doc-sep`` and the task's ``--source-layout
     primera`` (documents joined by ``<doc-sep>``, PRIMERA's per-document
-    truncation). An architecture cannot tell the task's default
-    ``--source-layout documents`` from one given on the command line, so
-    under this architecture the layout is always PRIMERA's; use ``led_large``
-    with ``--max-encoder-positions 4096 --attention-window 512`` for
-    PRIMERA's dimensions on another layout."""
+    truncation). With no ``--source-layout`` given (the task's default is
+    the data-bin's recorded layout), the architecture sets ``primera``; an
+    explicit other layout is replaced, with a log line saying so; use
+    ``led_large`` with ``--max-encoder-positions 4096 --attention-window
+    512`` for PRIMERA's dimensions on another layout."""
     DEFAULTS.fill(args, max_encoder_positions=4096, attention_window="512", global_attention="doc-sep")
     if hasattr(args, "source_layout") and args.source_layout != "primera":
-        logger.info(
-            "architecture primera: task --source-layout %s replaced by primera (documents joined by <doc-sep>); "
-            "for PRIMERA's dimensions on another layout use --arch led_large --max-encoder-positions 4096 "
-            "--attention-window 512", args.source_layout,
-        )
+        if args.source_layout is not None:
+            logger.info(
+                "architecture primera: task --source-layout %s replaced by primera (documents joined by <doc-sep>); "
+                "for PRIMERA's dimensions on another layout use --arch led_large --max-encoder-positions 4096 "
+                "--attention-window 512", args.source_layout,
+            )
         args.source_layout = "primera"
     led_large_architecture(args)
 
