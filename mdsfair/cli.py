@@ -168,10 +168,17 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     check_generation_arguments(argv)
     from fairseq_cli import generate
 
+    from mdsfair.checkpoint_loading import UntrustedCheckpointError
+    from mdsfair.checkpoints import CheckpointFileError
+
     original_main = generate.main
     generate.main = results_written_whole(original_main)
     try:
         _run(generate.cli_main, "mdsfair-generate", argv)
+    except (CheckpointFileError, UntrustedCheckpointError) as error:
+        # an empty, cut or pickle-needing --path: its message names the file and what to do, no traceback
+        sys.stderr.write(f"mdsfair-generate: error: {error}\n")
+        raise SystemExit(1)
     except KeyboardInterrupt:
         results = _flag_value(argv, "--results-path")
         if results is None:

@@ -53,7 +53,15 @@ import sys
 import time
 from typing import Dict, Iterable, List, Optional, Set
 
-from mdsfair.data.manifest import MANIFEST_NAME, ManifestError, is_plain_file_name, read_manifest, write_json_atomic
+from mdsfair.data.manifest import (
+    MANIFEST_NAME,
+    DamagedManifestError,
+    ManifestError,
+    is_plain_file_name,
+    read_manifest,
+    restore_hint,
+    write_json_atomic,
+)
 from mdsfair.preprocess.interrupts import sigint_recorded
 
 logger = logging.getLogger("mdsfair.preprocess")
@@ -89,15 +97,17 @@ def data_bin_files(manifest: Dict, trained_spm_vocab: bool = False) -> List[str]
     """The files of a data-bin as its manifest accounts for them (names
     inside the directory), in a stable order."""
     files = [MANIFEST_NAME, manifest.get("dictionary", "dict.txt")]
-    subword = manifest.get("subword", {})
+    subword = manifest.get("subword") or {}
     files += [subword[key] for key in ("model", "encoder_json", "vocab_bpe") if key in subword]
-    if trained_spm_vocab and subword.get("model", "").endswith(".model"):
-        files.append(subword["model"][: -len(".model")] + ".vocab")
-    streams = ["source", "target"] + list(manifest.get("structure", [])) + list(manifest.get("side_data", {}))
-    for split, report in manifest.get("splits", {}).items():
+    model = subword.get("model")
+    if trained_spm_vocab and isinstance(model, str) and model.endswith(".model"):
+        files.append(model[: -len(".model")] + ".vocab")
+    streams = ["source", "target"] + list(manifest.get("structure") or []) + list(manifest.get("side_data") or {})
+    for split, report in (manifest.get("splits") or {}).items():
+        report = report or {}
         files += [f"{split}.{stream}.{ext}" for stream in streams for ext in ("bin", "idx")]
         files += [f"{split}.ids.txt", f"{split}.summary.txt"]
-        files += [name for name in report.get("reference_files", []) if name != f"{split}.summary.txt"]
+        files += [name for name in report.get("reference_files") or [] if name != f"{split}.summary.txt"]
         if report.get("skip_report"):
             files.append(report["skip_report"])
     return list(dict.fromkeys(files))
@@ -267,26 +277,57 @@ def _listing(names: List[str], limit: int = 20) -> str:
     return shown + (f", ... ({len(names)} entries in all)" if len(names) > limit else "")
 
 
+def _refuse_unusable_manifest(dest: str, error: ManifestError) -> DestinationInUseError:
+    """The refusal of a ``--destdir`` whose manifest (or swap journal) cannot
+    say which files are mdsfair's: damaged, malformed or naming files outside
+    the folder. ``--overwrite`` then removes nothing; the message lists what
+    the folder holds and what to do instead."""
+    entries = sorted(name for name in os.listdir(dest) if name != LOCK_NAME)
+    what_to_do = "" if isinstance(error, DamagedManifestError) else f"; {restore_hint(dest)}"
+    return DestinationInUseError(
+        f"--destdir {dest}: {error}{what_to_do}. Nothing was removed; it holds {len(entries)} entries: "
+        f"{_listing(entries)}"
+    )
+
+
 def owned_files(dest: str) -> Optional[Set[str]]:
     """The files of ``dest`` an earlier mdsfair run lists as its own (its
     manifest's ``files``, or :func:`data_bin_files` of an older manifest,
     plus an unfinished swap's journal); None when no manifest or journal
-    says ``dest`` is a data-bin. A damaged manifest raises
-    :class:`~mdsfair.data.manifest.ManifestError`."""
+    says ``dest`` is a data-bin. Every name returned is a plain file name
+    inside ``dest`` (:func:`~mdsfair.data.manifest.is_plain_file_name`): a
+    manifest or journal naming anything else, and a damaged or malformed
+    one, is refused with :class:`DestinationInUseError` naming the entry
+    and what to do instead."""
     owned: Optional[Set[str]] = None
-    if os.path.exists(os.path.join(dest, MANIFEST_NAME)):
-        manifest = read_manifest(dest)  # checks the names: plain file names inside dest
-        owned = set(manifest.get("files") or data_bin_files(manifest, trained_spm_vocab=True)) | {MANIFEST_NAME}
+    manifest_path = os.path.join(dest, MANIFEST_NAME)
+    if os.path.exists(manifest_path):
+        try:
+            manifest = read_manifest(dest)  # checks every name it lists: plain file names inside dest
+        except ManifestError as error:
+            raise _refuse_unusable_manifest(dest, error) from None
+        listed = manifest.get("files") or data_bin_files(manifest, trained_spm_vocab=True)
+        outside = [f"{name!r}" for name in listed if not is_plain_file_name(name)]
+        if outside:  # a name derived from the manifest's entries (split.stream.bin, spm.vocab)
+            raise _refuse_unusable_manifest(dest, ManifestError(
+                f"{manifest_path}: refusing a manifest whose file names leave the data-bin directory: "
+                f"{', '.join(outside)}"))
+        owned = set(listed) | {MANIFEST_NAME}
     journal_path = os.path.join(dest, JOURNAL_NAME)
     if os.path.exists(journal_path):
         try:
             with open(journal_path, encoding="utf-8") as handle:
                 journal = json.load(handle)
-            names = set(journal["old"]) | set(journal["new"])
+            names = list(journal["old"]) + list(journal["new"])
         except (OSError, ValueError, KeyError, TypeError) as error:
             raise ManifestError(f"{journal_path}: unreadable swap journal ({error}); remove it and the data-bin "
                                 "by hand") from None
-        owned = (owned or set()) | {name for name in names if is_plain_file_name(name)} | {JOURNAL_NAME}
+        outside = [f"{name!r}" for name in names if not is_plain_file_name(name)]
+        if outside:
+            raise _refuse_unusable_manifest(dest, ManifestError(
+                f"{journal_path}: refusing a swap journal whose file names leave the data-bin directory: "
+                f"{', '.join(outside)}"))
+        owned = (owned or set()) | set(names) | {JOURNAL_NAME}
     return owned
 
 
@@ -312,9 +353,11 @@ def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str]) -> 
             f"its {MANIFEST_NAME} lists are removed; other files stay) or choose an empty directory"
         )
     keep = set(keep_paths)
+    inside = os.path.realpath(dest)
     removable = {
         name for name in owned
         if os.path.isfile(os.path.join(dest, name)) and not os.path.islink(os.path.join(dest, name))
+        and os.path.dirname(os.path.realpath(os.path.join(dest, name))) == inside
         and os.path.realpath(os.path.join(dest, name)) not in keep
     }
     others = [name for name in entries if name not in removable]

@@ -76,8 +76,14 @@ def data_bin(tmp_path_factory):
         (json.dumps({**GOOD, "documents": ["Fine \ud800 text."]}), "documents[0] holds a lone surrogate"),
         (json.dumps({**GOOD, "id": "c1\tc2"}), "ids may not contain tabs or line breaks"),
         (json.dumps({**GOOD, "id": ""}), "is empty"),
+        (json.dumps({**GOOD, "id": "c1\rc2"}), "id 'c1\\rc2' holds '\\r', which would break the line count of ids.txt"),
+        (json.dumps({**GOOD, "id": "c1\nc2"}), "id 'c1\\nc2' holds '\\n', which would break the line count of ids.txt"),
+        (json.dumps({**GOOD, "summary": "The budget \udc00 passed."}), "summary holds a lone surrogate '\\udc00'"),
+        (json.dumps({**GOOD, "id": "c\ud800"}), "id holds a lone surrogate '\\ud800'"),
+        ('{"id": "t1" "documents": []}', "not valid JSON (Expecting ',' delimiter at column 13)"),
     ],
-    ids=["lone_surrogate", "id_with_tab", "empty_id"],
+    ids=["lone_surrogate", "id_with_tab", "empty_id", "id_with_cr", "id_with_lf", "lone_surrogate_in_summary",
+         "lone_surrogate_in_id", "bad_json_line"],
 )
 def test_preprocess_refuses_hostile_text_and_writes_nothing(tmp_path, bad_line, message):
     raw = tmp_path / "raw"
@@ -89,6 +95,53 @@ def test_preprocess_refuses_hostile_text_and_writes_nothing(tmp_path, bad_line, 
     refused(result, f"{raw / 'test.jsonl'}:2:", message)
     after = snapshot(tmp_path)
     assert after == before, sorted(set(after) ^ set(before))
+
+
+def test_preprocess_names_invalid_utf8_by_file_and_line(tmp_path):
+    raw = tmp_path / "raw"
+    write_raw(raw, [json.dumps({**GOOD, "id": "t0"})])
+    with open(raw / "test.jsonl", "ab") as handle:
+        handle.write(b'{"id": "t1", "documents": ["caf\xe9"], "summary": "S."}\n')
+    before = snapshot(tmp_path)
+    result = run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(raw), "--destdir",
+                      str(tmp_path / "data-bin"), "--vocab-size", "60", "--no-progress-bar"], tmp_path)
+    refused(result, f"{raw / 'test.jsonl'}:2: invalid UTF-8 at byte 31")  # the 0xe9 of "caf\xe9"
+    assert snapshot(tmp_path) == before
+
+
+def preprocess_into(tmp_path, destination, *extra):
+    return run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(tmp_path / "raw"), "--destdir",
+                    str(destination), "--vocab-size", "60", "--no-progress-bar", *extra], tmp_path)
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda manifest: "", "mdsfair.json: the manifest is empty; mdsfair-preprocess --overwrite cannot tell which "
+                              "files of {dest} it wrote without a sound manifest, so it refuses the folder: move it aside"),
+        (lambda manifest: json.dumps({**{k: v for k, v in manifest.items() if k != "files"},
+                                      "splits": {"train": {**manifest["splits"]["train"],
+                                                           "skip_report": "../victim.txt"}}}),
+         "mdsfair.json: refusing a manifest whose file names leave the data-bin directory: "
+         "splits.train.skip_report = '../victim.txt'"),
+    ],
+    ids=["damaged_manifest", "escaping_manifest"],
+)
+def test_preprocess_overwrite_refuses_a_damaged_or_escaping_manifest(tmp_path, damage, message):
+    """``--overwrite`` removes nothing from a data-bin whose manifest cannot
+    say which files are mdsfair's (issue 22 items 2, 4 and 6): not the
+    data-bin's files, not ``../victim.txt`` that an escaping manifest names."""
+    write_raw(tmp_path / "raw", [json.dumps({**GOOD, "id": "t0"})])
+    destination = tmp_path / "data-bin"
+    assert preprocess_into(tmp_path, destination).returncode == 0
+    manifest_path = destination / "mdsfair.json"
+    manifest_path.write_text(damage(json.loads(manifest_path.read_text(encoding="utf-8"))), encoding="utf-8")
+    (tmp_path / "victim.txt").write_text("not mdsfair's\n", encoding="utf-8")
+    before = snapshot(tmp_path)
+    result = preprocess_into(tmp_path, destination, "--overwrite")
+    refused(result, f"mdsfair-preprocess: error: --destdir {destination}: {destination}/"
+            + message.format(dest=destination), "Nothing was removed; it holds")
+    assert snapshot(tmp_path) == before
 
 
 def test_baseline_with_a_lone_surrogate_keeps_the_old_output(tmp_path):
@@ -169,11 +222,31 @@ def test_generate_refuses_a_checkpoint_that_needs_pickle(data_bin, tmp_path):
     before = snapshot(data_bin, tmp_path)
     result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
                       str(checkpoint), "--task", "multidoc_summarization", "--cpu", "--gen-subset", "test"], tmp_path)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0
-    assert str(checkpoint) in output and "MDSFAIR_TRUST_CHECKPOINTS=1" in output
+    refused(result, f"mdsfair-generate: error: {checkpoint}: the checkpoint pickles io.open, which loading it would "
+            "have to execute", "MDSFAIR_TRUST_CHECKPOINTS=1")  # refused() also checks: no "Traceback"
+    assert "Traceback" not in result.stdout + result.stderr
     assert not marker.exists()
     assert snapshot(data_bin, tmp_path) == before
+
+
+@pytest.mark.parametrize("kind", ["empty", "truncated"])
+def test_generate_refuses_an_empty_or_truncated_checkpoint(data_bin, tmp_path, kind):
+    checkpoint = tmp_path / "checkpoint_best.pt"
+    if kind == "empty":
+        checkpoint.write_bytes(b"")
+        message = f"mdsfair-generate: error: checkpoint {checkpoint} is empty (0 bytes): an interrupted save"
+    else:
+        torch.save({"model": {"weight": torch.zeros(64, 64)}}, checkpoint)
+        whole = checkpoint.read_bytes()
+        checkpoint.write_bytes(whole[: len(whole) // 2])
+        message = f"mdsfair-generate: error: cannot read checkpoint {checkpoint} ({len(whole) // 2} bytes)"
+    before = snapshot(data_bin, tmp_path)
+    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
+                      str(checkpoint), "--task", "multidoc_summarization", "--cpu", "--gen-subset", "test",
+                      "--results-path", str(tmp_path / "results")], tmp_path)
+    refused(result, message)
+    assert "Traceback" not in result.stdout + result.stderr
+    assert snapshot(data_bin, tmp_path) == before and not (tmp_path / "results").exists()
 
 
 def test_rouge_warns_about_a_reference_without_a_word(tmp_path):

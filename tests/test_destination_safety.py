@@ -11,6 +11,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -402,3 +403,94 @@ def test_ctrl_c_during_the_fork_of_the_encoding_workers_is_raised_and_stops_them
         stop()
     assert started and not any(process.is_alive() for process in started)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ------------------- 4./6. a manifest that is damaged or names files outside
+
+
+def without_files_list(manifest):
+    """A manifest as mdsfair wrote it before ``files`` existed: ``--overwrite``
+    then derives the files from its entries (``data_bin_files``)."""
+    del manifest["files"]
+
+
+@pytest.mark.parametrize(
+    "entry, edit",
+    [
+        ("splits.train.skip_report = '../victim.txt'",
+         lambda m: (without_files_list(m), m["splits"]["train"].update(skip_report="../victim.txt"))),
+        ("files[1] = '../victim.txt'", lambda m: m["files"].__setitem__(1, "../victim.txt")),
+        ("subword.model = '../victim.model'", lambda m: (without_files_list(m), m["subword"].update(model="../victim.model"))),
+    ],
+    ids=["skip_report", "files", "subword_model_and_its_vocab"],
+)
+def test_overwrite_refuses_a_manifest_naming_files_outside_the_folder(tmp_path, capsys, entry, edit):
+    """Issue 22 item 6 through ``--overwrite``: ``splits.<split>.skip_report``
+    was not checked, and with no ``files`` list ``--overwrite`` deleted
+    ``../victim.txt``."""
+    paths = raw_splits(tmp_path, train=CLUSTERS * 3, test=CLUSTERS)
+    dest = tmp_path / "bin"
+    preprocess(paths, dest)
+    (tmp_path / "victim.txt").write_text("not mdsfair's\n", encoding="utf-8")
+    (tmp_path / "victim.model").write_text("not mdsfair's\n", encoding="utf-8")
+    (tmp_path / "victim.vocab").write_text("not mdsfair's\n", encoding="utf-8")
+    manifest = manifest_of(dest)
+    edit(manifest)
+    (dest / "mdsfair.json").write_text(json.dumps(manifest), encoding="utf-8")
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        preprocess(paths, dest, "--overwrite")
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert (f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: refusing a manifest whose file "
+            f"names leave the data-bin directory: {entry}") in err
+    assert f"Nothing was removed; it holds {len(os.listdir(dest))} entries: dict.txt, mdsfair.json" in err
+    assert snapshot(tmp_path) == before  # victims, data-bin and raw files byte for byte; no lock left
+
+
+def test_owned_files_are_plain_names_inside_the_folder(tmp_path):
+    from mdsfair.preprocess.destdir import DestinationInUseError, owned_files
+
+    paths = raw_splits(tmp_path, train=CLUSTERS * 3)
+    dest = tmp_path / "bin"
+    preprocess(paths, dest)
+    manifest = manifest_of(dest)
+    assert owned_files(str(dest)) == set(manifest["files"])
+    # A swap journal naming a file outside is refused too, not filtered and trusted.
+    (dest / JOURNAL_NAME).write_text(json.dumps({"old": ["dict.txt", "../victim.txt"], "new": []}), encoding="utf-8")
+    with pytest.raises(DestinationInUseError, match=r"refusing a swap journal whose file names leave the data-bin "
+                                                    r"directory: '\.\./victim\.txt'"):
+        owned_files(str(dest))
+
+
+@pytest.mark.parametrize("content, state, follow", [("", "is empty", "mv"), ('{"format": "mdsfair-bin', "is damaged", "rm -r")])
+def test_overwrite_on_a_damaged_manifest_is_refused_and_its_hint_works(tmp_path, capsys, content, state, follow):
+    """Issue 22 item 4: the message of a damaged manifest said "rebuild with
+    --overwrite", which failed the same way. ``--overwrite`` cannot know which
+    files mdsfair wrote, so it removes none; the message says to move the
+    folder aside or remove it, and doing exactly that, then the same command,
+    builds the data-bin."""
+    paths = raw_splits(tmp_path, train=CLUSTERS * 3, test=CLUSTERS)
+    dest = tmp_path / "bin"
+    preprocess(paths, dest)
+    (dest / "notes.txt").write_text("mine\n", encoding="utf-8")
+    (dest / "mdsfair.json").write_text(content, encoding="utf-8")
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        preprocess(paths, dest, "--overwrite")
+    assert info.value.code == 1
+    err = capsys.readouterr().err
+    assert f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: the manifest {state}" in err
+    assert f"Nothing was removed; it holds {len(os.listdir(dest))} entries: dict.txt, mdsfair.json, notes.txt" in err
+    assert snapshot(tmp_path) == before
+    hint = re.search(rf"\(({follow} [^)]+)\)", err).group(1)
+    subprocess.run(["sh", "-c", hint], check=True, timeout=60)  # the hint, literally
+    preprocess(paths, dest, "--overwrite")  # the same command again
+    assert sorted(os.listdir(dest)) == sorted(manifest_of(dest)["files"])
+    if follow == "mv":  # the damaged data-bin, moved aside byte for byte
+        old = {name[len("bin/"):]: digest for name, digest in before.items() if name.startswith("bin/") and name != "bin/"}
+        assert snapshot(str(dest) + ".damaged") == old
+    else:
+        assert not os.path.exists(str(dest) + ".damaged")

@@ -339,3 +339,20 @@ def test_bad_input_is_a_clear_error(hub):
     with pytest.raises(ValueError, match="unknown generation option 'beam_size'"):
         hub.summarize([["A document."]], beam_size=3)
     assert hub.summarize([]) == []
+
+
+def test_summarize_refuses_a_beam_below_one_before_encoding_anything(hub, monkeypatch):
+    """Issue 22 item 10: ``summarize(..., beam=-1)`` is refused with the plain
+    message of ``--beam`` before any cluster is encoded (here a cluster that
+    would fail encoding: its error must not be the one raised) or run."""
+    from mdsfair.generation.sequence_generator import GenerationSettingsError
+
+    encoded = []
+    real_encode = hub.encode_cluster
+    monkeypatch.setattr(hub, "encode_cluster", lambda *args, **kwargs: encoded.append(args) or real_encode(*args, **kwargs))
+    for clusters in ([["A real document."], ["Bad \ud800 text."]], []):
+        with pytest.raises(GenerationSettingsError) as raised:
+            hub.summarize(clusters, beam=-1)
+        assert str(raised.value) == "--beam (beam=) must be at least 1, got -1"
+    assert encoded == []
+    assert len(hub.summarize([["A real document."]], beam=1, max_len_b=4)) == 1 and len(encoded) == 1

@@ -2,6 +2,7 @@
 manifest is reported with its path and what rebuilds it."""
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -41,6 +42,9 @@ def listing(directory):
         ("files[0] = '../../notes.txt'", lambda m: m["files"].__setitem__(0, "../../notes.txt")),
         ("side_data = '../graph'", lambda m: m.update(side_data={"../graph": {}})),
         ("splits.test.reference_files[0] = '../secret.txt'", lambda m: m["splits"]["test"].update(reference_files=["../secret.txt"])),
+        ("splits.train.skip_report = '../victim.txt'", lambda m: m["splits"]["train"].update(skip_report="../victim.txt")),
+        ("splits.train.skip_report = '/tmp/victim.txt'", lambda m: m["splits"]["train"].update(skip_report="/tmp/victim.txt")),
+        ("structure[0] = 'sub/doc'", lambda m: m.update(structure=["sub/doc"])),
     ],
 )
 def test_a_name_outside_the_folder_is_refused_by_entry(data_bin, tmp_path, entry, edit):
@@ -77,16 +81,86 @@ def test_rouge_refuses_reference_files_outside_the_data_bin(data_bin, tmp_path):
     assert "splits.test.reference_files[0] = '../secret.txt'" in result.stderr and "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("content, state", [("", "is empty"), ('{"format": "mdsfair-binarized", "dictio', "is damaged")])
-def test_empty_or_cut_manifest_names_path_and_rebuild_command(data_bin, tmp_path, content, state):
-    target = str(tmp_path / "data-bin")
-    shutil.copytree(data_bin, target)
-    with open(os.path.join(target, MANIFEST_NAME), "w", encoding="utf-8") as f:
-        f.write(content)
+@pytest.mark.parametrize(
+    "entry, edit",
+    [
+        ("splits must be a JSON object, not list", lambda m: m.update(splits=["train"])),
+        ("files must be a JSON list, not str 'dict.txt'", lambda m: m.update(files="dict.txt")),
+        ("splits.train.reference_files must be a JSON list", lambda m: m["splits"]["train"].update(reference_files="../x")),
+    ],
+)
+def test_a_malformed_name_entry_is_refused_by_entry(data_bin, tmp_path, entry, edit):
+    target = copy_with_manifest(data_bin, str(tmp_path), edit)
     with pytest.raises(ManifestError) as raised:
         read_manifest(target)
     message = str(raised.value)
-    assert message.startswith(os.path.join(target, MANIFEST_NAME)) and state in message and "mdsfair-preprocess" in message
+    assert message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: refusing a malformed manifest: ") and entry in message
+
+
+def damage(folder, content):
+    with open(os.path.join(folder, MANIFEST_NAME), "w", encoding="utf-8") as f:
+        f.write(content)
+
+
+def run_shell(command):
+    subprocess.run(["sh", "-c", command], check=True, timeout=60)
+
+
+@pytest.mark.parametrize("content, state", [("", "is empty"), ('{"format": "mdsfair-binarized", "dictio', "is damaged")])
+def test_empty_or_cut_data_bin_manifest_says_to_move_it_aside_and_rebuild(data_bin, tmp_path, content, state):
+    target = str(tmp_path / "data-bin")
+    shutil.copytree(data_bin, target)
+    damage(target, content)
+    with pytest.raises(ManifestError) as raised:
+        read_manifest(target)
+    message = str(raised.value)
+    folder = shlex.quote(os.path.abspath(target))
+    assert message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: the manifest {state}")
+    assert (f"mdsfair-preprocess --overwrite cannot tell which files of {target} it wrote without a sound manifest, "
+            f"so it refuses the folder: move it aside (mv {folder} {shlex.quote(os.path.abspath(target) + '.damaged')}) "
+            f"or remove it (rm -r {folder}), then build the data-bin again with mdsfair-preprocess (same options, same "
+            "--destdir)") in message
+    # (following the hint through mdsfair-preprocess: tests/test_destination_safety.py)
+
+
+def test_damaged_manifest_of_a_checkpoint_folder_says_to_copy_it_again_and_that_works(data_bin, tmp_path):
+    from mdsfair.hub_interface import copy_inference_files
+
+    model_dir = str(tmp_path / "model")
+    copy_inference_files(data_bin, model_dir)
+    with open(os.path.join(model_dir, "checkpoint_best.pt"), "wb") as f:
+        f.write(b"a checkpoint")
+    damage(model_dir, '{"format": "mdsf')
+    with pytest.raises(ManifestError) as raised:
+        read_manifest(model_dir)
+    message = str(raised.value)
+    assert "mdsfair-preprocess" not in message  # not a data-bin: rebuilding one would not restore this folder
+    hint = f"cp DATA_BIN/{MANIFEST_NAME} {shlex.quote(os.path.abspath(model_dir))}/"
+    assert f"{model_dir} holds checkpoints, so its manifest is a copy: copy the manifest again from the data-bin " \
+           f"the model was trained on: {hint}" in message
+    run_shell(hint.replace("DATA_BIN", shlex.quote(data_bin)))  # the hint, literally
+    assert read_manifest(model_dir) == read_manifest(data_bin)
+
+
+def test_damaged_manifest_of_an_hf_led_import_says_to_import_again_and_that_works(tmp_path):
+    from mdsfair.importers.cli import import_main
+    from tests.import_fixtures import import_transformers
+    from tests.test_import_hf_led import tiny_hf_led
+
+    hf_dir, out_dir = str(tmp_path / "hf"), str(tmp_path / "out")
+    tiny_hf_led(hf_dir, import_transformers())
+    assert import_main(["hf-led", hf_dir, out_dir]) == 0
+    good = read_manifest(out_dir)
+    damage(out_dir, "")
+    with pytest.raises(ManifestError) as raised:
+        read_manifest(out_dir)
+    message = str(raised.value)
+    assert "mdsfair-preprocess" not in message
+    command = f"mdsfair-import hf-led HF_DIR {shlex.quote(os.path.abspath(out_dir))} --overwrite"
+    assert f"{out_dir} is a model folder written by mdsfair-import hf-led: import it again with {command}" in message
+    program, *arguments = shlex.split(command.replace("HF_DIR", shlex.quote(hf_dir)))  # the hint, literally
+    assert program == "mdsfair-import" and import_main(arguments) == 0
+    assert read_manifest(out_dir) == good
 
 
 def test_manifest_write_is_atomic_and_keeps_the_old_file_on_failure(tmp_path, monkeypatch):

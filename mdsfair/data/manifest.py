@@ -16,6 +16,7 @@ layout to the task's ``--source-layout``.
 import contextlib
 import json
 import os
+import shlex
 from typing import Dict, Iterator, Optional, Tuple
 
 MANIFEST_NAME = "mdsfair.json"
@@ -30,30 +31,50 @@ class ManifestError(ValueError):
     leaves its data-bin directory."""
 
 
-#: What rebuilds a data-bin (and so its manifest).
-REBUILD_HINT = "rebuild the data-bin with mdsfair-preprocess (same options, --overwrite)"
+class DamagedManifestError(ManifestError):
+    """A manifest that is empty, cut short or not a JSON object."""
+
+
+class ManifestShapeError(ManifestError):
+    """A manifest entry that holds file names has the wrong JSON type."""
+
+
+def _entries(value, entry: str, kind: type):
+    """``value`` checked to be a JSON ``kind`` (list or object; absent or
+    null is an empty one)."""
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        expected = "list" if kind is list else "object"
+        raise ManifestShapeError(f"{entry} must be a JSON {expected}, not {type(value).__name__} {value!r}"[:300])
+    return value
 
 
 def manifest_file_names(manifest: Dict) -> Iterator[Tuple[str, object]]:
     """``(entry, value)`` of every manifest value that becomes a file name in
     the data-bin: the dictionary, the subword files, the ``files`` list, split,
     structure and side-data names (``{split}.{stream}.bin``) and each split's
-    ``reference_files``."""
+    ``reference_files`` and ``skip_report``. An entry holding names with the
+    wrong JSON type raises :class:`ManifestShapeError`."""
     if "dictionary" in manifest:
         yield "dictionary", manifest["dictionary"]
-    for key, value in (manifest.get("subword") or {}).items():
+    for key, value in _entries(manifest.get("subword"), "subword", dict).items():
         if key != "type":
             yield f"subword.{key}", value
-    for index, name in enumerate(manifest.get("files") or []):
+    for index, name in enumerate(_entries(manifest.get("files"), "files", list)):
         yield f"files[{index}]", name
-    for name in manifest.get("structure") or []:
-        yield "structure", name
-    for name in manifest.get("side_data") or {}:
+    for index, name in enumerate(_entries(manifest.get("structure"), "structure", list)):
+        yield f"structure[{index}]", name
+    for name in _entries(manifest.get("side_data"), "side_data", dict):
         yield "side_data", name
-    for split, report in (manifest.get("splits") or {}).items():
+    for split, report in _entries(manifest.get("splits"), "splits", dict).items():
         yield "splits", split
-        for index, name in enumerate((report or {}).get("reference_files") or []):
+        report = _entries(report, f"splits.{split}", dict)
+        references = _entries(report.get("reference_files"), f"splits.{split}.reference_files", list)
+        for index, name in enumerate(references):
             yield f"splits.{split}.reference_files[{index}]", name
+        if report.get("skip_report") is not None:
+            yield f"splits.{split}.skip_report", report["skip_report"]
 
 
 def is_plain_file_name(name: object) -> bool:
@@ -67,13 +88,60 @@ def is_plain_file_name(name: object) -> bool:
 
 def check_manifest_file_names(manifest: Dict, path: str) -> None:
     """Refuse a manifest naming a file outside its directory (``../x``,
-    ``/abs/x``, ``sub/x``): every name it lists must be a plain file name."""
-    bad = [f"{entry} = {value!r}" for entry, value in manifest_file_names(manifest) if not is_plain_file_name(value)]
+    ``/abs/x``, ``sub/x``): every name it lists must be a plain file name;
+    and one whose name-holding entries have the wrong JSON type."""
+    try:
+        bad = [f"{entry} = {value!r}" for entry, value in manifest_file_names(manifest) if not is_plain_file_name(value)]
+    except ManifestShapeError as error:
+        raise ManifestShapeError(f"{path}: refusing a malformed manifest: {error}") from None
     if bad:
         raise ManifestError(
             f"{path}: refusing a manifest whose file names leave the data-bin directory: {'; '.join(bad)} "
             "(every name must be a plain file name inside that directory)"
         )
+
+
+def _command_path(path: str) -> str:
+    return shlex.quote(os.path.abspath(path))
+
+
+def restore_hint(data_dir: str) -> str:
+    """What gives ``data_dir`` a sound manifest again, by the kind of folder
+    it is (a damaged manifest cannot say which it was, its other files can):
+
+    * a model folder written by ``mdsfair-import hf-led`` (``model.pt`` and
+      ``encoder.json``) or ``mdsfair-import hiersumm`` (``model.pt`` and
+      ``spm.model``): run the import again into it;
+    * another folder with checkpoints (``*.pt``): the manifest was copied
+      from the training data-bin (:func:`mdsfair.hub_interface.copy_inference_files`):
+      copy it again;
+    * a data-bin: without its manifest ``mdsfair-preprocess --overwrite``
+      cannot tell which files it wrote and refuses the folder, so it has to
+      be moved aside (or removed) before the data-bin is built again.
+    """
+    folder = _command_path(data_dir)
+    try:
+        names = set(os.listdir(data_dir))
+    except OSError:
+        names = set()
+    copy_again = (
+        f"copy the manifest again from the data-bin the model was trained on: cp DATA_BIN/{MANIFEST_NAME} {folder}/ "
+        f"(or copy_inference_files(DATA_BIN, {os.path.abspath(data_dir)!r}) from mdsfair.hub_interface)"
+    )
+    if "model.pt" in names and "encoder.json" in names:
+        return (f"{data_dir} is a model folder written by mdsfair-import hf-led: import it again with "
+                f"mdsfair-import hf-led HF_DIR {folder} --overwrite (HF_DIR: the Hugging Face model it was imported "
+                f"from); if you put the manifest there yourself, {copy_again}")
+    if "model.pt" in names and "spm.model" in names:
+        return (f"{data_dir} is a model folder written by mdsfair-import hiersumm: import it again with "
+                f"mdsfair-import hiersumm CKPT SPM_MODEL {folder} (the same arguments as the first time, --cased "
+                f"included); if you put the manifest there yourself, {copy_again}")
+    if any(name.endswith(".pt") for name in names):
+        return f"{data_dir} holds checkpoints, so its manifest is a copy: {copy_again}"
+    aside = _command_path(os.path.abspath(data_dir) + ".damaged")
+    return (f"mdsfair-preprocess --overwrite cannot tell which files of {data_dir} it wrote without a sound manifest, "
+            f"so it refuses the folder: move it aside (mv {folder} {aside}) or remove it (rm -r {folder}), then build "
+            "the data-bin again with mdsfair-preprocess (same options, same --destdir)")
 
 
 @contextlib.contextmanager
@@ -122,9 +190,9 @@ def read_manifest(data_dir: str) -> Dict:
         manifest = json.loads(text)
     except json.JSONDecodeError as error:
         state = "empty" if not text.strip() else f"damaged ({error.msg} at line {error.lineno} column {error.colno})"
-        raise ManifestError(f"{path}: the manifest is {state}; {REBUILD_HINT}") from None
+        raise DamagedManifestError(f"{path}: the manifest is {state}; {restore_hint(data_dir)}") from None
     if not isinstance(manifest, dict):
-        raise ManifestError(f"{path}: the manifest is not a JSON object; {REBUILD_HINT}")
+        raise DamagedManifestError(f"{path}: the manifest is not a JSON object; {restore_hint(data_dir)}")
     check_manifest_file_names(manifest, path)
     return manifest
 

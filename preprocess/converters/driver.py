@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from mdsfair.data.manifest import write_json_atomic
+
 from .common import ConversionReport, InputFormatError, Inputs, PathLike, as_paths
 from .registry import CONVERTER_ARGUMENTS, CONVERTERS, format_options, get_converter
 
@@ -102,5 +104,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         return 1
     print(report.format())
     if args.report_json:
-        Path(args.report_json).write_text(json.dumps(report.to_dict(), indent=2) + "\n", encoding="utf-8")
+        try:  # atomic: a failure while writing (a full disk, Ctrl-C) keeps the earlier report whole
+            write_json_atomic(args.report_json, report.to_dict(), trailing_newline=True, indent=2)
+        except OSError as err:
+            print(f"mdsfair-convert: error: cannot write --report-json {args.report_json}: {err}", file=sys.stderr)
+            return 1
     return 0
