@@ -16,7 +16,9 @@ take a cluster's references by the same rule (:func:`cluster_references`).
 A JSONL line is decoded and type-checked by :func:`decode_cluster_line`
 (``mdsfair-preprocess`` then splits it, ``mdsfair-baseline`` reads it as is),
 and every refusal is an :class:`InputFormatError` whose ``reason`` is one of
-:data:`REASON_DESCRIPTIONS` (the converters raise a subclass of it).
+:data:`REASON_DESCRIPTIONS` (the converters' too, built with
+:meth:`InputFormatError.described`), and the converters validate each cluster
+they write with :func:`contract_string_problem`, as the readers do.
 
 Pure Python: importing this module loads neither torch nor fairseq.
 """
@@ -83,17 +85,17 @@ def contract_string_problem(record: Mapping[str, Any]) -> Optional[Tuple[str, st
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
-            return "lone_surrogate", (
-                f"{field} holds a lone surrogate {text[error.start]!r} at character {error.start} "
+            return LONE_SURROGATE, (
+                f"{field} holds a lone surrogate U+{ord(text[error.start]):04X} at character {error.start} "
                 "(half of a UTF-16 pair, not a character; fix the JSON escape)"
             )
     if "id" in record:
         cluster_id = str(record["id"])
         if not cluster_id.strip():
-            return "bad_id", f"id {cluster_id!r} is empty (every cluster needs an id to match its summary)"
+            return BAD_ID, f"id {cluster_id!r} is empty (every cluster needs an id to match its summary)"
         breaking = [c for c in cluster_id if c in ID_BREAKING_CHARACTERS]
         if breaking:
-            return "bad_id", (
+            return BAD_ID, (
                 f"id {cluster_id!r} holds {breaking[0]!r}, which would break the line count of ids.txt "
                 "(ids may not contain tabs or line breaks)"
             )
@@ -168,6 +170,14 @@ class InputFormatError(ValueError):
         self.message = message
         self.skippable = skippable
         super().__init__(f"{format_location(path, line)}: {message}")
+
+    @classmethod
+    def described(cls, path: Any, line: Optional[int], reason: str, detail: str,
+                  skippable: bool = True) -> "InputFormatError":
+        """The error whose message is the reason's description, then ``detail``
+        (``FILE:LINE: not valid JSON: Expecting value (column 1)``), the form
+        ``mdsfair-convert`` reports bad source records in."""
+        return cls(str(path), line, reason, f"{REASON_DESCRIPTIONS.get(reason, reason)}: {detail}", skippable)
 
     def __reduce__(self):
         return (type(self), (self.path, self.line, self.reason, self.message, self.skippable))

@@ -202,13 +202,28 @@ def split_sentences(text: str, separator: Optional[str] = None) -> List[str]:
     return sentences
 
 
-def split_paragraphs(document: str) -> List[str]:
-    """Split a raw-contract document into paragraphs (blank-line separated).
+#: What separates two paragraphs of a raw-contract document (the converters
+#: write exactly this; DESIGN.md).
+PARAGRAPH_SEPARATOR = "\n\n"
 
-    Single newlines inside a paragraph are treated as spaces.
+#: A paragraph break: a blank line, i.e. two newlines with nothing but
+#: whitespace (any Unicode whitespace: no-break spaces, U+2028, ...) between
+#: them, and the whitespace after it.
+PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
+
+
+def split_paragraphs(document: str) -> List[str]:
+    """Split a raw-contract document into paragraphs at blank lines
+    (:data:`PARAGRAPH_BREAK`; ``\\r\\n`` counts as ``\\n``). Inside a paragraph
+    every run of whitespace, single newlines included, becomes one space;
+    empty paragraphs are dropped.
+
+    The one paragraph splitter: ``mdsfair-preprocess`` (on cleaned text),
+    ``mdsfair-convert`` (:func:`mdsfair.preprocess.converters.common.normalize_document`),
+    and the extractive baselines.
     """
-    paragraphs = re.split(r"\n[ \t\r\f\v]*\n", document.replace("\r\n", "\n"))
-    return [" ".join(p.split()) for p in paragraphs if p.strip()]
+    paragraphs = (" ".join(part.split()) for part in PARAGRAPH_BREAK.split(document.replace("\r\n", "\n")))
+    return [paragraph for paragraph in paragraphs if paragraph]
 
 
 # ---------------------------------------------------------------------------

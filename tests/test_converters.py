@@ -561,8 +561,8 @@ def test_peersum_real_sample_round_trip(tmp_path):
     (b'{"id": 2, "summary": "S", "articles": []}', "empty_cluster", "no document"),
     (b'{"id": 2, "summary": "  ", "articles": [{"text": "T."}]}', "empty_summary", "training split"),
     (b'{"id": 1, "summary": "S", "articles": [{"text": "T."}]}', "duplicate_id", "'1'"),
-    # Issue 22.7/22.8: a lone surrogate escape and an id with a line break.
-    (b'{"id": 2, "summary": "S \\ud800", "articles": [{"text": "T."}]}', "invalid_utf8", "U+D800"),
+    # a lone surrogate escape and an id with a line break: mdsfair-preprocess's codes (mdsfair.raw_contract)
+    (b'{"id": 2, "summary": "S \\ud800", "articles": [{"text": "T."}]}', "lone_surrogate", "U+D800"),
     (b'{"id": "2\\nb", "summary": "S", "articles": [{"text": "T."}]}', "bad_id", "tab or line break"),
 ])
 def test_bad_jsonl_record_names_file_and_line(tmp_path, bad_line, reason, message):

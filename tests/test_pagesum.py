@@ -561,7 +561,14 @@ def pagesum_checkpoint(workdir, data_bin, bart_checkpoint):
         "--no-progress-bar", "--cpu", "--seed", "1", "--log-interval", "1",
     ])
     assert "Loaded checkpoint" in output and "newly initialized" in output
-    assert "page_merged_units" in output
+    # the page counts reach fairseq's metrics: every log interval, and summed
+    # over the epoch in its end-of-epoch lines (training and validation)
+    epoch_ends = [line for line in output.splitlines() if " | train | " in line or " | valid | " in line]
+    assert len(epoch_ends) == 2, output[-3000:]
+    for line in epoch_ends:
+        assert all(f"page_{name} " in line for name in ("dropped_units", "dropped_tokens", "merged_units",
+                                                          "cut_tokens")), line
+    assert any(" | train_inner | " in line and "page_merged_units" in line for line in output.splitlines())
     return os.path.join(save_dir, "checkpoint_last.pt")
 
 
@@ -573,6 +580,36 @@ def test_train_from_bart_and_generate(workdir, data_bin, pagesum_checkpoint):
     ], results_dir=os.path.join(workdir, "generate"))
     hypotheses = [line for line in generated.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == list(range(8))
+
+
+def test_generation_reports_the_page_cuts_once_at_the_end(workdir, data_bin, pagesum_checkpoint, caplog):
+    """fairseq-generate on clusters that overflow 4 pages of 16 tokens: one
+    warning when generation ends, with the totals of every example encoded
+    (the forward passes only add to a device counter)."""
+    import logging
+
+    from mdsfair.models.pagesum_bart import PAGE_STATISTICS
+
+    task, model = build(data_bin, extra=["--locality", "discourse", "--num-pages", "4", "--page-overflow", "merge",
+                                         "--page-tokens", "16"])
+    task.load_dataset("valid")
+    dataset = task.datasets["valid"]
+    net_input = dataset.collater([dataset[i] for i in range(len(dataset))])["net_input"]
+    layout = model.encoder.page_builder(net_input["src_tokens"], net_input["src_doc_ids"], net_input["src_para_ids"],
+                                        net_input["src_sent_ids"])
+    expected = {name: int(getattr(layout, name).sum()) for name in PAGE_STATISTICS}
+    assert expected["cut_tokens"] > 0 and expected["merged_units"] > 0
+    with caplog.at_level(logging.INFO, logger="mdsfair.models.pagesum_bart"):
+        generate_in_process([
+            data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", pagesum_checkpoint,
+            "--gen-subset", "valid", "--batch-size", "3", "--beam", "2", "--max-len-b", "6", "--cpu",
+            "--model-overrides", "{'page_tokens': 16}",
+        ], results_dir=os.path.join(workdir, "generate_cut"))
+        reports = [r for r in caplog.records if r.getMessage().startswith("PageSum pages over")]
+        assert len(reports) == 1 and reports[0].levelname == "WARNING"
+    counts = ", ".join(f"{expected[name]:,} {name.replace('_', ' ')}" for name in PAGE_STATISTICS)
+    assert reports[0].getMessage().startswith(f"PageSum pages over the 8 examples this encoder encoded: {counts} ("
+                                              "locality discourse, --num-pages 4, --page-tokens 16")
 
 
 def read_page_importance(out_dir, examples, num_pages=4):
@@ -667,18 +704,24 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
                   "--from-generation", "--summaries", os.path.join(out_dir, "page_importance.jsonl")])
 
 
-def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_checkpoint):
+def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_checkpoint, caplog):
     """torch.hub entry ``pagesum_bart`` summarizes raw clusters with a
     checkpoint trained from BART (its generation equals the task's generator,
-    at any batch size, in the model-contract suite); the ``dape_transformer``
-    entry refuses it."""
+    at any batch size, in the model-contract suite) and reports the page
+    totals of each call when it ends; the ``dape_transformer`` entry refuses
+    it."""
+    import logging
+
     hub = torch.hub.load(REPO_ROOT, "pagesum_bart", model_dir=os.path.dirname(pagesum_checkpoint),
                          checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin,
                          source="local")
     raw = [json.loads(line) for line in open(os.path.join(workdir, "raw", "valid.jsonl"), encoding="utf-8")]
     clusters = [cluster["documents"] for cluster in raw[:2]]
     generation = dict(beam=2, lenpen=2.0, max_len_b=8, min_len=3, no_repeat_ngram_size=3)
-    hypotheses = hub.generate(clusters, batch_size=2, **generation)
+    with caplog.at_level(logging.INFO, logger="mdsfair.models.pagesum_bart"):
+        hypotheses = hub.generate(clusters, batch_size=2, **generation)
+        reports = [r.getMessage() for r in caplog.records if r.name == "mdsfair.models.pagesum_bart"]
+        assert len(reports) == 1 and reports[0].startswith("PageSum pages over the 2 examples this encoder encoded: ")
     assert [len(hypos) for hypos in hypotheses] == [2, 2]
     summaries = hub.summarize(clusters, batch_size=2, **generation)
     assert summaries == [hub.decode(hypos[0]["tokens"]) for hypos in hypotheses]

@@ -12,7 +12,15 @@ which in the pinned fairseq blocks nothing (see
 :class:`~mdsfair.generation.ngram_blocking.VectorizedNGramRepeatBlock`. The
 swap is by attribute, so it works for every model family and for any
 ``SequenceGenerator`` subclass passed as ``seq_gen_cls``.
+
+It also arranges the end-of-generation report of models that count what
+their input lost on the way (PageSum's page cuts,
+:func:`report_page_totals_when_done`): one log line when the generator is
+released, i.e. when ``fairseq-generate`` or the hub's ``generate()`` is done
+with it, from counters kept on the device (no host synchronization per step).
 """
+import weakref
+
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from fairseq.tasks import FairseqTask
 
@@ -85,4 +93,26 @@ def build_sequence_generator(
         extra_gen_cls_kwargs=extra_gen_cls_kwargs,
         prefix_allowed_tokens_fn=prefix_allowed_tokens_fn,
     )
+    report_page_totals_when_done(generator, models)
     return use_vectorized_ngram_blocker(generator)
+
+
+def report_page_totals_when_done(generator, models) -> None:
+    """Once ``generator`` is released (``fairseq-generate``'s main returns,
+    the hub's ``generate()`` ends) or, at the latest, when the process exits,
+    log what building the pages dropped, merged or cut over the examples
+    encoded meanwhile: one line per model whose encoder counts pages
+    (``page_totals()`` / ``log_page_totals(since)``, PageSum's
+    :class:`~mdsfair.models.pagesum_bart.PageSumEncoder`), a warning when
+    anything was lost. One host synchronization, at the end."""
+    encoders = [getattr(model, "encoder", None) for model in models]
+    snapshots = [(encoder, encoder.page_totals()) for encoder in encoders
+                 if callable(getattr(encoder, "page_totals", None))]
+    if snapshots:
+        weakref.finalize(generator, log_page_totals_since, snapshots)
+
+
+def log_page_totals_since(snapshots) -> None:
+    """Log each encoder's page totals since its snapshot ``(encoder, page_totals())``."""
+    for encoder, since in snapshots:
+        encoder.log_page_totals(since)

@@ -84,7 +84,7 @@ def convert_bart_to_led(
     overwrite: bool = False,
 ) -> Dict:
     """Write ``out_path``; returns a summary with the fairseq-train flags."""
-    import mdsfair  # noqa: F401  (registers the led architectures; loads fairseq checkpoints on torch >= 2.6)
+    import mdsfair
     import torch
     from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -94,6 +94,7 @@ def convert_bart_to_led(
     from mdsfair.importers.hf_led import expected_parameter_names
     from mdsfair.models.led import parse_attention_window
 
+    mdsfair.register()  # the led architectures; the checkpoint checks that load fairseq checkpoints on torch >= 2.6
     if not os.path.isfile(bart_checkpoint):
         raise ImportRefused(f"{bart_checkpoint}: missing (the fairseq BART checkpoint, e.g. an mdsfair-import hf-bart model.pt)")
     if os.path.exists(out_path) and not overwrite:

@@ -2,7 +2,11 @@
 
 The first positional argument names the source kind; the rest goes to
 ``mdsfair.importers.<kind with - as _>.cli_main`` (``export_cli_main`` for
-exports). Listing the kinds (``--help``) imports nothing heavy.
+exports). Listing the kinds (``--help``) and one kind's ``--help`` import
+nothing heavy; any other run calls :func:`mdsfair.register` first, since
+``import mdsfair`` in a process that has not imported fairseq registers
+nothing (fairseq's registries and mdsfair's checkpoint checks, without which
+``checkpoint_utils.load_checkpoint_to_cpu`` fails on torch >= 2.6).
 """
 import importlib
 import importlib.util
@@ -28,6 +32,9 @@ EXPORT_KINDS: Dict[str, str] = {
 }
 
 
+HELP_FLAGS = frozenset({"-h", "--help"})
+
+
 def usage(program: str, kinds: Dict[str, str]) -> str:
     lines = [f"usage: {program} KIND ARGS...   ({program} KIND --help for the arguments of one kind)", "", "kinds:"]
     width = max(len(kind) for kind in kinds)
@@ -37,7 +44,7 @@ def usage(program: str, kinds: Dict[str, str]) -> str:
 
 def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[List[str]]) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] in ("-h", "--help"):
+    if not argv or argv[0] in HELP_FLAGS:
         print(usage(program, kinds))
         return 0 if argv else 2
     kind, rest = argv[0], argv[1:]
@@ -49,6 +56,10 @@ def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[Lis
         print(f"{program}: kind {kind!r} is not part of this installation ({name} missing)", file=sys.stderr)
         return 2
     module = importlib.import_module(name)
+    if not HELP_FLAGS & set(rest):
+        import mdsfair
+
+        mdsfair.register()
     result = getattr(module, entry)(rest)
     return int(result or 0)
 

@@ -509,7 +509,8 @@ def hf_led_state_from_fairseq(state: Dict):
 def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: Optional[str] = None,
                   vocab_bpe: Optional[str] = None, weights_format: str = "safetensors", overwrite: bool = False) -> Dict:
     """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint."""
-    import mdsfair  # noqa: F401
+    import mdsfair
+    mdsfair.register()  # the led architectures, the checkpoint checks (import alone registers nothing)
     from fairseq import checkpoint_utils
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_MODEL_REGISTRY

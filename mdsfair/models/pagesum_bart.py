@@ -33,7 +33,7 @@ becomes rows ``b * P + i``).
 """
 import copy
 import logging
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -131,7 +131,7 @@ class PageSumEncoder(TransformerEncoderBase):
         ``page_merged_units``, ``page_cut_tokens`` (summed tensors: fairseq
         reads them at its log intervals and reports their sums over the epoch
         at its end, training and validation alike). :meth:`log_page_totals`
-        logs the running totals when asked."""
+        logs the running totals when asked; generation asks when it ends."""
         counts = torch.stack([getattr(layout, name).sum() for name in PAGE_STATISTICS]).to(self.page_counts)
         self.page_counts.add_(counts)
         self.examples_encoded += layout.tokens.size(0)
@@ -143,10 +143,22 @@ class PageSumEncoder(TransformerEncoderBase):
         return (f"locality {builder.locality}, --num-pages {builder.num_pages}, --page-tokens {builder.page_tokens}, "
                 f"--page-overflow {builder.overflow}")
 
-    def log_page_totals(self) -> Optional[str]:
-        """Log (and return) the page totals of every example encoded so far
-        (one host synchronization)."""
-        return log_page_totals(self.page_counts.tolist(), self.examples_encoded, self.page_settings())
+    def page_totals(self) -> Tuple[Tensor, int]:
+        """A snapshot of the running totals, for :meth:`log_page_totals`'s
+        ``since``: a copy of ``page_counts`` on its device (no host
+        synchronization) and ``examples_encoded``."""
+        return self.page_counts.clone(), self.examples_encoded
+
+    def log_page_totals(self, since: Optional[Tuple[Tensor, int]] = None) -> Optional[str]:
+        """Log (and return) the page totals of every example encoded so far,
+        or since the :meth:`page_totals` snapshot ``since`` (one host
+        synchronization). Generation reports them when it ends
+        (:func:`mdsfair.generation.sequence_generator.report_page_totals_when_done`);
+        training through fairseq's metrics (:meth:`record_page_statistics`)."""
+        counts, examples = self.page_counts, self.examples_encoded
+        if since is not None:
+            counts, examples = counts - since[0], examples - since[1]
+        return log_page_totals(counts.tolist(), examples, self.page_settings())
 
     @staticmethod
     def concatenate_pages(encoder_out: Dict[str, List[Tensor]], page_mask: Tensor) -> Dict[str, List[Tensor]]:

@@ -50,6 +50,8 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.modules.heads import merge_heads, split_heads
+
 # spaCy's English parser labels (en_core_web_sm 3.x, ClearNLP scheme): 45
 # relations, as many as the paper's biaffine parser. Relation id = index here.
 DEPENDENCY_RELATIONS: Tuple[str, ...] = (
@@ -316,20 +318,15 @@ class DependencyGuidedMultiheadAttention(MultiheadAttention):
             )
         if incremental_state is not None or before_softmax:
             raise ValueError("the dependency mask applies to full encoder self-attention only")
-        length, batch_size, embed_dim = query.size()
+        length, batch_size, _ = query.size()
         if dependency_mask.shape != (batch_size, length, length):
             raise ValueError(
                 f"dependency mask {tuple(dependency_mask.shape)} does not match [B, T, T] = "
                 f"{(batch_size, length, length)}"
             )
-        heads, head_dim = self.num_heads, self.head_dim
-
-        def split_heads(x: Tensor) -> Tensor:  # [T, B, C] -> [B, H, T, d]
-            return x.view(length, batch_size, heads, head_dim).permute(1, 2, 0, 3)
-
-        q = split_heads(self.q_proj(query) * self.scaling)
-        k = split_heads(self.k_proj(query))
-        v = split_heads(self.v_proj(query))
+        q = split_heads(self.q_proj(query) * self.scaling, self.num_heads)  # [B, H, T, d]
+        k = split_heads(self.k_proj(query), self.num_heads)
+        v = split_heads(self.v_proj(query), self.num_heads)
         scores = torch.matmul(q, k.transpose(-1, -2))  # [B, H, T, T]
         if attn_mask is not None:
             scores = scores + attn_mask
@@ -345,8 +342,7 @@ class DependencyGuidedMultiheadAttention(MultiheadAttention):
         else:
             attn = torch.matmul(self.dropout_module(weights_float.type_as(q)), v)
             attn = attn + torch.matmul(mask.type_as(v), v)
-        attn = attn.permute(2, 0, 1, 3).reshape(length, batch_size, embed_dim)
-        attn = self.out_proj(attn)
+        attn = self.out_proj(merge_heads(attn))  # [T, B, C]
         attn_weights: Optional[Tensor] = None
         if need_weights or need_head_weights:
             attn_weights = (weights_float * mask + weights_float) if self.mask_on == "weights" else weights_float

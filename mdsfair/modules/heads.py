@@ -5,7 +5,9 @@ attention (one helper, the layout of fairseq's ``MultiheadAttention``: head
 * :func:`to_heads`: ``[..., C]`` -> ``[..., H, d_h]``;
 * :func:`from_heads`: ``[..., H, d_h]`` -> ``[..., C]``;
 * :func:`split_heads`: time-major ``[L, B, C]`` -> ``[B, H, L, d_h]`` (fairseq's
-  ``q.view(L, B * H, d_h).transpose(0, 1)`` viewed as ``[B, H, L, d_h]``).
+  ``q.view(L, B * H, d_h).transpose(0, 1)`` viewed as ``[B, H, L, d_h]``);
+* :func:`merge_heads`: ``[B, H, L, d_h]`` -> time-major ``[L, B, C]`` (inverse
+  of :func:`split_heads`; what fairseq feeds ``out_proj``).
 
 ``reshape`` is a view of a contiguous input (no copy).
 """
@@ -28,3 +30,8 @@ def from_heads(x: Tensor) -> Tensor:
 def split_heads(x: Tensor, num_heads: int) -> Tensor:
     """Time-major ``[L, B, C]`` -> ``[B, H, L, d_h]``."""
     return to_heads(x, num_heads).permute(1, 2, 0, 3)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """``[B, H, L, d_h]`` -> time-major ``[L, B, H * d_h]`` (inverse of :func:`split_heads`)."""
+    return from_heads(x.permute(2, 0, 1, 3))

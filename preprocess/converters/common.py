@@ -53,17 +53,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from mdsfair import raw_contract
 from mdsfair.raw_contract import (  # noqa: F401  (the reason codes: converters import them from here)
-    BAD_ID,
     DUPLICATE_ID,
     EMPTY_CLUSTER,
     EMPTY_DOCUMENT,
     EMPTY_SUMMARY,
-    ID_BREAKING_CHARACTERS,
     INVALID_JSON,
     INVALID_TABLE,
     INVALID_UTF8,
+    LONE_SURROGATE,
     MALFORMED_CSV_ROW,
     MISALIGNED_FILES,
     MISSING_FILE,
@@ -71,43 +69,23 @@ from mdsfair.raw_contract import (  # noqa: F401  (the reason codes: converters 
     REASON_DESCRIPTIONS,
     SECTION_MISMATCH,
     WRONG_TYPE,
+    InputFormatError,
+    contract_string_problem,
     format_location,
 )
+from mdsfair.text import PARAGRAPH_SEPARATOR, split_paragraphs
 
 PathLike = Union[str, "os.PathLike[str]"]
 Inputs = Union[PathLike, Sequence[PathLike]]
 
-PARAGRAPH_SEPARATOR = "\n\n"
 TRAINING_SPLITS = frozenset({"train", "training"})
 
 # Reasons a record is bad (keys of ConversionReport.skipped): the one set of
 # codes of mdsfair.raw_contract, shared with mdsfair-preprocess and -baseline.
 _MAX_SKIP_EXAMPLES = 20
 _SURROGATE_ESCAPES = re.compile("[\udc80-\udcff]")  # bytes surrogateescape could not decode
-_ANY_SURROGATE = re.compile("[\ud800-\udfff]")  # also lone surrogates from JSON escapes
 _ANY_WHITESPACE = re.compile(r"\s+")
-_PARAGRAPH_BREAK = re.compile(r"\n[^\S\n]*\n\s*")
 _JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
-
-
-class InputFormatError(raw_contract.InputFormatError):
-    """Bad input of a converter, located by file and 1-based line: the raw
-    contract's :class:`mdsfair.raw_contract.InputFormatError` (same reason
-    codes, same ``FILE:LINE`` prefix) whose message starts with the reason's
-    description (``FILE:LINE: not valid JSON: ...``).
-
-    Attributes: ``path``, ``line`` (None when no line applies), ``reason``,
-    ``detail`` and ``skippable`` (False for structural errors that
-    ``--skip-bad`` cannot get past).
-    """
-
-    def __init__(self, path: PathLike, line: Optional[int], reason: str, detail: str,
-                 skippable: bool = True):
-        self.detail = detail
-        super().__init__(str(path), line, reason, f"{REASON_DESCRIPTIONS.get(reason, reason)}: {detail}", skippable)
-
-    def __reduce__(self):
-        return (type(self), (self.path, self.line, self.reason, self.detail, self.skippable))
 
 
 @dataclass
@@ -259,7 +237,7 @@ class ConversionSession:
         line = record.line if line is None else line
         path = record.path if path is None else path
         if not self.skip_bad:
-            raise InputFormatError(path, line, reason, detail)
+            raise InputFormatError.described(path, line, reason, detail)
         self.report.skipped[reason] += 1
         if len(self.report.skipped_examples) < _MAX_SKIP_EXAMPLES:
             self.report.skipped_examples.append(
@@ -307,17 +285,17 @@ class ConversionSession:
                          f"{self.split!r} only with --allow-empty-summary)")
                 return None
 
-        strings = [cluster_id, summary, title or ""] + kept + references
-        for text in strings:
-            match = _ANY_SURROGATE.search(text)
-            if match:
-                self.bad(record, INVALID_UTF8,
-                         f"cluster {cluster_id!r} contains U+{ord(match.group()):04X}, "
-                         "which cannot be written as UTF-8")
-                return None
-        if any(character in ID_BREAKING_CHARACTERS for character in cluster_id):
-            self.bad(record, BAD_ID, f"id {cluster_id!r} holds a tab or line break, which would break the line "
-                                     "count of ids.txt (ids may not contain tabs or line breaks)")
+        cluster: Dict[str, Any] = {"id": cluster_id}
+        if title:
+            cluster["title"] = title
+        cluster["documents"] = kept
+        cluster["summary"] = summary
+        if summaries is not None and len(references) > 1:
+            cluster["summaries"] = references
+        problem = contract_string_problem(cluster)  # a lone surrogate, an id with a line break
+        if problem is not None:
+            reason, detail = problem
+            self.bad(record, reason, f"cluster {cluster_id!r}: {detail}" if reason == LONE_SURROGATE else detail)
             return None
         if cluster_id in self._seen_ids:
             self.bad(record, DUPLICATE_ID, f"id {cluster_id!r} was already written")
@@ -331,14 +309,6 @@ class ConversionSession:
         self.report.notes.update(pending.notes)
         self.report.clusters_written += 1
         self.report.documents_written += len(kept)
-
-        cluster: Dict[str, Any] = {"id": cluster_id}
-        if title:
-            cluster["title"] = title
-        cluster["documents"] = kept
-        cluster["summary"] = summary
-        if summaries is not None and len(references) > 1:
-            cluster["summaries"] = references
         return cluster
 
 
@@ -354,12 +324,12 @@ def normalize_paragraph(text: str) -> str:
 def normalize_document(text: str, paragraph_separator: Optional[str] = None) -> str:
     """Normalise a document: paragraphs split at blank lines (or at ``paragraph_separator``),
     whitespace inside each paragraph collapsed, empty paragraphs removed, paragraphs
-    joined by one blank line."""
+    joined by one blank line (:func:`mdsfair.text.split_paragraphs`, after line
+    endings, U+2029 and ``paragraph_separator`` become newlines and blank lines)."""
     text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\u2029", "\n\n")
     if paragraph_separator:
         text = text.replace(paragraph_separator, "\n\n")
-    paragraphs = (normalize_paragraph(part) for part in _PARAGRAPH_BREAK.split(text))
-    return PARAGRAPH_SEPARATOR.join(p for p in paragraphs if p)
+    return PARAGRAPH_SEPARATOR.join(split_paragraphs(text))
 
 
 def normalize_summary(text: str) -> str:
@@ -430,7 +400,7 @@ def _first_invalid_utf8_error(path: Path, text: str) -> Optional[InputFormatErro
     offset, message = found
     line = text.count("\n", 0, offset) + 1
     column = offset - (text.rfind("\n", 0, offset) + 1) + 1
-    return InputFormatError(path, line, INVALID_UTF8, f"{message} (column {column})")
+    return InputFormatError.described(path, line, INVALID_UTF8, f"{message} (column {column})")
 
 
 class _LineCounter:
@@ -499,7 +469,7 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
     length = len(text)
 
     def fatal(offset: int, detail: str) -> InputFormatError:
-        return InputFormatError(path, lines.line_at(offset), INVALID_JSON,
+        return InputFormatError.described(path, lines.line_at(offset), INVALID_JSON,
                                 detail + " (the JSON list cannot be resynchronised after this)",
                                 skippable=False)
 
@@ -517,7 +487,7 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
         try:
             payload, end = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
-            raise InputFormatError(path, err.lineno, INVALID_JSON,
+            raise InputFormatError.described(path, err.lineno, INVALID_JSON,
                                    f"{err.msg} (column {err.colno}; the JSON list cannot be "
                                    "resynchronised after this)", skippable=False) from None
         record = session.start_record(path, start_line)
@@ -604,7 +574,7 @@ def iter_csv_rows(path: Path, session: ConversionSession, delimiter: str
     except StopIteration:
         return [], iter(())
     except csv.Error as err:
-        raise InputFormatError(path, 1, MALFORMED_CSV_ROW, f"header: {err}", skippable=False) from None
+        raise InputFormatError.described(path, 1, MALFORMED_CSV_ROW, f"header: {err}", skippable=False) from None
 
     def rows() -> Iterator[Tuple[Record, List[str]]]:
         previous_end = reader.line_num
@@ -811,7 +781,7 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             parquet = pa.parquet.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as err:
-            raise InputFormatError(path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False) from None
+            raise InputFormatError.described(path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False) from None
         return list(parquet.schema_arrow.names), parquet.iter_batches(batch_size=_TABLE_BATCH_ROWS)
     source = pa.memory_map(str(path))
     try:
@@ -821,12 +791,12 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             reader = pa.ipc.open_file(source)
         except pa.ArrowInvalid as err:
-            raise InputFormatError(path, None, INVALID_TABLE, f"neither a Parquet file nor an Arrow IPC "
+            raise InputFormatError.described(path, None, INVALID_TABLE, f"neither a Parquet file nor an Arrow IPC "
                                    f"stream or file ({err})", skippable=False) from None
         names, batches = list(reader.schema.names), (reader.get_batch(i) for i in range(reader.num_record_batches))
     expected = _expected_features(path)
     if expected is not None and sorted(expected) != sorted(names):
-        raise InputFormatError(path, None, INVALID_TABLE, f"columns {names} differ from the features {expected} "
+        raise InputFormatError.described(path, None, INVALID_TABLE, f"columns {names} differ from the features {expected} "
                                f"of {path.parent / 'dataset_info.json'}", skippable=False)
     return names, batches
 

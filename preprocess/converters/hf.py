@@ -157,7 +157,7 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         wanted = columns + [summary_column] + ([id_column] if id_column else [])
         missing = [column for column in wanted if column.split(".")[0] not in names]
         if missing:
-            raise InputFormatError(path, None, MISSING_KEY, f"column(s) {missing} not in the table's columns "
+            raise InputFormatError.described(path, None, MISSING_KEY, f"column(s) {missing} not in the table's columns "
                                    f"{names} (--documents-column / --summary-column / --id-column / --preset)",
                                    skippable=False)
 

@@ -49,14 +49,14 @@ def _resolve_columns(path: Path, header: List[str], text_column: str, summary_co
     """Column positions for text, summaries and id; a missing column is fatal."""
     if last_two_columns:
         if len(header) < 2:
-            raise InputFormatError(path, 1, MISSING_KEY, f"header {header} has fewer than two columns",
+            raise InputFormatError.described(path, 1, MISSING_KEY, f"header {header} has fewer than two columns",
                                    skippable=False)
         text_index, summary_indices = len(header) - 2, [len(header) - 1]
     else:
         names = [text_column] + list(summary_columns)
         missing = [name for name in names if name not in header]
         if missing:
-            raise InputFormatError(path, 1, MISSING_KEY,
+            raise InputFormatError.described(path, 1, MISSING_KEY,
                                    f"column(s) {missing} not in header {header}; name them with "
                                    "--text-column / --summary-column or use --last-two-columns",
                                    skippable=False)
@@ -65,7 +65,7 @@ def _resolve_columns(path: Path, header: List[str], text_column: str, summary_co
     id_index = None
     if id_column is not None:
         if id_column not in header:
-            raise InputFormatError(path, 1, MISSING_KEY, f"id column {id_column!r} not in header {header}",
+            raise InputFormatError.described(path, 1, MISSING_KEY, f"id column {id_column!r} not in header {header}",
                                    skippable=False)
         id_index = header.index(id_column)
     return text_index, summary_indices, id_index

@@ -127,11 +127,11 @@ def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Se
             source_count = 0
             for source_item, target_item in itertools.zip_longest(iter_lines(source), iter_lines(target)):
                 if source_item is None:
-                    raise InputFormatError(target, target_item[0], MISALIGNED_FILES,
+                    raise InputFormatError.described(target, target_item[0], MISALIGNED_FILES,
                                            f"{target} has more lines than {source} ({source_count})",
                                            skippable=False)
                 if target_item is None:
-                    raise InputFormatError(source, source_item[0], MISALIGNED_FILES,
+                    raise InputFormatError.described(source, source_item[0], MISALIGNED_FILES,
                                            f"{source} has more lines than {target} "
                                            f"({source_item[0] - 1})", skippable=False)
                 source_count = source_item[0]
