@@ -318,7 +318,8 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         )
         parser.add_argument(
             "--doc-position-alpha", type=float,
-            help=DEFAULTS.help("doc_position_alpha", "alpha of Eq. 2, the weight of the document encoding (the paper's)"),
+            help=DEFAULTS.help(
+                "doc_position_alpha", "alpha of Eq. 2, the weight of the document encoding (the paper's)"),
         )
         parser.add_argument(
             "--doc-position-linear-slope", type=float,
@@ -355,7 +356,7 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
             "--dependency-leaky-relu-slope", type=float,
             help=DEFAULTS.help(
                 "dependency_leaky_relu_slope",
-                "negative slope of F_depEnc's LeakyReLU (PyTorch's default; not given in the paper)"),
+                "negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)"),
         )
         parser.add_argument(
             "--dependency-arc-direction", choices=ARC_DIRECTIONS,

@@ -335,7 +335,8 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
         parser.add_argument(
             "--no-hierarchical-decoder", action="store_true",
             help=DEFAULTS.help(
-                "no_hierarchical_decoder", "stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)"),
+                "no_hierarchical_decoder",
+                "stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)"),
         )
         parser.add_argument(
             "--no-position-restart", action="store_true",
@@ -367,8 +368,10 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
+        # --no-cross-attention is fairseq's flag, which BART's architectures leave unset
+        no_encoder_attn = getattr(args, "no_cross_attention", False)
         return HierEncDecDecoder(
-            TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+            TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, no_encoder_attn=no_encoder_attn
         )
 
     def forward(

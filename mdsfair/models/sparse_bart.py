@@ -124,7 +124,8 @@ class SparseBARTEncoder(TransformerEncoder):
         if isinstance(self.sentence_encoder, SentenceEncoder) and activation_checkpointing(args):
             # --checkpoint-activations: the BiGRU's working set over every
             # sentence of the batch is the largest of the model, so it is
-            # recomputed a chunk of sentences at a time
+            # recomputed a chunk of sentences at a time (--offload-activations
+            # is fairseq's flag, which BART's architectures leave unset)
             self.sentence_encoder.checkpoint_activations(
                 SENTENCE_ENCODER_CHECKPOINT_CHUNK, offload_to_cpu=bool(getattr(args, "offload_activations", False))
             )
