@@ -32,12 +32,46 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
-from mdsfair.modules.dependency_attention import DependencyGuidedMultiheadAttention, DependencyRelationEncoder
-from mdsfair.modules.document_positional_encoding import DocumentAwarePositionalEncoding
+from mdsfair.modules.dependency_attention import (
+    ARC_DIRECTIONS,
+    DEPENDENCY_ENCODERS,
+    MASK_TARGETS,
+    DependencyGuidedMultiheadAttention,
+    DependencyRelationEncoder,
+)
+from mdsfair.modules.document_positional_encoding import (
+    DOC_POSITION_FUNCTIONS,
+    TOKEN_POSITION_MODES,
+    DocumentAwarePositionalEncoding,
+)
 
 logger = logging.getLogger(__name__)
+
+#: The one source of the dape_transformer model's defaults
+#: (``mdsfair.models.flag_defaults``): Ma et al. 2022's full model (Table III,
+#: both encodings on), f_doc = sin with alpha 0.1 (Sec. IV-B, Table IV), the
+#: MLP F_depEnc on the attention weights of every encoder layer (Eq. 7-9);
+#: where the paper is silent (hidden size, LeakyReLU slope: PyTorch's, arc
+#: direction, 0-based document index) the choices of examples/dape/README.md.
+DEFAULTS = FlagDefaults({
+    "no_doc_positions": False,
+    "no_dependency_encoding": False,
+    "doc_position_fn": "sin",
+    "doc_position_alpha": 0.1,
+    "doc_position_linear_slope": 1.0,
+    "doc_position_offset": 0,
+    "doc_token_positions": "per-document",
+    "dependency_encoder": "mlp",
+    "dependency_encoder_hidden_dim": 64,
+    "dependency_leaky_relu_slope": 0.01,
+    "dependency_arc_direction": "both",
+    "dependency_no_arc_encoding": False,
+    "dependency_mask_on": "weights",
+    "dependency_layers": "all",
+})
 
 
 def parse_dependency_layers(spec: str, num_layers: int) -> List[int]:
@@ -67,7 +101,7 @@ class DependencyGuidedEncoderLayer(TransformerEncoderLayerBase):
             q_noise=self.quant_noise,
             qn_block_size=self.quant_noise_block_size,
             xformers_att_config=cfg.encoder.xformers_att_config,
-            mask_on=getattr(cfg, "dependency_mask_on", "weights"),
+            mask_on=cfg.dependency_mask_on,
         )
 
     def forward(
@@ -122,15 +156,29 @@ class DapeTransformerEncoder(TransformerEncoderBase):
         embed_dim = embed_tokens.embedding_dim
         self.document_positional_encoding = (
             None
-            if getattr(cfg, "no_doc_positions", False)
-            else DocumentAwarePositionalEncoding.from_args(cfg, embed_dim, self.padding_idx)
+            if cfg.no_doc_positions
+            else DocumentAwarePositionalEncoding(
+                embed_dim,
+                self.padding_idx,
+                function=cfg.doc_position_fn,
+                alpha=cfg.doc_position_alpha,
+                linear_slope=cfg.doc_position_linear_slope,
+                offset=cfg.doc_position_offset,
+                token_positions=cfg.doc_token_positions,
+            )
         )
-        if getattr(cfg, "no_dependency_encoding", False):
+        if cfg.no_dependency_encoding:
             self.dependency_encoder = None
             self.dependency_layers: List[int] = []
         else:
-            self.dependency_encoder = DependencyRelationEncoder.from_args(cfg)
-            self.dependency_layers = parse_dependency_layers(getattr(cfg, "dependency_layers", "all"), self.num_layers)
+            self.dependency_encoder = DependencyRelationEncoder(
+                variant=cfg.dependency_encoder,
+                hidden_dim=cfg.dependency_encoder_hidden_dim,
+                negative_slope=cfg.dependency_leaky_relu_slope,
+                direction=cfg.dependency_arc_direction,
+                encode_no_arc=cfg.dependency_no_arc_encoding,
+            )
+            self.dependency_layers = parse_dependency_layers(cfg.dependency_layers, self.num_layers)
 
     def build_encoder_layer(self, cfg):
         layer = DependencyGuidedEncoderLayer(cfg, return_fc=self.return_fc)
@@ -248,15 +296,95 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         TransformerModel.add_args(parser)
         parser.add_argument(
             "--no-doc-positions", action="store_true",
-            help="ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
-                 "source, no document encoding",
+            help=DEFAULTS.help(
+                "no_doc_positions",
+                "ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
+                "source, no document encoding"),
         )
         parser.add_argument(
             "--no-dependency-encoding", action="store_true",
-            help="ablation 'w/o depen en' (Table III): plain encoder self-attention, no dependency arcs needed",
+            help=DEFAULTS.help(
+                "no_dependency_encoding",
+                "ablation 'w/o depen en' (Table III): plain encoder self-attention, no dependency arcs needed"),
         )
-        DocumentAwarePositionalEncoding.add_args(parser)
-        DependencyRelationEncoder.add_args(parser)
+        # document-aware positional encoding (DocumentAwarePositionalEncoding)
+        parser.add_argument(
+            "--doc-position-fn", choices=DOC_POSITION_FUNCTIONS,
+            help=DEFAULTS.help(
+                "doc_position_fn",
+                "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
+                "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
+                "linear = slope*k, same = one value for all documents, random = fixed random value per document"),
+        )
+        parser.add_argument(
+            "--doc-position-alpha", type=float,
+            help=DEFAULTS.help(
+                "doc_position_alpha", "alpha of Eq. 2, the weight of the document encoding (the paper's)"),
+        )
+        parser.add_argument(
+            "--doc-position-linear-slope", type=float,
+            help=DEFAULTS.help("doc_position_linear_slope", "slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)"),
+        )
+        parser.add_argument(
+            "--doc-position-offset", type=int,
+            help=DEFAULTS.help(
+                "doc_position_offset",
+                "k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
+                "comparison of Table IV holds; 1: k = 1..q as in its notation)"),
+        )
+        parser.add_argument(
+            "--doc-token-positions", choices=TOKEN_POSITION_MODES,
+            help=DEFAULTS.help(
+                "doc_token_positions",
+                "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
+                "(positions over the concatenated source)"),
+        )
+        # linguistic-guided encoding (DependencyRelationEncoder, DependencyGuidedMultiheadAttention)
+        parser.add_argument(
+            "--dependency-encoder", choices=DEPENDENCY_ENCODERS,
+            help=DEFAULTS.help(
+                "dependency_encoder",
+                "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
+                "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
+                "by relation frequency [core dependents first | ROOT first]"),
+        )
+        parser.add_argument(
+            "--dependency-encoder-hidden-dim", type=int,
+            help=DEFAULTS.help("dependency_encoder_hidden_dim", "hidden size of F_depEnc (not given in the paper)"),
+        )
+        parser.add_argument(
+            "--dependency-leaky-relu-slope", type=float,
+            help=DEFAULTS.help(
+                "dependency_leaky_relu_slope",
+                "negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)"),
+        )
+        parser.add_argument(
+            "--dependency-arc-direction", choices=ARC_DIRECTIONS,
+            help=DEFAULTS.help(
+                "dependency_arc_direction",
+                "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) "
+                "or head-to-dependent"),
+        )
+        parser.add_argument(
+            "--dependency-no-arc-encoding", action="store_true",
+            help=DEFAULTS.help(
+                "dependency_no_arc_encoding",
+                "give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0"),
+        )
+        parser.add_argument(
+            "--dependency-mask-on", choices=MASK_TARGETS,
+            help=DEFAULTS.help(
+                "dependency_mask_on",
+                "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
+                "out = A V + M V (Table VI 'added on values')"),
+        )
+        parser.add_argument(
+            "--dependency-layers", type=str,
+            help=DEFAULTS.help(
+                "dependency_layers",
+                "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, "
+                "or 'all'"),
+        )
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
@@ -296,36 +424,19 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         )
 
 
-def _dape_defaults(args):
-    args.no_doc_positions = getattr(args, "no_doc_positions", False)
-    args.no_dependency_encoding = getattr(args, "no_dependency_encoding", False)
-    args.doc_position_fn = getattr(args, "doc_position_fn", "sin")
-    args.doc_position_alpha = getattr(args, "doc_position_alpha", 0.1)
-    args.doc_position_linear_slope = getattr(args, "doc_position_linear_slope", 1.0)
-    args.doc_position_offset = getattr(args, "doc_position_offset", 0)
-    args.doc_token_positions = getattr(args, "doc_token_positions", "per-document")
-    args.dependency_encoder = getattr(args, "dependency_encoder", "mlp")
-    args.dependency_encoder_hidden_dim = getattr(args, "dependency_encoder_hidden_dim", 64)
-    args.dependency_leaky_relu_slope = getattr(args, "dependency_leaky_relu_slope", 0.01)
-    args.dependency_arc_direction = getattr(args, "dependency_arc_direction", "both")
-    args.dependency_no_arc_encoding = getattr(args, "dependency_no_arc_encoding", False)
-    args.dependency_mask_on = getattr(args, "dependency_mask_on", "weights")
-    args.dependency_layers = getattr(args, "dependency_layers", "all")
-
-
 @register_model_architecture("dape_transformer", "dape_transformer")
 def dape_transformer_architecture(args):
     """The paper's model (Section IV-B): 8 encoder and 8 decoder layers,
     Transformer-base dimensions, dropout 0.1, shared source/target embeddings
-    (one dictionary, as the OpenNMT Multi-News baseline it builds on)."""
+    (one dictionary, as the OpenNMT Multi-News baseline it builds on).
+    fairseq's ``base_architecture`` gives the rest (d 512, FFN 2048, 8
+    heads, dropout 0.1); the three lines below are the flags of fairseq's
+    Transformer where the paper differs from it (their help is fairseq's, so
+    they are not in :data:`DEFAULTS`)."""
     args.encoder_layers = getattr(args, "encoder_layers", 8)
     args.decoder_layers = getattr(args, "decoder_layers", 8)
-    args.encoder_embed_dim = getattr(args, "encoder_embed_dim", 512)
-    args.encoder_ffn_embed_dim = getattr(args, "encoder_ffn_embed_dim", 2048)
-    args.encoder_attention_heads = getattr(args, "encoder_attention_heads", 8)
-    args.dropout = getattr(args, "dropout", 0.1)
     args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
-    _dape_defaults(args)
+    DEFAULTS.fill(args)
     base_architecture(args)
 
 

@@ -33,6 +33,7 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor
 
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
@@ -47,6 +48,19 @@ from mdsfair.modules.segment_positions import (
 )
 
 logger = logging.getLogger(__name__)
+
+#: The one source of the hierencdec_bart model's defaults
+#: (``mdsfair.models.flag_defaults``): Shen et al. 2023, every part of the
+#: hierarchy on (Table 3 row 0), position tables extended by tiling as
+#: Beltagy et al. (Sec. 5.3), the blocked encoder attention (same numbers as
+#: the authors' dense mask).
+DEFAULTS = FlagDefaults({
+    "no_hierarchical_encoder": False,
+    "no_hierarchical_decoder": False,
+    "no_position_restart": False,
+    "document_attention": "blocked",
+    "position_tiling": "beltagy",
+})
 
 
 def wrap_layer(layer, cfg, attribute_inputs=()):
@@ -313,29 +327,39 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--no-hierarchical-encoder", action="store_true",
-            help="full encoder self-attention over all documents instead of attention within each document "
-                 "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off)",
+            help=DEFAULTS.help(
+                "no_hierarchical_encoder",
+                "full encoder self-attention over all documents instead of attention within each document "
+                "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off)"),
         )
         parser.add_argument(
             "--no-hierarchical-decoder", action="store_true",
-            help="stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)",
+            help=DEFAULTS.help(
+                "no_hierarchical_decoder",
+                "stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)"),
         )
         parser.add_argument(
             "--no-position-restart", action="store_true",
-            help="one position sequence over the whole source instead of restarting at every document "
-                 "(Sec. 4.1.1; Table 3 'posres' off)",
+            help=DEFAULTS.help(
+                "no_position_restart",
+                "one position sequence over the whole source instead of restarting at every document "
+                "(Sec. 4.1.1; Table 3 'posres' off)"),
         )
         parser.add_argument(
             "--document-attention", choices=IMPLEMENTATIONS,
-            help="implementation of the hierarchical encoder attention: 'blocked' computes attention per "
-                 "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
-                 "T x T matrix as the authors did (same numbers); default blocked",
+            help=DEFAULTS.help(
+                "document_attention",
+                "implementation of the hierarchical encoder attention: 'blocked' computes attention per "
+                "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
+                "T x T matrix as the authors did (same numbers)"),
         )
         parser.add_argument(
             "--position-tiling", choices=TILING_METHODS,
-            help="how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
-                 "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
-                 "including fairseq/HF's two offset rows as the authors' code does; default beltagy",
+            help=DEFAULTS.help(
+                "position_tiling",
+                "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
+                "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
+                "including fairseq/HF's two offset rows as the authors' code does"),
         )
 
     @classmethod
@@ -344,8 +368,10 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
+        # --no-cross-attention is fairseq's flag, which BART's architectures leave unset
+        no_encoder_attn = getattr(args, "no_cross_attention", False)
         return HierEncDecDecoder(
-            TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, no_encoder_attn=getattr(args, "no_cross_attention", False)
+            TransformerConfig.from_namespace(args), tgt_dict, embed_tokens, no_encoder_attn=no_encoder_attn
         )
 
     def forward(
@@ -413,14 +439,11 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
 
 
 def hierencdec_defaults(args):
-    """HierEncDec's own defaults: every part on, 4,096 source positions."""
-    args.no_hierarchical_encoder = getattr(args, "no_hierarchical_encoder", False)
-    args.no_hierarchical_decoder = getattr(args, "no_hierarchical_decoder", False)
-    args.no_position_restart = getattr(args, "no_position_restart", False)
-    args.document_attention = getattr(args, "document_attention", None) or "blocked"
-    args.position_tiling = getattr(args, "position_tiling", None) or "beltagy"
+    """HierEncDec's own defaults (:data:`DEFAULTS`) and 4,096 source
+    positions (Sec. 5.3, after Xiao et al. 2022; BART's own is 1,024, its
+    1,024 target positions are the paper's)."""
+    DEFAULTS.fill(args)
     args.max_source_positions = getattr(args, "max_source_positions", 4096)
-    args.max_target_positions = getattr(args, "max_target_positions", 1024)
 
 
 @register_model_architecture("hierencdec_bart", "hierencdec_bart_large")

@@ -45,6 +45,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.pages import (
@@ -56,6 +57,23 @@ from mdsfair.modules.pages import (
     PageLayout,
     filler_page_tokens,
 )
+
+#: The one source of the pagesum_bart model's defaults
+#: (``mdsfair.models.flag_defaults``): Liu et al. 2022's multi-document
+#: setting, document locality (Table 5) with 7 pages (their arXiv/PubMed/
+#: MultiNews count) of 1,024 tokens (Sec. 5.2), in BART's 1,024-row position
+#: table; empty pages masked out of Eq. 8 (the authors' code fills them).
+DEFAULTS = FlagDefaults({
+    "locality": "document",
+    "num_pages": 7,
+    "page_tokens": 1024,
+    "max_page_positions": 1024,
+    "discourse_unit": "paragraph",
+    "page_overflow": "truncate",
+    "spatial_remainder_to_last_page": False,
+    "empty_pages": "mask",
+    "global_decoding": False,
+})
 
 logger = logging.getLogger(__name__)
 
@@ -294,56 +312,73 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--locality", choices=LOCALITIES,
-            help="how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
-                 "'discourse' = one page per discourse unit, 'document' = one page per document "
-                 "(default: document, the paper's choice for multi-document summarization, Table 5)",
+            help=DEFAULTS.help(
+                "locality",
+                "how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
+                "'discourse' = one page per discourse unit, 'document' = one page per document (the paper's "
+                "choice for multi-document summarization, Table 5)"),
         )
         parser.add_argument(
             "--num-pages", type=int,
-            help="pages per example: the spatial chunk count, or the maximum number of discourse units / "
-                 "documents (default 7, the paper's arXiv/PubMed/MultiNews setting; 8 for arXiv sections, "
-                 "20 for GovReport)",
+            help=DEFAULTS.help(
+                "num_pages",
+                "pages per example: the spatial chunk count, or the maximum number of discourse units / "
+                "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"),
         )
         parser.add_argument(
             "--page-tokens", type=int,
-            help="maximum tokens per page including <s> and </s> (default 1024, the paper's page size); "
-                 "longer pages are cut and counted",
+            help=DEFAULTS.help(
+                "page_tokens",
+                "maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
+                "are cut and counted"),
         )
         parser.add_argument(
             "--max-page-positions", type=int,
-            help="rows of the encoder's learned position table (default 1024, BART's pre-trained table); "
-                 "--page-tokens may not exceed it",
+            help=DEFAULTS.help(
+                "max_page_positions",
+                "rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
+                "exceed it"),
         )
         parser.add_argument(
             "--discourse-unit", choices=DISCOURSE_UNITS,
-            help="discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
-                 "paragraphs, e.g. an arXiv section given as one document with its title first (default paragraph)",
+            help=DEFAULTS.help(
+                "discourse_unit",
+                "discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
+                "paragraphs, e.g. an arXiv section given as one document with its title first"),
         )
         parser.add_argument(
             "--page-overflow", choices=OVERFLOW_POLICIES,
-            help="more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
-                 "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
-                 "last page (default truncate)",
+            help=DEFAULTS.help(
+                "page_overflow",
+                "more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
+                "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
+                "last page"),
         )
         parser.add_argument(
             "--spatial-remainder-to-last-page", action="store_true",
-            help="authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
-                 "remainder, so with fewer sentences than pages all of them are on the last page (default: "
-                 "chunk sizes differ by at most one sentence, the paper's equal split)",
+            help=DEFAULTS.help(
+                "spatial_remainder_to_last_page",
+                "authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
+                "remainder, so with fewer sentences than pages all of them are on the last page (off: chunk "
+                "sizes differ by at most one sentence, the paper's equal split)"),
         )
         parser.add_argument(
             "--empty-pages", choices=EMPTY_PAGE_POLICIES,
-            help="a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
-                 "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
-                 "(Eq. 8 over the pages the example has; default); 'filler' is the authors' data_utils.py: "
-                 "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
-                 "the data's subword model) and is weighted like any page; needed to run their checkpoints "
-                 "as trained",
+            help=DEFAULTS.help(
+                "empty_pages",
+                "a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
+                "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
+                "(Eq. 8 over the pages the example has); 'filler' is the authors' data_utils.py: "
+                "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
+                "the data's subword model) and is weighted like any page; needed to run their checkpoints "
+                "as trained"),
         )
         parser.add_argument(
             "--global-decoding", action="store_true",
-            help="Table 7 alternative: encode pages separately but run one decoder over their concatenation "
-                 "(no confidence layer)",
+            help=DEFAULTS.help(
+                "global_decoding",
+                "Table 7 alternative: encode pages separately but run one decoder over their concatenation "
+                "(no confidence layer)"),
         )
 
     @classmethod
@@ -363,7 +398,7 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
             discourse_unit=cfg.discourse_unit,
             overflow=cfg.page_overflow,
             spatial_remainder_to_last_page=cfg.spatial_remainder_to_last_page,
-            empty_pages=getattr(cfg, "empty_pages", None) or "mask",
+            empty_pages=cfg.empty_pages,
         )
         # --max-source-positions is the task's whole-source budget; the encoder
         # sees one page at a time and keeps BART's per-page position table.
@@ -460,28 +495,16 @@ def authors_filler_tokens(task) -> List[int]:
     return filler_page_tokens(encoder, task.source_dictionary)
 
 
-def pagesum_defaults(args):
-    args.locality = getattr(args, "locality", None) or "document"
-    args.num_pages = getattr(args, "num_pages", None) or 7
-    args.page_tokens = getattr(args, "page_tokens", None) or 1024
-    args.max_page_positions = getattr(args, "max_page_positions", None) or 1024
-    args.discourse_unit = getattr(args, "discourse_unit", None) or "paragraph"
-    args.page_overflow = getattr(args, "page_overflow", None) or "truncate"
-    args.spatial_remainder_to_last_page = getattr(args, "spatial_remainder_to_last_page", False)
-    args.empty_pages = getattr(args, "empty_pages", None) or "mask"
-    args.global_decoding = getattr(args, "global_decoding", False)
-
-
 @register_model_architecture("pagesum_bart", "pagesum_bart_large")
 def pagesum_bart_large_architecture(args):
     """BART-large (bart.large.cnn is the paper's initialization)."""
-    pagesum_defaults(args)
+    DEFAULTS.fill(args)
     bart_large_architecture(args)
 
 
 @register_model_architecture("pagesum_bart", "pagesum_bart_base")
 def pagesum_bart_base_architecture(args):
-    pagesum_defaults(args)
+    DEFAULTS.fill(args)
     bart_base_architecture(args)
 
 

@@ -44,6 +44,7 @@ from mdsfair.modules.activation_checkpointing import (
     checkpoint_layer,
     checkpoint_structured_layer,
 )
+from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.sentence_approximator import (
@@ -65,6 +66,23 @@ from mdsfair.modules.sparse_cross_attention import (
 
 logger = logging.getLogger(__name__)
 
+#: The one source of the sparse_bart model's defaults
+#: (``mdsfair.models.flag_defaults``): Manakul & Gales 2021, r = 5 (their
+#: CNN/DailyMail setting, Table 3) and the 2-layer BiGRU of the model-based approximator with
+#: the model's width (App. A.1). Two flags have no fixed value and stay out
+#: of the table: ``--sentence-encoder-hidden-dim`` (unset: the model's
+#: ``--encoder-embed-dim``) and ``--mix-decay-updates`` (the updates of one
+#: epoch; ``--sentence-selection mix`` requires it).
+DEFAULTS = FlagDefaults({
+    "top_r": 5,
+    "sentence_selection": "approx",
+    "approximator": "model-based",
+    "sentence_encoder": "bigru",
+    "sentence_encoder_layers": 2,
+    "share_selection_across_beams": False,
+    "sparse_generation_path": "auto",
+})
+
 #: Sentences per recomputed chunk of the BiGRU sentence encoder under
 #: --checkpoint-activations.
 SENTENCE_ENCODER_CHECKPOINT_CHUNK = 32
@@ -73,11 +91,12 @@ SENTENCE_ENCODER_CHECKPOINT_CHUNK = 32
 def build_sentence_encoder(args) -> nn.Module:
     """The sentence encoder of the model-based approximator: the BiGRU of
     Eq. 10 (App. A.1) or the attention pooling proposed in Sec. 4.5."""
-    kind = getattr(args, "sentence_encoder", "bigru")  # checkpoints saved before the option: the BiGRU
+    kind = args.sentence_encoder
     if kind == "bigru":
         return SentenceEncoder(
             args.encoder_embed_dim,
-            args.sentence_encoder_hidden_dim or args.encoder_embed_dim,
+            # unset (absent or None, as checkpoints store it): the model's width
+            getattr(args, "sentence_encoder_hidden_dim", None) or args.encoder_embed_dim,
             num_layers=args.sentence_encoder_layers,
             dropout=args.dropout,
         )
@@ -105,7 +124,8 @@ class SparseBARTEncoder(TransformerEncoder):
         if isinstance(self.sentence_encoder, SentenceEncoder) and activation_checkpointing(args):
             # --checkpoint-activations: the BiGRU's working set over every
             # sentence of the batch is the largest of the model, so it is
-            # recomputed a chunk of sentences at a time
+            # recomputed a chunk of sentences at a time (--offload-activations
+            # is fairseq's flag, which BART's architectures leave unset)
             self.sentence_encoder.checkpoint_activations(
                 SENTENCE_ENCODER_CHECKPOINT_CHUNK, offload_to_cpu=bool(getattr(args, "offload_activations", False))
             )
@@ -197,8 +217,9 @@ class SparseDecoderLayer(TransformerDecoderLayerBase):
             approximator=args.approximator,
             sentence_dim=cfg.encoder.embed_dim,
             share_selection_across_beams=args.share_selection_across_beams,
-            mix_decay_updates=args.mix_decay_updates,
-            generation_path=getattr(args, "sparse_generation_path", "auto"),
+            # no default (--sentence-selection mix requires it); absent from checkpoints saved before the flag
+            mix_decay_updates=getattr(args, "mix_decay_updates", None),
+            generation_path=args.sparse_generation_path,
         )
 
     def forward(
@@ -356,35 +377,46 @@ class SparseBARTModel(MultiDocHubModel, BARTModel):
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument("--top-r", type=int, metavar="R",
-                            help="sentences kept by every cross-attention query (Eq. 6; the paper's r=5 on "
-                                 "CNN/DailyMail); 0 keeps all (full attention)")
+                            help=DEFAULTS.help("top_r", "sentences kept by every cross-attention query (Eq. 6; the "
+                                               "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
         parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
-                            help="saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
-                                 "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
-                                 "ideal->approx in training, one draw per forward pass shared by all layers; approx "
-                                 "in evaluation and generation)")
+                            help=DEFAULTS.help(
+                                "sentence_selection",
+                                "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
+                                "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+                                "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+                                "in evaluation and generation)"))
         parser.add_argument("--approximator", choices=APPROXIMATORS,
-                            help="model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
-                                 "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
-                                 "dropped, averaged over heads before top-r, as App. D and the authors' decoding)")
+                            help=DEFAULTS.help(
+                                "approximator",
+                                "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
+                                "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+                                "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"))
         parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
-                            help="sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
-                                 "2-layer bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the "
-                                 "cheaper hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
-                                 "(multi-head pooling, no recurrence)")
+                            help=DEFAULTS.help(
+                                "sentence_encoder",
+                                "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+                                "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
+                                "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+                                "(multi-head pooling, no recurrence)"))
         parser.add_argument("--sentence-encoder-layers", type=int, metavar="N",
-                            help="layers of the bidirectional GRU sentence encoder (App. A.1: 2)")
+                            help=DEFAULTS.help("sentence_encoder_layers",
+                                               "layers of the bidirectional GRU sentence encoder (App. A.1)"))
         parser.add_argument("--sentence-encoder-hidden-dim", type=int, metavar="D",
                             help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
-                                 "BART-large); default: --encoder-embed-dim")
+                                 "BART-large) (default: --encoder-embed-dim)")
         parser.add_argument("--share-selection-across-beams", action="store_true",
-                            help="average the sentence scores over the beam hypotheses of a source before top-r "
-                                 "(the authors' decoding); by default every hypothesis selects its own sentences")
+                            help=DEFAULTS.help(
+                                "share_selection_across_beams",
+                                "average the sentence scores over the beam hypotheses of a source before top-r "
+                                "(the authors' decoding); off: every hypothesis selects its own sentences"))
         parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
-                            help="how incremental generation reads the top-r sentences: gather their encoder states "
-                                 "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
-                                 "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
-                                 "hypothesis keeps * heads <= 2 * N")
+                            help=DEFAULTS.help(
+                                "sparse_generation_path",
+                                "how incremental generation reads the top-r sentences: gather their encoder states "
+                                "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+                                "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+                                "hypothesis keeps * heads <= 2 * N"))
         parser.add_argument("--mix-decay-updates", type=int, metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
                                  "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
@@ -469,27 +501,16 @@ class SparseBARTModel(MultiDocHubModel, BARTModel):
                         "(W^Q/W^K copied from the cross-attention projections)", created)
 
 
-def sparse_bart_defaults(args):
-    args.top_r = getattr(args, "top_r", 5)
-    args.sentence_selection = getattr(args, "sentence_selection", "approx")
-    args.approximator = getattr(args, "approximator", "model-based")
-    args.sentence_encoder = getattr(args, "sentence_encoder", "bigru")
-    args.sentence_encoder_layers = getattr(args, "sentence_encoder_layers", 2)
-    args.sentence_encoder_hidden_dim = getattr(args, "sentence_encoder_hidden_dim", None)
-    args.share_selection_across_beams = getattr(args, "share_selection_across_beams", False)
-    args.mix_decay_updates = getattr(args, "mix_decay_updates", None)
-    args.sparse_generation_path = getattr(args, "sparse_generation_path", "auto")
-
-
 @register_model_architecture("sparse_bart", "sparse_bart_large")
 def sparse_bart_large_architecture(args):
-    sparse_bart_defaults(args)
+    """BART-large dimensions, the paper's."""
+    DEFAULTS.fill(args)
     bart_large_architecture(args)
 
 
 @register_model_architecture("sparse_bart", "sparse_bart_base")
 def sparse_bart_base_architecture(args):
-    sparse_bart_defaults(args)
+    DEFAULTS.fill(args)
     bart_base_architecture(args)
 
 

@@ -45,7 +45,6 @@ The protocol (Section III-A): the encoding of each document is unique, its
 values are bounded, and not remarkably larger than the token positional
 encoding (whose sinusoids lie in [-1, 1]).
 """
-import argparse
 from typing import Optional
 
 import torch
@@ -136,46 +135,6 @@ class DocumentAwarePositionalEncoding(nn.Module):
             self.register_buffer("random_values", torch.rand(RANDOM_TABLE_SIZE) * 2 - 1)
         else:
             self.random_values = None
-
-    @staticmethod
-    def add_args(parser: argparse.ArgumentParser) -> None:
-        """The flags of this encoding; any model can call this in ``add_args``."""
-        parser.add_argument(
-            "--doc-position-fn", choices=DOC_POSITION_FUNCTIONS, default="sin",
-            help="document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (paper), cos, "
-                 "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
-                 "linear = slope*k, same = one value for all documents, random = fixed random value per document",
-        )
-        parser.add_argument(
-            "--doc-position-alpha", type=float, default=0.1,
-            help="alpha of Eq. 2, the weight of the document encoding (paper: 0.1)",
-        )
-        parser.add_argument(
-            "--doc-position-linear-slope", type=float, default=1.0,
-            help="slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)",
-        )
-        parser.add_argument(
-            "--doc-position-offset", type=int, default=0,
-            help="k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
-                 "comparison of Table IV holds; 1: k = 1..q as in its notation)",
-        )
-        parser.add_argument(
-            "--doc-token-positions", choices=TOKEN_POSITION_MODES, default="per-document",
-            help="token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
-                 "(positions over the concatenated source)",
-        )
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace, embed_dim: int, padding_idx: int):
-        return cls(
-            embed_dim,
-            padding_idx,
-            function=getattr(args, "doc_position_fn", "sin"),
-            alpha=getattr(args, "doc_position_alpha", 0.1),
-            linear_slope=getattr(args, "doc_position_linear_slope", 1.0),
-            offset=getattr(args, "doc_position_offset", 0),
-            token_positions=getattr(args, "doc_token_positions", "per-document"),
-        )
 
     def document_encoding(self, doc_ids: Tensor) -> Tensor:
         """``Stack_dim(f_doc(k))`` (Eq. 3): ``[B, T]`` document ids -> ``[B, T, dim]``
