@@ -41,7 +41,6 @@ paper's model), ``linear`` (one linear layer), ``arithmetic`` (fixed weights
 ``arithmetic-root`` (``ROOT`` first); ``--dependency-mask-on values`` is the
 "added on values" variant: ``MHAtt_i = sum_j A_ij V_j + sum_j M_ij V_j``.
 """
-import argparse
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -204,52 +203,6 @@ class DependencyRelationEncoder(nn.Module):
             self.register_buffer(
                 "fixed_relation_weights", arithmetic_relation_weights(arithmetic_relation_order(variant))
             )
-
-    @staticmethod
-    def add_args(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument(
-            "--dependency-encoder", choices=DEPENDENCY_ENCODERS, default="mlp",
-            help="relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (paper, Eq. 7); "
-                 "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
-                 "by relation frequency [core dependents first | ROOT first]",
-        )
-        parser.add_argument(
-            "--dependency-encoder-hidden-dim", type=int, default=64,
-            help="hidden size of F_depEnc (not given in the paper)",
-        )
-        parser.add_argument(
-            "--dependency-leaky-relu-slope", type=float, default=0.01,
-            help="negative slope of F_depEnc's LeakyReLU (PyTorch's default; not given in the paper)",
-        )
-        parser.add_argument(
-            "--dependency-arc-direction", choices=ARC_DIRECTIONS, default="both",
-            help="which cells an arc fills: both (M_ij = M_ji, default), dependent-to-head (row = dependent) "
-                 "or head-to-dependent",
-        )
-        parser.add_argument(
-            "--dependency-no-arc-encoding", action="store_true",
-            help="give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
-        )
-        parser.add_argument(
-            "--dependency-mask-on", choices=MASK_TARGETS, default="weights",
-            help="weights: A~ = M*A + A on the attention weights (Eq. 9, paper); values: "
-                 "out = A V + M V (Table VI 'added on values')",
-        )
-        parser.add_argument(
-            "--dependency-layers", type=str, default="all",
-            help="encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask; "
-                 "'all' (default)",
-        )
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "DependencyRelationEncoder":
-        return cls(
-            variant=getattr(args, "dependency_encoder", "mlp"),
-            hidden_dim=getattr(args, "dependency_encoder_hidden_dim", 64),
-            negative_slope=getattr(args, "dependency_leaky_relu_slope", 0.01),
-            direction=getattr(args, "dependency_arc_direction", "both"),
-            encode_no_arc=getattr(args, "dependency_no_arc_encoding", False),
-        )
 
     def relation_weights(self) -> Tensor:
         """``F_depEnc(v_rel)`` for every one-hot relation vector: ``[R]``."""
