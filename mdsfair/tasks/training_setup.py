@@ -55,8 +55,9 @@ def check_bf16_device(cfg) -> None:
 
 FULLY_SHARDED_REFUSED = (
     "--ddp-backend fully_sharded (fairseq's FSDP through fairscale) is not supported by mdsfair: fairscale's "
-    "FSDP validates its process group on CUDA, so it cannot run or be tested on CPU, and it has not been "
-    "verified on a GPU with mdsfair's models; use data parallelism (--ddp-backend c10d on GPUs) with "
+    "FSDP path needs CUDA (on CPU it fails: 'Torch not compiled with CUDA enabled', or KeyError 'all_gather' "
+    "with compute_device=cpu under gloo), so it cannot be tested here, and it has not been verified on a GPU "
+    "with mdsfair's models; use data parallelism (--ddp-backend c10d on GPUs) with "
     "--checkpoint-activations and --update-freq to fit a long source (README, 'Memory at the papers' sizes')"
 )
 CPU_C10D_REFUSED = (
