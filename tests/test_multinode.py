@@ -90,7 +90,7 @@ def test_two_torchrun_nodes_equal_one_process_with_update_freq_2(data_bin, tmp_p
 
 
 def test_fully_sharded_is_refused_with_the_alternative(data_bin, tmp_path):
-    """fairscale's FSDP validates its process group on CUDA: refused by
+    """fairseq's FSDP path (fairscale) needs CUDA: refused by
     mdsfair-train before fairseq starts, and by the task for fairseq-train."""
     script = tmp_path / "mdsfair_train.py"
     script.write_text(TRAIN_SCRIPT, encoding="utf-8")
