@@ -219,6 +219,36 @@ def test_wikidomains_reads_json_and_csv_and_prefixes_the_domain(tmp_path):
     assert_accounted(report)
 
 
+def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
+    """An empty section text (two <REVBREAK>s with only spaces between, or a trailing one) is dropped and
+    counted as empty_section, the rest of the article kept; an article of only empty sections is bad input;
+    --error-on-empty-document makes an empty section bad input too."""
+    (tmp_path / "Software").mkdir()
+    path = write_jsonl(tmp_path / "Software" / "test.json", [
+        {"source": "Overview text. <REVBREAK>   <REVBREAK> History text.", "target": "S is software."},
+        {"source": "Lone section. <REVBREAK> ", "target": "T is software."},
+        {"source": " <REVBREAK> ", "target": "U is software."},
+    ])
+    with pytest.raises(InputFormatError) as caught:
+        run("wikidomains", path, tmp_path, split="test")
+    assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
+    assert "all 2 documents are empty" in str(caught.value)
+    clusters, report = run("wikidomains", path, tmp_path, split="test", skip_bad=True)
+    assert clusters == [
+        {"id": "Software-test-0", "documents": ["Overview text.", "History text."], "summary": "S is software."},
+        {"id": "Software-test-1", "documents": ["Lone section."], "summary": "T is software."},
+    ]
+    assert dict(report.dropped_documents) == {"empty_section": 2}
+    assert dict(report.skipped) == {"empty_cluster": 1} and report.documents_written == 3
+    assert_accounted(report)
+    clusters, report = run("wikidomains", path, tmp_path, split="test", skip_bad=True, error_on_empty_document=True)
+    assert clusters == []
+    assert dict(report.skipped) == {"empty_document": 2, "empty_cluster": 1}
+    assert "empty section 2" in report.skipped_examples[0] and "empty section 2" in report.skipped_examples[1]
+    assert not report.dropped_documents
+    assert_accounted(report)
+
+
 def test_mred_plus_splits_reviews_rebuttals_and_paragraphs(tmp_path):
     clusters, report = run("mred_plus", FIXTURES / "mred_plus" / "mred" / "test_rebuttal.json", tmp_path,
                            split="test")
@@ -353,6 +383,70 @@ def test_hf_multi_news_preset_on_parquet(tmp_path):
     # The file itself reads the same; an explicit separator overrides the preset's.
     clusters, _ = run("hf", path, tmp_path, preset="multi_news", document_separator="NONE")
     assert [len(c["documents"]) for c in clusters] == [1, 1, 1]
+
+
+# ccdv/arxiv-summarization and ccdv/pubmed-summarization (their dataset cards): columns article, abstract; the
+# pre-tokenized text of Cohan et al. 2018 joined with spaces, "\n" between paragraphs; no id column. The Hub's
+# Parquet has one folder per config ("section", the default, and "document"), a folder per split in it.
+SCIENTIFIC_PAPERS_ROWS = {
+    "article": ["we study a toy model .\nits spectrum is computed exactly .\nthe gap closes .",
+                "  \n ",
+                "patients were enrolled in 2001 .\n\noutcomes improved ."],
+    "abstract": ["we study the spectrum of a toy model .\nthe gap closes at weak coupling .",
+                 "an abstract without a body .",
+                 "outcomes of a trial ."],
+}
+
+
+@pytest.mark.parametrize("preset", ["arxiv", "pubmed"])
+def test_hf_arxiv_and_pubmed_presets_on_the_ccdv_parquet_layout(preset, tmp_path):
+    section_config = tmp_path / "section"
+    write_parquet(section_config / "validation" / "0000.parquet", SCIENTIFIC_PAPERS_ROWS)
+    write_parquet(section_config / "train" / "0000.parquet", {"article": ["a train paper ."],
+                                                              "abstract": ["train abstract ."]})
+    # The second paper's article is only whitespace (PubMed has such papers): an empty cluster, bad input.
+    with pytest.raises(InputFormatError) as caught:
+        run("hf", section_config, tmp_path, split="val", preset=preset)
+    assert (caught.value.path, caught.value.line, caught.value.reason) == (
+        str(section_config / "validation" / "0000.parquet"), 2, "empty_cluster")
+    clusters, report = run("hf", section_config, tmp_path, split="val", preset=preset, skip_bad=True)
+    # The article is one document (single newlines are not paragraph breaks; a blank line is); the abstract
+    # is one line; ids are SPLIT-ROW since the layout has no id column.
+    assert clusters == [
+        {"id": "val-0", "documents": ["we study a toy model . its spectrum is computed exactly . the gap closes ."],
+         "summary": "we study the spectrum of a toy model . the gap closes at weak coupling ."},
+        {"id": "val-2", "documents": ["patients were enrolled in 2001 .\n\noutcomes improved ."],
+         "summary": "outcomes of a trial ."},
+    ]
+    assert report.records_read == 3 and report.clusters_written == 2 and report.documents_written == 2
+    assert dict(report.skipped) == {"empty_cluster": 1} and not report.dropped_documents
+    assert_accounted(report)
+    clusters, _ = run("hf", section_config, tmp_path, split="train", preset=preset)
+    assert clusters == [{"id": "train-0", "documents": ["a train paper ."], "summary": "train abstract ."}]
+
+
+def test_hf_cnn_dailymail_preset_on_the_hub_parquet_layout(tmp_path):
+    """abisee/cnn_dailymail's Parquet (config folder 3.0.0/, files SPLIT-0000N-of-0000M.parquet; columns
+    article, highlights, id) gives the clusters that mdsfair-convert cnn_dailymail gives for the CSV export."""
+    config = tmp_path / "3.0.0"
+    rows = read_jsonl(FIXTURES / "cnn_dailymail" / "validation.jsonl")
+    columns = {name: [row[name] for row in rows] for name in ("article", "highlights", "id")}
+    write_parquet(config / "test-00000-of-00001.parquet", columns)
+    write_parquet(config / "train-00000-of-00001.parquet", {"article": ["Train story."], "highlights": ["Train ."],
+                                                            "id": ["0003"]})
+    clusters, report = run("hf", config, tmp_path, split="test", preset="cnn_dailymail")
+    assert clusters == CNNDM_EXPECTED
+    # The highlights' newline-separated sentences are one summary line; the article's blank line is kept.
+    assert "\n" in columns["highlights"][0] and "\n\n" in clusters[0]["documents"][0]
+    assert report.records_read == 2 and report.clusters_written == 2 and report.documents_written == 2
+    assert not report.skipped and not report.dropped_documents
+    assert_accounted(report)
+    clusters, _ = run("hf", config, tmp_path, split="train", preset="cnn_dailymail")
+    assert clusters == [{"id": "0003", "documents": ["Train story."], "summary": "Train ."}]
+    # Without the preset the default columns (document, summary) are not there: named in the error.
+    with pytest.raises(InputFormatError, match=r"column\(s\) \['document', 'summary'\] not in the table's columns "
+                                               r"\['article', 'highlights', 'id'\]"):
+        run("hf", config, tmp_path, split="test")
 
 
 def test_hf_folder_of_splits_picks_the_split(tmp_path):
