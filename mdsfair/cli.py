@@ -127,13 +127,23 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
     ``--bf16`` without a TPU stack is refused before fairseq starts; under
     ``torchrun`` the distributed flags it implies are filled in
-    (:func:`with_torchrun_settings`); Ctrl-C prints one line and exits 130."""
+    (:func:`with_torchrun_settings`); a checkpoint that cannot be resumed
+    (empty, cut, needing pickle, another architecture or dictionary) is one
+    ``error:`` line and exit 1; Ctrl-C prints one line and exits 130."""
     argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
+    from mdsfair.checkpoint_loading import UntrustedCheckpointError
+    from mdsfair.checkpoints import ArchitectureChangeError, CheckpointFileError, DictionaryMismatchError
+
     try:
         _run(cli_main, "mdsfair-train", argv)
+    except (CheckpointFileError, UntrustedCheckpointError, ArchitectureChangeError, DictionaryMismatchError) as error:
+        # an empty, cut or pickle-needing --restore-file / checkpoint_last.pt, a resume with another
+        # architecture or dictionary: the message names the file and what to do, no traceback
+        sys.stderr.write(f"mdsfair-train: error: {error}\n")
+        raise SystemExit(1)
     except KeyboardInterrupt:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
         # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp

@@ -249,6 +249,41 @@ def test_generate_refuses_an_empty_or_truncated_checkpoint(data_bin, tmp_path, k
     assert snapshot(data_bin, tmp_path) == before and not (tmp_path / "results").exists()
 
 
+@pytest.mark.parametrize("kind", ["empty", "truncated", "hostile"])
+def test_train_refuses_a_restore_file_it_cannot_resume_in_one_line(data_bin, tmp_path, kind):
+    """mdsfair-train --restore-file with an empty, cut or pickle-needing
+    checkpoint: one error line naming the file, exit 1, nothing written."""
+    checkpoint = tmp_path / "restore.pt"
+    marker = tmp_path / "ran.txt"
+    if kind == "empty":
+        checkpoint.write_bytes(b"")
+        message = f"mdsfair-train: error: checkpoint {checkpoint} is empty (0 bytes): an interrupted save"
+    elif kind == "truncated":
+        torch.save({"model": {"weight": torch.zeros(64, 64)}}, checkpoint)
+        whole = checkpoint.read_bytes()
+        checkpoint.write_bytes(whole[: len(whole) // 2])
+        message = f"mdsfair-train: error: cannot read checkpoint {checkpoint} ({len(whole) // 2} bytes)"
+    else:
+        torch.save({"model": {}, "payload": WritesMarker(str(marker))}, checkpoint)
+        message = f"mdsfair-train: error: {checkpoint}: the checkpoint pickles io.open"
+    save_dir = tmp_path / "checkpoints"
+    before = snapshot(data_bin, tmp_path)
+    result = run_cli(["-c", "from mdsfair.cli import train_main; train_main()", data_bin, "--task",
+                      "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers",
+                      "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
+                      "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads",
+                      "2", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096", "--max-update", "1",
+                      "--cpu", "--no-progress-bar", "--restore-file", str(checkpoint), "--save-dir", str(save_dir)],
+                     tmp_path)
+    refused(result, message)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not marker.exists()
+    after = snapshot(data_bin, tmp_path)
+    assert {k: v for k, v in after.items() if not k.startswith(str(save_dir))} == before
+    assert not any(name.endswith(".pt") for name in after if name.startswith(str(save_dir)))
+
+
 def test_rouge_warns_about_a_reference_without_a_word(tmp_path):
     references = tmp_path / "references.txt"
     references.write_text("the budget passed .\n... !!!\n", encoding="utf-8")

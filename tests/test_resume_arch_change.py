@@ -99,6 +99,8 @@ def test_mdsfair_train_refuses_the_same_with_restore_file(trained, tmp_path):
     assert (f"resuming from checkpoint {last}: this run's model differs from the one that saved it "
             "(--encoder-attention-heads 4 in the checkpoint, 8 now; --encoder-normalize-before False in the "
             "checkpoint, True now)") in result.stdout + result.stderr
+    assert result.stderr.rstrip().splitlines()[-1].startswith("mdsfair-train: error: resuming from checkpoint")
+    assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "other" / "checkpoint_last.pt")
 
 
