@@ -55,6 +55,15 @@ def preprocess(paths, dest, *extra):
     return run([*split_args(paths), "--destdir", str(dest), "--vocab-size", "60", "--no-progress-bar", *extra])
 
 
+def refused_preprocess(paths, dest, capsys, *extra) -> str:
+    """Run mdsfair-preprocess expecting its refusal (exit 1); its stderr."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as info:
+        preprocess(paths, dest, *extra)
+    assert info.value.code == 1
+    return capsys.readouterr().err
+
+
 def snapshot(folder):
     """Every file under ``folder`` (hidden ones too) with its SHA-256."""
     listing = {}
@@ -92,10 +101,7 @@ def test_a_folder_mdsfair_did_not_write_is_refused_and_nothing_removed(tmp_path,
     (user / "train.src").write_text("raw source text\n", encoding="utf-8")
     (user / "notes.txt").write_text("my notes\n", encoding="utf-8")
     before = snapshot(user)
-    with pytest.raises(SystemExit) as info:
-        preprocess(paths, user, *(["--overwrite"] if overwrite else []))
-    assert info.value.code == 1
-    err = capsys.readouterr().err
+    err = refused_preprocess(paths, user, capsys, *(["--overwrite"] if overwrite else []))
     assert (f"--destdir {user} is not empty and holds no mdsfair.json, so mdsfair-preprocess did not write it; "
             "it holds 2 entries: notes.txt, train.src.") in err
     assert "--overwrite" not in err  # never recommended for a folder mdsfair did not write
@@ -285,11 +291,7 @@ def test_a_stale_lock_is_reported_and_removed_only_with_break_stale_lock(tmp_pat
              "started_epoch": time.time() - 60, "command": "mdsfair-preprocess --destdir bin", "staging": staging}
     (dest / LOCK_NAME).write_text(json.dumps(owner), encoding="utf-8")
     before = snapshot(dest)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        preprocess(paths, dest, "--overwrite")
-    assert info.value.code == 1
-    err = capsys.readouterr().err
+    err = refused_preprocess(paths, dest, capsys, "--overwrite")
     assert (f"--destdir {dest} has a stale lock {dest / LOCK_NAME}: the run that made it (pid {pid} on host "
             f"{socket.gethostname()}, started 2026-01-01T00:00:00+00:00 (mdsfair-preprocess --destdir bin)) is no "
             "longer running (killed or crashed). Nothing was changed. Give --break-stale-lock to remove the lock "
@@ -438,11 +440,7 @@ def test_overwrite_refuses_a_manifest_naming_files_outside_the_folder(tmp_path, 
     edit(manifest)
     (dest / "mdsfair.json").write_text(json.dumps(manifest), encoding="utf-8")
     before = snapshot(tmp_path)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        preprocess(paths, dest, "--overwrite")
-    assert info.value.code == 1
-    err = capsys.readouterr().err
+    err = refused_preprocess(paths, dest, capsys, "--overwrite")
     assert (f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: refusing a manifest whose file "
             f"names leave the data-bin directory: {entry}") in err
     assert f"Nothing was removed; it holds {len(os.listdir(dest))} entries: dict.txt, mdsfair.json" in err
@@ -477,11 +475,7 @@ def test_overwrite_on_a_damaged_manifest_is_refused_and_its_hint_works(tmp_path,
     (dest / "notes.txt").write_text("mine\n", encoding="utf-8")
     (dest / "mdsfair.json").write_text(content, encoding="utf-8")
     before = snapshot(tmp_path)
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as info:
-        preprocess(paths, dest, "--overwrite")
-    assert info.value.code == 1
-    err = capsys.readouterr().err
+    err = refused_preprocess(paths, dest, capsys, "--overwrite")
     assert f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: the manifest {state}" in err
     assert f"Nothing was removed; it holds {len(os.listdir(dest))} entries: dict.txt, mdsfair.json, notes.txt" in err
     assert snapshot(tmp_path) == before
