@@ -71,6 +71,10 @@ DEFAULTS = FlagDefaults({
     "dependency_no_arc_encoding": False,
     "dependency_mask_on": "weights",
     "dependency_layers": "all",
+    # fairseq's Transformer flags where the paper differs from fairseq's base_architecture
+    "encoder_layers": 8,
+    "decoder_layers": 8,
+    "share_all_embeddings": True,
 })
 
 
@@ -293,7 +297,7 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
 
     @staticmethod
     def add_args(parser):
-        TransformerModel.add_args(parser)
+        DEFAULTS.add_base_arguments(parser, TransformerModel.add_args)
         parser.add_argument(
             "--no-doc-positions", action="store_true",
             help=DEFAULTS.help(
@@ -430,12 +434,8 @@ def dape_transformer_architecture(args):
     Transformer-base dimensions, dropout 0.1, shared source/target embeddings
     (one dictionary, as the OpenNMT Multi-News baseline it builds on).
     fairseq's ``base_architecture`` gives the rest (d 512, FFN 2048, 8
-    heads, dropout 0.1); the three lines below are the flags of fairseq's
-    Transformer where the paper differs from it (their help is fairseq's, so
-    they are not in :data:`DEFAULTS`)."""
-    args.encoder_layers = getattr(args, "encoder_layers", 8)
-    args.decoder_layers = getattr(args, "decoder_layers", 8)
-    args.share_all_embeddings = getattr(args, "share_all_embeddings", True)
+    heads, dropout 0.1); :data:`DEFAULTS` holds the fairseq Transformer
+    flags where the paper differs from it."""
     DEFAULTS.fill(args)
     base_architecture(args)
 

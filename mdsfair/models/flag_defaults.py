@@ -69,6 +69,17 @@ class FlagDefaults(Mapping):
         """``text`` followed by ``(default: VALUE)`` from the table."""
         return f"{text} (default: {self.describe(name)})"
 
+    def add_base_arguments(self, parser, add_args: Callable[[Any], None]) -> None:
+        """``add_args(parser)`` of a base model (fairseq's Transformer's,
+        BART's), then the help of each flag it added that this table holds
+        ends with this model's default: a model that overrides fairseq's own
+        defaults tables them like its own flags."""
+        first_new = len(parser._actions)  # an argument group shares its parser's action list
+        add_args(parser)
+        for action in parser._actions[first_new:]:
+            if action.dest in self._table:
+                action.help = self.help(action.dest, action.help or "")
+
     def fill(self, args, **architecture_values: Default) -> None:
         """Set every flag of the table (and every ``architecture_values`` name)
         that ``args`` lacks or holds as ``None``: the architecture's value

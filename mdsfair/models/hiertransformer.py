@@ -104,16 +104,6 @@ DEFAULTS = FlagDefaults({
 })
 
 
-def add_transformer_args(parser) -> None:
-    """fairseq's transformer flags (``TransformerModel.add_args``); those
-    that :data:`DEFAULTS` tables show this model's default in ``--help``."""
-    first_new = len(parser._actions)  # an argument group shares its parser's action list
-    TransformerModel.add_args(parser)
-    for action in parser._actions[first_new:]:
-        if action.dest in DEFAULTS:
-            action.help = DEFAULTS.help(action.dest, action.help)
-
-
 class GlobalTransformerLayer(nn.Module):
     """A global transformer layer (Eq. 13-23, Figure 2).
 
@@ -388,7 +378,7 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
 
     @staticmethod
     def add_args(parser):
-        add_transformer_args(parser)
+        DEFAULTS.add_base_arguments(parser, TransformerModel.add_args)
         parser.add_argument("--local-layers", type=int, metavar="N",
                             help=DEFAULTS.help("local_layers",
                                                "local transformer layers inside paragraphs (Eq. 11-12; Section 4)"))
