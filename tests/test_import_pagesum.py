@@ -113,6 +113,17 @@ def test_presets_are_the_authors_config():
     assert PRESETS["arxiv-section"]["discourse_unit"] == "section"
 
 
+def test_model_defaults_are_the_authors_multinews_setting():
+    """pagesum_bart's DEFAULTS table says it is Liu et al.'s multi-document
+    setting: document locality, 7 pages of 1,024 tokens, as config.py's
+    multinews entry (the preset above checks that entry against the file)."""
+    from mdsfair.models.pagesum_bart import DEFAULTS
+
+    preset = PRESETS["multinews"]
+    assert (DEFAULTS["locality"], DEFAULTS["num_pages"], DEFAULTS["page_tokens"]) == \
+        (preset["locality"], preset["pages"], preset["page_length"]) == ("document", 7, 1024)
+
+
 def reference_logits(hf, lin, pages, page_mask, decoder_input):
     """The authors' forward (``PageSumModel.forward``): encode the [B * P, L]
     pages independently, decode every page with the summary prefix repeated

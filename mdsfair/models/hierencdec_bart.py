@@ -440,8 +440,8 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
 
 def hierencdec_defaults(args):
     """HierEncDec's own defaults (:data:`DEFAULTS`) and 4,096 source
-    positions (Sec. 5.3, after Xiao et al. 2022; BART's own is 1,024, its
-    1,024 target positions are the paper's)."""
+    positions (Sec. 5.3, after Xiao et al. 2022; BART's own is 1,024); the
+    target keeps BART's 1,024 positions."""
     DEFAULTS.fill(args)
     args.max_source_positions = getattr(args, "max_source_positions", 4096)
 
