@@ -43,6 +43,13 @@ def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> 
         sys.argv = saved_argv
 
 
+def refused(prog: str, message: str, status: int) -> None:
+    """A refusal whose message says what to do: one ``PROG: error:`` line on
+    stderr instead of a traceback, then exit ``status``."""
+    sys.stderr.write(f"{prog}: error: {message}\n")
+    raise SystemExit(status)
+
+
 def interrupted(prog: str, what: str) -> None:
     """Ctrl-C: one line on stderr instead of a traceback, exit status 130
     (128 + SIGINT, as a shell reports it)."""
@@ -59,22 +66,21 @@ def check_train_arguments(argv: List[str]) -> None:
     if any(arg in ("--bf16", "--memory-efficient-bf16") for arg in argv) and importlib.util.find_spec("torch_xla") is None:
         from mdsfair.tasks.training_setup import BF16_NEEDS_TPU
 
-        sys.stderr.write(f"mdsfair-train: error: {BF16_NEEDS_TPU}\n")
-        raise SystemExit(2)
+        refused("mdsfair-train", BF16_NEEDS_TPU, 2)
     world = _flag_value(argv, "--distributed-world-size")
     if "--cpu" in argv and world is not None and int(world) > 1 and "--distributed-no-spawn" not in argv:
-        sys.stderr.write(
-            f"mdsfair-train: error: --cpu with --distributed-world-size {world}: fairseq starts one worker per "
+        refused(
+            "mdsfair-train",
+            f"--cpu with --distributed-world-size {world}: fairseq starts one worker per "
             "CUDA device (none on CPU), so nothing would train; launch the workers with torchrun instead: "
             f"torchrun --nproc-per-node {world} $(which mdsfair-train) ... --cpu (README, 'Training past one "
-            "machine')\n"
+            "machine')",
+            2,
         )
-        raise SystemExit(2)
     if any(arg in ("fully_sharded", "--ddp-backend=fully_sharded") for arg in argv):
         from mdsfair.tasks.training_setup import FULLY_SHARDED_REFUSED
 
-        sys.stderr.write(f"mdsfair-train: error: {FULLY_SHARDED_REFUSED}\n")
-        raise SystemExit(2)
+        refused("mdsfair-train", FULLY_SHARDED_REFUSED, 2)
 
 
 def _flag_value(argv: List[str], flag: str) -> Optional[str]:
@@ -142,8 +148,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     except (CheckpointFileError, UntrustedCheckpointError, ArchitectureChangeError, DictionaryMismatchError) as error:
         # an empty, cut or pickle-needing --restore-file / checkpoint_last.pt, a resume with another
         # architecture or dictionary: the message names the file and what to do, no traceback
-        sys.stderr.write(f"mdsfair-train: error: {error}\n")
-        raise SystemExit(1)
+        refused("mdsfair-train", str(error), 1)
     except KeyboardInterrupt:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
         # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp
@@ -187,8 +192,7 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
         _run(generate.cli_main, "mdsfair-generate", argv)
     except (CheckpointFileError, UntrustedCheckpointError) as error:
         # an empty, cut or pickle-needing --path: its message names the file and what to do, no traceback
-        sys.stderr.write(f"mdsfair-generate: error: {error}\n")
-        raise SystemExit(1)
+        refused("mdsfair-generate", str(error), 1)
     except KeyboardInterrupt:
         results = _flag_value(argv, "--results-path")
         if results is None:
