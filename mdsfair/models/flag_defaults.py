@@ -81,10 +81,11 @@ class FlagDefaults(Mapping):
                 action.help = self.help(action.dest, action.help or "")
 
     def fill(self, args, **architecture_values: Default) -> None:
-        """Set every flag of the table (and every ``architecture_values`` name)
-        that ``args`` lacks or holds as ``None``: the architecture's value
-        first, else the table's. Derived defaults (callables) see the values
-        filled before them, in table order."""
+        """Set every flag of the table that ``args`` lacks or holds as
+        ``None``: the architecture's value first, else the table's (an
+        architecture value for a flag outside the table is a ``KeyError``).
+        Derived defaults (callables) see the values filled before them, in
+        table order."""
         unknown = set(architecture_values) - set(self._table)
         if unknown:
             raise KeyError(f"architecture values for flags not in the model's table: {sorted(unknown)}")
