@@ -28,6 +28,11 @@ Every cell of the table is ``static + activations(n)``:
   and otherwise projected as the float32 figure times the median measured
   bf16/fp32 ratio. Each cell says ``m`` (measured) or ``p`` (projected).
 
+With ``--fit-gib G`` a configuration is measured only where its cell,
+projected from the float32 lengths measured before it (at least two; the
+lengths are measured shortest first, every system at one length before the
+next), fits in ``G`` GiB; the others stay projected and say so.
+
 The last table gives, per system, the largest source length (multiple of 256,
 up to 16,384) whose projected step fits on a 24, 40 and 80 GB GPU with 1 GiB
 left for the CUDA context, in 16-bit with activation checkpointing (the
@@ -79,6 +84,8 @@ STATIC_BYTES_PER_PARAMETER = {"fp32": (4, 12), "bf16": (2, 18)}
 def static_bytes(counted: Dict[str, int], dtype: str) -> float:
     per_weight, per_trainable = STATIC_BYTES_PER_PARAMETER[dtype]
     return counted["parameters"] * per_weight + counted["trainable"] * per_trainable
+
+
 GPU_SIZES_GB = (24, 40, 80)
 CUDA_CONTEXT_GIB = 1.0
 GIB = 2**30
@@ -161,6 +168,15 @@ def activations_at(fit: Tuple[float, float, float], n: int) -> float:
     return max(a + b * n + c * n * n, 0.0)
 
 
+def projected_cell_gib(counted: Dict[str, int], dtype: str, fp32_runs: Dict[int, List[float]], n: int) -> float:
+    """A table cell projected before it is measured: the static memory in
+    ``dtype`` plus the activations at ``n`` of the fit through the medians of
+    the float32 runs measured so far (``{length: [MiB, ...]}``), in GiB."""
+    lengths = sorted(fp32_runs)
+    fit = fit_activations(lengths, [statistics.median(fp32_runs[m]) for m in lengths])
+    return (static_bytes(counted, dtype) + activations_at(fit, n) * MIB) / GIB
+
+
 def largest_fitting_length(static_bytes: float, fit, gpu_gb: int, cap: int = 16384, step: int = 256) -> int:
     """The largest multiple of ``step`` up to ``cap`` whose projected step fits
     on a ``gpu_gb`` GB (10^9 bytes) GPU with the CUDA context reserved; 0 when
@@ -191,6 +207,10 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
     parser.add_argument("--data", help="a data-bin with clusters longer than the longest length (default: synthesized)")
+    parser.add_argument("--fit-gib", type=float, default=None,
+                        help="measure a configuration only where its cell (static + activations, projected from "
+                             "the float32 lengths measured so far, at least two) fits in this many GiB; the others "
+                             "stay projected (e.g. 20 on a machine with 24 GiB)")
     parser.add_argument("--table-only", action="store_true",
                         help="measure nothing: print the tables from --measurements")
     parser.add_argument("--measurements", metavar="JSON",
@@ -207,8 +227,10 @@ def main(argv=None):
     parameters: Dict[str, Dict[str, int]] = {}
     max_source: Dict[str, int] = {}
     bf16_archs = args.archs[:1] if args.bf16_archs is None else args.bf16_archs
-    plan = [(arch, "fp32", n) for arch in args.archs for n in args.lengths]
-    plan += [(arch, "bf16", n) for arch in bf16_archs for n in args.bf16_lengths]
+    # length-major: every system at the shorter lengths first, so that each longer length is skipped or
+    # measured (--fit-gib) with the points measured just before, and an interrupted run has whole rows
+    plan = [(arch, "fp32", n) for n in sorted(args.lengths) for arch in args.archs]
+    plan += [(arch, "bf16", n) for n in sorted(args.bf16_lengths) for arch in bf16_archs]
     for arch in dict.fromkeys(arch for arch, _, _ in plan):
         counted = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data,
                                                       "vocabulary": paper_vocabulary_size(arch)})
@@ -225,6 +247,15 @@ def main(argv=None):
         for checkpointed in (False, True):
             if n in measured.get((arch, dtype, checkpointed), {}):
                 continue
+            if n > max_source[arch]:
+                continue  # beyond the system's position table: n/a in the table
+            known = measured.get((arch, "fp32", checkpointed), {})
+            if args.fit_gib is not None and len(known) >= 2:
+                projected = projected_cell_gib(parameters[arch], dtype, known, n)
+                if projected > args.fit_gib:
+                    print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: not measured, "
+                          f"projected {projected:.1f} GiB > --fit-gib {args.fit_gib:g}", flush=True)
+                    continue
             flags = ["--checkpoint-activations"] if checkpointed else []
             config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
                       "data": args.data, "source_tokens": n, "dtype": dtype}

@@ -4,6 +4,7 @@ on a step whose durations a fake clock controls; and that every benchmark
 script still imports (no heavy benchmark runs here)."""
 import glob
 import os
+import re
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -95,3 +96,82 @@ def test_every_benchmark_script_imports():
     result = subprocess.run([sys.executable, "-c", code, *names], cwd=REPO_ROOT, capture_output=True, text=True,
                             env=dict(os.environ, PYTHONPATH=REPO_ROOT))
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_checkpoint_checksum_benchmark_times_each_step_and_verifies_what_it_read_back(capsys, monkeypatch):
+    """The checksum benchmark on a tiny bart_base: four timed steps of the
+    same repeats, per-repeat ratios, and verification against the weights
+    read back (a checksum that did not match would raise)."""
+    from benchmarks import checkpoint_checksum
+    from mdsfair import checkpoints
+
+    verified = []
+    real_verify = checkpoints.verify_model_checksum
+    monkeypatch.setattr(checkpoints, "verify_model_checksum",
+                        lambda state, checksum, path: verified.append(len(checksum["tensors"])) or
+                        real_verify(state, checksum, path))
+    checkpoint_checksum.main([
+        "--vocab-size", "64", "--repeats", "2",
+        "--model-args", "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
+                        "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
+                        "--encoder-attention-heads 2 --decoder-attention-heads 2",
+    ])
+    out = capsys.readouterr().out
+    assert "bart_base, vocabulary 64" in out and "2 repeats" in out
+    for name in ("save", "checksum", "load", "verify"):
+        assert re.search(rf"^  {name} +[0-9.]+ s \([0-9.]+-[0-9.]+\)$", out, re.M), out
+    assert re.search(r"checksum / save +[0-9.]+x \([0-9.]+-[0-9.]+\)", out), out
+    assert re.search(r"verify / load +[0-9.]+x \([0-9.]+-[0-9.]+\)", out), out
+    assert len(verified) == 3 and verified[0] > 10  # warm-up + 2 repeats, every tensor of the model
+
+
+def test_memory_fit_is_quadratic_when_it_curves_up_and_linear_otherwise():
+    from benchmarks import memory
+
+    lengths = [512, 1024, 2048, 4096]
+    a, b, c = memory.fit_activations(lengths, [10 + 0.5 * n + 1e-4 * n * n for n in lengths])
+    assert (a, b, c) == pytest.approx((10, 0.5, 1e-4), rel=1e-6)
+    a, b, c = memory.fit_activations(lengths, [100 + 0.2 * n - 1e-5 * n * n for n in lengths])
+    assert c == 0 and b > 0  # bends down: a line instead, never a projection that turns negative
+    assert memory.fit_activations([2048], [300.0]) == (0.0, 300.0 / 2048, 0.0)
+
+
+def test_memory_fit_gib_measures_only_cells_that_fit_and_shortest_lengths_first(tmp_path, monkeypatch, capsys):
+    """--fit-gib: a configuration whose cell, projected from the lengths
+    measured before it, exceeds the limit is not run; lengths go shortest
+    first for every system, so the 2,048 point is measured before 4,096 is
+    judged."""
+    import json
+
+    from benchmarks import memory
+
+    counted = {"parameters": 10**6, "trainable": 10**6, "max_source": None}  # 16 MB static in fp32
+    # activations: "small" grows 0.1 MiB per token, "big" 4 MiB per token
+    slope = {"small": 0.1, "big": 4.0}
+    measured_order = []
+
+    def fake_in_fresh_process(function, config):
+        if function is memory.count_parameters:
+            return counted
+        measured_order.append((config["arch"], config["source_tokens"], bool(config["flags"])))
+        return {"peak_mib": slope[config["arch"]] * config["source_tokens"]}
+
+    monkeypatch.setattr(memory, "in_fresh_process", fake_in_fresh_process)
+    monkeypatch.setattr(memory, "TABLE_LENGTHS", (1024, 4096))
+    measurements = tmp_path / "m.json"
+    measurements.write_text(json.dumps({
+        f"{arch}/fp32/{variant}": {"512": [slope[arch] * 512], "1024": [slope[arch] * 1024]}
+        for arch in slope for variant in ("plain", "checkpointed")
+    }))
+    memory.main(["--archs", "small", "big", "--lengths", "2048", "4096", "--repeats", "1", "--bf16-archs",
+                 "--bf16-ratio", "0.7", "--fit-gib", "10", "--data", str(tmp_path), "--measurements",
+                 str(measurements)])
+    out = capsys.readouterr().out
+    # big: 2048 x 4 MiB = 8 GiB fits, 4096 x 4 MiB = 16 GiB does not; small fits everywhere
+    assert measured_order == [("small", 2048, False), ("small", 2048, True), ("big", 2048, False),
+                              ("big", 2048, True), ("small", 4096, False), ("small", 4096, True)]
+    assert "big fp32 plain n=4096: not measured, projected 16.0 GiB > --fit-gib 10" in out
+    saved = json.loads(measurements.read_text())
+    assert "4096" in saved["small/fp32/plain"] and "4096" not in saved["big/fp32/plain"]
+    assert re.search(r"^\| big \| 1 M \| 4,096 \| 16\.0 p \|", out, re.M)
+    assert re.search(r"^\| small \| 1 M \| 4,096 \| 0\.4 m \|", out, re.M)
