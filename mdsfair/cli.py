@@ -129,25 +129,38 @@ def with_torchrun_settings(argv: List[str], environ=os.environ) -> List[str]:
     return argv
 
 
+def checkpoint_refusals() -> tuple:
+    """The errors with which mdsfair refuses a checkpoint (``mdsfair/checkpoints.py``,
+    ``mdsfair/checkpoint_loading.py``): each message names the file and what to do,
+    so ``mdsfair-train`` and ``mdsfair-generate`` print it as one ``error:`` line."""
+    from mdsfair.checkpoint_loading import UntrustedCheckpointError
+    from mdsfair.checkpoints import (
+        ArchitectureChangeError,
+        CheckpointFileError,
+        CheckpointIntegrityError,
+        DictionaryMismatchError,
+    )
+
+    return (CheckpointFileError, CheckpointIntegrityError, UntrustedCheckpointError, ArchitectureChangeError,
+            DictionaryMismatchError)
+
+
 def train_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
     ``--bf16`` without a TPU stack is refused before fairseq starts; under
     ``torchrun`` the distributed flags it implies are filled in
     (:func:`with_torchrun_settings`); a checkpoint that cannot be resumed
-    (empty, cut, needing pickle, another architecture or dictionary) is one
+    (empty, cut, corrupted, needing pickle, another architecture or dictionary) is one
     ``error:`` line and exit 1; Ctrl-C prints one line and exits 130."""
     argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
-    from mdsfair.checkpoint_loading import UntrustedCheckpointError
-    from mdsfair.checkpoints import ArchitectureChangeError, CheckpointFileError, DictionaryMismatchError
-
     try:
         _run(cli_main, "mdsfair-train", argv)
-    except (CheckpointFileError, UntrustedCheckpointError, ArchitectureChangeError, DictionaryMismatchError) as error:
-        # an empty, cut or pickle-needing --restore-file / checkpoint_last.pt, a resume with another
-        # architecture or dictionary: the message names the file and what to do, no traceback
+    except checkpoint_refusals() as error:
+        # an empty, cut, corrupted or pickle-needing --restore-file / checkpoint_last.pt, a resume with
+        # another architecture or dictionary: the message names the file and what to do, no traceback
         refused("mdsfair-train", str(error), 1)
     except KeyboardInterrupt:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
@@ -178,20 +191,21 @@ def check_generation_arguments(argv: List[str]) -> None:
 
 def generate_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-generate``: ``fairseq-generate`` with ``--user-dir`` set to
-    mdsfair; impossible beam-search flags are refused before any model loads."""
+    mdsfair; impossible beam-search flags are refused before any model loads; a
+    checkpoint it refuses (:func:`checkpoint_refusals`: empty, cut, corrupted,
+    needing pickle, trained on another dictionary) is one ``error:`` line and
+    exit 1."""
     argv = sys.argv[1:] if argv is None else argv
     check_generation_arguments(argv)
     from fairseq_cli import generate
-
-    from mdsfair.checkpoint_loading import UntrustedCheckpointError
-    from mdsfair.checkpoints import CheckpointFileError
 
     original_main = generate.main
     generate.main = results_written_whole(original_main)
     try:
         _run(generate.cli_main, "mdsfair-generate", argv)
-    except (CheckpointFileError, UntrustedCheckpointError) as error:
-        # an empty, cut or pickle-needing --path: its message names the file and what to do, no traceback
+    except checkpoint_refusals() as error:
+        # an empty, cut, corrupted or pickle-needing --path, or a data-bin with another dictionary:
+        # its message names the file and what to do, no traceback
         refused("mdsfair-generate", str(error), 1)
     except KeyboardInterrupt:
         results = _flag_value(argv, "--results-path")

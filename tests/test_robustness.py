@@ -472,3 +472,44 @@ def test_pytest_configuration_filters_known_warnings_by_message_and_module_and_f
     ]
     with pytest.raises(UserWarning, match="from mdsfair"):
         warnings.warn_explicit("a notice from mdsfair", UserWarning, "rouge.py", 1, module="mdsfair.evaluation.rouge")
+
+
+@pytest.mark.slow  # three commands in fresh processes: the slow tier (README, Tests)
+def test_commands_refuse_a_foreign_dictionary_or_corrupted_weights_in_one_line(trained, other_data_bin, tmp_path):
+    """mdsfair-generate on a data-bin with another dictionary, and both
+    mdsfair-generate and mdsfair-train (--restore-file) on corrupted weights:
+    one ``error:`` line naming the checkpoint, exit 1, no traceback."""
+    import subprocess
+    import sys
+
+    from tests.utils import REPO_ROOT
+
+    corrupted = str(tmp_path / "corrupted.pt")
+    shutil.copyfile(trained["checkpoint"], corrupted)
+    flip_bytes_in_largest_tensor(corrupted)
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1")
+
+    def command(main, arguments):
+        return subprocess.run([sys.executable, "-c", f"from mdsfair.cli import {main}; {main}()", *arguments],
+                              cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=300)
+
+    generate_flags = ["--task", "multidoc_summarization", "--gen-subset", "test", "--beam", "2", "--max-len-b", "8",
+                      "--cpu", "--max-source-positions", "256"]
+    cases = [
+        (command("generate_main", [other_data_bin, "--path", trained["checkpoint"], *generate_flags]),
+         "mdsfair-generate: error: ", "--allow-dictionary-mismatch"),
+        (command("generate_main", [trained["data_bin"], "--path", corrupted, *generate_flags]),
+         f"mdsfair-generate: error: {corrupted}: the model weights do not match", "python -m mdsfair.checkpoints stamp"),
+        (command("train_main", [trained["data_bin"], *TINY_TRANSFORMER, "--max-source-positions", "256",
+                                "--max-target-positions", str(TRAIN_TARGET_LIMIT), "--optimizer", "adam", "--lr",
+                                "3e-3", "--max-tokens", "4096", "--max-update", "3", "--restore-file", corrupted,
+                                "--save-dir", str(tmp_path / "resumed"), "--cpu", "--no-progress-bar"]),
+         f"mdsfair-train: error: {corrupted}: the model weights do not match", "python -m mdsfair.checkpoints stamp"),
+    ]
+    for result, first, hint in cases:
+        output = result.stdout + result.stderr
+        assert result.returncode == 1, output[-3000:]
+        assert "Traceback" not in output, output[-3000:]
+        errors = [line for line in result.stderr.splitlines() if ": error: " in line]
+        assert len(errors) == 1 and errors[0].startswith(first) and hint in errors[0], output[-3000:]
+    assert trained["checkpoint"] in cases[0][0].stderr and os.path.abspath(other_data_bin) in cases[0][0].stderr
