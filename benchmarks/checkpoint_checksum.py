@@ -101,7 +101,9 @@ def main(argv=None):
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="mdsfair-checksum-bench-", dir=args.work_dir) as work_dir:
         state, parameters = build_state(args.arch, args.vocab_size, args.model_args, work_dir)
-        size = sum(t.numel() * t.element_size() for t in state.values() if torch.is_tensor(t))
+        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
+                    for t in state.values() if torch.is_tensor(t)}
+        size = sum(storages.values())
         print(f"device: CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), torch "
               f"{torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f} at "
               f"start; {args.arch}, vocabulary {args.vocab_size:,}: {parameters / 1e6:.1f} M parameters, "
