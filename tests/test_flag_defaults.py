@@ -31,6 +31,37 @@ def test_help_text_reads_the_table():
     assert table.help("heads", "heads") == "heads (default: the encoder's heads)"
 
 
+def test_documented_add_args_appends_each_tabled_default_once_with_the_outer_table():
+    """``@DEFAULTS.documented``: the flags a decorated ``add_args`` adds, its
+    base's included, end with the table's default; a decorated base
+    re-annotated by a derived table shows the derived default once."""
+    base = FlagDefaults({"window": 1024})
+    derived_table = base.extended(window=512, heads=8)
+
+    @base.documented
+    def base_args(parser):
+        parser.add_argument("--window", type=int, help="window size")
+        parser.add_argument("--other", help="not in the table")
+
+    @derived_table.documented
+    def derived_args(parser):
+        base_args(parser)
+        parser.add_argument("--heads", type=int, help="heads")
+
+    helps = {action.dest: action.help for action in _added(base_args)}
+    assert helps == {"window": "window size (default: 1024)", "other": "not in the table"}
+    helps = {action.dest: action.help for action in _added(derived_args)}
+    assert helps == {"window": "window size (default: 512)", "other": "not in the table",
+                     "heads": "heads (default: 8)"}
+
+
+def _added(add_args):
+    parser = argparse.ArgumentParser()
+    first = len(parser._actions)
+    add_args(parser)
+    return parser._actions[first:]
+
+
 def mdsfair_models_with_tables():
     models = []
     for name, cls in sorted(MODEL_REGISTRY.items()):

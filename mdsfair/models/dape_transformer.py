@@ -296,98 +296,76 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
     )
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
-        DEFAULTS.add_base_arguments(parser, TransformerModel.add_args)
+        TransformerModel.add_args(parser)
         parser.add_argument(
             "--no-doc-positions", action="store_true",
-            help=DEFAULTS.help(
-                "no_doc_positions",
-                "ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
-                "source, no document encoding"),
+            help=("ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
+                  "source, no document encoding"),
         )
         parser.add_argument(
             "--no-dependency-encoding", action="store_true",
-            help=DEFAULTS.help(
-                "no_dependency_encoding",
-                "ablation 'w/o depen en' (Table III): plain encoder self-attention, no dependency arcs needed"),
+            help="ablation 'w/o depen en' (Table III): plain encoder self-attention, no dependency arcs needed",
         )
         # document-aware positional encoding (DocumentAwarePositionalEncoding)
         parser.add_argument(
             "--doc-position-fn", choices=DOC_POSITION_FUNCTIONS,
-            help=DEFAULTS.help(
-                "doc_position_fn",
-                "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
-                "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
-                "linear = slope*k, same = one value for all documents, random = fixed random value per document"),
+            help=("document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
+                  "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
+                  "linear = slope*k, same = one value for all documents, random = fixed random value per document"),
         )
         parser.add_argument(
             "--doc-position-alpha", type=float,
-            help=DEFAULTS.help(
-                "doc_position_alpha", "alpha of Eq. 2, the weight of the document encoding (the paper's)"),
+            help="alpha of Eq. 2, the weight of the document encoding (the paper's)",
         )
         parser.add_argument(
             "--doc-position-linear-slope", type=float,
-            help=DEFAULTS.help("doc_position_linear_slope", "slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)"),
+            help="slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)",
         )
         parser.add_argument(
             "--doc-position-offset", type=int,
-            help=DEFAULTS.help(
-                "doc_position_offset",
-                "k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
-                "comparison of Table IV holds; 1: k = 1..q as in its notation)"),
+            help=("k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
+                  "comparison of Table IV holds; 1: k = 1..q as in its notation)"),
         )
         parser.add_argument(
             "--doc-token-positions", choices=TOKEN_POSITION_MODES,
-            help=DEFAULTS.help(
-                "doc_token_positions",
-                "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
-                "(positions over the concatenated source)"),
+            help=("token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
+                  "(positions over the concatenated source)"),
         )
         # linguistic-guided encoding (DependencyRelationEncoder, DependencyGuidedMultiheadAttention)
         parser.add_argument(
             "--dependency-encoder", choices=DEPENDENCY_ENCODERS,
-            help=DEFAULTS.help(
-                "dependency_encoder",
-                "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
-                "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
-                "by relation frequency [core dependents first | ROOT first]"),
+            help=("relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
+                  "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
+                  "by relation frequency [core dependents first | ROOT first]"),
         )
         parser.add_argument(
             "--dependency-encoder-hidden-dim", type=int,
-            help=DEFAULTS.help("dependency_encoder_hidden_dim", "hidden size of F_depEnc (not given in the paper)"),
+            help="hidden size of F_depEnc (not given in the paper)",
         )
         parser.add_argument(
             "--dependency-leaky-relu-slope", type=float,
-            help=DEFAULTS.help(
-                "dependency_leaky_relu_slope",
-                "negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)"),
+            help="negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)",
         )
         parser.add_argument(
             "--dependency-arc-direction", choices=ARC_DIRECTIONS,
-            help=DEFAULTS.help(
-                "dependency_arc_direction",
-                "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) "
-                "or head-to-dependent"),
+            help=("which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) "
+                  "or head-to-dependent"),
         )
         parser.add_argument(
             "--dependency-no-arc-encoding", action="store_true",
-            help=DEFAULTS.help(
-                "dependency_no_arc_encoding",
-                "give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0"),
+            help="give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
         )
         parser.add_argument(
             "--dependency-mask-on", choices=MASK_TARGETS,
-            help=DEFAULTS.help(
-                "dependency_mask_on",
-                "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
-                "out = A V + M V (Table VI 'added on values')"),
+            help=("weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
+                  "out = A V + M V (Table VI 'added on values')"),
         )
         parser.add_argument(
             "--dependency-layers", type=str,
-            help=DEFAULTS.help(
-                "dependency_layers",
-                "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, "
-                "or 'all'"),
+            help=("encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, "
+                  "or 'all'"),
         )
 
     @classmethod

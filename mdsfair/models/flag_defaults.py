@@ -13,8 +13,10 @@ the README. A model here declares its flags' defaults once::
 
 and then
 
-* ``add_args`` writes ``help=DEFAULTS.help("attention_window", "what it does")``,
-  which appends ``(default: 1024)`` read from the table. (fairseq 0.12's
+* ``add_args`` is decorated with ``@DEFAULTS.documented`` and writes
+  ``parser.add_argument("--attention-window", help="what it does")``; the
+  decorator appends ``(default: 1024)`` read from the table to the help of
+  every flag the table holds, the base model's too. (fairseq 0.12's
   ``fairseq-train --help`` prints its generic groups only, not a model's
   ``add_args``; the per-system READMEs document the flags, and tests check
   the defaults they state against the table, e.g.
@@ -32,9 +34,12 @@ defaults (``led_base`` and ``primera`` differ in window and positions), and an
 ``add_argument(default=...)`` value cannot be told apart from one the user
 typed, which is why fairseq itself leaves them out of legacy ``add_args``.
 """
+import functools
 from typing import Any, Callable, Dict, Iterator, Mapping, Union
 
 Default = Union[Any, Callable[[Any], Any]]
+#: the help text of an argparse action before its table default was appended
+_HELP_TEXT = "_mdsfair_help_text"
 
 
 class FlagDefaults(Mapping):
@@ -69,16 +74,26 @@ class FlagDefaults(Mapping):
         """``text`` followed by ``(default: VALUE)`` from the table."""
         return f"{text} (default: {self.describe(name)})"
 
-    def add_base_arguments(self, parser, add_args: Callable[[Any], None]) -> None:
-        """``add_args(parser)`` of a base model (fairseq's Transformer's,
-        BART's), then the help of each flag it added that this table holds
-        ends with this model's default: a model that overrides fairseq's own
-        defaults tables them like its own flags."""
-        first_new = len(parser._actions)  # an argument group shares its parser's action list
-        add_args(parser)
-        for action in parser._actions[first_new:]:
-            if action.dest in self._table:
-                action.help = self.help(action.dest, action.help or "")
+    def documented(self, add_args: Callable[[Any], None]) -> Callable[[Any], None]:
+        """Decorate a model's ``add_args``: after it ran, the help of every
+        flag it added (its own and its base model's, e.g. fairseq's
+        Transformer's or BART's) whose ``dest`` this table holds ends with
+        ``(default: VALUE)`` from the table. A flag is named once, in its
+        ``add_argument``; a model that overrides fairseq's own defaults
+        tables them like its own flags. A base ``add_args`` that is itself
+        decorated is re-annotated with this table, not twice."""
+
+        @functools.wraps(add_args)
+        def add_args_with_defaults(parser):
+            first_new = len(parser._actions)  # an argument group shares its parser's action list
+            add_args(parser)
+            for action in parser._actions[first_new:]:
+                if action.dest in self._table:
+                    text = getattr(action, _HELP_TEXT, action.help or "")
+                    setattr(action, _HELP_TEXT, text)
+                    action.help = self.help(action.dest, text)
+
+        return add_args_with_defaults
 
     def fill(self, args, **architecture_values: Default) -> None:
         """Set every flag of the table that ``args`` lacks or holds as

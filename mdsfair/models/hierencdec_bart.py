@@ -323,43 +323,34 @@ class HierEncDecBARTModel(MultiDocHubModel, BARTModel):
     )
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--no-hierarchical-encoder", action="store_true",
-            help=DEFAULTS.help(
-                "no_hierarchical_encoder",
-                "full encoder self-attention over all documents instead of attention within each document "
-                "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off)"),
+            help=("full encoder self-attention over all documents instead of attention within each document "
+                  "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off)"),
         )
         parser.add_argument(
             "--no-hierarchical-decoder", action="store_true",
-            help=DEFAULTS.help(
-                "no_hierarchical_decoder",
-                "stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)"),
+            help="stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off)",
         )
         parser.add_argument(
             "--no-position-restart", action="store_true",
-            help=DEFAULTS.help(
-                "no_position_restart",
-                "one position sequence over the whole source instead of restarting at every document "
-                "(Sec. 4.1.1; Table 3 'posres' off)"),
+            help=("one position sequence over the whole source instead of restarting at every document "
+                  "(Sec. 4.1.1; Table 3 'posres' off)"),
         )
         parser.add_argument(
             "--document-attention", choices=IMPLEMENTATIONS,
-            help=DEFAULTS.help(
-                "document_attention",
-                "implementation of the hierarchical encoder attention: 'blocked' computes attention per "
-                "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
-                "T x T matrix as the authors did (same numbers)"),
+            help=("implementation of the hierarchical encoder attention: 'blocked' computes attention per "
+                  "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
+                  "T x T matrix as the authors did (same numbers)"),
         )
         parser.add_argument(
             "--position-tiling", choices=TILING_METHODS,
-            help=DEFAULTS.help(
-                "position_tiling",
-                "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
-                "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
-                "including fairseq/HF's two offset rows as the authors' code does"),
+            help=("how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
+                  "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
+                  "including fairseq/HF's two offset rows as the authors' code does"),
         )
 
     @classmethod

@@ -377,72 +377,59 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     hub_description = "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads"
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
-        DEFAULTS.add_base_arguments(parser, TransformerModel.add_args)
+        TransformerModel.add_args(parser)
         parser.add_argument("--local-layers", type=int, metavar="N",
-                            help=DEFAULTS.help("local_layers",
-                                               "local transformer layers inside paragraphs (Eq. 11-12; Section 4)"))
+                            help="local transformer layers inside paragraphs (Eq. 11-12; Section 4)")
         parser.add_argument("--global-layers", type=int, metavar="N",
-                            help=DEFAULTS.help("global_layers",
-                                               "global transformer layers across paragraphs on top of the local "
-                                               "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"))
+                            help=("global transformer layers across paragraphs on top of the local "
+                                  "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"))
         parser.add_argument("--global-heads", type=int, metavar="N",
-                            help=DEFAULTS.help("global_heads",
-                                               "heads of multi-head pooling and inter-paragraph attention (1 = "
-                                               "Table 3's 'w/o MP')"))
+                            help=("heads of multi-head pooling and inter-paragraph attention (1 = "
+                                  "Table 3's 'w/o MP')"))
         parser.add_argument("--no-paragraph-position", action="store_true",
-                            help=DEFAULTS.help("no_paragraph_position",
-                                               "encode only the token position inside the paragraph, over all d "
-                                               "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
-                                               "rank and token position"))
+                            help=("encode only the token position inside the paragraph, over all d "
+                                  "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
+                                  "rank and token position"))
         parser.add_argument("--token-position-first", action="store_true",
-                            help=DEFAULTS.help("token_position_first",
-                                               "lay out the position encoding as [e_j ; e_i] (token position "
-                                               "first), as the hiersumm code does; the paper writes [e_i ; e_j] "
-                                               "(Eq. 9)"))
+                            help=("lay out the position encoding as [e_j ; e_i] (token position "
+                                  "first), as the hiersumm code does; the paper writes [e_i ; e_j] "
+                                  "(Eq. 9)"))
         parser.add_argument("--shared-inter-paragraph-attention", action="store_true",
-                            help=DEFAULTS.help("shared_inter_paragraph_attention",
-                                               "one single-head attention shared by all heads in the "
-                                               "inter-paragraph attention (the hiersumm code); the paper has "
-                                               "per-head W^z_q, W^z_k, W^z_v (Eq. 17-19)"))
+                            help=("one single-head attention shared by all heads in the "
+                                  "inter-paragraph attention (the hiersumm code); the paper has "
+                                  "per-head W^z_q, W^z_k, W^z_v (Eq. 17-19)"))
         parser.add_argument("--no-pooling-head-projection", action="store_true",
-                            help=DEFAULTS.help("no_pooling_head_projection",
-                                               "drop the per-head W^z_c of multi-head pooling (Eq. 16), as the "
-                                               "hiersumm code does"))
+                            help=("drop the per-head W^z_c of multi-head pooling (Eq. 16), as the "
+                                  "hiersumm code does"))
         parser.add_argument("--graph", choices=GRAPH_CHOICES,
-                            help=DEFAULTS.help("graph",
-                                               "graph-informed attention (Eq. 24): replace --graph-heads learned "
-                                               "inter-paragraph heads with the row-normalised paragraph graph read "
-                                               "from side data src_graph_similarity / src_graph_discourse "
-                                               "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"))
+                            help=("graph-informed attention (Eq. 24): replace --graph-heads learned "
+                                  "inter-paragraph heads with the row-normalised paragraph graph read "
+                                  "from side data src_graph_similarity / src_graph_discourse "
+                                  "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"))
         parser.add_argument("--graph-heads", type=int, metavar="N",
-                            help=DEFAULTS.help("graph_heads",
-                                               "learned heads the graph replaces in every global layer (Eq. 24; "
-                                               "the default is the paper's)"))
+                            help=("learned heads the graph replaces in every global layer (Eq. 24; "
+                                  "the default is the paper's)"))
         parser.add_argument("--decoder-position-encoding", choices=DECODER_POSITION_ENCODINGS,
-                            help=DEFAULTS.help("decoder_position_encoding",
-                                               "target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at "
-                                               "odd dimensions, frequency 10000^(-2i/d), first token at position "
-                                               "0), as the paper and the hiersumm decoder; 'fairseq' = fairseq's "
-                                               "SinusoidalPositionalEmbedding (sin half then cos half, from "
-                                               "position 2)"))
+                            help=("target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at "
+                                  "odd dimensions, frequency 10000^(-2i/d), first token at position "
+                                  "0), as the paper and the hiersumm decoder; 'fairseq' = fairseq's "
+                                  "SinusoidalPositionalEmbedding (sin half then cos half, from "
+                                  "position 2)"))
         parser.add_argument("--decoder-output-bias", action="store_true",
-                            help=DEFAULTS.help("decoder_output_bias",
-                                               "give the output projection a bias (its weight stays tied), as "
-                                               "hiersumm's generator nn.Linear(d, V)"))
+                            help=("give the output projection a bias (its weight stays tied), as "
+                                  "hiersumm's generator nn.Linear(d, V)"))
         parser.add_argument("--decoder-start-symbol", choices=DECODER_START_SYMBOLS,
-                            help=DEFAULTS.help("decoder_start_symbol",
-                                               "first decoder input: fairseq's </s> (eos) or <s> (bos), as "
-                                               "hiersumm's targets start with <S>"))
+                            help=("first decoder input: fairseq's </s> (eos) or <s> (bos), as "
+                                  "hiersumm's targets start with <S>"))
         parser.add_argument("--layernorm-eps", type=float, metavar="EPS",
-                            help=DEFAULTS.help("layernorm_eps",
-                                               "epsilon of every LayerNorm (the default is fairseq's; hiersumm "
-                                               "1e-6)"))
+                            help=("epsilon of every LayerNorm (the default is fairseq's; hiersumm "
+                                  "1e-6)"))
         parser.add_argument("--no-source-special-tokens", action="store_true",
-                            help=DEFAULTS.help("no_source_special_tokens",
-                                               "the encoder skips the data contract's <s> / </s> source tokens "
-                                               "(masked like padding, which equals removing them), so it reads "
-                                               "exactly the paragraphs, as the hiersumm code"))
+                            help=("the encoder skips the data contract's <s> / </s> source tokens "
+                                  "(masked like padding, which equals removing them), so it reads "
+                                  "exactly the paragraphs, as the hiersumm code"))
 
     @classmethod
     def build_model(cls, args, task):

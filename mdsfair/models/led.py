@@ -242,38 +242,31 @@ class LEDModel(MultiDocHubModel, BARTModel):
     )
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--attention-window", type=str,
-            help=DEFAULTS.help(
-                "attention_window",
-                "Longformer window per encoder layer: one even number for all layers or a comma list with one "
-                "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
-                "attention_window; 512 under the primera architecture, as the released checkpoints)"),
+            help=("Longformer window per encoder layer: one even number for all layers or a comma list with one "
+                  "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
+                  "attention_window; 512 under the primera architecture, as the released checkpoints)"),
         )
         parser.add_argument(
             "--global-attention", choices=GLOBAL_ATTENTION,
-            help=DEFAULTS.help(
-                "global_attention",
-                "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
-                "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
-                "the first token of every document (from the data-bin's document ids)"),
+            help=("tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
+                  "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
+                  "the first token of every document (from the data-bin's document ids)"),
         )
         parser.add_argument(
             "--longformer-attention", choices=IMPLEMENTATIONS,
-            help=DEFAULTS.help(
-                "longformer_attention",
-                "computation of the encoder attention (same numbers): 'fused' = every window through "
-                "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
-                "explicit banded score tensors (the portable reference, as Hugging Face computes them)"),
+            help=("computation of the encoder attention (same numbers): 'fused' = every window through "
+                  "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
+                  "explicit banded score tensors (the portable reference, as Hugging Face computes them)"),
         )
         parser.add_argument(
             "--max-encoder-positions", type=int,
-            help=DEFAULTS.help(
-                "max_encoder_positions",
-                "rows of the encoder's learned position table (4096 under the primera architecture, as the "
-                "released models); the task's --max-source-positions may not exceed it"),
+            help=("rows of the encoder's learned position table (4096 under the primera architecture, as the "
+                  "released models); the task's --max-source-positions may not exceed it"),
         )
 
     @classmethod

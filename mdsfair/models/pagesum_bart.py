@@ -308,77 +308,60 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
     )
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument(
             "--locality", choices=LOCALITIES,
-            help=DEFAULTS.help(
-                "locality",
-                "how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
-                "'discourse' = one page per discourse unit, 'document' = one page per document (the paper's "
-                "choice for multi-document summarization, Table 5)"),
+            help=("how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
+                  "'discourse' = one page per discourse unit, 'document' = one page per document (the paper's "
+                  "choice for multi-document summarization, Table 5)"),
         )
         parser.add_argument(
             "--num-pages", type=int,
-            help=DEFAULTS.help(
-                "num_pages",
-                "pages per example: the spatial chunk count, or the maximum number of discourse units / "
-                "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"),
+            help=("pages per example: the spatial chunk count, or the maximum number of discourse units / "
+                  "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"),
         )
         parser.add_argument(
             "--page-tokens", type=int,
-            help=DEFAULTS.help(
-                "page_tokens",
-                "maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
-                "are cut and counted"),
+            help=("maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
+                  "are cut and counted"),
         )
         parser.add_argument(
             "--max-page-positions", type=int,
-            help=DEFAULTS.help(
-                "max_page_positions",
-                "rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
-                "exceed it"),
+            help=("rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
+                  "exceed it"),
         )
         parser.add_argument(
             "--discourse-unit", choices=DISCOURSE_UNITS,
-            help=DEFAULTS.help(
-                "discourse_unit",
-                "discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
-                "paragraphs, e.g. an arXiv section given as one document with its title first"),
+            help=("discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
+                  "paragraphs, e.g. an arXiv section given as one document with its title first"),
         )
         parser.add_argument(
             "--page-overflow", choices=OVERFLOW_POLICIES,
-            help=DEFAULTS.help(
-                "page_overflow",
-                "more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
-                "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
-                "last page"),
+            help=("more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
+                  "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
+                  "last page"),
         )
         parser.add_argument(
             "--spatial-remainder-to-last-page", action="store_true",
-            help=DEFAULTS.help(
-                "spatial_remainder_to_last_page",
-                "authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
-                "remainder, so with fewer sentences than pages all of them are on the last page (off: chunk "
-                "sizes differ by at most one sentence, the paper's equal split)"),
+            help=("authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
+                  "remainder, so with fewer sentences than pages all of them are on the last page (off: chunk "
+                  "sizes differ by at most one sentence, the paper's equal split)"),
         )
         parser.add_argument(
             "--empty-pages", choices=EMPTY_PAGE_POLICIES,
-            help=DEFAULTS.help(
-                "empty_pages",
-                "a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
-                "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
-                "(Eq. 8 over the pages the example has); 'filler' is the authors' data_utils.py: "
-                "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
-                "the data's subword model) and is weighted like any page; needed to run their checkpoints "
-                "as trained"),
+            help=("a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
+                  "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
+                  "(Eq. 8 over the pages the example has); 'filler' is the authors' data_utils.py: "
+                  "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
+                  "the data's subword model) and is weighted like any page; needed to run their checkpoints "
+                  "as trained"),
         )
         parser.add_argument(
             "--global-decoding", action="store_true",
-            help=DEFAULTS.help(
-                "global_decoding",
-                "Table 7 alternative: encode pages separately but run one decoder over their concatenation "
-                "(no confidence layer)"),
+            help=("Table 7 alternative: encode pages separately but run one decoder over their concatenation "
+                  "(no confidence layer)"),
         )
 
     @classmethod

@@ -69,22 +69,21 @@ class ParagraphRankerModel(BaseFairseqModel):
         self.dropout_module = FairseqDropout(args.dropout, module_name=self.__class__.__name__)
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
         parser.add_argument("--ranker-embed-dim", type=int, metavar="N",
-                            help=DEFAULTS.help("ranker_embed_dim", "word embedding dimension"))
+                            help="word embedding dimension")
         parser.add_argument("--ranker-hidden-dim", type=int, metavar="N",
-                            help=DEFAULTS.help("ranker_hidden_dim", "hidden size of the title and paragraph LSTMs "
-                                                                    "(Section 4)"))
+                            help=("hidden size of the title and paragraph LSTMs "
+                                  "(Section 4)"))
         parser.add_argument("--dropout", type=float, metavar="D",
-                            help=DEFAULTS.help("dropout", "dropout before every linear layer (Section 4)"))
+                            help="dropout before every linear layer (Section 4)")
         parser.add_argument("--checkpoint-activations", action="store_true",
-                            help=DEFAULTS.help("checkpoint_activations",
-                                               "recompute the LSTM states in the backward pass instead of storing "
-                                               "them (less memory, more compute)"))
+                            help=("recompute the LSTM states in the backward pass instead of storing "
+                                  "them (less memory, more compute)"))
         parser.add_argument("--offload-activations", action="store_true",
-                            help=DEFAULTS.help("offload_activations",
-                                               "--checkpoint-activations, keeping the saved LSTM inputs in CPU "
-                                               "memory; sets --checkpoint-activations"))
+                            help=("--checkpoint-activations, keeping the saved LSTM inputs in CPU "
+                                  "memory; sets --checkpoint-activations"))
 
     @classmethod
     def build_model(cls, args, task):

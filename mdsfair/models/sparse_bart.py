@@ -374,49 +374,39 @@ class SparseBARTModel(MultiDocHubModel, BARTModel):
     )
 
     @staticmethod
+    @DEFAULTS.documented
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument("--top-r", type=int, metavar="R",
-                            help=DEFAULTS.help("top_r", "sentences kept by every cross-attention query (Eq. 6; the "
-                                               "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
+                            help=("sentences kept by every cross-attention query (Eq. 6; the "
+                                  "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
         parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
-                            help=DEFAULTS.help(
-                                "sentence_selection",
-                                "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
-                                "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
-                                "ideal->approx in training, one draw per forward pass shared by all layers; approx "
-                                "in evaluation and generation)"))
+                            help=("saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
+                                  "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+                                  "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+                                  "in evaluation and generation)"))
         parser.add_argument("--approximator", choices=APPROXIMATORS,
-                            help=DEFAULTS.help(
-                                "approximator",
-                                "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
-                                "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
-                                "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"))
+                            help=("model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
+                                  "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+                                  "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"))
         parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
-                            help=DEFAULTS.help(
-                                "sentence_encoder",
-                                "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
-                                "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
-                                "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
-                                "(multi-head pooling, no recurrence)"))
+                            help=("sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+                                  "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
+                                  "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+                                  "(multi-head pooling, no recurrence)"))
         parser.add_argument("--sentence-encoder-layers", type=int, metavar="N",
-                            help=DEFAULTS.help("sentence_encoder_layers",
-                                               "layers of the bidirectional GRU sentence encoder (App. A.1)"))
+                            help="layers of the bidirectional GRU sentence encoder (App. A.1)")
         parser.add_argument("--sentence-encoder-hidden-dim", type=int, metavar="D",
                             help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
                                  "BART-large) (default: --encoder-embed-dim)")
         parser.add_argument("--share-selection-across-beams", action="store_true",
-                            help=DEFAULTS.help(
-                                "share_selection_across_beams",
-                                "average the sentence scores over the beam hypotheses of a source before top-r "
-                                "(the authors' decoding); off: every hypothesis selects its own sentences"))
+                            help=("average the sentence scores over the beam hypotheses of a source before top-r "
+                                  "(the authors' decoding); off: every hypothesis selects its own sentences"))
         parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
-                            help=DEFAULTS.help(
-                                "sparse_generation_path",
-                                "how incremental generation reads the top-r sentences: gather their encoder states "
-                                "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
-                                "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
-                                "hypothesis keeps * heads <= 2 * N"))
+                            help=("how incremental generation reads the top-r sentences: gather their encoder states "
+                                  "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+                                  "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+                                  "hypothesis keeps * heads <= 2 * N"))
         parser.add_argument("--mix-decay-updates", type=int, metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
                                  "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
