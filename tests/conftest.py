@@ -1,10 +1,11 @@
-"""Test-session settings: one intra-op thread.
+"""Test-session settings: one intra-op thread, Ctrl-C not ignored.
 
 The tests run tiny models, for which thread start-up costs more than it
 saves; on a loaded 2-core machine two threads made a tiny transformer step ten
 times slower. The environment variable reaches the fairseq subprocesses too.
 """
 import os
+import signal
 
 import torch
 
@@ -22,3 +23,16 @@ def pytest_configure(config):
     import mdsfair
 
     mdsfair.register()
+    sigint_not_ignored()
+
+
+def sigint_not_ignored() -> None:
+    """A shell without job control starts a background job with SIGINT ignored
+    (``nohup pytest ... &``, ``cmd &`` in a script, some CI runners), Python
+    then keeps it ignored, and an ignored signal stays ignored across ``exec``:
+    the Ctrl-C tests would interrupt processes that never see it (a
+    ``KeyboardInterrupt`` that does not come, commands that run to their
+    timeout). The session restores Python's handler, so that the processes it
+    starts get SIGINT's default action, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -385,6 +385,24 @@ def test_ctrl_c_during_the_fork_of_the_sentencepiece_child_is_not_lost():
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_the_session_does_not_inherit_an_ignored_sigint():
+    """The Ctrl-C tests need SIGINT's default action; a background job of a
+    shell without job control starts with SIGINT ignored (tests/conftest.py
+    restores Python's handler, and the processes the tests start inherit it)."""
+    from tests.conftest import sigint_not_ignored
+
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        sigint_not_ignored()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
+                               capture_output=True, text=True, timeout=60)
+        assert "default_int_handler" in child.stdout, child.stdout + child.stderr
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def test_ctrl_c_during_the_fork_of_the_encoding_workers_is_raised_and_stops_them(tmp_path):
     from mdsfair.preprocess import binarize
 
