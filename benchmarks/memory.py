@@ -168,13 +168,22 @@ def activations_at(fit: Tuple[float, float, float], n: int) -> float:
     return max(a + b * n + c * n * n, 0.0)
 
 
-def projected_cell_gib(counted: Dict[str, int], dtype: str, fp32_runs: Dict[int, List[float]], n: int) -> float:
-    """A table cell projected before it is measured: the static memory in
-    ``dtype`` plus the activations at ``n`` of the fit through the medians of
-    the float32 runs measured so far (``{length: [MiB, ...]}``), in GiB."""
+def fit_of_runs(fp32_runs: Dict[int, List[float]], scale: float = 1.0) -> Tuple[float, float, float]:
+    """:func:`fit_activations` through the medians of float32 runs
+    (``{length: [MiB, ...]}``), times ``scale`` (the 16-bit / float32 ratio
+    for a 16-bit cell)."""
     lengths = sorted(fp32_runs)
-    fit = fit_activations(lengths, [statistics.median(fp32_runs[m]) for m in lengths])
-    return (static_bytes(counted, dtype) + activations_at(fit, n) * MIB) / GIB
+    a, b, c = fit_activations(lengths, [statistics.median(fp32_runs[m]) for m in lengths])
+    return a * scale, b * scale, c * scale
+
+
+def projected_cell_gib(counted: Dict[str, int], dtype: str, fp32_runs: Dict[int, List[float]], n: int,
+                       scale: float = 1.0) -> float:
+    """A projected table cell in GiB: the static memory in ``dtype`` plus the
+    activations at ``n`` of :func:`fit_of_runs`. Also how ``--fit-gib`` judges
+    a configuration before it is measured (``scale`` 1: a 16-bit step is
+    judged by its float32 activations, an upper bound)."""
+    return (static_bytes(counted, dtype) + activations_at(fit_of_runs(fp32_runs, scale), n) * MIB) / GIB
 
 
 def largest_fitting_length(static_bytes: float, fit, gpu_gb: int, cap: int = 16384, step: int = 256) -> int:
@@ -281,18 +290,18 @@ def main(argv=None):
     else:
         parser.error("no architecture measured in bfloat16: give --bf16-archs or --bf16-ratio")
 
+    def scale_of(dtype):
+        return bf16_ratio if dtype == "bf16" else 1.0
+
     def activation_fit(arch, dtype, checkpointed):
-        runs = measured[(arch, "fp32", checkpointed)]
-        a, b, c = fit_activations(sorted(runs), [statistics.median(runs[m]) for m in sorted(runs)])
-        scale = bf16_ratio if dtype == "bf16" else 1.0
-        return a * scale, b * scale, c * scale
+        return fit_of_runs(measured[(arch, "fp32", checkpointed)], scale_of(dtype))
 
     def cell(arch, dtype, checkpointed, n):
         runs = measured.get((arch, dtype, checkpointed), {})
-        static = static_bytes(parameters[arch], dtype)
         if n in runs:
-            return (static + statistics.median(runs[n]) * MIB) / GIB, "m"
-        return (static + activations_at(activation_fit(arch, dtype, checkpointed), n) * MIB) / GIB, "p"
+            return (static_bytes(parameters[arch], dtype) + statistics.median(runs[n]) * MIB) / GIB, "m"
+        return projected_cell_gib(parameters[arch], dtype, measured[(arch, "fp32", checkpointed)], n,
+                                  scale_of(dtype)), "p"
 
     columns = [(dtype, checkpointed) for dtype in ("fp32", "bf16") for checkpointed in (False, True)]
     names = {("fp32", False): "fp32", ("fp32", True): "fp32 + ckpt", ("bf16", False): "16-bit",
