@@ -15,13 +15,12 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from typing import Dict, List
 
 import pytest
 import torch
 
-from tests.utils import REPO_ROOT, make_tiny_data_bin
+from tests.utils import make_tiny_data_bin, run_python
 
 pytestmark = pytest.mark.slow  # the slow tier: README, Tests
 
@@ -41,10 +40,7 @@ def snapshot(*folders) -> Dict[str, str]:
 
 
 def run_cli(arguments: List[str], cwd) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    env.pop("MDSFAIR_TRUST_CHECKPOINTS", None)
-    return subprocess.run([sys.executable, *arguments], cwd=str(cwd), capture_output=True, text=True, env=env,
-                          timeout=300)
+    return run_python(arguments, cwd)
 
 
 def refused(result: subprocess.CompletedProcess, *messages: str) -> None:

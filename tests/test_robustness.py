@@ -26,7 +26,7 @@ from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, Truncati
 from mdsfair.evaluation import compare
 from mdsfair.evaluation.rouge import RougeInputError, cli_main as rouge_main, read_lines, score_files
 from mdsfair.hub_interface import MultiDocSummarizationHubInterface
-from tests.utils import USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin
+from tests.utils import USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin, run_python
 
 TRAIN_TARGET_LIMIT = 16
 TINY_TRANSFORMER = [
@@ -479,19 +479,12 @@ def test_commands_refuse_a_foreign_dictionary_or_corrupted_weights_in_one_line(t
     """mdsfair-generate on a data-bin with another dictionary, and both
     mdsfair-generate and mdsfair-train (--restore-file) on corrupted weights:
     one ``error:`` line naming the checkpoint, exit 1, no traceback."""
-    import subprocess
-    import sys
-
-    from tests.utils import REPO_ROOT
-
     corrupted = str(tmp_path / "corrupted.pt")
     shutil.copyfile(trained["checkpoint"], corrupted)
     flip_bytes_in_largest_tensor(corrupted)
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, OMP_NUM_THREADS="1")
 
     def command(main, arguments):
-        return subprocess.run([sys.executable, "-c", f"from mdsfair.cli import {main}; {main}()", *arguments],
-                              cwd=str(tmp_path), capture_output=True, text=True, env=env, timeout=300)
+        return run_python(["-c", f"from mdsfair.cli import {main}; {main}()", *arguments], tmp_path)
 
     generate_flags = ["--task", "multidoc_summarization", "--gen-subset", "test", "--beam", "2", "--max-len-b", "8",
                       "--cpu", "--max-source-positions", "256"]

@@ -58,6 +58,16 @@ def make_tiny_data_bin(
     return dest
 
 
+def run_python(arguments: List[str], cwd, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python ARGUMENTS`` in a fresh process, as a user runs mdsfair's
+    commands: this checkout first on the path, one intra-op thread, and
+    ``MDSFAIR_TRUST_CHECKPOINTS`` unset (checkpoints are verified)."""
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    env.pop("MDSFAIR_TRUST_CHECKPOINTS", None)
+    return subprocess.run([sys.executable, *arguments], cwd=str(cwd), capture_output=True, text=True, env=env,
+                          timeout=timeout)
+
+
 def fairseq_cli(module: str, args: List[str], cwd: Optional[str] = None, timeout: int = 600) -> str:
     """Run a fairseq command-line entry (``fairseq_cli.train`` ...) in a
     subprocess with mdsfair as user dir; returns its combined output and
