@@ -13,6 +13,7 @@ Ctrl-C prints one line, not a traceback, and exits with status 130:
 :func:`results_written_whole`), and ``mdsfair-train`` leaves only complete
 checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
 """
+import contextlib
 import os
 import sys
 from typing import Callable, List, Optional
@@ -58,12 +59,55 @@ def interrupted(prog: str, what: str) -> None:
     raise SystemExit(130)
 
 
+def asks_bf16(argv: List[str]) -> bool:
+    return any(arg in ("--bf16", "--memory-efficient-bf16") for arg in argv)
+
+
+def bf16_on_cuda(argv: List[str], cuda_available: Optional[bool] = None) -> bool:
+    """Whether ``--bf16`` (or ``--memory-efficient-bf16``) trains on a GPU:
+    a CUDA device is visible and the command line has neither ``--cpu`` nor
+    ``--tpu``. fairseq's ``options.py`` turns ``--bf16`` into ``--tpu``
+    unconditionally; on a GPU :func:`bf16_kept_on_cuda` undoes that, and
+    fairseq's trainer then trains in bfloat16 on the GPU (model and batches
+    cast to bfloat16, its ``FP16Optimizer`` keeps float32 master weights and
+    uses no loss scaler for bfloat16)."""
+    if not asks_bf16(argv) or "--cpu" in argv or "--tpu" in argv:
+        return False
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return bool(cuda_available)
+
+
+@contextlib.contextmanager
+def bf16_kept_on_cuda():
+    """While fairseq parses a training command line: ``--bf16`` stays
+    ``tpu=False`` (see :func:`bf16_on_cuda`), only for this command."""
+    from fairseq import options
+
+    original = options.parse_args_and_arch
+
+    def parse_args_and_arch(*args, **kwargs):
+        parsed = original(*args, **kwargs)
+        if getattr(parsed, "bf16", False):
+            parsed.tpu = False
+        return parsed
+
+    options.parse_args_and_arch = parse_args_and_arch
+    try:
+        yield
+    finally:
+        options.parse_args_and_arch = original
+
+
 def check_train_arguments(argv: List[str]) -> None:
     """Refused at once, before fairseq starts: ``--bf16`` (fairseq's TPU
-    mode) without torch_xla, and ``--ddp-backend fully_sharded``."""
+    mode) without torch_xla and without a GPU to train on in bfloat16
+    (:func:`bf16_on_cuda`), and ``--ddp-backend fully_sharded``."""
     import importlib.util
 
-    if any(arg in ("--bf16", "--memory-efficient-bf16") for arg in argv) and importlib.util.find_spec("torch_xla") is None:
+    if asks_bf16(argv) and importlib.util.find_spec("torch_xla") is None and not bf16_on_cuda(argv):
         from mdsfair.tasks.training_setup import BF16_NEEDS_TPU
 
         refused("mdsfair-train", BF16_NEEDS_TPU, 2)
@@ -156,8 +200,10 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
+    precision = bf16_kept_on_cuda() if bf16_on_cuda(argv) else contextlib.nullcontext()
     try:
-        _run(cli_main, "mdsfair-train", argv)
+        with precision:
+            _run(cli_main, "mdsfair-train", argv)
     except checkpoint_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --restore-file / checkpoint_last.pt, a resume with
         # another architecture or dictionary: the message names the file and what to do, no traceback

@@ -1,4 +1,6 @@
-"""Test-session settings: one intra-op thread, Ctrl-C not ignored.
+"""Test-session settings: one intra-op thread, Ctrl-C not ignored, the
+device of the model tests (``--device cuda`` or ``MDSFAIR_TEST_DEVICE=cuda``
+runs the model contract, every architecture, on the GPU).
 
 The tests run tiny models, for which thread start-up costs more than it
 saves; on a loaded 2-core machine two threads made a tiny transformer step ten
@@ -7,10 +9,20 @@ times slower. The environment variable reaches the fairseq subprocesses too.
 import os
 import signal
 
+import pytest
 import torch
 
 os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--device", choices=["cpu", "cuda"], default=os.environ.get("MDSFAIR_TEST_DEVICE", "cpu"),
+        help="device of the model-contract tests (tests/test_model_contract.py: every architecture's forward, "
+             "beam search, save/load, hub, bf16/fp16, activation checkpointing, --update-freq through fairseq's "
+             "Trainer); default $MDSFAIR_TEST_DEVICE or cpu",
+    )
 
 
 def pytest_configure(config):
@@ -24,6 +36,10 @@ def pytest_configure(config):
 
     mdsfair.register()
     sigint_not_ignored()
+    device = config.getoption("--device")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise pytest.UsageError("--device cuda (or MDSFAIR_TEST_DEVICE=cuda) but torch sees no CUDA device")
+    os.environ["MDSFAIR_TEST_DEVICE"] = device  # read by tests/model_contract.py: test_device()
 
 
 def sigint_not_ignored() -> None:

@@ -138,9 +138,9 @@ def _is_stochastic_arg(name: str, value) -> bool:
     return name in KNOWN_STOCHASTIC_ARGS or any(marker in name for marker in STOCHASTIC_ARG_MARKERS)
 
 
-def parse_training_config(train_args: Sequence[str], data_dir: str, seed: int = 1):
-    """fairseq-train's configuration for ``data_dir`` + ``train_args`` (CPU,
-    mdsfair as user dir, ``--seed seed`` replacing any seed in ``train_args``),
+def parse_training_config(train_args: Sequence[str], data_dir: str, seed: int = 1, cpu: bool = True):
+    """fairseq-train's configuration for ``data_dir`` + ``train_args`` (CPU
+    unless ``cpu`` is False, then fairseq's GPU default; mdsfair as user dir, ``--seed seed`` replacing any seed in ``train_args``),
     with dropout-like randomness off (see the module docstring); SGD when
     ``train_args`` name no optimizer."""
     from fairseq import options
@@ -150,7 +150,7 @@ def parse_training_config(train_args: Sequence[str], data_dir: str, seed: int = 
         raise FileNotFoundError(f"data directory {data_dir!r} does not exist")
     train_args = list(train_args)
     defaults = [] if "--optimizer" in train_args else DEFAULT_OPTIMIZER_ARGS
-    argv = [data_dir, *defaults, *train_args, "--user-dir", MDSFAIR_USER_DIR, "--cpu", "--seed", str(seed)]
+    argv = [data_dir, *defaults, *train_args, "--user-dir", MDSFAIR_USER_DIR, *(["--cpu"] if cpu else []), "--seed", str(seed)]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     for name in KNOWN_STOCHASTIC_ARGS:
         setattr(args, name, 0.0)

@@ -17,8 +17,10 @@ without a line of test code. This module holds what the suite needs:
   ``paragraph_ranking`` and does not generate;
 * :class:`ContractModel` builds the configuration, task, model and criterion
   of one architecture the way ``fairseq-train`` does (through
-  ``tests/distributed_harness.parse_training_config``: CPU, fixed seed,
-  every dropout-like probability 0 so train-mode passes are deterministic);
+  ``tests/distributed_harness.parse_training_config``: fixed seed, every
+  dropout-like probability 0 so train-mode passes are deterministic) on
+  :func:`test_device` (CPU, or the GPU with ``pytest --device cuda``): models
+  and batches are moved there, and fairseq's Trainer runs there;
 * numerical helpers: the loss and gradients of one batch, the full
   (teacher-forced) log-probabilities of a hypothesis.
 
@@ -156,8 +158,23 @@ def train_args(arch: str, *extra: str) -> List[str]:
 def make_contract_data(work_dir: str) -> Dict[str, str]:
     """Small synthetic clusters (``raw``) and their data-bin with the side
     data of :data:`SIDE_DATA` and ``<doc-sep>`` in its dictionary
-    (``data-bin``): the data of every family."""
+    (``data-bin``): the data of every family.
+
+    With ``MDSFAIR_TEST_CONTRACT_DATA=DIR`` (a directory this function wrote,
+    ``python -m tests.model_contract DIR``) a copy of it instead: for a
+    machine without spaCy, which parses the side data (a GPU machine)."""
+    import shutil
+
     from tests.utils import make_tiny_data_bin
+
+    prebuilt = os.environ.get("MDSFAIR_TEST_CONTRACT_DATA")
+    if prebuilt:
+        for name in ("data-bin", "raw"):
+            if not os.path.isdir(os.path.join(prebuilt, name)):
+                raise FileNotFoundError(f"MDSFAIR_TEST_CONTRACT_DATA={prebuilt} has no {name}/: write it with "
+                                        "python -m tests.model_contract DIR")
+            shutil.copytree(os.path.join(prebuilt, name), os.path.join(work_dir, name))
+        return {"data-bin": os.path.join(work_dir, "data-bin"), "raw": os.path.join(work_dir, "raw")}
 
     data_bin = make_tiny_data_bin(
         work_dir, train=8, valid=4, test=4, vocab_size=300,
@@ -168,6 +185,20 @@ def make_contract_data(work_dir: str) -> Dict[str, str]:
     with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as dictionary:
         dictionary.write("<doc-sep> 0 #fairseq:overwrite\n")
     return {"data-bin": data_bin, "raw": os.path.join(work_dir, "raw")}
+
+
+def test_device() -> torch.device:
+    """The device of the contract's models: ``pytest --device cuda`` (or
+    ``MDSFAIR_TEST_DEVICE=cuda``, tests/conftest.py), else the CPU."""
+    return torch.device(os.environ.get("MDSFAIR_TEST_DEVICE", "cpu"))
+
+
+def to_test_device(sample):
+    """``sample`` (a collated batch) with every tensor on :func:`test_device`."""
+    from fairseq import utils
+
+    device = test_device()
+    return utils.apply_to_sample(lambda tensor: tensor.to(device), sample)
 
 
 class ContractModel:
@@ -181,7 +212,7 @@ class ContractModel:
         self.family = family(arch)
         self.data_dir = data[self.family.data]
         self.args = train_args(arch, *extra)
-        self.cfg = parse_training_config(self.args, self.data_dir, seed)
+        self.cfg = parse_training_config(self.args, self.data_dir, seed, cpu=test_device().type == "cpu")
         utils.import_user_module(self.cfg.common)
         self.task = tasks.setup_task(self.cfg.task)
         self.seed = seed
@@ -190,7 +221,7 @@ class ContractModel:
         from fairseq import utils
 
         utils.set_torch_seed(self.seed)
-        return self.task.build_model(self.cfg.model)
+        return self.task.build_model(self.cfg.model).to(test_device())
 
     def build_criterion(self):
         return self.task.build_criterion(self.cfg.criterion)
@@ -207,7 +238,7 @@ class ContractModel:
         sample = dataset.collater([dataset[int(i)] for i in indices])
         if model is not None and hasattr(self.task, "_sample_for"):
             sample = self.task._sample_for(model, sample)
-        return sample
+        return to_test_device(sample)
 
     def shortest(self, split: str, count: int) -> List[int]:
         """Indices of the ``count`` examples with the shortest sources."""
@@ -275,3 +306,9 @@ def max_difference(a: Dict[str, torch.Tensor], b: Dict[str, torch.Tensor]) -> Tu
         if difference > worst:
             worst, where = difference, name
     return worst, where
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(make_contract_data(sys.argv[1]))

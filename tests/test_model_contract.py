@@ -138,7 +138,7 @@ def test_incremental_beam_search_equals_full_decoding(arch, data):
     with torch.no_grad():  # a sharper model than the initialization: distinct hypotheses
         generator = torch.Generator().manual_seed(0)
         for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+            parameter.add_(torch.randn(parameter.shape, generator=generator).to(parameter.device) * 0.05)
     indices = built_model.shortest("valid", 3)
     sample = built_model.batch("valid", indices)
     gen_cfg = copy.deepcopy(built_model.cfg.generation)
@@ -175,7 +175,7 @@ def test_save_and_load_round_trip(arch, data, tmp_path):
     trainer.consolidate_optimizer()  # as fairseq's checkpoint_utils.save_checkpoint does
     trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], task=built_model.task)
-    loaded = models[0].eval()
+    loaded = models[0].to(contract.test_device()).eval()
     assert type(loaded) is type(model) and cfg.model.arch == arch
     original_state, loaded_state = model.state_dict(), loaded.state_dict()
     assert list(original_state) == list(loaded_state)
@@ -208,7 +208,7 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
     with torch.no_grad():
         generator = torch.Generator().manual_seed(1)
         for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+            parameter.add_(torch.randn(parameter.shape, generator=generator).to(parameter.device) * 0.05)
     task = built_model.task
     dataset = built_model.dataset("test")
     gen_cfg = copy.deepcopy(built_model.cfg.generation)
@@ -219,7 +219,7 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
     generated = {}
     with torch.no_grad():
         for start in range(0, len(dataset), 2):
-            sample = dataset.collater([dataset[i] for i in range(start, min(start + 2, len(dataset)))])
+            sample = contract.to_test_device(dataset.collater([dataset[i] for i in range(start, min(start + 2, len(dataset)))]))
             hypotheses = task.inference_step(sequence_generator, [model], sample)
             for index, hypotheses_of_one in zip(sample["id"].tolist(), hypotheses):
                 generated[index] = hypotheses_of_one[0]
@@ -341,6 +341,8 @@ def test_update_freq_2_at_batch_2_equals_batch_4(arch, data, one_process_referen
 def data_parallel_runs(data):
     """Two gloo workers (one spawn), each training every architecture on its
     half of the batch under fairseq's ``pytorch_ddp`` wrapper."""
+    if contract.test_device().type != "cpu":
+        pytest.skip("the gloo workers train on CPU; compared with a CPU reference only")
     runs = [
         WorkerRun("pytorch_ddp", train_args=tuple(contract.train_args(arch)),
                   data_dir=data[contract.family(arch).data], name=arch)

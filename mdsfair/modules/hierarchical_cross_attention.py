@@ -27,9 +27,15 @@ from mdsfair.modules.segment_positions import segment_start_index, segment_start
 
 
 def segment_logsumexp(scores: Tensor, segment_ids: Tensor, num_segments: int) -> Tensor:
-    """logsumexp of ``scores [..., S]`` within each segment of ``segment_ids
-    [..., S]`` (broadcastable; values ``0 .. num_segments - 1``), returned as
-    ``[..., num_segments]`` (-inf for empty segments)."""
+    """logsumexp of ``scores [B, ..., S]`` within each segment of
+    ``segment_ids [B, 1, ..., 1, S]`` (one row of ids per batch element,
+    broadcast over the other dimensions; values ``0 .. num_segments - 1``),
+    returned as ``[B, ..., num_segments]`` (-inf for empty segments)."""
+    rows, length = segment_ids.size(0), segment_ids.size(-1)
+    if segment_ids.numel() != rows * length or scores.size(0) % rows:
+        raise ValueError(f"segment ids {tuple(segment_ids.shape)}: one row of ids per batch element of scores "
+                         f"{tuple(scores.shape)} expected")
+    membership = torch.nn.functional.one_hot(segment_ids.reshape(rows, length), num_segments).to(scores.dtype)
     segment_ids = segment_ids.expand_as(scores)
     shape = scores.shape[:-1] + (num_segments,)
     maxima = scores.new_full(shape, float("-inf")).scatter_reduce(
@@ -37,7 +43,11 @@ def segment_logsumexp(scores: Tensor, segment_ids: Tensor, num_segments: int) ->
     )
     finite_maxima = maxima.masked_fill(maxima.isinf(), 0.0)
     shifted = (scores - finite_maxima.gather(-1, segment_ids)).exp()
-    sums = scores.new_zeros(shape).scatter_add(-1, segment_ids, shifted)
+    # the segment sums as one matrix product with the one-hot membership, not a
+    # float scatter_add: CUDA's scatter_add adds in whatever order its atomics
+    # land, so the same input gave outputs differing in the last bits from
+    # one call to the next (a reloaded model did not reproduce its outputs)
+    sums = torch.bmm(shifted.reshape(rows, -1, length), membership).view(shape)  # [B, (...), S] @ [B, S, N]
     return sums.log() + finite_maxima
 
 

@@ -38,7 +38,8 @@ class TrainingSetupConfig(FairseqDataclass):
 BF16_NEEDS_TPU = (
     "--bf16 in fairseq means training on a TPU (fairseq's options.py turns it into --tpu) and torch_xla is "
     "not installed, so fairseq would fail inside its TPU code: on a CPU train in float32 (drop --bf16); on a "
-    "GPU use --fp16 or --amp (mixed precision with loss scaling)"
+    "GPU run mdsfair-train --bf16 (it keeps --bf16 on the GPU) or use --fp16 or --amp (mixed precision with "
+    "loss scaling)"
 )
 
 
