@@ -172,6 +172,29 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     return lambda: generator.generate([model], sample)
 
 
+def profile_table(function, device, row_limit: int, label: str) -> str:
+    """torch.profiler over one call of ``function``: the operators that take
+    the most device time (self), those that take the most host time (self),
+    and the host-device synchronizations (``aten::item`` and stream or
+    device synchronizations) the call made."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as profiler:
+        function()
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+    events = profiler.key_averages()
+    synchronizations = {event.key: event.count for event in events
+                        if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize",
+                                         "cudaDeviceSynchronize")}
+    parts = [f"profile of one decoding, {label}: host-device synchronizations {synchronizations}"]
+    if device.type == "cuda":
+        parts.append(events.table(sort_by="self_cuda_time_total", row_limit=row_limit))
+    parts.append(events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
+    return "\n".join(parts)
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -197,6 +220,9 @@ def main(argv=None):
     parser.add_argument("--share-selection-across-beams", action="store_true",
                         help="the authors' selection shared by the beam hypotheses")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                        help="after the timings, profile one decoding of the 'full' row and of the first --top-r row "
+                             "with torch.profiler and print the ROWS operators with the most device and host time")
     options = parser.parse_args(argv)
     if options.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {options.repeats}")
@@ -280,6 +306,13 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
               f"{interleaved_ratio(stock[2], total).format('.2f', 'x'):>18} "
               f"{interleaved_ratio(full[1], decoder).format('.2f', 'x'):>18} "
               f"{interleaved_ratio(full[2], total).format('.2f', 'x'):>18}", flush=True)
+    if options.profile:
+        profiled = ("full", f"r={options.top_r[0]}") if options.top_r else ("full",)
+        for (label, name, top_r), run in zip(rows, runners):
+            if label in profiled:
+                set_top_r(models[name], top_r)
+                print(profile_table(run, device, options.profile, f"{label}, batch {batch_size}, {source_tokens} "
+                                    "source tokens"), flush=True)
 
 
 if __name__ == "__main__":

@@ -397,6 +397,14 @@ def test_hierarchical_weights_are_bitwise_repeatable_and_exact_in_bf16():
     finite = expected.isfinite()
     torch.testing.assert_close(half[finite], expected[finite], rtol=2e-2, atol=5e-2)
     assert torch.equal(half.isinf(), expected.isinf())
+    # gradients stay finite where a segment is empty (DOCUMENT_IDS: padded and unpadded
+    # examples; the padding segment of an unpadded one is empty), in float32 and in bf16
+    for dtype in (torch.float32, torch.bfloat16):
+        leaf = scores.to(dtype).detach().requires_grad_()
+        logits = hierarchical_attention_logits(leaf, ids)
+        logits.masked_fill(logits.isinf(), 0).float().pow(2).sum().backward()
+        assert torch.isfinite(leaf.grad).all(), dtype
+        assert leaf.grad.abs().sum() > 0
 
 
 def test_cross_attention_module_follows_eq_3_to_5():

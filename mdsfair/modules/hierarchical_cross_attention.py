@@ -48,7 +48,11 @@ def segment_logsumexp(scores: Tensor, segment_ids: Tensor, num_segments: int) ->
     # land, so the same input gave outputs differing in the last bits from
     # one call to the next (a reloaded model did not reproduce its outputs)
     sums = torch.bmm(shifted.reshape(rows, -1, length), membership).view(shape)  # [B, (...), S] @ [B, S, N]
-    return sums.log() + finite_maxima
+    # an empty segment (the padding segment of an unpadded example) sums to 0: its
+    # logsumexp is -inf, and its log is taken of 1 instead, so that the backward pass
+    # through the matrix product multiplies zeros, not 1/0, by the membership's zeros
+    empty = sums.eq(0)
+    return sums.masked_fill(empty, 1.0).log().masked_fill(empty, float("-inf")) + finite_maxima
 
 
 def hierarchical_attention_logits(scores: Tensor, document_ids: Tensor) -> Tensor:
