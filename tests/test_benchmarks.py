@@ -175,3 +175,48 @@ def test_memory_fit_gib_measures_only_cells_that_fit_and_shortest_lengths_first(
     assert "4096" in saved["small/fp32/plain"] and "4096" not in saved["big/fp32/plain"]
     assert re.search(r"^\| big \| 1 M \| 4,096 \| 16\.0 p \|", out, re.M)
     assert re.search(r"^\| small \| 1 M \| 4,096 \| 0\.4 m \|", out, re.M)
+
+
+TRAIN_LOG = """\
+2026-11-25 23:04:31 | INFO | mdsfair.tasks.multidoc_summarization | split train of data-bin /d/data-bin: 32 clusters, source tokens kept 100.0% (122,464 of 122,464); nothing truncated
+2026-11-25 23:04:40 | INFO | train_inner | {"epoch": 1, "update": 0.6, "loss": "8.5", "ups": "1.5", "bsz": "2", "loss_scale": "128"}
+2026-11-25 23:04:41 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient, setting loss scale to: 64.0
+2026-11-25 23:04:50 | INFO | train_inner | {"epoch": 2, "update": 1.2, "loss": "5.0", "ups": "4.0", "bsz": "2", "loss_scale": "64"}
+2026-11-25 23:05:00 | INFO | train_inner | {"epoch": 3, "update": 1.9, "loss": "3.0", "ups": "5.0", "bsz": "2", "loss_scale": "64"}
+"""
+
+
+def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterpart(tmp_path, monkeypatch):
+    """Source tokens/s = median ups after the first interval x bsz x the
+    train split's mean source length; overflows counted; the loss falls
+    within every stage; ratios are to the system's stock model."""
+    from benchmarks import train_systems
+
+    log = tmp_path / "run.log"
+    log.write_text(TRAIN_LOG, encoding="utf-8")
+    read = train_systems.read_training_log(str(log))
+    assert read["split"] == (32, 122464) and read["overflows"] == 1 and len(read["intervals"]) == 3
+
+    def fake_run(entry, argv, log_path, peak_path=None, timeout=3600):
+        assert entry == "train" and {"--bf16", "--memory-efficient-bf16"} & set(argv) and "--save-dir" in argv
+        with open(log_path, "w", encoding="utf-8") as handle:
+            handle.write(TRAIN_LOG)
+        with open(peak_path, "w", encoding="utf-8") as handle:
+            handle.write('{"peak_mib": 1024}')
+
+    monkeypatch.setattr(train_systems, "run_command", fake_run)
+    args = SimpleNamespace(data="/d/data-bin", lr=3e-4, warmup=50, batch_size=2, updates=200, source_tokens=4096,
+                           log_interval=20, device="cuda")
+    run = train_systems.train_system("hierencdec_bart_base", "bf16", args, str(tmp_path))
+    assert run["source_tokens_per_s"] == pytest.approx(4.5 * 2 * 122464 / 32)
+    assert run["falling"] and run["finite"] and run["overflows"] == 1 and run["losses"] == [8.5, 5.0, 3.0]
+    sparse = train_systems.train_system("sparse_bart_base", "bf16", args, str(tmp_path))
+    assert len(sparse["stage_losses"]) == 2 and sparse["overflows"] == 2
+    with pytest.raises(FileExistsError):  # fairseq would resume an earlier run's checkpoint_last.pt
+        train_systems.train_system("hierencdec_bart_base", "bf16", args, str(tmp_path))
+    stock = dict(run, source_tokens_per_s=run["source_tokens_per_s"] * 2, peak_mib=512)
+    results = {"train": {"hierencdec_bart_base": {"bf16": run}, "bart_base": {"bf16": stock}},
+               "generate": {"hierencdec_bart_base": {"summaries_per_s": 3.0}, "bart_base": {"summaries_per_s": 6.0}}}
+    table = train_systems.table(results, ["bf16"])
+    assert "| hierencdec_bart_base | bf16 | 8.50 -> 3.00 | 1 | 34,439 | 0.50 | 1.0 | 2.00 |" in table
+    assert "| hierencdec_bart_base | 3.00 | 0.50 |" in table
