@@ -199,6 +199,7 @@ def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterp
 
     def fake_run(entry, argv, log_path, peak_path=None, timeout=3600):
         assert entry == "train" and {"--bf16", "--memory-efficient-bf16"} & set(argv) and "--save-dir" in argv
+        os.makedirs(argv[argv.index("--save-dir") + 1])  # as fairseq-train makes it
         with open(log_path, "w", encoding="utf-8") as handle:
             handle.write(TRAIN_LOG)
         with open(peak_path, "w", encoding="utf-8") as handle:
