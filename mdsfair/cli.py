@@ -67,7 +67,8 @@ def bf16_on_cuda(argv: List[str], cuda_available: Optional[bool] = None) -> bool
     """Whether ``--bf16`` (or ``--memory-efficient-bf16``) trains on a GPU:
     a CUDA device is visible and the command line has neither ``--cpu`` nor
     ``--tpu``. fairseq's ``options.py`` turns ``--bf16`` into ``--tpu``
-    unconditionally; on a GPU :func:`bf16_kept_on_cuda` undoes that, and
+    unconditionally; on a GPU :func:`mdsfair.fairseq_patches.bf16_kept_on_cuda`
+    undoes that for the one command, and
     fairseq's trainer then trains in bfloat16 on the GPU (model and batches
     cast to bfloat16, its ``FP16Optimizer`` keeps float32 master weights and
     uses no loss scaler for bfloat16)."""
@@ -78,27 +79,6 @@ def bf16_on_cuda(argv: List[str], cuda_available: Optional[bool] = None) -> bool
 
         cuda_available = torch.cuda.is_available()
     return bool(cuda_available)
-
-
-@contextlib.contextmanager
-def bf16_kept_on_cuda():
-    """While fairseq parses a training command line: ``--bf16`` stays
-    ``tpu=False`` (see :func:`bf16_on_cuda`), only for this command."""
-    from fairseq import options
-
-    original = options.parse_args_and_arch
-
-    def parse_args_and_arch(*args, **kwargs):
-        parsed = original(*args, **kwargs)
-        if getattr(parsed, "bf16", False):
-            parsed.tpu = False
-        return parsed
-
-    options.parse_args_and_arch = parse_args_and_arch
-    try:
-        yield
-    finally:
-        options.parse_args_and_arch = original
 
 
 def check_train_arguments(argv: List[str]) -> None:
@@ -199,6 +179,8 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
+
+    from mdsfair.fairseq_patches import bf16_kept_on_cuda
 
     precision = bf16_kept_on_cuda() if bf16_on_cuda(argv) else contextlib.nullcontext()
     try:

@@ -33,7 +33,15 @@ Patches
    *Why:* fairseq makes ``checkpoint_last.pt`` / ``checkpoint_best.pt`` with
    ``shutil.copyfile`` onto the old file, which an error or Ctrl-C leaves cut
    short; the temporary-file-then-rename copy leaves the old checkpoint whole.
+4. ``fairseq.options.parse_args_and_arch`` keeps ``tpu`` False for ``--bf16``,
+   only inside :func:`bf16_kept_on_cuda`, which ``mdsfair-train`` enters for a
+   command that trains on a GPU (:func:`mdsfair.cli.bf16_on_cuda`); not applied
+   by :func:`apply_fairseq_patches`. *Why:* fairseq's ``options.py`` makes
+   every ``--bf16`` run a TPU run, although its trainer trains in bfloat16 on a
+   GPU when ``tpu`` is False (model and batches cast, ``FP16Optimizer`` without
+   a loss scaler; ``tests/test_bf16_training.py``).
 """
+import contextlib
 import functools
 
 #: The fairseq release these patches were written and tested against.
@@ -125,3 +133,24 @@ def apply_fairseq_patches() -> None:
     patch_load_checkpoint_to_cpu()
     patch_trainer_load_checkpoint()
     patch_atomic_checkpoint_writes()
+
+
+@contextlib.contextmanager
+def bf16_kept_on_cuda():
+    """Patch 4 (module docstring), for the duration of the ``with`` block:
+    ``--bf16`` parses to ``tpu=False``."""
+    from fairseq import options
+
+    original = options.parse_args_and_arch
+
+    def parse_args_and_arch(*args, **kwargs):
+        parsed = original(*args, **kwargs)
+        if getattr(parsed, "bf16", False):
+            parsed.tpu = False
+        return parsed
+
+    options.parse_args_and_arch = parse_args_and_arch
+    try:
+        yield
+    finally:
+        options.parse_args_and_arch = original

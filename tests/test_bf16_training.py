@@ -2,7 +2,7 @@
 
 fairseq's ``options.py`` turns ``--bf16`` into ``--tpu``; ``mdsfair-train``
 undoes that while it parses a command that trains on a GPU
-(:func:`mdsfair.cli.bf16_on_cuda`, :func:`mdsfair.cli.bf16_kept_on_cuda`).
+(:func:`mdsfair.cli.bf16_on_cuda`, :func:`mdsfair.fairseq_patches.bf16_kept_on_cuda`).
 What it relies on in fairseq is checked here on CPU kernels: with ``bf16`` and
 without ``tpu`` the Trainer casts the model and the batches to bfloat16 and
 wraps the optimizer in ``FP16Optimizer`` with float32 master weights and no
@@ -11,7 +11,7 @@ loss scaler.
 import pytest
 import torch
 
-from mdsfair import cli
+from mdsfair import cli, fairseq_patches
 
 TINY = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
         "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
@@ -55,7 +55,7 @@ def test_fairseq_makes_bf16_a_tpu_run_and_the_context_undoes_it_for_one_command(
 
     assert parse(tiny_bin, "--bf16").tpu is True  # fairseq's own behaviour
     original = options.parse_args_and_arch
-    with cli.bf16_kept_on_cuda():
+    with fairseq_patches.bf16_kept_on_cuda():
         kept = parse(tiny_bin, "--bf16")
         assert kept.bf16 is True and kept.tpu is False
         assert parse(tiny_bin).tpu is False and parse(tiny_bin).bf16 is False
@@ -72,7 +72,7 @@ def test_fairseq_trainer_trains_in_bf16_without_tpu_and_without_loss_scaler(tiny
     from fairseq.optim.fp16_optimizer import FP16Optimizer
     from fairseq.trainer import Trainer
 
-    with cli.bf16_kept_on_cuda():
+    with fairseq_patches.bf16_kept_on_cuda():
         args = parse(tiny_bin, "--bf16", "--seed", "1")
     args.cpu = True  # CPU kernels stand in for the GPU's
     cfg = convert_namespace_to_omegaconf(args)
