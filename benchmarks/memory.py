@@ -92,14 +92,14 @@ GIB = 2**30
 MIB = 2**20
 
 
-def make_long_data(work_dir: str, longest: int) -> str:
-    """Synthetic clusters longer than ``longest`` source tokens, with the
-    dependency arcs DAPE reads."""
+def make_long_data(work_dir: str, longest: int, train: int = 2, valid: int = 1, test: int = 1) -> str:
+    """Synthetic clusters (``train`` / ``valid`` / ``test`` of them) longer
+    than ``longest`` source tokens, with the dependency arcs DAPE reads."""
     from tests.utils import make_tiny_data_bin
 
     documents = max(8, 8 * -(-longest // 2048))
     data_bin = make_tiny_data_bin(
-        work_dir, train=2, valid=1, test=1, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
+        work_dir, train=train, valid=valid, test=test, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
         num_docs=documents, distractor_docs=documents // 2, noise_sentences=6,
     )
     # PRIMERA's layout joins documents with <doc-sep>, a symbol of its imported dictionary

@@ -53,6 +53,8 @@ from typing import Dict, List, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks.activation_checkpointing import device_name  # noqa: E402
+
 LABEL_SMOOTHED = ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
                   "--label-smoothing", "0.1"]
 SPARSE = ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl", "--kl-temperature", "0.5"]
@@ -84,18 +86,11 @@ OVERFLOW = "gradient overflow detected"
 
 def make_data(work_dir: str, clusters: int, longest: int, test: int = 16) -> str:
     """A data-bin of ``clusters`` train and ``test`` test clusters longer than
-    ``longest`` source tokens (dependency arcs, PRIMERA's ``<doc-sep>``)."""
-    from tests.utils import make_tiny_data_bin
+    ``longest`` source tokens (dependency arcs, PRIMERA's ``<doc-sep>``): the
+    memory benchmark's data (:func:`benchmarks.memory.make_long_data`)."""
+    from benchmarks.memory import make_long_data
 
-    documents = max(8, 8 * -(-longest // 2048))
-    data_bin = make_tiny_data_bin(
-        work_dir, train=clusters, valid=2, test=test, vocab_size=2000,
-        extra_args=["--side-data", "dep_head", "dep_rel"], num_docs=documents, distractor_docs=documents // 2,
-        noise_sentences=6,
-    )
-    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as handle:
-        handle.write("<doc-sep> 1\n")
-    return data_bin
+    return make_long_data(work_dir, longest, train=clusters, valid=2, test=test)
 
 
 def peak_memory_hook(path: str) -> None:
@@ -233,12 +228,6 @@ def generate(name: str, checkpoint: str, args, work: str) -> dict:
     return {"summaries": sentences, "seconds": seconds, "summaries_per_s": sentences / seconds}
 
 
-def device_name(device: str) -> str:
-    import torch
-
-    return torch.cuda.get_device_name() if device == "cuda" else "CPU"
-
-
 def table(results: dict, precisions: List[str]) -> str:
     """Markdown: per system and precision, the training figures and the
     ratios to the stock counterpart; then generation."""
@@ -294,7 +283,7 @@ def main(argv=None):
         parser.error("--data (or --make-data DIR first)")
     work = args.work_dir or tempfile.mkdtemp(prefix="train_systems.")
     os.makedirs(work, exist_ok=True)
-    results = {"device": device_name(args.device), "settings": {k: v for k, v in vars(args).items()},
+    results = {"device": device_name(args.device), "settings": dict(vars(args)),
                "train": {}, "generate": {}}
     results["errors"] = {}
     for name in args.systems:

@@ -32,7 +32,7 @@ def segment_logsumexp(scores: Tensor, segment_ids: Tensor, num_segments: int) ->
     broadcast over the other dimensions; values ``0 .. num_segments - 1``),
     returned as ``[B, ..., num_segments]`` (-inf for empty segments)."""
     rows, length = segment_ids.size(0), segment_ids.size(-1)
-    if segment_ids.numel() != rows * length or scores.size(0) % rows:
+    if segment_ids.numel() != rows * length or rows not in (1, scores.size(0)):
         raise ValueError(f"segment ids {tuple(segment_ids.shape)}: one row of ids per batch element of scores "
                          f"{tuple(scores.shape)} expected")
     membership = torch.nn.functional.one_hot(segment_ids.reshape(rows, length), num_segments).to(scores.dtype)
