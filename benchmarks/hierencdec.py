@@ -36,7 +36,9 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
+    in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
+)
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 
@@ -125,7 +127,11 @@ def measure(config: dict) -> dict:
 
     # the first step is both the warm-up and the memory measurement
     measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
-    return {"seconds_each": measured["seconds_each"], "peak_mb": measured["peak_mib"]}
+    result = {"seconds_each": measured["seconds_each"], "peak_mb": measured["peak_mib"]}
+    if config.get("profile"):
+        result["profile"] = profile_table(step, device, config["profile"], f"one encoder step, {config['system']}, "
+                                          f"{config['documents']} documents")
+    return result
 
 
 def run(config: dict) -> dict:
@@ -146,6 +152,9 @@ def main(argv=None):
                         help="timed steps per configuration after one warm-up (median (min-max) reported; default 3)")
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
     parser.add_argument("--inference", action="store_true", help="time a no-grad forward instead of forward + backward")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                        help="after each configuration's timings, profile one more step with torch.profiler and print "
+                             "the ROWS operators with the most device and host time")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -159,7 +168,7 @@ def main(argv=None):
         f"{'forward (no grad)' if args.inference else 'forward + backward'}"
     )
     base = {key: getattr(args, key) for key in ("device", "dtype", "dims", "threads", "length", "batch_size", "steps",
-                                                "vocab_size", "inference")}
+                                                "vocab_size", "inference", "profile")}
     print(f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
           f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}")
     for documents in (int(d) for d in args.documents.split(",")):
@@ -175,6 +184,9 @@ def main(argv=None):
             f"{dense['peak_mb'] / blocked['peak_mb']:>9.2f} {bart['peak_mb'] / blocked['peak_mb']:>8.2f}",
             flush=True,
         )
+        for system in SYSTEMS:
+            if "profile" in result[system]:
+                print(result[system]["profile"], flush=True)
 
 
 if __name__ == "__main__":

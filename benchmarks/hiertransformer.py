@@ -46,7 +46,9 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
+    in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
+)
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from fairseq.models.transformer import base_architecture as transformer_architecture  # noqa: E402
@@ -132,8 +134,12 @@ def measure(config: dict) -> dict:
     # the first step is both the warm-up and the memory measurement
     measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
     source_tokens = config["batch_size"] * config["paragraphs"] * config["length"]
-    return {"tokens_per_s_each": [source_tokens / seconds for seconds in measured["seconds_each"]],
-            "peak_mb": measured["peak_mib"]}
+    result = {"tokens_per_s_each": [source_tokens / seconds for seconds in measured["seconds_each"]],
+              "peak_mb": measured["peak_mib"]}
+    if config.get("profile"):
+        result["profile"] = profile_table(step, device, config["profile"], f"one training step, {system}, "
+                                          f"{config['paragraphs']} x {config['length']} tokens")
+    return result
 
 
 def run(config: dict) -> dict:
@@ -158,6 +164,9 @@ def main(argv=None):
     parser.add_argument("--sizes", default="24x67,40x75", help="PxL source shapes of part 1 (1,608 and 3,000 tokens)")
     parser.add_argument("--scaling-length", type=int, default=64, help="L of part 2")
     parser.add_argument("--scaling-paragraphs", default="8,16,32", help="P values of part 2")
+    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                        help="after each part-1 configuration's timings, profile one more step with torch.profiler "
+                             "and print the ROWS operators with the most device and host time")
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -176,13 +185,18 @@ def main(argv=None):
           f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}")
     for size in args.sizes.split(","):
         paragraphs, length = (int(v) for v in size.lower().split("x"))
-        ht = run({**base, "system": "hiertransformer", "paragraphs": paragraphs, "length": length})
-        flat = run({**base, "system": "transformer", "paragraphs": paragraphs, "length": length})
+        ht = run({**base, "system": "hiertransformer", "paragraphs": paragraphs, "length": length,
+                  "profile": args.profile})
+        flat = run({**base, "system": "transformer", "paragraphs": paragraphs, "length": length,
+                    "profile": args.profile})
         ratio = separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"]).format(".2f")
         print(f"{size:>8} {paragraphs * length:>7} | {spread(ht['tokens_per_s_each']).format('.0f'):>17} "
               f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
               f"{ht['peak_mb']:>8.0f} {flat['peak_mb']:>9.0f} "
-              f"{ht['peak_mb'] / flat['peak_mb']:>6.2f}")
+              f"{ht['peak_mb'] / flat['peak_mb']:>6.2f}", flush=True)
+        for result in (ht, flat):
+            if "profile" in result:
+                print(result["profile"], flush=True)
 
     print(f"\n(2) as P grows at L = {args.scaling_length}: peak step memory (MiB), source tokens/s, and the "
           f"attention-score elements one encoder layer would hold per head (HT local: P*L^2, flat: (P*L)^2)")

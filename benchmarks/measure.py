@@ -136,3 +136,27 @@ def in_fresh_process(function: Callable[[dict], dict], config: dict) -> dict:
         return function(config)
     with multiprocessing.get_context("fork").Pool(1) as pool:
         return pool.apply(function, (config,))
+
+
+def profile_table(function, device: str, row_limit: int, label: str) -> str:
+    """torch.profiler over one call of ``function``: the operators that take
+    the most device time (self), those that take the most host time (self),
+    and the host-device synchronizations (``aten::item`` and stream or
+    device synchronizations) the call made. ``label`` names the call
+    ("one decoding, ...", "one training step, ...")."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])
+    with profile(activities=activities) as profiler:
+        function()
+        if str(device).startswith("cuda"):
+            torch.cuda.synchronize()
+    events = profiler.key_averages()
+    synchronizations = {event.key: event.count for event in events
+                        if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize",
+                                         "cudaDeviceSynchronize")}
+    parts = [f"profile of {label}: host-device synchronizations {synchronizations}"]
+    if str(device).startswith("cuda"):
+        parts.append(events.table(sort_by="self_cuda_time_total", row_limit=row_limit))
+    parts.append(events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
+    return "\n".join(parts)

@@ -67,7 +67,7 @@ from fairseq.models.bart import BARTModel  # noqa: E402
 
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
 
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks.measure import interleaved_ratio, profile_table, spread  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -170,29 +170,6 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     generator.model.forward_encoder = lambda _: [encoder_out]
     generator.generate([model], sample)  # warm-up
     return lambda: generator.generate([model], sample)
-
-
-def profile_table(function, device, row_limit: int, label: str) -> str:
-    """torch.profiler over one call of ``function``: the operators that take
-    the most device time (self), those that take the most host time (self),
-    and the host-device synchronizations (``aten::item`` and stream or
-    device synchronizations) the call made."""
-    from torch.profiler import ProfilerActivity, profile
-
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
-    with profile(activities=activities) as profiler:
-        function()
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-    events = profiler.key_averages()
-    synchronizations = {event.key: event.count for event in events
-                        if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize",
-                                         "cudaDeviceSynchronize")}
-    parts = [f"profile of one decoding, {label}: host-device synchronizations {synchronizations}"]
-    if device.type == "cuda":
-        parts.append(events.table(sort_by="self_cuda_time_total", row_limit=row_limit))
-    parts.append(events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
-    return "\n".join(parts)
 
 
 def main(argv=None):
@@ -311,8 +288,8 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
         for (label, name, top_r), run in zip(rows, runners):
             if label in profiled:
                 set_top_r(models[name], top_r)
-                print(profile_table(run, device, options.profile, f"{label}, batch {batch_size}, {source_tokens} "
-                                    "source tokens"), flush=True)
+                print(profile_table(run, device, options.profile, f"one decoding, {label}, batch {batch_size}, "
+                                    f"{source_tokens} source tokens"), flush=True)
 
 
 if __name__ == "__main__":

@@ -337,6 +337,68 @@ def test_blocked_equals_dense_masked_values_and_gradients():
     assert weights[0, :, 1, 4:].abs().max() == 0  # a non-SOD token of document 0 sees only document 0
 
 
+def segment_loop_varlen_attn(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, scale=None):
+    """``varlen_attn``'s contract written as a loop over the sequences: each
+    ``[start, end)`` of the offsets attends within itself."""
+    assert torch.equal(cu_seq_q, cu_seq_k) and cu_seq_q.dtype == torch.int32
+    lengths = cu_seq_q.diff()
+    assert int(lengths.min()) > 0 and int(cu_seq_q[-1]) == query.size(0) and int(lengths.max()) == max_q == max_k
+    outputs = []
+    for start, end in zip(cu_seq_q[:-1].tolist(), cu_seq_q[1:].tolist()):
+        q, k, v = (t[start:end].transpose(0, 1) for t in (query, key, value))
+        outputs.append(torch.nn.functional.scaled_dot_product_attention(q, k, v, scale=scale).transpose(0, 1))
+    return torch.cat(outputs)
+
+
+def test_varlen_flash_path_equals_dense_values_and_gradients(monkeypatch):
+    """The GPU path of ``blocked`` (flash ``varlen_attn`` over the flat
+    documents, then the SOD rows over their document and the other SODs)
+    against ``dense``, values and gradients, with padding and examples of
+    1 to 4 documents. On the CPU ``varlen_attn`` (CUDA only) is replaced by
+    its contract as a loop, which checks the offsets, the SOD rows and the
+    padding; with ``pytest --device cuda`` the flash kernel itself runs, in
+    bf16 against the float32 dense reference."""
+    import torch.nn.attention.varlen as varlen
+
+    from mdsfair.modules import document_blocked_attention as module
+    from tests.model_contract import test_device
+
+    device = test_device()
+    on_gpu = device.type == "cuda"
+    if not on_gpu:
+        monkeypatch.setattr(varlen, "varlen_attn", segment_loop_varlen_attn)
+        monkeypatch.setattr(module, "varlen_flash_available", lambda query, dropout: dropout == 0)
+    dtype = torch.bfloat16 if on_gpu else torch.float32
+    ids = DOCUMENT_IDS.to(device)
+    attention = make_self_attention(2).to(device)
+    layout = DocumentLayout.from_document_ids(ids)
+    offsets, longest = layout.flat_segments()
+    # example 0: documents 0, 1, 2 then padding; example 1: one document then padding; example 2: four
+    assert offsets.tolist() == [0, 4, 6, 11, 14, 21, 28, 30, 36, 38, 42] and longest == 7
+    results = {}
+    x0 = torch.randn(ids.size(1), ids.size(0), 16, generator=torch.Generator().manual_seed(5)).to(device)
+    for implementation, run_dtype in (("blocked", dtype), ("dense", torch.float32)):
+        attention.implementation = implementation
+        attention.zero_grad()
+        attention.to(run_dtype)
+        x = x0.to(run_dtype).requires_grad_(True)
+        out, _ = attention.forward_documents(x, layout)
+        (out.float() * ids.t().ge(0).unsqueeze(-1)).pow(2).sum().backward()
+        results[implementation] = [t.float() for t in (out.detach(), x.grad, attention.q_proj.weight.grad)]
+    tolerance = dict(atol=3e-2, rtol=3e-2) if on_gpu else dict(atol=1e-5, rtol=1e-5)
+    for fast, dense in zip(results["blocked"], results["dense"]):
+        torch.testing.assert_close(fast, dense, **tolerance)
+    assert results["blocked"][0][11:, 0].abs().max() == 0  # padding rows are zero
+    if not on_gpu:  # the path must be the one taken: a loop that raises shows it
+        monkeypatch.setattr(varlen, "varlen_attn", lambda *args, **kwargs: (_ for _ in ()).throw(RuntimeError("used")))
+        attention.implementation = "blocked"
+        with pytest.raises(RuntimeError, match="used"):
+            attention.forward_documents(x0, layout)
+        attention.train()
+        attention.dropout_module.p = 0.1  # attention dropout: the blocked SDPA path, which has it
+        attention.forward_documents(x0, layout)
+
+
 # ------------------------------------------------- decoder cross-attention
 
 

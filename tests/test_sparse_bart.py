@@ -17,6 +17,7 @@ from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     SentenceContext,
     SparseCrossAttention,
+    kept_token_bounds,
     kept_token_layout,
     select_top_r_sentences,
 )
@@ -344,6 +345,45 @@ def test_kept_token_layout_matches_loop():
         assert kept.valid[row, 0].sum() == len(tokens) and kept.valid[row, 0, : len(tokens)].all()
         assert kept.positions[row, 0, : len(tokens)].tolist() == tokens
     assert torch.equal(kept.flat_rows, kept.positions * 2 + ROW_SOURCES.view(-1, 1, 1))
+
+
+def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
+    """On a GPU the encoder stores ``kept_token_bounds`` (the k longest
+    sentences of any source, read once per generation) so that no step reads
+    its selection back to size the layout: the layout is then the exact one
+    plus padding slots, and the gathered attention is unchanged."""
+    module, query, key, padding, context = sparse_attention_inputs(top_r=3, generation_path="gather")
+    lengths = context.layout.lengths
+    bounds = kept_token_bounds(lengths)
+    assert bounds.device.type == "cpu" and bounds.numel() == lengths.size(1)
+    for k in range(1, lengths.size(1) + 1):
+        assert int(bounds[k - 1]) == max(sum(sorted(row.tolist(), reverse=True)[:k]) for row in lengths)
+    bounded = context._replace(kept_token_bounds=bounds)
+    sentence_mask = context.rows.lookup(context.layout.sentence_mask)
+    indices, valid = select_top_r_sentences(torch.rand(4, 1, sentence_mask.size(1)), sentence_mask, 3)
+    exact, padded = kept_token_layout(indices, valid, context), kept_token_layout(indices, valid, bounded)
+    n = exact.positions.size(-1)
+    assert padded.positions.size(-1) == int(bounds[2]) >= n
+    assert torch.equal(padded.valid[..., :n], exact.valid) and not padded.valid[..., n:].any()
+    assert torch.equal(padded.positions[..., :n][exact.valid], exact.positions[exact.valid])
+    outputs = [module(query[:1], key, padding, c, incremental_state={})[0] for c in (context, bounded)]
+    torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
+
+
+def test_encoder_sets_kept_token_bounds_only_in_gpu_evaluation(built):
+    """The bounds cost one synchronization, worth it only where a step's read
+    would wait for the GPU: the CPU keeps the exact per-step size."""
+    _, task, model, _ = built
+    net_input = batch(task, model)["net_input"]
+    model.eval()
+    try:
+        encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"], net_input["src_sent_ids"])
+    finally:
+        model.train()
+    assert encoder_out["kept_token_bounds"] == []
+    from mdsfair.models.sparse_bart import sentence_context_from_encoder_out
+
+    assert sentence_context_from_encoder_out(encoder_out).kept_token_bounds is None
 
 
 def test_generation_path_auto_gathers_only_when_it_pays():

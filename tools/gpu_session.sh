@@ -6,9 +6,10 @@
 # There (a GPU machine with torch, no registry), from the repository root, carrying .whl and .gpu:
 #     tools/gpu_session.sh STEP [STEP ...]  # logs under $OUT (default ./gpu-out)
 #
-# Steps: tests, train-bf16, train-fp16, hierencdec, sparse, sparse-profile, hiertransformer,
-# pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout` (STEP_TIMEOUT
-# seconds, default 300), so one slow step leaves the others their time and its output so far.
+# Steps: tests, tests-new, train-bf16, train-fp16, hierencdec, sparse, sparse-profile,
+# hiertransformer, pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout`
+# (STEP_TIMEOUT seconds, default 300), so one slow step leaves the others their time and its
+# output so far. `memory` runs three groups of systems at once (peak memory is per process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu-out}"
@@ -58,23 +59,34 @@ step() {
     case "$1" in
         tests) MDSFAIR_TEST_CONTRACT_DATA=.gpu/contract run_step tests python3 -m pytest -q -p no:cacheprovider \
                    --device cuda tests/test_model_contract.py -m "not slow" -n 8 -rf ;;
+        tests-new) run_step "$1" python3 -m pytest -q -p no:cacheprovider --device cuda -rf \
+                   tests/test_hierencdec.py::test_varlen_flash_path_equals_dense_values_and_gradients \
+                   tests/test_hierencdec.py::test_hierarchical_weights_are_bitwise_repeatable_and_exact_in_bf16 ;;
+        # generation is measured once, from the bf16 checkpoints (it runs in --fp16 either way)
         train-bf16|train-fp16) run_step "$1" python3 benchmarks/train_systems.py --data .gpu/long4k --device cuda \
                    --precisions "${1#train-}" --updates 200 --log-interval 20 --systems $SYSTEMS \
-                   --work-dir "/tmp/$1" --out "$OUT/$1.json" ;;
-        hierencdec) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base --documents 16 ;;
+                   $([ "$1" = train-fp16 ] && echo --no-generate) --work-dir "/tmp/$1" --out "$OUT/$1.json" ;;
+        hierencdec) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base --documents 16 \
+                   --profile 12 ;;
         sparse) run_step "$1" python3 benchmarks/sparse_decoder.py --device cuda --dtype bf16 --source-lengths 4096 \
                    --batch-sizes 4 --top-r 5 --beam 4 ;;
         sparse-profile) run_step "$1" python3 benchmarks/sparse_decoder.py --device cuda --dtype bf16 \
                    --source-lengths 4096 --batch-sizes 4 --top-r 5 --model-free-top-r --pooling-top-r --repeats 1 --profile 15 ;;
-        hiertransformer) run_step "$1" python3 benchmarks/hiertransformer.py --device cuda --dtype bf16 ;;
+        hiertransformer) run_step "$1" python3 benchmarks/hiertransformer.py --device cuda --dtype bf16 --profile 12 ;;
         pagesum) run_step "$1" python3 benchmarks/pagesum.py --device cuda --dtype bf16 --lengths 2048,4096,8192,16384 ;;
         led) run_step "$1" python3 benchmarks/led.py --device cuda --dtype bf16 --dims base \
                    --lengths 2048,4096,8192,16384 --systems led-1024,bart --train ;;
         dape) run_step "$1" python3 benchmarks/dape_transformer.py --device cuda --dtype bf16 ;;
         ngram) run_step "$1" python3 benchmarks/ngram_blocking.py --device cuda ;;
         checkpointing) run_step "$1" python3 benchmarks/activation_checkpointing.py --device cuda --data .gpu/long4k ;;
-        memory) run_step "$1" python3 benchmarks/memory.py --device cuda --data .gpu/long16k \
-                   --lengths 1024 4096 8192 16384 --repeats 1 --measurements "$OUT/memory_cuda.json" ;;
+        memory) run_step "$1" bash -c 'for group in \
+                       "hiertransformer hierencdec_bart_base pagesum_bart_base sparse_bart_base dape_transformer led_base" \
+                       "hierencdec_bart_large pagesum_bart_large" "sparse_bart_large led_large primera"; do
+                   name=$(echo $group | cut -d" " -f1)
+                   python3 benchmarks/memory.py --device cuda --data .gpu/long16k --archs $group \
+                       --lengths 2048 4096 8192 16384 --repeats 1 --fit-gib 70 \
+                       --measurements "$0/memory_cuda_$name.json" > "$0/memory_$name.log" 2>&1 &
+                   done; wait; tail -n 30 "$0"/memory_*.log' "$OUT" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
     esac
 }

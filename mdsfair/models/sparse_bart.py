@@ -62,6 +62,7 @@ from mdsfair.modules.sparse_cross_attention import (
     SentenceAttention,
     SentenceContext,
     SparseCrossAttention,
+    kept_token_bounds,
 )
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,9 @@ class SparseBARTEncoder(TransformerEncoder):
             sentence_lengths=[layout.lengths],
             sentence_states=sentence_states,
             hypothesis_source_index=[],
+            # on a GPU in evaluation: sizes generation's kept-token layouts without a synchronization per step
+            kept_token_bounds=[kept_token_bounds(layout.lengths)] if layout.lengths.is_cuda and not self.training
+            else [],
         )
         return encoder_out
 
@@ -190,11 +194,12 @@ def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> S
         encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0], lengths, lengths.gt(0)
     )
     states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
+    bounds = encoder_out.get("kept_token_bounds", [])
     if len(encoder_out["hypothesis_source_index"]) > 0:
         rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
     else:
         rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(src_sent_ids, layout, states, rows)
+    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None)
 
 
 class SparseDecoderLayer(TransformerDecoderLayerBase):

@@ -19,9 +19,21 @@ Two implementations with the same parameters and the same numbers:
   only the block's SOD query may use, so a SOD row is one softmax over the
   union of its document and the other SODs. Memory grows with
   ``B * D * L * (L + D)`` instead of ``B * T^2``.
+
+  On a GPU in 16-bit without attention dropout, ``blocked`` runs as
+  variable-length flash attention instead (:func:`varlen_flash_available`):
+  every document (and every run of padding) of the flat ``[B * T]`` source is
+  one sequence of ``torch.nn.attention.varlen.varlen_attn``, so there are no
+  block gathers, no padded slots and no mask; the ``B * D`` SOD rows are then
+  recomputed over the union of their document and the other SODs (one small
+  masked attention of ``D`` queries per example) and written over their
+  varlen rows. Same rule, same numbers up to the kernels' rounding
+  (``tests/test_hierencdec.py`` compares it with ``dense`` on the test
+  device). The H100 profile that led here is in examples/hierencdec/README.md.
 """
-from dataclasses import dataclass
-from typing import Optional
+import inspect
+from dataclasses import dataclass, field
+from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -60,6 +72,32 @@ class DocumentLayout:
     block_index: Tensor
     block_key_mask: Tensor
     unblock_index: Tensor
+    _segments: Optional[Tuple[Tensor, int]] = field(default=None, repr=False, compare=False)
+
+    def flat_segments(self) -> Tuple[Tensor, int]:
+        """The documents and padding runs of the flat ``[B * T]`` source as
+        variable-length sequences: int32 offsets ``[S + 1]`` (``varlen_attn``'s
+        ``cu_seq``) and the longest one's length; computed once per layout
+        (two host reads), then shared by all layers."""
+        if self._segments is None:
+            ids = self.document_ids
+            batch_size, length = ids.shape
+            previous = F.pad(ids[:, :-1], (1, 0))
+            boundary = ids.ne(previous)
+            boundary[:, 0] = True  # every example starts a sequence, even at padding
+            starts = boundary.view(-1).nonzero().view(-1)
+            offsets = torch.cat([starts, starts.new_full((1,), batch_size * length)])
+            self._segments = (offsets.to(torch.int32), int(offsets.diff().max()))
+        return self._segments
+
+    def sod_rows(self) -> Tuple[Tensor, Tensor]:
+        """``[B * D]`` rows of the flat source holding each document's SOD
+        token: for reading (a missing document reads its example's first
+        block slot) and for writing (a missing document writes the extra row
+        ``B * T``)."""
+        read = self.block_index[:, 0]
+        write = read.masked_fill(self.document_lengths.view(-1).eq(0), self.document_ids.numel())
+        return read, write
 
     @property
     def num_documents(self) -> int:
@@ -112,6 +150,18 @@ class DocumentLayout:
             block_key_mask=block_key_mask.view(batch_size * num_documents, block_length),
             unblock_index=unblock_index.view(-1),
         )
+
+
+def varlen_flash_available(query: Tensor, dropout: float) -> bool:
+    """Whether :func:`torch.nn.attention.varlen.varlen_attn` (flash, CUDA,
+    16-bit, no dropout; torch >= 2.10) can run the document attention."""
+    if not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16) or dropout > 0:
+        return False
+    try:
+        from torch.nn.attention.varlen import varlen_attn  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def document_attention_mask(document_ids: Tensor) -> Tensor:
@@ -193,9 +243,13 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         """
         length, batch_size, _ = x.shape
         num_documents, block_length = layout.num_documents, layout.block_length
+        dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
+        projected = self._project(x)
+        if varlen_flash_available(projected[0], dropout):
+            return self._output(self._varlen_documents(*projected, layout))
         query, key, value = (
             t.reshape(batch_size * length, self.num_heads, self.head_dim)[layout.block_index].transpose(1, 2)
-            for t in self._project(x)
+            for t in projected
         )  # each [B*D, H, L, d]
 
         def sods_per_block(t: Tensor) -> Tensor:
@@ -218,10 +272,46 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
             ],
             dim=-1,
         )  # [B*D, 1, L, L + D]
-        dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         context = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, dropout_p=dropout, scale=1.0)
 
         context = context.transpose(1, 2).reshape(-1, self.num_heads, self.head_dim)
         context = torch.cat([context, context.new_zeros(1, self.num_heads, self.head_dim)], dim=0)
         context = context[layout.unblock_index].view(batch_size, length, self.num_heads, self.head_dim)
         return self._output(context)
+
+    def _varlen_documents(self, query: Tensor, key: Tensor, value: Tensor, layout: DocumentLayout) -> Tensor:
+        """The document rule with flash attention and no gathers: ``query``,
+        ``key``, ``value`` ``[B, T, H, d]`` (queries scaled) -> context
+        ``[B, T, H, d]``, zero at padding.
+
+        1. Every token attends within its own document (every padding run
+           is a sequence of its own, its rows zeroed after): one
+           ``varlen_attn`` over the flat ``[B * T, H, d]`` tensors.
+        2. Every SOD query attends to its document and to the other SODs of
+           its example (Sec. 4.1.2): ``[B, H, D, T]`` scores with that mask,
+           one SDPA call; these rows replace the SOD rows of step 1.
+        """
+        from torch.nn.attention.varlen import varlen_attn
+
+        batch_size, length, num_heads, head_dim = query.shape
+        offsets, longest = layout.flat_segments()
+        flat = [t.reshape(batch_size * length, num_heads, head_dim) for t in (query, key, value)]
+        if "scale" in inspect.signature(varlen_attn).parameters:
+            context = varlen_attn(*flat, offsets, offsets, longest, longest, scale=1.0)
+        else:  # torch 2.10's varlen_attn scales by d^-0.5 (fairseq's self.scaling) itself
+            context = varlen_attn(flat[0] / self.scaling, *flat[1:], offsets, offsets, longest, longest)
+
+        read_rows, write_rows = layout.sod_rows()
+        num_documents = layout.num_documents
+        sod_queries = flat[0].index_select(0, read_rows).view(batch_size, num_documents, num_heads, head_dim)
+        documents = torch.arange(num_documents, device=query.device).view(1, -1, 1)
+        allowed = layout.document_ids.unsqueeze(1).eq(documents) | layout.start_mask.unsqueeze(1)  # [B, D, T]
+        sod_context = F.scaled_dot_product_attention(
+            sod_queries.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+            attn_mask=allowed.unsqueeze(1), scale=1.0,
+        )  # [B, H, D, d]
+        sod_context = sod_context.transpose(1, 2).reshape(-1, num_heads, head_dim)
+        context = torch.cat([context, context.new_zeros(1, num_heads, head_dim)])  # row B*T: missing documents'
+        context = context.index_copy(0, write_rows, sod_context.to(context.dtype))[:-1]
+        context = context.view(batch_size, length, num_heads, head_dim)
+        return context * layout.document_ids.ge(0).view(batch_size, length, 1, 1).to(context.dtype)

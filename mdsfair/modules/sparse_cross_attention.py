@@ -78,13 +78,15 @@ class SentenceContext(NamedTuple):
     ``sentence_states [B, S, C]`` from the sentence encoder (None for the
     model-free approximator); ``rows``: the source of every decoder row
     (``B'`` rows, e.g. ``B * beam`` hypotheses, possibly reordered and
-    compacted by beam search).
+    compacted by beam search); ``kept_token_bounds``: a host tensor, see
+    :func:`kept_token_bounds` (None: each step sizes its layout exactly).
     """
 
     src_sent_ids: Tensor
     layout: SentenceLayout
     sentence_states: Optional[Tensor]
     rows: HypothesisRows
+    kept_token_bounds: Optional[Tensor] = None
 
 
 class SentenceAttention(NamedTuple):
@@ -142,25 +144,47 @@ class KeptTokens(NamedTuple):
     at the padding after a row's last kept token; ``flat_rows [B', T, n]``:
     the rows of the ``[N * B, C]`` view of the ``[N, B, C]`` encoder output
     (``position * B + source``). ``n`` is the most tokens any row keeps
-    (not ``r`` times the longest sentence)."""
+    (not ``r`` times the longest sentence), or a bound of it known on the
+    host (:func:`kept_token_bounds`)."""
 
     positions: Tensor
     valid: Tensor
     flat_rows: Tensor
 
 
+def kept_token_bounds(sentence_lengths: Tensor) -> Tensor:
+    """``[S]`` on the host: entry ``k - 1`` is the most tokens that ``k``
+    sentences of any source hold (its ``k`` longest), from
+    ``sentence_lengths [B, S]``. Read once per generation (one host-device
+    synchronization), it sizes every step's kept-token layout on a GPU
+    without reading the step's selection back (:func:`kept_token_layout`)."""
+    longest_first = sentence_lengths.sort(dim=1, descending=True).values
+    return longest_first.cumsum(dim=1).amax(dim=0).clamp(min=1).cpu()
+
+
 def kept_token_layout(indices: Tensor, valid: Tensor, context: SentenceContext) -> KeptTokens:
     """The kept tokens of ``indices [B', T, k]`` (the selected sentences,
     ``valid`` False for a source with fewer than ``k``), vectorized: slot
     ``p`` of a row belongs to the selected sentence whose running token
-    count first exceeds ``p`` (one ``searchsorted``)."""
+    count first exceeds ``p`` (one ``searchsorted``).
+
+    ``n`` is the most tokens any row keeps at this step: read from the
+    device, which on a GPU waits for the step's work (one synchronization
+    per layer and step; the H100 profile of examples/sparse_bart/README.md).
+    With ``context.kept_token_bounds`` (set by the encoder on a GPU in
+    evaluation) ``n`` is instead the most tokens any ``k`` sentences of the
+    sources hold, known on the host: the extra slots are padding
+    (``valid`` False), and the attention is the same."""
     rows, layout = context.rows, context.layout
     num_sources, num_slots, max_length = layout.token_index.shape
     bsz, tgt_len, k = indices.shape
     sentence_rows = (rows.source_index.view(-1, 1, 1) * num_slots + indices).view(-1, k)  # [B'T, k]
     lengths = layout.lengths.view(-1).index_select(0, sentence_rows.view(-1)).view(-1, k) * valid.view(-1, k)
     ends = lengths.cumsum(dim=1)
-    num_kept = max(int(ends[:, -1].max()), 1)
+    if context.kept_token_bounds is not None:
+        num_kept = int(context.kept_token_bounds[min(k, context.kept_token_bounds.numel()) - 1])
+    else:
+        num_kept = max(int(ends[:, -1].max()), 1)
     slots = torch.arange(num_kept, device=indices.device).expand(ends.size(0), num_kept).contiguous()
     which = torch.searchsorted(ends, slots, right=True)  # [B'T, n]: the selected sentence of every slot
     kept_valid = which < k
