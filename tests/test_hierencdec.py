@@ -365,18 +365,26 @@ def test_varlen_flash_path_equals_dense_values_and_gradients(monkeypatch):
 
     device = test_device()
     on_gpu = device.type == "cuda"
+    available = module.varlen_flash_available
+    half = dict(device=device, dtype=torch.bfloat16)
+    assert not available(torch.zeros(2, 4, 4, **half), 0.0)  # flash needs a head size that is a multiple of 8
+    assert not available(torch.zeros(2, 4, 8, **half), 0.1)  # and has no attention dropout here
+    assert not available(torch.zeros(2, 4, 8, device=device), 0.0)  # 16-bit only
+    assert available(torch.zeros(2, 4, 8, **half), 0.0) == on_gpu
     if not on_gpu:
         monkeypatch.setattr(varlen, "varlen_attn", segment_loop_varlen_attn)
         monkeypatch.setattr(module, "varlen_flash_available", lambda query, dropout: dropout == 0)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     ids = DOCUMENT_IDS.to(device)
-    attention = make_self_attention(2).to(device)
+    torch.manual_seed(2)
+    attention = DocumentBlockedSelfAttention(32, 4, self_attention=True).eval().to(device)  # head size 8
     layout = DocumentLayout.from_document_ids(ids)
-    offsets, longest = layout.flat_segments()
+    offsets, longest, padded = layout.flat_segments()
     # example 0: documents 0, 1, 2 then padding; example 1: one document then padding; example 2: four
-    assert offsets.tolist() == [0, 4, 6, 11, 14, 21, 28, 30, 36, 38, 42] and longest == 7
+    assert offsets.tolist() == [0, 4, 6, 11, 14, 21, 28, 30, 36, 38, 42] and longest == 7 and padded
+    assert not DocumentLayout.from_document_ids(ids[2:]).flat_segments()[2]
     results = {}
-    x0 = torch.randn(ids.size(1), ids.size(0), 16, generator=torch.Generator().manual_seed(5)).to(device)
+    x0 = torch.randn(ids.size(1), ids.size(0), 32, generator=torch.Generator().manual_seed(5)).to(device)
     for implementation, run_dtype in (("blocked", dtype), ("dense", torch.float32)):
         attention.implementation = implementation
         attention.zero_grad()

@@ -6,8 +6,8 @@
 # There (a GPU machine with torch, no registry), from the repository root, carrying .whl and .gpu:
 #     tools/gpu_session.sh STEP [STEP ...]  # logs under $OUT (default ./gpu-out)
 #
-# Steps: tests, tests-new, train-bf16, train-fp16, hierencdec, sparse, sparse-profile,
-# hiertransformer, pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout`
+# Steps: tests, tests-new, train-bf16, train-fp16, hierencdec, hierencdec-batch4, sparse,
+# sparse-profile, hiertransformer, hiertransformer-profile, pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout`
 # (STEP_TIMEOUT seconds, default 300), so one slow step leaves the others their time and its
 # output so far. `memory` runs three groups of systems at once (peak memory is per process).
 set -uo pipefail
@@ -67,12 +67,16 @@ step() {
                    --precisions "${1#train-}" --updates 200 --log-interval 20 --systems $SYSTEMS \
                    $([ "$1" = train-fp16 ] && echo --no-generate) --work-dir "/tmp/$1" --out "$OUT/$1.json" ;;
         hierencdec) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base --documents 16 \
-                   --profile 12 ;;
+                   --steps 10 --profile 12 ;;
+        hierencdec-batch4) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base \
+                   --documents 16 --steps 10 --batch-size 4 ;;
         sparse) run_step "$1" python3 benchmarks/sparse_decoder.py --device cuda --dtype bf16 --source-lengths 4096 \
                    --batch-sizes 4 --top-r 5 --beam 4 ;;
         sparse-profile) run_step "$1" python3 benchmarks/sparse_decoder.py --device cuda --dtype bf16 \
                    --source-lengths 4096 --batch-sizes 4 --top-r 5 --model-free-top-r --pooling-top-r --repeats 1 --profile 15 ;;
-        hiertransformer) run_step "$1" python3 benchmarks/hiertransformer.py --device cuda --dtype bf16 --profile 12 ;;
+        hiertransformer) run_step "$1" python3 benchmarks/hiertransformer.py --device cuda --dtype bf16 --steps 10 ;;
+        hiertransformer-profile) run_step "$1" python3 benchmarks/hiertransformer.py --device cuda --dtype bf16 \
+                   --scaling-paragraphs 8 --profile 12 ;;
         pagesum) run_step "$1" python3 benchmarks/pagesum.py --device cuda --dtype bf16 --lengths 2048,4096,8192,16384 ;;
         led) run_step "$1" python3 benchmarks/led.py --device cuda --dtype bf16 --dims base \
                    --lengths 2048,4096,8192,16384 --systems led-1024,bart --train ;;

@@ -72,13 +72,14 @@ class DocumentLayout:
     block_index: Tensor
     block_key_mask: Tensor
     unblock_index: Tensor
-    _segments: Optional[Tuple[Tensor, int]] = field(default=None, repr=False, compare=False)
+    _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
+    _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
 
-    def flat_segments(self) -> Tuple[Tensor, int]:
+    def flat_segments(self) -> Tuple[Tensor, int, bool]:
         """The documents and padding runs of the flat ``[B * T]`` source as
         variable-length sequences: int32 offsets ``[S + 1]`` (``varlen_attn``'s
-        ``cu_seq``) and the longest one's length; computed once per layout
-        (two host reads), then shared by all layers."""
+        ``cu_seq``), the longest one's length, and whether there is padding;
+        computed once per layout (one host read), then shared by all layers."""
         if self._segments is None:
             ids = self.document_ids
             batch_size, length = ids.shape
@@ -87,8 +88,19 @@ class DocumentLayout:
             boundary[:, 0] = True  # every example starts a sequence, even at padding
             starts = boundary.view(-1).nonzero().view(-1)
             offsets = torch.cat([starts, starts.new_full((1,), batch_size * length)])
-            self._segments = (offsets.to(torch.int32), int(offsets.diff().max()))
+            longest, padded = torch.stack([offsets.diff().max(), ids.lt(0).any().long()]).tolist()
+            self._segments = (offsets.to(torch.int32), longest, bool(padded))
         return self._segments
+
+    def sod_key_mask(self) -> Tensor:
+        """``[B, 1, D, T]`` bool: the keys of each document's SOD query, its
+        own document and every SOD of its example (Sec. 4.1.2); a missing
+        document's row holds the SODs only. Built once per layout."""
+        if self._sod_key_mask is None:
+            documents = torch.arange(self.num_documents, device=self.document_ids.device).view(1, -1, 1)
+            own_document = self.document_ids.unsqueeze(1).eq(documents)
+            self._sod_key_mask = (own_document | self.start_mask.unsqueeze(1)).unsqueeze(1)
+        return self._sod_key_mask
 
     def sod_rows(self) -> Tuple[Tensor, Tensor]:
         """``[B * D]`` rows of the flat source holding each document's SOD
@@ -154,8 +166,11 @@ class DocumentLayout:
 
 def varlen_flash_available(query: Tensor, dropout: float) -> bool:
     """Whether :func:`torch.nn.attention.varlen.varlen_attn` (flash, CUDA,
-    16-bit, no dropout; torch >= 2.10) can run the document attention."""
+    16-bit, no dropout, head size a multiple of 8 up to 256; torch >= 2.10)
+    can run the document attention of ``query [..., H, d]``."""
     if not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16) or dropout > 0:
+        return False
+    if query.size(-1) % 8 or query.size(-1) > 256:
         return False
     try:
         from torch.nn.attention.varlen import varlen_attn  # noqa: F401
@@ -294,7 +309,7 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         from torch.nn.attention.varlen import varlen_attn
 
         batch_size, length, num_heads, head_dim = query.shape
-        offsets, longest = layout.flat_segments()
+        offsets, longest, padded = layout.flat_segments()
         flat = [t.reshape(batch_size * length, num_heads, head_dim) for t in (query, key, value)]
         if "scale" in inspect.signature(varlen_attn).parameters:
             context = varlen_attn(*flat, offsets, offsets, longest, longest, scale=1.0)
@@ -304,14 +319,14 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         read_rows, write_rows = layout.sod_rows()
         num_documents = layout.num_documents
         sod_queries = flat[0].index_select(0, read_rows).view(batch_size, num_documents, num_heads, head_dim)
-        documents = torch.arange(num_documents, device=query.device).view(1, -1, 1)
-        allowed = layout.document_ids.unsqueeze(1).eq(documents) | layout.start_mask.unsqueeze(1)  # [B, D, T]
         sod_context = F.scaled_dot_product_attention(
             sod_queries.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-            attn_mask=allowed.unsqueeze(1), scale=1.0,
+            attn_mask=layout.sod_key_mask(), scale=1.0,
         )  # [B, H, D, d]
         sod_context = sod_context.transpose(1, 2).reshape(-1, num_heads, head_dim)
         context = torch.cat([context, context.new_zeros(1, num_heads, head_dim)])  # row B*T: missing documents'
         context = context.index_copy(0, write_rows, sod_context.to(context.dtype))[:-1]
         context = context.view(batch_size, length, num_heads, head_dim)
+        if not padded:
+            return context
         return context * layout.document_ids.ge(0).view(batch_size, length, 1, 1).to(context.dtype)
