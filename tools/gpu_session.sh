@@ -4,7 +4,7 @@
 # Here (with spaCy, pip and a registry), once:
 #     tools/gpu_session.sh prepare          # wheels for Python 3.12 in .whl/, data-bins in .gpu/
 # There (a GPU machine with torch, no registry), from the repository root, carrying .whl and .gpu:
-#     tools/gpu_session.sh STEP [STEP ...]  # logs under $OUT (default ./gpu-out)
+#     tools/gpu_session.sh STEP[:SECONDS] ...  # logs under $OUT (default ./gpu-out)
 #
 # Steps: tests, tests-new, train-bf16, train-fp16, hierencdec, hierencdec-batch4, sparse,
 # sparse-profile, hiertransformer, hiertransformer-profile, pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout`
@@ -98,4 +98,7 @@ step() {
 if [ "${1:-}" = prepare ]; then prepare; exit; fi
 [ $# -gt 0 ] || { sed -n '2,10p' "$0"; exit 2; }
 setup
-for name in "$@"; do step "$name"; done
+for name in "$@"; do  # STEP or STEP:SECONDS (that step's own time limit)
+    if [[ "$name" == *:* ]]; then LIMIT="${name#*:}"; name="${name%%:*}"; else LIMIT="${STEP_TIMEOUT:-300}"; fi
+    step "$name"
+done
