@@ -65,7 +65,7 @@ step() {
         # generation is measured once, from the bf16 checkpoints (it runs in --fp16 either way)
         train-bf16|train-fp16) run_step "$1" python3 benchmarks/train_systems.py --data .gpu/long4k --device cuda \
                    --precisions "${1#train-}" --updates 200 --log-interval 20 --systems $SYSTEMS \
-                   $([ "$1" = train-fp16 ] && echo --no-generate) --work-dir "/tmp/$1" --out "$OUT/$1.json" ;;
+                   $([ "$1" = train-fp16 ] && echo --no-generate) --work-dir "$(mktemp -d /tmp/$1.XXXX)" --out "$OUT/$1.json" ;;
         hierencdec) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base --documents 16 \
                    --steps 10 --profile 12 ;;
         hierencdec-batch4) run_step "$1" python3 benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base \
@@ -88,7 +88,7 @@ step() {
                        "hierencdec_bart_large pagesum_bart_large" "sparse_bart_large led_large primera"; do
                    name=$(echo $group | cut -d" " -f1)
                    python3 benchmarks/memory.py --device cuda --data .gpu/long16k --archs $group \
-                       --lengths 2048 4096 8192 16384 --repeats 1 --fit-gib 70 \
+                       --lengths 2048 8192 16384 --repeats 1 --fit-gib 70 \
                        --measurements "$0/memory_cuda_$name.json" > "$0/memory_$name.log" 2>&1 &
                    done; wait; tail -n 30 "$0"/memory_*.log' "$OUT" ;;
         *) echo "unknown step $1" >&2; exit 2 ;;
