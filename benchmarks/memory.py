@@ -147,6 +147,27 @@ def save_measurements(path: str, measured) -> None:
     os.replace(path + ".tmp", path)
 
 
+def compare_measurements(first_path: str, second_path: str) -> str:
+    """A markdown table of the activations (MiB, medians) that two
+    ``--measurements`` files both hold (e.g. a GPU run against the CPU
+    one), with second / first, for every architecture, dtype, variant and
+    length in common."""
+    with open(first_path, encoding="utf-8") as handle:
+        first = json.load(handle)
+    with open(second_path, encoding="utf-8") as handle:
+        second = json.load(handle)
+    rows = ["| system | dtype | variant | source tokens | first MiB | second MiB | second / first |",
+            "|---|---|---|---:|---:|---:|---:|"]
+    for key in sorted(set(first) & set(second)):
+        arch, dtype, variant = key.split("/")
+        for n in sorted(set(first[key]) & set(second[key]), key=int):
+            a, b = statistics.median(first[key][n]), statistics.median(second[key][n])
+            rows.append(f"| {arch} | {dtype} | {variant} | {int(n):,} | {a:,.0f} | {b:,.0f} | {b / a:.2f} |")
+    if len(rows) == 2:
+        raise ValueError(f"{first_path} and {second_path} have no cell in common")
+    return "\n".join(rows)
+
+
 def fit_activations(lengths: Sequence[int], mib: Sequence[float]) -> Tuple[float, float, float]:
     """``(a, b, c)`` of the least-squares fit ``a + b n + c n^2`` (MiB), with
     ``c`` >= 0 (a linear fit when the quadratic one bends down); one length
@@ -225,7 +246,13 @@ def main(argv=None):
     parser.add_argument("--measurements", metavar="JSON",
                         help="measured activations (MiB) by architecture, dtype, checkpointing and length: read "
                              "when the file exists (what it holds is not measured again), written at the end")
+    parser.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
+                        help="measure nothing: print the activations two --measurements files both hold, side by "
+                             "side with SECOND / FIRST (e.g. the CPU file and a GPU run's)")
     args = parser.parse_args(argv)
+    if args.compare:
+        print(compare_measurements(*args.compare))
+        return
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")

@@ -3,6 +3,7 @@ the ``MEDIAN (MIN-MAX)`` format every benchmark prints (issue 23.5), checked
 on a step whose durations a fake clock controls; and that every benchmark
 script still imports (no heavy benchmark runs here)."""
 import glob
+import json
 import os
 import re
 import subprocess
@@ -221,3 +222,20 @@ def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterp
     table = train_systems.table(results, ["bf16"])
     assert "| hierencdec_bart_base | bf16 | 8.50 -> 3.00 | 1 | 34,443 | 0.50 | 1.0 | 2.00 |" in table
     assert "| hierencdec_bart_base | 3.00 | 0.50 |" in table
+
+
+def test_memory_compare_puts_two_measurement_files_side_by_side(tmp_path, capsys):
+    """``memory.py --compare CPU.json GPU.json``: the cells both files hold,
+    medians of their runs, and second / first; nothing else is measured."""
+    from benchmarks import memory
+
+    first, second = tmp_path / "cpu.json", tmp_path / "gpu.json"
+    first.write_text(json.dumps({"led_base/fp32/plain": {"2048": [100.0, 120.0, 110.0], "4096": [200.0]},
+                                 "led_base/fp32/checkpointed": {"2048": [50.0]}}))
+    second.write_text(json.dumps({"led_base/fp32/plain": {"2048": [55.0], "8192": [400.0]}}))
+    memory.main(["--compare", str(first), str(second)])
+    rows = capsys.readouterr().out.strip().splitlines()
+    assert rows[2:] == ["| led_base | fp32 | plain | 2,048 | 110 | 55 | 0.50 |"]
+    second.write_text(json.dumps({"pagesum_bart_base/fp32/plain": {"2048": [1.0]}}))
+    with pytest.raises(ValueError, match="no cell in common"):
+        memory.main(["--compare", str(first), str(second)])
