@@ -146,17 +146,18 @@ def profile_table(function, device: str, row_limit: int, label: str) -> str:
     ("one decoding, ...", "one training step, ...")."""
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if str(device).startswith("cuda") else [])
+    on_cuda = str(device).startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_cuda else [])
     with profile(activities=activities) as profiler:
         function()
-        if str(device).startswith("cuda"):
+        if on_cuda:
             torch.cuda.synchronize()
     events = profiler.key_averages()
     synchronizations = {event.key: event.count for event in events
                         if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize",
                                          "cudaDeviceSynchronize")}
     parts = [f"profile of {label}: host-device synchronizations {synchronizations}"]
-    if str(device).startswith("cuda"):
+    if on_cuda:
         parts.append(events.table(sort_by="self_cuda_time_total", row_limit=row_limit))
     parts.append(events.table(sort_by="self_cpu_time_total", row_limit=row_limit))
     return "\n".join(parts)

@@ -7,14 +7,14 @@
 #     tools/gpu_session.sh STEP[:SECONDS] ...  # logs under $OUT (default ./gpu-out)
 #
 # Steps: tests, tests-new, train-bf16, train-fp16, hierencdec, hierencdec-batch4, sparse,
-# sparse-profile, hiertransformer, hiertransformer-profile, pagesum, led, dape, ngram, checkpointing, memory. Each runs under `timeout`
-# (STEP_TIMEOUT seconds, default 300), so one slow step leaves the others their time and its
-# output so far. `memory` runs three groups of systems at once (peak memory is per process).
+# sparse-profile, hiertransformer, hiertransformer-profile, pagesum, led, dape, ngram,
+# checkpointing, memory. Each runs under `timeout` (STEP:SECONDS, else STEP_TIMEOUT seconds,
+# default 300), so one slow step leaves the others their time and its output so far. `memory`
+# runs three groups of systems at once (peak memory is per process).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-gpu-out}"
 mkdir -p "$OUT"
-LIMIT="${STEP_TIMEOUT:-300}"
 SYSTEMS="${SYSTEMS:-hiertransformer hierencdec_bart_base pagesum_bart_base sparse_bart_base dape_transformer led_base bart_base transformer}"
 
 prepare() {
@@ -96,7 +96,7 @@ step() {
 }
 
 if [ "${1:-}" = prepare ]; then prepare; exit; fi
-[ $# -gt 0 ] || { sed -n '2,10p' "$0"; exit 2; }
+[ $# -gt 0 ] || { sed -n '2,13p' "$0"; exit 2; }
 setup
 for name in "$@"; do  # STEP or STEP:SECONDS (that step's own time limit)
     if [[ "$name" == *:* ]]; then LIMIT="${name#*:}"; name="${name%%:*}"; else LIMIT="${STEP_TIMEOUT:-300}"; fi

@@ -31,6 +31,7 @@ Two implementations with the same parameters and the same numbers:
   (``tests/test_hierencdec.py`` compares it with ``dense`` on the test
   device). The H100 profile that led here is in examples/hierencdec/README.md.
 """
+import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Optional, Tuple
@@ -179,6 +180,14 @@ def varlen_flash_available(query: Tensor, dropout: float) -> bool:
     return True
 
 
+@functools.lru_cache(maxsize=None)
+def accepts_scale(function) -> bool:
+    """Whether ``function`` takes ``scale`` (torch 2.11's ``varlen_attn`` does,
+    its first release did not); read once per function, not at every layer
+    call."""
+    return "scale" in inspect.signature(function).parameters
+
+
 def document_attention_mask(document_ids: Tensor) -> Tensor:
     """``[B, T, T]`` bool, True where query ``i`` may attend to key ``j``:
     same document, or both are SOD tokens (Sec. 4.1). Padding queries may
@@ -311,9 +320,9 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         batch_size, length, num_heads, head_dim = query.shape
         offsets, longest, padded = layout.flat_segments()
         flat = [t.reshape(batch_size * length, num_heads, head_dim) for t in (query, key, value)]
-        if "scale" in inspect.signature(varlen_attn).parameters:
+        if accepts_scale(varlen_attn):
             context = varlen_attn(*flat, offsets, offsets, longest, longest, scale=1.0)
-        else:  # torch 2.10's varlen_attn scales by d^-0.5 (fairseq's self.scaling) itself
+        else:  # an older varlen_attn scales by d^-0.5 (fairseq's self.scaling) itself
             context = varlen_attn(flat[0] / self.scaling, *flat[1:], offsets, offsets, longest, longest)
 
         read_rows, write_rows = layout.sod_rows()
