@@ -12,12 +12,12 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
     # preprocess/ sits at the top of the repository (its place in the product's
-    # layout) but installs inside the mdsfair namespace, as mdsfair.preprocess:
-    # nothing but mdsfair lands in site-packages. hubconf.py is not installed;
+    # layout); mdsfair/preprocess is a symbolic link to it, so it is the package
+    # mdsfair.preprocess to Python, to static tools and to setuptools alike
+    # (find_packages follows the link; a wheel holds a copy of the files).
+    # Nothing but mdsfair lands in site-packages. hubconf.py is not installed;
     # torch.hub reads it from the repository directory.
-    packages=find_packages(include=["mdsfair", "mdsfair.*"])
-    + ["mdsfair.preprocess" + name[len("preprocess"):] for name in find_packages(include=["preprocess", "preprocess.*"])],
-    package_dir={"mdsfair.preprocess": "preprocess"},
+    packages=find_packages(include=["mdsfair", "mdsfair.*"]),
     install_requires=[
         # CPU torch: install `torch==2.13.0` first (see README); any torch
         # fairseq accepts works, the pin here only keeps pip off CUDA builds.

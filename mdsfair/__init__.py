@@ -10,7 +10,7 @@ modules fill when they are imported. :func:`register` imports every module of
 * fairseq's ``--user-dir`` (``fairseq-train --user-dir path/to/mdsfair``):
   fairseq imports this package after itself, so ``import mdsfair`` in a
   process that has already imported fairseq registers at once (the one
-  thing this module does at import besides the source-checkout alias below);
+  thing this module does at import);
 * an explicit ``mdsfair.register()`` (idempotent) in any process that imports
   mdsfair before fairseq. mdsfair's own entry points call it: ``mdsfair-train``
   / ``-generate`` (:mod:`mdsfair.cli`), the hub (:mod:`mdsfair.hub_interface`,
@@ -27,33 +27,9 @@ triggers allow fairseq's few extra globals for that load only
 (:mod:`mdsfair.checkpoint_loading`).
 """
 import importlib
-import os
 import sys
 
 __version__ = "0.1.0"
-
-
-def _map_source_checkout_preprocess():
-    """``mdsfair.preprocess`` from a source checkout.
-
-    setup.py installs the repository's top-level ``preprocess/`` folder as
-    ``mdsfair.preprocess`` (``package_dir``). Run from a checkout (the tests,
-    ``--user-dir mdsfair``, an editable install), ``mdsfair/`` has no
-    ``preprocess`` subfolder, so the package's search path gains the sibling
-    folder under that name. An installed copy has its own and is untouched.
-    """
-    here = os.path.dirname(os.path.abspath(__file__))
-    sibling = os.path.join(os.path.dirname(here), "preprocess")
-    if os.path.isdir(os.path.join(here, "preprocess")) or not os.path.isfile(os.path.join(sibling, "__init__.py")):
-        return
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        __name__ + ".preprocess", os.path.join(sibling, "__init__.py"), submodule_search_locations=[sibling]
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
 
 
 # ------------------------------------------------------------ registration
@@ -87,8 +63,6 @@ def register() -> None:
     finally:
         _registration["running"] = False
 
-
-_map_source_checkout_preprocess()
 
 if "fairseq" in sys.modules:  # imported by fairseq's --user-dir (or after fairseq): register now
     register()

@@ -1,7 +1,7 @@
 """The layering of ARCHITECTURE.md, checked on every module's imports.
 
-Each module of ``mdsfair/`` and ``preprocess/`` (``mdsfair.preprocess``) is
-parsed with :mod:`ast`; every ``import`` of an mdsfair module, at the top of
+Each module of ``mdsfair/`` and ``preprocess/`` (``mdsfair.preprocess``, through
+the link ``mdsfair/preprocess``) is parsed with :mod:`ast`; every ``import`` of an mdsfair module, at the top of
 the file or inside a function, must point to the same layer or a lower one
 (:data:`LAYERS`), imports must form no cycle (module-level ones none at all, lazy ones only
 those of :data:`KNOWN_LAZY_CYCLES`), and only
@@ -60,21 +60,24 @@ def layer_of(module: str) -> Optional[int]:
 
 
 def repository_sources() -> Dict[str, Tuple[str, str]]:
-    """``{module name: (path, source)}`` of every module of mdsfair and preprocess."""
+    """``{module name: (path, source)}`` of every module of the package
+    mdsfair, as Python finds it: ``mdsfair/preprocess`` is a link to the
+    top-level ``preprocess/`` folder, whose modules are listed under their one
+    name ``mdsfair.preprocess...`` with their real path."""
     sources = {}
-    for top, package in (("mdsfair", "mdsfair"), ("preprocess", "mdsfair.preprocess")):
-        for directory, subdirectories, files in os.walk(os.path.join(REPO_ROOT, top)):
-            subdirectories[:] = sorted(d for d in subdirectories if not d.startswith((".", "__pycache__")))
-            for name in sorted(files):
-                if not name.endswith(".py"):
-                    continue
-                path = os.path.join(directory, name)
-                parts = os.path.relpath(path, os.path.join(REPO_ROOT, top))[:-3].split(os.sep)
-                if parts[-1] == "__init__":
-                    parts = parts[:-1]
-                module = ".".join([package] + parts)
-                with open(path, encoding="utf-8") as handle:
-                    sources[module] = (os.path.relpath(path, REPO_ROOT), handle.read())
+    package_root = os.path.join(REPO_ROOT, "mdsfair")
+    for directory, subdirectories, files in os.walk(package_root, followlinks=True):
+        subdirectories[:] = sorted(d for d in subdirectories if not d.startswith((".", "__pycache__")))
+        for name in sorted(files):
+            if not name.endswith(".py"):
+                continue
+            path = os.path.join(directory, name)
+            parts = os.path.relpath(path, package_root)[:-3].split(os.sep)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            module = ".".join(["mdsfair"] + parts)
+            with open(path, encoding="utf-8") as handle:
+                sources[module] = (os.path.relpath(os.path.realpath(path), REPO_ROOT), handle.read())
     return sources
 
 
@@ -209,6 +212,80 @@ def fairseq_patches_outside_their_file(sources) -> List[str]:
     return problems
 
 
+#: Where ``preprocess/`` is the package ``mdsfair.preprocess``: a link, the one
+#: mechanism (no ``package_dir`` in setup.py, no aliasing at import).
+PREPROCESS_LINK = os.path.join("mdsfair", "preprocess")
+
+
+def repository_python_files() -> Iterator[Tuple[str, str]]:
+    """``(path relative to the repository, source)`` of every Python file of
+    the checkout (package, tests, benchmarks, tools, examples, hubconf.py,
+    setup.py), links not followed (so each file is read once)."""
+    skipped = {"__pycache__", "build", "dist", "node_modules"}
+    for directory, subdirectories, files in os.walk(REPO_ROOT):
+        subdirectories[:] = sorted(d for d in subdirectories
+                                   if not d.startswith(".") and d not in skipped and not d.endswith(".egg-info"))
+        for name in sorted(files):
+            path = os.path.join(directory, name)
+            if name.endswith(".py") and not os.path.islink(path):
+                with open(path, encoding="utf-8") as handle:
+                    yield os.path.relpath(path, REPO_ROOT), handle.read()
+
+
+def bare_preprocess_imports(files: Iterator[Tuple[str, str]]) -> List[str]:
+    """Every import of the top-level folder by its bare name (``import
+    preprocess``, ``from preprocess.x import y``): its modules have one name,
+    ``mdsfair.preprocess...``."""
+    problems = []
+    for path, source in files:
+        for node in ast.walk(ast.parse(source, path)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                if name == "preprocess" or name.startswith("preprocess."):
+                    problems.append(f"{path}:{node.lineno}: imports {name}; its name is mdsfair.{name}")
+    return problems
+
+
+def import_time_aliasing(sources) -> List[str]:
+    """Module aliasing and search-path surgery in mdsfair's modules: a write
+    into ``sys.modules`` (``sys.modules[name] = ...``, ``.update``,
+    ``.setdefault``, ``.__setitem__``) or to a package's ``__path__``
+    (assignment, ``.append`` / ``.extend`` / ``.insert``). Where a module is,
+    is what the file system says."""
+    problems = []
+    for module in sorted(sources):
+        path, source = sources[module]
+        for node in ast.walk(ast.parse(source, path)):
+            targets = []
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
+                    "update", "setdefault", "__setitem__", "append", "extend", "insert"):
+                targets = [node.func.value]
+            for target in targets:
+                while isinstance(target, ast.Subscript):
+                    target = target.value
+                text = ast.unparse(target)
+                if text in ("sys.modules", "__path__") or text.endswith(".__path__"):
+                    problems.append(f"{path}:{node.lineno}: writes to {text} (no module aliasing at import)")
+    return problems
+
+
+def setup_keywords() -> Dict[str, ast.expr]:
+    """The keyword arguments of the ``setup()`` call of setup.py."""
+    with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as handle:
+        tree = ast.parse(handle.read(), "setup.py")
+    calls = [node for node in ast.walk(tree)
+             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setup"]
+    assert len(calls) == 1
+    return {keyword.arg: keyword.value for keyword in calls[0].keywords}
+
+
 # ------------------------------------------------------------------ tests
 
 
@@ -288,3 +365,47 @@ def test_every_module_has_a_layer_and_architecture_md_lists_every_layer():
         assert f"**{name}**" in architecture, name
         for prefix in prefixes:
             assert f"`{prefix}`" in architecture, prefix
+
+
+def test_preprocess_is_mdsfair_preprocess_by_one_plain_mechanism():
+    """``mdsfair/preprocess`` is a link to the top-level ``preprocess/``: the
+    one way it becomes ``mdsfair.preprocess`` (for Python, static tools and
+    setuptools' find_packages alike); setup.py maps no package directory and
+    no module aliases modules at import."""
+    link = os.path.join(REPO_ROOT, PREPROCESS_LINK)
+    assert os.path.islink(link) and os.readlink(link) == os.path.join(os.pardir, "preprocess")
+    assert os.path.realpath(link) == os.path.realpath(os.path.join(REPO_ROOT, "preprocess"))
+    keywords = setup_keywords()
+    assert "package_dir" not in keywords
+    assert ast.unparse(keywords["packages"]) == "find_packages(include=['mdsfair', 'mdsfair.*'])"
+    sources = repository_sources()
+    assert {"mdsfair.preprocess.binarize", "mdsfair.preprocess.converters.common"} <= set(sources)
+    assert sources["mdsfair.preprocess.binarize"][0] == os.path.join("preprocess", "binarize.py")
+    assert import_time_aliasing(sources) == []
+
+
+def test_preprocess_has_one_spelling():
+    """No file imports the bare ``preprocess``; every console script names a
+    module of mdsfair."""
+    assert bare_preprocess_imports(repository_python_files()) == []
+    scripts = ast.literal_eval(setup_keywords()["entry_points"])["console_scripts"]
+    assert scripts and all(script.split("=")[1].strip().startswith("mdsfair.") for script in scripts)
+
+
+def test_spelling_and_aliasing_checks_fail_on_synthetic_bad_modules():
+    assert bare_preprocess_imports([
+        ("tests/test_bad.py", "import preprocess.binarize\nfrom preprocess import pipeline\nfrom . import preprocess\n"),
+    ]) == [
+        "tests/test_bad.py:1: imports preprocess.binarize; its name is mdsfair.preprocess.binarize",
+        "tests/test_bad.py:2: imports preprocess; its name is mdsfair.preprocess",
+    ]
+    aliasing = synthetic({
+        "mdsfair.alias_a": "import sys\nsys.modules['mdsfair.preprocess'] = object()\n",
+        "mdsfair.alias_b": "import sys, os\ndef f():\n    sys.modules.setdefault('x', None)\n",
+        "mdsfair.alias_c": "__path__.append('../preprocess')\n",
+    })
+    assert [problem for problem in import_time_aliasing(aliasing) if "alias_" in problem] == [
+        "mdsfair/alias_a.py:2: writes to sys.modules (no module aliasing at import)",
+        "mdsfair/alias_b.py:3: writes to sys.modules (no module aliasing at import)",
+        "mdsfair/alias_c.py:1: writes to __path__ (no module aliasing at import)",
+    ]
