@@ -250,6 +250,7 @@ def score_files(
     split: Optional[str] = None,
     expected: Optional[int] = None,
     target_lines: bool = False,
+    convention: Optional[str] = None,
 ) -> Dict[str, Dict]:
     """ROUGE of a hypothesis file against its references.
 
@@ -266,9 +267,12 @@ def score_files(
             ``{split}.summary.txt`` and cluster count).
         expected: the number of clusters the hypotheses must cover.
         target_lines: score a fairseq-generate log against its ``T-`` lines.
+        convention: a preset of :mod:`mdsfair.evaluation.conventions` (a
+            paper's scorer and settings); ``None``, ``mdsfair`` or
+            ``mdsfair-fast``: mdsfair's own (``fast`` picks between these two).
 
     Returns:
-        See :func:`score_sentences`; ``info`` also names the files.
+        See :func:`score_sentences`; ``info`` also names the files and the convention.
     """
     sources: Dict = {}
     hypotheses, references = load_hypotheses_and_references(
@@ -276,17 +280,30 @@ def score_files(
         data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
     )
     sources["wordless_references"] = warn_wordless_references(references, sources.get("references") or ref_paths)
-    result = score(
-        hypotheses,
-        references,
-        fast=fast,
-        sentence_separator=sentence_separator,
-        stemming=stemming,
-        multi_ref_mode=multi_ref_mode,
-        resamples=resamples,
-        keep_files=keep_files,
-        per_cluster=per_cluster,
-    )
+    if convention == "mdsfair-fast":
+        fast = True
+    if convention in (None, "mdsfair", "mdsfair-fast"):
+        result = score(
+            hypotheses,
+            references,
+            fast=fast,
+            sentence_separator=sentence_separator,
+            stemming=stemming,
+            multi_ref_mode=multi_ref_mode,
+            resamples=resamples,
+            keep_files=keep_files,
+            per_cluster=per_cluster,
+        )
+        result["info"]["convention"] = "mdsfair-fast" if fast else "mdsfair"
+    else:
+        from mdsfair.evaluation.conventions import get_convention, score_with_convention
+
+        result = score_with_convention(
+            hypotheses, _normalise_references(hypotheses, references), get_convention(convention),
+            sentence_separator=sentence_separator, resamples=resamples,
+        )
+        if not per_cluster:
+            result.pop("per_cluster")
     result["info"]["hypothesis_file"] = hyp_path
     result["info"]["reference_files"] = (
         [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
@@ -298,14 +315,19 @@ def score_files(
 
 def format_table(result: Dict[str, Dict], measures: Sequence[str] = ("f",)) -> str:
     """The scores as a text table: one row per measure, values x100, 2 decimals."""
-    header = "{:<10}".format("") + "".join(f"{title:>9}" for title in COLUMN_TITLES)
+    from mdsfair.evaluation.conventions import ALL_METRICS, TITLES
+
+    metrics = [metric for metric in ALL_METRICS if metric in result]
+    header = "{:<10}".format("") + "".join(f"{TITLES[metric]:>9}" for metric in metrics)
     rows = [header]
     for measure in measures:
-        cells = "".join(f"{100 * result[metric][measure]:>9.2f}" for metric in METRICS)
+        cells = "".join(f"{100 * result[metric][measure]:>9.2f}" for metric in metrics)
         rows.append(f"{MEASURE_NAMES[measure]:<10}{cells}")
     info = result.get("info", {})
     count = info.get("num_hypotheses", 0)
     note = f"{info.get('scorer', '?')}, {count} {'hypothesis' if count == 1 else 'hypotheses'}"
+    if info.get("convention") not in (None, "mdsfair", "mdsfair-fast"):
+        note = f"convention {info['convention']}: {note}"
     if info.get("num_empty_hypotheses"):
         note += f" ({info['num_empty_hypotheses']} empty)"
     if isinstance(info.get("references"), str):
@@ -336,6 +358,25 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
         help="score a fairseq-generate log against its T- lines (the targets as the task served them, cut "
         "at the model's target limit) instead of the data-bin's full references",
     )
+
+
+def add_convention_argument(parser: argparse.ArgumentParser) -> None:
+    """``--convention NAME`` (shared with ``mdsfair-compare``)."""
+    parser.add_argument(
+        "--convention", metavar="NAME",
+        help="score as a paper did: hiersumm, hierencdec, led-hierencdec, pagesum, sparse, ma2022, primera "
+        "(scorer, options, stemming, sentence splitting, case, aggregate; each cites the authors' code), or "
+        "mdsfair's own mdsfair / mdsfair-fast (default: mdsfair, or mdsfair-fast with --fast); "
+        "--list-conventions prints every setting",
+    )
+    parser.add_argument("--list-conventions", action="store_true", help="print every convention's settings and sources, then exit")
+
+
+def list_conventions() -> str:
+    """Every preset's :meth:`Convention.describe`, one paragraph each."""
+    from mdsfair.evaluation.conventions import CONVENTIONS
+
+    return "\n\n".join(convention.describe() for convention in CONVENTIONS.values())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -371,9 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="PATH", help="also write all scores (fractions in [0, 1]) as JSON here")
     parser.add_argument(
-        "--per-cluster", action="store_true",
-        help="with --json: also write every cluster's R/P/F per metric (e.g. for significance tests)",
+        "--per-cluster", metavar="FILE",
+        help="write every cluster's R/P/F per metric here, by cluster id: JSONL (FILE.jsonl) or CSV (FILE.csv) "
+        "(also added to --json); see docs/evaluation.md for how their mean relates to the reported average",
     )
+    add_convention_argument(parser)
     parser.add_argument(
         "--sentence-separator", metavar="STR",
         help="split summaries into sentences on this marker (e.g. '<q>') instead of the rule-based splitter",
@@ -405,6 +448,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-rouge``; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.list_conventions:
+        print(list_conventions())
+        return 0
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     if args.resamples < 1:
@@ -412,6 +458,14 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     if args.fast and args.multi_ref_mode != "average":
         logger.warning("--multi-ref-mode only applies to the official scorer; --fast takes the best F1")
     try:
+        if args.per_cluster:
+            from mdsfair.evaluation.per_cluster import per_cluster_format
+
+            per_cluster_format(args.per_cluster)
+        if args.convention:
+            from mdsfair.evaluation.conventions import get_convention
+
+            get_convention(args.convention)
         result = score_files(
             args.hyp,
             list(args.refs) + list(args.extra_refs),
@@ -423,12 +477,17 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             gpt2_encoder_json=args.gpt2_encoder_json,
             gpt2_vocab_bpe=args.gpt2_vocab_bpe,
             keep_files=args.keep_rouge_files,
-            per_cluster=args.per_cluster,
+            per_cluster=bool(args.per_cluster),
             data_bin=args.data_bin,
             split=args.split,
             expected=args.expected,
             target_lines=args.target_lines,
+            convention=args.convention,
         )
+        if args.per_cluster:
+            from mdsfair.evaluation.per_cluster import write_per_cluster
+
+            write_per_cluster(args.per_cluster, {args.hyp: result})
     except (RougeInputError, RougeDependencyError, ManifestError, OSError) as error:
         parser.error(str(error))
     measures = ("f", "r", "p") if args.measure == "all" else (args.measure,)

@@ -447,3 +447,48 @@ def run_rouge155(
             for position, measure in enumerate("rpf")
         }
     return scores, per_cluster, [split_command, line_command]
+
+
+def run_rouge155_options(
+    peers: Sequence[Sequence[str]],
+    models: Sequence[Sequence[Sequence[str]]],
+    options: Sequence[str],
+    data_dir: Optional[str] = None,
+) -> Tuple[Dict[str, Dict[str, object]], List[str]]:
+    """One ROUGE-1.5.5 run with the given options (a paper's, see
+    :mod:`mdsfair.evaluation.conventions`) on lines as they are.
+
+    Args:
+        peers: per cluster, the hypothesis lines (one SPL line each).
+        models: per cluster, per reference, the reference lines.
+        options: the script's options without ``-e`` and the configuration
+            file; ``-d`` is added (it prints every cluster's scores and
+            changes no average).
+
+    Returns:
+        ``(parsed, command)``: :func:`parse_output`'s dictionary (every
+        metric the script printed, with ``per_eval`` keyed by cluster index)
+        and the command line that ran.
+    """
+    if len(peers) != len(models):
+        raise ValueError(f"{len(peers)} hypotheses but {len(models)} reference sets")
+    if not peers:
+        raise ValueError("nothing to score: no hypotheses")
+    warn_non_latin_references(models)
+    perl_data_dir = ensure_data_dir(data_dir)
+    work_dir = tempfile.mkdtemp(prefix="mdsfair-rouge-")
+    try:
+        config = write_eval_files(os.path.join(work_dir, "lines"), peers, models, False)
+        command = [check_perl(), rouge155_script(), "-e", perl_data_dir, *options, "-d", config]
+        process = subprocess.run(command, capture_output=True, text=True)
+        if process.returncode != 0:
+            raise RuntimeError(
+                f"ROUGE-1.5.5 failed (exit {process.returncode}): {' '.join(command)}\n{process.stderr.strip()[-2000:]}"
+            )
+        parsed = parse_output(process.stdout)
+    finally:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    for metric, entry in parsed.items():
+        if len(entry["per_eval"]) != len(peers):
+            raise RuntimeError(f"ROUGE-1.5.5 printed {metric} for {len(entry['per_eval'])} of {len(peers)} clusters")
+    return parsed, command

@@ -1,0 +1,208 @@
+"""Confidence intervals and paired significance tests over clusters (numpy).
+
+Every statistic here is the **mean over clusters** of a per-cluster score
+(ROUGE F1, recall or precision of one cluster), and every resampling unit is
+a cluster: the clusters of a test set are the sample, so a confidence
+interval says how much the mean would move on another test set drawn like
+this one, and a paired test says whether two systems' difference on the
+same clusters is larger than that.
+
+* :func:`bootstrap_ci`: percentile bootstrap interval of the mean (Efron &
+  Tibshirani 1993): resample the clusters with replacement ``samples`` times,
+  take the ``(1 - confidence) / 2`` and ``(1 + confidence) / 2`` quantiles of
+  the resampled means.
+* :func:`paired_bootstrap`: the paired bootstrap test of Koehn (2004) in the
+  form of Berg-Kirkpatrick et al. (2012, Section 2.2): with ``d_i`` the
+  per-cluster difference between a system and the baseline and ``delta`` its
+  mean, resample the clusters; a resample whose mean difference ``delta*`` is
+  at least ``delta`` away from ``delta`` (``|delta* - delta| >= |delta|``:
+  the bootstrap distribution shifted to the null of no difference) counts
+  against the system. Two-sided; Berg-Kirkpatrick et al.'s one-sided count
+  ``delta* > 2 delta`` is its half for a symmetric bootstrap distribution.
+* :func:`approximate_randomization`: the paired permutation test, called
+  approximate randomization by Noreen (1989) and Riezler & Maxwell (2005):
+  under the null the two systems' outputs are exchangeable cluster by
+  cluster, so each cluster's pair is swapped with probability 1/2 (the sign
+  of ``d_i`` flipped) and the mean difference recomputed; two-sided,
+  ``|mean(s_i d_i)| >= |delta|``.
+* p-values are ``(count + 1) / (samples + 1)`` (Davison & Hinkley 1997; also
+  SciPy's ``permutation_test`` for randomized tests): never 0, so a test of
+  ``samples`` resamples cannot claim more than it can resolve.
+* :func:`adjust_pvalues`: Holm's step-down or Bonferroni's correction of a
+  family of p-values (here: every system x metric against the baseline).
+
+All resampling is vectorized: one ``[samples, clusters]`` count matrix (or
+sign matrix) is drawn once and multiplied with every system's and metric's
+per-cluster scores, so systems share their resamples (which is what makes
+the bootstrap *paired*) and the cost is one matrix product per table.
+Comparisons use a relative tolerance of 1e-12 (float64) so that ties that
+are exact in real arithmetic (e.g. a difference that sits in one cluster)
+are counted as ties.
+
+Torch-free; numpy is imported by ``mdsfair-compare`` only when ``--ci`` or
+``--baseline`` asks for it.
+"""
+from typing import Dict, Sequence, Tuple
+
+import numpy as np
+
+#: Relative tolerance for ">=" between resampled and observed statistics.
+TIE_TOLERANCE = 1e-12
+
+CORRECTIONS = ("none", "holm", "bonferroni")
+
+
+def _as_matrix(values) -> np.ndarray:
+    array = np.asarray(values, dtype=np.float64)
+    if array.ndim == 1:
+        array = array[None, :]
+    if array.ndim != 2 or array.shape[1] == 0:
+        raise ValueError(f"expected per-cluster scores of shape [clusters] or [rows, clusters], got {array.shape}")
+    return array
+
+
+def bootstrap_counts(clusters: int, samples: int, seed: int) -> np.ndarray:
+    """``[samples, clusters]`` matrix: how often each cluster is drawn in each
+    bootstrap resample (each row sums to ``clusters``)."""
+    if samples < 1:
+        raise ValueError("samples must be at least 1")
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, clusters, size=(samples, clusters))
+    offsets = (np.arange(samples) * clusters)[:, None]
+    counts = np.bincount((draws + offsets).ravel(), minlength=samples * clusters)
+    return counts.reshape(samples, clusters).astype(np.float64)
+
+
+def bootstrap_means(values, samples: int = 1000, seed: int = 1) -> np.ndarray:
+    """Resampled means, ``[samples, rows]``, of per-cluster scores ``[rows, clusters]``
+    (all rows share the same resamples)."""
+    matrix = _as_matrix(values)
+    counts = bootstrap_counts(matrix.shape[1], samples, seed)
+    return counts @ matrix.T / matrix.shape[1]
+
+
+def bootstrap_ci(values, samples: int = 1000, seed: int = 1, confidence: float = 0.95) -> np.ndarray:
+    """Percentile bootstrap confidence interval of the mean over clusters.
+
+    Args:
+        values: per-cluster scores, ``[clusters]`` or ``[rows, clusters]``.
+        samples: bootstrap resamples.
+        seed: seed of numpy's default generator.
+        confidence: e.g. 0.95.
+
+    Returns:
+        ``[rows, 2]`` (low, high); one row for 1-D input.
+    """
+    if not 0 < confidence < 1:
+        raise ValueError("confidence must be in (0, 1)")
+    means = bootstrap_means(values, samples, seed)
+    tail = (1 - confidence) / 2
+    return np.quantile(means, [tail, 1 - tail], axis=0).T
+
+
+def _pvalue(extreme_counts: np.ndarray, samples: int) -> np.ndarray:
+    return (extreme_counts + 1) / (samples + 1)
+
+
+def paired_bootstrap(system, baseline, samples: int = 1000, seed: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+    """Paired bootstrap test (Koehn 2004; Berg-Kirkpatrick et al. 2012), two-sided.
+
+    Args:
+        system, baseline: per-cluster scores, ``[clusters]`` or ``[rows, clusters]``
+            (row ``k`` of ``system`` is compared with row ``k`` of ``baseline``,
+            e.g. one row per metric).
+
+    Returns:
+        ``(delta, p)``: per row the observed mean difference ``system - baseline``
+        and the p-value.
+    """
+    differences = _as_matrix(system) - _as_matrix(baseline)
+    delta = differences.mean(axis=1)
+    resampled = bootstrap_means(differences, samples, seed)  # [samples, rows]
+    tolerance = TIE_TOLERANCE * np.maximum(1.0, np.abs(delta))
+    extreme = (np.abs(resampled - delta) >= np.abs(delta) - tolerance).sum(axis=0)
+    return delta, _pvalue(extreme, samples)
+
+
+def approximate_randomization(system, baseline, samples: int = 1000, seed: int = 1) -> Tuple[np.ndarray, np.ndarray]:
+    """Paired approximate randomization (permutation) test (Noreen 1989;
+    Riezler & Maxwell 2005), two-sided. Arguments and result as
+    :func:`paired_bootstrap`."""
+    if samples < 1:
+        raise ValueError("samples must be at least 1")
+    differences = _as_matrix(system) - _as_matrix(baseline)
+    clusters = differences.shape[1]
+    delta = differences.mean(axis=1)
+    rng = np.random.default_rng(seed)
+    signs = rng.integers(0, 2, size=(samples, clusters), dtype=np.int8) * 2 - 1
+    permuted = signs.astype(np.float64) @ differences.T / clusters  # [samples, rows]
+    tolerance = TIE_TOLERANCE * np.maximum(1.0, np.abs(delta))
+    extreme = (np.abs(permuted) >= np.abs(delta) - tolerance).sum(axis=0)
+    return delta, _pvalue(extreme, samples)
+
+
+def adjust_pvalues(pvalues: Sequence[float], method: str = "holm") -> np.ndarray:
+    """Family-wise error correction: ``holm`` (step-down; Holm 1979),
+    ``bonferroni``, or ``none``. Returns adjusted p-values (capped at 1) in
+    the input order; compare them with alpha."""
+    p = np.asarray(pvalues, dtype=np.float64)
+    if method == "none" or p.size == 0:
+        return p.copy()
+    m = p.size
+    if method == "bonferroni":
+        return np.minimum(1.0, p * m)
+    if method == "holm":
+        order = np.argsort(p, kind="stable")
+        scaled = np.minimum(1.0, p[order] * (m - np.arange(m)))
+        adjusted = np.empty_like(p)
+        adjusted[order] = np.maximum.accumulate(scaled)
+        return adjusted
+    raise ValueError(f"correction must be one of {CORRECTIONS}, got {method!r}")
+
+
+def compare_to_baseline(
+    scores: Dict[str, Dict[str, Sequence[float]]],
+    baseline: str,
+    samples: int = 1000,
+    seed: int = 1,
+    correction: str = "none",
+) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """Both paired tests of every system against ``baseline``, per metric.
+
+    Args:
+        scores: ``{system: {metric: per-cluster scores}}`` (the same clusters,
+            in the same order, for every system).
+        baseline: the key of the baseline system.
+        correction: applied to each test's family of ``(systems - 1) x metrics``
+            p-values.
+
+    Returns:
+        ``{system: {metric: {"delta", "p_bootstrap", "p_randomization",
+        "p_bootstrap_adjusted", "p_randomization_adjusted"}}}`` for every
+        system but the baseline.
+    """
+    if baseline not in scores:
+        raise KeyError(baseline)
+    metrics = list(scores[baseline])
+    others = [name for name in scores if name != baseline]
+    if not others:
+        return {}
+    base = np.array([scores[baseline][metric] for metric in metrics], dtype=np.float64)
+    system_rows = np.concatenate(
+        [np.array([scores[name][metric] for metric in metrics], dtype=np.float64) for name in others]
+    )
+    base_rows = np.tile(base, (len(others), 1))
+    delta, p_boot = paired_bootstrap(system_rows, base_rows, samples, seed)
+    _, p_perm = approximate_randomization(system_rows, base_rows, samples, seed)
+    boot_adjusted = adjust_pvalues(p_boot, correction)
+    perm_adjusted = adjust_pvalues(p_perm, correction)
+    result: Dict[str, Dict[str, Dict[str, float]]] = {}
+    for row, (name, metric) in enumerate((name, metric) for name in others for metric in metrics):
+        result.setdefault(name, {})[metric] = {
+            "delta": float(delta[row]),
+            "p_bootstrap": float(p_boot[row]),
+            "p_randomization": float(p_perm[row]),
+            "p_bootstrap_adjusted": float(boot_adjusted[row]),
+            "p_randomization_adjusted": float(perm_adjusted[row]),
+        }
+    return result
