@@ -43,7 +43,9 @@ setup(
     ],
     # transformers and safetensors: the Hugging Face BART import tests build
     # reference models with them (mdsfair-import reads .safetensors with safetensors).
-    extras_require={"test": ["pytest", "transformers", "safetensors"]},
+    # scipy: the significance tests are checked against scipy.stats (tests/test_significance.py)
+    extras_require={"test": ["pytest", "transformers", "safetensors", "scipy"]},
+    package_data={"mdsfair.evaluation": ["published_results.csv"]},
     entry_points={
         "console_scripts": [
             "mdsfair-preprocess = mdsfair.preprocess.binarize:cli_main",
