@@ -8,9 +8,13 @@ one blank line; summaries on one line.
 Layout, as fairseq lays out its data readers:
 
 * :mod:`.common`: what every format shares: the contract's normalisation,
-  the file readers (lines, JSON lines / JSON lists, CSV; gzip, UTF-8 and line
-  bookkeeping), the validation and error policy (:class:`InputFormatError`,
-  ``--skip-bad``) and the :class:`ConversionReport`;
+  the validation and error policy (:class:`InputFormatError`,
+  ``--skip-bad``), the field helpers and the :class:`ConversionReport`;
+* :mod:`.readers`: the file readers, one module each: :mod:`.readers.text`
+  (lines; gzip, UTF-8 and line bookkeeping), :mod:`.readers.json_files`
+  (JSON lines / JSON lists), :mod:`.readers.csv_files`,
+  :mod:`.readers.hierencdec_files` (HierEncDec's CSV / JSON files) and
+  :mod:`.readers.tables` (Parquet / Arrow / ``save_to_disk``);
 * :mod:`.registry`: :func:`register_converter` and :data:`CONVERTERS`;
 * one module per release format, each registering its generator (and its
   ``mdsfair-convert`` flags): :mod:`.multinews`, :mod:`.wcep`,
@@ -24,7 +28,8 @@ Layout, as fairseq lays out its data readers:
   whose subcommands are the registry's formats.
 
 Importing this package imports every module in it (the registrations run),
-so a new format is one new module here.
+so a new format is one new module here (the :mod:`.readers` subpackage holds
+no format).
 """
 import importlib as _importlib
 import os as _os

@@ -27,14 +27,14 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_csv_rows,
-    iter_json_records,
     make_session,
     normalize_document,
     normalize_summary,
     optional_field,
     require_field,
 )
+from .readers.csv_files import iter_csv_rows
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 

@@ -42,15 +42,15 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_lines,
     make_session,
     normalize_paragraph,
     normalize_summary,
     optional_field,
-    read_json_file_record,
     require_field,
     string_list,
 )
+from .readers.json_files import read_json_file_record
+from .readers.text import iter_lines
 from .registry import register_converter
 
 GOVREPORT_SUBSETS = ("crs", "gao")

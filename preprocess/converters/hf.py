@@ -57,12 +57,11 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_table_records,
-    table_column_value,
     make_session,
     normalize_document,
     normalize_summary,
 )
+from .readers.tables import iter_table_records, table_column_value
 from .registry import register_converter
 
 # name -> documents columns, document separator, summary column, id column (None: no id column)

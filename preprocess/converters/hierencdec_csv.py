@@ -31,11 +31,11 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_csv_rows,
     make_session,
     normalize_document,
     normalize_summary,
 )
+from .readers.csv_files import iter_csv_rows
 from .registry import register_converter
 
 HIERENCDEC_DOCUMENT_SEPARATOR = "<REVBREAK>"

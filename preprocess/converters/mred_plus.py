@@ -25,13 +25,11 @@ from .common import (
     ConversionReport,
     Inputs,
     Record,
-    add_hierencdec_column_arguments,
     as_paths,
     build_clusters,
-    hierencdec_cluster,
-    iter_hierencdec_records,
     make_session,
 )
+from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
 from .registry import register_converter
 
 MRED_PARAGRAPH_MARKER = "<sep>"

@@ -29,12 +29,11 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    invalid_utf8_detail,
-    iter_lines,
     make_session,
     normalize_document,
     normalize_summary,
 )
+from .readers.text import invalid_utf8_detail, iter_lines
 from .registry import register_converter
 
 MULTINEWS_STORY_SEPARATOR = "story_separator_special_tag"

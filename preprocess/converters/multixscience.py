@@ -21,13 +21,13 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_json_records,
     make_session,
     normalize_document,
     normalize_summary,
     optional_field,
     require_field,
 )
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 

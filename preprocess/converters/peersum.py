@@ -30,7 +30,6 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_json_records,
     make_session,
     normalize_document,
     normalize_summary,
@@ -38,6 +37,7 @@ from .common import (
     require_field,
     string_list,
 )
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 PEERSUM_WRITERS = ("official_reviewer", "author", "public")

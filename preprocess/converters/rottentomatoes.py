@@ -33,17 +33,15 @@ from .common import (
     Document,
     Inputs,
     Record,
-    add_hierencdec_column_arguments,
     as_paths,
     build_clusters,
-    hierencdec_cluster,
-    iter_hierencdec_records,
     make_session,
     normalize_document,
     normalize_summary,
     optional_field,
     require_field,
 )
+from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
 from .registry import register_converter
 
 ORIGINAL_REVIEWS_KEY = "_critics"

@@ -40,7 +40,6 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_json_records,
     make_session,
     normalize_paragraph,
     normalize_summary,
@@ -48,6 +47,7 @@ from .common import (
     require_field,
     string_list,
 )
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 # The sentence markers of ``abstract_text`` (long-summarization's SENTENCE_START / SENTENCE_END).

@@ -22,7 +22,6 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_json_records,
     make_session,
     normalize_document,
     normalize_paragraph,
@@ -30,6 +29,7 @@ from .common import (
     optional_field,
     require_field,
 )
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 

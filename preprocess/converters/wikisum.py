@@ -39,7 +39,6 @@ from .common import (
     Record,
     as_paths,
     build_clusters,
-    iter_json_records,
     make_session,
     normalize_paragraph,
     normalize_summary,
@@ -47,6 +46,7 @@ from .common import (
     require_field,
     string_list,
 )
+from .readers.json_files import iter_json_records
 from .registry import register_converter
 
 _SENTENCE_MARKER = re.compile(r"\s*<q>\s*", re.IGNORECASE)
