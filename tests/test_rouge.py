@@ -361,3 +361,80 @@ def test_gpt2_ids_in_a_log_are_decoded_with_the_data_bins_files_or_refused(tmp_p
     with pytest.raises(RougeInputError, match="sequence of integers"):
         load_hypotheses_and_references(GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path / "b", with_files=False),
                                        split="test")
+
+
+# --- issue 33: per-cluster scores and the reported aggregate ------------------------------------------------------
+
+def _perl_bootstrap_indices(clusters: int, resamples: int):
+    """The cluster positions ROUGE-1.5.5's bootstrapResampling draws: resample
+    ``s`` calls ``srand(s)`` then ``int(rand(N))`` N times (positions in the
+    script's instance list, which is ``sort keys``: the cluster ids sorted as
+    strings)."""
+    code = (f"for $s (0..{resamples - 1}) {{ srand($s); "
+            f"print join(' ', map {{ int(rand({clusters})) }} 1..{clusters}), \"\\n\" }}")
+    output = subprocess.run(["perl", "-e", code], capture_output=True, text=True, check=True).stdout
+    return [[int(x) for x in line.split()] for line in output.splitlines()]
+
+
+@needs_perl
+@pytest.mark.parametrize("multi_ref_mode", ["average", "best"])
+def test_official_average_is_the_mean_of_its_bootstrap_means_not_the_plain_mean(multi_ref_mode):
+    """ROUGE-1.5.5's Average_R/P/F is not the mean of the per-cluster scores
+    it prints with -d: it is the mean, over its -r resamples, of each
+    resample's mean (computeAverages: ``$resampleAvgROUGE_*``; resample s
+    seeded with srand(s)), printed to 5 decimals, and the per-cluster scores
+    are themselves rounded to 5 decimals (F from the rounded R and P). This
+    holds for both multi-reference modes: -f A pools counts and -f B picks a
+    reference *inside* each cluster's score; the averaging is the same (no
+    jackknifing: ROUGE 1.4 removed it). Reproduced here exactly, with the
+    script's own random draws; the plain mean differs from it by Monte-Carlo
+    error only."""
+    resamples = 50
+    result = score_files(HYP, [REF, REF2], multi_ref_mode=multi_ref_mode, per_cluster=True, resamples=resamples)
+    count = result["info"]["num_hypotheses"]
+    order = sorted(range(count), key=str)  # the script's `sort keys %$ROUGEScores`
+    draws = _perl_bootstrap_indices(count, resamples)
+    for metric in METRICS:
+        for measure in "rpf":
+            values = result["per_cluster"][metric][measure]
+            sorted_values = [values[i] for i in order]
+            resample_means = [sum(sorted_values[i] for i in draw) / count for draw in draws]
+            script_average = sum(resample_means) / resamples
+            assert result[metric][measure] == pytest.approx(script_average, abs=5.1e-6), (metric, measure)
+            plain = sum(values) / count
+            spread = max(values) - min(values)
+            # the bootstrap average moves away from the plain mean by about spread / sqrt(count * resamples)
+            assert abs(result[metric][measure] - plain) <= 4 * spread / (count * resamples) ** 0.5 + 1e-5
+
+
+@pytest.mark.parametrize("references", [[REF], [REF, REF2]])
+def test_fast_average_is_exactly_the_mean_of_its_per_cluster_scores(references, tmp_path):
+    """--fast (rouge-score, best F1 per metric with several references): the
+    reported score is the plain float64 mean of the per-cluster scores, and
+    the --per-cluster file holds exactly those scores."""
+    from mdsfair.evaluation.per_cluster import read_per_cluster
+
+    for suffix in ("jsonl", "csv"):
+        out = tmp_path / f"clusters.{suffix}"
+        json_out = tmp_path / "scores.json"
+        args = [HYP, *references, "--fast", "--per-cluster", str(out), "--json", str(json_out)]
+        assert cli_main(args) == 0
+        reported = json.loads(json_out.read_text())
+        records = read_per_cluster(str(out))
+        assert [record["cluster"] for record in records] == list(range(5))
+        for metric in METRICS:
+            for measure in "rpf":
+                values = [record[metric][measure] for record in records]
+                assert values == reported["per_cluster"][metric][measure]
+                assert reported[metric][measure] == pytest.approx(sum(values) / len(values), rel=1e-15, abs=1e-15)
+    # two references improve some cluster, so the two runs differ (the check above can fail)
+    if len(references) == 2:
+        single = score_files(HYP, REF, fast=True)
+        assert any(reported[m]["f"] > single[m]["f"] for m in METRICS)
+
+
+def test_per_cluster_file_needs_jsonl_or_csv(capsys):
+    with pytest.raises(SystemExit):
+        cli_main([HYP, REF, "--fast", "--per-cluster", "clusters.txt"])
+    assert "mdsfair-rouge: error: --per-cluster clusters.txt: the file name must end in .jsonl or .csv" in (
+        capsys.readouterr().err)
