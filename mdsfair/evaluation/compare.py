@@ -153,6 +153,13 @@ def _check_arguments(parser: argparse.ArgumentParser, args) -> List:
         parser.error(f"--baseline {args.baseline}: no system of that name (systems: {', '.join(dict(systems)) or 'none'})")
     if args.plot and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot {args.plot}: the file name must end in .png")
+    if args.convention is not None:
+        from mdsfair.evaluation.conventions import get_convention
+
+        try:
+            get_convention(args.convention)
+        except RougeInputError as error:
+            parser.error(str(error))
     if args.fast and args.convention not in (None, "mdsfair-fast"):
         parser.error(f"--fast is the mdsfair-fast convention; it cannot be combined with --convention {args.convention}")
     return systems

@@ -466,6 +466,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             from mdsfair.evaluation.conventions import get_convention
 
             get_convention(args.convention)
+            if args.fast and args.convention != "mdsfair-fast":
+                raise RougeInputError(f"--fast is the mdsfair-fast convention; it cannot be combined with "
+                                      f"--convention {args.convention}")
         result = score_files(
             args.hyp,
             list(args.refs) + list(args.extra_refs),
