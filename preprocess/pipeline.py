@@ -15,15 +15,15 @@ model sees at inference can never drift from what it was trained on:
 3. **side data**: the producers the data-bin lists compute their arrays
    (:mod:`mdsfair.preprocess.side_data`).
 
-A :class:`ClusterEncoder` is built from the command's arguments
-(``mdsfair-preprocess``) or from a data-bin's manifest
-(:meth:`ClusterEncoder.from_data_bin`, which rebuilds those arguments with
-:func:`preprocessing_args`). It counts the CPU seconds it spends per stage in
+A :class:`ClusterEncoder` is built from the command's configuration
+(:class:`mdsfair.preprocess.config.PreprocessConfig`, parsed by
+``mdsfair-preprocess``) or from a data-bin's manifest
+(:meth:`ClusterEncoder.from_data_bin`, which constructs that configuration
+with :func:`preprocessing_args`). It counts the CPU seconds it spends per stage in
 :attr:`ClusterEncoder.stage_seconds` (for the benchmark and progress report).
 """
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
-import argparse
 import json
 import os
 import time
@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional,
 
 import numpy as np
 
-from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
+from mdsfair.preprocess.config import PreprocessConfig
+from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers, producer_defaults
 from mdsfair.preprocess.spacy_pipeline import gemm_setting
 from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
 from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
@@ -151,14 +152,13 @@ def prepend_title_document(cluster: ClusterStructure, path: str, line: int) -> C
     return replace(cluster, documents=[[[title]]] + cluster.documents)
 
 
-def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> argparse.Namespace:
-    """The arguments ``mdsfair-preprocess`` ran with, as far as encoding
-    needs them: the command's defaults, every listed side-data producer's
-    flag defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
+def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> PreprocessConfig:
+    """The configuration ``mdsfair-preprocess`` ran with, as far as encoding
+    needs it, constructed directly: the command's defaults
+    (:class:`PreprocessConfig`), every listed side-data producer's flag
+    defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
     ``title_document`` / ``side_data`` / subword files (inside ``data_dir``) and recorded
     ``side_data_args``, then ``overrides``."""
-    from mdsfair.preprocess.binarize import get_parser  # the command imports this module
-
     import_producers()
     side_data = list(manifest.get("side_data", {}))
     unknown = [name for name in side_data if name not in SIDE_DATA_PRODUCERS]
@@ -167,29 +167,26 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
             f"{data_dir}: the manifest lists side data {unknown} that no installed producer computes "
             f"(available: {sorted(SIDE_DATA_PRODUCERS)})"
         )
-    values = vars(get_parser().parse_args(["--destdir", data_dir]))
-    # Producers of one family share their flags (dep_head / dep_rel / dep_word).
-    producer_parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
-    for add_args in dict.fromkeys(SIDE_DATA_PRODUCERS[name].add_args for name in side_data):
-        add_args(producer_parser)
-    values.update(vars(producer_parser.parse_args([])))
     subword = manifest.get("subword", {})
     in_data_dir = lambda key: os.path.join(data_dir, subword[key]) if key in subword else None  # noqa: E731
-    values.update(
+    config = PreprocessConfig(
+        destdir=data_dir,
         sentence_splitter=manifest.get("sentence_splitter", "rule"),
         lowercase=bool(manifest.get("lowercase", False)),
         title_document=bool(manifest.get("title_document", False)),
         side_data=side_data,
         skip_bad=False,
-        subword=subword.get("type", values["subword"]),
         spm_model=in_data_dir("model"),
         gpt2_encoder_json=in_data_dir("encoder_json"),
         gpt2_vocab_bpe=in_data_dir("vocab_bpe"),
         dict=os.path.join(data_dir, manifest.get("dictionary", "dict.txt")),
+        # every registered producer's flags, as the command has them; the listed producers' defaults win
+        # (producers of one family share their flags: dep_head / dep_rel / dep_word)
+        producer_args={**producer_defaults(list(SIDE_DATA_PRODUCERS)), **producer_defaults(side_data)},
     )
-    values.update(manifest.get("side_data_args", {}))
-    values.update(overrides or {})
-    return argparse.Namespace(**values)
+    if "type" in subword:
+        config.subword = subword["type"]
+    return config.updated(manifest.get("side_data_args", {})).updated(overrides or {})
 
 
 class ClusterEncoder:
@@ -197,7 +194,7 @@ class ClusterEncoder:
     structure, subwords, side data.
 
     Args:
-        args: ``mdsfair-preprocess``'s arguments (``sentence_splitter``,
+        args: the preprocessing configuration (``sentence_splitter``,
             ``lowercase``, ``title_document``, ``skip_bad``, ``side_data`` and the producers' flags).
         data_dir: the data-bin directory holding the subword model files.
         subword_manifest: the manifest's ``subword`` entry.
@@ -206,7 +203,7 @@ class ClusterEncoder:
 
     def __init__(
         self,
-        args: argparse.Namespace,
+        args: PreprocessConfig,
         data_dir: str,
         subword_manifest: Dict[str, str],
         dictionary: Optional[Dictionary] = None,

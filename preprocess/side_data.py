@@ -22,7 +22,7 @@ import abc
 import argparse
 import importlib
 import os
-from typing import Callable, Dict, Sequence, Type
+from typing import Any, Callable, Dict, Iterable, Sequence, Type
 
 import numpy as np
 
@@ -83,3 +83,18 @@ def producer_argument_group(parser, title: str):
     producers its "side data" group; argparse deprecates nested groups since
     Python 3.11)."""
     return parser.add_argument_group(title) if isinstance(parser, argparse.ArgumentParser) else parser
+
+
+def add_producer_args(parser, producers: Iterable[Type[SideDataProducer]]) -> None:
+    """The flags of ``producers`` on ``parser`` (a parser or an argument
+    group), each ``add_args`` once (producers of one family share it)."""
+    for add_args in dict.fromkeys(producer.add_args for producer in producers):
+        add_args(parser)
+
+
+def producer_defaults(names: Sequence[str]) -> Dict[str, Any]:
+    """``{dest: default}`` of the flags of the producers ``names`` (as their
+    ``add_args`` declare them; producers of one family share their flags)."""
+    parser = argparse.ArgumentParser(add_help=False, conflict_handler="resolve")
+    add_producer_args(parser, [SIDE_DATA_PRODUCERS[name] for name in names])
+    return vars(parser.parse_args([]))

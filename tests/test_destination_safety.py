@@ -373,7 +373,7 @@ def test_ctrl_c_during_the_fork_of_the_sentencepiece_child_is_not_lost():
     KeyboardInterrupt", and the run went on and exited 0 (seen in CI). SIGINT
     is now recorded over the fork and raised after it (a thread mask would not
     do: the run has other threads, which this pytest process has too)."""
-    from mdsfair.preprocess.binarize import call_in_child
+    from mdsfair.preprocess.worker_pool import call_in_child
 
     stop = _interrupt_next_fork()
     try:
@@ -404,11 +404,11 @@ def test_the_session_does_not_inherit_an_ignored_sigint():
 
 
 def test_ctrl_c_during_the_fork_of_the_encoding_workers_is_raised_and_stops_them(tmp_path):
-    from mdsfair.preprocess import binarize
+    from mdsfair.preprocess import worker_pool
 
     started = []
 
-    class RecordingPool(binarize.OrderedWorkerPool):
+    class RecordingPool(worker_pool.OrderedWorkerPool):
         def __init__(self, *args, **kwargs):
             try:
                 super().__init__(*args, **kwargs)

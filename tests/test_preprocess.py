@@ -443,7 +443,8 @@ def test_worker_pool_streams_clusters_in_order_with_bounded_chunks(data_bin, tmp
     """Two workers, chunks of 3 lines: every line comes back once, in input
     order, one cluster at a time, while at most ``chunks_in_flight`` chunks
     have been read ahead of what was delivered."""
-    from mdsfair.preprocess.binarize import OrderedWorkerPool, get_parser
+    from mdsfair.preprocess.binarize import get_parser
+    from mdsfair.preprocess.worker_pool import OrderedWorkerPool
 
     dest, rows, _ = data_bin
     path = write_jsonl(tmp_path / "train.jsonl", rows, raw_lines=[b"{bad\n"])
@@ -477,7 +478,8 @@ def test_worker_pool_starts_the_next_split_before_this_one_is_finished(data_bin,
     order and only with it, and chunks of the next split are handed out while
     the last ones of the current split are still being encoded, so no worker
     waits at a split boundary."""
-    from mdsfair.preprocess.binarize import OrderedWorkerPool, get_parser
+    from mdsfair.preprocess.binarize import get_parser
+    from mdsfair.preprocess.worker_pool import OrderedWorkerPool
 
     dest, rows, _ = data_bin
     paths = [write_jsonl(tmp_path / "a.jsonl", rows[:7]), write_jsonl(tmp_path / "empty.jsonl", []),
