@@ -10,7 +10,7 @@ other argument unchanged.
 Ctrl-C prints one line, not a traceback, and exits with status 130:
 ``mdsfair-generate --results-path`` then leaves no partial
 ``generate-SUBSET.txt`` (it is written whole or not at all, see
-:func:`results_written_whole`), and ``mdsfair-train`` leaves only complete
+:func:`mdsfair.fairseq_patches.results_written_whole`), and ``mdsfair-train`` leaves only complete
 checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
 """
 import contextlib
@@ -198,18 +198,26 @@ def train_main(argv: Optional[List[str]] = None) -> None:
         interrupted("mdsfair-train", f"the checkpoints in {save_dir} are the last complete ones (none is half-written)")
 
 
+#: The beam-search flags :func:`check_generation_arguments` reads (fields of
+#: fairseq's ``GenerationConfig``, which gives their types and defaults).
+CHECKED_GENERATION_FIELDS = ("beam", "min_len", "max_len_a", "max_len_b")
+
+
 def check_generation_arguments(argv: List[str]) -> None:
     """Beam-search flags that cannot work, refused before fairseq loads a
-    model (defaults: fairseq's GenerationConfig)."""
+    model (types and defaults: fairseq's ``GenerationConfig``, read from the
+    dataclass itself)."""
     import argparse
+    import dataclasses
+
+    from fairseq.dataclass.configs import GenerationConfig
 
     from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 
+    fields = {field.name: field for field in dataclasses.fields(GenerationConfig)}
     parser = argparse.ArgumentParser(prog="mdsfair-generate", add_help=False)
-    parser.add_argument("--beam", type=int, default=5)
-    parser.add_argument("--min-len", type=int, default=1)
-    parser.add_argument("--max-len-a", type=float, default=0)
-    parser.add_argument("--max-len-b", type=int, default=200)
+    for name in CHECKED_GENERATION_FIELDS:
+        parser.add_argument("--" + name.replace("_", "-"), type=fields[name].type, default=fields[name].default)
     known, _ = parser.parse_known_args(argv)
     try:
         check_generation_settings(known.beam, known.min_len, known.max_len_a, known.max_len_b)
@@ -227,10 +235,11 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     check_generation_arguments(argv)
     from fairseq_cli import generate
 
-    original_main = generate.main
-    generate.main = results_written_whole(original_main)
+    from mdsfair.fairseq_patches import generate_results_written_whole
+
     try:
-        _run(generate.cli_main, "mdsfair-generate", argv)
+        with generate_results_written_whole():  # --results-path written whole or not at all
+            _run(generate.cli_main, "mdsfair-generate", argv)
     except checkpoint_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --path, or a data-bin with another dictionary:
         # its message names the file and what to do, no traceback
@@ -242,46 +251,3 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
         output = os.path.join(results, f"generate-{_flag_value(argv, '--gen-subset') or 'test'}.txt")
         interrupted("mdsfair-generate", f"nothing written to {output} (partial output removed; an earlier file is "
                     "left as it was)")
-    finally:
-        generate.main = original_main
-
-
-def results_written_whole(original_main: Callable):
-    """fairseq-generate's ``main`` writing ``--results-path``'s
-    ``generate-SUBSET.txt`` whole or not at all: fairseq's own main writes it
-    into a hidden folder inside the results path, and the file is moved over
-    the old one (``os.replace``) only when generation has finished. An error
-    or Ctrl-C removes the folder (and a results path this run created) and
-    leaves an earlier file as it was. Without ``--results-path``, fairseq's
-    main unchanged (hypotheses go to stdout)."""
-    import shutil
-    import tempfile
-
-    def main(cfg):
-        from argparse import Namespace
-
-        if isinstance(cfg, Namespace):
-            from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-            cfg = convert_namespace_to_omegaconf(cfg)
-        results = cfg.common_eval.results_path
-        if results is None:
-            return original_main(cfg)
-        created = not os.path.isdir(results)
-        os.makedirs(results, exist_ok=True)
-        staging = tempfile.mkdtemp(prefix=".mdsfair-generate-", dir=results)
-        name = f"generate-{cfg.dataset.gen_subset}.txt"
-        cfg.common_eval.results_path = staging
-        finished = False
-        try:
-            value = original_main(cfg)
-            os.replace(os.path.join(staging, name), os.path.join(results, name))
-            finished = True
-            return value
-        finally:
-            cfg.common_eval.results_path = results
-            shutil.rmtree(staging, ignore_errors=True)
-            if created and not finished and not os.listdir(results):
-                os.rmdir(results)
-
-    return main

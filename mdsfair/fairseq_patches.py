@@ -40,9 +40,19 @@ Patches
    every ``--bf16`` run a TPU run, although its trainer trains in bfloat16 on a
    GPU when ``tpu`` is False (model and batches cast, ``FP16Optimizer`` without
    a loss scaler; ``tests/test_bf16_training.py``).
+5. ``fairseq_cli.generate.main`` writes ``--results-path``'s
+   ``generate-SUBSET.txt`` whole or not at all (:func:`results_written_whole`),
+   only inside :func:`generate_results_written_whole`, which ``mdsfair-generate``
+   enters (:func:`mdsfair.cli.generate_main`); not applied by
+   :func:`apply_fairseq_patches`. *Why:* fairseq's ``main`` opens the results
+   file at the start and writes hypotheses as they come, so an error or Ctrl-C
+   left a cut file over the previous one, and fairseq offers no hook for where
+   it writes; ``cli_main`` calls ``main`` through the module attribute, so
+   replacing it for the one command reaches that call.
 """
 import contextlib
 import functools
+from typing import Callable
 
 #: The fairseq release these patches were written and tested against.
 FAIRSEQ_VERSION = "0.12.3"
@@ -154,3 +164,59 @@ def bf16_kept_on_cuda():
         yield
     finally:
         options.parse_args_and_arch = original
+
+
+def results_written_whole(original_main: Callable):
+    """fairseq-generate's ``main`` writing ``--results-path``'s
+    ``generate-SUBSET.txt`` whole or not at all: fairseq's own main writes it
+    into a hidden folder inside the results path, and the file is moved over
+    the old one (``os.replace``) only when generation has finished. An error
+    or Ctrl-C removes the folder (and a results path this run created) and
+    leaves an earlier file as it was. Without ``--results-path``, fairseq's
+    main unchanged (hypotheses go to stdout)."""
+    import os
+    import shutil
+    import tempfile
+
+    def main(cfg):
+        from argparse import Namespace
+
+        if isinstance(cfg, Namespace):
+            from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+            cfg = convert_namespace_to_omegaconf(cfg)
+        results = cfg.common_eval.results_path
+        if results is None:
+            return original_main(cfg)
+        created = not os.path.isdir(results)
+        os.makedirs(results, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=".mdsfair-generate-", dir=results)
+        name = f"generate-{cfg.dataset.gen_subset}.txt"
+        cfg.common_eval.results_path = staging
+        finished = False
+        try:
+            value = original_main(cfg)
+            os.replace(os.path.join(staging, name), os.path.join(results, name))
+            finished = True
+            return value
+        finally:
+            cfg.common_eval.results_path = results
+            shutil.rmtree(staging, ignore_errors=True)
+            if created and not finished and not os.listdir(results):
+                os.rmdir(results)
+
+    return main
+
+
+@contextlib.contextmanager
+def generate_results_written_whole():
+    """Patch 5 (module docstring), for the duration of the ``with`` block:
+    ``fairseq_cli.generate.main`` is :func:`results_written_whole` of itself."""
+    from fairseq_cli import generate
+
+    original = generate.main
+    generate.main = results_written_whole(original)
+    try:
+        yield
+    finally:
+        generate.main = original

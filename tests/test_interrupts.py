@@ -139,7 +139,7 @@ def test_a_finished_generation_replaces_the_results_file_whole(trained, tmp_path
     from fairseq import options
     from fairseq_cli.generate import main
 
-    from mdsfair.cli import results_written_whole
+    from mdsfair.fairseq_patches import results_written_whole
 
     results = tmp_path / "new" / "results"
     parsed = options.parse_args_and_arch(
