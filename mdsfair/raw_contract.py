@@ -2,13 +2,15 @@
 one error type (:class:`InputFormatError`) with the one set of reason codes,
 error locations, the UTF-8 byte-order mark and the references of a cluster.
 
-The raw contract (DESIGN.md): one cluster per JSON line, ``{"id": str,
-"documents": [str, ...], "summary": str}``, optional ``"title"`` and optional
+The raw contract (README.md, "The data pipeline"; this module is its owner,
+docs/data_contract.md describes the data-bin it becomes): one cluster per JSON
+line, ``{"id": str, "documents": [str, ...], "summary": str}``, optional
+``"title"`` and optional
 ``"summaries": [str, ...]`` when a data set has several references
 (``mdsfair-convert`` writes ``summary`` = ``summaries[0]``; FewSum's
 ``jsonl_multiref`` has ``summaries`` only). Three commands read it:
 ``mdsfair-preprocess`` (:mod:`mdsfair.preprocess.structure`),
-``mdsfair-convert``'s JSON readers (:mod:`mdsfair.preprocess.converters.common`)
+``mdsfair-convert``'s JSON readers (:mod:`mdsfair.preprocess.converters.readers.json_files`)
 and ``mdsfair-baseline`` (:mod:`mdsfair.evaluation.baselines`). They locate bad
 input the same way (:func:`format_location`: ``FILE:LINE``), all accept a
 UTF-8 byte-order mark before the first line (:func:`strip_utf8_bom`), and all

@@ -203,7 +203,7 @@ def split_sentences(text: str, separator: Optional[str] = None) -> List[str]:
 
 
 #: What separates two paragraphs of a raw-contract document (the converters
-#: write exactly this; DESIGN.md).
+#: write exactly this; the raw contract, :mod:`mdsfair.raw_contract`).
 PARAGRAPH_SEPARATOR = "\n\n"
 
 #: A paragraph break: a blank line, i.e. two newlines with nothing but

@@ -1,6 +1,7 @@
 """Read raw multi-document clusters and split them into their structure.
 
-The raw contract (../shared/DESIGN.md): one cluster per JSON line,
+The raw contract (:mod:`mdsfair.raw_contract`; README.md, "The data pipeline"):
+one cluster per JSON line,
 ``{"id": str, "documents": [str, ...], "summary": str}`` with an optional
 ``"title"``; several references may be given as ``"summaries": [str, ...]``
 (with or instead of ``"summary"``; see :mod:`mdsfair.preprocess.references`).

@@ -1,6 +1,7 @@
 """Converters from public multi-document summarization releases to mdsfair's raw JSONL contract.
 
-The raw contract (see DESIGN.md and :mod:`.common`): one cluster per line,
+The raw contract (:mod:`mdsfair.raw_contract`, README.md "The data pipeline", and
+:mod:`.common`): one cluster per line,
 ``{"id": str, "documents": [str, ...], "summary": str}`` with an optional
 ``"title"`` and ``"summaries"``; paragraphs inside a document separated by
 one blank line; summaries on one line.

@@ -11,7 +11,8 @@ validates it against the raw contract, applies the error policy and counts
 everything in the :class:`ConversionReport`. :func:`build_clusters` turns the
 :class:`BadRecord` a builder raises into an error or a counted skip.
 
-The raw contract (see DESIGN.md): one cluster per line, UTF-8,
+The raw contract (:mod:`mdsfair.raw_contract`; README.md, "The data pipeline"):
+one cluster per line, UTF-8,
 ``{"id": str, "documents": [str, ...], "summary": str}``, with an optional
 ``"title"`` (WikiSum-style inputs) and an optional ``"summaries": [str, ...]``
 when a data set carries several references (``"summary"`` is then the first).
