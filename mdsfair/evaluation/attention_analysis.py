@@ -233,9 +233,13 @@ class AttentionRecorder:
     def _record_encoder_layer(self, layer, args, kwargs):
         x = args[0] if args else kwargs["x"]
         padding_mask = args[1] if len(args) > 1 else kwargs.get("encoder_padding_mask")
-        weights = encoder_self_attention_weights(
-            layer, x, padding_mask, kwargs.get("document_layout"), kwargs.get("attn_mask")
-        )
+        # mdsfair's component layers take the self-attention's per-batch context third
+        # (mdsfair/modules/transformer_layers.py): HierEncDec's document layout
+        context = args[2] if len(args) > 2 else kwargs.get("attention_context", kwargs.get("document_layout"))
+        from mdsfair.modules.document_blocked_attention import DocumentLayout
+
+        layout = context if isinstance(context, DocumentLayout) else None
+        weights = encoder_self_attention_weights(layer, x, padding_mask, layout, kwargs.get("attn_mask"))
         self.self_document.append(self_document_attention(weights, self.document_ids))
 
     @staticmethod
@@ -309,7 +313,7 @@ def analyze_model(
     """
     import torch
 
-    from mdsfair.tasks.multidoc_summarization import filter_net_input
+    from mdsfair.tasks.multidoc_summarization import net_input_for
 
     model.eval()
     dictionary = task.target_dictionary
@@ -330,7 +334,7 @@ def analyze_model(
         prev_output_tokens = prev_output_tokens.to(net_input["src_tokens"].device)
         target_mask = target_mask.to(prev_output_tokens.device)
         document_ids = net_input["src_doc_ids"]
-        inputs = filter_net_input(model.forward, {**net_input, "prev_output_tokens": prev_output_tokens})
+        inputs = net_input_for(model, {**net_input, "prev_output_tokens": prev_output_tokens})
         with AttentionRecorder(model, document_ids) as recorder:
             model(**inputs, features_only=True)
         self_document = torch.stack(recorder.self_document, dim=1)  # [B, layers]

@@ -45,7 +45,7 @@ What the checkpoint records, from ``config.json`` (Hugging Face
   ``<doc-sep>``, ``script/primer_hf_main.py``), else ``first`` (LED's
   summarization setting, ``global_attention_mask[:, 0] = 1``).
 
-Weights map by :func:`mdsfair.models.led.led_state_dict_from_hf` (the table
+Weights map by :func:`mdsfair.modules.led_parameter_map.led_state_dict_from_hf` (the table
 in :mod:`mdsfair.models.led`); the configuration is checked with
 :func:`mdsfair.importers.hf_bart.bart_shape` (LED is BART's post-LayerNorm
 transformer with Longformer encoder attention and no embedding scaling).
@@ -68,6 +68,11 @@ from typing import Dict, List, Optional
 
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
+from mdsfair.modules.led_parameter_map import (
+    FAIRSEQ_TO_HF_ENCODER_ATTENTION,
+    led_state_dict_from_hf,
+    rename_encoder_attention,
+)
 from mdsfair.importers.hf_bart import (
     HF_ACTIVATIONS,
     MASK,
@@ -343,7 +348,6 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     import torch
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
-    from mdsfair.models.led import led_state_dict_from_hf
 
     if not os.path.isdir(hf_dir):
         raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
@@ -463,20 +467,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
 # ------------------------------------------------------------------ export
 
 
-HF_RENAMES = {
-    ".self_attn.q_proj.": ".self_attn.longformer_self_attn.query.",
-    ".self_attn.k_proj.": ".self_attn.longformer_self_attn.key.",
-    ".self_attn.v_proj.": ".self_attn.longformer_self_attn.value.",
-    ".self_attn.q_global_proj.": ".self_attn.longformer_self_attn.query_global.",
-    ".self_attn.k_global_proj.": ".self_attn.longformer_self_attn.key_global.",
-    ".self_attn.v_global_proj.": ".self_attn.longformer_self_attn.value_global.",
-    ".self_attn.out_proj.": ".self_attn.output.",
-}
-
-
 def hf_led_state_from_fairseq(state: Dict):
     """Hugging Face ``LEDForConditionalGeneration`` weights from an ``led``
-    state dict (the inverse of :func:`mdsfair.models.led.led_state_dict_from_hf`);
+    state dict (the inverse of :func:`mdsfair.modules.led_parameter_map.led_state_dict_from_hf`);
     returns them and whether the embeddings are tied."""
     import torch
 
@@ -493,15 +486,9 @@ def hf_led_state_from_fairseq(state: Dict):
         if key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight",
                    "encoder.version", "decoder.version"):
             continue
-        name = key
-        if name.endswith("embed_positions.weight"):
+        if key.endswith("embed_positions.weight"):
             tensor = tensor[2:]  # fairseq's two unused offset rows
-        if name.startswith("encoder."):
-            for old, new in HF_RENAMES.items():
-                if old in name:
-                    name = name.replace(old, new)
-                    break
-        out["led." + name] = tensor
+        out["led." + rename_encoder_attention(key, FAIRSEQ_TO_HF_ENCODER_ATTENTION)] = tensor
     out["final_logits_bias"] = torch.zeros(1, embedding.size(0), dtype=embedding.dtype)
     return out, tied
 

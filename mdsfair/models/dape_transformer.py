@@ -295,6 +295,11 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         "raw clusters are parsed with spaCy as in preprocessing"
     )
 
+    def side_inputs(self):
+        """Data-contract inputs this model reads: name -> required
+        (documents and dependency arcs; each part is off when its input is absent)."""
+        return {"src_doc_ids": False, "src_dep_head": False, "src_dep_rel": False, "src_dep_word": False}
+
     @staticmethod
     @DEFAULTS.documented
     def add_args(parser):

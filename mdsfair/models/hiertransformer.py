@@ -376,6 +376,11 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads"
 
+    def side_inputs(self):
+        """Data-contract inputs this model reads: name -> required
+        (paragraphs and their graphs; each derived or left out when absent)."""
+        return {"src_para_ids": False, "src_graph_similarity": False, "src_graph_discourse": False}
+
     @staticmethod
     @DEFAULTS.documented
     def add_args(parser):

@@ -307,6 +307,11 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
         "BART encoding pages independently, decoding with confidence-weighted pages"
     )
 
+    def side_inputs(self):
+        """Data-contract inputs this model reads: name -> required
+        (the page structure; pages are derived from the tokens when absent)."""
+        return {"src_doc_ids": False, "src_para_ids": False, "src_sent_ids": False}
+
     @staticmethod
     @DEFAULTS.documented
     def add_args(parser):

@@ -8,7 +8,6 @@ needs from them; stock fairseq models (``transformer``, ``bart_base``,
 ``bart_large``) receive only the inputs their ``forward`` accepts, so they
 train and generate on the same data as flat baselines.
 """
-import inspect
 import logging
 import os
 import weakref
@@ -110,20 +109,30 @@ def unwrap_model(model):
     return model
 
 
-def accepted_inputs(function) -> Optional[set]:
-    """Keyword names ``function`` accepts, or None when it takes ``**kwargs``."""
-    parameters = inspect.signature(function).parameters.values()
-    if any(p.kind == inspect.Parameter.VAR_KEYWORD for p in parameters):
-        return None
-    return {p.name for p in parameters}
+#: The net-input entries of every fairseq encoder-decoder.
+BASE_INPUTS = ("src_tokens", "src_lengths", "prev_output_tokens")
 
 
-def filter_net_input(function, net_input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """Drop the structure inputs a stock model's ``forward`` does not take."""
-    names = accepted_inputs(function)
-    if names is None:
-        return net_input
-    return {k: v for k, v in net_input.items() if k in names}
+def declared_side_inputs(model) -> Dict[str, bool]:
+    """The data-contract side inputs ``model`` reads, as it declares them
+    (``side_inputs()``: name -> required; mdsfair's models, from their
+    components); none for a stock fairseq model."""
+    declare = getattr(unwrap_model(model), "side_inputs", None)
+    return dict(declare()) if callable(declare) else {}
+
+
+def net_input_for(model, net_input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
+    """``net_input`` with exactly the base inputs and the side inputs
+    ``model`` declares; a required one the batch lacks is an error naming it."""
+    declared = declared_side_inputs(model)
+    missing = [name for name, required in declared.items() if required and net_input.get(name) is None]
+    if missing:
+        raise ValueError(
+            f"the batch lacks the side input(s) {', '.join(missing)} that {type(unwrap_model(model)).__name__} "
+            "reads; it is produced by the multidoc_summarization task from an mdsfair data-bin "
+            "(docs/data_contract.md)"
+        )
+    return {name: value for name, value in net_input.items() if name in BASE_INPUTS or name in declared}
 
 
 def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_given: bool) -> str:
@@ -450,26 +459,17 @@ class MultiDocSummarizationTask(FairseqTask):
 
     @staticmethod
     def _sample_for(model, sample):
-        """The sample with the inputs ``model.forward`` accepts."""
+        """The sample with the inputs ``model`` declares (:func:`net_input_for`)."""
         if not sample or "net_input" not in sample:
             return sample
-        forward = unwrap_model(model).forward
-        net_input = filter_net_input(forward, sample["net_input"])
-        if net_input is sample["net_input"]:
-            return sample
-        return {**sample, "net_input": net_input}
+        return {**sample, "net_input": net_input_for(model, sample["net_input"])}
 
     @staticmethod
     def _sample_for_encoders(models, sample):
-        """The sample with the inputs every encoder's ``forward`` accepts."""
+        """The sample with the inputs every model of the ensemble declares."""
         net_input = sample["net_input"]
         for model in models:
-            encoder = getattr(unwrap_model(model), "encoder", None)
-            if encoder is not None:
-                names = accepted_inputs(encoder.forward)
-                if names is not None:
-                    names = names | {"prev_output_tokens"}
-                    net_input = {k: v for k, v in net_input.items() if k in names}
+            net_input = net_input_for(model, net_input)
         return {**sample, "net_input": net_input}
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):

@@ -1,0 +1,460 @@
+"""The multi-document encoder-decoder assembled from components: BART's
+embeddings, layers and output projection with the encoder self-attention,
+encoder positions and cross-attention chosen by
+``--encoder-self-attention``, ``--encoder-positions`` and ``--cross-attention``
+(:mod:`mdsfair.modules.components`).
+
+This module registers nothing: ``mdsfair/models/multidoc_bart.py`` registers
+the model assembled from flags (``multidoc_bart``), and HierEncDec, LED/PRIMERA
+and the sparse decoder register their families (``hierencdec_bart``, ``led``,
+``sparse_bart``; the names their checkpoints, hub entries and the model
+contract know) as the same class with presets of the flags
+(:mod:`mdsfair.models.presets`).
+
+Side inputs: every component declares the data-contract inputs it reads;
+:meth:`ComponentBARTModel.side_inputs` is their union, the task hands the
+model exactly those, and :meth:`ComponentEncoder.forward` refuses an input
+that no component declares and a missing required one, naming it.
+"""
+from typing import Dict, List, Optional
+
+import torch
+from fairseq.models.bart import BARTModel
+from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
+from torch import Tensor
+
+from mdsfair.models.flag_defaults import FlagDefaults
+from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
+from mdsfair.modules.components import (
+    ROLES,
+    SourceStructure,
+    component_class,
+    component_classes,
+    component_names,
+    flag_of,
+)
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
+from mdsfair.modules.segment_positions import segment_ids_from_start_tokens, segment_start_mask
+from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, wrap_layer
+
+#: The components of BART itself; the presets and architectures name what differs.
+ROLE_DEFAULTS = {"encoder_self_attention": "full", "encoder_positions": "learned", "cross_attention": "full"}
+
+
+def component_defaults() -> FlagDefaults:
+    """One table: the roles' defaults, every registered component's flags,
+    and ``--max-encoder-positions`` (default: the task's ``--max-source-positions``)."""
+    table = dict(ROLE_DEFAULTS)
+    for cls in component_classes():
+        table.update(cls.defaults)
+    table["max_encoder_positions"] = lambda args: args.max_source_positions
+    return FlagDefaults(table)
+
+
+def add_component_args(parser) -> None:
+    """The role flags and every registered component's own flags (each once)."""
+    for role in ROLES:
+        parser.add_argument(
+            flag_of(role), choices=component_names(role),
+            help=f"{role.replace('_', ' ')} component (mdsfair/modules/components.py)",
+        )
+    for cls in component_classes():
+        if "add_args" in vars(cls):
+            cls.add_args(parser)
+    parser.add_argument(
+        "--max-encoder-positions", type=int,
+        help=("rows of the encoder's learned position table (16384 under the led architectures, 4096 under "
+              "primera and hierencdec, as the released models); the task's --max-source-positions may not exceed it"),
+    )
+
+
+def build_components(args) -> Dict[str, object]:
+    """role -> component object for ``args``; a combination that cannot
+    work is refused with the reason."""
+    components = {role: component_class(role, getattr(args, role))(args) for role in ROLES}
+    for component in components.values():
+        reason = component.refusal(components)
+        if reason:
+            raise ValueError(f"{flag_of(component.role)} {component.name} cannot be combined with "
+                             f"{', '.join(f'{flag_of(r)} {c.name}' for r, c in components.items() if r != component.role)}: "
+                             f"{reason}")
+    return components
+
+
+def side_input_declarations(components: Dict[str, object]) -> Dict[str, bool]:
+    """Union of the components' side inputs: name -> required (by any)."""
+    declared: Dict[str, bool] = {}
+    for component in components.values():
+        for name, required in component.side_inputs().items():
+            declared[name] = declared.get(name, False) or required
+    return declared
+
+
+class ComponentEncoder(TransformerEncoderBase):
+    """BART's encoder with a self-attention and a position component; its
+    output carries what the cross-attention component needs."""
+
+    def __init__(self, args, dictionary, embed_tokens, components):
+        self.components = components
+        self.self_attention_component = components["encoder_self_attention"]
+        self.position_component = components["encoder_positions"]
+        self.cross_attention_component = components["cross_attention"]
+        self.side_input_declarations = side_input_declarations(components)
+        self.uses_documents = any(c.uses_documents for c in components.values())
+        self.needs_document_start_tokens = any(c.needs_document_start_tokens for c in components.values())
+        self._layers_built = 0
+        cfg = TransformerConfig.from_namespace(args)
+        cfg.max_source_positions = args.max_encoder_positions
+        self.position_component.configure(cfg)
+        super().__init__(cfg, dictionary, embed_tokens)
+        self.cross_attention_component.build_encoder_modules(self)
+
+    def build_encoder_layer(self, cfg):
+        layer = ComponentEncoderLayer(cfg, self.self_attention_component, self._layers_built)
+        self._layers_built += 1
+        return wrap_layer(layer, cfg)
+
+    # ---------------------------------------------- the self-attention's settings
+
+    @property
+    def global_attention(self) -> Optional[str]:
+        """Longformer's ``--global-attention`` (settable), or None."""
+        return getattr(self.self_attention_component, "global_attention", None)
+
+    @global_attention.setter
+    def global_attention(self, mode: str) -> None:
+        self.self_attention_component.global_attention = mode
+
+    @property
+    def document_separator(self) -> Optional[int]:
+        return getattr(self.self_attention_component, "document_separator", None)
+
+    @document_separator.setter
+    def document_separator(self, index: Optional[int]) -> None:
+        self.self_attention_component.document_separator = index
+
+    @property
+    def attention_windows(self) -> Optional[List[int]]:
+        return getattr(self.self_attention_component, "windows", None)
+
+    def set_document_attention(self, implementation: str) -> None:
+        """Switch every layer between the ``blocked`` and ``dense`` document attention."""
+        for module in self.modules():
+            if isinstance(module, DocumentBlockedSelfAttention):
+                module._check_implementation(implementation)
+                module.implementation = implementation
+
+    # ------------------------------------------------------------- forward
+
+    def side_inputs_of(self, positional, side_inputs: Dict[str, Optional[Tensor]]) -> Dict[str, Tensor]:
+        """The side inputs by name (positional ones in declaration order),
+        refusing undeclared and missing required ones."""
+        names = list(self.side_input_declarations)
+        if len(positional) > len(names):
+            raise TypeError(f"the encoder takes {len(names)} positional side inputs ({names}), got {len(positional)}")
+        given = dict(zip(names, positional))
+        for name, value in side_inputs.items():
+            if name in given:
+                raise TypeError(f"side input {name} given twice")
+            given[name] = value
+        unknown = sorted(set(given) - set(names))
+        if unknown:
+            raise ValueError(
+                f"side input(s) {', '.join(unknown)} not declared by any component of this model "
+                f"({', '.join(repr(c) for c in self.components.values())}); it reads {names or 'none'}"
+            )
+        missing = [name for name, required in self.side_input_declarations.items()
+                   if required and given.get(name) is None]
+        if missing:
+            readers = {name: [repr(c) for c in self.components.values() if c.side_inputs().get(name)]
+                       for name in missing}
+            raise ValueError("missing side input(s): " + "; ".join(
+                f"{name} (needed by {', '.join(readers[name])}; the multidoc_summarization task gives it)"
+                for name in missing))
+        return {name: value for name, value in given.items() if value is not None}
+
+    def document_ids(self, src_tokens: Tensor, src_doc_ids: Optional[Tensor]) -> Tensor:
+        """The data contract's ``src_doc_ids``, or, when the input has none
+        (hub, plain token batches), one document per ``<s>``-opened run."""
+        if src_doc_ids is None:
+            src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
+        if src_doc_ids.shape != src_tokens.shape:
+            raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
+        real = src_tokens.ne(self.padding_idx)
+        if (real & src_doc_ids.lt(0)).any():
+            raise ValueError("every source token needs a document: the source must start with <s> (or pass src_doc_ids)")
+        src_doc_ids = src_doc_ids.masked_fill(~real, -1)
+        if self.needs_document_start_tokens:
+            starts = segment_start_mask(src_doc_ids)
+            if src_tokens[starts].ne(self.dictionary.bos()).any():
+                users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
+                raise ValueError(
+                    f"{', '.join(users)} use each document's first token <s> as its start-of-document token, "
+                    "but some document does not start with <s>; drop --no-document-start-token or use components "
+                    "without start-of-document tokens (HierEncDec Table 3 row 5)"
+                )
+        return src_doc_ids
+
+    def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None,
+                          structure: Optional[SourceStructure] = None):
+        """Token + position embedding (the position component's)."""
+        if structure is None:
+            structure = SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
+        if token_embedding is None:
+            token_embedding = self.embed_tokens(src_tokens)
+        x = embed = self.embed_scale * token_embedding
+        positions = self.position_component.embed(self, structure)
+        if positions is not None:
+            x = embed + positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        return x, embed
+
+    def forward(
+        self,
+        src_tokens: Tensor,
+        src_lengths: Optional[Tensor] = None,
+        *positional_side_inputs: Optional[Tensor],
+        return_all_hiddens: bool = False,
+        token_embeddings: Optional[Tensor] = None,
+        **side_inputs: Optional[Tensor],
+    ):
+        """fairseq's encoder output dictionary (``encoder_out [T, B, C]``)
+        plus the cross-attention component's entries. ``side_inputs``: the
+        data-contract inputs the components declare (by name, or positional
+        after ``src_lengths`` in :attr:`side_input_declarations` order)."""
+        side_inputs = self.side_inputs_of(positional_side_inputs, side_inputs)
+        if src_tokens.size(1) > self.max_source_positions:
+            raise ValueError(
+                f"source of {src_tokens.size(1)} tokens exceeds the encoder's {self.max_source_positions} positions "
+                "(--max-encoder-positions)"
+            )
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = encoder_padding_mask.any()
+        structure = SourceStructure(src_tokens, encoder_padding_mask, side_inputs)
+        if self.uses_documents:
+            structure.document_ids = self.document_ids(src_tokens, side_inputs.get("src_doc_ids"))
+        context = self.self_attention_component.prepare(self, structure)
+
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings, structure)
+        x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+
+        encoder_states = [x] if return_all_hiddens else []
+        for layer in self.layers:
+            x = layer(x, encoder_padding_mask if has_pads else None, context)
+            if return_all_hiddens:
+                encoder_states.append(x)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        encoder_out = {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [encoder_padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": [],
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
+        encoder_out.update(self.cross_attention_component.encoder_outputs(self, encoder_out, structure))
+        return encoder_out
+
+    def reorder_stock_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        return TransformerEncoderBase.reorder_encoder_out(self, encoder_out, new_order)
+
+    def reorder_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """As the cross-attention component keeps the encoder output in beam search."""
+        return self.cross_attention_component.reorder_encoder_out(self, encoder_out, new_order)
+
+
+class ComponentDecoder(TransformerDecoderBase):
+    """BART's decoder whose cross-attention is a component's. The extra
+    output holds ``attn`` (the ``alignment_layer``'s cross-attention averaged
+    over ``alignment_heads``, as fairseq's) and ``inner_states``, plus the
+    component's entries (the sparse decoder's ``sentence_attention``)."""
+
+    def __init__(self, args, dictionary, embed_tokens, components):
+        self.cross_attention_component = components["cross_attention"]
+        super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, no_encoder_attn=False)
+
+    def build_decoder_layer(self, cfg, no_encoder_attn=False):
+        if no_encoder_attn:
+            raise ValueError("mdsfair's encoder-decoders need encoder-decoder attention (--no-cross-attention)")
+        layer = ComponentDecoderLayer(cfg, self.cross_attention_component)
+        return self.cross_attention_component.wrap_decoder_layer(layer, cfg)
+
+    def extract_features(
+        self,
+        prev_output_tokens,
+        encoder_out: Optional[Dict[str, List[Tensor]]],
+        incremental_state=None,
+        full_context_alignment: bool = False,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+    ):
+        if encoder_out is None or len(encoder_out.get("encoder_out", [])) == 0:
+            raise ValueError("the decoder needs the encoder output")
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        encoder_states = encoder_out["encoder_out"][0]
+        padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
+        context = self.cross_attention_component.decoder_context(self, encoder_out, incremental_state)
+
+        positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state) \
+            if self.embed_positions is not None else None
+        if incremental_state is not None:
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x = x + positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x).transpose(0, 1)
+
+        self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+        if not self_attn_padding_mask.any():
+            self_attn_padding_mask = None
+        self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment \
+            else None
+
+        inner_states: List[Optional[Tensor]] = [x]
+        extras = []
+        attn: Optional[Tensor] = None
+        for index, layer in enumerate(self.layers):
+            x, layer_attn, extra = layer(
+                x, encoder_states, padding_mask, context,
+                incremental_state=incremental_state, self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask, need_attn=index == alignment_layer,
+                alignment_heads=alignment_heads,
+            )
+            inner_states.append(x)
+            extras.append(extra)
+            if index == alignment_layer and layer_attn is not None:
+                attn = layer_attn.float().to(x)
+
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        x = x.transpose(0, 1)
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states,
+                   **self.cross_attention_component.decoder_extra(extras)}
+
+
+class ComponentBARTModel(BARTModel):
+    """BART assembled from components (see the module docstring).
+    Registered subclasses set ``hub_description`` and their presets."""
+
+    #: the components of the model :meth:`build_model` is building (its
+    #: encoder and decoder share them)
+    _components_being_built = None
+
+    @staticmethod
+    def add_args(parser):
+        BARTModel.add_args(parser)
+        add_component_args(parser)
+
+    @classmethod
+    def build_model(cls, args, task):
+        """BART's ``build_model`` with the components of ``args``; the
+        task's source budget must fit the encoder's position table."""
+        components = build_components(args)
+        budget = getattr(args, "max_source_positions", None)
+        if budget is not None and budget > args.max_encoder_positions:
+            raise ValueError(
+                f"--max-source-positions {budget} exceeds the encoder's position table "
+                f"(--max-encoder-positions {args.max_encoder_positions})"
+            )
+        # BART's build_model calls build_encoder / build_decoder with args only
+        ComponentBARTModel._components_being_built = components
+        try:
+            model = super().build_model(args, task)
+        finally:
+            ComponentBARTModel._components_being_built = None
+        for component in components.values():
+            component.on_build_model(model, task)
+        return model
+
+    @classmethod
+    def build_encoder(cls, args, src_dict, embed_tokens):
+        return ComponentEncoder(args, src_dict, embed_tokens, cls._components_being_built or build_components(args))
+
+    @classmethod
+    def build_decoder(cls, args, tgt_dict, embed_tokens):
+        return ComponentDecoder(args, tgt_dict, embed_tokens, cls._components_being_built or build_components(args))
+
+    def __init__(self, args, encoder, decoder):
+        super().__init__(args, encoder, decoder)
+        self.components = encoder.components
+        for component in self.components.values():
+            component.after_init(self)
+
+    def side_inputs(self) -> Dict[str, bool]:
+        """Data-contract inputs the components read: name -> required."""
+        return dict(self.encoder.side_input_declarations)
+
+    def forward(
+        self,
+        src_tokens,
+        src_lengths,
+        prev_output_tokens,
+        features_only: bool = False,
+        classification_head_name: Optional[str] = None,
+        token_embeddings: Optional[Tensor] = None,
+        return_all_hiddens: bool = True,
+        alignment_layer: Optional[int] = None,
+        alignment_heads: Optional[int] = None,
+        **side_inputs: Optional[Tensor],
+    ):
+        """BART's forward; ``side_inputs`` are the components' (:meth:`side_inputs`)."""
+        if classification_head_name is not None:
+            features_only = True
+        encoder_out = self.encoder(
+            src_tokens, src_lengths=src_lengths, token_embeddings=token_embeddings,
+            return_all_hiddens=return_all_hiddens, **side_inputs,
+        )
+        x, extra = self.decoder(
+            prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+        )
+        if classification_head_name is not None:
+            sentence_representation = x[src_tokens.eq(self.eos), :].view(x.size(0), -1, x.size(-1))[:, -1, :]
+            x = self.classification_heads[classification_head_name](sentence_representation)
+        return x, extra
+
+    def max_positions(self):
+        return (self.encoder.max_positions(), self.decoder.max_positions())
+
+    def set_beam_size(self, beam):
+        """BART's "beamable" cross-attention (one encoder row shared by an
+        example's beams) stays off: it is a speed-up only, it bypasses the
+        components' reordering of the encoder output, and once set it stays
+        on the model, so a later forward pass whose batch is not
+        ``examples x beam`` fails."""
+
+    def upgrade_state_dict_named(self, state_dict, name):
+        """BART's upgrades, then each component's (position tables extended,
+        the sparse approximator created)."""
+        super().upgrade_state_dict_named(state_dict, name)
+        prefix = name + "." if name != "" else ""
+        for component in self.components.values():
+            component.upgrade_state_dict(self, state_dict, prefix)
+
+    def approximator_parameter_names(self):
+        """Names of the sparse cross-attention's approximator theta~ (Eq. 13-14)."""
+        component = self.components["cross_attention"]
+        if not hasattr(component, "approximator_parameter_names"):
+            raise ValueError(f"{component!r} has no approximator")
+        return component.approximator_parameter_names(self)

@@ -1,0 +1,142 @@
+"""Components of the multi-document encoder-decoder, one call shape per role.
+
+mdsfair's BART-based systems differ in three places only, each a *role*:
+
+==========================  ==============================  =========================================
+role (flag)                 components                      what a component supplies
+==========================  ==============================  =========================================
+``--encoder-self-attention``  ``full``, ``document``,        the self-attention module of every encoder
+                            ``longformer``                  layer, the per-batch context it reads
+                                                            (document layout, global mask), computed
+                                                            once per source
+``--encoder-positions``     ``learned``, ``sinusoidal``,    the encoder's position embedding
+                            ``document-restart``
+``--cross-attention``       ``full``, ``document-scaled``,  the cross-attention module of every decoder
+                            ``sparse``                      layer, what it needs in the encoder output,
+                                                            how beam search reorders that output, the
+                                                            per-forward context it reads
+==========================  ==============================  =========================================
+
+A component is a class registered with :func:`register_component` under its
+role and name. It declares, by the data contract's names
+(``docs/data_contract.md``: ``src_doc_ids``, ``src_sent_ids``, ...), the side
+inputs it reads (:meth:`Component.side_inputs`): the task hands a model exactly
+the union of its components' declarations, and the model refuses a missing
+required input or one that none of its components declares, by name. Its own
+flags (:meth:`Component.add_args`) and their defaults (:attr:`Component.defaults`)
+join the model's flags. :meth:`Component.refusal` says why it cannot work
+with the other components chosen, if it cannot.
+
+The encoder and decoder layers that hold the modules
+(:mod:`mdsfair.modules.transformer_layers`) write the residual, norm and
+feed-forward block once. A new attention kind is one component class plus
+its registration; ``tests/test_components.py`` registers a toy one inside
+the test and runs it through the model contract.
+"""
+from dataclasses import dataclass
+from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+
+from torch import Tensor
+
+#: The roles, each with the model flag that picks its component (argparse dest).
+ROLES: Tuple[str, ...] = ("encoder_self_attention", "encoder_positions", "cross_attention")
+
+_REGISTRY: Dict[str, Dict[str, Type["Component"]]] = {role: {} for role in ROLES}
+
+
+def flag_of(role: str) -> str:
+    return "--" + role.replace("_", "-")
+
+
+def register_component(role: str, name: str):
+    """Class decorator: make ``cls`` the component ``name`` of ``role``."""
+    if role not in _REGISTRY:
+        raise ValueError(f"unknown component role {role!r}; roles: {ROLES}")
+
+    def register(cls):
+        if name in _REGISTRY[role] and _REGISTRY[role][name] is not cls:
+            raise ValueError(f"{flag_of(role)} {name!r} is already registered ({_REGISTRY[role][name].__name__})")
+        cls.role, cls.name = role, name
+        _REGISTRY[role][name] = cls
+        return cls
+
+    return register
+
+
+def unregister_component(role: str, name: str) -> None:
+    """Remove a registration (a test's toy component)."""
+    _REGISTRY[role].pop(name, None)
+
+
+def component_names(role: str) -> Tuple[str, ...]:
+    return tuple(_REGISTRY[role])
+
+
+def component_classes():
+    """Every registered component class, role by role."""
+    return [cls for role in ROLES for cls in _REGISTRY[role].values()]
+
+
+def component_class(role: str, name: str) -> Type["Component"]:
+    try:
+        return _REGISTRY[role][name]
+    except KeyError:
+        raise ValueError(f"{flag_of(role)} {name!r} is not a registered component; choose one of "
+                         f"{', '.join(component_names(role))}") from None
+
+
+@dataclass
+class SourceStructure:
+    """What the encoder knows about a batch of sources before its layers run,
+    computed once: the tokens, the padding, the side inputs the task handed
+    over, and (when a component works on documents) each token's document."""
+
+    src_tokens: Tensor
+    padding_mask: Tensor  # [B, T] True at padding
+    side_inputs: Dict[str, Tensor]
+    document_ids: Optional[Tensor] = None  # [B, T], -1 at padding
+
+
+class Component:
+    """Base of every component; see the module docstring.
+
+    A component object lives on the model (it is not an ``nn.Module``: its
+    parameters belong to the modules it builds) and is created from the
+    model's arguments.
+    """
+
+    role: ClassVar[str]
+    name: ClassVar[str]
+    #: this component's flags and their paper-faithful defaults (argparse dests)
+    defaults: ClassVar[Dict[str, Any]] = {}
+    #: reads every token's document (``src_doc_ids``, else one document per ``<s>``-opened run)
+    uses_documents: ClassVar[bool] = False
+    #: needs every document to open with ``<s>``, its start-of-document token
+    needs_document_start_tokens: ClassVar[bool] = False
+
+    def __init__(self, args):
+        self.args = args
+
+    @staticmethod
+    def add_args(parser) -> None:
+        """The component's own flags (help strings; defaults in :attr:`defaults`)."""
+
+    def side_inputs(self) -> Dict[str, bool]:
+        """Data-contract inputs this component reads: name -> required."""
+        return {}
+
+    def refusal(self, components: Dict[str, "Component"]) -> Optional[str]:
+        """Why this component cannot work with ``components`` (role -> component), or None."""
+        return None
+
+    def on_build_model(self, model, task) -> None:
+        """Hook after the model is built (task-dependent settings, checks)."""
+
+    def after_init(self, model) -> None:
+        """Hook after BART's weight initialization (own initializations)."""
+
+    def upgrade_state_dict(self, model, state_dict: Dict[str, Tensor], prefix: str) -> None:
+        """Hook when a checkpoint is loaded (create or extend what it lacks)."""
+
+    def __repr__(self):
+        return f"{type(self).__name__}({flag_of(self.role)} {self.name})"

@@ -1,0 +1,417 @@
+"""Cross-attention components (``--cross-attention``).
+
+* ``full``: BART's encoder-decoder attention;
+* ``document-scaled``: HierEncDec's hierarchical decoder (Shen et al. 2023,
+  Sec. 4.2, Eq. 3-5): the softmax within each document scaled by a softmax
+  over the start-of-document scores
+  (:mod:`mdsfair.modules.hierarchical_cross_attention`); the encoder output
+  carries ``src_doc_ids``, reordered with it in beam search;
+* ``sparse``: Manakul & Gales 2021: every query attends to the tokens of its
+  top-r sentences (Eq. 3, 6), ranked by the approximator (Eq. 7-10) or the
+  model-free Eq. 19, trained with the KL loss of Eq. 4, 11
+  (:mod:`mdsfair.modules.sparse_cross_attention`); the encoder output keeps
+  one copy per source through beam search (``hypothesis_source_index``).
+
+Call shape: :meth:`CrossAttentionComponent.build` the module of one decoder
+layer; :meth:`~CrossAttentionComponent.encoder_outputs` what it needs in the
+encoder output; :meth:`~CrossAttentionComponent.reorder_encoder_out` for beam
+search; :meth:`~CrossAttentionComponent.decoder_context` once per decoder
+pass; :meth:`~CrossAttentionComponent.attend` in every decoder layer,
+returning ``(x, attention, extra)``.
+"""
+import logging
+from typing import Dict, List, NamedTuple, Optional
+
+import torch
+from fairseq.modules import MultiheadAttention
+from torch import Tensor, nn
+
+from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
+from mdsfair.modules.hypothesis_rows import HypothesisRows
+from mdsfair.modules.sentence_approximator import (
+    SENTENCE_ENCODERS,
+    PoolingSentenceEncoder,
+    SentenceEncoder,
+    approximator_parameter_names,
+)
+from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
+from mdsfair.modules.sparse_cross_attention import (
+    APPROXIMATORS,
+    GENERATION_PATHS,
+    SENTENCE_SELECTIONS,
+    SentenceContext,
+    SparseCrossAttention,
+    kept_token_bounds,
+)
+
+logger = logging.getLogger(__name__)
+
+#: Sentences per recomputed chunk of the BiGRU sentence encoder under --checkpoint-activations.
+SENTENCE_ENCODER_CHECKPOINT_CHUNK = 32
+
+
+class CrossAttentionComponent(Component):
+    """Call shape of the role (see the module docstring)."""
+
+    def build(self, layer, embed_dim: int, cfg):
+        raise NotImplementedError
+
+    def build_encoder_modules(self, encoder) -> None:
+        """Modules the encoder computes once per source for this cross-attention."""
+
+    def encoder_outputs(self, encoder, encoder_out: Dict[str, List[Tensor]],
+                        structure: SourceStructure) -> Dict[str, List[Tensor]]:
+        """Entries this cross-attention needs in the encoder output."""
+        return {}
+
+    def reorder_encoder_out(self, encoder, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
+        """fairseq's reordering (every entry expanded to the hypotheses)."""
+        reordered = encoder.reorder_stock_encoder_out(encoder_out, new_order)
+        for key in self.encoder_outputs_reordered:
+            reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
+        return reordered
+
+    #: batch-first encoder-output entries of this component reordered with the rest
+    encoder_outputs_reordered = ()
+
+    def decoder_context(self, decoder, encoder_out: Dict[str, List[Tensor]], incremental_state):
+        """The per-pass context every layer's :meth:`attend` receives."""
+        return None
+
+    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
+               need_attn: bool = False, alignment_heads: Optional[int] = None):
+        """``(x [T_tgt, B, C], attention, extra)``: with ``need_attn`` the
+        cross-attention weights ``[B, T_tgt, S]`` averaged over the first
+        ``alignment_heads`` heads (all when None), else None; ``extra`` what
+        the component reports per layer, or None."""
+        raise NotImplementedError
+
+    def decoder_extra(self, extras: List) -> Dict[str, List]:
+        """What the decoder output's extra dictionary gains from the layers' extras."""
+        return {}
+
+    def wrap_decoder_layer(self, layer, cfg):
+        from mdsfair.modules.transformer_layers import wrap_layer
+
+        return wrap_layer(layer, cfg, structured=True)
+
+
+def fairseq_cross_attention(cls, layer, embed_dim: int, cfg, **kwargs):
+    """``cls`` built as fairseq's decoder layer builds its encoder attention."""
+    return cls(
+        embed_dim,
+        cfg.decoder.attention_heads,
+        kdim=cfg.encoder.embed_dim,
+        vdim=cfg.encoder.embed_dim,
+        dropout=cfg.attention_dropout,
+        encoder_decoder_attention=True,
+        q_noise=layer.quant_noise,
+        qn_block_size=layer.quant_noise_block_size,
+        xformers_att_config=cfg.encoder.xformers_att_config,
+        **kwargs,
+    )
+
+
+def stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads):
+    """fairseq's decoder layer's cross-attention call; with ``need_attn`` the
+    weights averaged over the first ``alignment_heads`` heads (all when
+    None), as fairseq's decoder reduces its alignment layer's."""
+    x, weights = attention(
+        query=x, key=encoder_states, value=encoder_states, key_padding_mask=padding_mask,
+        incremental_state=incremental_state, static_kv=True, need_weights=need_attn, need_head_weights=need_attn,
+    )
+    if not need_attn or weights is None:
+        return x, None, None
+    weights = weights.float().to(x)
+    if alignment_heads is not None:
+        weights = weights[:alignment_heads]
+    return x, weights.mean(dim=0), None
+
+
+@register_component("cross_attention", "full")
+class FullCrossAttention(CrossAttentionComponent):
+    """BART's encoder-decoder attention over every source token."""
+
+    def build(self, layer, embed_dim, cfg):
+        return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
+
+    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
+               need_attn=False, alignment_heads=None):
+        return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
+                            alignment_heads)
+
+
+@register_component("cross_attention", "document-scaled")
+class DocumentScaledCrossAttention(CrossAttentionComponent):
+    """HierEncDec's hierarchical cross-attention (Sec. 4.2, Eq. 3-5)."""
+
+    uses_documents = True
+    needs_document_start_tokens = True
+    encoder_outputs_reordered = ("src_doc_ids",)
+
+    def side_inputs(self):
+        return {"src_doc_ids": False}  # else one document per <s>-opened run
+
+    def build(self, layer, embed_dim, cfg):
+        return fairseq_cross_attention(HierarchicalCrossAttention, layer, embed_dim, cfg)
+
+    def encoder_outputs(self, encoder, encoder_out, structure):
+        return {"src_doc_ids": [structure.document_ids]}  # B x T
+
+    def decoder_context(self, decoder, encoder_out, incremental_state):
+        if encoder_out is None or len(encoder_out.get("src_doc_ids", [])) == 0:
+            raise ValueError("--cross-attention document-scaled needs the encoder output's src_doc_ids")
+        return encoder_out["src_doc_ids"][0]
+
+    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
+               need_attn=False, alignment_heads=None):
+        # the key documents reach fairseq's attention (apply_sparse_mask) for this call only
+        attention.key_document_ids = context
+        try:
+            return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
+                                alignment_heads)
+        finally:
+            attention.key_document_ids = None
+
+
+def build_sentence_encoder(args) -> nn.Module:
+    """The sentence encoder of the model-based approximator: the BiGRU of
+    Eq. 10 (App. A.1) or the attention pooling proposed in Sec. 4.5."""
+    kind = args.sentence_encoder
+    if kind == "bigru":
+        return SentenceEncoder(
+            args.encoder_embed_dim,
+            # unset (absent or None, as checkpoints store it): the model's width
+            getattr(args, "sentence_encoder_hidden_dim", None) or args.encoder_embed_dim,
+            num_layers=args.sentence_encoder_layers,
+            dropout=args.dropout,
+        )
+    if kind == "attention-pooling":
+        return PoolingSentenceEncoder(
+            args.encoder_embed_dim, args.encoder_attention_heads, dropout=args.attention_dropout
+        )
+    raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {kind!r}")
+
+
+def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceContext:
+    """The sparse cross-attention's view of an encoder output (per source)."""
+    src_sent_ids = encoder_out["src_sent_ids"][0]
+    lengths = encoder_out["sentence_lengths"][0]
+    layout = SentenceLayout(
+        encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0], lengths, lengths.gt(0)
+    )
+    states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
+    bounds = encoder_out.get("kept_token_bounds", [])
+    if len(encoder_out["hypothesis_source_index"]) > 0:
+        rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
+    else:
+        rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
+    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None)
+
+
+class SparseDecoderContext(NamedTuple):
+    """One decoder pass of the sparse cross-attention: the sentences, whether
+    the exact saliencies are computed (teacher forcing), and the pass's draw
+    for ``mix`` selection (one per forward pass, shared by every layer)."""
+
+    sentences: SentenceContext
+    compute_saliency: bool
+    mix_draw: Optional[float]
+
+
+@register_component("cross_attention", "sparse")
+class SparseSentenceCrossAttention(CrossAttentionComponent):
+    """Manakul & Gales 2021: attention to the top-r sentences (see the module docstring)."""
+
+    #: Manakul & Gales 2021: r = 5 (their CNN/DailyMail setting, Table 3) and the 2-layer BiGRU
+    #: of the model-based approximator with the model's width (App. A.1). Two flags have no
+    #: fixed value and stay out of the table: --sentence-encoder-hidden-dim (unset: the model's
+    #: --encoder-embed-dim) and --mix-decay-updates (the updates of one epoch; mix requires it).
+    defaults = {
+        "top_r": 5,
+        "sentence_selection": "approx",
+        "approximator": "model-based",
+        "sentence_encoder": "bigru",
+        "sentence_encoder_layers": 2,
+        "share_selection_across_beams": False,
+        "sparse_generation_path": "auto",
+    }
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument("--top-r", type=int, metavar="R",
+                            help=("sentences kept by every cross-attention query (Eq. 6; the "
+                                  "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
+        parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
+                            help=("saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
+                                  "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+                                  "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+                                  "in evaluation and generation)"))
+        parser.add_argument("--approximator", choices=APPROXIMATORS,
+                            help=("model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
+                                  "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+                                  "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"))
+        parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
+                            help=("sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+                                  "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
+                                  "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+                                  "(multi-head pooling, no recurrence)"))
+        parser.add_argument("--sentence-encoder-layers", type=int, metavar="N",
+                            help="layers of the bidirectional GRU sentence encoder (App. A.1)")
+        parser.add_argument("--sentence-encoder-hidden-dim", type=int, metavar="D",
+                            help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
+                                 "BART-large) (default: --encoder-embed-dim)")
+        parser.add_argument("--share-selection-across-beams", action="store_true",
+                            help=("average the sentence scores over the beam hypotheses of a source before top-r "
+                                  "(the authors' decoding); off: every hypothesis selects its own sentences"))
+        parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
+                            help=("how incremental generation reads the top-r sentences: gather their encoder states "
+                                  "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+                                  "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+                                  "hypothesis keeps * heads <= 2 * N"))
+        parser.add_argument("--mix-decay-updates", type=int, metavar="N",
+                            help="for --sentence-selection mix: use the exact saliency with probability "
+                                 "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
+                                 "so N = the updates of one epoch)")
+
+    def side_inputs(self):
+        return {"src_sent_ids": True}
+
+    # ----------------------------------------------------------- encoder side
+
+    def build_encoder_modules(self, encoder):
+        """The sentence encoder of the model-based approximator
+        (``encoder.sentence_encoder``, shared by all layers), or None."""
+        args = self.args
+        sentence_encoder = build_sentence_encoder(args) if args.approximator == "model-based" else None
+        if isinstance(sentence_encoder, SentenceEncoder) and activation_checkpointing(args):
+            # --checkpoint-activations: the BiGRU's working set over every
+            # sentence of the batch is the largest of the model, so it is
+            # recomputed a chunk of sentences at a time
+            sentence_encoder.checkpoint_activations(
+                SENTENCE_ENCODER_CHECKPOINT_CHUNK, offload_to_cpu=bool(getattr(args, "offload_activations", False))
+            )
+        elif sentence_encoder is not None:
+            # the pooling encoder reads the encoder states and a layout of index
+            # tensors; while the approximator trains on the frozen encoder none
+            # of its inputs requires grad, and checkpoint_layer still gives its
+            # own parameters their gradients
+            sentence_encoder = checkpoint_layer(sentence_encoder, args)
+        encoder.sentence_encoder = sentence_encoder
+
+    def encoder_outputs(self, encoder, encoder_out, structure):
+        src_sent_ids = structure.side_inputs["src_sent_ids"]
+        if src_sent_ids.shape != structure.src_tokens.shape:
+            raise ValueError(
+                f"src_sent_ids {tuple(src_sent_ids.shape)} must have the shape of src_tokens "
+                f"{tuple(structure.src_tokens.shape)}"
+            )
+        layout = sentence_layout(src_sent_ids)
+        sentence_states: List[Tensor] = []
+        if encoder.sentence_encoder is not None:
+            states = encoder_out["encoder_out"][0].transpose(0, 1)
+            sentence_states = [encoder.sentence_encoder(states, layout)]
+        return dict(
+            src_sent_ids=[src_sent_ids],
+            sentence_token_index=[layout.token_index],
+            sentence_token_mask=[layout.token_mask],
+            sentence_lengths=[layout.lengths],
+            sentence_states=sentence_states,
+            hypothesis_source_index=[],
+            # on a GPU in evaluation: sizes generation's kept-token layouts without a synchronization per step
+            kept_token_bounds=[kept_token_bounds(layout.lengths)] if layout.lengths.is_cuda and not encoder.training
+            else [],
+        )
+
+    def reorder_encoder_out(self, encoder, encoder_out, new_order):
+        """Reorder the decoder rows, not the encoder output: row ``i`` now
+        reads the source that row ``new_order[i]`` read (``new_order`` may
+        expand to the beam, permute hypotheses, or drop finished sources)."""
+        rows = encoder_out["hypothesis_source_index"]
+        source_index = rows[0].index_select(0, new_order) if len(rows) > 0 else new_order
+        reordered = dict(encoder_out)
+        reordered["hypothesis_source_index"] = [source_index]
+        return reordered
+
+    # ----------------------------------------------------------- decoder side
+
+    def build(self, layer, embed_dim, cfg):
+        args = self.args
+        return SparseCrossAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            kdim=cfg.encoder.embed_dim,
+            vdim=cfg.encoder.embed_dim,
+            dropout=cfg.attention_dropout,
+            top_r=args.top_r,
+            selection=args.sentence_selection,
+            approximator=args.approximator,
+            sentence_dim=cfg.encoder.embed_dim,
+            share_selection_across_beams=args.share_selection_across_beams,
+            # no default (--sentence-selection mix requires it); absent from checkpoints saved before the flag
+            mix_decay_updates=getattr(args, "mix_decay_updates", None),
+            generation_path=args.sparse_generation_path,
+        )
+
+    def decoder_context(self, decoder, encoder_out, incremental_state):
+        if encoder_out is None or "src_sent_ids" not in encoder_out:
+            raise ValueError("--cross-attention sparse needs an encoder output with the sentence layout "
+                             "(src_sent_ids)")
+        mix_draw = None
+        if decoder.training and any(layer.encoder_attn.selection == "mix" for layer in decoder.layers):
+            # Sec. 4.3's scheduled mix: one uniform draw per training forward pass, shared by every layer
+            mix_draw = torch.rand(()).item()
+        return SparseDecoderContext(sentence_context_from_encoder_out(encoder_out), incremental_state is None, mix_draw)
+
+    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
+               need_attn=False, alignment_heads=None):
+        x, sentence_attention = attention(
+            x, encoder_states, padding_mask, context.sentences,
+            incremental_state=incremental_state, compute_saliency=context.compute_saliency,
+            need_weights=need_attn, weight_heads=alignment_heads, mix_draw=context.mix_draw,
+        )
+        return x, sentence_attention.token_attention, sentence_attention
+
+    def decoder_extra(self, extras):
+        return {"sentence_attention": list(extras)}
+
+    # ----------------------------------------------------------- the model
+
+    def after_init(self, model):
+        """BART's init_bert_params just re-initialized every Linear; restore
+        the approximator's own initialization (App. A.1)."""
+        if model.encoder.sentence_encoder is not None:
+            model.encoder.sentence_encoder.reset_parameters()
+        for layer in model.decoder.layers:
+            layer.encoder_attn.initialize_approximator_from_cross_attention()
+
+    def upgrade_state_dict(self, model, state_dict, prefix):
+        """Restoring a checkpoint without the approximator (BART, LED, ...):
+        create it (App. A.1), W^Q/W^K copied from the checkpoint's
+        cross-attention q_proj/k_proj (weights and biases), the sentence
+        encoder freshly initialized."""
+        created = 0
+        for key, value in model.state_dict().items():
+            full_key = prefix + key
+            if full_key in state_dict:
+                continue
+            if ".encoder_attn.sentence_attention.sentence_query_proj." in key:
+                source = full_key.replace("sentence_attention.sentence_query_proj.", "q_proj.")
+            elif ".encoder_attn.sentence_attention.sentence_key_proj." in key:
+                source = full_key.replace("sentence_attention.sentence_key_proj.", "k_proj.")
+            elif key.startswith("encoder.sentence_encoder."):
+                source = None
+            else:
+                continue
+            state_dict[full_key] = state_dict[source].clone() if source in state_dict else value.clone()
+            created += 1
+        if created:
+            logger.info("sparse cross-attention: created %d approximator tensors absent from the checkpoint "
+                        "(W^Q/W^K copied from the cross-attention projections)", created)
+
+    @staticmethod
+    def approximator_parameter_names(model):
+        """Names of theta~ (Eq. 13-14): sentence encoder and W^Q/W^K."""
+        return approximator_parameter_names(model.named_parameters())

@@ -1,0 +1,258 @@
+"""Encoder self-attention components (``--encoder-self-attention``).
+
+* ``full``: BART's (fairseq ``MultiheadAttention``);
+* ``document``: HierEncDec's hierarchical encoder (Shen et al. 2023,
+  Sec. 4.1): tokens attend within their document, start-of-document tokens
+  also to every other one (:mod:`mdsfair.modules.document_blocked_attention`,
+  blocked, dense or, on a GPU in 16-bit, varlen flash);
+* ``longformer``: LED/PRIMERA's sliding window plus global tokens (Beltagy et
+  al. 2020, Sec. 3; :mod:`mdsfair.modules.longformer_attention`).
+
+Every one keeps fairseq's parameter names under ``self_attn``
+(``q_proj``/``k_proj``/``v_proj``/``out_proj``; Longformer adds its
+``*_global_proj``), so BART checkpoints restore into any of them.
+"""
+from typing import List, Optional
+
+import torch
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS as DOCUMENT_IMPLEMENTATIONS
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, DocumentLayout
+from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
+from mdsfair.modules.longformer_attention import LongformerSelfAttention
+
+GLOBAL_ATTENTION = ("first", "doc-sep", "documents")
+DOCUMENT_SEPARATOR = "<doc-sep>"
+
+
+class SelfAttentionComponent(Component):
+    """Call shape of the role: :meth:`build` the module of one layer,
+    :meth:`prepare` the batch's context once, :meth:`attend` in every layer."""
+
+    def build(self, layer, embed_dim: int, cfg):
+        raise NotImplementedError
+
+    def prepare(self, encoder, structure: SourceStructure):
+        """The per-batch context every layer's :meth:`attend` receives."""
+        return None
+
+    def attend(self, attention, x: Tensor, padding_mask: Optional[Tensor], context) -> Tensor:
+        """``x [T, B, C]`` -> ``[T, B, C]``."""
+        raise NotImplementedError
+
+
+def fairseq_self_attention(cls, layer, embed_dim: int, cfg, **kwargs):
+    """``cls`` (fairseq's ``MultiheadAttention`` or a subclass) built as
+    fairseq's encoder layer builds its self-attention."""
+    return cls(
+        embed_dim,
+        cfg.encoder.attention_heads,
+        dropout=cfg.attention_dropout,
+        self_attention=True,
+        q_noise=layer.quant_noise,
+        qn_block_size=layer.quant_noise_block_size,
+        xformers_att_config=cfg.encoder.xformers_att_config,
+        **kwargs,
+    )
+
+
+@register_component("encoder_self_attention", "full")
+class FullSelfAttention(SelfAttentionComponent):
+    """BART's encoder self-attention over the whole source."""
+
+    def build(self, layer, embed_dim, cfg):
+        return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)
+
+    def attend(self, attention, x, padding_mask, context):
+        x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False)
+        return x
+
+
+@register_component("encoder_self_attention", "document")
+class DocumentSelfAttention(SelfAttentionComponent):
+    """HierEncDec's hierarchical encoder attention (Sec. 4.1): within each
+    document, plus the start-of-document (SOD) tokens among themselves."""
+
+    defaults = {"document_attention": "blocked"}
+    uses_documents = True
+    needs_document_start_tokens = True
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--document-attention", choices=DOCUMENT_IMPLEMENTATIONS,
+            help=("implementation of the document encoder attention: 'blocked' computes attention per "
+                  "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
+                  "T x T matrix as the authors did (same numbers)"),
+        )
+
+    def side_inputs(self):
+        return {"src_doc_ids": False}  # else one document per <s>-opened run
+
+    def build(self, layer, embed_dim, cfg):
+        return fairseq_self_attention(
+            DocumentBlockedSelfAttention, layer, embed_dim, cfg, implementation=self.args.document_attention
+        )
+
+    def prepare(self, encoder, structure):
+        return DocumentLayout.from_document_ids(structure.document_ids)
+
+    def attend(self, attention, x, padding_mask, context):
+        x, _ = attention.forward_documents(x, context)
+        return x
+
+
+def parse_attention_window(value, num_layers: int) -> List[int]:
+    """``--attention-window``: one even window for all layers or one per layer."""
+    text = str(value)
+    try:
+        windows = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"--attention-window {text!r}: expected an even integer or a comma list of them") from None
+    if len(windows) == 1:
+        windows = windows * num_layers
+    if len(windows) != num_layers:
+        raise ValueError(f"--attention-window {text!r} gives {len(windows)} windows for {num_layers} encoder layers")
+    bad = [w for w in windows if w <= 0 or w % 2]
+    if bad:
+        raise ValueError(f"--attention-window {text!r}: every window must be a positive even number, got {bad}")
+    return windows
+
+
+def global_attention_mask(
+    src_tokens: Tensor,
+    padding_idx: int,
+    mode: str,
+    document_separator: Optional[int] = None,
+    src_doc_ids: Optional[Tensor] = None,
+) -> Tensor:
+    """``[B, T]`` bool, True at the tokens with global attention; padding
+    (left or right) is never global.
+
+    * ``first``: the first real token of every source (its ``<s>``), as
+      Hugging Face's LED summarization examples set ``global_attention_mask[:, 0] = 1``;
+    * ``doc-sep``: the first token and every ``<doc-sep>`` (PRIMERA,
+      allenai/PRIMER ``script/primer_hf_main.py``);
+    * ``documents``: the first token of every document, from ``src_doc_ids``.
+    """
+    real = src_tokens.ne(padding_idx)
+    first = real & real.long().cumsum(dim=1).eq(1)
+    if mode == "first":
+        return first
+    if mode == "doc-sep":
+        if document_separator is None:
+            raise ValueError("--global-attention doc-sep needs the <doc-sep> id (task --source-layout primera)")
+        return first | (real & src_tokens.eq(document_separator))
+    if mode == "documents":
+        if src_doc_ids is None:
+            raise ValueError(
+                "--global-attention documents needs the batch's src_doc_ids (the multidoc_summarization task "
+                "gives them)"
+            )
+        if src_doc_ids.shape != src_tokens.shape:
+            raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
+        ids = src_doc_ids.masked_fill(~real, -1)
+        previous = torch.cat([ids.new_full((ids.size(0), 1), -1), ids[:, :-1]], dim=1)
+        return first | (real & ids.ne(previous))
+    raise ValueError(f"--global-attention must be one of {GLOBAL_ATTENTION}, got {mode!r}")
+
+
+def document_separator_index(task) -> int:
+    """The ``<doc-sep>`` id: the task's (``--source-layout primera``), else the
+    dictionary's; an error when the dictionary has none."""
+    separator = task.document_separator() if hasattr(task, "document_separator") else None
+    if separator is not None:
+        return separator
+    dictionary = task.source_dictionary
+    index = dictionary.index(DOCUMENT_SEPARATOR)
+    if index == dictionary.unk():
+        raise ValueError(
+            f"--global-attention doc-sep: the dictionary has no {DOCUMENT_SEPARATOR} symbol; use a data-bin "
+            f"whose dictionary has it with --source-layout primera, or --global-attention first/documents"
+        )
+    return index
+
+
+@register_component("encoder_self_attention", "longformer")
+class LongformerSelfAttentionComponent(SelfAttentionComponent):
+    """LED/PRIMERA's sliding-window + global attention (Beltagy et al. 2020)."""
+
+    defaults = {
+        "attention_window": "1024",  # a string, as --attention-window (type=str) stores it
+        "global_attention": "first",
+        "longformer_attention": "fused",
+    }
+
+    def __init__(self, args):
+        super().__init__(args)
+        self.windows = parse_attention_window(args.attention_window, args.encoder_layers)
+        self.global_attention: str = args.global_attention
+        self.document_separator: Optional[int] = None
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--attention-window", type=str,
+            help=("Longformer window per encoder layer: one even number for all layers or a comma list with one "
+                  "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
+                  "attention_window; 512 under the primera architecture, as the released checkpoints)"),
+        )
+        parser.add_argument(
+            "--global-attention", choices=GLOBAL_ATTENTION,
+            help=("tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
+                  "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
+                  "the first token of every document (from the data-bin's document ids)"),
+        )
+        parser.add_argument(
+            "--longformer-attention", choices=LONGFORMER_IMPLEMENTATIONS,
+            help=("computation of the encoder attention (same numbers): 'fused' = every window through "
+                  "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
+                  "explicit banded score tensors (the portable reference, as Hugging Face computes them)"),
+        )
+
+    def side_inputs(self):
+        return {"src_doc_ids": True} if self.global_attention == "documents" else {}
+
+    def on_build_model(self, model, task):
+        """PRIMERA's check: a ``--global-attention doc-sep`` model meets
+        PRIMERA's layout. fairseq-generate builds its task from its own
+        command line, not the checkpoint's, so without this check a PRIMERA
+        checkpoint on a data-bin that records no PRIMERA layout would decode
+        without a single ``<doc-sep>`` (only the first token global) and
+        without an error. A ``--source-layout`` given on the command line is
+        taken as meant."""
+        args = self.args
+        if self.global_attention != "doc-sep":
+            return
+        layout = getattr(task, "source_layout", None)
+        if layout is not None and layout != "primera" and not getattr(task, "source_layout_explicit", True):
+            data_dir = getattr(task, "data_dir", "the data-bin")
+            raise ValueError(
+                f"--arch {getattr(args, 'arch', 'led')} uses --global-attention doc-sep (PRIMERA: global attention on "
+                f"<s> and every <doc-sep>), but the task's source layout is {layout!r}: {data_dir} records no PRIMERA "
+                f"layout, so the documents would be joined without <doc-sep>. Add --source-layout primera "
+                f"--per-document-budget to this command, or preprocess the data-bin with mdsfair-preprocess "
+                f"--source-layout primera (--dict of the imported model); --source-layout documents decodes "
+                f"without <doc-sep> on purpose"
+            )
+        self.document_separator = document_separator_index(task)
+
+    def build(self, layer, embed_dim, cfg):
+        return LongformerSelfAttention(
+            embed_dim, cfg.encoder.attention_heads, self.windows[layer.layer_index], dropout=cfg.attention_dropout,
+            implementation=self.args.longformer_attention,
+        )
+
+    def prepare(self, encoder, structure):
+        global_mask = global_attention_mask(
+            structure.src_tokens, encoder.padding_idx, self.global_attention,
+            self.document_separator,
+            structure.side_inputs.get("src_doc_ids"),
+        )
+        return global_mask
+
+    def attend(self, attention, x, padding_mask, context):
+        return attention(x, padding_mask, context)

@@ -1,0 +1,132 @@
+"""The one encoder layer and the one decoder layer of mdsfair's
+encoder-decoders: the residual, layer-norm and feed-forward block of
+fairseq's ``TransformerEncoderLayerBase`` / ``TransformerDecoderLayerBase``
+(post- or pre-norm, parameter names unchanged), written once, around any
+self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
+
+* :class:`ComponentEncoderLayer` ``(x, encoder_padding_mask, attention_context)``:
+  the self-attention component builds ``self_attn`` and runs it on the
+  context it prepared once per batch (a document layout, a global mask);
+* :class:`ComponentDecoderLayer`: causal self-attention as fairseq's, then the
+  cross-attention component's ``attend`` with the context it prepared once
+  per decoder pass; returns ``(x, attention, extra)``;
+* :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
+  own layer builders do.
+"""
+from typing import Optional
+
+from fairseq.distributed import fsdp_wrap
+from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
+from torch import Tensor
+
+from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+
+
+def wrap_layer(layer, cfg, structured: bool = False):
+    """Activation checkpointing (``structured``: tensors inside tuples and
+    NamedTuples of the arguments and outputs are recorded; see
+    :func:`mdsfair.modules.activation_checkpointing.checkpoint_layer`) and
+    FSDP wrapping, as fairseq's own builders do."""
+    layer = checkpoint_layer(layer, cfg, structured=structured)
+    return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not activation_checkpointing(cfg) else 0)
+
+
+class ComponentEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's encoder layer whose self-attention is a component's."""
+
+    def __init__(self, cfg, self_attention, layer_index: int):
+        self.self_attention_component = self_attention
+        self.layer_index = layer_index
+        super().__init__(cfg)
+
+    def build_self_attention(self, embed_dim, cfg):
+        return self.self_attention_component.build(self, embed_dim, cfg)
+
+    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attention_context=None):
+        """``x [T, B, C]``; ``encoder_padding_mask [B, T]`` (None without
+        padding); ``attention_context``: what the component prepared for the batch."""
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        x = self.self_attention_component.attend(self.self_attn, x, encoder_padding_mask, attention_context)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x
+
+
+class ComponentDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's decoder layer whose cross-attention is a component's."""
+
+    def __init__(self, cfg, cross_attention):
+        self.cross_attention_component = cross_attention
+        super().__init__(cfg)
+        if self.c_attn is not None:
+            raise ValueError("--scale-heads is not supported by mdsfair's component decoder layer")
+        if self.cross_self_attention:
+            raise ValueError("--cross-self-attention is not supported by mdsfair's component decoder layer")
+
+    def build_encoder_attention(self, embed_dim, cfg):
+        return self.cross_attention_component.build(self, embed_dim, cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        encoder_states: Tensor,
+        encoder_padding_mask: Optional[Tensor],
+        cross_context=None,
+        incremental_state=None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        alignment_heads: Optional[int] = None,
+    ):
+        """Self-attention, the component's cross-attention, feed-forward.
+        Returns ``(x, attention, extra)``: ``attention`` the cross-attention
+        weights ``[B, T, S]`` averaged over the first ``alignment_heads``
+        heads when ``need_attn``, ``extra`` what the component reports per
+        layer (the sparse decoder's sentence saliencies), or None."""
+        residual = x
+        if self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+        x, _ = self.self_attn(
+            query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask,
+            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
+        )
+        if self.attn_ln is not None:
+            x = self.attn_ln(x)
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.self_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.encoder_attn_layer_norm(x)
+        x, attention, extra = self.cross_attention_component.attend(
+            self.encoder_attn, x, encoder_states, encoder_padding_mask, cross_context,
+            incremental_state=incremental_state, need_attn=need_attn, alignment_heads=alignment_heads,
+        )
+        x = self.residual_connection(self.dropout_module(x), residual)
+        if not self.normalize_before:
+            x = self.encoder_attn_layer_norm(x)
+
+        residual = x
+        if self.normalize_before:
+            x = self.final_layer_norm(x)
+        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        if self.ffn_layernorm is not None:
+            x = self.ffn_layernorm(x)
+        x = self.dropout_module(self.fc2(x))
+        if self.w_resid is not None:
+            residual = self.w_resid * residual
+        x = self.residual_connection(x, residual)
+        if not self.normalize_before:
+            x = self.final_layer_norm(x)
+        return x, attention, extra
