@@ -505,7 +505,10 @@ def test_all_features_off_is_exactly_bart_and_no_new_parameters(bart_state, task
     sample = valid_batch(task)
     with torch.no_grad():
         expected = bart(**model_inputs(sample, with_documents=False))[0]
-        actual = model(**model_inputs(sample))[0]
+        # with every part off no component reads the documents: handing them over is refused by name
+        with pytest.raises(ValueError, match="src_doc_ids not declared by any component"):
+            model(**model_inputs(sample))
+        actual = model(**model_inputs(sample, with_documents=False))[0]
     assert torch.equal(actual, expected)
     same_size_bart = build_bart(bart_state, task, max_source_positions=4096)
     assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in same_size_bart.parameters())
@@ -525,7 +528,7 @@ def test_features_change_the_output_and_blocked_equals_dense(noisy_bart_state, t
         full.encoder.set_document_attention("dense")
         dense = full(**model_inputs(sample))[0]
         full.encoder.set_document_attention("blocked")
-        reference = bart_like(**model_inputs(sample))[0]
+        reference = bart_like(**model_inputs(sample, with_documents=False))[0]
     torch.testing.assert_close(blocked, dense, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(blocked, reference, atol=1e-4)
     for flag in ALL_OFF:  # each Table 3 part on its own changes the output
@@ -560,7 +563,7 @@ def test_restored_with_fairseq_train_equals_bart(restored_checkpoint, bart_state
     bart = build_bart(bart_state, task)
     sample = valid_batch(task)
     with torch.no_grad():
-        assert torch.equal(model.eval()(**model_inputs(sample))[0], bart(**model_inputs(sample, False))[0])
+        assert torch.equal(model.eval()(**model_inputs(sample, False))[0], bart(**model_inputs(sample, False))[0])
     loaded = bart_state["model"]["encoder.embed_positions.weight"]
     assert torch.equal(state["model"]["encoder.embed_positions.weight"], tile_position_table(loaded, 4098, 1))
 
@@ -703,7 +706,8 @@ def encoder_attention_by_hand(model, sample, hierarchical):
     net_input = sample["net_input"]
     document_ids = net_input["src_doc_ids"]
     with torch.no_grad():
-        states = model.encoder(net_input["src_tokens"], src_doc_ids=document_ids, return_all_hiddens=True)
+        documents = {"src_doc_ids": document_ids} if hierarchical else {}  # BART's components read no documents
+        states = model.encoder(net_input["src_tokens"], return_all_hiddens=True, **documents)
     allowed = document_attention_mask(document_ids) if hierarchical else document_ids.ge(0).unsqueeze(1)
     weights = []
     for layer, x in zip(model.encoder.layers, states["encoder_states"]):
@@ -722,7 +726,7 @@ def test_recorder_reads_every_encoder_and_decoder_layer(noisy_bart_state, task, 
     sample = valid_batch(task, (0, 2, 5))
     document_ids = sample["net_input"]["src_doc_ids"]
     with AttentionRecorder(model, document_ids) as recorder, torch.no_grad():
-        model(**model_inputs(sample), features_only=True)
+        model(**model_inputs(sample, with_documents=not flags), features_only=True)
         recorded_self_document = torch.stack(recorder.self_document, dim=1)
         recorded_cross = recorder.cross_attention()
     expected = [
@@ -733,7 +737,7 @@ def test_recorder_reads_every_encoder_and_decoder_layer(noisy_bart_state, task, 
     # the decoder's own alignment output, one layer at a time, averaged over layers
     with torch.no_grad():
         per_layer = [
-            model(**model_inputs(sample), features_only=True, alignment_layer=layer)[1]["attn"][0]
+            model(**model_inputs(sample, with_documents=not flags), features_only=True, alignment_layer=layer)[1]["attn"][0]
             for layer in range(len(model.decoder.layers))
         ]
     torch.testing.assert_close(recorded_cross, torch.stack(per_layer).mean(0), atol=1e-6, rtol=1e-5)

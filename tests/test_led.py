@@ -572,7 +572,7 @@ def test_global_tokens_of_a_task_batch(contract_data, arch, flags, expected):
     model = built.build_model().eval()
     sample = built.batch("valid", [0, 1, 2, 3], model)
     net_input = sample["net_input"]
-    tokens, doc_ids = net_input["src_tokens"], net_input["src_doc_ids"]
+    tokens, doc_ids = net_input["src_tokens"], built.batch("valid", [0, 1, 2, 3])["net_input"]["src_doc_ids"]
     assert model.encoder.global_attention == expected
     received = []
     hook = model.encoder.layers[0].register_forward_pre_hook(lambda module, args: received.append(args[2]))

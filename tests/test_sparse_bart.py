@@ -689,10 +689,10 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
     pass, with the same loss and gradients as without the flag. The joint
     stage trains the sentence encoder on the frozen BART encoder's states,
     inputs that do not require grad."""
-    from mdsfair.models import sparse_bart
+    from mdsfair.modules import cross_attention_components
 
     chunk = 8  # the tiny batch's ~20 sentences span several chunks
-    monkeypatch.setattr(sparse_bart, "SENTENCE_ENCODER_CHECKPOINT_CHUNK", chunk)
+    monkeypatch.setattr(cross_attention_components, "SENTENCE_ENCODER_CHECKPOINT_CHUNK", chunk)
     _, task, plain, criterion = build(data_bin, "--sentence-encoder", sentence_encoder, stage="joint")
     _, _, model, _ = build(data_bin, "--sentence-encoder", sentence_encoder, flag, stage="joint")
     encoder = model.encoder.sentence_encoder

@@ -209,19 +209,30 @@ def test_stock_bart_trains_and_generates_on_the_same_data(tiny_bin, tmp_path):
     assert sorted(int(i) for i in hypotheses) == list(range(16))
 
 
-def test_task_filters_inputs_for_stock_models(tiny_bin):
-    from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, filter_net_input
+def test_task_hands_a_model_exactly_the_side_inputs_it_declares():
+    """No signature sniffing: a stock fairseq model declares nothing and gets
+    the base inputs; an mdsfair model gets what its components declare; a
+    required input the batch lacks is an error naming it."""
+    from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, net_input_for
 
-    def stock_forward(src_tokens, src_lengths, prev_output_tokens):
-        return None
+    class Stock:  # a fairseq model: no side_inputs()
+        pass
 
-    def structured_forward(src_tokens, src_lengths=None, **kwargs):
-        return None
+    class Declaring:
+        def side_inputs(self):
+            return {"src_doc_ids": False, "src_sent_ids": True}
 
-    net_input = {"src_tokens": 1, "src_lengths": 2, "prev_output_tokens": 3, "src_doc_ids": 4}
-    assert set(filter_net_input(stock_forward, net_input)) == {"src_tokens", "src_lengths", "prev_output_tokens"}
-    assert filter_net_input(structured_forward, net_input) is net_input
-    assert MultiDocSummarizationTask is not None
+    net_input = {"src_tokens": 1, "src_lengths": 2, "prev_output_tokens": 3, "src_doc_ids": 4, "src_sent_ids": 5,
+                 "src_para_ids": 6}
+    assert set(net_input_for(Stock(), net_input)) == {"src_tokens", "src_lengths", "prev_output_tokens"}
+    assert set(net_input_for(Declaring(), net_input)) == {"src_tokens", "src_lengths", "prev_output_tokens",
+                                                         "src_doc_ids", "src_sent_ids"}
+    without_sentences = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
+    with pytest.raises(ValueError, match="lacks the side input.*src_sent_ids"):
+        net_input_for(Declaring(), without_sentences)
+    sample = {"id": 0, "net_input": net_input}
+    assert set(MultiDocSummarizationTask._sample_for(Stock(), sample)["net_input"]) == {
+        "src_tokens", "src_lengths", "prev_output_tokens"}
 
 
 def test_checkpoint_loads_under_torch_weights_only_default(tiny_bin, tmp_path):

@@ -23,7 +23,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
-from mdsfair.models.flag_defaults import FlagDefaults
+from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
 from mdsfair.modules.components import (
     ROLES,
@@ -47,7 +47,9 @@ def component_defaults() -> FlagDefaults:
     table = dict(ROLE_DEFAULTS)
     for cls in component_classes():
         table.update(cls.defaults)
-    table["max_encoder_positions"] = lambda args: args.max_source_positions
+    table["max_encoder_positions"] = derived(
+        "the model's --max-source-positions", lambda args: getattr(args, "max_source_positions", None) or 1024
+    )
     return FlagDefaults(table)
 
 

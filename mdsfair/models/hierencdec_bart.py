@@ -91,6 +91,25 @@ class HierEncDecBARTModel(MultiDocHubModel, ComponentBARTModel):
         )
 
 
+    @classmethod
+    def build_model(cls, args, task):
+        """The Table 3 ablation flags switch their part off at build time too,
+        so a flag set on a configuration whose components were filled before
+        (a checkpoint's) takes effect, as the flags always did."""
+        for flag, role in ABLATIONS.items():
+            if getattr(args, flag, False):
+                setattr(args, role, "full" if role != "encoder_positions" else "learned")
+        return super().build_model(args, task)
+
+
+#: HierEncDec's Table 3 ablation flags and the role each switches back to BART's component.
+ABLATIONS = {
+    "no_hierarchical_encoder": "encoder_self_attention",
+    "no_position_restart": "encoder_positions",
+    "no_hierarchical_decoder": "cross_attention",
+}
+
+
 def hierencdec_architecture(args, size: str, **values):
     hierencdec_ablations(args)
     hierencdec_source_positions(args)

@@ -114,11 +114,6 @@ def led_sparse(args):
     led_sparse_architecture(args, "base")
 
 
-@register_model_architecture("sparse_bart", "led_sparse_large")
-def led_sparse_large(args):
-    led_sparse_architecture(args, "large")
-
-
 @register_model_architecture("sparse_bart", "led_sparse_tiny")
 def led_sparse_tiny(args):
     """Tiny dims for tests; 1,024 positions, window 8."""

@@ -81,7 +81,8 @@ class CrossAttentionComponent(Component):
         return None
 
     def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn: bool = False, alignment_heads: Optional[int] = None):
+               need_attn: bool = False, alignment_heads: Optional[int] = None,
+               need_weights: Optional[bool] = None):
         """``(x [T_tgt, B, C], attention, extra)``: with ``need_attn`` the
         cross-attention weights ``[B, T_tgt, S]`` averaged over the first
         ``alignment_heads`` heads (all when None), else None; ``extra`` what
@@ -114,13 +115,15 @@ def fairseq_cross_attention(cls, layer, embed_dim: int, cfg, **kwargs):
     )
 
 
-def stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads):
+def stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads,
+                 need_weights=None):
     """fairseq's decoder layer's cross-attention call; with ``need_attn`` the
     weights averaged over the first ``alignment_heads`` heads (all when
     None), as fairseq's decoder reduces its alignment layer's."""
     x, weights = attention(
         query=x, key=encoder_states, value=encoder_states, key_padding_mask=padding_mask,
-        incremental_state=incremental_state, static_kv=True, need_weights=need_attn, need_head_weights=need_attn,
+        incremental_state=incremental_state, static_kv=True,
+        need_weights=need_attn if need_weights is None else need_weights, need_head_weights=need_attn,
     )
     if not need_attn or weights is None:
         return x, None, None
@@ -138,9 +141,9 @@ class FullCrossAttention(CrossAttentionComponent):
         return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
 
     def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None):
+               need_attn=False, alignment_heads=None, need_weights=None):
         return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
-                            alignment_heads)
+                            alignment_heads, need_weights)
 
 
 @register_component("cross_attention", "document-scaled")
@@ -154,6 +157,14 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
 
+    def refusal(self, components):
+        if getattr(self.args, "global_attention", None) == "doc-sep" and components["encoder_self_attention"].name \
+                == "longformer":
+            return ("Eq. 3-5 read each document's opening <s> (its start-of-document token), but PRIMERA's "
+                    "layout (--global-attention doc-sep) joins the documents with <doc-sep> and opens none with "
+                    "<s>; use --global-attention documents on the documents layout (as primera_hierencdec does)")
+        return None
+
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(HierarchicalCrossAttention, layer, embed_dim, cfg)
 
@@ -166,12 +177,12 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
         return encoder_out["src_doc_ids"][0]
 
     def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None):
+               need_attn=False, alignment_heads=None, need_weights=None):
         # the key documents reach fairseq's attention (apply_sparse_mask) for this call only
         attention.key_document_ids = context
         try:
             return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
-                                alignment_heads)
+                                alignment_heads, need_weights)
         finally:
             attention.key_document_ids = None
 
@@ -366,7 +377,7 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
         return SparseDecoderContext(sentence_context_from_encoder_out(encoder_out), incremental_state is None, mix_draw)
 
     def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None):
+               need_attn=False, alignment_heads=None, need_weights=None):
         x, sentence_attention = attention(
             x, encoder_states, padding_mask, context.sentences,
             incremental_state=incremental_state, compute_saliency=context.compute_saliency,

@@ -89,6 +89,12 @@ class DocumentRestartPositions(LearnedPositions):
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
 
+    def refusal(self, components):
+        if getattr(self.args, "no_token_positional_embeddings", False):
+            return "positions that restart per document are rows of the learned table, which " \
+                   "--no-token-positional-embeddings removes"
+        return None
+
     def embed(self, encoder, structure):
         if encoder.embed_positions is None:
             raise ValueError("--encoder-positions document-restart needs the learned position table; "

@@ -112,6 +112,9 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         x, attention, extra = self.cross_attention_component.attend(
             self.encoder_attn, x, encoder_states, encoder_padding_mask, cross_context,
             incremental_state=incremental_state, need_attn=need_attn, alignment_heads=alignment_heads,
+            # fairseq's layer asks its attention for weights in evaluation too (self.need_attn),
+            # which selects the attention's computation: kept, so BART's numbers are bitwise BART's
+            need_weights=need_attn or (not self.training and self.need_attn),
         )
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:

@@ -1,0 +1,199 @@
+"""Systems as components (issue 31): the component registry, side inputs
+declared by components, refusals, the combinations, and the ARCHITECTURE.md
+walk-through: a toy attention registered inside the test combines with the
+existing components and passes the model contract's checks."""
+import copy
+
+import pytest
+import torch
+
+from tests import model_contract as contract
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return contract.make_contract_data(str(tmp_path_factory.mktemp("components")))
+
+
+def test_every_role_has_the_documented_components():
+    from mdsfair.modules.components import component_names
+
+    contract.mdsfair_architectures()  # registers mdsfair
+    assert set(component_names("encoder_self_attention")) >= {"full", "document", "longformer"}
+    assert set(component_names("encoder_positions")) >= {"learned", "sinusoidal", "document-restart"}
+    assert set(component_names("cross_attention")) >= {"full", "document-scaled", "sparse"}
+
+
+def test_presets_choose_their_components():
+    from argparse import Namespace
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    contract.mdsfair_architectures()
+    expected = {
+        "hierencdec_bart_base": ("document", "document-restart", "document-scaled"),
+        "led_base": ("longformer", "learned", "full"),
+        "primera": ("longformer", "learned", "full"),
+        "sparse_bart_base": ("full", "learned", "sparse"),
+        "multidoc_bart_base": ("full", "learned", "full"),
+        "primera_hierencdec": ("longformer", "document-restart", "document-scaled"),
+        "led_sparse": ("longformer", "learned", "sparse"),
+        "hierencdec_sparse": ("document", "document-restart", "sparse"),
+    }
+    for arch, components in expected.items():
+        args = Namespace()
+        ARCH_CONFIG_REGISTRY[arch](args)
+        assert (args.encoder_self_attention, args.encoder_positions, args.cross_attention) == components, arch
+    args = Namespace(no_hierarchical_encoder=True, no_position_restart=True, no_hierarchical_decoder=True)
+    ARCH_CONFIG_REGISTRY["hierencdec_bart_base"](args)
+    assert (args.encoder_self_attention, args.encoder_positions, args.cross_attention) == ("full", "learned", "full")
+    args = Namespace(no_hierarchical_encoder=True, encoder_self_attention="longformer")
+    with pytest.raises(ValueError, match="--encoder-self-attention longformer contradicts --no-hierarchical-encoder"):
+        ARCH_CONFIG_REGISTRY["hierencdec_bart_base"](args)
+
+
+def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
+    built = contract.ContractModel("hierencdec_sparse_tiny", data)
+    model = built.build_model().eval()
+    assert model.side_inputs() == {"src_doc_ids": False, "src_sent_ids": True}
+    sample = built.batch("valid", [0, 1], model)
+    assert set(sample["net_input"]) == {"src_tokens", "src_lengths", "prev_output_tokens", "src_doc_ids",
+                                        "src_sent_ids"}
+    net_input = dict(sample["net_input"])
+    with torch.no_grad():
+        model(**net_input)
+        with pytest.raises(ValueError, match="src_para_ids not declared by any component"):
+            model(**net_input, src_para_ids=net_input["src_doc_ids"])
+        net_input.pop("src_sent_ids")
+        with pytest.raises(ValueError, match=r"missing side input\(s\): src_sent_ids \(needed by .*sparse"):
+            model(**net_input)
+    # a stock model declares nothing: the task hands it the base inputs only
+    led = contract.ContractModel("led_tiny", data)
+    assert set(led.batch("valid", [0], led.build_model())["net_input"]) == {
+        "src_tokens", "src_lengths", "prev_output_tokens"}
+
+
+def test_combinations_that_cannot_work_are_refused_with_the_reason(data):
+    with pytest.raises(ValueError, match="document-scaled cannot be combined with .*longformer.*opens none with <s>"):
+        contract.ContractModel("multidoc_bart_tiny", data, "--encoder-self-attention", "longformer",
+                               "--global-attention", "doc-sep", "--cross-attention", "document-scaled",
+                               "--attention-window", "8").build_model()
+    with pytest.raises(ValueError, match="not a registered component; choose one of"):
+        from mdsfair.modules.components import component_class
+
+        component_class("cross_attention", "no-such-attention")
+
+
+def test_a_primera_import_restores_into_primera_hierencdec(data):
+    """No new parameters: every tensor of a PRIMERA-shaped (led) model is one
+    of primera_hierencdec's, with the same shape."""
+    primera = contract.ContractModel("led_tiny", data, "--max-encoder-positions", "1024")
+    combined = contract.ContractModel("primera_hierencdec_tiny", data, "--max-encoder-positions", "1024")
+    led_state = primera.build_model().state_dict()
+    model = combined.build_model()
+    assert {k: tuple(v.shape) for k, v in led_state.items()} == {
+        k: tuple(v.shape) for k, v in model.state_dict().items()}
+    model.load_state_dict(led_state)
+
+
+def test_led_sparse_restores_an_led_checkpoint_creating_the_approximator(data):
+    led = contract.ContractModel("led_tiny", data).build_model()
+    built = contract.ContractModel("led_sparse_tiny", data)
+    model = built.build_model()
+    state = copy.deepcopy(led.state_dict())
+    model.upgrade_state_dict_named(state, "")
+    model.load_state_dict(state)
+    layer = model.decoder.layers[0].encoder_attn
+    assert torch.equal(layer.sentence_attention.sentence_query_proj.weight, layer.q_proj.weight)
+    assert set(model.approximator_parameter_names()) <= set(state)
+
+
+# ----------------------------------------------------- the walk-through
+
+
+@pytest.fixture()
+def toy_attention():
+    """ARCHITECTURE.md's walk-through: a new encoder self-attention kind is
+    one module plus one registration. The toy attends to the token itself
+    and its left neighbour only (a window of 2, causal), through fairseq's
+    attention module so BART's parameter names stay."""
+    from fairseq.modules import MultiheadAttention
+
+    from mdsfair.modules.components import register_component, unregister_component
+    from mdsfair.modules.self_attention_components import SelfAttentionComponent, fairseq_self_attention
+
+    contract.mdsfair_architectures()
+
+    @register_component("encoder_self_attention", "toy-left-neighbour")
+    class LeftNeighbourAttention(SelfAttentionComponent):
+        def build(self, layer, embed_dim, cfg):
+            return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)
+
+        def prepare(self, encoder, structure):
+            length = structure.src_tokens.size(1)
+            offset = torch.arange(length).unsqueeze(0) - torch.arange(length).unsqueeze(1)  # key - query
+            return ~offset.le(0) | offset.lt(-1)  # True = masked
+
+        def attend(self, attention, x, padding_mask, context):
+            mask = torch.zeros(context.shape, dtype=x.dtype, device=x.device).masked_fill(context.to(x.device),
+                                                                                           float("-inf"))
+            return attention(query=x, key=x, value=x, key_padding_mask=padding_mask, attn_mask=mask,
+                             need_weights=False)[0]
+
+    yield LeftNeighbourAttention
+    unregister_component("encoder_self_attention", "toy-left-neighbour")
+
+
+def test_a_toy_component_combines_and_passes_the_contract(data, toy_attention, tmp_path):
+    from fairseq import checkpoint_utils
+    from fairseq.trainer import Trainer
+
+    flags = ("--encoder-self-attention", "toy-left-neighbour", "--encoder-positions", "document-restart",
+             "--cross-attention", "document-scaled")
+    built = contract.ContractModel("multidoc_bart_tiny", data, *flags)
+    model = built.build_model().eval()
+    with torch.no_grad():
+        generator = torch.Generator().manual_seed(0)
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.05)
+    indices = built.shortest("valid", 3)
+    sample = built.batch("valid", indices)
+    # the toy really runs: the first source token sees only itself, unlike full attention
+    assert isinstance(model.encoder.self_attention_component, toy_attention)
+
+    # incremental beam search = full teacher-forced scores (the contract's check)
+    gen_cfg = copy.deepcopy(built.cfg.generation)
+    gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = 2, 6, 2, 0
+    with torch.no_grad():
+        hypotheses = built.task.inference_step(built.task.build_generator([model], gen_cfg), [model], sample)
+    forwarded = built.batch("valid", indices, model)
+    eos, pad = built.task.target_dictionary.eos(), built.task.source_dictionary.pad()
+    for row, beams in enumerate(hypotheses):
+        alone = contract.unpadded_example(forwarded, row, pad)
+        for hypothesis in beams:
+            with torch.no_grad():
+                full = contract.teacher_forced_scores(model, alone, hypothesis["tokens"], eos)
+            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4), row
+
+    # padding and batch composition do not change an example's output
+    with torch.no_grad():
+        batched = model(**forwarded["net_input"])[0]
+        for row in range(len(indices)):
+            alone = contract.unpadded_example(forwarded, row, pad)
+            prev = forwarded["net_input"]["prev_output_tokens"][row : row + 1]
+            single = model(**alone, prev_output_tokens=prev)[0]
+            torch.testing.assert_close(single[0], batched[row], atol=1e-5, rtol=1e-5)
+
+    # a training step's loss falls, and the save / load round trip is exact
+    model.train()
+    trainer = Trainer(built.cfg, built.task, model, built.build_criterion())
+    train = built.batch("train", [0, 1, 2, 3])
+    losses = [trainer.train_step([train])["loss"] for _ in range(4)]
+    assert losses[-1] < losses[0], losses
+    path = str(tmp_path / "checkpoint.pt")
+    trainer.consolidate_optimizer()
+    trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
+    models, cfg, _ = checkpoint_utils.load_model_ensemble_and_task([path], task=built.task)
+    assert cfg.model.encoder_self_attention == "toy-left-neighbour"
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, models[0].state_dict()[name]), name
