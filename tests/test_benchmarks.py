@@ -239,3 +239,21 @@ def test_memory_compare_puts_two_measurement_files_side_by_side(tmp_path, capsys
     second.write_text(json.dumps({"pagesum_bart_base/fp32/plain": {"2048": [1.0]}}))
     with pytest.raises(ValueError, match="no cell in common"):
         memory.main(["--compare", str(first), str(second)])
+
+
+def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_its_run(tmp_path, capsys):
+    """benchmarks/led_sparse.py at toy size: a row per model and length, led's
+    ratios to itself exactly 1, and a results file naming its command and device."""
+    from benchmarks import led_sparse
+
+    out = tmp_path / "led_sparse.json"
+    led_sparse.main(["--source-lengths", "256", "--batch-size", "2", "--beam", "2", "--target-length", "4",
+                     "--layers", "1", "--dim", "32", "--heads", "4", "--window", "32", "--vocab-size", "300",
+                     "--repeats", "2", "--top-r", "2", "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert record["command"].startswith("python benchmarks/led_sparse.py --source-lengths 256")
+    assert record["device"] and record["repeats"] == 2 and record["commit"]
+    assert [(row["source_tokens"], row["model"]) for row in record["rows"]] == [(256, "led"), (256, "led_sparse")]
+    led_row = record["rows"][0]
+    assert led_row["total_speedup_vs_led"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
+    assert "led_sparse" in capsys.readouterr().out

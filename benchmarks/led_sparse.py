@@ -1,0 +1,187 @@
+"""Generation speed of ``led_sparse`` (LED's Longformer encoder with the
+sparse decoder of Manakul & Gales 2021) against ``led`` (LED with BART's full
+cross-attention), on the same weights.
+
+The sparse decoder's argument is that a generation step costs O(N1 + r N2)
+instead of O(N) in the source length N: it is strongest behind an encoder
+that reads 16,384 tokens (issue 31, item 4). Two random-weight models with
+the same word-level weights (``led_base`` dimensions unless changed: 6+6
+layers, d 768, window 1,024, the first token global, vocabulary 50,265):
+
+* ``led``: ``--arch led_base``;
+* ``led_sparse r=R``: ``--arch led_sparse``, the model-based approximator's
+  top-R sentences (BiGRU sentence encoder, Eq. 7-10), created from the LED
+  weights as ``--restore-file`` would (W^Q/W^K copied from the cross-attention).
+
+Every run decodes exactly ``--target-length`` steps (min = max length) with
+fairseq's SequenceGenerator (beam ``--beam``, length penalty 2.0), so rows
+compare equal work. Per source length the encoder (``enc``; led_sparse's
+includes its sentence encoder) and the decoding with the encoder output given
+(``dec``) are timed ``--repeats`` times after a warm-up, the two models
+interleaved in every repeat; figures are median (min-max) over the repeats,
+ratios per repeat (:mod:`benchmarks.measure`). ``--json FILE`` writes the
+results with the command, commit, date and device.
+
+    python benchmarks/led_sparse.py                                  # CPU, 4k/8k/16k, batch 4, beam 4
+    python benchmarks/led_sparse.py --device cuda --dtype bf16
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import mdsfair  # noqa: E402
+
+mdsfair.register()
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+
+from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks.sparse_decoder import DTYPES, decoding_runner, encode, synthetic_batch, timed  # noqa: E402
+
+
+def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
+    model_class = ARCH_MODEL_REGISTRY[arch]
+    parser = argparse.ArgumentParser()
+    model_class.add_args(parser)
+    args = parser.parse_args([])
+    for name, value in list(vars(args).items()):
+        if value is None:
+            delattr(args, name)
+    args.encoder_layers = args.decoder_layers = options.layers
+    args.encoder_embed_dim = args.decoder_embed_dim = options.dim
+    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * options.dim
+    args.encoder_attention_heads = args.decoder_attention_heads = options.heads
+    args.max_source_positions = max_positions
+    args.max_encoder_positions = max_positions
+    args.max_target_positions = 1024
+    args.attention_window = str(options.window)
+    args.top_r = top_r
+    args.arch = arch
+    args.task = "multidoc_summarization"
+    ARCH_CONFIG_REGISTRY[arch](args)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return model_class.build_model(args, task)
+
+
+def device_description(device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    cpu = platform.processor() or "CPU"
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {torch.get_num_threads()} threads"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter and activation dtype")
+    parser.add_argument("--source-lengths", type=int, nargs="+", default=[4096, 8192, 16384], help="source tokens N")
+    parser.add_argument("--batch-size", type=int, default=4, help="sources per batch")
+    parser.add_argument("--beam", type=int, default=4, help="beam size")
+    parser.add_argument("--top-r", type=int, default=5, help="sentences kept (r)")
+    parser.add_argument("--sentence-tokens", type=int, default=30, help="tokens per sentence N2")
+    parser.add_argument("--target-length", type=int, default=256,
+                        help="decoding steps (min = max length; 256 is about a Multi-News summary)")
+    parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (LED-base: 6)")
+    parser.add_argument("--dim", type=int, default=768, help="model dimension (LED-base: 768)")
+    parser.add_argument("--heads", type=int, default=12, help="attention heads (LED-base: 12)")
+    parser.add_argument("--window", type=int, default=1024, help="Longformer window (LED: 1,024)")
+    parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median (min-max); default 3)")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    parser.add_argument("--json", metavar="FILE", help="write the results (with command, commit, date, device)")
+    options = parser.parse_args(argv)
+    for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens"):
+        if getattr(options, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if options.top_r < 1:
+        parser.error("--top-r must be at least 1 (0 is full attention: the led row)")
+    if options.threads:
+        torch.set_num_threads(options.threads)
+    device = torch.device(options.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda requested but no GPU is visible")
+
+    dictionary = Dictionary()
+    for index in range(options.vocab_size - len(dictionary)):
+        dictionary.add_symbol(f"w{index}")
+    max_positions = max(options.source_lengths)
+    torch.manual_seed(0)
+    led = build("led_base", options, dictionary, max_positions)
+    led_sparse = build("led_sparse", options, dictionary, max_positions, options.top_r)
+    state = dict(led.state_dict())
+    led_sparse.upgrade_state_dict_named(state, "")  # the approximator from the LED weights, as --restore-file
+    led_sparse.load_state_dict(state)
+    models = {"led": led, "led_sparse": led_sparse}
+    models = {name: m.to(device=device, dtype=DTYPES[options.dtype]).eval() for name, m in models.items()}
+    described = device_description(device)
+    print(f"device: {described}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+          f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
+          f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
+          f"r = {options.top_r}, sentences of {options.sentence_tokens} tokens")
+    header = (f"{'N':>6} {'model':>12} {'enc s':>20} {'dec s':>20} {'total s':>20} "
+              f"{'dec x led':>18} {'total x led':>18}")
+    print(header)
+    print("-" * len(header))
+    results = []
+    random = torch.Generator().manual_seed(0)
+    for source_tokens in options.source_lengths:
+        sample = synthetic_batch(dictionary, options.batch_size, source_tokens, options.sentence_tokens, random)
+        net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
+        samples = {"led": {"net_input": {k: v for k, v in net_input.items() if k != "src_sent_ids"}},
+                   "led_sparse": {"net_input": net_input}}
+        times = {name: {"enc": [], "dec": []} for name in models}
+        runners = {}
+        with torch.no_grad():
+            for name, model in models.items():  # warm-up and the decoders with the encoder output given
+                _, encoder_out = encode(model, samples[name], device)
+                runners[name] = decoding_runner(model, dictionary, samples[name], encoder_out, options)
+            for _ in range(options.repeats):
+                for name, model in models.items():
+                    seconds, _ = encode(model, samples[name], device)
+                    times[name]["enc"].append(seconds)
+                    times[name]["dec"].append(timed(runners[name], device))
+        totals = {name: [e + d for e, d in zip(t["enc"], t["dec"])] for name, t in times.items()}
+        for name in models:
+            row = {
+                "source_tokens": source_tokens, "model": name,
+                "encoder_s": spread(times[name]["enc"])._asdict(), "decoding_s": spread(times[name]["dec"])._asdict(),
+                "total_s": spread(totals[name])._asdict(),
+                "decoding_speedup_vs_led": interleaved_ratio(times["led"]["dec"], times[name]["dec"])._asdict(),
+                "total_speedup_vs_led": interleaved_ratio(totals["led"], totals[name])._asdict(),
+            }
+            results.append(row)
+            print(f"{source_tokens:>6} {name:>12} {spread(times[name]['enc']).format('.2f'):>20} "
+                  f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
+                  f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
+                  f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
+    if options.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+        record = {
+            "command": "python benchmarks/led_sparse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "device": described, "torch": torch.__version__, "threads": torch.get_num_threads(),
+            "dtype": options.dtype, "repeats": options.repeats, "rows": results,
+        }
+        os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump(record, handle, indent=1)
+            handle.write("\n")
+
+
+if __name__ == "__main__":
+    main()
