@@ -361,6 +361,9 @@ class MultiDocSummarizationHubInterface(nn.Module):
             hypotheses = self.task.inference_step(generator, self.models, sample)
             for index, hypos in zip(sample["id"].tolist(), hypotheses):
                 results[index] = hypos
+        report = getattr(generator, "report_page_totals", None)
+        if report is not None:
+            report()  # PageSum's page totals now, once, whenever the generator itself is collected
         return (results, truncation) if return_truncation else results
 
     def summarize(

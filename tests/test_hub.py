@@ -105,7 +105,8 @@ def test_hubconf_exposes_every_registered_entry():
     assert "model_dir" in hubconf.transformer.__doc__
 
 
-MDSFAIR_MODELS = ("dape_transformer", "hierencdec_bart", "hiertransformer", "led", "pagesum_bart", "sparse_bart")
+MDSFAIR_MODELS = ("dape_transformer", "hierencdec_bart", "hiertransformer", "led", "multidoc_bart", "pagesum_bart",
+                  "sparse_bart")
 
 
 def test_hub_entries_are_declared_by_the_model_classes(monkeypatch):

@@ -109,7 +109,9 @@ def report_page_totals_when_done(generator, models) -> None:
     snapshots = [(encoder, encoder.page_totals()) for encoder in encoders
                  if callable(getattr(encoder, "page_totals", None))]
     if snapshots:
-        weakref.finalize(generator, log_page_totals_since, snapshots)
+        # kept on the generator (a weak reference to it: no cycle), so a caller that knows when
+        # generation ends (the hub's generate()) reports then, not when the garbage collector runs
+        generator.report_page_totals = weakref.finalize(generator, log_page_totals_since, snapshots)
 
 
 def log_page_totals_since(snapshots) -> None:
