@@ -35,7 +35,7 @@ from mdsfair.modules.components import (
 )
 from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
 from mdsfair.modules.segment_positions import segment_ids_from_start_tokens, segment_start_mask
-from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, wrap_layer
+from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, embed_source, wrap_layer
 
 #: The components of BART itself; the presets and architectures name what differs.
 ROLE_DEFAULTS = {"encoder_self_attention": "full", "encoder_positions": "learned", "cross_attention": "full"}
@@ -202,18 +202,7 @@ class ComponentEncoder(TransformerEncoderBase):
         """Token + position embedding (the position component's)."""
         if structure is None:
             structure = SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
-        if token_embedding is None:
-            token_embedding = self.embed_tokens(src_tokens)
-        x = embed = self.embed_scale * token_embedding
-        positions = self.position_component.embed(self, structure)
-        if positions is not None:
-            x = embed + positions
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        return x, embed
+        return embed_source(self, src_tokens, token_embedding, self.position_component.embed(self, structure))
 
     def forward(
         self,
@@ -354,6 +343,44 @@ class ComponentDecoder(TransformerDecoderBase):
                    **self.cross_attention_component.decoder_extra(extras)}
 
 
+def encoder_decoder_forward(
+    model,
+    src_tokens: Tensor,
+    src_lengths: Optional[Tensor],
+    prev_output_tokens: Tensor,
+    side_inputs: Dict[str, Optional[Tensor]],
+    features_only: bool = False,
+    classification_head_name: Optional[str] = None,
+    token_embeddings: Optional[Tensor] = None,
+    return_all_hiddens: bool = True,
+    alignment_layer: Optional[int] = None,
+    alignment_heads: Optional[int] = None,
+):
+    """BART's ``forward``, written once for mdsfair's encoder-decoders: the
+    encoder on the source and its side inputs, the decoder on its output,
+    and BART's sentence classification head (the last ``</s>``'s features)
+    when one is named. Returns ``(x, extra)``."""
+    if classification_head_name is not None:
+        heads = getattr(model, "classification_heads", None)
+        if heads is None or classification_head_name not in heads:
+            raise ValueError(f"{type(model).__name__} has no classification head {classification_head_name!r}")
+        features_only = True
+    encoder_inputs = dict(side_inputs)
+    if token_embeddings is not None:
+        encoder_inputs["token_embeddings"] = token_embeddings
+    encoder_out = model.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+                                **encoder_inputs)
+    x, extra = model.decoder(
+        prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
+        alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+        src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+    )
+    if classification_head_name is not None:
+        sentence_representation = x[src_tokens.eq(model.eos), :].view(x.size(0), -1, x.size(-1))[:, -1, :]
+        x = model.classification_heads[classification_head_name](sentence_representation)
+    return x, extra
+
+
 class ComponentBARTModel(BARTModel):
     """BART assembled from components (see the module docstring).
     Registered subclasses set ``hub_description`` and their presets."""
@@ -362,10 +389,24 @@ class ComponentBARTModel(BARTModel):
     #: encoder and decoder share them)
     _components_being_built = None
 
+    #: the model's flag defaults (``mdsfair.models.flag_defaults``): a family's presets
+    defaults: FlagDefaults = None
+
+    @classmethod
+    def add_args(cls, parser):
+        """BART's flags, every component's, and the family's own
+        (:meth:`add_family_args`), each tabled default in its help."""
+
+        def add(parser):
+            BARTModel.add_args(parser)
+            add_component_args(parser)
+            cls.add_family_args(parser)
+
+        (cls.defaults or component_defaults()).documented(add)(parser)
+
     @staticmethod
-    def add_args(parser):
-        BARTModel.add_args(parser)
-        add_component_args(parser)
+    def add_family_args(parser) -> None:
+        """A family's own flags (HierEncDec's Table 3 ablations)."""
 
     @classmethod
     def build_model(cls, args, task):
@@ -420,21 +461,10 @@ class ComponentBARTModel(BARTModel):
         **side_inputs: Optional[Tensor],
     ):
         """BART's forward; ``side_inputs`` are the components' (:meth:`side_inputs`)."""
-        if classification_head_name is not None:
-            features_only = True
-        encoder_out = self.encoder(
-            src_tokens, src_lengths=src_lengths, token_embeddings=token_embeddings,
-            return_all_hiddens=return_all_hiddens, **side_inputs,
+        return encoder_decoder_forward(
+            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only, classification_head_name,
+            token_embeddings, return_all_hiddens, alignment_layer, alignment_heads,
         )
-        x, extra = self.decoder(
-            prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-            alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-            src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-        )
-        if classification_head_name is not None:
-            sentence_representation = x[src_tokens.eq(self.eos), :].view(x.size(0), -1, x.size(-1))[:, -1, :]
-            x = self.classification_heads[classification_head_name](sentence_representation)
-        return x, extra
 
     def max_positions(self):
         return (self.encoder.max_positions(), self.decoder.max_positions())

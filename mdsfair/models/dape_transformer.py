@@ -32,6 +32,7 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor
 
+from mdsfair.models.component_model import encoder_decoder_forward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
@@ -42,6 +43,7 @@ from mdsfair.modules.dependency_attention import (
     DependencyGuidedMultiheadAttention,
     DependencyRelationEncoder,
 )
+from mdsfair.modules.transformer_layers import embed_source
 from mdsfair.modules.document_positional_encoding import (
     DOC_POSITION_FUNCTIONS,
     TOKEN_POSITION_MODES,
@@ -201,16 +203,8 @@ class DapeTransformerEncoder(TransformerEncoderBase):
         """Eq. 4: ``E = e + alpha * Stack_dim(f_doc(k)) + f_token(i)``."""
         if self.document_positional_encoding is None:
             return super().forward_embedding(src_tokens, token_embedding)
-        if token_embedding is None:
-            token_embedding = self.embed_tokens(src_tokens)
-        x = embed = self.embed_scale * token_embedding
-        x = embed + self.document_positional_encoding(src_tokens, src_doc_ids, self.embed_positions).type_as(embed)
-        if self.layernorm_embedding is not None:
-            x = self.layernorm_embedding(x)
-        x = self.dropout_module(x)
-        if self.quant_noise is not None:
-            x = self.quant_noise(x)
-        return x, embed
+        positions = self.document_positional_encoding(src_tokens, src_doc_ids, self.embed_positions)
+        return embed_source(self, src_tokens, token_embedding, positions)
 
     def dependency_mask(
         self,
@@ -391,23 +385,11 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         alignment_layer: Optional[int] = None,
         alignment_heads: Optional[int] = None,
     ):
-        encoder_out = self.encoder(
-            src_tokens,
-            src_lengths=src_lengths,
-            src_doc_ids=src_doc_ids,
-            src_dep_head=src_dep_head,
-            src_dep_rel=src_dep_rel,
-            src_dep_word=src_dep_word,
-            return_all_hiddens=return_all_hiddens,
-        )
-        return self.decoder(
-            prev_output_tokens,
-            encoder_out=encoder_out,
-            features_only=features_only,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
+        side_inputs = {"src_doc_ids": src_doc_ids, "src_dep_head": src_dep_head, "src_dep_rel": src_dep_rel,
+                       "src_dep_word": src_dep_word}
+        return encoder_decoder_forward(
+            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only,
+            return_all_hiddens=return_all_hiddens, alignment_layer=alignment_layer, alignment_heads=alignment_heads,
         )
 
 

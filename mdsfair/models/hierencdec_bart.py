@@ -63,6 +63,7 @@ class HierEncDecBARTModel(MultiDocHubModel, ComponentBARTModel):
     ====  =================================================================
     """
 
+    defaults = DEFAULTS
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
         "HierEncDec on BART (Shen et al., 2023): "
@@ -70,9 +71,7 @@ class HierEncDecBARTModel(MultiDocHubModel, ComponentBARTModel):
     )
 
     @staticmethod
-    @DEFAULTS.documented
-    def add_args(parser):
-        ComponentBARTModel.add_args(parser)
+    def add_family_args(parser):
         parser.add_argument(
             "--no-hierarchical-encoder", action="store_true",
             help=("full encoder self-attention over all documents instead of attention within each document "

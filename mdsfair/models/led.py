@@ -84,16 +84,12 @@ DEFAULTS = family_defaults(**LED_ENCODER)
 class LEDModel(MultiDocHubModel, ComponentBARTModel):
     """LED / PRIMERA: see the module docstring."""
 
+    defaults = DEFAULTS
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
         "LED / PRIMERA (Beltagy et al. 2020; Xiao et al. 2022): BART with Longformer sliding-window + global "
         "encoder attention"
     )
-
-    @staticmethod
-    @DEFAULTS.documented
-    def add_args(parser):
-        ComponentBARTModel.add_args(parser)
 
 
 # ------------------------------------------------------------ architectures

@@ -28,16 +28,12 @@ class MultiDocBARTModel(MultiDocHubModel, ComponentBARTModel):
     """BART whose encoder self-attention, encoder positions and
     cross-attention are chosen by flags (see the module docstring)."""
 
+    defaults = DEFAULTS
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
         "BART assembled from components: --encoder-self-attention, --encoder-positions and --cross-attention "
         "(HierEncDec, LED/PRIMERA and the sparse decoder combined)"
     )
-
-    @staticmethod
-    @DEFAULTS.documented
-    def add_args(parser):
-        ComponentBARTModel.add_args(parser)
 
 
 @register_model_architecture("multidoc_bart", "multidoc_bart_base")

@@ -45,6 +45,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
+from mdsfair.models.component_model import encoder_decoder_forward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
@@ -427,23 +428,10 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
     ):
         if classification_head_name is not None:
             raise ValueError("PageSum is a summarizer; BART classification heads are not supported")
-        encoder_out = self.encoder(
-            src_tokens,
-            src_lengths=src_lengths,
-            src_doc_ids=src_doc_ids,
-            src_para_ids=src_para_ids,
-            src_sent_ids=src_sent_ids,
-            return_all_hiddens=return_all_hiddens,
-            token_embeddings=token_embeddings,
-        )
-        return self.decoder(
-            prev_output_tokens,
-            encoder_out=encoder_out,
-            features_only=features_only,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
+        side_inputs = {"src_doc_ids": src_doc_ids, "src_para_ids": src_para_ids, "src_sent_ids": src_sent_ids}
+        return encoder_decoder_forward(
+            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only, None, token_embeddings,
+            return_all_hiddens, alignment_layer, alignment_heads,
         )
 
     def set_beam_size(self, beam):

@@ -64,16 +64,12 @@ DEFAULTS = family_defaults(**SPARSE_DECODER)
 class SparseBARTModel(MultiDocHubModel, ComponentBARTModel):
     """BART whose decoder attends to the top-r sentences (Manakul & Gales 2021)."""
 
+    defaults = DEFAULTS
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
         "BART with sparse encoder-decoder attention over the top-r sentences (Manakul & Gales 2021); "
         "load with top_r=R to change r (0: full attention)"
     )
-
-    @staticmethod
-    @DEFAULTS.documented
-    def add_args(parser):
-        ComponentBARTModel.add_args(parser)
 
 
 @register_model_architecture("sparse_bart", "sparse_bart_large")

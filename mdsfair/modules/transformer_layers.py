@@ -31,6 +31,24 @@ def wrap_layer(layer, cfg, structured: bool = False):
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not activation_checkpointing(cfg) else 0)
 
 
+def embed_source(encoder, src_tokens: Tensor, token_embedding: Optional[Tensor], positions: Optional[Tensor]):
+    """fairseq's encoder embedding with the positions given: ``embed_scale``
+    times the token embedding, plus ``positions`` (``[B, T, C]``, or None),
+    layer norm, dropout and quantization noise as the encoder has them.
+    Returns ``(x, token embedding)``, as ``forward_embedding``."""
+    if token_embedding is None:
+        token_embedding = encoder.embed_tokens(src_tokens)
+    x = embed = encoder.embed_scale * token_embedding
+    if positions is not None:
+        x = embed + positions.type_as(embed)
+    if encoder.layernorm_embedding is not None:
+        x = encoder.layernorm_embedding(x)
+    x = encoder.dropout_module(x)
+    if encoder.quant_noise is not None:
+        x = encoder.quant_noise(x)
+    return x, embed
+
+
 class ComponentEncoderLayer(TransformerEncoderLayerBase):
     """fairseq's encoder layer whose self-attention is a component's."""
 
