@@ -39,6 +39,7 @@ def test_presets_choose_their_components():
         "primera_hierencdec": ("longformer", "document-restart", "document-scaled"),
         "led_sparse": ("longformer", "learned", "sparse"),
         "hierencdec_sparse": ("document", "document-restart", "sparse"),
+        "dape_transformer": ("dependency", "document-aware", "full"),
     }
     for arch, components in expected.items():
         args = Namespace()
@@ -50,6 +51,27 @@ def test_presets_choose_their_components():
     args = Namespace(no_hierarchical_encoder=True, encoder_self_attention="longformer")
     with pytest.raises(ValueError, match="--encoder-self-attention longformer contradicts --no-hierarchical-encoder"):
         ARCH_CONFIG_REGISTRY["hierencdec_bart_base"](args)
+
+
+def test_dapes_components_combine_with_barts(data):
+    """DAPE's dependency-guided attention and document-aware positions on
+    BART's skeleton with HierEncDec's cross-attention: the arcs and documents
+    are handed over, and each component changes the output."""
+    flags = ("--encoder-self-attention", "dependency", "--encoder-positions", "document-aware",
+             "--cross-attention", "document-scaled")
+    built = contract.ContractModel("multidoc_bart_tiny", data, *flags)
+    model = built.build_model().eval()
+    assert set(model.side_inputs()) == {"src_doc_ids", "src_dep_head", "src_dep_rel", "src_dep_word"}
+    sample = built.batch("valid", [0, 1], model)
+    assert {"src_dep_head", "src_dep_rel", "src_doc_ids"} <= set(sample["net_input"])
+    with torch.no_grad():
+        combined = model(**sample["net_input"])[0]
+    plain = contract.ContractModel("multidoc_bart_tiny", data, "--cross-attention", "document-scaled")
+    plain_model = plain.build_model().eval()
+    plain_model.load_state_dict(model.state_dict(), strict=False)  # the shared weights
+    with torch.no_grad():
+        reference = plain_model(**plain.batch("valid", [0, 1], plain_model)["net_input"])[0]
+    assert torch.isfinite(combined).all() and not torch.allclose(combined, reference, atol=1e-4)
 
 
 def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
@@ -134,7 +156,7 @@ def toy_attention():
             offset = torch.arange(length).unsqueeze(0) - torch.arange(length).unsqueeze(1)  # key - query
             return ~offset.le(0) | offset.lt(-1)  # True = masked
 
-        def attend(self, attention, x, padding_mask, context):
+        def attend(self, attention, x, padding_mask, context, layer_index):
             mask = torch.zeros(context.shape, dtype=x.dtype, device=x.device).masked_fill(context.to(x.device),
                                                                                            float("-inf"))
             return attention(query=x, key=x, value=x, key_padding_mask=padding_mask, attn_mask=mask,

@@ -16,6 +16,7 @@ Side inputs: every component declares the data-contract inputs it reads;
 model exactly those, and :meth:`ComponentEncoder.forward` refuses an input
 that no component declares and a missing required one, naming it.
 """
+import copy
 from typing import Dict, List, Optional
 
 import torch
@@ -105,11 +106,12 @@ class ComponentEncoder(TransformerEncoderBase):
         self.uses_documents = any(c.uses_documents for c in components.values())
         self.needs_document_start_tokens = any(c.needs_document_start_tokens for c in components.values())
         self._layers_built = 0
-        cfg = TransformerConfig.from_namespace(args)
-        cfg.max_source_positions = args.max_encoder_positions
+        cfg = copy.deepcopy(TransformerConfig.from_namespace(args))  # (a model's own config is shared)
+        cfg.max_source_positions = getattr(args, "max_encoder_positions", None) or cfg.max_source_positions
         self.position_component.configure(cfg)
         super().__init__(cfg, dictionary, embed_tokens)
-        self.cross_attention_component.build_encoder_modules(self)
+        for component in components.values():
+            component.build_encoder_modules(self)
 
     def build_encoder_layer(self, cfg):
         layer = ComponentEncoderLayer(cfg, self.self_attention_component, self._layers_built)
@@ -159,6 +161,7 @@ class ComponentEncoder(TransformerEncoderBase):
             if name in given:
                 raise TypeError(f"side input {name} given twice")
             given[name] = value
+        given = {name: value for name, value in given.items() if value is not None}  # None: not given
         unknown = sorted(set(given) - set(names))
         if unknown:
             raise ValueError(

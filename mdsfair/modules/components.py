@@ -129,6 +129,10 @@ class Component:
         """Why this component cannot work with ``components`` (role -> component), or None."""
         return None
 
+    def build_encoder_modules(self, encoder) -> None:
+        """Modules the encoder holds for this component (their parameters are
+        the encoder's: ``encoder.<name>``), computed once per source."""
+
     def on_build_model(self, model, task) -> None:
         """Hook after the model is built (task-dependent settings, checks)."""
 

@@ -58,9 +58,6 @@ class CrossAttentionComponent(Component):
     def build(self, layer, embed_dim: int, cfg):
         raise NotImplementedError
 
-    def build_encoder_modules(self, encoder) -> None:
-        """Modules the encoder computes once per source for this cross-attention."""
-
     def encoder_outputs(self, encoder, encoder_out: Dict[str, List[Tensor]],
                         structure: SourceStructure) -> Dict[str, List[Tensor]]:
         """Entries this cross-attention needs in the encoder output."""

@@ -5,7 +5,11 @@
 * ``document-restart``: HierEncDec's position restart (Shen et al. 2023,
   Sec. 4.1.1): the learned table, positions counted from 0 again at every
   document (:mod:`mdsfair.modules.segment_positions`); a shorter table in a
-  checkpoint is extended when it is loaded (Sec. 5.3, ``--position-tiling``).
+  checkpoint is extended when it is loaded (Sec. 5.3, ``--position-tiling``);
+* ``document-aware``: DAPE's positions (Ma et al. 2022, Eq. 1-4): the token
+  positions of fairseq's table (sinusoidal unless ``--encoder-learned-pos``)
+  plus ``alpha`` times an encoding of the document index
+  (:mod:`mdsfair.modules.document_positional_encoding`).
 
 The table (``encoder.embed_positions``, fairseq's module and parameter name)
 has ``--max-encoder-positions`` rows (default: the task's
@@ -17,6 +21,11 @@ from typing import Optional
 from torch import Tensor
 
 from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.document_positional_encoding import (
+    DOC_POSITION_FUNCTIONS,
+    TOKEN_POSITION_MODES,
+    DocumentAwarePositionalEncoding,
+)
 from mdsfair.modules.segment_positions import TILING_METHODS, restarted_position_embedding, tile_position_table
 
 logger = logging.getLogger(__name__)
@@ -101,3 +110,67 @@ class DocumentRestartPositions(LearnedPositions):
                              "drop --no-token-positional-embeddings")
         return restarted_position_embedding(structure.document_ids, encoder.embed_positions.weight,
                                             encoder.padding_idx)
+
+
+@register_component("encoder_positions", "document-aware")
+class DocumentAwarePositions(PositionComponent):
+    """DAPE's document-aware positional encoding (Eq. 4:
+    ``E = e + alpha * f_doc(k) + f_token(i)``), ``encoder.document_positional_encoding``."""
+
+    defaults = {
+        "doc_position_fn": "sin",
+        "doc_position_alpha": 0.1,
+        "doc_position_linear_slope": 1.0,
+        "doc_position_offset": 0,
+        "doc_token_positions": "per-document",
+    }
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--doc-position-fn", choices=DOC_POSITION_FUNCTIONS,
+            help=("document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
+                  "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
+                  "linear = slope*k, same = one value for all documents, random = fixed random value per document"),
+        )
+        parser.add_argument(
+            "--doc-position-alpha", type=float,
+            help="alpha of Eq. 2, the weight of the document encoding (the paper's)",
+        )
+        parser.add_argument(
+            "--doc-position-linear-slope", type=float,
+            help="slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)",
+        )
+        parser.add_argument(
+            "--doc-position-offset", type=int,
+            help=("k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
+                  "comparison of Table IV holds; 1: k = 1..q as in its notation)"),
+        )
+        parser.add_argument(
+            "--doc-token-positions", choices=TOKEN_POSITION_MODES,
+            help=("token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
+                  "(positions over the concatenated source)"),
+        )
+
+    def configure(self, cfg) -> None:
+        """fairseq's token table as the model's flags say (``--encoder-learned-pos``)."""
+
+    def side_inputs(self):
+        return {"src_doc_ids": False}
+
+    def build_encoder_modules(self, encoder):
+        args = self.args
+        encoder.document_positional_encoding = DocumentAwarePositionalEncoding(
+            encoder.embed_tokens.embedding_dim,
+            encoder.padding_idx,
+            function=args.doc_position_fn,
+            alpha=args.doc_position_alpha,
+            linear_slope=args.doc_position_linear_slope,
+            offset=args.doc_position_offset,
+            token_positions=args.doc_token_positions,
+        )
+
+    def embed(self, encoder, structure):
+        return encoder.document_positional_encoding(
+            structure.src_tokens, structure.side_inputs.get("src_doc_ids"), encoder.embed_positions
+        )

@@ -6,7 +6,10 @@
   also to every other one (:mod:`mdsfair.modules.document_blocked_attention`,
   blocked, dense or, on a GPU in 16-bit, varlen flash);
 * ``longformer``: LED/PRIMERA's sliding window plus global tokens (Beltagy et
-  al. 2020, Sec. 3; :mod:`mdsfair.modules.longformer_attention`).
+  al. 2020, Sec. 3; :mod:`mdsfair.modules.longformer_attention`);
+* ``dependency``: DAPE's linguistic-guided encoding (Ma et al. 2022, Eq. 5-11):
+  a relation mask from the dependency arcs added to the attention of the
+  ``--dependency-layers`` (:mod:`mdsfair.modules.dependency_attention`).
 
 Every one keeps fairseq's parameter names under ``self_attn``
 (``q_proj``/``k_proj``/``v_proj``/``out_proj``; Longformer adds its
@@ -19,6 +22,13 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.dependency_attention import (
+    ARC_DIRECTIONS,
+    DEPENDENCY_ENCODERS,
+    MASK_TARGETS,
+    DependencyGuidedMultiheadAttention,
+    DependencyRelationEncoder,
+)
 from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS as DOCUMENT_IMPLEMENTATIONS
 from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, DocumentLayout
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
@@ -39,8 +49,8 @@ class SelfAttentionComponent(Component):
         """The per-batch context every layer's :meth:`attend` receives."""
         return None
 
-    def attend(self, attention, x: Tensor, padding_mask: Optional[Tensor], context) -> Tensor:
-        """``x [T, B, C]`` -> ``[T, B, C]``."""
+    def attend(self, attention, x: Tensor, padding_mask: Optional[Tensor], context, layer_index: int) -> Tensor:
+        """``x [T, B, C]`` -> ``[T, B, C]`` in encoder layer ``layer_index``."""
         raise NotImplementedError
 
 
@@ -66,7 +76,7 @@ class FullSelfAttention(SelfAttentionComponent):
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)
 
-    def attend(self, attention, x, padding_mask, context):
+    def attend(self, attention, x, padding_mask, context, layer_index):
         x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False)
         return x
 
@@ -100,7 +110,7 @@ class DocumentSelfAttention(SelfAttentionComponent):
     def prepare(self, encoder, structure):
         return DocumentLayout.from_document_ids(structure.document_ids)
 
-    def attend(self, attention, x, padding_mask, context):
+    def attend(self, attention, x, padding_mask, context, layer_index):
         x, _ = attention.forward_documents(x, context)
         return x
 
@@ -254,5 +264,114 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
         )
         return global_mask
 
-    def attend(self, attention, x, padding_mask, context):
+    def attend(self, attention, x, padding_mask, context, layer_index):
         return attention(x, padding_mask, context)
+
+
+def parse_dependency_layers(spec: str, num_layers: int) -> List[int]:
+    """``--dependency-layers``: ``all`` or comma-separated 0-based layer indices."""
+    if spec.strip() == "all":
+        return list(range(num_layers))
+    try:
+        layers = sorted({int(part) for part in spec.split(",") if part.strip()})
+    except ValueError:
+        raise ValueError(f"--dependency-layers {spec!r}: give 'all' or comma-separated layer indices")
+    bad = [i for i in layers if not 0 <= i < num_layers]
+    if bad or not layers:
+        raise ValueError(f"--dependency-layers {spec!r}: indices must lie in 0..{num_layers - 1}")
+    return layers
+
+
+@register_component("encoder_self_attention", "dependency")
+class DependencySelfAttention(SelfAttentionComponent):
+    """DAPE's dependency-guided self-attention (Ma et al. 2022, Eq. 8-11): the
+    relation mask ``M`` that ``F_depEnc`` (Eq. 6-7, ``encoder.dependency_encoder``)
+    builds once per source from the dependency arcs is added to the attention
+    weights (or values) of the ``--dependency-layers``; the other layers attend
+    as fairseq's."""
+
+    defaults = {
+        "dependency_encoder": "mlp",
+        "dependency_encoder_hidden_dim": 64,
+        "dependency_leaky_relu_slope": 0.01,
+        "dependency_arc_direction": "both",
+        "dependency_no_arc_encoding": False,
+        "dependency_mask_on": "weights",
+        "dependency_layers": "all",
+    }
+
+    @staticmethod
+    def add_args(parser):
+        parser.add_argument(
+            "--dependency-encoder", choices=DEPENDENCY_ENCODERS,
+            help=("relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
+                  "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
+                  "by relation frequency [core dependents first | ROOT first]"),
+        )
+        parser.add_argument(
+            "--dependency-encoder-hidden-dim", type=int,
+            help="hidden size of F_depEnc (not given in the paper)",
+        )
+        parser.add_argument(
+            "--dependency-leaky-relu-slope", type=float,
+            help="negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)",
+        )
+        parser.add_argument(
+            "--dependency-arc-direction", choices=ARC_DIRECTIONS,
+            help=("which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) "
+                  "or head-to-dependent"),
+        )
+        parser.add_argument(
+            "--dependency-no-arc-encoding", action="store_true",
+            help="give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
+        )
+        parser.add_argument(
+            "--dependency-mask-on", choices=MASK_TARGETS,
+            help=("weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
+                  "out = A V + M V (Table VI 'added on values')"),
+        )
+        parser.add_argument(
+            "--dependency-layers", type=str,
+            help=("encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, "
+                  "or 'all'"),
+        )
+
+    def side_inputs(self):
+        # checked in prepare, with what to do (the arcs come from preprocessing's side data)
+        return {"src_dep_head": False, "src_dep_rel": False, "src_dep_word": False}
+
+    def build_encoder_modules(self, encoder):
+        args = self.args
+        encoder.dependency_encoder = DependencyRelationEncoder(
+            variant=args.dependency_encoder,
+            hidden_dim=args.dependency_encoder_hidden_dim,
+            negative_slope=args.dependency_leaky_relu_slope,
+            direction=args.dependency_arc_direction,
+            encode_no_arc=args.dependency_no_arc_encoding,
+        )
+        self.layers = parse_dependency_layers(args.dependency_layers, encoder.num_layers)
+
+    def build(self, layer, embed_dim, cfg):
+        return fairseq_self_attention(DependencyGuidedMultiheadAttention, layer, embed_dim, cfg,
+                                      mask_on=self.args.dependency_mask_on)
+
+    def prepare(self, encoder, structure):
+        """The dependency relation mask ``[B, T, T]`` shared by the guided layers."""
+        arcs = {name: structure.side_inputs.get(name) for name in ("src_dep_head", "src_dep_rel", "src_dep_word")}
+        if arcs["src_dep_head"] is None or arcs["src_dep_rel"] is None:
+            raise ValueError(
+                "the linguistic-guided encoding (--encoder-self-attention dependency) needs dependency arcs "
+                "(src_dep_head, src_dep_rel): preprocess with `mdsfair-preprocess --side-data dep_head dep_rel`, "
+                "or train with --no-dependency-encoding"
+            )
+        for name, tensor in arcs.items():
+            if tensor is not None and tensor.shape != structure.src_tokens.shape:
+                raise ValueError(f"{name} {tuple(tensor.shape)} does not match src_tokens "
+                                 f"{tuple(structure.src_tokens.shape)}")
+        return encoder.dependency_encoder(arcs["src_dep_head"], arcs["src_dep_rel"], arcs["src_dep_word"])
+
+    def attend(self, attention, x, padding_mask, context, layer_index):
+        mask = context if layer_index in self.layers else None
+        x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False,
+                         dependency_mask=mask)
+        return x

@@ -66,7 +66,8 @@ class ComponentEncoderLayer(TransformerEncoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = self.self_attention_component.attend(self.self_attn, x, encoder_padding_mask, attention_context)
+        x = self.self_attention_component.attend(self.self_attn, x, encoder_padding_mask, attention_context,
+                                                 self.layer_index)
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
