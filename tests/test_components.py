@@ -219,3 +219,81 @@ def test_a_toy_component_combines_and_passes_the_contract(data, toy_attention, t
     assert cfg.model.encoder_self_attention == "toy-left-neighbour"
     for name, value in model.state_dict().items():
         assert torch.equal(value, models[0].state_dict()[name]), name
+
+
+# ----------------------------------------- the sparse decoder's training stages
+
+
+def _moved(before, model):
+    return {name for name, p in model.named_parameters() if not torch.equal(before[name], p.detach())}
+
+
+@pytest.mark.parametrize("arch", ["led_sparse_tiny", "hierencdec_sparse_tiny"])
+def test_sparse_training_stages_work_behind_other_encoders(data, arch):
+    """As for sparse_bart (tests/test_sparse_bart.py): the KL-only stage
+    trains the approximator alone and lowers the KL loss; the interleaved
+    stage alternates the decoder (Eq. 13) and the approximator (Eq. 14),
+    the encoder frozen."""
+    from fairseq.trainer import Trainer
+
+    kl_only = contract.ContractModel(arch, data, "--sparse-training-stage", "kl-only", "--optimizer", "adam",
+                                     "--lr", "1e-2")
+    model = kl_only.build_model()
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    assert trainable == set(model.approximator_parameter_names())
+    trainer = Trainer(kl_only.cfg, kl_only.task, model, kl_only.build_criterion())
+    sample = kl_only.batch("train", [0, 1], model)
+    kls = [float(trainer.train_step([sample])["kl_loss"]) for _ in range(8)]
+    assert kls[-1] < 0.6 * kls[0], kls
+
+    interleaved = contract.ContractModel(arch, data, "--sparse-training-stage", "interleaved")
+    model = interleaved.build_model()
+    trainer = Trainer(interleaved.cfg, interleaved.task, model, interleaved.build_criterion())
+    approximator = set(model.approximator_parameter_names())
+    frozen = {n for n, p in model.named_parameters() if not p.requires_grad}
+    assert any(n.startswith("encoder.layers") for n in frozen)
+    sample = interleaved.batch("train", [0, 1, 2], model)
+    for update in range(2):
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        trainer.train_step([sample])
+        moved = _moved(before, model)
+        assert not moved & frozen
+        if update == 0:
+            assert moved and not moved & approximator
+        else:
+            assert moved == approximator
+
+
+# ------------------------------------------------ the commands, end to end
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["primera_hierencdec_tiny", "led_sparse_tiny", "hierencdec_sparse_tiny"])
+def test_combinations_train_generate_and_serve(data, arch, tmp_path):
+    """fairseq-train (two updates), fairseq-generate on the test split, and
+    the hub entry of the arch's family on raw clusters, each in its own process
+    or as a user loads it."""
+    import json
+    import os
+
+    from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
+
+    save_dir = str(tmp_path / "checkpoints")
+    fairseq_cli("fairseq_cli.train", [
+        data["data-bin"], "--user-dir", USER_DIR, *contract.train_args(arch), "--optimizer", "adam", "--lr", "1e-3",
+        "--max-tokens", "4096", "--max-update", "2", "--save-dir", save_dir, "--no-epoch-checkpoints",
+        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
+    ])
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    output = fairseq_cli("fairseq_cli.generate", [
+        data["data-bin"], "--user-dir", USER_DIR, "--task", contract.family(arch).task_args[1], "--path", checkpoint,
+        "--gen-subset", "test", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--batch-size", "2", "--cpu",
+        "--max-source-positions", "512",
+    ])
+    assert len([line for line in output.splitlines() if line.startswith("H-")]) == 4
+
+    hub = torch.hub.load(REPO_ROOT, contract.model_name(arch), model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
+                         data_name_or_path=data["data-bin"], source="local")
+    raw = [json.loads(line) for line in open(os.path.join(data["raw"], "test.jsonl"), encoding="utf-8")]
+    summaries = hub.summarize([cluster["documents"] for cluster in raw[:2]], beam=2, max_len_b=8, min_len=2)
+    assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)

@@ -656,3 +656,40 @@ def test_released_configurations_map_to_their_architecture(name, config, separat
     assert f"encoder.layers.{layers}.fc1.weight" not in shapes
     assert args.attention_window == str(windows[0]) and args.max_encoder_positions == positions
     assert args.global_attention == ("doc-sep" if separator else "first")
+
+
+def test_a_primera_import_restores_into_primera_hierencdec(imported, tmp_path):
+    """Issue 31: ``mdsfair-import hf-led``'s PRIMERA output restores into
+    ``primera_hierencdec`` with fairseq-train's ``--restore-file`` (the
+    import's architecture flags, the arch and global tokens replaced: the
+    documents layout, each document's <s> global; ``--allow-arch-change``, as
+    mdsfair refuses a silent change of architecture). No parameter is new:
+    every restored tensor equals the import's, and the model computes."""
+    from tests.import_fixtures import restore_with_trainer
+
+    entry = imported["primera"]
+    assert entry["summary"]["arch"] == "primera"
+    flags = list(entry["summary"]["arch_flags"])
+    for flag in ("--global-attention", "--source-layout"):
+        if flag in flags:
+            index = flags.index(flag)
+            del flags[index:index + 2]
+    data_bin = gpt2_data_bin(str(tmp_path / "data"), entry["out_dir"])
+    trainer = restore_with_trainer(data_bin, os.path.join(entry["out_dir"], "model.pt"), "primera_hierencdec",
+                                   [*flags, "--global-attention", "documents", "--allow-arch-change", "--max-source-positions",
+                                    str(ENCODER_POSITIONS)], save_dir=str(tmp_path / "save"))
+    model = trainer.model
+    assert (model.encoder.self_attention_component.name, model.encoder.position_component.name,
+            model.decoder.cross_attention_component.name) == ("longformer", "document-restart", "document-scaled")
+    imported_state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))["model"]
+    restored = model.state_dict()
+    assert set(restored) == set(imported_state)
+    for name, tensor in imported_state.items():
+        assert torch.equal(restored[name].cpu(), tensor), name
+    task = trainer.task
+    dataset = task.dataset("valid")
+    sample = task._sample_for(model, dataset.collater([dataset[0], dataset[1]]))
+    model.eval()
+    with torch.no_grad():
+        logits = model(**sample["net_input"])[0]
+    assert torch.isfinite(logits).all()
