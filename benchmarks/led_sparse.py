@@ -45,7 +45,9 @@ from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
 from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
-from benchmarks.sparse_decoder import DTYPES, decoding_runner, encode, synthetic_batch, timed  # noqa: E402
+from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+
+from benchmarks.sparse_decoder import DTYPES, encode, synthetic_batch, timed  # noqa: E402
 
 
 def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
@@ -72,6 +74,38 @@ def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
     return model_class.build_model(args, task)
 
 
+def decoding_runner(model, dictionary, sample, encoder_out, options):
+    """A function that decodes ``--target-length`` steps with ``encoder_out``
+    given (the generator's encoder call returns it), after a warm-up of
+    ``--warmup-steps`` steps (allocations, first-call costs)."""
+
+    def generator(steps):
+        built = SequenceGenerator([model], dictionary, beam_size=options.beam, len_penalty=2.0,
+                                  min_len=steps, max_len_a=0, max_len_b=steps)
+        built.model.forward_encoder = lambda _: [encoder_out]
+        return built
+
+    generator(options.warmup_steps).generate([model], sample)
+    timed_generator = generator(options.target_length)
+    return lambda: timed_generator.generate([model], sample)
+
+
+def write_results(path: str, argv, described: str, options, results) -> None:
+    """The results so far, with the command, commit, date and device (rewritten after every source length)."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    record = {
+        "command": "python benchmarks/led_sparse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": described, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "dtype": options.dtype, "repeats": options.repeats, "rows": results,
+    }
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump(record, handle, indent=1)
+        handle.write("\n")
+
+
 def device_description(device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -95,6 +129,7 @@ def main(argv=None):
     parser.add_argument("--sentence-tokens", type=int, default=30, help="tokens per sentence N2")
     parser.add_argument("--target-length", type=int, default=256,
                         help="decoding steps (min = max length; 256 is about a Multi-News summary)")
+    parser.add_argument("--warmup-steps", type=int, default=4, help="decoding steps of the untimed warm-up")
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (LED-base: 6)")
     parser.add_argument("--dim", type=int, default=768, help="model dimension (LED-base: 768)")
     parser.add_argument("--heads", type=int, default=12, help="attention heads (LED-base: 12)")
@@ -104,7 +139,7 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", metavar="FILE", help="write the results (with command, commit, date, device)")
     options = parser.parse_args(argv)
-    for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens"):
+    for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens", "warmup_steps"):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     if options.top_r < 1:
@@ -168,19 +203,8 @@ def main(argv=None):
                   f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
                   f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
                   f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
-    if options.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-        record = {
-            "command": "python benchmarks/led_sparse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-            "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "device": described, "torch": torch.__version__, "threads": torch.get_num_threads(),
-            "dtype": options.dtype, "repeats": options.repeats, "rows": results,
-        }
-        os.makedirs(os.path.dirname(os.path.abspath(options.json)), exist_ok=True)
-        with open(options.json, "w", encoding="utf-8") as handle:
-            json.dump(record, handle, indent=1)
-            handle.write("\n")
+        if options.json:
+            write_results(options.json, argv, described, options, results)
 
 
 if __name__ == "__main__":
