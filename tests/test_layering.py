@@ -314,10 +314,7 @@ def setup_keywords() -> Dict[str, ast.expr]:
 
 #: Documents cited by a Python file that the repository does not have, each
 #: with the reason it is still cited (the citing file is being rewritten).
-KNOWN_MISSING_DOCUMENTS = {
-    # the folder is examples/sparse_decoder/; mdsfair/modules/ is being rewritten (issue 31, sections 1-5)
-    ("mdsfair/modules/sparse_cross_attention.py", "examples/sparse_bart/README.md"),
-}
+KNOWN_MISSING_DOCUMENTS = set()
 
 _CITED_DOCUMENT = re.compile(r"(?<![\w/.-])((?:\.\./|[\w-]+/)*[\w.-]+\.md)\b")
 
@@ -489,3 +486,32 @@ def test_docstrings_cite_documents_the_repository_has():
     assert missing_documents(files) == sorted(KNOWN_MISSING_DOCUMENTS)
     assert missing_documents([("mdsfair/x.py", '"""The raw contract (DESIGN.md; README.md)."""')]) == [
         ("mdsfair/x.py", "DESIGN.md")]
+
+
+_REGISTERS_A_MODEL = re.compile(r"^@register_model\(", re.M)
+
+
+def model_files_importing_model_files(sources) -> List[str]:
+    """Imports of one model file (a module of ``mdsfair.models`` that
+    registers a model with ``@register_model``) by another (issue 31: shared
+    plumbing lives in the helpers of ``mdsfair.models`` and in
+    ``mdsfair.modules``, not in another system's file)."""
+    model_files = {module for module, (_path, source) in sources.items()
+                   if module.startswith("mdsfair.models.") and _REGISTERS_A_MODEL.search(source)}
+    found = []
+    for module in sorted(model_files):
+        for imported, line, _when in imported_modules(module, sources):
+            if imported in model_files and imported != module:
+                found.append(f"{sources[module][0]}:{line} imports the model file {imported}")
+    return found
+
+
+def test_no_model_file_imports_another():
+    sources = repository_sources()
+    assert len([m for m, (_p, s) in sources.items() if m.startswith("mdsfair.models.")
+                and _REGISTERS_A_MODEL.search(s)]) >= 7
+    assert model_files_importing_model_files(sources) == []
+    bad = synthetic({"mdsfair.models.bad_system": '@register_model("bad")\nclass Bad:\n    pass\n'
+                                                   "from mdsfair.models.led import LEDModel\n"})
+    assert model_files_importing_model_files(bad) == [
+        "mdsfair/models/bad_system.py:4 imports the model file mdsfair.models.led"]

@@ -170,7 +170,7 @@ def kept_token_layout(indices: Tensor, valid: Tensor, context: SentenceContext) 
 
     ``n`` is the most tokens any row keeps at this step: read from the
     device, which on a GPU waits for the step's work (one synchronization
-    per layer and step; the H100 profile of examples/sparse_bart/README.md).
+    per layer and step; the H100 profile of examples/sparse_decoder/README.md).
     With ``context.kept_token_bounds`` (set by the encoder on a GPU in
     evaluation) ``n`` is instead the most tokens any ``k`` sentences of the
     sources hold, known on the host: the extra slots are padding
