@@ -297,3 +297,32 @@ def test_combinations_train_generate_and_serve(data, arch, tmp_path):
     raw = [json.loads(line) for line in open(os.path.join(data["raw"], "test.jsonl"), encoding="utf-8")]
     summaries = hub.summarize([cluster["documents"] for cluster in raw[:2]], beam=2, max_len_b=8, min_len=2)
     assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)
+
+
+def test_an_led_checkpoint_restores_into_led_sparse_with_fairseq_train(data, tmp_path):
+    """fairseq-train's --restore-file path (in process): an LED checkpoint
+    restores into led_sparse once --allow-arch-change says the change is
+    meant (mdsfair refuses it otherwise, naming the changed components); the
+    approximator is created from LED's cross-attention."""
+    from fairseq.trainer import Trainer
+
+    from mdsfair.checkpoints import ArchitectureChangeError
+    from tests.import_fixtures import restore_with_trainer
+
+    led = contract.ContractModel("led_tiny", data)
+    model = led.build_model()
+    trainer = Trainer(led.cfg, led.task, model, led.build_criterion())
+    path = str(tmp_path / "led.pt")
+    trainer.consolidate_optimizer()
+    trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
+    flags = [*contract.tiny_flags("led_sparse_tiny"), "--top-r", "3", "--max-source-positions", "512",
+             "--max-target-positions", "256"]
+    sparse_task = ("multidoc_summarization_sparse", ("--criterion", "sparse_kl"))
+    with pytest.raises(ArchitectureChangeError, match="--cross-attention 'full' in the checkpoint, 'sparse' now"):
+        restore_with_trainer(data["data-bin"], path, "led_sparse_tiny", flags, str(tmp_path / "a"), *sparse_task)
+    restored = restore_with_trainer(data["data-bin"], path, "led_sparse_tiny", [*flags, "--allow-arch-change"],
+                                    str(tmp_path / "b"), *sparse_task).model
+    for name, value in model.state_dict().items():
+        assert torch.equal(restored.state_dict()[name], value), name
+    layer = restored.decoder.layers[0].encoder_attn
+    assert torch.equal(layer.sentence_attention.sentence_key_proj.weight, layer.k_proj.weight)
