@@ -172,7 +172,7 @@ def generation_flags(model_dir: str) -> Tuple[List[str], List[str]]:
     for name in ("config.json", "generation_config.json"):
         path = os.path.join(model_dir, name)
         if os.path.isfile(path):
-            settings.update({k: v for k, v in read_json(path, name).items() if v is not None})
+            settings.update({k: v for k, v in read_json(path, name, dict).items() if v is not None})
     flags: List[str] = []
     notes: List[str] = []
     if "num_beams" in settings:
@@ -211,7 +211,7 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     if not os.path.isdir(hf_dir):
         raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
     config_path = os.path.join(hf_dir, "config.json")
-    config = read_json(config_path, "the model configuration")
+    config = read_json(config_path, "the model configuration", dict)
     shape = bart_shape(config, config_path)
     state, weights_path = load_hf_weights(hf_dir)
     fairseq_state = fairseq_state_from_hf(state, shape, weights_path)

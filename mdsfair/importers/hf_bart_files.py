@@ -6,6 +6,7 @@ the module docstring of :mod:`mdsfair.importers.hf_bart` explains the
 vocabulary mapping."""
 import json
 import os
+import pickle
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
@@ -20,14 +21,36 @@ INDEX_SUFFIX = ".index.json"
 # ------------------------------------------------------------------ reading
 
 
-def read_json(path: str, what: str):
+def read_json(path: str, what: str, kind: type = None):
+    """The JSON value of ``path``; with ``kind`` (``dict``, ``list``) a value
+    of another JSON type is refused, naming the file."""
     if not os.path.isfile(path):
         raise ImportRefused(f"{path}: missing ({what})")
-    with open(path, encoding="utf-8") as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError as error:
-            raise ImportRefused(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from error
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as error:
+        raise ImportRefused(f"{path}: not UTF-8 text (byte {error.start}); the {what} must be UTF-8 JSON") from None
+    except json.JSONDecodeError as error:
+        raise ImportRefused(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from error
+    if kind is not None and not isinstance(value, kind):
+        expected = {dict: "a JSON object", list: "a JSON array"}.get(kind, kind.__name__)
+        raise ImportRefused(f"{path}: the {what} must be {expected}, got {type(value).__name__}")
+    return value
+
+
+def shard_file_name(index_path: str, tensor: object, shard: object) -> str:
+    """A shard named by the weight map: a plain file name inside the model
+    directory (no folder, no ``..``, not absolute), else refused."""
+    if not isinstance(tensor, str) or not isinstance(shard, str):
+        raise ImportRefused(f"{index_path}: the weight map must map tensor names to shard file names, got "
+                            f"{tensor!r}: {shard!r}")
+    if (not shard or shard in (".", "..") or os.path.isabs(shard) or os.path.basename(shard) != shard
+            or "/" in shard or "\\" in shard):
+        raise ImportRefused(f"{index_path}: shard {shard!r} (of {tensor!r}) is not a plain file name in the model "
+                            "directory; an index may only name files beside it")
+    return shard
 
 
 def load_tensor_file(path: str):
@@ -39,8 +62,20 @@ def load_tensor_file(path: str):
             from safetensors.torch import load_file
         except ImportError as error:
             raise ImportRefused(f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)") from error
-        return load_file(path, device="cpu")
-    state = torch.load(path, map_location="cpu", weights_only=True)
+        try:
+            return load_file(path, device="cpu")
+        except Exception as error:  # safetensors' SafetensorError: truncated or not a safetensors file
+            raise ImportRefused(f"{path}: not a readable .safetensors file ({error})") from None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise ImportRefused(
+            f"{path}: holds pickled objects besides tensors, which mdsfair does not unpickle (torch.load "
+            f"weights_only=True: {first}); convert it to model.safetensors"
+        ) from None
+    except (RuntimeError, EOFError, OSError) as error:
+        raise ImportRefused(f"{path}: not a readable torch.save file ({error})") from None
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ImportRefused(f"{path}: not a state dict (a mapping of names to tensors)")
     return state
@@ -56,16 +91,21 @@ def load_hf_weights(model_dir: str) -> Tuple[Dict, str]:
             return load_tensor_file(path), path
         index_path = path + INDEX_SUFFIX
         if os.path.isfile(index_path):
-            index = read_json(index_path, "shard index")
+            index = read_json(index_path, "shard index", dict)
             weight_map = index.get("weight_map")
             if not isinstance(weight_map, dict):
-                raise ImportRefused(f"{index_path}: no 'weight_map'")
-            state = {}
-            for shard in sorted(set(weight_map.values())):
+                raise ImportRefused(f"{index_path}: no 'weight_map' object")
+            shards = sorted({shard_file_name(index_path, tensor, shard) for tensor, shard in weight_map.items()})
+            state, source = {}, {}
+            for shard in shards:
                 shard_path = os.path.join(model_dir, shard)
                 if not os.path.isfile(shard_path):
                     raise ImportRefused(f"{shard_path}: missing (listed in {index_path})")
-                state.update(load_tensor_file(shard_path))
+                for tensor, value in load_tensor_file(shard_path).items():
+                    if tensor in state:
+                        raise ImportRefused(f"{index_path}: tensor {tensor!r} is in two shards, {source[tensor]} and "
+                                            f"{shard}; which one the model holds is not clear")
+                    state[tensor], source[tensor] = value, shard
             return state, index_path
     raise ImportRefused(
         f"{model_dir}: no weights: none of {', '.join(WEIGHT_FILES)} (or their sharded *.index.json) is there"
@@ -113,9 +153,9 @@ def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
     not reproduce: added tokens beyond ``vocab.json`` and a prefix space."""
     known = set(SPECIAL_SYMBOLS) | {MASK}
     added_path = os.path.join(tokenizer_dir, "added_tokens.json")
-    added = dict(read_json(added_path, "added tokens")) if os.path.isfile(added_path) else {}
+    added = dict(read_json(added_path, "added tokens", dict)) if os.path.isfile(added_path) else {}
     tokenizer_path = os.path.join(tokenizer_dir, "tokenizer.json")
-    tokenizer = read_json(tokenizer_path, "tokenizer") if os.path.isfile(tokenizer_path) else {}
+    tokenizer = read_json(tokenizer_path, "tokenizer", dict) if os.path.isfile(tokenizer_path) else {}
     for entry in tokenizer.get("added_tokens") or []:
         added[entry.get("content")] = entry.get("id")
     extra = sorted(token for token in added if token not in known)
@@ -129,7 +169,7 @@ def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
         if token in vocab and vocab[token] != token_id:
             raise ImportRefused(f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in vocab.json")
     config_path = os.path.join(tokenizer_dir, "tokenizer_config.json")
-    prefix_space = read_json(config_path, "tokenizer config").get("add_prefix_space") if os.path.isfile(config_path) else None
+    prefix_space = read_json(config_path, "tokenizer config", dict).get("add_prefix_space") if os.path.isfile(config_path) else None
     pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
     for node in [pre_tokenizer] + list(pre_tokenizer.get("pretokenizers") or []):
         if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
@@ -145,7 +185,7 @@ def bpe_files(tokenizer_dir: str, num_rows: int) -> BPEFiles:
     """``encoder.json`` / ``vocab.bpe`` / ``dict.txt`` contents for a model with
     ``num_rows`` embedding rows, from ``vocab.json`` and ``merges.txt``."""
     vocab_path = os.path.join(tokenizer_dir, "vocab.json")
-    vocab = read_json(vocab_path, "the tokenizer vocabulary")
+    vocab = read_json(vocab_path, "the tokenizer vocabulary", dict)
     if not isinstance(vocab, dict) or not all(isinstance(i, int) for i in vocab.values()):
         raise ImportRefused(f"{vocab_path}: expected a JSON object mapping tokens to integer ids")
     for index, symbol in enumerate(SPECIAL_SYMBOLS):
@@ -186,7 +226,7 @@ def hf_vocabulary(dict_path: str, encoder_json: str, num_rows: int) -> Dict[str,
     """``vocab.json`` (token -> id = fairseq index) from a GPT-2 ``dict.txt`` and ``encoder.json``."""
     from fairseq.data import Dictionary
 
-    encoder = read_json(encoder_json, "GPT-2 encoder")
+    encoder = read_json(encoder_json, "GPT-2 encoder", dict)
     decoder = {int(i): token for token, i in encoder.items()}
     dictionary = Dictionary.load(dict_path)
     if len(dictionary) not in (num_rows, num_rows - 1):

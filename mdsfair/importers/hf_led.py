@@ -113,15 +113,15 @@ def added_tokens(tokenizer_dir: str) -> Dict[str, int]:
 
     path = os.path.join(tokenizer_dir, "added_tokens.json")
     if os.path.isfile(path):
-        for token, token_id in read_json(path, "added tokens").items():
+        for token, token_id in read_json(path, "added tokens", dict).items():
             add(token, token_id, path)
     path = os.path.join(tokenizer_dir, "tokenizer.json")
     if os.path.isfile(path):
-        for entry in read_json(path, "tokenizer").get("added_tokens") or []:
+        for entry in read_json(path, "tokenizer", dict).get("added_tokens") or []:
             add(entry.get("content"), entry.get("id"), path)
     path = os.path.join(tokenizer_dir, "tokenizer_config.json")
     if os.path.isfile(path):
-        for token_id, entry in (read_json(path, "tokenizer config").get("added_tokens_decoder") or {}).items():
+        for token_id, entry in (read_json(path, "tokenizer config", dict).get("added_tokens_decoder") or {}).items():
             add(entry.get("content"), int(token_id), path)
     return found
 
@@ -143,7 +143,7 @@ def additional_special_tokens(tokenizer_dir: str) -> List[str]:
         path = os.path.join(tokenizer_dir, name)
         if not os.path.isfile(path):
             continue
-        entries = read_json(path, "special tokens").get("additional_special_tokens") or []
+        entries = read_json(path, "special tokens", dict).get("additional_special_tokens") or []
         if not isinstance(entries, list):
             raise ImportRefused(f"{path}: additional_special_tokens must be a list, got {entries!r}")
         for entry in entries:
@@ -172,11 +172,11 @@ def tokenizer_extra_tokens(tokenizer_dir: str, vocab: Dict[str, int]) -> Dict[st
 def check_prefix_space(tokenizer_dir: str) -> None:
     prefix_space = False
     path = os.path.join(tokenizer_dir, "tokenizer_config.json")
-    if os.path.isfile(path) and read_json(path, "tokenizer config").get("add_prefix_space"):
+    if os.path.isfile(path) and read_json(path, "tokenizer config", dict).get("add_prefix_space"):
         prefix_space = True
     path = os.path.join(tokenizer_dir, "tokenizer.json")
     if os.path.isfile(path):
-        pre = read_json(path, "tokenizer").get("pre_tokenizer") or {}
+        pre = read_json(path, "tokenizer", dict).get("pre_tokenizer") or {}
         for node in [pre] + list(pre.get("pretokenizers") or []):
             if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
                 prefix_space = True
@@ -192,7 +192,7 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
     PRIMERA's ``<doc-sep>`` as a dictionary symbol at its id. Returns the
     files and the ``<doc-sep>`` id (``None`` for LED)."""
     vocab_path = os.path.join(tokenizer_dir, "vocab.json")
-    vocab = read_json(vocab_path, "the tokenizer vocabulary")
+    vocab = read_json(vocab_path, "the tokenizer vocabulary", dict)
     extra = tokenizer_extra_tokens(tokenizer_dir, vocab)
     for token, token_id in extra.items():
         if token in SPECIALS or token == DOC_SEP:
@@ -352,7 +352,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     if not os.path.isdir(hf_dir):
         raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
     config_path = os.path.join(hf_dir, "config.json")
-    config = read_json(config_path, "the model configuration")
+    config = read_json(config_path, "the model configuration", dict)
     shape, encoder_positions, windows = led_shape(config, config_path)
     state, weights_path = load_hf_weights(hf_dir)
     if not shape.tied_output and "lm_head.weight" not in state:

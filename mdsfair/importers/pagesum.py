@@ -125,7 +125,7 @@ def import_pagesum(
     if (settings.get("empty_pages") or AUTHORS_EMPTY_PAGES) not in EMPTY_PAGE_POLICIES:
         raise ImportRefused(f"--empty-pages must be one of {', '.join(EMPTY_PAGE_POLICIES)}")
     config_path, config_dir = config_location(hf_config)
-    shape = bart_shape(read_json(config_path, "the BART configuration (facebook/bart-large-cnn)"), config_path)
+    shape = bart_shape(read_json(config_path, "the BART configuration (facebook/bart-large-cnn)", dict), config_path)
     if settings["page_length"] > shape.max_positions:
         raise ImportRefused(
             f"--page-length {settings['page_length']} exceeds the model's position table "
