@@ -23,6 +23,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.primera_layout import SOURCE_LAYOUTS
 from mdsfair.preprocess.references import MULTI_REFERENCE_MODES
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, add_producer_args
@@ -35,24 +36,6 @@ DESCRIPTION = "Turn raw multi-document JSONL splits into a fairseq data-bin dire
 #: The argument groups of the command's help, in order.
 INPUT_AND_OUTPUT, STRUCTURE, SUBWORDS, SIDE_DATA, RUNNING = (
     "input and output", "structure", "subwords", "side data", "running")
-
-
-def at_least(minimum: int):
-    """An argparse ``type``: an integer of at least ``minimum``; anything else
-    is the parser's one-line error (a size of 0 would empty the data-bin
-    without a word)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
 
 
 def option(default: Any = None, help: Union[str, Callable[[], str]] = "", *, group: str,

@@ -47,6 +47,7 @@ import os
 import random
 import re
 import sys
+from mdsfair.argument_types import at_least
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mdsfair.lexrank import lexrank_scores
@@ -547,21 +548,21 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out-dir", required=True, help="directory to write train.jsonl, valid.jsonl and test.jsonl into")
     parser.add_argument("--seed", type=int, default=1, help="random seed of the clusters (and of the world unless --world-seed is set) (default: 1)")
     parser.add_argument("--world-seed", type=int, default=None, help="seed of the closed world of names and value pools (default: same as --seed)")
-    parser.add_argument("--train", type=int, default=2000, help="number of training clusters (default: 2000)")
-    parser.add_argument("--valid", type=int, default=200, help="number of validation clusters (default: 200)")
-    parser.add_argument("--test", type=int, default=200, help="number of test clusters (default: 200)")
-    parser.add_argument("--num-docs", type=int, default=d["num_docs"], help=f"relevant documents per cluster (default: {d['num_docs']})")
-    parser.add_argument("--distractor-docs", type=int, default=d["distractor_docs"], help=f"distractor documents about other entities per cluster (default: {d['distractor_docs']})")
-    parser.add_argument("--min-facts", type=int, default=d["min_facts"], help=f"minimum facts in a summary (default: {d['min_facts']})")
-    parser.add_argument("--max-facts", type=int, default=d["max_facts"], help=f"maximum facts in a summary, at most {len(SLOT_ORDER)} (default: {d['max_facts']})")
-    parser.add_argument("--min-facts-per-doc", type=int, default=d["min_facts_per_doc"], help=f"minimum topic facts stated by a relevant document (default: {d['min_facts_per_doc']})")
-    parser.add_argument("--max-facts-per-doc", type=int, default=d["max_facts_per_doc"], help=f"maximum topic facts stated by a relevant document (default: {d['max_facts_per_doc']})")
-    parser.add_argument("--min-fact-mentions", type=int, default=d["min_fact_mentions"], help=f"target number of documents stating each fact, capacity permitting (default: {d['min_fact_mentions']})")
-    parser.add_argument("--noise-sentences", type=int, default=d["noise_sentences"], help=f"mean filler sentences per document, varied by +-1 (default: {d['noise_sentences']})")
-    parser.add_argument("--distractor-sentences", type=int, default=d["distractor_sentences"], help=f"sentences about other entities inside each relevant document (default: {d['distractor_sentences']})")
-    parser.add_argument("--max-paragraphs", type=int, default=d["max_paragraphs"], help=f"maximum paragraphs per document (default: {d['max_paragraphs']})")
-    parser.add_argument("--num-names", type=int, default=d["num_names"], help=f"size of the entity name pool of the world (default: {d['num_names']})")
-    parser.add_argument("--report", type=int, default=0, metavar="N", help="after writing, print ROUGE of Lead, LexRank and oracle proxies on N test clusters (default: 0, off)")
+    parser.add_argument("--train", type=at_least(0), default=2000, help="number of training clusters (default: 2000)")
+    parser.add_argument("--valid", type=at_least(0), default=200, help="number of validation clusters (default: 200)")
+    parser.add_argument("--test", type=at_least(0), default=200, help="number of test clusters (default: 200)")
+    parser.add_argument("--num-docs", type=at_least(1), default=d["num_docs"], help=f"relevant documents per cluster (default: {d['num_docs']})")
+    parser.add_argument("--distractor-docs", type=at_least(0), default=d["distractor_docs"], help=f"distractor documents about other entities per cluster (default: {d['distractor_docs']})")
+    parser.add_argument("--min-facts", type=at_least(1), default=d["min_facts"], help=f"minimum facts in a summary (default: {d['min_facts']})")
+    parser.add_argument("--max-facts", type=at_least(1), default=d["max_facts"], help=f"maximum facts in a summary, at most {len(SLOT_ORDER)} (default: {d['max_facts']})")
+    parser.add_argument("--min-facts-per-doc", type=at_least(1), default=d["min_facts_per_doc"], help=f"minimum topic facts stated by a relevant document (default: {d['min_facts_per_doc']})")
+    parser.add_argument("--max-facts-per-doc", type=at_least(1), default=d["max_facts_per_doc"], help=f"maximum topic facts stated by a relevant document (default: {d['max_facts_per_doc']})")
+    parser.add_argument("--min-fact-mentions", type=at_least(1), default=d["min_fact_mentions"], help=f"target number of documents stating each fact, capacity permitting (default: {d['min_fact_mentions']})")
+    parser.add_argument("--noise-sentences", type=at_least(0), default=d["noise_sentences"], help=f"mean filler sentences per document, varied by +-1 (default: {d['noise_sentences']})")
+    parser.add_argument("--distractor-sentences", type=at_least(0), default=d["distractor_sentences"], help=f"sentences about other entities inside each relevant document (default: {d['distractor_sentences']})")
+    parser.add_argument("--max-paragraphs", type=at_least(1), default=d["max_paragraphs"], help=f"maximum paragraphs per document (default: {d['max_paragraphs']})")
+    parser.add_argument("--num-names", type=at_least(1), default=d["num_names"], help=f"size of the entity name pool of the world (default: {d['num_names']})")
+    parser.add_argument("--report", type=at_least(0), default=0, metavar="N", help="after writing, print ROUGE of Lead, LexRank and oracle proxies on N test clusters (default: 0, off)")
     return parser
 
 

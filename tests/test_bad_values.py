@@ -36,3 +36,35 @@ def test_preprocess_refuses_a_bad_size_in_one_line_and_writes_nothing(raw, tmp_p
     assert len(errors) == 1 and errors[0].startswith("mdsfair-preprocess: error: argument " + flag)
     assert message in errors[0]
     assert not os.path.exists(destdir)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train", "-3"], "argument --train: must be at least 0, got -3"),
+    (["--valid", "-1"], "argument --valid: must be at least 0, got -1"),
+    (["--num-docs", "0"], "argument --num-docs: must be at least 1, got 0"),
+    (["--max-paragraphs", "0"], "argument --max-paragraphs: must be at least 1, got 0"),
+    (["--noise-sentences", "-2"], "argument --noise-sentences: must be at least 0, got -2"),
+])
+def test_synth_refuses_negative_counts(tmp_path, capsys, argv, message):
+    from mdsfair.preprocess.synthetic import cli_main
+
+    out_dir = str(tmp_path / "synth")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["--out-dir", out_dir, *argv])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == [f"mdsfair-synth: error: {message}"]
+    assert not os.path.exists(out_dir)
+
+
+@pytest.mark.parametrize("damping", ["2", "1", "0", "-0.5", "nan"])
+def test_baseline_refuses_a_damping_outside_0_1(raw, tmp_path, capsys, damping):
+    from mdsfair.evaluation.baselines import cli_main
+
+    out = str(tmp_path / "lexrank.txt")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["lexrank", "--input", os.path.join(raw, "test.jsonl"), "--output", out, "--damping", damping])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"argument --damping: must lie in (0, 1), got {damping}" in errors[0]
+    assert not os.path.exists(out)

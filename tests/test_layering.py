@@ -17,7 +17,7 @@ from tests.utils import REPO_ROOT
 #: Layers from the bottom up; a module belongs to the layer of its longest
 #: listed prefix and may import modules of its own layer or of lower ones.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("foundation", ("mdsfair", "mdsfair._autoimport", "mdsfair.text", "mdsfair.raw_contract", "mdsfair.lexrank",
+    ("foundation", ("mdsfair", "mdsfair._autoimport", "mdsfair.argument_types", "mdsfair.text", "mdsfair.raw_contract", "mdsfair.lexrank",
                     "mdsfair.data", "mdsfair.checkpoint_loading", "mdsfair.checkpoints", "mdsfair.fairseq_patches")),
     ("modules", ("mdsfair.modules",)),
     ("generation", ("mdsfair.generation",)),

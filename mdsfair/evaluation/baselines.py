@@ -59,6 +59,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
+from mdsfair.argument_types import number_between
 from mdsfair.data.manifest import atomic_text_file
 from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
 from mdsfair.raw_contract import InputFormatError, cluster_references, decode_cluster_line, iter_raw_lines
@@ -501,7 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})")
     lexrank_group.add_argument("--max-words", type=int, help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)")
     lexrank_group.add_argument("--threshold", type=float, default=0.1, help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)")
-    lexrank_group.add_argument("--damping", type=float, default=0.85, help="lexrank: PageRank damping factor")
+    lexrank_group.add_argument("--damping", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.85, help="lexrank: PageRank damping factor")
     lexrank_group.add_argument("--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)")
     lexrank_group.add_argument(
         "--redundancy-threshold", type=float,

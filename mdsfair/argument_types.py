@@ -1,0 +1,40 @@
+"""argparse ``type`` functions that range-check a flag's value, shared by
+every mdsfair command (no torch): a bad value is the parser's one-line
+``PROG: error: argument --flag: ...`` and exit status 2, never a traceback
+later and never a silently empty or wrong output."""
+import argparse
+
+
+def at_least(minimum: int):
+    """An integer of at least ``minimum``."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse
+
+
+def number_between(low: float, high: float, low_inclusive: bool = True, high_inclusive: bool = True):
+    """A number in the interval from ``low`` to ``high`` (ends as given)."""
+    interval = f"{'[' if low_inclusive else '('}{low:g}, {high:g}{']' if high_inclusive else ')'}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        above = value >= low if low_inclusive else value > low
+        below = value <= high if high_inclusive else value < high
+        if not (above and below):  # NaN fails both
+            raise argparse.ArgumentTypeError(f"must lie in {interval}, got {text}")
+        return value
+
+    parse.__name__ = f"number in {interval}"
+    return parse
