@@ -44,7 +44,7 @@ mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks.measure import Spread, interleaved_ratio, spread  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from benchmarks.sparse_decoder import DTYPES, encode, synthetic_batch, timed  # noqa: E402
@@ -106,6 +106,29 @@ def write_results(path: str, argv, described: str, options, results) -> None:
         handle.write("\n")
 
 
+def markdown_table(record) -> str:
+    """The documentation's table of a results file (docs/components.md shows
+    it; tests/test_benchmarks.py checks that the page and the file agree)."""
+    lines = [
+        f"`{record['command']}` (commit {record['commit'][:10]}, {record['date'][:10]}; {record['device']}, "
+        f"torch {record['torch']}, {record['dtype']}; median (min-max) of {record['repeats']} interleaved repeats)",
+        "",
+        "| source tokens | model | encoder s | decoding s | whole generation s | decoding vs led | whole vs led |",
+        "|---|---|---|---|---|---|---|",
+    ]
+
+    def cell(values, spec=".1f", suffix=""):
+        return Spread(values["median"], values["minimum"], values["maximum"]).format(spec, suffix)
+
+    for row in record["rows"]:
+        lines.append(
+            f"| {row['source_tokens']:,} | {row['model']} | {cell(row['encoder_s'])} | {cell(row['decoding_s'])} | "
+            f"{cell(row['total_s'])} | {cell(row['decoding_speedup_vs_led'], '.2f', 'x')} | "
+            f"{cell(row['total_speedup_vs_led'], '.2f', 'x')} |"
+        )
+    return "\n".join(lines)
+
+
 def device_description(device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
@@ -138,7 +161,12 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median (min-max); default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--json", metavar="FILE", help="write the results (with command, commit, date, device)")
+    parser.add_argument("--table", metavar="FILE", help="print the documentation's table of a results file and exit")
     options = parser.parse_args(argv)
+    if options.table:
+        with open(options.table, encoding="utf-8") as handle:
+            print(markdown_table(json.load(handle)))
+        return
     for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens", "warmup_steps"):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -68,3 +68,34 @@ def test_baseline_refuses_a_damping_outside_0_1(raw, tmp_path, capsys, damping):
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(errors) == 1 and f"argument --damping: must lie in (0, 1), got {damping}" in errors[0]
     assert not os.path.exists(out)
+
+
+def test_rouge_refuses_an_overlong_summary_up_front_and_the_limit_is_a_flag(tmp_path, capsys):
+    """Issue 34 item 6: a 30,000-word hypothesis line grew ROUGE-1.5.5 to
+    22 GB; it is refused before any scoring, naming the file and line, and
+    --max-summary-words moves the limit (both ways)."""
+    from mdsfair.evaluation.rouge import cli_main
+
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("word " * 30000 + "\nthe second summary\n", encoding="utf-8")
+    ref.write_text("the first reference\nthe second reference\n", encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main([str(hyp), str(ref), "--fast"])
+    assert exit_info.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(errors) == 1 and f"{hyp}: cluster 0 (line 1 of a one-per-line file): the hypothesis has 30,000 " \
+        "words, above --max-summary-words 5,000" in errors[0]
+
+    hyp.write_text("one two three four five six\nthe second summary\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        cli_main([str(hyp), str(ref), "--fast", "--max-summary-words", "5"])
+    assert "the hypothesis has 6 words, above --max-summary-words 5" in capsys.readouterr().err
+    ref.write_text("the first reference is long enough\nthe second reference\n", encoding="utf-8")
+    hyp.write_text("one two\nthe second summary\n", encoding="utf-8")
+    with pytest.raises(SystemExit):
+        cli_main([str(hyp), str(ref), "--fast", "--max-summary-words", "5"])
+    assert f"{ref}: cluster 0: a reference has 6 words, above --max-summary-words 5" in capsys.readouterr().err
+    assert cli_main([str(hyp), str(ref), "--fast", "--max-summary-words", "6"]) == 0
+    with pytest.raises(SystemExit):
+        cli_main([str(hyp), str(ref), "--max-summary-words", "0"])
+    assert "argument --max-summary-words: must be at least 1, got 0" in capsys.readouterr().err

@@ -61,6 +61,7 @@ import logging
 import sys
 from typing import Dict, List, Optional, Sequence, Union
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.manifest import ManifestError, write_json_atomic
 from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
 from mdsfair.evaluation.inputs import RougeInputError, read_lines
@@ -234,6 +235,40 @@ def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int
     return wordless
 
 
+#: The longest summary (in whitespace-separated words) scored unless
+#: --max-summary-words raises it: ROUGE-1.5.5's memory grows with the square of
+#: a summary's length (a 30,000-word line grew the Perl scorer to 22 GB) and
+#: rouge-score's LCS with the product of the two lengths. The longest
+#: references of the supported data sets are far below it (Multi-News about
+#: 260 words, GovReport about 550, arXiv/PubMed abstracts about 200-300).
+MAX_SUMMARY_WORDS = 5000
+
+
+def check_summary_lengths(hypotheses: Sequence[str], references: Sequence[Sequence[str]], hyp_path: str,
+                          ref_source, limit: int) -> None:
+    """Refuse, before any scoring, a hypothesis or reference of more than
+    ``limit`` words, naming its file and cluster."""
+    for index, hypothesis in enumerate(hypotheses):
+        words = len(hypothesis.split())
+        if words > limit:
+            raise RougeInputError(
+                f"{hyp_path}: cluster {index} (line {index + 1} of a one-per-line file): the hypothesis has {words:,} "
+                f"words, above --max-summary-words {limit:,}; ROUGE's memory and time grow with the square of a "
+                "summary's length, so it is refused up front (raise the limit to score it anyway)"
+            )
+    if isinstance(ref_source, (list, tuple)):
+        ref_source = ref_source[0] if len(ref_source) == 1 else f"{ref_source[0]} (and the other reference files)"
+    for index, cluster in enumerate(references):
+        for reference in ([cluster] if isinstance(cluster, str) else cluster):
+            words = len(reference.split())
+            if words > limit:
+                raise RougeInputError(
+                    f"{ref_source}: cluster {index}: a reference has {words:,} words, above --max-summary-words "
+                    f"{limit:,}; ROUGE's memory and time grow with the square of a summary's length, so it is "
+                    "refused up front (raise the limit to score it anyway)"
+                )
+
+
 def score_files(
     hyp_path: str,
     ref_paths: Optional[Union[str, Sequence[str]]] = None,
@@ -251,6 +286,7 @@ def score_files(
     expected: Optional[int] = None,
     target_lines: bool = False,
     convention: Optional[str] = None,
+    max_summary_words: int = MAX_SUMMARY_WORDS,
 ) -> Dict[str, Dict]:
     """ROUGE of a hypothesis file against its references.
 
@@ -270,6 +306,8 @@ def score_files(
         convention: a preset of :mod:`mdsfair.evaluation.conventions` (a
             paper's scorer and settings); ``None``, ``mdsfair`` or
             ``mdsfair-fast``: mdsfair's own (``fast`` picks between these two).
+        max_summary_words: summaries longer than this are refused before
+            scoring (:data:`MAX_SUMMARY_WORDS`).
 
     Returns:
         See :func:`score_sentences`; ``info`` also names the files and the convention.
@@ -279,6 +317,7 @@ def score_files(
         hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
         data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
     )
+    check_summary_lengths(hypotheses, references, hyp_path, sources.get("references") or ref_paths, max_summary_words)
     sources["wordless_references"] = warn_wordless_references(references, sources.get("references") or ref_paths)
     if convention == "mdsfair-fast":
         fast = True
@@ -412,6 +451,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--json", metavar="PATH", help="also write all scores (fractions in [0, 1]) as JSON here")
     parser.add_argument(
+        "--max-summary-words", type=at_least(1), default=MAX_SUMMARY_WORDS, metavar="N",
+        help=f"refuse, before scoring, a hypothesis or reference of more than N words: ROUGE's memory and time "
+             f"grow with the square of a summary's length (default: {MAX_SUMMARY_WORDS:,})",
+    )
+    parser.add_argument(
         "--per-cluster", metavar="FILE",
         help="write every cluster's R/P/F per metric here, by cluster id: JSONL (FILE.jsonl) or CSV (FILE.csv) "
         "(also added to --json); see docs/evaluation.md for how their mean relates to the reported average",
@@ -486,6 +530,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             expected=args.expected,
             target_lines=args.target_lines,
             convention=args.convention,
+            max_summary_words=args.max_summary_words,
         )
         if args.per_cluster:
             from mdsfair.evaluation.per_cluster import write_per_cluster
