@@ -548,6 +548,9 @@ def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
         if args.arch == "primera":
             assert layouts[argv[0]] == "primera" and "--per-document-budget" not in argv and args.lr == [3e-5]
             assert (args.warmup_updates, int(args.total_num_update), args.update_freq) == (1000, 50000, [4])
+            # PRIMERA keeps the checkpoint with the best validation avgr, decoded with beam 1
+            assert args.eval_rouge and args.best_checkpoint_metric == "rouge_avg"
+            assert args.maximize_best_checkpoint_metric and json.loads(args.eval_rouge_args)["beam"] == 1
         else:
             assert args.lr == [5e-5] and args.lr_scheduler == "fixed" and args.global_attention == "first"
     args = options.parse_args_and_arch(options.get_generation_parser(), generate[0])

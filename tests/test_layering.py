@@ -39,6 +39,10 @@ ALLOWED_UPWARD = {
     # messages and the README name) runs its command, which lives in the
     # applications layer: only in the file's __main__ block.
     ("mdsfair.checkpoints", "mdsfair.checkpoints_cli"),
+    # The task's --eval-rouge scores validation summaries with the evaluation
+    # layer's scorer, as fairseq's translation task scores --eval-bleu with
+    # sacrebleu: imported when the flag is on, never at import.
+    ("mdsfair.tasks.multidoc_summarization", "mdsfair.evaluation.validation_rouge"),
 }
 
 

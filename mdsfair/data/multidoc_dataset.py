@@ -404,6 +404,9 @@ class MultiDocSummarizationDataset(FairseqDataset):
             "nsentences": len(samples),
             "net_input": net_input,
         }
+        references = getattr(self, "reference_summaries", None)
+        if references is not None:  # the task's --eval-rouge: every stored reference of each cluster
+            batch["references"] = [references[s["id"]] for s in samples]
         if samples[0].get("target") is not None:
             targets = [s["target"] for s in samples]
             batch["target"] = data_utils.collate_tokens(targets, pad, eos, left_pad=False)

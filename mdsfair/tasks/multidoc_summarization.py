@@ -98,6 +98,25 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
         metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
                           "(saves one pass over the weights per save; see mdsfair/checkpoints.py)"},
     )
+    eval_rouge: bool = field(
+        default=False,
+        metadata={"help": "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 "
+                          "(rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference "
+                          "of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric "
+                          "rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps"},
+    )
+    eval_rouge_args: str = field(
+        default='{"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0}',
+        metadata={"help": "generation settings of --eval-rouge as JSON (fairseq-generate's names: beam, "
+                          "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size)"},
+    )
+    eval_rouge_convention: str = field(
+        default="mdsfair-fast",
+        metadata={"help": "the ROUGE of --eval-rouge: mdsfair-fast (rouge-score with mdsfair's sentence "
+                          "splitting and stemming) or a convention scored by rouge-score (mdsfair-rouge "
+                          "--list-conventions); ROUGE-1.5.5's conventions average over bootstrap resamples of "
+                          "the whole set and are refused here"},
+    )
     seed: int = II("common.seed")
     train_subset: str = II("dataset.train_subset")
 
@@ -306,7 +325,47 @@ class MultiDocSummarizationTask(FairseqTask):
             checkpoints.dictionary_check_hook(self.data_fingerprint, lambda: self.cfg.allow_dictionary_mismatch)
         )
         self._trained_model = weakref.ref(model)
+        if self.cfg.eval_rouge:
+            self._build_validation_rouge(model)
         return model
+
+    # ------------------------------------------------------- --eval-rouge
+
+    def _build_validation_rouge(self, model) -> None:
+        """The generator, scorer and subword decoder of ``--eval-rouge``."""
+        import json
+        from argparse import Namespace
+
+        # the evaluation layer's scorer, imported only with --eval-rouge (tests/test_layering.py names it)
+        from mdsfair.evaluation.validation_rouge import ValidationRouge
+        from mdsfair.preprocess.subword import load_encoder_from_manifest
+
+        try:
+            generation = json.loads(self.cfg.eval_rouge_args)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"--eval-rouge-args: not JSON ({error.msg}): {self.cfg.eval_rouge_args!r}") from None
+        if not isinstance(generation, dict):
+            raise ValueError(f"--eval-rouge-args must be a JSON object of generation settings, got "
+                             f"{self.cfg.eval_rouge_args!r}")
+        self._validation_rouge = ValidationRouge(self.cfg.eval_rouge_convention)
+        self._rouge_generator = self.build_generator([model], Namespace(**generation))
+        data_dir = self.cfg.data.split(os.pathsep)[0]
+        self._summary_decoder = load_encoder_from_manifest(data_dir, read_manifest(data_dir)["subword"])
+
+    def _decode_summary(self, tokens: torch.Tensor) -> str:
+        special = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
+        return self._summary_decoder.decode([self.dictionary[t] for t in tokens.tolist() if t not in special])
+
+    def _validation_rouge_logs(self, sample, model) -> Dict[str, float]:
+        """Per metric the sum of the batch's per-cluster F1 (x 100), and the cluster count."""
+        from mdsfair.evaluation.validation_rouge import LOGGED_METRICS
+
+        hypotheses = self.inference_step(self._rouge_generator, [model], sample)
+        texts = [self._decode_summary(beams[0]["tokens"]) for beams in hypotheses]
+        scores = self._validation_rouge.per_cluster_f1(texts, sample["references"])
+        logs = {f"_rouge_{LOGGED_METRICS[metric]}_sum": 100.0 * sum(values) for metric, values in scores.items()}
+        logs["_rouge_clusters"] = len(texts)
+        return logs
 
     def state_dict(self):
         """fairseq stores this in every checkpoint (``task_state``): the
@@ -396,6 +455,10 @@ class MultiDocSummarizationTask(FairseqTask):
         # One line per split; mdsfair-rouge finds the data-bin and split of a
         # fairseq-generate log by this line (REPORT_LINE_RE).
         logger.info(dataset.truncation_report(label=f"split {split} of data-bin {os.path.abspath(data_dir)}"))
+        if self.cfg.eval_rouge and split != (getattr(self.cfg, "train_subset", None) or "train"):
+            from mdsfair.evaluation.validation_rouge import ValidationRouge
+
+            dataset.reference_summaries = ValidationRouge.references(data_dir, split)
         self.datasets[split] = dataset
         return dataset
 
@@ -476,7 +539,38 @@ class MultiDocSummarizationTask(FairseqTask):
         return super().train_step(self._sample_for(model, sample), model, criterion, optimizer, update_num, ignore_grad)
 
     def valid_step(self, sample, model, criterion):
-        return super().valid_step(self._sample_for(model, sample), model, criterion)
+        loss, sample_size, logging_output = super().valid_step(self._sample_for(model, sample), model, criterion)
+        if self.cfg.eval_rouge and sample and "references" in sample:
+            logging_output.update(self._validation_rouge_logs(sample, model))
+        return loss, sample_size, logging_output
+
+    def reduce_metrics(self, logging_outputs, criterion):
+        """fairseq's, plus ``--eval-rouge``'s ROUGE F1 means over the clusters."""
+        super().reduce_metrics(logging_outputs, criterion)
+        if not self.cfg.eval_rouge:
+            return
+        from fairseq.logging import metrics
+
+        clusters = sum(log.get("_rouge_clusters", 0) for log in logging_outputs)
+        if not clusters:
+            return
+        metrics.log_scalar("_rouge_clusters", clusters)
+        names = sorted({key[len("_rouge_"):-len("_sum")] for log in logging_outputs for key in log
+                        if key.startswith("_rouge_") and key.endswith("_sum")})
+        for name in names:
+            metrics.log_scalar(f"_rouge_{name}_sum", sum(log.get(f"_rouge_{name}_sum", 0.0) for log in logging_outputs))
+
+            def mean(meters, name=name):
+                return round(meters[f"_rouge_{name}_sum"].sum / meters["_rouge_clusters"].sum, 2)
+
+            metrics.log_derived(name, mean)
+        if {"rouge_1", "rouge_2", "rouge_l"} <= set(names):
+            # PRIMERA's checkpoint metric avgr (allenai/PRIMER script/primer_hf_main.py)
+            def average(meters):
+                return round(sum(meters[f"_rouge_{name}_sum"].sum for name in ("rouge_1", "rouge_2", "rouge_l"))
+                             / (3 * meters["_rouge_clusters"].sum), 2)
+
+            metrics.log_derived("rouge_avg", average)
 
     # ------------------------------------------------------- generation
 
