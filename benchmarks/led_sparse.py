@@ -90,10 +90,14 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     return lambda: timed_generator.generate([model], sample)
 
 
-def write_results(path: str, argv, described: str, options, results) -> None:
+def current_commit() -> str:
+    """The checkout's commit, read when the run starts (the code it measures)."""
+    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+
+
+def write_results(path: str, argv, described: str, options, results, commit: str) -> None:
     """The results so far, with the command, commit, date and device (rewritten after every source length)."""
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                            cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
     record = {
         "command": "python benchmarks/led_sparse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -178,6 +182,7 @@ def main(argv=None):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but no GPU is visible")
 
+    commit = current_commit()
     dictionary = Dictionary()
     for index in range(options.vocab_size - len(dictionary)):
         dictionary.add_symbol(f"w{index}")
@@ -232,7 +237,7 @@ def main(argv=None):
                   f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
                   f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
         if options.json:
-            write_results(options.json, argv, described, options, results)
+            write_results(options.json, argv, described, options, results, commit)
 
 
 if __name__ == "__main__":

@@ -257,3 +257,18 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
     led_row = record["rows"][0]
     assert led_row["total_speedup_vs_led"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
     assert "led_sparse" in capsys.readouterr().out
+
+
+def test_the_led_sparse_figures_in_the_documentation_are_the_results_file():
+    """docs/components.md shows benchmarks/results/led_sparse_cpu.json as
+    ``benchmarks/led_sparse.py --table`` renders it (command, commit, device
+    and every cell), and the file names its command and device."""
+    from benchmarks import led_sparse
+
+    with open(os.path.join(REPO_ROOT, "benchmarks", "results", "led_sparse_cpu.json"), encoding="utf-8") as f:
+        record = json.load(f)
+    assert record["command"].startswith("python benchmarks/led_sparse.py") and record["device"]
+    assert {row["source_tokens"] for row in record["rows"]} >= {16384}
+    with open(os.path.join(REPO_ROOT, "docs", "components.md"), encoding="utf-8") as f:
+        page = f.read()
+    assert led_sparse.markdown_table(record) in page
