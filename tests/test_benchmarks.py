@@ -269,6 +269,6 @@ def test_the_led_sparse_figures_in_the_documentation_are_the_results_file():
         record = json.load(f)
     assert record["command"].startswith("python benchmarks/led_sparse.py") and record["device"]
     assert {row["source_tokens"] for row in record["rows"]} >= {16384}
-    with open(os.path.join(REPO_ROOT, "docs", "components.md"), encoding="utf-8") as f:
+    with open(os.path.join(REPO_ROOT, "docs/components.md"), encoding="utf-8") as f:
         page = f.read()
     assert led_sparse.markdown_table(record) in page
