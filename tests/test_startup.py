@@ -91,7 +91,7 @@ REGISTRY_CHECK = (
     "'pagesum_bart_large', 'sparse_bart_base', 'hierencdec_bart_large', 'paragraph_ranker', 'primera')))\n"
     "print('criterions', all(c in CRITERION_REGISTRY for c in ('sparse_kl', 'paragraph_ranking')))\n"
     "print('hub', sorted(HUB_ENTRIES) == sorted(['bart', 'dape_transformer', 'hierencdec_bart', 'hiertransformer', "
-    "'led', 'pagesum_bart', 'sparse_bart', 'summarizer', 'transformer']))\n"
+    "'led', 'multidoc_bart', 'pagesum_bart', 'sparse_bart', 'summarizer', 'transformer']))\n"
     "print('checkpoint hooks', getattr(checkpoint_utils.load_checkpoint_to_cpu, '__mdsfair_checked__', False))\n"
     "print('registered', mdsfair.is_registered())\n"
 )
