@@ -29,7 +29,6 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 from types import SimpleNamespace
@@ -44,7 +43,7 @@ mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
-from benchmarks.measure import Spread, interleaved_ratio, spread  # noqa: E402
+from benchmarks.measure import Spread, cpu_model, interleaved_ratio, spread  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from benchmarks.sparse_decoder import DTYPES, encode, synthetic_batch, timed  # noqa: E402
@@ -136,13 +135,7 @@ def markdown_table(record) -> str:
 def device_description(device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    cpu = platform.processor() or "CPU"
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as info:
-            cpu = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {torch.get_num_threads()} threads"
+    return f"{cpu_model()}, {torch.get_num_threads()} threads"
 
 
 def main(argv=None):

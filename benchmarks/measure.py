@@ -29,6 +29,20 @@ from typing import Callable, Dict, List, NamedTuple, Sequence
 import torch
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows:
+    the suite runs on AMD and Intel machines whose figures differ."""
+    import platform
+
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            model = next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return model
+
+
 def current_rss_bytes() -> int:
     """Resident size of this process now."""
     with open("/proc/self/statm") as f:

@@ -53,7 +53,7 @@ from typing import Dict, List, Tuple
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks.measure import cpu_model, interleaved_ratio, spread  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 STAGES = ("structure", "subwords", "side_data", "binarization")
@@ -337,13 +337,7 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
 
 
 def describe_machine() -> str:
-    model = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    return f"{cpu_model()}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main(argv=None):
