@@ -38,3 +38,14 @@ def number_between(low: float, high: float, low_inclusive: bool = True, high_inc
 
     parse.__name__ = f"number in {interval}"
     return parse
+
+
+def os_error_message(error: OSError) -> str:
+    """One line for an ``OSError`` a user's paths cause (a read-only file
+    system, no permission, a full disk, a file where a folder is wanted):
+    the path(s) and the system's reason, without the ``[Errno N]`` prefix."""
+    reason = error.strerror or str(error) or type(error).__name__
+    paths = [p for p in (error.filename, getattr(error, "filename2", None)) if p is not None]
+    if not paths:
+        return reason
+    return f"{' -> '.join(str(p) for p in paths)}: {reason}"

@@ -66,12 +66,19 @@ from typing import TYPE_CHECKING, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 from tqdm import tqdm
 
+from mdsfair.argument_types import os_error_message
 from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
 from mdsfair.data.primera_layout import source_layout_manifest_entry
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
 from mdsfair.preprocess.config import PreprocessConfig
-from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun, copy_into, finish_destdir
+from mdsfair.preprocess.destdir import (
+    DestinationInUseError,
+    DestinationRun,
+    copy_into,
+    finish_destdir,
+    refuse_unusable_destination,
+)
 from mdsfair.preprocess.interrupts import sigint_recorded
 from mdsfair.preprocess.pipeline import ClusterEncoder
 from mdsfair.preprocess.references import MultiReferenceWriter, training_references
@@ -582,8 +589,7 @@ def preprocess_shards(args: PreprocessConfig, splits: Dict[str, str], stage_seco
             f"shards: the DATA path {os.pathsep.join(shard_directories(args.destdir, count))!r} could not be read "
             f"back; choose a --destdir without {os.pathsep!r}"
         )
-    if os.path.exists(args.destdir) and not os.path.isdir(args.destdir):
-        raise DestinationInUseError(f"--destdir {args.destdir} exists and is not a directory")
+    refuse_unusable_destination(args.destdir)
     sharded = sorted(split for split in splits if split in args.train_splits)
     if not sharded:
         raise ValueError(f"--shards {count}: no training split to shard (splits {sorted(splits)}, --train-splits "
@@ -713,6 +719,9 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
         reports = preprocess(args)
     except (InputFormatError, FileNotFoundError, OverflowError, ValueError, DestinationInUseError) as e:
         print(f"mdsfair-preprocess: error: {e}", file=sys.stderr)
+        raise SystemExit(1)
+    except OSError as e:  # a read-only file system, no permission, a full disk: the path and the reason
+        print(f"mdsfair-preprocess: error: {os_error_message(e)}", file=sys.stderr)
         raise SystemExit(1)
     except KeyboardInterrupt:
         # preprocess() has removed its staging folder and released the lock on the way out

@@ -171,8 +171,11 @@ def _describe_owner(owner: Dict) -> str:
 class DestinationLock:
     """``DESTDIR/.mdsfair.lock``, held by this process (see the module docstring)."""
 
-    def __init__(self, dest: str, break_stale: bool = False):
+    def __init__(self, dest: str, break_stale: bool = False, program: str = "mdsfair-preprocess",
+                 label: str = "--destdir"):
         self.dest = dest
+        self.program, self.label = program, label
+        self.program_with_article = ("an " if program[:1] in "aeioum" else "a ") + program
         self.path = os.path.join(dest, LOCK_NAME)
         started = time.time()
         self.owner = {
@@ -180,7 +183,7 @@ class DestinationLock:
             "host": socket.gethostname(),
             "started": _now(),
             "started_epoch": started,
-            "command": " ".join(["mdsfair-preprocess"] + sys.argv[1:])[:1000],
+            "command": " ".join([program] + sys.argv[1:])[:1000],
             "staging": f"{STAGING_PREFIX}{os.getpid()}-{int(started * 1000)}",
         }
         self._acquire(break_stale)
@@ -194,20 +197,20 @@ class DestinationLock:
                 owner = _read_lock(self.path)
                 if owner is None:
                     raise DestinationLockedError(
-                        f"--destdir {self.dest} is locked by {self.path}, which cannot be read (another "
-                        "mdsfair-preprocess is creating it right now, or it is damaged); if no run is going on "
+                        f"{self.label} {self.dest} is locked by {self.path}, which cannot be read (another "
+                        f"{self.program} is creating it right now, or it is damaged); if no run is going on "
                         f"there, remove {self.path} and run again"
                     ) from None
                 state = lock_owner_state(owner)
                 if state == "running":
                     raise DestinationLockedError(
-                        f"--destdir {self.dest} is in use by another mdsfair-preprocess run: "
+                        f"{self.label} {self.dest} is in use by another {self.program} run: "
                         f"{_describe_owner(owner)}; lock file {self.path}. Wait for it to finish (or stop it), "
-                        "or choose another --destdir"
+                        f"or choose another {self.label}"
                     ) from None
                 if state == "other-host":
                     raise DestinationLockedError(
-                        f"--destdir {self.dest} is locked by an mdsfair-preprocess run on another host: "
+                        f"{self.label} {self.dest} is locked by {self.program_with_article} run on another host: "
                         f"{_describe_owner(owner)}; lock file {self.path}. This host cannot tell whether it "
                         f"still runs: if it does not, remove {self.path} (and "
                         f"{os.path.join(self.dest, str(owner.get('staging', STAGING_PREFIX + '*')))}) by hand"
@@ -216,7 +219,7 @@ class DestinationLock:
                 if not break_stale:
                     leftover = f" and its partial output {staging}" if staging and os.path.exists(staging) else ""
                     raise DestinationLockedError(
-                        f"--destdir {self.dest} has a stale lock {self.path}: the run that made it "
+                        f"{self.label} {self.dest} has a stale lock {self.path}: the run that made it "
                         f"({_describe_owner(owner)}) is no longer running (killed or crashed). Nothing was "
                         f"changed. Give --break-stale-lock to remove the lock{leftover} and go on, or remove "
                         "them yourself"
@@ -228,7 +231,7 @@ class DestinationLock:
                 handle.flush()
                 os.fsync(handle.fileno())
             return
-        raise DestinationLockedError(f"--destdir {self.dest}: could not take the lock {self.path} (contended)")
+        raise DestinationLockedError(f"{self.label} {self.dest}: could not take the lock {self.path} (contended)")
 
     def _staging_of(self, owner: Dict) -> Optional[str]:
         name = owner.get("staging")
@@ -277,7 +280,7 @@ def _listing(names: List[str], limit: int = 20) -> str:
     return shown + (f", ... ({len(names)} entries in all)" if len(names) > limit else "")
 
 
-def _refuse_unusable_manifest(dest: str, error: ManifestError) -> DestinationInUseError:
+def _refuse_unusable_manifest(dest: str, error: ManifestError, label: str = "--destdir") -> DestinationInUseError:
     """The refusal of a ``--destdir`` whose manifest (or swap journal) cannot
     say which files are mdsfair's: damaged, malformed or naming files outside
     the folder. ``--overwrite`` then removes nothing; the message lists what
@@ -285,12 +288,12 @@ def _refuse_unusable_manifest(dest: str, error: ManifestError) -> DestinationInU
     entries = sorted(name for name in os.listdir(dest) if name != LOCK_NAME)
     what_to_do = "" if isinstance(error, DamagedManifestError) else f"; {restore_hint(dest)}"
     return DestinationInUseError(
-        f"--destdir {dest}: {error}{what_to_do}. Nothing was removed; it holds {len(entries)} entries: "
+        f"{label} {dest}: {error}{what_to_do}. Nothing was removed; it holds {len(entries)} entries: "
         f"{_listing(entries)}"
     )
 
 
-def owned_files(dest: str) -> Optional[Set[str]]:
+def owned_files(dest: str, label: str = "--destdir") -> Optional[Set[str]]:
     """The files of ``dest`` an earlier mdsfair run lists as its own (its
     manifest's ``files``, or :func:`data_bin_files` of an older manifest,
     plus an unfinished swap's journal); None when no manifest or journal
@@ -305,13 +308,13 @@ def owned_files(dest: str) -> Optional[Set[str]]:
         try:
             manifest = read_manifest(dest)  # checks every name it lists: plain file names inside dest
         except ManifestError as error:
-            raise _refuse_unusable_manifest(dest, error) from None
+            raise _refuse_unusable_manifest(dest, error, label) from None
         listed = manifest.get("files") or data_bin_files(manifest, trained_spm_vocab=True)
         outside = [f"{name!r}" for name in listed if not is_plain_file_name(name)]
         if outside:  # a name derived from the manifest's entries (split.stream.bin, spm.vocab)
             raise _refuse_unusable_manifest(dest, ManifestError(
                 f"{manifest_path}: refusing a manifest whose file names leave the data-bin directory: "
-                f"{', '.join(outside)}"))
+                f"{', '.join(outside)}"), label)
         owned = set(listed) | {MANIFEST_NAME}
     journal_path = os.path.join(dest, JOURNAL_NAME)
     if os.path.exists(journal_path):
@@ -326,29 +329,30 @@ def owned_files(dest: str) -> Optional[Set[str]]:
         if outside:
             raise _refuse_unusable_manifest(dest, ManifestError(
                 f"{journal_path}: refusing a swap journal whose file names leave the data-bin directory: "
-                f"{', '.join(outside)}"))
+                f"{', '.join(outside)}"), label)
         owned = (owned or set()) | set(names) | {JOURNAL_NAME}
     return owned
 
 
-def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str]) -> Set[str]:
+def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str], program: str = "mdsfair-preprocess",
+                      label: str = "--destdir") -> Set[str]:
     """Refuse a ``--destdir`` in use (module docstring); returns the names
     ``--overwrite`` may remove (files an earlier manifest lists, never an
     input file of this run)."""
     entries = sorted(name for name in os.listdir(dest) if name != LOCK_NAME)
     if not entries:
         return set()
-    owned = owned_files(dest)
+    owned = owned_files(dest, label)
     if owned is None:
         raise DestinationInUseError(
-            f"--destdir {dest} is not empty and holds no {MANIFEST_NAME}, so mdsfair-preprocess did not write it; "
-            f"it holds {len(entries)} entries: {_listing(entries)}. mdsfair-preprocess writes only into an empty "
-            "or new directory, or replaces a data-bin it wrote itself: choose another --destdir (or move those "
+            f"{label} {dest} is not empty and holds no {MANIFEST_NAME}, so {program} did not write it; "
+            f"it holds {len(entries)} entries: {_listing(entries)}. {program} writes only into an empty "
+            f"or new directory, or replaces what it wrote itself: choose another {label} (or move those "
             "files away)"
         )
     if not overwrite:
         raise DestinationInUseError(
-            f"--destdir {dest} is not empty (it holds a data-bin: {_listing(entries, 5)}). Files of an earlier run "
+            f"{label} {dest} is not empty (it holds a data-bin: {_listing(entries, 5)}). Files of an earlier run "
             "would be left beside the new dictionary; give --overwrite to replace the data-bin (only the files "
             f"its {MANIFEST_NAME} lists are removed; other files stay) or choose an empty directory"
         )
@@ -370,6 +374,16 @@ def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str]) -> 
 # ------------------------------------------------------------------ run
 
 
+def refuse_unusable_destination(dest: str, label: str = "--destdir") -> None:
+    """Refuse a destination that is a file, or a symbolic link to nothing
+    (which ``os.makedirs`` would report as "File exists")."""
+    if os.path.islink(dest) and not os.path.exists(dest):
+        raise DestinationInUseError(f"{label} {dest} is a symbolic link to {os.readlink(dest)}, which does not "
+                                    "exist; create that directory or remove the link")
+    if os.path.exists(dest) and not os.path.isdir(dest):
+        raise DestinationInUseError(f"{label} {dest} exists and is not a directory")
+
+
 class DestinationRun:
     """A run's hold on ``--destdir``: lock, ownership check and staging
     folder on entry; :meth:`commit` moves the finished files in; leaving
@@ -377,8 +391,9 @@ class DestinationRun:
     this run created ``--destdir``, the directory; the lock is released in
     every case."""
 
-    def __init__(self, args):
+    def __init__(self, args, program: str = "mdsfair-preprocess", label: str = "--destdir"):
         self.args = args
+        self.program, self.label = program, label
         self.dest = args.destdir
         self.created = False
         self.committed = False
@@ -387,14 +402,14 @@ class DestinationRun:
 
     def __enter__(self) -> "DestinationRun":
         dest = self.dest
-        if os.path.exists(dest) and not os.path.isdir(dest):
-            raise DestinationInUseError(f"--destdir {dest} exists and is not a directory")
+        refuse_unusable_destination(dest, self.label)
         if not os.path.isdir(dest):
             os.makedirs(dest)
             self.created = True
         try:
-            self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False))
-            self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args))
+            self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False), self.program, self.label)
+            self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args), self.program,
+                                               self.label)
             os.mkdir(self.staging)
         except BaseException:
             self._clean_up()

@@ -16,6 +16,7 @@ from __future__ import annotations  # fairseq's Dictionary only in annotations: 
 import abc
 import itertools
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -229,6 +230,21 @@ def train_sentencepiece(
     import sentencepiece as spm
 
     spm.set_random_generator_seed(seed)
+    try:
+        _train(spm, texts, model_prefix, vocab_size, model_type, character_coverage, max_sentences)
+    except RuntimeError as error:
+        needed = re.search(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)", str(error))
+        if not needed:
+            raise
+        raise ValueError(
+            f"--vocab-size {vocab_size} is below the {needed.group(2)} pieces SentencePiece needs for every "
+            f"character of its training text and <unk>; give "
+            f"--vocab-size {needed.group(2)} or more"
+        ) from None
+    return model_prefix + ".model"
+
+
+def _train(spm, texts, model_prefix, vocab_size, model_type, character_coverage, max_sentences) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
         model_prefix=model_prefix,
@@ -247,7 +263,6 @@ def train_sentencepiece(
         num_threads=os.cpu_count() or 1,
         minloglevel=2,
     )
-    return model_prefix + ".model"
 
 
 def dictionary_from_sentencepiece(encoder: SentencePieceEncoder, padding_factor: int = 8) -> Dictionary:
