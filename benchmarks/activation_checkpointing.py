@@ -24,6 +24,7 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results  # noqa: E402
 from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, spread  # noqa: E402
 
 #: One architecture per system at base dimensions, with its training task and criterion.
@@ -89,16 +90,6 @@ def measure(config: dict) -> dict:
     return {"peak_mib": measured["peak_mib"], "source_tokens": int(sample["net_input"]["src_tokens"].numel())}
 
 
-def device_name(device: str) -> str:
-    import platform
-
-    import torch
-
-    if device == "cuda":
-        return torch.cuda.get_device_name()
-    return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--archs", nargs="+", default=list(SYSTEMS), help="architectures to measure")
@@ -107,12 +98,16 @@ def main(argv=None):
     parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
     parser.add_argument("--data", help="a data-bin with dep_head/dep_rel side data (default: synthesized)")
+    results.add_argument(parser)
     args = parser.parse_args(argv)
+    record = results.ResultsFile(args.json, "activation_checkpointing", argv, args.device, args.repeats,
+                                 dtype="fp32", batch_size=1, threads=args.threads) if args.json else None
+    rows = []
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
         args.data = make_data(work.name)
-    print(f"device: {device_name(args.device)}; one training step, batch 1, fp32")
+    print(f"device: {results.device_name(args.device)}; one training step, batch 1, fp32")
     print(f"{'architecture':<22} {'tokens':>6} {'plain MiB':>22} {'checkpointed MiB':>22} {'ratio':>6}")
     for arch in args.archs:
         peaks = {(): [], ("--checkpoint-activations",): []}
@@ -129,6 +124,11 @@ def main(argv=None):
         ratio = statistics.median(checkpointed) / statistics.median(plain)
         print(f"{arch:<22} {tokens:>6} {spread(plain).format('.0f'):>22} {spread(checkpointed).format('.0f'):>22} "
               f"{ratio:>6.2f}", flush=True)
+        rows.append({"arch": arch, "source_tokens": tokens, "plain_mib": results.spread_cell(spread(plain)),
+                     "checkpointed_mib": results.spread_cell(spread(checkpointed)),
+                     "checkpointed_vs_plain": ratio})
+        if record:
+            record.write(rows)
     if work is not None:
         work.cleanup()
 

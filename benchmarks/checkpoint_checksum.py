@@ -36,6 +36,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results  # noqa: E402
 from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
 
 #: BART's released vocabulary (GPT-2 BPE symbols plus fairseq's 4 specials).
@@ -92,6 +93,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed repeats after one warm-up (median, min, max)")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--work-dir", help="directory the checkpoint is written to (default: a temporary one)")
+    results.add_argument(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
@@ -99,6 +101,8 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
+    record = results.ResultsFile(args.json, "checkpoint_checksum", argv, "cpu", args.repeats,
+                                 arch=args.arch, vocab_size=args.vocab_size) if args.json else None
     with tempfile.TemporaryDirectory(prefix="mdsfair-checksum-bench-", dir=args.work_dir) as work_dir:
         state, parameters = build_state(args.arch, args.vocab_size, args.model_args, work_dir)
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
@@ -117,6 +121,13 @@ def main(argv=None):
         print(f"  {name:<9} {spread(values).format('.2f', ' s')}")
     print(f"  checksum / save  {interleaved_ratio(columns['checksum'], columns['save']).format('.2f', 'x')}")
     print(f"  verify / load    {interleaved_ratio(columns['verify'], columns['load']).format('.2f', 'x')}")
+    if record:
+        record.write([{"step": name, "seconds": results.spread_cell(spread(values))} for name, values in columns.items()]
+                     + [{"step": "checksum / save",
+                         "ratio": results.spread_cell(interleaved_ratio(columns["checksum"], columns["save"]))},
+                        {"step": "verify / load",
+                         "ratio": results.spread_cell(interleaved_ratio(columns["verify"], columns["load"]))}],
+                     parameters=parameters, checkpoint_mib=size / 2**20)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
+from benchmarks import results  # noqa: E402
 from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
@@ -152,6 +153,7 @@ def parse_args(argv=None):
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default 8 cuda, 4 cpu)")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed steps per system and length (median (min-max) reported; default 3)")
+    results.add_argument(parser)
     parser.add_argument("--measure-one", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.repeats < 1:
@@ -183,6 +185,10 @@ def main(argv=None):
           f"{opts.heads} heads, batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; "
           f"torch {torch.__version__}")
     run = measure if opts.device == "cuda" else measure_in_subprocess
+    record = results.ResultsFile(opts.json, "dape_transformer", argv, opts.device, opts.repeats, dtype=opts.dtype,
+                                 batch_size=opts.batch_size, embed_dim=opts.embed_dim, layers=opts.layers,
+                                 heads=opts.heads, doc_tokens=opts.doc_tokens) if opts.json else None
+    rows = []
     print("one training step (forward + backward); ratios against the stock fairseq transformer of the same run")
     print(f"{'tokens':>6} {'system':>16} {'seconds':>21} {'time ratio':>18} {'peak MiB':>9} {'mem ratio':>9}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
@@ -197,6 +203,16 @@ def main(argv=None):
             time_ratio = separate_ratio(result["seconds_each"], baseline["seconds_each"]).format(".2f", "x")
             print(f"{num_tokens:>6} {system:>16} {seconds:>21} {time_ratio:>18} {result['peak_mib']:>9.1f} "
                   f"{result['peak_mib'] / max(baseline['peak_mib'], 1e-9):>8.2f}x")
+            rows.append({
+                "source_tokens": num_tokens, "system": system,
+                "seconds": results.spread_cell(spread(result["seconds_each"])),
+                "time_vs_transformer": results.spread_cell(
+                    separate_ratio(result["seconds_each"], baseline["seconds_each"])),
+                "peak_mib": result["peak_mib"],
+                "memory_vs_transformer": result["peak_mib"] / max(baseline["peak_mib"], 1e-9),
+            })
+            if record:
+                record.write(rows)
 
 
 if __name__ == "__main__":

@@ -59,7 +59,8 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.activation_checkpointing import SYSTEMS, device_name, measure  # noqa: E402
+from benchmarks import results  # noqa: E402
+from benchmarks.activation_checkpointing import SYSTEMS, measure  # noqa: E402
 from benchmarks.measure import in_fresh_process, spread  # noqa: E402
 
 #: Each system at base and large dimensions (DAPE's paper model is a base
@@ -140,10 +141,43 @@ def count_parameters(config: dict) -> dict:
             "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
 
 
-def save_measurements(path: str, measured) -> None:
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump({f"{arch}/{dtype}/{'checkpointed' if checkpointed else 'plain'}": runs
-                   for (arch, dtype, checkpointed), runs in measured.items()}, handle, indent=1)
+def read_measurements(path: str) -> Dict[Tuple[str, str, bool], Dict[int, List[float]]]:
+    """The runs of a ``--measurements`` file: ``(arch, dtype, checkpointed) ->
+    {length: [MiB of each run]}``. The file is a results file
+    (:mod:`benchmarks.results`: one row per cell with its runs); the older
+    form, ``{"arch/dtype/variant": {"length": [runs]}}``, is read too."""
+    with open(path, encoding="utf-8") as handle:
+        stored = json.load(handle)
+    measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
+    if "rows" in stored:
+        for row in stored["rows"]:
+            key = (row["arch"], row["dtype"], row["variant"] == "checkpointed")
+            measured.setdefault(key, {})[int(row["source_tokens"])] = list(row["runs"])
+        return measured
+    for key, runs in stored.items():
+        arch, dtype, variant = key.split("/")
+        measured[(arch, dtype, variant == "checkpointed")] = {int(n): values for n, values in runs.items()}
+    return measured
+
+
+def save_measurements(path: str, measured, header: "results.ResultsFile") -> None:
+    """The runs as a results file: the header of this run (the commands of
+    earlier runs that measured cells kept under ``earlier_runs``), one row per
+    cell with its runs and their median, min and max."""
+    earlier = []
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as handle:
+            stored = json.load(handle)
+        if "rows" in stored:
+            earlier = stored.get("earlier_runs", [])
+            if stored.get("command") != header.header["command"] or stored.get("date") != header.header["date"]:
+                earlier = earlier + [{key: stored.get(key) for key in ("command", "commit", "date", "device")}]
+    rows = [{"arch": arch, "dtype": dtype, "variant": "checkpointed" if checkpointed else "plain",
+             "source_tokens": n, "activation_mib": results.spread_cell(spread(values)), "runs": values}
+            for (arch, dtype, checkpointed), runs in measured.items() for n, values in sorted(runs.items())]
+    header.path = path + ".tmp"
+    header.write(rows, earlier_runs=earlier)
+    header.path = path
     os.replace(path + ".tmp", path)
 
 
@@ -152,14 +186,12 @@ def compare_measurements(first_path: str, second_path: str) -> str:
     ``--measurements`` files both hold (e.g. a GPU run against the CPU
     one), with second / first, for every architecture, dtype, variant and
     length in common."""
-    with open(first_path, encoding="utf-8") as handle:
-        first = json.load(handle)
-    with open(second_path, encoding="utf-8") as handle:
-        second = json.load(handle)
+    first, second = read_measurements(first_path), read_measurements(second_path)
     rows = ["| system | dtype | variant | source tokens | first MiB | second MiB | second / first |",
             "|---|---|---|---:|---:|---:|---:|"]
     for key in sorted(set(first) & set(second)):
-        arch, dtype, variant = key.split("/")
+        arch, dtype, checkpointed = key
+        variant = "checkpointed" if checkpointed else "plain"
         for n in sorted(set(first[key]) & set(second[key]), key=int):
             a, b = statistics.median(first[key][n]), statistics.median(second[key][n])
             rows.append(f"| {arch} | {dtype} | {variant} | {int(n):,} | {a:,.0f} | {b:,.0f} | {b / a:.2f} |")
@@ -257,7 +289,7 @@ def main(argv=None):
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")
         args.data = make_long_data(work.name, max(args.lengths))
-    print(f"device: {device_name(args.device)}; one training step, batch 1, Adam; lengths measured: {args.lengths}; "
+    print(f"device: {results.device_name(args.device)}; one training step, batch 1, Adam; lengths measured: {args.lengths}; "
           f"repeats: {args.repeats}")
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
     parameters: Dict[str, Dict[str, int]] = {}
@@ -273,10 +305,9 @@ def main(argv=None):
         parameters[arch] = counted
         max_source[arch] = counted["max_source"] or 16384
     if args.measurements and os.path.exists(args.measurements):
-        with open(args.measurements, encoding="utf-8") as handle:
-            for key, runs in json.load(handle).items():
-                arch, dtype, variant = key.split("/")
-                measured[(arch, dtype, variant == "checkpointed")] = {int(n): values for n, values in runs.items()}
+        measured.update(read_measurements(args.measurements))
+    header = results.ResultsFile(args.measurements, "memory", argv, args.device, args.repeats, threads=args.threads,
+                                 batch_size=1) if args.measurements else None
     if args.table_only:
         plan = []
     for arch, dtype, n in plan:
@@ -298,11 +329,11 @@ def main(argv=None):
             values = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
             measured.setdefault((arch, dtype, checkpointed), {})[n] = values
             if args.measurements:  # after every measurement: an interrupted run keeps what it measured
-                save_measurements(args.measurements, measured)
+                save_measurements(args.measurements, measured, header)
             print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
                   f"{spread(values).format('.0f', ' MiB')}", flush=True)
-    if args.measurements:
-        save_measurements(args.measurements, measured)
+    if args.measurements and plan:
+        save_measurements(args.measurements, measured, header)
     ratios = [
         statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
         for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"

@@ -172,8 +172,12 @@ def test_memory_fit_gib_measures_only_cells_that_fit_and_shortest_lengths_first(
     assert measured_order == [("small", 2048, False), ("small", 2048, True), ("big", 2048, False),
                               ("big", 2048, True), ("small", 4096, False), ("small", 4096, True)]
     assert "big fp32 plain n=4096: not measured, projected 16.0 GiB > --fit-gib 10" in out
-    saved = json.loads(measurements.read_text())
-    assert "4096" in saved["small/fp32/plain"] and "4096" not in saved["big/fp32/plain"]
+    saved = memory.read_measurements(str(measurements))  # now a results file (benchmarks/results.py)
+    assert 4096 in saved[("small", "fp32", False)] and 4096 not in saved[("big", "fp32", False)]
+    record = json.loads(measurements.read_text())
+    assert record["command"].startswith("python benchmarks/memory.py --archs small big") and record["device"]
+    assert {"arch": "small", "dtype": "fp32", "variant": "plain", "source_tokens": 4096,
+            "activation_mib": {"median": 409.6, "minimum": 409.6, "maximum": 409.6}, "runs": [409.6]} in record["rows"]
     assert re.search(r"^\| big \| 1 M \| 4,096 \| 16\.0 p \|", out, re.M)
     assert re.search(r"^\| small \| 1 M \| 4,096 \| 0\.4 m \|", out, re.M)
 
