@@ -335,14 +335,24 @@ def owned_files(dest: str, label: str = "--destdir") -> Optional[Set[str]]:
 
 
 def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str], program: str = "mdsfair-preprocess",
-                      label: str = "--destdir") -> Set[str]:
+                      label: str = "--destdir", own_names: Iterable[str] = ()) -> Set[str]:
     """Refuse a ``--destdir`` in use (module docstring); returns the names
     ``--overwrite`` may remove (files an earlier manifest lists, never an
     input file of this run)."""
     entries = sorted(name for name in os.listdir(dest) if name != LOCK_NAME)
     if not entries:
         return set()
-    owned = owned_files(dest, label)
+    try:
+        owned = owned_files(dest, label)
+    except DestinationInUseError as error:
+        damaged = os.path.join(dest, MANIFEST_NAME)
+        if not (overwrite and own_names and os.path.isfile(damaged)):
+            raise
+        # A command whose output has fixed names (an import's model folder) replaces those names under a damaged
+        # manifest, as the manifest's restore hint says; nothing else in the folder is touched.
+        owned = set(own_names) & set(entries)
+        logger.warning("--overwrite: %s; replacing only the files %s writes: %s", error, program,
+                       _listing(sorted(owned)))
     if owned is None:
         raise DestinationInUseError(
             f"{label} {dest} is not empty and holds no {MANIFEST_NAME}, so {program} did not write it; "
@@ -409,7 +419,7 @@ class DestinationRun:
         try:
             self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False), self.program, self.label)
             self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args), self.program,
-                                               self.label)
+                                               self.label, getattr(self.args, "own_names", ()))
             os.mkdir(self.staging)
         except BaseException:
             self._clean_up()

@@ -437,7 +437,8 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     train = next(line for line in printed.splitlines() if "fairseq-train" in line)
     assert train.count("--source-layout primera") == 1 and "--per-document-budget" not in train
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
-    assert "already there" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "is not empty" in err and "give --overwrite" in err
     assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),
                         str(tmp_path / "hf")]) == 0
     assert os.path.isfile(str(tmp_path / "hf" / "added_tokens.json"))

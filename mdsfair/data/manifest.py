@@ -134,8 +134,8 @@ def restore_hint(data_dir: str) -> str:
                 f"from); if you put the manifest there yourself, {copy_again}")
     if "model.pt" in names and "spm.model" in names:
         return (f"{data_dir} is a model folder written by mdsfair-import hiersumm: import it again with "
-                f"mdsfair-import hiersumm CKPT SPM_MODEL {folder} (the same arguments as the first time, --cased "
-                f"included); if you put the manifest there yourself, {copy_again}")
+                f"mdsfair-import hiersumm CKPT SPM_MODEL {folder} --overwrite (the same arguments as the first time, "
+                f"--cased included); if you put the manifest there yourself, {copy_again}")
     if any(name.endswith(".pt") for name in names):
         return f"{data_dir} holds checkpoints, so its manifest is a copy: {copy_again}"
     aside = _command_path(os.path.abspath(data_dir) + ".damaged")

@@ -36,6 +36,7 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
+from mdsfair.argument_types import at_least
 from mdsfair.importers import ImportRefused
 
 # fairseq model-config fields copied from BART into the LED namespace.
@@ -75,6 +76,28 @@ def _get(cfg, name, default=None):
     return default if value is None else value
 
 
+def document_separator(dict_path: str) -> int:
+    """The id of ``<doc-sep>`` in the dictionary the model is used with
+    (``--global-attention doc-sep`` makes every ``<doc-sep>`` global); refused
+    when the dictionary has none: the global tokens would never occur."""
+    from fairseq.data import Dictionary
+
+    if not os.path.isfile(dict_path):
+        raise ImportRefused(f"{dict_path}: missing; --global-attention doc-sep needs the dictionary the model is used "
+                            "with (--dict), which must hold <doc-sep>")
+    try:
+        dictionary = Dictionary.load(dict_path)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ImportRefused(f"{dict_path}: not a fairseq dictionary ({error})") from None
+    if "<doc-sep>" not in dictionary.symbols:
+        raise ImportRefused(
+            f"{dict_path}: no <doc-sep> symbol, so --global-attention doc-sep would make no token global but the "
+            "first; give a dictionary with <doc-sep> (mdsfair-preprocess --source-layout primera) or convert with "
+            "--global-attention first or documents"
+        )
+    return dictionary.index("<doc-sep>")
+
+
 def convert_bart_to_led(
     bart_checkpoint: str,
     out_path: str,
@@ -82,6 +105,7 @@ def convert_bart_to_led(
     attention_window: str = "1024",
     global_attention: str = "first",
     overwrite: bool = False,
+    dict_path: Optional[str] = None,
 ) -> Dict:
     """Write ``out_path``; returns a summary with the fairseq-train flags."""
     import mdsfair
@@ -90,15 +114,23 @@ def convert_bart_to_led(
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.bart import BARTModel
 
+    from mdsfair.checkpoints import RECORD_KEY, make_record
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
+    from mdsfair.importers.output import single_file_output
     from mdsfair.importers.hf_led import expected_parameter_names
     from mdsfair.models.led import parse_attention_window
 
     mdsfair.register()  # the led architectures; the checkpoint checks that load fairseq checkpoints on torch >= 2.6
     if not os.path.isfile(bart_checkpoint):
         raise ImportRefused(f"{bart_checkpoint}: missing (the fairseq BART checkpoint, e.g. an mdsfair-import hf-bart model.pt)")
-    if os.path.exists(out_path) and not overwrite:
+    if os.path.isdir(out_path):
+        raise ImportRefused(f"{out_path}: is a directory; give the path of the led checkpoint file to write")
+    if os.path.lexists(out_path) and not overwrite:
         raise ImportRefused(f"{out_path}: already there; pass --overwrite to replace")
+    separator = None
+    if global_attention == "doc-sep":
+        separator = document_separator(dict_path or os.path.join(os.path.dirname(os.path.abspath(bart_checkpoint)),
+                                                                 "dict.txt"))
     state = checkpoint_utils.load_checkpoint_to_cpu(bart_checkpoint)
     cfg = state["cfg"]["model"] if state.get("cfg") is not None else state["args"]
     arch = _get(cfg, "_name") or _get(cfg, "arch")
@@ -138,7 +170,7 @@ def convert_bart_to_led(
         setattr(args, name, bool(_get(cfg, name, True)))
     converted = led_state_from_bart(model_state, max_source_positions)
     rows = converted["encoder.embed_tokens.weight"].size(0)
-    expected = expected_parameter_names(args, rows, None)
+    expected = expected_parameter_names(args, rows, separator)
     missing = sorted(set(expected) - set(converted))
     unexpected = sorted(set(converted) - set(expected))
     wrong = sorted(k for k in set(expected) & set(converted) if tuple(converted[k].shape) != expected[k])
@@ -154,7 +186,12 @@ def convert_bart_to_led(
         converted["decoder.output_projection.weight"] = converted["decoder.embed_tokens.weight"]
     for part in ("encoder", "decoder"):
         converted[f"{part}.version"] = torch.Tensor([3])
-    save_fairseq_checkpoint(out_path, args, converted)
+    # The BART checkpoint's record (the fingerprints of the dictionary and subword files it was trained or
+    # imported with) holds for the converted one too: the same rows mean the same tokens.
+    data = ((state.get("task_state") or {}).get(RECORD_KEY) or {}).get("data")
+    record = make_record(data, converted) if data else None
+    with single_file_output(out_path, overwrite) as temporary:  # a whole file or none (error, Ctrl-C)
+        save_fairseq_checkpoint(temporary, args, converted, record)
     return {"out": out_path, "arch": led_arch, "bart_positions": bart_positions, "copies": -(-max_source_positions // bart_positions),
             "windows": windows, "train_flags": flags}
 
@@ -168,20 +205,22 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("bart_checkpoint", help="fairseq bart_* checkpoint (e.g. OUT_DIR/model.pt of mdsfair-import hf-bart)")
     parser.add_argument("out", help="the led checkpoint to write (for fairseq-train --restore-file)")
-    parser.add_argument("--max-source-positions", type=int, default=16384,
+    parser.add_argument("--max-source-positions", type=at_least(1), default=16384,
                         help="rows of the new encoder position table (default 16384: LED's, BART's 1,024 copied 16 times)")
     parser.add_argument("--attention-window", default="1024",
                         help="Longformer window, one even number or one per encoder layer (default 1024, "
                              "allenai/led-*-16384's)")
     parser.add_argument("--global-attention", choices=("first", "doc-sep", "documents"), default="first",
                         help="global tokens recorded in the checkpoint (default first: LED's)")
+    parser.add_argument("--dict", help="with --global-attention doc-sep: the dictionary the model is used with, which "
+                                       "must hold <doc-sep> (default: dict.txt beside BART_CHECKPOINT)")
     parser.add_argument("--overwrite", action="store_true", help="replace OUT when it exists")
     args = parser.parse_args(argv)
     try:
         summary = convert_bart_to_led(args.bart_checkpoint, args.out, args.max_source_positions, args.attention_window,
-                                      args.global_attention, args.overwrite)
+                                      args.global_attention, args.overwrite, args.dict)
     except ImportRefused as error:
-        print(f"mdsfair-import bart-to-led: {error}", file=sys.stderr)
+        print(f"mdsfair-import bart-to-led: error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {summary['out']} (arch {summary['arch']}): encoder positions {summary['bart_positions']} -> "
           f"{args.max_source_positions} ({summary['copies']} copies), global q/k/v = local q/k/v")

@@ -60,7 +60,21 @@ def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[Lis
         import mdsfair
 
         mdsfair.register()
-    result = getattr(module, entry)(rest)
+    from mdsfair.argument_types import os_error_message
+    from mdsfair.importers import ImportRefused
+
+    try:
+        result = getattr(module, entry)(rest)
+    except ImportRefused as error:
+        print(f"{program} {kind}: error: {error}", file=sys.stderr)
+        return 1
+    except OSError as error:  # a read-only file system, no permission, a full disk: the path and the reason
+        print(f"{program} {kind}: error: {os_error_message(error)}; nothing written", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # the output's staging folder is already removed (mdsfair.importers.output)
+        print(f"{program} {kind}: interrupted; nothing written (the output is as it was before the run)",
+              file=sys.stderr)
+        return 130
     return int(result or 0)
 
 

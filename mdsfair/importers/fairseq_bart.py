@@ -42,7 +42,7 @@ import argparse
 import logging
 import os
 import warnings
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -89,10 +89,19 @@ def checkpoint_state(args: argparse.Namespace, model_state: Dict[str, torch.Tens
     }
 
 
-def save_fairseq_checkpoint(path: str, args: argparse.Namespace, model_state: Dict[str, torch.Tensor]) -> str:
-    """Write ``model_state`` with ``args`` as a fairseq checkpoint at ``path``."""
+def save_fairseq_checkpoint(path: str, args: argparse.Namespace, model_state: Dict[str, torch.Tensor],
+                            record: Optional[Dict] = None) -> str:
+    """Write ``model_state`` with ``args`` as a fairseq checkpoint at ``path``;
+    ``record`` (:func:`mdsfair.importers.output.import_record`: the
+    fingerprints of the dictionary and subword files, the weights' checksum)
+    goes where a checkpoint trained here keeps it."""
     from fairseq.checkpoint_utils import torch_persistent_save
 
+    from mdsfair.checkpoints import RECORD_KEY
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    torch_persistent_save(checkpoint_state(args, model_state), path)
+    state = checkpoint_state(args, model_state)
+    if record is not None:
+        state["task_state"][RECORD_KEY] = record
+    torch_persistent_save(state, path)
     return path

@@ -224,10 +224,15 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     args = checkpoint_namespace(shape, arch, flags)
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
 
-    prepare_out_dir(out_dir, ("model.pt", "dict.txt", "encoder.json", "vocab.bpe"), overwrite)
-    files.write(out_dir)
-    save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, fairseq_state)
+    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-bart") as output:  # lock, stage, commit
+        files.write(output.staging)
+        manifest = gpt2_manifest(output.staging, {"kind": "hf-bart", "path": os.path.abspath(hf_dir),
+                                                  "weights": os.path.basename(weights_path)})
+        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state,
+                                import_record(output.staging, out_dir, manifest, fairseq_state))
+        output.commit(manifest)
     generate, generation_notes = generation_flags(hf_dir)
     notes = list(generation_notes)
     if shape.scale_embedding:
@@ -291,7 +296,7 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     try:
         summary = import_hf_bart(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
     except ImportRefused as error:
-        print(f"mdsfair-import hf-bart: {error}", file=sys.stderr)
+        print(f"mdsfair-import hf-bart: error: {error}", file=sys.stderr)
         return 1
     print_summary(summary)
     return 0
@@ -361,7 +366,16 @@ def export_hf_bart(
     }
     names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json",
              "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin"]
-    prepare_out_dir(out_dir, names, overwrite)
+    from mdsfair.importers.output import ImportOutput, export_manifest
+
+    with ImportOutput(out_dir, overwrite, "mdsfair-export hf-bart", [checkpoint, dict_path, encoder_json, vocab_bpe]) as output:
+        write_hf_bart_files(output.staging, config, vocab, merges, positions, hf_state, weights_format)
+        output.commit(export_manifest("hf-bart", checkpoint))
+    return {"out_dir": out_dir, "config": config, "files": names}
+
+
+def write_hf_bart_files(out_dir: str, config: Dict, vocab: Dict[str, int], merges: List[str], positions: int,
+                        hf_state: Dict, weights_format: str) -> None:
     write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2)
     write_json_atomic(os.path.join(out_dir, "vocab.json"), vocab, ensure_ascii=False)
     with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
@@ -384,7 +398,6 @@ def export_hf_bart(
         import torch
 
         torch.save(tensors, os.path.join(out_dir, "pytorch_model.bin"))
-    return {"out_dir": out_dir, "config": config, "files": names}
 
 
 def export_cli_main(argv: Optional[List[str]] = None) -> int:
@@ -406,7 +419,7 @@ def export_cli_main(argv: Optional[List[str]] = None) -> int:
         summary = export_hf_bart(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json,
                                  args.gpt2_vocab_bpe, args.weights_format, args.overwrite)
     except ImportRefused as error:
-        print(f"mdsfair-export hf-bart: {error}", file=sys.stderr)
+        print(f"mdsfair-export hf-bart: error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
     return 0

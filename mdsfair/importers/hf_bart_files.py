@@ -136,9 +136,13 @@ def read_merges(path: str) -> List[str]:
     if not os.path.isfile(path):
         raise ImportRefused(f"{path}: missing (the BPE merges)")
     merges = []
-    with open(path, encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            line = line.rstrip("\r\n")
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as error:
+                raise ImportRefused(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line); the BPE "
+                                    "merges must be UTF-8") from None
             if not line or (number == 1 and line.startswith("#version")):
                 continue
             parts = line.split(" ")

@@ -83,7 +83,6 @@ from mdsfair.importers.hf_bart import (
     generation_flags,
     hf_vocabulary,
     load_hf_weights,
-    prepare_out_dir,
     print_next_preprocess_command,
     read_json,
     read_merges,
@@ -241,7 +240,7 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
 def led_windows(config: Dict, path: str, layers: int) -> List[int]:
     window = config.get("attention_window", 512)
     windows = list(window) if isinstance(window, (list, tuple)) else [window] * layers
-    if len(windows) != layers or any(int(w) <= 0 or int(w) % 2 for w in windows):
+    if len(windows) != layers or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 or w % 2 for w in windows):
         raise ImportRefused(f"{path}: attention_window {window!r}: expected one positive even window or one per "
                             f"encoder layer ({layers})")
     return [int(w) for w in windows]
@@ -287,36 +286,6 @@ def position_arguments(shape, encoder_positions: int) -> List[str]:
 # ------------------------------------------------------------------ import
 
 
-def write_manifest(out_dir: str, source: Dict[str, object], separator: Optional[int] = None) -> None:
-    """``mdsfair.json`` of a data-bin with no splits (as
-    :func:`mdsfair.importers.hiersumm.write_manifest`), GPT-2 subwords; for
-    PRIMERA (``separator``, the ``<doc-sep>`` id) it records PRIMERA's
-    source layout as ``mdsfair-preprocess --source-layout primera`` does."""
-    from fairseq.data import Dictionary
-
-    from mdsfair.data.primera_layout import source_layout_manifest_entry
-    from mdsfair.preprocess.binarize import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS
-
-    manifest = {
-        "format": "mdsfair-binarized",
-        "version": MANIFEST_VERSION,
-        "dictionary": "dict.txt",
-        "subword": {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"},
-        "sentence_splitter": "rule",
-        "lowercase": False,
-        "title_document": False,
-        "side_data": {},
-        "side_data_args": {},
-        "structure": list(STRUCTURE_STREAMS),
-        "splits": {},
-        "imported_from": source,
-    }
-    if separator is not None:
-        dict_path = os.path.join(out_dir, "dict.txt")
-        manifest["source_layout"] = source_layout_manifest_entry("primera", Dictionary.load(dict_path), dict_path)
-    write_json_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest, indent=2)
-
-
 def expected_parameter_names(args, num_rows: int, separator: Optional[int]):
     """The state dict keys and shapes of the ``led`` model ``args`` builds
     (on the meta device: no memory; BART's ``init_bert_params``, which copies
@@ -348,6 +317,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     import torch
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
 
     if not os.path.isdir(hf_dir):
         raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
@@ -392,11 +362,13 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
             model_state[name] = model_state["encoder.embed_tokens.weight"]
 
-    prepare_out_dir(out_dir, OUT_FILES, overwrite)
-    files.write(out_dir)
-    save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, model_state)
-    write_manifest(out_dir, {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
-                   separator)
+    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-led") as output:  # lock, stage, commit
+        files.write(output.staging)
+        manifest = gpt2_manifest(output.staging, {"kind": "hf-led", "path": os.path.abspath(hf_dir),
+                                                  "weights": os.path.basename(weights_path)}, separator)
+        save_fairseq_checkpoint(output.path("model.pt"), args, model_state,
+                                import_record(output.staging, out_dir, manifest, model_state))
+        output.commit(manifest)
     generate, notes = generation_flags(hf_dir)
     prefix = "led." if any(k.startswith("led.") for k in state) else ""
     shared = state.get(prefix + "shared.weight")
@@ -458,7 +430,7 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     try:
         summary = import_hf_led(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
     except ImportRefused as error:
-        print(f"mdsfair-import hf-led: {error}", file=sys.stderr)
+        print(f"mdsfair-import hf-led: error: {error}", file=sys.stderr)
         return 1
     print_summary(summary)
     return 0
@@ -578,32 +550,36 @@ def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: O
     names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json", weights]
     if separator is not None:
         names.append("added_tokens.json")
-    prepare_out_dir(out_dir, names, overwrite)
-    write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2)
-    write_json_atomic(os.path.join(out_dir, "vocab.json"), vocab, ensure_ascii=False)
-    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
-    tokenizer_config = {
-        "tokenizer_class": "LEDTokenizer", "model_max_length": config["max_encoder_position_embeddings"],
-        "add_prefix_space": False, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-        "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK,
-    }
-    if separator is not None:
-        tokenizer_config["additional_special_tokens"] = [DOC_SEP]
-        write_json_atomic(os.path.join(out_dir, "added_tokens.json"), {DOC_SEP: separator}, indent=2)
-    write_json_atomic(os.path.join(out_dir, "tokenizer_config.json"), tokenizer_config, indent=2)
-    if tied:
-        for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
-            hf_state.pop(name)
-    tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
-    if weights_format == "safetensors":
-        from safetensors.torch import save_file
+    from mdsfair.importers.output import ImportOutput, export_manifest
 
-        save_file(tensors, os.path.join(out_dir, weights), metadata={"format": "pt"})
-    else:
-        import torch
+    with ImportOutput(out_dir, overwrite, "mdsfair-export hf-led", [checkpoint, dict_path, encoder_json, vocab_bpe]) as output:
+        staging = output.staging
+        write_json_atomic(os.path.join(staging, "config.json"), config, indent=2)
+        write_json_atomic(os.path.join(staging, "vocab.json"), vocab, ensure_ascii=False)
+        with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
+        tokenizer_config = {
+            "tokenizer_class": "LEDTokenizer", "model_max_length": config["max_encoder_position_embeddings"],
+            "add_prefix_space": False, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
+            "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK,
+        }
+        if separator is not None:
+            tokenizer_config["additional_special_tokens"] = [DOC_SEP]
+            write_json_atomic(os.path.join(staging, "added_tokens.json"), {DOC_SEP: separator}, indent=2)
+        write_json_atomic(os.path.join(staging, "tokenizer_config.json"), tokenizer_config, indent=2)
+        if tied:
+            for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
+                hf_state.pop(name)
+        tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
+        if weights_format == "safetensors":
+            from safetensors.torch import save_file
 
-        torch.save(tensors, os.path.join(out_dir, weights))
+            save_file(tensors, os.path.join(staging, weights), metadata={"format": "pt"})
+        else:
+            import torch
+
+            torch.save(tensors, os.path.join(staging, weights))
+        output.commit(export_manifest("hf-led", checkpoint))
     return {"out_dir": out_dir, "config": config, "files": names, "document_separator": separator}
 
 
@@ -626,7 +602,7 @@ def export_cli_main(argv: Optional[List[str]] = None) -> int:
         summary = export_hf_led(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json, args.gpt2_vocab_bpe,
                                 args.weights_format, args.overwrite)
     except ImportRefused as error:
-        print(f"mdsfair-export hf-led: {error}", file=sys.stderr)
+        print(f"mdsfair-export hf-led: error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
     return 0

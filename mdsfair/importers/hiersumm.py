@@ -67,7 +67,7 @@ import torch
 from fairseq.data import Dictionary
 
 from mdsfair.checkpoint_loading import UntrustedCheckpointError, load_checkpoint_file
-from mdsfair.data.manifest import write_json_atomic
+from mdsfair.importers import ImportRefused
 
 logger = logging.getLogger(__name__)
 
@@ -368,8 +368,9 @@ def model_arguments(options: SimpleNamespace, out_dir: str, max_target_positions
     return fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), argv)
 
 
-def write_manifest(out_dir: str, lowercase: bool, source: Dict[str, object]) -> None:
-    from mdsfair.preprocess.binarize import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS
+def import_manifest(lowercase: bool, source: Dict[str, object]) -> Dict:
+    """``mdsfair.json`` of the import: a data-bin without splits (SentencePiece)."""
+    from mdsfair.preprocess.binarize import MANIFEST_VERSION, STRUCTURE_STREAMS
     from mdsfair.preprocess.subword import SPM_MODEL_NAME
 
     manifest = {
@@ -386,15 +387,17 @@ def write_manifest(out_dir: str, lowercase: bool, source: Dict[str, object]) -> 
         "splits": {},
         "imported_from": source,
     }
-    write_json_atomic(os.path.join(out_dir, MANIFEST_NAME), manifest, indent=2)
+    return manifest
 
 
-def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bool = True) -> str:
+def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bool = True, overwrite: bool = False) -> str:
     """Convert; returns the path of the written fairseq checkpoint."""
     import sentencepiece
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
+    from mdsfair.checkpoints import RECORD_KEY
+    from mdsfair.importers.output import ImportOutput, import_record
     from mdsfair.models.hiertransformer import HierarchicalTransformerModel
     from mdsfair.preprocess.subword import SPM_MODEL_NAME
 
@@ -410,7 +413,6 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
     dictionary = build_dictionary(symbols)
     state = convert_state_dict(theirs, options, order, checkpoint)
 
-    os.makedirs(out_dir, exist_ok=True)
     out_dir = os.path.abspath(out_dir)
     decoder_table = theirs.get("decoder.pos_emb.pe")
     max_target_positions = int(decoder_table.reshape(-1, decoder_table.size(-1)).size(0)) if decoder_table is not None else 1024
@@ -430,8 +432,6 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
         if key in state and value.shape != state[key].shape:
             raise HiersummImportError(f"{checkpoint}: {key} has shape {tuple(state[key].shape)}, expected {tuple(value.shape)}")
 
-    dictionary.save(os.path.join(out_dir, "dict.txt"))
-    shutil.copyfile(spm_model, os.path.join(out_dir, SPM_MODEL_NAME))
     source = {
         "system": "hiersumm (Liu & Lapata 2019)",
         "checkpoint": os.path.basename(checkpoint),
@@ -439,22 +439,28 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
         "fairseq_specials": {"<s>": processor.id_to_piece(order[0]), "<pad>": processor.id_to_piece(order[1]),
                              "</s>": processor.id_to_piece(order[2]), "<unk>": processor.id_to_piece(order[3])},
     }
-    write_manifest(out_dir, lowercase, source)
     path = os.path.join(out_dir, CHECKPOINT_NAME)
-    checkpoint_utils.torch_persistent_save(
-        {
-            "cfg": convert_namespace_to_omegaconf(args),
-            "args": None,
-            "model": model.state_dict(),
-            # no optimizer state: `fairseq-train --restore-file` starts a fresh optimizer at update 0
-            "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
-                                   "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None},
-                                   "num_updates": 0}],
-            "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2}},
-            "last_optimizer_state": None,
-        },
-        path,
-    )
+    manifest = import_manifest(lowercase, source)
+    with ImportOutput(out_dir, overwrite, "mdsfair-import hiersumm") as output:  # lock, stage, commit
+        dictionary.save(output.path("dict.txt"))
+        shutil.copyfile(spm_model, output.path(SPM_MODEL_NAME))
+        model_state = model.state_dict()
+        checkpoint_utils.torch_persistent_save(
+            {
+                "cfg": convert_namespace_to_omegaconf(args),
+                "args": None,
+                "model": model_state,
+                "task_state": {RECORD_KEY: import_record(output.staging, out_dir, manifest, model_state)},
+                # no optimizer state: `fairseq-train --restore-file` starts a fresh optimizer at update 0
+                "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                                       "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None},
+                                       "num_updates": 0}],
+                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2}},
+                "last_optimizer_state": None,
+            },
+            output.path(CHECKPOINT_NAME),
+        )
+        output.commit(manifest)
     logger.info(
         "%s: hiertransformer_hiersumm, d %d, %d local + %d global layers, %d decoder layers, %d types",
         path, options.embed_dim, options.num_local, options.num_global, options.decoder_layers, len(dictionary),
@@ -477,6 +483,8 @@ def get_parser() -> argparse.ArgumentParser:
         help="record lowercase=false in the manifest; by default the hub lowercases raw text, as the authors' "
              "WikiSum data (and their gold summaries) are lowercased",
     )
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an earlier import in OUT_DIR (only the files its mdsfair.json lists)")
     return parser
 
 
@@ -484,8 +492,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     args = get_parser().parse_args(argv)
     try:
-        path = import_hiersumm(args.checkpoint, args.spm_model, args.out_dir, lowercase=not args.cased)
-    except HiersummImportError as e:
+        path = import_hiersumm(args.checkpoint, args.spm_model, args.out_dir, lowercase=not args.cased,
+                               overwrite=args.overwrite)
+    except (HiersummImportError, ImportRefused) as e:
         print(f"mdsfair-import hiersumm: error: {e}", file=sys.stderr)
         return 1
     out_dir = os.path.dirname(path)

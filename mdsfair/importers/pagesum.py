@@ -160,10 +160,14 @@ def import_pagesum(
     args = checkpoint_namespace(shape, arch, shape_flags, extra=flags)
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
 
-    prepare_out_dir(out_dir, ("model.pt", "dict.txt", "encoder.json", "vocab.bpe"), overwrite)
-    files.write(out_dir)
-    save_fairseq_checkpoint(os.path.join(out_dir, "model.pt"), args, fairseq_state)
+    with ImportOutput(out_dir, overwrite, "mdsfair-import pagesum") as output:  # lock, stage, commit
+        files.write(output.staging)
+        manifest = gpt2_manifest(output.staging, {"kind": "pagesum", "path": os.path.abspath(state_dict_path)})
+        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state,
+                                import_record(output.staging, out_dir, manifest, fairseq_state))
+        output.commit(manifest)
     return {
         "source": state_dict_path,
         "out_dir": out_dir,
@@ -230,7 +234,7 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         summary = import_pagesum(args.state_dict, args.hf_config, args.out_dir, settings, args.tokenizer_dir,
                                  args.overwrite)
     except ImportRefused as error:
-        print(f"mdsfair-import pagesum: {error}", file=sys.stderr)
+        print(f"mdsfair-import pagesum: error: {error}", file=sys.stderr)
         return 1
     print_summary(summary)
     return 0

@@ -1,0 +1,160 @@
+"""The output of an import or export, held as ``mdsfair-preprocess`` holds
+its ``--destdir`` (:mod:`mdsfair.preprocess.destdir`, whose lock, ownership
+check, staging folder and commit this module uses, not a copy of them):
+
+* **Lock.** ``OUT_DIR/.mdsfair.lock`` from start to end: a second import or
+  export into the same folder is refused with the owner named, so two runs
+  with ``--overwrite`` at once never leave one model's ``model.pt`` beside
+  the other's ``mdsfair.json``.
+* **Staging.** Every file is written into ``OUT_DIR/.mdsfair-staging-*`` and
+  moved in only when the whole run succeeded, ``mdsfair.json`` last; an
+  error or Ctrl-C removes the staging folder (and ``OUT_DIR`` when the run
+  created it), so a re-run finds the folder as it was.
+* **Ownership.** ``mdsfair.json`` lists in ``files`` every file the run
+  wrote. A non-empty ``OUT_DIR`` without it was not written by mdsfair and is
+  refused; ``--overwrite`` replaces only the files an earlier import or
+  export listed there, and removes those of them the new run does not write
+  (under a damaged ``mdsfair.json``: only the names an import or export
+  writes, :data:`IMPORT_NAMES` / :data:`EXPORT_NAMES`).
+
+An import's ``mdsfair.json`` is the manifest of a data-bin without splits
+(the dictionary and subword files; :func:`gpt2_manifest`), and its
+``model.pt`` records the fingerprints of those files as a checkpoint trained
+here does (:func:`mdsfair.checkpoints.data_fingerprint`): generating or
+training with it on a data-bin whose ``dict.txt`` or BPE files are another
+import's is refused by the task (``DictionaryMismatchError``). An export's
+``mdsfair.json`` records only what was exported and its files.
+
+A single-file output (``bart-to-led OUT.pt``) is written to a temporary file
+beside it and renamed over it (:func:`single_file_output`).
+"""
+import contextlib
+import os
+from types import SimpleNamespace
+from typing import Dict, Iterator, List, Optional
+
+from mdsfair.data.manifest import MANIFEST_NAME
+from mdsfair.importers import ImportRefused
+from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun
+
+OUT_DIR_LABEL = "OUT_DIR"
+#: The files an import or an export writes: under a damaged ``mdsfair.json`` (which the restore hint of
+#: :func:`mdsfair.data.manifest.restore_hint` answers with the import again, ``--overwrite``) only these
+#: names are replaced.
+IMPORT_NAMES = frozenset({MANIFEST_NAME, "model.pt", "dict.txt", "encoder.json", "vocab.bpe", "spm.model"})
+EXPORT_NAMES = frozenset({MANIFEST_NAME, "config.json", "vocab.json", "merges.txt", "tokenizer_config.json",
+                          "added_tokens.json", "model.safetensors", "pytorch_model.bin"})
+
+
+class ImportOutput:
+    """``with ImportOutput(out_dir, overwrite, program) as output:`` write
+    into ``output.staging``, then ``output.commit(manifest)`` (``manifest``
+    gets ``files``: every file in the staging folder)."""
+
+    def __init__(self, out_dir: str, overwrite: bool, program: str, inputs: Optional[List[str]] = None):
+        self.out_dir = out_dir
+        self.program = program
+        own_names = EXPORT_NAMES if program.startswith("mdsfair-export") else IMPORT_NAMES
+        args = SimpleNamespace(destdir=out_dir, overwrite=overwrite, break_stale_lock=False, spm_model=None,
+                               gpt2_encoder_json=None, gpt2_vocab_bpe=None, dict=None, split=None, input_dir=None,
+                               own_names=own_names)
+        self._run = DestinationRun(args, program=program, label=OUT_DIR_LABEL)
+        self._keep = [os.path.realpath(path) for path in inputs or [] if path]
+
+    def __enter__(self) -> "ImportOutput":
+        try:
+            self._run.__enter__()
+        except DestinationInUseError as error:
+            raise ImportRefused(str(error)) from None
+        if self._keep:  # an input of this run inside OUT_DIR (an export reading OUT_DIR/dict.txt) stays
+            self._run.removable = {name for name in self._run.removable
+                                   if os.path.realpath(os.path.join(self.out_dir, name)) not in self._keep}
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self._run.__exit__(exc_type, exc, tb)
+
+    @property
+    def staging(self) -> str:
+        return self._run.staging
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.staging, name)
+
+    def commit(self, manifest: Dict) -> None:
+        names = sorted(name for name in os.listdir(self.staging) if name != MANIFEST_NAME)
+        manifest["files"] = [MANIFEST_NAME] + names
+        self._run.commit(manifest)
+
+
+def gpt2_manifest(out_dir: str, source: Dict[str, object], separator: Optional[int] = None) -> Dict:
+    """``mdsfair.json`` of a data-bin with no splits, GPT-2 subwords
+    (``dict.txt``, ``encoder.json``, ``vocab.bpe`` in ``out_dir``); for
+    PRIMERA (``separator``, the ``<doc-sep>`` id) it records PRIMERA's source
+    layout as ``mdsfair-preprocess --source-layout primera`` does."""
+    from fairseq.data import Dictionary
+
+    from mdsfair.data.primera_layout import source_layout_manifest_entry
+    from mdsfair.preprocess.binarize import MANIFEST_VERSION, STRUCTURE_STREAMS
+
+    manifest = {
+        "format": "mdsfair-binarized",
+        "version": MANIFEST_VERSION,
+        "dictionary": "dict.txt",
+        "subword": {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"},
+        "sentence_splitter": "rule",
+        "lowercase": False,
+        "title_document": False,
+        "side_data": {},
+        "side_data_args": {},
+        "structure": list(STRUCTURE_STREAMS),
+        "splits": {},
+        "imported_from": source,
+    }
+    if separator is not None:
+        dict_path = os.path.join(out_dir, "dict.txt")
+        manifest["source_layout"] = source_layout_manifest_entry("primera", Dictionary.load(dict_path), dict_path)
+    return manifest
+
+
+def import_record(staging: str, out_dir: str, manifest: Dict, model_state: Dict) -> Dict:
+    """The record a checkpoint trained here carries (:data:`mdsfair.checkpoints.RECORD_KEY`):
+    the fingerprints of the import's ``dict.txt`` and subword files (read in
+    the staging folder, recorded under ``out_dir``) and the weights' checksum."""
+    from fairseq.data import Dictionary
+
+    from mdsfair import checkpoints
+
+    dictionary = Dictionary.load(os.path.join(staging, manifest.get("dictionary", "dict.txt")))
+    data = checkpoints.data_fingerprint([staging], dictionary, manifest)
+    data["data_bins"] = [os.path.abspath(out_dir)]
+    return checkpoints.make_record(data, model_state)
+
+
+@contextlib.contextmanager
+def single_file_output(path: str, overwrite: bool) -> Iterator[str]:
+    """A temporary path beside ``path`` to write; renamed over ``path`` when
+    the block ends without an error (an error or Ctrl-C removes it and leaves
+    ``path`` as it was). Refuses a folder at ``path`` and, without
+    ``overwrite``, an existing file."""
+    if os.path.isdir(path):
+        raise ImportRefused(f"{path}: is a directory; give the path of the checkpoint file to write")
+    if os.path.lexists(path) and not overwrite:
+        raise ImportRefused(f"{path}: already there; pass --overwrite to replace")
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise ImportRefused(f"{path}: the folder {folder} does not exist")
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+
+
+def export_manifest(kind: str, checkpoint: str) -> Dict:
+    """``mdsfair.json`` of an export's folder: what was exported (its
+    ``files`` are added at commit), so that ``--overwrite`` knows the files
+    mdsfair wrote there; Hugging Face ignores the file."""
+    return {"format": "mdsfair-export", "kind": kind, "exported_from": os.path.abspath(checkpoint)}
