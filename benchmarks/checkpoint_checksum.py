@@ -108,7 +108,7 @@ def main(argv=None):
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
                     for t in state.values() if torch.is_tensor(t)}
         size = sum(storages.values())
-        print(f"device: CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores), torch "
+        print(f"device: CPU ({results.device_name('cpu')}, {os.cpu_count()} cores), torch "
               f"{torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f} at "
               f"start; {args.arch}, vocabulary {args.vocab_size:,}: {parameters / 1e6:.1f} M parameters, "
               f"{len(state)} tensors, {size / 2**20:,.0f} MiB; file in {work_dir}")

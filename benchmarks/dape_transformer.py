@@ -119,8 +119,11 @@ def measure(opts, system: str, num_tokens: int) -> dict:
     max, and every timed repeat: :func:`benchmarks.measure.peak_memory_and_median_time`)."""
     model = build(opts, system, num_tokens)
     net_input = batch(opts, num_tokens)
-    if SYSTEMS[system][0] is TransformerModel:
-        net_input = {k: net_input[k] for k in ("src_tokens", "src_lengths", "prev_output_tokens")}
+    # the base inputs, and the side inputs the model declares (an ablation reads fewer; one it does not
+    # declare is refused by the encoder)
+    declared = set(model.side_inputs()) if hasattr(model, "side_inputs") else set()
+    net_input = {k: v for k, v in net_input.items()
+                 if k in ("src_tokens", "src_lengths", "prev_output_tokens") or k in declared}
 
     def step():
         logits = model(**net_input)[0]

@@ -46,6 +46,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
 )
@@ -167,6 +168,7 @@ def main(argv=None):
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
                         help="after each part-1 configuration's timings, profile one more step with torch.profiler "
                              "and print the ROWS operators with the most device and host time")
+    results_file.add_argument(parser)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -180,6 +182,10 @@ def main(argv=None):
             "steps": args.steps, "vocab_size": args.vocab_size, "attention_backend": args.attention_backend,
             "target_tokens": args.target_tokens}
 
+    record = results_file.ResultsFile(args.json, "hiertransformer", argv, args.device, args.steps,
+                                      threads=args.threads, dtype=args.dtype, batch_size=args.batch_size,
+                                      attention=args.attention_backend) if args.json else None
+    rows = []
     print("\n(1) paper input sizes: source tokens/s and peak step memory (MiB)")
     print(f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "
           f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}")
@@ -194,6 +200,15 @@ def main(argv=None):
               f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
               f"{ht['peak_mb']:>8.0f} {flat['peak_mb']:>9.0f} "
               f"{ht['peak_mb'] / flat['peak_mb']:>6.2f}", flush=True)
+        rows.append({"part": "paper input sizes", "paragraphs_x_length": size, "source_tokens": paragraphs * length,
+                     "ht_tokens_per_s": results_file.spread_cell(spread(ht["tokens_per_s_each"])),
+                     "flat_tokens_per_s": results_file.spread_cell(spread(flat["tokens_per_s_each"])),
+                     "ht_vs_flat": results_file.spread_cell(
+                         separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"])),
+                     "ht_peak_mib": ht["peak_mb"], "flat_peak_mib": flat["peak_mb"],
+                     "ht_vs_flat_memory": ht["peak_mb"] / flat["peak_mb"]})
+        if record:
+            record.write(rows)
         for result in (ht, flat):
             if "profile" in result:
                 print(result["profile"], flush=True)
@@ -211,6 +226,12 @@ def main(argv=None):
               f"{spread(ht['tokens_per_s_each']).format('.0f'):>17} "
               f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} | "
               f"{paragraphs * args.scaling_length ** 2:>10,d} {tokens ** 2:>12,d}")
+        rows.append({"part": f"as P grows at L = {args.scaling_length}", "paragraphs": paragraphs,
+                     "source_tokens": tokens, "ht_peak_mib": ht["peak_mb"], "flat_peak_mib": flat["peak_mb"],
+                     "ht_tokens_per_s": results_file.spread_cell(spread(ht["tokens_per_s_each"])),
+                     "flat_tokens_per_s": results_file.spread_cell(spread(flat["tokens_per_s_each"]))})
+        if record:
+            record.write(rows)
 
 
 if __name__ == "__main__":

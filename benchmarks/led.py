@@ -47,6 +47,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 
@@ -200,6 +201,7 @@ def main(argv=None):
     parser.add_argument("--train", action="store_true", help="forward + backward instead of a no-grad forward")
     parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (1 = stable figures on a shared machine)")
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
+    results_file.add_argument(parser)
     opts = parser.parse_args(argv)
     if opts.steps < 1:
         parser.error(f"--steps must be at least 1, got {opts.steps}")
@@ -215,6 +217,10 @@ def main(argv=None):
           f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
           f"{opts.document_tokens} tokens; torch {torch.__version__}")
     results = {}
+    record = results_file.ResultsFile(opts.json, "led", argv, opts.device, opts.steps, threads=opts.threads,
+                                      dtype=opts.dtype, dims=opts.dims, train=opts.train,
+                                      document_tokens=opts.document_tokens) if opts.json else None
+    rows = []
     print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>21} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:
@@ -236,6 +242,13 @@ def main(argv=None):
                      if reference.get("peak_mib") else "-")
             print(f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
                   f"{spread(result['seconds_each']).format('.2f'):>21} {ratio:>15}", flush=True)
+            rows.append({"system": system, "source_tokens": length, "peak_mib": result["peak_mib"],
+                         "mib_per_1k_tokens": result["peak_mib"] / length * 1024,
+                         "seconds": results_file.spread_cell(spread(result["seconds_each"])),
+                         "memory_vs_led_1024": (result["peak_mib"] / reference["peak_mib"]
+                                                if reference.get("peak_mib") else None)})
+            if record:
+                record.write(rows)
 
     print("\ntargets (issue 20):")
     for system in [s for s in systems if s.startswith("led")]:

@@ -20,16 +20,14 @@ includes its sentence encoder) and the decoding with the encoder output given
 (``dec``) are timed ``--repeats`` times after a warm-up, the two models
 interleaved in every repeat; figures are median (min-max) over the repeats,
 ratios per repeat (:mod:`benchmarks.measure`). ``--json FILE`` writes the
-results with the command, commit, date and device.
+results file (:mod:`benchmarks.results`); ``benchmarks/render_docs.py`` renders
+the documentation's table from it.
 
     python benchmarks/led_sparse.py                                  # CPU, 4k/8k/16k, batch 4, beam 4
     python benchmarks/led_sparse.py --device cuda --dtype bf16
 """
 import argparse
-import datetime
-import json
 import os
-import subprocess
 import sys
 from types import SimpleNamespace
 
@@ -43,7 +41,8 @@ mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
-from benchmarks.measure import Spread, cpu_model, interleaved_ratio, spread  # noqa: E402
+from benchmarks import results as results_file  # noqa: E402
+from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from benchmarks.sparse_decoder import DTYPES, encode, synthetic_batch, timed  # noqa: E402
@@ -89,55 +88,6 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     return lambda: timed_generator.generate([model], sample)
 
 
-def current_commit() -> str:
-    """The checkout's commit, read when the run starts (the code it measures)."""
-    return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                          cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-
-
-def write_results(path: str, argv, described: str, options, results, commit: str) -> None:
-    """The results so far, with the command, commit, date and device (rewritten after every source length)."""
-    record = {
-        "command": "python benchmarks/led_sparse.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "commit": commit, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "device": described, "torch": torch.__version__, "threads": torch.get_num_threads(),
-        "dtype": options.dtype, "repeats": options.repeats, "rows": results,
-    }
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w", encoding="utf-8") as handle:
-        json.dump(record, handle, indent=1)
-        handle.write("\n")
-
-
-def markdown_table(record) -> str:
-    """The documentation's table of a results file (docs/components.md shows
-    it; tests/test_benchmarks.py checks that the page and the file agree)."""
-    lines = [
-        f"`{record['command']}` (commit {record['commit'][:10]}, {record['date'][:10]}; {record['device']}, "
-        f"torch {record['torch']}, {record['dtype']}; median (min-max) of {record['repeats']} interleaved repeats)",
-        "",
-        "| source tokens | model | encoder s | decoding s | whole generation s | decoding vs led | whole vs led |",
-        "|---|---|---|---|---|---|---|",
-    ]
-
-    def cell(values, spec=".1f", suffix=""):
-        return Spread(values["median"], values["minimum"], values["maximum"]).format(spec, suffix)
-
-    for row in record["rows"]:
-        lines.append(
-            f"| {row['source_tokens']:,} | {row['model']} | {cell(row['encoder_s'])} | {cell(row['decoding_s'])} | "
-            f"{cell(row['total_s'])} | {cell(row['decoding_speedup_vs_led'], '.2f', 'x')} | "
-            f"{cell(row['total_speedup_vs_led'], '.2f', 'x')} |"
-        )
-    return "\n".join(lines)
-
-
-def device_description(device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{cpu_model()}, {torch.get_num_threads()} threads"
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
@@ -157,13 +107,8 @@ def main(argv=None):
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median (min-max); default 3)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--json", metavar="FILE", help="write the results (with command, commit, date, device)")
-    parser.add_argument("--table", metavar="FILE", help="print the documentation's table of a results file and exit")
+    results_file.add_argument(parser)
     options = parser.parse_args(argv)
-    if options.table:
-        with open(options.table, encoding="utf-8") as handle:
-            print(markdown_table(json.load(handle)))
-        return
     for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens", "warmup_steps"):
         if getattr(options, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -175,7 +120,8 @@ def main(argv=None):
     if device.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda requested but no GPU is visible")
 
-    commit = current_commit()
+    record = results_file.ResultsFile(options.json, "led_sparse", argv, options.device, options.repeats,
+                                      dtype=options.dtype) if options.json else None
     dictionary = Dictionary()
     for index in range(options.vocab_size - len(dictionary)):
         dictionary.add_symbol(f"w{index}")
@@ -188,7 +134,7 @@ def main(argv=None):
     led_sparse.load_state_dict(state)
     models = {"led": led, "led_sparse": led_sparse}
     models = {name: m.to(device=device, dtype=DTYPES[options.dtype]).eval() for name, m in models.items()}
-    described = device_description(device)
+    described = results_file.device_name(options.device)
     print(f"device: {described}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
           f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
           f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
@@ -229,8 +175,8 @@ def main(argv=None):
                   f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
                   f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
                   f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
-        if options.json:
-            write_results(options.json, argv, described, options, results, commit)
+        if record:  # after every source length: a long run keeps what it measured
+            record.write(results)
 
 
 if __name__ == "__main__":

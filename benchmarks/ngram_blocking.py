@@ -56,6 +56,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import interleaved_ratio, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
@@ -238,6 +239,7 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed runs per row (median (min-max) reported; default 3)")
     parser.add_argument("--skip-generation", action="store_true", help="measure the blocker alone only")
+    results_file.add_argument(parser)
     options = parser.parse_args(argv)
     if options.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {options.repeats}")
@@ -249,6 +251,14 @@ def main(argv=None):
     print(f"device: {device_name}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
           f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
           f"d {embed_dim}, {heads} heads, source {options.source_length} tokens")
+
+    record = results_file.ResultsFile(options.json, "ngram_blocking", argv, options.device, options.repeats,
+                                      threads=options.threads, n=options.n, steps=options.steps, dims=options.dims,
+                                      source_tokens=options.source_length) if options.json else None
+    rows = []
+
+    def cell(values, scale=1.0):
+        return results_file.spread_cell(spread(values).scaled(scale))
 
     print("\nblocker alone: S calls on a generator-like buffer")
     header = f"{'beam':>4} {'batch':>5} {'ours ms':>19} {'fairseq ms':>19} {'fairseq/ours':>19}"
@@ -266,6 +276,11 @@ def main(argv=None):
             print(f"{beam:>4} {batch:>5} {spread(ours).scaled(1e3).format('.1f'):>19} "
                   f"{spread(fairseq).scaled(1e3).format('.1f'):>19} "
                   f"{separate_ratio(fairseq, ours).format('.1f', 'x'):>19}", flush=True)
+            rows.append({"part": "blocker alone, S calls", "beam": beam, "batch": batch,
+                         "mdsfair_ms": cell(ours, 1e3), "fairseq_ms": cell(fairseq, 1e3),
+                         "fairseq_vs_mdsfair": results_file.spread_cell(separate_ratio(fairseq, ours))})
+            if record:
+                record.write(rows)
     if options.skip_generation:
         return
 
@@ -294,6 +309,24 @@ def main(argv=None):
             print(f"{beam:>4} {batch:>5} {off:>19} {ours:>19} {fairseq:>19} {ours_blk:>22} {fairseq_blk:>22} "
                   f"{ours_on_off:>22} {fairseq_on_off:>22} {fairseq_ours:>19} {blk_fairseq_ours:>19} "
                   f"{'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%", flush=True)
+            rows.append({
+                "part": "generation", "beam": beam, "batch": batch,
+                "step_no_blocking_ms": cell(seconds["off"], 1 / per_step),
+                "step_mdsfair_ms": cell(seconds["ours"], 1 / per_step),
+                "step_fairseq_ms": cell(seconds["fairseq"], 1 / per_step),
+                "blocker_mdsfair_ms": cell(blocker_seconds["ours"], 1 / per_step),
+                "blocker_fairseq_ms": cell(blocker_seconds["fairseq"], 1 / per_step),
+                "step_on_vs_off_mdsfair": results_file.spread_cell(interleaved_ratio(seconds["ours"], seconds["off"])),
+                "step_on_vs_off_fairseq": results_file.spread_cell(
+                    interleaved_ratio(seconds["fairseq"], seconds["off"])),
+                "step_fairseq_vs_mdsfair": results_file.spread_cell(
+                    interleaved_ratio(seconds["fairseq"], seconds["ours"])),
+                "blocker_fairseq_vs_mdsfair": results_file.spread_cell(
+                    interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"])),
+                "same_hypotheses": bool(same),
+            })
+            if record:
+                record.write(rows)
 
 
 if __name__ == "__main__":

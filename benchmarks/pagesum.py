@@ -44,6 +44,7 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
@@ -163,6 +164,7 @@ def parse_args(argv=None):
     parser.add_argument("--decoder-steps", type=int, default=16, help="incremental decoder steps measured")
     parser.add_argument("--repeats", type=int, default=3,
                         help="timed encoder forwards and decodes (median (min-max) reported; default 3)")
+    results_file.add_argument(parser)
     parser.add_argument("--measure-one", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
     if opts.repeats < 1:
@@ -194,6 +196,13 @@ def main(argv=None):
     print(f"device: {device}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, {opts.heads} heads, "
           f"pages of {opts.page_tokens} tokens; torch {torch.__version__}")
     measure = measure_encoder if opts.device == "cuda" else measure_in_subprocess
+    record = results_file.ResultsFile(opts.json, "pagesum", argv, opts.device, opts.repeats, dtype=opts.dtype,
+                                      embed_dim=opts.embed_dim, layers=opts.layers, heads=opts.heads,
+                                      page_tokens=opts.page_tokens) if opts.json else None
+    rows = []
+
+    def cell(values, scale=1.0):
+        return results_file.spread_cell(spread(values).scaled(scale))
 
     print("\n1. encoder forward (inference), PageSum pages vs stock BART dense attention")
     print(f"{'tokens':>7} {'pages':>5} {'PageSum MiB':>12} {'dense MiB':>10} {'mem ratio':>9} "
@@ -214,15 +223,33 @@ def main(argv=None):
                           f"{ours_seconds:>21} {spread(dense['seconds_each']).format('.3f'):>21} {time_ratio:>18}")
         print(f"{num_tokens:>7} {pages:>5} {ours['peak_mib']:>12.1f} {dense_cols} "
               f"{ours['peak_mib'] / num_tokens * 1000:>18.2f}")
+        measured_dense = "error" not in dense
+        rows.append({"part": "encoder", "source_tokens": num_tokens, "pages": pages, "pagesum_peak_mib": ours["peak_mib"],
+                     "dense_peak_mib": dense["peak_mib"] if measured_dense else None,
+                     "dense_vs_pagesum_memory": dense["peak_mib"] / max(ours["peak_mib"], 1e-9) if measured_dense
+                     else None,
+                     "pagesum_s": cell(ours["seconds_each"]),
+                     "dense_s": cell(dense["seconds_each"]) if measured_dense else None,
+                     "dense_vs_pagesum_time": results_file.spread_cell(
+                         separate_ratio(dense["seconds_each"], ours["seconds_each"])) if measured_dense else None,
+                     "pagesum_mib_per_1k_tokens": ours["peak_mib"] / num_tokens * 1000})
+        if record:
+            record.write(rows)
 
     print("\n2. decoder: seconds per generated token (incremental step, batch 1, beam 1)")
     baseline = decoder_step_seconds(opts, False, 1)
     print(f"stock BART decoder, 1 page of {opts.page_tokens}: {spread(baseline).scaled(1e3).format('.2f')} ms/token")
     print(f"{'pages':>5} {'PageSum ms/token':>21} {'vs stock BART':>18}")
+    rows.append({"part": "decoder", "system": "stock BART", "pages": 1, "ms_per_token": cell(baseline, 1e3),
+                 "vs_stock": 1.0})
     for num_pages in [int(x) for x in opts.pages.split(",")]:
         seconds = decoder_step_seconds(opts, True, num_pages)
         print(f"{num_pages:>5} {spread(seconds).scaled(1e3).format('.2f'):>21} "
               f"{separate_ratio(seconds, baseline).format('.2f', 'x'):>18}")
+        rows.append({"part": "decoder", "system": "PageSum", "pages": num_pages, "ms_per_token": cell(seconds, 1e3),
+                     "vs_stock": results_file.spread_cell(separate_ratio(seconds, baseline))})
+        if record:
+            record.write(rows)
 
 
 if __name__ == "__main__":

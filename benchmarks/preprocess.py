@@ -53,6 +53,7 @@ from typing import Dict, List, Tuple
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import cpu_model, interleaved_ratio, spread  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
@@ -264,10 +265,10 @@ def profile_clusters(
 STOCK_SPACY_ARGS = ["--spacy-gemm", "blis", "--chunk-size", "1"]
 
 
-def print_result(words: int, results: List[Dict], side_data: List[str]) -> Dict[str, List[float]]:
+def print_result(words: int, results: List[Dict], side_data: List[str], label: str = "") -> Dict[str, List[float]]:
     """Print the stages, totals and memory of the runs ``results`` (repeats of
     one configuration) as median (min-max); returns their words/s figures,
-    one per run."""
+    one per run, and under ``row`` the results file's row of ``label``."""
     first = results[0]
 
     def figure(values: List[float], spec: str) -> str:
@@ -301,18 +302,33 @@ def print_result(words: int, results: List[Dict], side_data: List[str]) -> Dict[
           f"{figure(per_run(lambda r: r['rss_before_kib'] / 1024), ',.0f')} MiB), largest worker "
           f"{figure(per_run(lambda r: r['peak_rss_worker_kib'] / 1024), ',.0f')} MiB; imports took "
           f"{figure(per_run(lambda r: r['import_seconds']), '.1f')} s")
+    row = {"run": label, "words": words, "clusters": first["clusters"]}
+    for stage in STAGES:
+        if stage == "side_data" and not side_data:
+            continue
+        seconds = per_run(lambda r: r["stage_seconds"].get(stage, 0.0))
+        row[f"{stage}_words_per_cpu_s"] = results_file.spread_cell(spread(words_per_second(seconds)))
+    row.update({
+        "total_words_per_s": results_file.spread_cell(spread(words_per_second(wall))),
+        "wall_s": results_file.spread_cell(spread(wall)),
+        "total_words_per_cpu_s": results_file.spread_cell(spread(words_per_second(cpu_totals))),
+        "peak_rss_main_mib": results_file.spread_cell(spread(per_run(lambda r: r["peak_rss_main_kib"] / 1024))),
+        "peak_rss_worker_mib": results_file.spread_cell(spread(per_run(lambda r: r["peak_rss_worker_kib"] / 1024))),
+    })
     return {
         "wall": words_per_second(wall),
         "cpu": words_per_second(cpu_totals),
         "side_data": words_per_second(per_run(lambda r: r["stage_seconds"].get("side_data", 0.0))),
+        "row": row,
     }
 
 
-def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: str, work_dir: str) -> None:
+def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: str, work_dir: str) -> List[Dict]:
     """The first ``--baseline-words`` words with stock spaCy settings
     (:data:`STOCK_SPACY_ARGS`) and with this run's, one after the other in
     this run, ``--repeats`` times interleaved (stock, mdsfair, stock, ...);
-    prints the ratios, median (min-max) of the per-repeat ratios."""
+    prints the ratios, median (min-max) of the per-repeat ratios; returns the
+    results file's rows."""
     chosen = corpus_of_size(splits, args.baseline_words)
     words = sum(s["words"] for s in chosen)
     variants = {"stock spaCy (" + " ".join(STOCK_SPACY_ARGS) + ")": STOCK_SPACY_ARGS, "mdsfair": []}
@@ -327,13 +343,20 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
     figures = {}
     for name in variants:
         print(f"\nbaseline comparison, {name}:", end="")
-        figures[name] = print_result(words, runs[name], args.side_data)
+        figures[name] = print_result(words, runs[name], args.side_data, f"first {words:,} words, {name}")
     stock, ours = figures.values()
     print(f"\nmdsfair / stock spaCy on the same {words:,} words, median (min-max) of {args.repeats} interleaved "
           f"pair(s): {interleaved_ratio(ours['wall'], stock['wall']).format('.2f', 'x')} words/s (wall), "
           f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second"
           + (f", {interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
              "CPU-second" if args.side_data else ""))
+    ratio = {"run": "mdsfair / stock spaCy", "words": words,
+             "words_per_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["wall"], stock["wall"])),
+             "words_per_cpu_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["cpu"], stock["cpu"]))}
+    if args.side_data:
+        ratio["side_data_words_per_cpu_s_vs_stock"] = results_file.spread_cell(
+            interleaved_ratio(ours["side_data"], stock["side_data"]))
+    return [figures[name]["row"] for name in variants] + [ratio]
 
 
 def describe_machine() -> str:
@@ -363,6 +386,7 @@ def main(argv=None):
     )
     parser.add_argument("--shared-data", default=SHARED_DATA, help="the real data directory")
     parser.add_argument("--work-dir", help="directory for the corpus and outputs (default: a temporary one, removed)")
+    results_file.add_argument(parser)
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.run_config:
@@ -371,6 +395,9 @@ def main(argv=None):
     if args.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {args.repeats}")
 
+    record = results_file.ResultsFile(args.json, "preprocess", argv, "cpu", args.repeats, workers=args.workers,
+                                      chunk_size=args.chunk_size, side_data=args.side_data) if args.json else None
+    rows = []
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="mdsfair-preprocess-bench-")
     sizes = args.sizes or [args.words]
     try:
@@ -409,9 +436,14 @@ def main(argv=None):
                     "chunk_size": args.chunk_size, "side_data": args.side_data,
                 }))
                 shutil.rmtree(destdir, ignore_errors=True)
-            print_result(words, results, args.side_data)
+            label = "plain" if not args.side_data else "--side-data " + " ".join(args.side_data)
+            rows.append(print_result(words, results, args.side_data, label)["row"])
+            if record:
+                record.write(rows)
         if args.baseline_words:
-            compare_with_stock(args, splits, spm_model, work_dir)
+            rows += compare_with_stock(args, splits, spm_model, work_dir)
+            if record:
+                record.write(rows)
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)

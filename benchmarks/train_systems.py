@@ -53,7 +53,7 @@ from typing import Dict, List, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks.activation_checkpointing import device_name  # noqa: E402
+from benchmarks import results as results_file  # noqa: E402
 
 LABEL_SMOOTHED = ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
                   "--label-smoothing", "0.1"]
@@ -252,6 +252,31 @@ def table(results: dict, precisions: List[str]) -> str:
     return "\n".join(lines)
 
 
+def results_rows(results: dict, precisions: List[str]) -> List[dict]:
+    """The rows of the results file (:mod:`benchmarks.results`): training per
+    system and precision, then generation, each with its ratio to the stock
+    counterpart of the same run (one run per figure)."""
+    rows = []
+    for name, by_precision in results["train"].items():
+        for precision in precisions:
+            run = by_precision.get(precision)
+            if run is None:
+                continue
+            stock = results["train"].get(STOCK.get(name, ""), {}).get(precision)
+            rows.append({"part": "training", "system": name, "precision": precision,
+                         "loss_first": run["losses"][0], "loss_last": run["losses"][-1],
+                         "overflows": run["overflows"], "source_tokens_per_s": run["source_tokens_per_s"],
+                         "tokens_per_s_vs_stock": run["source_tokens_per_s"] / stock["source_tokens_per_s"]
+                         if stock else None,
+                         "peak_gib": run["peak_mib"] / 1024,
+                         "peak_vs_stock": run["peak_mib"] / stock["peak_mib"] if stock else None})
+    for name, run in results["generate"].items():
+        stock = results["generate"].get(STOCK.get(name, ""))
+        rows.append({"part": "generation", "system": name, "summaries_per_s": run["summaries_per_s"],
+                     "summaries_per_s_vs_stock": run["summaries_per_s"] / stock["summaries_per_s"] if stock else None})
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", help="data-bin with clusters of at least --source-tokens tokens (see --make-data)")
@@ -274,7 +299,8 @@ def main(argv=None):
     parser.add_argument("--generate-batch-size", type=int, default=8, help="clusters per generation batch")
     parser.add_argument("--no-generate", action="store_true", help="train only")
     parser.add_argument("--work-dir", help="checkpoints and logs (default: a temporary directory)")
-    parser.add_argument("--out", help="write the results as JSON here")
+    parser.add_argument("--out", help="write the raw results (every run's losses, logs, errors) as JSON here")
+    results_file.add_argument(parser)
     args = parser.parse_args(argv)
     if args.make_data:
         print(make_data(args.make_data, args.clusters, args.longest))
@@ -283,7 +309,9 @@ def main(argv=None):
         parser.error("--data (or --make-data DIR first)")
     work = args.work_dir or tempfile.mkdtemp(prefix="train_systems.")
     os.makedirs(work, exist_ok=True)
-    results = {"device": device_name(args.device), "settings": dict(vars(args)),
+    record = results_file.ResultsFile(args.json, "train_systems", argv, args.device, 1, updates=args.updates,
+                                      batch_size=args.batch_size, source_tokens=args.source_tokens) if args.json else None
+    results = {"device": results_file.device_name(args.device), "settings": dict(vars(args)),
                "train": {}, "generate": {}}
     results["errors"] = {}
     for name in args.systems:
@@ -311,6 +339,8 @@ def main(argv=None):
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
                 json.dump(results, handle, indent=1)
+        if record:
+            record.write(results_rows(results, args.precisions))
     print(f"device: {results['device']}")
     print(table(results, args.precisions))
     if results["errors"]:

@@ -226,6 +226,12 @@ def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterp
     table = train_systems.table(results, ["bf16"])
     assert "| hierencdec_bart_base | bf16 | 8.50 -> 3.00 | 1 | 34,443 | 0.50 | 1.0 | 2.00 |" in table
     assert "| hierencdec_bart_base | 3.00 | 0.50 |" in table
+    rows = train_systems.results_rows(results, ["bf16"])  # the results file's rows (benchmarks/results.py)
+    assert rows[0]["tokens_per_s_vs_stock"] == pytest.approx(0.5) and rows[0]["peak_vs_stock"] == pytest.approx(2.0)
+    assert rows[-2:] == [{"part": "generation", "system": "hierencdec_bart_base", "summaries_per_s": 3.0,
+                          "summaries_per_s_vs_stock": 0.5},
+                         {"part": "generation", "system": "bart_base", "summaries_per_s": 6.0,
+                          "summaries_per_s_vs_stock": 1.0}]
 
 
 def test_memory_compare_puts_two_measurement_files_side_by_side(tmp_path, capsys):
@@ -257,22 +263,10 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
     record = json.loads(out.read_text())
     assert record["command"].startswith("python benchmarks/led_sparse.py --source-lengths 256")
     assert record["device"] and record["repeats"] == 2 and record["commit"]
+    from benchmarks import results
+
+    assert results.problems(record) == [] and record["provenance"] == "measured"
     assert [(row["source_tokens"], row["model"]) for row in record["rows"]] == [(256, "led"), (256, "led_sparse")]
     led_row = record["rows"][0]
     assert led_row["total_speedup_vs_led"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
     assert "led_sparse" in capsys.readouterr().out
-
-
-def test_the_led_sparse_figures_in_the_documentation_are_the_results_file():
-    """docs/components.md shows benchmarks/results/led_sparse_cpu.json as
-    ``benchmarks/led_sparse.py --table`` renders it (command, commit, device
-    and every cell), and the file names its command and device."""
-    from benchmarks import led_sparse
-
-    with open(os.path.join(REPO_ROOT, "benchmarks", "results", "led_sparse_cpu.json"), encoding="utf-8") as f:
-        record = json.load(f)
-    assert record["command"].startswith("python benchmarks/led_sparse.py") and record["device"]
-    assert {row["source_tokens"] for row in record["rows"]} >= {16384}
-    with open(os.path.join(REPO_ROOT, "docs/components.md"), encoding="utf-8") as f:
-        page = f.read()
-    assert led_sparse.markdown_table(record) in page
