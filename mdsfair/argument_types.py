@@ -49,3 +49,10 @@ def os_error_message(error: OSError) -> str:
     if not paths:
         return reason
     return f"{' -> '.join(str(p) for p in paths)}: {reason}"
+
+
+class UsageError(ValueError):
+    """Flags, a checkpoint and a data-bin that cannot work together (a
+    ``--global-attention doc-sep`` model on a data-bin without PRIMERA's
+    layout, say): the message says what to change; ``mdsfair-train`` and
+    ``mdsfair-generate`` print it as one ``PROG: error:`` line."""

@@ -169,6 +169,18 @@ def checkpoint_refusals() -> tuple:
             DictionaryMismatchError)
 
 
+def usage_refusals() -> tuple:
+    """The errors with which mdsfair refuses flags, a data-bin or their
+    combination (:class:`mdsfair.argument_types.UsageError`, a damaged or
+    unlisted manifest entry): each message names the flag or file and what
+    to do, so ``mdsfair-train`` and ``mdsfair-generate`` print it as one
+    ``error:`` line."""
+    from mdsfair.argument_types import UsageError
+    from mdsfair.data.manifest import ManifestError, UnlistedSplitError
+
+    return (UsageError, ManifestError, UnlistedSplitError)
+
+
 def train_main(argv: Optional[List[str]] = None) -> None:
     """``mdsfair-train``: ``fairseq-train`` with ``--user-dir`` set to mdsfair;
     ``--bf16`` without a TPU stack is refused before fairseq starts; under
@@ -186,7 +198,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     try:
         with precision:
             _run(cli_main, "mdsfair-train", argv)
-    except checkpoint_refusals() as error:
+    except checkpoint_refusals() + usage_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --restore-file / checkpoint_last.pt, a resume with
         # another architecture or dictionary: the message names the file and what to do, no traceback
         refused("mdsfair-train", str(error), 1)
@@ -240,7 +252,7 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     try:
         with generate_results_written_whole():  # --results-path written whole or not at all
             _run(generate.cli_main, "mdsfair-generate", argv)
-    except checkpoint_refusals() as error:
+    except checkpoint_refusals() + usage_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --path, or a data-bin with another dictionary:
         # its message names the file and what to do, no traceback
         refused("mdsfair-generate", str(error), 1)

@@ -225,8 +225,7 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
         plain = {token: i for token, i in vocab.items() if token != DOC_SEP}
         write_json_atomic(os.path.join(scratch, "vocab.json"), plain, ensure_ascii=False)
         merges_path = os.path.join(tokenizer_dir, "merges.txt")
-        if not os.path.isfile(merges_path):
-            raise ImportRefused(f"{merges_path}: missing (the BPE merges)")
+        read_merges(merges_path)  # checked where it is, so that a refusal names the user's file
         shutil.copyfile(merges_path, os.path.join(scratch, "merges.txt"))
         files = bpe_files(scratch, num_rows)
     if separator is not None:

@@ -21,6 +21,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.argument_types import UsageError
 from mdsfair.modules.components import Component, SourceStructure, register_component
 from mdsfair.modules.dependency_attention import (
     ARC_DIRECTIONS,
@@ -179,7 +180,7 @@ def document_separator_index(task) -> int:
     dictionary = task.source_dictionary
     index = dictionary.index(DOCUMENT_SEPARATOR)
     if index == dictionary.unk():
-        raise ValueError(
+        raise UsageError(
             f"--global-attention doc-sep: the dictionary has no {DOCUMENT_SEPARATOR} symbol; use a data-bin "
             f"whose dictionary has it with --source-layout primera, or --global-attention first/documents"
         )
@@ -240,7 +241,7 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
         layout = getattr(task, "source_layout", None)
         if layout is not None and layout != "primera" and not getattr(task, "source_layout_explicit", True):
             data_dir = getattr(task, "data_dir", "the data-bin")
-            raise ValueError(
+            raise UsageError(
                 f"--arch {getattr(args, 'arch', 'led')} uses --global-attention doc-sep (PRIMERA: global attention on "
                 f"<s> and every <doc-sep>), but the task's source layout is {layout!r}: {data_dir} records no PRIMERA "
                 f"layout, so the documents would be joined without <doc-sep>. Add --source-layout primera "
