@@ -83,8 +83,8 @@ class ReferenceTargetEncoder:
         self.dictionary = Dictionary.load(os.path.join(data_dir, "dict.txt"))
 
     def __call__(self, reference: str) -> np.ndarray:
-        symbols = self.encoder.encode(reference, continues=False)
-        return np.asarray([self.dictionary.index(s) for s in symbols], dtype=np.int64)
+        # the pipeline's lookup (never a control id; an unknown span is <unk>)
+        return self.encoder.encode_sentences([reference], [False], self.dictionary).tokens
 
 
 class MultiReferenceWriter:

@@ -141,8 +141,13 @@ def cli_main(argv: Optional[List[str]] = None):
             lines = [line.rstrip("\n") for line in f]
         if len(lines) != len(items):
             raise ValueError(f"{args.summaries} has {len(lines)} lines for {len(items)} examples")
+        from mdsfair.preprocess.subword import text_symbol_indices
+
+        dictionary = task.target_dictionary
         for item, line in zip(items, lines):
-            item["target"] = task.target_dictionary.encode_line(line, add_if_not_exist=False, append_eos=True).long()
+            # the pipeline's lookup: a control symbol written in the file (</s>, <pad>) is <unk>, never a control id
+            ids = text_symbol_indices(dictionary, line.split()).tolist() + [dictionary.eos()]
+            item["target"] = torch.LongTensor(ids)
     if args.from_generation:
         source_sample = dataset.collater(items)
         if use_cuda:

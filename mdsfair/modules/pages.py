@@ -332,7 +332,7 @@ def filler_page_tokens(subword_encoder, dictionary, text: str = AUTHORS_EMPTY_PA
     Raises ``ValueError`` when the encoding is empty or a piece is not in the
     dictionary."""
     symbols = subword_encoder.encode(text)
-    ids = [dictionary.index(symbol) for symbol in symbols]
+    ids = subword_encoder.symbol_ids(symbols, dictionary).tolist()  # the pipeline's lookup: never a control id
     if not ids or dictionary.unk() in ids:
         raise ValueError(
             f"the filler page text {text!r} encodes to {symbols}, which the dictionary "
