@@ -36,6 +36,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import (  # noqa: E402
     in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
 )
@@ -155,6 +156,7 @@ def main(argv=None):
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
                         help="after each configuration's timings, profile one more step with torch.profiler and print "
                              "the ROWS operators with the most device and host time")
+    results_file.add_argument(parser)
     args = parser.parse_args(argv)
     if args.steps < 1:
         parser.error(f"--steps must be at least 1, got {args.steps}")
@@ -171,6 +173,10 @@ def main(argv=None):
                                                 "vocab_size", "inference", "profile")}
     print(f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
           f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}")
+    record = results_file.ResultsFile(args.json, "hierencdec", argv, args.device, args.steps, threads=args.threads,
+                                      dtype=args.dtype, dims=args.dims, batch_size=args.batch_size,
+                                      source_tokens=args.length, inference=args.inference) if args.json else None
+    rows = []
     for documents in (int(d) for d in args.documents.split(",")):
         result = {system: run({**base, "system": system, "documents": documents}) for system in SYSTEMS}
         blocked, dense, bart = result["blocked"], result["dense-masked"], result["bart"]
@@ -184,6 +190,19 @@ def main(argv=None):
             f"{dense['peak_mb'] / blocked['peak_mb']:>9.2f} {bart['peak_mb'] / blocked['peak_mb']:>8.2f}",
             flush=True,
         )
+        rows.append({
+            "documents": documents,
+            "blocked_s": results_file.spread_cell(spread(blocked["seconds_each"])),
+            "dense_s": results_file.spread_cell(spread(dense["seconds_each"])),
+            "bart_s": results_file.spread_cell(spread(bart["seconds_each"])),
+            "dense_vs_blocked": results_file.spread_cell(separate_ratio(dense["seconds_each"], blocked["seconds_each"])),
+            "bart_vs_blocked": results_file.spread_cell(separate_ratio(bart["seconds_each"], blocked["seconds_each"])),
+            "blocked_peak_mib": blocked["peak_mb"], "dense_peak_mib": dense["peak_mb"], "bart_peak_mib": bart["peak_mb"],
+            "dense_vs_blocked_memory": dense["peak_mb"] / blocked["peak_mb"],
+            "bart_vs_blocked_memory": bart["peak_mb"] / blocked["peak_mb"],
+        })
+        if record:
+            record.write(rows)
         for system in SYSTEMS:
             if "profile" in result[system]:
                 print(result[system]["profile"], flush=True)
