@@ -56,3 +56,13 @@ class UsageError(ValueError):
     ``--global-attention doc-sep`` model on a data-bin without PRIMERA's
     layout, say): the message says what to change; ``mdsfair-train`` and
     ``mdsfair-generate`` print it as one ``PROG: error:`` line."""
+
+
+def check_config_sizes(cfg, names) -> None:
+    """Refuse a size or limit below 1 among the fields ``names`` of a
+    dataclass config (a fairseq task's: fairseq reads them with ``type=int``
+    and no range), naming the flag; None (not given) passes."""
+    for name in names:
+        value = getattr(cfg, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")

@@ -41,6 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.manifest import atomic_text_file, write_json_atomic
 from mdsfair.text import rouge_l_recall, rouge_tokens
 
@@ -176,11 +177,11 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--checkpoint", help="paragraph_ranker checkpoint for --method ranker")
     parser.add_argument("--ranker-data", help="directory with the ranker's dict.ranker.txt (default: the "
                                               "--data the checkpoint was trained with)")
-    parser.add_argument("--max-paragraphs", type=int, default=None,
+    parser.add_argument("--max-paragraphs", type=at_least(1), default=None,
                         help="keep only the top N paragraphs in --output (hiersumm keeps 40; default: all)")
     parser.add_argument("--evaluate", action="store_true",
                         help="print ROUGE-L recall of the top L' paragraphs against the summary (Table 1)")
-    parser.add_argument("--top", type=int, nargs="+", default=[5, 10, 20, 40], help="L' values for --evaluate")
+    parser.add_argument("--top", type=at_least(1), nargs="+", default=[5, 10, 20, 40], help="L' values for --evaluate")
     parser.add_argument("--report", help="also write the --evaluate figures as JSON here")
     parser.add_argument("--device", default="cpu", help="torch device for the ranker")
     return parser

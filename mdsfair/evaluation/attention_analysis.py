@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.manifest import atomic_text_file
 
 if TYPE_CHECKING:  # torch is imported where a measure runs, so that --help stays light
@@ -455,25 +456,25 @@ def get_parser() -> argparse.ArgumentParser:
     parser.add_argument("--data", required=True, help="data-bin directory of the multidoc_summarization task")
     parser.add_argument("--split", default="test", help="split to analyze (default test, as the paper)")
     parser.add_argument(
-        "--num-examples", type=int, default=200,
+        "--num-examples", type=at_least(0), default=200,
         help="examples drawn at random from the split, the same for every checkpoint (default 200, as Sec. 5.6); "
              "0 or more than the split: all",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the example draw (default 1)")
-    parser.add_argument("--batch-size", type=int, default=4, help="examples per forward pass (default 4)")
+    parser.add_argument("--batch-size", type=at_least(1), default=4, help="examples per forward pass (default 4)")
     parser.add_argument(
         "--decoder-input", choices=DECODER_INPUTS, default="generated",
         help="summary the decoder reads for the CDS: the model's own beam-search output (default, the paper's "
              "inference-time analysis) or the reference",
     )
-    parser.add_argument("--beam", type=int, default=4, help="beam size for --decoder-input generated (default 4, the authors')")
-    parser.add_argument("--min-len", type=int, default=20, help="minimum summary length (default 20, the authors')")
+    parser.add_argument("--beam", type=at_least(1), default=4, help="beam size for --decoder-input generated (default 4, the authors')")
+    parser.add_argument("--min-len", type=at_least(1), default=20, help="minimum summary length (default 20, the authors')")
     parser.add_argument(
-        "--max-len-b", type=int, default=1024, help="maximum summary length (default 1,024, the paper's target budget)"
+        "--max-len-b", type=at_least(1), default=1024, help="maximum summary length (default 1,024, the paper's target budget)"
     )
     parser.add_argument("--lenpen", type=float, default=1.0, help="beam search length penalty (default 1.0)")
     parser.add_argument(
-        "--no-repeat-ngram-size", type=int, default=3,
+        "--no-repeat-ngram-size", type=at_least(0), default=3,
         help="block repeated n-grams of this size (default 3, bart-large's generation config; 0: off)",
     )
     parser.add_argument(

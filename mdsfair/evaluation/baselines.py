@@ -59,7 +59,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from mdsfair.argument_types import number_between
+from mdsfair.argument_types import at_least, number_between
 from mdsfair.data.manifest import atomic_text_file
 from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
 from mdsfair.raw_contract import InputFormatError, cluster_references, decode_cluster_line, iter_raw_lines
@@ -484,9 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lead_group = parser.add_argument_group("lead")
     lead_limit = lead_group.add_mutually_exclusive_group()
-    lead_limit.add_argument("--lead-sentences", type=int,
+    lead_limit.add_argument("--lead-sentences", type=at_least(1),
                             help=f"lead: number of sentences (default {DEFAULT_NUM_SENTENCES} without a word budget)")
-    lead_limit.add_argument("--lead-tokens", type=int,
+    lead_limit.add_argument("--lead-tokens", type=at_least(1),
                             help="lead: word budget instead: exactly the first N words of the reading order (last sentence cut at the word)")
     lead_group.add_argument(
         "--lead-order", choices=LEAD_ORDERS, default="sequential",
@@ -498,18 +498,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lexrank_group = parser.add_argument_group("lexrank")
     lexrank_group.add_argument(
-        "--num-sentences", type=int,
+        "--num-sentences", type=at_least(1),
         help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})")
-    lexrank_group.add_argument("--max-words", type=int, help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)")
-    lexrank_group.add_argument("--threshold", type=float, default=0.1, help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)")
+    lexrank_group.add_argument("--max-words", type=at_least(1), help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)")
+    lexrank_group.add_argument("--threshold", type=number_between(0, 1, high_inclusive=False), default=0.1, help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)")
     lexrank_group.add_argument("--damping", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.85, help="lexrank: PageRank damping factor")
     lexrank_group.add_argument("--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)")
     lexrank_group.add_argument(
-        "--redundancy-threshold", type=float,
+        "--redundancy-threshold", type=number_between(0, 1, low_inclusive=False),
         help="lexrank: skip sentences whose cosine similarity to a chosen one exceeds this (off by default)",
     )
     oracle_group = parser.add_argument_group("oracle")
-    oracle_group.add_argument("--oracle-max-sentences", type=int, help="oracle: stop after this many sentences (default: when ROUGE stops improving)")
+    oracle_group.add_argument("--oracle-max-sentences", type=at_least(1), help="oracle: stop after this many sentences (default: when ROUGE stops improving)")
     oracle_group.add_argument("--no-stemming", action="store_true", help="oracle and --score: no Porter stemming")
     parser.add_argument(
         "--score", nargs="?", const="official", choices=["official", "fast"],

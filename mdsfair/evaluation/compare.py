@@ -31,6 +31,7 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
+from mdsfair.argument_types import at_least, number_between
 from mdsfair.data.manifest import ManifestError, write_json_atomic
 from mdsfair.evaluation.rouge import (
     RougeDependencyError,
@@ -117,13 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="add the papers' published numbers for this data set (multinews, wcep, multixscience, "
                         "mred, wikisum, arxiv, pubmed, govreport, cnndm) as rows marked 'published'")
     parser.add_argument("--ci", action="store_true", help="95%% bootstrap confidence intervals (clusters resampled)")
-    parser.add_argument("--confidence", type=float, default=0.95, help="confidence level of --ci (default 0.95)")
-    parser.add_argument("--samples", type=int, default=1000,
+    parser.add_argument("--confidence", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.95, help="confidence level of --ci (default 0.95)")
+    parser.add_argument("--samples", type=at_least(1), default=1000,
                         help="bootstrap resamples and randomization samples (default 1000)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the resampling (default 1)")
     parser.add_argument("--baseline", metavar="NAME",
                         help="test every other system against this one: paired bootstrap and approximate randomization")
-    parser.add_argument("--alpha", type=float, default=0.05, help="significance level of the marks (default 0.05)")
+    parser.add_argument("--alpha", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.05, help="significance level of the marks (default 0.05)")
     parser.add_argument("--correction", choices=["none", "holm", "bonferroni"], default="none",
                         help="family-wise correction across systems x metrics (default none)")
     parser.add_argument("--per-cluster", metavar="FILE", help="write every system's per-cluster R/P/F (.jsonl or .csv)")

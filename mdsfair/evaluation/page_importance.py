@@ -22,6 +22,7 @@ import json
 import os
 from typing import TYPE_CHECKING, List, Optional
 
+from mdsfair.argument_types import at_least, number_between
 from mdsfair.data.manifest import atomic_text_file
 
 if TYPE_CHECKING:  # torch is imported when a command runs, not for --help
@@ -97,18 +98,18 @@ def cli_main(argv: Optional[List[str]] = None):
     )
     generation = parser.add_argument_group("generation (with --from-generation)")
     generation.add_argument(
-        "--beam", type=int, default=4, help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)"
+        "--beam", type=at_least(1), default=4, help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)"
     )
     generation.add_argument(
         "--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the authors' generate call)"
     )
-    generation.add_argument("--max-len-a", type=float, default=0, help="max length = a * source length + b (default 0)")
+    generation.add_argument("--max-len-a", type=number_between(0, float("inf")), default=0, help="max length = a * source length + b (default 0)")
     generation.add_argument(
-        "--max-len-b", type=int, default=200, help="max length = a * source length + b (default 200)"
+        "--max-len-b", type=at_least(1), default=200, help="max length = a * source length + b (default 200)"
     )
-    generation.add_argument("--min-len", type=int, default=1, help="minimum summary length in tokens (default 1)")
+    generation.add_argument("--min-len", type=at_least(1), default=1, help="minimum summary length in tokens (default 1)")
     generation.add_argument(
-        "--no-repeat-ngram-size", type=int, default=3,
+        "--no-repeat-ngram-size", type=at_least(0), default=3,
         help="block repeated n-grams of this size (default 3, the paper's)",
     )
     parser.add_argument("--output-dir", required=True, help="where page_importance.jsonl and the PNGs go")

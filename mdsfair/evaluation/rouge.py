@@ -388,7 +388,7 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", metavar="NAME", help="split of --data-bin (default: the one the log names, else test)"
     )
     parser.add_argument(
-        "--expected", type=int, metavar="N",
+        "--expected", type=at_least(1), metavar="N",
         help="number of clusters the hypotheses must cover (ids 0..N-1 of a fairseq-generate log); "
         "default: the data-bin split's cluster count, else the REF files' line count",
     )
@@ -475,7 +475,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or take the best reference (-f B); --fast always takes the best F1 per metric",
     )
     parser.add_argument(
-        "--resamples", type=int, default=1000,
+        "--resamples", type=at_least(1), default=1000,
         help="official scorer: bootstrap resamples (-r, files2rouge: 1000); the script's confidence "
         "intervals and its reported averages are computed over these resamples",
     )

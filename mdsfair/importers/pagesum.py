@@ -45,6 +45,7 @@ import os
 import sys
 from typing import Dict, List, Optional
 
+from mdsfair.argument_types import at_least
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.hf_bart import (
     architecture_flags,
@@ -214,8 +215,8 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
                              + "; ".join(f"{name}: {p['locality']}, {p['pages']} pages" for name, p in PRESETS.items()))
     parser.add_argument("--locality", choices=LOCALITIES, help="spatial (their page_type None), document "
                         "(page_type multi_doc on multi-document input) or discourse (multi_doc on sections)")
-    parser.add_argument("--pages", type=int, help="pages per example (their num_pages)")
-    parser.add_argument("--page-length", type=int, help="tokens per page including <s> and </s> (their page_max_len)")
+    parser.add_argument("--pages", type=at_least(1), help="pages per example (their num_pages)")
+    parser.add_argument("--page-length", type=at_least(3), help="tokens per page including <s> and </s> (their page_max_len)")
     parser.add_argument("--discourse-unit", choices=("paragraph", "section"),
                         help="discourse locality unit (arXiv sections: section)")
     parser.add_argument("--empty-pages", choices=EMPTY_PAGE_POLICIES,

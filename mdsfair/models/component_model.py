@@ -24,6 +24,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
+from mdsfair.argument_types import at_least
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
 from mdsfair.modules.components import (
@@ -65,7 +66,7 @@ def add_component_args(parser) -> None:
         if "add_args" in vars(cls):
             cls.add_args(parser)
     parser.add_argument(
-        "--max-encoder-positions", type=int,
+        "--max-encoder-positions", type=at_least(1),
         help=("rows of the encoder's learned position table (16384 under the led architectures, 4096 under "
               "primera and hierencdec, as the released models); the task's --max-source-positions may not exceed it"),
     )

@@ -44,6 +44,7 @@ from fairseq.models.transformer import base_architecture as transformer_base_arc
 from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
+from mdsfair.argument_types import at_least, number_between
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
@@ -385,12 +386,12 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     @DEFAULTS.documented
     def add_args(parser):
         TransformerModel.add_args(parser)
-        parser.add_argument("--local-layers", type=int, metavar="N",
+        parser.add_argument("--local-layers", type=at_least(1), metavar="N",
                             help="local transformer layers inside paragraphs (Eq. 11-12; Section 4)")
-        parser.add_argument("--global-layers", type=int, metavar="N",
+        parser.add_argument("--global-layers", type=at_least(0), metavar="N",
                             help=("global transformer layers across paragraphs on top of the local "
                                   "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"))
-        parser.add_argument("--global-heads", type=int, metavar="N",
+        parser.add_argument("--global-heads", type=at_least(1), metavar="N",
                             help=("heads of multi-head pooling and inter-paragraph attention (1 = "
                                   "Table 3's 'w/o MP')"))
         parser.add_argument("--no-paragraph-position", action="store_true",
@@ -413,7 +414,7 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
                                   "inter-paragraph heads with the row-normalised paragraph graph read "
                                   "from side data src_graph_similarity / src_graph_discourse "
                                   "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"))
-        parser.add_argument("--graph-heads", type=int, metavar="N",
+        parser.add_argument("--graph-heads", type=at_least(0), metavar="N",
                             help=("learned heads the graph replaces in every global layer (Eq. 24; "
                                   "the default is the paper's)"))
         parser.add_argument("--decoder-position-encoding", choices=DECODER_POSITION_ENCODINGS,
@@ -428,7 +429,7 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
         parser.add_argument("--decoder-start-symbol", choices=DECODER_START_SYMBOLS,
                             help=("first decoder input: fairseq's </s> (eos) or <s> (bos), as "
                                   "hiersumm's targets start with <S>"))
-        parser.add_argument("--layernorm-eps", type=float, metavar="EPS",
+        parser.add_argument("--layernorm-eps", type=number_between(0, 1, low_inclusive=False), metavar="EPS",
                             help=("epsilon of every LayerNorm (the default is fairseq's; hiersumm "
                                   "1e-6)"))
         parser.add_argument("--no-source-special-tokens", action="store_true",

@@ -45,6 +45,7 @@ from fairseq.models.bart.model import bart_base_architecture, bart_large_archite
 from fairseq.models.transformer import TransformerDecoderBase, TransformerEncoderBase
 from torch import Tensor
 
+from mdsfair.argument_types import at_least
 from mdsfair.models.component_model import encoder_decoder_forward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
@@ -324,17 +325,17 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
                   "choice for multi-document summarization, Table 5)"),
         )
         parser.add_argument(
-            "--num-pages", type=int,
+            "--num-pages", type=at_least(1),
             help=("pages per example: the spatial chunk count, or the maximum number of discourse units / "
                   "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"),
         )
         parser.add_argument(
-            "--page-tokens", type=int,
+            "--page-tokens", type=at_least(3),
             help=("maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
                   "are cut and counted"),
         )
         parser.add_argument(
-            "--max-page-positions", type=int,
+            "--max-page-positions", type=at_least(1),
             help=("rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
                   "exceed it"),
         )

@@ -21,6 +21,7 @@ from fairseq.models import BaseFairseqModel, register_model, register_model_arch
 from fairseq.modules import FairseqDropout
 from torch import Tensor, nn
 
+from mdsfair.argument_types import at_least, number_between
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
 
@@ -71,12 +72,12 @@ class ParagraphRankerModel(BaseFairseqModel):
     @staticmethod
     @DEFAULTS.documented
     def add_args(parser):
-        parser.add_argument("--ranker-embed-dim", type=int, metavar="N",
+        parser.add_argument("--ranker-embed-dim", type=at_least(1), metavar="N",
                             help="word embedding dimension")
-        parser.add_argument("--ranker-hidden-dim", type=int, metavar="N",
+        parser.add_argument("--ranker-hidden-dim", type=at_least(1), metavar="N",
                             help=("hidden size of the title and paragraph LSTMs "
                                   "(Section 4)"))
-        parser.add_argument("--dropout", type=float, metavar="D",
+        parser.add_argument("--dropout", type=number_between(0, 1, high_inclusive=False), metavar="D",
                             help="dropout before every linear layer (Section 4)")
         parser.add_argument("--checkpoint-activations", action="store_true",
                             help=("recompute the LSTM states in the backward pass instead of storing "

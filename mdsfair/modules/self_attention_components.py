@@ -21,7 +21,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from mdsfair.argument_types import UsageError
+from mdsfair.argument_types import UsageError, at_least
 from mdsfair.modules.components import Component, SourceStructure, register_component
 from mdsfair.modules.dependency_attention import (
     ARC_DIRECTIONS,
@@ -310,7 +310,7 @@ class DependencySelfAttention(SelfAttentionComponent):
                   "by relation frequency [core dependents first | ROOT first]"),
         )
         parser.add_argument(
-            "--dependency-encoder-hidden-dim", type=int,
+            "--dependency-encoder-hidden-dim", type=at_least(1),
             help="hidden size of F_depEnc (not given in the paper)",
         )
         parser.add_argument(

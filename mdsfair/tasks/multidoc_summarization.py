@@ -21,6 +21,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
+from mdsfair.argument_types import check_config_sizes
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split  # noqa: F401 (the hub imports them from here)
@@ -278,6 +279,9 @@ class MultiDocSummarizationTask(FairseqTask):
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
         check_data_paths(cfg.data, paths)
         check_not_fully_sharded(cfg)
+        # a limit of 0 would drop every cluster, document or paragraph silently
+        check_config_sizes(cfg, ("max_source_positions", "max_target_positions", "max_documents", "max_paragraphs",
+                                 "max_paragraph_tokens"))
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
         check_epoch_shards(paths, dictionary, manifest)

@@ -29,6 +29,7 @@ import torch
 from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import FairseqTask, register_task
 
+from mdsfair.argument_types import check_config_sizes
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 from mdsfair.text import rouge_n_recall, rouge_tokens
 
@@ -154,6 +155,8 @@ class ParagraphRankingTask(FairseqTask):
         if not cfg.data:
             raise ValueError("--data (a directory of raw JSONL splits) is required for task paragraph_ranking")
         check_not_fully_sharded(cfg)
+        # a limit of 0 would drop every title or paragraph silently
+        check_config_sizes(cfg, ("ranker_vocab_size", "max_title_tokens", "max_paragraph_tokens", "max_cluster_paragraphs"))
         path = cls.dictionary_path(cfg)
         if os.path.exists(path):
             dictionary = Dictionary.load(path)

@@ -52,6 +52,7 @@ from .common import (
 from .readers.json_files import read_json_file_record
 from .readers.text import iter_lines
 from .registry import register_converter
+from mdsfair.argument_types import at_least
 
 GOVREPORT_SUBSETS = ("crs", "gao")
 # --split names -> the split name of split_ids/{subset}_{name}.ids
@@ -99,7 +100,7 @@ def _preamble_documents(section: Any, where: str) -> List[Document]:
 
 def add_govreport_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert govreport`` flags."""
-    parser.add_argument("--section-depth", type=int, default=1,
+    parser.add_argument("--section-depth", type=at_least(1), default=1,
                         help="nesting depth whose sections become documents, deeper ones flattened into them "
                              "(default: %(default)s = top-level sections)")
     parser.add_argument("--subset", choices=GOVREPORT_SUBSETS + ("both",), default="both",

@@ -31,13 +31,14 @@ from .common import (
 )
 from .readers.json_files import iter_json_records
 from .registry import register_converter
+from mdsfair.argument_types import at_least
 
 
 def add_wcep_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert wcep`` flags."""
     parser.add_argument("--prepend-titles", action="store_true",
                         help="put each article's title before its text as the first paragraph")
-    parser.add_argument("--max-articles", type=int, default=None, metavar="N",
+    parser.add_argument("--max-articles", type=at_least(1), default=None, metavar="N",
                         help="keep the first N articles of each event (WCEP-10: 10); the rest are "
                              "counted as truncated")
 

@@ -68,6 +68,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, producer_argument_group, register_side_data_producer
 from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
@@ -495,7 +496,7 @@ class DependencyHead(_DependencyProducer):
             "--dep-spacy-model", default=DEFAULT_SPACY_MODEL,
             help="spaCy pipeline whose parser is used (only tok2vec and parser are loaded)",
         )
-        group.add_argument("--dep-batch-size", type=int, default=64, help="sentences per spaCy nlp.pipe batch")
+        group.add_argument("--dep-batch-size", type=at_least(1), default=64, help="sentences per spaCy nlp.pipe batch")
 
 
 @register_side_data_producer("dep_rel")

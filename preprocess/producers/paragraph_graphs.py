@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Iterable, List, Optional, Sequence, Set
 
 import numpy as np
 
+from mdsfair.argument_types import at_least
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, producer_argument_group, register_side_data_producer
 from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
@@ -231,7 +232,7 @@ def cli_main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--out-dir", required=True, help="directory for {cluster id}.{graph}.graphml")
     parser.add_argument("--graph", nargs="+", choices=["similarity", "discourse"], default=["similarity"],
                         help="graphs to build")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N clusters")
+    parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N clusters")
     args = parser.parse_args(argv)
     producers = [
         (SimilarityGraphProducer if name == "similarity" else DiscourseGraphProducer)(
