@@ -67,6 +67,7 @@ from fairseq.models.bart import BARTModel  # noqa: E402
 
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
 
+from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import interleaved_ratio, profile_table, spread  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -200,6 +201,7 @@ def main(argv=None):
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
                         help="after the timings, profile one decoding of the 'full' row and of the first --top-r row "
                              "with torch.profiler and print the ROWS operators with the most device and host time")
+    results_file.add_argument(parser)
     options = parser.parse_args(argv)
     if options.repeats < 1:
         parser.error(f"--repeats must be at least 1, got {options.repeats}")
@@ -236,6 +238,10 @@ def main(argv=None):
     rows += [(f"r={r}", "bigru", r) for r in options.top_r]
     rows += [(f"free r={r}", "free", r) for r in options.model_free_top_r]
     rows += [(f"pool r={r}", "pool", r) for r in options.pooling_top_r]
+    record = results_file.ResultsFile(options.json, "sparse_decoder", argv, options.device, options.repeats,
+                                      dtype=options.dtype, target_steps=options.target_length,
+                                      beam=options.beam) if options.json else None
+    measured = []
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
         for source_tokens in options.source_lengths:
@@ -244,11 +250,15 @@ def main(argv=None):
             samples = {name: sample for name in models}
             samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
             num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
-            measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences)
+            measured += measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens,
+                                     num_sentences)
+            if record:
+                record.write(measured)
 
 
 def measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences):
-    """Time and print every row of one (batch size, source length) setting."""
+    """Time and print every row of one (batch size, source length) setting;
+    returns the results file's rows (:mod:`benchmarks.results`)."""
     with torch.no_grad():
         used = [name for name in models if any(name == row_name for _, row_name, _ in rows)]
         # a warm-up run, then --repeats runs interleaved over the models, as for the decoding
@@ -274,7 +284,20 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
         totals = [encoder + decoder for encoder, decoder in zip(encoder_times[name], times)]
         results[label] = (encoder_times[name], times, totals)
     stock, full = results["stock BART"], results["full"]
+    measured = []
     for label, (encoder, decoder, total) in results.items():
+        measured.append({
+            "target_steps": options.target_length, "batch_size": batch_size, "source_tokens": source_tokens,
+            "sentences": num_sentences, "attention": label,
+            "encoder_s": results_file.spread_cell(spread(encoder)),
+            "decoding_s": results_file.spread_cell(spread(decoder)),
+            "total_s": results_file.spread_cell(spread(total)),
+            "decoding_share_pct": results_file.spread_cell(interleaved_ratio(decoder, total).scaled(100)),
+            "decoding_vs_stock": results_file.spread_cell(interleaved_ratio(stock[1], decoder)),
+            "total_vs_stock": results_file.spread_cell(interleaved_ratio(stock[2], total)),
+            "decoding_vs_full": results_file.spread_cell(interleaved_ratio(full[1], decoder)),
+            "total_vs_full": results_file.spread_cell(interleaved_ratio(full[2], total)),
+        })
         decoding_share = interleaved_ratio(decoder, total).scaled(100).format(".0f", "%")
         print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} "
               f"{spread(encoder).format('.2f'):>18} {spread(decoder).format('.2f'):>18} "
@@ -290,6 +313,7 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
                 set_top_r(models[name], top_r)
                 print(profile_table(run, device, options.profile, f"one decoding, {label}, batch {batch_size}, "
                                     f"{source_tokens} source tokens"), flush=True)
+    return measured
 
 
 if __name__ == "__main__":
