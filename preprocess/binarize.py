@@ -55,7 +55,6 @@ from __future__ import annotations  # fairseq's Dictionary only in annotations: 
 import argparse
 import contextlib
 import copy
-import json
 import logging
 import os
 import sys
@@ -92,7 +91,7 @@ from mdsfair.preprocess.subword import (
     train_sentencepiece,
 )
 from mdsfair.preprocess.worker_pool import LineResult, OrderedWorkerPool, call_in_child, encode_lines
-from mdsfair.raw_contract import cluster_references
+from mdsfair.raw_contract import cluster_references, decode_cluster_line
 
 if TYPE_CHECKING:
     from fairseq.data import Dictionary
@@ -203,17 +202,22 @@ def _split_paths(args) -> Dict[str, str]:
 
 
 def _training_texts(path: str, lowercase: bool, multi_reference: str = "first"):
-    """Paragraphs and the training references of the training split, for SentencePiece."""
-    for _, raw in iter_raw_lines(path):
+    """Paragraphs and the training references of the training split, for
+    SentencePiece, of the lines the raw contract accepts
+    (:func:`mdsfair.raw_contract.decode_cluster_line`: valid JSON of the right
+    types, no lone surrogate, which SentencePiece's C++ code cannot take: it
+    failed with a pybind11 traceback). A refused line is left out here and
+    reported with file and line by the binarization pass (skipped and
+    counted with ``--skip-bad``); this generator runs inside SentencePiece's
+    trainer, which would turn an exception raised here into its own."""
+    for line_number, raw in iter_raw_lines(path):
         try:
-            obj = json.loads(raw.decode("utf-8"))
-            documents = obj["documents"]
-            summaries = [clean_text(s, lowercase) for s in training_references(cluster_references(obj), multi_reference)]
-        except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            continue  # reported with file and line by the binarization pass
-        for document in documents if isinstance(documents, list) else []:
-            if isinstance(document, str):
-                yield from split_paragraphs(clean_text(document, lowercase))
+            obj = decode_cluster_line(raw, path, line_number, require_references=False)
+        except InputFormatError:
+            continue
+        summaries = [clean_text(s, lowercase) for s in training_references(cluster_references(obj), multi_reference)]
+        for document in obj["documents"]:
+            yield from split_paragraphs(clean_text(document, lowercase))
         yield from summaries
 
 

@@ -102,3 +102,30 @@ def test_baseline_keeps_an_existing_output_when_input_is_bad(tmp_path):
     assert result.returncode != 0 and f"{source}:2:" in result.stderr
     assert out.read_text(encoding="utf-8") == "an earlier run's summaries\n"
     assert sorted(os.listdir(tmp_path)) == ["lead.txt", "test.jsonl"]
+
+
+@pytest.mark.parametrize("case", ["surrogate_in_document", "surrogate_in_summary"])
+def test_preprocess_training_sentencepiece_on_a_lone_surrogate_is_one_line(tmp_path, case):
+    """Issue 34 item 4: a lone surrogate in the training split, which
+    SentencePiece trains on, crashed mdsfair-preprocess with a pybind11
+    traceback, with or without --skip-bad. The training text now holds only
+    lines the raw contract accepts: without --skip-bad the line is one
+    FILE:LINE error and nothing is written; with it, skipped and counted."""
+    bad_line, message = CASES[case]
+    raw = tmp_path / "raw"
+    raw.mkdir()
+    write_split(raw / "train.jsonl", bad_line, good_count=8)
+    write_split(raw / "valid.jsonl", json.dumps({**GOOD, "id": "v0"}), good_count=2)
+    dest = tmp_path / "bin"
+    args = ["--input-dir", str(raw), "--destdir", str(dest), "--vocab-size", "60", "--no-progress-bar"]
+    refused = run("mdsfair.preprocess.binarize", args, str(tmp_path))
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr[-3000:]
+    errors = [line for line in refused.stderr.splitlines() if "error" in line]
+    assert len(errors) == 1 and errors[0].startswith(f"mdsfair-preprocess: error: {raw / 'train.jsonl'}:2: {message}")
+    assert not dest.exists()
+    skipped = run("mdsfair.preprocess.binarize", args + ["--skip-bad"], str(tmp_path))
+    assert skipped.returncode == 0 and "Traceback" not in skipped.stderr, skipped.stderr[-3000:]
+    with open(dest / "mdsfair.json", encoding="utf-8") as f:
+        assert json.load(f)["splits"]["train"]["skipped"] == {"lone_surrogate": 1}
+    assert len((dest / "train.ids.txt").read_text(encoding="utf-8").splitlines()) == 8
+    assert f"{raw / 'train.jsonl'}:2: skipped (lone_surrogate)" in (dest / "train.skipped.txt").read_text("utf-8")
