@@ -67,6 +67,10 @@ def test_old_checkpoint_loads_and_gives_the_golden_outputs(arch):
     beams = golden.best_beams(task, model, cfg, sample)
     for row, (beam, recorded) in enumerate(zip(beams, expected["beams"])):
         assert beam["tokens"].tolist() == recorded["tokens"].tolist(), (arch, row)
-        assert torch.allclose(beam["positional_scores"], recorded["positional_scores"], atol=TOLERANCE, rtol=0), (
-            arch, row,
-        )
+        # positional scores are float32 whatever the model's dtype (fairseq's get_normalized_probs
+        # casts to float32, as its attention's softmax does): a float32 sum over another number of
+        # (masked) terms moves them by a few units of float32 round-off, a changed computation by far more
+        scores_tolerance = 64 * torch.finfo(recorded["positional_scores"].dtype).eps * max(
+            1.0, recorded["positional_scores"].abs().max().item())
+        assert torch.allclose(beam["positional_scores"], recorded["positional_scores"], atol=scores_tolerance,
+                              rtol=0), (arch, row)

@@ -370,19 +370,25 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
 
 
-def test_encoder_sets_kept_token_bounds_only_in_gpu_evaluation(built):
-    """The bounds cost one synchronization, worth it only where a step's read
-    would wait for the GPU: the CPU keeps the exact per-step size."""
+def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):
+    """In evaluation the encoder stores the kept-token bounds (one read per
+    batch), so that no generation step reads its selection back (issue 35:
+    no synchronization per step, on every device); training steps never
+    read them."""
     _, task, model, _ = built
     net_input = batch(task, model)["net_input"]
+    from mdsfair.models.sparse_bart import sentence_context_from_encoder_out
+
     model.eval()
     try:
         encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"], net_input["src_sent_ids"])
     finally:
         model.train()
+    bounds = sentence_context_from_encoder_out(encoder_out).kept_token_bounds
+    assert bounds is not None and bounds.device.type == "cpu"
+    assert torch.equal(bounds, kept_token_bounds(encoder_out["sentence_lengths"][0]))
+    encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"], net_input["src_sent_ids"])
     assert encoder_out["kept_token_bounds"] == []
-    from mdsfair.models.sparse_bart import sentence_context_from_encoder_out
-
     assert sentence_context_from_encoder_out(encoder_out).kept_token_bounds is None
 
 
@@ -478,9 +484,10 @@ def expand_per_hypothesis(model):
     copied to each hypothesis row and reordered at every step."""
 
     def reorder_encoder_out(encoder_out, new_order):
-        reordered = {"hypothesis_source_index": []}
+        # the kept-token bounds hold one entry per number of sentences, for the whole batch: kept as they are
+        reordered = {"hypothesis_source_index": [], "kept_token_bounds": encoder_out.get("kept_token_bounds", [])}
         for name, tensors in encoder_out.items():
-            if name != "hypothesis_source_index":
+            if name not in reordered:
                 dim = 1 if name in ("encoder_out", "encoder_states") else 0
                 reordered[name] = [tensor.index_select(dim, new_order) for tensor in tensors]
         return reordered
@@ -521,23 +528,22 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
 
     caches, row_counts = [], []
     cached = SparseCrossAttention._cached
-    approximate = SparseCrossAttention._approximate
+    forward = SparseCrossAttention.forward
 
     def recording_cache(self, incremental_state, name, compute):
         tensor = cached(self, incremental_state, name, compute)
         caches.append((id(self), name, tensor.size(0), tensor.data_ptr()))
         return tensor
 
-    def recording_rows(self, queries, sentence_queries, sentence_keys, sentence_mask, rows):
-        row_counts.append(rows.source_index.numel())
-        return approximate(self, queries, sentence_queries, sentence_keys, sentence_mask, rows)
+    def recording_rows(self, query, *args, **kwargs):
+        row_counts.append(query.size(1))
+        return forward(self, query, *args, **kwargs)
 
     monkeypatch.setattr(SparseCrossAttention, "_cached", recording_cache)
-    monkeypatch.setattr(SparseCrossAttention, "_approximate", recording_rows)
+    monkeypatch.setattr(SparseCrossAttention, "forward", recording_rows)
     per_source = generator.generate([model], sample, prefix_tokens=prefix)
     monkeypatch.undo()
-    if top_r:
-        assert 12 in row_counts and 8 in row_counts  # the batch was compacted
+    assert 12 in row_counts and 8 in row_counts  # the batch was compacted
     assert {sources for _, _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
     names = {name for _, name, _, _ in caches}
     assert names == ({"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | (

@@ -118,3 +118,26 @@ def log_page_totals_since(snapshots) -> None:
     """Log each encoder's page totals since its snapshot ``(encoder, page_totals())``."""
     for encoder, since in snapshots:
         encoder.log_page_totals(since)
+
+
+def static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes: str):
+    """``(seq_gen_cls, extra_gen_cls_kwargs)`` for ``--static-decoding``:
+    :class:`~mdsfair.generation.static_decoding.StaticShapeSequenceGenerator`
+    with the parsed ``--static-decoding-buckets``. Settings it cannot run
+    are refused: another generator class (``--print-alignment`` asks for
+    fairseq's aligning one) and lexical constraints."""
+    from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator, parse_bucket_sizes
+
+    if seq_gen_cls is not None and seq_gen_cls is not StaticShapeSequenceGenerator:
+        raise GenerationSettingsError(
+            f"--static-decoding replaces fairseq's generator, but {seq_gen_cls.__name__} was asked for "
+            "(e.g. by --print-alignment); generate without --static-decoding")
+    for flag, name in (("--print-alignment", "print_alignment"), ("--constraints", "constraints")):
+        if getattr(generation_cfg, name, None):
+            raise GenerationSettingsError(f"--static-decoding does not support {flag}; generate without it")
+    kwargs = dict(extra_gen_cls_kwargs or {})
+    try:
+        kwargs["bucket_sizes"] = parse_bucket_sizes(bucket_sizes)
+    except ValueError as error:
+        raise GenerationSettingsError(str(error)) from None
+    return StaticShapeSequenceGenerator, kwargs

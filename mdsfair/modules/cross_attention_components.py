@@ -41,6 +41,7 @@ from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
     SENTENCE_SELECTIONS,
+    RowTables,
     SentenceContext,
     SparseCrossAttention,
     kept_token_bounds,
@@ -212,11 +213,15 @@ def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> S
     )
     states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
     bounds = encoder_out.get("kept_token_bounds", [])
-    if len(encoder_out["hypothesis_source_index"]) > 0:
+    tables = encoder_out.get("hypothesis_rows", [])
+    if len(tables) > 0:  # kept by reorder_encoder_out for as long as these rows last
+        rows = tables[0].rows
+    elif len(encoder_out["hypothesis_source_index"]) > 0:
         rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
     else:
         rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None)
+    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None,
+                           tables[0] if len(tables) > 0 else None)
 
 
 class SparseDecoderContext(NamedTuple):
@@ -328,9 +333,9 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             sentence_lengths=[layout.lengths],
             sentence_states=sentence_states,
             hypothesis_source_index=[],
-            # on a GPU in evaluation: sizes generation's kept-token layouts without a synchronization per step
-            kept_token_bounds=[kept_token_bounds(layout.lengths)] if layout.lengths.is_cuda and not encoder.training
-            else [],
+            # in evaluation: sizes generation's kept-token layouts without a synchronization per step
+            # (one per batch, here)
+            kept_token_bounds=[] if encoder.training else [kept_token_bounds(layout.lengths)],
         )
 
     def reorder_encoder_out(self, encoder, encoder_out, new_order):
@@ -341,6 +346,12 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
         source_index = rows[0].index_select(0, new_order) if len(rows) > 0 else new_order
         reordered = dict(encoder_out)
         reordered["hypothesis_source_index"] = [source_index]
+        # the rows and what generation steps derive from them, once per reordering (one
+        # synchronization, here); under static decoding the rows never change after the expansion
+        hypothesis_rows = HypothesisRows.from_source_index(source_index, encoder_out["src_sent_ids"][0].size(0))
+        layout = SentenceLayout(encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0],
+                                encoder_out["sentence_lengths"][0], encoder_out["sentence_lengths"][0].gt(0))
+        reordered["hypothesis_rows"] = [RowTables(hypothesis_rows, layout)]
         return reordered
 
     # ----------------------------------------------------------- decoder side

@@ -33,6 +33,11 @@ class HypothesisRows(NamedTuple):
     num_sources: int
     rows_per_source: int
     is_identity: bool
+    #: the rows are every source's ``rows_per_source`` hypotheses back to back in
+    #: source order (``source_index == arange(B).repeat_interleave(R)``, the
+    #: layout of beam search before any source finishes, and always under
+    #: mdsfair's static decoding): grouping by source is then a view
+    blocked: bool = False
 
     @classmethod
     def identity(cls, num_sources: int, device) -> "HypothesisRows":
@@ -52,18 +57,23 @@ class HypothesisRows(NamedTuple):
             raise ValueError(f"source_index must be [rows], got shape {tuple(source_index.shape)}")
         if source_index.numel() == 0:
             return cls(source_index, source_index.clone(), num_sources, 1, False)
-        bounds = torch.stack([source_index.min(), source_index.max()]).tolist()
-        if bounds[0] < 0 or bounds[1] >= num_sources:
+        counts = torch.bincount(source_index.clamp(0, max(num_sources - 1, 0)), minlength=num_sources)
+        in_order = source_index[1:].ge(source_index[:-1]).all()
+        # everything the host needs, read back at once: one synchronization per reordering
+        low, high, sorted_rows, most, fewest = torch.stack(
+            [source_index.min(), source_index.max(), in_order.long(), counts.max(), counts.min()]
+        ).tolist()
+        if low < 0 or high >= num_sources:
             raise ValueError(f"source_index must lie in [0, {num_sources}), got {source_index.tolist()}")
-        counts = torch.bincount(source_index, minlength=num_sources)
         starts = counts.cumsum(0) - counts
         positions = torch.arange(source_index.numel(), device=source_index.device)
-        if bool(source_index[1:].ge(source_index[:-1]).all()):
+        if sorted_rows:
             rank = positions - starts[source_index]
         else:
             order = torch.sort(source_index, stable=True).indices
             rank = torch.empty_like(source_index).index_copy_(0, order, positions - starts[source_index[order]])
-        return cls(source_index, rank, num_sources, int(counts.max().item()), False)
+        blocked = bool(sorted_rows) and most == fewest
+        return cls(source_index, rank, num_sources, int(most), False, blocked)
 
     def lookup(self, per_source: Tensor) -> Tensor:
         """``[B, ...]`` -> ``[B', ...]``, each row its source's entry. Meant
@@ -76,6 +86,8 @@ class HypothesisRows(NamedTuple):
         where a source has fewer rows."""
         if self.is_identity:
             return rows.unsqueeze(1)
+        if self.blocked:
+            return rows.view(self.num_sources, self.rows_per_source, *rows.shape[1:])
         grouped = rows.new_zeros(self.num_sources, self.rows_per_source, *rows.shape[1:])
         grouped[self.source_index, self.rank] = rows
         return grouped
@@ -84,6 +96,8 @@ class HypothesisRows(NamedTuple):
         """Inverse of :meth:`to_sources`: ``[B, R, ...]`` -> ``[B', ...]``."""
         if self.is_identity:
             return grouped.squeeze(1)
+        if self.blocked:
+            return grouped.reshape(self.num_sources * self.rows_per_source, *grouped.shape[2:])
         return grouped[self.source_index, self.rank]
 
     def matmul(self, row_input: Tensor, per_source: Tensor) -> Tensor:

@@ -52,6 +52,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
@@ -59,6 +60,7 @@ from mdsfair.modules.heads import split_heads
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
     SentenceLevelAttention,
+    elu_feature_map,
     model_free_log_probabilities,
     model_free_sentence_keys,
     model_free_sentence_scores,
@@ -79,7 +81,10 @@ class SentenceContext(NamedTuple):
     model-free approximator); ``rows``: the source of every decoder row
     (``B'`` rows, e.g. ``B * beam`` hypotheses, possibly reordered and
     compacted by beam search); ``kept_token_bounds``: a host tensor, see
-    :func:`kept_token_bounds` (None: each step sizes its layout exactly).
+    :func:`kept_token_bounds` (None: each step sizes its layout exactly);
+    ``row_tables``: what generation steps derive from ``rows`` and the
+    layout, kept for as long as the rows do (:class:`RowTables`; None:
+    nothing kept).
     """
 
     src_sent_ids: Tensor
@@ -87,9 +92,72 @@ class SentenceContext(NamedTuple):
     sentence_states: Optional[Tensor]
     rows: HypothesisRows
     kept_token_bounds: Optional[Tensor] = None
+    row_tables: Optional["RowTables"] = None
 
 
-class SentenceAttention(NamedTuple):
+class RowTables:
+    """Per-row tables a generation step reads, built once for one
+    :class:`HypothesisRows` (under static decoding: once per generation;
+    with fairseq's generator: once per reordering) and shared by every
+    layer: each row's sentence lengths and mask, the additive mask of the
+    sentence scores, the kept-token slots. Keeping them takes the step's
+    host work out of the layers."""
+
+    def __init__(self, rows: HypothesisRows, layout: SentenceLayout):
+        self.rows, self.layout = rows, layout
+        self._built: Dict[str, object] = {}
+
+    def get(self, name: str, build):
+        table = self._built.get(name)
+        if table is None:
+            table = self._built[name] = build()
+        return table
+
+    def row_lengths(self) -> Tensor:
+        """``[B', S]`` the sentence lengths of every row's source."""
+        return self.get("row_lengths", lambda: self.rows.lookup(self.layout.lengths))
+
+    def row_sentence_base(self) -> Tensor:
+        """``[B', 1]``: ``source * S``, the first sentence of the row's source
+        in the flat ``[B * S]`` sentence tables."""
+        num_slots = self.layout.lengths.size(1)
+        return self.get("row_sentence_base", lambda: (self.rows.source_index * num_slots).unsqueeze(1))
+
+    def row_source(self) -> Tensor:
+        """``[B', 1]`` the source of every row."""
+        return self.get("row_source", lambda: self.rows.source_index.unsqueeze(1))
+
+    def sentence_padding(self) -> Tensor:
+        """``[B, 1, S]`` True at the empty sentence slots of every source."""
+        return self.get("sentence_padding", lambda: self.layout.sentence_mask.logical_not().unsqueeze(1))
+
+    def sentence_score_bias(self, num_heads: int, dtype) -> Tensor:
+        """``[B * H, 1, S]``: 0 at real sentences, -inf at empty slots (added
+        to the sentence logits by the product itself)."""
+        def build():
+            padding = self.sentence_padding()
+            bias = torch.zeros(padding.shape, dtype=dtype, device=padding.device).masked_fill_(padding, float("-inf"))
+            bsz, _, num_slots = bias.shape
+            return bias.unsqueeze(1).expand(bsz, num_heads, 1, num_slots).reshape(bsz * num_heads, 1, num_slots)
+        return self.get(f"sentence_score_bias_{num_heads}_{dtype}", build)
+
+    def kept_slots(self, k: int, bounds: Tensor) -> int:
+        """``n`` for ``k`` selected sentences: the most tokens any ``k``
+        sentences of the sources hold (:func:`kept_token_bounds`, a host
+        tensor), read once."""
+        values = self._built.get("kept_token_bounds")
+        if values is None:
+            values = self._built["kept_token_bounds"] = bounds.tolist()
+        return int(values[min(k, len(values)) - 1])
+
+    def slots(self, num_kept: int) -> Tensor:
+        """``[B', n]``: 0 .. n - 1 in every row."""
+        rows = self.rows.source_index.numel()
+        return self.get(f"slots_{num_kept}", lambda: torch.arange(
+            num_kept, device=self.rows.source_index.device).expand(rows, num_kept).contiguous())
+
+
+class SentenceAttention:
     """What one layer's sparse cross-attention reports for the losses.
 
     ``exact``: ``[B', H, T, S]`` alpha^s of Eq. 4 (None where not computed);
@@ -100,13 +168,54 @@ class SentenceAttention(NamedTuple):
     ``token_attention``: ``[B', T, N]`` the word-level attention actually
     used (zero off the selected sentences), averaged over the requested
     heads (None unless asked for). ``B'``: decoder rows.
+
+    A generation step reports ``approx_log``, ``sentence_mask`` and
+    ``selection`` as functions, called on first access: fairseq's
+    generator reads none of them, so a step does not spend operators on
+    them (``tests/test_operator_counts.py``).
     """
 
-    exact: Optional[Tensor]
-    approx_log: Optional[Tensor]
-    sentence_mask: Tensor
-    selection: Optional[Tensor]
-    token_attention: Optional[Tensor] = None
+    __slots__ = ("_exact", "_approx_log", "_sentence_mask", "_selection", "token_attention")
+
+    def __init__(self, exact, approx_log, sentence_mask, selection, token_attention=None):
+        self._exact, self._approx_log, self._sentence_mask = exact, approx_log, sentence_mask
+        self._selection, self.token_attention = selection, token_attention
+
+    @staticmethod
+    def _value(value):
+        return value() if callable(value) else value
+
+    @property
+    def exact(self) -> Optional[Tensor]:
+        return self._exact
+
+    @property
+    def approx_log(self) -> Optional[Tensor]:
+        self._approx_log = self._value(self._approx_log)
+        return self._approx_log
+
+    @property
+    def sentence_mask(self) -> Tensor:
+        self._sentence_mask = self._value(self._sentence_mask)
+        return self._sentence_mask
+
+    @property
+    def selection(self) -> Optional[Tensor]:
+        self._selection = self._value(self._selection)
+        return self._selection
+
+    def __iter__(self):
+        return iter((self.exact, self.approx_log, self.sentence_mask, self.selection, self.token_attention))
+
+
+# activation checkpointing flattens a layer's outputs into tensors (torch's pytree): this
+# container is a node of that tree, as the NamedTuple it replaced was
+pytree.register_pytree_node(
+    SentenceAttention,
+    lambda attention: (list(attention), None),
+    lambda values, _: SentenceAttention(*values),
+    serialized_type_name="mdsfair.modules.sparse_cross_attention.SentenceAttention",
+)
 
 
 def select_top_r_sentences(scores: Tensor, sentence_mask: Tensor, top_r: int) -> Tuple[Tensor, Tensor]:
@@ -328,13 +437,13 @@ class SparseCrossAttention(MultiheadAttention):
         as ``sentence_keys``). The model-free ones sum the word keys: from
         ``head_keys [B, H, N, d_h]`` where the caller has them, else
         projected here."""
-        def compute():
+        def compute():  # contiguous: a generation step reads them as [B * H, d_h, S] without a copy
             if self.sentence_attention is not None:
-                return self._sentence_keys(None, context)
+                return self._sentence_keys(None, context).contiguous()
             if head_keys is None:
-                return self._sentence_keys(self.k_proj(key), context)
+                return self._sentence_keys(self.k_proj(key), context).contiguous()
             bsz, _, src_len, _ = head_keys.shape
-            return self._sentence_keys(head_keys.permute(2, 0, 1, 3).reshape(src_len, bsz, -1), context)
+            return self._sentence_keys(head_keys.permute(2, 0, 1, 3).reshape(src_len, bsz, -1), context).contiguous()
         return self._cached(incremental_state, "sentence_keys", compute)
 
     def _sentence_keys(self, keys: Optional[Tensor], context: SentenceContext) -> Tensor:
@@ -459,6 +568,11 @@ class SparseCrossAttention(MultiheadAttention):
         selection = self.effective_selection(mix_draw) if self.top_r > 0 else None
         needs_approx = compute_saliency or selection == "approx"
         sparse_step = incremental_state is not None and selection in ("approx", "random")
+        if sparse_step and selection == "approx" and tgt_len == 1:
+            num_kept = self._static_kept_tokens(sentence_context, key.size(0))
+            if num_kept is not None:
+                return self._generation_step(query, key, sentence_context, incremental_state, num_kept,
+                                             need_weights, weight_heads)
         queries, sentence_queries = self._project_queries(query, needs_approx)
 
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
@@ -509,6 +623,161 @@ class SparseCrossAttention(MultiheadAttention):
         output = rows.matmul(probs, values)
         output = self.out_proj(output.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
+
+    # ------------------------------------------------------------ one generation step
+
+    def _static_kept_tokens(self, context: SentenceContext, src_len: int) -> Optional[int]:
+        """The kept-token slots ``n`` of a generation step that
+        :meth:`_generation_step` can take, or None where the general path
+        runs: it needs the rows grouped by source as a view
+        (``rows.blocked`` or one row per source), the per-row tables, ``n``
+        known on the host (``kept_token_bounds``), no autograd, and
+        gathering to pay (:meth:`gathering_pays`) or be asked for; the
+        selection shared across beams and the ``random`` selection take the
+        general path."""
+        rows = context.rows
+        if (self.training or torch.is_grad_enabled() or self.share_selection_across_beams
+                or context.row_tables is None or context.kept_token_bounds is None
+                or not (rows.blocked or rows.is_identity) or self.generation_path == "mask"):
+            return None
+        k = min(self.top_r, context.layout.lengths.size(1))
+        num_kept = context.row_tables.kept_slots(k, context.kept_token_bounds)
+        if self.generation_path == "auto" and num_kept * self.num_heads > 2 * src_len:
+            return None
+        return num_kept
+
+    def _generation_weights(self) -> Dict[str, Tensor]:
+        """The projections as one generation step multiplies them, kept until
+        a parameter changes (in place: its version; moved or cast: its
+        storage): the word queries stacked with the sentence queries of
+        Eq. 8 (model-based) and scaled, transposed for ``addmm``; the key
+        and value projections per head ``[H, d_h, C]``; the output
+        projection transposed."""
+        heads, head_dim = self.num_heads, self.head_dim
+        projections = [self.q_proj, self.k_proj, self.v_proj, self.out_proj]
+        if self.sentence_attention is not None:
+            projections.append(self.sentence_attention.sentence_query_proj)
+        parameters = [p for module in projections for p in (module.weight, module.bias) if p is not None]
+        signature = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+        cached = getattr(self, "_generation_weight_cache", None)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+
+        def bias_of(linear):
+            return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+
+        query_weight, query_bias = self.q_proj.weight, bias_of(self.q_proj)
+        if self.sentence_attention is not None:
+            sentence = self.sentence_attention.sentence_query_proj
+            query_weight = torch.cat([query_weight, sentence.weight])
+            query_bias = torch.cat([query_bias, bias_of(sentence)])
+        source_dim = self.k_proj.weight.size(1)
+        weights = {
+            "query_weight_t": (query_weight * self.scaling).t().contiguous(),
+            "query_bias": query_bias * self.scaling,
+            "key_heads": self.k_proj.weight.view(heads, head_dim, source_dim),
+            "value_heads_t": self.v_proj.weight.view(heads, head_dim, source_dim).transpose(1, 2),
+            "value_bias": bias_of(self.v_proj).view(heads, 1, head_dim),
+            "out_weight_t": self.out_proj.weight.t(),
+            "out_bias": bias_of(self.out_proj),
+        }
+        self._generation_weight_cache = (signature, weights)
+        return weights
+
+    def _generation_step(
+        self, query: Tensor, source_states: Tensor, context: SentenceContext, incremental_state, num_kept: int,
+        need_weights: bool = False, weight_heads: Optional[int] = None,
+    ) -> Tuple[Tensor, SentenceAttention]:
+        """One incremental step with ``approx`` selection, on the gathered
+        path (Eq. 3, 6-7; App. D), as few operators as the arithmetic needs:
+        the same attention as :meth:`_approximate`, top-r and
+        :meth:`_gathered_attention` compute, with the work that depends only
+        on the sources or the rows done once (the sentence keys, laid out
+        for one batched product per source; :class:`RowTables`), the rows
+        grouped by source as a view, the score mask added by the product
+        itself, and the report (``approx_log``, ``selection``) left to be
+        computed if read."""
+        rows, tables, layout = context.rows, context.row_tables, context.layout
+        num_sources, num_slots, max_length = layout.token_index.shape
+        num_rows = rows.source_index.numel()
+        per_source = num_rows // num_sources
+        heads, head_dim, embed_dim = self.num_heads, self.head_dim, self.embed_dim
+        k = min(self.top_r, num_slots)
+        weights = self._generation_weights()
+        projected = torch.addmm(weights["query_bias"], query.view(num_rows, embed_dim), weights["query_weight_t"])
+        word_queries = projected[:, :embed_dim]
+
+        def grouped_by_source(row_queries: Tensor) -> Tensor:  # [B', C] -> [B * H, R, d_h]
+            return row_queries.reshape(num_sources, per_source, heads, head_dim).transpose(1, 2).reshape(
+                num_sources * heads, per_source, head_dim)
+
+        # the per-source sentence keys [B, H, S, d_h] of the general path's cache, as [B * H, d_h, S] (a view)
+        keys = self._source_sentence_keys(source_states, context, incremental_state).view(
+            num_sources * heads, num_slots, head_dim).transpose(1, 2)
+        if self.sentence_attention is not None:
+            logits = torch.baddbmm(tables.sentence_score_bias(heads, keys.dtype),
+                                   grouped_by_source(projected[:, embed_dim:]), keys)
+            log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], Eq. 7
+            ranking = log_probs.exp().view(num_sources, heads, per_source, num_slots).mean(dim=1)
+
+            def approx_log():
+                return log_probs.view(num_sources, heads, per_source, num_slots).transpose(1, 2).reshape(
+                    num_rows, heads, 1, num_slots)
+        else:
+            raw = torch.bmm(grouped_by_source(elu_feature_map(word_queries.float())), keys)  # Eq. 19
+            raw = raw.view(num_sources, heads, per_source, num_slots).masked_fill_(
+                tables.sentence_padding().unsqueeze(1), 0.0)
+            ranking = raw.mean(dim=1)
+
+            def approx_log():
+                per_row = raw.transpose(1, 2).reshape(num_rows, heads, 1, num_slots)
+                return model_free_log_probabilities(per_row, rows.lookup(layout.sentence_mask))
+        # Eq. 6: the top-r real sentences of every row
+        indices = ranking.masked_fill_(tables.sentence_padding(), float("-inf")).view(num_rows, num_slots).topk(
+            k, dim=-1).indices
+
+        # their tokens back to back (kept_token_layout), n slots per row
+        lengths = tables.row_lengths().gather(1, indices)  # 0 for a slot past a source's sentences
+        ends = lengths.cumsum(dim=1)
+        slots = tables.slots(num_kept)
+        which = torch.searchsorted(ends, slots, right=True)
+        padding_slots = which.ge(k)
+        which = which.clamp_(max=k - 1)
+        offset = slots.sub(ends.sub_(lengths).gather(1, which)).clamp_(max=max_length - 1)
+        sentence = indices.add(tables.row_sentence_base()).gather(1, which)
+        positions = layout.token_index.view(-1).index_select(0, torch.add(offset, sentence, alpha=max_length).view(-1))
+        flat_rows = torch.add(tables.row_source(), positions.view(num_rows, num_kept), alpha=num_sources)
+        if not source_states.is_contiguous():
+            source_states = source_states.contiguous()
+        source_dim = source_states.size(-1)
+        states = source_states.view(-1, source_dim).index_select(0, flat_rows.view(-1)).view(
+            num_rows, num_kept, source_dim)
+
+        # Eq. 3 with the key and value projections folded in (see _gathered_attention)
+        source_queries = torch.bmm(word_queries.view(num_rows, heads, head_dim).transpose(0, 1),
+                                   weights["key_heads"]).transpose(0, 1)  # [B', H, C]
+        logits = torch.bmm(source_queries, states.transpose(1, 2)).masked_fill_(padding_slots.unsqueeze(1),
+                                                                               float("-inf"))
+        probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+        token_attention = None
+        if need_weights:  # the alignment layer: the attention over the source, averaged over heads
+            token_attention = probs.new_zeros(num_rows, 1, source_states.size(0)).scatter_add_(
+                2, positions.view(num_rows, 1, num_kept), probs[:, :weight_heads].mean(dim=1, keepdim=True))
+        if probs.dtype != states.dtype:
+            probs = probs.to(states.dtype)
+        mixed = torch.bmm(probs, states)  # [B', H, C]
+        per_head = torch.baddbmm(weights["value_bias"], mixed.transpose(0, 1), weights["value_heads_t"])
+        output = torch.addmm(weights["out_bias"], per_head.transpose(0, 1).reshape(num_rows, embed_dim),
+                             weights["out_weight_t"])
+
+        def sentence_mask():
+            return rows.lookup(layout.sentence_mask)
+
+        def selection():
+            valid = sentence_mask().gather(1, indices)
+            return selection_mask_from_indices(indices.unsqueeze(1), valid.unsqueeze(1), num_slots)
+        return output.view(1, num_rows, embed_dim), SentenceAttention(None, approx_log, sentence_mask, selection,
+                                                                      token_attention)
 
     def _gathered_attention(
         self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: KeptTokens, approx_log,

@@ -1,0 +1,328 @@
+"""Host work per step: operator calls and host-device synchronizations of every
+efficiency-selling system against the stock model it improves on (issue 35).
+
+On a GPU these systems are host-bound at the sizes users run: the time goes to
+launching many small operators and to waiting for values read back to the
+host, not to the arithmetic. Both counts are deterministic on CPU (the same
+operators are dispatched whatever the device), so they can be measured here
+and kept in tests (``tests/test_operator_counts.py``) while wall-clock
+figures need the device.
+
+Counted over one step with ``torch.profiler`` (CPU activity):
+
+* ``operators``: every ``aten::`` operator call the step dispatches (nested
+  calls included: each costs host time);
+* ``syncs``: the calls that read a tensor's value on the host, which on a GPU
+  wait for the device: ``aten::item`` / ``aten::_local_scalar_dense`` and
+  ``aten::nonzero`` (whose output size depends on the values), plus every
+  ``Tensor.tolist()`` (not an operator: counted by wrapping it for the step).
+
+The steps, each at fixed small shapes, against the stock model at the same
+shapes and width:
+
+* ``sparse``: one incremental decoding step (beam reorder of the
+  caches and of the encoder output, the decoder, ``log_softmax``) of
+  ``sparse_bart`` with r = 5 against the same model with full
+  cross-attention (``--cross-attention full``, fairseq's ``bart``
+  decoder layer); target at most 1.0x, no synchronization;
+* ``hierencdec``: one encoder forward (batch 1) of ``hierencdec_bart``
+  against fairseq's ``bart`` encoder; target at most 1.1x, at most one
+  synchronization per batch;
+* ``dape``: one training step (forward + backward) of ``dape_transformer``
+  against fairseq's ``transformer``; target at most 1.3x;
+* ``hiertransformer``: one training step of ``hiertransformer`` against the
+  flat ``transformer`` of the same depth; target at most 1.2x.
+
+    python benchmarks/operator_counts.py            # the table
+    python benchmarks/operator_counts.py --json FILE
+"""
+import argparse
+import contextlib
+import json
+import os
+import sys
+from argparse import Namespace
+from types import SimpleNamespace
+from typing import Callable, Dict, NamedTuple
+
+import torch
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+import mdsfair  # noqa: E402
+
+mdsfair.register()
+from fairseq.data import Dictionary  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+
+SYNC_OPERATORS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
+
+
+class Counts(NamedTuple):
+    """Operator calls and host-device synchronizations of one step."""
+
+    operators: int
+    syncs: int
+    sync_detail: Dict[str, int]
+
+
+@contextlib.contextmanager
+def counting_tolist(counter: Dict[str, int]):
+    """Count ``Tensor.tolist()`` calls while active (they read the values back
+    like ``item()`` but dispatch no operator the profiler sees)."""
+    original = torch.Tensor.tolist
+
+    def tolist(self):
+        counter["tolist"] = counter.get("tolist", 0) + 1
+        return original(self)
+
+    torch.Tensor.tolist = tolist
+    try:
+        yield
+    finally:
+        torch.Tensor.tolist = original
+
+
+def count_step(step: Callable[[], object]) -> Counts:
+    """:class:`Counts` of one call of ``step`` (run it once before, so that
+    one-time work such as caches is not counted)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    detail: Dict[str, int] = {}
+    with counting_tolist(detail), profile(activities=[ProfilerActivity.CPU]) as profiler:
+        step()
+    operators = 0
+    for event in profiler.events():
+        if event.name.startswith("aten::"):
+            operators += 1
+            if event.name in SYNC_OPERATORS:
+                detail[event.name] = detail.get(event.name, 0) + 1
+    # item() dispatches _local_scalar_dense inside it: one synchronization, counted once
+    syncs = detail.get("aten::item", detail.get("aten::_local_scalar_dense", 0)) if "aten::item" in detail else \
+        detail.get("aten::_local_scalar_dense", 0)
+    syncs += detail.get("aten::nonzero", 0) + detail.get("tolist", 0)
+    return Counts(operators, syncs, detail)
+
+
+def dictionary_of(size: int) -> Dictionary:
+    dictionary = Dictionary()
+    for index in range(size - len(dictionary)):
+        dictionary.add_symbol(f"w{index}")
+    return dictionary
+
+
+def build(arch: str, dictionary: Dictionary, **overrides):
+    """``arch`` (a registered architecture) with its parser's defaults, the
+    architecture's settings and ``overrides``, as fairseq-train builds it."""
+    model_class = ARCH_MODEL_REGISTRY[arch]
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    model_class.add_args(parser)
+    args = parser.parse_args([])
+    for name, value in overrides.items():
+        setattr(args, name, value)
+    args.arch = arch
+    args.task = "multidoc_summarization"
+    ARCH_CONFIG_REGISTRY[arch](args)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    torch.manual_seed(0)
+    return model_class.build_model(args, task).eval()
+
+
+# ----------------------------------------------------------------- decoding
+
+
+def sentence_source(dictionary, batch_size: int, source_tokens: int, sentence_tokens: int):
+    generator = torch.Generator().manual_seed(0)
+    tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch_size, source_tokens), generator=generator)
+    tokens[:, -1] = dictionary.eos()
+    sentence_ids = (torch.arange(source_tokens) // sentence_tokens).repeat(batch_size, 1)
+    sentence_ids[:, -1] = sentence_ids[:, -2]
+    return {"src_tokens": tokens, "src_lengths": torch.full((batch_size,), source_tokens),
+            "src_sent_ids": sentence_ids}
+
+
+class DecodingState:
+    """A model mid-way through beam search, as fairseq's SequenceGenerator
+    drives it: the encoder output expanded to ``batch * beam`` rows, the
+    incremental state, and every step a reorder within each source's beam
+    followed by one decoder call."""
+
+    def __init__(self, model, net_input: dict, beam: int, warm_steps: int = 3):
+        self.model, self.beam = model, beam
+        batch_size = net_input["src_tokens"].size(0)
+        inputs = model.encoder_inputs(net_input) if hasattr(model, "encoder_inputs") else net_input
+        with torch.no_grad():
+            encoder_out = model.encoder(**inputs)
+            expand = torch.arange(batch_size).view(-1, 1).repeat(1, beam).view(-1)
+            self.encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
+        self.incremental_state: Dict = {}
+        self.tokens = torch.full((batch_size * beam, 1), model.decoder.dictionary.eos())
+        generator = torch.Generator().manual_seed(1)
+        # a fixed permutation within every source's beam, as beam search reorders
+        self.orders = [
+            (torch.arange(batch_size).view(-1, 1) * beam + torch.randperm(beam, generator=generator)).view(-1)
+            for _ in range(64)
+        ]
+        for _ in range(warm_steps):
+            self.step()
+
+    def step(self):
+        """One generation step: reorder, decode the last token, log-softmax."""
+        model = self.model
+        step = self.tokens.size(1)
+        with torch.no_grad():
+            if step > 1:
+                order = self.orders[step % len(self.orders)]
+                model.decoder.reorder_incremental_state_scripting(self.incremental_state, order)
+                self.encoder_out = model.encoder.reorder_encoder_out(self.encoder_out, order)
+            logits, _ = model.decoder(self.tokens, encoder_out=self.encoder_out,
+                                      incremental_state=self.incremental_state)
+            lprobs = torch.log_softmax(logits[:, -1:], dim=-1)
+        next_tokens = lprobs[:, -1].argmax(-1, keepdim=True).clamp(min=model.decoder.dictionary.nspecial)
+        self.tokens = torch.cat([self.tokens, next_tokens], dim=1)
+
+
+def sparse_decoding_counts(top_r: int = 5, layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200,
+                           batch_size: int = 2, beam: int = 4, source_tokens: int = 240, sentence_tokens: int = 12):
+    """Counts of one decoding step: ``sparse_bart`` (r = ``top_r``) and the same
+    model with fairseq's full cross-attention."""
+    dictionary = dictionary_of(vocab)
+    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
+                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
+                decoder_attention_heads=heads, max_source_positions=source_tokens, max_target_positions=128)
+    net_input = sentence_source(dictionary, batch_size, source_tokens, sentence_tokens)
+    sparse = build("sparse_bart_base", dictionary, top_r=top_r, **dims)
+    full = build("sparse_bart_base", dictionary, cross_attention="full", **dims)
+    results = {}
+    for name, model, inputs in (("sparse", sparse, net_input), ("full cross-attention", full,
+                                                                  {k: v for k, v in net_input.items()
+                                                                   if k != "src_sent_ids"})):
+        state = DecodingState(model, inputs, beam)
+        results[name] = count_step(state.step)
+    return results
+
+
+# ----------------------------------------------------------------- encoders and training steps
+
+
+def hierencdec_encoder_counts(layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200,
+                              source_tokens: int = 256, documents: int = 4):
+    """Counts of one encoder forward at batch 1: ``hierencdec_bart`` and BART."""
+    from benchmarks.hierencdec import synthetic_source
+
+    dictionary = dictionary_of(vocab)
+    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
+                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
+                decoder_attention_heads=heads, max_source_positions=source_tokens, dropout=0.0,
+                attention_dropout=0.0)
+    torch.manual_seed(0)
+    tokens, document_ids = synthetic_source(dictionary, 1, source_tokens, documents, "cpu")
+    hier = build("hierencdec_bart_base", dictionary, **dims)
+    bart = build("bart_base", dictionary, **dims)
+    results = {}
+    for name, model, inputs in (("hierencdec", hier, {"src_tokens": tokens, "src_doc_ids": document_ids}),
+                                ("bart", bart, {"src_tokens": tokens})):
+        def step(model=model, inputs=inputs):
+            with torch.no_grad():
+                model.encoder(**inputs)
+        step()
+        results[name] = count_step(step)
+    return results
+
+
+def training_counts(arch: str, inputs: dict, dictionary, dims: dict) -> Dict[str, Counts]:
+    """``{arch: counts}`` of one training step (forward, a loss over every
+    logit, backward) of ``arch`` on ``inputs``."""
+    model = build(arch, dictionary, **dims).train()
+
+    def step():
+        logits = model(**inputs)[0]
+        logits.float().logsumexp(-1).mean().backward()
+        model.zero_grad(set_to_none=True)
+    step()
+    return {arch: count_step(step)}
+
+
+def dape_training_counts(layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200, batch_size: int = 2,
+                         source_tokens: int = 120, doc_tokens: int = 40):
+    """Counts of one training step: ``dape_transformer`` and fairseq's ``transformer``."""
+    from benchmarks.dape_transformer import batch as dape_batch
+
+    dictionary = dictionary_of(vocab)
+    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
+                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
+                decoder_attention_heads=heads, max_source_positions=source_tokens, max_target_positions=64,
+                share_all_embeddings=True)
+    opts = Namespace(batch_size=batch_size, doc_tokens=doc_tokens, device="cpu")
+    net_input = dape_batch(opts, source_tokens)
+    # the benchmark's vocabulary is its own; keep token ids inside this dictionary
+    for key in ("src_tokens", "prev_output_tokens"):
+        net_input[key] = net_input[key] % (vocab - dictionary.nspecial) + dictionary.nspecial
+    stock_input = {k: net_input[k] for k in ("src_tokens", "src_lengths", "prev_output_tokens")}
+    return {**training_counts("dape_transformer", net_input, dictionary, dims),
+            **training_counts("transformer", stock_input, dictionary, dims)}
+
+
+def hiertransformer_training_counts(vocab: int = 200, batch_size: int = 2, paragraphs: int = 6, length: int = 10,
+                                    target_tokens: int = 12):
+    """Counts of one training step: ``hiertransformer`` (5 local + 2 global
+    layers) and the flat ``transformer`` with 7 encoder layers, d 64."""
+    from benchmarks.hiertransformer import synthetic_batch
+
+    dictionary = dictionary_of(vocab)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    batch, _ = synthetic_batch(task, batch_size, paragraphs, length, target_tokens, "cpu")
+    dims = dict(encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256, decoder_ffn_embed_dim=256,
+                encoder_attention_heads=4, decoder_attention_heads=4, decoder_layers=6,
+                share_all_embeddings=True, max_source_positions=1024, max_target_positions=64)
+    stock_input = {k: v for k, v in batch.items() if k != "src_para_ids"}
+    results = {}
+    for name, inputs, extra in (("hiertransformer", batch, dict(local_layers=5, global_layers=2)),
+                                ("transformer", stock_input, dict(encoder_layers=7))):
+        results.update(training_counts(name, inputs, dictionary, dict(dims, **extra)))
+    return results
+
+
+#: system: (function, its row, the stock row, operator-ratio target, most syncs allowed)
+COMPARISONS = {
+    "sparse decoder, one decoding step": (sparse_decoding_counts, "sparse", "full cross-attention", 1.0, 0),
+    "HierEncDec, one encoder step at batch 1": (hierencdec_encoder_counts, "hierencdec", "bart", 1.1, 1),
+    "DAPE, one training step": (dape_training_counts, "dape_transformer", "transformer", 1.3, None),
+    "hiertransformer, one training step": (hiertransformer_training_counts, "hiertransformer", "transformer", 1.2,
+                                           None),
+}
+
+
+def measure_all() -> Dict[str, dict]:
+    table = {}
+    for label, (function, system, stock, target, most_syncs) in COMPARISONS.items():
+        counts = function()
+        table[label] = {
+            "system": system, "stock": stock,
+            "operators": counts[system].operators, "stock_operators": counts[stock].operators,
+            "ratio": counts[system].operators / counts[stock].operators, "target": target,
+            "syncs": counts[system].syncs, "stock_syncs": counts[stock].syncs, "most_syncs": most_syncs,
+            "sync_detail": counts[system].sync_detail,
+        }
+    return table
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", metavar="FILE", help="also write the table to FILE")
+    options = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    table = measure_all()
+    print(f"torch {torch.__version__}; operator calls per step (aten::, nested included) and host-device syncs")
+    print(f"{'step':<42} {'ops':>6} {'stock':>6} {'ratio':>6} {'target':>6} {'syncs':>6} {'stock':>6}")
+    for label, row in table.items():
+        print(f"{label:<42} {row['operators']:>6} {row['stock_operators']:>6} {row['ratio']:>6.2f} "
+              f"{row['target']:>6.2f} {row['syncs']:>6} {row['stock_syncs']:>6}  {row['sync_detail']}")
+    if options.json:
+        with open(options.json, "w", encoding="utf-8") as f:
+            json.dump(table, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
