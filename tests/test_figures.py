@@ -67,10 +67,10 @@ def test_the_pages_that_carry_figures_render_them_and_every_plot_they_show_exist
             elif name not in render_docs.COMPOSED:
                 assert name in results.names(), f"{relative(path)}: block {name} names no results file"
         assert text.count("<!-- results:") == text.count("<!-- /results -->"), f"{relative(path)}: unclosed block"
-    with open(os.path.join(REPO_ROOT, "docs", "performance.md"), encoding="utf-8") as handle:
+    with open(os.path.join(REPO_ROOT, "docs/performance.md"), encoding="utf-8") as handle:
         performance = handle.read()
     assert "<!-- results:plot:speed_ratios -->" in performance and "<!-- results:index -->" in performance
-    with open(os.path.join(REPO_ROOT, "docs", "scaling.md"), encoding="utf-8") as handle:
+    with open(os.path.join(REPO_ROOT, "docs/scaling.md"), encoding="utf-8") as handle:
         scaling = handle.read()
     assert "<!-- results:plot:memory_vs_length -->" in scaling and "<!-- results:plot:checkpointing -->" in scaling
     assert shown >= set(render_docs.PLOTS)
@@ -80,7 +80,7 @@ def test_the_pages_that_carry_figures_render_them_and_every_plot_they_show_exist
 
 
 def test_the_led_sparse_table_in_the_components_page_is_rendered_from_its_results_file():
-    with open(os.path.join(REPO_ROOT, "docs", "components.md"), encoding="utf-8") as handle:
+    with open(os.path.join(REPO_ROOT, "docs/components.md"), encoding="utf-8") as handle:
         page = handle.read()
     assert ("led_sparse_cpu", render_docs.body("led_sparse_cpu")) in render_docs.blocks(page)
 
