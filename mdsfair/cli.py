@@ -19,6 +19,7 @@ import sys
 from typing import Callable, List, Optional
 
 import mdsfair
+from mdsfair.argument_types import os_error_message
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -81,24 +82,39 @@ def bf16_on_cuda(argv: List[str], cuda_available: Optional[bool] = None) -> bool
     return bool(cuda_available)
 
 
+def fp16_on_cpu(argv: List[str], cuda_available: Optional[bool] = None) -> bool:
+    """Whether a command trains on the CPU: ``--cpu``, or no CUDA device."""
+    if "--cpu" in argv:
+        return True
+    if cuda_available is None:
+        import torch
+
+        cuda_available = torch.cuda.is_available()
+    return not cuda_available
+
+
 def check_train_arguments(argv: List[str]) -> None:
     """Refused at once, before fairseq starts: ``--bf16`` (fairseq's TPU
     mode) without torch_xla and without a GPU to train on in bfloat16
-    (:func:`bf16_on_cuda`), and ``--ddp-backend fully_sharded``."""
+    (:func:`bf16_on_cuda`), ``--fp16`` on a CPU (fairseq's ``FP16Optimizer``
+    needs CUDA; docs/precision.md), and ``--ddp-backend fully_sharded``."""
     import importlib.util
 
     if asks_bf16(argv) and importlib.util.find_spec("torch_xla") is None and not bf16_on_cuda(argv):
         from mdsfair.tasks.training_setup import BF16_NEEDS_TPU
 
         refused("mdsfair-train", BF16_NEEDS_TPU, 2)
+    if "--fp16" in argv and "--memory-efficient-fp16" not in argv and fp16_on_cpu(argv):
+        from mdsfair.tasks.training_setup import FP16_NEEDS_CUDA
+
+        refused("mdsfair-train", FP16_NEEDS_CUDA, 2)
     world = _flag_value(argv, "--distributed-world-size")
     if "--cpu" in argv and world is not None and int(world) > 1 and "--distributed-no-spawn" not in argv:
         refused(
             "mdsfair-train",
             f"--cpu with --distributed-world-size {world}: fairseq starts one worker per "
             "CUDA device (none on CPU), so nothing would train; launch the workers with torchrun instead: "
-            f"torchrun --nproc-per-node {world} $(which mdsfair-train) ... --cpu (README, 'Training past one "
-            "machine')",
+            f"torchrun --nproc-per-node {world} $(which mdsfair-train) ... --cpu (docs/scaling.md)",
             2,
         )
     if any(arg in ("fully_sharded", "--ddp-backend=fully_sharded") for arg in argv):
@@ -195,13 +211,22 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     from mdsfair.fairseq_patches import bf16_kept_on_cuda
 
     precision = bf16_kept_on_cuda() if bf16_on_cuda(argv) else contextlib.nullcontext()
+    save_dir = _flag_value(argv, "--save-dir") or "checkpoints"
+    save_dir_existed = os.path.isdir(save_dir)
     try:
         with precision:
             _run(cli_main, "mdsfair-train", argv)
     except checkpoint_refusals() + usage_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --restore-file / checkpoint_last.pt, a resume with
-        # another architecture or dictionary: the message names the file and what to do, no traceback
+        # another architecture or dictionary: the message names the file and what to do, no traceback;
+        # the empty --save-dir fairseq created before the refusal is removed again (nothing written)
+        if not save_dir_existed and os.path.isdir(save_dir) and not os.listdir(save_dir):
+            os.rmdir(save_dir)
         refused("mdsfair-train", str(error), 1)
+    except OSError as error:  # a data-bin or file that is not there, a save dir it may not write
+        if not save_dir_existed and os.path.isdir(save_dir) and not os.listdir(save_dir):
+            os.rmdir(save_dir)
+        refused("mdsfair-train", os_error_message(error) if error.filename else str(error), 1)
     except KeyboardInterrupt:
         # fairseq saves a checkpoint to FILE.tmp and renames it; mdsfair makes its copies to
         # checkpoint_last.pt / checkpoint_best.pt atomic and removes an interrupted FILE.tmp
@@ -215,10 +240,22 @@ def train_main(argv: Optional[List[str]] = None) -> None:
 CHECKED_GENERATION_FIELDS = ("beam", "min_len", "max_len_a", "max_len_b")
 
 
+#: Precision flags fairseq's generation parses but never reads (docs/precision.md).
+GENERATION_IGNORES = ("--bf16", "--memory-efficient-bf16", "--amp")
+GENERATION_PRECISION_IGNORED = (
+    "--bf16, --memory-efficient-bf16 and --amp have no effect on generation (fairseq-generate reads only --fp16; "
+    "--bf16 merely sets its TPU flag and --amp is read by its trainer), so the model would decode in float32: "
+    "drop the flag, use --fp16 for float16, or the hub's .bfloat16() for bfloat16 (docs/precision.md)"
+)
+
+
 def check_generation_arguments(argv: List[str]) -> None:
     """Beam-search flags that cannot work, refused before fairseq loads a
     model (types and defaults: fairseq's ``GenerationConfig``, read from the
-    dataclass itself)."""
+    dataclass itself), and the precision flags generation would ignore
+    (:data:`GENERATION_IGNORES`)."""
+    if any(arg in GENERATION_IGNORES for arg in argv):
+        refused("mdsfair-generate", GENERATION_PRECISION_IGNORED, 2)
     import argparse
     import dataclasses
 
@@ -256,6 +293,8 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
         # an empty, cut, corrupted or pickle-needing --path, or a data-bin with another dictionary:
         # its message names the file and what to do, no traceback
         refused("mdsfair-generate", str(error), 1)
+    except OSError as error:  # a data-bin or checkpoint that is not there, a results path it may not write
+        refused("mdsfair-generate", os_error_message(error) if error.filename else str(error), 1)
     except KeyboardInterrupt:
         results = _flag_value(argv, "--results-path")
         if results is None:
