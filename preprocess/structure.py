@@ -77,13 +77,20 @@ class ClusterStructure:
 
 # ---------------------------------------------------------------- cleaning
 
-_CONTROL_CHARS = re.compile(r"[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f\u200b\ufeff]")
-_SPACES = re.compile(r"[ \t\u00a0\u2000-\u200a\u3000]+")
+# Control characters that separate nothing (deleted), and every white-space
+# character but the line break (a space): form feed, vertical tab, the
+# information separators U+001C-U+001F, NEL, U+2028 / U+2029 and the Unicode
+# spaces separate words, as str.split (mdsfair-baseline, ROUGE) has them, so
+# deleting them glued words together ("page.Next").
+_CONTROL_CHARS = re.compile(r"[\u0000-\u0008\u000e-\u001b\u007f\u200b\ufeff]")
+_SPACES = re.compile(r"[ \t\u000b\u000c\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 
 
 def clean_text(text: str, lowercase: bool = False) -> str:
-    """Light cleaning: NFC normalisation, control characters and runs of spaces
-    removed, newlines kept (they carry paragraph breaks)."""
+    """Light cleaning: NFC normalisation, control characters, zero-width
+    space and byte-order mark removed, every other white-space character (form
+    feed, vertical tab, U+001C-U+001F, NEL, U+2028, U+2029, Unicode spaces)
+    a space and runs of spaces one, newlines kept (they carry paragraph breaks)."""
     text = unicodedata.normalize("NFC", text)
     text = _CONTROL_CHARS.sub("", text).replace("\r\n", "\n").replace("\r", "\n")
     text = _SPACES.sub(" ", text)
