@@ -568,7 +568,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-synth``; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.train + args.valid + args.test == 0:  # would write three empty files and exit 0
+        parser.error("--train, --valid and --test are all 0: there would be no cluster to write")
     options = {
         "num_docs": args.num_docs,
         "distractor_docs": args.distractor_docs,
@@ -584,8 +587,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         "world_seed": args.world_seed,
     }
     paths = write_dataset(args.out_dir, seed=args.seed, train=args.train, valid=args.valid, test=args.test, **options)
+    counts = {"train": args.train, "valid": args.valid, "test": args.test}
     for split, path in paths.items():
-        print(f"wrote {path}")
+        print(f"wrote {path} ({counts.get(split, '?')} clusters)")
     if args.report > 0:
         report = baseline_gap_report(args.report, seed=args.seed, split="test", **options)
         print(f"ROUGE F1 on {args.report} test clusters (x100): system rouge1 rouge2 rougeL")

@@ -58,6 +58,8 @@ ROWS = [
      "argument --top: must be at least 1, got -1"),
     ("mdsfair-synth", ["--out-dir", "out", "--test", "-1"], "argument --test: must be at least 0, got -1"),
     ("mdsfair-synth", ["--out-dir", "out", "--min-facts", "0"], "argument --min-facts: must be at least 1, got 0"),
+    ("mdsfair-synth", ["--out-dir", "out", "--train", "0", "--valid", "0", "--test", "0"],
+     "--train, --valid and --test are all 0: there would be no cluster to write"),  # item 5: silently empty
     ("mdsfair-rouge", ["hyp.txt", "--ref", "ref.txt", "--max-summary-words", "0"],
      "argument --max-summary-words: must be at least 1, got 0"),
     ("mdsfair-rouge", ["hyp.txt", "--ref", "ref.txt", "--resamples", "0"],
