@@ -18,7 +18,7 @@ import pytest
 
 from tests.utils import REPO_ROOT
 
-PAGE = os.path.join(REPO_ROOT, "docs", "precision.md")
+PAGE = os.path.join(REPO_ROOT, "docs/precision.md")
 PRECISION_FLAGS = ("--fp16", "--memory-efficient-fp16", "--amp", "--bf16", "--memory-efficient-bf16")
 FAIRSEQ_TRAIN = "`fairseq-train --user-dir mdsfair`"
 MDSFAIR_TRAIN = "`mdsfair-train`"
