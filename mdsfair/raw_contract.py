@@ -2,7 +2,7 @@
 one error type (:class:`InputFormatError`) with the one set of reason codes,
 error locations, the UTF-8 byte-order mark and the references of a cluster.
 
-The raw contract (README.md, "The data pipeline"; this module is its owner,
+The raw contract (docs/data.md, "The raw format"; this module is its owner,
 docs/data_contract.md describes the data-bin it becomes): one cluster per JSON
 line, ``{"id": str, "documents": [str, ...], "summary": str}``, optional
 ``"title"`` and optional

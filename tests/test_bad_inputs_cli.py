@@ -22,7 +22,7 @@ import torch
 
 from tests.utils import make_tiny_data_bin, run_python
 
-pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
 

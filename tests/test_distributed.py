@@ -21,7 +21,7 @@ from tests.distributed_harness import (
 )
 from tests.utils import TINY_BART_ARGS, make_tiny_data_bin
 
-pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 SHORT_SOURCES = ["--max-source-positions", "128", "--max-target-positions", "128"]
 TINY_TRANSFORMER_ARGS = [

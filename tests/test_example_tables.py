@@ -13,7 +13,7 @@ import pytest
 from tests.utils import REPO_ROOT
 
 pytestmark = [
-    pytest.mark.slow,  # the slow tier: README, Tests
+    pytest.mark.slow,  # the slow tier: docs/tests.md
     pytest.mark.skipif(shutil.which("mdsfair-synth") is None, reason="console scripts not installed (pip install -e .)"),
 ]
 

@@ -14,7 +14,7 @@ import torch
 from mdsfair.cli import with_torchrun_settings
 from tests.utils import REPO_ROOT, make_tiny_data_bin
 
-pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 MODEL = [
     "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",

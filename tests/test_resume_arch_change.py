@@ -16,7 +16,7 @@ import pytest
 
 from tests.utils import REPO_ROOT, TINY_BART_ARGS, USER_DIR, make_tiny_data_bin
 
-pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 TRAIN = ["--task", "multidoc_summarization", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096",
          "--no-epoch-checkpoints", "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",

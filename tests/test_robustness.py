@@ -474,7 +474,7 @@ def test_pytest_configuration_filters_known_warnings_by_message_and_module_and_f
         warnings.warn_explicit("a notice from mdsfair", UserWarning, "rouge.py", 1, module="mdsfair.evaluation.rouge")
 
 
-@pytest.mark.slow  # three commands in fresh processes: the slow tier (README, Tests)
+@pytest.mark.slow  # three commands in fresh processes: the slow tier (docs/tests.md)
 def test_commands_refuse_a_foreign_dictionary_or_corrupted_weights_in_one_line(trained, other_data_bin, tmp_path):
     """mdsfair-generate on a data-bin with another dictionary, and both
     mdsfair-generate and mdsfair-train (--restore-file) on corrupted weights:

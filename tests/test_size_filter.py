@@ -9,7 +9,7 @@ import pytest
 
 from tests.utils import REPO_ROOT, make_tiny_data_bin
 
-pytestmark = pytest.mark.slow  # the slow tier: README, Tests
+pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 USER_DIR = os.path.join(REPO_ROOT, "mdsfair")
 MODEL = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",

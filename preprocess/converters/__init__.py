@@ -1,6 +1,6 @@
 """Converters from public multi-document summarization releases to mdsfair's raw JSONL contract.
 
-The raw contract (:mod:`mdsfair.raw_contract`, README.md "The data pipeline", and
+The raw contract (:mod:`mdsfair.raw_contract`, docs/data.md "The raw format", and
 :mod:`.common`): one cluster per line,
 ``{"id": str, "documents": [str, ...], "summary": str}`` with an optional
 ``"title"`` and ``"summaries"``; paragraphs inside a document separated by

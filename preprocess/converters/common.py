@@ -11,7 +11,7 @@ validates it against the raw contract, applies the error policy and counts
 everything in the :class:`ConversionReport`. :func:`build_clusters` turns the
 :class:`BadRecord` a builder raises into an error or a counted skip.
 
-The raw contract (:mod:`mdsfair.raw_contract`; README.md, "The data pipeline"):
+The raw contract (:mod:`mdsfair.raw_contract`; docs/data.md, "The raw format"):
 one cluster per line, UTF-8,
 ``{"id": str, "documents": [str, ...], "summary": str}``, with an optional
 ``"title"`` (WikiSum-style inputs) and an optional ``"summaries": [str, ...]``
