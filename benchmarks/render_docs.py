@@ -268,7 +268,8 @@ def speed_points() -> List[Tuple[str, str, Tuple[float, float, float]]]:
                                _mmm(row["bart_vs_blocked"])))
     for name, kind in (("hiertransformer_cpu", "cpu"), ("hiertransformer_h100", "cuda")):
         for row in _rows(name):
-            if row.get("attention", "default (fused SDPA)").startswith("default") and row.get("run", 3) == 3:
+            if ("ht_vs_flat" in row and row.get("attention", "default").startswith("default")
+                    and row.get("run", 3) == 3):
                 points.append((f"HT vs flat transformer, training, {row['source_tokens']:,} tok", kind,
                                _mmm(row["ht_vs_flat"])))
     for name, kind in (("pagesum_cpu", "cpu"), ("pagesum_h100", "cuda")):

@@ -30,6 +30,7 @@ from these files; ``tests/test_figures.py`` checks the files with
 import datetime
 import json
 import os
+import re
 import subprocess
 import sys
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -40,6 +41,8 @@ REQUIRED = ("benchmark", "command", "commit", "date", "device", "device_kind", "
             "provenance", "rows")
 # a transcribed log may lack these; a measured file may not
 MAY_BE_NULL_WHEN_TRANSCRIBED = ("threads", "repeats", "torch", "commit")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+COMMAND = re.compile(r"^(\w+=\S+ )*python benchmarks/\w+\.py")
 
 
 def current_commit() -> str:
@@ -81,9 +84,11 @@ class ResultsFile:
 
         self.path = path
         arguments = list(argv if argv is not None else sys.argv[1:])
+        # the environment that sets the threads is part of the command
+        environment = [f"{name}={os.environ[name]}" for name in THREAD_VARIABLES if name in os.environ]
         self.header = {
             "benchmark": f"benchmarks/{script}.py",
-            "command": " ".join([f"python benchmarks/{script}.py", *arguments]),
+            "command": " ".join([*environment, f"python benchmarks/{script}.py", *arguments]),
             "commit": current_commit(),
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "device": device_name(device),
@@ -125,7 +130,7 @@ def problems(record: dict) -> List[str]:
             found.append(f"{key!r} is null")
     if not record.get("device"):
         found.append("no device named")
-    if not record.get("command") or not str(record.get("command")).startswith("python benchmarks/"):
+    if not COMMAND.match(str(record.get("command") or "")):
         found.append(f"command {record.get('command')!r} is not a benchmarks/ command")
     for index, row in enumerate(record.get("rows") or []):
         for key, value in row.items():
