@@ -8,9 +8,10 @@
     summarizer.summarize([["first document ...", "second document ..."]], beam=5)
 
 Raw text goes through exactly the pipeline ``mdsfair-preprocess`` ran on the
-training data, rebuilt from the data-bin manifest (``mdsfair.json``): cleaning,
-paragraph and sentence splitting (the manifest's ``sentence_splitter``,
-``lowercase`` and ``title_document``), subword encoding with the data-bin's own
+training data, rebuilt from the data-bin manifest (``mdsfair.json``): the
+recorded text normalisation (``text_normalization``), paragraph and sentence
+splitting (the manifest's ``sentence_splitter``, ``lowercase`` and
+``title_document``), subword encoding with the data-bin's own
 subword model, the side-data producers the manifest lists (one
 :class:`mdsfair.preprocess.pipeline.ClusterEncoder`, the class
 ``mdsfair-preprocess`` encodes with), then the task's truncation and

@@ -66,7 +66,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mdsfair.argument_types import os_error_message
-from mdsfair.data.manifest import MANIFEST_NAME, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
+from mdsfair.data.manifest import MANIFEST_NAME, default_text_normalization, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
 from mdsfair.data.primera_layout import source_layout_manifest_entry
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
@@ -509,6 +509,7 @@ def preprocess(args: PreprocessConfig, stage_seconds: Optional[Counter] = None) 
     unknown = [name for name in args.side_data if name not in SIDE_DATA_PRODUCERS]
     if unknown:
         raise SystemExit(f"unknown side data {unknown}; available: {sorted(SIDE_DATA_PRODUCERS)}")
+    resolve_text_normalization(args)
     splits = _split_paths(args)
     if getattr(args, "shards", None) is not None:
         return preprocess_shards(args, splits, stage_seconds)
@@ -520,6 +521,20 @@ def preprocess(args: PreprocessConfig, stage_seconds: Optional[Counter] = None) 
         args.vocabulary_report = work.vocabulary_report
         destination.commit(work.manifest)  # the manifest last, whole or not at all
     return reports
+
+
+def resolve_text_normalization(args: PreprocessConfig) -> None:
+    """``--text-normalization``: the subword model's default when not given
+    (:func:`mdsfair.data.manifest.default_text_normalization`); ``whitespace``
+    with SentencePiece is refused (its model is trained on mdsfair's cleaned
+    text and starts every sentence as a new word)."""
+    if getattr(args, "text_normalization", None) is None:
+        args.text_normalization = default_text_normalization(args.subword)
+    elif args.subword == "sentencepiece" and args.text_normalization != "clean":
+        raise ValueError(
+            f"--text-normalization {args.text_normalization} is for the byte-level BPE of an imported checkpoint "
+            "(--subword gpt2); SentencePiece is trained on mdsfair's cleaned text and starts every sentence as a "
+            "new word: use --text-normalization clean (its default)")
 
 
 def check_source_layout_dictionary(args: PreprocessConfig) -> None:
@@ -675,6 +690,7 @@ def _preprocess_into(args: PreprocessConfig, splits: Dict[str, str], stage_secon
     """The pipeline, writing into ``args.destdir`` (the staging folder);
     leaves the manifest, its ``files`` list filled in, in ``args.manifest``."""
     args.vocabulary_report = None
+    resolve_text_normalization(args)
     check_source_layout_dictionary(args)  # before SentencePiece and encoding: a missing <doc-sep> fails at once
     subword_manifest = prepare_subwords(args, splits)
     source_layout = recorded_layout(args)
@@ -700,6 +716,7 @@ def _preprocess_into(args: PreprocessConfig, splits: Dict[str, str], stage_secon
         "sentence_splitter": args.sentence_splitter,
         "lowercase": args.lowercase,
         "title_document": args.title_document,
+        "text_normalization": args.text_normalization,
         "side_data": {spec.name: spec.to_json() for spec in specs},
         "side_data_args": producer_arguments(args),
         "structure": list(STRUCTURE_STREAMS),

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
 
 from mdsfair.argument_types import at_least
+from mdsfair.data.manifest import TEXT_NORMALIZATIONS
 from mdsfair.data.primera_layout import SOURCE_LAYOUTS
 from mdsfair.preprocess.references import MULTI_REFERENCE_MODES
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, add_producer_args
@@ -116,6 +117,16 @@ class PreprocessConfig:
         "(an imported PRIMERA model's dict.txt has it) and recorded; fairseq-train/-generate then need no "
         "--source-layout. Unset: nothing recorded, the task's --source-layout decides",
         group=STRUCTURE, choices=SOURCE_LAYOUTS)
+    text_normalization: Optional[str] = option(
+        None, "how raw text is normalised before subword encoding, recorded in mdsfair.json (the hub normalises "
+        "its input the same way): 'clean', mdsfair's cleaning (NFC; control characters, zero-width space and "
+        "byte-order mark removed; white space one space; every sentence starts a new word), or 'whitespace', "
+        "only white space touched (each run one space, as allenai/PRIMER's loader gives its tokenizer the text; "
+        "nothing removed or composed; sentences keep the text's own spacing, none after a CJK full stop followed "
+        "by text), the text an imported Hugging Face checkpoint's tokenizer was given. Default: 'whitespace' "
+        "with --subword gpt2 (its --dict is an imported checkpoint's), 'clean' with SentencePiece, which takes "
+        "only 'clean'",
+        group=STRUCTURE, choices=TEXT_NORMALIZATIONS)
     # ----------------------------------------------------------------- subwords
     subword: str = option(
         "sentencepiece", "SentencePiece (trained on the training split unless --spm-model) or GPT-2 BPE (BART's "

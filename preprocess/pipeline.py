@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Optional,
 
 import numpy as np
 
+from mdsfair.data.manifest import MANIFEST_NAME, default_text_normalization, recorded_text_normalization
 from mdsfair.preprocess.config import PreprocessConfig
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers, producer_defaults
 from mdsfair.preprocess.spacy_pipeline import gemm_setting
@@ -91,29 +92,31 @@ def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionar
     cluster and its summary in one batched call.
 
     A sentence continues the text before it in its document (GPT-2 BPE then
-    encodes the separating space) unless it opens the document; summary
-    sentences continue each other.
+    encodes the run as one text, the sentences one space apart) unless it
+    opens the document; summary sentences continue each other. A sentence the
+    structure marks as glued (``ClusterStructure.glued``, the ``whitespace``
+    normalisation: written with no space after the one before it) follows it
+    with no space between.
     """
     sentences: List[str] = []
-    continues: List[bool] = []
+    continues: List[Union[bool, str]] = []
     sentence_document: List[int] = []
     sentence_paragraph: List[int] = []
     paragraph_index = 0
     for d, document in enumerate(cluster.documents):
         first_in_document = True
-        for paragraph in document:
-            for sentence in paragraph:
+        for p, paragraph in enumerate(document):
+            for s, sentence in enumerate(paragraph):
                 sentences.append(sentence)
-                continues.append(not first_in_document)
+                continues.append(False if first_in_document else "" if (d, p, s) in cluster.glued else True)
                 first_in_document = False
                 sentence_document.append(d)
                 sentence_paragraph.append(paragraph_index)
             paragraph_index += 1
     num_source = len(sentences)
     summary = cluster.summary_sentences
-    encoded = encoder.encode_sentences(
-        sentences + list(summary), continues + [i > 0 for i in range(len(summary))], dictionary
-    )
+    summary_continues = [i > 0 and ("" if i in cluster.summary_glued else True) for i in range(len(summary))]
+    encoded = encoder.encode_sentences(sentences + list(summary), continues + summary_continues, dictionary)
     source_length = int(encoded.lengths[:num_source].sum())
     source_lengths = encoded.lengths[:num_source]
     tokens = encoded.tokens[:source_length]
@@ -149,7 +152,8 @@ def prepend_title_document(cluster: ClusterStructure, path: str, line: int) -> C
         raise InputFormatError(
             path, line, "missing_key", f"cluster {cluster.id!r} has no 'title', which --title-document needs"
         )
-    return replace(cluster, documents=[[[title]]] + cluster.documents)
+    return replace(cluster, documents=[[[title]]] + cluster.documents,
+                   glued=frozenset((d + 1, p, s) for d, p, s in cluster.glued))
 
 
 def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> PreprocessConfig:
@@ -157,8 +161,8 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
     needs it, constructed directly: the command's defaults
     (:class:`PreprocessConfig`), every listed side-data producer's flag
     defaults, the manifest's ``sentence_splitter`` / ``lowercase`` /
-    ``title_document`` / ``side_data`` / subword files (inside ``data_dir``) and recorded
-    ``side_data_args``, then ``overrides``."""
+    ``title_document`` / ``text_normalization`` / ``side_data`` / subword files
+    (inside ``data_dir``) and recorded ``side_data_args``, then ``overrides``."""
     import_producers()
     side_data = list(manifest.get("side_data", {}))
     unknown = [name for name in side_data if name not in SIDE_DATA_PRODUCERS]
@@ -174,6 +178,8 @@ def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[s
         sentence_splitter=manifest.get("sentence_splitter", "rule"),
         lowercase=bool(manifest.get("lowercase", False)),
         title_document=bool(manifest.get("title_document", False)),
+        # what the data-bin's text was normalised with (clean when it records none: made before the entry)
+        text_normalization=recorded_text_normalization(manifest, os.path.join(data_dir, MANIFEST_NAME)),
         side_data=side_data,
         skip_bad=False,
         spm_model=in_data_dir("model"),
@@ -209,6 +215,9 @@ class ClusterEncoder:
         dictionary: Optional[Dictionary] = None,
     ):
         self.args = args
+        #: how raw text is normalised (the data-bin's ``text_normalization``; the command's default when unset)
+        self.text_normalization = (getattr(args, "text_normalization", None)
+                                   or default_text_normalization(subword_manifest.get("type")))
         self.splitter = SentenceSplitter(args.sentence_splitter, gemm=gemm_setting(args))
         self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
         if dictionary is None:
@@ -300,6 +309,7 @@ class ClusterEncoder:
             structure, dropped = parse_cluster(
                 raw, path, line, self.splitter, require_summary=require_summary,
                 drop_empty_documents=self.args.skip_bad, lowercase=self.args.lowercase,
+                normalization=self.text_normalization,
             )
             if getattr(self.args, "title_document", False):
                 structure = prepend_title_document(structure, path, line)
@@ -331,7 +341,7 @@ class ClusterEncoder:
         raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
         structure, _ = parse_cluster(
             raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
-            lowercase=self.args.lowercase,
+            lowercase=self.args.lowercase, normalization=self.text_normalization,
         )
         if getattr(self.args, "title_document", False):
             structure = prepend_title_document(structure, where, index + 1)

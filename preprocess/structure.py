@@ -17,8 +17,9 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional, Tuple
+from typing import FrozenSet, Iterator, List, Optional, Tuple
 
+from mdsfair.data.manifest import TEXT_NORMALIZATIONS
 from mdsfair.preprocess.references import clean_references
 from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 from mdsfair.raw_contract import (
@@ -57,6 +58,12 @@ class ClusterStructure:
     references: List[str] = field(default_factory=list)
     # indices (in the raw line) of the empty documents dropped under --skip-bad
     dropped_documents: List[int] = field(default_factory=list)
+    # (document, paragraph in the document, sentence in the paragraph) of every
+    # sentence the text writes directly after the one before it, with no white
+    # space between (a CJK sentence after "。"); and the summary sentences'
+    # indices of such. Filled under the "whitespace" normalisation only.
+    glued: FrozenSet[Tuple[int, int, int]] = frozenset()
+    summary_glued: FrozenSet[int] = frozenset()
 
     @property
     def num_paragraphs(self) -> int:
@@ -97,6 +104,44 @@ def clean_text(text: str, lowercase: bool = False) -> str:
     if lowercase:
         text = text.lower()
     return text.strip()
+
+
+def normalize_text(text: str, normalization: str = "clean", lowercase: bool = False) -> str:
+    """``text`` as the data-bin's ``text_normalization`` gives it to paragraph
+    splitting (:data:`mdsfair.data.manifest.TEXT_NORMALIZATIONS`): ``clean``
+    is :func:`clean_text`; ``whitespace`` only makes line ends newlines
+    (``\r\n`` and ``\r``; they find the paragraphs, whose white space
+    :func:`mdsfair.text.split_paragraphs` then makes single spaces), deleting
+    and composing nothing."""
+    if normalization == "clean":
+        return clean_text(text, lowercase)
+    if normalization != "whitespace":
+        raise ValueError(f"text normalisation {normalization!r}: expected one of {', '.join(TEXT_NORMALIZATIONS)}")
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.lower() if lowercase else text
+
+
+def normalize_line(text: str, normalization: str = "clean", lowercase: bool = False) -> str:
+    """A summary or title: :func:`normalize_text`; under ``whitespace`` also
+    one line (every run of white space one space), as a document's paragraphs
+    joined."""
+    text = normalize_text(text, normalization, lowercase)
+    return " ".join(text.split()) if normalization == "whitespace" else text
+
+
+def glued_sentences(paragraph: str, sentences: List[str]) -> List[int]:
+    """Indices of the sentences of ``paragraph`` (its splitter's output, each
+    a piece of it) that follow the sentence before them with no white space
+    between, as a CJK sentence after ``。`` does."""
+    glued, position = [], 0
+    for index, sentence in enumerate(sentences):
+        found = paragraph.find(sentence, position)
+        if found < 0:  # not a piece of the paragraph: read as following after a space
+            continue
+        if index and found > 0 and not paragraph[found - 1].isspace():
+            glued.append(index)
+        position = found + len(sentence)
+    return glued
 
 
 class SentenceSplitter:
@@ -157,8 +202,10 @@ def parse_cluster(
     require_summary: bool,
     drop_empty_documents: bool,
     lowercase: bool = False,
+    normalization: str = "clean",
 ) -> Tuple[ClusterStructure, int]:
-    """Validate one raw line and split it into a :class:`ClusterStructure`.
+    """Validate one raw line and split it into a :class:`ClusterStructure`,
+    its text normalised by ``normalization`` (:func:`normalize_text`).
 
     Returns the structure and the number of empty documents dropped (only
     when ``drop_empty_documents``; otherwise an empty document is an error).
@@ -166,11 +213,17 @@ def parse_cluster(
     """
     obj = decode_cluster_line(raw, path, line)
     documents, title = obj["documents"], obj.get("title")
+    keep_spacing = normalization == "whitespace"
 
-    structured, empty_documents = [], []
+    structured, empty_documents, glued = [], [], set()
     for d, document in enumerate(documents):
-        paragraphs = split_paragraphs(clean_text(document, lowercase))
-        paragraphs_sentences = [p for p in splitter.split(paragraphs) if p]
+        paragraphs = split_paragraphs(normalize_text(document, normalization, lowercase))
+        split = [(paragraph, sentences) for paragraph, sentences in zip(paragraphs, splitter.split(paragraphs))
+                 if sentences]
+        paragraphs_sentences = [sentences for _, sentences in split]
+        if keep_spacing:
+            glued.update((len(structured), p, s) for p, (paragraph, sentences) in enumerate(split)
+                         for s in glued_sentences(paragraph, sentences))
         if not paragraphs_sentences:
             if not drop_empty_documents:
                 raise InputFormatError(
@@ -182,7 +235,7 @@ def parse_cluster(
     if not structured:
         raise InputFormatError(path, line, EMPTY_CLUSTER, f"cluster {obj['id']!r} has no non-empty document")
 
-    references = clean_references(obj, lambda text: clean_text(text, lowercase))
+    references = clean_references(obj, lambda text: normalize_line(text, normalization, lowercase))
     summary_clean = references[0] if references else ""
     if not summary_clean and require_summary:
         raise InputFormatError(path, line, EMPTY_SUMMARY, f"cluster {obj['id']!r} has an empty summary")
@@ -193,9 +246,11 @@ def parse_cluster(
             documents=structured,
             summary=summary_clean,
             summary_sentences=summary_sentences,
-            title=clean_text(title, lowercase) if title else None,
+            title=normalize_line(title, normalization, lowercase) if title else None,
             references=references,
             dropped_documents=empty_documents,
+            glued=frozenset(glued),
+            summary_glued=frozenset(glued_sentences(summary_clean, summary_sentences) if keep_spacing else ()),
         ),
         len(empty_documents),
     )

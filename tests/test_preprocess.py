@@ -321,6 +321,8 @@ def regression_configs(root, raw):
         "gpt2": ["--split", f"train={raw}/train.jsonl", "--split", f"valid={raw}/valid.jsonl",
                  "--destdir", os.path.join(root, "gpt2"), "--subword", "gpt2", "--gpt2-encoder-json", gpt2_json,
                  "--gpt2-vocab-bpe", gpt2_bpe, "--dict", gpt2_dict, "--sentence-splitter", "spacy",
+                 # the reference pipeline's normalisation (GPT-2 BPE defaults to 'whitespace' since issue 34)
+                 "--text-normalization", "clean",
                  "--side-data", "dep_head", "dep_rel", "graph_discourse"] + common,
     }
 

@@ -12,6 +12,12 @@ PRIMERA's ``{"name": "primera", "document_separator": "<doc-sep>",
 "document_separator_id": ID, "per_document_budget": true}``
 (:mod:`mdsfair.data.primera_layout`); a manifest without it leaves the
 layout to the task's ``--source-layout``.
+
+``text_normalization`` (``mdsfair-preprocess --text-normalization``) is how
+raw text was normalised before subword encoding, so that the hub normalises
+its input the same way (:func:`recorded_text_normalization`):
+:data:`TEXT_NORMALIZATIONS` names the two; a manifest written before it was
+recorded was made with ``clean``.
 """
 import contextlib
 import json
@@ -20,6 +26,42 @@ import shlex
 from typing import Dict, Iterator, Optional, Tuple
 
 MANIFEST_NAME = "mdsfair.json"
+
+#: The text normalisations a data-bin records (``text_normalization``) and
+#: what each does to raw text before subword encoding:
+#:
+#: * ``clean``: mdsfair's cleaning (:func:`mdsfair.preprocess.structure.clean_text`):
+#:   NFC, control characters, zero-width space and byte-order mark removed,
+#:   every white-space character a space and runs of spaces one; every
+#:   sentence is encoded as a text of its own (GPT-2 BPE after one space).
+#: * ``whitespace``: only white space is touched: every run of it (what
+#:   ``str.split`` splits on) is one space, nothing is deleted or composed,
+#:   and sentences keep the spacing the text has between them (none after a
+#:   CJK ``。`` followed directly by text): the text a Hugging Face
+#:   checkpoint's own tokenizer is given by its loader (allenai/PRIMER
+#:   ``script/dataloader.py``: ``" ".join(doc.split())`` per document).
+TEXT_NORMALIZATIONS = ("clean", "whitespace")
+#: What a data-bin without a ``text_normalization`` entry was made with.
+UNRECORDED_TEXT_NORMALIZATION = "clean"
+
+
+def default_text_normalization(subword_type: Optional[str]) -> str:
+    """``mdsfair-preprocess``'s default: ``whitespace`` for GPT-2 BPE (its
+    ``--dict`` is an imported checkpoint's, whose tokenizer reads the text as
+    written), ``clean`` for SentencePiece (mdsfair's own model)."""
+    return "whitespace" if subword_type == "gpt2" else "clean"
+
+
+def recorded_text_normalization(manifest: Dict, path: str) -> str:
+    """The ``text_normalization`` a data-bin's manifest (``path``) records;
+    ``clean`` when it records none (written before the entry existed). A
+    value that is not one of :data:`TEXT_NORMALIZATIONS` is a
+    :class:`ManifestError` naming ``path``."""
+    value = manifest.get("text_normalization", UNRECORDED_TEXT_NORMALIZATION)
+    if value not in TEXT_NORMALIZATIONS:
+        raise ManifestError(f"{path}: text_normalization {value!r} is not one of {', '.join(TEXT_NORMALIZATIONS)}; "
+                            "rebuild the data-bin with mdsfair-preprocess")
+    return value
 
 
 class UnlistedSplitError(FileNotFoundError):
