@@ -175,7 +175,8 @@ def test_memory_fit_gib_measures_only_cells_that_fit_and_shortest_lengths_first(
     saved = memory.read_measurements(str(measurements))  # now a results file (benchmarks/results.py)
     assert 4096 in saved[("small", "fp32", False)] and 4096 not in saved[("big", "fp32", False)]
     record = json.loads(measurements.read_text())
-    assert record["command"].startswith("python benchmarks/memory.py --archs small big") and record["device"]
+    command = re.sub(r"^(\w+=\S+ )*", "", record["command"])  # after the thread variables the tests set
+    assert command.startswith("python benchmarks/memory.py --archs small big") and record["device"]
     assert {"arch": "small", "dtype": "fp32", "variant": "plain", "source_tokens": 4096,
             "activation_mib": {"median": 409.6, "minimum": 409.6, "maximum": 409.6}, "runs": [409.6]} in record["rows"]
     assert re.search(r"^\| big \| 1 M \| 4,096 \| 16\.0 p \|", out, re.M)
@@ -261,7 +262,7 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
                      "--layers", "1", "--dim", "32", "--heads", "4", "--window", "32", "--vocab-size", "300",
                      "--repeats", "2", "--top-r", "2", "--json", str(out)])
     record = json.loads(out.read_text())
-    assert record["command"].startswith("python benchmarks/led_sparse.py --source-lengths 256")
+    assert re.sub(r"^(\w+=\S+ )*", "", record["command"]).startswith("python benchmarks/led_sparse.py --source-lengths 256")
     assert record["device"] and record["repeats"] == 2 and record["commit"]
     from benchmarks import results
 
