@@ -296,3 +296,19 @@ def test_literal_special_tokens_are_text_here_where_hf_reads_them_as_specials(im
     encoder = ClusterEncoder.from_data_bin(imported["default"], read_checked(imported["default"]))
     tokens = encoder.encode([text]).tokens.tolist()
     assert tokenizer.eos_token_id not in tokens and encoder.decode([encoder.dictionary[t] for t in tokens]) == text
+
+
+def test_an_imports_manifest_records_the_checkpoints_normalisation(tmp_path):
+    """mdsfair-import hf-bart's OUT_DIR is a data-bin without splits that the
+    hub can load: it records 'whitespace', as a data-bin made with its files."""
+    from mdsfair.data.manifest import read_manifest as read_checked
+    from mdsfair.importers.hf_bart import import_hf_bart
+    from mdsfair.preprocess.pipeline import ClusterEncoder
+    from tests.import_fixtures import tiny_hf_bart
+
+    hf_dir, out_dir = str(tmp_path / "hf"), str(tmp_path / "out")
+    tiny_hf_bart(hf_dir)
+    import_hf_bart(hf_dir, out_dir)
+    manifest = read_checked(out_dir)
+    assert manifest["text_normalization"] == "whitespace"
+    assert ClusterEncoder.from_data_bin(out_dir, manifest).text_normalization == "whitespace"

@@ -33,7 +33,7 @@ import os
 from types import SimpleNamespace
 from typing import Dict, Iterator, List, Optional
 
-from mdsfair.data.manifest import MANIFEST_NAME
+from mdsfair.data.manifest import MANIFEST_NAME, default_text_normalization
 from mdsfair.importers import ImportRefused
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun
 
@@ -105,6 +105,9 @@ def gpt2_manifest(out_dir: str, source: Dict[str, object], separator: Optional[i
         "sentence_splitter": "rule",
         "lowercase": False,
         "title_document": False,
+        # the text as the checkpoint's own tokenizer is given it (issue 34 item 2): the hub on OUT_DIR, like a
+        # data-bin made with these files, normalises only white space
+        "text_normalization": default_text_normalization("gpt2"),
         "side_data": {},
         "side_data_args": {},
         "structure": list(STRUCTURE_STREAMS),
