@@ -87,3 +87,35 @@ def test_hub_entry_list_is_the_hubs():
     names = re.findall(r"`([a-z_]+)`", listed)
     assert sorted(names) == sorted(HUB_ENTRIES)
     assert "led" in names
+
+
+@pytest.mark.slow
+def test_readme_baseline_rows_are_what_the_quickstart_prints(tmp_path):
+    """The Lead and LexRank rows of the README's quickstart table are what the
+    quickstart's own steps print for them (same synthetic data, seed 1, same
+    baseline and scoring commands; the references are the raw test summaries,
+    which the quickstart reads from its data-bin). The model's row needs the
+    full training run and is not rerun here."""
+    block = re.search(r"```text\n(system .*?)```", read("README.md"), flags=re.S).group(1)
+    expected = {line.split()[0]: line.split() for line in block.splitlines()[1:] if not line.startswith("[")}
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT)
+
+    def run(*argv):
+        result = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, capture_output=True, text=True,
+                                timeout=600, env=env)
+        assert result.returncode == 0, result.stderr[-2000:]
+        return result.stdout
+
+    run("mdsfair.preprocess.synthetic", "--out-dir", "raw", "--seed", "1", "--train", "4000", "--valid", "100",
+        "--test", "100")
+    run("mdsfair.evaluation.baselines", "--method", "lead", "--lead-sentences", "3", "raw/test.jsonl", "-o", "lead.txt")
+    run("mdsfair.evaluation.baselines", "--method", "lexrank", "--num-sentences", "3", "raw/test.jsonl", "-o",
+        "lexrank.txt")
+    import json
+
+    with open(tmp_path / "raw" / "test.jsonl", encoding="utf-8") as source, open(tmp_path / "ref.txt", "w") as ref:
+        for line in source:
+            ref.write(" ".join(json.loads(line)["summary"].split()) + "\n")
+    printed = run("mdsfair.evaluation.compare", "--ref", "ref.txt", "lead=lead.txt", "lexrank=lexrank.txt")
+    rows = {line.split()[0]: line.split() for line in printed.splitlines() if line.split()[:1] in (["lead"], ["lexrank"])}
+    assert rows == {name: expected[name] for name in ("lead", "lexrank")}
