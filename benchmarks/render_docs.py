@@ -241,6 +241,14 @@ def _rows(name: str) -> List[dict]:
     return results.load(name)["rows"] if os.path.exists(os.path.join(results.RESULTS_DIR, name + ".json")) else []
 
 
+def _device_title(name: str) -> str:
+    """A plot panel's title: the device its file names (short), and the file."""
+    path = os.path.join(results.RESULTS_DIR, name + ".json")
+    device = results.load(name)["device"] if os.path.exists(path) else "?"
+    device = "CPU, model not recorded" if "not recorded" in device else device.replace("(R)", "")
+    return f"{device}\n({name}.json)"
+
+
 def _mmm(cell, invert: bool = False) -> Tuple[float, float, float]:
     median, low, high = cell["median"], cell["minimum"], cell["maximum"]
     low, high = (median if low is None else low), (median if high is None else high)
@@ -323,7 +331,7 @@ def draw(name: str) -> str:
             axis.xaxis.set_minor_locator(NullLocator())
             axis.xaxis.set_major_formatter(plain)
             axis.yaxis.set_major_formatter(plain)
-            axis.set_title(f"{title} ({file}.json)")
+            axis.set_title(_device_title(file), fontsize=10)
             axis.set_xlabel("source tokens")
             axis.grid(True, which="both", alpha=0.3)
         axes[0].set_ylabel("activation memory of a training step (MiB)")
@@ -358,7 +366,7 @@ def draw(name: str) -> str:
                 axis.bar([i + offset for i in range(len(rows))], [v[0] for v in values], width=0.4, label=label,
                          yerr=[[v[0] - v[1] for v in values], [v[2] - v[0] for v in values]], capsize=2)
             axis.set_xticks(range(len(rows)), [row["arch"] for row in rows], rotation=30, ha="right", fontsize=8)
-            axis.set_title(f"{title} ({file}.json)")
+            axis.set_title(_device_title(file), fontsize=10)
             axis.set_ylabel("peak memory of a training step (MiB)")
             axis.legend()
     else:
