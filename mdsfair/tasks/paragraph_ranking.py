@@ -30,6 +30,7 @@ from fairseq.data import Dictionary, FairseqDataset, data_utils
 from fairseq.tasks import FairseqTask, register_task
 
 from mdsfair.argument_types import check_config_sizes
+from mdsfair.preprocess.subword import text_symbol_indices
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 from mdsfair.text import rouge_n_recall, rouge_tokens
 
@@ -175,7 +176,8 @@ class ParagraphRankingTask(FairseqTask):
         return cls(cfg, dictionary)
 
     def encode_words(self, text: str, limit: int) -> torch.Tensor:
-        tokens = [self.dictionary.index(w) for w in words(text)[:limit]]
+        # the pipeline's lookup (a word is never a control id of the dictionary; issue 34 item 1)
+        tokens = text_symbol_indices(self.dictionary, words(text)[:limit]).tolist()
         return torch.LongTensor(tokens or [self.dictionary.unk()])
 
     def encode_cluster(self, cluster, max_paragraphs: Optional[int] = None):
