@@ -34,6 +34,7 @@ from mdsfair.models.led import (
 )
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
 from tests.import_fixtures import import_transformers
+from tests.tolerances import assert_close_in_dtype
 
 # ------------------------------------------------------------- attention
 
@@ -289,7 +290,8 @@ def test_teacher_forced_logits_equal_hugging_face_first(transformers, windows, l
         logits, _ = model(ours_source, mask.sum(1), decoder_input)
     real = labels.ne(1)
     assert expected[real].std() > 0.5  # the comparison is not between near-constant logits
-    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(logits[real], expected[real])
     # --longformer-attention banded computes the same
     for module in model.modules():
         if isinstance(module, LongformerSelfAttention):
@@ -297,7 +299,8 @@ def test_teacher_forced_logits_equal_hugging_face_first(transformers, windows, l
             module.implementation = "banded"
     with torch.no_grad():
         banded, _ = model(ours_source, mask.sum(1), decoder_input)
-    torch.testing.assert_close(banded[real], expected[real], atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(banded[real], expected[real])
 
 
 @pytest.mark.parametrize("windows", [(4, 12), (6, 6), (8, 16)])
@@ -319,7 +322,8 @@ def test_teacher_forced_logits_equal_hugging_face_doc_sep(transformers, windows)
         model.encoder.global_attention = "first"
         first_only, _ = model(right, mask.sum(1), decoder_input)
     real = labels.ne(1)
-    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(logits[real], expected[real])
     assert (first_only[real] - expected[real]).abs().max() > 1e-2
 
 
@@ -345,7 +349,8 @@ def test_teacher_forced_logits_equal_hugging_face_documents(transformers):
                       decoder_input_ids=decoder_input).logits
         logits, _ = model(left, mask.sum(1), decoder_input, src_doc_ids=doc_ids)
     real = labels.ne(1)
-    torch.testing.assert_close(logits[real], expected[real], atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(logits[real], expected[real])
     with pytest.raises(ValueError, match="src_doc_ids"):
         model(left, mask.sum(1), decoder_input)
 
@@ -408,7 +413,8 @@ def test_best_beam_equals_hugging_face_generate(transformers, lenpen):
         expected = theirs.sequences[index].tolist()[1:]
         expected = expected[: expected.index(2) + 1] if 2 in expected else expected
         assert hypotheses[0]["tokens"].tolist() == expected
-        torch.testing.assert_close(hypotheses[0]["score"], theirs.sequences_scores[index], atol=1e-5, rtol=1e-5)
+        # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+        assert_close_in_dtype(hypotheses[0]["score"], theirs.sequences_scores[index])
         lengths.append(len(expected))
     assert len(set(map(tuple, theirs.sequences.tolist()))) > 1  # not one summary for every source
     assert max(lengths) < max_len + 1, lengths  # the summaries end by themselves

@@ -12,6 +12,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from mdsfair.generation.sequence_generator import use_vectorized_ngram_blocker
 from mdsfair.modules.pages import PageBuilder, filler_page_tokens, spatial_pages, unit_rank
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin, generate_in_process
+from tests.tolerances import assert_close_in_dtype
 
 BOS, PAD, EOS = 0, 1, 2
 
@@ -348,8 +349,10 @@ def test_one_page_equals_bart_and_restores_bart_checkpoint(data_bin, bart_checkp
         global_logits, _ = global_pagesum(**batch)
     assert extra["page_weights"][0].shape == (2, 6, 1)
     assert torch.equal(extra["page_weights"][0], torch.ones(2, 6, 1))
-    torch.testing.assert_close(logits, expected, atol=1e-5, rtol=1e-5)
-    torch.testing.assert_close(global_logits, expected, atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(logits, expected)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(global_logits, expected)
 
 
 def test_confidence_weights_sum_to_one_and_skip_empty_pages(data_bin, valid_batch):
@@ -425,7 +428,8 @@ def test_empty_pages_filler_is_the_authors_page_and_joins_the_softmax(data_bin):
     dotted["src_lengths"] = dotted["src_tokens"].ne(pad).sum(1)
     with torch.no_grad():
         dotted_logits, dotted_extra = masked(**dotted)
-    torch.testing.assert_close(dotted_logits, filler_logits, atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(dotted_logits, filler_logits)
     torch.testing.assert_close(dotted_extra["page_weights"][0], weights, atol=1e-6, rtol=1e-5)
 
     # The authors' PageSum.forward on these pages: BART encoder on [B * P, L] page rows, decoder on
@@ -442,7 +446,8 @@ def test_empty_pages_filler_is_the_authors_page_and_joins_the_softmax(data_bin):
         hidden = hidden.view(2, 7, prev.size(1), -1).transpose(1, 2)  # [B, T, P, d]
         s = torch.softmax(lin(hidden), dim=2)  # [B, T, P, 1]
         authors_logits = filler.decoder.output_layer((hidden * s).sum(2))
-    torch.testing.assert_close(filler_logits, authors_logits, atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(filler_logits, authors_logits)
     torch.testing.assert_close(weights, s.squeeze(-1), atol=1e-6, rtol=1e-5)
 
 
@@ -480,7 +485,8 @@ def test_permuting_pages_does_not_change_the_output(data_bin, valid_batch):
     with torch.no_grad():
         logits, extra = model(**net_input)
         permuted_logits, permuted_extra = model(**permuted)
-    torch.testing.assert_close(permuted_logits, logits, atol=1e-5, rtol=1e-5)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(permuted_logits, logits)
     weights = extra["page_weights"][0][0, :, :num_docs]
     torch.testing.assert_close(permuted_extra["page_weights"][0][0, :, :num_docs], weights[:, order], atol=1e-6, rtol=1e-5)
 
@@ -505,7 +511,8 @@ def test_incremental_decoding_equals_full_decoding_with_reordering(data_bin, val
             tokens = prev[:, : step + 1] if step < 4 else prev[new_order, : step + 1]
             out, _ = model.decoder(tokens, encoder_out=encoder_out, incremental_state=state)
             steps.append(out if step >= 4 else out[new_order])
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-4)
+    # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
+    assert_close_in_dtype(torch.cat(steps, dim=1), full)
 
 
 def test_batched_beam_search_equals_one_example_at_a_time(data_bin, valid_batch):
