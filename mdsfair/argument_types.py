@@ -66,3 +66,25 @@ def check_config_sizes(cfg, names) -> None:
         value = getattr(cfg, name, None)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+
+
+def os_errors_in_one_line(prog: str):
+    """Decorate a command's ``cli_main``: an ``OSError`` it lets through (an
+    input that is not there, an output folder it may not write, a read-only
+    file system) is one ``PROG: error: PATH: reason`` line and exit status 1,
+    not a traceback."""
+    import functools
+    import sys
+
+    def decorate(function):
+        @functools.wraps(function)
+        def wrapper(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except OSError as error:
+                print(f"{prog}: error: {os_error_message(error) if error.filename else error}", file=sys.stderr)
+                return 1
+
+        return wrapper
+
+    return decorate

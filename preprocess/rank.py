@@ -41,7 +41,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mdsfair.argument_types import at_least
+from mdsfair.argument_types import at_least, os_errors_in_one_line
 from mdsfair.data.manifest import atomic_text_file, write_json_atomic
 from mdsfair.text import rouge_l_recall, rouge_tokens
 
@@ -244,6 +244,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
     return results
 
 
+@os_errors_in_one_line("mdsfair-rank")
 def cli_main(argv: Optional[List[str]] = None) -> int:
     """Entry point of ``mdsfair-rank``; returns the exit status."""
     run(argv)

@@ -47,7 +47,7 @@ import os
 import random
 import re
 import sys
-from mdsfair.argument_types import at_least
+from mdsfair.argument_types import at_least, os_errors_in_one_line
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from mdsfair.lexrank import lexrank_scores
@@ -566,6 +566,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+@os_errors_in_one_line("mdsfair-synth")
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-synth``; returns the exit status."""
     parser = build_parser()

@@ -56,6 +56,13 @@ ROWS = [
      "argument --max-paragraphs: must be at least 1, got 0"),
     ("mdsfair-rank", ["--input", "in.jsonl", "--evaluate", "--top", "5", "-1"],
      "argument --top: must be at least 1, got -1"),
+    # user errors past the parser: a missing input, an unwritable output (one line, not a traceback)
+    ("mdsfair-rank", ["--input", "nothere.jsonl", "--output", "out.jsonl", "--method", "tfidf"],
+     "nothere.jsonl: No such file or directory"),
+    ("mdsfair-synth", ["--out-dir", "UNWRITABLE", "--train", "1", "--valid", "0", "--test", "0"], "UNWRITABLE: "),
+    ("mdsfair-page-importance", ["--checkpoint", "m.pt", "--data", "DATA", "--output-dir", "out"], "m.pt"),
+    ("mdsfair-analyze-attention", ["--checkpoint", "m.pt", "--data", "DATA", "--output-dir", "out"],
+     "checkpoint not found: m.pt"),
     ("mdsfair-synth", ["--out-dir", "out", "--test", "-1"], "argument --test: must be at least 0, got -1"),
     ("mdsfair-synth", ["--out-dir", "out", "--min-facts", "0"], "argument --min-facts: must be at least 1, got 0"),
     ("mdsfair-synth", ["--out-dir", "out", "--train", "0", "--valid", "0", "--test", "0"],

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mdsfair.argument_types import at_least
+from mdsfair.argument_types import at_least, os_errors_in_one_line
 from mdsfair.data.manifest import atomic_text_file
 
 if TYPE_CHECKING:  # torch is imported where a measure runs, so that --help stays light
@@ -502,6 +502,7 @@ def select_examples(num_available: int, num_examples: int, seed: int) -> np.ndar
     return np.sort(np.random.RandomState(seed).choice(num_available, num_examples, replace=False))
 
 
+@os_errors_in_one_line("mdsfair-analyze-attention")
 def cli_main(argv: Optional[List[str]] = None) -> int:
     args = get_parser().parse_args(argv)
     labels = args.labels or args.checkpoint

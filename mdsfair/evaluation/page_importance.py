@@ -22,7 +22,7 @@ import json
 import os
 from typing import TYPE_CHECKING, List, Optional
 
-from mdsfair.argument_types import at_least, number_between
+from mdsfair.argument_types import at_least, number_between, os_errors_in_one_line
 from mdsfair.data.manifest import atomic_text_file
 
 if TYPE_CHECKING:  # torch is imported when a command runs, not for --help
@@ -79,6 +79,7 @@ def plot_heatmap(weights, title: str, path: str):
     plt.close(figure)
 
 
+@os_errors_in_one_line("mdsfair-page-importance")
 def cli_main(argv: Optional[List[str]] = None):
     parser = argparse.ArgumentParser(prog="mdsfair-page-importance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--checkpoint", required=True, help="PageSum checkpoint (fairseq .pt)")
