@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
+from mdsfair.argument_types import at_least  # noqa: F401  (the format modules' flag types: they import only from here)
 from mdsfair.raw_contract import (  # noqa: F401  (the reason codes: converters import them from here)
     DUPLICATE_ID,
     EMPTY_CLUSTER,

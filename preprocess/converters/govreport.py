@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 from .common import (
+    at_least,
     PARAGRAPH_SEPARATOR,
     WRONG_TYPE,
     BadRecord,
@@ -52,7 +53,6 @@ from .common import (
 from .readers.json_files import read_json_file_record
 from .readers.text import iter_lines
 from .registry import register_converter
-from mdsfair.argument_types import at_least
 
 GOVREPORT_SUBSETS = ("crs", "gao")
 # --split names -> the split name of split_ids/{subset}_{name}.ids

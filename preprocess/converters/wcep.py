@@ -14,6 +14,7 @@ import argparse
 from typing import Any, Dict, Iterator, Optional
 
 from .common import (
+    at_least,
     PARAGRAPH_SEPARATOR,
     ConversionReport,
     Document,
@@ -31,7 +32,6 @@ from .common import (
 )
 from .readers.json_files import iter_json_records
 from .registry import register_converter
-from mdsfair.argument_types import at_least
 
 
 def add_wcep_arguments(parser: argparse.ArgumentParser) -> None:
