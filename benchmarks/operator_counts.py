@@ -143,13 +143,16 @@ def sentence_source(dictionary, batch_size: int, source_tokens: int, sentence_to
 
 
 class DecodingState:
-    """A model mid-way through beam search, as fairseq's SequenceGenerator
-    drives it: the encoder output expanded to ``batch * beam`` rows, the
-    incremental state, and every step a reorder within each source's beam
-    followed by one decoder call."""
+    """A model mid-way through beam search, as mdsfair's static-shape
+    generator drives it (``--static-decoding``,
+    :mod:`mdsfair.generation.static_decoding`): the encoder output expanded
+    to ``batch * beam`` rows once, the incremental state, and every step a
+    reorder of the decoder's caches within each source's beam followed by
+    one decoder call. With ``reorder_encoder_out`` the encoder output is
+    reordered at every step too, as fairseq's ``SequenceGenerator`` does."""
 
-    def __init__(self, model, net_input: dict, beam: int, warm_steps: int = 3):
-        self.model, self.beam = model, beam
+    def __init__(self, model, net_input: dict, beam: int, warm_steps: int = 3, reorder_encoder_out: bool = False):
+        self.model, self.beam, self.reorder_encoder_out = model, beam, reorder_encoder_out
         batch_size = net_input["src_tokens"].size(0)
         inputs = model.encoder_inputs(net_input) if hasattr(model, "encoder_inputs") else net_input
         with torch.no_grad():
@@ -175,7 +178,8 @@ class DecodingState:
             if step > 1:
                 order = self.orders[step % len(self.orders)]
                 model.decoder.reorder_incremental_state_scripting(self.incremental_state, order)
-                self.encoder_out = model.encoder.reorder_encoder_out(self.encoder_out, order)
+                if self.reorder_encoder_out:
+                    self.encoder_out = model.encoder.reorder_encoder_out(self.encoder_out, order)
             logits, _ = model.decoder(self.tokens, encoder_out=self.encoder_out,
                                       incremental_state=self.incremental_state)
             lprobs = torch.log_softmax(logits[:, -1:], dim=-1)
@@ -183,7 +187,7 @@ class DecodingState:
         self.tokens = torch.cat([self.tokens, next_tokens], dim=1)
 
 
-def sparse_decoding_counts(top_r: int = 5, layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200,
+def sparse_decoding_counts(top_r: int = 5, layers: int = 6, dim: int = 64, heads: int = 4, vocab: int = 200,
                            batch_size: int = 2, beam: int = 4, source_tokens: int = 240, sentence_tokens: int = 12):
     """Counts of one decoding step: ``sparse_bart`` (r = ``top_r``) and the same
     model with fairseq's full cross-attention."""
@@ -206,7 +210,7 @@ def sparse_decoding_counts(top_r: int = 5, layers: int = 2, dim: int = 64, heads
 # ----------------------------------------------------------------- encoders and training steps
 
 
-def hierencdec_encoder_counts(layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200,
+def hierencdec_encoder_counts(layers: int = 6, dim: int = 64, heads: int = 4, vocab: int = 200,
                               source_tokens: int = 256, documents: int = 4):
     """Counts of one encoder forward at batch 1: ``hierencdec_bart`` and BART."""
     from benchmarks.hierencdec import synthetic_source

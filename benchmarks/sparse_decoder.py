@@ -65,6 +65,7 @@ from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from fairseq.models.bart import BARTModel  # noqa: E402
 
+from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator  # noqa: E402
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
 
 from benchmarks import results as results_file  # noqa: E402
@@ -164,7 +165,8 @@ def encode(model, sample, device):
 def decoding_runner(model, dictionary, sample, encoder_out, options):
     """A function that decodes once with ``encoder_out`` given (the
     generator's encoder call returns it)."""
-    generator = SequenceGenerator(
+    generator_class = StaticShapeSequenceGenerator if options.static_decoding else SequenceGenerator
+    generator = generator_class(
         [model], dictionary, beam_size=options.beam, len_penalty=2.0,
         min_len=options.target_length, max_len_a=0, max_len_b=options.target_length,
     )
@@ -197,6 +199,10 @@ def main(argv=None):
                         help="timed encoder and decoding runs per row (median (min-max) reported; default 3)")
     parser.add_argument("--share-selection-across-beams", action="store_true",
                         help="the authors' selection shared by the beam hypotheses")
+    parser.add_argument("--static-decoding", action="store_true",
+                        help="every row (stock BART too) decodes with mdsfair's static-shape beam search "
+                             "(--static-decoding: finished sources kept as padding, the encoder output expanded "
+                             "once and never reordered) instead of fairseq's SequenceGenerator")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
                         help="after the timings, profile one decoding of the 'full' row and of the first --top-r row "

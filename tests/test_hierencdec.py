@@ -375,7 +375,7 @@ def test_varlen_flash_path_equals_dense_values_and_gradients(monkeypatch):
     assert available(torch.zeros(2, 4, 8, **half), 0.0) == on_gpu
     if not on_gpu:
         monkeypatch.setattr(varlen, "varlen_attn", segment_loop_varlen_attn)
-        monkeypatch.setattr(module, "varlen_flash_available", lambda query, dropout: dropout == 0)
+        monkeypatch.setattr(module, "varlen_flash_available", lambda query, dropout, head_dim=None: dropout == 0)
     dtype = torch.bfloat16 if on_gpu else torch.float32
     ids = DOCUMENT_IDS.to(device)
     torch.manual_seed(2)

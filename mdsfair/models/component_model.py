@@ -179,26 +179,32 @@ class ComponentEncoder(TransformerEncoderBase):
                 for name in missing))
         return {name: value for name, value in given.items() if value is not None}
 
-    def document_ids(self, src_tokens: Tensor, src_doc_ids: Optional[Tensor]) -> Tensor:
+    def document_ids(self, src_tokens: Tensor, src_doc_ids: Optional[Tensor],
+                     structure: Optional[SourceStructure] = None) -> Tensor:
         """The data contract's ``src_doc_ids``, or, when the input has none
-        (hub, plain token batches), one document per ``<s>``-opened run."""
+        (hub, plain token batches), one document per ``<s>``-opened run. The
+        checks of the ids wait in ``structure`` for its one host read
+        (:meth:`SourceStructure.read`); without it they are read here."""
         if src_doc_ids is None:
             src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
         if src_doc_ids.shape != src_tokens.shape:
             raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
+        checks = structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx),
+                                                                         {})
         real = src_tokens.ne(self.padding_idx)
-        if (real & src_doc_ids.lt(0)).any():
-            raise ValueError("every source token needs a document: the source must start with <s> (or pass src_doc_ids)")
+        checks.check((real & src_doc_ids.lt(0)).any(),
+                     "every source token needs a document: the source must start with <s> (or pass src_doc_ids)")
         src_doc_ids = src_doc_ids.masked_fill(~real, -1)
         if self.needs_document_start_tokens:
-            starts = segment_start_mask(src_doc_ids)
-            if src_tokens[starts].ne(self.dictionary.bos()).any():
-                users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
-                raise ValueError(
-                    f"{', '.join(users)} use each document's first token <s> as its start-of-document token, "
-                    "but some document does not start with <s>; drop --no-document-start-token or use components "
-                    "without start-of-document tokens (HierEncDec Table 3 row 5)"
-                )
+            users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
+            checks.check(
+                (segment_start_mask(src_doc_ids) & src_tokens.ne(self.dictionary.bos())).any(),
+                f"{', '.join(users)} use each document's first token <s> as its start-of-document token, "
+                "but some document does not start with <s>; drop --no-document-start-token or use components "
+                "without start-of-document tokens (HierEncDec Table 3 row 5)",
+            )
+        if structure is None:
+            checks.read()
         return src_doc_ids
 
     def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None,
@@ -228,14 +234,20 @@ class ComponentEncoder(TransformerEncoderBase):
                 "(--max-encoder-positions)"
             )
         encoder_padding_mask = src_tokens.eq(self.padding_idx)
-        has_pads = encoder_padding_mask.any()
         structure = SourceStructure(src_tokens, encoder_padding_mask, side_inputs)
         if self.uses_documents:
-            structure.document_ids = self.document_ids(src_tokens, side_inputs.get("src_doc_ids"))
+            structure.document_ids = self.document_ids(src_tokens, side_inputs.get("src_doc_ids"), structure)
+        # the components' host values and every check of the input: one host read, before any layer
+        structure.request("has_pads", encoder_padding_mask.any())
+        self.position_component.prepare(self, structure)
         context = self.self_attention_component.prepare(self, structure)
+        has_pads = structure.value("has_pads")
+        if structure.pending_checks:
+            structure.read()
 
         x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings, structure)
-        x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        if has_pads:
+            x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
 
         encoder_states = [x] if return_all_hiddens else []
@@ -317,9 +329,14 @@ class ComponentDecoder(TransformerDecoderBase):
             x = self.layernorm_embedding(x)
         x = self.dropout_module(x).transpose(0, 1)
 
-        self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
-        if not self_attn_padding_mask.any():
+        if incremental_state is not None:
+            # a generation step's token is never padding (beam search never chooses it, and forced
+            # prefix tokens skip it): no mask, and no host read of one at every step
             self_attn_padding_mask = None
+        else:
+            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+            if not self_attn_padding_mask.any():
+                self_attn_padding_mask = None
         self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment \
             else None
 

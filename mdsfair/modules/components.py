@@ -33,9 +33,10 @@ feed-forward block once. A new attention kind is one component class plus
 its registration; ``tests/test_components.py`` registers a toy one inside
 the test and runs it through the model contract.
 """
-from dataclasses import dataclass
-from typing import Any, ClassVar, Dict, Optional, Tuple, Type
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
+import torch
 from torch import Tensor
 
 #: The roles, each with the model flag that picks its component (argparse dest).
@@ -95,6 +96,49 @@ class SourceStructure:
     padding_mask: Tensor  # [B, T] True at padding
     side_inputs: Dict[str, Tensor]
     document_ids: Optional[Tensor] = None  # [B, T], -1 at padding
+    #: what components computed for their later steps (e.g. the position rows)
+    prepared: Dict[str, Any] = field(default_factory=dict)
+    #: checks of the input waiting for the host: (0-dim bool tensor, True when failed; message)
+    pending_checks: List[Tuple[Tensor, Any]] = field(default_factory=list)
+
+    def check(self, failed: Tensor, message) -> None:
+        """Refuse the batch with ``message`` if ``failed`` (a 0-dim bool
+        tensor) is True, read at the next :meth:`read`: the checks of every
+        component then cost one host read together, not one each."""
+        self.pending_checks.append((failed, message))
+
+    #: values a later step needs on the host, read with the next :meth:`read` (see :meth:`value`)
+    requested: Dict[str, Tensor] = field(default_factory=dict)
+    values: Dict[str, int] = field(default_factory=dict)
+
+    def request(self, name: str, value: Tensor) -> None:
+        """Read ``value`` (a 0-dim tensor) with the next :meth:`read`; then
+        :meth:`value` gives it."""
+        self.requested[name] = value
+
+    def value(self, name: str) -> int:
+        """A requested value, read now if no :meth:`read` has happened since."""
+        if name in self.requested:
+            self.read()
+        return self.values[name]
+
+    def read(self, *values: Tensor) -> List[int]:
+        """``values`` (0-dim integer or bool tensors) as Python ints, every
+        requested value and every pending check, in one host read (one
+        synchronization on a GPU); raises ``ValueError`` with the first
+        failed check's message."""
+        checks, self.pending_checks = self.pending_checks, []
+        requested, self.requested = self.requested, {}
+        tensors = [value.reshape(()).long() for value in list(values) + list(requested.values())]
+        tensors += [failed.reshape(()).long() for failed, _ in checks]
+        if not tensors:
+            return []
+        numbers = torch.stack(tensors).tolist()
+        for failed, (_, message) in zip(numbers[len(values) + len(requested):], checks):
+            if failed:  # a message may be a function: the details of a refusal are read only then
+                raise ValueError(message() if callable(message) else message)
+        self.values.update(zip(requested, numbers[len(values): len(values) + len(requested)]))
+        return numbers[: len(values)]
 
 
 class Component:

@@ -75,6 +75,7 @@ class DocumentLayout:
     unblock_index: Tensor
     _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
     _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
+    _block_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
 
     def flat_segments(self) -> Tuple[Tensor, int, bool]:
         """The documents and padding runs of the flat ``[B * T]`` source as
@@ -121,31 +122,48 @@ class DocumentLayout:
         return self.block_index.size(1)
 
     @classmethod
-    def from_document_ids(cls, document_ids: Tensor) -> "DocumentLayout":
-        """Layout of non-decreasing document ids (the data contract's
-        ``src_doc_ids``: contiguous documents, -1 at padding)."""
+    def from_document_ids(cls, document_ids: Tensor, structure=None) -> "DocumentLayout":
+        """Layout of the data contract's ``src_doc_ids`` (every document one
+        contiguous run of tokens, -1 at padding).
+
+        The documents are numbered by their order in the source (an id
+        that no token carries has no block: its block would be empty and
+        read by nothing). The two sizes the host needs (documents, longest
+        document) and the checks of the ids are read in one host read,
+        together with what ``structure`` (a
+        :class:`~mdsfair.modules.components.SourceStructure`) holds: one
+        synchronization per batch."""
+        from mdsfair.modules.components import SourceStructure
+
         if document_ids.dim() != 2:
             raise ValueError(f"document ids must be [batch, length], got shape {tuple(document_ids.shape)}")
         batch_size, length = document_ids.shape
         device = document_ids.device
+        checks = structure if structure is not None else SourceStructure(document_ids, document_ids.lt(0), {})
         valid = document_ids.ge(0)
-        if not valid.any(dim=1).all():
-            raise ValueError("every example needs at least one document token (found an all-padding row)")
-        num_documents = int(document_ids.max()) + 1
-        safe_ids = document_ids.clamp(min=0)
-        lengths = torch.zeros(batch_size, num_documents, dtype=torch.long, device=device)
-        lengths.scatter_add_(1, safe_ids, valid.long())
         start_mask = segment_start_mask(document_ids)
+        runs = start_mask.long().cumsum(dim=1)
+        # the document of every token: the run it belongs to (0, 1, ...); a run is one document
+        # exactly when no id opens two runs (each id's runs counted against its distinct ids)
+        ordered = document_ids.masked_fill(~valid, -1).sort(dim=1).values
+        distinct = (ordered[:, 1:].ne(ordered[:, :-1]) & ordered[:, 1:].ge(0)).sum(dim=1) + ordered[:, 0].ge(0).long()
+        checks.check(~valid.any(dim=1).all(),
+                     "every example needs at least one document token (found an all-padding row)")
+        checks.check(runs[:, -1].ne(distinct).any(),
+                      "document ids must form contiguous runs (each document's tokens consecutive)")
+        safe_ids = (runs - 1).clamp(min=0).masked_fill(~valid, 0)
+        lengths = torch.zeros(batch_size, length, dtype=torch.long, device=device)
+        lengths.scatter_add_(1, safe_ids, valid.long())
+        num_documents, block_length = checks.read(runs[:, -1].max(), lengths.max())
+        lengths = lengths[:, :num_documents].contiguous()
+        dense_ids = safe_ids.masked_fill(~valid, -1)
         time = torch.arange(length, device=device).expand(batch_size, length)
         # starts[b, d] = position of document d's first token (extra column collects non-starts)
         starts = torch.zeros(batch_size, num_documents + 1, dtype=torch.long, device=device)
         starts.scatter_(1, torch.where(start_mask, safe_ids, num_documents), time)
         starts = starts[:, :num_documents]
         offset_in_document = time - starts.gather(1, safe_ids)
-        if (valid & (offset_in_document.ge(lengths.gather(1, safe_ids)) | offset_in_document.lt(0))).any():
-            raise ValueError("document ids must form contiguous runs (each document's tokens consecutive)")
 
-        block_length = int(lengths.max())
         slots = torch.arange(block_length, device=device)
         slot_is_token = slots.view(1, 1, -1) < lengths.unsqueeze(-1)  # [B, D, L]
         row_offset = (torch.arange(batch_size, device=device) * length).view(-1, 1, 1)
@@ -156,7 +174,7 @@ class DocumentLayout:
         unblock_index = block_of_token * block_length + offset_in_document
         unblock_index = unblock_index.masked_fill(~valid, batch_size * num_documents * block_length)
         return cls(
-            document_ids=document_ids,
+            document_ids=dense_ids,
             start_mask=start_mask,
             document_lengths=lengths,
             block_index=block_index.view(batch_size * num_documents, block_length),
@@ -164,14 +182,37 @@ class DocumentLayout:
             unblock_index=unblock_index.view(-1),
         )
 
+    def block_attention_mask(self) -> Tensor:
+        """``[B * D, 1, L, L + D]`` bool, the keys of every block slot: the
+        block's own tokens, and for its SOD query (slot 0) the other
+        documents' SODs of its example (Sec. 4.1.2). Built once per layout,
+        shared by every layer."""
+        if self._block_mask is None:
+            num_documents, block_length = self.num_documents, self.block_length
+            device = self.document_ids.device
+            other_document = ~torch.eye(num_documents, dtype=torch.bool, device=device)  # [D blocks, D sods]
+            exists = self.document_lengths.gt(0).unsqueeze(1)  # [B, 1, D sods]
+            sod_exchange = (other_document.unsqueeze(0) & exists).view(-1, 1, 1, num_documents)
+            is_sod_row = torch.arange(block_length, device=device).eq(0).view(-1, 1)
+            self._block_mask = torch.cat(
+                [
+                    self.block_key_mask.view(-1, 1, 1, block_length).expand(-1, 1, block_length, -1),
+                    (sod_exchange & is_sod_row).expand(-1, 1, block_length, -1),
+                ],
+                dim=-1,
+            )
+        return self._block_mask
 
-def varlen_flash_available(query: Tensor, dropout: float) -> bool:
+
+def varlen_flash_available(query: Tensor, dropout: float, head_dim: Optional[int] = None) -> bool:
     """Whether :func:`torch.nn.attention.varlen.varlen_attn` (flash, CUDA,
     16-bit, no dropout, head size a multiple of 8 up to 256; torch >= 2.10)
-    can run the document attention of ``query [..., H, d]``."""
+    can run the document attention of ``query [..., H, d]`` (or of a tensor
+    of its device and dtype, with heads of ``head_dim``)."""
     if not query.is_cuda or query.dtype not in (torch.float16, torch.bfloat16) or dropout > 0:
         return False
-    if query.size(-1) % 8 or query.size(-1) > 256:
+    head_dim = query.size(-1) if head_dim is None else head_dim
+    if head_dim % 8 or head_dim > 256:
         return False
     try:
         from torch.nn.attention.varlen import varlen_attn  # noqa: F401
@@ -267,41 +308,52 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         """
         length, batch_size, _ = x.shape
         num_documents, block_length = layout.num_documents, layout.block_length
+        heads, head_dim = self.num_heads, self.head_dim
         dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
-        projected = self._project(x)
-        if varlen_flash_available(projected[0], dropout):
-            return self._output(self._varlen_documents(*projected, layout))
-        query, key, value = (
-            t.reshape(batch_size * length, self.num_heads, self.head_dim)[layout.block_index].transpose(1, 2)
-            for t in projected
-        )  # each [B*D, H, L, d]
+        if varlen_flash_available(x, dropout, head_dim):
+            return self._output(self._varlen_documents(*self._project(x), layout))
+        weight, bias = self._stacked_projection()
+        # queries (scaled), keys and values from one product, gathered into blocks with one index:
+        # [B*T, 3C] -> [3, B*D, H, L, d]
+        projected = F.linear(x.transpose(0, 1), weight, bias).reshape(batch_size * length, 3 * self.embed_dim)
+        blocks = projected.index_select(0, layout.block_index.view(-1)).view(
+            batch_size * num_documents, block_length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+        query, key_value = blocks[0], blocks[1:]
+        # every block's keys and values gain its example's D SOD slots: [2, B*D, H, L + D, d]
+        sods = key_value[:, :, :, 0].reshape(2, batch_size, 1, num_documents, heads, head_dim).expand(
+            2, batch_size, num_documents, num_documents, heads, head_dim).transpose(3, 4)
+        key_value = torch.cat([key_value, sods.reshape(2, batch_size * num_documents, heads, num_documents,
+                                                       head_dim)], dim=3)
+        context = F.scaled_dot_product_attention(query, key_value[0], key_value[1],
+                                                 attn_mask=layout.block_attention_mask(), dropout_p=dropout,
+                                                 scale=1.0)
+        context = context.transpose(1, 2).reshape(-1, self.embed_dim)
+        # back to the tokens; padding reads the one zero row appended
+        context = F.pad(context, (0, 0, 0, 1)).index_select(0, layout.unblock_index)
+        return self.out_proj(context.view(batch_size, length, self.embed_dim).transpose(0, 1))
 
-        def sods_per_block(t: Tensor) -> Tensor:
-            """[B*D, H, L, d] -> the example's SOD slots for every block [B*D, H, D, d]."""
-            sods = t[:, :, 0].view(batch_size, 1, num_documents, self.num_heads, self.head_dim)
-            sods = sods.expand(-1, num_documents, -1, -1, -1).transpose(2, 3)
-            return sods.reshape(-1, self.num_heads, num_documents, self.head_dim)
+    def _stacked_projection(self):
+        """``[q_proj * scaling; k_proj; v_proj]`` weights ``[3C, C]`` and
+        biases: the three projections as one product. Without autograd the
+        stack is kept until a parameter changes (in place: its version;
+        moved or cast: its storage)."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
 
-        key = torch.cat([key, sods_per_block(key)], dim=2)
-        value = torch.cat([value, sods_per_block(value)], dim=2)
-        other_document = ~torch.eye(num_documents, dtype=torch.bool, device=x.device)  # [D blocks, D sods]
-        exists = layout.document_lengths.gt(0).unsqueeze(1)  # [B, 1, D sods]
-        sod_exchange = (other_document.unsqueeze(0) & exists).view(-1, 1, 1, num_documents)
-        is_sod_row = torch.zeros(block_length, 1, dtype=torch.bool, device=x.device)
-        is_sod_row[0] = True
-        allowed = torch.cat(
-            [
-                layout.block_key_mask.view(-1, 1, 1, block_length).expand(-1, 1, block_length, -1),
-                sod_exchange & is_sod_row,
-            ],
-            dim=-1,
-        )  # [B*D, 1, L, L + D]
-        context = F.scaled_dot_product_attention(query, key, value, attn_mask=allowed, dropout_p=dropout, scale=1.0)
+        def bias_of(linear):
+            return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
 
-        context = context.transpose(1, 2).reshape(-1, self.num_heads, self.head_dim)
-        context = torch.cat([context, context.new_zeros(1, self.num_heads, self.head_dim)], dim=0)
-        context = context[layout.unblock_index].view(batch_size, length, self.num_heads, self.head_dim)
-        return self._output(context)
+        def stack():
+            weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
+            bias = torch.cat([bias_of(self.q_proj) * self.scaling, bias_of(self.k_proj), bias_of(self.v_proj)])
+            return weight, bias
+        if torch.is_grad_enabled():
+            return stack()
+        parameters = [p for linear in projections for p in (linear.weight, linear.bias) if p is not None]
+        signature = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+        cached = getattr(self, "_stacked_projection_cache", None)
+        if cached is None or cached[0] != signature:
+            cached = self._stacked_projection_cache = (signature, stack())
+        return cached[1]
 
     def _varlen_documents(self, query: Tensor, key: Tensor, value: Tensor, layout: DocumentLayout) -> Tensor:
         """The document rule with flash attention and no gathers: ``query``,

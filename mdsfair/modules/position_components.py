@@ -26,7 +26,13 @@ from mdsfair.modules.document_positional_encoding import (
     TOKEN_POSITION_MODES,
     DocumentAwarePositionalEncoding,
 )
-from mdsfair.modules.segment_positions import TILING_METHODS, restarted_position_embedding, tile_position_table
+from mdsfair.modules.segment_positions import (
+    TILING_METHODS,
+    position_table_overflow,
+    restarted_position_embedding,
+    restarted_position_rows,
+    tile_position_table,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +45,10 @@ class PositionComponent(Component):
 
     def configure(self, cfg) -> None:
         cfg.encoder.learned_pos = self.learned
+
+    def prepare(self, encoder, structure: SourceStructure) -> None:
+        """What :meth:`embed` will need, computed before the encoder's one
+        host read (its checks wait in ``structure``); nothing by default."""
 
     def embed(self, encoder, structure: SourceStructure) -> Optional[Tensor]:
         """``[B, T, C]`` positions added to the token embeddings (None: none)."""
@@ -104,12 +114,19 @@ class DocumentRestartPositions(LearnedPositions):
                    "--no-token-positional-embeddings removes"
         return None
 
+    def prepare(self, encoder, structure):
+        if encoder.embed_positions is None:
+            return
+        rows = restarted_position_rows(structure.document_ids, encoder.padding_idx)
+        structure.check(*position_table_overflow(rows, encoder.embed_positions.weight, encoder.padding_idx))
+        structure.prepared["restarted_position_rows"] = rows
+
     def embed(self, encoder, structure):
         if encoder.embed_positions is None:
             raise ValueError("--encoder-positions document-restart needs the learned position table; "
                              "drop --no-token-positional-embeddings")
         return restarted_position_embedding(structure.document_ids, encoder.embed_positions.weight,
-                                            encoder.padding_idx)
+                                            encoder.padding_idx, structure.prepared.get("restarted_position_rows"))
 
 
 @register_component("encoder_positions", "document-aware")

@@ -45,22 +45,41 @@ def segment_ids_from_start_tokens(tokens: Tensor, start_token: int, padding_idx:
     return ids.masked_fill(tokens.eq(padding_idx), -1)
 
 
-def restarted_position_embedding(segment_ids: Tensor, weight: Tensor, padding_idx: int) -> Tensor:
+def restarted_position_rows(segment_ids: Tensor, padding_idx: int) -> Tensor:
+    """``[B, T]`` rows of a fairseq ``LearnedPositionalEmbedding`` table for
+    positions that restart per segment: position ``p`` is row
+    ``p + padding_idx + 1``, padding is row ``padding_idx``."""
+    positions = positions_within_segments(segment_ids)
+    return torch.where(positions.ge(0), positions + padding_idx + 1, torch.full_like(positions, padding_idx))
+
+
+def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int):
+    """``(failed, message)``: whether ``rows`` reach past the table
+    ``weight`` (a 0-dim bool tensor, not read here) and a function giving
+    the refusal."""
+    longest = rows.max() if rows.numel() else rows.new_zeros(())
+
+    def message():
+        return (f"a segment is {int(longest) - padding_idx} tokens long but the position table has only "
+                f"{weight.size(0) - padding_idx - 1} positions; raise --max-source-positions")
+    return longest.ge(weight.size(0)), message
+
+
+def restarted_position_embedding(segment_ids: Tensor, weight: Tensor, padding_idx: int,
+                                 rows: Tensor = None) -> Tensor:
     """Look up a fairseq ``LearnedPositionalEmbedding`` table with positions
-    that restart per segment.
+    that restart per segment (``rows``: :func:`restarted_position_rows`,
+    already checked against the table; else computed and checked here).
 
     fairseq stores position ``p`` in row ``p + padding_idx + 1`` and padding
     in row ``padding_idx``; ``LearnedPositionalEmbedding.forward`` refuses
     explicit positions, so the table is read with ``F.embedding`` directly.
     """
-    positions = positions_within_segments(segment_ids)
-    rows = torch.where(positions.ge(0), positions + padding_idx + 1, torch.full_like(positions, padding_idx))
-    longest = int(rows.max()) if rows.numel() else 0
-    if longest >= weight.size(0):
-        raise ValueError(
-            f"a segment is {longest - padding_idx} tokens long but the position table has only "
-            f"{weight.size(0) - padding_idx - 1} positions; raise --max-source-positions"
-        )
+    if rows is None:
+        rows = restarted_position_rows(segment_ids, padding_idx)
+        failed, message = position_table_overflow(rows, weight, padding_idx)
+        if bool(failed):
+            raise ValueError(message())
     return F.embedding(rows, weight, padding_idx)
 
 

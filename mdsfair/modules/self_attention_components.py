@@ -109,7 +109,7 @@ class DocumentSelfAttention(SelfAttentionComponent):
         )
 
     def prepare(self, encoder, structure):
-        return DocumentLayout.from_document_ids(structure.document_ids)
+        return DocumentLayout.from_document_ids(structure.document_ids, structure)
 
     def attend(self, attention, x, padding_mask, context, layer_index):
         x, _ = attention.forward_documents(x, context)

@@ -127,6 +127,16 @@ class RowTables:
         """``[B', 1]`` the source of every row."""
         return self.get("row_source", lambda: self.rows.source_index.unsqueeze(1))
 
+    def token_rows(self) -> Tensor:
+        """``[B * S * L]``: for token slot ``l`` of sentence ``s`` of source
+        ``b``, its row ``position * B + b`` in the ``[N * B, C]`` view of the
+        ``[N, B, C]`` encoder output."""
+        def build():
+            num_sources = self.layout.token_index.size(0)
+            sources = torch.arange(num_sources, device=self.layout.token_index.device).view(-1, 1, 1)
+            return torch.add(sources, self.layout.token_index, alpha=num_sources).view(-1)
+        return self.get("token_rows", build)
+
     def sentence_padding(self) -> Tensor:
         """``[B, 1, S]`` True at the empty sentence slots of every source."""
         return self.get("sentence_padding", lambda: self.layout.sentence_mask.logical_not().unsqueeze(1))
@@ -717,10 +727,11 @@ class SparseCrossAttention(MultiheadAttention):
         if self.sentence_attention is not None:
             logits = torch.baddbmm(tables.sentence_score_bias(heads, keys.dtype),
                                    grouped_by_source(projected[:, embed_dim:]), keys)
-            log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], Eq. 7
-            ranking = log_probs.exp().view(num_sources, heads, per_source, num_slots).mean(dim=1)
+            probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], alpha~ of Eq. 7
+            ranking = probs.view(num_sources, heads, per_source, num_slots).mean(dim=1)
 
             def approx_log():
+                log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
                 return log_probs.view(num_sources, heads, per_source, num_slots).transpose(1, 2).reshape(
                     num_rows, heads, 1, num_slots)
         else:
@@ -744,14 +755,13 @@ class SparseCrossAttention(MultiheadAttention):
         padding_slots = which.ge(k)
         which = which.clamp_(max=k - 1)
         offset = slots.sub(ends.sub_(lengths).gather(1, which)).clamp_(max=max_length - 1)
-        sentence = indices.add(tables.row_sentence_base()).gather(1, which)
-        positions = layout.token_index.view(-1).index_select(0, torch.add(offset, sentence, alpha=max_length).view(-1))
-        flat_rows = torch.add(tables.row_source(), positions.view(num_rows, num_kept), alpha=num_sources)
+        slot = torch.add(offset, indices.add(tables.row_sentence_base()).gather(1, which), alpha=max_length).view(-1)
+        # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
+        flat_rows = tables.token_rows().index_select(0, slot)
         if not source_states.is_contiguous():
             source_states = source_states.contiguous()
         source_dim = source_states.size(-1)
-        states = source_states.view(-1, source_dim).index_select(0, flat_rows.view(-1)).view(
-            num_rows, num_kept, source_dim)
+        states = source_states.view(-1, source_dim).index_select(0, flat_rows).view(num_rows, num_kept, source_dim)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention)
         source_queries = torch.bmm(word_queries.view(num_rows, heads, head_dim).transpose(0, 1),
@@ -761,8 +771,9 @@ class SparseCrossAttention(MultiheadAttention):
         probs = F.softmax(logits, dim=-1, dtype=torch.float32)
         token_attention = None
         if need_weights:  # the alignment layer: the attention over the source, averaged over heads
+            positions = layout.token_index.view(-1).index_select(0, slot).view(num_rows, 1, num_kept)
             token_attention = probs.new_zeros(num_rows, 1, source_states.size(0)).scatter_add_(
-                2, positions.view(num_rows, 1, num_kept), probs[:, :weight_heads].mean(dim=1, keepdim=True))
+                2, positions, probs[:, :weight_heads].mean(dim=1, keepdim=True))
         if probs.dtype != states.dtype:
             probs = probs.to(states.dtype)
         mixed = torch.bmm(probs, states)  # [B', H, C]
