@@ -671,7 +671,8 @@ def record_grad_modes(module):
 
 def loss_gradients_and_encoder_calls(model, criterion, sample):
     encoder = model.encoder.sentence_encoder
-    inner = encoder.gru if isinstance(encoder, SentenceEncoder) else encoder.pooling
+    # the BiGRU's output projection runs once per (chunk of) sentence_vectors call
+    inner = encoder.output_proj if isinstance(encoder, SentenceEncoder) else encoder.pooling
     modes, handle = record_grad_modes(inner)
     try:
         model.train()
@@ -724,3 +725,29 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
     assert any(name.startswith("encoder.sentence_encoder.") for name in gradients)
     for name, gradient in gradients.items():
         torch.testing.assert_close(checkpointed_gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
+
+
+def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
+    """The BiGRU of Eq. 10 runs on right-padded sentences (fused kernels)
+    with the backward direction reading each sentence reversed within its
+    length: its final states equal ``nn.GRU``'s on the packed sentences
+    (float64), for sentences of different lengths, in 1 and 2 layers."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
+    from mdsfair.modules.sentence_approximator import SentenceEncoder
+
+    torch.manual_seed(0)
+    for layers in (1, 2):
+        encoder = SentenceEncoder(12, 10, num_layers=layers).double().eval()
+        lengths = torch.tensor([5, 1, 3, 5, 2])
+        states = torch.randn(5, 5, 12, dtype=torch.float64)
+        states = states * (torch.arange(5).view(1, -1, 1) < lengths.view(-1, 1, 1))  # padding after each end
+        packed = pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
+        _, final = encoder.gru(packed)
+        forward, backward = encoder.bidirectional_final_states(states, lengths)
+        torch.testing.assert_close(forward, final[-2], atol=1e-12, rtol=0)
+        torch.testing.assert_close(backward, final[-1], atol=1e-12, rtol=0)
+        # what padding holds does not matter
+        noisy = states + torch.randn_like(states) * (torch.arange(5).view(1, -1, 1) >= lengths.view(-1, 1, 1))
+        torch.testing.assert_close(encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths),
+                                   atol=1e-12, rtol=0)
