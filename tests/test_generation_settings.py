@@ -76,3 +76,12 @@ def test_cpu_bf16_stops_with_what_to_use_instead(tiny_bin, tmp_path, entry):
     assert "xla_device" not in result.stderr
     if entry == "mdsfair-train":
         assert "Traceback" not in result.stderr
+
+
+def test_negative_lengths_are_refused_by_name():
+    """fairseq parses --min-len and --max-len-a with no range; a negative
+    one is refused naming the flag (issue 34.4: every numeric flag)."""
+    with pytest.raises(GenerationSettingsError, match="--min-len"):
+        check_generation_settings(4, -1, 0, 200)
+    with pytest.raises(GenerationSettingsError, match="--max-len-a"):
+        check_generation_settings(4, 1, -0.5, 200)

@@ -751,3 +751,17 @@ def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
         noisy = states + torch.randn_like(states) * (torch.arange(5).view(1, -1, 1) >= lengths.view(-1, 1, 1))
         torch.testing.assert_close(encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths),
                                    atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("flag,value", [("--top-r", "-1"), ("--sentence-encoder-layers", "0"),
+                                        ("--sentence-encoder-hidden-dim", "0"), ("--mix-decay-updates", "0")])
+def test_sparse_flags_are_range_checked_by_the_parser(flag, value, capsys):
+    import argparse
+
+    from mdsfair.models.sparse_bart import SparseBARTModel
+
+    parser = argparse.ArgumentParser(prog="fairseq-train")
+    SparseBARTModel.add_args(parser)
+    with pytest.raises(SystemExit):
+        parser.parse_args([flag, value])
+    assert f"argument {flag}" in capsys.readouterr().err

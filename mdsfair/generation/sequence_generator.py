@@ -57,6 +57,10 @@ def check_generation_settings(beam, min_len, max_len_a, max_len_b) -> None:
     fairseq's own assertion names only min_len)."""
     if beam is not None and int(beam) < 1:
         raise GenerationSettingsError(f"--beam (beam=) must be at least 1, got {beam}")
+    if min_len is not None and int(min_len) < 0:
+        raise GenerationSettingsError(f"--min-len (min_len=) must be at least 0, got {min_len}")
+    if max_len_a is not None and float(max_len_a) < 0:
+        raise GenerationSettingsError(f"--max-len-a (max_len_a=) must be at least 0, got {max_len_a}")
     if max_len_a is not None and float(max_len_a) == 0 and max_len_b is not None:
         if int(max_len_b) < 1:
             raise GenerationSettingsError(

@@ -26,6 +26,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
+from mdsfair.argument_types import at_least
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
 from mdsfair.modules.components import Component, SourceStructure, register_component
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
@@ -254,7 +255,7 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--top-r", type=int, metavar="R",
+        parser.add_argument("--top-r", type=at_least(0), metavar="R",
                             help=("sentences kept by every cross-attention query (Eq. 6; the "
                                   "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
         parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
@@ -271,9 +272,9 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
                                   "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
                                   "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
                                   "(multi-head pooling, no recurrence)"))
-        parser.add_argument("--sentence-encoder-layers", type=int, metavar="N",
+        parser.add_argument("--sentence-encoder-layers", type=at_least(1), metavar="N",
                             help="layers of the bidirectional GRU sentence encoder (App. A.1)")
-        parser.add_argument("--sentence-encoder-hidden-dim", type=int, metavar="D",
+        parser.add_argument("--sentence-encoder-hidden-dim", type=at_least(1), metavar="D",
                             help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
                                  "BART-large) (default: --encoder-embed-dim)")
         parser.add_argument("--share-selection-across-beams", action="store_true",
@@ -284,7 +285,7 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
                                   "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
                                   "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
                                   "hypothesis keeps * heads <= 2 * N"))
-        parser.add_argument("--mix-decay-updates", type=int, metavar="N",
+        parser.add_argument("--mix-decay-updates", type=at_least(1), metavar="N",
                             help="for --sentence-selection mix: use the exact saliency with probability "
                                  "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
                                  "so N = the updates of one epoch)")
