@@ -205,24 +205,29 @@ def build_sentence_encoder(args) -> nn.Module:
     raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {kind!r}")
 
 
+def sentence_layout_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceLayout:
+    """The sentence layout the encoder stored in its output (per source)."""
+    lengths = encoder_out["sentence_lengths"][0]
+    return SentenceLayout(
+        encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0], lengths, lengths.gt(0)
+    )
+
+
 def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceContext:
     """The sparse cross-attention's view of an encoder output (per source)."""
     src_sent_ids = encoder_out["src_sent_ids"][0]
-    lengths = encoder_out["sentence_lengths"][0]
-    layout = SentenceLayout(
-        encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0], lengths, lengths.gt(0)
-    )
     states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
     bounds = encoder_out.get("kept_token_bounds", [])
-    tables = encoder_out.get("hypothesis_rows", [])
-    if len(tables) > 0:  # kept by reorder_encoder_out for as long as these rows last
-        rows = tables[0].rows
-    elif len(encoder_out["hypothesis_source_index"]) > 0:
-        rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
+    tables = encoder_out["hypothesis_rows"][0] if len(encoder_out.get("hypothesis_rows", [])) > 0 else None
+    if tables is not None:  # kept by reorder_encoder_out, with the layout, for as long as these rows last
+        rows, layout = tables.rows, tables.layout
     else:
-        rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None,
-                           tables[0] if len(tables) > 0 else None)
+        layout = sentence_layout_from_encoder_out(encoder_out)
+        if len(encoder_out["hypothesis_source_index"]) > 0:
+            rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
+        else:
+            rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
+    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None, tables)
 
 
 class SparseDecoderContext(NamedTuple):
@@ -350,9 +355,7 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
         # the rows and what generation steps derive from them, once per reordering (one
         # synchronization, here); under static decoding the rows never change after the expansion
         hypothesis_rows = HypothesisRows.from_source_index(source_index, encoder_out["src_sent_ids"][0].size(0))
-        layout = SentenceLayout(encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0],
-                                encoder_out["sentence_lengths"][0], encoder_out["sentence_lengths"][0].gt(0))
-        reordered["hypothesis_rows"] = [RowTables(hypothesis_rows, layout)]
+        reordered["hypothesis_rows"] = [RowTables(hypothesis_rows, sentence_layout_from_encoder_out(encoder_out))]
         return reordered
 
     # ----------------------------------------------------------- decoder side

@@ -42,6 +42,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.modules.heads import from_heads, to_heads
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
 from mdsfair.modules.segment_positions import segment_start_mask
 
 IMPLEMENTATIONS = ("blocked", "dense")
@@ -335,25 +336,15 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
     def _stacked_projection(self):
         """``[q_proj * scaling; k_proj; v_proj]`` weights ``[3C, C]`` and
         biases: the three projections as one product. Without autograd the
-        stack is kept until a parameter changes (in place: its version;
-        moved or cast: its storage)."""
-        projections = (self.q_proj, self.k_proj, self.v_proj)
-
-        def bias_of(linear):
-            return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
-
+        stack is kept until a parameter changes
+        (:func:`~mdsfair.modules.parameter_cache.derived_from_parameters`)."""
         def stack():
             weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
-            bias = torch.cat([bias_of(self.q_proj) * self.scaling, bias_of(self.k_proj), bias_of(self.v_proj)])
+            bias = torch.cat([linear_bias(self.q_proj) * self.scaling, linear_bias(self.k_proj),
+                              linear_bias(self.v_proj)])
             return weight, bias
-        if torch.is_grad_enabled():
-            return stack()
-        parameters = [p for linear in projections for p in (linear.weight, linear.bias) if p is not None]
-        signature = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
-        cached = getattr(self, "_stacked_projection_cache", None)
-        if cached is None or cached[0] != signature:
-            cached = self._stacked_projection_cache = (signature, stack())
-        return cached[1]
+        return derived_from_parameters(self, "_stacked_projection_cache",
+                                       linear_parameters(self.q_proj, self.k_proj, self.v_proj), stack)
 
     def _varlen_documents(self, query: Tensor, key: Tensor, value: Tensor, layout: DocumentLayout) -> Tensor:
         """The document rule with flash attention and no gathers: ``query``,

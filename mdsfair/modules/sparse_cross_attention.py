@@ -58,6 +58,7 @@ from torch import Tensor
 
 from mdsfair.modules.heads import split_heads
 from mdsfair.modules.hypothesis_rows import HypothesisRows
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
 from mdsfair.modules.sentence_approximator import (
     SentenceLevelAttention,
     elu_feature_map,
@@ -407,19 +408,13 @@ class SparseCrossAttention(MultiheadAttention):
 
     def _stacked_query_projection(self) -> Tuple[Tensor, Tensor]:
         """``[q_proj; W^Q]`` weights ``[2C, C]`` and biases. Without autograd
-        (generation) the stack is kept until a parameter changes (in place:
-        its version; moved or cast: its storage)."""
+        (generation) the stack is kept until a parameter changes
+        (:func:`~mdsfair.modules.parameter_cache.derived_from_parameters`)."""
         word, sentence = self.q_proj, self.sentence_attention.sentence_query_proj
-        word_bias = word.bias if word.bias is not None else word.weight.new_zeros(word.out_features)
-        parameters = (word.weight, word_bias, sentence.weight, sentence.bias)
-        if torch.is_grad_enabled():
-            return torch.cat([word.weight, sentence.weight]), torch.cat([word_bias, sentence.bias])
-        signature = tuple((parameter.data_ptr(), parameter._version) for parameter in parameters)
-        cached = getattr(self, "_stacked_query_cache", None)
-        if cached is None or cached[0] != signature:
-            stacked = (torch.cat([word.weight, sentence.weight]), torch.cat([word_bias, sentence.bias]))
-            cached = self._stacked_query_cache = (signature, stacked)
-        return cached[1]
+        return derived_from_parameters(
+            self, "_stacked_query_cache", linear_parameters(word, sentence),
+            lambda: (torch.cat([word.weight, sentence.weight]), torch.cat([linear_bias(word), linear_bias(sentence)])),
+        )
 
     def _cached(self, incremental_state, name: str, compute):
         """``compute()`` once per generation (at the first step that needs
@@ -667,32 +662,24 @@ class SparseCrossAttention(MultiheadAttention):
         projections = [self.q_proj, self.k_proj, self.v_proj, self.out_proj]
         if self.sentence_attention is not None:
             projections.append(self.sentence_attention.sentence_query_proj)
-        parameters = [p for module in projections for p in (module.weight, module.bias) if p is not None]
-        signature = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
-        cached = getattr(self, "_generation_weight_cache", None)
-        if cached is not None and cached[0] == signature:
-            return cached[1]
 
-        def bias_of(linear):
-            return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
-
-        query_weight, query_bias = self.q_proj.weight, bias_of(self.q_proj)
-        if self.sentence_attention is not None:
-            sentence = self.sentence_attention.sentence_query_proj
-            query_weight = torch.cat([query_weight, sentence.weight])
-            query_bias = torch.cat([query_bias, bias_of(sentence)])
-        source_dim = self.k_proj.weight.size(1)
-        weights = {
-            "query_weight_t": (query_weight * self.scaling).t().contiguous(),
-            "query_bias": query_bias * self.scaling,
-            "key_heads": self.k_proj.weight.view(heads, head_dim, source_dim),
-            "value_heads_t": self.v_proj.weight.view(heads, head_dim, source_dim).transpose(1, 2),
-            "value_bias": bias_of(self.v_proj).view(heads, 1, head_dim),
-            "out_weight_t": self.out_proj.weight.t(),
-            "out_bias": bias_of(self.out_proj),
-        }
-        self._generation_weight_cache = (signature, weights)
-        return weights
+        def build() -> Dict[str, Tensor]:
+            query_weight, query_bias = self.q_proj.weight, linear_bias(self.q_proj)
+            if self.sentence_attention is not None:
+                sentence = self.sentence_attention.sentence_query_proj
+                query_weight = torch.cat([query_weight, sentence.weight])
+                query_bias = torch.cat([query_bias, linear_bias(sentence)])
+            source_dim = self.k_proj.weight.size(1)
+            return {
+                "query_weight_t": (query_weight * self.scaling).t().contiguous(),
+                "query_bias": query_bias * self.scaling,
+                "key_heads": self.k_proj.weight.view(heads, head_dim, source_dim),
+                "value_heads_t": self.v_proj.weight.view(heads, head_dim, source_dim).transpose(1, 2),
+                "value_bias": linear_bias(self.v_proj).view(heads, 1, head_dim),
+                "out_weight_t": self.out_proj.weight.t(),
+                "out_bias": linear_bias(self.out_proj),
+            }
+        return derived_from_parameters(self, "_generation_weight_cache", linear_parameters(*projections), build)
 
     def _generation_step(
         self, query: Tensor, source_states: Tensor, context: SentenceContext, incremental_state, num_kept: int,

@@ -1,0 +1,41 @@
+"""Tensors derived from a module's parameters (stacked, scaled, reshaped
+projections), built once and kept while the parameters stay the same.
+
+Generation multiplies the same stacked weights at every step; rebuilding
+them (a concatenation of weight matrices) at every layer and step is host
+and memory work for nothing. :func:`derived_from_parameters` keeps what
+``build`` returns on the module and builds it again only when a parameter
+changed: in place (its version counter), moved or cast (its storage,
+dtype or device). With autograd enabled it builds afresh at every call, so
+gradients reach the parameters.
+"""
+from typing import Callable, Iterable, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+Derived = TypeVar("Derived")
+
+
+def linear_bias(linear: nn.Linear) -> Tensor:
+    """``linear``'s bias, or zeros of its output size where it has none."""
+    return linear.bias if linear.bias is not None else linear.weight.new_zeros(linear.out_features)
+
+
+def linear_parameters(*linears: nn.Linear) -> list:
+    """The weights and (existing) biases of ``linears``, in order."""
+    return [parameter for linear in linears for parameter in (linear.weight, linear.bias) if parameter is not None]
+
+
+def derived_from_parameters(owner: nn.Module, name: str, parameters: Iterable[Tensor],
+                            build: Callable[[], Derived]) -> Derived:
+    """``build()``, kept on ``owner`` as ``name`` until one of ``parameters``
+    changes (see the module docstring); built afresh whenever autograd is on."""
+    if torch.is_grad_enabled():
+        return build()
+    signature = tuple((p.data_ptr(), p._version, p.dtype, p.device) for p in parameters)
+    cached = owner.__dict__.get(name)
+    if cached is None or cached[0] != signature:
+        cached = (signature, build())
+        owner.__dict__[name] = cached
+    return cached[1]
