@@ -104,6 +104,15 @@ def count_step(step: Callable[[], object]) -> Counts:
     return Counts(operators, syncs, detail)
 
 
+def encoder_decoder_dims(layers: int, dim: int, heads: int, **more) -> dict:
+    """The size flags of an encoder-decoder with ``layers`` layers on each
+    side, width ``dim``, feed-forward ``4 * dim`` and ``heads`` heads, plus
+    ``more``."""
+    return dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
+                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
+                decoder_attention_heads=heads, **more)
+
+
 def dictionary_of(size: int) -> Dictionary:
     dictionary = Dictionary()
     for index in range(size - len(dictionary)):
@@ -191,9 +200,7 @@ def sparse_decoding_counts(top_r: int = 5, layers: int = 6, dim: int = 64, heads
     """Counts of one decoding step: ``sparse_bart`` (r = ``top_r``) and the same
     model with fairseq's full cross-attention."""
     dictionary = dictionary_of(vocab)
-    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
-                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
-                decoder_attention_heads=heads, max_source_positions=source_tokens, max_target_positions=128)
+    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, max_target_positions=128)
     net_input = sentence_source(dictionary, batch_size, source_tokens, sentence_tokens)
     sparse = build("sparse_bart_base", dictionary, top_r=top_r, **dims)
     full = build("sparse_bart_base", dictionary, cross_attention="full", **dims)
@@ -215,10 +222,8 @@ def hierencdec_encoder_counts(layers: int = 6, dim: int = 64, heads: int = 4, vo
     from benchmarks.hierencdec import synthetic_source
 
     dictionary = dictionary_of(vocab)
-    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
-                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
-                decoder_attention_heads=heads, max_source_positions=source_tokens, dropout=0.0,
-                attention_dropout=0.0)
+    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, dropout=0.0,
+                                attention_dropout=0.0)
     torch.manual_seed(0)
     tokens, document_ids = synthetic_source(dictionary, 1, source_tokens, documents, "cpu")
     hier = build("hierencdec_bart_base", dictionary, **dims)
@@ -253,10 +258,8 @@ def dape_training_counts(layers: int = 2, dim: int = 64, heads: int = 4, vocab: 
     from benchmarks.dape_transformer import batch as dape_batch
 
     dictionary = dictionary_of(vocab)
-    dims = dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
-                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
-                decoder_attention_heads=heads, max_source_positions=source_tokens, max_target_positions=64,
-                share_all_embeddings=True)
+    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, max_target_positions=64,
+                                share_all_embeddings=True)
     opts = Namespace(batch_size=batch_size, doc_tokens=doc_tokens, device="cpu")
     net_input = dape_batch(opts, source_tokens)
     # the benchmark's vocabulary is its own; keep token ids inside this dictionary
