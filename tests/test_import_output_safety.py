@@ -47,6 +47,20 @@ def one_error_line(capsys, program):
     return lines[0]
 
 
+
+def interrupt_after_saving(monkeypatch):
+    """Ctrl-C right after the importer has written its checkpoint (the
+    latest moment before it commits its output folder)."""
+    from mdsfair.importers import fairseq_bart
+
+    save = fairseq_bart.save_fairseq_checkpoint
+
+    def save_then_interrupt(path, *args, **kwargs):
+        save(path, *args, **kwargs)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save_then_interrupt)
+
 def test_a_second_import_into_the_folder_is_refused_while_the_first_runs(hf_models, tmp_path, monkeypatch, capsys):
     """Two imports with --overwrite into one folder at once: the second is
     refused by the lock (it names the first); the folder holds one whole
@@ -84,20 +98,12 @@ def test_a_second_import_into_the_folder_is_refused_while_the_first_runs(hf_mode
 @pytest.mark.parametrize("existing", [False, True])
 def test_ctrl_c_during_an_import_leaves_the_folder_as_it_was_and_a_rerun_works(hf_models, tmp_path, monkeypatch,
                                                                               capsys, existing):
-    from mdsfair.importers import fairseq_bart
-
     first, second = hf_models
     out = str(tmp_path / "out")
     if existing:
         assert import_main(["hf-bart", second, out]) == 0
     before = snapshot(out) if existing else None
-    save = fairseq_bart.save_fairseq_checkpoint
-
-    def save_then_interrupt(path, *args, **kwargs):
-        save(path, *args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save_then_interrupt)
+    interrupt_after_saving(monkeypatch)
     capsys.readouterr()
     assert import_main(["hf-bart", first, out, "--overwrite"]) == 130
     assert capsys.readouterr().err.startswith("mdsfair-import hf-bart: interrupted; nothing written")
@@ -105,7 +111,7 @@ def test_ctrl_c_during_an_import_leaves_the_folder_as_it_was_and_a_rerun_works(h
         assert snapshot(out) == before
     else:
         assert not os.path.exists(out)
-    monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save)
+    monkeypatch.undo()  # the importer saves again
     assert import_main(["hf-bart", first, out] + (["--overwrite"] if existing else [])) == 0
 
 
@@ -147,8 +153,6 @@ def test_an_import_records_its_files_and_refuses_a_data_bin_made_with_another_im
 
 
 def test_bart_to_led_keeps_the_fingerprints_and_writes_its_file_whole(hf_models, tmp_path, monkeypatch, capsys):
-    from mdsfair.importers import fairseq_bart
-
     first, _second = hf_models
     out = str(tmp_path / "bart")
     assert import_main(["hf-bart", first, out]) == 0
@@ -159,13 +163,7 @@ def test_bart_to_led_keeps_the_fingerprints_and_writes_its_file_whole(hf_models,
     bart = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out, "model.pt"))
     assert state["task_state"][RECORD_KEY]["data"] == bart["task_state"][RECORD_KEY]["data"]
     before = snapshot(str(tmp_path))
-    save = fairseq_bart.save_fairseq_checkpoint
-
-    def save_then_interrupt(path, *args, **kwargs):
-        save(path, *args, **kwargs)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save_then_interrupt)
+    interrupt_after_saving(monkeypatch)
     capsys.readouterr()
     assert import_main(["bart-to-led", os.path.join(out, "model.pt"), led, "--overwrite", "--max-source-positions",
                         "300", "--attention-window", "8"]) == 130
