@@ -209,20 +209,11 @@ def bytes_to_unicode_inverse(byte_encoder, vocab, symbol):
 def chinese_hub(chinese_bins):
     """A stock transformer trained for one update on the data-bin whose
     dictionary holds <mask> and <doc-sep>, loaded through torch.hub."""
-    import torch
-
-    from tests.test_hub import TINY_TRANSFORMER_ARGS
-    from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
+    from tests.test_hub import one_update_hub_model
 
     data_bin = chinese_bins["controls"]
     save_dir = str(chinese_bins["work"] / "checkpoints")
-    fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
-        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-    ])
-    return torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-                          data_name_or_path=data_bin, source="local")
+    return one_update_hub_model(data_bin, save_dir)
 
 
 def test_hub_encodes_literal_controls_as_unk(chinese_hub, chinese_bins):

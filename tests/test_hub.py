@@ -81,6 +81,19 @@ def trained(tmp_path_factory, sentence_start_producer):
     return {"data_bin": data_bin, "save_dir": save_dir, "raw_test": raw_test}
 
 
+
+def one_update_hub_model(data_bin: str, save_dir: str):
+    """A stock transformer trained for one update on ``data_bin`` and loaded
+    through torch.hub (the hub's encoding reads the data-bin, not the weights)."""
+    fairseq_cli("fairseq_cli.train", [
+        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
+        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
+        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
+    ])
+    return torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
+                          data_name_or_path=data_bin, source="local")
+
+
 @pytest.fixture(scope="module")
 def hub(trained):
     return torch.hub.load(

@@ -260,20 +260,11 @@ def test_torch_hub_summarizer_encodes_user_text_as_the_data_bin_did(imported):
     """torch.hub over a model trained on the imported-tokenizer data-bin:
     user text reaches the BPE as the data-bin's recorded normalisation gave
     it (zero-width space kept, no NFC, no space after a CJK full stop)."""
-    import torch
-
-    from tests.test_hub import TINY_TRANSFORMER_ARGS
-    from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
+    from tests.test_hub import one_update_hub_model
 
     data_bin = imported["default"]
     save_dir = str(imported["work"] / "checkpoints")
-    fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
-        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-    ])
-    hub = torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-                         data_name_or_path=data_bin, source="local")
+    hub = one_update_hub_model(data_bin, save_dir)
     assert hub.cluster_encoder.text_normalization == "whitespace"
     tokenizer = imported["tokenizer"]
     for case in ("zero_width_space", "not_nfc", "cjk_full_stop"):
