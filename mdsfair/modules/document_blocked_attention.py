@@ -34,7 +34,7 @@ Two implementations with the same parameters and the same numbers:
 import functools
 import inspect
 from dataclasses import dataclass, field
-from typing import Optional, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -58,14 +58,20 @@ class DocumentLayout:
         document_ids: ``[B, T]`` document of each token, -1 at padding.
         start_mask: ``[B, T]`` True at each document's first (SOD) token.
         document_lengths: ``[B, D]`` tokens per document (0: no such document).
-        block_index: ``[B * D, L]`` index into the flattened ``[B * T]``
+        block_index: ``[B * D, L + D]`` index into the flattened ``[B * T]``
             sequence of every block slot (slots past a document's end point at
-            its first token and are masked).
+            its first token and are masked), followed by the ``D`` SOD tokens
+            of the block's example (Sec. 4.1.2): the keys of the block, so
+            that one gather makes a block's queries (its first ``L`` slots),
+            keys and values.
         block_key_mask: ``[B * D, L]`` True where a block slot holds a token
             (an empty block keeps slot 0 so that its softmax stays finite; its
             output is never read).
         unblock_index: ``[B * T]`` index into the flattened ``[B * D * L]``
-            block slots of every token; padding points at one extra zero row.
+            block slots of every token; padding points at slot 0 (its row is
+            zeroed, :attr:`padding_rows`).
+        padding_rows: ``[B * T, 1]`` True at padding, or None when the batch
+            has none (read with the layout's one host read).
     """
 
     document_ids: Tensor
@@ -74,9 +80,11 @@ class DocumentLayout:
     block_index: Tensor
     block_key_mask: Tensor
     unblock_index: Tensor
+    padding_rows: Optional[Tensor] = None
     _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
     _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
     _block_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
+    _block_bias: Dict[torch.dtype, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def flat_segments(self) -> Tuple[Tensor, int, bool]:
         """The documents and padding runs of the flat ``[B * T]`` source as
@@ -120,7 +128,7 @@ class DocumentLayout:
 
     @property
     def block_length(self) -> int:
-        return self.block_index.size(1)
+        return self.block_key_mask.size(1)
 
     @classmethod
     def from_document_ids(cls, document_ids: Tensor, structure=None) -> "DocumentLayout":
@@ -155,7 +163,7 @@ class DocumentLayout:
         safe_ids = (runs - 1).clamp(min=0).masked_fill(~valid, 0)
         lengths = torch.zeros(batch_size, length, dtype=torch.long, device=device)
         lengths.scatter_add_(1, safe_ids, valid.long())
-        num_documents, block_length = checks.read(runs[:, -1].max(), lengths.max())
+        num_documents, block_length, unpadded = checks.read(runs[:, -1].max(), lengths.max(), valid.all())
         lengths = lengths[:, :num_documents].contiguous()
         dense_ids = safe_ids.masked_fill(~valid, -1)
         time = torch.arange(length, device=device).expand(batch_size, length)
@@ -168,19 +176,23 @@ class DocumentLayout:
         slots = torch.arange(block_length, device=device)
         slot_is_token = slots.view(1, 1, -1) < lengths.unsqueeze(-1)  # [B, D, L]
         row_offset = (torch.arange(batch_size, device=device) * length).view(-1, 1, 1)
-        block_index = row_offset + starts.unsqueeze(-1) + torch.where(slot_is_token, slots.view(1, 1, -1), 0)
+        first_rows = row_offset.view(-1, 1) + starts  # [B, D] row of every document's SOD token
+        token_slots = first_rows.unsqueeze(-1) + torch.where(slot_is_token, slots.view(1, 1, -1), 0)
+        sod_slots = first_rows.unsqueeze(1).expand(-1, num_documents, -1)  # [B, D blocks, D SODs]
+        block_index = torch.cat([token_slots, sod_slots], dim=-1)
         block_key_mask = slot_is_token.clone()
         block_key_mask[..., 0] = True
         block_of_token = torch.arange(batch_size, device=device).view(-1, 1) * num_documents + safe_ids
         unblock_index = block_of_token * block_length + offset_in_document
-        unblock_index = unblock_index.masked_fill(~valid, batch_size * num_documents * block_length)
+        unblock_index = unblock_index.masked_fill(~valid, 0)
         return cls(
             document_ids=dense_ids,
             start_mask=start_mask,
             document_lengths=lengths,
-            block_index=block_index.view(batch_size * num_documents, block_length),
+            block_index=block_index.view(batch_size * num_documents, block_length + num_documents),
             block_key_mask=block_key_mask.view(batch_size * num_documents, block_length),
             unblock_index=unblock_index.view(-1),
+            padding_rows=None if unpadded else ~valid.view(-1, 1),
         )
 
     def block_attention_mask(self) -> Tensor:
@@ -203,6 +215,19 @@ class DocumentLayout:
                 dim=-1,
             )
         return self._block_mask
+
+    def block_attention_bias(self, dtype: torch.dtype) -> Tensor:
+        """:meth:`block_attention_mask` as the additive mask that
+        ``F.scaled_dot_product_attention`` makes of it (0 where allowed,
+        ``-inf`` elsewhere) in ``dtype``: the same numbers, converted once per
+        layout and dtype instead of in every layer."""
+        bias = self._block_bias.get(dtype)
+        if bias is None:
+            allowed = self.block_attention_mask()
+            bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed,
+                                                                                               float("-inf"))
+            self._block_bias[dtype] = bias
+        return bias
 
 
 def varlen_flash_available(query: Tensor, dropout: float, head_dim: Optional[int] = None) -> bool:
@@ -316,21 +341,17 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         weight, bias = self._stacked_projection()
         # queries (scaled), keys and values from one product, gathered into blocks with one index:
         # [B*T, 3C] -> [3, B*D, H, L, d]
+        # [B*T, 3C] -> [3, B*D, H, L + D, d]: every block's L slots, then its example's D SOD tokens
         projected = F.linear(x.transpose(0, 1), weight, bias).reshape(batch_size * length, 3 * self.embed_dim)
         blocks = projected.index_select(0, layout.block_index.view(-1)).view(
-            batch_size * num_documents, block_length, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-        query, key_value = blocks[0], blocks[1:]
-        # every block's keys and values gain its example's D SOD slots: [2, B*D, H, L + D, d]
-        sods = key_value[:, :, :, 0].reshape(2, batch_size, 1, num_documents, heads, head_dim).expand(
-            2, batch_size, num_documents, num_documents, heads, head_dim).transpose(3, 4)
-        key_value = torch.cat([key_value, sods.reshape(2, batch_size * num_documents, heads, num_documents,
-                                                       head_dim)], dim=3)
-        context = F.scaled_dot_product_attention(query, key_value[0], key_value[1],
-                                                 attn_mask=layout.block_attention_mask(), dropout_p=dropout,
-                                                 scale=1.0)
-        context = context.transpose(1, 2).reshape(-1, self.embed_dim)
-        # back to the tokens; padding reads the one zero row appended
-        context = F.pad(context, (0, 0, 0, 1)).index_select(0, layout.unblock_index)
+            batch_size * num_documents, block_length + num_documents, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
+        # the queries are the block slots; the keys and values also the SOD slots
+        context = F.scaled_dot_product_attention(blocks[0, :, :, :block_length], blocks[1], blocks[2],
+                                                 attn_mask=layout.block_attention_bias(blocks.dtype),
+                                                 dropout_p=dropout, scale=1.0)
+        context = context.transpose(1, 2).reshape(-1, self.embed_dim).index_select(0, layout.unblock_index)
+        if layout.padding_rows is not None:  # padding read slot 0: zero it
+            context.masked_fill_(layout.padding_rows, 0)
         return self.out_proj(context.view(batch_size, length, self.embed_dim).transpose(0, 1))
 
     def _stacked_projection(self):
