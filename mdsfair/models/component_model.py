@@ -36,7 +36,7 @@ from mdsfair.modules.components import (
     flag_of,
 )
 from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
-from mdsfair.modules.segment_positions import segment_ids_from_start_tokens, segment_start_mask
+from mdsfair.modules.segment_positions import segment_ids_from_start_tokens
 from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, embed_source, wrap_layer
 
 #: The components of BART itself; the presets and architectures name what differs.
@@ -191,14 +191,16 @@ class ComponentEncoder(TransformerEncoderBase):
             raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
         checks = structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx),
                                                                          {})
-        real = src_tokens.ne(self.padding_idx)
-        checks.check((real & src_doc_ids.lt(0)).any(),
+        padding = checks.padding_mask
+        # a negative id at a token that is not padding (True > False)
+        checks.check(torch.gt(src_doc_ids.lt(0), padding).any(),
                      "every source token needs a document: the source must start with <s> (or pass src_doc_ids)")
-        src_doc_ids = src_doc_ids.masked_fill(~real, -1)
+        src_doc_ids = src_doc_ids.masked_fill(padding, -1)
         if self.needs_document_start_tokens:
             users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
+            checks.document_ids = src_doc_ids  # its runs are computed once, here, for every component
             checks.check(
-                (segment_start_mask(src_doc_ids) & src_tokens.ne(self.dictionary.bos())).any(),
+                torch.bitwise_and(checks.document_runs().start_mask, src_tokens.ne(self.dictionary.bos())).any(),
                 f"{', '.join(users)} use each document's first token <s> as its start-of-document token, "
                 "but some document does not start with <s>; drop --no-document-start-token or use components "
                 "without start-of-document tokens (HierEncDec Table 3 row 5)",

@@ -39,6 +39,8 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 import torch
 from torch import Tensor
 
+from mdsfair.modules.segment_positions import SegmentRuns, segment_runs
+
 #: The roles, each with the model flag that picks its component (argparse dest).
 ROLES: Tuple[str, ...] = ("encoder_self_attention", "encoder_positions", "cross_attention")
 
@@ -116,6 +118,16 @@ class SourceStructure:
         :meth:`value` gives it."""
         self.requested[name] = value
 
+    def document_runs(self) -> SegmentRuns:
+        """The runs of :attr:`document_ids` (each document's start, every
+        token's document and offset within it), computed once per batch and
+        shared by the position restart and the document layout (HierEncDec,
+        Shen et al. 2023, Sec. 4.1)."""
+        cached = self.prepared.get("document_runs")
+        if cached is None or cached[0] is not self.document_ids:
+            cached = self.prepared["document_runs"] = (self.document_ids, segment_runs(self.document_ids))
+        return cached[1]
+
     def value(self, name: str) -> int:
         """A requested value, read now if no :meth:`read` has happened since."""
         if name in self.requested:
@@ -129,16 +141,35 @@ class SourceStructure:
         failed check's message."""
         checks, self.pending_checks = self.pending_checks, []
         requested, self.requested = self.requested, {}
-        tensors = [value.reshape(()).long() for value in list(values) + list(requested.values())]
-        tensors += [failed.reshape(()).long() for failed, _ in checks]
+        tensors = list(values) + list(requested.values()) + [failed for failed, _ in checks]
         if not tensors:
             return []
-        numbers = torch.stack(tensors).tolist()
+        numbers = read_scalars(tensors)
         for failed, (_, message) in zip(numbers[len(values) + len(requested):], checks):
             if failed:  # a message may be a function: the details of a refusal are read only then
                 raise ValueError(message() if callable(message) else message)
         self.values.update(zip(requested, numbers[len(values): len(values) + len(requested)]))
         return numbers[: len(values)]
+
+
+def read_scalars(scalars: List[Tensor]) -> List[int]:
+    """The 0-dim (or one-element) integer and bool tensors ``scalars`` as
+    Python ints, in order, in one host read (``tolist``) and with few
+    operators: one ``cat`` of the scalars of each dtype and one conversion of
+    each dtype other than int64 (converting every scalar on its own costs a
+    ``reshape`` and a ``to`` each)."""
+    groups: Dict[torch.dtype, List[int]] = {}
+    for index, scalar in enumerate(scalars):
+        groups.setdefault(scalar.dtype, []).append(index)
+    parts, order = [], []
+    for dtype, indices in groups.items():
+        part = torch.cat([scalars[index].view(1) for index in indices])
+        parts.append(part if dtype == torch.int64 else part.long())
+        order += indices
+    numbers = [0] * len(scalars)
+    for index, number in zip(order, (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()):
+        numbers[index] = number
+    return numbers
 
 
 class Component:

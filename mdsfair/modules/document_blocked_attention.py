@@ -43,7 +43,7 @@ from torch import Tensor
 
 from mdsfair.modules.heads import from_heads, to_heads
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
-from mdsfair.modules.segment_positions import segment_start_mask
+from mdsfair.modules.segment_positions import segment_runs, segment_start_mask
 
 IMPLEMENTATIONS = ("blocked", "dense")
 
@@ -149,50 +149,52 @@ class DocumentLayout:
         batch_size, length = document_ids.shape
         device = document_ids.device
         checks = structure if structure is not None else SourceStructure(document_ids, document_ids.lt(0), {})
-        valid = document_ids.ge(0)
-        start_mask = segment_start_mask(document_ids)
-        runs = start_mask.long().cumsum(dim=1)
-        # the document of every token: the run it belongs to (0, 1, ...); a run is one document
-        # exactly when no id opens two runs (each id's runs counted against its distinct ids)
-        ordered = document_ids.masked_fill(~valid, -1).sort(dim=1).values
-        distinct = (ordered[:, 1:].ne(ordered[:, :-1]) & ordered[:, 1:].ge(0)).sum(dim=1) + ordered[:, 0].ge(0).long()
-        checks.check(~valid.any(dim=1).all(),
+        # the runs of the ids, shared with the position restart (Sec. 4.1.1) when they come from the encoder
+        shared = structure is not None and structure.document_ids is document_ids
+        runs = structure.document_runs() if shared else segment_runs(document_ids)
+        documents_per_example = runs.segment_count[:, -1]
+        fewest_documents, num_documents = torch.aminmax(documents_per_example)
+        checks.check(fewest_documents.eq(0),
                      "every example needs at least one document token (found an all-padding row)")
-        checks.check(runs[:, -1].ne(distinct).any(),
-                      "document ids must form contiguous runs (each document's tokens consecutive)")
-        safe_ids = (runs - 1).clamp(min=0).masked_fill(~valid, 0)
-        lengths = torch.zeros(batch_size, length, dtype=torch.long, device=device)
-        lengths.scatter_add_(1, safe_ids, valid.long())
-        num_documents, block_length, unpadded = checks.read(runs[:, -1].max(), lengths.max(), valid.all())
-        lengths = lengths[:, :num_documents].contiguous()
-        dense_ids = safe_ids.masked_fill(~valid, -1)
-        time = torch.arange(length, device=device).expand(batch_size, length)
-        # starts[b, d] = position of document d's first token (extra column collects non-starts)
-        starts = torch.zeros(batch_size, num_documents + 1, dtype=torch.long, device=device)
-        starts.scatter_(1, torch.where(start_mask, safe_ids, num_documents), time)
-        starts = starts[:, :num_documents]
-        offset_in_document = time - starts.gather(1, safe_ids)
+        # a run is one document exactly when no id opens two runs: as many runs as distinct ids, which
+        # are the runs of the sorted ids
+        distinct_ids = segment_start_mask(document_ids.sort(dim=1).values).sum(dim=1)
+        checks.check(documents_per_example.ne(distinct_ids).any(),
+                     "document ids must form contiguous runs (each document's tokens consecutive)")
+        num_documents, lowest_offset, highest_offset = checks.read(num_documents, *runs.offset_range)
+        block_length, padded = highest_offset + 1, lowest_offset < 0
+        num_slots = batch_size * num_documents * block_length
 
-        slots = torch.arange(block_length, device=device)
-        slot_is_token = slots.view(1, 1, -1) < lengths.unsqueeze(-1)  # [B, D, L]
-        row_offset = (torch.arange(batch_size, device=device) * length).view(-1, 1, 1)
-        first_rows = row_offset.view(-1, 1) + starts  # [B, D] row of every document's SOD token
-        token_slots = first_rows.unsqueeze(-1) + torch.where(slot_is_token, slots.view(1, 1, -1), 0)
-        sod_slots = first_rows.unsqueeze(1).expand(-1, num_documents, -1)  # [B, D blocks, D SODs]
-        block_index = torch.cat([token_slots, sod_slots], dim=-1)
-        block_key_mask = slot_is_token.clone()
-        block_key_mask[..., 0] = True
-        block_of_token = torch.arange(batch_size, device=device).view(-1, 1) * num_documents + safe_ids
-        unblock_index = block_of_token * block_length + offset_in_document
-        unblock_index = unblock_index.masked_fill(~valid, 0)
+        # every token's block slot: document d of example b is block b * D + d, its token i slot i
+        document_index = runs.segment_count - 1  # 0, 1, ... by order in the source
+        first_block = (torch.arange(batch_size, device=device) * num_documents).view(-1, 1)
+        unblock_index = (first_block + document_index) * block_length + runs.offsets
+        padding = runs.offsets.lt(0) if padded else None
+        if padded:
+            unblock_index.masked_fill_(padding, num_slots)  # one slot past the blocks, dropped below
+            document_index.masked_fill_(padding, -1)
+        # and the inverse, the token row of every slot; slots past a document's end hold B * T
+        block_rows = unblock_index.new_full((num_slots + int(padded),), batch_size * length)
+        block_rows.scatter_(0, unblock_index.view(-1), torch.arange(batch_size * length, device=device))
+        block_rows = block_rows[:num_slots].view(batch_size * num_documents, block_length)
+        block_key_mask = block_rows.ne(batch_size * length)
+        lengths = block_key_mask.sum(dim=1).view(batch_size, num_documents)
+        block_key_mask.select(1, 0).fill_(True)
+        block_rows.clamp_max_(batch_size * length - 1)  # past the end: a token, masked
+        blocks = block_rows.view(batch_size, num_documents, block_length)
+        # every block's keys also hold the D SOD tokens of its example (Sec. 4.1.2)
+        sod_rows = blocks.select(2, 0).unsqueeze(1).expand(-1, num_documents, -1)  # [B, D blocks, D SODs]
+        block_index = torch.cat([blocks, sod_rows], dim=2)
+        if padded:
+            unblock_index.clamp_max_(num_slots - 1)  # padding reads the last slot; zeroed by padding_rows
         return cls(
-            document_ids=dense_ids,
-            start_mask=start_mask,
+            document_ids=document_index,
+            start_mask=runs.start_mask,
             document_lengths=lengths,
             block_index=block_index.view(batch_size * num_documents, block_length + num_documents),
-            block_key_mask=block_key_mask.view(batch_size * num_documents, block_length),
+            block_key_mask=block_key_mask,
             unblock_index=unblock_index.view(-1),
-            padding_rows=None if unpadded else ~valid.view(-1, 1),
+            padding_rows=padding.view(-1, 1) if padded else None,
         )
 
     def block_attention_mask(self) -> Tensor:

@@ -117,8 +117,9 @@ class DocumentRestartPositions(LearnedPositions):
     def prepare(self, encoder, structure):
         if encoder.embed_positions is None:
             return
-        rows = restarted_position_rows(structure.document_ids, encoder.padding_idx)
-        structure.check(*position_table_overflow(rows, encoder.embed_positions.weight, encoder.padding_idx))
+        runs = structure.document_runs()  # shared with the document layout
+        rows = restarted_position_rows(structure.document_ids, encoder.padding_idx, runs)
+        structure.check(*position_table_overflow(rows, encoder.embed_positions.weight, encoder.padding_idx, runs))
         structure.prepared["restarted_position_rows"] = rows
 
     def embed(self, encoder, structure):

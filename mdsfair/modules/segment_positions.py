@@ -7,6 +7,8 @@ padding. HierEncDec (Shen et al., 2023, Sec. 4.1.1 "Position Restart") gives
 every document positions 0, 1, 2, ... so that the encoder does not read a
 later document as the continuation of the previous one.
 """
+from typing import NamedTuple, Tuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -14,11 +16,48 @@ from torch import Tensor
 TILING_METHODS = ("beltagy", "authors")
 
 
-def segment_start_mask(segment_ids: Tensor) -> Tensor:
+def segment_start_mask(segment_ids: Tensor, valid: Tensor = None) -> Tensor:
     """``[B, T]`` bool: True at the first token of every segment (padding,
-    i.e. negative ids, is never a start)."""
+    i.e. negative ids, is never a start); ``valid``: ``segment_ids.ge(0)``
+    if the caller has it."""
     previous = F.pad(segment_ids[:, :-1], (1, 0), value=-1)
-    return segment_ids.ge(0) & segment_ids.ne(previous)
+    return torch.bitwise_and(segment_ids.ge(0) if valid is None else valid, segment_ids.ne(previous))
+
+
+class SegmentRuns(NamedTuple):
+    """The segments of a ``[B, T]`` id tensor, computed once per batch
+    (:func:`segment_runs`) and shared by what reads them: HierEncDec's
+    position restart (Shen et al., 2023, Sec. 4.1.1) and its document
+    blocks (Sec. 4.1).
+
+    Attributes:
+        start_mask: ``[B, T]`` bool, :func:`segment_start_mask`.
+        segment_count: ``[B, T]`` segments started up to each token (1 in
+            the first segment, 0 before it): the 1-based segment of every
+            token.
+        offsets: ``[B, T]`` position of every token within its segment,
+            -1 at padding (:func:`positions_within_segments`).
+        offset_range: the smallest and largest offset (0-dim tensors, not
+            read here): the smallest is -1 exactly when there is padding,
+            the largest is the longest segment's length minus one.
+    """
+
+    start_mask: Tensor
+    segment_count: Tensor
+    offsets: Tensor
+    offset_range: Tuple[Tensor, Tensor]
+
+
+def segment_runs(segment_ids: Tensor) -> SegmentRuns:
+    """:class:`SegmentRuns` of ``segment_ids`` (negative ids: padding)."""
+    valid = segment_ids.ge(0)
+    start_mask = segment_start_mask(segment_ids, valid)
+    time = torch.arange(segment_ids.size(1), device=segment_ids.device)
+    # each token's offset from the last start at or before it (the running maximum of the starts' positions)
+    offsets = time - torch.where(start_mask, time, 0).cummax(dim=1).values
+    offsets.masked_fill_(segment_ids.lt(0), -1)
+    offset_range = torch.aminmax(offsets) if offsets.numel() else (offsets.new_full((), -1),) * 2
+    return SegmentRuns(start_mask, start_mask.cumsum(dim=1), offsets, tuple(offset_range))
 
 
 def segment_start_index(segment_ids: Tensor) -> Tensor:
@@ -31,9 +70,7 @@ def segment_start_index(segment_ids: Tensor) -> Tensor:
 
 def positions_within_segments(segment_ids: Tensor) -> Tensor:
     """``[B, T]``: 0, 1, 2, ... restarting at every segment, -1 at padding."""
-    time = torch.arange(segment_ids.size(1), device=segment_ids.device).expand_as(segment_ids)
-    positions = time - segment_start_index(segment_ids)
-    return positions.masked_fill(segment_ids.lt(0), -1)
+    return segment_runs(segment_ids).offsets
 
 
 def segment_ids_from_start_tokens(tokens: Tensor, start_token: int, padding_idx: int) -> Tensor:
@@ -45,19 +82,24 @@ def segment_ids_from_start_tokens(tokens: Tensor, start_token: int, padding_idx:
     return ids.masked_fill(tokens.eq(padding_idx), -1)
 
 
-def restarted_position_rows(segment_ids: Tensor, padding_idx: int) -> Tensor:
+def restarted_position_rows(segment_ids: Tensor, padding_idx: int, runs: SegmentRuns = None) -> Tensor:
     """``[B, T]`` rows of a fairseq ``LearnedPositionalEmbedding`` table for
     positions that restart per segment: position ``p`` is row
-    ``p + padding_idx + 1``, padding is row ``padding_idx``."""
-    positions = positions_within_segments(segment_ids)
-    return torch.where(positions.ge(0), positions + padding_idx + 1, torch.full_like(positions, padding_idx))
+    ``p + padding_idx + 1``, padding (offset -1) is row ``padding_idx``.
+    ``runs``: :func:`segment_runs` of ``segment_ids`` if the caller has them."""
+    runs = segment_runs(segment_ids) if runs is None else runs
+    return runs.offsets + (padding_idx + 1)
 
 
-def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int):
+def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int, runs: SegmentRuns = None):
     """``(failed, message)``: whether ``rows`` reach past the table
     ``weight`` (a 0-dim bool tensor, not read here) and a function giving
-    the refusal."""
-    longest = rows.max() if rows.numel() else rows.new_zeros(())
+    the refusal. ``runs``: the :class:`SegmentRuns` that ``rows`` were made
+    of, whose longest offset is then the largest row."""
+    if runs is not None:
+        longest = runs.offset_range[1] + (padding_idx + 1)
+    else:
+        longest = rows.max() if rows.numel() else rows.new_zeros(())
 
     def message():
         return (f"a segment is {int(longest) - padding_idx} tokens long but the position table has only "
