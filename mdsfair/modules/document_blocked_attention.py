@@ -59,8 +59,9 @@ class DocumentLayout:
         start_mask: ``[B, T]`` True at each document's first (SOD) token.
         document_lengths: ``[B, D]`` tokens per document (0: no such document).
         block_index: ``[B * D, L + D]`` index into the flattened ``[B * T]``
-            sequence of every block slot (slots past a document's end point at
-            its first token and are masked), followed by the ``D`` SOD tokens
+            sequence of every block slot (slots past a document's end, and
+            every slot of a missing document's block, point at the batch's
+            last token and are masked), followed by the ``D`` SOD tokens
             of the block's example (Sec. 4.1.2): the keys of the block, so
             that one gather makes a block's queries (its first ``L`` slots),
             keys and values.
@@ -68,8 +69,8 @@ class DocumentLayout:
             (an empty block keeps slot 0 so that its softmax stays finite; its
             output is never read).
         unblock_index: ``[B * T]`` index into the flattened ``[B * D * L]``
-            block slots of every token; padding points at slot 0 (its row is
-            zeroed, :attr:`padding_rows`).
+            block slots of every token; padding points at the last slot (its
+            row is zeroed, :attr:`padding_rows`).
         padding_rows: ``[B * T, 1]`` True at padding, or None when the batch
             has none (read with the layout's one host read).
     """
@@ -83,7 +84,6 @@ class DocumentLayout:
     padding_rows: Optional[Tensor] = None
     _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
     _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
-    _block_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
     _block_bias: Dict[torch.dtype, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def flat_segments(self) -> Tuple[Tensor, int, bool]:
@@ -115,8 +115,8 @@ class DocumentLayout:
 
     def sod_rows(self) -> Tuple[Tensor, Tensor]:
         """``[B * D]`` rows of the flat source holding each document's SOD
-        token: for reading (a missing document reads its example's first
-        block slot) and for writing (a missing document writes the extra row
+        token: for reading (a missing document reads the batch's last token,
+        :attr:`block_index`) and for writing (a missing document writes the extra row
         ``B * T``)."""
         read = self.block_index[:, 0]
         write = read.masked_fill(self.document_lengths.view(-1).eq(0), self.document_ids.numel())
@@ -197,38 +197,28 @@ class DocumentLayout:
             padding_rows=padding.view(-1, 1) if padded else None,
         )
 
-    def block_attention_mask(self) -> Tensor:
-        """``[B * D, 1, L, L + D]`` bool, the keys of every block slot: the
-        block's own tokens, and for its SOD query (slot 0) the other
-        documents' SODs of its example (Sec. 4.1.2). Built once per layout,
-        shared by every layer."""
-        if self._block_mask is None:
-            num_documents, block_length = self.num_documents, self.block_length
-            device = self.document_ids.device
-            other_document = ~torch.eye(num_documents, dtype=torch.bool, device=device)  # [D blocks, D sods]
-            exists = self.document_lengths.gt(0).unsqueeze(1)  # [B, 1, D sods]
-            sod_exchange = (other_document.unsqueeze(0) & exists).view(-1, 1, 1, num_documents)
-            is_sod_row = torch.arange(block_length, device=device).eq(0).view(-1, 1)
-            self._block_mask = torch.cat(
-                [
-                    self.block_key_mask.view(-1, 1, 1, block_length).expand(-1, 1, block_length, -1),
-                    (sod_exchange & is_sod_row).expand(-1, 1, block_length, -1),
-                ],
-                dim=-1,
-            )
-        return self._block_mask
-
     def block_attention_bias(self, dtype: torch.dtype) -> Tensor:
-        """:meth:`block_attention_mask` as the additive mask that
-        ``F.scaled_dot_product_attention`` makes of it (0 where allowed,
-        ``-inf`` elsewhere) in ``dtype``: the same numbers, converted once per
-        layout and dtype instead of in every layer."""
+        """``[B * D, 1, L, L + D]`` additive mask in ``dtype`` of the keys
+        of every block slot (0: allowed, ``-inf``: not, what
+        ``F.scaled_dot_product_attention`` makes of a bool mask): the block's
+        own tokens, and for its SOD query (slot 0) also the SODs of the other
+        documents of its example (Sec. 4.1.2). Built once per layout and
+        dtype, shared by every layer."""
         bias = self._block_bias.get(dtype)
         if bias is None:
-            allowed = self.block_attention_mask()
-            bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill_(~allowed,
-                                                                                               float("-inf"))
-            self._block_bias[dtype] = bias
+            num_documents, block_length = self.num_documents, self.block_length
+            device = self.block_key_mask.device
+            # the keys of every SOD query: its block's tokens, then the SODs of the other existing documents
+            key_bias = torch.zeros(self.block_key_mask.size(0), block_length + num_documents, dtype=dtype,
+                                   device=device)
+            key_bias[:, :block_length].masked_fill_(~self.block_key_mask, float("-inf"))
+            sod_bias = key_bias.view(-1, num_documents, block_length + num_documents)[:, :, block_length:]
+            sod_bias.masked_fill_(self.document_lengths.eq(0).unsqueeze(1), float("-inf"))  # [B, D, D]
+            sod_bias.diagonal(dim1=1, dim2=2).fill_(float("-inf"))  # its own SOD is its slot 0
+            # the other queries (slots 1, 2, ...) see no SOD slot
+            slot_bias = torch.zeros(block_length, block_length + num_documents, dtype=dtype, device=device)
+            slot_bias[1:, block_length:].fill_(float("-inf"))
+            bias = self._block_bias[dtype] = key_bias.view(-1, 1, 1, block_length + num_documents) + slot_bias
         return bias
 
 
@@ -342,8 +332,7 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
             return self._output(self._varlen_documents(*self._project(x), layout))
         weight, bias = self._stacked_projection()
         # queries (scaled), keys and values from one product, gathered into blocks with one index:
-        # [B*T, 3C] -> [3, B*D, H, L, d]
-        # [B*T, 3C] -> [3, B*D, H, L + D, d]: every block's L slots, then its example's D SOD tokens
+        # [B*T, 3C] -> [3, B*D, H, L + D, d], every block's L slots, then its example's D SOD tokens
         projected = F.linear(x.transpose(0, 1), weight, bias).reshape(batch_size * length, 3 * self.embed_dim)
         blocks = projected.index_select(0, layout.block_index.view(-1)).view(
             batch_size * num_documents, block_length + num_documents, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
@@ -352,7 +341,7 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
                                                  attn_mask=layout.block_attention_bias(blocks.dtype),
                                                  dropout_p=dropout, scale=1.0)
         context = context.transpose(1, 2).reshape(-1, self.embed_dim).index_select(0, layout.unblock_index)
-        if layout.padding_rows is not None:  # padding read slot 0: zero it
+        if layout.padding_rows is not None:  # padding read the last slot: zero it
             context.masked_fill_(layout.padding_rows, 0)
         return self.out_proj(context.view(batch_size, length, self.embed_dim).transpose(0, 1))
 
