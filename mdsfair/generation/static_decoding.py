@@ -16,7 +16,10 @@ the shape fixed from the first step to the last:
   and the encoder output's rows of one source are the same (per-source
   caches such as the sparse cross-attention's then keep one row layout for
   the whole generation, :class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`
-  ``blocked``); the decoder's own caches are reordered as before;
+  ``blocked``); the decoder's own caches are reordered as before, except
+  mdsfair's self-attention caches, which stay in place and follow their
+  hypotheses through one small table
+  (:mod:`mdsfair.modules.beam_cached_self_attention`);
 * with ``bucket_sizes`` (``--static-decoding-buckets``), the batch is padded
   to the smallest bucket that holds it (its last source repeated, finished
   from the start), so that batches of different sizes share a few shapes.
@@ -31,6 +34,8 @@ from typing import Dict, List, Optional, Sequence
 import torch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
+
+from mdsfair.modules.beam_cached_self_attention import declare_beam_groups
 
 
 def bucket_size(batch_size: int, bucket_sizes: Optional[Sequence[int]]) -> int:
@@ -110,6 +115,8 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
 
         incremental_states = [{} for _ in range(self.model.models_size)]
+        for incremental_state in incremental_states:  # reorders stay within a source's rows (see below)
+            declare_beam_groups(incremental_state, beam_size, max_len + 2)
         with torch.autograd.profiler.record_function("EnsembleModel: forward_encoder"):
             encoder_outs = self.model.forward_encoder(net_input)
         new_order = torch.arange(bsz).view(-1, 1).repeat(1, beam_size).view(-1).to(src_tokens.device).long()

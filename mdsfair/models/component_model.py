@@ -27,6 +27,7 @@ from torch import Tensor
 from mdsfair.argument_types import at_least
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
+from mdsfair.modules.beam_cached_self_attention import beam_history, reorder_beam_history
 from mdsfair.modules.components import (
     ROLES,
     SourceStructure,
@@ -342,6 +343,8 @@ class ComponentDecoder(TransformerDecoderBase):
         self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment \
             else None
 
+        # static-shape beam search: the self-attention caches stay in place (one history for all layers)
+        history = beam_history(self, incremental_state, x.size(1), x.device)
         inner_states: List[Optional[Tensor]] = [x]
         extras = []
         attn: Optional[Tensor] = None
@@ -350,12 +353,14 @@ class ComponentDecoder(TransformerDecoderBase):
                 x, encoder_states, padding_mask, context,
                 incremental_state=incremental_state, self_attn_mask=self_attn_mask,
                 self_attn_padding_mask=self_attn_padding_mask, need_attn=index == alignment_layer,
-                alignment_heads=alignment_heads,
+                alignment_heads=alignment_heads, beam_history=history,
             )
             inner_states.append(x)
             extras.append(extra)
             if index == alignment_layer and layer_attn is not None:
                 attn = layer_attn.float().to(x)
+        if history is not None:
+            history.advance()
 
         if self.layer_norm is not None:
             x = self.layer_norm(x)
@@ -364,6 +369,12 @@ class ComponentDecoder(TransformerDecoderBase):
             x = self.project_out_dim(x)
         return x, {"attn": [attn], "inner_states": inner_states,
                    **self.cross_attention_component.decoder_extra(extras)}
+
+    def reorder_incremental_state_scripting(self, incremental_state, new_order: Tensor):
+        """fairseq's reorder of every module's cache, after the beam history
+        of in-place self-attention caches (one small table for all layers)."""
+        reorder_beam_history(self, incremental_state, new_order)
+        return super().reorder_incremental_state_scripting(incremental_state, new_order)
 
 
 def encoder_decoder_forward(

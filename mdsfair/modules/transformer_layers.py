@@ -20,6 +20,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor
 
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+from mdsfair.modules.beam_cached_self_attention import BeamCachedSelfAttention
 
 
 def wrap_layer(layer, cfg, structured: bool = False):
@@ -92,6 +93,22 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         if self.cross_self_attention:
             raise ValueError("--cross-self-attention is not supported by mdsfair's component decoder layer")
 
+    def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
+        """fairseq's self-attention (same arguments, same parameters) whose
+        generation steps can keep their cache in place
+        (:mod:`mdsfair.modules.beam_cached_self_attention`)."""
+        return BeamCachedSelfAttention(
+            embed_dim,
+            cfg.decoder.attention_heads,
+            dropout=cfg.attention_dropout,
+            add_bias_kv=add_bias_kv,
+            add_zero_attn=add_zero_attn,
+            self_attention=not cfg.cross_self_attention,
+            q_noise=self.quant_noise,
+            qn_block_size=self.quant_noise_block_size,
+            xformers_att_config=cfg.decoder.xformers_att_config,
+        )
+
     def build_encoder_attention(self, embed_dim, cfg):
         return self.cross_attention_component.build(self, embed_dim, cfg)
 
@@ -106,18 +123,23 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         self_attn_padding_mask: Optional[Tensor] = None,
         need_attn: bool = False,
         alignment_heads: Optional[int] = None,
+        beam_history=None,
     ):
         """Self-attention, the component's cross-attention, feed-forward.
         Returns ``(x, attention, extra)``: ``attention`` the cross-attention
         weights ``[B, T, S]`` averaged over the first ``alignment_heads``
         heads when ``need_attn``, ``extra`` what the component reports per
-        layer (the sparse decoder's sentence saliencies), or None."""
+        layer (the sparse decoder's sentence saliencies), or None.
+        ``beam_history``: the decoder's
+        :class:`~mdsfair.modules.beam_cached_self_attention.BeamHistory` when
+        the self-attention cache stays in place (static-shape beam search)."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
+        in_place = {} if beam_history is None or self_attn_padding_mask is not None else {"beam_history": beam_history}
         x, _ = self.self_attn(
             query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask,
-            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
+            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask, **in_place,
         )
         if self.attn_ln is not None:
             x = self.attn_ln(x)

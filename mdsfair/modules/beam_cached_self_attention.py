@@ -1,0 +1,223 @@
+"""The decoder's causal self-attention with its key/value cache written in
+place and never reordered, for beam search whose reorders keep every
+hypothesis among its own source's rows (issue 35, mdsfair's static-shape
+generator, :mod:`mdsfair.generation.static_decoding`).
+
+fairseq's ``MultiheadAttention`` keeps a decoder layer's past keys and
+values as ``[rows * H, t, d]`` tensors: every generation step appends the
+new step's key and value with ``torch.cat`` (a copy of the whole cache) and
+every beam reorder ``index_select``s both (a second copy), so each step moves
+the cache three times (two copies and the attention's read) and the copies
+grow with the summary. On CPU at BART-base size, 4 sources x beam 4 and
+half-way through a 256-token summary, those copies are about a third of a
+sparse decoding step (the profile in docs/performance.md).
+
+Here the cache is one buffer per layer, ``[capacity, 2, rows, H, d]``
+(time-major: a step writes one contiguous slab), written once per step and
+never moved. Beam search moves a hypothesis only among the ``beam`` rows of
+its own source, so a row's history at step ``s`` is one of those rows' keys
+at ``s``: :class:`BeamHistory` records, for every row and step, which of its
+source's rows (``0 .. beam - 1``) holds it, and a reorder permutes that small
+integer table once for all layers instead of copying every layer's cache.
+The attention of one step then reads each layer's cache once:
+
+* scores of every query against every key of its source's ``beam`` rows,
+  ``q_j . k_{c,s}`` (``[B, c, H, j, t]``; ``beam`` times the multiply-adds
+  of one row's scores, but one read of the keys), and the row's own history
+  picked with one ``gather`` along ``c``;
+* the softmax over ``s`` (in float32, as fairseq's ``utils.softmax``);
+* the values the same way: the probabilities spread over ``c`` by the
+  history's one-hot table, one batched product with the ``[B, c, H, t, d]``
+  values, summed over ``c`` (every term but one is an exact zero).
+
+This is the attention of fairseq's layer (same parameters, same state-dict
+keys; ``tests/test_beam_cached_self_attention.py`` checks it against
+``MultiheadAttention`` with reorders, in float64). Every other call (training,
+a full forward, fairseq's generator, whose reorders may drop rows) runs
+fairseq's attention unchanged.
+"""
+from typing import Dict, Optional
+
+import torch
+import torch.nn.functional as F
+from fairseq.modules import MultiheadAttention
+from torch import Tensor
+
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
+
+#: key of an incremental state whose reorders keep every row among its group of rows
+BEAM_GROUPS = "mdsfair.beam_groups"
+#: capacity (steps) of a new cache when the generator gave no length; doubled when full
+INITIAL_CAPACITY = 64
+
+
+def declare_beam_groups(incremental_state: Dict, beam_size: int, max_steps: Optional[int] = None) -> None:
+    """Declare that every reorder of ``incremental_state`` keeps each row
+    among its group of ``beam_size`` consecutive rows (``row // beam_size``
+    unchanged), as beam search with a fixed batch does; ``max_steps``: the
+    most decoder calls to expect (the caches' capacity). mdsfair's decoders
+    then keep their self-attention caches in place (:class:`BeamHistory`)."""
+    if beam_size < 1:
+        raise ValueError(f"beam size must be at least 1, got {beam_size}")
+    incremental_state[BEAM_GROUPS] = (int(beam_size), max_steps)
+
+
+class BeamHistory:
+    """Which row of its source every row's history reads at every cached
+    step, shared by all self-attention layers of one decoder.
+
+    ``parents [capacity, rows]``: at step ``s`` row ``r`` reads the cache of
+    row ``(r // beam) * beam + parents[s, r]``. Steps not yet reached hold the
+    row's own slot (``r % beam``), which is where the row's next step is
+    written. ``length``: the steps cached."""
+
+    def __init__(self, rows: int, group_size: int, capacity: int, device):
+        if rows % group_size:
+            raise ValueError(f"{rows} decoder rows do not form groups of {group_size} (the beam size)")
+        self.rows, self.group_size, self.capacity = rows, group_size, capacity
+        self.parents = self._own_slots(capacity, device)
+        self.length = 0
+        self._tables: Optional[Dict[str, Tensor]] = None
+
+    def _own_slots(self, steps: int, device) -> Tensor:
+        return (torch.arange(self.rows, device=device) % self.group_size).expand(steps, self.rows).contiguous()
+
+    def reorder(self, new_order: Tensor) -> None:
+        """Row ``r`` continues the hypothesis of row ``new_order[r]`` (of the
+        same group): its history becomes that row's."""
+        if new_order.numel() != self.rows:
+            raise ValueError(f"a reorder of {new_order.numel()} rows for a decoder of {self.rows} rows: "
+                             "beam groups keep the number of rows (declare_beam_groups)")
+        if self.length:
+            self.parents[: self.length] = self.parents[: self.length].index_select(1, new_order)
+        self._tables = None
+
+    def ensure_capacity(self, steps: int) -> None:
+        if steps > self.capacity:
+            grown = max(steps, 2 * self.capacity)
+            parents = self._own_slots(grown, self.parents.device)
+            parents[: self.length] = self.parents[: self.length]
+            self.parents, self.capacity = parents, grown
+
+    def advance(self) -> None:
+        """One step more is cached (after every layer has written it)."""
+        self.length += 1
+        self._tables = None
+
+    def tables(self, num_heads: int, dtype) -> Dict[str, Tensor]:
+        """For the keys of this step (``length + 1`` of them), shared by all
+        layers: ``score_index [B, 1, H, j, t]``, the ``c`` of every row's key
+        at every step (for ``gather``), and ``value_mask [B, c, 1, j, t]``,
+        its one-hot table in ``dtype``."""
+        if self._tables is None or self._tables["value_mask"].dtype != dtype:
+            steps, beam = self.length + 1, self.group_size
+            self.ensure_capacity(steps)
+            parents = self.parents[:steps].view(steps, -1, beam).permute(1, 2, 0)  # [B, j, t]
+            sources = parents.size(0)
+            self._tables = {
+                "score_index": parents.view(sources, 1, 1, beam, steps).expand(sources, 1, num_heads, beam, steps),
+                "value_mask": parents.unsqueeze(1).eq(
+                    torch.arange(beam, device=parents.device).view(1, beam, 1, 1)).unsqueeze(2).to(dtype),
+            }
+        return self._tables
+
+
+def beam_history(decoder, incremental_state: Optional[Dict], rows: int, device) -> Optional[BeamHistory]:
+    """The decoder's :class:`BeamHistory` in ``incremental_state`` (made at
+    its first step), or None where the in-place cache does not apply: no
+    incremental state, beam groups not declared (:func:`declare_beam_groups`),
+    training or autograd."""
+    if incremental_state is None or BEAM_GROUPS not in incremental_state or decoder.training \
+            or torch.is_grad_enabled():
+        return None
+    history = decoder.get_incremental_state(incremental_state, "beam_history")
+    if history is None:
+        group_size, max_steps = incremental_state[BEAM_GROUPS]
+        history = BeamHistory(rows, group_size, max_steps or INITIAL_CAPACITY, device)
+        decoder.set_incremental_state(incremental_state, "beam_history", history)
+    return history
+
+
+def reorder_beam_history(decoder, incremental_state: Optional[Dict], new_order: Tensor) -> bool:
+    """Reorder the decoder's :class:`BeamHistory`, if it has one; True then
+    (its layers' caches stay where they are)."""
+    if incremental_state is None:
+        return False
+    history = decoder.get_incremental_state(incremental_state, "beam_history")
+    if history is None:
+        return False
+    history.reorder(new_order)
+    return True
+
+
+class BeamCachedSelfAttention(MultiheadAttention):
+    """fairseq's decoder self-attention (same parameters and state-dict keys)
+    whose generation steps, given a :class:`BeamHistory`, keep the key/value
+    cache in place (see the module docstring)."""
+
+    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor], *args,
+                beam_history: Optional[BeamHistory] = None, **kwargs):
+        if beam_history is None or self.bias_k is not None or self.add_zero_attn or not self.self_attention:
+            return super().forward(query, key, value, *args, **kwargs)
+        return self._beam_step(query, kwargs.get("incremental_state"), beam_history), None
+
+    def reorder_incremental_state(self, incremental_state, new_order: Tensor):
+        """Nothing to move when the cache is in place (the decoder reorders
+        its :class:`BeamHistory`); fairseq's reorder otherwise."""
+        if self.get_incremental_state(incremental_state, "beam_cache") is not None:
+            return incremental_state
+        return super().reorder_incremental_state(incremental_state, new_order)
+
+    def _step_weights(self) -> Dict[str, Tensor]:
+        """``[q_proj * scaling; k_proj; v_proj]`` transposed for one
+        ``addmm``, and the output projection, kept until a parameter changes."""
+        def build():
+            weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
+            bias = torch.cat([linear_bias(self.q_proj) * self.scaling, linear_bias(self.k_proj),
+                              linear_bias(self.v_proj)])
+            return {"qkv_weight_t": weight.t().contiguous(), "qkv_bias": bias,
+                    "out_weight_t": self.out_proj.weight.t(), "out_bias": linear_bias(self.out_proj)}
+        return derived_from_parameters(self, "_beam_step_weights", linear_parameters(
+            self.q_proj, self.k_proj, self.v_proj, self.out_proj), build)
+
+    def _cache(self, incremental_state, history: BeamHistory, like: Tensor) -> Tensor:
+        """This layer's ``[2, rows, H, capacity, d]`` key/value buffer, made
+        (or grown) to hold the history's next step."""
+        state = self.get_incremental_state(incremental_state, "beam_cache")
+        needed = history.length + 1
+        buffer = None if state is None else state["keys_values"]
+        if buffer is None or buffer.size(3) < needed:
+            capacity = max(history.capacity, needed)
+            grown = like.new_empty(2, history.rows, self.num_heads, capacity, self.head_dim)
+            if buffer is not None:
+                grown[:, :, :, : history.length] = buffer[:, :, :, : history.length]
+            buffer = grown
+            self.set_incremental_state(incremental_state, "beam_cache", {"keys_values": buffer})
+        return buffer
+
+    def _beam_step(self, query: Tensor, incremental_state, history: BeamHistory) -> Tensor:
+        """One generation step of ``query [1, rows, C]`` (see the module
+        docstring); returns ``[1, rows, C]``."""
+        if incremental_state is None or query.size(0) != 1:
+            raise ValueError("the in-place self-attention cache runs one generation step at a time")
+        _, rows, embed_dim = query.shape
+        heads, head_dim, beam = self.num_heads, self.head_dim, history.group_size
+        sources = rows // beam
+        history.ensure_capacity(history.length + 1)
+        weights = self._step_weights()
+        projected = torch.addmm(weights["qkv_bias"], query.view(rows, embed_dim), weights["qkv_weight_t"])
+        buffer = self._cache(incremental_state, history, projected)
+        steps = history.length + 1
+        buffer[:, :, :, history.length].copy_(projected[:, embed_dim:].view(rows, 2, heads, head_dim).transpose(0, 1))
+        cached = buffer[:, :, :, :steps].view(2, sources, beam, heads, steps, head_dim)
+        tables = history.tables(heads, projected.dtype)
+        queries = projected[:, :embed_dim].view(sources, 1, beam, heads, head_dim).transpose(2, 3)  # [B,1,H,j,d]
+        # q_j . k_{c,s} for every row c of the source, then each row's own history: [B, 1, H, j, t]
+        scores = torch.matmul(queries, cached[0].transpose(-1, -2)).gather(1, tables["score_index"])
+        probs = F.softmax(scores, dim=-1, dtype=torch.float32)  # as fairseq's utils.softmax
+        if probs.dtype != projected.dtype:
+            probs = probs.to(projected.dtype)
+        # sum_s p_{j,s} v_{parent(j,s),s}: [B, c, H, j, t] @ [B, c, H, t, d], summed over c
+        mixed = torch.matmul(probs * tables["value_mask"], cached[1]).sum(dim=1)
+        output = mixed.transpose(1, 2).reshape(rows, embed_dim)  # [B, H, j, d] -> [B * j, C]
+        return torch.addmm(weights["out_bias"], output, weights["out_weight_t"]).view(1, rows, embed_dim)
