@@ -7,7 +7,7 @@ padding. HierEncDec (Shen et al., 2023, Sec. 4.1.1 "Position Restart") gives
 every document positions 0, 1, 2, ... so that the encoder does not read a
 later document as the continuation of the previous one.
 """
-from typing import NamedTuple, Tuple
+from typing import NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -16,7 +16,7 @@ from torch import Tensor
 TILING_METHODS = ("beltagy", "authors")
 
 
-def segment_start_mask(segment_ids: Tensor, valid: Tensor = None) -> Tensor:
+def segment_start_mask(segment_ids: Tensor, valid: Optional[Tensor] = None) -> Tensor:
     """``[B, T]`` bool: True at the first token of every segment (padding,
     i.e. negative ids, is never a start); ``valid``: ``segment_ids.ge(0)``
     if the caller has it."""
@@ -82,7 +82,7 @@ def segment_ids_from_start_tokens(tokens: Tensor, start_token: int, padding_idx:
     return ids.masked_fill(tokens.eq(padding_idx), -1)
 
 
-def restarted_position_rows(segment_ids: Tensor, padding_idx: int, runs: SegmentRuns = None) -> Tensor:
+def restarted_position_rows(segment_ids: Tensor, padding_idx: int, runs: Optional[SegmentRuns] = None) -> Tensor:
     """``[B, T]`` rows of a fairseq ``LearnedPositionalEmbedding`` table for
     positions that restart per segment: position ``p`` is row
     ``p + padding_idx + 1``, padding (offset -1) is row ``padding_idx``.
@@ -91,7 +91,7 @@ def restarted_position_rows(segment_ids: Tensor, padding_idx: int, runs: Segment
     return runs.offsets + (padding_idx + 1)
 
 
-def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int, runs: SegmentRuns = None):
+def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int, runs: Optional[SegmentRuns] = None):
     """``(failed, message)``: whether ``rows`` reach past the table
     ``weight`` (a 0-dim bool tensor, not read here) and a function giving
     the refusal. ``runs``: the :class:`SegmentRuns` that ``rows`` were made
