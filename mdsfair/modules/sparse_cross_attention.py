@@ -161,6 +161,14 @@ class RowTables:
             values = self._built["kept_token_bounds"] = bounds.tolist()
         return int(values[min(k, len(values)) - 1])
 
+    def gather_buffer(self, rows: int, like: Tensor) -> Tensor:
+        """``[rows, C]`` of ``like``'s dtype and device, kept for the next
+        layers and steps: the kept tokens' encoder states are gathered into
+        it (:meth:`SparseCrossAttention._generation_step`, without autograd;
+        each layer reads them before the next overwrites them)."""
+        return self.get(f"gather_buffer_{rows}_{like.size(-1)}_{like.dtype}_{like.device}",
+                        lambda: like.new_empty(rows, like.size(-1)))
+
     def slots(self, num_kept: int) -> Tensor:
         """``[B', n]``: 0 .. n - 1 in every row."""
         rows = self.rows.source_index.numel()
@@ -748,7 +756,11 @@ class SparseCrossAttention(MultiheadAttention):
         if not source_states.is_contiguous():
             source_states = source_states.contiguous()
         source_dim = source_states.size(-1)
-        states = source_states.view(-1, source_dim).index_select(0, flat_rows).view(num_rows, num_kept, source_dim)
+        # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
+        # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
+        states = torch.index_select(source_states.view(-1, source_dim), 0, flat_rows,
+                                    out=tables.gather_buffer(flat_rows.numel(), source_states))
+        states = states.view(num_rows, num_kept, source_dim)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention)
         source_queries = torch.bmm(word_queries.view(num_rows, heads, head_dim).transpose(0, 1),
