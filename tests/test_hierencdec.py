@@ -269,6 +269,29 @@ def test_layout_rejects_non_contiguous_documents():
         DocumentLayout.from_document_ids(torch.tensor([[0, 0, 1, 1, 0, -1]]))
 
 
+@pytest.mark.parametrize("document_ids", [
+    DOCUMENT_IDS,
+    torch.tensor([[-1, -1, 0, 0, 0, 1, 1], [0, 1, 1, 1, 2, 2, 2]]),  # left padding; no padding
+    torch.tensor([[5, 5, 5, 5, 5, 5]]),  # one document, no padding
+])
+def test_variable_length_segments_read_with_the_layout_need_no_host_read_of_their_own(document_ids):
+    """On a GPU the variable-length flash path's segments (every document
+    and every padding run of the flat source) are sized in the layout's one
+    host read: the offsets, the longest segment and the padding flag equal
+    those read on their own, and computing them reads nothing back."""
+    from benchmarks.operator_counts import count_step
+
+    reference = DocumentLayout.from_document_ids(document_ids, read_segment_sizes=False).flat_segments()
+    layout = DocumentLayout.from_document_ids(document_ids, read_segment_sizes=True)
+    assert count_step(layout.flat_segments).syncs == 0
+    offsets, longest, padded = layout.flat_segments()
+    assert torch.equal(offsets, reference[0]) and offsets.dtype == torch.int32
+    assert (longest, padded) == reference[1:]
+    boundaries = [0] + [i for i in range(1, document_ids.numel())
+                        if i % document_ids.size(1) == 0 or document_ids.view(-1)[i] != document_ids.view(-1)[i - 1]]
+    assert offsets.tolist() == boundaries + [document_ids.numel()]
+
+
 def authors_encoder_mask(sep_positions, seq_len):
     """``hier_mask`` of the authors' ``BartEncoder.forward`` (``--enc_cross_doc``)
     for one example: every document ``[start, end)`` attends within itself and

@@ -83,6 +83,8 @@ class DocumentLayout:
     unblock_index: Tensor
     padding_rows: Optional[Tensor] = None
     _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
+    #: (segments, longest segment, padded) of :meth:`flat_segments`, when read with the layout
+    _segment_sizes: Optional[Tuple[int, int, bool]] = field(default=None, repr=False, compare=False)
     _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
     _block_bias: Dict[torch.dtype, Tensor] = field(default_factory=dict, repr=False, compare=False)
 
@@ -90,16 +92,24 @@ class DocumentLayout:
         """The documents and padding runs of the flat ``[B * T]`` source as
         variable-length sequences: int32 offsets ``[S + 1]`` (``varlen_attn``'s
         ``cu_seq``), the longest one's length, and whether there is padding;
-        computed once per layout (one host read), then shared by all layers."""
+        computed once per layout, then shared by all layers. With the sizes
+        read by :meth:`from_document_ids` (on a GPU, in the batch's one host
+        read) no further read; else one host read here."""
         if self._segments is None:
             ids = self.document_ids
             batch_size, length = ids.shape
-            previous = F.pad(ids[:, :-1], (1, 0))
-            boundary = ids.ne(previous)
-            boundary[:, 0] = True  # every example starts a sequence, even at padding
-            starts = boundary.view(-1).nonzero().view(-1)
+            boundary = segment_boundaries(ids)
+            if self._segment_sizes is not None:
+                num_segments, longest, padded = self._segment_sizes
+                # the first token of every segment, without reading the boundaries back
+                segment = boundary.view(-1).cumsum(dim=0) - 1
+                starts = segment.new_full((num_segments,), batch_size * length).scatter_reduce_(
+                    0, segment, torch.arange(batch_size * length, device=ids.device), reduce="amin")
+            else:
+                starts = boundary.view(-1).nonzero().view(-1)
             offsets = torch.cat([starts, starts.new_full((1,), batch_size * length)])
-            longest, padded = torch.stack([offsets.diff().max(), ids.lt(0).any().long()]).tolist()
+            if self._segment_sizes is None:
+                longest, padded = torch.stack([offsets.diff().max(), ids.lt(0).any().long()]).tolist()
             self._segments = (offsets.to(torch.int32), longest, bool(padded))
         return self._segments
 
@@ -131,7 +141,8 @@ class DocumentLayout:
         return self.block_key_mask.size(1)
 
     @classmethod
-    def from_document_ids(cls, document_ids: Tensor, structure=None) -> "DocumentLayout":
+    def from_document_ids(cls, document_ids: Tensor, structure=None,
+                          read_segment_sizes: Optional[bool] = None) -> "DocumentLayout":
         """Layout of the data contract's ``src_doc_ids`` (every document one
         contiguous run of tokens, -1 at padding).
 
@@ -141,7 +152,9 @@ class DocumentLayout:
         document) and the checks of the ids are read in one host read,
         together with what ``structure`` (a
         :class:`~mdsfair.modules.components.SourceStructure`) holds: one
-        synchronization per batch."""
+        synchronization per batch. ``read_segment_sizes`` (default: on a
+        GPU, where the variable-length flash path may run): the sizes of
+        :meth:`flat_segments` are read in the same host read."""
         from mdsfair.modules.components import SourceStructure
 
         if document_ids.dim() != 2:
@@ -161,7 +174,13 @@ class DocumentLayout:
         distinct_ids = segment_start_mask(document_ids.sort(dim=1).values).sum(dim=1)
         checks.check(documents_per_example.ne(distinct_ids).any(),
                      "document ids must form contiguous runs (each document's tokens consecutive)")
-        num_documents, lowest_offset, highest_offset = checks.read(num_documents, *runs.offset_range)
+        if read_segment_sizes is None:
+            read_segment_sizes = device.type == "cuda"
+        segment_counts = ()
+        if read_segment_sizes:  # every document and every run of padding is one segment
+            segment_counts = (segment_boundaries(document_ids).sum(), document_ids.lt(0).sum(dim=1).max())
+        num_documents, lowest_offset, highest_offset, *segment_counts = checks.read(
+            num_documents, *runs.offset_range, *segment_counts)
         block_length, padded = highest_offset + 1, lowest_offset < 0
         num_slots = batch_size * num_documents * block_length
 
@@ -195,6 +214,9 @@ class DocumentLayout:
             block_key_mask=block_key_mask,
             unblock_index=unblock_index.view(-1),
             padding_rows=padding.view(-1, 1) if padded else None,
+            # the longest segment: the longest document, or a run of padding (contiguous in a batch)
+            _segment_sizes=(segment_counts[0], max(block_length, segment_counts[1]), padded)
+            if read_segment_sizes else None,
         )
 
     def block_attention_bias(self, dtype: torch.dtype) -> Tensor:
@@ -220,6 +242,14 @@ class DocumentLayout:
             slot_bias[1:, block_length:].fill_(float("-inf"))
             bias = self._block_bias[dtype] = key_bias.view(-1, 1, 1, block_length + num_documents) + slot_bias
         return bias
+
+
+def segment_boundaries(ids: Tensor) -> Tensor:
+    """``[B, T]`` bool: True where a run of equal ids (a document, or a run of
+    padding) starts, and at every example's first token."""
+    boundary = torch.ones_like(ids, dtype=torch.bool)
+    torch.ne(ids[:, 1:], ids[:, :-1], out=boundary[:, 1:])
+    return boundary
 
 
 def varlen_flash_available(query: Tensor, dropout: float, head_dim: Optional[int] = None) -> bool:
