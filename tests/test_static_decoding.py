@@ -24,7 +24,8 @@ from tests.test_golden_outputs import ARCHITECTURES, load
 SCORE_TOLERANCE = 64 * torch.finfo(torch.float32).eps
 
 
-def generate(task, model, cfg, sample, static: bool, buckets: str = "", prefix_tokens=None, **settings):
+def generate(task, model, cfg, sample, static: bool, buckets: str = "", prefix_tokens=None, keep_attention=False,
+             **settings):
     generation = golden.generation_config(cfg)
     for name, value in settings.items():
         setattr(generation, name, value)
@@ -34,6 +35,9 @@ def generate(task, model, cfg, sample, static: bool, buckets: str = "", prefix_t
     finally:
         task.cfg.static_decoding, task.cfg.static_decoding_buckets = False, ""
     assert isinstance(generator, StaticShapeSequenceGenerator) == static
+    if static:
+        assert generator.keep_attention is False  # the default: nothing asks for it (no --print-alignment)
+        generator.keep_attention = keep_attention
     with torch.no_grad():
         return task.inference_step(generator, [model], sample, prefix_tokens=prefix_tokens)
 
@@ -146,3 +150,24 @@ def test_bucket_sizes():
         parse_bucket_sizes("0,4")
     assert bucket_size(3, [2, 4, 8]) == 4 and bucket_size(4, [2, 4, 8]) == 4
     assert bucket_size(9, [2, 4, 8]) == 9 and bucket_size(5, []) == 5
+
+
+@pytest.mark.parametrize("arch", ["sparse_bart_tiny", "hierencdec_bart_tiny", "led_tiny", "dape_transformer_tiny"])
+def test_attention_is_kept_only_when_asked_and_then_equals_fairseqs(golden_models, arch):
+    """By default the hypotheses carry no attention (the alignment it serves
+    is refused with --static-decoding, and keeping it copies a [rows, source,
+    steps] table at every step); with ``keep_attention`` it is fairseq's."""
+    model, cfg, task = golden_models[arch]
+    sample = golden_sample(arch)
+    dynamic = generate(task, model, cfg, sample, static=False)
+    without = generate(task, model, cfg, sample, static=True)
+    kept = generate(task, model, cfg, sample, static=True, keep_attention=True)
+    assert_same_beams(without, dynamic)
+    assert_same_beams(kept, dynamic)
+    for ours, plain, theirs in zip(kept, without, dynamic):
+        for mine, empty, reference in zip(ours, plain, theirs):
+            assert empty["attention"].numel() == 0
+            assert reference["attention"].numel() > 0
+            torch.testing.assert_close(mine["attention"], reference["attention"],
+                                       atol=SCORE_TOLERANCE * max(1.0, reference["attention"].abs().max().item()),
+                                       rtol=0)

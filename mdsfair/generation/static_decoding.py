@@ -20,6 +20,12 @@ the shape fixed from the first step to the last:
   mdsfair's self-attention caches, which stay in place and follow their
   hypotheses through one small table
   (:mod:`mdsfair.modules.beam_cached_self_attention`);
+* the hypotheses' attention over the source (fairseq keeps a
+  ``[rows, source, steps]`` table and copies it at every reorder, a cost
+  that grows with the summary) is kept only with ``keep_attention``: the
+  alignment it serves (``--print-alignment``) is refused with
+  ``--static-decoding``, and a hypothesis then carries an empty
+  ``attention`` tensor, as fairseq's does for a model without attention;
 * with ``bucket_sizes`` (``--static-decoding-buckets``), the batch is padded
   to the smallest bucket that holds it (its last source repeated, finished
   from the start), so that batches of different sizes share a few shapes.
@@ -74,9 +80,11 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
     docstring. Lexical constraints resize the search state per source and
     are refused."""
 
-    def __init__(self, models, tgt_dict, bucket_sizes: Optional[Sequence[int]] = None, **kwargs):
+    def __init__(self, models, tgt_dict, bucket_sizes: Optional[Sequence[int]] = None, keep_attention: bool = False,
+                 **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         self.bucket_sizes = sorted(bucket_sizes) if bucket_sizes else []
+        self.keep_attention = keep_attention
 
     @torch.no_grad()
     def _generate(
@@ -154,7 +162,7 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
                 probs = self.lm_model.get_normalized_probs(lm_out, log_probs=True, sample=None)
                 lprobs += probs[:, -1, :] * self.lm_weight
 
-            lprobs[lprobs != lprobs] = torch.tensor(-math.inf).to(lprobs)
+            lprobs.masked_fill_(lprobs.isnan(), -math.inf)  # fairseq's boolean indexing, without its host read
             lprobs[:, self.pad] = -math.inf
             lprobs[:, self.unk] -= self.unk_penalty
             if step >= max_len:
@@ -168,7 +176,7 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
                 if self.token_indices_to_suppress is not None:
                     lprobs[:, self.token_indices_to_suppress] = -math.inf
 
-            if avg_attn_scores is not None:
+            if avg_attn_scores is not None and self.keep_attention:
                 if attn is None:
                     attn = torch.empty(bsz * beam_size, avg_attn_scores.size(1), max_len + 2).to(scores)
                 attn[:, :, step + 1].copy_(avg_attn_scores)
