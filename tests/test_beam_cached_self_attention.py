@@ -150,3 +150,23 @@ def test_a_decoder_with_beam_groups_gives_the_logits_of_fairseqs_caches(arch):
         assert all(in_place) == declared and any(in_place) == declared
         assert (BEAM_GROUPS in state) == declared
     float32_close(outputs[True], outputs[False])
+
+
+def test_a_long_length_limit_does_not_preallocate_the_whole_limit():
+    """The caches start at most INITIAL_CAPACITY steps long, whatever the
+    generator's limit, and grow by doubling: a summary that ends early never
+    holds memory for the limit."""
+    from mdsfair.modules.beam_cached_self_attention import INITIAL_CAPACITY, beam_history
+
+    dictionary = operator_counts.dictionary_of(40)
+    dims = operator_counts.encoder_decoder_dims(1, 16, 4, max_source_positions=32, max_target_positions=32)
+    model = operator_counts.build("sparse_bart_base", dictionary, **dims)
+    state = {}
+    declare_beam_groups(state, 2, max_steps=100_000)
+    with torch.no_grad():
+        history = beam_history(model.decoder, state, rows=4, device=torch.device("cpu"))
+    assert history.capacity == INITIAL_CAPACITY
+    history.length = INITIAL_CAPACITY
+    history.ensure_capacity(INITIAL_CAPACITY + 1)
+    assert history.capacity == 2 * INITIAL_CAPACITY
+    assert torch.equal(history.parents[INITIAL_CAPACITY:], (torch.arange(4) % 2).expand(INITIAL_CAPACITY, 4))

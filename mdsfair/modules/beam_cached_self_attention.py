@@ -47,15 +47,17 @@ from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias
 
 #: key of an incremental state whose reorders keep every row among its group of rows
 BEAM_GROUPS = "mdsfair.beam_groups"
-#: capacity (steps) of a new cache when the generator gave no length; doubled when full
-INITIAL_CAPACITY = 64
+#: capacity (steps) of a new cache, or the generator's length limit if shorter; doubled when full
+#: (a summary that ends early never holds memory for the limit)
+INITIAL_CAPACITY = 128
 
 
 def declare_beam_groups(incremental_state: Dict, beam_size: int, max_steps: Optional[int] = None) -> None:
     """Declare that every reorder of ``incremental_state`` keeps each row
     among its group of ``beam_size`` consecutive rows (``row // beam_size``
     unchanged), as beam search with a fixed batch does; ``max_steps``: the
-    most decoder calls to expect (the caches' capacity). mdsfair's decoders
+    most decoder calls to expect (the caches start with at most that
+    capacity and grow by doubling). mdsfair's decoders
     then keep their self-attention caches in place (:class:`BeamHistory`)."""
     if beam_size < 1:
         raise ValueError(f"beam size must be at least 1, got {beam_size}")
@@ -133,7 +135,7 @@ def beam_history(decoder, incremental_state: Optional[Dict], rows: int, device) 
     history = decoder.get_incremental_state(incremental_state, "beam_history")
     if history is None:
         group_size, max_steps = incremental_state[BEAM_GROUPS]
-        history = BeamHistory(rows, group_size, max_steps or INITIAL_CAPACITY, device)
+        history = BeamHistory(rows, group_size, min(max_steps or INITIAL_CAPACITY, INITIAL_CAPACITY), device)
         decoder.set_incremental_state(incremental_state, "beam_history", history)
     return history
 
