@@ -8,13 +8,11 @@ values as ``[rows * H, t, d]`` tensors: every generation step appends the
 new step's key and value with ``torch.cat`` (a copy of the whole cache) and
 every beam reorder ``index_select``s both (a second copy), so each step moves
 the cache three times (two copies and the attention's read) and the copies
-grow with the summary. On CPU at BART-base size, 4 sources x beam 4 and
-half-way through a 256-token summary, those copies are about a third of a
-sparse decoding step (the profile in docs/performance.md).
+grow with the summary.
 
-Here the cache is one buffer per layer, ``[capacity, 2, rows, H, d]``
-(time-major: a step writes one contiguous slab), written once per step and
-never moved. Beam search moves a hypothesis only among the ``beam`` rows of
+Here the cache is one buffer per layer, ``[2, rows, H, capacity, d]`` (each
+row and head's keys contiguous in time), written once per step and never
+moved. Beam search moves a hypothesis only among the ``beam`` rows of
 its own source, so a row's history at step ``s`` is one of those rows' keys
 at ``s``: :class:`BeamHistory` records, for every row and step, which of its
 source's rows (``0 .. beam - 1``) holds it, and a reorder permutes that small
@@ -43,7 +41,12 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
-from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
+from mdsfair.modules.parameter_cache import (
+    derived_from_parameters,
+    linear_bias,
+    linear_parameters,
+    scaled_query_key_value,
+)
 
 #: key of an incremental state whose reorders keep every row among its group of rows
 BEAM_GROUPS = "mdsfair.beam_groups"
@@ -140,16 +143,13 @@ def beam_history(decoder, incremental_state: Optional[Dict], rows: int, device) 
     return history
 
 
-def reorder_beam_history(decoder, incremental_state: Optional[Dict], new_order: Tensor) -> bool:
-    """Reorder the decoder's :class:`BeamHistory`, if it has one; True then
-    (its layers' caches stay where they are)."""
-    if incremental_state is None:
-        return False
-    history = decoder.get_incremental_state(incremental_state, "beam_history")
-    if history is None:
-        return False
-    history.reorder(new_order)
-    return True
+def reorder_beam_history(decoder, incremental_state: Optional[Dict], new_order: Tensor) -> None:
+    """Reorder the decoder's :class:`BeamHistory`, if it has one (its layers'
+    caches stay where they are)."""
+    history = None if incremental_state is None else decoder.get_incremental_state(incremental_state,
+                                                                                   "beam_history")
+    if history is not None:
+        history.reorder(new_order)
 
 
 class BeamCachedSelfAttention(MultiheadAttention):
@@ -174,9 +174,7 @@ class BeamCachedSelfAttention(MultiheadAttention):
         """``[q_proj * scaling; k_proj; v_proj]`` transposed for one
         ``addmm``, and the output projection, kept until a parameter changes."""
         def build():
-            weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
-            bias = torch.cat([linear_bias(self.q_proj) * self.scaling, linear_bias(self.k_proj),
-                              linear_bias(self.v_proj)])
+            weight, bias = scaled_query_key_value(self)
             return {"qkv_weight_t": weight.t().contiguous(), "qkv_bias": bias,
                     "out_weight_t": self.out_proj.weight.t(), "out_bias": linear_bias(self.out_proj)}
         return derived_from_parameters(self, "_beam_step_weights", linear_parameters(

@@ -42,7 +42,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.modules.heads import from_heads, to_heads
-from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_parameters, scaled_query_key_value
 from mdsfair.modules.segment_positions import segment_runs, segment_start_mask
 
 IMPLEMENTATIONS = ("blocked", "dense")
@@ -380,13 +380,9 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         biases: the three projections as one product. Without autograd the
         stack is kept until a parameter changes
         (:func:`~mdsfair.modules.parameter_cache.derived_from_parameters`)."""
-        def stack():
-            weight = torch.cat([self.q_proj.weight * self.scaling, self.k_proj.weight, self.v_proj.weight])
-            bias = torch.cat([linear_bias(self.q_proj) * self.scaling, linear_bias(self.k_proj),
-                              linear_bias(self.v_proj)])
-            return weight, bias
         return derived_from_parameters(self, "_stacked_projection_cache",
-                                       linear_parameters(self.q_proj, self.k_proj, self.v_proj), stack)
+                                       linear_parameters(self.q_proj, self.k_proj, self.v_proj),
+                                       lambda: scaled_query_key_value(self))
 
     def _varlen_documents(self, query: Tensor, key: Tensor, value: Tensor, layout: DocumentLayout) -> Tensor:
         """The document rule with flash attention and no gathers: ``query``,
