@@ -43,7 +43,7 @@ from torch import Tensor
 
 from mdsfair.modules.heads import from_heads, to_heads
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_parameters, scaled_query_key_value
-from mdsfair.modules.segment_positions import segment_runs, segment_start_mask
+from mdsfair.modules.segment_positions import segment_boundaries, segment_runs, segment_start_mask
 
 IMPLEMENTATIONS = ("blocked", "dense")
 
@@ -242,14 +242,6 @@ class DocumentLayout:
             slot_bias[1:, block_length:].fill_(float("-inf"))
             bias = self._block_bias[dtype] = key_bias.view(-1, 1, 1, block_length + num_documents) + slot_bias
         return bias
-
-
-def segment_boundaries(ids: Tensor) -> Tensor:
-    """``[B, T]`` bool: True where a run of equal ids (a document, or a run of
-    padding) starts, and at every example's first token."""
-    boundary = torch.ones_like(ids, dtype=torch.bool)
-    torch.ne(ids[:, 1:], ids[:, :-1], out=boundary[:, 1:])
-    return boundary
 
 
 def varlen_flash_available(query: Tensor, dropout: float, head_dim: Optional[int] = None) -> bool:

@@ -24,6 +24,16 @@ def segment_start_mask(segment_ids: Tensor, valid: Optional[Tensor] = None) -> T
     return torch.bitwise_and(segment_ids.ge(0) if valid is None else valid, segment_ids.ne(previous))
 
 
+def segment_boundaries(ids: Tensor) -> Tensor:
+    """``[B, T]`` bool: True where a run of equal ids (a document, or a run of
+    padding) starts, and at every example's first token: unlike
+    :func:`segment_start_mask`, padding runs start segments too (the
+    variable-length sequences of HierEncDec's flash path)."""
+    boundary = torch.ones_like(ids, dtype=torch.bool)
+    torch.ne(ids[:, 1:], ids[:, :-1], out=boundary[:, 1:])
+    return boundary
+
+
 class SegmentRuns(NamedTuple):
     """The segments of a ``[B, T]`` id tensor, computed once per batch
     (:func:`segment_runs`) and shared by what reads them: HierEncDec's
