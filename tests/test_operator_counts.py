@@ -18,15 +18,16 @@ from benchmarks import operator_counts
 
 #: comparison: (largest operator ratio, most synchronizations per step)
 CEILINGS = {
-    "sparse decoder, one decoding step": (1.16, 0),
-    "sparse decoder, one decoding step, against stock BART": (0.90, 0),
+    "sparse decoder, one decoding step": (0.96, 0),
+    "sparse decoder, one decoding step, against stock BART": (0.74, 0),
     "HierEncDec, one encoder step at batch 1": (1.06, 1),
     "DAPE, one training step": (1.07, 8),
     "hiertransformer, one training step": (1.18, 16),
 }
 #: the issue's targets that the code meets today (asserted)
-TARGETS_MET = ("sparse decoder, one decoding step, against stock BART", "HierEncDec, one encoder step at batch 1",
-               "DAPE, one training step", "hiertransformer, one training step")
+TARGETS_MET = ("sparse decoder, one decoding step", "sparse decoder, one decoding step, against stock BART",
+               "HierEncDec, one encoder step at batch 1", "DAPE, one training step",
+               "hiertransformer, one training step")
 
 
 @pytest.fixture(scope="module")

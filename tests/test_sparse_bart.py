@@ -15,6 +15,7 @@ from mdsfair.modules.sentence_approximator import (
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
+    RowTables,
     SentenceContext,
     SparseCrossAttention,
     kept_token_bounds,
@@ -370,6 +371,56 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("approximator", ["model-based", "model-free"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_generation_step_equals_general_path(approximator, dtype):
+    """The lean generation step (row tables kept, projections transposed,
+    per-head views of one product, value bias folded into the output's)
+    gives the general gathered path's output, sentence choice, approximator
+    report and alignment, for both approximators, with two layers sharing
+    one step's row tables and buffers over several steps (each layer's
+    gather overwrites the last's), in float64 and in bfloat16 (its
+    sentence scores in float32, as the general path's)."""
+    module, query, key, padding, context = sparse_attention_inputs(top_r=2, approximator=approximator)
+    other, *_ = sparse_attention_inputs(top_r=2, approximator=approximator, seed=1)
+    rows = HypothesisRows.from_source_index(torch.tensor([0, 0, 1, 1]), 2)  # grouped by source, as in beam search
+    assert rows.blocked
+    layers = [module.to(dtype), other.to(dtype)]
+    query, key = query.to(dtype), key.to(dtype)
+    context = context._replace(rows=rows, sentence_states=context.sentence_states.to(dtype),
+                               kept_token_bounds=kept_token_bounds(context.layout.lengths))
+    lean = context._replace(row_tables=RowTables(rows, context.layout))
+    calls = []
+    original = SparseCrossAttention._generation_step
+    tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
+    states = {"general": [{}, {}], "lean": [{}, {}]}
+    try:
+        SparseCrossAttention._generation_step = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+        with torch.no_grad():
+            for step in range(query.size(0)):
+                for index, layer in enumerate(layers):
+                    need_weights = step % 2 == 1
+                    expected, expected_report = layer(query[step:step + 1], key, padding, context,
+                                                      incremental_state=states["general"][index],
+                                                      need_weights=need_weights)
+                    before = len(calls)
+                    out, report = layer(query[step:step + 1], key, padding, lean,
+                                        incremental_state=states["lean"][index], need_weights=need_weights)
+                    assert len(calls) == before + 1  # the lean step ran
+                    torch.testing.assert_close(out, expected, **tolerance)
+                    assert torch.equal(report.selection, expected_report.selection)
+                    finite = expected_report.approx_log.isfinite()
+                    assert torch.equal(report.approx_log.isfinite(), finite)
+                    torch.testing.assert_close(report.approx_log[finite].float(),
+                                               expected_report.approx_log[finite].float(), **tolerance)
+                    if need_weights:
+                        torch.testing.assert_close(report.token_attention, expected_report.token_attention,
+                                                   **tolerance)
+    finally:
+        SparseCrossAttention._generation_step = original
+    assert len(calls) == 2 * query.size(0)
+
+
 def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):
     """In evaluation the encoder stores the kept-token bounds (one read per
     batch), so that no generation step reads its selection back (issue 35:
@@ -532,7 +583,9 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
 
     def recording_cache(self, incremental_state, name, compute):
         tensor = cached(self, incremental_state, name, compute)
-        caches.append((id(self), name, tensor.size(0), tensor.data_ptr()))
+        # the generation step's [B * H, d_h, S] view of the sentence keys: B sources of H heads
+        sources = tensor.size(0) // (self.num_heads if name == "sentence_keys_by_head" else 1)
+        caches.append((id(self), name, sources, tensor.data_ptr()))
         return tensor
 
     def recording_rows(self, query, *args, **kwargs):
@@ -546,7 +599,7 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     assert 12 in row_counts and 8 in row_counts  # the batch was compacted
     assert {sources for _, _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
     names = {name for _, name, _, _ in caches}
-    assert names == ({"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | (
+    assert names == ({"sentence_keys", "sentence_keys_by_head"} if path == "gather" else {"prev_key", "prev_value"} | (
         {"sentence_keys"} if top_r else set()))
     # one tensor per layer and name, never copied or recomputed
     assert len({(layer, name, pointer) for layer, name, _, pointer in caches}) == 2 * len(names)

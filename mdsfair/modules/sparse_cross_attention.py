@@ -115,28 +115,29 @@ class RowTables:
         return table
 
     def row_lengths(self) -> Tensor:
-        """``[B', S]`` the sentence lengths of every row's source."""
-        return self.get("row_lengths", lambda: self.rows.lookup(self.layout.lengths))
+        """``[B', 1, S]`` the sentence lengths of every row's source."""
+        return self.get("row_lengths", lambda: self.rows.lookup(self.layout.lengths).unsqueeze(1))
 
-    def row_sentence_base(self) -> Tensor:
-        """``[B', 1]``: ``source * S``, the first sentence of the row's source
-        in the flat ``[B * S]`` sentence tables."""
+    def row_sentence_base(self, max_length: int) -> Tensor:
+        """``[B', 1, 1]``: ``source * S * L``, the first token slot of the
+        row's source in the flat ``[B * S * L]`` token tables."""
         num_slots = self.layout.lengths.size(1)
-        return self.get("row_sentence_base", lambda: (self.rows.source_index * num_slots).unsqueeze(1))
+        return self.get(f"row_sentence_base_{max_length}", lambda: (
+            self.rows.source_index * (num_slots * max_length)).view(-1, 1, 1))
 
-    def row_source(self) -> Tensor:
-        """``[B', 1]`` the source of every row."""
-        return self.get("row_source", lambda: self.rows.source_index.unsqueeze(1))
-
-    def token_rows(self) -> Tensor:
-        """``[B * S * L]``: for token slot ``l`` of sentence ``s`` of source
-        ``b``, its row ``position * B + b`` in the ``[N * B, C]`` view of the
-        ``[N, B, C]`` encoder output."""
+    def token_rows(self, num_kept: int) -> Tensor:
+        """``[B * S * L + n]``: for token slot ``l`` of sentence ``s`` of
+        source ``b``, its row ``position * B + b`` in the ``[N * B, C]`` view
+        of the ``[N, B, C]`` encoder output; then ``n`` entries of row 0, so
+        that a step's padding slots (past a row's last kept token, counted
+        on from its last sentence's first slot) index the table without a
+        clamp (their attention is masked)."""
         def build():
             num_sources = self.layout.token_index.size(0)
             sources = torch.arange(num_sources, device=self.layout.token_index.device).view(-1, 1, 1)
-            return torch.add(sources, self.layout.token_index, alpha=num_sources).view(-1)
-        return self.get("token_rows", build)
+            table = torch.add(sources, self.layout.token_index, alpha=num_sources).view(-1)
+            return torch.cat([table, table.new_zeros(num_kept)])
+        return self.get(f"token_rows_{num_kept}", build)
 
     def sentence_padding(self) -> Tensor:
         """``[B, 1, S]`` True at the empty sentence slots of every source."""
@@ -144,7 +145,7 @@ class RowTables:
 
     def sentence_score_bias(self, num_heads: int, dtype) -> Tensor:
         """``[B * H, 1, S]``: 0 at real sentences, -inf at empty slots (added
-        to the sentence logits by the product itself)."""
+        to the sentence logits)."""
         def build():
             padding = self.sentence_padding()
             bias = torch.zeros(padding.shape, dtype=dtype, device=padding.device).masked_fill_(padding, float("-inf"))
@@ -161,19 +162,37 @@ class RowTables:
             values = self._built["kept_token_bounds"] = bounds.tolist()
         return int(values[min(k, len(values)) - 1])
 
-    def gather_buffer(self, rows: int, like: Tensor) -> Tensor:
-        """``[rows, C]`` of ``like``'s dtype and device, kept for the next
-        layers and steps: the kept tokens' encoder states are gathered into
+    def buffer(self, name: str, shape: Tuple[int, ...], dtype) -> Tensor:
+        """An uninitialized ``shape`` tensor on the rows' device, kept for the
+        next layers and steps: a step's intermediate that each layer writes
+        and reads before the next layer overwrites it (without autograd)."""
+        return self.get(f"buffer_{name}_{shape}_{dtype}", lambda: torch.empty(
+            shape, dtype=dtype, device=self.rows.source_index.device))
+
+    def gather_buffer(self, rows: int, num_kept: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """A ``[rows * n, C]`` buffer of ``like``'s dtype and device, kept
+        for the next layers and steps, and its views ``[rows, n, C]`` and
+        ``[rows, C, n]``: the kept tokens' encoder states are gathered into
         it (:meth:`SparseCrossAttention._generation_step`, without autograd;
         each layer reads them before the next overwrites them)."""
-        return self.get(f"gather_buffer_{rows}_{like.size(-1)}_{like.dtype}_{like.device}",
-                        lambda: like.new_empty(rows, like.size(-1)))
+        def build():
+            flat = like.new_empty(rows * num_kept, like.size(-1))
+            per_row = flat.view(rows, num_kept, like.size(-1))
+            return flat, per_row, per_row.transpose(1, 2)
+        return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}_{like.device}", build)
+
+    def flat_source_states(self, source_states: Tensor) -> Tensor:
+        """The ``[N * B, C]`` view of the encoder output ``[N, B, C]`` (made
+        contiguous once), kept with the rows: every layer and step reads the
+        same encoder output."""
+        key = f"flat_source_states_{source_states.data_ptr()}_{tuple(source_states.shape)}_{source_states.dtype}"
+        return self.get(key, lambda: source_states.contiguous().view(-1, source_states.size(-1)))
 
     def slots(self, num_kept: int) -> Tensor:
-        """``[B', n]``: 0 .. n - 1 in every row."""
+        """``[B', 1, n]``: 0 .. n - 1 in every row."""
         rows = self.rows.source_index.numel()
         return self.get(f"slots_{num_kept}", lambda: torch.arange(
-            num_kept, device=self.rows.source_index.device).expand(rows, num_kept).contiguous())
+            num_kept, device=self.rows.source_index.device).expand(rows, 1, num_kept).contiguous())
 
 
 class SentenceAttention:
@@ -432,7 +451,9 @@ class SparseCrossAttention(MultiheadAttention):
             return compute()
         saved_state = self._get_input_buffer(incremental_state)
         if name not in saved_state:
-            saved_state[name] = compute()
+            value = compute()
+            saved_state = self._get_input_buffer(incremental_state)  # compute() may have cached more
+            saved_state[name] = value
             self._set_input_buffer(incremental_state, saved_state)
         return saved_state[name]
 
@@ -458,6 +479,16 @@ class SparseCrossAttention(MultiheadAttention):
             bsz, _, src_len, _ = head_keys.shape
             return self._sentence_keys(head_keys.permute(2, 0, 1, 3).reshape(src_len, bsz, -1), context).contiguous()
         return self._cached(incremental_state, "sentence_keys", compute)
+
+    def _source_sentence_keys_by_head(self, key: Tensor, context: SentenceContext, incremental_state) -> Tensor:
+        """The per-source sentence keys of :meth:`_source_sentence_keys` as
+        one generation step multiplies them: ``[B * H, d_h, S]`` (a view,
+        kept beside them)."""
+        def compute():
+            keys = self._source_sentence_keys(key, context, incremental_state)
+            bsz, heads, num_slots, head_dim = keys.shape
+            return keys.view(bsz * heads, num_slots, head_dim).transpose(1, 2)
+        return self._cached(incremental_state, "sentence_keys_by_head", compute)
 
     def _sentence_keys(self, keys: Optional[Tensor], context: SentenceContext) -> Tensor:
         """Per-head sentence keys ``[B, H, S, d_h]``: ``y_i W^K`` (Eq. 9) from
@@ -662,10 +693,15 @@ class SparseCrossAttention(MultiheadAttention):
     def _generation_weights(self) -> Dict[str, Tensor]:
         """The projections as one generation step multiplies them, kept until
         a parameter changes (in place: its version; moved or cast: its
-        storage): the word queries stacked with the sentence queries of
-        Eq. 8 (model-based) and scaled, transposed for ``addmm``; the key
+        storage). The step computes every projection transposed (weight
+        times the rows' states, ``W x^T``: for a few decoder rows the faster
+        product on CPUs, and the per-head views it needs come out of it
+        without a copy): the word queries stacked with the sentence queries
+        of Eq. 8 (model-based), scaled, with their bias as a column; the key
         and value projections per head ``[H, d_h, C]``; the output
-        projection transposed."""
+        projection with the value bias folded into its bias
+        (``b^O + W^O b^V``: the attention weights of a head sum to one, so
+        ``sum_j p_j (W^V x_j + b^V) = W^V sum_j p_j x_j + b^V``)."""
         heads, head_dim = self.num_heads, self.head_dim
         projections = [self.q_proj, self.k_proj, self.v_proj, self.out_proj]
         if self.sentence_attention is not None:
@@ -678,14 +714,14 @@ class SparseCrossAttention(MultiheadAttention):
                 query_weight = torch.cat([query_weight, sentence.weight])
                 query_bias = torch.cat([query_bias, linear_bias(sentence)])
             source_dim = self.k_proj.weight.size(1)
+            out_weight = self.out_proj.weight
             return {
-                "query_weight_t": (query_weight * self.scaling).t().contiguous(),
-                "query_bias": query_bias * self.scaling,
+                "query_weight": (query_weight * self.scaling).contiguous(),
+                "query_bias": (query_bias * self.scaling).unsqueeze(1),
                 "key_heads": self.k_proj.weight.view(heads, head_dim, source_dim),
-                "value_heads_t": self.v_proj.weight.view(heads, head_dim, source_dim).transpose(1, 2),
-                "value_bias": linear_bias(self.v_proj).view(heads, 1, head_dim),
-                "out_weight_t": self.out_proj.weight.t(),
-                "out_bias": linear_bias(self.out_proj),
+                "value_heads": self.v_proj.weight.view(heads, head_dim, source_dim),
+                "out_weight": out_weight,
+                "out_bias": (linear_bias(self.out_proj) + out_weight @ linear_bias(self.v_proj)).unsqueeze(1),
             }
         return derived_from_parameters(self, "_generation_weight_cache", linear_parameters(*projections), build)
 
@@ -698,10 +734,11 @@ class SparseCrossAttention(MultiheadAttention):
         the same attention as :meth:`_approximate`, top-r and
         :meth:`_gathered_attention` compute, with the work that depends only
         on the sources or the rows done once (the sentence keys, laid out
-        for one batched product per source; :class:`RowTables`), the rows
-        grouped by source as a view, the score mask added by the product
-        itself, and the report (``approx_log``, ``selection``) left to be
-        computed if read."""
+        for one batched product per source; the row tables and buffers of
+        :class:`RowTables`), every projection computed transposed so that
+        the per-head views are strides of its output, the rows grouped by
+        source as a view, and the report (``approx_log``, ``selection``)
+        left to be computed if read."""
         rows, tables, layout = context.rows, context.row_tables, context.layout
         num_sources, num_slots, max_length = layout.token_index.shape
         num_rows = rows.source_index.numel()
@@ -709,85 +746,99 @@ class SparseCrossAttention(MultiheadAttention):
         heads, head_dim, embed_dim = self.num_heads, self.head_dim, self.embed_dim
         k = min(self.top_r, num_slots)
         weights = self._generation_weights()
-        projected = torch.addmm(weights["query_bias"], query.view(num_rows, embed_dim), weights["query_weight_t"])
-        word_queries = projected[:, :embed_dim]
+        # [q_proj; W^Q] x^T: [C or 2C, B'], the head h, dimension d of row b' at (h * d_h + d, b')
+        projected = torch.mm(weights["query_weight"], query.view(num_rows, embed_dim).t()).add_(
+            weights["query_bias"])
+        # the word queries as [H, B', d_h], and the model-based sentence queries' rows of one source
+        # grouped per head, [B, H, R, d_h] (copied into a buffer: one batched product per source and head)
+        word_queries = projected.as_strided((heads, num_rows, head_dim), (head_dim * num_rows, 1, num_rows))
 
-        def grouped_by_source(row_queries: Tensor) -> Tensor:  # [B', C] -> [B * H, R, d_h]
-            return row_queries.reshape(num_sources, per_source, heads, head_dim).transpose(1, 2).reshape(
-                num_sources * heads, per_source, head_dim)
+        def grouped_by_source(first_feature: int) -> Tensor:  # -> [B * H, R, d_h]
+            grouped = tables.buffer("grouped_queries", (num_sources, heads, per_source, head_dim), projected.dtype)
+            grouped.copy_(projected.as_strided(
+                grouped.shape, (per_source, head_dim * num_rows, 1, num_rows),
+                projected.storage_offset() + first_feature * num_rows))
+            return grouped.view(num_sources * heads, per_source, head_dim)
 
-        # the per-source sentence keys [B, H, S, d_h] of the general path's cache, as [B * H, d_h, S] (a view)
-        keys = self._source_sentence_keys(source_states, context, incremental_state).view(
-            num_sources * heads, num_slots, head_dim).transpose(1, 2)
+        # the per-source sentence keys [B, H, S, d_h] of the general path's cache, as [B * H, d_h, S]
+        keys = self._source_sentence_keys_by_head(source_states, context, incremental_state)
         if self.sentence_attention is not None:
-            logits = torch.baddbmm(tables.sentence_score_bias(heads, keys.dtype),
-                                   grouped_by_source(projected[:, embed_dim:]), keys)
-            probs = F.softmax(logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], alpha~ of Eq. 7
-            ranking = probs.view(num_sources, heads, per_source, num_slots).mean(dim=1)
+            sentence_logits = torch.bmm(grouped_by_source(embed_dim), keys).add_(
+                tables.sentence_score_bias(heads, keys.dtype))
+            probs = F.softmax(sentence_logits, dim=-1) if sentence_logits.dtype == torch.float32 else \
+                F.softmax(sentence_logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], alpha~ of Eq. 7
+            # summed over heads: H times the mean of App. A.4, the same ranking
+            ranking = probs.view(num_sources, heads, per_source, num_slots).sum(dim=1)
 
-            def approx_log():
-                log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+            def approx_log():  # (a closure over sentence_logits: the word logits below have their own name)
+                log_probs = F.log_softmax(sentence_logits, dim=-1, dtype=torch.float32)
                 return log_probs.view(num_sources, heads, per_source, num_slots).transpose(1, 2).reshape(
                     num_rows, heads, 1, num_slots)
         else:
-            raw = torch.bmm(grouped_by_source(elu_feature_map(word_queries.float())), keys)  # Eq. 19
+            phi_queries = grouped_by_source(0)
+            if phi_queries.dtype != torch.float32:
+                phi_queries = phi_queries.float()
+            raw = torch.bmm(elu_feature_map(phi_queries), keys)  # Eq. 19
             raw = raw.view(num_sources, heads, per_source, num_slots).masked_fill_(
                 tables.sentence_padding().unsqueeze(1), 0.0)
-            ranking = raw.mean(dim=1)
+            ranking = raw.sum(dim=1)  # H times the mean over heads: the same ranking
 
             def approx_log():
                 per_row = raw.transpose(1, 2).reshape(num_rows, heads, 1, num_slots)
                 return model_free_log_probabilities(per_row, rows.lookup(layout.sentence_mask))
-        # Eq. 6: the top-r real sentences of every row
-        indices = ranking.masked_fill_(tables.sentence_padding(), float("-inf")).view(num_rows, num_slots).topk(
-            k, dim=-1).indices
+        # Eq. 6: the top-r real sentences of every row, [B', 1, k]
+        indices = ranking.masked_fill_(tables.sentence_padding(), float("-inf")).topk(k, dim=-1).indices.view(
+            num_rows, 1, k)
 
-        # their tokens back to back (kept_token_layout), n slots per row
-        lengths = tables.row_lengths().gather(1, indices)  # 0 for a slot past a source's sentences
-        ends = lengths.cumsum(dim=1)
-        slots = tables.slots(num_kept)
+        # their tokens back to back (kept_token_layout), n slots per row: slot p holds the selected sentence
+        # whose running token count first exceeds p, at offset p - (the tokens of the sentences before it)
+        lengths = tables.row_lengths().gather(2, indices)  # 0 for a slot past a source's sentences
+        ends = lengths.cumsum(dim=2)
+        slots = tables.slots(num_kept)  # [B', 1, n]
         which = torch.searchsorted(ends, slots, right=True)
         padding_slots = which.ge(k)
         which = which.clamp_(max=k - 1)
-        offset = slots.sub(ends.sub_(lengths).gather(1, which)).clamp_(max=max_length - 1)
-        slot = torch.add(offset, indices.add(tables.row_sentence_base()).gather(1, which), alpha=max_length).view(-1)
+        # the sentence's first slot in the [B * S * L] token tables, less the tokens kept before it
+        first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
+        slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
         # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows().index_select(0, slot)
-        if not source_states.is_contiguous():
-            source_states = source_states.contiguous()
-        source_dim = source_states.size(-1)
+        flat_rows = tables.token_rows(num_kept).index_select(0, slot)
         # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
         # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
-        states = torch.index_select(source_states.view(-1, source_dim), 0, flat_rows,
-                                    out=tables.gather_buffer(flat_rows.numel(), source_states))
-        states = states.view(num_rows, num_kept, source_dim)
+        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, source_states)
+        torch.index_select(tables.flat_source_states(source_states), 0, flat_rows, out=flat_states)
 
-        # Eq. 3 with the key and value projections folded in (see _gathered_attention)
-        source_queries = torch.bmm(word_queries.view(num_rows, heads, head_dim).transpose(0, 1),
-                                   weights["key_heads"]).transpose(0, 1)  # [B', H, C]
-        logits = torch.bmm(source_queries, states.transpose(1, 2)).masked_fill_(padding_slots.unsqueeze(1),
-                                                                               float("-inf"))
-        probs = F.softmax(logits, dim=-1, dtype=torch.float32)
+        # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
+        source_queries = torch.bmm(word_queries, weights["key_heads"])
+        logits = torch.bmm(source_queries.as_strided((num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1),
+                                                     source_queries.storage_offset()), states_t)
+        logits.masked_fill_(padding_slots, float("-inf"))  # [B', H, n]
+        probs = F.softmax(logits, dim=-1) if logits.dtype == torch.float32 else \
+            F.softmax(logits, dim=-1, dtype=torch.float32)
         token_attention = None
         if need_weights:  # the alignment layer: the attention over the source, averaged over heads
-            positions = layout.token_index.view(-1).index_select(0, slot).view(num_rows, 1, num_kept)
+            token_slot = slot.clamp(max=layout.token_index.numel() - 1)
+            positions = layout.token_index.view(-1).index_select(0, token_slot).view(num_rows, 1, num_kept)
             token_attention = probs.new_zeros(num_rows, 1, source_states.size(0)).scatter_add_(
                 2, positions, probs[:, :weight_heads].mean(dim=1, keepdim=True))
         if probs.dtype != states.dtype:
             probs = probs.to(states.dtype)
-        mixed = torch.bmm(probs, states)  # [B', H, C]
-        per_head = torch.baddbmm(weights["value_bias"], mixed.transpose(0, 1), weights["value_heads_t"])
-        output = torch.addmm(weights["out_bias"], per_head.transpose(0, 1).reshape(num_rows, embed_dim),
-                             weights["out_weight_t"])
+        mixed = torch.bmm(probs, states)  # [B', H, C]: sum_j p_hj x_j
+        # W^V_h per head, transposed: [H, d_h, C] @ [H, C, B'] -> [H, d_h, B'], i.e. [C, B'] with the heads' rows
+        per_head = torch.bmm(weights["value_heads"], mixed.as_strided(
+            (heads, embed_dim, num_rows), (embed_dim, 1, heads * embed_dim), mixed.storage_offset()))
+        output = torch.mm(weights["out_weight"], per_head.view(embed_dim, num_rows)).add_(weights["out_bias"])
 
         def sentence_mask():
             return rows.lookup(layout.sentence_mask)
 
         def selection():
-            valid = sentence_mask().gather(1, indices)
-            return selection_mask_from_indices(indices.unsqueeze(1), valid.unsqueeze(1), num_slots)
-        return output.view(1, num_rows, embed_dim), SentenceAttention(None, approx_log, sentence_mask, selection,
-                                                                      token_attention)
+            flat_indices = indices.view(num_rows, k)
+            valid = sentence_mask().gather(1, flat_indices)
+            return selection_mask_from_indices(flat_indices.unsqueeze(1), valid.unsqueeze(1), num_slots)
+        # [C, B'] -> [1, B', C] (a view)
+        return output.as_strided((1, num_rows, embed_dim), (num_rows * embed_dim, 1, num_rows)), SentenceAttention(
+            None, approx_log, sentence_mask, selection, token_attention)
 
     def _gathered_attention(
         self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: KeptTokens, approx_log,
