@@ -171,3 +171,33 @@ def test_attention_is_kept_only_when_asked_and_then_equals_fairseqs(golden_model
             torch.testing.assert_close(mine["attention"], reference["attention"],
                                        atol=SCORE_TOLERANCE * max(1.0, reference["attention"].abs().max().item()),
                                        rtol=0)
+
+
+def test_nan_log_probabilities_are_never_chosen_as_in_fairseqs_generator(golden_models, monkeypatch):
+    """A NaN log-probability counts as -inf (fairseq's ``lprobs[lprobs !=
+    lprobs] = -inf``; the static generator's in one pass without a host
+    read): with the first beams' most frequent token made NaN at every step,
+    neither generator ever emits it, and their beams are the same."""
+    from fairseq.sequence_generator import EnsembleModel
+
+    arch = "sparse_bart_tiny"
+    model, cfg, task = golden_models[arch]
+    sample = golden_sample(arch)
+    before = generate(task, model, cfg, sample, static=False)
+    emitted = torch.cat([hypotheses[0]["tokens"][:-1] for hypotheses in before])
+    poisoned = int(emitted.bincount().argmax())
+    forward_decoder = EnsembleModel.forward_decoder
+
+    def with_nan(self, *args, **kwargs):
+        lprobs, attention = forward_decoder(self, *args, **kwargs)
+        lprobs[:, poisoned] = float("nan")
+        return lprobs, attention
+
+    monkeypatch.setattr(EnsembleModel, "forward_decoder", with_nan)
+    dynamic = generate(task, model, cfg, sample, static=False)
+    static = generate(task, model, cfg, sample, static=True)
+    assert_same_beams(static, dynamic)
+    for hypotheses in static:
+        for hypothesis in hypotheses:
+            assert poisoned not in hypothesis["tokens"].tolist()
+            assert hypothesis["score"].isfinite()

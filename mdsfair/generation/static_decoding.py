@@ -162,7 +162,8 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
                 probs = self.lm_model.get_normalized_probs(lm_out, log_probs=True, sample=None)
                 lprobs += probs[:, -1, :] * self.lm_weight
 
-            lprobs.masked_fill_(lprobs.isnan(), -math.inf)  # fairseq's boolean indexing, without its host read
+            # fairseq's lprobs[lprobs != lprobs] = -inf: one pass, no host read (+-inf stay as they are)
+            lprobs.nan_to_num_(nan=-math.inf, posinf=math.inf, neginf=-math.inf)
             lprobs[:, self.pad] = -math.inf
             lprobs[:, self.unk] -= self.unk_penalty
             if step >= max_len:

@@ -38,6 +38,7 @@ from mdsfair.modules.components import (
 )
 from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
 from mdsfair.modules.segment_positions import segment_ids_from_start_tokens
+from mdsfair.modules.step_linear import step_linear
 from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, embed_source, wrap_layer
 
 #: The components of BART itself; the presets and architectures name what differs.
@@ -291,6 +292,16 @@ class ComponentDecoder(TransformerDecoderBase):
     def __init__(self, args, dictionary, embed_tokens, components):
         self.cross_attention_component = components["cross_attention"]
         super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, no_encoder_attn=False)
+
+    def output_layer(self, features):
+        """fairseq's output projection; without autograd (generation,
+        validation) taken as :func:`~mdsfair.modules.step_linear.step_linear`
+        takes a generation step's products (the same values; the logits may
+        be a transposed view, which the log-softmax reads in its one pass
+        and writes row-major: no copy of its own)."""
+        if self.adaptive_softmax is None and not torch.is_grad_enabled():
+            return step_linear(self.output_projection, features)
+        return super().output_layer(features)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         if no_encoder_attn:

@@ -47,6 +47,7 @@ from mdsfair.modules.parameter_cache import (
     linear_parameters,
     scaled_query_key_value,
 )
+from mdsfair.modules.step_linear import rows_times_weight
 
 #: key of an incremental state whose reorders keep every row among its group of rows
 BEAM_GROUPS = "mdsfair.beam_groups"
@@ -171,12 +172,16 @@ class BeamCachedSelfAttention(MultiheadAttention):
         return super().reorder_incremental_state(incremental_state, new_order)
 
     def _step_weights(self) -> Dict[str, Tensor]:
-        """``[q_proj * scaling; k_proj; v_proj]`` transposed for one
-        ``addmm``, and the output projection, kept until a parameter changes."""
+        """``[q_proj * scaling; k_proj; v_proj]`` as one product and the
+        output projection, with their biases as rows and as columns (for
+        :func:`~mdsfair.modules.step_linear.rows_times_weight`), kept until a
+        parameter changes."""
         def build():
             weight, bias = scaled_query_key_value(self)
-            return {"qkv_weight_t": weight.t().contiguous(), "qkv_bias": bias,
-                    "out_weight_t": self.out_proj.weight.t(), "out_bias": linear_bias(self.out_proj)}
+            out_bias = linear_bias(self.out_proj)
+            return {"qkv_weight": weight, "qkv_bias": bias, "qkv_bias_column": bias.unsqueeze(1),
+                    "out_weight": self.out_proj.weight, "out_bias": out_bias,
+                    "out_bias_column": out_bias.unsqueeze(1)}
         return derived_from_parameters(self, "_beam_step_weights", linear_parameters(
             self.q_proj, self.k_proj, self.v_proj, self.out_proj), build)
 
@@ -205,7 +210,8 @@ class BeamCachedSelfAttention(MultiheadAttention):
         sources = rows // beam
         history.ensure_capacity(history.length + 1)
         weights = self._step_weights()
-        projected = torch.addmm(weights["qkv_bias"], query.view(rows, embed_dim), weights["qkv_weight_t"])
+        projected = rows_times_weight(query.view(rows, embed_dim), weights["qkv_weight"], weights["qkv_bias"],
+                                      weights["qkv_bias_column"])
         buffer = self._cache(incremental_state, history, projected)
         steps = history.length + 1
         buffer[:, :, :, history.length].copy_(projected[:, embed_dim:].view(rows, 2, heads, head_dim).transpose(0, 1))
@@ -220,4 +226,5 @@ class BeamCachedSelfAttention(MultiheadAttention):
         # sum_s p_{j,s} v_{parent(j,s),s}: [B, c, H, j, t] @ [B, c, H, t, d], summed over c
         mixed = torch.matmul(probs * tables["value_mask"], cached[1]).sum(dim=1)
         output = mixed.transpose(1, 2).reshape(rows, embed_dim)  # [B, H, j, d] -> [B * j, C]
-        return torch.addmm(weights["out_bias"], output, weights["out_weight_t"]).view(1, rows, embed_dim)
+        return rows_times_weight(output, weights["out_weight"], weights["out_bias"],
+                                 weights["out_bias_column"]).view(1, rows, embed_dim)

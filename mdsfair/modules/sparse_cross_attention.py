@@ -68,6 +68,7 @@ from mdsfair.modules.sentence_approximator import (
     sentence_attention_log_scores,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
+from mdsfair.modules.step_linear import transposed
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
 GENERATION_PATHS = ("auto", "gather", "mask")
@@ -747,8 +748,8 @@ class SparseCrossAttention(MultiheadAttention):
         k = min(self.top_r, num_slots)
         weights = self._generation_weights()
         # [q_proj; W^Q] x^T: [C or 2C, B'], the head h, dimension d of row b' at (h * d_h + d, b')
-        projected = torch.mm(weights["query_weight"], query.view(num_rows, embed_dim).t()).add_(
-            weights["query_bias"])
+        projected = torch.addmm(weights["query_bias"], weights["query_weight"],
+                                transposed(query.view(num_rows, embed_dim)))
         # the word queries as [H, B', d_h], and the model-based sentence queries' rows of one source
         # grouped per head, [B, H, R, d_h] (copied into a buffer: one batched product per source and head)
         word_queries = projected.as_strided((heads, num_rows, head_dim), (head_dim * num_rows, 1, num_rows))

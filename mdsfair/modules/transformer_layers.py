@@ -13,6 +13,7 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
   own layer builders do.
 """
+from functools import partial
 from typing import Optional
 
 from fairseq.distributed import fsdp_wrap
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
 from mdsfair.modules.beam_cached_self_attention import BeamCachedSelfAttention
+from mdsfair.modules.step_linear import step_linear
 
 
 def wrap_layer(layer, cfg, structured: bool = False):
@@ -164,10 +166,13 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        # a generation step's few rows: the products as step_linear takes them (the same values)
+        fc1, fc2 = (self.fc1, self.fc2) if incremental_state is None else (
+            partial(step_linear, self.fc1), partial(step_linear, self.fc2))
+        x = self.activation_dropout_module(self.activation_fn(fc1(x)))
         if self.ffn_layernorm is not None:
             x = self.ffn_layernorm(x)
-        x = self.dropout_module(self.fc2(x))
+        x = self.dropout_module(fc2(x))
         if self.w_resid is not None:
             residual = self.w_resid * residual
         x = self.residual_connection(x, residual)

@@ -1,0 +1,76 @@
+"""The linear layers of a generation step: a few rows times every weight.
+
+A beam-search step multiplies ``batch * beam`` rows (16 at batch 4, beam 4)
+by each of the decoder's weight matrices and by the output embedding
+(50,265 x 768 in BART): on a CPU the product reads every weight once and is
+bound by memory, not arithmetic. fairseq takes it as ``F.linear``, i.e.
+``x W^T`` with the weight transposed. The same product taken the other way
+round, ``W x^T`` (the weight as stored, the rows transposed; the result a
+transposed view), reads the same bytes, and with the math library PyTorch
+calls on CPUs (MKL in the official wheels) it is faster from about 8 to 48
+rows and slower below: ``benchmarks/step_linear.py`` measures both for
+BART-base's shapes per row count (``benchmarks/results/step_linear_cpu.json``).
+
+:func:`transposed_product_pays` says when a step takes ``W x^T`` (float32
+on a CPU, no autograd, :data:`TRANSPOSED_ROWS` rows); everywhere else (a
+GPU, training, half precision, other row counts) the product is
+``F.linear``'s. Both give the product to float rounding (a different
+summation order; ``tests/test_step_linear.py``). The choice depends only on
+the shapes, so a run is reproducible.
+"""
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
+
+#: rows (inclusive) for which a CPU step takes the transposed product (see the module docstring)
+TRANSPOSED_ROWS = (8, 48)
+
+
+def transposed_product_pays(rows: int, x: Tensor) -> bool:
+    """Whether ``rows`` rows of ``x`` (a generation step's states) are
+    multiplied as ``W x^T`` (see the module docstring)."""
+    return (x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
+            and TRANSPOSED_ROWS[0] <= rows <= TRANSPOSED_ROWS[1])
+
+
+def transposed(matrix: Tensor) -> Tensor:
+    """``matrix.t()`` of a 2-D tensor, as one strided view (one operator
+    call, ``t()`` dispatches three)."""
+    return matrix.as_strided((matrix.size(1), matrix.size(0)), (matrix.stride(1), matrix.stride(0)))
+
+
+def rows_times_weight(x: Tensor, weight: Tensor, bias: Optional[Tensor],
+                      bias_column: Optional[Tensor] = None) -> Tensor:
+    """``x [rows, in] @ weight[out, in]^T + bias`` as ``[rows, out]``: taken
+    as ``(weight @ x^T + bias_column)^T`` (a transposed view) where
+    :func:`transposed_product_pays`, else as ``F.linear``. ``bias_column``:
+    ``bias`` as ``[out, 1]`` (kept by the caller; made here if None)."""
+    if not transposed_product_pays(x.size(0), x):
+        return F.linear(x, weight, bias)
+    if bias is None:
+        return transposed(torch.mm(weight, transposed(x)))
+    if bias_column is None:
+        bias_column = bias.unsqueeze(1)
+    return transposed(torch.addmm(bias_column, weight, transposed(x)))
+
+
+def step_linear(linear: nn.Linear, x: Tensor) -> Tensor:
+    """``linear(x)`` for the states ``x [..., in]`` of a generation step:
+    :func:`rows_times_weight` (the transposed product where it pays, its
+    bias column kept on ``linear``). The result may be a transposed view.
+    A linear with hooks (quantization noise, pruning) or of another class is
+    called as it is."""
+    rows = x.numel() // x.size(-1) if x.size(-1) else 0
+    if (type(linear) is not nn.Linear or linear._forward_hooks or linear._forward_pre_hooks
+            or not transposed_product_pays(rows, x)):
+        return linear(x)
+    bias = None
+    if linear.bias is not None:
+        bias = derived_from_parameters(linear, "_step_bias_column", linear_parameters(linear),
+                                       lambda: linear_bias(linear).unsqueeze(1))
+    product = rows_times_weight(x.reshape(rows, x.size(-1)), linear.weight, linear.bias, bias)
+    return product.view(*x.shape[:-1], linear.out_features)

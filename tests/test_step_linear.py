@@ -1,0 +1,100 @@
+"""A generation step's products taken as ``W x^T`` (mdsfair.modules.step_linear)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks import operator_counts
+from mdsfair.modules import step_linear as step_linear_module
+from mdsfair.modules.step_linear import TRANSPOSED_ROWS, rows_times_weight, step_linear, transposed
+
+
+def float32_tolerance(inner: int) -> dict:
+    """A float32 product of ``inner`` terms summed in another order: a few
+    rounding errors of float32 per term at most."""
+    eps = torch.finfo(torch.float32).eps
+    return {"atol": 4 * inner * eps, "rtol": 4 * inner * eps}
+
+
+def test_transposed_is_one_strided_view():
+    matrix = torch.arange(12.0).view(3, 4)[:, 1:]
+    assert torch.equal(transposed(matrix), matrix.t())
+
+
+@pytest.mark.parametrize("rows", sorted({TRANSPOSED_ROWS[0], 16, TRANSPOSED_ROWS[1]}))
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_in_the_window_the_product_is_taken_transposed_with_linears_values(rows, with_bias):
+    generator = torch.Generator().manual_seed(rows)
+    x, weight = torch.randn(rows, 48, generator=generator), torch.randn(40, 48, generator=generator)
+    bias = torch.randn(40, generator=generator) if with_bias else None
+    with torch.no_grad():
+        product = rows_times_weight(x, weight, bias)
+    assert product.shape == (rows, 40) and product.stride() == (1, rows)  # W x^T, seen transposed
+    torch.testing.assert_close(product, F.linear(x, weight, bias), **float32_tolerance(48))
+
+
+@pytest.mark.parametrize("case", ["few rows", "many rows", "float64", "autograd"])
+def test_elsewhere_the_product_is_f_linear(case):
+    rows = {"few rows": TRANSPOSED_ROWS[0] - 1, "many rows": TRANSPOSED_ROWS[1] + 1}.get(case, 16)
+    dtype = torch.float64 if case == "float64" else torch.float32
+    x = torch.randn(rows, 24, dtype=dtype, requires_grad=case == "autograd")
+    weight, bias = torch.randn(32, 24, dtype=dtype), torch.randn(32, dtype=dtype)
+    with torch.set_grad_enabled(case == "autograd"):
+        product = rows_times_weight(x, weight, bias)
+        assert product.is_contiguous() and torch.equal(product, F.linear(x, weight, bias))
+    if case == "autograd":
+        product.sum().backward()
+        torch.testing.assert_close(x.grad, weight.sum(0).expand(rows, 24))
+
+
+def test_step_linear_keeps_its_bias_column_and_follows_the_parameters():
+    linear = nn.Linear(16, 24)
+    x = torch.randn(1, 12, 16)
+    with torch.no_grad():
+        first = step_linear(linear, x)
+        assert first.shape == (1, 12, 24) and not first.is_contiguous()
+        torch.testing.assert_close(first, linear(x), **float32_tolerance(16))
+        linear.bias.add_(1.0)  # in place: the kept column is rebuilt
+        torch.testing.assert_close(step_linear(linear, x), linear(x), **float32_tolerance(16))
+
+
+def test_a_linear_with_hooks_is_called_as_it_is():
+    linear, calls = nn.Linear(16, 8), []
+    linear.register_forward_pre_hook(lambda module, inputs: calls.append(1))
+    with torch.no_grad():
+        out = step_linear(linear, torch.randn(12, 16))
+    assert calls == [1] and out.is_contiguous()
+
+
+@pytest.mark.parametrize("arch,extra", [("sparse_bart_base", {"top_r": 3}), ("multidoc_bart_base", {})])
+def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, arch, extra):
+    """Every product of a decoder step (self-attention, feed-forward, output
+    layer) at 8 rows (2 sources x beam 4) taken transposed gives the logits
+    of the step with fairseq's F.linear, step after step."""
+    dictionary = operator_counts.dictionary_of(120)
+    dims = operator_counts.encoder_decoder_dims(2, 32, 4, max_source_positions=96, max_target_positions=32)
+    model = operator_counts.build(arch, dictionary, **extra, **dims)
+    net_input = operator_counts.sentence_source(dictionary, 2, 96, 12)
+    if arch != "sparse_bart_base":
+        net_input = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
+    taken = []
+    monkeypatch.setattr(step_linear_module, "transposed",
+                        lambda matrix: taken.append(1) or transposed(matrix))
+
+    def logits(window):
+        monkeypatch.setattr(step_linear_module, "TRANSPOSED_ROWS", window)
+        state = operator_counts.DecodingState(model, net_input, beam=4, warm_steps=0)
+        steps = []
+        with torch.no_grad():
+            for _ in range(4):
+                out, _ = model.decoder(state.tokens, encoder_out=state.encoder_out,
+                                       incremental_state=state.incremental_state)
+                steps.append(out[:, -1])
+                state.tokens = torch.cat([state.tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
+        return torch.stack(steps)
+
+    standard = logits((1, 0))
+    assert not taken
+    transposed_steps = logits(TRANSPOSED_ROWS)
+    assert taken  # the transposed products ran
+    torch.testing.assert_close(transposed_steps, standard, **float32_tolerance(4 * 32))
