@@ -10,23 +10,26 @@ every beam reorder ``index_select``s both (a second copy), so each step moves
 the cache three times (two copies and the attention's read) and the copies
 grow with the summary.
 
-Here the cache is one buffer per layer, ``[2, rows, H, capacity, d]`` (each
-row and head's keys contiguous in time), written once per step and never
-moved. Beam search moves a hypothesis only among the ``beam`` rows of
-its own source, so a row's history at step ``s`` is one of those rows' keys
-at ``s``: :class:`BeamHistory` records, for every row and step, which of its
-source's rows (``0 .. beam - 1``) holds it, and a reorder permutes that small
-integer table once for all layers instead of copying every layer's cache.
-The attention of one step then reads each layer's cache once:
+Here the cache is one buffer per layer, ``[2, B, H, capacity, beam, d]``
+(``B`` sources of ``beam`` rows; for one source and head, step ``s`` of
+every beam row side by side), written once per step and never moved. Beam
+search moves a hypothesis only among the ``beam`` rows of its own source, so
+a row's history at step ``s`` is one of those rows' keys at ``s``:
+:class:`BeamHistory` records, for every row and step, which of its source's
+rows (``0 .. beam - 1``) holds it, and a reorder permutes that small integer
+table once for all layers instead of copying every layer's cache. The
+attention of one step then reads each layer's cache once, as one batched
+product per source and head (the cached steps of all beam rows are one
+``[t * beam, d]`` matrix of the buffer, a view):
 
 * scores of every query against every key of its source's ``beam`` rows,
-  ``q_j . k_{c,s}`` (``[B, c, H, j, t]``; ``beam`` times the multiply-adds
-  of one row's scores, but one read of the keys), and the row's own history
-  picked with one ``gather`` along ``c``;
+  ``q_j . k_{s,c}`` (``[B * H, j, t * beam]``; ``beam`` times the
+  multiply-adds of one row's scores, but one read of the keys), and the
+  row's own history picked with one ``gather`` along ``c``;
 * the softmax over ``s`` (in float32, as fairseq's ``utils.softmax``);
 * the values the same way: the probabilities spread over ``c`` by the
-  history's one-hot table, one batched product with the ``[B, c, H, t, d]``
-  values, summed over ``c`` (every term but one is an exact zero).
+  history's one-hot table (every term but one an exact zero), one batched
+  product with the ``[t * beam, d]`` values.
 
 This is the attention of fairseq's layer (same parameters, same state-dict
 keys; ``tests/test_beam_cached_self_attention.py`` checks it against
@@ -112,8 +115,8 @@ class BeamHistory:
 
     def tables(self, num_heads: int, dtype) -> Dict[str, Tensor]:
         """For the keys of this step (``length + 1`` of them), shared by all
-        layers: ``score_index [B, 1, H, j, t]``, the ``c`` of every row's key
-        at every step (for ``gather``), and ``value_mask [B, c, 1, j, t]``,
+        layers: ``score_index [B, H, j, t, 1]``, the ``c`` of every row's key
+        at every step (for ``gather``), and ``value_mask [B, 1, j, t, c]``,
         its one-hot table in ``dtype``."""
         if self._tables is None or self._tables["value_mask"].dtype != dtype:
             steps, beam = self.length + 1, self.group_size
@@ -121,9 +124,9 @@ class BeamHistory:
             parents = self.parents[:steps].view(steps, -1, beam).permute(1, 2, 0)  # [B, j, t]
             sources = parents.size(0)
             self._tables = {
-                "score_index": parents.view(sources, 1, 1, beam, steps).expand(sources, 1, num_heads, beam, steps),
-                "value_mask": parents.unsqueeze(1).eq(
-                    torch.arange(beam, device=parents.device).view(1, beam, 1, 1)).unsqueeze(2).to(dtype),
+                "score_index": parents.view(sources, 1, beam, steps, 1).expand(sources, num_heads, beam, steps, 1),
+                "value_mask": parents.unsqueeze(-1).eq(torch.arange(beam, device=parents.device)).unsqueeze(1).to(
+                    dtype),
             }
         return self._tables
 
@@ -186,14 +189,15 @@ class BeamCachedSelfAttention(MultiheadAttention):
             self.q_proj, self.k_proj, self.v_proj, self.out_proj), build)
 
     def _cache(self, incremental_state, history: BeamHistory, like: Tensor) -> Tensor:
-        """This layer's ``[2, rows, H, capacity, d]`` key/value buffer, made
-        (or grown) to hold the history's next step."""
+        """This layer's ``[2, B, H, capacity, beam, d]`` key/value buffer,
+        made (or grown) to hold the history's next step."""
         state = self.get_incremental_state(incremental_state, "beam_cache")
         needed = history.length + 1
         buffer = None if state is None else state["keys_values"]
         if buffer is None or buffer.size(3) < needed:
             capacity = max(history.capacity, needed)
-            grown = like.new_empty(2, history.rows, self.num_heads, capacity, self.head_dim)
+            beam = history.group_size
+            grown = like.new_empty(2, history.rows // beam, self.num_heads, capacity, beam, self.head_dim)
             if buffer is not None:
                 grown[:, :, :, : history.length] = buffer[:, :, :, : history.length]
             buffer = grown
@@ -210,21 +214,46 @@ class BeamCachedSelfAttention(MultiheadAttention):
         sources = rows // beam
         history.ensure_capacity(history.length + 1)
         weights = self._step_weights()
+        # [rows, 3C]: row b * beam + c, feature (part, h, d); possibly a transposed view (step_linear)
         projected = rows_times_weight(query.view(rows, embed_dim), weights["qkv_weight"], weights["qkv_bias"],
                                       weights["qkv_bias_column"])
+        row_stride, feature_stride = projected.stride()
         buffer = self._cache(incremental_state, history, projected)
-        steps = history.length + 1
-        buffer[:, :, :, history.length].copy_(projected[:, embed_dim:].view(rows, 2, heads, head_dim).transpose(0, 1))
-        cached = buffer[:, :, :, :steps].view(2, sources, beam, heads, steps, head_dim)
+        _, _, _, capacity, _, _ = buffer.shape
+        step, steps = history.length, history.length + 1
+
+        def of_projected(shape, strides, first_feature):  # a view of projected's [b, ., c/j, ., d] entries
+            return projected.as_strided(shape, strides, projected.storage_offset() + first_feature * feature_stride)
+
+        # this step's keys and values into the buffer: [2, B, H, beam, d] at step `step`
+        buffer.select(3, step).copy_(of_projected(
+            (2, sources, heads, beam, head_dim),
+            (embed_dim * feature_stride, beam * row_stride, head_dim * feature_stride, row_stride, feature_stride),
+            embed_dim))
+        # the queries as [B * H, j, d] (a small copy: a batched product needs one batch stride)
+        queries = projected.new_empty(sources, heads, beam, head_dim)
+        queries.copy_(of_projected(queries.shape, (beam * row_stride, head_dim * feature_stride, row_stride,
+                                                   feature_stride), 0))
+        queries = queries.view(sources * heads, beam, head_dim)
+        # the cached steps of every beam row of a source and head: [B * H, t * beam, d], views of the buffer
+        per_head = capacity * beam * head_dim
+        cached_keys = buffer.as_strided((sources * heads, head_dim, steps * beam), (per_head, 1, head_dim),
+                                        buffer.storage_offset())
+        cached_values = buffer.as_strided((sources * heads, steps * beam, head_dim), (per_head, head_dim, 1),
+                                          buffer.storage_offset() + buffer.stride(0))
         tables = history.tables(heads, projected.dtype)
-        queries = projected[:, :embed_dim].view(sources, 1, beam, heads, head_dim).transpose(2, 3)  # [B,1,H,j,d]
-        # q_j . k_{c,s} for every row c of the source, then each row's own history: [B, 1, H, j, t]
-        scores = torch.matmul(queries, cached[0].transpose(-1, -2)).gather(1, tables["score_index"])
-        probs = F.softmax(scores, dim=-1, dtype=torch.float32)  # as fairseq's utils.softmax
+        # q_j . k_{s,c} for every row c of the source, then each row's own history: [B, H, j, t, 1]
+        scores = torch.bmm(queries, cached_keys).view(sources, heads, beam, steps, beam).gather(
+            4, tables["score_index"])
+        probs = F.softmax(scores, dim=3, dtype=torch.float32)  # as fairseq's utils.softmax
         if probs.dtype != projected.dtype:
             probs = probs.to(projected.dtype)
-        # sum_s p_{j,s} v_{parent(j,s),s}: [B, c, H, j, t] @ [B, c, H, t, d], summed over c
-        mixed = torch.matmul(probs * tables["value_mask"], cached[1]).sum(dim=1)
-        output = mixed.transpose(1, 2).reshape(rows, embed_dim)  # [B, H, j, d] -> [B * j, C]
-        return rows_times_weight(output, weights["out_weight"], weights["out_bias"],
+        # sum_s p_{j,s} v_{s,parent(j,s)}: the probabilities on their parents' columns, one product
+        spread = torch.mul(probs, tables["value_mask"]).view(sources * heads, beam, steps * beam)
+        mixed = torch.bmm(spread, cached_values)  # [B * H, j, d]
+        # rows b * beam + j, features h * d_h + d, for the output projection
+        output = projected.new_empty(sources, beam, heads, head_dim)
+        output.copy_(mixed.as_strided((sources, beam, heads, head_dim),
+                                      (heads * beam * head_dim, head_dim, beam * head_dim, 1)))
+        return rows_times_weight(output.view(rows, embed_dim), weights["out_weight"], weights["out_bias"],
                                  weights["out_bias_column"]).view(1, rows, embed_dim)
