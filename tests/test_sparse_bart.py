@@ -373,7 +373,7 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
 
 @pytest.mark.parametrize("approximator", ["model-based", "model-free"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_generation_step_equals_general_path(approximator, dtype):
+def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
     """The lean generation step (row tables kept, projections transposed,
     per-head views of one product, value bias folded into the output's)
     gives the general gathered path's output, sentence choice, approximator
@@ -392,32 +392,30 @@ def test_generation_step_equals_general_path(approximator, dtype):
     lean = context._replace(row_tables=RowTables(rows, context.layout))
     calls = []
     original = SparseCrossAttention._generation_step
+    monkeypatch.setattr(SparseCrossAttention, "_generation_step",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
     states = {"general": [{}, {}], "lean": [{}, {}]}
-    try:
-        SparseCrossAttention._generation_step = lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
-        with torch.no_grad():
-            for step in range(query.size(0)):
-                for index, layer in enumerate(layers):
-                    need_weights = step % 2 == 1
-                    expected, expected_report = layer(query[step:step + 1], key, padding, context,
-                                                      incremental_state=states["general"][index],
-                                                      need_weights=need_weights)
-                    before = len(calls)
-                    out, report = layer(query[step:step + 1], key, padding, lean,
-                                        incremental_state=states["lean"][index], need_weights=need_weights)
-                    assert len(calls) == before + 1  # the lean step ran
-                    torch.testing.assert_close(out, expected, **tolerance)
-                    assert torch.equal(report.selection, expected_report.selection)
-                    finite = expected_report.approx_log.isfinite()
-                    assert torch.equal(report.approx_log.isfinite(), finite)
-                    torch.testing.assert_close(report.approx_log[finite].float(),
-                                               expected_report.approx_log[finite].float(), **tolerance)
-                    if need_weights:
-                        torch.testing.assert_close(report.token_attention, expected_report.token_attention,
-                                                   **tolerance)
-    finally:
-        SparseCrossAttention._generation_step = original
+    with torch.no_grad():
+        for step in range(query.size(0)):
+            for index, layer in enumerate(layers):
+                need_weights = step % 2 == 1
+                expected, expected_report = layer(query[step:step + 1], key, padding, context,
+                                                  incremental_state=states["general"][index],
+                                                  need_weights=need_weights)
+                before = len(calls)
+                out, report = layer(query[step:step + 1], key, padding, lean,
+                                    incremental_state=states["lean"][index], need_weights=need_weights)
+                assert len(calls) == before + 1  # the lean step ran
+                torch.testing.assert_close(out, expected, **tolerance)
+                assert torch.equal(report.selection, expected_report.selection)
+                finite = expected_report.approx_log.isfinite()
+                assert torch.equal(report.approx_log.isfinite(), finite)
+                torch.testing.assert_close(report.approx_log[finite].float(),
+                                           expected_report.approx_log[finite].float(), **tolerance)
+                if need_weights:
+                    torch.testing.assert_close(report.token_attention, expected_report.token_attention,
+                                               **tolerance)
     assert len(calls) == 2 * query.size(0)
 
 

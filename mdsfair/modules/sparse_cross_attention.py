@@ -171,16 +171,16 @@ class RowTables:
             shape, dtype=dtype, device=self.rows.source_index.device))
 
     def gather_buffer(self, rows: int, num_kept: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """A ``[rows * n, C]`` buffer of ``like``'s dtype and device, kept
-        for the next layers and steps, and its views ``[rows, n, C]`` and
+        """A ``[rows * n, C]`` :meth:`buffer` of ``like``'s dtype, kept for
+        the next layers and steps, and its views ``[rows, n, C]`` and
         ``[rows, C, n]``: the kept tokens' encoder states are gathered into
         it (:meth:`SparseCrossAttention._generation_step`, without autograd;
         each layer reads them before the next overwrites them)."""
         def build():
-            flat = like.new_empty(rows * num_kept, like.size(-1))
+            flat = self.buffer("gathered_states", (rows * num_kept, like.size(-1)), like.dtype)
             per_row = flat.view(rows, num_kept, like.size(-1))
             return flat, per_row, per_row.transpose(1, 2)
-        return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}_{like.device}", build)
+        return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}", build)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
         """The ``[N * B, C]`` view of the encoder output ``[N, B, C]`` (made
@@ -353,6 +353,14 @@ def average_over_hypotheses(scores: Tensor, rows: HypothesisRows) -> Tensor:
     counts = torch.bincount(rows.source_index, minlength=rows.num_sources).clamp(min=1).to(scores.dtype)
     shape = (-1,) + (1,) * (scores.dim() - 1)
     return (totals / counts.view(shape)).index_select(0, rows.source_index)
+
+
+def softmax_in_float32(logits: Tensor) -> Tensor:
+    """Softmax over the last dimension computed in float32 (as fairseq's
+    ``utils.softmax``), without a cast where the logits already are."""
+    if logits.dtype == torch.float32:
+        return F.softmax(logits, dim=-1)
+    return F.softmax(logits, dim=-1, dtype=torch.float32)
 
 
 class SparseCrossAttention(MultiheadAttention):
@@ -766,8 +774,7 @@ class SparseCrossAttention(MultiheadAttention):
         if self.sentence_attention is not None:
             sentence_logits = torch.bmm(grouped_by_source(embed_dim), keys).add_(
                 tables.sentence_score_bias(heads, keys.dtype))
-            probs = F.softmax(sentence_logits, dim=-1) if sentence_logits.dtype == torch.float32 else \
-                F.softmax(sentence_logits, dim=-1, dtype=torch.float32)  # [B * H, R, S], alpha~ of Eq. 7
+            probs = softmax_in_float32(sentence_logits)  # [B * H, R, S], alpha~ of Eq. 7
             # summed over heads: H times the mean of App. A.4, the same ranking
             ranking = probs.view(num_sources, heads, per_source, num_slots).sum(dim=1)
 
@@ -814,8 +821,7 @@ class SparseCrossAttention(MultiheadAttention):
         logits = torch.bmm(source_queries.as_strided((num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1),
                                                      source_queries.storage_offset()), states_t)
         logits.masked_fill_(padding_slots, float("-inf"))  # [B', H, n]
-        probs = F.softmax(logits, dim=-1) if logits.dtype == torch.float32 else \
-            F.softmax(logits, dim=-1, dtype=torch.float32)
+        probs = softmax_in_float32(logits)
         token_attention = None
         if need_weights:  # the alignment layer: the attention over the source, averaged over heads
             token_slot = slot.clamp(max=layout.token_index.numel() - 1)

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
+from mdsfair.modules.parameter_cache import derived_from_parameters, linear_parameters
 
 #: rows (inclusive) for which a CPU step takes the transposed product (see the module docstring)
 TRANSPOSED_ROWS = (8, 48)
@@ -43,6 +43,13 @@ def transposed(matrix: Tensor) -> Tensor:
     return matrix.as_strided((matrix.size(1), matrix.size(0)), (matrix.stride(1), matrix.stride(0)))
 
 
+def _transposed_product(x: Tensor, weight: Tensor, bias_column: Optional[Tensor]) -> Tensor:
+    """``(weight @ x^T + bias_column)^T``: ``[rows, out]``, a transposed view."""
+    if bias_column is None:
+        return transposed(torch.mm(weight, transposed(x)))
+    return transposed(torch.addmm(bias_column, weight, transposed(x)))
+
+
 def rows_times_weight(x: Tensor, weight: Tensor, bias: Optional[Tensor],
                       bias_column: Optional[Tensor] = None) -> Tensor:
     """``x [rows, in] @ weight[out, in]^T + bias`` as ``[rows, out]``: taken
@@ -51,26 +58,24 @@ def rows_times_weight(x: Tensor, weight: Tensor, bias: Optional[Tensor],
     ``bias`` as ``[out, 1]`` (kept by the caller; made here if None)."""
     if not transposed_product_pays(x.size(0), x):
         return F.linear(x, weight, bias)
-    if bias is None:
-        return transposed(torch.mm(weight, transposed(x)))
-    if bias_column is None:
+    if bias is not None and bias_column is None:
         bias_column = bias.unsqueeze(1)
-    return transposed(torch.addmm(bias_column, weight, transposed(x)))
+    return _transposed_product(x, weight, bias_column)
 
 
 def step_linear(linear: nn.Linear, x: Tensor) -> Tensor:
     """``linear(x)`` for the states ``x [..., in]`` of a generation step:
-    :func:`rows_times_weight` (the transposed product where it pays, its
-    bias column kept on ``linear``). The result may be a transposed view.
-    A linear with hooks (quantization noise, pruning) or of another class is
-    called as it is."""
+    the transposed product where :func:`transposed_product_pays` (its bias
+    column kept on ``linear``), else ``linear(x)``. The result may be a
+    transposed view. A linear with hooks (quantization noise, pruning) or of
+    another class is called as it is."""
     rows = x.numel() // x.size(-1) if x.size(-1) else 0
     if (type(linear) is not nn.Linear or linear._forward_hooks or linear._forward_pre_hooks
             or not transposed_product_pays(rows, x)):
         return linear(x)
-    bias = None
+    bias_column = None
     if linear.bias is not None:
-        bias = derived_from_parameters(linear, "_step_bias_column", linear_parameters(linear),
-                                       lambda: linear_bias(linear).unsqueeze(1))
-    product = rows_times_weight(x.reshape(rows, x.size(-1)), linear.weight, linear.bias, bias)
+        bias_column = derived_from_parameters(linear, "_step_bias_column", linear_parameters(linear),
+                                              lambda: linear.bias.unsqueeze(1))
+    product = _transposed_product(x.reshape(rows, x.size(-1)), linear.weight, bias_column)
     return product.view(*x.shape[:-1], linear.out_features)
