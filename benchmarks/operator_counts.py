@@ -56,6 +56,7 @@ import mdsfair  # noqa: E402
 
 mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
+from mdsfair.models.component_model import declare_alignment_unused  # noqa: E402
 from mdsfair.modules.beam_cached_self_attention import declare_beam_groups  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
@@ -160,8 +161,9 @@ class DecodingState:
     :mod:`mdsfair.generation.static_decoding`): the encoder output expanded
     to ``batch * beam`` rows once, the incremental state, and every step a
     reorder of the decoder's caches within each source's beam followed by
-    one decoder call, with the beam groups declared as that generator does
-    (mdsfair's decoders keep their self-attention caches in place). With
+    one decoder call, with the beam groups and the unused alignment declared
+    as that generator does (mdsfair's decoders keep their self-attention
+    caches in place and compute no attention for an alignment). With
     ``reorder_encoder_out`` the encoder output is reordered at every step
     too, as fairseq's ``SequenceGenerator`` does."""
 
@@ -174,8 +176,10 @@ class DecodingState:
             expand = torch.arange(batch_size).view(-1, 1).repeat(1, beam).view(-1)
             self.encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
         self.incremental_state: Dict = {}
-        # reorders stay within a source's beam, as the static generator declares
+        # reorders stay within a source's beam, and the attention over the source is not kept (no
+        # --print-alignment), as the static generator declares
         declare_beam_groups(self.incremental_state, beam)
+        declare_alignment_unused(self.incremental_state)
         self.tokens = torch.full((batch_size * beam, 1), model.decoder.dictionary.eos())
         generator = torch.Generator().manual_seed(1)
         # a fixed permutation within every source's beam, as beam search reorders

@@ -12,9 +12,12 @@ import torch
 from mdsfair.generation.sequence_generator import GenerationSettingsError
 from mdsfair.generation.static_decoding import (
     StaticShapeSequenceGenerator,
+    beam_candidates,
     bucket_size,
     parse_bucket_sizes,
 )
+from mdsfair.models.component_model import declare_alignment_unused
+from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
 from tests.test_golden_outputs import ARCHITECTURES, load
 
@@ -201,3 +204,112 @@ def test_nan_log_probabilities_are_never_chosen_as_in_fairseqs_generator(golden_
         for hypothesis in hypotheses:
             assert poisoned not in hypothesis["tokens"].tolist()
             assert hypothesis["score"].isfinite()
+
+
+def fairseqs_beam_step(step, lprobs, scores):
+    from fairseq.data import Dictionary
+    from fairseq.search import BeamSearch
+
+    return BeamSearch(Dictionary()).step(step, lprobs, scores[:, :, :step])
+
+
+@pytest.mark.parametrize("vocab", [3, 7, 500])
+@pytest.mark.parametrize("step", [0, 1, 5])
+def test_beam_candidates_are_fairseqs_beam_search(vocab, step):
+    """The two-stage ranking (each row's best, then the best of those)
+    gives fairseq's BeamSearch.step: the same candidates in the same order
+    with the same sums (float64, no equal sums), also where a row has fewer
+    words than the candidates (vocab 3 < 2 * beam)."""
+    generator = torch.Generator().manual_seed(vocab * 10 + step)
+    bsz, beam = 3, 4
+    lprobs = torch.randn(bsz, beam, vocab, generator=generator, dtype=torch.float64).log_softmax(-1)
+    scores = torch.randn(bsz, beam, step + 1, generator=generator, dtype=torch.float64) * 3
+    ours = beam_candidates(step, lprobs, scores)
+    theirs = fairseqs_beam_step(step, lprobs, scores)
+    for mine, reference in zip(ours, theirs):
+        assert torch.equal(mine, reference)
+
+
+def test_beam_candidates_with_masked_words_are_fairseqs_finite_candidates():
+    """With words masked (-inf: padding, a minimum length, n-gram blocking),
+    the finite candidates are fairseq's, in order; -inf fills the rest as
+    in fairseq's (which of the -inf words fill it neither specifies)."""
+    generator = torch.Generator().manual_seed(3)
+    lprobs = torch.randn(2, 4, 50, generator=generator, dtype=torch.float64).log_softmax(-1)
+    lprobs[:, :, 1] = float("-inf")
+    lprobs[0, :, 3:] = float("-inf")  # the first source: 2 words per row, 8 candidates in all
+    lprobs[0, 1, 0] = float("-inf")  # ... but for one: 7 finite candidates
+    lprobs[1, 1:] = float("-inf")  # the second: one row with 3 words left
+    lprobs[1, 0, 4:] = float("-inf")
+    scores = torch.randn(2, 4, 3, generator=generator, dtype=torch.float64)
+    (our_scores, our_tokens, our_beams), (their_scores, their_tokens, their_beams) = (
+        beam_candidates(2, lprobs, scores), fairseqs_beam_step(2, lprobs, scores))
+    assert torch.equal(our_scores, their_scores)
+    finite = their_scores.isfinite()
+    assert not finite.all()
+    assert torch.equal(our_tokens[finite], their_tokens[finite]) and torch.equal(our_beams[finite], their_beams[finite])
+
+
+def decoder_steps(model, sample, steps, declare):
+    """``steps`` incremental decoder calls on the golden batch (the best
+    token fed back), as the static generator drives them; returns the
+    logits and the ``attn`` of every step."""
+    net_input = net_input_for(model, sample["net_input"])  # the side inputs the model reads, as the task gives them
+    with torch.no_grad():
+        encoder_out = model.encoder.forward_torchscript(net_input)  # as the generators call it
+        rows = torch.arange(net_input["src_tokens"].size(0)).repeat_interleave(2)
+        encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
+    incremental_state = {}
+    if declare:
+        declare_alignment_unused(incremental_state)
+    tokens = torch.full((rows.numel(), 1), model.decoder.dictionary.eos())
+    logits, attentions = [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            out, extra = model.decoder(tokens, encoder_out=encoder_out, incremental_state=incremental_state)
+            logits.append(out[:, -1])
+            attentions.append(extra["attn"][0])
+            tokens = torch.cat([tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return logits, attentions
+
+
+@pytest.mark.parametrize("arch", ["sparse_bart_tiny", "led_tiny"])
+def test_a_declared_unused_alignment_is_not_computed_and_changes_nothing_else(golden_models, arch):
+    """The static generator declares that it discards the alignment layer's
+    attention (unless it keeps the attention): mdsfair's decoders then return
+    none, and every step's logits are exactly those computed with it."""
+    model, _, _ = golden_models[arch]
+    sample = golden_sample(arch)
+    with_alignment, attentions = decoder_steps(model, sample, 4, declare=False)
+    without_alignment, none = decoder_steps(model, sample, 4, declare=True)
+    assert all(attention is not None for attention in attentions) and all(attention is None for attention in none)
+    for mine, reference in zip(without_alignment, with_alignment):
+        assert torch.equal(mine, reference)
+
+
+def test_the_reordering_modules_are_found_once_per_generation_in_fairseqs_order(golden_models, monkeypatch):
+    """fairseq walks every submodule at every reorder; mdsfair's decoder
+    finds those with a reorder_incremental_state once per incremental state
+    and calls them in the walk's order."""
+    from fairseq.models.fairseq_incremental_decoder import FairseqIncrementalDecoder
+
+    model, _, _ = golden_models["sparse_bart_tiny"]
+    decoder = model.decoder
+    reorderers = [module for module in decoder.modules() if hasattr(module, "reorder_incremental_state")]
+    assert len(reorderers) > 2 * len(decoder.layers)  # the decoder and each layer's two attentions at least
+    calls, walks = [], []
+    for module in reorderers:
+        original = module.reorder_incremental_state
+        monkeypatch.setattr(module, "reorder_incremental_state",
+                            lambda state, order, module=module, original=original: calls.append(module) or original(
+                                state, order))
+    modules = type(decoder).modules
+    monkeypatch.setattr(type(decoder), "modules", lambda self: walks.append(1) or modules(self))
+    incremental_state, order = {}, torch.arange(4)
+    with torch.no_grad():
+        for _ in range(3):
+            decoder.reorder_incremental_state_scripting(incremental_state, order)
+    assert walks == [1] and calls == reorderers * 3
+    calls.clear()
+    FairseqIncrementalDecoder.reorder_incremental_state_scripting(decoder, {}, order)
+    assert calls == reorderers  # fairseq's walk: the same modules in the same order

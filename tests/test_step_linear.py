@@ -6,7 +6,14 @@ from torch import nn
 
 from benchmarks import operator_counts
 from mdsfair.modules import step_linear as step_linear_module
-from mdsfair.modules.step_linear import TRANSPOSED_ROWS, rows_times_weight, step_linear, transposed
+from mdsfair.modules.step_linear import (
+    ROW_MAJOR_BLOCK_ELEMENTS,
+    TRANSPOSED_ROWS,
+    row_major,
+    rows_times_weight,
+    step_linear,
+    transposed,
+)
 
 
 def float32_tolerance(inner: int) -> dict:
@@ -98,3 +105,43 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     transposed_steps = logits(TRANSPOSED_ROWS)
     assert taken  # the transposed products ran
     torch.testing.assert_close(transposed_steps, standard, **float32_tolerance(4 * 32))
+
+
+@pytest.mark.parametrize("rows,columns,offset", [
+    (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, 0),  # whole blocks only
+    (16, 50265, 0),  # BART's vocabulary: whole blocks and a remainder
+    (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, 5),  # a remainder, and a view into a larger storage
+    (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, 0),
+])
+def test_row_major_copies_a_transposed_product_blockwise_with_its_values(monkeypatch, rows, columns, offset):
+    storage = torch.randn(offset + columns * rows, dtype=torch.float64)
+    matrix = transposed(storage[offset:].view(columns, rows))  # [rows, columns], strides (1, rows)
+    copies = []
+    copy = torch.Tensor.copy_
+    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, source: copies.append(self.shape) or copy(self, source))
+    result = row_major(matrix)
+    assert result.is_contiguous() and torch.equal(result, matrix)  # a copy: exactly the values
+    block = ROW_MAJOR_BLOCK_ELEMENTS // rows
+    assert copies[:2] == [(columns // block, rows, block)] * 2  # staged blockwise, then into the rows
+    assert len(copies) == 2 + (columns % block > 0)  # the last columns, fewer than a block
+
+
+@pytest.mark.parametrize("case", ["contiguous", "other strides", "one block"])
+def test_row_major_of_anything_else_is_contiguous(case):
+    if case == "contiguous":
+        matrix = torch.randn(16, 100)
+    elif case == "other strides":
+        matrix = torch.randn(16, 200)[:, ::2]
+    else:
+        matrix = transposed(torch.randn(ROW_MAJOR_BLOCK_ELEMENTS // 16, 16))
+    result = row_major(matrix)
+    assert result.is_contiguous() and torch.equal(result, matrix)
+
+
+def test_step_linear_contiguous_gives_row_major_logits():
+    linear = nn.Linear(16, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 5)
+    x = torch.randn(12, 1, 16)
+    with torch.no_grad():
+        as_view, as_rows = step_linear(linear, x), step_linear(linear, x, contiguous=True)
+    assert not as_view.is_contiguous() and as_rows.is_contiguous()
+    assert torch.equal(as_rows, as_view)

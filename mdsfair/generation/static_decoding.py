@@ -26,6 +26,14 @@ the shape fixed from the first step to the last:
   alignment it serves (``--print-alignment``) is refused with
   ``--static-decoding``, and a hypothesis then carries an empty
   ``attention`` tensor, as fairseq's does for a model without attention;
+  mdsfair's decoders are told so
+  (:func:`~mdsfair.models.component_model.declare_alignment_unused`) and
+  do not compute it;
+* beam search (fairseq's ``BeamSearch``, the default strategy) takes its
+  ``2 * beam`` candidates per source in two stages (:func:`beam_candidates`):
+  the best of every row, then the best of those, instead of adding every
+  row's score to all its ``vocabulary`` log-probabilities and ranking
+  ``beam * vocabulary`` sums; the same candidates with the same scores;
 * with ``bucket_sizes`` (``--static-decoding-buckets``), the batch is padded
   to the smallest bucket that holds it (its last source repeated, finished
   from the start), so that batches of different sizes share a few shapes.
@@ -38,9 +46,11 @@ import math
 from typing import Dict, List, Optional, Sequence
 
 import torch
+from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
+from mdsfair.models.component_model import declare_alignment_unused
 from mdsfair.modules.beam_cached_self_attention import declare_beam_groups
 
 
@@ -72,6 +82,36 @@ def pad_rows(tensor: Tensor, rows: int) -> Tensor:
     if missing <= 0:
         return tensor
     return torch.cat([tensor, tensor[-1:].expand(missing, *tensor.shape[1:])], dim=0)
+
+
+def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multiple: int = 2):
+    """fairseq's ``BeamSearch.step`` for ``lprobs [bsz, beam, V]`` and the
+    hypotheses' ``scores [bsz, beam, steps]``: the ``candidate_multiple *
+    beam`` best continuations of each source, as ``(scores, tokens, beams)``,
+    each ``[bsz, k]``, best first.
+
+    fairseq adds every row's score to its ``V`` log-probabilities and ranks
+    the ``beam * V`` sums of a source. A continuation among a source's ``k``
+    best is among the ``k`` best of its own row (the row's score is added to
+    all of them), so the rows' ``k`` best are ranked instead: the same
+    candidates, with the same sums (the same two numbers added), reading the
+    log-probabilities once and adding ``beam * k`` scores. As fairseq, the
+    first step ranks the first row only (every row of a source is the same
+    empty hypothesis) and at most ``beam * V - 1`` candidates are taken
+    (never the padding symbol). Equal sums may come in another order
+    (neither ranking specifies one)."""
+    bsz, beam_size, vocab_size = lprobs.shape
+    if step == 0:
+        k = min(candidate_multiple * beam_size, vocab_size - 1)
+        cand_scores, cand_indices = torch.topk(lprobs[:, 0, :], k)
+        return cand_scores, cand_indices, torch.zeros_like(cand_indices)
+    k = min(candidate_multiple * beam_size, beam_size * vocab_size - 1)
+    per_row = min(k, vocab_size)
+    row_scores, row_indices = torch.topk(lprobs, per_row, dim=2)  # [bsz, beam, per_row]
+    sums = row_scores.add_(scores[:, :, step - 1].unsqueeze(-1)).view(bsz, beam_size * per_row)
+    cand_scores, flat = torch.topk(sums, k)
+    cand_beams = torch.div(flat, per_row, rounding_mode="trunc")
+    return cand_scores, row_indices.view(bsz, beam_size * per_row).gather(1, flat), cand_beams
 
 
 class StaticShapeSequenceGenerator(SequenceGenerator):
@@ -125,6 +165,8 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
         incremental_states = [{} for _ in range(self.model.models_size)]
         for incremental_state in incremental_states:  # reorders stay within a source's rows (see below)
             declare_beam_groups(incremental_state, beam_size, max_len + 2)
+            if not self.keep_attention:  # mdsfair's decoders then skip the alignment layer's attention
+                declare_alignment_unused(incremental_state)
         with torch.autograd.profiler.record_function("EnsembleModel: forward_encoder"):
             encoder_outs = self.model.forward_encoder(net_input)
         new_order = torch.arange(bsz).view(-1, 1).repeat(1, beam_size).view(-1).to(src_tokens.device).long()
@@ -187,10 +229,14 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
             if self.repeat_ngram_blocker is not None:
                 lprobs = self.repeat_ngram_blocker(tokens, lprobs, bsz, beam_size, step)
 
-            cand_scores, cand_indices, cand_beams = self.search.step(
-                step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1)[:, :, :step],
-                tokens[:, : step + 1], original_batch_idxs,
-            )
+            if type(self.search) is BeamSearch:
+                cand_scores, cand_indices, cand_beams = beam_candidates(
+                    step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1))
+            else:
+                cand_scores, cand_indices, cand_beams = self.search.step(
+                    step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1)[:, :, :step],
+                    tokens[:, : step + 1], original_batch_idxs,
+                )
             cand_bbsz_idx = cand_beams.add(bbsz_offsets)
             eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
             eos_mask[:, :beam_size][cands_to_ignore] = torch.tensor(0).to(eos_mask)

@@ -283,6 +283,21 @@ class ComponentEncoder(TransformerEncoderBase):
         return self.cross_attention_component.reorder_encoder_out(self, encoder_out, new_order)
 
 
+#: ``incremental_state`` entry of a generator that does not keep the decoder's attention over the source
+#: (:func:`declare_alignment_unused`)
+ALIGNMENT_UNUSED = "mdsfair.alignment_unused"
+
+
+def declare_alignment_unused(incremental_state: Dict) -> None:
+    """Declare that the generator driving ``incremental_state`` discards the
+    ``attn`` its decoder steps return (the alignment layer's attention over
+    the source): mdsfair's decoders then compute it only when the caller
+    names an ``alignment_layer``. fairseq's generator keeps it for every
+    hypothesis (``--print-alignment``) and declares nothing; the
+    static-shape generator declares it unless it keeps the attention."""
+    incremental_state[ALIGNMENT_UNUSED] = True
+
+
 class ComponentDecoder(TransformerDecoderBase):
     """BART's decoder whose cross-attention is a component's. The extra
     output holds ``attn`` (the ``alignment_layer``'s cross-attention averaged
@@ -296,11 +311,12 @@ class ComponentDecoder(TransformerDecoderBase):
     def output_layer(self, features):
         """fairseq's output projection; without autograd (generation,
         validation) taken as :func:`~mdsfair.modules.step_linear.step_linear`
-        takes a generation step's products (the same values; the logits may
-        be a transposed view, which the log-softmax reads in its one pass
-        and writes row-major: no copy of its own)."""
+        takes a generation step's products (the same values), and made
+        contiguous blockwise (:func:`~mdsfair.modules.step_linear.row_major`):
+        the log-softmax over the vocabulary would otherwise copy the
+        transposed logits with PyTorch's cache-missing copy."""
         if self.adaptive_softmax is None and not torch.is_grad_enabled():
-            return step_linear(self.output_projection, features)
+            return step_linear(self.output_projection, features, contiguous=True)
         return super().output_layer(features)
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
@@ -320,7 +336,7 @@ class ComponentDecoder(TransformerDecoderBase):
     ):
         if encoder_out is None or len(encoder_out.get("encoder_out", [])) == 0:
             raise ValueError("the decoder needs the encoder output")
-        if alignment_layer is None:
+        if alignment_layer is None and not (incremental_state is not None and ALIGNMENT_UNUSED in incremental_state):
             alignment_layer = self.num_layers - 1
         encoder_states = encoder_out["encoder_out"][0]
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
@@ -383,9 +399,22 @@ class ComponentDecoder(TransformerDecoderBase):
 
     def reorder_incremental_state_scripting(self, incremental_state, new_order: Tensor):
         """fairseq's reorder of every module's cache, after the beam history
-        of in-place self-attention caches (one small table for all layers)."""
+        of in-place self-attention caches (one small table for all layers).
+        fairseq walks every submodule at every step to find those with a
+        ``reorder_incremental_state``; they are found once per generation
+        (the list is kept in ``incremental_state``) and called in the same
+        order."""
         reorder_beam_history(self, incremental_state, new_order)
-        return super().reorder_incremental_state_scripting(incremental_state, new_order)
+        if incremental_state is None:
+            return super().reorder_incremental_state_scripting(incremental_state, new_order)
+        modules = self.get_incremental_state(incremental_state, "reordering_modules")
+        if modules is None:
+            modules = [module for module in self.modules() if hasattr(module, "reorder_incremental_state")]
+            self.set_incremental_state(incremental_state, "reordering_modules", modules)
+        for module in modules:
+            result = module.reorder_incremental_state(incremental_state, new_order)
+            if result is not None:
+                incremental_state = result
 
 
 def encoder_decoder_forward(
