@@ -56,8 +56,8 @@ import mdsfair  # noqa: E402
 
 mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
-from mdsfair.models.component_model import declare_alignment_unused  # noqa: E402
 from mdsfair.modules.beam_cached_self_attention import declare_beam_groups  # noqa: E402
+from mdsfair.modules.decoding_declarations import declare_alignment_unused  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
 SYNC_OPERATORS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")

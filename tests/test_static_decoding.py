@@ -16,7 +16,7 @@ from mdsfair.generation.static_decoding import (
     bucket_size,
     parse_bucket_sizes,
 )
-from mdsfair.models.component_model import declare_alignment_unused
+from mdsfair.modules.decoding_declarations import declare_alignment_unused
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
 from tests.test_golden_outputs import ARCHITECTURES, load

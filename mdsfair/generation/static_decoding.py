@@ -27,7 +27,7 @@ the shape fixed from the first step to the last:
   ``--static-decoding``, and a hypothesis then carries an empty
   ``attention`` tensor, as fairseq's does for a model without attention;
   mdsfair's decoders are told so
-  (:func:`~mdsfair.models.component_model.declare_alignment_unused`) and
+  (:func:`~mdsfair.modules.decoding_declarations.declare_alignment_unused`) and
   do not compute it;
 * beam search (fairseq's ``BeamSearch``, the default strategy) takes its
   ``2 * beam`` candidates per source in two stages (:func:`beam_candidates`):
@@ -50,8 +50,8 @@ from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
-from mdsfair.models.component_model import declare_alignment_unused
 from mdsfair.modules.beam_cached_self_attention import declare_beam_groups
+from mdsfair.modules.decoding_declarations import declare_alignment_unused
 
 
 def bucket_size(batch_size: int, bucket_sizes: Optional[Sequence[int]]) -> int:

@@ -28,6 +28,7 @@ from mdsfair.argument_types import at_least
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
 from mdsfair.modules.beam_cached_self_attention import beam_history, reorder_beam_history
+from mdsfair.modules.decoding_declarations import alignment_unused
 from mdsfair.modules.components import (
     ROLES,
     SourceStructure,
@@ -283,21 +284,6 @@ class ComponentEncoder(TransformerEncoderBase):
         return self.cross_attention_component.reorder_encoder_out(self, encoder_out, new_order)
 
 
-#: ``incremental_state`` entry of a generator that does not keep the decoder's attention over the source
-#: (:func:`declare_alignment_unused`)
-ALIGNMENT_UNUSED = "mdsfair.alignment_unused"
-
-
-def declare_alignment_unused(incremental_state: Dict) -> None:
-    """Declare that the generator driving ``incremental_state`` discards the
-    ``attn`` its decoder steps return (the alignment layer's attention over
-    the source): mdsfair's decoders then compute it only when the caller
-    names an ``alignment_layer``. fairseq's generator keeps it for every
-    hypothesis (``--print-alignment``) and declares nothing; the
-    static-shape generator declares it unless it keeps the attention."""
-    incremental_state[ALIGNMENT_UNUSED] = True
-
-
 class ComponentDecoder(TransformerDecoderBase):
     """BART's decoder whose cross-attention is a component's. The extra
     output holds ``attn`` (the ``alignment_layer``'s cross-attention averaged
@@ -336,7 +322,7 @@ class ComponentDecoder(TransformerDecoderBase):
     ):
         if encoder_out is None or len(encoder_out.get("encoder_out", [])) == 0:
             raise ValueError("the decoder needs the encoder output")
-        if alignment_layer is None and not (incremental_state is not None and ALIGNMENT_UNUSED in incremental_state):
+        if alignment_layer is None and not alignment_unused(incremental_state):  # the generator keeps it
             alignment_layer = self.num_layers - 1
         encoder_states = encoder_out["encoder_out"][0]
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
