@@ -24,12 +24,13 @@ product per source and head (the cached steps of all beam rows are one
 
 * scores of every query against every key of its source's ``beam`` rows,
   ``q_j . k_{s,c}`` (``[B * H, j, t * beam]``; ``beam`` times the
-  multiply-adds of one row's scores, but one read of the keys), and the
-  row's own history picked with one ``gather`` along ``c``;
-* the softmax over ``s`` (in float32, as fairseq's ``utils.softmax``);
-* the values the same way: the probabilities spread over ``c`` by the
-  history's one-hot table (every term but one an exact zero), one batched
-  product with the ``[t * beam, d]`` values.
+  multiply-adds of one row's scores, but one read of the keys), the keys
+  outside the row's own history set to -inf (one table for all layers);
+* one softmax over those ``t * beam`` scores (in float32, as fairseq's
+  ``utils.softmax``): the -inf scores weigh an exact zero, so it is the
+  softmax over the row's own ``t`` steps, already spread over ``c``;
+* the values the same way, one batched product of those weights with the
+  ``[t * beam, d]`` values (every term but one per step an exact zero).
 
 This is the attention of fairseq's layer (same parameters, same state-dict
 keys; ``tests/test_beam_cached_self_attention.py`` checks it against
@@ -113,20 +114,17 @@ class BeamHistory:
         self.length += 1
         self._tables = None
 
-    def tables(self, num_heads: int, dtype) -> Dict[str, Tensor]:
+    def tables(self) -> Dict[str, Tensor]:
         """For the keys of this step (``length + 1`` of them), shared by all
-        layers: ``score_index [B, H, j, t, 1]``, the ``c`` of every row's key
-        at every step (for ``gather``), and ``value_mask [B, 1, j, t, c]``,
-        its one-hot table in ``dtype``."""
-        if self._tables is None or self._tables["value_mask"].dtype != dtype:
+        layers: ``foreign [B, 1, j, t, c]``, True where beam row ``c``'s key
+        at step ``t`` is not in row ``j``'s history (its score is set to
+        -inf)."""
+        if self._tables is None:
             steps, beam = self.length + 1, self.group_size
             self.ensure_capacity(steps)
             parents = self.parents[:steps].view(steps, -1, beam).permute(1, 2, 0)  # [B, j, t]
-            sources = parents.size(0)
             self._tables = {
-                "score_index": parents.view(sources, 1, beam, steps, 1).expand(sources, num_heads, beam, steps, 1),
-                "value_mask": parents.unsqueeze(-1).eq(torch.arange(beam, device=parents.device)).unsqueeze(1).to(
-                    dtype),
+                "foreign": parents.unsqueeze(-1).ne(torch.arange(beam, device=parents.device)).unsqueeze(1),
             }
         return self._tables
 
@@ -241,16 +239,15 @@ class BeamCachedSelfAttention(MultiheadAttention):
                                         buffer.storage_offset())
         cached_values = buffer.as_strided((sources * heads, steps * beam, head_dim), (per_head, head_dim, 1),
                                           buffer.storage_offset() + buffer.stride(0))
-        tables = history.tables(heads, projected.dtype)
-        # q_j . k_{s,c} for every row c of the source, then each row's own history: [B, H, j, t, 1]
-        scores = torch.bmm(queries, cached_keys).view(sources, heads, beam, steps, beam).gather(
-            4, tables["score_index"])
-        probs = F.softmax(scores, dim=3, dtype=torch.float32)  # as fairseq's utils.softmax
+        # q_j . k_{s,c} for every row c of the source, -inf outside each row's own history: [B, H, j, t, c]
+        scores = torch.bmm(queries, cached_keys).view(sources, heads, beam, steps, beam).masked_fill_(
+            history.tables()["foreign"], float("-inf"))
+        # the softmax over the row's own steps (the -inf keys weigh 0), as fairseq's utils.softmax in float32
+        probs = F.softmax(scores.view(sources * heads, beam, steps * beam), dim=-1, dtype=torch.float32)
         if probs.dtype != projected.dtype:
             probs = probs.to(projected.dtype)
-        # sum_s p_{j,s} v_{s,parent(j,s)}: the probabilities on their parents' columns, one product
-        spread = torch.mul(probs, tables["value_mask"]).view(sources * heads, beam, steps * beam)
-        mixed = torch.bmm(spread, cached_values)  # [B * H, j, d]
+        # sum_s p_{j,s} v_{s,parent(j,s)}: the weights already on their parents' columns, one product
+        mixed = torch.bmm(probs, cached_values)  # [B * H, j, d]
         # rows b * beam + j, features h * d_h + d, for the output projection
         output = projected.new_empty(sources, beam, heads, head_dim)
         output.copy_(mixed.as_strided((sources, beam, heads, head_dim),
