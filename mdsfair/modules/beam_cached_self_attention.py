@@ -87,7 +87,7 @@ class BeamHistory:
         self.rows, self.group_size, self.capacity = rows, group_size, capacity
         self.parents = self._own_slots(capacity, device)
         self.length = 0
-        self._tables: Optional[Dict[str, Tensor]] = None
+        self._foreign: Optional[Tensor] = None
 
     def _own_slots(self, steps: int, device) -> Tensor:
         return (torch.arange(self.rows, device=device) % self.group_size).expand(steps, self.rows).contiguous()
@@ -100,7 +100,7 @@ class BeamHistory:
                              "beam groups keep the number of rows (declare_beam_groups)")
         if self.length:
             self.parents[: self.length] = self.parents[: self.length].index_select(1, new_order)
-        self._tables = None
+        self._foreign = None
 
     def ensure_capacity(self, steps: int) -> None:
         if steps > self.capacity:
@@ -112,21 +112,18 @@ class BeamHistory:
     def advance(self) -> None:
         """One step more is cached (after every layer has written it)."""
         self.length += 1
-        self._tables = None
+        self._foreign = None
 
-    def tables(self) -> Dict[str, Tensor]:
+    def foreign_keys(self) -> Tensor:
         """For the keys of this step (``length + 1`` of them), shared by all
-        layers: ``foreign [B, 1, j, t, c]``, True where beam row ``c``'s key
-        at step ``t`` is not in row ``j``'s history (its score is set to
-        -inf)."""
-        if self._tables is None:
+        layers: ``[B, 1, j, t, c]``, True where beam row ``c``'s key at step
+        ``t`` is not in row ``j``'s history (its score is set to -inf)."""
+        if self._foreign is None:
             steps, beam = self.length + 1, self.group_size
             self.ensure_capacity(steps)
             parents = self.parents[:steps].view(steps, -1, beam).permute(1, 2, 0)  # [B, j, t]
-            self._tables = {
-                "foreign": parents.unsqueeze(-1).ne(torch.arange(beam, device=parents.device)).unsqueeze(1),
-            }
-        return self._tables
+            self._foreign = parents.unsqueeze(-1).ne(torch.arange(beam, device=parents.device)).unsqueeze(1)
+        return self._foreign
 
 
 def beam_history(decoder, incremental_state: Optional[Dict], rows: int, device) -> Optional[BeamHistory]:
@@ -241,7 +238,7 @@ class BeamCachedSelfAttention(MultiheadAttention):
                                           buffer.storage_offset() + buffer.stride(0))
         # q_j . k_{s,c} for every row c of the source, -inf outside each row's own history: [B, H, j, t, c]
         scores = torch.bmm(queries, cached_keys).view(sources, heads, beam, steps, beam).masked_fill_(
-            history.tables()["foreign"], float("-inf"))
+            history.foreign_keys(), float("-inf"))
         # the softmax over the row's own steps (the -inf keys weigh 0), as fairseq's utils.softmax in float32
         probs = F.softmax(scores.view(sources * heads, beam, steps * beam), dim=-1, dtype=torch.float32)
         if probs.dtype != projected.dtype:
