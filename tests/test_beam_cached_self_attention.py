@@ -169,4 +169,5 @@ def test_a_long_length_limit_does_not_preallocate_the_whole_limit():
     history.length = INITIAL_CAPACITY
     history.ensure_capacity(INITIAL_CAPACITY + 1)
     assert history.capacity == 2 * INITIAL_CAPACITY
-    assert torch.equal(history.parents[INITIAL_CAPACITY:], (torch.arange(4) % 2).expand(INITIAL_CAPACITY, 4))
+    assert torch.equal(history.parents[:, INITIAL_CAPACITY:],
+                       (torch.arange(4) % 2).unsqueeze(1).expand(4, INITIAL_CAPACITY))

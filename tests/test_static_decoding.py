@@ -15,6 +15,7 @@ from mdsfair.generation.static_decoding import (
     beam_candidates,
     bucket_size,
     parse_bucket_sizes,
+    row_top_k,
 )
 from mdsfair.modules.decoding_declarations import declare_alignment_unused
 from mdsfair.tasks.multidoc_summarization import net_input_for
@@ -213,13 +214,15 @@ def fairseqs_beam_step(step, lprobs, scores):
     return BeamSearch(Dictionary()).step(step, lprobs, scores[:, :, :step])
 
 
-@pytest.mark.parametrize("vocab", [3, 7, 500])
+@pytest.mark.parametrize("vocab", [3, 7, 500, 4099])
 @pytest.mark.parametrize("step", [0, 1, 5])
 def test_beam_candidates_are_fairseqs_beam_search(vocab, step):
     """The two-stage ranking (each row's best, then the best of those)
     gives fairseq's BeamSearch.step: the same candidates in the same order
     with the same sums (float64, no equal sums), also where a row has fewer
-    words than the candidates (vocab 3 < 2 * beam)."""
+    words than the candidates (vocab 3 < 2 * beam) and where the rows are
+    ranked through their blocks' maxima (vocab 4,099: row_top_k's two
+    passes, with a partial last block)."""
     generator = torch.Generator().manual_seed(vocab * 10 + step)
     bsz, beam = 3, 4
     lprobs = torch.randn(bsz, beam, vocab, generator=generator, dtype=torch.float64).log_softmax(-1)
@@ -228,6 +231,38 @@ def test_beam_candidates_are_fairseqs_beam_search(vocab, step):
     theirs = fairseqs_beam_step(step, lprobs, scores)
     for mine, reference in zip(ours, theirs):
         assert torch.equal(mine, reference)
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 50265), (2, 5000 + 37), (1, 2, 64 * 32), (2, 64 * 32 - 1)])
+@pytest.mark.parametrize("k", [1, 8])
+def test_row_top_k_is_torch_topk(shape, k):
+    """row_top_k gives torch.topk's values and indices (float64, distinct
+    values), on rows ranked in two passes (with and without a partial last
+    block) and on rows too short for them (64 * 32 - 1 < 4 * k blocks for
+    k = 8), and for a strided view of the rows (the first step's
+    lprobs[:, 0, :])."""
+    generator = torch.Generator().manual_seed(sum(shape) + k)
+    values = torch.randn(*shape, generator=generator, dtype=torch.float64)
+    for rows in (values, values[:, 0, :] if values.dim() == 3 else values[:, 1:]):
+        ours, theirs = row_top_k(rows, k), torch.topk(rows, k, dim=-1)
+        assert torch.equal(ours[0], theirs[0]) and torch.equal(ours[1], theirs[1])
+
+
+def test_row_top_k_finds_the_best_values_wherever_they_cluster():
+    """The k best values all in one block, spread one per block, or among
+    few finite values (the rest -inf, as masked words): the values are
+    torch.topk's, the finite ones at torch.topk's indices."""
+    generator = torch.Generator().manual_seed(5)
+    rows = torch.randn(3, 3000, generator=generator, dtype=torch.float64)
+    rows[0, 640:648] = 10 + torch.arange(8, dtype=torch.float64)  # one block holds all eight
+    rows[1, torch.arange(8) * 64 + 3] = 10 + torch.arange(8, dtype=torch.float64)  # one per block
+    rows[2] = float("-inf")
+    rows[2, [5, 2999, 1500]] = torch.tensor([1.0, 3.0, 2.0], dtype=torch.float64)  # the last in the partial block
+    ours, theirs = row_top_k(rows, 8), torch.topk(rows, 8, dim=-1)
+    assert torch.equal(ours[0], theirs[0])
+    finite = theirs[0].isfinite()
+    assert torch.equal(ours[1][finite], theirs[1][finite])
+    assert ours[1][2, :3].tolist() == [2999, 1500, 5]
 
 
 def test_beam_candidates_with_masked_words_are_fairseqs_finite_candidates():

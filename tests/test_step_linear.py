@@ -9,7 +9,7 @@ from mdsfair.modules import step_linear as step_linear_module
 from mdsfair.modules.step_linear import (
     ROW_MAJOR_BLOCK_ELEMENTS,
     TRANSPOSED_ROWS,
-    row_major,
+    row_major_product,
     rows_times_weight,
     step_linear,
     transposed,
@@ -107,35 +107,38 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     torch.testing.assert_close(transposed_steps, standard, **float32_tolerance(4 * 32))
 
 
-@pytest.mark.parametrize("rows,columns,offset", [
-    (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, 0),  # whole blocks only
-    (16, 50265, 0),  # BART's vocabulary: whole blocks and a remainder
-    (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, 5),  # a remainder, and a view into a larger storage
-    (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, 0),
+@pytest.mark.parametrize("rows,features,bias", [
+    (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, False),  # whole blocks only
+    (16, 50265, False),  # BART's vocabulary: whole blocks and a remainder
+    (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, True),  # a remainder, a bias
+    (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, True),
+    (16, ROW_MAJOR_BLOCK_ELEMENTS // 16, True),  # one block: one product, one copy
 ])
-def test_row_major_copies_a_transposed_product_blockwise_with_its_values(monkeypatch, rows, columns, offset):
-    storage = torch.randn(offset + columns * rows, dtype=torch.float64)
-    matrix = transposed(storage[offset:].view(columns, rows))  # [rows, columns], strides (1, rows)
-    copies = []
-    copy = torch.Tensor.copy_
-    monkeypatch.setattr(torch.Tensor, "copy_", lambda self, source: copies.append(self.shape) or copy(self, source))
-    result = row_major(matrix)
-    assert result.is_contiguous() and torch.equal(result, matrix)  # a copy: exactly the values
+def test_row_major_product_is_the_product_block_by_block(monkeypatch, rows, features, bias):
+    """Each block of output features is its own W x^T product, copied into
+    the rows: the result is contiguous, each block equals that product
+    exactly, and the whole is F.linear's to float64 rounding."""
+    generator = torch.Generator().manual_seed(rows + features)
+    weight = torch.randn(features, 24, generator=generator, dtype=torch.float64)
+    bias_column = torch.randn(features, 1, generator=generator, dtype=torch.float64) if bias else None
+    x = torch.randn(rows, 24, generator=generator, dtype=torch.float64)
+    products = []
+    mm, addmm = torch.mm, torch.addmm
+    monkeypatch.setattr(torch, "mm", lambda *a: products.append(a[0].size(0)) or mm(*a))
+    monkeypatch.setattr(torch, "addmm", lambda *a: products.append(a[1].size(0)) or addmm(*a))
+    result = row_major_product(x, weight, bias_column)
+    monkeypatch.undo()
     block = ROW_MAJOR_BLOCK_ELEMENTS // rows
-    assert copies[:2] == [(columns // block, rows, block)] * 2  # staged blockwise, then into the rows
-    assert len(copies) == 2 + (columns % block > 0)  # the last columns, fewer than a block
-
-
-@pytest.mark.parametrize("case", ["contiguous", "other strides", "one block"])
-def test_row_major_of_anything_else_is_contiguous(case):
-    if case == "contiguous":
-        matrix = torch.randn(16, 100)
-    elif case == "other strides":
-        matrix = torch.randn(16, 200)[:, ::2]
-    else:
-        matrix = transposed(torch.randn(ROW_MAJOR_BLOCK_ELEMENTS // 16, 16))
-    result = row_major(matrix)
-    assert result.is_contiguous() and torch.equal(result, matrix)
+    assert products == [min(block, features - start) for start in range(0, features, block)]
+    assert result.is_contiguous() and result.shape == (rows, features)
+    for start in range(0, features, block):
+        part = weight[start:start + block] @ x.t()
+        if bias:
+            part = part + bias_column[start:start + block]
+        assert torch.equal(result[:, start:start + block], part.t())
+    reference = F.linear(x, weight, None if bias_column is None else bias_column.squeeze(1))
+    eps = torch.finfo(torch.float64).eps  # another summation order: a few roundings per term
+    torch.testing.assert_close(result, reference, atol=4 * 24 * eps, rtol=4 * 24 * eps)
 
 
 def test_step_linear_contiguous_gives_row_major_logits():
@@ -144,4 +147,4 @@ def test_step_linear_contiguous_gives_row_major_logits():
     with torch.no_grad():
         as_view, as_rows = step_linear(linear, x), step_linear(linear, x, contiguous=True)
     assert not as_view.is_contiguous() and as_rows.is_contiguous()
-    assert torch.equal(as_rows, as_view)
+    torch.testing.assert_close(as_rows, as_view, **float32_tolerance(16))  # blocks: another product call

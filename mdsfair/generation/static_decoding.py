@@ -43,7 +43,7 @@ fairseq's generator's (``tests/test_static_decoding.py``, float64, every
 generating architecture).
 """
 import math
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq.search import BeamSearch
@@ -84,6 +84,43 @@ def pad_rows(tensor: Tensor, rows: int) -> Tensor:
     return torch.cat([tensor, tensor[-1:].expand(missing, *tensor.shape[1:])], dim=0)
 
 
+#: values per block of :func:`row_top_k`'s first pass (the fastest of 32-2,048 over BART's 50,265 words on CPU)
+TOP_K_BLOCK = 64
+
+
+def row_top_k(values: Tensor, k: int) -> Tuple[Tensor, Tensor]:
+    """``torch.topk(values, k, dim=-1)`` (the ``k`` largest values of every
+    row and their indices, largest first) for rows without NaN.
+
+    On a CPU, where ``torch.topk`` over a 50,265-word row costs about 20
+    times a pass that only reads it, a long row is ranked in two passes:
+    the maxima of its blocks of :data:`TOP_K_BLOCK` values, then the values
+    of the ``k`` blocks with the largest maxima (and of the last, partial
+    block). These hold the row's ``k`` largest values: if one of them, ``v``,
+    lies in another block, the chosen blocks' ``k`` maxima are each at least
+    that block's maximum, so at least ``v``; the candidates then hold ``k``
+    values at least as large as any value they miss. The values are
+    ``torch.topk``'s; among equal values the indices may be others (as
+    ``torch.topk``, which specifies no order for ties). Short rows and other
+    devices take ``torch.topk`` itself."""
+    size = values.size(-1)
+    blocks = size // TOP_K_BLOCK
+    if values.device.type != "cpu" or blocks < 4 * k or values.stride(-1) != 1:
+        return torch.topk(values, k, dim=-1)
+    lead = values.shape[:-1]
+    rows = values.reshape(-1, size)
+    num_rows, whole = rows.size(0), blocks * TOP_K_BLOCK
+    maxima = rows[:, :whole].view(num_rows, blocks, TOP_K_BLOCK).amax(dim=-1)
+    best_blocks = maxima.topk(k, dim=-1).indices  # [rows, k]
+    offsets = torch.arange(TOP_K_BLOCK, device=values.device)
+    candidates = torch.add(offsets, best_blocks.unsqueeze(-1), alpha=TOP_K_BLOCK).view(num_rows, k * TOP_K_BLOCK)
+    if whole < size:  # the partial last block: always a candidate
+        tail = torch.arange(whole, size, device=values.device).expand(num_rows, size - whole)
+        candidates = torch.cat([candidates, tail], dim=1)
+    top_values, where = rows.gather(1, candidates).topk(k, dim=-1)
+    return top_values.view(*lead, k), candidates.gather(1, where).view(*lead, k)
+
+
 def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multiple: int = 2):
     """fairseq's ``BeamSearch.step`` for ``lprobs [bsz, beam, V]`` and the
     hypotheses' ``scores [bsz, beam, steps]``: the ``candidate_multiple *
@@ -103,11 +140,11 @@ def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multipl
     bsz, beam_size, vocab_size = lprobs.shape
     if step == 0:
         k = min(candidate_multiple * beam_size, vocab_size - 1)
-        cand_scores, cand_indices = torch.topk(lprobs[:, 0, :], k)
+        cand_scores, cand_indices = row_top_k(lprobs[:, 0, :], k)
         return cand_scores, cand_indices, torch.zeros_like(cand_indices)
     k = min(candidate_multiple * beam_size, beam_size * vocab_size - 1)
     per_row = min(k, vocab_size)
-    row_scores, row_indices = torch.topk(lprobs, per_row, dim=2)  # [bsz, beam, per_row]
+    row_scores, row_indices = row_top_k(lprobs, per_row)  # [bsz, beam, per_row]
     sums = row_scores.add_(scores[:, :, step - 1].unsqueeze(-1)).view(bsz, beam_size * per_row)
     cand_scores, flat = torch.topk(sums, k)
     cand_beams = torch.div(flat, per_row, rounding_mode="trunc")

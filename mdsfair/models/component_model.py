@@ -297,10 +297,11 @@ class ComponentDecoder(TransformerDecoderBase):
     def output_layer(self, features):
         """fairseq's output projection; without autograd (generation,
         validation) taken as :func:`~mdsfair.modules.step_linear.step_linear`
-        takes a generation step's products (the same values), and made
-        contiguous blockwise (:func:`~mdsfair.modules.step_linear.row_major`):
-        the log-softmax over the vocabulary would otherwise copy the
-        transposed logits with PyTorch's cache-missing copy."""
+        takes a generation step's products (the same values), block by block
+        of the vocabulary, each copied into the rows while it is in the cache
+        (:func:`~mdsfair.modules.step_linear.row_major_product`): the
+        log-softmax over the vocabulary would otherwise copy the transposed
+        logits with PyTorch's cache-missing copy."""
         if self.adaptive_softmax is None and not torch.is_grad_enabled():
             return step_linear(self.output_projection, features, contiguous=True)
         return super().output_layer(features)

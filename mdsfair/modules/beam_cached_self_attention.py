@@ -23,14 +23,20 @@ product per source and head (the cached steps of all beam rows are one
 ``[t * beam, d]`` matrix of the buffer, a view):
 
 * scores of every query against every key of its source's ``beam`` rows,
-  ``q_j . k_{s,c}`` (``[B * H, j, t * beam]``; ``beam`` times the
-  multiply-adds of one row's scores, but one read of the keys), the keys
-  outside the row's own history set to -inf (one table for all layers);
-* one softmax over those ``t * beam`` scores (in float32, as fairseq's
-  ``utils.softmax``): the -inf scores weigh an exact zero, so it is the
-  softmax over the row's own ``t`` steps, already spread over ``c``;
-* the values the same way, one batched product of those weights with the
-  ``[t * beam, d]`` values (every term but one per step an exact zero).
+  ``q_j . k_{s,c}`` (``beam`` times the multiply-adds of one row's scores,
+  but one read of the keys), plus -inf for the keys outside the row's own
+  history (one additive ``[B, 1, j, t * beam]`` table for all layers,
+  :meth:`BeamHistory.key_bias`);
+* one softmax over those ``t * beam`` scores: the -inf scores weigh an exact
+  zero, so it is the softmax over the row's own ``t`` steps, already spread
+  over ``c``;
+* the values the same way: the weights times the ``[t * beam, d]`` values
+  (every term but one per step an exact zero).
+
+The three are one ``F.scaled_dot_product_attention`` call (PyTorch's fused
+kernel: on a CPU it reads the keys and values once in blocks, and never
+writes the ``[j, t * beam]`` scores out; it accumulates in float32 for half
+precision, as fairseq's ``utils.softmax``).
 
 This is the attention of fairseq's layer (same parameters, same state-dict
 keys; ``tests/test_beam_cached_self_attention.py`` checks it against
@@ -76,8 +82,8 @@ class BeamHistory:
     """Which row of its source every row's history reads at every cached
     step, shared by all self-attention layers of one decoder.
 
-    ``parents [capacity, rows]``: at step ``s`` row ``r`` reads the cache of
-    row ``(r // beam) * beam + parents[s, r]``. Steps not yet reached hold the
+    ``parents [rows, capacity]``: at step ``s`` row ``r`` reads the cache of
+    row ``(r // beam) * beam + parents[r, s]``. Steps not yet reached hold the
     row's own slot (``r % beam``), which is where the row's next step is
     written. ``length``: the steps cached."""
 
@@ -87,10 +93,12 @@ class BeamHistory:
         self.rows, self.group_size, self.capacity = rows, group_size, capacity
         self.parents = self._own_slots(capacity, device)
         self.length = 0
-        self._foreign: Optional[Tensor] = None
+        self._key_bias: Dict[torch.dtype, Tensor] = {}
+        self._bias_tables: Dict[torch.dtype, Tensor] = {}
 
     def _own_slots(self, steps: int, device) -> Tensor:
-        return (torch.arange(self.rows, device=device) % self.group_size).expand(steps, self.rows).contiguous()
+        return (torch.arange(self.rows, device=device) % self.group_size).unsqueeze(1).expand(
+            self.rows, steps).contiguous()
 
     def reorder(self, new_order: Tensor) -> None:
         """Row ``r`` continues the hypothesis of row ``new_order[r]`` (of the
@@ -99,31 +107,43 @@ class BeamHistory:
             raise ValueError(f"a reorder of {new_order.numel()} rows for a decoder of {self.rows} rows: "
                              "beam groups keep the number of rows (declare_beam_groups)")
         if self.length:
-            self.parents[: self.length] = self.parents[: self.length].index_select(1, new_order)
-        self._foreign = None
+            self.parents[:, : self.length] = self.parents[:, : self.length].index_select(0, new_order)
+        self._key_bias = {}
 
     def ensure_capacity(self, steps: int) -> None:
         if steps > self.capacity:
             grown = max(steps, 2 * self.capacity)
             parents = self._own_slots(grown, self.parents.device)
-            parents[: self.length] = self.parents[: self.length]
+            parents[:, : self.length] = self.parents[:, : self.length]
             self.parents, self.capacity = parents, grown
+            self._key_bias = {}
 
     def advance(self) -> None:
         """One step more is cached (after every layer has written it)."""
         self.length += 1
-        self._foreign = None
+        self._key_bias = {}
 
-    def foreign_keys(self) -> Tensor:
-        """For the keys of this step (``length + 1`` of them), shared by all
-        layers: ``[B, 1, j, t, c]``, True where beam row ``c``'s key at step
-        ``t`` is not in row ``j``'s history (its score is set to -inf)."""
-        if self._foreign is None:
+    def key_bias(self, dtype: torch.dtype) -> Tensor:
+        """The additive attention mask of this step's keys (``length + 1``
+        steps of every beam row), shared by all layers: ``[B, 1, j, t *
+        beam]`` in ``dtype``, at ``(b, j, s * beam + c)`` 0 where beam row
+        ``c``'s key at step ``s`` is in row ``j``'s history and -inf where
+        it is not. Looked up in a ``[beam, beam]`` table (0 on the diagonal,
+        -inf off it) at the parents of every row and step, once per step
+        and dtype."""
+        bias = self._key_bias.get(dtype)
+        if bias is None:
             steps, beam = self.length + 1, self.group_size
             self.ensure_capacity(steps)
-            parents = self.parents[:steps].view(steps, -1, beam).permute(1, 2, 0)  # [B, j, t]
-            self._foreign = parents.unsqueeze(-1).ne(torch.arange(beam, device=parents.device)).unsqueeze(1)
-        return self._foreign
+            table = self._bias_tables.get(dtype)
+            if table is None:
+                table = torch.full((beam, beam), float("-inf"), dtype=dtype, device=self.parents.device)
+                table = self._bias_tables[dtype] = table.fill_diagonal_(0.0)
+            # [rows * capacity, beam] -> [B, 1, j, capacity * beam], its first steps * beam keys (a view)
+            looked_up = table.index_select(0, self.parents.view(-1))
+            bias = self._key_bias[dtype] = looked_up.as_strided(
+                (self.rows // beam, 1, beam, steps * beam), (beam * self.capacity * beam, 0, self.capacity * beam, 1))
+        return bias
 
 
 def beam_history(decoder, incremental_state: Optional[Dict], rows: int, device) -> Optional[BeamHistory]:
@@ -221,33 +241,29 @@ class BeamCachedSelfAttention(MultiheadAttention):
             return projected.as_strided(shape, strides, projected.storage_offset() + first_feature * feature_stride)
 
         # this step's keys and values into the buffer: [2, B, H, beam, d] at step `step`
-        buffer.select(3, step).copy_(of_projected(
+        per_head = capacity * beam * head_dim
+        step_slots = buffer.as_strided((2, sources, heads, beam, head_dim), (buffer.stride(0), heads * per_head,
+                                       per_head, head_dim, 1), buffer.storage_offset() + step * beam * head_dim)
+        step_slots.copy_(of_projected(
             (2, sources, heads, beam, head_dim),
             (embed_dim * feature_stride, beam * row_stride, head_dim * feature_stride, row_stride, feature_stride),
             embed_dim))
-        # the queries as [B * H, j, d] (a small copy: a batched product needs one batch stride)
-        queries = projected.new_empty(sources, heads, beam, head_dim)
+        # the queries as [B, H, j, d] (a small copy: the fused attention reads contiguous head rows)
+        queries = torch.empty((sources, heads, beam, head_dim), dtype=projected.dtype, device=projected.device)
         queries.copy_(of_projected(queries.shape, (beam * row_stride, head_dim * feature_stride, row_stride,
                                                    feature_stride), 0))
-        queries = queries.view(sources * heads, beam, head_dim)
-        # the cached steps of every beam row of a source and head: [B * H, t * beam, d], views of the buffer
-        per_head = capacity * beam * head_dim
-        cached_keys = buffer.as_strided((sources * heads, head_dim, steps * beam), (per_head, 1, head_dim),
-                                        buffer.storage_offset())
-        cached_values = buffer.as_strided((sources * heads, steps * beam, head_dim), (per_head, head_dim, 1),
-                                          buffer.storage_offset() + buffer.stride(0))
-        # q_j . k_{s,c} for every row c of the source, -inf outside each row's own history: [B, H, j, t, c]
-        scores = torch.bmm(queries, cached_keys).view(sources, heads, beam, steps, beam).masked_fill_(
-            history.foreign_keys(), float("-inf"))
-        # the softmax over the row's own steps (the -inf keys weigh 0), as fairseq's utils.softmax in float32
-        probs = F.softmax(scores.view(sources * heads, beam, steps * beam), dim=-1, dtype=torch.float32)
-        if probs.dtype != projected.dtype:
-            probs = probs.to(projected.dtype)
-        # sum_s p_{j,s} v_{s,parent(j,s)}: the weights already on their parents' columns, one product
-        mixed = torch.bmm(probs, cached_values)  # [B * H, j, d]
-        # rows b * beam + j, features h * d_h + d, for the output projection
-        output = projected.new_empty(sources, beam, heads, head_dim)
-        output.copy_(mixed.as_strided((sources, beam, heads, head_dim),
-                                      (heads * beam * head_dim, head_dim, beam * head_dim, 1)))
+        # the cached steps of every beam row of a source and head: [B, H, t * beam, d], views of the buffer
+        cached_shape = (sources, heads, steps * beam, head_dim)
+        cached_strides = (heads * per_head, per_head, head_dim, 1)
+        cached_keys = buffer.as_strided(cached_shape, cached_strides, buffer.storage_offset())
+        cached_values = buffer.as_strided(cached_shape, cached_strides, buffer.storage_offset() + buffer.stride(0))
+        # sum_s p_{j,s} v_{s,parent(j,s)}: softmax_{s,c}(q_j . k_{s,c} - inf outside j's history) times the
+        # values, every query against all beam rows' keys (the queries are already scaled)
+        mixed = F.scaled_dot_product_attention(queries, cached_keys, cached_values,
+                                               attn_mask=history.key_bias(queries.dtype), scale=1.0)
+        # rows b * beam + j, features h * d_h + d, for the output projection: [B, j, H, d] (a small copy)
+        output = torch.empty((sources, beam, heads, head_dim), dtype=projected.dtype, device=projected.device)
+        output.copy_(mixed.as_strided(output.shape, (mixed.stride(0), mixed.stride(2), mixed.stride(1),
+                                                     mixed.stride(3)), mixed.storage_offset()))
         return rows_times_weight(output.view(rows, embed_dim), weights["out_weight"], weights["out_bias"],
                                  weights["out_bias_column"]).view(1, rows, embed_dim)
