@@ -90,19 +90,10 @@ def row_major_product(x: Tensor, weight: Tensor, bias_column: Optional[Tensor]) 
     if out_features <= block:
         return _transposed_product(x, weight, bias_column).contiguous()
     result = torch.empty((rows, out_features), dtype=x.dtype, device=x.device)
-    x_t = transposed(x)
-    weight_strides, bias_strides = weight.stride(), None if bias_column is None else bias_column.stride()
     for start in range(0, out_features, block):  # cache tiling of one product (7 blocks for BART's vocabulary)
-        width = min(block, out_features - start)
-        weight_block = weight.as_strided((width, weight.size(1)), weight_strides,
-                                         weight.storage_offset() + start * weight_strides[0])
-        if bias_column is None:
-            product = torch.mm(weight_block, x_t)
-        else:
-            product = torch.addmm(bias_column.as_strided((width, 1), bias_strides, bias_column.storage_offset()
-                                                         + start * bias_strides[0]), weight_block, x_t)
-        result.as_strided((rows, width), (out_features, 1), result.storage_offset() + start).copy_(
-            product.as_strided((rows, width), (1, rows)))
+        end = min(start + block, out_features)
+        bias_block = None if bias_column is None else bias_column[start:end]
+        result[:, start:end].copy_(_transposed_product(x, weight[start:end], bias_block))
     return result
 
 

@@ -13,6 +13,7 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
   own layer builders do.
 """
+from functools import partial
 from typing import Optional
 
 import torch
@@ -36,11 +37,11 @@ def wrap_layer(layer, cfg, structured: bool = False):
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not activation_checkpointing(cfg) else 0)
 
 
-def step_activation(activation_fn, x: Tensor) -> Tensor:
-    """``activation_fn(x)`` for a generation step. fairseq's ``gelu``
-    computes in float32 and casts back (``F.gelu(x.float()).type_as(x)``):
-    for float32 states that is ``F.gelu(x)``, the same values from one
-    operator instead of four."""
+def activation(activation_fn, x: Tensor) -> Tensor:
+    """``activation_fn(x)``. fairseq's ``gelu`` computes in float32 and casts
+    back (``F.gelu(x.float()).type_as(x)``): for float32 states that is
+    ``F.gelu(x)``, the same values (and gradient) from one operator instead
+    of four."""
     if activation_fn is fairseq_gelu and x.dtype == torch.float32:
         return F.gelu(x)
     return activation_fn(x)
@@ -187,16 +188,13 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        if incremental_state is None:
-            x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
-            if self.ffn_layernorm is not None:
-                x = self.ffn_layernorm(x)
-            x = self.dropout_module(self.fc2(x))
-        else:  # a generation step's few rows: the products as step_linear takes them (the same values)
-            x = dropped(self.activation_dropout_module, step_activation(self.activation_fn, step_linear(self.fc1, x)))
-            if self.ffn_layernorm is not None:
-                x = self.ffn_layernorm(x)
-            x = dropped(self.dropout_module, step_linear(self.fc2, x))
+        # a generation step's few rows: the products as step_linear takes them (the same values)
+        fc1, fc2 = (self.fc1, self.fc2) if incremental_state is None else (
+            partial(step_linear, self.fc1), partial(step_linear, self.fc2))
+        x = dropped(self.activation_dropout_module, activation(self.activation_fn, fc1(x)))
+        if self.ffn_layernorm is not None:
+            x = self.ffn_layernorm(x)
+        x = dropped(self.dropout_module, fc2(x))
         if self.w_resid is not None:
             residual = self.w_resid * residual
         x = self.residual_connection(x, residual)
