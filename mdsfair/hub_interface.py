@@ -40,13 +40,9 @@ from fairseq.models import MODEL_REGISTRY
 from omegaconf import open_dict
 from torch import nn
 
+from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
 from mdsfair.generation.sequence_generator import check_generation_settings
-from mdsfair.tasks.multidoc_summarization import (
-    MANIFEST_NAME,
-    MultiDocSummarizationTask,
-    read_manifest,
-    unwrap_model,
-)
+from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, unwrap_model
 # The pipeline is the one public way from raw text to model inputs, shared
 # with ``mdsfair-preprocess``; nothing else of preprocessing is used here.
 from mdsfair.preprocess import pipeline

@@ -537,7 +537,7 @@ def test_hub_pipeline_parses_raw_clusters_into_the_stored_arcs(data_bin):
     preprocessing did (hub == fairseq-generate on the outputs is in the
     model-contract suite)."""
     from mdsfair.preprocess.pipeline import ClusterEncoder
-    from mdsfair.tasks.multidoc_summarization import read_manifest
+    from mdsfair.data.manifest import read_manifest
 
     task, _, _ = build(data_bin)
     encoder = ClusterEncoder.from_data_bin(data_bin, read_manifest(data_bin), task.source_dictionary)

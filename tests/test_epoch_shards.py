@@ -136,7 +136,7 @@ def test_shards_with_different_dictionaries_are_refused_naming_both(sharded, tmp
     from fairseq.data import Dictionary
 
     from mdsfair.data.manifest import read_manifest
-    from mdsfair.tasks.multidoc_summarization import check_epoch_shards
+    from mdsfair.tasks.data_paths import open_epoch_shards
 
     dest = sharded[1]
     shard0 = os.path.join(dest, "shard0")
@@ -144,11 +144,13 @@ def test_shards_with_different_dictionaries_are_refused_naming_both(sharded, tmp
     shutil.copytree(os.path.join(dest, "shard1"), other)
     dictionary = Dictionary.load(os.path.join(shard0, "dict.txt"))
     manifest = read_manifest(shard0)
-    check_epoch_shards([shard0, other], dictionary, manifest)  # same dictionary: accepted
+    shards = open_epoch_shards([shard0, other], dictionary, manifest)  # same dictionary: accepted
+    assert [shard.folder for shard in shards] == [shard0, other]
+    assert shards[0].manifest is manifest and shards[1].manifest == read_manifest(other)
     with open(os.path.join(other, "dict.txt"), "a", encoding="utf-8") as handle:
         handle.write("unseenpiece 1\n")
     with pytest.raises(ValueError) as refused:
-        check_epoch_shards([shard0, other], dictionary, manifest)
+        open_epoch_shards([shard0, other], dictionary, manifest)
     message = str(refused.value)
     assert f"epoch shard {other} does not match the first shard {shard0}" in message
     assert f"dictionary: {len(dictionary)} symbols" in message and f"vs {len(dictionary) + 1} symbols" in message

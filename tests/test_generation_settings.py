@@ -38,14 +38,16 @@ def test_generator_and_hub_settings_are_checked_in_process():
 
 
 def test_data_directory_with_colon_is_refused_not_split(tmp_path):
-    from mdsfair.tasks.multidoc_summarization import check_data_paths
+    from mdsfair.tasks.data_paths import check_data_paths, data_bin_folders
 
     data = tmp_path / "runs:2026"
     data.mkdir()
     with pytest.raises(ValueError) as raised:
-        check_data_paths(str(data), [p for p in str(data).split(os.pathsep) if p])
+        check_data_paths(str(data), data_bin_folders(str(data)))
     assert "epoch shards" in str(raised.value) and "symbolic link" in str(raised.value)
     check_data_paths(str(tmp_path), [str(tmp_path)])  # a plain directory passes
+    # fairseq's shard list: split at os.pathsep, in order, empty pieces dropped
+    assert data_bin_folders(os.pathsep.join(["b", "", "a", ""])) == ["b", "a"]
 
 
 TINY_TRAIN = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",

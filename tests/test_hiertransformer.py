@@ -788,7 +788,7 @@ def test_title_document_puts_the_title_first_as_its_own_paragraph(titled_data_bi
     assert row[old_length + n].item() == eos
     # the manifest records it, and the hub's encoder encodes a raw cluster the same way
     from mdsfair.preprocess.pipeline import ClusterEncoder
-    from mdsfair.tasks.multidoc_summarization import read_manifest
+    from mdsfair.data.manifest import read_manifest
 
     manifest = read_manifest(titled_data_bins["titled"])
     assert manifest["title_document"] is True and read_manifest(titled_data_bins["plain"])["title_document"] is False

@@ -42,7 +42,7 @@ ALLOWED_UPWARD = {
     # The task's --eval-rouge scores validation summaries with the evaluation
     # layer's scorer, as fairseq's translation task scores --eval-bleu with
     # sacrebleu: imported when the flag is on, never at import.
-    ("mdsfair.tasks.multidoc_summarization", "mdsfair.evaluation.validation_rouge"),
+    ("mdsfair.tasks.eval_rouge", "mdsfair.evaluation.validation_rouge"),
 }
 
 

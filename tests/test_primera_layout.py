@@ -296,7 +296,7 @@ def test_task_refuses_a_replaced_dictionary_under_the_recorded_layout(layout_dat
 def test_every_epoch_shard_records_the_layout(layout_data_bins, tmp_path):
     """--shards with --source-layout primera: each shard's manifest records
     the layout and <doc-sep> id, and the task over DATA = shard0:shard1 takes
-    it (check_epoch_shards compares the shards' layouts)."""
+    it (open_epoch_shards compares the shards' layouts)."""
     from mdsfair.preprocess.binarize import run
 
     destdir = str(tmp_path / "sharded")

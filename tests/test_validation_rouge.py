@@ -61,7 +61,7 @@ def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention
         with torch.no_grad():
             hypotheses = built.task.inference_step(generator, [model], batch)
         for index, beams in zip(batch["id"].tolist(), hypotheses):
-            texts[index] = built.task._decode_summary(beams[0]["tokens"])
+            texts[index] = built.task.eval_rouge.decode_summary(beams[0]["tokens"])
     assert len(texts) == len(dataset) == 4 and any(texts.values())
     hyp_file = tmp_path / "hyp.txt"
     hyp_file.write_text("".join(texts[i] + "\n" for i in range(len(texts))), encoding="utf-8")

@@ -12,7 +12,7 @@ import logging
 import os
 import weakref
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
@@ -24,12 +24,14 @@ from omegaconf import II
 from mdsfair.argument_types import check_config_sizes
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
-from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split  # noqa: F401 (the hub imports them from here)
+from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split
 from mdsfair.data.manifest import recorded_source_layout
 from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator, static_decoding_generator
+from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
+from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 
 logger = logging.getLogger(__name__)
@@ -201,34 +203,6 @@ def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_
     )
 
 
-def check_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict) -> None:
-    """fairseq reads ``data-bin1:data-bin2:...`` as one shard per epoch,
-    with the first shard's dictionary: every other shard must be an mdsfair
-    data-bin with the same dictionary, subword model and side data, or its
-    token ids would be read with the wrong vocabulary. Refuse a shard that
-    differs, naming it and what differs."""
-    if len(paths) < 2:
-        return
-    first = checkpoints.data_fingerprint(paths[:1], dictionary, manifest)
-    for path in paths[1:]:
-        shard_manifest = read_manifest(path)
-        shard_dictionary = Dictionary.load(os.path.join(path, shard_manifest.get("dictionary", "dict.txt")))
-        shard = checkpoints.data_fingerprint([path], shard_dictionary, shard_manifest)
-        differences = checkpoints.fingerprint_differences(first, shard)
-        if shard_manifest.get("source_layout") != manifest.get("source_layout"):
-            differences.append(f"source layout {manifest.get('source_layout')} vs {shard_manifest.get('source_layout')}")
-        if sorted(shard_manifest.get("side_data", {})) != sorted(manifest.get("side_data", {})):
-            differences.append(
-                f"side data {sorted(manifest.get('side_data', {}))} vs {sorted(shard_manifest.get('side_data', {}))}"
-            )
-        if differences:
-            raise ValueError(
-                f"epoch shard {path} does not match the first shard {paths[0]} ({'; '.join(differences)}): every "
-                "shard of data-bin1:data-bin2:... must share one dictionary and subword model "
-                "(mdsfair-preprocess --shards N writes such shards)"
-            )
-
-
 def resolve_source_layout(explicit: Optional[str], recorded: Optional[Dict], data_dir: str) -> str:
     """The task's source layout: ``--source-layout`` when given, else the
     data-bin's record (``mdsfair-preprocess --source-layout``), else
@@ -247,72 +221,55 @@ def resolve_source_layout(explicit: Optional[str], recorded: Optional[Dict], dat
     return str(explicit) if explicit is not None else recorded_name or "documents"
 
 
-def check_data_paths(data: str, paths: List[str]) -> None:
-    """fairseq reads ``DATA`` as epoch shards separated by ``os.pathsep``
-    (``data-bin1:data-bin2``): a directory whose own name contains ``:`` would
-    be split into pieces that do not exist. Refuse that with what to do."""
-    missing = [path for path in paths if not os.path.isdir(path)]
-    if not missing:
-        return
-    if len(paths) > 1 and os.path.isdir(data):
-        raise ValueError(
-            f"data path {data!r} contains {os.pathsep!r}, which fairseq reads as a list of epoch shards "
-            f"({', '.join(repr(p) for p in paths)}), and {', '.join(repr(p) for p in missing)} do not exist: "
-            f"rename the directory or give a symbolic link to it whose path has no {os.pathsep!r}"
-        )
-    if len(paths) > 1:
-        raise ValueError(
-            f"data shards {', '.join(repr(p) for p in missing)} of {data!r} (split at {os.pathsep!r}) do not exist"
-        )
-
-
 @register_task("multidoc_summarization", dataclass=MultiDocSummarizationConfig)
 class MultiDocSummarizationTask(FairseqTask):
     """Multi-document summarization on mdsfair's binarized data contract."""
 
     cfg: MultiDocSummarizationConfig
 
-    def __init__(self, cfg: MultiDocSummarizationConfig, dictionary: Dictionary, manifest: Dict):
+    def __init__(self, cfg: MultiDocSummarizationConfig, dictionary: Dictionary, shards: Sequence[EpochShard]):
         super().__init__(cfg)
         self.dictionary = dictionary
-        self.manifest = manifest
+        self.shards = tuple(shards)  # the data-bin folders of --data, one per epoch, with their manifests
+        self.manifest = self.shards[0].manifest
         self.side_data_specs = [
-            SideDataSpec.from_json(name, obj) for name, obj in manifest.get("side_data", {}).items()
+            SideDataSpec.from_json(name, obj) for name, obj in self.manifest.get("side_data", {}).items()
         ]
         self._data_fingerprint: Optional[Dict] = None
         self._trained_model = None  # weak reference to the model build_model returned last
-        data_dir = self.data_dir if cfg.data else ""
-        self.recorded_layout = recorded_source_layout(manifest or {}, data_dir, dictionary) if data_dir else None
-        self.source_layout = resolve_source_layout(cfg.source_layout, self.recorded_layout, data_dir)
+        self.eval_rouge: Optional[EvalRouge] = None  # built with the model under --eval-rouge
+        self.recorded_layout = recorded_source_layout(self.manifest, self.data_dir, dictionary)
+        self.source_layout = resolve_source_layout(cfg.source_layout, self.recorded_layout, self.data_dir)
 
     @classmethod
     def setup_task(cls, cfg: MultiDocSummarizationConfig, **kwargs):
         # a limit of 0 would drop every cluster, document or paragraph silently
         check_config_sizes(cfg, ("max_source_positions", "max_target_positions", "max_documents", "max_paragraphs",
                                  "max_paragraph_tokens"))
-        paths = [p for p in cfg.data.split(os.pathsep) if p]
+        paths = data_bin_folders(cfg.data)
         if not paths:
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
         check_data_paths(cfg.data, paths)
         check_not_fully_sharded(cfg)
         manifest = read_manifest(paths[0])
         dictionary = Dictionary.load(os.path.join(paths[0], manifest.get("dictionary", "dict.txt")))
-        check_epoch_shards(paths, dictionary, manifest)
+        shards = open_epoch_shards(paths, dictionary, manifest)
         logger.info("dictionary: %d types; side data: %s", len(dictionary), sorted(manifest.get("side_data", {})))
-        return cls(cfg, dictionary, manifest)
+        return cls(cfg, dictionary, shards)
 
     # ------------------------------------------------------------- data
 
     @property
     def data_dir(self) -> str:
-        return [p for p in self.cfg.data.split(os.pathsep) if p][0]
+        """The first data-bin folder of ``--data``: its dictionary, subword model and validation splits."""
+        return self.shards[0].folder
 
     def subword_encoder(self):
         """The subword encoder of this task's data-bin (the SentencePiece or
         GPT-2 BPE model its manifest names), for a model that encodes fixed
         text when it is built (PageSum's filler page); None when the manifest
         names none."""
-        if "subword" not in (self.manifest or {}):
+        if "subword" not in self.manifest:
             return None
         from mdsfair.preprocess.subword import load_encoder_from_manifest
 
@@ -324,8 +281,8 @@ class MultiDocSummarizationTask(FairseqTask):
         """The dictionary and subword model this task's data-bin uses
         (:func:`mdsfair.checkpoints.data_fingerprint`)."""
         if self._data_fingerprint is None:
-            paths = [p for p in self.cfg.data.split(os.pathsep) if p]
-            self._data_fingerprint = checkpoints.data_fingerprint(paths, self.dictionary, self.manifest)
+            folders = [shard.folder for shard in self.shards]
+            self._data_fingerprint = checkpoints.data_fingerprint(folders, self.dictionary, self.manifest)
         return self._data_fingerprint
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -343,46 +300,8 @@ class MultiDocSummarizationTask(FairseqTask):
         )
         self._trained_model = weakref.ref(model)
         if self.cfg.eval_rouge:
-            self._build_validation_rouge(model)
+            self.eval_rouge = EvalRouge.build(self, model)
         return model
-
-    # ------------------------------------------------------- --eval-rouge
-
-    def _build_validation_rouge(self, model) -> None:
-        """The generator, scorer and subword decoder of ``--eval-rouge``."""
-        import json
-        from argparse import Namespace
-
-        # the evaluation layer's scorer, imported only with --eval-rouge (tests/test_layering.py names it)
-        from mdsfair.evaluation.validation_rouge import ValidationRouge
-        from mdsfair.preprocess.subword import load_encoder_from_manifest
-
-        try:
-            generation = json.loads(self.cfg.eval_rouge_args)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"--eval-rouge-args: not JSON ({error.msg}): {self.cfg.eval_rouge_args!r}") from None
-        if not isinstance(generation, dict):
-            raise ValueError(f"--eval-rouge-args must be a JSON object of generation settings, got "
-                             f"{self.cfg.eval_rouge_args!r}")
-        self._validation_rouge = ValidationRouge(self.cfg.eval_rouge_convention)
-        self._rouge_generator = self.build_generator([model], Namespace(**generation))
-        data_dir = self.cfg.data.split(os.pathsep)[0]
-        self._summary_decoder = load_encoder_from_manifest(data_dir, read_manifest(data_dir)["subword"])
-
-    def _decode_summary(self, tokens: torch.Tensor) -> str:
-        special = {self.dictionary.bos(), self.dictionary.eos(), self.dictionary.pad()}
-        return self._summary_decoder.decode([self.dictionary[t] for t in tokens.tolist() if t not in special])
-
-    def _validation_rouge_logs(self, sample, model) -> Dict[str, float]:
-        """Per metric the sum of the batch's per-cluster F1 (x 100), and the cluster count."""
-        from mdsfair.evaluation.validation_rouge import LOGGED_METRICS
-
-        hypotheses = self.inference_step(self._rouge_generator, [model], sample)
-        texts = [self._decode_summary(beams[0]["tokens"]) for beams in hypotheses]
-        scores = self._validation_rouge.per_cluster_f1(texts, sample["references"])
-        logs = {f"_rouge_{LOGGED_METRICS[metric]}_sum": 100.0 * sum(values) for metric, values in scores.items()}
-        logs["_rouge_clusters"] = len(texts)
-        return logs
 
     def state_dict(self):
         """fairseq stores this in every checkpoint (``task_state``): the
@@ -397,8 +316,6 @@ class MultiDocSummarizationTask(FairseqTask):
         """The task's own state; mdsfair's record is checked where the weights
         load (see :mod:`mdsfair.checkpoints`)."""
         super().load_state_dict({k: v for k, v in state_dict.items() if k != checkpoints.RECORD_KEY})
-
-    DOCUMENT_SEPARATOR = DOCUMENT_SEPARATOR
 
     @property
     def source_layout_explicit(self) -> bool:
@@ -419,11 +336,11 @@ class MultiDocSummarizationTask(FairseqTask):
         (``--source-layout primera`` or the data-bin's record)."""
         if self.source_layout != "primera":
             return None
-        index = self.dictionary.index(self.DOCUMENT_SEPARATOR)
+        index = self.dictionary.index(DOCUMENT_SEPARATOR)
         if index == self.dictionary.unk():
             raise ValueError(
                 f"--source-layout primera: the dictionary of {os.path.abspath(self.data_dir)} has no "
-                f"{self.DOCUMENT_SEPARATOR} symbol; preprocess with it in the dictionary (an imported "
+                f"{DOCUMENT_SEPARATOR} symbol; preprocess with it in the dictionary (an imported "
                 f"PRIMERA dict.txt has it)"
             )
         return index
@@ -444,9 +361,9 @@ class MultiDocSummarizationTask(FairseqTask):
         )
 
     def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
-        paths = [p for p in self.cfg.data.split(os.pathsep) if p]
-        data_dir = paths[(epoch - 1) % len(paths)]
-        require_listed_split(data_dir, split)  # files of splits the manifest does not list are stale
+        shard = self.shards[(epoch - 1) % len(self.shards)]
+        data_dir = shard.folder
+        require_listed_split(data_dir, split, shard.manifest)  # files of splits the manifest does not list are stale
         prefix = os.path.join(data_dir, split)
 
         def open_stream(name: str):
@@ -473,9 +390,7 @@ class MultiDocSummarizationTask(FairseqTask):
         # fairseq-generate log by this line (REPORT_LINE_RE).
         logger.info(dataset.truncation_report(label=f"split {split} of data-bin {os.path.abspath(data_dir)}"))
         if self.cfg.eval_rouge and split != (getattr(self.cfg, "train_subset", None) or "train"):
-            from mdsfair.evaluation.validation_rouge import ValidationRouge
-
-            dataset.reference_summaries = ValidationRouge.references(data_dir, split)
+            dataset.reference_summaries = validation_references(data_dir, split)
         self.datasets[split] = dataset
         return dataset
 
@@ -558,36 +473,14 @@ class MultiDocSummarizationTask(FairseqTask):
     def valid_step(self, sample, model, criterion):
         loss, sample_size, logging_output = super().valid_step(self._sample_for(model, sample), model, criterion)
         if self.cfg.eval_rouge and sample and "references" in sample:
-            logging_output.update(self._validation_rouge_logs(sample, model))
+            logging_output.update(self.eval_rouge.batch_logs(self, sample, model))
         return loss, sample_size, logging_output
 
     def reduce_metrics(self, logging_outputs, criterion):
         """fairseq's, plus ``--eval-rouge``'s ROUGE F1 means over the clusters."""
         super().reduce_metrics(logging_outputs, criterion)
-        if not self.cfg.eval_rouge:
-            return
-        from fairseq.logging import metrics
-
-        clusters = sum(log.get("_rouge_clusters", 0) for log in logging_outputs)
-        if not clusters:
-            return
-        metrics.log_scalar("_rouge_clusters", clusters)
-        names = sorted({key[len("_rouge_"):-len("_sum")] for log in logging_outputs for key in log
-                        if key.startswith("_rouge_") and key.endswith("_sum")})
-        for name in names:
-            metrics.log_scalar(f"_rouge_{name}_sum", sum(log.get(f"_rouge_{name}_sum", 0.0) for log in logging_outputs))
-
-            def mean(meters, name=name):
-                return round(meters[f"_rouge_{name}_sum"].sum / meters["_rouge_clusters"].sum, 2)
-
-            metrics.log_derived(name, mean)
-        if {"rouge_1", "rouge_2", "rouge_l"} <= set(names):
-            # PRIMERA's checkpoint metric avgr (allenai/PRIMER script/primer_hf_main.py)
-            def average(meters):
-                return round(sum(meters[f"_rouge_{name}_sum"].sum for name in ("rouge_1", "rouge_2", "rouge_l"))
-                             / (3 * meters["_rouge_clusters"].sum), 2)
-
-            metrics.log_derived("rouge_avg", average)
+        if self.cfg.eval_rouge:
+            log_rouge_means(logging_outputs)
 
     # ------------------------------------------------------- generation
 
