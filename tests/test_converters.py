@@ -12,6 +12,7 @@ import pytest
 from mdsfair.preprocess import converters
 from mdsfair.preprocess.converters import (
     CONVERTERS,
+    ConversionOptions,
     ConversionReport,
     InputFormatError,
     cli_main,
@@ -23,6 +24,7 @@ from mdsfair.preprocess.converters import (
 
 FIXTURES = Path(__file__).parent / "fixtures" / "converters"
 PEERSUM_SAMPLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "peersum_sample" / "jsonl"
+SKIP_BAD = ConversionOptions(skip_bad=True)
 
 
 def read_jsonl(path):
@@ -93,11 +95,14 @@ def test_every_format_module_is_small_self_contained_and_registered():
         relative = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level}
         absolute = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and not node.level}
         absolute |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
-        # Only the shared machinery (common, registry, the readers), never another format module (nor mdsfair
-        # at large).
+        # Only the shared machinery (common, registry, the readers) and the torch-free foundation modules whose
+        # names it uses (the raw contract's codes and error, the paragraph separator, flag types), never another
+        # format module (nor mdsfair at large).
         assert all(module in {"common", "registry"} or module.startswith("readers.") for module in relative), (
             path.name, relative)
-        assert not any(module.split(".")[0] in ("mdsfair", "preprocess") for module in absolute), (path.name, absolute)
+        foundation = {"mdsfair.raw_contract", "mdsfair.text", "mdsfair.argument_types"}
+        assert not any(module.split(".")[0] in ("mdsfair", "preprocess") for module in absolute - foundation), (
+            path.name, absolute)
 
 
 @pytest.fixture
@@ -107,17 +112,21 @@ def toy_format():
     def add_arguments(parser):
         parser.add_argument("--shout", action="store_true", help="upper-case the summary")
 
+    received_options = []
+
     @converters.register_converter("toy_lines", add_arguments=add_arguments)
-    def iter_toy_lines(inputs, split="train", *, shout=False, skip_bad=False, report=None):
+    def iter_toy_lines(inputs, split="train", *, shout=False, options=ConversionOptions()):
         """Toy: one document per line, the summary is the first word of each line."""
+        received_options.append(options)
         for index, path in enumerate(converters.common.as_paths(inputs)):
             lines = Path(path).read_text(encoding="utf-8").split("\n")
             summary = " ".join(line.split()[0] for line in lines if line.strip())
-            report.records_read += 1
-            report.clusters_written += 1
+            options.report.records_read += 1
+            options.report.clusters_written += 1
             yield {"id": f"{split}-{index}", "documents": [line for line in lines if line.strip()],
                    "summary": summary.upper() if shout else summary}
 
+    iter_toy_lines.received_options = received_options
     yield iter_toy_lines
     del converters.CONVERTERS["toy_lines"]
     del converters.CONVERTER_ARGUMENTS["toy_lines"]
@@ -137,8 +146,34 @@ def test_cli_formats_are_read_from_the_registry(toy_format, tmp_path, capsys):
     assert "clusters written:     1" in capsys.readouterr().out
 
 
+def test_cli_hands_the_common_flags_to_the_format_as_one_options_object(toy_format, tmp_path, capsys):
+    source = tmp_path / "toy.txt"
+    source.write_text("alpha one\n", encoding="utf-8")
+    output = tmp_path / "toy.jsonl"
+    assert cli_main(["toy_lines", str(source), "-o", str(output), "--skip-bad", "--error-on-empty-document"]) == 0
+    assert cli_main(["toy_lines", str(source), "-o", str(output), "--allow-empty-summary", "--shout"]) == 0
+    first, second = toy_format.received_options
+    assert (first.skip_bad, first.allow_empty_summary, first.error_on_empty_document) == (True, False, True)
+    assert (second.skip_bad, second.allow_empty_summary, second.error_on_empty_document) == (False, True, False)
+    assert first.report is not second.report and second.report.output_path == str(output)
+    assert "clusters written:     1" in capsys.readouterr().out
+    # The policy is no format option: convert() takes it only as ``options``.
+    with pytest.raises(TypeError, match=r"format 'toy_lines' does not take \['skip_bad'\]; it takes \['shout'\]"):
+        convert("toy_lines", source, output, skip_bad=True)
+
+
+def test_an_options_report_is_counted_into_by_convert(tmp_path):
+    path = write_lines(tmp_path / "test.jsonl", [wcep_event(1), b"{oops", wcep_event(3, summary="")])
+    report = ConversionReport()
+    options = ConversionOptions(skip_bad=True, allow_empty_summary=True, report=report)
+    assert convert("wcep", path, tmp_path / "out.jsonl", split="test", options=options) is report
+    assert (report.format_name, report.split, report.output_path) == ("wcep", "test", str(tmp_path / "out.jsonl"))
+    assert (report.clusters_written, dict(report.skipped)) == (2, {"invalid_json": 1})
+    assert options == ConversionOptions(skip_bad=True, allow_empty_summary=True)  # the report is not compared
+
+
 def test_registry_rejects_duplicates_bad_names_and_incomplete_generators(toy_format):
-    def iter_other(inputs, split="train", *, skip_bad=False, report=None):
+    def iter_other(inputs, split="train", *, options=ConversionOptions()):
         """Other."""
         yield from ()
 
@@ -146,7 +181,7 @@ def test_registry_rejects_duplicates_bad_names_and_incomplete_generators(toy_for
         converters.register_converter("toy_lines")(iter_other)
     with pytest.raises(ValueError, match="lower-case identifier"):
         converters.register_converter("Toy-Lines")
-    with pytest.raises(ValueError, match=r"lacks the parameters \['report'\]"):
+    with pytest.raises(ValueError, match=r"lacks the parameters \['options'\]"):
         converters.register_converter("toy_incomplete")(lambda inputs, split, skip_bad=False: iter(()))
     assert "toy_incomplete" not in CONVERTERS
 
@@ -206,7 +241,7 @@ def test_multinews_generator_with_explicit_targets(tmp_path):
     source = write_lines(tmp_path / "a.source", ["Doc one . story_separator_special_tag Doc two ."])
     target = write_lines(tmp_path / "b.target", ["- A hyphen-led summary ."])
     report = ConversionReport()
-    clusters = list(iter_multinews([source], "test", targets=[target], report=report))
+    clusters = list(iter_multinews([source], "test", targets=[target], options=ConversionOptions(report=report)))
     assert clusters == [{"id": "test-0", "documents": ["Doc one .", "Doc two ."],
                          "summary": "A hyphen-led summary ."}]
     assert report.clusters_written == 1 and report.format_name == "multinews"
@@ -224,7 +259,7 @@ def test_multinews_misaligned_files_are_fatal_and_leave_no_output(tmp_path, skip
     write_lines(tmp_path / "train.tgt", ["– One .", "– Two ."])
     output = tmp_path / "out.jsonl"
     with pytest.raises(InputFormatError) as info:
-        convert("multinews", source, output, skip_bad=skip_bad)
+        convert("multinews", source, output, options=ConversionOptions(skip_bad=skip_bad))
     assert info.value.reason == converters.MISALIGNED_FILES
     assert info.value.line == 3 and info.value.path == str(source)
     assert not info.value.skippable
@@ -326,7 +361,7 @@ def test_multixscience_missing_key_reports_line_where_list_element_starts(tmp_pa
     assert info.value.reason == converters.MISSING_KEY and info.value.line == start_line
     assert "'related_work'" in str(info.value)
 
-    clusters, report = run("multixscience", path, tmp_path, split="test", skip_bad=True)
+    clusters, report = run("multixscience", path, tmp_path, split="test", options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["math9912167"]
     assert report.skipped == Counter({"missing_key": 1})
     assert f"{path}:{start_line}: missing key" in report.skipped_examples[0]
@@ -337,7 +372,7 @@ def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
     path.write_text('[\n  {"aid": "a", "abstract": "A.", "related_work": "R.", "ref_abstract": {}},\n'
                     '  {"aid": "b", "abstract": "B." "related_work": "R."}\n]\n', encoding="utf-8")
     with pytest.raises(InputFormatError) as info:
-        run("multixscience", path, tmp_path, skip_bad=True)
+        run("multixscience", path, tmp_path, options=SKIP_BAD)
     assert info.value.reason == converters.INVALID_JSON and info.value.line == 3
     assert not info.value.skippable
 
@@ -350,7 +385,7 @@ def test_invalid_utf8_inside_json_list_element(tmp_path):
     with pytest.raises(InputFormatError) as info:
         run("multixscience", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.INVALID_UTF8, 3)
-    clusters, report = run("multixscience", path, tmp_path, skip_bad=True)
+    clusters, report = run("multixscience", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["b"]
     assert report.skipped == Counter({"invalid_utf8": 1})
     assert ":3: invalid UTF-8" in report.skipped_examples[0]
@@ -397,7 +432,7 @@ def test_csv_named_columns_and_last_two_columns(tmp_path):
 
 def test_csv_missing_column_is_fatal(tmp_path):
     with pytest.raises(InputFormatError) as info:
-        run("csv", FIXTURES / "csv" / "hierencdec_style.csv", tmp_path, skip_bad=True)
+        run("csv", FIXTURES / "csv" / "hierencdec_style.csv", tmp_path, options=SKIP_BAD)
     assert info.value.line == 1 and not info.value.skippable
     assert "--last-two-columns" in str(info.value)
 
@@ -419,7 +454,7 @@ def test_csv_broken_row_reports_its_first_line(tmp_path):
     assert (info.value.reason, info.value.line) == (converters.MALFORMED_CSV_ROW, 4)
     assert f"{path}:4: malformed CSV row" in str(info.value)
 
-    clusters, report = run("csv", path, tmp_path, skip_bad=True)
+    clusters, report = run("csv", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["train-0", "train-2"]
     assert clusters[0]["documents"] == ["Doc one, spanning lines", "Doc two"]
     assert report.skipped == Counter({"malformed_csv_row": 1})
@@ -440,7 +475,7 @@ def test_csv_invalid_utf8_line(tmp_path):
     with pytest.raises(InputFormatError) as info:
         run("csv", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.INVALID_UTF8, 4)
-    clusters, report = run("csv", path, tmp_path, skip_bad=True)
+    clusters, report = run("csv", path, tmp_path, options=SKIP_BAD)
     assert len(clusters) == 1 and report.skipped == Counter({"invalid_utf8": 1})
 
 
@@ -576,7 +611,7 @@ def test_bad_jsonl_record_names_file_and_line(tmp_path, bad_line, reason, messag
     assert message in str(info.value)
 
     report = ConversionReport()
-    clusters = list(iter_wcep(path, skip_bad=True, report=report))
+    clusters = list(iter_wcep(path, options=ConversionOptions(skip_bad=True, report=report)))
     assert [c["id"] for c in clusters] == ["1", "3"]
     assert report.skipped == Counter({reason: 1})
     assert report.skipped_examples[0].startswith(f"{path}:2: ")
@@ -587,19 +622,20 @@ def test_empty_summary_rules_by_split(tmp_path):
     path = write_lines(tmp_path / "test.jsonl", [wcep_event(1, summary="")])
     with pytest.raises(InputFormatError, match="--allow-empty-summary"):
         list(iter_wcep(path, "test"))
-    assert list(iter_wcep(path, "test", allow_empty_summary=True)) == [
+    allow_empty_summary = ConversionOptions(allow_empty_summary=True)
+    assert list(iter_wcep(path, "test", options=allow_empty_summary)) == [
         {"id": "1", "documents": ["Article one.", "Article two."], "summary": ""}]
     with pytest.raises(InputFormatError, match="training split 'train'"):
-        list(iter_wcep(path, "train", allow_empty_summary=True))
+        list(iter_wcep(path, "train", options=allow_empty_summary))
 
 
 def test_empty_document_dropped_and_counted_or_error(tmp_path):
     path = write_lines(tmp_path / "train.jsonl", [wcep_event(1, texts=("One.", "\n \t", "Three."))])
     report = ConversionReport()
-    assert [c["documents"] for c in iter_wcep(path, report=report)] == [["One.", "Three."]]
+    assert [c["documents"] for c in iter_wcep(path, options=ConversionOptions(report=report))] == [["One.", "Three."]]
     assert report.dropped_documents == Counter({"empty_document": 1})
     with pytest.raises(InputFormatError, match="empty article 2") as info:
-        list(iter_wcep(path, error_on_empty_document=True))
+        list(iter_wcep(path, options=ConversionOptions(error_on_empty_document=True)))
     assert info.value.reason == converters.EMPTY_DOCUMENT and info.value.line == 1
 
 
@@ -615,7 +651,7 @@ def test_skip_mode_counts_every_reason(tmp_path):
         json.dumps({"id": 7, "articles": []}),
         wcep_event(8, texts=("Kept.", "")),
     ])
-    clusters, report = run("wcep", path, tmp_path, skip_bad=True)
+    clusters, report = run("wcep", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["1", "8"]
     assert report.skipped == Counter({"invalid_json": 1, "invalid_utf8": 1, "empty_summary": 1,
                                       "empty_cluster": 1, "duplicate_id": 1, "missing_key": 1})

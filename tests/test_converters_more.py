@@ -7,9 +7,10 @@ import pyarrow.ipc as pa_ipc
 import pyarrow.parquet as pa_parquet
 import pytest
 
-from mdsfair.preprocess.converters import CONVERTERS, InputFormatError, cli_main, convert
+from mdsfair.preprocess.converters import CONVERTERS, ConversionOptions, InputFormatError, cli_main, convert
 
 FIXTURES = Path(__file__).parent / "fixtures" / "converters"
+SKIP_BAD = ConversionOptions(skip_bad=True)
 
 
 def read_jsonl(path):
@@ -98,7 +99,7 @@ def test_scientific_papers_bad_records_are_located_and_counted(tmp_path):
         run("scientific_papers", path, tmp_path)
     assert caught.value.line == 2 and caught.value.reason == "section_mismatch"
     assert "1 section_names but 3 sections" in str(caught.value)
-    clusters, report = run("scientific_papers", path, tmp_path, skip_bad=True)
+    clusters, report = run("scientific_papers", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["1001.0001"]
     assert dict(report.skipped) == {"section_mismatch": 1, "missing_key": 1, "wrong_type": 1}
     assert report.skipped_examples[2].startswith(f"{path}:4: wrong type: sections[1][0] must be str")
@@ -165,7 +166,7 @@ def test_govreport_missing_and_broken_reports_are_located(tmp_path):
         run("govreport", root, tmp_path / "out")
     assert (caught.value.path, caught.value.line, caught.value.reason) == (
         str(root / "split_ids" / "crs_train.ids"), 2, "missing_file")
-    clusters, report = run("govreport", root, tmp_path, skip_bad=True)
+    clusters, report = run("govreport", root, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["R1"]
     assert dict(report.skipped) == {"missing_file": 1, "invalid_json": 1, "missing_key": 1}
     # The broken JSON is located in the report file itself, at its line.
@@ -233,7 +234,7 @@ def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
         run("wikidomains", path, tmp_path, split="test")
     assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
     assert "all 2 documents are empty" in str(caught.value)
-    clusters, report = run("wikidomains", path, tmp_path, split="test", skip_bad=True)
+    clusters, report = run("wikidomains", path, tmp_path, split="test", options=SKIP_BAD)
     assert clusters == [
         {"id": "Software-test-0", "documents": ["Overview text.", "History text."], "summary": "S is software."},
         {"id": "Software-test-1", "documents": ["Lone section."], "summary": "T is software."},
@@ -241,7 +242,8 @@ def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
     assert dict(report.dropped_documents) == {"empty_section": 2}
     assert dict(report.skipped) == {"empty_cluster": 1} and report.documents_written == 3
     assert_accounted(report)
-    clusters, report = run("wikidomains", path, tmp_path, split="test", skip_bad=True, error_on_empty_document=True)
+    clusters, report = run("wikidomains", path, tmp_path, split="test",
+                           options=ConversionOptions(skip_bad=True, error_on_empty_document=True))
     assert clusters == []
     assert dict(report.skipped) == {"empty_document": 2, "empty_cluster": 1}
     assert "empty section 2" in report.skipped_examples[0] and "empty section 2" in report.skipped_examples[1]
@@ -273,7 +275,7 @@ def test_hierencdec_files_bad_rows_and_extensions(tmp_path):
     with pytest.raises(InputFormatError) as caught:
         run("mred_plus", path, tmp_path)
     assert (caught.value.line, caught.value.reason) == (2, "wrong_type")
-    clusters, report = run("mred_plus", path, tmp_path, skip_bad=True)
+    clusters, report = run("mred_plus", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["train-0"]
     assert dict(report.skipped) == {"wrong_type": 1, "missing_key": 1, "invalid_json": 1, "empty_cluster": 1,
                                     "empty_summary": 1}
@@ -313,7 +315,7 @@ def test_cnn_dailymail_bad_rows_are_located(tmp_path):
     with pytest.raises(InputFormatError) as caught:
         run("cnn_dailymail", path, tmp_path)
     assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
-    clusters, report = run("cnn_dailymail", path, tmp_path, skip_bad=True)
+    clusters, report = run("cnn_dailymail", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["a"]
     assert dict(report.skipped) == {"empty_cluster": 1, "malformed_csv_row": 1, "empty_summary": 1}
     assert_accounted(report)
@@ -409,7 +411,7 @@ def test_hf_arxiv_and_pubmed_presets_on_the_ccdv_parquet_layout(preset, tmp_path
         run("hf", section_config, tmp_path, split="val", preset=preset)
     assert (caught.value.path, caught.value.line, caught.value.reason) == (
         str(section_config / "validation" / "0000.parquet"), 2, "empty_cluster")
-    clusters, report = run("hf", section_config, tmp_path, split="val", preset=preset, skip_bad=True)
+    clusters, report = run("hf", section_config, tmp_path, split="val", preset=preset, options=SKIP_BAD)
     # The article is one document (single newlines are not paragraph breaks; a blank line is); the abstract
     # is one line; ids are SPLIT-ROW since the layout has no id column.
     assert clusters == [
@@ -527,11 +529,11 @@ def test_hf_field_of_a_list_of_structs(tmp_path):
                "articles": [[{"title": "T1", "text": "Text one."}, {"title": "T2", "text": None}],
                             None]}
     path = write_parquet(tmp_path / "val.parquet", columns)
-    options = dict(documents_columns=["articles.text"], id_column="id", split="val")
+    hf_options = dict(documents_columns=["articles.text"], id_column="id", split="val")
     with pytest.raises(InputFormatError) as caught:
-        run("hf", path, tmp_path, **options)
+        run("hf", path, tmp_path, **hf_options)
     assert (caught.value.line, caught.value.reason) == (2, "empty_cluster")
-    clusters, report = run("hf", path, tmp_path, skip_bad=True, **options)
+    clusters, report = run("hf", path, tmp_path, options=SKIP_BAD, **hf_options)
     assert clusters == [{"id": "7", "documents": ["Text one."], "summary": "Event."}]
     assert dict(report.dropped_documents) == {"empty_document": 1} and dict(report.skipped) == {"empty_cluster": 1}
     with pytest.raises(InputFormatError, match=r"val.parquet:1: missing key: column 'articles.body': no field 'body' "
@@ -544,11 +546,11 @@ def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
                "target": ["S.", "S.", "", None, "S5."],
                "key": ["a", "b", "c", "d", "a"]}
     path = write_parquet(tmp_path / "train.parquet", columns)
-    options = dict(documents_columns=["text"], summary_column="target", id_column="key", document_separator="|||")
+    hf_options = dict(documents_columns=["text"], summary_column="target", id_column="key", document_separator="|||")
     with pytest.raises(InputFormatError) as caught:
-        run("hf", path, tmp_path, **options)
+        run("hf", path, tmp_path, **hf_options)
     assert (caught.value.path, caught.value.line, caught.value.reason) == (str(path), 2, "empty_cluster")
-    clusters, report = run("hf", path, tmp_path, skip_bad=True, **options)
+    clusters, report = run("hf", path, tmp_path, options=SKIP_BAD, **hf_options)
     assert clusters == [{"id": "a", "documents": ["Good."], "summary": "S."}]
     assert dict(report.skipped) == {"empty_cluster": 1, "empty_summary": 2, "duplicate_id": 1}
     assert [example.split(": ")[0] for example in report.skipped_examples] == [f"{path}:{row}" for row in (2, 3, 4, 5)]
@@ -557,7 +559,7 @@ def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
     # A column that is not in the table is fatal even with --skip-bad, naming the columns there are.
     missing = r"column\(s\) \['document', 'summary'\] not in the table's columns \['text', 'target', 'key'\]"
     with pytest.raises(InputFormatError, match=missing):
-        run("hf", path, tmp_path, skip_bad=True)
+        run("hf", path, tmp_path, options=SKIP_BAD)
     wrong = write_parquet(tmp_path / "wrong" / "train.parquet", {"document": [1, 2], "summary": ["s", "t"]})
     with pytest.raises(InputFormatError, match=r"train.parquet:1: wrong type: column 'document' must be a string"):
         run("hf", wrong, tmp_path)

@@ -284,8 +284,9 @@ def test_convert_strips_a_byte_order_mark(tmp_path):
 
 def test_errors_say_file_colon_line(tmp_path):
     from mdsfair.evaluation.baselines import ClusterFormatError, read_clusters
-    from mdsfair.preprocess.converters.common import InputFormatError as ConvertError
+    from mdsfair.preprocess.converters.common import ConversionOptions
     from mdsfair.preprocess.converters.driver import convert
+    from mdsfair.raw_contract import InputFormatError as ConvertError
 
     bad = write_jsonl(tmp_path / "bad.jsonl", CLUSTERS[:1], raw_lines=[b"{oops\n"])
     with pytest.raises(ClusterFormatError, match=rf"^{bad}:2: not valid JSON"):
@@ -295,7 +296,7 @@ def test_errors_say_file_colon_line(tmp_path):
     with pytest.raises(ConvertError) as info:
         convert("wcep", [events], tmp_path / "out.jsonl", split="test")
     assert str(info.value).startswith(f"{events}:2: not valid JSON")
-    report = convert("wcep", [events], tmp_path / "out.jsonl", split="test", skip_bad=True)
+    report = convert("wcep", [events], tmp_path / "out.jsonl", split="test", options=ConversionOptions(skip_bad=True))
     assert report.skipped_examples[0].startswith(f"{events}:2: not valid JSON")
 
 

@@ -9,8 +9,9 @@ import pytest
 from mdsfair import raw_contract, text
 from mdsfair.evaluation import baselines
 from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
-from mdsfair.preprocess import structure
+from mdsfair.preprocess import converters, structure
 from mdsfair.preprocess.converters import common as converter_common
+from mdsfair.preprocess.converters.common import ConversionOptions
 from mdsfair.preprocess.converters.driver import convert
 from mdsfair.raw_contract import REASON_DESCRIPTIONS, InputFormatError
 
@@ -78,12 +79,11 @@ def test_a_converter_gives_the_same_code_as_preprocess_for_the_same_bad_line(tmp
     with pytest.raises(InputFormatError) as preprocessed:
         list(structure.read_clusters(write_raw(tmp_path, contract_line)))
     assert (preprocessed.value.reason, preprocessed.value.line) == (code, 2)
-    report = convert("wcep", [source], tmp_path / "skipped.jsonl", skip_bad=True)
+    report = convert("wcep", [source], tmp_path / "skipped.jsonl", options=ConversionOptions(skip_bad=True))
     assert (report.clusters_written, dict(report.skipped)) == (1, {code: 1})
     # the converters' codes are the raw contract's constants
-    assert (converter_common.INVALID_JSON, converter_common.INVALID_UTF8) == (raw_contract.INVALID_JSON,
-                                                                            raw_contract.INVALID_UTF8)
-    assert converter_common.REASON_DESCRIPTIONS is REASON_DESCRIPTIONS
+    assert (converters.INVALID_JSON, converters.INVALID_UTF8) == (raw_contract.INVALID_JSON, raw_contract.INVALID_UTF8)
+    assert converters.REASON_DESCRIPTIONS is REASON_DESCRIPTIONS
 
 
 def test_the_error_type_refuses_unknown_codes_and_survives_pickling():

@@ -9,8 +9,10 @@ one blank line; summaries on one line.
 Layout, as fairseq lays out its data readers:
 
 * :mod:`.common`: what every format shares: the contract's normalisation,
-  the validation and error policy (:class:`InputFormatError`,
-  ``--skip-bad``), the field helpers and the :class:`ConversionReport`;
+  the validation and error policy (:class:`InputFormatError`; the
+  :class:`ConversionOptions` of ``--skip-bad``, ``--allow-empty-summary`` and
+  ``--error-on-empty-document``, which every format takes as ``options``), the
+  field helpers and the :class:`ConversionReport`;
 * :mod:`.readers`: the file readers, one module each: :mod:`.readers.text`
   (lines; gzip, UTF-8 and line bookkeeping), :mod:`.readers.json_files`
   (JSON lines / JSON lists), :mod:`.readers.csv_files`,
@@ -35,7 +37,7 @@ no format).
 import importlib as _importlib
 import os as _os
 
-from .common import (  # re-exported (__all__)
+from mdsfair.raw_contract import (  # re-exported (__all__)
     DUPLICATE_ID,
     EMPTY_CLUSTER,
     EMPTY_DOCUMENT,
@@ -46,13 +48,17 @@ from .common import (  # re-exported (__all__)
     MISALIGNED_FILES,
     MISSING_FILE,
     MISSING_KEY,
-    PARAGRAPH_SEPARATOR,
     REASON_DESCRIPTIONS,
     SECTION_MISMATCH,
-    TRAINING_SPLITS,
     WRONG_TYPE,
-    ConversionReport,
     InputFormatError,
+)
+from mdsfair.text import PARAGRAPH_SEPARATOR  # re-exported (__all__)
+
+from .common import (  # re-exported (__all__)
+    TRAINING_SPLITS,
+    ConversionOptions,
+    ConversionReport,
     Inputs,
     PathLike,
     normalize_document,
@@ -102,7 +108,7 @@ __all__ = [
     "PARAGRAPH_SEPARATOR", "TRAINING_SPLITS", "REASON_DESCRIPTIONS", "INVALID_UTF8", "INVALID_JSON",
     "MALFORMED_CSV_ROW", "MISSING_KEY", "WRONG_TYPE", "EMPTY_CLUSTER", "EMPTY_DOCUMENT", "EMPTY_SUMMARY",
     "DUPLICATE_ID", "MISALIGNED_FILES", "SECTION_MISMATCH", "MISSING_FILE", "PathLike", "Inputs",
-    "InputFormatError", "ConversionReport",
+    "InputFormatError", "ConversionOptions", "ConversionReport",
     "normalize_paragraph", "normalize_document", "normalize_summary",
     # the registry and the driver
     "CONVERTERS", "CONVERTER_ARGUMENTS", "register_converter", "get_converter", "format_options",

@@ -21,13 +21,13 @@ import os
 from typing import Any, Dict, Iterator, Optional
 
 from .common import (
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -44,17 +44,15 @@ def add_cnn_dailymail_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @register_converter("cnn_dailymail", add_arguments=add_cnn_dailymail_arguments)
-def iter_cnn_dailymail(inputs: Inputs, split: str = "train", *, delimiter: str = ",", skip_bad: bool = False,
-                       allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                       report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+def iter_cnn_dailymail(inputs: Inputs, split: str = "train", *, delimiter: str = ",",
+                       options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """CNN/DailyMail CSV (id,article,highlights) or JSONL -> single-document clusters.
 
     ``.csv`` files (``.csv.gz`` too) are read as CSV with a header, anything
     else as JSON lines / a JSON list. Document: ``article``; summary:
     ``highlights`` on one line; id: ``id``."""
     paths = as_paths(inputs)
-    session = make_session(report, "cnn_dailymail", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "cnn_dailymail", split, paths)
 
     def records() -> Iterator[Record]:
         for path in paths:

@@ -7,8 +7,9 @@ with a reader of :mod:`.readers` (:func:`~.readers.text.iter_lines`,
 :func:`~.readers.tables.iter_table_records`), builds each cluster from one :class:`Record` with the
 field helpers (:func:`require_field`, :func:`optional_field`,
 :func:`string_list`) and hands it to :meth:`ConversionSession.finish`, which
-validates it against the raw contract, applies the error policy and counts
-everything in the :class:`ConversionReport`. :func:`build_clusters` turns the
+validates it against the raw contract, applies the error policy of the
+conversion's :class:`ConversionOptions` and counts everything in the
+:class:`ConversionReport`. :func:`build_clusters` turns the
 :class:`BadRecord` a builder raises into an error or a counted skip.
 
 The raw contract (:mod:`mdsfair.raw_contract`; docs/data.md, "The raw format"):
@@ -29,14 +30,15 @@ Invalid UTF-8, a line that is not JSON, a broken CSV row, a missing key or a
 value of the wrong type, an empty cluster (no non-empty document), an empty
 summary, a duplicate id, an id holding a tab or line break: :class:`InputFormatError` naming the file and the
 1-based line (for CSV the first line of the row, for a JSON list the line where
-the element starts or the line of the bad byte), or, with ``skip_bad``
-(``--skip-bad``), the record is skipped and counted by reason. Empty summaries
-are always bad in training splits; elsewhere they are written only with
-``allow_empty_summary``. Empty documents inside an otherwise fine cluster are
-dropped and counted (``error_on_empty_document`` makes them bad input
-instead). Structural problems after which records cannot be told apart (source
-and target files of different lengths, a broken JSON list, a CSV header without
-the requested columns) are fatal even with ``skip_bad``. Every record read ends
+the element starts or the line of the bad byte), or, with
+:attr:`ConversionOptions.skip_bad` (``--skip-bad``), the record is skipped and
+counted by reason. Empty summaries are always bad in training splits;
+elsewhere they are written only with ``allow_empty_summary``. Empty documents
+inside an otherwise fine cluster are dropped and counted
+(``error_on_empty_document`` makes them bad input instead). Structural
+problems after which records cannot be told apart (source and target files of
+different lengths, a broken JSON list, a CSV header without the requested
+columns) are fatal even with ``skip_bad``. Every record read ends
 up written, skipped or filtered out, and :class:`ConversionReport` counts each
 (``records_read == clusters_written + skipped + filtered``); truncations and
 dropped documents are counted too. Output is written to a temporary file and
@@ -51,22 +53,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
-from mdsfair.argument_types import at_least  # noqa: F401  (the format modules' flag types: they import only from here)
-from mdsfair.raw_contract import (  # noqa: F401  (the reason codes: converters import them from here)
+from mdsfair.raw_contract import (
     DUPLICATE_ID,
     EMPTY_CLUSTER,
     EMPTY_DOCUMENT,
     EMPTY_SUMMARY,
-    INVALID_JSON,
-    INVALID_TABLE,
-    INVALID_UTF8,
     LONE_SURROGATE,
-    MALFORMED_CSV_ROW,
-    MISALIGNED_FILES,
-    MISSING_FILE,
     MISSING_KEY,
     REASON_DESCRIPTIONS,
-    SECTION_MISMATCH,
     WRONG_TYPE,
     InputFormatError,
     contract_string_problem,
@@ -79,8 +73,8 @@ Inputs = Union[PathLike, Sequence[PathLike]]
 
 TRAINING_SPLITS = frozenset({"train", "training"})
 
-# Reasons a record is bad (keys of ConversionReport.skipped): the one set of
-# codes of mdsfair.raw_contract, shared with mdsfair-preprocess and -baseline.
+# How many skipped records ConversionReport.skipped_examples keeps (ConversionReport.skipped
+# counts by the reason codes of mdsfair.raw_contract, shared with mdsfair-preprocess and -baseline).
 _MAX_SKIP_EXAMPLES = 20
 _ANY_WHITESPACE = re.compile(r"\s+")
 
@@ -207,16 +201,47 @@ class BadRecord(Exception):
         self.path = path
 
 
-class ConversionSession:
-    """Shared validation, counting and error policy of one conversion."""
+@dataclass(frozen=True)
+class ConversionOptions:
+    """What every format takes besides its inputs, its split and its own options: the
+    bad-input policy of one conversion and the report it counts into.
 
-    def __init__(self, report: ConversionReport, split: str, skip_bad: bool,
-                 allow_empty_summary: bool, error_on_empty_document: bool):
+    ``mdsfair-convert`` builds it once from its common flags and
+    :func:`~.driver.convert` hands it to the format's generator, which opens its
+    :class:`ConversionSession` with it."""
+
+    skip_bad: bool = False
+    """Skip a bad record and count it by reason (``--skip-bad``) instead of raising
+    :class:`InputFormatError` at its file and line."""
+
+    allow_empty_summary: bool = False
+    """Write a cluster whose summary is empty in a split that is not a training split
+    (``--allow-empty-summary``); in a training split it is always bad input."""
+
+    error_on_empty_document: bool = False
+    """Make an empty document inside a cluster bad input (``--error-on-empty-document``)
+    instead of dropping it and counting it under its ``empty_reason``."""
+
+    report: Optional[ConversionReport] = field(default=None, compare=False)
+    """The report the conversion counts into (its format, split and inputs filled in when
+    empty); None: the session starts a new one (:attr:`ConversionSession.report`)."""
+
+
+class ConversionSession:
+    """Shared validation, counting and error policy of one conversion.
+
+    Opened by a format's generator with its :class:`ConversionOptions`, its format name,
+    its split and the paths it reads (the report's ``inputs`` when it has none yet)."""
+
+    def __init__(self, options: ConversionOptions, format_name: str, split: str, paths: Sequence[Path]):
+        report = ConversionReport() if options.report is None else options.report
+        report.format_name = report.format_name or format_name
+        report.split = report.split or split
+        if not report.inputs:
+            report.inputs = [str(p) for p in paths]
         self.report = report
+        self.options = options
         self.split = split
-        self.skip_bad = skip_bad
-        self.allow_empty_summary = allow_empty_summary
-        self.error_on_empty_document = error_on_empty_document
         self.is_training = split.strip().lower() in TRAINING_SPLITS
         self._seen_ids: set = set()
 
@@ -233,7 +258,7 @@ class ConversionSession:
         ``line`` / ``path`` locate the problem when it is not where the record starts."""
         line = record.line if line is None else line
         path = record.path if path is None else path
-        if not self.skip_bad:
+        if not self.options.skip_bad:
             raise InputFormatError.described(path, line, reason, detail)
         self.report.skipped[reason] += 1
         if len(self.report.skipped_examples) < _MAX_SKIP_EXAMPLES:
@@ -259,7 +284,7 @@ class ConversionSession:
             detail = "no document" if not documents else f"all {len(documents)} documents are empty"
             self.bad(record, EMPTY_CLUSTER, f"cluster {cluster_id!r}: {detail}")
             return None
-        if empty and self.error_on_empty_document:
+        if empty and self.options.error_on_empty_document:
             names = ", ".join(doc.where for doc in empty)
             self.bad(record, EMPTY_DOCUMENT, f"cluster {cluster_id!r}: empty {names}")
             return None
@@ -276,7 +301,7 @@ class ConversionSession:
                 self.bad(record, EMPTY_SUMMARY,
                          f"cluster {cluster_id!r} has an empty summary in training split {self.split!r}")
                 return None
-            if not self.allow_empty_summary:
+            if not self.options.allow_empty_summary:
                 self.bad(record, EMPTY_SUMMARY,
                          f"cluster {cluster_id!r} has an empty summary (allowed in split "
                          f"{self.split!r} only with --allow-empty-summary)")
@@ -404,17 +429,3 @@ def build_clusters(records: Iterator[Record], session: ConversionSession,
             continue
         if cluster is not None:
             yield cluster
-
-
-def make_session(report: Optional[ConversionReport], format_name: str, split: str, skip_bad: bool,
-                 allow_empty_summary: bool, error_on_empty_document: bool,
-                 paths: Sequence[Path]) -> ConversionSession:
-    """Session over ``report`` (a new one when None), with the report's header filled in."""
-    if report is None:
-        report = ConversionReport()
-    report.format_name = report.format_name or format_name
-    report.split = report.split or split
-    if not report.inputs:
-        report.inputs = [str(p) for p in paths]
-    return ConversionSession(report, split, skip_bad, allow_empty_summary, error_on_empty_document)
-

@@ -2,12 +2,15 @@
 
 ``mdsfair-convert FORMAT INPUT... -o OUTPUT`` has one subcommand per
 registered format (:data:`~.registry.CONVERTERS`): the common flags below plus
-the format's own (its ``add_arguments``); the format options it passes on are
-exactly :func:`~.registry.format_options` of that format.
+the format's own (its ``add_arguments``). The common flags of the bad-input
+policy become one :class:`~.common.ConversionOptions`, built once here; the
+format options it passes on besides are exactly
+:func:`~.registry.format_options` of that format.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -16,19 +19,23 @@ from typing import Any, Optional, Sequence
 
 from mdsfair.data.manifest import write_json_atomic
 
-from .common import ConversionReport, InputFormatError, Inputs, PathLike, as_paths
+from mdsfair.raw_contract import InputFormatError
+
+from .common import ConversionOptions, ConversionReport, Inputs, PathLike, as_paths
 from .registry import CONVERTER_ARGUMENTS, CONVERTERS, format_options, get_converter
 
 
 def convert(format_name: str, inputs: Inputs, output_path: PathLike, split: str = "train",
-            skip_bad: bool = False, **format_options_: Any) -> ConversionReport:
+            options: ConversionOptions = ConversionOptions(), **format_options_: Any) -> ConversionReport:
     """Convert ``inputs`` of ``format_name`` into a raw-contract JSONL file at ``output_path``.
 
-    ``format_options_`` are the keyword options of the format's generator
-    (e.g. ``allow_empty_summary=True``, ``max_articles=10``). The file is
-    written to ``<output>.partial`` and renamed on success, so a failed
-    conversion leaves no output. Returns the :class:`ConversionReport`. An
-    unregistered ``format_name`` raises ValueError naming the known formats."""
+    ``options`` is the bad-input policy every format shares (e.g.
+    ``ConversionOptions(skip_bad=True)``) and the report to count into (a new
+    one when it has none); ``format_options_`` are the format's own keyword
+    options (e.g. ``max_articles=10``). The file is written to
+    ``<output>.partial`` and renamed on success, so a failed conversion leaves
+    no output. Returns the :class:`ConversionReport`. An unregistered
+    ``format_name`` raises ValueError naming the known formats."""
     generator_function = get_converter(format_name)
     accepted = format_options(format_name)
     unknown = sorted(set(format_options_) - set(accepted))
@@ -36,8 +43,11 @@ def convert(format_name: str, inputs: Inputs, output_path: PathLike, split: str 
         raise TypeError(f"format {format_name!r} does not take {unknown}; it takes {accepted}")
     paths = as_paths(inputs)
     output = Path(output_path)
-    report = ConversionReport(format_name=format_name, split=split, output_path=str(output))
-    generator = generator_function(paths, split, skip_bad=skip_bad, report=report, **format_options_)
+    if options.report is None:
+        options = dataclasses.replace(options, report=ConversionReport(format_name=format_name, split=split))
+    report = options.report
+    report.output_path = str(output)
+    generator = generator_function(paths, split, options=options, **format_options_)
     output.parent.mkdir(parents=True, exist_ok=True)
     partial = output.with_name(output.name + ".partial")
     try:
@@ -90,10 +100,12 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     accepted = set(format_options(args.format_name))
-    options = {key: value for key, value in vars(args).items() if key in accepted}
+    own_options = {key: value for key, value in vars(args).items() if key in accepted}
+    options = ConversionOptions(skip_bad=args.skip_bad, allow_empty_summary=args.allow_empty_summary,
+                                error_on_empty_document=args.error_on_empty_document)
     try:
-        report = convert(args.format_name, args.inputs, args.output, split=args.split,
-                         skip_bad=args.skip_bad, **options)
+        report = convert(args.format_name, args.inputs, args.output, split=args.split, options=options,
+                         **own_options)
     except InputFormatError as err:
         print(f"mdsfair-convert: error: {err}", file=sys.stderr)
         if err.skippable and not args.skip_bad:

@@ -32,18 +32,19 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from mdsfair.argument_types import at_least
+from mdsfair.raw_contract import WRONG_TYPE
+from mdsfair.text import PARAGRAPH_SEPARATOR
+
 from .common import (
-    at_least,
-    PARAGRAPH_SEPARATOR,
-    WRONG_TYPE,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -110,8 +111,7 @@ def add_govreport_arguments(parser: argparse.ArgumentParser) -> None:
 
 @register_converter("govreport", add_arguments=add_govreport_arguments)
 def iter_govreport(inputs: Inputs, split: str = "train", *, section_depth: int = 1, subset: str = "both",
-                   skip_bad: bool = False, allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                   report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """GovReport report JSON files, or the gov-report/ folder with its split_ids -> contract clusters.
 
     An input folder is the release root: the reports listed in
@@ -126,8 +126,7 @@ def iter_govreport(inputs: Inputs, split: str = "train", *, section_depth: int =
     if subset not in GOVREPORT_SUBSETS + ("both",):
         raise ValueError(f"subset must be one of {GOVREPORT_SUBSETS + ('both',)}, got {subset!r}")
     paths = as_paths(inputs)
-    session = make_session(report, "govreport", split, skip_bad, allow_empty_summary, error_on_empty_document,
-                           paths)
+    session = ConversionSession(options, "govreport", split, paths)
     subsets = GOVREPORT_SUBSETS if subset == "both" else (subset,)
     split_name = _SPLIT_FILE_NAMES.get(split.strip().lower(), split)
 

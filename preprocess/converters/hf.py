@@ -45,19 +45,18 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from mdsfair.raw_contract import MISSING_KEY, WRONG_TYPE, InputFormatError
+
 from .common import (
-    MISSING_KEY,
-    WRONG_TYPE,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
-    InputFormatError,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
 )
@@ -128,9 +127,8 @@ def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
 @register_converter("hf", add_arguments=add_hf_arguments)
 def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = None,
             documents_columns: Optional[Sequence[str]] = None, summary_column: Optional[str] = None,
-            id_column: Optional[str] = None, document_separator: Optional[str] = None, skip_bad: bool = False,
-            allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-            report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+            id_column: Optional[str] = None, document_separator: Optional[str] = None,
+            options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """Hugging Face data as Parquet file(s)/folder, Arrow file or save_to_disk folder -> contract clusters.
 
     A folder holding several splits is read for ``split`` (``val`` also
@@ -150,7 +148,7 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
     separator = defaults.get("document_separator") if document_separator is None else document_separator
     separator = "\n" if separator == "\\n" else separator
     paths = as_paths(inputs)
-    session = make_session(report, "hf", split, skip_bad, allow_empty_summary, error_on_empty_document, paths)
+    session = ConversionSession(options, "hf", split, paths)
 
     def check_columns(path: Path, names: List[str]) -> None:
         wanted = columns + [summary_column] + ([id_column] if id_column else [])

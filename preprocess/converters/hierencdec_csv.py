@@ -21,17 +21,17 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
+from mdsfair.raw_contract import MISSING_KEY, InputFormatError
+
 from .common import (
-    MISSING_KEY,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
-    InputFormatError,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
 )
@@ -103,8 +103,7 @@ def iter_csv(inputs: Inputs, split: str = "train", *, text_column: str = "text",
              summary_columns: Optional[Sequence[str]] = ("summary",), id_column: Optional[str] = None,
              last_two_columns: bool = False, document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
              paragraph_separator: Optional[str] = None, control_prefix: str = "keep", delimiter: str = ",",
-             skip_bad: bool = False, allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-             report: Optional[ConversionReport] = None, _format_name: str = "csv") -> Iterator[Dict[str, Any]]:
+             options: ConversionOptions = ConversionOptions(), _format_name: str = "csv") -> Iterator[Dict[str, Any]]:
     """HierEncDec-style CSV -> contract clusters.
 
     The text column holds the documents joined by ``document_separator``
@@ -127,8 +126,7 @@ def iter_csv(inputs: Inputs, split: str = "train", *, text_column: str = "text",
     if not summary_columns and not last_two_columns:
         raise ValueError("at least one summary column is needed")
     paths = as_paths(inputs)
-    session = make_session(report, _format_name, split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, _format_name, split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         row, text_index, summary_indices, id_index = record.payload
@@ -167,9 +165,7 @@ def iter_mred(inputs: Inputs, split: str = "train", *, text_column: str = "text"
               summary_columns: Optional[Sequence[str]] = ("summary",), id_column: Optional[str] = None,
               last_two_columns: bool = False, document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
               paragraph_separator: Optional[str] = MRED_PARAGRAPH_SEPARATOR, control_prefix: str = "strip",
-              delimiter: str = ",", skip_bad: bool = False, allow_empty_summary: bool = False,
-              error_on_empty_document: bool = False,
-              report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+              delimiter: str = ",", options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """MReD abstractive CSV (``text,summary``) -> contract clusters.
 
     The CSV converter with MReD's defaults: reviews split on ``<REVBREAK>``,
@@ -178,8 +174,6 @@ def iter_mred(inputs: Inputs, split: str = "train", *, text_column: str = "text"
     yield from iter_csv(inputs, split, text_column=text_column, summary_columns=summary_columns,
                         id_column=id_column, last_two_columns=last_two_columns,
                         document_separator=document_separator, paragraph_separator=paragraph_separator,
-                        control_prefix=control_prefix, delimiter=delimiter, skip_bad=skip_bad,
-                        allow_empty_summary=allow_empty_summary,
-                        error_on_empty_document=error_on_empty_document, report=report, _format_name="mred")
+                        control_prefix=control_prefix, delimiter=delimiter, options=options, _format_name="mred")
 
 

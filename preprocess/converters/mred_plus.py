@@ -22,12 +22,12 @@ import argparse
 from typing import Any, Dict, Iterator, Optional
 
 from .common import (
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
 )
 from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
 from .registry import register_converter
@@ -45,16 +45,14 @@ def add_mred_plus_arguments(parser: argparse.ArgumentParser) -> None:
 @register_converter("mred_plus", add_arguments=add_mred_plus_arguments)
 def iter_mred_plus(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
                    summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                   paragraph_separator: Optional[str] = MRED_PARAGRAPH_MARKER, skip_bad: bool = False,
-                   allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                   report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                   paragraph_separator: Optional[str] = MRED_PARAGRAPH_MARKER,
+                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """MReD+ (HierEncDec's mred/*_rebuttal.json) -> contract clusters.
 
     Reviews and rebuttals split on ``<REVBREAK>`` are the documents
     (paragraphs on ``paragraph_separator``), the meta-review the summary."""
     paths = as_paths(inputs)
-    session = make_session(report, "mred_plus", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "mred_plus", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         return hierencdec_cluster(session, record, text_column=text_column, summary_column=summary_column,

@@ -16,20 +16,19 @@ import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from mdsfair.raw_contract import INVALID_UTF8, MISALIGNED_FILES, InputFormatError
+
 from .common import (
-    MISALIGNED_FILES,
-    INVALID_UTF8,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
-    InputFormatError,
     Inputs,
     PathLike,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
 )
@@ -99,9 +98,8 @@ def add_multinews_arguments(parser: argparse.ArgumentParser) -> None:
 
 @register_converter("multinews", add_arguments=add_multinews_arguments)
 def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Sequence[PathLike]] = None,
-                   document_separator: Optional[str] = None, skip_bad: bool = False,
-                   allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                   report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                   document_separator: Optional[str] = None,
+                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """Multi-News parallel ``.src`` / ``.tgt`` line files -> contract clusters.
 
     ``inputs`` are source files; ``targets`` the matching target files (same
@@ -118,8 +116,7 @@ def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Se
         target_paths = as_paths(targets)
         if len(target_paths) != len(sources):
             raise ValueError(f"{len(sources)} source files but {len(target_paths)} target files")
-    session = make_session(report, "multinews", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, sources + target_paths)
+    session = ConversionSession(options, "multinews", split, sources + target_paths)
 
     def records() -> Iterator[Record]:
         for source, target in zip(sources, target_paths):

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
+from mdsfair.raw_contract import WRONG_TYPE
+
 from .common import (
-    WRONG_TYPE,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -46,9 +47,8 @@ def _multixscience_references(ref_abstract: Dict[str, Any]) -> List[Tuple[str, A
 
 
 @register_converter("multixscience")
-def iter_multixscience(inputs: Inputs, split: str = "train", *, skip_bad: bool = False,
-                       allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                       report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+def iter_multixscience(inputs: Inputs, split: str = "train", *,
+                       options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """Multi-XScience JSON (one list per file, or JSONL) -> contract clusters.
 
     Documents: the paper's ``abstract`` followed by the cited abstracts of
@@ -56,8 +56,7 @@ def iter_multixscience(inputs: Inputs, split: str = "train", *, skip_bad: bool =
     counted as ``empty_cited_abstract``); summary: ``related_work``; id:
     ``aid``."""
     paths = as_paths(inputs)
-    session = make_session(report, "multixscience", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "multixscience", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         paper = record.payload

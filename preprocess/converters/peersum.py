@@ -20,17 +20,18 @@ import argparse
 import itertools
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
+from mdsfair.raw_contract import WRONG_TYPE
+
 from .common import (
-    WRONG_TYPE,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -74,9 +75,7 @@ def add_peersum_arguments(parser: argparse.ArgumentParser) -> None:
 @register_converter("peersum", add_arguments=add_peersum_arguments)
 def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool = True,
                  writers: Optional[Sequence[str]] = None, select_label: Optional[str] = None,
-                 skip_bad: bool = False, allow_empty_summary: bool = False,
-                 error_on_empty_document: bool = False,
-                 report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                 options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """PeerSum (``peersum_all.json``) -> contract clusters.
 
     Documents: ``paper_abstract`` (unless ``include_abstract`` is False), then
@@ -92,8 +91,7 @@ def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool
             raise ValueError(f"writers must be a non-empty subset of {PEERSUM_WRITERS}, got {writers}")
     wanted = set(writers) if writers is not None else None
     paths = as_paths(inputs)
-    session = make_session(report, "peersum", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "peersum", split, paths)
 
     def selected(record: Record) -> bool:
         if select_label is None:

@@ -6,14 +6,19 @@ A format module registers its generator with :func:`register_converter`::
 
     @register_converter("wcep", add_arguments=add_wcep_arguments)
     def iter_wcep(inputs, split="train", *, prepend_titles=False, ...,
-                  skip_bad=False, allow_empty_summary=False,
-                  error_on_empty_document=False, report=None):
+                  options=ConversionOptions()):
         \"\"\"WCEP JSONL -> contract clusters.\"\"\"   # first line: the CLI help
+        paths = as_paths(inputs)
+        session = ConversionSession(options, "wcep", split, paths)
+        ...
 
 The generator takes ``inputs`` and ``split`` positionally and everything else
-as keyword-only options; :func:`format_options` lists the options a format
-accepts (the CLI passes exactly those on), and the first line of its docstring
-is the subcommand's help. Importing :mod:`mdsfair.preprocess.converters`
+as keyword-only options: its own, and ``options``, the
+:class:`~.common.ConversionOptions` every format shares (the bad-input policy
+and the report), which it opens its :class:`~.common.ConversionSession` with;
+:func:`format_options` lists the format's own options (the CLI passes exactly
+those on), and the first line of its docstring is the subcommand's help.
+Importing :mod:`mdsfair.preprocess.converters`
 imports every module of the package, so a new format module needs no other
 change to appear in the CLI.
 """
@@ -33,7 +38,7 @@ CONVERTERS: Dict[str, ConverterFunction] = {}
 CONVERTER_ARGUMENTS: Dict[str, Optional[ArgumentAdder]] = {}
 
 # Parameters the driver fills itself; every other keyword-only parameter is a format option.
-DRIVER_PARAMETERS = frozenset({"inputs", "split", "skip_bad", "report"})
+DRIVER_PARAMETERS = frozenset({"inputs", "split", "options"})
 _FORMAT_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
@@ -45,7 +50,7 @@ def register_converter(name: str, add_arguments: Optional[ArgumentAdder] = None
     ``mdsfair-convert NAME`` subcommand; their ``dest`` must be the generator's
     keyword-only parameter names. Registering a name twice, a name that is not
     a lower-case identifier, or a generator without the driver's parameters
-    (``inputs``, ``split``, ``skip_bad``, ``report``) raises ValueError."""
+    (``inputs``, ``split``, ``options``) raises ValueError."""
     if not _FORMAT_NAME.match(name):
         raise ValueError(f"converter name {name!r} must be a lower-case identifier")
 
@@ -75,7 +80,7 @@ def get_converter(format_name: str) -> ConverterFunction:
 
 
 def format_options(format_name: str) -> List[str]:
-    """Keyword options a format accepts besides inputs, split, skip_bad and report."""
+    """Keyword options a format accepts besides inputs, split and options (its own options)."""
     signature = inspect.signature(get_converter(format_name))
     return [name for name, parameter in signature.parameters.items()
             if name not in DRIVER_PARAMETERS and not name.startswith("_")

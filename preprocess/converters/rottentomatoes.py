@@ -26,16 +26,17 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Iterator, Optional
 
+from mdsfair.raw_contract import WRONG_TYPE
+
 from .common import (
-    WRONG_TYPE,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -55,9 +56,7 @@ def add_rottentomatoes_arguments(parser: argparse.ArgumentParser) -> None:
 @register_converter("rottentomatoes", add_arguments=add_rottentomatoes_arguments)
 def iter_rottentomatoes(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
                         summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                        skip_bad: bool = False, allow_empty_summary: bool = False,
-                        error_on_empty_document: bool = False,
-                        report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                        options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """Rotten Tomatoes: rottentomatoes.json (Wang & Ling 2016) or HierEncDec's csv/json -> contract clusters.
 
     A JSON object with ``_critics`` is a movie of the original release
@@ -66,8 +65,7 @@ def iter_rottentomatoes(inputs: Inputs, split: str = "train", *, text_column: Op
     (reviews split on ``<REVBREAK>``). Empty reviews are dropped and counted
     as ``empty_review``."""
     paths = as_paths(inputs)
-    session = make_session(report, "rottentomatoes", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "rottentomatoes", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         movie = record.payload

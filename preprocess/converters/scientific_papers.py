@@ -29,18 +29,19 @@ import argparse
 import re
 from typing import Any, Dict, Iterator, List, Optional
 
+from mdsfair.raw_contract import SECTION_MISMATCH
+from mdsfair.text import PARAGRAPH_SEPARATOR
+
 from .common import (
-    PARAGRAPH_SEPARATOR,
-    SECTION_MISMATCH,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -71,9 +72,8 @@ def add_scientific_papers_arguments(parser: argparse.ArgumentParser) -> None:
 
 @register_converter("scientific_papers", add_arguments=add_scientific_papers_arguments)
 def iter_scientific_papers(inputs: Inputs, split: str = "train", *, whole_article: bool = False,
-                           omit_section_names: bool = False, skip_bad: bool = False,
-                           allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                           report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                           omit_section_names: bool = False,
+                           options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """arXiv / PubMed JSONL of Cohan et al. 2018 (train.txt, val.txt, test.txt) -> contract clusters.
 
     One document per section (``section_names[i]`` as its first paragraph,
@@ -83,8 +83,7 @@ def iter_scientific_papers(inputs: Inputs, split: str = "train", *, whole_articl
     dropped and counted as ``empty_section``. Summary: ``abstract_text``
     without its ``<S>``/``</S>`` markers. Id: ``article_id``."""
     paths = as_paths(inputs)
-    session = make_session(report, "scientific_papers", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "scientific_papers", split, paths)
 
     def section_documents(paper: Dict[str, Any], pending: PendingCounts) -> List[Document]:
         names = string_list(require_field(paper, "section_names", list), "section_names")

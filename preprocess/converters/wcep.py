@@ -13,17 +13,18 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Iterator, Optional
 
+from mdsfair.argument_types import at_least
+from mdsfair.text import PARAGRAPH_SEPARATOR
+
 from .common import (
-    at_least,
-    PARAGRAPH_SEPARATOR,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_document,
     normalize_paragraph,
     normalize_summary,
@@ -45,9 +46,8 @@ def add_wcep_arguments(parser: argparse.ArgumentParser) -> None:
 
 @register_converter("wcep", add_arguments=add_wcep_arguments)
 def iter_wcep(inputs: Inputs, split: str = "train", *, prepend_titles: bool = False,
-              max_articles: Optional[int] = None, skip_bad: bool = False,
-              allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-              report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+              max_articles: Optional[int] = None,
+              options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """WCEP JSONL (``.jsonl`` or ``.jsonl.gz``) -> contract clusters.
 
     Documents are the ``text`` of the ``articles`` (in file order; WCEP-10 is
@@ -57,7 +57,7 @@ def iter_wcep(inputs: Inputs, split: str = "train", *, prepend_titles: bool = Fa
     if max_articles is not None and max_articles < 1:
         raise ValueError("max_articles must be at least 1")
     paths = as_paths(inputs)
-    session = make_session(report, "wcep", split, skip_bad, allow_empty_summary, error_on_empty_document, paths)
+    session = ConversionSession(options, "wcep", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         event = record.payload

@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
 from .common import (
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Inputs,
     Record,
     as_paths,
     build_clusters,
-    make_session,
 )
 from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
 from .registry import register_converter
@@ -45,16 +45,13 @@ def add_wikidomains_arguments(parser: argparse.ArgumentParser) -> None:
 @register_converter("wikidomains", add_arguments=add_wikidomains_arguments)
 def iter_wikidomains(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
                      summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                     skip_bad: bool = False, allow_empty_summary: bool = False,
-                     error_on_empty_document: bool = False,
-                     report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                     options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """WikiDomains (HierEncDec's Film/, MeanOfTransportation/, Software/, Town/ csv/json) -> contract clusters.
 
     Section texts split on ``<REVBREAK>`` are the documents, the lead
     section the summary; ids carry the domain of the file's folder."""
     paths = as_paths(inputs)
-    session = make_session(report, "wikidomains", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "wikidomains", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         domain = Path(record.path).resolve().parent.name

@@ -28,18 +28,19 @@ import argparse
 import re
 from typing import Any, Dict, Iterator, Optional
 
+from mdsfair.raw_contract import MISSING_KEY
+from mdsfair.text import PARAGRAPH_SEPARATOR
+
 from .common import (
-    MISSING_KEY,
-    PARAGRAPH_SEPARATOR,
     BadRecord,
-    ConversionReport,
+    ConversionOptions,
+    ConversionSession,
     Document,
     Inputs,
     PendingCounts,
     Record,
     as_paths,
     build_clusters,
-    make_session,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -64,9 +65,8 @@ def add_wikisum_arguments(parser: argparse.ArgumentParser) -> None:
 
 @register_converter("wikisum", add_arguments=add_wikisum_arguments)
 def iter_wikisum(inputs: Inputs, split: str = "train", *, paragraphs_as_one_document: bool = False,
-                 keep_sentence_markers: bool = False, skip_bad: bool = False,
-                 allow_empty_summary: bool = False, error_on_empty_document: bool = False,
-                 report: Optional[ConversionReport] = None) -> Iterator[Dict[str, Any]]:
+                 keep_sentence_markers: bool = False,
+                 options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
     """WikiSum ranked-paragraph JSONL (``title``, ``paragraphs``, ``summary``/``target``) -> clusters.
 
     Each paragraph is one document (default), or all paragraphs form one
@@ -75,8 +75,7 @@ def iter_wikisum(inputs: Inputs, split: str = "train", *, paragraphs_as_one_docu
     in the target become spaces unless ``keep_sentence_markers``. The title is
     kept as ``"title"``; ids: ``id`` when present, else ``{split}-{index}``."""
     paths = as_paths(inputs)
-    session = make_session(report, "wikisum", split, skip_bad, allow_empty_summary,
-                           error_on_empty_document, paths)
+    session = ConversionSession(options, "wikisum", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         example = record.payload

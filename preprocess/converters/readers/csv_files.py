@@ -30,7 +30,7 @@ def iter_csv_rows(path: Path, session: ConversionSession, delimiter: str
     """Header and (record, row) pairs of a CSV file; each record is located at its row's first line."""
     _raise_csv_field_limit()
     text = read_text(path)
-    if not session.skip_bad:
+    if not session.options.skip_bad:
         error = first_invalid_utf8_error(path, text)
         if error is not None:
             raise error

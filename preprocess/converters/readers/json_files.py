@@ -73,7 +73,7 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
     A syntax error in the list itself is fatal: element boundaries cannot be
     recovered after it."""
     text = read_text(path)
-    if not session.skip_bad:
+    if not session.options.skip_bad:
         error = first_invalid_utf8_error(path, text)
         if error is not None:
             raise error
