@@ -3,9 +3,9 @@
 ``mdsfair-convert FORMAT INPUT... -o OUTPUT`` has one subcommand per
 registered format (:data:`~.registry.CONVERTERS`): the common flags below plus
 the format's own (its ``add_arguments``). The common flags of the bad-input
-policy become one :class:`~.common.ConversionOptions`, built once here; the
-format options it passes on besides are exactly
-:func:`~.registry.format_options` of that format.
+policy become one :class:`~.common.ConversionOptions`, built once here; besides
+it, the command passes on exactly the format's own options
+(:func:`~.registry.format_options`).
 """
 from __future__ import annotations
 
