@@ -10,7 +10,7 @@
 * float16 / bfloat16 run and stay close to float32;
 * the model equals Hugging Face's own ``LEDForConditionalGeneration`` (tiny
   random configuration built here, weights copied with
-  :func:`mdsfair.models.led.led_state_dict_from_hf`): teacher-forced logits
+  :func:`mdsfair.modules.led_parameter_map.led_state_dict_from_hf`): teacher-forced logits
   to 1e-5 for right- and left-padded batches, ``first``, ``doc-sep`` and
   ``documents`` global attention, windows 4..16, one per layer (Hugging Face
   pads to the largest window only, so a layer's window must divide it; Hugging Face's own
@@ -26,12 +26,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from mdsfair.models.led import (
-    LEDModel,
-    global_attention_mask,
-    led_state_dict_from_hf,
-    parse_attention_window,
-)
+from mdsfair.models.led import LEDModel
+from mdsfair.modules.led_parameter_map import led_state_dict_from_hf
+from mdsfair.modules.self_attention_components import global_attention_mask, parse_attention_window
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
 from tests.import_fixtures import import_transformers
 from tests.tolerances import assert_close_in_dtype

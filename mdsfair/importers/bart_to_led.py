@@ -118,7 +118,7 @@ def convert_bart_to_led(
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
     from mdsfair.importers.output import single_file_output
     from mdsfair.importers.hf_led import expected_parameter_names
-    from mdsfair.models.led import parse_attention_window
+    from mdsfair.modules.self_attention_components import parse_attention_window
 
     mdsfair.register()  # the led architectures; the checkpoint checks that load fairseq checkpoints on torch >= 2.6
     if not os.path.isfile(bart_checkpoint):

@@ -473,7 +473,8 @@ def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: O
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    from mdsfair.models.led import LEDModel, parse_attention_window
+    from mdsfair.models.led import LEDModel
+    from mdsfair.modules.self_attention_components import parse_attention_window
 
     for path, what in ((checkpoint, "the fairseq checkpoint"), (dict_path, "the dict.txt the checkpoint was trained with")):
         if not os.path.isfile(path):

@@ -26,7 +26,6 @@ from torch import Tensor
 
 from mdsfair.argument_types import at_least
 from mdsfair.models.flag_defaults import FlagDefaults, derived
-from mdsfair.modules import cross_attention_components, position_components, self_attention_components  # noqa: F401
 from mdsfair.modules.beam_cached_self_attention import beam_history, reorder_beam_history
 from mdsfair.modules.decoding_declarations import alignment_unused
 from mdsfair.modules.components import (

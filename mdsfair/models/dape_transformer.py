@@ -39,7 +39,7 @@ from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import choose
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.position_components import DocumentAwarePositions
-from mdsfair.modules.self_attention_components import DependencySelfAttention, parse_dependency_layers  # noqa: F401
+from mdsfair.modules.self_attention_components import DependencySelfAttention
 
 logger = logging.getLogger(__name__)
 

@@ -63,14 +63,6 @@ from fairseq.models import register_model, register_model_architecture
 from mdsfair.models.component_model import ComponentBARTModel
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import LED_ENCODER, PRIMERA_ENCODER, bart_dimensions, family_defaults
-from mdsfair.modules.led_parameter_map import led_state_dict_from_hf  # noqa: F401 (the name tests and importers use)
-from mdsfair.modules.self_attention_components import (  # noqa: F401 (this model's public names)
-    DOCUMENT_SEPARATOR,
-    GLOBAL_ATTENTION,
-    document_separator_index,
-    global_attention_mask,
-    parse_attention_window,
-)
 
 logger = logging.getLogger(__name__)
 
