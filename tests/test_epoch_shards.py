@@ -132,6 +132,32 @@ def test_fairseq_train_reads_shard_0_in_epoch_1_and_shard_1_in_epoch_2(sharded, 
     assert [(epoch, name) for split, epoch, name, _ in loaded if split == "valid"] == [(1, f"{shard0}/valid")]
 
 
+def test_the_task_reads_each_shard_manifest_once_when_it_is_set_up(sharded, tmp_path):
+    """The task splits DATA once and keeps every shard's manifest: loading a
+    split of any epoch checks it against the manifest read at setup, so
+    manifests damaged afterwards are not read again."""
+    from fairseq import options, tasks
+
+    shards = [shutil.copytree(os.path.join(sharded[1], name), str(tmp_path / name)) for name in ("shard0", "shard1")]
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        f"{shards[0]}{os.pathsep}{os.pathsep}{shards[1]}", "--user-dir", USER_DIR,
+        "--task", "multidoc_summarization", *TINY_TRANSFORMER])
+    task = tasks.setup_task(args)
+    assert [shard.folder for shard in task.shards] == shards and task.data_dir == shards[0]
+    assert task.manifest is task.shards[0].manifest
+    assert sorted(task.shards[0].manifest["splits"]) == ["test", "train", "valid"]
+    assert sorted(task.shards[1].manifest["splits"]) == ["train"]
+    assert task.data_fingerprint()["data_bins"] == [os.path.abspath(shard) for shard in shards]
+    for shard in shards:
+        with open(os.path.join(shard, "mdsfair.json"), "w", encoding="utf-8"):
+            pass  # empty: read_manifest would refuse it as damaged
+    sizes = {}
+    for split, epoch in (("train", 1), ("train", 2), ("train", 3), ("valid", 1)):
+        sizes[split, epoch] = len(task.load_dataset(split, epoch=epoch))
+    assert sizes == {("train", 1): 5, ("train", 2): 4, ("train", 3): 5, ("valid", 1): 3}
+
+
 def test_shards_with_different_dictionaries_are_refused_naming_both(sharded, tmp_path):
     from fairseq.data import Dictionary
 
