@@ -66,7 +66,7 @@ import numpy as np
 from tqdm import tqdm
 
 from mdsfair.argument_types import os_error_message
-from mdsfair.data.manifest import MANIFEST_NAME, default_text_normalization, write_json_atomic  # noqa: F401  (MANIFEST_NAME also imported from here)
+from mdsfair.data.manifest import MANIFEST_VERSION, STRUCTURE_STREAMS, default_text_normalization
 from mdsfair.data.primera_layout import source_layout_manifest_entry
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.accounting import SplitLog, check_training_split_has_a_cluster, sentencepiece_size_report
@@ -97,9 +97,6 @@ if TYPE_CHECKING:
     from fairseq.data import Dictionary
 
 logger = logging.getLogger("mdsfair.preprocess")
-
-MANIFEST_VERSION = 1
-STRUCTURE_STREAMS = ("doc", "para", "sent")
 
 
 class SplitEncoder:

@@ -13,6 +13,12 @@ PRIMERA's ``{"name": "primera", "document_separator": "<doc-sep>",
 (:mod:`mdsfair.data.primera_layout`); a manifest without it leaves the
 layout to the task's ``--source-layout``.
 
+``version`` is the manifest layout's version (:data:`MANIFEST_VERSION`):
+:func:`read_manifest` refuses a manifest of a higher version, written by a
+newer mdsfair whose data-bins this code may misread, and reads one of a lower
+version, or without the entry, as it is. ``structure`` lists the structure
+streams of every split (:data:`STRUCTURE_STREAMS`).
+
 ``text_normalization`` (``mdsfair-preprocess --text-normalization``) is how
 raw text was normalised before subword encoding, so that the hub normalises
 its input the same way (:func:`recorded_text_normalization`):
@@ -26,6 +32,13 @@ import shlex
 from typing import Dict, Iterator, Optional, Tuple
 
 MANIFEST_NAME = "mdsfair.json"
+#: The version of the manifest layout this code writes, and the highest it reads.
+MANIFEST_VERSION = 1
+#: The structure streams of a split, ``{split}.doc``, ``{split}.para`` and
+#: ``{split}.sent``: for every source token, the index of its document,
+#: paragraph and sentence within the cluster (0-based; paragraphs and
+#: sentences numbered across documents in stream order).
+STRUCTURE_STREAMS = ("doc", "para", "sent")
 
 #: The text normalisations a data-bin records (``text_normalization``) and
 #: what each does to raw text before subword encoding:
@@ -79,6 +92,27 @@ class DamagedManifestError(ManifestError):
 
 class ManifestShapeError(ManifestError):
     """A manifest entry that holds file names has the wrong JSON type."""
+
+
+class ManifestVersionError(ManifestError):
+    """A manifest whose ``version`` is above :data:`MANIFEST_VERSION` (written
+    by a newer mdsfair), or is not an integer."""
+
+
+def check_manifest_version(manifest: Dict, path: str) -> None:
+    """Refuse a manifest (``path``) whose ``version`` this code does not
+    read: one above :data:`MANIFEST_VERSION`, or one that is not a JSON
+    integer. A lower version, or none (the entry is optional), is read as it is."""
+    version = manifest.get("version")
+    if version is None:
+        return
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ManifestVersionError(f"{path}: the manifest's version {version!r} is not an integer; "
+                                   "rebuild the data-bin with mdsfair-preprocess")
+    if version > MANIFEST_VERSION:
+        raise ManifestVersionError(
+            f"{path}: manifest version {version} is newer than this mdsfair reads (version {MANIFEST_VERSION} or "
+            "older); use the mdsfair release that wrote the data-bin, or rebuild it with this mdsfair-preprocess")
 
 
 def _entries(value, entry: str, kind: type):
@@ -218,8 +252,9 @@ def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_opt
 
 def read_manifest(data_dir: str) -> Dict:
     """The manifest of ``data_dir``, checked: a clear error when there is
-    none, when it is damaged (empty or cut short), or when a file name it
-    lists leaves the directory (:func:`check_manifest_file_names`)."""
+    none, when it is damaged (empty or cut short), when its version is newer
+    than this code reads (:func:`check_manifest_version`), or when a file
+    name it lists leaves the directory (:func:`check_manifest_file_names`)."""
     path = os.path.join(data_dir, MANIFEST_NAME)
     if not os.path.exists(path):
         raise FileNotFoundError(
@@ -235,6 +270,7 @@ def read_manifest(data_dir: str) -> Dict:
         raise DamagedManifestError(f"{path}: the manifest is {state}; {restore_hint(data_dir)}") from None
     if not isinstance(manifest, dict):
         raise DamagedManifestError(f"{path}: the manifest is not a JSON object; {restore_hint(data_dir)}")
+    check_manifest_version(manifest, path)
     check_manifest_file_names(manifest, path)
     return manifest
 

@@ -33,12 +33,11 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
 
+from mdsfair.data.manifest import STRUCTURE_STREAMS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.data.primera_layout import primera_truncation
 
 logger = logging.getLogger(__name__)
-
-STRUCTURE_KEYS = ("doc", "para", "sent")
 
 
 @dataclass
@@ -180,7 +179,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         self.side_data = side_data or {}
         self.shuffle = shuffle
         self.name = name
-        for key in STRUCTURE_KEYS:
+        for key in STRUCTURE_STREAMS:
             if len(structure[key]) != len(source):
                 raise ValueError(f"{name}: structure stream {key!r} has {len(structure[key])} items, source {len(source)}")
         self.truncation_counts = Counter()
@@ -205,7 +204,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
 
     def _raw_item(self, index: int):
         tokens = np.asarray(self.source[index], dtype=np.int64)
-        ids = {key: np.asarray(self.structure[key][index], dtype=np.int64) for key in STRUCTURE_KEYS}
+        ids = {key: np.asarray(self.structure[key][index], dtype=np.int64) for key in STRUCTURE_STREAMS}
         for key, values in ids.items():
             if len(values) != len(tokens):
                 raise ValueError(
@@ -308,7 +307,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         structure_source[inserted] = positions[inserted + 1]
         separators = np.flatnonzero(positions == -2)
         structure_source[separators] = positions[separators - 1]
-        out = {key: ids[key][structure_source] for key in STRUCTURE_KEYS}
+        out = {key: ids[key][structure_source] for key in STRUCTURE_STREAMS}
         token_out = np.where(stored, tokens[structure_source], self.dictionary.bos())
         if separated:
             token_out[separators] = cfg.document_separator
@@ -316,7 +315,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         if cfg.append_eos:
             token_out = np.append(token_out, self.dictionary.eos())
             source_of = np.append(source_of, -1)
-            for key in STRUCTURE_KEYS:
+            for key in STRUCTURE_STREAMS:
                 out[key] = np.append(out[key], out[key][-1])
         kept_paragraphs = np.unique(out["para"])
         out["para"] = dense_renumber(out["para"])
@@ -362,7 +361,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         item = {
             "id": index,
             "source": torch.from_numpy(view["tokens"].astype(np.int64)),
-            "structure": {key: torch.from_numpy(view[key].astype(np.int64)) for key in STRUCTURE_KEYS},
+            "structure": {key: torch.from_numpy(view[key].astype(np.int64)) for key in STRUCTURE_STREAMS},
             "side_data": {
                 name: self._side_item(spec, dataset[index], view)
                 for name, (spec, dataset) in self.side_data.items()
@@ -385,7 +384,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         src_tokens = data_utils.collate_tokens([s["source"] for s in samples], pad, eos, left_pad=False)
         src_lengths = torch.LongTensor([s["source"].numel() for s in samples])
         net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths}
-        for key in STRUCTURE_KEYS:
+        for key in STRUCTURE_STREAMS:
             net_input[f"src_{key}_ids"] = data_utils.collate_tokens(
                 [s["structure"][key] for s in samples], -1, left_pad=False
             )

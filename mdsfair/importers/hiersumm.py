@@ -370,7 +370,7 @@ def model_arguments(options: SimpleNamespace, out_dir: str, max_target_positions
 
 def import_manifest(lowercase: bool, source: Dict[str, object]) -> Dict:
     """``mdsfair.json`` of the import: a data-bin without splits (SentencePiece)."""
-    from mdsfair.preprocess.binarize import MANIFEST_VERSION, STRUCTURE_STREAMS
+    from mdsfair.data.manifest import MANIFEST_VERSION, STRUCTURE_STREAMS
     from mdsfair.preprocess.subword import SPM_MODEL_NAME
 
     manifest = {

@@ -33,7 +33,7 @@ import os
 from types import SimpleNamespace
 from typing import Dict, Iterator, List, Optional
 
-from mdsfair.data.manifest import MANIFEST_NAME, default_text_normalization
+from mdsfair.data.manifest import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS, default_text_normalization
 from mdsfair.importers import ImportRefused
 from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun
 
@@ -95,7 +95,6 @@ def gpt2_manifest(out_dir: str, source: Dict[str, object], separator: Optional[i
     from fairseq.data import Dictionary
 
     from mdsfair.data.primera_layout import source_layout_manifest_entry
-    from mdsfair.preprocess.binarize import MANIFEST_VERSION, STRUCTURE_STREAMS
 
     manifest = {
         "format": "mdsfair-binarized",

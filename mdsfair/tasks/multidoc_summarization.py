@@ -25,8 +25,8 @@ from mdsfair.argument_types import check_config_sizes
 from mdsfair import checkpoints
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split
-from mdsfair.data.manifest import recorded_source_layout
-from mdsfair.data.multidoc_dataset import STRUCTURE_KEYS, MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.manifest import STRUCTURE_STREAMS, recorded_source_layout
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator, static_decoding_generator
@@ -374,7 +374,7 @@ class MultiDocSummarizationTask(FairseqTask):
 
         source = open_stream("source")
         target = open_stream("target") if NumpyMMapDataset.exists(prefix + ".target") else None
-        structure = {key: open_stream(key) for key in STRUCTURE_KEYS}
+        structure = {key: open_stream(key) for key in STRUCTURE_STREAMS}
         side_data = {spec.name: (spec, open_stream(spec.name)) for spec in self.side_data_specs}
         dataset = MultiDocSummarizationDataset(
             source,
