@@ -9,7 +9,8 @@ scores). So mdsfair does **not** turn
 ``weights_only`` off for the process (no ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD``):
 
 * every checkpoint load mdsfair performs or triggers (fairseq's
-  ``load_checkpoint_to_cpu`` through :func:`mdsfair.checkpoints.load_checked`,
+  ``load_checkpoint_to_cpu`` through
+  :func:`mdsfair.checkpoints.fairseq_wrappers.load_checked`,
   ``mdsfair.checkpoints stamp/verify``, the importers) runs inside
   :func:`fairseq_checkpoint_globals`, which allows exactly
   :data:`FAIRSEQ_CHECKPOINT_GLOBALS` for the duration of that load, still with

@@ -170,16 +170,14 @@ def with_torchrun_settings(argv: List[str], environ=os.environ) -> List[str]:
 
 
 def checkpoint_refusals() -> tuple:
-    """The errors with which mdsfair refuses a checkpoint (``mdsfair/checkpoints.py``,
+    """The errors with which mdsfair refuses a checkpoint (``mdsfair/checkpoints/``,
     ``mdsfair/checkpoint_loading.py``): each message names the file and what to do,
     so ``mdsfair-train`` and ``mdsfair-generate`` print it as one ``error:`` line."""
     from mdsfair.checkpoint_loading import UntrustedCheckpointError
-    from mdsfair.checkpoints import (
-        ArchitectureChangeError,
-        CheckpointFileError,
-        CheckpointIntegrityError,
-        DictionaryMismatchError,
-    )
+    from mdsfair.checkpoints.architecture_change import ArchitectureChangeError
+    from mdsfair.checkpoints.checksums import CheckpointIntegrityError
+    from mdsfair.checkpoints.diagnosis import CheckpointFileError
+    from mdsfair.checkpoints.fingerprints import DictionaryMismatchError
 
     return (CheckpointFileError, CheckpointIntegrityError, UntrustedCheckpointError, ArchitectureChangeError,
             DictionaryMismatchError)

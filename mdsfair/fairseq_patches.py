@@ -9,7 +9,7 @@ idempotent. Nothing else in mdsfair assigns to a fairseq attribute
 Patches
 -------
 1. ``fairseq.checkpoint_utils.load_checkpoint_to_cpu`` is wrapped by
-   :func:`mdsfair.checkpoints.load_checked` (:func:`patch_load_checkpoint_to_cpu`).
+   :func:`mdsfair.checkpoints.fairseq_wrappers.load_checked` (:func:`patch_load_checkpoint_to_cpu`).
    *Why:* every checkpoint fairseq loads for an mdsfair run goes through this
    one function (``fairseq-generate --path``, ``fairseq-train --restore-file`` /
    ``--finetune-from-model`` and resuming, ``hub_utils.from_pretrained``), and
@@ -22,14 +22,16 @@ Patches
    (``checkpoint_utils.load_checkpoint_to_cpu(...)``), so replacing the module
    attribute reaches all of them.
 2. ``fairseq.trainer.Trainer.load_checkpoint`` is wrapped by
-   :func:`mdsfair.checkpoints.trainer_load_checked` (:func:`patch_trainer_load_checkpoint`).
+   :func:`mdsfair.checkpoints.fairseq_wrappers.trainer_load_checked`
+   (:func:`patch_trainer_load_checkpoint`).
    *Why:* resuming (``--restore-file`` or ``checkpoint_last.pt``) is the one
    place that knows both the checkpoint's model config and the new one, and
    whether the optimizer is reset (a fine-tune): a changed architecture flag
    that keeps tensor shapes is refused there (``--allow-arch-change``).
-3. ``fairseq.file_io.PathManager.copy`` becomes :func:`mdsfair.checkpoints.atomic_copy`
-   for local files, and ``checkpoint_utils.torch_persistent_save`` removes its
-   ``FILE.tmp`` when interrupted (:func:`patch_atomic_checkpoint_writes`).
+3. ``fairseq.file_io.PathManager.copy`` becomes
+   :func:`mdsfair.checkpoints.fairseq_wrappers.atomic_copy` for local files, and
+   ``checkpoint_utils.torch_persistent_save`` removes its ``FILE.tmp`` when
+   interrupted (:func:`patch_atomic_checkpoint_writes`).
    *Why:* fairseq makes ``checkpoint_last.pt`` / ``checkpoint_best.pt`` with
    ``shutil.copyfile`` onto the old file, which an error or Ctrl-C leaves cut
    short; the temporary-file-then-rename copy leaves the old checkpoint whole.
@@ -63,10 +65,10 @@ PATCHED_MARKER = "__mdsfair_checked__"
 
 def patch_load_checkpoint_to_cpu() -> None:
     """Patch 1 (module docstring): wrap ``checkpoint_utils.load_checkpoint_to_cpu``
-    with :func:`mdsfair.checkpoints.load_checked` (once)."""
+    with :func:`mdsfair.checkpoints.fairseq_wrappers.load_checked` (once)."""
     from fairseq import checkpoint_utils
 
-    from mdsfair.checkpoints import load_checked
+    from mdsfair.checkpoints.fairseq_wrappers import load_checked
 
     current = checkpoint_utils.load_checkpoint_to_cpu
     if getattr(current, PATCHED_MARKER, False):
@@ -82,10 +84,10 @@ def patch_load_checkpoint_to_cpu() -> None:
 
 def patch_trainer_load_checkpoint() -> None:
     """Patch 2 (module docstring): wrap ``Trainer.load_checkpoint`` with
-    :func:`mdsfair.checkpoints.trainer_load_checked` (once)."""
+    :func:`mdsfair.checkpoints.fairseq_wrappers.trainer_load_checked` (once)."""
     from fairseq.trainer import Trainer
 
-    from mdsfair.checkpoints import trainer_load_checked
+    from mdsfair.checkpoints.fairseq_wrappers import trainer_load_checked
 
     trainer_load = Trainer.load_checkpoint
     if getattr(trainer_load, PATCHED_MARKER, False):
@@ -107,7 +109,7 @@ def patch_atomic_checkpoint_writes() -> None:
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
 
-    from mdsfair.checkpoints import atomic_copy, _is_local
+    from mdsfair.checkpoints.fairseq_wrappers import atomic_copy, is_local_path
 
     copy = PathManager.copy
     if not getattr(copy, PATCHED_MARKER, False):
@@ -123,19 +125,12 @@ def patch_atomic_checkpoint_writes() -> None:
             try:
                 return save(obj, filename, *args, **kwargs)
             except BaseException:
-                if _is_local(filename) and os.path.exists(filename + ".tmp"):
+                if is_local_path(filename) and os.path.exists(filename + ".tmp"):
                     os.remove(filename + ".tmp")
                 raise
 
         setattr(torch_persistent_save, PATCHED_MARKER, True)
         checkpoint_utils.torch_persistent_save = torch_persistent_save
-
-
-def is_patched() -> bool:
-    """Whether :func:`apply_fairseq_patches` has run in this process."""
-    from fairseq import checkpoint_utils
-
-    return bool(getattr(checkpoint_utils.load_checkpoint_to_cpu, PATCHED_MARKER, False))
 
 
 def apply_fairseq_patches() -> None:

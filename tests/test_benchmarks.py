@@ -104,11 +104,11 @@ def test_checkpoint_checksum_benchmark_times_each_step_and_verifies_what_it_read
     same repeats, per-repeat ratios, and verification against the weights
     read back (a checksum that did not match would raise)."""
     from benchmarks import checkpoint_checksum
-    from mdsfair import checkpoints
+    from mdsfair.checkpoints import checksums
 
     verified = []
-    real_verify = checkpoints.verify_model_checksum
-    monkeypatch.setattr(checkpoints, "verify_model_checksum",
+    real_verify = checksums.verify_model_checksum
+    monkeypatch.setattr(checksums, "verify_model_checksum",
                         lambda state, checksum, path: verified.append(len(checksum["tensors"])) or
                         real_verify(state, checksum, path))
     checkpoint_checksum.main([

@@ -308,7 +308,7 @@ def test_an_led_checkpoint_restores_into_led_sparse_with_fairseq_train(data, tmp
     approximator is created from LED's cross-attention."""
     from fairseq.trainer import Trainer
 
-    from mdsfair.checkpoints import ArchitectureChangeError
+    from mdsfair.checkpoints.architecture_change import ArchitectureChangeError
     from tests.import_fixtures import restore_with_trainer
 
     led = contract.ContractModel("led_tiny", data)

@@ -12,7 +12,7 @@ import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.bart import BARTModel
-from mdsfair.checkpoints import restamp_state
+from mdsfair.checkpoints.stamping import restamp_state
 from mdsfair.evaluation.attention_analysis import (
     AttentionRecorder,
     cli_main as analyze_attention_main,

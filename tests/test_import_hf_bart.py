@@ -16,7 +16,7 @@ import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
-from mdsfair import checkpoints
+from mdsfair.checkpoints.fingerprints import data_fingerprint
 from mdsfair.data.manifest import read_manifest
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import export_main, import_main
@@ -511,7 +511,7 @@ def test_bart_base_sized_import_loads_and_generates_on_cpu(tmp_path, data_bin, t
     base_task = copy.copy(task)  # the task with the imported 50,265-symbol dictionary
     base_task.dictionary = Dictionary.load(os.path.join(out_dir, "dict.txt"))
     # ... and its files: the import records their fingerprints, which the task compares with its data's
-    base_task._data_fingerprint = checkpoints.data_fingerprint([out_dir], base_task.dictionary, read_manifest(out_dir))
+    base_task._data_fingerprint = data_fingerprint([out_dir], base_task.dictionary, read_manifest(out_dir))
     model = fairseq_model(out_dir, base_task)
     assert sum(p.numel() for p in model.parameters()) > 130_000_000
     generator = SequenceGenerator([model], base_task.target_dictionary, beam_size=2, max_len_a=0, max_len_b=5)

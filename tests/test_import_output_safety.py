@@ -13,7 +13,8 @@ import torch
 
 import mdsfair  # noqa: F401
 from fairseq import checkpoint_utils
-from mdsfair.checkpoints import RECORD_KEY, DictionaryMismatchError
+from mdsfair.checkpoints.fingerprints import DictionaryMismatchError
+from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import import_main
 from tests.import_fixtures import gpt2_data_bin, import_transformers, tiny_hf_bart

@@ -81,7 +81,7 @@ def trained(tmp_path_factory):
 
 
 def test_ctrl_c_in_training_leaves_only_complete_checkpoints(trained, tmp_path):
-    from mdsfair.checkpoints import verify
+    from mdsfair.checkpoints.stamping import verify
 
     save_dir = tmp_path / "run"
     args = [trained["data_bin"], "--save-dir", str(save_dir), *TRAIN, *TINY_BART_ARGS, "--max-update", "100000",

@@ -24,7 +24,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("models", ("mdsfair.models", "mdsfair.criterions")),
     ("preprocess", ("mdsfair.preprocess",)),
     ("tasks", ("mdsfair.tasks",)),
-    ("applications", ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli", "mdsfair.checkpoints_cli")),
+    ("applications", ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli")),
     ("evaluation", ("mdsfair.evaluation",)),
 ]
 
@@ -35,10 +35,6 @@ ALLOWED_UPWARD = {
     # tasks and preprocessing), as fairseq's BARTModel.from_pretrained imports
     # its BARTHubInterface: imported when a model is loaded, never at import.
     ("mdsfair.models.hub", "mdsfair.hub_interface"),
-    # `python -m mdsfair.checkpoints stamp FILE` (the command mdsfair's own
-    # messages and the README name) runs its command, which lives in the
-    # applications layer: only in the file's __main__ block.
-    ("mdsfair.checkpoints", "mdsfair.checkpoints_cli"),
     # The task's --eval-rouge scores validation summaries with the evaluation
     # layer's scorer, as fairseq's translation task scores --eval-bleu with
     # sacrebleu: imported when the flag is on, never at import.
@@ -160,12 +156,13 @@ def import_cycles(sources, module_level_only: bool = True) -> List[List[str]]:
     """Cycles of imports (strongly connected components of more than one
     module, or a module importing itself), each sorted; of module-level
     imports only, or of every import (lazy ones too). The imports of an ``if
-    __name__ == "__main__":`` block are no edges: they run in ``__main__``,
-    not in the module of that name, which they may import afresh."""
+    __name__ == "__main__":`` block are edges too: ``python -m`` runs the file
+    as ``__main__``, and a module it imports that imports it back runs the
+    file a second time, under its own name."""
     graph: Dict[str, Set[str]] = {module: set() for module in sources}
     for module in sources:
         for imported, _, when in imported_modules(module, sources):
-            if (when == AT_IMPORT or (when == AT_CALL and not module_level_only)) and imported in sources:
+            if (when in (AT_IMPORT, AS_PROGRAM) or (when == AT_CALL and not module_level_only)) and imported in sources:
                 # importing a.b.c runs the __init__ of a and a.b first: those are
                 # not edges of the cycle check (packages import their children)
                 graph[module].add(imported)
@@ -396,6 +393,14 @@ def test_checks_fail_on_synthetic_bad_modules():
         "(layer evaluation, above it)"]
     assert [c for c in import_cycles(as_program, module_level_only=False) if "runner" in c[0]] == [
         ["mdsfair.evaluation.runner", "mdsfair.evaluation.runner_cli"]]
+    # a program whose __main__ block imports its command, which imports the program's module back:
+    # `python -m` would run the file twice (as __main__, then under its name)
+    handed_over = synthetic({
+        "mdsfair.evaluation.program": "import sys\nif __name__ == '__main__':\n    from mdsfair.evaluation import program_cli\n",
+        "mdsfair.evaluation.program_cli": "from mdsfair.evaluation.program import score\n",
+    })
+    assert [c for c in import_cycles(handed_over) if "program" in c[0]] == [
+        ["mdsfair.evaluation.program", "mdsfair.evaluation.program_cli"]]
     cyclic = synthetic({
         "mdsfair.evaluation.cycle_a": "from mdsfair.evaluation import cycle_b\n",
         "mdsfair.evaluation.cycle_b": "import mdsfair.evaluation.cycle_a\n",

@@ -118,9 +118,9 @@ def test_allow_arch_change_resumes_and_logs_each_difference(trained, tmp_path, c
 
     last = copy_of_checkpoint(trained, str(tmp_path / "copy"))
     args = with_flag(TINY_BART_ARGS, "--decoder-attention-heads", "2") + ["--dropout", "0.3"]
-    caplog.set_level(logging.INFO, logger="mdsfair.checkpoints")
+    caplog.set_level(logging.INFO, logger="mdsfair.checkpoints.architecture_change")
     train_in_process(trained["data_bin"], str(tmp_path / "copy"), *args, "--max-update", "2", "--allow-arch-change")
-    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints"]
+    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"]
     assert f"--allow-arch-change: resuming from {last} with --decoder-attention-heads changed from 4 to 2" in messages
     assert f"resuming from {last}: --dropout was 0.1 in the checkpoint, 0.3 now (not an architecture flag)" in messages
     state = torch.load(last, map_location="cpu", weights_only=False)
@@ -130,16 +130,16 @@ def test_allow_arch_change_resumes_and_logs_each_difference(trained, tmp_path, c
 
 def test_dropout_alone_may_change_on_resume(trained, tmp_path, caplog):
     last = copy_of_checkpoint(trained, str(tmp_path / "copy"))
-    caplog.set_level(logging.INFO, logger="mdsfair.checkpoints")
+    caplog.set_level(logging.INFO, logger="mdsfair.checkpoints.architecture_change")
     train_in_process(trained["data_bin"], str(tmp_path / "copy"), *TINY_BART_ARGS, "--dropout", "0.2",
                      "--attention-dropout", "0.1", "--max-update", "2")
-    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints"]
+    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"]
     assert f"resuming from {last}: --attention-dropout was 0.0 in the checkpoint, 0.1 now (not an architecture flag)" \
         in messages
 
 
 def test_fine_tuning_into_a_derived_architecture_works_but_not_with_a_changed_shared_flag(trained, tmp_path):
-    from mdsfair.checkpoints import ArchitectureChangeError
+    from mdsfair.checkpoints.architecture_change import ArchitectureChangeError
 
     last = os.path.join(trained["save_dir"], "checkpoint_last.pt")
     fine_tune = ["--arch", "hierencdec_bart_tiny", "--restore-file", last, "--reset-optimizer",
@@ -160,7 +160,7 @@ def test_architecture_differences_names_locality_and_skips_non_architecture_keys
 
     mdsfair.register()
 
-    from mdsfair.checkpoints import architecture_differences, is_architecture_key
+    from mdsfair.checkpoints.architecture_change import architecture_differences, is_architecture_key
 
     model_class = ARCH_MODEL_REGISTRY["pagesum_bart_tiny"]
     parser = argparse.ArgumentParser()

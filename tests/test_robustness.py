@@ -21,7 +21,23 @@ import pytest
 import torch
 from fairseq.data import Dictionary
 
-from mdsfair import checkpoints
+from mdsfair.checkpoints.checksums import (
+    VERIFY_ENV,
+    CheckpointIntegrityError,
+    file_sha256,
+    model_checksum,
+    tensor_digest,
+    verify_model_checksum,
+)
+from mdsfair.checkpoints.diagnosis import CheckpointFileError
+from mdsfair.checkpoints.fingerprints import (
+    DictionaryMismatchError,
+    check_data_fingerprint,
+    dictionary_fingerprint,
+    fingerprint_differences,
+)
+from mdsfair.checkpoints.record import RECORD_KEY
+from mdsfair.checkpoints.stamping import stamp, verify
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.evaluation import compare
 from mdsfair.evaluation.rouge import RougeInputError, cli_main as rouge_main, read_lines, score_files
@@ -231,15 +247,15 @@ def other_data_bin(trained):
 
 def test_checkpoint_records_data_fingerprint_and_weight_checksum(trained):
     state = torch.load(trained["checkpoint"], map_location="cpu", weights_only=False)
-    record = state["task_state"][checkpoints.RECORD_KEY]
+    record = state["task_state"][RECORD_KEY]
     dictionary = Dictionary.load(os.path.join(trained["data_bin"], "dict.txt"))
     assert record["data"]["data_bins"] == [os.path.abspath(trained["data_bin"])]
-    assert record["data"]["dictionary"] == checkpoints.dictionary_fingerprint(dictionary)
+    assert record["data"]["dictionary"] == dictionary_fingerprint(dictionary)
     spm = os.path.join(trained["data_bin"], "spm.model")
-    assert record["data"]["subword"] == {"type": "sentencepiece", "files": {"spm.model": checkpoints.file_sha256(spm)}}
+    assert record["data"]["subword"] == {"type": "sentencepiece", "files": {"spm.model": file_sha256(spm)}}
     assert set(record["model_checksum"]["tensors"]) == {k for k, v in state["model"].items() if torch.is_tensor(v)}
     name = "encoder.layers.0.fc1.weight"
-    assert record["model_checksum"]["tensors"][name] == checkpoints.tensor_digest(state["model"][name])
+    assert record["model_checksum"]["tensors"][name] == tensor_digest(state["model"][name])
 
 
 def test_task_state_checksums_the_model_it_built_unless_told_not_to(trained):
@@ -252,22 +268,22 @@ def test_task_state_checksums_the_model_it_built_unless_told_not_to(trained):
     cfg = convert_namespace_to_omegaconf(args)
     task = tasks.setup_task(cfg.task)
     model = task.build_model(cfg.model)
-    record = task.state_dict()[checkpoints.RECORD_KEY]
-    assert record["model_checksum"] == checkpoints.model_checksum(model.state_dict())
+    record = task.state_dict()[RECORD_KEY]
+    assert record["model_checksum"] == model_checksum(model.state_dict())
     assert record["data"] == task.data_fingerprint()
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
-    assert task.state_dict()[checkpoints.RECORD_KEY]["model_checksum"] != record["model_checksum"]
+    assert task.state_dict()[RECORD_KEY]["model_checksum"] != record["model_checksum"]
     task.cfg.no_checkpoint_checksum = True
-    assert "model_checksum" not in task.state_dict()[checkpoints.RECORD_KEY]
-    task.load_state_dict({checkpoints.RECORD_KEY: record})  # the record is not task state
-    assert checkpoints.RECORD_KEY not in task.state.state_dict
+    assert "model_checksum" not in task.state_dict()[RECORD_KEY]
+    task.load_state_dict({RECORD_KEY: record})  # the record is not task state
+    assert RECORD_KEY not in task.state.state_dict
 
 
 def test_generate_refuses_a_data_bin_with_another_dictionary(trained, other_data_bin, tmp_path):
     same_size = [len(Dictionary.load(os.path.join(d, "dict.txt"))) for d in (trained["data_bin"], other_data_bin)]
     assert same_size[0] == same_size[1]
-    with pytest.raises(checkpoints.DictionaryMismatchError) as error:
+    with pytest.raises(DictionaryMismatchError) as error:
         generate(trained, tmp_path / "refused", data_bin=other_data_bin)
     message = str(error.value)
     assert os.path.abspath(trained["data_bin"]) in message and os.path.abspath(other_data_bin) in message
@@ -280,7 +296,7 @@ def test_hub_refuses_a_data_bin_with_another_dictionary(trained, other_data_bin)
     load = lambda **kw: MultiDocSummarizationHubInterface.from_pretrained(  # noqa: E731
         trained["save_dir"], checkpoint_file="checkpoint_last.pt", data_name_or_path=other_data_bin, **kw
     )
-    with pytest.raises(checkpoints.DictionaryMismatchError, match="other-data-bin"):
+    with pytest.raises(DictionaryMismatchError, match="other-data-bin"):
         load()
     assert isinstance(load(allow_dictionary_mismatch=True), MultiDocSummarizationHubInterface)
 
@@ -303,13 +319,13 @@ def test_restore_file_fine_tuning_refuses_another_dictionary(trained, other_data
 def test_fingerprint_differences_name_dictionary_and_subword_model():
     trained = {"data_bins": ["/a"], "dictionary": {"size": 5, "sha256": "1" * 64},
                "subword": {"type": "sentencepiece", "files": {"spm.model": "2" * 64}}}
-    assert checkpoints.fingerprint_differences(trained, dict(trained)) == []
+    assert fingerprint_differences(trained, dict(trained)) == []
     other_spm = {**trained, "subword": {"type": "sentencepiece", "files": {"spm.model": "3" * 64}}}
-    assert [d.split(":")[0] for d in checkpoints.fingerprint_differences(trained, other_spm)] == ["subword model"]
+    assert [d.split(":")[0] for d in fingerprint_differences(trained, other_spm)] == ["subword model"]
     other_dict = {**trained, "dictionary": {"size": 5, "sha256": "4" * 64}}
-    with pytest.raises(checkpoints.DictionaryMismatchError, match=r"trained on data-bin /a.*dictionary: 5 symbols"):
-        checkpoints.check_data_fingerprint(trained, {**other_dict, "data_bins": ["/b"]}, "c.pt", False)
-    checkpoints.check_data_fingerprint(trained, {**other_dict, "data_bins": ["/b"]}, "c.pt", True)  # allowed
+    with pytest.raises(DictionaryMismatchError, match=r"trained on data-bin /a.*dictionary: 5 symbols"):
+        check_data_fingerprint(trained, {**other_dict, "data_bins": ["/b"]}, "c.pt", False)
+    check_data_fingerprint(trained, {**other_dict, "data_bins": ["/b"]}, "c.pt", True)  # allowed
 
 
 # ------------------------------------------------- 6. checkpoint integrity
@@ -324,23 +340,23 @@ def load_with_fairseq(path):
 def test_empty_lfs_pointer_and_truncated_checkpoints_name_file_and_cause(trained, tmp_path):
     empty = tmp_path / "empty.pt"
     empty.write_bytes(b"")
-    with pytest.raises(checkpoints.CheckpointFileError, match=r"empty\.pt is empty \(0 bytes\)"):
+    with pytest.raises(CheckpointFileError, match=r"empty\.pt is empty \(0 bytes\)"):
         load_with_fairseq(str(empty))
     pointer = tmp_path / "pointer.pt"
     pointer.write_text("version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 4096\n")
-    with pytest.raises(checkpoints.CheckpointFileError, match=r"pointer\.pt is a Git LFS pointer .*git lfs pull"):
+    with pytest.raises(CheckpointFileError, match=r"pointer\.pt is a Git LFS pointer .*git lfs pull"):
         load_with_fairseq(str(pointer))
     content = open(trained["checkpoint"], "rb").read()
     truncated = tmp_path / "truncated.pt"
     truncated.write_bytes(content[: len(content) // 2])
-    with pytest.raises(checkpoints.CheckpointFileError, match=r"truncated\.pt .*truncated"):
+    with pytest.raises(CheckpointFileError, match=r"truncated\.pt .*truncated"):
         load_with_fairseq(str(truncated))
     not_torch = tmp_path / "notes.pt"
     not_torch.write_text("vocabulary notes\n")
-    with pytest.raises(checkpoints.CheckpointFileError, match=r"notes\.pt .*not a torch checkpoint"):
+    with pytest.raises(CheckpointFileError, match=r"notes\.pt .*not a torch checkpoint"):
         load_with_fairseq(str(not_torch))
     # through fairseq-generate too
-    with pytest.raises(checkpoints.CheckpointFileError, match=r"empty\.pt is empty"):
+    with pytest.raises(CheckpointFileError, match=r"empty\.pt is empty"):
         generate(trained, tmp_path / "gen", checkpoint=str(empty))
 
 
@@ -365,17 +381,17 @@ def test_flipped_bytes_inside_tensors_are_detected(trained, tmp_path, monkeypatc
     shutil.copyfile(trained["checkpoint"], corrupted)
     flip_bytes_in_largest_tensor(corrupted)
     differ = r"corrupted\.pt: the model weights .* differ: .*embed"
-    with pytest.raises(checkpoints.CheckpointIntegrityError, match=differ):
+    with pytest.raises(CheckpointIntegrityError, match=differ):
         load_with_fairseq(corrupted)
-    with pytest.raises(checkpoints.CheckpointIntegrityError, match=r"corrupted\.pt"):
+    with pytest.raises(CheckpointIntegrityError, match=r"corrupted\.pt"):
         generate(trained, tmp_path / "gen", checkpoint=corrupted)
     assert load_with_fairseq(trained["checkpoint"])["model"]  # the intact file loads
-    monkeypatch.setenv(checkpoints.VERIFY_ENV, "0")
+    monkeypatch.setenv(VERIFY_ENV, "0")
     load_with_fairseq(corrupted)  # verification off
-    monkeypatch.delenv(checkpoints.VERIFY_ENV)
+    monkeypatch.delenv(VERIFY_ENV)
     # a deliberate change, re-stamped, loads
-    checkpoints.stamp(corrupted)
-    assert checkpoints.verify(corrupted)["model_checksum"]
+    stamp(corrupted)
+    assert verify(corrupted)["model_checksum"]
     load_with_fairseq(corrupted)
 
 
@@ -383,11 +399,11 @@ def test_checksum_follows_the_stored_form_of_half_precision_weights():
     weights = torch.randn(3, 4)
     half = {"w": weights.half(), "shared": weights.half()}
     stored = {"w": weights.half().float(), "shared": weights.half().float()}  # fairseq's move_to_cpu
-    assert checkpoints.model_checksum(half) == checkpoints.model_checksum(stored)
+    assert model_checksum(half) == model_checksum(stored)
     changed = {"w": stored["w"].clone(), "shared": stored["shared"]}
     changed["w"][1, 2] += 1
-    with pytest.raises(checkpoints.CheckpointIntegrityError, match=r"1 of 2 tensors differ: w\b"):
-        checkpoints.verify_model_checksum(changed, checkpoints.model_checksum(half), "x.pt")
+    with pytest.raises(CheckpointIntegrityError, match=r"1 of 2 tensors differ: w\b"):
+        verify_model_checksum(changed, model_checksum(half), "x.pt")
 
 
 # ------------------------------------------------------- 12. readable logs

@@ -114,7 +114,7 @@ def convert_bart_to_led(
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.bart import BARTModel
 
-    from mdsfair.checkpoints import RECORD_KEY, make_record
+    from mdsfair.checkpoints.record import RECORD_KEY, make_record
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
     from mdsfair.importers.output import single_file_output
     from mdsfair.importers.hf_led import expected_parameter_names

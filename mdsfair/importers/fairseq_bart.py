@@ -97,7 +97,7 @@ def save_fairseq_checkpoint(path: str, args: argparse.Namespace, model_state: Di
     goes where a checkpoint trained here keeps it."""
     from fairseq.checkpoint_utils import torch_persistent_save
 
-    from mdsfair.checkpoints import RECORD_KEY
+    from mdsfair.checkpoints.record import RECORD_KEY
 
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     state = checkpoint_state(args, model_state)

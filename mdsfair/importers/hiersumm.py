@@ -396,7 +396,7 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
     from fairseq import checkpoint_utils
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    from mdsfair.checkpoints import RECORD_KEY
+    from mdsfair.checkpoints.record import RECORD_KEY
     from mdsfair.importers.output import ImportOutput, import_record
     from mdsfair.models.hiertransformer import HierarchicalTransformerModel
     from mdsfair.preprocess.subword import SPM_MODEL_NAME

@@ -20,7 +20,7 @@ check, staging folder and commit this module uses, not a copy of them):
 An import's ``mdsfair.json`` is the manifest of a data-bin without splits
 (the dictionary and subword files; :func:`gpt2_manifest`), and its
 ``model.pt`` records the fingerprints of those files as a checkpoint trained
-here does (:func:`mdsfair.checkpoints.data_fingerprint`): generating or
+here does (:func:`mdsfair.checkpoints.fingerprints.data_fingerprint`): generating or
 training with it on a data-bin whose ``dict.txt`` or BPE files are another
 import's is refused by the task (``DictionaryMismatchError``). An export's
 ``mdsfair.json`` records only what was exported and its files.
@@ -120,17 +120,18 @@ def gpt2_manifest(out_dir: str, source: Dict[str, object], separator: Optional[i
 
 
 def import_record(staging: str, out_dir: str, manifest: Dict, model_state: Dict) -> Dict:
-    """The record a checkpoint trained here carries (:data:`mdsfair.checkpoints.RECORD_KEY`):
+    """The record a checkpoint trained here carries (:data:`mdsfair.checkpoints.record.RECORD_KEY`):
     the fingerprints of the import's ``dict.txt`` and subword files (read in
     the staging folder, recorded under ``out_dir``) and the weights' checksum."""
     from fairseq.data import Dictionary
 
-    from mdsfair import checkpoints
+    from mdsfair.checkpoints.fingerprints import data_fingerprint
+    from mdsfair.checkpoints.record import make_record
 
     dictionary = Dictionary.load(os.path.join(staging, manifest.get("dictionary", "dict.txt")))
-    data = checkpoints.data_fingerprint([staging], dictionary, manifest)
+    data = data_fingerprint([staging], dictionary, manifest)
     data["data_bins"] = [os.path.abspath(out_dir)]
-    return checkpoints.make_record(data, model_state)
+    return make_record(data, model_state)
 
 
 @contextlib.contextmanager

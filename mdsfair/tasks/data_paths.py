@@ -16,7 +16,7 @@ from typing import Dict, List
 
 from fairseq.data import Dictionary
 
-from mdsfair import checkpoints
+from mdsfair.checkpoints import fingerprints
 from mdsfair.data.manifest import read_manifest
 
 
@@ -63,12 +63,12 @@ def open_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict) 
     shards = [EpochShard(paths[0], manifest)]
     if len(paths) < 2:
         return shards
-    first = checkpoints.data_fingerprint(paths[:1], dictionary, manifest)
+    first = fingerprints.data_fingerprint(paths[:1], dictionary, manifest)
     for path in paths[1:]:
         shard_manifest = read_manifest(path)
         shard_dictionary = Dictionary.load(os.path.join(path, shard_manifest.get("dictionary", "dict.txt")))
-        shard = checkpoints.data_fingerprint([path], shard_dictionary, shard_manifest)
-        differences = checkpoints.fingerprint_differences(first, shard)
+        shard = fingerprints.data_fingerprint([path], shard_dictionary, shard_manifest)
+        differences = fingerprints.fingerprint_differences(first, shard)
         if shard_manifest.get("source_layout") != manifest.get("source_layout"):
             differences.append(f"source layout {manifest.get('source_layout')} vs {shard_manifest.get('source_layout')}")
         if sorted(shard_manifest.get("side_data", {})) != sorted(manifest.get("side_data", {})):

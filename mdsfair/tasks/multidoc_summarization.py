@@ -22,7 +22,8 @@ from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
 from mdsfair.argument_types import check_config_sizes
-from mdsfair import checkpoints
+from mdsfair.checkpoints import fingerprints
+from mdsfair.checkpoints.record import RECORD_KEY, make_record
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split
 from mdsfair.data.manifest import STRUCTURE_STREAMS, recorded_source_layout
@@ -99,7 +100,7 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
     no_checkpoint_checksum: bool = field(
         default=False,
         metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
-                          "(saves one pass over the weights per save; see mdsfair/checkpoints.py)"},
+                          "(saves one pass over the weights per save; see mdsfair/checkpoints/checksums.py)"},
     )
     static_decoding: bool = field(
         default=False,
@@ -279,10 +280,10 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def data_fingerprint(self) -> Dict:
         """The dictionary and subword model this task's data-bin uses
-        (:func:`mdsfair.checkpoints.data_fingerprint`)."""
+        (:func:`mdsfair.checkpoints.fingerprints.data_fingerprint`)."""
         if self._data_fingerprint is None:
             folders = [shard.folder for shard in self.shards]
-            self._data_fingerprint = checkpoints.data_fingerprint(folders, self.dictionary, self.manifest)
+            self._data_fingerprint = fingerprints.data_fingerprint(folders, self.dictionary, self.manifest)
         return self._data_fingerprint
 
     def build_model(self, cfg, from_checkpoint=False):
@@ -296,7 +297,7 @@ class MultiDocSummarizationTask(FairseqTask):
             check_training_setup(self.cfg)
         model = super().build_model(cfg, from_checkpoint)
         model.register_load_state_dict_pre_hook(
-            checkpoints.dictionary_check_hook(self.data_fingerprint, lambda: self.cfg.allow_dictionary_mismatch)
+            fingerprints.dictionary_check_hook(self.data_fingerprint, lambda: self.cfg.allow_dictionary_mismatch)
         )
         self._trained_model = weakref.ref(model)
         if self.cfg.eval_rouge:
@@ -309,13 +310,13 @@ class MultiDocSummarizationTask(FairseqTask):
         state = dict(super().state_dict())
         model = self._trained_model() if self._trained_model is not None else None
         model_state = model.state_dict() if model is not None and not self.cfg.no_checkpoint_checksum else None
-        state[checkpoints.RECORD_KEY] = checkpoints.make_record(self.data_fingerprint(), model_state)
+        state[RECORD_KEY] = make_record(self.data_fingerprint(), model_state)
         return state
 
     def load_state_dict(self, state_dict):
         """The task's own state; mdsfair's record is checked where the weights
         load (see :mod:`mdsfair.checkpoints`)."""
-        super().load_state_dict({k: v for k, v in state_dict.items() if k != checkpoints.RECORD_KEY})
+        super().load_state_dict({k: v for k, v in state_dict.items() if k != RECORD_KEY})
 
     @property
     def source_layout_explicit(self) -> bool:

@@ -26,14 +26,14 @@ class TrainingSetupConfig(FairseqDataclass):
     memory_efficient_fp16: bool = II("common.memory_efficient_fp16")
     ddp_backend: str = II("distributed_training.ddp_backend")
     distributed_world_size: int = II("distributed_training.distributed_world_size")
-    # every mdsfair task's own flag (mdsfair/checkpoints.py: check_architecture)
+    # every mdsfair task's own flag (mdsfair/checkpoints/architecture_change.py: check_architecture)
     allow_arch_change: bool = field(
         default=False,
         metadata={"help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
                           "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
                           "--activation-fn: same tensor shapes, another model); by default such a resume stops "
                           "naming each flag with its old and new value. Dropouts and other non-architecture "
-                          "values may always change (mdsfair/checkpoints.py)"},
+                          "values may always change (mdsfair/checkpoints/architecture_change.py)"},
     )
 
 

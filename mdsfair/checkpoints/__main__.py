@@ -2,17 +2,19 @@
 checkpoints against their saved checksum and show their training data-bin,
 or record a new checksum after a deliberate change of the weights.
 
-The command of :mod:`mdsfair.checkpoints` (the checks themselves, in the
-foundation layer, which every checkpoint load goes through); it sits in the
-applications layer with the other commands. ``python -m mdsfair.checkpoints``
-(the name mdsfair's messages and the README give) and ``python -m
-mdsfair.checkpoints_cli`` both run :func:`cli_main`.
+The command of the package: it runs :func:`~mdsfair.checkpoints.stamping.verify`
+and :func:`~mdsfair.checkpoints.stamping.stamp` and prints one line per file.
+It sits in the foundation layer with the checks it runs (it imports nothing
+above them), and Python runs this file once, as ``__main__``: no module of the
+package imports it.
 """
 import argparse
 import sys
 from typing import List, Optional
 
-from mdsfair.checkpoints import CheckpointFileError, CheckpointIntegrityError, stamp, verify
+from mdsfair.checkpoints.checksums import CheckpointIntegrityError
+from mdsfair.checkpoints.diagnosis import CheckpointFileError
+from mdsfair.checkpoints.stamping import stamp, verify
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
