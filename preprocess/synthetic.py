@@ -566,6 +566,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def check_arguments(parser: argparse.ArgumentParser, args) -> None:
+    """Refuse, with an argparse error naming the flags, settings
+    :func:`_resolve_options` and the world would refuse: every ``--min-X``
+    above its ``--max-X``, more facts than slots, facts the documents cannot
+    hold, a name pool smaller than the world needs."""
+    pairs = [("--min-facts", args.min_facts, "--max-facts", args.max_facts),
+             ("--min-facts-per-doc", args.min_facts_per_doc, "--max-facts-per-doc", args.max_facts_per_doc)]
+    for low_flag, low, high_flag, high in pairs:
+        if low > high:
+            parser.error(f"{low_flag} {low} is above {high_flag} {high}: the minimum must not exceed the maximum")
+    if args.max_facts > len(SLOT_ORDER):
+        parser.error(f"--max-facts {args.max_facts}: a summary has at most {len(SLOT_ORDER)} facts "
+                     f"({', '.join(SLOT_ORDER)})")
+    if args.num_docs * args.max_facts_per_doc < args.max_facts:
+        parser.error(f"--num-docs {args.num_docs} x --max-facts-per-doc {args.max_facts_per_doc} is below "
+                     f"--max-facts {args.max_facts}: every summary fact must be stated by some document")
+    if args.num_names < 8:
+        parser.error(f"--num-names {args.num_names}: the world needs at least 8 names")
+
+
 @os_errors_in_one_line("mdsfair-synth")
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-synth``; returns the exit status."""
@@ -573,6 +593,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.train + args.valid + args.test == 0:  # would write three empty files and exit 0
         parser.error("--train, --valid and --test are all 0: there would be no cluster to write")
+    check_arguments(parser, args)
     options = {
         "num_docs": args.num_docs,
         "distractor_docs": args.distractor_docs,

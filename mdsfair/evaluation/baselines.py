@@ -61,6 +61,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from mdsfair.argument_types import at_least, number_between
 from mdsfair.data.manifest import atomic_text_file
+from mdsfair.evaluation.outputs import check_output_paths
 from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
 from mdsfair.raw_contract import InputFormatError, cluster_references, decode_cluster_line, iter_raw_lines
 from mdsfair.text import split_paragraphs, split_sentences, words
@@ -537,6 +538,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         given = [f"--{name.replace('_', '-')}" for name in own if getattr(args, name) is not None]
         if given:
             parser.error(f"{budget_flag} sets the length; it cannot be combined with {' / '.join(given)}")
+    problem = check_output_paths([("-o/--output", args.output)], inputs=[args.input])
+    if problem is not None:
+        parser.error(problem)
     try:
         clusters = read_clusters(args.input)
     except (ClusterFormatError, OSError) as error:
@@ -553,9 +557,12 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         if not sentences:
             logger.warning("cluster %r: the %s baseline produced an empty summary", cluster["id"], args.method)
         summaries.append(sentences)
-    with atomic_text_file(args.output) as handle:  # no partial file on an error or Ctrl-C
-        for sentences in summaries:
-            handle.write(args.separator.join(sentences) + "\n")
+    try:
+        with atomic_text_file(args.output) as handle:  # no partial file on an error or Ctrl-C
+            for sentences in summaries:
+                handle.write(args.separator.join(sentences) + "\n")
+    except OSError as error:
+        parser.error(f"-o/--output {args.output}: {error.strerror or error}")
     length = length_description(args)
     print(f"wrote {len(summaries)} {args.method} summaries ({length}) to {args.output}", file=sys.stderr)
     if args.score:

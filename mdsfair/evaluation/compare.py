@@ -23,26 +23,82 @@ cluster (a fairseq-generate log with missing ids is refused).
   p < ``--alpha``. See :mod:`mdsfair.evaluation.significance`.
 * ``--published DATASET``: the papers' numbers as rows marked "published".
 * ``--per-cluster FILE`` (.jsonl/.csv), ``--json FILE``, ``--plot FILE.png``.
+
+Everything that can be checked is checked before any system is scored: the
+output paths (:mod:`mdsfair.evaluation.outputs`), every system's inputs
+(read whole), that all systems were generated from one data-bin and split
+(the data-bin each fairseq-generate log names, or ``--data-bin``; refused
+unless ``--allow-different-data-bins``) and cover as many clusters, and that
+the resampling of ``--samples`` fits in memory
+(:func:`mdsfair.evaluation.significance.largest_samples`). With one cluster
+no interval or p-value is reported, and below
+:data:`mdsfair.evaluation.significance.SMALL_SAMPLE_CLUSTERS` clusters they
+come with a warning (:func:`mdsfair.evaluation.significance.sample_size_problem`).
 """
 import argparse
+import decimal
 import logging
-import os
 import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
 from mdsfair.argument_types import at_least, number_between
 from mdsfair.data.manifest import ManifestError, write_json_atomic
+from mdsfair.evaluation.hypotheses import same_data_bin
+from mdsfair.evaluation.outputs import check_output_paths
 from mdsfair.evaluation.rouge import (
     RougeDependencyError,
     RougeInputError,
+    ScoringInputs,
     add_convention_argument,
     add_reference_source_arguments,
     list_conventions,
-    score_files,
+    load_scoring_inputs,
+    score_inputs,
 )
 
 MEASURE_NAMES = {"f": "F1", "r": "recall", "p": "precision"}
+
+logger = logging.getLogger(__name__)
+
+
+def percent(fraction: float) -> str:
+    """``fraction`` x 100 with every digit it was given (0.95 -> ``95``,
+    0.999999999 -> ``99.9999999``), never rounded to a value it is not."""
+    value = (decimal.Decimal(repr(fraction)) * 100).normalize()
+    return format(value, "f")
+
+
+def check_same_data_bin(inputs: Dict[str, ScoringInputs]) -> None:
+    """Refuse systems generated from different data-bins or splits (each
+    system's data-bin: the one its fairseq-generate log names, else
+    ``--data-bin``; systems of unknown origin are not compared)."""
+    known = [(name, item.sources["data_bin"], item.sources.get("split")) for name, item in inputs.items()
+             if item.sources.get("data_bin") is not None]
+    for name, data_bin, split in known[1:]:
+        first_name, first_bin, first_split = known[0]
+        if not same_data_bin(data_bin, first_bin) or split != first_split:
+            raise RougeInputError(
+                f"the systems come from different data: {first_name} from split {first_split!r} of {first_bin}, "
+                f"{name} from split {split!r} of {data_bin}; cluster i of one is not cluster i of the other, so "
+                "the paired scores would pair different clusters: compare systems of one data-bin and split, or "
+                "pass --allow-different-data-bins"
+            )
+
+
+def check_resampling_memory(samples: int, clusters: int, rows: int) -> None:
+    """Refuse a ``--samples`` whose resampling would not fit in
+    :data:`mdsfair.evaluation.significance.RESAMPLING_MEMORY_BUDGET`."""
+    from mdsfair.evaluation import significance
+
+    needed = significance.resampling_bytes(clusters, rows, samples)
+    if needed > significance.RESAMPLING_MEMORY_BUDGET:
+        largest = significance.largest_samples(clusters, rows)
+        raise RougeInputError(
+            f"--samples {samples}: resampling {clusters} clusters x {rows} score rows would take about "
+            f"{needed / 2 ** 30:.1f} GiB, above the {significance.RESAMPLING_MEMORY_BUDGET / 2 ** 30:g} GiB it may "
+            f"use; the largest --samples this comparison allows is {largest}"
+        )
 
 
 def _metrics_of(rows: Sequence[Dict]) -> List[str]:
@@ -114,6 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_convention_argument(parser)
     parser.add_argument("--mixed", action="store_true",
                         help="allow rows of different conventions in one table (they are not like for like)")
+    parser.add_argument("--allow-different-data-bins", action="store_true",
+                        help="compare systems generated from different data-bins or splits (refused by default: "
+                        "their cluster i are different clusters, so the paired tests would pair unlike clusters)")
     parser.add_argument("--published", metavar="DATASET",
                         help="add the papers' published numbers for this data set (multinews, wcep, multixscience, "
                         "mred, wikisum, arxiv, pubmed, govreport, cnndm) as rows marked 'published'")
@@ -176,6 +235,12 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     systems = _check_arguments(parser, args)
+    problem = check_output_paths(
+        [("--json", args.json), ("--per-cluster", args.per_cluster), ("--plot", args.plot)],
+        inputs=[path for _, path in systems] + list(args.ref),
+    )
+    if problem is not None:
+        parser.error(problem)
     convention = args.convention or ("mdsfair-fast" if args.fast else "mdsfair")
     results: "OrderedDict[str, Dict]" = OrderedDict()
     rows: List[Dict] = []
@@ -206,18 +271,37 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 "for like; choose one with --convention NAME (published rows of other conventions are then left out) "
                 "or pass --mixed"
             )
+        inputs: "OrderedDict[str, ScoringInputs]" = OrderedDict()
         for name, path in systems:
-            results[name] = score_files(
-                path, args.ref, fast=args.fast, sentence_separator=args.sentence_separator, data_bin=args.data_bin,
-                split=args.split, expected=args.expected, target_lines=args.target_lines, per_cluster=True,
-                convention=convention,
+            inputs[name] = load_scoring_inputs(
+                path, args.ref, data_bin=args.data_bin, split=args.split, expected=args.expected,
+                target_lines=args.target_lines, ignore_log_data_bin=args.ignore_log_data_bin,
             )
+        counts = {name: len(item.hypotheses) for name, item in inputs.items()}
+        if len(set(counts.values())) > 1:
+            raise RougeInputError(f"the systems cover different numbers of clusters: {counts}")
+        if not args.allow_different_data_bins:
+            check_same_data_bin(inputs)
+        clusters = next(iter(counts.values())) if counts else 0
+        resampling_usable, resampling_warning = True, ""
+        if inputs and (args.ci or args.baseline):
+            from mdsfair.evaluation import significance
+            from mdsfair.evaluation.conventions import ALL_METRICS
+
+            resampling_usable, resampling_warning = significance.sample_size_problem(clusters)
+            if resampling_usable:
+                systems_tested = len(inputs) - 1 if args.baseline else 1
+                check_resampling_memory(args.samples, clusters, len(ALL_METRICS) * max(1, systems_tested))
+        for name, item in inputs.items():
+            results[name] = score_inputs(item, fast=args.fast, sentence_separator=args.sentence_separator,
+                                         per_cluster=True, convention=convention)
             rows.append({"name": name, "convention": convention, "published": False,
                          "scores": {m: v[args.measure] for m, v in results[name].items()
                                     if m not in ("info", "per_cluster")}})
-        counts = {name: result["info"]["num_hypotheses"] for name, result in results.items()}
-        if len(set(counts.values())) > 1:
-            raise RougeInputError(f"the systems cover different numbers of clusters: {counts}")
+            nfc = results[name]["info"]["nfc_normalized"]
+            if nfc["hypotheses"] or nfc["references"]:
+                notes.append(f"{name}: scored in Unicode NFC ({nfc['hypotheses']} hypotheses and "
+                             f"{nfc['references']} references were not)")
         for label, entry in published:
             rows.append({"name": label, "convention": entry["convention"], "published": True,
                          "scores": entry["scores"], "source": f"{entry['paper']}, {entry['table']}",
@@ -230,7 +314,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(error))
     metrics = _metrics_of(rows)
     tests = None
-    if results and (args.ci or args.baseline):
+    if resampling_warning:
+        logger.warning("--ci/--baseline: %s", resampling_warning)
+        notes.append(("no intervals or tests: " if not resampling_usable else "") + resampling_warning)
+    if results and (args.ci or args.baseline) and resampling_usable:
         from mdsfair.evaluation import significance
 
         per_cluster = {name: {m: result["per_cluster"][m][args.measure] for m in result["per_cluster"]}
@@ -251,8 +338,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     footer = f"[{MEASURE_NAMES[args.measure]} x 100"
     if count is not None:
         footer += f"; {count} clusters"
-    if args.ci:
-        footer += (f"; [low,high]: {100 * args.confidence:g}% percentile bootstrap over clusters, {args.samples} "
+    if args.ci and resampling_usable:
+        footer += (f"; [low,high]: {percent(args.confidence)}% percentile bootstrap over clusters, {args.samples} "
                    f"resamples, seed {args.seed}")
     print(footer + "]")
     for row in rows:
@@ -272,8 +359,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
 
         caption = (f"{len(rows)} rows; convention{'s' if len(set(r['convention'] for r in rows)) > 1 else ''}: "
                    f"{', '.join(sorted(set(r['convention'] for r in rows)))}")
-        if args.ci:
-            caption += f"; bars: {100 * args.confidence:g}% bootstrap CI ({args.samples} resamples)"
+        if args.ci and resampling_usable:
+            caption += f"; bars: {percent(args.confidence)}% bootstrap CI ({args.samples} resamples)"
         if tests:
             caption += (f"; * approximate randomization p < {args.alpha:g} vs {args.baseline} "
                         f"(correction: {args.correction})")
@@ -283,11 +370,15 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as error:
             parser.error(f"--plot {args.plot}: {error}")
     if args.json:
-        write_json_atomic(args.json, {
-            "systems": results, "rows": rows, "tests": tests, "baseline": args.baseline,
-            "settings": {"measure": args.measure, "samples": args.samples, "seed": args.seed, "alpha": args.alpha,
-                         "correction": args.correction, "confidence": args.confidence, "convention": convention},
-        }, indent=2)
+        try:
+            write_json_atomic(args.json, {
+                "systems": results, "rows": rows, "tests": tests, "baseline": args.baseline, "notes": notes,
+                "settings": {"measure": args.measure, "samples": args.samples, "seed": args.seed,
+                             "alpha": args.alpha, "correction": args.correction, "confidence": args.confidence,
+                             "convention": convention},
+            }, indent=2)
+        except OSError as error:
+            parser.error(f"--json {args.json}: {error.strerror or error}")
     return 0
 
 

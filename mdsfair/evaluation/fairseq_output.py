@@ -11,7 +11,12 @@ order)::
 
 mixed with log lines. :func:`read_generate_output` keeps, per id, the first
 ``D-`` line (the best hypothesis when ``--nbest`` > 1), or the first ``H-``
-line when there is no ``D-`` line, and the ``T-`` line, sorted by id.
+line when there is no ``D-`` line, and the ``T-`` line, sorted by id. An
+id's ``H-``/``D-`` lines follow each other (``--nbest`` prints them one
+after the other; a file sorted by line keeps them together too); an id whose
+``S-``/``T-`` line repeats, or whose ``H-``/``D-`` lines come back after
+another id's, is a second copy of the cluster and is refused, naming the id
+and the lines of both copies.
 
 A ``T-`` line is the target as the task served it, cut at the model's target
 limit; ``mdsfair-rouge`` scores against the full references stored in the
@@ -33,6 +38,8 @@ Subword decoding, applied to every extracted hypothesis and target:
 import logging
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
+
+from mdsfair.evaluation.inputs import RougeInputError, read_lines
 
 _GENERATE_LINE_RE = re.compile(r"^(?P<kind>[STHD])-(?P<id>\d+)\t(?P<rest>.*)$")
 _HYPOTHESIS_LINE_RE = re.compile(r"^[HD]-\d+\t")
@@ -97,11 +104,21 @@ def parse_generate_lines(
     detokenized: Dict[int, str] = {}
     hypotheses: Dict[int, str] = {}
     targets: Dict[int, str] = {}
-    for line in lines:
+    first_line: Dict[Tuple[str, int], int] = {}  # (kind, id) -> its first line
+    previous_id: Dict[str, int] = {}  # kind -> the id of the last line of that kind
+    for number, line in enumerate(lines, start=1):
         match = _GENERATE_LINE_RE.match(line.rstrip("\r\n"))
         if match is None:
             continue
         kind, sample_id, rest = match.group("kind"), int(match.group("id")), match.group("rest")
+        first = first_line.setdefault((kind, sample_id), number)
+        if first != number and (kind in "ST" or previous_id.get(kind) != sample_id):
+            raise RougeInputError(
+                f"{source}:{number}: cluster id {sample_id} again ({kind}-{sample_id} also at line {first}): the "
+                "log holds this cluster twice (two runs written to one file?), and scoring would keep one copy "
+                "silently: give the log of one run"
+            )
+        previous_id[kind] = sample_id
         if kind == "T":
             targets.setdefault(sample_id, rest)
         elif kind in "HD":
@@ -148,6 +165,4 @@ def read_generate_output(
     if (gpt2_encoder_json is None) != (gpt2_vocab_bpe is None):
         raise ValueError("GPT-2 decoding needs both the encoder.json and the vocab.bpe path")
     decoder = Gpt2Decoder(gpt2_encoder_json, gpt2_vocab_bpe) if gpt2_encoder_json else None
-    with open(path, encoding="utf-8") as log:
-        lines = log.read().split("\n")
-    return parse_generate_lines(lines, decoder, source=path)
+    return parse_generate_lines(read_lines(path), decoder, source=path)

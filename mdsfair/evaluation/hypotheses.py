@@ -41,6 +41,34 @@ def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
     return found
 
 
+def same_data_bin(first: str, second: str) -> bool:
+    """True if two data-bin paths name one folder (the same folder when both
+    exist here, else the same normalised path)."""
+    if os.path.isdir(first) and os.path.isdir(second):
+        return os.path.samefile(first, second)
+    return os.path.normpath(os.path.abspath(first)) == os.path.normpath(os.path.abspath(second))
+
+
+def check_log_data_bin(hyp_path: str, named: Tuple[str, str], data_bin: Optional[str], split: Optional[str]) -> None:
+    """Refuse an explicit ``--data-bin`` / ``--split`` other than the ones the
+    fairseq-generate log ``hyp_path`` names (``named``: ``(data_bin, split)``):
+    its references and cluster count would be another data set's."""
+    logged_bin, logged_split = named
+    where = "" if os.path.isdir(logged_bin) else " (a path that does not exist here)"
+    if data_bin is not None and not same_data_bin(data_bin, logged_bin):
+        raise RougeInputError(
+            f"{hyp_path} was generated from data-bin {logged_bin}{where} (split {logged_split!r}), but --data-bin "
+            f"is {data_bin}: its references and cluster count are another data-bin's; drop --data-bin, or pass "
+            "--ignore-log-data-bin to score against it anyway"
+        )
+    if split is not None and split != logged_split:
+        raise RougeInputError(
+            f"{hyp_path} was generated from split {logged_split!r} of {logged_bin}, but --split is {split!r}: "
+            "its references are another split's; drop --split, or pass --ignore-log-data-bin to score against it "
+            "anyway"
+        )
+
+
 def check_hypothesis_ids(ids: Optional[Sequence[int]], count: int, expected: int, hyp_path: str, why: str) -> None:
     """Refuse hypotheses that do not cover clusters ``0 .. expected - 1``
     exactly (``ids``: the generate log's ids; None for a plain file of
@@ -115,11 +143,15 @@ def read_hypotheses(
     split: Optional[str],
     target_lines: bool,
     info: Dict,
+    ignore_log_data_bin: bool = False,
 ) -> Hypotheses:
     """Step 1: the hypotheses of a plain file or a fairseq-generate log (its
     data-bin and split taken from the log when no reference source is given;
-    GPT-2 ids decoded with the given files or the data-bin's, refused when
-    they cannot be)."""
+    an explicit ``data_bin`` / ``split`` other than the log's refused unless
+    ``ignore_log_data_bin``; GPT-2 ids decoded with the given files or the
+    data-bin's, refused when they cannot be). ``info`` receives the data-bin
+    and split the hypotheses are of (``data_bin``, ``split``; ``None`` when
+    unknown) and the ones the log names (``log_data_bin``)."""
     lines = read_lines(hyp_path)
     if not lines:
         raise RougeInputError(f"hypothesis file {hyp_path} is empty (0 lines)")
@@ -131,11 +163,16 @@ def read_hypotheses(
                 f"{hyp_path} is not fairseq-generate output, so a REF file is required (or --data-bin DIR "
                 "--split S: the references stored in a data-bin)"
             )
+        info.update(data_bin=data_bin, split=split if data_bin is None else split or "test", log_data_bin=None)
         return Hypotheses(lines, data_bin=data_bin, split=split)
     if (gpt2_encoder_json is None) != (gpt2_vocab_bpe is None):
         raise RougeInputError("GPT-2 decoding needs both --gpt2-encoder-json and --gpt2-vocab-bpe")
+    named = data_bin_named_in_log(lines)
+    if named is not None and data_bin is not None:
+        if not ignore_log_data_bin:
+            check_log_data_bin(hyp_path, named, data_bin, split)
+        split = split or named[1]
     if data_bin is None and not ref_paths and not target_lines:
-        named = data_bin_named_in_log(lines)
         if named is None:
             raise RougeInputError(
                 f"{hyp_path} does not name its data-bin (the task's line 'split S of data-bin D: N clusters' "
@@ -161,6 +198,9 @@ def read_hypotheses(
             )
     logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
                 len(ids), ids[0], ids[-1], hyp_path)
+    info.update(data_bin=data_bin if data_bin is not None else (named[0] if named else None),
+                split=(split or "test") if data_bin is not None else (named[1] if named else split),
+                log_data_bin=list(named) if named else None)
     return Hypotheses(hypotheses, ids, targets, data_bin, split)
 
 
@@ -238,6 +278,7 @@ def load_hypotheses_and_references(
     expected: Optional[int] = None,
     target_lines: bool = False,
     info: Optional[Dict] = None,
+    ignore_log_data_bin: bool = False,
 ) -> Tuple[List[str], List[List[str]]]:
     """Read HYP (plain or fairseq-generate log) and its references.
 
@@ -246,9 +287,11 @@ def load_hypotheses_and_references(
     / ``split``, or the data-bin and split the log names). The number of
     clusters expected is ``expected``, else the data-bin split's, else the
     REF files' line count; hypotheses must cover exactly those clusters.
-    GPT-2 BPE ids in a log are decoded with the given files, else with the
-    data-bin's own (a ``--subword gpt2`` data-bin); ids that cannot be
-    decoded are refused, not scored as 0.
+    A ``data_bin`` or ``split`` other than the one a log names is refused
+    unless ``ignore_log_data_bin``; a log that holds a cluster twice is
+    refused. GPT-2 BPE ids in a log are decoded with the given files, else
+    with the data-bin's own (a ``--subword gpt2`` data-bin); ids that cannot
+    be decoded are refused, not scored as 0.
 
     Returns:
         ``(hypotheses, references)``: strings, and per hypothesis the list of
@@ -262,7 +305,7 @@ def load_hypotheses_and_references(
     if expected is not None and expected < 1:
         raise RougeInputError(f"--expected must be positive, got {expected}")
     hypotheses = read_hypotheses(hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe, data_bin, split,
-                                 target_lines, info)
+                                 target_lines, info, ignore_log_data_bin)
     clusters = count_expected_clusters(hyp_path, ref_paths, hypotheses.data_bin, hypotheses.split, expected)
     check_hypothesis_ids(hypotheses.ids, len(hypotheses.texts), clusters.count, hyp_path, clusters.why)
     return hypotheses.texts, pair_references(hyp_path, hypotheses, clusters, ref_paths, target_lines, info)

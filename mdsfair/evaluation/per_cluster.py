@@ -20,6 +20,7 @@ import json
 import os
 from typing import Dict, List
 
+from mdsfair.data.manifest import atomic_text_file
 from mdsfair.evaluation.inputs import RougeInputError
 
 FORMATS = {".jsonl": "jsonl", ".csv": "csv"}
@@ -51,11 +52,11 @@ def per_cluster_records(results: Dict[str, Dict]) -> List[Dict]:
 
 def write_per_cluster(path: str, results: Dict[str, Dict]) -> int:
     """Write the records of :func:`per_cluster_records` to ``path`` (format by
-    extension; written to a temporary file and renamed). Returns the count."""
+    extension; through :func:`mdsfair.data.manifest.atomic_text_file`, so a
+    failed write leaves neither a part nor a temporary file). Returns the count."""
     kind = per_cluster_format(path)
     records = per_cluster_records(results)
-    temporary = f"{path}.{os.getpid()}.tmp"
-    with open(temporary, "w", encoding="utf-8", newline="") as handle:
+    with atomic_text_file(path, newline="") as handle:
         if kind == "jsonl":
             for record in records:
                 handle.write(json.dumps(record) + "\n")
@@ -66,7 +67,6 @@ def write_per_cluster(path: str, results: Dict[str, Dict]) -> int:
             for record in records:
                 writer.writerow([record["system"], record["cluster"], record["convention"] or ""]
                                 + [record[m][x] for m in metrics for x in "rpf"])
-    os.replace(temporary, path)
     return len(records)
 
 

@@ -7,8 +7,13 @@ score is a dotted line; a system significantly different from the baseline
 (approximate randomization, after the chosen correction, at ``--alpha``) has
 a star and its p-value beside it. matplotlib is imported here only, with
 the Agg backend, so ``mdsfair-compare`` without ``--plot`` stays light.
+The picture is drawn in memory and written whole
+(:func:`mdsfair.evaluation.outputs.write_bytes_atomic`).
 """
+import io
 from typing import Dict, List, Optional, Sequence
+
+from mdsfair.evaluation.outputs import write_bytes_atomic
 
 
 def plot_comparison(
@@ -65,5 +70,7 @@ def plot_comparison(
     if caption:
         figure.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
     figure.tight_layout(rect=(0, 0.06 if caption else 0, 1, 1))
-    figure.savefig(path, dpi=110)
+    picture = io.BytesIO()
+    figure.savefig(picture, format="png", dpi=110)
     plt.close(figure)
+    write_bytes_atomic(path, picture.getvalue())

@@ -55,16 +55,25 @@ prints them x100 with 2 decimals), averaged over clusters.
 
 An empty hypothesis is valid (it scores 0); empty hypotheses are counted and
 a warning is logged.
+
+Hypotheses and references are scored in Unicode NFC, the form
+``mdsfair-preprocess`` stores its text in: the same word in NFD (a letter and
+a combining accent) and in NFC would otherwise not match (both scorers drop
+or split at the combining mark). Texts that change are counted in ``info``
+(``nfc_normalized``), logged and noted below the table.
 """
 import argparse
 import logging
 import sys
-from typing import Dict, List, Optional, Sequence, Union
+import unicodedata
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.argument_types import at_least
 from mdsfair.data.manifest import ManifestError, write_json_atomic
 from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
 from mdsfair.evaluation.inputs import RougeInputError, read_lines
+from mdsfair.evaluation.outputs import check_output_paths
 
 __all__ = ["RougeInputError", "read_lines", "load_hypotheses_and_references", "score", "score_sentences",
            "score_files", "format_table", "cli_main", "METRICS", "COLUMN_TITLES"]
@@ -99,6 +108,35 @@ def _normalise_references(
     return normalised
 
 
+def _nfc(text: str) -> str:
+    return unicodedata.normalize("NFC", text)
+
+
+def nfc_normalized(
+    hypotheses: Sequence[Sequence[str]], references: Sequence[Sequence[Sequence[str]]]
+) -> Tuple[List[List[str]], List[List[List[str]]], Dict[str, int]]:
+    """Hypotheses (per cluster, its texts) and references (per cluster, per
+    reference, its texts) in Unicode NFC, and how many hypotheses and
+    references changed: ``{"hypotheses": n, "references": m}``."""
+    hypotheses_nfc = [[_nfc(text) for text in cluster] for cluster in hypotheses]
+    references_nfc = [[[_nfc(text) for text in reference] for reference in cluster] for cluster in references]
+    changed = {
+        "hypotheses": sum(new != list(old) for new, old in zip(hypotheses_nfc, hypotheses)),
+        "references": sum(new != list(old) for cluster_new, cluster_old in zip(references_nfc, references)
+                          for new, old in zip(cluster_new, cluster_old)),
+    }
+    return hypotheses_nfc, references_nfc, changed
+
+
+def warn_nfc_normalized(changed: Dict[str, int], source: str) -> None:
+    """Log how many texts of ``source`` :func:`nfc_normalized` changed."""
+    if changed["hypotheses"] or changed["references"]:
+        logger.warning(
+            "%s: %d hypotheses and %d references are not in Unicode NFC; both are scored in NFC (composed "
+            "accents), the form mdsfair-preprocess stores text in", source, changed["hypotheses"], changed["references"],
+        )
+
+
 def score_sentences(
     hypotheses: Sequence[Sequence[str]],
     references: Sequence[Sequence[Sequence[str]]],
@@ -131,6 +169,8 @@ def score_sentences(
         raise RougeInputError(f"{len(hypotheses)} hypotheses but {len(references)} reference sets")
     if not hypotheses:
         raise RougeInputError("nothing to score: there are no hypotheses")
+    hypotheses, references, nfc_changed = nfc_normalized(hypotheses, references)
+    warn_nfc_normalized(nfc_changed, "the summaries")
     # Empty references are dropped; every cluster must keep at least one.
     references = [
         [reference for reference in cluster if any(s.strip() for s in reference)] for cluster in references
@@ -149,6 +189,7 @@ def score_sentences(
         "num_empty_hypotheses": len(empty),
         "max_references_per_hypothesis": max(len(r) for r in references),
         "stemming": stemming,
+        "nfc_normalized": nfc_changed,
     }
     if fast:
         from mdsfair.evaluation.fast_rouge import FastRougeScorer
@@ -269,56 +310,67 @@ def check_summary_lengths(hypotheses: Sequence[str], references: Sequence[Sequen
                 )
 
 
-def score_files(
+@dataclass
+class ScoringInputs:
+    """What :func:`load_scoring_inputs` read: the hypotheses, per hypothesis
+    its references (both in NFC), and where they came from (``sources``:
+    ``references``, ``data_bin``, ``split``, ``log_data_bin``,
+    ``nfc_normalized``, ``wordless_references``)."""
+
+    hyp_path: str
+    ref_paths: List[str]
+    hypotheses: List[str]
+    references: List[List[str]]
+    sources: Dict
+
+
+def load_scoring_inputs(
     hyp_path: str,
     ref_paths: Optional[Union[str, Sequence[str]]] = None,
+    gpt2_encoder_json: Optional[str] = None,
+    gpt2_vocab_bpe: Optional[str] = None,
+    data_bin: Optional[str] = None,
+    split: Optional[str] = None,
+    expected: Optional[int] = None,
+    target_lines: bool = False,
+    max_summary_words: int = MAX_SUMMARY_WORDS,
+    ignore_log_data_bin: bool = False,
+) -> ScoringInputs:
+    """Read and check everything :func:`score_inputs` scores, without scoring
+    (arguments: see :func:`score_files`): the hypotheses and references
+    (:func:`load_hypotheses_and_references`), their lengths
+    (:func:`check_summary_lengths`), both in NFC, wordless references warned about."""
+    ref_paths = [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
+    sources: Dict = {}
+    hypotheses, references = load_hypotheses_and_references(
+        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
+        data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
+        ignore_log_data_bin=ignore_log_data_bin,
+    )
+    check_summary_lengths(hypotheses, references, hyp_path, sources.get("references") or ref_paths, max_summary_words)
+    nested_hypotheses, nested_references, sources["nfc_normalized"] = nfc_normalized(
+        [[text] for text in hypotheses], [[[reference] for reference in cluster] for cluster in references]
+    )
+    hypotheses = [cluster[0] for cluster in nested_hypotheses]
+    references = [[reference[0] for reference in cluster] for cluster in nested_references]
+    warn_nfc_normalized(sources["nfc_normalized"], hyp_path)
+    sources["wordless_references"] = warn_wordless_references(references, sources.get("references") or ref_paths)
+    return ScoringInputs(hyp_path, ref_paths, hypotheses, references, sources)
+
+
+def score_inputs(
+    inputs: ScoringInputs,
     fast: bool = False,
     sentence_separator: Optional[str] = None,
     stemming: bool = True,
     multi_ref_mode: str = "average",
     resamples: int = 1000,
-    gpt2_encoder_json: Optional[str] = None,
-    gpt2_vocab_bpe: Optional[str] = None,
     keep_files: Optional[str] = None,
     per_cluster: bool = False,
-    data_bin: Optional[str] = None,
-    split: Optional[str] = None,
-    expected: Optional[int] = None,
-    target_lines: bool = False,
     convention: Optional[str] = None,
-    max_summary_words: int = MAX_SUMMARY_WORDS,
 ) -> Dict[str, Dict]:
-    """ROUGE of a hypothesis file against its references.
-
-    Args:
-        hyp_path: one hypothesis per line, or a fairseq-generate log.
-        ref_paths: parallel reference file(s); without them the references
-            are the data-bin's stored summaries (see
-            :func:`load_hypotheses_and_references`).
-        fast, sentence_separator, stemming, multi_ref_mode, resamples,
-            keep_files, per_cluster: see :func:`score`.
-        gpt2_encoder_json, gpt2_vocab_bpe: decode GPT-2 BPE id strings in a
-            fairseq-generate log.
-        data_bin, split: the data-bin split the hypotheses summarize (its
-            ``{split}.summary.txt`` and cluster count).
-        expected: the number of clusters the hypotheses must cover.
-        target_lines: score a fairseq-generate log against its ``T-`` lines.
-        convention: a preset of :mod:`mdsfair.evaluation.conventions` (a
-            paper's scorer and settings); ``None``, ``mdsfair`` or
-            ``mdsfair-fast``: mdsfair's own (``fast`` picks between these two).
-        max_summary_words: summaries longer than this are refused before
-            scoring (:data:`MAX_SUMMARY_WORDS`).
-
-    Returns:
-        See :func:`score_sentences`; ``info`` also names the files and the convention.
-    """
-    sources: Dict = {}
-    hypotheses, references = load_hypotheses_and_references(
-        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
-        data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
-    )
-    check_summary_lengths(hypotheses, references, hyp_path, sources.get("references") or ref_paths, max_summary_words)
-    sources["wordless_references"] = warn_wordless_references(references, sources.get("references") or ref_paths)
+    """Score what :func:`load_scoring_inputs` read (arguments: see :func:`score_files`)."""
+    hypotheses, references, sources = inputs.hypotheses, inputs.references, inputs.sources
     if convention == "mdsfair-fast":
         fast = True
     if convention in (None, "mdsfair", "mdsfair-fast"):
@@ -343,13 +395,71 @@ def score_files(
         )
         if not per_cluster:
             result.pop("per_cluster")
-    result["info"]["hypothesis_file"] = hyp_path
-    result["info"]["reference_files"] = (
-        [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
-    )
-    result["info"]["references"] = sources.get("references")
+    result["info"]["hypothesis_file"] = inputs.hyp_path
+    result["info"]["reference_files"] = list(inputs.ref_paths)
+    for key in ("references", "data_bin", "split", "log_data_bin"):
+        result["info"][key] = sources.get(key)
+    result["info"]["nfc_normalized"] = sources["nfc_normalized"]
     result["info"]["wordless_references"] = sources["wordless_references"]
     return result
+
+
+def score_files(
+    hyp_path: str,
+    ref_paths: Optional[Union[str, Sequence[str]]] = None,
+    fast: bool = False,
+    sentence_separator: Optional[str] = None,
+    stemming: bool = True,
+    multi_ref_mode: str = "average",
+    resamples: int = 1000,
+    gpt2_encoder_json: Optional[str] = None,
+    gpt2_vocab_bpe: Optional[str] = None,
+    keep_files: Optional[str] = None,
+    per_cluster: bool = False,
+    data_bin: Optional[str] = None,
+    split: Optional[str] = None,
+    expected: Optional[int] = None,
+    target_lines: bool = False,
+    convention: Optional[str] = None,
+    max_summary_words: int = MAX_SUMMARY_WORDS,
+    ignore_log_data_bin: bool = False,
+) -> Dict[str, Dict]:
+    """ROUGE of a hypothesis file against its references:
+    :func:`load_scoring_inputs`, then :func:`score_inputs`.
+
+    Args:
+        hyp_path: one hypothesis per line, or a fairseq-generate log.
+        ref_paths: parallel reference file(s); without them the references
+            are the data-bin's stored summaries (see
+            :func:`load_hypotheses_and_references`).
+        fast, sentence_separator, stemming, multi_ref_mode, resamples,
+            keep_files, per_cluster: see :func:`score`.
+        gpt2_encoder_json, gpt2_vocab_bpe: decode GPT-2 BPE id strings in a
+            fairseq-generate log.
+        data_bin, split: the data-bin split the hypotheses summarize (its
+            ``{split}.summary.txt`` and cluster count).
+        expected: the number of clusters the hypotheses must cover.
+        target_lines: score a fairseq-generate log against its ``T-`` lines.
+        convention: a preset of :mod:`mdsfair.evaluation.conventions` (a
+            paper's scorer and settings); ``None``, ``mdsfair`` or
+            ``mdsfair-fast``: mdsfair's own (``fast`` picks between these two).
+        max_summary_words: summaries longer than this are refused before
+            scoring (:data:`MAX_SUMMARY_WORDS`).
+        ignore_log_data_bin: score against ``data_bin`` / ``split`` even when
+            the fairseq-generate log names another data-bin or split.
+
+    Returns:
+        See :func:`score_sentences`; ``info`` also names the files, the
+        data-bin and split, and the convention.
+    """
+    inputs = load_scoring_inputs(
+        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe, data_bin=data_bin, split=split, expected=expected,
+        target_lines=target_lines, max_summary_words=max_summary_words, ignore_log_data_bin=ignore_log_data_bin,
+    )
+    return score_inputs(
+        inputs, fast=fast, sentence_separator=sentence_separator, stemming=stemming, multi_ref_mode=multi_ref_mode,
+        resamples=resamples, keep_files=keep_files, per_cluster=per_cluster, convention=convention,
+    )
 
 
 def format_table(result: Dict[str, Dict], measures: Sequence[str] = ("f",)) -> str:
@@ -369,6 +479,10 @@ def format_table(result: Dict[str, Dict], measures: Sequence[str] = ("f",)) -> s
         note = f"convention {info['convention']}: {note}"
     if info.get("num_empty_hypotheses"):
         note += f" ({info['num_empty_hypotheses']} empty)"
+    nfc = info.get("nfc_normalized") or {}
+    if nfc.get("hypotheses") or nfc.get("references"):
+        note += (f"; scored in Unicode NFC: {nfc.get('hypotheses', 0)} hypotheses and {nfc.get('references', 0)} "
+                 "references were not")
     if isinstance(info.get("references"), str):
         note += f"; references: {info['references']}"
     return "\n".join(rows) + f"\n[{note}; R-L = LCS over the whole summary, R-Lsum = summary-level LCS over sentences]"
@@ -391,6 +505,11 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--expected", type=at_least(1), metavar="N",
         help="number of clusters the hypotheses must cover (ids 0..N-1 of a fairseq-generate log); "
         "default: the data-bin split's cluster count, else the REF files' line count",
+    )
+    parser.add_argument(
+        "--ignore-log-data-bin", action="store_true",
+        help="score against --data-bin / --split even when the fairseq-generate log names another data-bin or "
+        "split (by default that is refused: the references would be another data set's)",
     )
     parser.add_argument(
         "--target-lines", action="store_true",
@@ -501,6 +620,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--resamples must be at least 1")
     if args.fast and args.multi_ref_mode != "average":
         logger.warning("--multi-ref-mode only applies to the official scorer; --fast takes the best F1")
+    problem = check_output_paths([("--json", args.json), ("--per-cluster", args.per_cluster)],
+                                 inputs=[args.hyp, *args.refs, *args.extra_refs])
+    if problem is not None:
+        parser.error(problem)
     try:
         if args.per_cluster:
             from mdsfair.evaluation.per_cluster import per_cluster_format
@@ -531,6 +654,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             target_lines=args.target_lines,
             convention=args.convention,
             max_summary_words=args.max_summary_words,
+            ignore_log_data_bin=args.ignore_log_data_bin,
         )
         if args.per_cluster:
             from mdsfair.evaluation.per_cluster import write_per_cluster
@@ -541,7 +665,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     measures = ("f", "r", "p") if args.measure == "all" else (args.measure,)
     print(format_table(result, measures))
     if args.json:
-        write_json_atomic(args.json, result, trailing_newline=True, indent=2)
+        try:
+            write_json_atomic(args.json, result, trailing_newline=True, indent=2)
+        except OSError as error:
+            parser.error(f"--json {args.json}: {error.strerror or error}")
     return 0
 
 

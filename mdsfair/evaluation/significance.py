@@ -39,6 +39,23 @@ Comparisons use a relative tolerance of 1e-12 (float64) so that ties that
 are exact in real arithmetic (e.g. a difference that sits in one cluster)
 are counted as ties.
 
+The matrices grow with ``samples x clusters``: :func:`resampling_bytes`
+bounds the memory one call takes, and :func:`largest_samples` the
+resamples that fit in :data:`RESAMPLING_MEMORY_BUDGET`; ``mdsfair-compare``
+refuses a ``--samples`` above it before it starts.
+
+How many clusters a test needs (:func:`sample_size_problem`): with one
+cluster there is nothing to resample (every bootstrap resample is the
+observed sample, so the paired bootstrap's count is 0 and its p-value the
+smallest it can give, and an interval has width 0), so no p-value or
+interval is reported. Below :data:`SMALL_SAMPLE_CLUSTERS` clusters the
+results are reported with a warning: the bootstrap distribution of a mean
+has the plug-in variance ``(n - 1) / n * s^2 / n`` and a normal shape, so it
+behaves like a z-test where Student's t applies (at 10 clusters a nominal
+5% paired bootstrap rejects a true null about 10% of the time:
+``P(|t_9| > 1.96 sqrt(9/10))``), and approximate randomization cannot go
+below ``2 / 2^n`` (exact enumeration of the ``2^n`` sign patterns).
+
 Torch-free; numpy is imported by ``mdsfair-compare`` only when ``--ci`` or
 ``--baseline`` asks for it.
 """
@@ -50,6 +67,45 @@ import numpy as np
 TIE_TOLERANCE = 1e-12
 
 CORRECTIONS = ("none", "holm", "bonferroni")
+
+#: The memory the resampling of one ``mdsfair-compare`` may take (bytes).
+RESAMPLING_MEMORY_BUDGET = 4 * 2 ** 30
+#: Bytes per resample and cluster: the bootstrap's draws, their offset
+#: indices and counts (int64) and the counts as float64.
+BYTES_PER_DRAW = 32
+#: Bytes per resample and row (metric x system): the resampled statistic and
+#: its temporaries (quantiles, differences, absolute values), float64.
+BYTES_PER_STATISTIC = 40
+#: Fewer clusters than this: intervals and tests are reported with a warning.
+SMALL_SAMPLE_CLUSTERS = 30
+
+
+def resampling_bytes(clusters: int, rows: int, samples: int) -> int:
+    """An upper bound of the memory (bytes) one resampling of ``rows``
+    per-cluster score rows over ``clusters`` clusters takes with ``samples``
+    resamples (the largest of :func:`bootstrap_ci`, :func:`paired_bootstrap`
+    and :func:`approximate_randomization`)."""
+    return samples * (BYTES_PER_DRAW * clusters + BYTES_PER_STATISTIC * rows)
+
+
+def largest_samples(clusters: int, rows: int, budget: int = RESAMPLING_MEMORY_BUDGET) -> int:
+    """The most resamples whose :func:`resampling_bytes` fit in ``budget``."""
+    return budget // (BYTES_PER_DRAW * clusters + BYTES_PER_STATISTIC * rows)
+
+
+def sample_size_problem(clusters: int) -> Tuple[bool, str]:
+    """``(usable, reason)`` for intervals and tests over ``clusters``
+    clusters: not usable with one cluster (nothing to resample); usable with
+    a reason to warn below :data:`SMALL_SAMPLE_CLUSTERS`; ``(True, "")`` otherwise."""
+    if clusters < 2:
+        return False, (f"{clusters} cluster{'' if clusters == 1 else 's'}: there is nothing to resample (every "
+                       "resample is the sample itself), so no interval or p-value is reported")
+    if clusters < SMALL_SAMPLE_CLUSTERS:
+        return True, (f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the bootstrap's intervals are too "
+                      "narrow and its p-values too small (it treats the clusters' spread as known; at 10 clusters a "
+                      "5% test rejects a true null about 10% of the time), and approximate randomization cannot "
+                      f"go below p = {2 / 2 ** clusters:.3g}; read the marks with care, or score more clusters")
+    return True, ""
 
 
 def _as_matrix(values) -> np.ndarray:
