@@ -504,13 +504,3 @@ def load_encoder_from_manifest(data_dir: str, subword: Dict[str, str]) -> Subwor
         )
     raise ValueError(f"{data_dir}: unknown subword type {kind!r} in the manifest")
 
-
-def check_dictionary_covers(dictionary: Dictionary, symbols: Iterable[str], source: Optional[str] = None) -> None:
-    """Fail early when a given ``dict.txt`` cannot represent the BPE symbols."""
-    missing = [s for s in symbols if s not in dictionary.indices]
-    if missing:
-        where = f" ({source})" if source else ""
-        raise ValueError(
-            f"{len(missing)} BPE symbols are not in the dictionary{where}, e.g. {missing[:5]}; "
-            "give the dict.txt that belongs to these encoder.json / vocab.bpe files"
-        )

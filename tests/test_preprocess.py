@@ -417,7 +417,7 @@ def test_batched_encoding_equals_symbol_by_symbol(data_bin, tmp_path):
 
 
 def test_count_lines(tmp_path):
-    from mdsfair.preprocess.binarize import count_lines
+    from mdsfair.preprocess.split_writer import count_lines
 
     for content, lines in [(b"", 0), (b"a\n", 1), (b"a\n\nb", 3), (b"a\nb\n", 2)]:
         (tmp_path / "f").write_bytes(content)
@@ -425,7 +425,7 @@ def test_count_lines(tmp_path):
 
 
 def test_progress_advances_per_cluster_with_words_per_second(tmp_path):
-    from mdsfair.preprocess.binarize import Progress
+    from mdsfair.preprocess.split_writer import Progress
 
     path = write_jsonl(tmp_path / "x.jsonl", CLUSTERS * 3, raw_lines=[b"\n"])
     progress = Progress("train", path, disable=False)
@@ -588,12 +588,13 @@ def test_manifest_producer_arguments_do_not_depend_on_import_order(monkeypatch):
     """The manifest's ``side_data_args`` list the producer flags in one order
     whatever imported the producers first (a test module importing
     paragraph_graphs before dependency_arcs changed mdsfair.json's bytes)."""
-    from mdsfair.preprocess import binarize
+    from mdsfair.preprocess import data_bin_writer
+    from mdsfair.preprocess.binarize import get_parser
     from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers
 
     import_producers()
-    args = binarize.get_parser().parse_args(["--destdir", "x", "--input-dir", "y"])
-    in_registration_order = list(binarize.producer_arguments(args))
-    monkeypatch.setattr(binarize, "SIDE_DATA_PRODUCERS", dict(reversed(list(SIDE_DATA_PRODUCERS.items()))))
-    assert list(binarize.producer_arguments(args)) == in_registration_order
+    args = get_parser().parse_args(["--destdir", "x", "--input-dir", "y"])
+    in_registration_order = list(data_bin_writer.producer_arguments(args))
+    monkeypatch.setattr(data_bin_writer, "SIDE_DATA_PRODUCERS", dict(reversed(list(SIDE_DATA_PRODUCERS.items()))))
+    assert list(data_bin_writer.producer_arguments(args)) == in_registration_order
     assert in_registration_order[0].startswith("dep_")
