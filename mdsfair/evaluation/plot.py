@@ -11,7 +11,7 @@ The picture is drawn in memory and written whole
 (:func:`mdsfair.evaluation.outputs.write_bytes_atomic`).
 """
 import io
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 from mdsfair.evaluation.outputs import write_bytes_atomic
 
