@@ -56,8 +56,11 @@ import mdsfair  # noqa: E402
 
 mdsfair.register()
 from fairseq.data import Dictionary  # noqa: E402
-from mdsfair.modules.beam_cached_self_attention import declare_beam_groups  # noqa: E402
-from mdsfair.modules.decoding_declarations import declare_alignment_unused  # noqa: E402
+from mdsfair.generation.fast import make_generation_fast_  # noqa: E402
+from mdsfair.generation.fast.static_beam_search import (  # noqa: E402
+    StaticBeamSearch,
+    following_static_beam_search,
+)
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
 SYNC_OPERATORS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
@@ -161,8 +164,9 @@ class DecodingState:
     :mod:`mdsfair.generation.static_decoding`): the encoder output expanded
     to ``batch * beam`` rows once, the incremental state, and every step a
     reorder of the decoder's caches within each source's beam followed by
-    one decoder call, with the beam groups and the unused alignment declared
-    as that generator does (mdsfair's decoders keep their self-attention
+    one decoder call, with the model's decoding speed-ups in place and its
+    fast modules following a static beam search that keeps no attention, as
+    that generator runs them (mdsfair's decoders keep their self-attention
     caches in place and compute no attention for an alignment). With
     ``reorder_encoder_out`` the encoder output is reordered at every step
     too, as fairseq's ``SequenceGenerator`` does."""
@@ -177,9 +181,9 @@ class DecodingState:
             self.encoder_out = model.encoder.reorder_encoder_out(encoder_out, expand)
         self.incremental_state: Dict = {}
         # reorders stay within a source's beam, and the attention over the source is not kept (no
-        # --print-alignment), as the static generator declares
-        declare_beam_groups(self.incremental_state, beam)
-        declare_alignment_unused(self.incremental_state)
+        # --print-alignment), as in the static generator
+        make_generation_fast_(model)
+        self.search = StaticBeamSearch(batch_size * beam, beam)
         self.tokens = torch.full((batch_size * beam, 1), model.decoder.dictionary.eos())
         generator = torch.Generator().manual_seed(1)
         # a fixed permutation within every source's beam, as beam search reorders
@@ -194,14 +198,16 @@ class DecodingState:
         """One generation step: reorder, decode the last token, log-softmax."""
         model = self.model
         step = self.tokens.size(1)
-        with torch.no_grad():
+        with torch.no_grad(), following_static_beam_search([model], [self.search]):
             if step > 1:
                 order = self.orders[step % len(self.orders)]
+                self.search.reorder(order)
                 model.decoder.reorder_incremental_state_scripting(self.incremental_state, order)
                 if self.reorder_encoder_out:
                     self.encoder_out = model.encoder.reorder_encoder_out(self.encoder_out, order)
             logits, _ = model.decoder(self.tokens, encoder_out=self.encoder_out,
                                       incremental_state=self.incremental_state)
+            self.search.advance()
             lprobs = torch.log_softmax(logits[:, -1:], dim=-1)
         next_tokens = lprobs[:, -1].argmax(-1, keepdim=True).clamp(min=model.decoder.dictionary.nspecial)
         self.tokens = torch.cat([self.tokens, next_tokens], dim=1)

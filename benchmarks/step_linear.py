@@ -2,12 +2,12 @@
 
 A beam-search step multiplies ``rows`` states (batch x beam) by every weight
 matrix of the decoder and by the output embedding. ``F.linear`` computes
-``x W^T``; :mod:`mdsfair.modules.step_linear` can take the same product as
+``x W^T``; :mod:`mdsfair.generation.fast.step_linear` can take the same product as
 ``W x^T`` (the weight as stored). This benchmark times both for BART-base's
 decoder shapes at each row count, the two interleaved in every repeat, and
 prints ``F.linear``'s time over the transposed product's (above 1: the
 transposed product is faster), median (min-max) of the per-repeat ratios.
-Its figures set :data:`mdsfair.modules.step_linear.TRANSPOSED_ROWS` (the
+Its figures set :data:`mdsfair.generation.fast.step_linear.TRANSPOSED_ROWS` (the
 rows for which a CPU step takes the transposed product); run it on another
 CPU to see whether the window holds there.
 
@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import results as results_file  # noqa: E402
 from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
-from mdsfair.modules.step_linear import TRANSPOSED_ROWS, transposed  # noqa: E402
+from mdsfair.generation.fast.step_linear import TRANSPOSED_ROWS, transposed  # noqa: E402
 
 #: BART-base's decoder products per step: (name, out features, in features)
 SHAPES = (

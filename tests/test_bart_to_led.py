@@ -84,7 +84,7 @@ def test_whole_source_window_and_first_token_global_equal_bart(bart, tmp_path):
         expected, _ = bart_model.double()(source.input_ids, lengths, decoder_input)
         for window, equal in ((128, True), (8, False)):
             led, _task = load(convert(bart, tmp_path, window)[0], bart["data_bin"])
-            assert led.encoder.global_attention == "first" and led.encoder.max_source_positions == LED_POSITIONS
+            assert led.encoder.self_attention_component.global_attention == "first" and led.encoder.max_source_positions == LED_POSITIONS
             logits, _ = led.double()(source.input_ids, lengths, decoder_input)
             if equal:
                 torch.testing.assert_close(logits[real], expected[real], atol=1e-9, rtol=1e-9)

@@ -132,8 +132,8 @@ def test_led_logits_equal_hugging_face(variant, imported):
     entry = imported[variant]
     model, task = load_imported(entry["out_dir"])
     assert entry["summary"]["arch"] == "led_large" and entry["summary"]["document_separator"] is None
-    assert model.encoder.global_attention == "first"
-    assert model.encoder.attention_windows == WINDOWS
+    assert model.encoder.self_attention_component.global_attention == "first"
+    assert model.encoder.self_attention_component.windows == WINDOWS
     assert model.encoder.embed_positions.weight.size(0) == ENCODER_POSITIONS + 2
     assert model.decoder.embed_positions.weight.size(0) == DECODER_POSITIONS + 2
     tied = variant != "untied"
@@ -231,7 +231,7 @@ def test_primera_preprocessed_cluster_gets_primer_ids_and_hugging_face_logits(im
     model, task = load_imported(entry["out_dir"], data=data_bin)
     separator = len(entry["vocab"])
     assert task.cfg.source_layout == "primera" and task.document_separator() == separator
-    assert model.encoder.document_separator == separator
+    assert model.encoder.self_attention_component.document_separator == separator
     tokenizer = hf_tokenizer(entry["hf_dir"])
     assert tokenizer.convert_tokens_to_ids("<doc-sep>") == separator
     task.load_dataset("valid")

@@ -524,3 +524,28 @@ def test_no_model_file_imports_another():
                                                    "from mdsfair.models.led import LEDModel\n"})
     assert model_files_importing_model_files(bad) == [
         "mdsfair/models/bad_system.py:4 imports the model file mdsfair.models.led"]
+
+
+def reference_modules_importing_the_speed_ups(sources) -> List[str]:
+    """Imports of :mod:`mdsfair.generation.fast` (the decoding speed-ups) by
+    a module of :mod:`mdsfair.modules` or :mod:`mdsfair.models`: the
+    reference layers and models state each algorithm once, and the
+    generator swaps the speed-ups in (``make_generation_fast_``)."""
+    found = []
+    for module in sorted(sources):
+        if not module.startswith(("mdsfair.modules.", "mdsfair.models.")) and module not in (
+                "mdsfair.modules", "mdsfair.models"):
+            continue
+        for name, line, _when in imported_modules(module, sources):
+            if name == "mdsfair.generation.fast" or name.startswith("mdsfair.generation.fast."):
+                found.append(f"{sources[module][0]}:{line} imports {name}")
+    return found
+
+
+def test_no_reference_module_imports_the_decoding_speed_ups():
+    sources = repository_sources()
+    assert "mdsfair.generation.fast" in sources and "mdsfair.modules.transformer_layers" in sources
+    assert reference_modules_importing_the_speed_ups(sources) == []
+    bad = synthetic({"mdsfair.modules.bad_layer": "from mdsfair.generation.fast.step_linear import step_linear\n"})
+    assert reference_modules_importing_the_speed_ups(bad) == [
+        "mdsfair/modules/bad_layer.py:1 imports mdsfair.generation.fast.step_linear"]

@@ -316,7 +316,7 @@ def test_teacher_forced_logits_equal_hugging_face_doc_sep(transformers, windows)
                       decoder_input_ids=decoder_input).logits
         logits, _ = model(right, mask.sum(1), decoder_input)
         # the same model with only the first token global computes something else
-        model.encoder.global_attention = "first"
+        model.encoder.self_attention_component.global_attention = "first"
         first_only, _ = model(right, mask.sum(1), decoder_input)
     real = labels.ne(1)
     # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
@@ -486,8 +486,8 @@ def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
                          checkpoint_file="checkpoint_last.pt", data_name_or_path=primera_run["data_bin"],
                          source="local")
     encoder = hub.models[0].encoder
-    assert encoder.global_attention == "doc-sep" and encoder.attention_windows == [8, 8]
-    assert encoder.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
+    assert encoder.self_attention_component.global_attention == "doc-sep" and encoder.self_attention_component.windows == [8, 8]
+    assert encoder.self_attention_component.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
 
 
 PRIMERA_GENERATE = ["--task", "multidoc_summarization", "--gen-subset", "valid",
@@ -576,7 +576,7 @@ def test_global_tokens_of_a_task_batch(contract_data, arch, flags, expected):
     sample = built.batch("valid", [0, 1, 2, 3], model)
     net_input = sample["net_input"]
     tokens, doc_ids = net_input["src_tokens"], built.batch("valid", [0, 1, 2, 3])["net_input"]["src_doc_ids"]
-    assert model.encoder.global_attention == expected
+    assert model.encoder.self_attention_component.global_attention == expected
     received = []
     hook = model.encoder.layers[0].register_forward_pre_hook(lambda module, args: received.append(args[2]))
     with torch.no_grad():

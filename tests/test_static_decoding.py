@@ -4,6 +4,7 @@ architecture, in float64 (so that the comparison does not depend on the
 CPU's vector units), on the golden checkpoints of ``tests/golden_outputs.py``
 whose three clusters finish at different steps (fairseq's generator
 compacts its batch; the static one keeps the finished rows as padding)."""
+import copy
 import os
 
 import pytest
@@ -17,7 +18,13 @@ from mdsfair.generation.static_decoding import (
     parse_bucket_sizes,
     row_top_k,
 )
-from mdsfair.modules.decoding_declarations import declare_alignment_unused
+from mdsfair.generation.fast import fast_variants, make_generation_fast_
+from mdsfair.generation.fast.beam_cached_self_attention import BeamCachedSelfAttention
+from mdsfair.generation.fast.static_beam_search import (
+    FollowsStaticBeamSearch,
+    StaticBeamSearch,
+    following_static_beam_search,
+)
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
 from tests.test_golden_outputs import ARCHITECTURES, load
@@ -68,16 +75,43 @@ def golden_sample(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_static_decoding_gives_the_beams_of_fairseqs_generator(golden_models, arch):
+def test_static_decoding_gives_the_beams_of_fairseqs_generator(golden_models, arch, monkeypatch):
+    """The speed-ups in place (mdsfair's decoders: the in-place
+    self-attention cache ran at every step), the same beams as fairseq's
+    generator on the reference model."""
     model, cfg, task = golden_models[arch]
     sample = golden_sample(arch)
     dynamic = generate(task, model, cfg, sample, static=False)
     lengths = {len(hypotheses[0]["tokens"]) for hypotheses in dynamic}
+    in_place_steps = []
+    beam_step = BeamCachedSelfAttention._beam_step
+    monkeypatch.setattr(BeamCachedSelfAttention, "_beam_step",
+                        lambda self, *args: in_place_steps.append(1) or beam_step(self, *args))
     static = generate(task, model, cfg, sample, static=True)
+    assert bool(in_place_steps) == any(isinstance(module, BeamCachedSelfAttention) for module in model.modules())
     assert_same_beams(static, dynamic)
     # every hypothesis of the n-best list, not only the best
     assert all(len(hypotheses) == golden.GENERATION["beam"] for hypotheses in static)
     assert lengths  # decoded something
+
+
+#: search settings the static generator covers (it is then the default): fairseq's beams for each
+COVERED_SETTINGS = {
+    "n-gram blocking": {"no_repeat_ngram_size": 2},
+    "diverse siblings": {"diversity_rate": 0.5},
+    "length and unknown-word penalties": {"lenpen": 2.0, "unkpen": 0.5},
+    "a longer minimum length": {"min_len": 6, "max_len_b": 10},
+}
+
+
+@pytest.mark.parametrize("setting", sorted(COVERED_SETTINGS))
+@pytest.mark.parametrize("arch", ["sparse_bart_tiny", "led_tiny"])
+def test_the_settings_the_static_generator_covers_give_fairseqs_beams(golden_models, arch, setting):
+    model, cfg, task = golden_models[arch]
+    sample = golden_sample(arch)
+    settings = COVERED_SETTINGS[setting]
+    assert_same_beams(generate(task, model, cfg, sample, static=True, **settings),
+                      generate(task, model, cfg, sample, static=False, **settings))
 
 
 @pytest.mark.parametrize("arch", ["sparse_bart_tiny", "hierencdec_bart_tiny", "led_tiny"])
@@ -285,23 +319,24 @@ def test_beam_candidates_with_masked_words_are_fairseqs_finite_candidates():
     assert torch.equal(our_tokens[finite], their_tokens[finite]) and torch.equal(our_beams[finite], their_beams[finite])
 
 
-def decoder_steps(model, sample, steps, declare):
-    """``steps`` incremental decoder calls on the golden batch (the best
-    token fed back), as the static generator drives them; returns the
-    logits and the ``attn`` of every step."""
+def decoder_steps(model, sample, steps, keep_attention):
+    """``steps`` incremental decoder calls of the fast ``model`` on the
+    golden batch (two rows per source, the best token fed back), as the
+    static generator drives them; returns the logits and the ``attn`` of
+    every step."""
     net_input = net_input_for(model, sample["net_input"])  # the side inputs the model reads, as the task gives them
     with torch.no_grad():
         encoder_out = model.encoder.forward_torchscript(net_input)  # as the generators call it
         rows = torch.arange(net_input["src_tokens"].size(0)).repeat_interleave(2)
         encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
     incremental_state = {}
-    if declare:
-        declare_alignment_unused(incremental_state)
+    search = StaticBeamSearch(rows.numel(), 2, steps, keep_attention=keep_attention)
     tokens = torch.full((rows.numel(), 1), model.decoder.dictionary.eos())
     logits, attentions = [], []
-    with torch.no_grad():
+    with torch.no_grad(), following_static_beam_search([model], [search]):
         for _ in range(steps):
             out, extra = model.decoder(tokens, encoder_out=encoder_out, incremental_state=incremental_state)
+            search.advance()
             logits.append(out[:, -1])
             attentions.append(extra["attn"][0])
             tokens = torch.cat([tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
@@ -309,42 +344,76 @@ def decoder_steps(model, sample, steps, declare):
 
 
 @pytest.mark.parametrize("arch", ["sparse_bart_tiny", "led_tiny"])
-def test_a_declared_unused_alignment_is_not_computed_and_changes_nothing_else(golden_models, arch):
-    """The static generator declares that it discards the alignment layer's
-    attention (unless it keeps the attention): mdsfair's decoders then return
-    none, and every step's logits are exactly those computed with it."""
-    model, _, _ = golden_models[arch]
+def test_an_unkept_attention_is_not_computed_and_changes_nothing_else(golden_models, arch):
+    """A static beam search that does not keep the attention over the source
+    (the default: no --print-alignment): mdsfair's fast decoder layers then
+    compute none, and every step's logits are exactly those computed with
+    it."""
+    model = make_generation_fast_(copy.deepcopy(golden_models[arch][0]))
     sample = golden_sample(arch)
-    with_alignment, attentions = decoder_steps(model, sample, 4, declare=False)
-    without_alignment, none = decoder_steps(model, sample, 4, declare=True)
+    with_alignment, attentions = decoder_steps(model, sample, 4, keep_attention=True)
+    without_alignment, none = decoder_steps(model, sample, 4, keep_attention=False)
     assert all(attention is not None for attention in attentions) and all(attention is None for attention in none)
     for mine, reference in zip(without_alignment, with_alignment):
         assert torch.equal(mine, reference)
 
 
-def test_the_reordering_modules_are_found_once_per_generation_in_fairseqs_order(golden_models, monkeypatch):
-    """fairseq walks every submodule at every reorder; mdsfair's decoder
-    finds those with a reorder_incremental_state once per incremental state
-    and calls them in the walk's order."""
-    from fairseq.models.fairseq_incremental_decoder import FairseqIncrementalDecoder
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_speed_ups_change_nothing_outside_a_static_beam_search(arch):
+    """``make_generation_fast_`` on every architecture: the teacher-forced
+    log-probabilities (float64) and the beams of fairseq's generator are
+    those of the reference model, bit for bit (outside a static beam search
+    every fast module runs its reference ``forward``); the model's own
+    decoder modules were replaced (for mdsfair's decoders), and a stock
+    fairseq attention was not."""
+    reference, cfg, task = golden.load(arch)
+    fast = make_generation_fast_(copy.deepcopy(reference))
+    sample = golden_sample(arch)
+    assert torch.equal(golden.teacher_forced_lprobs(task, fast, sample),
+                       golden.teacher_forced_lprobs(task, reference, sample))
+    dynamic = generate(task, reference, cfg, sample, static=False)
+    for ours, theirs in zip(generate(task, fast, cfg, sample, static=False), dynamic):
+        for mine, expected in zip(ours, theirs):
+            assert mine["tokens"].tolist() == expected["tokens"].tolist()
+            assert torch.equal(mine["positional_scores"], expected["positional_scores"])
+    references = set(fast_variants())
+    for module, original in zip(fast.modules(), reference.modules()):
+        if type(original) in references:
+            assert type(module) is fast_variants()[type(original)]
+        elif not isinstance(module, FollowsStaticBeamSearch):  # fc1/fc2 become step-product linears
+            assert type(module) is type(original)
 
-    model, _, _ = golden_models["sparse_bart_tiny"]
-    decoder = model.decoder
-    reorderers = [module for module in decoder.modules() if hasattr(module, "reorder_incremental_state")]
-    assert len(reorderers) > 2 * len(decoder.layers)  # the decoder and each layer's two attentions at least
-    calls, walks = [], []
-    for module in reorderers:
-        original = module.reorder_incremental_state
-        monkeypatch.setattr(module, "reorder_incremental_state",
-                            lambda state, order, module=module, original=original: calls.append(module) or original(
-                                state, order))
-    modules = type(decoder).modules
-    monkeypatch.setattr(type(decoder), "modules", lambda self: walks.append(1) or modules(self))
-    incremental_state, order = {}, torch.arange(4)
-    with torch.no_grad():
-        for _ in range(3):
-            decoder.reorder_incremental_state_scripting(incremental_state, order)
-    assert walks == [1] and calls == reorderers * 3
-    calls.clear()
-    FairseqIncrementalDecoder.reorder_incremental_state_scripting(decoder, {}, order)
-    assert calls == reorderers  # fairseq's walk: the same modules in the same order
+
+def test_no_stale_beam_search_reaches_fairseqs_generator(golden_models, monkeypatch):
+    """After a static generation (also one that fails midway) no fast module
+    follows a search any more: fairseq's generator on the same model then
+    gives the reference beams exactly."""
+    from fairseq.sequence_generator import EnsembleModel
+
+    arch = "sparse_bart_tiny"
+    reference, cfg, task = golden.load(arch)
+    model = copy.deepcopy(reference)
+    sample = golden_sample(arch)
+    expected = generate(task, reference, cfg, sample, static=False)
+    generate(task, model, cfg, sample, static=True)
+    followers = [module for module in model.modules() if isinstance(module, FollowsStaticBeamSearch)]
+    assert followers and all(module.static_beam_search is None for module in followers)
+    forward_decoder = EnsembleModel.forward_decoder
+    calls = []
+
+    def failing(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            assert all(module.static_beam_search is not None for module in followers)
+            raise RuntimeError("a failure midway")
+        return forward_decoder(self, *args, **kwargs)
+
+    monkeypatch.setattr(EnsembleModel, "forward_decoder", failing)
+    with pytest.raises(RuntimeError, match="a failure midway"):
+        generate(task, model, cfg, sample, static=True)
+    monkeypatch.undo()
+    assert all(module.static_beam_search is None for module in followers)
+    for ours, theirs in zip(generate(task, model, cfg, sample, static=False), expected):
+        for mine, reference_hypothesis in zip(ours, theirs):
+            assert mine["tokens"].tolist() == reference_hypothesis["tokens"].tolist()
+            assert torch.equal(mine["positional_scores"], reference_hypothesis["positional_scores"])

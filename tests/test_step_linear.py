@@ -1,12 +1,12 @@
-"""A generation step's products taken as ``W x^T`` (mdsfair.modules.step_linear)."""
+"""A generation step's products taken as ``W x^T`` (mdsfair.generation.fast.step_linear)."""
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks import operator_counts
-from mdsfair.modules import step_linear as step_linear_module
-from mdsfair.modules.step_linear import (
+from mdsfair.generation.fast import step_linear as step_linear_module
+from mdsfair.generation.fast.step_linear import (
     ROW_MAJOR_BLOCK_ELEMENTS,
     TRANSPOSED_ROWS,
     row_major_product,
@@ -14,6 +14,7 @@ from mdsfair.modules.step_linear import (
     step_linear,
     transposed,
 )
+from mdsfair.generation.fast.static_beam_search import following_static_beam_search
 
 
 def float32_tolerance(inner: int) -> dict:
@@ -75,9 +76,10 @@ def test_a_linear_with_hooks_is_called_as_it_is():
 
 @pytest.mark.parametrize("arch,extra", [("sparse_bart_base", {"top_r": 3}), ("multidoc_bart_base", {})])
 def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, arch, extra):
-    """Every product of a decoder step (self-attention, feed-forward, output
-    layer) at 8 rows (2 sources x beam 4) taken transposed gives the logits
-    of the step with fairseq's F.linear, step after step."""
+    """Every product of a static beam search's decoder step (self-attention,
+    feed-forward, output layer) at 8 rows (2 sources x beam 4) taken
+    transposed gives the logits of the step with fairseq's F.linear, step
+    after step."""
     dictionary = operator_counts.dictionary_of(120)
     dims = operator_counts.encoder_decoder_dims(2, 32, 4, max_source_positions=96, max_target_positions=32)
     model = operator_counts.build(arch, dictionary, **extra, **dims)
@@ -92,10 +94,11 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
         monkeypatch.setattr(step_linear_module, "TRANSPOSED_ROWS", window)
         state = operator_counts.DecodingState(model, net_input, beam=4, warm_steps=0)
         steps = []
-        with torch.no_grad():
+        with torch.no_grad(), following_static_beam_search([model], [state.search]):
             for _ in range(4):
                 out, _ = model.decoder(state.tokens, encoder_out=state.encoder_out,
                                        incremental_state=state.incremental_state)
+                state.search.advance()
                 steps.append(out[:, -1])
                 state.tokens = torch.cat([state.tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
         return torch.stack(steps)

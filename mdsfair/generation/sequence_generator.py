@@ -19,12 +19,15 @@ their input lost on the way (PageSum's page cuts,
 released, i.e. when ``fairseq-generate`` or the hub's ``generate()`` is done
 with it, from counters kept on the device (no host synchronization per step).
 """
+import logging
 import weakref
 
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from fairseq.tasks import FairseqTask
 
 from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
+
+logger = logging.getLogger(__name__)
 
 
 def use_vectorized_ngram_blocker(generator):
@@ -145,3 +148,56 @@ def static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs,
     except ValueError as error:
         raise GenerationSettingsError(str(error)) from None
     return StaticShapeSequenceGenerator, kwargs
+
+
+def fairseq_generator_reason(generation_cfg, seq_gen_cls=None, extra_gen_cls_kwargs=None,
+                             prefix_allowed_tokens_fn=None):
+    """Why these settings need fairseq's generator rather than the
+    static-shape one (:mod:`mdsfair.generation.static_decoding`), or None
+    where the static one gives fairseq's beams: it covers beam search with
+    n-gram blocking, prefix tokens, length limits and penalties, and
+    diverse siblings (``--diversity-rate``; ``tests/test_static_decoding.py``);
+    sampling draws other random numbers for its fixed rows, diverse beam
+    groups index their overlaps by fairseq's shrinking batch, and the rest
+    is fairseq's own machinery."""
+    from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
+
+    if seq_gen_cls is not None and seq_gen_cls is not StaticShapeSequenceGenerator:
+        return f"{seq_gen_cls.__name__} was asked for"
+    for flag, name, reason in (
+            ("--score-reference", "score_reference", "scores the reference instead of generating"),
+            ("--print-alignment", "print_alignment", "keeps every hypothesis's alignment"),
+            ("--constraints", "constraints", "resizes the search per source"),
+            ("--sampling", "sampling", "draws its random numbers per row of fairseq's shrinking batch"),
+            ("--match-source-len", "match_source_len", "is a length-constrained search not checked here")):
+        if getattr(generation_cfg, name, None):
+            return f"{flag} ({reason})"
+    if (getattr(generation_cfg, "diverse_beam_groups", -1) or -1) > 0:
+        return "--diverse-beam-groups (its per-source group overlaps follow fairseq's shrinking batch)"
+    if prefix_allowed_tokens_fn is not None or getattr(generation_cfg, "prefix_allowed_tokens_fn", None):
+        return "a prefix_allowed_tokens_fn (a constrained search not checked here)"
+    if (extra_gen_cls_kwargs or {}).get("lm_model") is not None:
+        return "a language model fused into the search (--lm-path, not checked here)"
+    return None
+
+
+def choose_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, *,
+                     static_decoding: bool, fairseq_generator: bool, bucket_sizes: str):
+    """``(seq_gen_cls, extra_gen_cls_kwargs)`` of the generator the task
+    builds. The static-shape generator by default, wherever it gives
+    fairseq's beams; fairseq's for what it does not cover
+    (:func:`fairseq_generator_reason`, with one INFO line saying why) and
+    with ``--fairseq-generator``. ``--static-decoding`` insists on the
+    static one: settings it does not cover are refused with the reason."""
+    if fairseq_generator:
+        if static_decoding:
+            raise GenerationSettingsError("--static-decoding and --fairseq-generator ask for two different "
+                                          "generators; give one of them")
+        return seq_gen_cls, extra_gen_cls_kwargs
+    if static_decoding:
+        return static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)
+    reason = fairseq_generator_reason(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+    if reason is not None:
+        logger.info("generating with fairseq's generator, not the static-shape one: %s", reason)
+        return seq_gen_cls, extra_gen_cls_kwargs
+    return static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)

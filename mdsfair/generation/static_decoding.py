@@ -18,17 +18,16 @@ the shape fixed from the first step to the last:
   the whole generation, :class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`
   ``blocked``); the decoder's own caches are reordered as before, except
   mdsfair's self-attention caches, which stay in place and follow their
-  hypotheses through one small table
-  (:mod:`mdsfair.modules.beam_cached_self_attention`);
+  hypotheses through one small table, the generator's
+  :class:`~mdsfair.generation.fast.static_beam_search.BeamHistory`
+  (:mod:`mdsfair.generation.fast.beam_cached_self_attention`);
 * the hypotheses' attention over the source (fairseq keeps a
   ``[rows, source, steps]`` table and copies it at every reorder, a cost
   that grows with the summary) is kept only with ``keep_attention``: the
-  alignment it serves (``--print-alignment``) is refused with
-  ``--static-decoding``, and a hypothesis then carries an empty
-  ``attention`` tensor, as fairseq's does for a model without attention;
-  mdsfair's decoders are told so
-  (:func:`~mdsfair.modules.decoding_declarations.declare_alignment_unused`) and
-  do not compute it;
+  alignment it serves (``--print-alignment``) is left to fairseq's
+  generator, and a hypothesis then carries an empty ``attention`` tensor, as
+  fairseq's does for a model without attention; mdsfair's decoder layers
+  are told so and do not compute it;
 * beam search (fairseq's ``BeamSearch``, the default strategy) takes its
   ``2 * beam`` candidates per source in two stages (:func:`beam_candidates`):
   the best of every row, then the best of those, instead of adding every
@@ -37,6 +36,16 @@ the shape fixed from the first step to the last:
 * with ``bucket_sizes`` (``--static-decoding-buckets``), the batch is padded
   to the smallest bucket that holds it (its last source repeated, finished
   from the start), so that batches of different sizes share a few shapes.
+
+The generator puts the decoding speed-ups of :mod:`mdsfair.generation.fast`
+in its models once, at construction (:func:`~mdsfair.generation.fast.make_generation_fast_`:
+the in-place self-attention cache, the transposed step products, the
+components' fast generation steps), and owns one
+:class:`~mdsfair.generation.fast.static_beam_search.StaticBeamSearch` per
+model for each ``generate()``: it reorders and advances its history with
+the search and hands it to the models' fast modules for that call only
+(:func:`~mdsfair.generation.fast.static_beam_search.following_static_beam_search`);
+outside it those modules compute as their reference classes.
 
 On CPU the step runs eagerly with these shapes. The best beams equal
 fairseq's generator's (``tests/test_static_decoding.py``, float64, every
@@ -50,8 +59,8 @@ from fairseq.search import BeamSearch
 from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
-from mdsfair.modules.beam_cached_self_attention import declare_beam_groups
-from mdsfair.modules.decoding_declarations import declare_alignment_unused
+from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
 
 
 def bucket_size(batch_size: int, bucket_sizes: Optional[Sequence[int]]) -> int:
@@ -152,16 +161,19 @@ def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multipl
 
 
 class StaticShapeSequenceGenerator(SequenceGenerator):
-    """fairseq's beam search (every search strategy, n-gram blocking, prefix
-    tokens, length limits, LM fusion) with fixed shapes; see the module
+    """fairseq's beam search (n-gram blocking, prefix tokens, length limits
+    and penalties, diverse siblings) with fixed shapes; see the module
     docstring. Lexical constraints resize the search state per source and
-    are refused."""
+    are refused; the task hands the settings this generator does not cover
+    to fairseq's (:func:`~mdsfair.generation.sequence_generator.fairseq_generator_reason`)."""
 
     def __init__(self, models, tgt_dict, bucket_sizes: Optional[Sequence[int]] = None, keep_attention: bool = False,
                  **kwargs):
         super().__init__(models, tgt_dict, **kwargs)
         self.bucket_sizes = sorted(bucket_sizes) if bucket_sizes else []
         self.keep_attention = keep_attention
+        for model in self.model.models:
+            make_generation_fast_(model)
 
     @torch.no_grad()
     def _generate(
@@ -200,10 +212,19 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
             raise ValueError("min_len cannot be larger than max_len, please adjust these!")
 
         incremental_states = [{} for _ in range(self.model.models_size)]
-        for incremental_state in incremental_states:  # reorders stay within a source's rows (see below)
-            declare_beam_groups(incremental_state, beam_size, max_len + 2)
-            if not self.keep_attention:  # mdsfair's decoders then skip the alignment layer's attention
-                declare_alignment_unused(incremental_state)
+        # reorders stay within a source's rows (see below); each model's fast modules follow its search
+        searches = [StaticBeamSearch(bsz * beam_size, beam_size, max_len + 2, src_tokens.device, self.keep_attention)
+                    for _ in range(self.model.models_size)]
+        with following_static_beam_search(self.model.models, searches):
+            return self._search(sample, net_input, prefix_tokens, bos_token, num_sources, bsz, src_lengths, max_len,
+                                incremental_states, searches)
+
+    def _search(self, sample, net_input, prefix_tokens, bos_token, num_sources: int, bsz: int, src_lengths: Tensor,
+                max_len: int, incremental_states: List[Dict], searches: List[StaticBeamSearch]):
+        """The beam search of :meth:`_generate` (see the module docstring),
+        while the models' fast modules follow ``searches``."""
+        src_tokens = net_input["src_tokens"]
+        beam_size = self.beam_size
         with torch.autograd.profiler.record_function("EnsembleModel: forward_encoder"):
             encoder_outs = self.model.forward_encoder(net_input)
         new_order = torch.arange(bsz).view(-1, 1).repeat(1, beam_size).view(-1).to(src_tokens.device).long()
@@ -231,11 +252,15 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
         for step in range(max_len + 1):  # one extra step for the end of sentence
             if reorder_state is not None:
                 # the decoder's caches follow their hypotheses; the encoder output stays (see above)
+                for search in searches:
+                    search.reorder(reorder_state)
                 self.model.reorder_incremental_state(incremental_states, reorder_state)
             with torch.autograd.profiler.record_function("EnsembleModel: forward_decoder"):
                 lprobs, avg_attn_scores = self.model.forward_decoder(
                     tokens[:, : step + 1], encoder_outs, incremental_states, self.temperature
                 )
+            for search in searches:
+                search.advance()
             if self.lm_model is not None:
                 lm_out = self.lm_model(tokens[:, : step + 1])
                 probs = self.lm_model.get_normalized_probs(lm_out, log_probs=True, sample=None)

@@ -22,12 +22,10 @@ from typing import Dict, List, Optional
 import torch
 from fairseq.models.bart import BARTModel
 from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase, TransformerEncoderBase
-from torch import Tensor
+from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
 from mdsfair.models.flag_defaults import FlagDefaults, derived
-from mdsfair.modules.beam_cached_self_attention import beam_history, reorder_beam_history
-from mdsfair.modules.decoding_declarations import alignment_unused
 from mdsfair.modules.components import (
     ROLES,
     SourceStructure,
@@ -36,10 +34,14 @@ from mdsfair.modules.components import (
     component_names,
     flag_of,
 )
-from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
 from mdsfair.modules.segment_positions import segment_ids_from_start_tokens
-from mdsfair.modules.step_linear import step_linear
-from mdsfair.modules.transformer_layers import ComponentDecoderLayer, ComponentEncoderLayer, embed_source, wrap_layer
+from mdsfair.modules.transformer_layers import (
+    ComponentDecoderLayer,
+    ComponentEncoderLayer,
+    OutputProjection,
+    embed_source,
+    wrap_layer,
+)
 
 #: The components of BART itself; the presets and architectures name what differs.
 ROLE_DEFAULTS = {"encoder_self_attention": "full", "encoder_positions": "learned", "cross_attention": "full"}
@@ -120,36 +122,6 @@ class ComponentEncoder(TransformerEncoderBase):
         layer = ComponentEncoderLayer(cfg, self.self_attention_component, self._layers_built)
         self._layers_built += 1
         return wrap_layer(layer, cfg)
-
-    # ---------------------------------------------- the self-attention's settings
-
-    @property
-    def global_attention(self) -> Optional[str]:
-        """Longformer's ``--global-attention`` (settable), or None."""
-        return getattr(self.self_attention_component, "global_attention", None)
-
-    @global_attention.setter
-    def global_attention(self, mode: str) -> None:
-        self.self_attention_component.global_attention = mode
-
-    @property
-    def document_separator(self) -> Optional[int]:
-        return getattr(self.self_attention_component, "document_separator", None)
-
-    @document_separator.setter
-    def document_separator(self, index: Optional[int]) -> None:
-        self.self_attention_component.document_separator = index
-
-    @property
-    def attention_windows(self) -> Optional[List[int]]:
-        return getattr(self.self_attention_component, "windows", None)
-
-    def set_document_attention(self, implementation: str) -> None:
-        """Switch every layer between the ``blocked`` and ``dense`` document attention."""
-        for module in self.modules():
-            if isinstance(module, DocumentBlockedSelfAttention):
-                module._check_implementation(implementation)
-                module.implementation = implementation
 
     # ------------------------------------------------------------- forward
 
@@ -293,17 +265,13 @@ class ComponentDecoder(TransformerDecoderBase):
         self.cross_attention_component = components["cross_attention"]
         super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, no_encoder_attn=False)
 
-    def output_layer(self, features):
-        """fairseq's output projection; without autograd (generation,
-        validation) taken as :func:`~mdsfair.modules.step_linear.step_linear`
-        takes a generation step's products (the same values), block by block
-        of the vocabulary, each copied into the rows while it is in the cache
-        (:func:`~mdsfair.modules.step_linear.row_major_product`): the
-        log-softmax over the vocabulary would otherwise copy the transposed
-        logits with PyTorch's cache-missing copy."""
-        if self.adaptive_softmax is None and not torch.is_grad_enabled():
-            return step_linear(self.output_projection, features, contiguous=True)
-        return super().output_layer(features)
+    def build_output_projection(self, cfg, dictionary, embed_tokens):
+        """fairseq's output projection (tied to the token embedding or its
+        own), as the :class:`~mdsfair.modules.transformer_layers.OutputProjection`
+        it is: the same module, its class named (no parameter is made twice)."""
+        super().build_output_projection(cfg, dictionary, embed_tokens)
+        if type(self.output_projection) is nn.Linear:
+            self.output_projection.__class__ = OutputProjection
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         if no_encoder_attn:
@@ -322,7 +290,7 @@ class ComponentDecoder(TransformerDecoderBase):
     ):
         if encoder_out is None or len(encoder_out.get("encoder_out", [])) == 0:
             raise ValueError("the decoder needs the encoder output")
-        if alignment_layer is None and not alignment_unused(incremental_state):  # the generator keeps it
+        if alignment_layer is None:
             alignment_layer = self.num_layers - 1
         encoder_states = encoder_out["encoder_out"][0]
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
@@ -356,8 +324,6 @@ class ComponentDecoder(TransformerDecoderBase):
         self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment \
             else None
 
-        # static-shape beam search: the self-attention caches stay in place (one history for all layers)
-        history = beam_history(self, incremental_state, x.size(1), x.device)
         inner_states: List[Optional[Tensor]] = [x]
         extras = []
         attn: Optional[Tensor] = None
@@ -366,14 +332,12 @@ class ComponentDecoder(TransformerDecoderBase):
                 x, encoder_states, padding_mask, context,
                 incremental_state=incremental_state, self_attn_mask=self_attn_mask,
                 self_attn_padding_mask=self_attn_padding_mask, need_attn=index == alignment_layer,
-                alignment_heads=alignment_heads, beam_history=history,
+                alignment_heads=alignment_heads,
             )
             inner_states.append(x)
             extras.append(extra)
             if index == alignment_layer and layer_attn is not None:
                 attn = layer_attn.float().to(x)
-        if history is not None:
-            history.advance()
 
         if self.layer_norm is not None:
             x = self.layer_norm(x)
@@ -382,25 +346,6 @@ class ComponentDecoder(TransformerDecoderBase):
             x = self.project_out_dim(x)
         return x, {"attn": [attn], "inner_states": inner_states,
                    **self.cross_attention_component.decoder_extra(extras)}
-
-    def reorder_incremental_state_scripting(self, incremental_state, new_order: Tensor):
-        """fairseq's reorder of every module's cache, after the beam history
-        of in-place self-attention caches (one small table for all layers).
-        fairseq walks every submodule at every step to find those with a
-        ``reorder_incremental_state``; they are found once per generation
-        (the list is kept in ``incremental_state``) and called in the same
-        order."""
-        reorder_beam_history(self, incremental_state, new_order)
-        if incremental_state is None:
-            return super().reorder_incremental_state_scripting(incremental_state, new_order)
-        modules = self.get_incremental_state(incremental_state, "reordering_modules")
-        if modules is None:
-            modules = [module for module in self.modules() if hasattr(module, "reorder_incremental_state")]
-            self.set_incremental_state(incremental_state, "reordering_modules", modules)
-        for module in modules:
-            result = module.reorder_incremental_state(incremental_state, new_order)
-            if result is not None:
-                incremental_state = result
 
 
 def encoder_decoder_forward(

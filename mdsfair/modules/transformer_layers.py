@@ -7,25 +7,26 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
 * :class:`ComponentEncoderLayer` ``(x, encoder_padding_mask, attention_context)``:
   the self-attention component builds ``self_attn`` and runs it on the
   context it prepared once per batch (a document layout, a global mask);
-* :class:`ComponentDecoderLayer`: causal self-attention as fairseq's, then the
-  cross-attention component's ``attend`` with the context it prepared once
-  per decoder pass; returns ``(x, attention, extra)``;
+* :class:`ComponentDecoderLayer`: causal self-attention as fairseq's
+  (:class:`DecoderSelfAttention`), then the cross-attention component's
+  ``attend`` with the context it prepared once per decoder pass, then the
+  feed-forward; returns ``(x, attention, extra)``;
+* :class:`DecoderSelfAttention` and :class:`OutputProjection`: fairseq's
+  ``MultiheadAttention`` and the decoder's ``nn.Linear`` output projection,
+  unchanged, as classes of their own: the generation speed-ups of
+  :mod:`mdsfair.generation.fast` replace exactly these (and no other
+  attention or linear layer) when a generator asks for them;
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
   own layer builders do.
 """
-from functools import partial
 from typing import Optional
 
-import torch
-import torch.nn.functional as F
 from fairseq.distributed import fsdp_wrap
-from fairseq.modules.gelu import gelu as fairseq_gelu
+from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
-from torch import Tensor
+from torch import Tensor, nn
 
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
-from mdsfair.modules.beam_cached_self_attention import BeamCachedSelfAttention
-from mdsfair.modules.step_linear import step_linear
 
 
 def wrap_layer(layer, cfg, structured: bool = False):
@@ -35,25 +36,6 @@ def wrap_layer(layer, cfg, structured: bool = False):
     FSDP wrapping, as fairseq's own builders do."""
     layer = checkpoint_layer(layer, cfg, structured=structured)
     return fsdp_wrap(layer, min_num_params=cfg.min_params_to_wrap if not activation_checkpointing(cfg) else 0)
-
-
-def activation(activation_fn, x: Tensor) -> Tensor:
-    """``activation_fn(x)``. fairseq's ``gelu`` computes in float32 and casts
-    back (``F.gelu(x.float()).type_as(x)``): for float32 states that is
-    ``F.gelu(x)``, the same values (and gradient) from one operator instead
-    of four."""
-    if activation_fn is fairseq_gelu and x.dtype == torch.float32:
-        return F.gelu(x)
-    return activation_fn(x)
-
-
-def dropped(dropout_module, x: Tensor) -> Tensor:
-    """``dropout_module(x)`` (a ``FairseqDropout``), without the module call
-    where it returns ``x`` as it is: in evaluation, unless
-    ``--retain-dropout`` applies it during inference."""
-    if dropout_module.training or getattr(dropout_module, "apply_during_inference", True):
-        return dropout_module(x)
-    return x
 
 
 def embed_source(encoder, src_tokens: Tensor, token_embedding: Optional[Tensor], positions: Optional[Tensor]):
@@ -106,6 +88,18 @@ class ComponentEncoderLayer(TransformerEncoderLayerBase):
         return x
 
 
+class DecoderSelfAttention(MultiheadAttention):
+    """The decoder layer's causal self-attention: fairseq's
+    ``MultiheadAttention`` (Vaswani et al. 2017, Sec. 3.2.2), with its
+    key/value cache in the incremental state and reordered with the beams."""
+
+
+class OutputProjection(nn.Linear):
+    """The decoder's output projection to the vocabulary (the logits of
+    every target position): ``nn.Linear``, tied to the token embedding or
+    its own, as fairseq builds it."""
+
+
 class ComponentDecoderLayer(TransformerDecoderLayerBase):
     """fairseq's decoder layer whose cross-attention is a component's."""
 
@@ -118,10 +112,9 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
             raise ValueError("--cross-self-attention is not supported by mdsfair's component decoder layer")
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
-        """fairseq's self-attention (same arguments, same parameters) whose
-        generation steps can keep their cache in place
-        (:mod:`mdsfair.modules.beam_cached_self_attention`)."""
-        return BeamCachedSelfAttention(
+        """fairseq's self-attention, built as ``TransformerDecoderLayerBase``
+        builds it (same arguments, same parameters)."""
+        return DecoderSelfAttention(
             embed_dim,
             cfg.decoder.attention_heads,
             dropout=cfg.attention_dropout,
@@ -147,23 +140,18 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         self_attn_padding_mask: Optional[Tensor] = None,
         need_attn: bool = False,
         alignment_heads: Optional[int] = None,
-        beam_history=None,
     ):
         """Self-attention, the component's cross-attention, feed-forward.
         Returns ``(x, attention, extra)``: ``attention`` the cross-attention
         weights ``[B, T, S]`` averaged over the first ``alignment_heads``
         heads when ``need_attn``, ``extra`` what the component reports per
-        layer (the sparse decoder's sentence saliencies), or None.
-        ``beam_history``: the decoder's
-        :class:`~mdsfair.modules.beam_cached_self_attention.BeamHistory` when
-        the self-attention cache stays in place (static-shape beam search)."""
+        layer (the sparse decoder's sentence saliencies), or None."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        in_place = {} if beam_history is None or self_attn_padding_mask is not None else {"beam_history": beam_history}
         x, _ = self.self_attn(
             query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask,
-            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask, **in_place,
+            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
         )
         if self.attn_ln is not None:
             x = self.attn_ln(x)
@@ -188,13 +176,10 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        # a generation step's few rows: the products as step_linear takes them (the same values)
-        fc1, fc2 = (self.fc1, self.fc2) if incremental_state is None else (
-            partial(step_linear, self.fc1), partial(step_linear, self.fc2))
-        x = dropped(self.activation_dropout_module, activation(self.activation_fn, fc1(x)))
+        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
         if self.ffn_layernorm is not None:
             x = self.ffn_layernorm(x)
-        x = dropped(self.dropout_module, fc2(x))
+        x = self.dropout_module(self.fc2(x))
         if self.w_resid is not None:
             residual = self.w_resid * residual
         x = self.residual_connection(x, residual)

@@ -28,6 +28,14 @@ output features instead, and copies each block's ``[block, rows]`` result
 into the rows while it is still in a core's cache (the loop tiles one
 matrix product for the cache; a block's product is the same call on fewer
 rows of the weight).
+
+In a static beam search's steps (:mod:`mdsfair.generation.fast.static_beam_search`)
+the decoder layers' feed-forward products (:class:`StepProductLinear`, put
+in place of ``fc1`` and ``fc2`` by the fast decoder layer) and the decoder's
+output projection (:class:`StepProductOutputProjection`, the fast variant of
+:class:`~mdsfair.modules.transformer_layers.OutputProjection`, contiguous
+logits by :func:`row_major_product`) are taken this way; every other call
+is ``nn.Linear``'s.
 """
 from typing import Optional
 
@@ -35,7 +43,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from mdsfair.generation.fast import fast_variant_of
+from mdsfair.generation.fast.static_beam_search import FollowsStaticBeamSearch
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_parameters
+from mdsfair.modules.transformer_layers import OutputProjection
 
 #: rows (inclusive) for which a CPU step takes the transposed product (see the module docstring)
 TRANSPOSED_ROWS = (8, 48)
@@ -105,10 +116,18 @@ def step_linear(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tenso
     by :func:`row_major_product` (for a consumer that would copy it anyway). A
     linear with hooks (quantization noise, pruning) or of another class is
     called as it is."""
-    rows = x.numel() // x.size(-1) if x.size(-1) else 0
-    if (type(linear) is not nn.Linear or linear._forward_hooks or linear._forward_pre_hooks
-            or not transposed_product_pays(rows, x)):
+    if type(linear) is not nn.Linear or linear._forward_hooks or linear._forward_pre_hooks:
         return linear(x)
+    return step_product(linear, x, contiguous)
+
+
+def step_product(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tensor:
+    """The product of :func:`step_linear` with ``linear``'s parameters, its
+    hooks not called (a module's ``forward``, which its call runs after the
+    hooks): the transposed product where it pays, else ``F.linear``."""
+    rows = x.numel() // x.size(-1) if x.size(-1) else 0
+    if not transposed_product_pays(rows, x):
+        return F.linear(x, linear.weight, linear.bias)
     bias_column = None
     if linear.bias is not None:
         bias_column = derived_from_parameters(linear, "_step_bias_column", linear_parameters(linear),
@@ -120,3 +139,27 @@ def step_linear(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tenso
     else:
         product = _transposed_product(flat, linear.weight, bias_column)
     return product.view(*x.shape[:-1], linear.out_features)
+
+
+class StepProductLinear(nn.Linear, FollowsStaticBeamSearch):
+    """A decoder layer's feed-forward linear (``fc1``, ``fc2``): in a static
+    beam search's step, its product as :func:`step_product` takes it (a
+    transposed view where that pays); ``nn.Linear``'s everywhere else."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.static_beam_search is None or self.training:
+            return super().forward(x)
+        return step_product(self, x)
+
+
+@fast_variant_of(OutputProjection)
+class StepProductOutputProjection(OutputProjection, FollowsStaticBeamSearch):
+    """The decoder's output projection: in a static beam search's step, the
+    logits as :func:`step_product` takes them, contiguous (block by block,
+    :func:`row_major_product`), as the log-softmax over the vocabulary reads
+    them; ``nn.Linear``'s everywhere else."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.static_beam_search is None or self.training:
+            return super().forward(x)
+        return step_product(self, x, contiguous=True)
