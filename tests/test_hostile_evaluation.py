@@ -280,6 +280,13 @@ def test_class4_an_nfd_hypothesis_scores_as_its_nfc_form(fast, tmp_path, capsys)
     assert expected["info"]["nfc_normalized"] == {"hypotheses": 0, "references": 0}
     assert result["info"]["nfc_normalized"] == {"hypotheses": 2, "references": 0}
     assert "scored in Unicode NFC: 2 hypotheses and 0 references were not" in rouge.format_table(result)
+    # a paper's convention, through mdsfair-rouge and through the function validation uses
+    from mdsfair.evaluation.conventions import get_convention, score_with_convention
+
+    assert (rouge.score_files(nfd, ref, convention="hierencdec")["rouge-1"]["f"]
+            == rouge.score_files(nfc, ref, convention="hierencdec")["rouge-1"]["f"])
+    assert score_with_convention([_nfd(t) for t in WORDS_NFC], [[t] for t in WORDS_NFC],
+                                 get_convention("hierencdec"))["rouge-1"]["f"] == pytest.approx(1.0)
     # the strings API and the reference side too
     strings = rouge.score([_nfd(t) for t in WORDS_NFC], [_nfd(t) for t in WORDS_NFC], fast=True)
     assert strings["rouge-1"]["f"] == pytest.approx(1.0)

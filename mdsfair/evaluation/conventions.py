@@ -32,6 +32,7 @@ the default of ``mdsfair-rouge``) and ``mdsfair-fast`` (``--fast``).
 Torch-free; nltk and rouge-score are imported only by the presets that use them.
 """
 import logging
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -374,9 +375,11 @@ def score_with_convention(
     """
     if convention.scorer not in ("rouge155", "rouge-score"):
         raise ValueError(f"{convention.name} is scored by mdsfair.evaluation.rouge.score")
-    refs = _single_references(references, convention)
+    # Unicode NFC first, as mdsfair-rouge scores every convention (see mdsfair.evaluation.rouge).
+    refs = [unicodedata.normalize("NFC", text) for text in _single_references(references, convention)]
     split = _reads_lines(convention)
-    hyp_lines = [prepare_lines(text, convention, sentence_separator, split) for text in hypotheses]
+    hyp_lines = [prepare_lines(unicodedata.normalize("NFC", text), convention, sentence_separator, split)
+                 for text in hypotheses]
     ref_lines = [prepare_lines(text, convention, sentence_separator, split) for text in refs]
     info: Dict[str, object] = {
         "convention": convention.name,
