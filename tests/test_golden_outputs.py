@@ -3,9 +3,9 @@ code before the models were rebuilt from shared components
 (``tests/golden_outputs.py``, issue 31):
 
 * the checkpoint written by that code loads through fairseq's loader;
-* the teacher-forced log-probabilities in float64 equal the recorded ones
-  within 1e-9 (float64 makes the comparison independent of the CPU's
-  vector units: float32 results differ by ~1e-6 between AMD and Intel);
+* the teacher-forced log-probabilities of the float64 model equal the
+  recorded ones within 64 float32 ulps of the largest (see
+  :data:`LPROB_ULPS`);
 * beam search (float64) gives the recorded best beam of every cluster.
 """
 import os
@@ -19,9 +19,18 @@ ARCHITECTURES = sorted(
     name for name in os.listdir(golden.GOLDEN_DIR)
     if os.path.isfile(os.path.join(golden.GOLDEN_DIR, name, "golden.pt"))
 )
-#: float64 round-off over a few tiny layers is ~1e-15; 1e-9 leaves room for a
-#: reordered sum, not for a changed computation.
-TOLERANCE = 1e-9
+#: The float64 model is not float64 throughout: fairseq's attention softmax
+#: (``fairseq.utils.softmax``, ``dtype=torch.float32``) and its gelu
+#: (``F.gelu(x.float())``) compute in float32, whose vectorized exp and erf
+#: round differently on AMD and Intel CPUs. The log-probabilities therefore
+#: agree to float32 round-off carried through the layers (measured: at most
+#: 13 ulps of the largest log-probability, PageSum, on an AMD EPYC against
+#: outputs recorded on an Intel Xeon), not to float64's. The tolerance is 64
+#: float32 ulps of the largest recorded log-probability (about 1.5e-4 here),
+#: as for the beams' float32 positional scores below: room for another CPU's
+#: rounding, not for a changed computation (a wrong mask or scale moves
+#: log-probabilities by far more).
+LPROB_ULPS = 64
 
 
 def test_every_generating_architecture_has_golden_outputs():
@@ -62,7 +71,9 @@ def test_old_checkpoint_loads_and_gives_the_golden_outputs(arch):
     lprobs = golden.teacher_forced_lprobs(task, model, sample)
     assert lprobs.dtype == torch.float64 and lprobs.shape == expected["lprobs"].shape
     difference = (lprobs - expected["lprobs"]).abs().max().item()
-    assert difference <= TOLERANCE, f"{arch}: teacher-forced log-probabilities differ by {difference:.3g}"
+    tolerance = LPROB_ULPS * torch.finfo(torch.float32).eps * max(1.0, expected["lprobs"].abs().max().item())
+    assert difference <= tolerance, (
+        f"{arch}: teacher-forced log-probabilities differ by {difference:.3g} (tolerance {tolerance:.3g})")
 
     beams = golden.best_beams(task, model, cfg, sample)
     for row, (beam, recorded) in enumerate(zip(beams, expected["beams"])):
