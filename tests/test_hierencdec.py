@@ -30,7 +30,6 @@ from mdsfair.modules.document_blocked_attention import (
 from mdsfair.modules.hierarchical_cross_attention import (
     HierarchicalCrossAttention,
     hierarchical_attention_logits,
-    hierarchical_attention_weights,
 )
 from mdsfair.modules.segment_positions import (
     positions_within_segments,
@@ -443,6 +442,12 @@ def test_varlen_flash_path_equals_dense_values_and_gradients(monkeypatch):
 
 
 # ------------------------------------------------- decoder cross-attention
+
+
+def hierarchical_attention_weights(scores, document_ids):
+    """Eq. 5 weights ``[B, H, T, S]`` (rows sum to one, 0 at padding): the
+    exponentiated logits of the module."""
+    return hierarchical_attention_logits(scores, document_ids).exp()
 
 
 def eq_3_to_5_by_loops(scores, document_ids):

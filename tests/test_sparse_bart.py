@@ -6,16 +6,19 @@ import copy
 import pytest
 import torch
 
+from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
+from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
 from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
+    model_free_log_probabilities,
     model_free_sentence_keys,
-    model_free_sentence_log_scores,
+    model_free_sentence_scores,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
-    RowTables,
     SentenceContext,
     SparseCrossAttention,
     kept_token_bounds,
@@ -73,6 +76,13 @@ def random_sentence_ids(bsz=3, src_len=23, seed=0):
         starts[0] = False
         ids[b, :length] = starts.long().cumsum(0)
     return ids
+
+
+def model_free_sentence_log_scores(queries, sentence_key_sums, sentence_mask):
+    """App. D, Eq. 19 normalized over sentences per head: ``[B, H, T, S]``
+    log alpha~ (ranking uses the unnormalized scores, not these)."""
+    return model_free_log_probabilities(model_free_sentence_scores(queries, sentence_key_sums, sentence_mask),
+                                        sentence_mask)
 
 
 # ------------------------------------------------------- module-level numerics
@@ -226,23 +236,32 @@ def test_hypothesis_rows_group_rows_by_source():
     assert in_order.rank.tolist() == [0, 1, 0, 1, 2, 0] and in_order.rows_per_source == 3
 
 
-def test_stacked_query_projection_equals_separate_projections():
-    module, query, *_ = sparse_attention_inputs(top_r=2)
-    sentence_attention = module.sentence_attention
-    with torch.no_grad():
-        queries, sentence_queries = module._project_queries(query, with_sentence_queries=True)
-        expected = module._split_heads(module.q_proj(query) * module.scaling)
-        torch.testing.assert_close(queries, expected, atol=1e-6, rtol=1e-6)
-        torch.testing.assert_close(sentence_queries, sentence_attention.project_queries(query), atol=1e-6, rtol=1e-6)
-        # the stack kept for generation follows an in-place change of W^Q
-        sentence_attention.sentence_query_proj.weight.mul_(2.0)
-        _, changed = module._project_queries(query, with_sentence_queries=True)
-        torch.testing.assert_close(changed, sentence_attention.project_queries(query), atol=1e-6, rtol=1e-6)
-    # with autograd the stack is rebuilt, so gradients reach both projections
-    _, sentence_queries = module._project_queries(query, with_sentence_queries=True)
-    sentence_queries.sum().backward()
-    assert sentence_attention.sentence_query_proj.weight.grad.abs().sum() > 0
-    assert module.q_proj.weight.grad is None or module.q_proj.weight.grad.abs().sum() == 0
+def test_fast_step_follows_an_in_place_change_of_the_projections(monkeypatch):
+    """The fast generation step keeps its stacked, scaled and folded weights
+    until a parameter changes: after an in-place change of W^Q and of the
+    value bias it gives the reference's output again (float64)."""
+    reference, query, key, padding, context = sparse_attention_inputs(top_r=2)
+    rows = HypothesisRows.from_source_index(torch.tensor([0, 0, 1, 1]), 2)
+    context = context._replace(rows=rows, kept_token_bounds=kept_token_bounds(context.layout.lengths))
+    reference, query, key = reference.double(), query.double(), key.double()
+    context = context._replace(sentence_states=context.sentence_states.double())
+    fast = make_generation_fast_(copy.deepcopy(reference))
+    calls = []
+    original = SparseGenerationStep._generation_step
+    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    with torch.no_grad(), following_static_beam_search([fast], [StaticBeamSearch(4, 2)]):
+        for change in (None, "sentence_query_proj", "v_proj"):
+            for module in (reference, fast):
+                if change == "sentence_query_proj":
+                    module.sentence_attention.sentence_query_proj.weight.mul_(2.0)
+                elif change == "v_proj":
+                    module.v_proj.bias.add_(1.0)
+            expected, expected_report = reference(query[:1], key, padding, context, incremental_state={})
+            out, report = fast(query[:1], key, padding, context, incremental_state={})
+            torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+            assert torch.equal(report.selection, expected_report.selection)
+    assert len(calls) == 3
 
 
 def test_all_sentences_equals_full_attention_exactly():
@@ -374,39 +393,42 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
 @pytest.mark.parametrize("approximator", ["model-based", "model-free"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
 def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
-    """The lean generation step (row tables kept, projections transposed,
-    per-head views of one product, value bias folded into the output's)
-    gives the general gathered path's output, sentence choice, approximator
-    report and alignment, for both approximators, with two layers sharing
-    one step's row tables and buffers over several steps (each layer's
-    gather overwrites the last's), in float64 and in bfloat16 (its
-    sentence scores in float32, as the general path's)."""
+    """The fast variant's generation step (row tables kept, projections
+    transposed, per-head views of one product, value bias folded into the
+    output's) gives the reference's gathered path's output, sentence
+    choice, approximator report and alignment, for both approximators,
+    with two layers sharing one step's row tables and buffers over several
+    steps (each layer's gather overwrites the last's), in float64 and in
+    bfloat16 (its sentence scores in float32, as the reference's)."""
     module, query, key, padding, context = sparse_attention_inputs(top_r=2, approximator=approximator)
     other, *_ = sparse_attention_inputs(top_r=2, approximator=approximator, seed=1)
     rows = HypothesisRows.from_source_index(torch.tensor([0, 0, 1, 1]), 2)  # grouped by source, as in beam search
     assert rows.blocked
     layers = [module.to(dtype), other.to(dtype)]
+    fast_layers = [make_generation_fast_(copy.deepcopy(layer)) for layer in layers]
+    assert all(type(layer) is SparseGenerationStep for layer in fast_layers)
     query, key = query.to(dtype), key.to(dtype)
     context = context._replace(rows=rows, sentence_states=context.sentence_states.to(dtype),
                                kept_token_bounds=kept_token_bounds(context.layout.lengths))
-    lean = context._replace(row_tables=RowTables(rows, context.layout))
     calls = []
-    original = SparseCrossAttention._generation_step
-    monkeypatch.setattr(SparseCrossAttention, "_generation_step",
+    original = SparseGenerationStep._generation_step
+    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
                         lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
     tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
-    states = {"general": [{}, {}], "lean": [{}, {}]}
-    with torch.no_grad():
+    # one incremental state per decoder, shared by its layers (as a decoder's is): the fast layers share
+    # the row tables and buffers kept there
+    reference_state, fast_state = {}, {}
+    searches = [StaticBeamSearch(4, 2) for _ in fast_layers]  # four rows, two per source
+    with torch.no_grad(), following_static_beam_search(fast_layers, searches):
         for step in range(query.size(0)):
-            for index, layer in enumerate(layers):
+            for layer, fast_layer in zip(layers, fast_layers):
                 need_weights = step % 2 == 1
                 expected, expected_report = layer(query[step:step + 1], key, padding, context,
-                                                  incremental_state=states["general"][index],
-                                                  need_weights=need_weights)
+                                                  incremental_state=reference_state, need_weights=need_weights)
                 before = len(calls)
-                out, report = layer(query[step:step + 1], key, padding, lean,
-                                    incremental_state=states["lean"][index], need_weights=need_weights)
-                assert len(calls) == before + 1  # the lean step ran
+                out, report = fast_layer(query[step:step + 1], key, padding, context,
+                                         incremental_state=fast_state, need_weights=need_weights)
+                assert len(calls) == before + 1  # the fast step ran
                 torch.testing.assert_close(out, expected, **tolerance)
                 assert torch.equal(report.selection, expected_report.selection)
                 finite = expected_report.approx_log.isfinite()
@@ -597,7 +619,7 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     assert 12 in row_counts and 8 in row_counts  # the batch was compacted
     assert {sources for _, _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
     names = {name for _, name, _, _ in caches}
-    assert names == ({"sentence_keys", "sentence_keys_by_head"} if path == "gather" else {"prev_key", "prev_value"} | (
+    assert names == ({"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | (
         {"sentence_keys"} if top_r else set()))
     # one tensor per layer and name, never copied or recomputed
     assert len({(layer, name, pointer) for layer, name, _, pointer in caches}) == 2 * len(names)

@@ -42,7 +42,6 @@ from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
     SENTENCE_SELECTIONS,
-    RowTables,
     SentenceContext,
     SparseCrossAttention,
     kept_token_bounds,
@@ -214,20 +213,20 @@ def sentence_layout_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> Se
 
 
 def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceContext:
-    """The sparse cross-attention's view of an encoder output (per source)."""
+    """The sparse cross-attention's view of an encoder output (per source):
+    the one :meth:`SparseSentenceCrossAttention.reorder_encoder_out` kept
+    for the reordered rows, else built here."""
+    if len(encoder_out.get("sentence_context", [])) > 0:
+        return encoder_out["sentence_context"][0]
     src_sent_ids = encoder_out["src_sent_ids"][0]
     states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
     bounds = encoder_out.get("kept_token_bounds", [])
-    tables = encoder_out["hypothesis_rows"][0] if len(encoder_out.get("hypothesis_rows", [])) > 0 else None
-    if tables is not None:  # kept by reorder_encoder_out, with the layout, for as long as these rows last
-        rows, layout = tables.rows, tables.layout
+    if len(encoder_out["hypothesis_source_index"]) > 0:
+        rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
     else:
-        layout = sentence_layout_from_encoder_out(encoder_out)
-        if len(encoder_out["hypothesis_source_index"]) > 0:
-            rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
-        else:
-            rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(src_sent_ids, layout, states, rows, bounds[0] if len(bounds) > 0 else None, tables)
+        rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
+    return SentenceContext(src_sent_ids, sentence_layout_from_encoder_out(encoder_out), states, rows,
+                           bounds[0] if len(bounds) > 0 else None)
 
 
 class SparseDecoderContext(NamedTuple):
@@ -352,10 +351,10 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
         source_index = rows[0].index_select(0, new_order) if len(rows) > 0 else new_order
         reordered = dict(encoder_out)
         reordered["hypothesis_source_index"] = [source_index]
-        # the rows and what generation steps derive from them, once per reordering (one
-        # synchronization, here); under static decoding the rows never change after the expansion
-        hypothesis_rows = HypothesisRows.from_source_index(source_index, encoder_out["src_sent_ids"][0].size(0))
-        reordered["hypothesis_rows"] = [RowTables(hypothesis_rows, sentence_layout_from_encoder_out(encoder_out))]
+        reordered.pop("sentence_context", None)
+        # the rows and the sentence context, once per reordering (one synchronization, here); under
+        # static decoding the rows never change after the expansion
+        reordered["sentence_context"] = [sentence_context_from_encoder_out(reordered)]
         return reordered
 
     # ----------------------------------------------------------- decoder side

@@ -87,11 +87,6 @@ def hierarchical_attention_logits(scores: Tensor, document_ids: Tensor) -> Tenso
     return logits.masked_fill(padding.view_as(segments), float("-inf"))
 
 
-def hierarchical_attention_weights(scores: Tensor, document_ids: Tensor) -> Tensor:
-    """Eq. 5 weights ``[B, H, T, S]`` (rows sum to one, 0 at padding)."""
-    return hierarchical_attention_logits(scores, document_ids).exp()
-
-
 class HierarchicalCrossAttention(MultiheadAttention):
     """fairseq encoder-decoder ``MultiheadAttention`` (same parameters and
     state-dict keys) whose softmax follows Eq. 3-5 while

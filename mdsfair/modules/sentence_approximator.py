@@ -352,18 +352,6 @@ def model_free_log_probabilities(scores: Tensor, sentence_mask: Tensor) -> Tenso
     return F.log_softmax(log_scores, dim=-1)
 
 
-def model_free_sentence_log_scores(
-    queries: Tensor, sentence_key_sums: Tensor, sentence_mask: Tensor, matmul: Callable = torch.matmul
-) -> Tensor:
-    """App. D, Eq. 19 normalized over sentences per head: ``[B, H, T, S]``
-    log alpha~ (:func:`model_free_log_probabilities` of
-    :func:`model_free_sentence_scores`). Ranking uses the unnormalized
-    scores, not these."""
-    return model_free_log_probabilities(
-        model_free_sentence_scores(queries, sentence_key_sums, sentence_mask, matmul), sentence_mask
-    )
-
-
 def approximator_parameter_names(named_parameters) -> Tuple[str, ...]:
     """Names of the approximator's parameters (theta~ of Eq. 13-14) among a
     model's ``named_parameters()``."""

@@ -1,0 +1,114 @@
+"""The sparse cross-attention's fast generation step
+(:mod:`mdsfair.generation.fast.sparse_generation_step`) swapped into a whole
+model by :func:`~mdsfair.generation.fast.make_generation_fast_`, on the
+golden ``sparse_bart_tiny`` checkpoint in float64: the same teacher-forced
+logits, the same logits at every incremental step over beam-expanded rows,
+and the same static-decoding beams as the reference model (and as fairseq's
+generator). The step-level comparison (output, selection, report,
+alignment, bfloat16) is in ``tests/test_sparse_bart.py``."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
+from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
+from mdsfair.modules.sparse_cross_attention import SparseCrossAttention
+from mdsfair.tasks.multidoc_summarization import net_input_for
+from tests import golden_outputs as golden
+from tests.test_golden_outputs import load
+from tests.test_static_decoding import assert_same_beams, generate, golden_sample
+
+ARCH = "sparse_bart_tiny"
+
+
+@pytest.fixture(scope="module")
+def golden_model():
+    return load(ARCH)
+
+
+def with_generation_path(model, path: str):
+    """A copy of ``model`` whose sparse cross-attentions take ``path``."""
+    model = copy.deepcopy(model)
+    for layer in model.decoder.layers:
+        layer.encoder_attn.generation_path = path
+    return model
+
+
+def counting_fast_steps(monkeypatch) -> list:
+    calls = []
+    original = SparseGenerationStep._generation_step
+    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
+                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    return calls
+
+
+def sparse_attention_classes(model) -> set:
+    return {type(layer.encoder_attn) for layer in model.decoder.layers}
+
+
+def incremental_logits(model, sample, steps: int, beam: int):
+    """``steps`` incremental decoder calls over the beam-expanded rows (each
+    source's rows back to back, as the static generator lays them out), the
+    best token of each row fed back; the sparse cross-attentions (only
+    they) follow a static beam search of these rows."""
+    net_input = net_input_for(model, sample["net_input"])
+    sparse_attentions = nn.ModuleList(layer.encoder_attn for layer in model.decoder.layers)
+    rows = torch.arange(net_input["src_tokens"].size(0)).repeat_interleave(beam)
+    search = StaticBeamSearch(rows.numel(), beam)
+    with torch.no_grad(), following_static_beam_search([sparse_attentions], [search]):
+        encoder_out = model.encoder.forward_torchscript(net_input)
+        encoder_out = model.encoder.reorder_encoder_out(encoder_out, rows)
+        tokens = torch.full((rows.numel(), 1), model.decoder.dictionary.eos())
+        incremental_state, logits = {}, []
+        for _ in range(steps):
+            out, _ = model.decoder(tokens, encoder_out=encoder_out, incremental_state=incremental_state)
+            logits.append(out[:, -1])
+            tokens = torch.cat([tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return logits
+
+
+@pytest.mark.parametrize("path", ["gather", "auto"])
+def test_fast_step_gives_the_reference_logits(golden_model, monkeypatch, path):
+    """Teacher forcing on the fast model is the reference's computation
+    (bitwise); five incremental steps over beam-expanded rows give the
+    reference's logits to float64 round-off, the fast step running at
+    every layer and step when asked to gather."""
+    model, _, task = golden_model
+    sample = golden_sample(ARCH)
+    reference = with_generation_path(model, path)
+    fast = make_generation_fast_(copy.deepcopy(reference))
+    assert sparse_attention_classes(reference) == {SparseCrossAttention}
+    assert sparse_attention_classes(fast) == {SparseGenerationStep}
+    # teacher forcing runs the reference in both: the same computation
+    assert torch.equal(golden.teacher_forced_lprobs(task, fast, sample),
+                       golden.teacher_forced_lprobs(task, reference, sample))
+    calls = counting_fast_steps(monkeypatch)
+    expected = incremental_logits(reference, sample, steps=5, beam=3)
+    assert not calls
+    for mine, theirs in zip(incremental_logits(fast, sample, steps=5, beam=3), expected):
+        assert mine.dtype == torch.float64
+        torch.testing.assert_close(mine, theirs, atol=1e-10 * max(1.0, theirs.abs().max().item()), rtol=0)
+    if path == "gather":
+        assert len(calls) == 5 * len(fast.decoder.layers)
+
+
+@pytest.mark.parametrize("path", ["gather", "auto"])
+def test_static_decoding_beams_are_the_same_with_the_fast_step(golden_model, monkeypatch, path):
+    """``--static-decoding`` on the fast model gives the beams of the
+    reference model, under fairseq's generator and under the static one."""
+    model, cfg, task = golden_model
+    sample = golden_sample(ARCH)
+    reference = with_generation_path(model, path)
+    dynamic = generate(task, reference, cfg, sample, static=False)
+    assert sparse_attention_classes(reference) == {SparseCrossAttention}
+    static_reference = generate(task, copy.deepcopy(reference), cfg, sample, static=True)
+    calls = counting_fast_steps(monkeypatch)
+    fast = make_generation_fast_(copy.deepcopy(reference))
+    static_fast = generate(task, fast, cfg, sample, static=True)
+    assert_same_beams(static_fast, dynamic)
+    assert_same_beams(static_fast, static_reference)
+    if path == "gather":
+        assert calls  # the fast step decoded
