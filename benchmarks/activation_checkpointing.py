@@ -15,7 +15,6 @@ the stock baseline, measured in the same run.
     python benchmarks/activation_checkpointing.py                       # CPU, 1 thread, 3 repeats
     python benchmarks/activation_checkpointing.py --archs hiertransformer --source-tokens 4096
 """
-import argparse
 import os
 import statistics
 import sys
@@ -24,23 +23,19 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results  # noqa: E402
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, spread  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import LABEL_SMOOTHED  # noqa: E402
+from benchmarks.measure import allocate_gradients, in_fresh_process, spread, timed_steps  # noqa: E402
 
 #: One architecture per system at base dimensions, with its training task and criterion.
 SYSTEMS = {
-    "hiertransformer": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                        "--label-smoothing", "0.1"],
-    "hierencdec_bart_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                             "--label-smoothing", "0.1"],
-    "pagesum_bart_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                          "--label-smoothing", "0.1"],
+    "hiertransformer": LABEL_SMOOTHED,
+    "hierencdec_bart_base": LABEL_SMOOTHED,
+    "pagesum_bart_base": LABEL_SMOOTHED,
     "sparse_bart_base": ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl",
                          "--sparse-training-stage", "joint"],
-    "dape_transformer": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                         "--label-smoothing", "0.1"],
-    "led_base": ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                 "--label-smoothing", "0.1"],
+    "dape_transformer": LABEL_SMOOTHED,
+    "led_base": LABEL_SMOOTHED,
 }
 
 
@@ -69,7 +64,7 @@ def measure(config: dict) -> dict:
     utils.set_torch_seed(1)
     task = tasks.setup_task(args)
     task.load_dataset("train")
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[config.get("dtype", "fp32")]
+    dtype = harness.DTYPES[config.get("dtype", "fp32")]
     model = task.build_model(args).to(config["device"]).to(dtype).train()
     criterion = task.build_criterion(args)
     dataset = task.dataset("train")
@@ -77,37 +72,34 @@ def measure(config: dict) -> dict:
     sample = task._sample_for(model, sample) if hasattr(task, "_sample_for") else sample
     sample = utils.move_to_cuda(sample) if config["device"] == "cuda" else sample
     sample = utils.apply_to_sample(lambda t: t.to(dtype) if t.is_floating_point() else t, sample)
-    for parameter in model.parameters():
-        if parameter.requires_grad:
-            parameter.grad = torch.zeros_like(parameter)
+    allocate_gradients(model)
 
     def step():
         loss, _, _ = criterion(model, sample)
         loss.backward()
         model.zero_grad(set_to_none=False)
 
-    measured = peak_memory_and_median_time(step, config["device"], 0, warm_up=False)
+    measured = timed_steps(step, config["device"], 0)
     return {"peak_mib": measured["peak_mib"], "source_tokens": int(sample["net_input"]["src_tokens"].numel())}
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--archs", nargs="+", default=list(SYSTEMS), help="architectures to measure")
     parser.add_argument("--source-tokens", type=int, default=2048, help="source tokens of the cluster (truncated to)")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each variant (median, min, max)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
+    harness.add_repeats(parser, "runs of each variant, each in a fresh process")
+    harness.add_device(parser)
+    harness.add_threads(parser)
     parser.add_argument("--data", help="a data-bin with dep_head/dep_rel side data (default: synthesized)")
     results.add_argument(parser)
-    args = parser.parse_args(argv)
-    record = results.ResultsFile(args.json, "activation_checkpointing", argv, args.device, args.repeats,
-                                 dtype="fp32", batch_size=1, threads=args.threads) if args.json else None
-    rows = []
+    args = harness.parse(parser, argv)
+    rows = harness.result_rows(args, "activation_checkpointing", argv, args.repeats, dtype="fp32", batch_size=1,
+                               threads=args.threads)
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
         args.data = make_data(work.name)
-    print(f"device: {results.device_name(args.device)}; one training step, batch 1, fp32")
+    print(f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, fp32")
     print(f"{'architecture':<22} {'tokens':>6} {'plain MiB':>22} {'checkpointed MiB':>22} {'ratio':>6}")
     for arch in args.archs:
         peaks = {(): [], ("--checkpoint-activations",): []}
@@ -124,11 +116,8 @@ def main(argv=None):
         ratio = statistics.median(checkpointed) / statistics.median(plain)
         print(f"{arch:<22} {tokens:>6} {spread(plain).format('.0f'):>22} {spread(checkpointed).format('.0f'):>22} "
               f"{ratio:>6.2f}", flush=True)
-        rows.append({"arch": arch, "source_tokens": tokens, "plain_mib": results.spread_cell(spread(plain)),
-                     "checkpointed_mib": results.spread_cell(spread(checkpointed)),
-                     "checkpointed_vs_plain": ratio})
-        if record:
-            record.write(rows)
+        rows.add({"arch": arch, "source_tokens": tokens, "plain_mib": results.repeats_cell(plain),
+                  "checkpointed_mib": results.repeats_cell(checkpointed), "checkpointed_vs_plain": ratio})
     if work is not None:
         work.cleanup()
 

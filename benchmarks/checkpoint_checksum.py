@@ -1,8 +1,8 @@
 """Cost of mdsfair's checkpoint checksum against the save and load it rides on.
 
 mdsfair stores a SHA-256 of every weight tensor in each checkpoint it writes
-(``mdsfair/checkpoints/checksums.py``: :func:`~mdsfair.checkpoints.checksums.model_checksum`
-at save time, :func:`~mdsfair.checkpoints.checksums.verify_model_checksum` at load time).
+(``mdsfair/checkpoints.py``: :func:`~mdsfair.checkpoints.model_checksum` at
+save time, :func:`~mdsfair.checkpoints.verify_model_checksum` at load time).
 This benchmark builds a model (default: fairseq's ``bart_base`` with BART's
 50,265-symbol vocabulary, random weights) and times, in every repeat and in
 this order:
@@ -10,10 +10,10 @@ this order:
 * ``save``: ``torch.save`` of the model's state dict to a file in
   ``--work-dir`` (the stock baseline: what fairseq writes at the least, before
   the optimizer state), flushed to the file system;
-* ``checksum``: :func:`~mdsfair.checkpoints.checksums.model_checksum` of that state dict
+* ``checksum``: :func:`~mdsfair.checkpoints.model_checksum` of that state dict
   (what a save adds);
 * ``load``: ``torch.load(..., weights_only=True)`` of the file;
-* ``verify``: :func:`~mdsfair.checkpoints.checksums.verify_model_checksum` of the loaded
+* ``verify``: :func:`~mdsfair.checkpoints.verify_model_checksum` of the loaded
   weights against the checksum (what a load adds; it must pass).
 
 Each time is printed as median (min-max) over ``--repeats`` (3 by default)
@@ -25,9 +25,7 @@ repeat and printed as median (min-max) of those per-repeat ratios
     python benchmarks/checkpoint_checksum.py                       # bart_base, 3 repeats
     python benchmarks/checkpoint_checksum.py --arch bart_large --repeats 5
 """
-import argparse
 import os
-import platform
 import shlex
 import sys
 import tempfile
@@ -36,7 +34,7 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
 from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
 
 #: BART's released vocabulary (GPT-2 BPE symbols plus fairseq's 4 specials).
@@ -62,7 +60,7 @@ def build_state(arch: str, vocabulary: int, model_args: str, work_dir: str):
 def one_repeat(state, path: str) -> dict:
     import torch
 
-    from mdsfair.checkpoints.checksums import model_checksum, verify_model_checksum
+    from mdsfair.checkpoints import model_checksum, verify_model_checksum
 
     times = {}
     start = time.perf_counter()
@@ -85,31 +83,28 @@ def one_repeat(state, path: str) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--arch", default="bart_base", help="fairseq architecture whose weights are saved")
     parser.add_argument("--vocab-size", type=int, default=BART_VOCABULARY,
                         help="symbols of the dictionary the model is built with (default: BART's)")
     parser.add_argument("--model-args", default="", help="more fairseq model flags, one string (e.g. smaller dims)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed repeats after one warm-up (median, min, max)")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    harness.add_repeats(parser, "timed repeats after one warm-up")
+    harness.add_threads(parser, default=None)
     parser.add_argument("--work-dir", help="directory the checkpoint is written to (default: a temporary one)")
     results.add_argument(parser)
-    args = parser.parse_args(argv)
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
+    args = harness.parse(parser, argv)
     import torch
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    record = results.ResultsFile(args.json, "checkpoint_checksum", argv, "cpu", args.repeats,
-                                 arch=args.arch, vocab_size=args.vocab_size) if args.json else None
+    rows = harness.result_rows(args, "checkpoint_checksum", argv, args.repeats, device="cpu", arch=args.arch,
+                               vocab_size=args.vocab_size)
     with tempfile.TemporaryDirectory(prefix="mdsfair-checksum-bench-", dir=args.work_dir) as work_dir:
         state, parameters = build_state(args.arch, args.vocab_size, args.model_args, work_dir)
         storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
                     for t in state.values() if torch.is_tensor(t)}
         size = sum(storages.values())
-        print(f"device: CPU ({results.device_name('cpu')}, {os.cpu_count()} cores), torch "
-              f"{torch.__version__}, {torch.get_num_threads()} threads; load average {os.getloadavg()[0]:.2f} at "
+        print(f"{harness.device_line('cpu')}, {os.cpu_count()} cores; torch {torch.__version__}; load average {os.getloadavg()[0]:.2f} at "
               f"start; {args.arch}, vocabulary {args.vocab_size:,}: {parameters / 1e6:.1f} M parameters, "
               f"{len(state)} tensors, {size / 2**20:,.0f} MiB; file in {work_dir}")
         path = os.path.join(work_dir, "checkpoint.pt")
@@ -121,13 +116,12 @@ def main(argv=None):
         print(f"  {name:<9} {spread(values).format('.2f', ' s')}")
     print(f"  checksum / save  {interleaved_ratio(columns['checksum'], columns['save']).format('.2f', 'x')}")
     print(f"  verify / load    {interleaved_ratio(columns['verify'], columns['load']).format('.2f', 'x')}")
-    if record:
-        record.write([{"step": name, "seconds": results.spread_cell(spread(values))} for name, values in columns.items()]
-                     + [{"step": "checksum / save",
-                         "ratio": results.spread_cell(interleaved_ratio(columns["checksum"], columns["save"]))},
-                        {"step": "verify / load",
-                         "ratio": results.spread_cell(interleaved_ratio(columns["verify"], columns["load"]))}],
-                     parameters=parameters, checkpoint_mib=size / 2**20)
+    rows.add(*[{"step": name, "seconds": results.repeats_cell(values)} for name, values in columns.items()],
+             {"step": "checksum / save",
+              "ratio": results.spread_cell(interleaved_ratio(columns["checksum"], columns["save"]))},
+             {"step": "verify / load",
+              "ratio": results.spread_cell(interleaved_ratio(columns["verify"], columns["load"]))},
+             parameters=parameters, checkpoint_mib=size / 2**20)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,7 @@ taken in order (:func:`benchmarks.measure.separate_ratio`).
     python benchmarks/dape_transformer.py                                  # CPU, d 256, 2 + 2 layers
     python benchmarks/dape_transformer.py --device cuda --dtype bf16       # d 512, 8 + 8 layers (the paper's)
 """
-import argparse
-import json
 import os
-import subprocess
 import sys
 from argparse import Namespace
 
@@ -44,9 +41,9 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import results  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import SyntheticTask  # noqa: E402
 from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
 
 from mdsfair.models.dape_transformer import DapeTransformerModel, dape_transformer_architecture  # noqa: E402
@@ -61,13 +58,6 @@ SYSTEMS = {
     "dape_no_doc_pos": (DapeTransformerModel, {"no_doc_positions": True}),
     "dape_no_dep": (DapeTransformerModel, {"no_dependency_encoding": True}),
 }
-
-
-class BenchmarkTask:
-    def __init__(self):
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for i in range(VOCAB):
-            self.source_dictionary.add_symbol(f"w{i}")
 
 
 def build(opts, system: str, source_positions: int):
@@ -85,9 +75,9 @@ def build(opts, system: str, source_positions: int):
     else:
         base_architecture(args)
     torch.manual_seed(0)
-    model = cls.build_model(args, BenchmarkTask()).train()
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[opts.dtype]
-    return model.to(device=opts.device, dtype=dtype)
+    # VOCAB words after fairseq's four specials
+    model = cls.build_model(args, SyntheticTask(harness.synthetic_dictionary(4 + VOCAB))).train()
+    return model.to(device=opts.device, dtype=harness.DTYPES[opts.dtype])
 
 
 def batch(opts, num_tokens: int) -> dict:
@@ -133,19 +123,10 @@ def measure(opts, system: str, num_tokens: int) -> dict:
     return peak_memory_and_median_time(step, opts.device, opts.repeats)
 
 
-def measure_in_subprocess(opts, system: str, num_tokens: int) -> dict:
-    command = [sys.executable, __file__, "--measure-one", f"{system}:{num_tokens}"] + opts.forward_args
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        message = result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}"
-        return {"error": message}
-    return json.loads(result.stdout.strip().splitlines()[-1])
-
-
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="parameter/activation dtype")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_dtype(parser)
     parser.add_argument("--lengths", default=None, help="source lengths in tokens (default 256,512,1024 on cpu, "
                                                         "512,1024,2048,4096 on cuda)")
     parser.add_argument("--batch-size", type=int, default=None, help="sources per step (default 2 cpu, 8 cuda)")
@@ -154,44 +135,26 @@ def parse_args(argv=None):
                         help="model dim (default 512 cuda, the paper's; 256 cpu)")
     parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default 8 cuda, 2 cpu)")
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default 8 cuda, 4 cpu)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed steps per system and length (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed steps per system and length")
     results.add_argument(parser)
-    parser.add_argument("--measure-one", help=argparse.SUPPRESS)
-    opts = parser.parse_args(argv)
-    if opts.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {opts.repeats}")
-    gpu = opts.device == "cuda"
-    if gpu and not torch.cuda.is_available():
-        parser.error("--device cuda but CUDA is not available")
-    opts.lengths = opts.lengths or ("512,1024,2048,4096" if gpu else "256,512,1024")
-    opts.batch_size = opts.batch_size or (8 if gpu else 2)
-    opts.embed_dim = opts.embed_dim or (512 if gpu else 256)
-    opts.layers = opts.layers or (8 if gpu else 2)
-    opts.heads = opts.heads or (8 if gpu else 4)
-    opts.forward_args = [
-        "--device", opts.device, "--dtype", opts.dtype, "--batch-size", str(opts.batch_size),
-        "--doc-tokens", str(opts.doc_tokens), "--embed-dim", str(opts.embed_dim), "--layers", str(opts.layers),
-        "--heads", str(opts.heads), "--repeats", str(opts.repeats),
-    ]
-    return opts
+    harness.add_measure_one(parser)
+    return harness.fill_device_defaults(harness.parse(parser, argv), lengths=("512,1024,2048,4096", "256,512,1024"),
+                                        batch_size=(8, 2), embed_dim=(512, 256), layers=(8, 2), heads=(8, 4))
 
 
 def main(argv=None):
     opts = parse_args(argv)
-    if opts.measure_one:
-        system, num_tokens = opts.measure_one.split(":")
-        print(json.dumps(measure(opts, system, int(num_tokens))))
+    if harness.answer_measure_one(opts, measure):
         return
-    device = torch.cuda.get_device_name() if opts.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {device}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers}+{opts.layers} layers, "
+    print(f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, "
+          f"{opts.layers}+{opts.layers} layers, "
           f"{opts.heads} heads, batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; "
           f"torch {torch.__version__}")
-    run = measure if opts.device == "cuda" else measure_in_subprocess
-    record = results.ResultsFile(opts.json, "dape_transformer", argv, opts.device, opts.repeats, dtype=opts.dtype,
-                                 batch_size=opts.batch_size, embed_dim=opts.embed_dim, layers=opts.layers,
-                                 heads=opts.heads, doc_tokens=opts.doc_tokens) if opts.json else None
-    rows = []
+    run = harness.in_fresh_interpreter_on_cpu(opts, __file__, measure, ["device", "dtype", "batch_size", "doc_tokens",
+                                                                       "embed_dim", "layers", "heads", "repeats"])
+    rows = harness.result_rows(opts, "dape_transformer", argv, opts.repeats, dtype=opts.dtype,
+                               batch_size=opts.batch_size, embed_dim=opts.embed_dim, layers=opts.layers,
+                               heads=opts.heads, doc_tokens=opts.doc_tokens)
     print("one training step (forward + backward); ratios against the stock fairseq transformer of the same run")
     print(f"{'tokens':>6} {'system':>16} {'seconds':>21} {'time ratio':>18} {'peak MiB':>9} {'mem ratio':>9}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
@@ -206,16 +169,14 @@ def main(argv=None):
             time_ratio = separate_ratio(result["seconds_each"], baseline["seconds_each"]).format(".2f", "x")
             print(f"{num_tokens:>6} {system:>16} {seconds:>21} {time_ratio:>18} {result['peak_mib']:>9.1f} "
                   f"{result['peak_mib'] / max(baseline['peak_mib'], 1e-9):>8.2f}x")
-            rows.append({
+            rows.add({
                 "source_tokens": num_tokens, "system": system,
-                "seconds": results.spread_cell(spread(result["seconds_each"])),
+                "seconds": results.repeats_cell(result["seconds_each"]),
                 "time_vs_transformer": results.spread_cell(
                     separate_ratio(result["seconds_each"], baseline["seconds_each"])),
                 "peak_mib": result["peak_mib"],
                 "memory_vs_transformer": result["peak_mib"] / max(baseline["peak_mib"], 1e-9),
             })
-            if record:
-                record.write(rows)
 
 
 if __name__ == "__main__":

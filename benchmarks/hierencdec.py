@@ -27,7 +27,6 @@ Example (the figures in ``examples/hierencdec/README.md``)::
     python benchmarks/hierencdec.py --documents 4,8,16
     python benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base
 """
-import argparse
 import os
 import sys
 
@@ -36,45 +35,21 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import (  # noqa: E402
-    in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
-)
-from fairseq.data import Dictionary  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import DIMS, SyntheticTask  # noqa: E402
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 
 from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base  # noqa: E402
 
 SYSTEMS = ("blocked", "dense-masked", "bart")
-DIMS = {
-    # name: (layers, embed dim, ffn dim, heads)
-    "small": (2, 256, 1024, 4),
-    "base": (6, 768, 3072, 12),
-}
-
-
-class _Task:
-    """The two dictionaries ``BARTModel.build_model`` reads."""
-
-    def __init__(self, vocab_size: int):
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for index in range(vocab_size - len(self.source_dictionary)):
-            self.source_dictionary.add_symbol(f"w{index}")
 
 
 def build_encoder(system: str, dims: str, length: int, vocab_size: int, device: str):
-    layers, embed_dim, ffn_dim, heads = DIMS[dims]
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)  # as fairseq parses model args
-    HierEncDecBARTModel.add_args(parser)
-    args = parser.parse_args([])
-    args.encoder_layers = args.decoder_layers = layers
-    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
-    args.encoder_attention_heads = args.decoder_attention_heads = heads
-    args.max_source_positions = length
-    args.dropout = args.attention_dropout = 0.0
+    args = harness.model_args(HierEncDecBARTModel, dims, max_source_positions=length, dropout=0.0,
+                              attention_dropout=0.0)
     hierencdec_bart_base(args)
-    task = _Task(vocab_size)
+    task = SyntheticTask(harness.synthetic_dictionary(vocab_size))
     if system == "bart":
         model = BARTModel.build_model(args, task)
     else:
@@ -119,53 +94,36 @@ def measure(config: dict) -> dict:
     tokens, document_ids = synthetic_source(
         dictionary, config["batch_size"], config["length"], config["documents"], device
     )
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config["dtype"]]
-    for parameter in encoder.parameters():
-        parameter.grad = torch.zeros_like(parameter)
+    dtype = harness.autocast_dtype(config["dtype"])
+    allocate_gradients(encoder)
 
     def step():
         encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], dtype)
 
-    # the first step is both the warm-up and the memory measurement
-    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
-    result = {"seconds_each": measured["seconds_each"], "peak_mb": measured["peak_mib"]}
-    if config.get("profile"):
-        result["profile"] = profile_table(step, device, config["profile"], f"one encoder step, {config['system']}, "
-                                          f"{config['documents']} documents")
-    return result
-
-
-def run(config: dict) -> dict:
-    return in_fresh_process(measure, config)
+    return timed_steps(step, device, config["steps"], config["profile"],
+                       f"one encoder step, {config['system']}, {config['documents']} documents")
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="autocast dtype")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_dtype(parser, "autocast dtype")
     parser.add_argument("--dims", default="small", choices=sorted(DIMS),
                         help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)")
-    parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    harness.add_threads(parser)
     parser.add_argument("--length", type=int, default=4096, help="source tokens per example (paper: 4,096)")
     parser.add_argument("--documents", default="4,8,16", help="numbers of equal-length documents to compare")
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
-    parser.add_argument("--steps", type=int, default=3,
-                        help="timed steps per configuration after one warm-up (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed steps per configuration after one warm-up", flag="--steps")
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
     parser.add_argument("--inference", action="store_true", help="time a no-grad forward instead of forward + backward")
-    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help="after each configuration's timings, profile one more step with torch.profiler and print "
-                             "the ROWS operators with the most device and host time")
-    results_file.add_argument(parser)
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda requested but no GPU is visible")
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
+    harness.add_profile(parser, "after each configuration's timings, profile one more step")
+    results.add_argument(parser)
+    args = harness.parse(parser, argv, at_least_one=["steps"])
     layers, embed_dim, ffn_dim, heads = DIMS[args.dims]
     print(
-        f"device: {device_name}; dtype {args.dtype}; batch {args.batch_size}; {args.length} source tokens; "
+        f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; batch {args.batch_size}; "
+        f"{args.length} source tokens; "
         f"encoder {layers} layers, d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
         f"{'forward (no grad)' if args.inference else 'forward + backward'}"
     )
@@ -173,12 +131,12 @@ def main(argv=None):
                                                 "vocab_size", "inference", "profile")}
     print(f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
           f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}")
-    record = results_file.ResultsFile(args.json, "hierencdec", argv, args.device, args.steps, threads=args.threads,
-                                      dtype=args.dtype, dims=args.dims, batch_size=args.batch_size,
-                                      source_tokens=args.length, inference=args.inference) if args.json else None
-    rows = []
+    rows = harness.result_rows(args, "hierencdec", argv, args.steps, threads=args.threads, dtype=args.dtype,
+                               dims=args.dims, batch_size=args.batch_size, source_tokens=args.length,
+                               inference=args.inference)
     for documents in (int(d) for d in args.documents.split(",")):
-        result = {system: run({**base, "system": system, "documents": documents}) for system in SYSTEMS}
+        result = {system: in_fresh_process(measure, {**base, "system": system, "documents": documents})
+                  for system in SYSTEMS}
         blocked, dense, bart = result["blocked"], result["dense-masked"], result["bart"]
         seconds = {name: spread(result[name]["seconds_each"]).format(".3f") for name in SYSTEMS}
         dense_ratio = separate_ratio(dense["seconds_each"], blocked["seconds_each"]).format(".2f")
@@ -186,23 +144,21 @@ def main(argv=None):
         print(
             f"{documents:>4} | {seconds['blocked']:>21} {seconds['dense-masked']:>21} {seconds['bart']:>21} "
             f"{dense_ratio:>17} {bart_ratio:>17} | "
-            f"{blocked['peak_mb']:>11.0f} {dense['peak_mb']:>9.0f} {bart['peak_mb']:>8.0f} "
-            f"{dense['peak_mb'] / blocked['peak_mb']:>9.2f} {bart['peak_mb'] / blocked['peak_mb']:>8.2f}",
+            f"{blocked['peak_mib']:>11.0f} {dense['peak_mib']:>9.0f} {bart['peak_mib']:>8.0f} "
+            f"{dense['peak_mib'] / blocked['peak_mib']:>9.2f} {bart['peak_mib'] / blocked['peak_mib']:>8.2f}",
             flush=True,
         )
-        rows.append({
+        rows.add({
             "documents": documents,
-            "blocked_s": results_file.spread_cell(spread(blocked["seconds_each"])),
-            "dense_s": results_file.spread_cell(spread(dense["seconds_each"])),
-            "bart_s": results_file.spread_cell(spread(bart["seconds_each"])),
-            "dense_vs_blocked": results_file.spread_cell(separate_ratio(dense["seconds_each"], blocked["seconds_each"])),
-            "bart_vs_blocked": results_file.spread_cell(separate_ratio(bart["seconds_each"], blocked["seconds_each"])),
-            "blocked_peak_mib": blocked["peak_mb"], "dense_peak_mib": dense["peak_mb"], "bart_peak_mib": bart["peak_mb"],
-            "dense_vs_blocked_memory": dense["peak_mb"] / blocked["peak_mb"],
-            "bart_vs_blocked_memory": bart["peak_mb"] / blocked["peak_mb"],
+            "blocked_s": results.repeats_cell(blocked["seconds_each"]),
+            "dense_s": results.repeats_cell(dense["seconds_each"]),
+            "bart_s": results.repeats_cell(bart["seconds_each"]),
+            "dense_vs_blocked": results.spread_cell(separate_ratio(dense["seconds_each"], blocked["seconds_each"])),
+            "bart_vs_blocked": results.spread_cell(separate_ratio(bart["seconds_each"], blocked["seconds_each"])),
+            "blocked_peak_mib": blocked["peak_mib"], "dense_peak_mib": dense["peak_mib"], "bart_peak_mib": bart["peak_mib"],
+            "dense_vs_blocked_memory": dense["peak_mib"] / blocked["peak_mib"],
+            "bart_vs_blocked_memory": bart["peak_mib"] / blocked["peak_mib"],
         })
-        if record:
-            record.write(rows)
         for system in SYSTEMS:
             if "profile" in result[system]:
                 print(result[system]["profile"], flush=True)

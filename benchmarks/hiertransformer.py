@@ -31,7 +31,6 @@ number of paragraphs P grows at fixed L: HT's local attention costs
     python benchmarks/hiertransformer.py --attention-backend math --sizes 24x67
     python benchmarks/hiertransformer.py --device cuda --dtype bf16
 """
-import argparse
 import contextlib
 import os
 import sys
@@ -46,23 +45,14 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import (  # noqa: E402
-    in_fresh_process, peak_memory_and_median_time, profile_table, separate_ratio, spread,
-)
-from fairseq.data import Dictionary  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import SyntheticTask  # noqa: E402
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
 from fairseq.models.transformer import TransformerModel  # noqa: E402
 from fairseq.models.transformer import base_architecture as transformer_architecture  # noqa: E402
 
 from mdsfair.models.hiertransformer import HierarchicalTransformerModel  # noqa: E402
 from mdsfair.models.hiertransformer import base_architecture as hiertransformer_architecture  # noqa: E402
-
-
-class SyntheticTask:
-    def __init__(self, vocab_size: int):
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for i in range(vocab_size - len(self.source_dictionary)):
-            self.source_dictionary.add_symbol(f"w{i}")
 
 
 def model_args(system: str) -> Namespace:
@@ -82,7 +72,7 @@ def model_args(system: str) -> Namespace:
 
 
 def build(system: str, vocab_size: int, device: str):
-    task = SyntheticTask(vocab_size)
+    task = SyntheticTask(harness.synthetic_dictionary(vocab_size))
     args = model_args(system)
     cls = HierarchicalTransformerModel if system == "hiertransformer" else TransformerModel
     torch.manual_seed(0)
@@ -125,90 +115,66 @@ def measure(config: dict) -> dict:
     batch, target = synthetic_batch(
         task, config["batch_size"], config["paragraphs"], config["length"], config["target_tokens"], device
     )
-    dtype = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[config["dtype"]]
-    for p in model.parameters():
-        p.grad = torch.zeros_like(p)
+    dtype = harness.autocast_dtype(config["dtype"])
+    allocate_gradients(model)
 
     def step():
         training_step(model, system, batch, target, dtype, config["attention_backend"])
 
-    # the first step is both the warm-up and the memory measurement
-    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
+    result = timed_steps(step, device, config["steps"], config.get("profile", 0),
+                         f"one training step, {system}, {config['paragraphs']} x {config['length']} tokens")
     source_tokens = config["batch_size"] * config["paragraphs"] * config["length"]
-    result = {"tokens_per_s_each": [source_tokens / seconds for seconds in measured["seconds_each"]],
-              "peak_mb": measured["peak_mib"]}
-    if config.get("profile"):
-        result["profile"] = profile_table(step, device, config["profile"], f"one training step, {system}, "
-                                          f"{config['paragraphs']} x {config['length']} tokens")
+    result["tokens_per_s_each"] = [source_tokens / seconds for seconds in result.pop("seconds_each")]
     return result
 
 
-def run(config: dict) -> dict:
-    return in_fresh_process(measure, config)
-
-
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="autocast dtype")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_dtype(parser, "autocast dtype")
+    harness.add_threads(parser)
     parser.add_argument("--attention-backend", default="default", choices=["default", "math"],
                         help="PyTorch attention kernels: 'default' lets scaled_dot_product_attention pick a fused "
                              "kernel that never stores the T x T scores; 'math' materialises them, as the "
                              "hiersumm code and older fairseq did, which exposes P*L^2 vs (P*L)^2 memory")
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
-    parser.add_argument("--steps", type=int, default=3,
-                        help="timed steps per configuration after one warm-up (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed steps per configuration after one warm-up", flag="--steps")
     parser.add_argument("--vocab-size", type=int, default=8000, help="dictionary size (paper: 32,000)")
     parser.add_argument("--target-tokens", type=int, default=140, help="target length (WikiSum mean: 139.4)")
     parser.add_argument("--sizes", default="24x67,40x75", help="PxL source shapes of part 1 (1,608 and 3,000 tokens)")
     parser.add_argument("--scaling-length", type=int, default=64, help="L of part 2")
     parser.add_argument("--scaling-paragraphs", default="8,16,32", help="P values of part 2")
-    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help="after each part-1 configuration's timings, profile one more step with torch.profiler "
-                             "and print the ROWS operators with the most device and host time")
-    results_file.add_argument(parser)
-    args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}")
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda requested but no GPU is visible")
-    device_name = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {args.threads} thread(s)"
-    print(f"device: {device_name}; dtype {args.dtype}; attention {args.attention_backend}; batch {args.batch_size}; "
+    harness.add_profile(parser, "after each part-1 configuration's timings, profile one more step")
+    results.add_argument(parser)
+    args = harness.parse(parser, argv, at_least_one=["steps"])
+    print(f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; attention {args.attention_backend}; "
+          f"batch {args.batch_size}; "
           f"vocab {args.vocab_size}; "
           f"target {args.target_tokens} tokens; d 256, 7 encoder + 6 decoder layers")
     base = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "batch_size": args.batch_size,
             "steps": args.steps, "vocab_size": args.vocab_size, "attention_backend": args.attention_backend,
             "target_tokens": args.target_tokens}
-
-    record = results_file.ResultsFile(args.json, "hiertransformer", argv, args.device, args.steps,
-                                      threads=args.threads, dtype=args.dtype, batch_size=args.batch_size,
-                                      attention=args.attention_backend) if args.json else None
-    rows = []
+    rows = harness.result_rows(args, "hiertransformer", argv, args.steps, threads=args.threads, dtype=args.dtype,
+                               batch_size=args.batch_size, attention=args.attention_backend)
     print("\n(1) paper input sizes: source tokens/s and peak step memory (MiB)")
     print(f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "
           f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}")
     for size in args.sizes.split(","):
         paragraphs, length = (int(v) for v in size.lower().split("x"))
-        ht = run({**base, "system": "hiertransformer", "paragraphs": paragraphs, "length": length,
-                  "profile": args.profile})
-        flat = run({**base, "system": "transformer", "paragraphs": paragraphs, "length": length,
-                    "profile": args.profile})
+        config = {**base, "paragraphs": paragraphs, "length": length, "profile": args.profile}
+        ht = in_fresh_process(measure, {**config, "system": "hiertransformer"})
+        flat = in_fresh_process(measure, {**config, "system": "transformer"})
         ratio = separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"]).format(".2f")
         print(f"{size:>8} {paragraphs * length:>7} | {spread(ht['tokens_per_s_each']).format('.0f'):>17} "
               f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
-              f"{ht['peak_mb']:>8.0f} {flat['peak_mb']:>9.0f} "
-              f"{ht['peak_mb'] / flat['peak_mb']:>6.2f}", flush=True)
-        rows.append({"part": "paper input sizes", "paragraphs_x_length": size, "source_tokens": paragraphs * length,
-                     "ht_tokens_per_s": results_file.spread_cell(spread(ht["tokens_per_s_each"])),
-                     "flat_tokens_per_s": results_file.spread_cell(spread(flat["tokens_per_s_each"])),
-                     "ht_vs_flat": results_file.spread_cell(
-                         separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"])),
-                     "ht_peak_mib": ht["peak_mb"], "flat_peak_mib": flat["peak_mb"],
-                     "ht_vs_flat_memory": ht["peak_mb"] / flat["peak_mb"]})
-        if record:
-            record.write(rows)
+              f"{ht['peak_mib']:>8.0f} {flat['peak_mib']:>9.0f} "
+              f"{ht['peak_mib'] / flat['peak_mib']:>6.2f}", flush=True)
+        rows.add({"part": "paper input sizes", "paragraphs_x_length": size, "source_tokens": paragraphs * length,
+                  "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
+                  "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"]),
+                  "ht_vs_flat": results.spread_cell(separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"])),
+                  "ht_peak_mib": ht["peak_mib"], "flat_peak_mib": flat["peak_mib"],
+                  "ht_vs_flat_memory": ht["peak_mib"] / flat["peak_mib"]})
         for result in (ht, flat):
             if "profile" in result:
                 print(result["profile"], flush=True)
@@ -219,19 +185,17 @@ def main(argv=None):
           f"{'HT P*L^2':>10} {'flat (PL)^2':>12}")
     for paragraphs in (int(p) for p in args.scaling_paragraphs.split(",")):
         config = {**base, "paragraphs": paragraphs, "length": args.scaling_length}
-        ht = run({**config, "system": "hiertransformer"})
-        flat = run({**config, "system": "transformer"})
+        ht = in_fresh_process(measure, {**config, "system": "hiertransformer"})
+        flat = in_fresh_process(measure, {**config, "system": "transformer"})
         tokens = paragraphs * args.scaling_length
-        print(f"{paragraphs:>4} {tokens:>7} | {ht['peak_mb']:>7.0f} {flat['peak_mb']:>8.0f} | "
+        print(f"{paragraphs:>4} {tokens:>7} | {ht['peak_mib']:>7.0f} {flat['peak_mib']:>8.0f} | "
               f"{spread(ht['tokens_per_s_each']).format('.0f'):>17} "
               f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} | "
               f"{paragraphs * args.scaling_length ** 2:>10,d} {tokens ** 2:>12,d}")
-        rows.append({"part": f"as P grows at L = {args.scaling_length}", "paragraphs": paragraphs,
-                     "source_tokens": tokens, "ht_peak_mib": ht["peak_mb"], "flat_peak_mib": flat["peak_mb"],
-                     "ht_tokens_per_s": results_file.spread_cell(spread(ht["tokens_per_s_each"])),
-                     "flat_tokens_per_s": results_file.spread_cell(spread(flat["tokens_per_s_each"]))})
-        if record:
-            record.write(rows)
+        rows.add({"part": f"as P grows at L = {args.scaling_length}", "paragraphs": paragraphs,
+                  "source_tokens": tokens, "ht_peak_mib": ht["peak_mib"], "flat_peak_mib": flat["peak_mib"],
+                  "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
+                  "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"])})
 
 
 if __name__ == "__main__":

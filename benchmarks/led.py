@@ -38,7 +38,6 @@ the per-step pairs taken in order (:func:`benchmarks.measure.separate_ratio`).
     python benchmarks/led.py --dims small --max-math-tokens 8192   # reduced scope
     python benchmarks/led.py --device cuda --dtype bf16
 """
-import argparse
 import os
 import sys
 
@@ -47,49 +46,22 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import in_fresh_process, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import DIMS, SyntheticTask  # noqa: E402
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
 
 SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
-DIMS = {
-    # name: (layers, embed dim, ffn dim, heads)
-    "small": (2, 256, 1024, 4),
-    "base": (6, 768, 3072, 12),
-}
-
-
-class _Task:
-    """What ``build_model`` reads of a task."""
-
-    def __init__(self, vocab_size: int):
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for index in range(vocab_size - len(self.source_dictionary)):
-            self.source_dictionary.add_symbol(f"w{index}")
-
-    def document_separator(self):
-        return None
 
 
 def model_args(model_class, dims: str, length: int):
-    layers, embed_dim, ffn_dim, heads = DIMS[dims]
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)  # as fairseq parses model args
-    model_class.add_args(parser)
-    args = parser.parse_args([])
-    args.encoder_layers = args.decoder_layers = layers
-    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
-    args.encoder_attention_heads = args.decoder_attention_heads = heads
-    args.max_source_positions = length
-    args.max_target_positions = 1024
-    args.dropout = args.attention_dropout = 0.0
-    args.task = "multidoc_summarization"
-    return args
+    """The encoder's flags at ``dims`` for sources of ``length`` tokens, no dropout."""
+    return harness.model_args(model_class, dims, max_source_positions=length, max_target_positions=1024,
+                              dropout=0.0, attention_dropout=0.0, task="multidoc_summarization")
 
 
 def build_encoder(config: dict):
     system, dims, length = config["system"], config["dims"], config["length"]
-    task = _Task(config["vocab_size"])
+    task = SyntheticTask(harness.synthetic_dictionary(config["vocab_size"]))
     if system.startswith("led"):
         from mdsfair.models.led import LEDModel, led_base_architecture
 
@@ -143,16 +115,14 @@ def measure(config: dict) -> dict:
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
     encoder, dictionary = build_encoder(config)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[config["dtype"]]
-    encoder = encoder.to(dtype).train(config["train"])
+    encoder = encoder.to(harness.DTYPES[config["dtype"]]).train(config["train"])
     document_tokens = config["document_tokens"] - (2 if config["system"] == "pagesum" else 0)
     tokens, document_ids = synthetic_source(dictionary, config["length"], document_tokens, device)
     inputs = {"src_tokens": tokens, "src_lengths": torch.tensor([config["length"]], device=device)}
     if config["system"] in ("hierencdec", "pagesum"):
         inputs["src_doc_ids"] = document_ids
     if config["train"]:
-        for parameter in encoder.parameters():
-            parameter.grad = torch.zeros_like(parameter)
+        allocate_gradients(encoder)
 
     def forward_and_backward():
         if not config["train"]:
@@ -169,8 +139,7 @@ def measure(config: dict) -> dict:
         with sdpa_kernel(SDPBackend.MATH):
             return forward_and_backward()
 
-    measured = peak_memory_and_median_time(step, device, config["steps"], warm_up=False)
-    return {"seconds_each": measured["seconds_each"], "peak_mib": measured["peak_mib"]}
+    return timed_steps(step, device, config["steps"])
 
 
 def run(config: dict) -> dict:
@@ -181,9 +150,9 @@ def run(config: dict) -> dict:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="parameter/activation dtype")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_dtype(parser)
     parser.add_argument("--dims", default="base", choices=sorted(DIMS),
                         help="encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)")
     parser.add_argument("--lengths", default="2048,4096,8192,16384", help="source lengths in tokens (comma list)")
@@ -196,63 +165,53 @@ def main(argv=None):
     parser.add_argument("--document-tokens", type=int, default=1024,
                         help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, "
                              "PageSum's page size)")
-    parser.add_argument("--steps", type=int, default=3,
-                        help="timed runs per cell after the memory run (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed runs per cell after the memory run", flag="--steps")
     parser.add_argument("--train", action="store_true", help="forward + backward instead of a no-grad forward")
-    parser.add_argument("--threads", type=int, default=1, help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    harness.add_threads(parser)
     parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
-    results_file.add_argument(parser)
-    opts = parser.parse_args(argv)
-    if opts.steps < 1:
-        parser.error(f"--steps must be at least 1, got {opts.steps}")
-    if opts.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda but CUDA is not available")
+    results.add_argument(parser)
+    opts = harness.parse(parser, argv, at_least_one=["steps"])
     max_dense = opts.max_dense_tokens or 10**9
     max_math = opts.max_math_tokens or (10**9 if opts.device == "cuda" else 4096)
     lengths = [int(x) for x in opts.lengths.split(",")]
     systems = [s for s in opts.systems.split(",") if s]
-    device = torch.cuda.get_device_name() if opts.device == "cuda" else f"CPU ({opts.threads} thread(s))"
     layers, embed_dim, ffn_dim, heads = DIMS[opts.dims]
-    print(f"device: {device}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
+    print(f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
           f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
           f"{opts.document_tokens} tokens; torch {torch.__version__}")
-    results = {}
-    record = results_file.ResultsFile(opts.json, "led", argv, opts.device, opts.steps, threads=opts.threads,
-                                      dtype=opts.dtype, dims=opts.dims, train=opts.train,
-                                      document_tokens=opts.document_tokens) if opts.json else None
-    rows = []
+    measured = {}
+    rows = harness.result_rows(opts, "led", argv, opts.steps, threads=opts.threads, dtype=opts.dtype, dims=opts.dims,
+                               train=opts.train, document_tokens=opts.document_tokens)
     print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>21} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:
             limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(system)
             if limit and length > limit[1]:
-                results[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
+                measured[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
             else:
-                results[system, length] = run({
+                measured[system, length] = run({
                     "system": system, "dims": opts.dims, "length": length, "device": opts.device,
                     "dtype": opts.dtype, "train": opts.train, "steps": opts.steps, "threads": opts.threads,
                     "vocab_size": opts.vocab_size, "document_tokens": opts.document_tokens,
                 })
-            result = results[system, length]
+            result = measured[system, length]
             if "error" in result:
                 print(f"{system:>10} {length:>7} {result['error']}", flush=True)
                 continue
-            reference = results.get(("led-1024", length), {})
+            reference = measured.get(("led-1024", length), {})
             ratio = (f"{result['peak_mib'] / reference['peak_mib']:.2f}x"
                      if reference.get("peak_mib") else "-")
             print(f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
                   f"{spread(result['seconds_each']).format('.2f'):>21} {ratio:>15}", flush=True)
-            rows.append({"system": system, "source_tokens": length, "peak_mib": result["peak_mib"],
-                         "mib_per_1k_tokens": result["peak_mib"] / length * 1024,
-                         "seconds": results_file.spread_cell(spread(result["seconds_each"])),
-                         "memory_vs_led_1024": (result["peak_mib"] / reference["peak_mib"]
-                                                if reference.get("peak_mib") else None)})
-            if record:
-                record.write(rows)
+            rows.add({"system": system, "source_tokens": length, "peak_mib": result["peak_mib"],
+                      "mib_per_1k_tokens": result["peak_mib"] / length * 1024,
+                      "seconds": results.repeats_cell(result["seconds_each"]),
+                      "memory_vs_led_1024": (result["peak_mib"] / reference["peak_mib"]
+                                             if reference.get("peak_mib") else None)})
 
     print("\ntargets (issue 20):")
     for system in [s for s in systems if s.startswith("led")]:
-        short, long = results.get((system, lengths[0]), {}), results.get((system, lengths[-1]), {})
+        short, long = measured.get((system, lengths[0]), {}), measured.get((system, lengths[-1]), {})
         if short.get("peak_mib") and long.get("peak_mib"):
             growth = (long["peak_mib"] / lengths[-1]) / (short["peak_mib"] / lengths[0])
             print(f"  {system}: MiB per 1k tokens at {lengths[-1]} / at {lengths[0]} = {growth:.2f} "
@@ -260,8 +219,8 @@ def main(argv=None):
         for dense_system in ("bart", "bart-math"):
             below = []
             for length in lengths:
-                dense = results.get((dense_system, length), {})
-                ours = results.get((system, length), {})
+                dense = measured.get((dense_system, length), {})
+                ours = measured.get((system, length), {})
                 if length >= 4096 and dense.get("peak_mib") and ours.get("peak_mib"):
                     time_ratio = separate_ratio(ours["seconds_each"], dense["seconds_each"])
                     below.append(f"{length}: memory {ours['peak_mib'] / dense['peak_mib']:.2f}x, "

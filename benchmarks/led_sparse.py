@@ -38,14 +38,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mdsfair  # noqa: E402
 
 mdsfair.register()
-from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.measure import interleaved_ratio, spread, timed  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
-from benchmarks.sparse_decoder import DTYPES, encode, synthetic_batch, timed  # noqa: E402
+from benchmarks.sparse_decoder import encode, synthetic_batch  # noqa: E402
 
 
 def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
@@ -56,10 +55,7 @@ def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
     for name, value in list(vars(args).items()):
         if value is None:
             delattr(args, name)
-    args.encoder_layers = args.decoder_layers = options.layers
-    args.encoder_embed_dim = args.decoder_embed_dim = options.dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * options.dim
-    args.encoder_attention_heads = args.decoder_attention_heads = options.heads
+    harness.set_dimensions(args, options.layers, options.dim, 4 * options.dim, options.heads)
     args.max_source_positions = max_positions
     args.max_encoder_positions = max_positions
     args.max_target_positions = 1024
@@ -89,9 +85,9 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter and activation dtype")
+    parser = harness.argument_parser(__doc__, whole_docstring=True)
+    harness.add_device(parser)
+    harness.add_dtype(parser)
     parser.add_argument("--source-lengths", type=int, nargs="+", default=[4096, 8192, 16384], help="source tokens N")
     parser.add_argument("--batch-size", type=int, default=4, help="sources per batch")
     parser.add_argument("--beam", type=int, default=4, help="beam size")
@@ -105,26 +101,19 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=12, help="attention heads (LED-base: 12)")
     parser.add_argument("--window", type=int, default=1024, help="Longformer window (LED: 1,024)")
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per row (median (min-max); default 3)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    results_file.add_argument(parser)
-    options = parser.parse_args(argv)
-    for name in ("repeats", "batch_size", "beam", "target_length", "sentence_tokens", "warmup_steps"):
-        if getattr(options, name) < 1:
-            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    harness.add_repeats(parser, "timed runs per row")
+    harness.add_threads(parser, default=None)
+    results.add_argument(parser)
+    options = harness.parse(parser, argv, at_least_one=("repeats", "batch_size", "beam", "target_length",
+                                                        "sentence_tokens", "warmup_steps"))
     if options.top_r < 1:
         parser.error("--top-r must be at least 1 (0 is full attention: the led row)")
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda requested but no GPU is visible")
 
-    record = results_file.ResultsFile(options.json, "led_sparse", argv, options.device, options.repeats,
-                                      dtype=options.dtype) if options.json else None
-    dictionary = Dictionary()
-    for index in range(options.vocab_size - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    rows = harness.result_rows(options, "led_sparse", argv, options.repeats, dtype=options.dtype)
+    dictionary = harness.synthetic_dictionary(options.vocab_size)
     max_positions = max(options.source_lengths)
     torch.manual_seed(0)
     led = build("led_base", options, dictionary, max_positions)
@@ -133,17 +122,15 @@ def main(argv=None):
     led_sparse.upgrade_state_dict_named(state, "")  # the approximator from the LED weights, as --restore-file
     led_sparse.load_state_dict(state)
     models = {"led": led, "led_sparse": led_sparse}
-    models = {name: m.to(device=device, dtype=DTYPES[options.dtype]).eval() for name, m in models.items()}
-    described = results_file.device_name(options.device)
-    print(f"device: {described}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval()
+              for name, m in models.items()}
+    print(f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
           f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
           f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
           f"r = {options.top_r}, sentences of {options.sentence_tokens} tokens")
     header = (f"{'N':>6} {'model':>12} {'enc s':>20} {'dec s':>20} {'total s':>20} "
               f"{'dec x led':>18} {'total x led':>18}")
-    print(header)
-    print("-" * len(header))
-    results = []
+    harness.print_header(header)
     random = torch.Generator().manual_seed(0)
     for source_tokens in options.source_lengths:
         sample = synthetic_batch(dictionary, options.batch_size, source_tokens, options.sentence_tokens, random)
@@ -165,18 +152,18 @@ def main(argv=None):
         for name in models:
             row = {
                 "source_tokens": source_tokens, "model": name,
-                "encoder_s": spread(times[name]["enc"])._asdict(), "decoding_s": spread(times[name]["dec"])._asdict(),
-                "total_s": spread(totals[name])._asdict(),
-                "decoding_speedup_vs_led": interleaved_ratio(times["led"]["dec"], times[name]["dec"])._asdict(),
-                "total_speedup_vs_led": interleaved_ratio(totals["led"], totals[name])._asdict(),
+                "encoder_s": results.repeats_cell(times[name]["enc"]),
+                "decoding_s": results.repeats_cell(times[name]["dec"]),
+                "total_s": results.repeats_cell(totals[name]),
+                "decoding_speedup_vs_led": results.spread_cell(
+                    interleaved_ratio(times["led"]["dec"], times[name]["dec"])),
+                "total_speedup_vs_led": results.spread_cell(interleaved_ratio(totals["led"], totals[name])),
             }
-            results.append(row)
             print(f"{source_tokens:>6} {name:>12} {spread(times[name]['enc']).format('.2f'):>20} "
                   f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
                   f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
                   f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
-        if record:  # after every source length: a long run keeps what it measured
-            record.write(results)
+            rows.add(row)
 
 
 if __name__ == "__main__":

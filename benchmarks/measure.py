@@ -102,6 +102,23 @@ def separate_ratio(numerators: Sequence[float], denominators: Sequence[float]) -
     return Spread(statistics.median(numerators) / statistics.median(denominators), min(pairs), max(pairs))
 
 
+def synchronize(device) -> None:
+    """Wait for the work queued on a GPU (``device`` a name or a
+    ``torch.device``; nothing to wait for on a CPU)."""
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def timed(function: Callable[[], object], device) -> float:
+    """Seconds of one call of ``function``, until the GPU work it queued is
+    done."""
+    synchronize(device)
+    start = time.perf_counter()
+    function()
+    synchronize(device)
+    return time.perf_counter() - start
+
+
 def peak_memory_and_median_time(
     step: Callable[[], object], device: str, repeats: int, warm_up: bool = True
 ) -> Dict[str, object]:
@@ -124,15 +141,7 @@ def peak_memory_and_median_time(
         base = current_rss_bytes()
         step()
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - base
-    times = []
-    for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        step()
-        if device == "cuda":
-            torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    times = [timed(step, device) for _ in range(repeats)]
     median, minimum, maximum = spread(times) if times else (None, None, None)
     return {
         "peak_mib": max(peak, 0) / 2**20,
@@ -141,6 +150,27 @@ def peak_memory_and_median_time(
         "seconds_max": maximum,
         "seconds_each": times,
     }
+
+
+def allocate_gradients(module: torch.nn.Module) -> None:
+    """Give every trained parameter of ``module`` its gradient tensor now, as
+    a first backward would: a step's peak memory is then its activations."""
+    for parameter in module.parameters():
+        if parameter.requires_grad:
+            parameter.grad = torch.zeros_like(parameter)
+
+
+def timed_steps(step: Callable[[], object], device: str, steps: int, profile_rows: int = 0,
+                label: str = "") -> Dict[str, object]:
+    """Peak memory (``peak_mib``) of a first run of ``step``, which is also
+    its warm-up, then the seconds of ``steps`` timed runs in order
+    (``seconds_each``); with ``profile_rows``, the :func:`profile_table` of
+    one more run (``profile``), named ``label``."""
+    measured = peak_memory_and_median_time(step, device, steps, warm_up=False)
+    result = {"seconds_each": measured["seconds_each"], "peak_mib": measured["peak_mib"]}
+    if profile_rows:
+        result["profile"] = profile_table(step, device, profile_rows, label)
+    return result
 
 
 def in_fresh_process(function: Callable[[dict], dict], config: dict) -> dict:

@@ -46,7 +46,6 @@ fragmentation, and CPU kernels keep other temporaries), so on a GPU run
     python benchmarks/memory.py --archs hierencdec_bart_base --lengths 1024 2048 4096 --repeats 3
     python benchmarks/memory.py --device cuda --lengths 1024 4096 8192 16384
 """
-import argparse
 import json
 import os
 import statistics
@@ -59,7 +58,7 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
 from benchmarks.activation_checkpointing import SYSTEMS, measure  # noqa: E402
 from benchmarks.measure import in_fresh_process, spread  # noqa: E402
 
@@ -173,7 +172,7 @@ def save_measurements(path: str, measured, header: "results.ResultsFile") -> Non
             if stored.get("command") != header.header["command"] or stored.get("date") != header.header["date"]:
                 earlier = earlier + [{key: stored.get(key) for key in ("command", "commit", "date", "device")}]
     rows = [{"arch": arch, "dtype": dtype, "variant": "checkpointed" if checkpointed else "plain",
-             "source_tokens": n, "activation_mib": results.spread_cell(spread(values)), "runs": values}
+             "source_tokens": n, "activation_mib": results.repeats_cell(values), "runs": values}
             for (arch, dtype, checkpointed), runs in measured.items() for n, values in sorted(runs.items())]
     header.path = path + ".tmp"
     header.write(rows, earlier_runs=earlier)
@@ -252,7 +251,7 @@ def largest_fitting_length(static_bytes: float, fit, gpu_gb: int, cap: int = 163
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.argument_parser(__doc__)
     parser.add_argument("--archs", nargs="+", default=DEFAULT_ARCHS, help="architectures to measure")
     parser.add_argument("--lengths", nargs="+", type=int, default=[512, 1024, 2048],
                         help="source lengths to measure (the rest of the table is projected from them)")
@@ -265,9 +264,9 @@ def main(argv=None):
     parser.add_argument("--bf16-ratio", type=float, default=None,
                         help="16-bit / float32 activation ratio to project with when no architecture is measured "
                              "in bfloat16 (--bf16-archs with none): take it from an earlier run")
-    parser.add_argument("--repeats", type=int, default=3, help="runs of each configuration (median, min, max)")
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--threads", type=int, default=1, help="intra-op threads on CPU")
+    harness.add_repeats(parser, "runs of each configuration, each in a fresh process")
+    harness.add_device(parser)
+    harness.add_threads(parser)
     parser.add_argument("--data", help="a data-bin with clusters longer than the longest length (default: synthesized)")
     parser.add_argument("--fit-gib", type=float, default=None,
                         help="measure a configuration only where its cell (static + activations, projected from "
@@ -281,7 +280,7 @@ def main(argv=None):
     parser.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
                         help="measure nothing: print the activations two --measurements files both hold, side by "
                              "side with SECOND / FIRST (e.g. the CPU file and a GPU run's)")
-    args = parser.parse_args(argv)
+    args = harness.parse(parser, argv)
     if args.compare:
         print(compare_measurements(*args.compare))
         return
@@ -289,7 +288,8 @@ def main(argv=None):
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")
         args.data = make_long_data(work.name, max(args.lengths))
-    print(f"device: {results.device_name(args.device)}; one training step, batch 1, Adam; lengths measured: {args.lengths}; "
+    print(f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, Adam; "
+          f"lengths measured: {args.lengths}; "
           f"repeats: {args.repeats}")
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
     parameters: Dict[str, Dict[str, int]] = {}

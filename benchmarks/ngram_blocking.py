@@ -45,7 +45,6 @@ blocking (so that blocking had work to do).
     python benchmarks/ngram_blocking.py                    # CPU, 1 thread
     python benchmarks/ngram_blocking.py --device cuda
 """
-import argparse
 import os
 import sys
 import time
@@ -56,20 +55,17 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import interleaved_ratio, peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import DIMS  # noqa: E402
+from benchmarks.measure import (  # noqa: E402
+    interleaved_ratio, peak_memory_and_median_time, separate_ratio, spread, synchronize, timed,
+)
 from fairseq.data import Dictionary  # noqa: E402
 from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
 from fairseq.ngram_repeat_block import NGramRepeatBlock  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock  # noqa: E402
-
-DIMS = {
-    # name: (layers, embed dim, ffn dim, heads)
-    "small": (2, 256, 1024, 4),
-    "base": (6, 768, 3072, 12),
-}
 
 
 class FairseqBlockerOnHistory(torch.nn.Module):
@@ -86,25 +82,13 @@ class FairseqBlockerOnHistory(torch.nn.Module):
 BLOCKERS = {"ours": VectorizedNGramRepeatBlock, "fairseq": FairseqBlockerOnHistory}
 
 
-def make_dictionary(vocab_size: int) -> Dictionary:
-    dictionary = Dictionary()
-    for index in range(vocab_size - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
-    return dictionary
-
-
-def synchronize(device: str):
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
 # ----------------------------------------------------------- blocker alone
 
 
 def measure_blocker(config: dict) -> list:
     """Seconds of the S blocker calls of one generation, one figure per repeat."""
     device = config["device"]
-    rows, steps, dictionary = config["batch"] * config["beam"], config["steps"], make_dictionary(config["vocab_size"])
+    rows, steps, dictionary = config["batch"] * config["beam"], config["steps"], harness.synthetic_dictionary(config["vocab_size"])
     generator = torch.Generator().manual_seed(0)
     tokens = torch.full((rows, steps + 2), dictionary.pad(), dtype=torch.long)
     tokens[:, 0] = dictionary.eos()
@@ -129,17 +113,8 @@ def measure_blocker(config: dict) -> list:
 
 
 def build_model(dims: str, dictionary: Dictionary, source_length: int, steps: int):
-    layers, embed_dim, ffn_dim, heads = DIMS[dims]
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    TransformerModel.add_args(parser)
-    args = parser.parse_args([])
-    args.encoder_layers = args.decoder_layers = layers
-    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
-    args.encoder_attention_heads = args.decoder_attention_heads = heads
-    args.max_source_positions, args.max_target_positions = source_length, steps + 2
-    args.share_all_embeddings = True
-    args.dropout = 0.0
+    args = harness.model_args(TransformerModel, dims, max_source_positions=source_length,
+                              max_target_positions=steps + 2, share_all_embeddings=True, dropout=0.0)
     base_architecture(args)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     return TransformerModel.build_model(args, task).eval()
@@ -181,14 +156,6 @@ def has_repeated_ngram(tokens, n: int) -> bool:
     return len(ngrams) != len(set(ngrams))
 
 
-def timed(function, device: str) -> float:
-    synchronize(device)
-    start = time.perf_counter()
-    function()
-    synchronize(device)
-    return time.perf_counter() - start
-
-
 def measure_generation(model, dictionary, options, beam: int, batch: int):
     """Seconds of one generation per row and seconds inside the blocker per
     generation (one figure per repeat, the rows interleaved in every repeat),
@@ -222,10 +189,9 @@ def measure_generation(model, dictionary, options, beam: int, batch: int):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="CPU intra-op threads (1 = stable figures on a shared machine)")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_threads(parser)
     parser.add_argument("--beams", type=int, nargs="+", default=[4, 5], help="beam sizes")
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="sources per batch")
     parser.add_argument("--steps", type=int, default=200, help="decoding steps S (min = max length)")
@@ -236,51 +202,39 @@ def main(argv=None):
     parser.add_argument("--history-vocab", type=int, default=200,
                         help="distinct ids in the blocker-alone histories (fewer: more repeated n-grams)")
     parser.add_argument("--source-length", type=int, default=512, help="source tokens per example")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed runs per row (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed runs per row")
     parser.add_argument("--skip-generation", action="store_true", help="measure the blocker alone only")
-    results_file.add_argument(parser)
-    options = parser.parse_args(argv)
-    if options.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {options.repeats}")
-    if options.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda requested but no GPU is visible")
+    results.add_argument(parser)
+    options = harness.parse(parser, argv)
     torch.set_num_threads(options.threads)
-    device_name = torch.cuda.get_device_name() if options.device == "cuda" else f"CPU, {options.threads} thread(s)"
     layers, embed_dim, ffn_dim, heads = DIMS[options.dims]
-    print(f"device: {device_name}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
+    print(f"{harness.device_line(options.device)}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
           f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
           f"d {embed_dim}, {heads} heads, source {options.source_length} tokens")
 
-    record = results_file.ResultsFile(options.json, "ngram_blocking", argv, options.device, options.repeats,
-                                      threads=options.threads, n=options.n, steps=options.steps, dims=options.dims,
-                                      source_tokens=options.source_length) if options.json else None
-    rows = []
-
-    def cell(values, scale=1.0):
-        return results_file.spread_cell(spread(values).scaled(scale))
+    rows = harness.result_rows(options, "ngram_blocking", argv, options.repeats, threads=options.threads,
+                               n=options.n, steps=options.steps, dims=options.dims,
+                               source_tokens=options.source_length)
+    cell = results.repeats_cell
 
     print("\nblocker alone: S calls on a generator-like buffer")
     header = f"{'beam':>4} {'batch':>5} {'ours ms':>19} {'fairseq ms':>19} {'fairseq/ours':>19}"
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
     for beam in options.beams:
         for batch in options.batches:
-            results = {}
+            measured = {}
             for blocker in BLOCKERS:
                 config = dict(device=options.device, batch=batch, beam=beam,
                               steps=options.steps, n=options.n, vocab_size=options.vocab_size,
                               history_vocab=options.history_vocab, repeats=options.repeats, blocker=blocker)
-                results[blocker] = measure_blocker(config)
-            ours, fairseq = results["ours"], results["fairseq"]
+                measured[blocker] = measure_blocker(config)
+            ours, fairseq = measured["ours"], measured["fairseq"]
             print(f"{beam:>4} {batch:>5} {spread(ours).scaled(1e3).format('.1f'):>19} "
                   f"{spread(fairseq).scaled(1e3).format('.1f'):>19} "
                   f"{separate_ratio(fairseq, ours).format('.1f', 'x'):>19}", flush=True)
-            rows.append({"part": "blocker alone, S calls", "beam": beam, "batch": batch,
-                         "mdsfair_ms": cell(ours, 1e3), "fairseq_ms": cell(fairseq, 1e3),
-                         "fairseq_vs_mdsfair": results_file.spread_cell(separate_ratio(fairseq, ours))})
-            if record:
-                record.write(rows)
+            rows.add({"part": "blocker alone, S calls", "beam": beam, "batch": batch,
+                      "mdsfair_ms": cell(ours, 1e3), "fairseq_ms": cell(fairseq, 1e3),
+                      "fairseq_vs_mdsfair": results.spread_cell(separate_ratio(fairseq, ours))})
     if options.skip_generation:
         return
 
@@ -289,9 +243,8 @@ def main(argv=None):
     header = (f"{'beam':>4} {'batch':>5} {'off ms':>19} {'ours ms':>19} {'fairseq ms':>19} {'ours blk':>22} "
               f"{'fairseq blk':>22} {'ours on/off':>22} {'fairseq on/off':>22} {'fairseq/ours':>19} "
               f"{'blk fairseq/ours':>19} {'same hyps':>10} {'off repeats':>12}")
-    print(header)
-    print("-" * len(header))
-    dictionary = make_dictionary(options.vocab_size)
+    harness.print_header(header)
+    dictionary = harness.synthetic_dictionary(options.vocab_size)
     torch.manual_seed(0)
     model = build_model(options.dims, dictionary, options.source_length, options.steps).to(options.device)
     per_step = (options.steps + 1) / 1e3
@@ -309,24 +262,22 @@ def main(argv=None):
             print(f"{beam:>4} {batch:>5} {off:>19} {ours:>19} {fairseq:>19} {ours_blk:>22} {fairseq_blk:>22} "
                   f"{ours_on_off:>22} {fairseq_on_off:>22} {fairseq_ours:>19} {blk_fairseq_ours:>19} "
                   f"{'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%", flush=True)
-            rows.append({
+            rows.add({
                 "part": "generation", "beam": beam, "batch": batch,
                 "step_no_blocking_ms": cell(seconds["off"], 1 / per_step),
                 "step_mdsfair_ms": cell(seconds["ours"], 1 / per_step),
                 "step_fairseq_ms": cell(seconds["fairseq"], 1 / per_step),
                 "blocker_mdsfair_ms": cell(blocker_seconds["ours"], 1 / per_step),
                 "blocker_fairseq_ms": cell(blocker_seconds["fairseq"], 1 / per_step),
-                "step_on_vs_off_mdsfair": results_file.spread_cell(interleaved_ratio(seconds["ours"], seconds["off"])),
-                "step_on_vs_off_fairseq": results_file.spread_cell(
+                "step_on_vs_off_mdsfair": results.spread_cell(interleaved_ratio(seconds["ours"], seconds["off"])),
+                "step_on_vs_off_fairseq": results.spread_cell(
                     interleaved_ratio(seconds["fairseq"], seconds["off"])),
-                "step_fairseq_vs_mdsfair": results_file.spread_cell(
+                "step_fairseq_vs_mdsfair": results.spread_cell(
                     interleaved_ratio(seconds["fairseq"], seconds["ours"])),
-                "blocker_fairseq_vs_mdsfair": results_file.spread_cell(
+                "blocker_fairseq_vs_mdsfair": results.spread_cell(
                     interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"])),
                 "same_hypotheses": bool(same),
             })
-            if record:
-                record.write(rows)
 
 
 if __name__ == "__main__":

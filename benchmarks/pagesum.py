@@ -28,12 +28,8 @@ the peak resident set size during the forward. Both models run under
     python benchmarks/pagesum.py                      # CPU, shrunk dims
     python benchmarks/pagesum.py --device cuda --dtype bf16 --embed-dim 1024 --layers 12 --heads 16
 """
-import argparse
-import json
 import os
-import subprocess
 import sys
-import time
 from argparse import Namespace
 
 import torch
@@ -44,22 +40,15 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
-from fairseq.data import Dictionary  # noqa: E402
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.harness import SyntheticTask  # noqa: E402
+from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread, timed  # noqa: E402
 from fairseq.models.bart import BARTModel  # noqa: E402
 from fairseq.models.bart.model import bart_large_architecture  # noqa: E402
 
 from mdsfair.models.pagesum_bart import PageSumBARTModel, pagesum_bart_large_architecture  # noqa: E402
 
-VOCAB = 1000
-
-
-class BenchmarkTask:
-    def __init__(self):
-        self.source_dictionary = self.target_dictionary = Dictionary()
-        for i in range(VOCAB):
-            self.source_dictionary.add_symbol(f"w{i}")
+VOCAB = 1000  # words after fairseq's four specials
 
 
 def model_args(opts, pagesum: bool, source_positions: int) -> Namespace:
@@ -80,12 +69,11 @@ def model_args(opts, pagesum: bool, source_positions: int) -> Namespace:
 
 
 def build(opts, pagesum: bool, source_positions: int):
-    task = BenchmarkTask()
+    task = SyntheticTask(harness.synthetic_dictionary(4 + VOCAB))
     cls = PageSumBARTModel if pagesum else BARTModel
     torch.manual_seed(0)
     model = cls.build_model(model_args(opts, pagesum, source_positions), task).eval()
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[opts.dtype]
-    return model.to(device=opts.device, dtype=dtype), task.source_dictionary
+    return model.to(device=opts.device, dtype=harness.DTYPES[opts.dtype]), task.source_dictionary
 
 
 def source(dictionary, num_tokens: int, page_tokens: int, device):
@@ -98,8 +86,10 @@ def source(dictionary, num_tokens: int, page_tokens: int, device):
     return tokens.to(device), doc_ids.to(device)
 
 
-def measure_encoder(opts, pagesum: bool, num_tokens: int) -> dict:
-    """Peak memory (MiB) and time (s: median, min, max, each repeat) of one encoder forward."""
+def measure_encoder(opts, system: str, num_tokens: int) -> dict:
+    """Peak memory (MiB) and time (s: median, min, max, each repeat) of one
+    encoder forward of ``system``: ``pagesum`` or ``dense`` (stock BART)."""
+    pagesum = system == "pagesum"
     model, dictionary = build(opts, pagesum, opts.page_tokens if pagesum else num_tokens)
     tokens, doc_ids = source(dictionary, num_tokens, opts.page_tokens, opts.device)
     lengths = torch.tensor([num_tokens], device=opts.device)
@@ -110,14 +100,6 @@ def measure_encoder(opts, pagesum: bool, num_tokens: int) -> dict:
             return model.encoder(tokens, src_lengths=lengths, **kwargs)
 
     return peak_memory_and_median_time(forward, opts.device, opts.repeats)
-
-
-def measure_in_subprocess(opts, pagesum: bool, num_tokens: int) -> dict:
-    command = [sys.executable, __file__, "--measure-one", f"{int(pagesum)}:{num_tokens}"] + opts.forward_args
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        return {"error": result.stderr.strip().splitlines()[-1] if result.stderr.strip() else f"exit {result.returncode}"}
-    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> list:
@@ -136,23 +118,17 @@ def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> list:
         per_repeat = []
         for _ in range(opts.repeats):
             state = {}
-            times = []
-            for step in range(opts.decoder_steps + 1):
-                if opts.device == "cuda":
-                    torch.cuda.synchronize()
-                start = time.perf_counter()
-                model.decoder(prev[:, : step + 1], encoder_out=encoder_out, incremental_state=state)
-                if opts.device == "cuda":
-                    torch.cuda.synchronize()
-                times.append(time.perf_counter() - start)
+            times = [timed(lambda: model.decoder(prev[:, : step + 1], encoder_out=encoder_out,
+                                                 incremental_state=state), opts.device)
+                     for step in range(opts.decoder_steps + 1)]
             per_repeat.append(spread(times[1:]).median)
     return per_repeat
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="device to measure on")
-    parser.add_argument("--dtype", default="fp32", choices=["fp32", "bf16", "fp16"], help="parameter/activation dtype")
+    parser = harness.argument_parser(__doc__)
+    harness.add_device(parser)
+    harness.add_dtype(parser)
     parser.add_argument("--lengths", default="2048,4096,8192,16384", help="input lengths in tokens")
     parser.add_argument("--page-tokens", type=int, default=1024, help="tokens per page (paper: 1024)")
     parser.add_argument("--embed-dim", type=int, default=None, help="model dim (default: 1024 on cuda, 256 on cpu)")
@@ -162,55 +138,34 @@ def parse_args(argv=None):
                         help="longest input for the dense baseline (default: 16384 cuda, 8192 cpu)")
     parser.add_argument("--pages", default="1,2,4,8,16", help="page counts for the decoder measurement")
     parser.add_argument("--decoder-steps", type=int, default=16, help="incremental decoder steps measured")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed encoder forwards and decodes (median (min-max) reported; default 3)")
-    results_file.add_argument(parser)
-    parser.add_argument("--measure-one", help=argparse.SUPPRESS)
-    opts = parser.parse_args(argv)
-    if opts.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {opts.repeats}")
-    if opts.decoder_steps < 1:
-        parser.error(f"--decoder-steps must be at least 1, got {opts.decoder_steps}")
-    gpu = opts.device == "cuda"
-    if gpu and not torch.cuda.is_available():
-        parser.error("--device cuda but CUDA is not available")
-    opts.embed_dim = opts.embed_dim or (1024 if gpu else 256)
-    opts.layers = opts.layers or (12 if gpu else 2)
-    opts.heads = opts.heads or (16 if gpu else 4)
-    opts.max_dense_tokens = opts.max_dense_tokens or (16384 if gpu else 8192)
-    opts.forward_args = [
-        "--device", opts.device, "--dtype", opts.dtype, "--page-tokens", str(opts.page_tokens),
-        "--embed-dim", str(opts.embed_dim), "--layers", str(opts.layers), "--heads", str(opts.heads),
-        "--repeats", str(opts.repeats),
-    ]
-    return opts
+    harness.add_repeats(parser, "timed encoder forwards and decodes")
+    results.add_argument(parser)
+    harness.add_measure_one(parser)
+    return harness.fill_device_defaults(harness.parse(parser, argv, at_least_one=["repeats", "decoder_steps"]),
+                                        embed_dim=(1024, 256), layers=(12, 2), heads=(16, 4),
+                                        max_dense_tokens=(16384, 8192))
 
 
 def main(argv=None):
     opts = parse_args(argv)
-    if opts.measure_one:
-        pagesum, num_tokens = opts.measure_one.split(":")
-        print(json.dumps(measure_encoder(opts, bool(int(pagesum)), int(num_tokens))))
+    if harness.answer_measure_one(opts, measure_encoder):
         return
-    device = torch.cuda.get_device_name() if opts.device == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    print(f"device: {device}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, {opts.heads} heads, "
-          f"pages of {opts.page_tokens} tokens; torch {torch.__version__}")
-    measure = measure_encoder if opts.device == "cuda" else measure_in_subprocess
-    record = results_file.ResultsFile(opts.json, "pagesum", argv, opts.device, opts.repeats, dtype=opts.dtype,
-                                      embed_dim=opts.embed_dim, layers=opts.layers, heads=opts.heads,
-                                      page_tokens=opts.page_tokens) if opts.json else None
-    rows = []
-
-    def cell(values, scale=1.0):
-        return results_file.spread_cell(spread(values).scaled(scale))
+    print(f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, "
+          f"{opts.heads} heads, pages of {opts.page_tokens} tokens; torch {torch.__version__}")
+    measure = harness.in_fresh_interpreter_on_cpu(opts, __file__, measure_encoder, ["device", "dtype", "page_tokens",
+                                                                                    "embed_dim", "layers", "heads",
+                                                                                    "repeats"])
+    rows = harness.result_rows(opts, "pagesum", argv, opts.repeats, dtype=opts.dtype, embed_dim=opts.embed_dim,
+                               layers=opts.layers, heads=opts.heads, page_tokens=opts.page_tokens)
+    cell = results.repeats_cell
 
     print("\n1. encoder forward (inference), PageSum pages vs stock BART dense attention")
     print(f"{'tokens':>7} {'pages':>5} {'PageSum MiB':>12} {'dense MiB':>10} {'mem ratio':>9} "
           f"{'PageSum s':>21} {'dense s':>21} {'time ratio':>18} {'PageSum MiB/1k tok':>18}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
         pages = -(-(num_tokens - 2) // (opts.page_tokens - 2))
-        ours = measure(opts, True, num_tokens)
-        dense = measure(opts, False, num_tokens) if num_tokens <= opts.max_dense_tokens else {"error": "skipped"}
+        ours = measure(opts, "pagesum", num_tokens)
+        dense = measure(opts, "dense", num_tokens) if num_tokens <= opts.max_dense_tokens else {"error": "skipped"}
         if "error" in ours:
             print(f"{num_tokens:>7} {pages:>5} PageSum failed: {ours['error']}")
             continue
@@ -224,32 +179,28 @@ def main(argv=None):
         print(f"{num_tokens:>7} {pages:>5} {ours['peak_mib']:>12.1f} {dense_cols} "
               f"{ours['peak_mib'] / num_tokens * 1000:>18.2f}")
         measured_dense = "error" not in dense
-        rows.append({"part": "encoder", "source_tokens": num_tokens, "pages": pages, "pagesum_peak_mib": ours["peak_mib"],
-                     "dense_peak_mib": dense["peak_mib"] if measured_dense else None,
-                     "dense_vs_pagesum_memory": dense["peak_mib"] / max(ours["peak_mib"], 1e-9) if measured_dense
-                     else None,
-                     "pagesum_s": cell(ours["seconds_each"]),
-                     "dense_s": cell(dense["seconds_each"]) if measured_dense else None,
-                     "dense_vs_pagesum_time": results_file.spread_cell(
-                         separate_ratio(dense["seconds_each"], ours["seconds_each"])) if measured_dense else None,
-                     "pagesum_mib_per_1k_tokens": ours["peak_mib"] / num_tokens * 1000})
-        if record:
-            record.write(rows)
+        rows.add({"part": "encoder", "source_tokens": num_tokens, "pages": pages, "pagesum_peak_mib": ours["peak_mib"],
+                  "dense_peak_mib": dense["peak_mib"] if measured_dense else None,
+                  "dense_vs_pagesum_memory": dense["peak_mib"] / max(ours["peak_mib"], 1e-9) if measured_dense
+                  else None,
+                  "pagesum_s": cell(ours["seconds_each"]),
+                  "dense_s": cell(dense["seconds_each"]) if measured_dense else None,
+                  "dense_vs_pagesum_time": results.spread_cell(
+                      separate_ratio(dense["seconds_each"], ours["seconds_each"])) if measured_dense else None,
+                  "pagesum_mib_per_1k_tokens": ours["peak_mib"] / num_tokens * 1000})
 
     print("\n2. decoder: seconds per generated token (incremental step, batch 1, beam 1)")
     baseline = decoder_step_seconds(opts, False, 1)
     print(f"stock BART decoder, 1 page of {opts.page_tokens}: {spread(baseline).scaled(1e3).format('.2f')} ms/token")
     print(f"{'pages':>5} {'PageSum ms/token':>21} {'vs stock BART':>18}")
-    rows.append({"part": "decoder", "system": "stock BART", "pages": 1, "ms_per_token": cell(baseline, 1e3),
-                 "vs_stock": 1.0})
+    rows.add({"part": "decoder", "system": "stock BART", "pages": 1, "ms_per_token": cell(baseline, 1e3),
+              "vs_stock": 1.0})
     for num_pages in [int(x) for x in opts.pages.split(",")]:
         seconds = decoder_step_seconds(opts, True, num_pages)
         print(f"{num_pages:>5} {spread(seconds).scaled(1e3).format('.2f'):>21} "
               f"{separate_ratio(seconds, baseline).format('.2f', 'x'):>18}")
-        rows.append({"part": "decoder", "system": "PageSum", "pages": num_pages, "ms_per_token": cell(seconds, 1e3),
-                     "vs_stock": results_file.spread_cell(separate_ratio(seconds, baseline))})
-        if record:
-            record.write(rows)
+        rows.add({"part": "decoder", "system": "PageSum", "pages": num_pages, "ms_per_token": cell(seconds, 1e3),
+                  "vs_stock": results.spread_cell(separate_ratio(seconds, baseline))})
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ from typing import Dict, List, Tuple
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results as results_file  # noqa: E402
+from benchmarks import harness, results as results_file  # noqa: E402
 from benchmarks.measure import cpu_model, interleaved_ratio, spread  # noqa: E402
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
@@ -139,7 +139,7 @@ def corpus_of_size(splits: List[Dict], words: int) -> List[Dict]:
 
 def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, sample_lines: int) -> str:
     """SentencePiece trained once on the first ``sample_lines`` clusters of every split."""
-    from mdsfair.preprocess.subword_training import training_texts
+    from mdsfair.preprocess.binarize import _training_texts
     from mdsfair.preprocess.subword import train_sentencepiece
 
     def sample():
@@ -149,7 +149,7 @@ def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, 
             tmp = model_prefix + ".sample.jsonl"
             with open(tmp, "wb") as out:
                 out.writelines(head)
-            yield from training_texts(tmp, False)
+            yield from _training_texts(tmp, False)
 
     return train_sentencepiece(sample(), model_prefix, vocab_size=vocab_size)
 
@@ -224,8 +224,7 @@ def profile_clusters(
     import cProfile
     import pstats
 
-    from mdsfair.preprocess.binarize import get_parser
-    from mdsfair.preprocess.subword_training import prepare_subwords
+    from mdsfair.preprocess.binarize import get_parser, prepare_subwords
     from mdsfair.preprocess.pipeline import ClusterEncoder
     from mdsfair.preprocess.structure import iter_raw_lines
 
@@ -308,13 +307,13 @@ def print_result(words: int, results: List[Dict], side_data: List[str], label: s
         if stage == "side_data" and not side_data:
             continue
         seconds = per_run(lambda r: r["stage_seconds"].get(stage, 0.0))
-        row[f"{stage}_words_per_cpu_s"] = results_file.spread_cell(spread(words_per_second(seconds)))
+        row[f"{stage}_words_per_cpu_s"] = results_file.repeats_cell(words_per_second(seconds))
     row.update({
-        "total_words_per_s": results_file.spread_cell(spread(words_per_second(wall))),
-        "wall_s": results_file.spread_cell(spread(wall)),
-        "total_words_per_cpu_s": results_file.spread_cell(spread(words_per_second(cpu_totals))),
-        "peak_rss_main_mib": results_file.spread_cell(spread(per_run(lambda r: r["peak_rss_main_kib"] / 1024))),
-        "peak_rss_worker_mib": results_file.spread_cell(spread(per_run(lambda r: r["peak_rss_worker_kib"] / 1024))),
+        "total_words_per_s": results_file.repeats_cell(words_per_second(wall)),
+        "wall_s": results_file.repeats_cell(wall),
+        "total_words_per_cpu_s": results_file.repeats_cell(words_per_second(cpu_totals)),
+        "peak_rss_main_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_main_kib"] / 1024)),
+        "peak_rss_worker_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_worker_kib"] / 1024)),
     })
     return {
         "wall": words_per_second(wall),
@@ -365,13 +364,11 @@ def describe_machine() -> str:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.argument_parser(__doc__, whole_docstring=True)
     parser.add_argument("--words", type=int, default=5_000_000, help="words of the corpus built (at least)")
     parser.add_argument("--sizes", type=int, nargs="+", default=None,
                         help="corpus sizes in words to run, each in a fresh process (default: --words)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="runs of every corpus size and of each baseline variant, each in a fresh process "
-                             "(median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "runs of every corpus size and of each baseline variant, each in a fresh process")
     parser.add_argument("--workers", type=int, default=2, help="mdsfair-preprocess --workers")
     parser.add_argument("--chunk-size", type=int, default=16, help="mdsfair-preprocess --chunk-size")
     parser.add_argument("--side-data", nargs="*", default=[], help="mdsfair-preprocess --side-data")
@@ -389,16 +386,13 @@ def main(argv=None):
     parser.add_argument("--work-dir", help="directory for the corpus and outputs (default: a temporary one, removed)")
     results_file.add_argument(parser)
     parser.add_argument("--run-config", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
+    args = harness.parse(parser, argv)
     if args.run_config:
         print(json.dumps(run_once(json.loads(args.run_config))))
         return
-    if args.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {args.repeats}")
 
-    record = results_file.ResultsFile(args.json, "preprocess", argv, "cpu", args.repeats, workers=args.workers,
-                                      chunk_size=args.chunk_size, side_data=args.side_data) if args.json else None
-    rows = []
+    rows = harness.result_rows(args, "preprocess", argv, args.repeats, device="cpu", workers=args.workers,
+                               chunk_size=args.chunk_size, side_data=args.side_data)
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="mdsfair-preprocess-bench-")
     sizes = args.sizes or [args.words]
     try:
@@ -438,13 +432,9 @@ def main(argv=None):
                 }))
                 shutil.rmtree(destdir, ignore_errors=True)
             label = "plain" if not args.side_data else "--side-data " + " ".join(args.side_data)
-            rows.append(print_result(words, results, args.side_data, label)["row"])
-            if record:
-                record.write(rows)
+            rows.add(print_result(words, results, args.side_data, label)["row"])
         if args.baseline_words:
-            rows += compare_with_stock(args, splits, spm_model, work_dir)
-            if record:
-                record.write(rows)
+            rows.add(*compare_with_stock(args, splits, spm_model, work_dir))
     finally:
         if not args.work_dir:
             shutil.rmtree(work_dir, ignore_errors=True)

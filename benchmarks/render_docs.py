@@ -207,7 +207,8 @@ def index_block() -> str:
         lines.append(f"| `{name}.json` | `{record['benchmark']}` | {record['device']} | {record['date']} | "
                      f"{provenance} |")
     scripts = sorted(f"benchmarks/{os.path.basename(p)}" for p in glob.glob(os.path.join(REPO_ROOT, "benchmarks", "*.py"))
-                     if os.path.basename(p) not in ("measure.py", "results.py", "render_docs.py", "__init__.py"))
+                     if os.path.basename(p) not in ("measure.py", "results.py", "harness.py", "render_docs.py",
+                                                  "__init__.py"))
     no_gpu = [s for s in scripts if "cuda" not in devices.get(s, set())]
     no_file = [s for s in scripts if s not in devices]
     lines += ["", "Benchmarks without GPU figures: " + ", ".join(f"`{s}`" for s in no_gpu) + "." if no_gpu else

@@ -72,6 +72,14 @@ def spread_cell(spread) -> Dict[str, float]:
     return cell(median, minimum, maximum)
 
 
+def repeats_cell(values: Sequence[float], scale: float = 1.0) -> Dict[str, float]:
+    """The median, min and max of one figure per repeat, times ``scale``
+    (seconds to milliseconds, ...), as a results cell."""
+    from benchmarks.measure import spread
+
+    return spread_cell(spread(values).scaled(scale))
+
+
 class ResultsFile:
     """The results file of one benchmark run: its header (command, commit,
     date, device, torch, threads, repeats) is fixed when the run starts;

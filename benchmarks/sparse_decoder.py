@@ -60,7 +60,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mdsfair  # noqa: E402
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from fairseq.data import Dictionary  # noqa: E402
 from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
 
 from fairseq.models.bart import BARTModel  # noqa: E402
@@ -68,10 +67,8 @@ from fairseq.models.bart import BARTModel  # noqa: E402
 from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator  # noqa: E402
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import interleaved_ratio, profile_table, spread  # noqa: E402
-
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+from benchmarks import harness, results  # noqa: E402
+from benchmarks.measure import interleaved_ratio, profile_table, spread, synchronize, timed  # noqa: E402
 
 
 def build_model(options, dictionary, max_source_positions, approximator="model-based", sentence_encoder="bigru"):
@@ -140,25 +137,12 @@ def set_top_r(model, top_r):
         layer.encoder_attn.selection = "approx"
 
 
-def timed(function, device):
-    """Seconds of one call of ``function``."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    function()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
-
-
 def encode(model, sample, device):
     """Seconds of one encoder run and its output."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     start = time.perf_counter()
     encoder_out = model.encoder(**sample["net_input"])
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    synchronize(device)
     return time.perf_counter() - start, encoder_out
 
 
@@ -176,9 +160,9 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="parameter and activation dtype")
+    parser = harness.argument_parser(__doc__, whole_docstring=True)
+    harness.add_device(parser)
+    harness.add_dtype(parser)
     parser.add_argument("--source-lengths", type=int, nargs="+", default=[1024, 4096], help="source tokens N")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4],
                         help="sources per batch (each decoded with --beam hypotheses)")
@@ -195,31 +179,22 @@ def main(argv=None):
     parser.add_argument("--dim", type=int, default=768, help="model dimension (BART-base: 768)")
     parser.add_argument("--heads", type=int, default=12, help="attention heads (BART-base: 12)")
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
-    parser.add_argument("--repeats", type=int, default=3,
-                        help="timed encoder and decoding runs per row (median (min-max) reported; default 3)")
+    harness.add_repeats(parser, "timed encoder and decoding runs per row")
     parser.add_argument("--share-selection-across-beams", action="store_true",
                         help="the authors' selection shared by the beam hypotheses")
     parser.add_argument("--static-decoding", action="store_true",
                         help="every row (stock BART too) decodes with mdsfair's static-shape beam search "
                              "(--static-decoding: finished sources kept as padding, the encoder output expanded "
                              "once and never reordered) instead of fairseq's SequenceGenerator")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help="after the timings, profile one decoding of the 'full' row and of the first --top-r row "
-                             "with torch.profiler and print the ROWS operators with the most device and host time")
-    results_file.add_argument(parser)
-    options = parser.parse_args(argv)
-    if options.repeats < 1:
-        parser.error(f"--repeats must be at least 1, got {options.repeats}")
+    harness.add_threads(parser, default=None)
+    harness.add_profile(parser, "after the timings, profile one decoding of the 'full' row and of the first --top-r row")
+    results.add_argument(parser)
+    options = harness.parse(parser, argv)
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("--device cuda requested but no GPU is visible")
 
-    dictionary = Dictionary()
-    for index in range(options.vocab_size - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
+    dictionary = harness.synthetic_dictionary(options.vocab_size)
     max_positions = max(options.source_lengths)
     model, args = build_model(options, dictionary, max_positions)
     models = {
@@ -228,26 +203,21 @@ def main(argv=None):
         "free": variant_like(model, options, dictionary, max_positions, approximator="model-free"),
         "pool": variant_like(model, options, dictionary, max_positions, sentence_encoder="attention-pooling"),
     }
-    models = {name: m.to(device=device, dtype=DTYPES[options.dtype]).eval() for name, m in models.items()}
-    device_name = (
-        torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({torch.get_num_threads()} threads)"
-    )
-    print(f"device: {device_name}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval()
+              for name, m in models.items()}
+    print(f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
           f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
           f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; sentences of "
           f"{options.sentence_tokens} tokens")
     header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
               f"{'dec %':>14} {'dec vs stock':>18} {'total vs stock':>18} {'dec vs full':>18} {'total vs full':>18}")
-    print(header)
-    print("-" * len(header))
+    harness.print_header(header)
     rows = [("stock BART", "stock", None), ("full", "bigru", 0)]
     rows += [(f"r={r}", "bigru", r) for r in options.top_r]
     rows += [(f"free r={r}", "free", r) for r in options.model_free_top_r]
     rows += [(f"pool r={r}", "pool", r) for r in options.pooling_top_r]
-    record = results_file.ResultsFile(options.json, "sparse_decoder", argv, options.device, options.repeats,
-                                      dtype=options.dtype, target_steps=options.target_length,
-                                      beam=options.beam) if options.json else None
-    measured = []
+    measured = harness.result_rows(options, "sparse_decoder", argv, options.repeats, dtype=options.dtype,
+                                   target_steps=options.target_length, beam=options.beam)
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
         for source_tokens in options.source_lengths:
@@ -256,10 +226,8 @@ def main(argv=None):
             samples = {name: sample for name in models}
             samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
             num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
-            measured += measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens,
-                                     num_sentences)
-            if record:
-                record.write(measured)
+            measured.add(*measure_rows(options, device, dictionary, models, samples, rows, batch_size,
+                                       source_tokens, num_sentences))
 
 
 def measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences):
@@ -285,24 +253,24 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
                 if top_r is not None:
                     set_top_r(models[name], top_r)
                 times.append(timed(run, device))
-    results = {}  # label -> per-repeat (encoder, decoding, total) seconds
+    timings = {}  # label -> per-repeat (encoder, decoding, total) seconds
     for (label, name, _), times in zip(rows, decoder_times):
         totals = [encoder + decoder for encoder, decoder in zip(encoder_times[name], times)]
-        results[label] = (encoder_times[name], times, totals)
-    stock, full = results["stock BART"], results["full"]
+        timings[label] = (encoder_times[name], times, totals)
+    stock, full = timings["stock BART"], timings["full"]
     measured = []
-    for label, (encoder, decoder, total) in results.items():
+    for label, (encoder, decoder, total) in timings.items():
         measured.append({
             "target_steps": options.target_length, "batch_size": batch_size, "source_tokens": source_tokens,
             "sentences": num_sentences, "attention": label,
-            "encoder_s": results_file.spread_cell(spread(encoder)),
-            "decoding_s": results_file.spread_cell(spread(decoder)),
-            "total_s": results_file.spread_cell(spread(total)),
-            "decoding_share_pct": results_file.spread_cell(interleaved_ratio(decoder, total).scaled(100)),
-            "decoding_vs_stock": results_file.spread_cell(interleaved_ratio(stock[1], decoder)),
-            "total_vs_stock": results_file.spread_cell(interleaved_ratio(stock[2], total)),
-            "decoding_vs_full": results_file.spread_cell(interleaved_ratio(full[1], decoder)),
-            "total_vs_full": results_file.spread_cell(interleaved_ratio(full[2], total)),
+            "encoder_s": results.repeats_cell(encoder),
+            "decoding_s": results.repeats_cell(decoder),
+            "total_s": results.repeats_cell(total),
+            "decoding_share_pct": results.spread_cell(interleaved_ratio(decoder, total).scaled(100)),
+            "decoding_vs_stock": results.spread_cell(interleaved_ratio(stock[1], decoder)),
+            "total_vs_stock": results.spread_cell(interleaved_ratio(stock[2], total)),
+            "decoding_vs_full": results.spread_cell(interleaved_ratio(full[1], decoder)),
+            "total_vs_full": results.spread_cell(interleaved_ratio(full[2], total)),
         })
         decoding_share = interleaved_ratio(decoder, total).scaled(100).format(".0f", "%")
         print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} "

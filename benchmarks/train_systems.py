@@ -38,7 +38,6 @@ and carry it to the GPU machine)::
     python benchmarks/train_systems.py --make-data /tmp/long --clusters 32 --longest 4096
     python benchmarks/train_systems.py --data /tmp/long/data-bin --device cuda --updates 300 --out train.json
 """
-import argparse
 import json
 import os
 import re
@@ -53,10 +52,9 @@ from typing import Dict, List, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import results as results_file  # noqa: E402
+from benchmarks import harness, results as results_file  # noqa: E402
+from benchmarks.harness import LABEL_SMOOTHED  # noqa: E402
 
-LABEL_SMOOTHED = ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                  "--label-smoothing", "0.1"]
 SPARSE = ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl", "--kl-temperature", "0.5"]
 #: name: list of stages, each (arch, flags); a stage after the first restores the previous stage's checkpoint
 SYSTEMS: Dict[str, List[tuple]] = {
@@ -229,26 +227,22 @@ def generate(name: str, checkpoint: str, args, work: str) -> dict:
 
 
 def table(results: dict, precisions: List[str]) -> str:
-    """Markdown: per system and precision, the training figures and the
-    ratios to the stock counterpart; then generation."""
+    """Markdown of :func:`results_rows`: per system and precision, the
+    training figures and the ratios to the stock counterpart; then
+    generation."""
+
+    def ratio(value: Optional[float]) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    rows = results_rows(results, precisions)
     lines = ["| system | precision | loss first -> last | overflows | source tok/s | x stock | peak GiB | x stock |",
              "|---|---|---|---:|---:|---:|---:|---:|"]
-    for name, by_precision in results["train"].items():
-        for precision in precisions:
-            run = by_precision.get(precision)
-            if run is None:
-                continue
-            stock = results["train"].get(STOCK.get(name, ""), {}).get(precision)
-            speed = f"{run['source_tokens_per_s'] / stock['source_tokens_per_s']:.2f}" if stock else "-"
-            memory = f"{run['peak_mib'] / stock['peak_mib']:.2f}" if stock else "-"
-            lines.append(f"| {name} | {precision} | {run['losses'][0]:.2f} -> {run['losses'][-1]:.2f} | "
-                         f"{run['overflows']} | {run['source_tokens_per_s']:,.0f} | {speed} | "
-                         f"{run['peak_mib'] / 1024:.1f} | {memory} |")
+    lines += [f"| {row['system']} | {row['precision']} | {row['loss_first']:.2f} -> {row['loss_last']:.2f} | "
+              f"{row['overflows']} | {row['source_tokens_per_s']:,.0f} | {ratio(row['tokens_per_s_vs_stock'])} | "
+              f"{row['peak_gib']:.1f} | {ratio(row['peak_vs_stock'])} |" for row in rows if row["part"] == "training"]
     lines += ["", "| system | summaries/s | x stock |", "|---|---:|---:|"]
-    for name, run in results["generate"].items():
-        stock = results["generate"].get(STOCK.get(name, ""))
-        ratio = f"{run['summaries_per_s'] / stock['summaries_per_s']:.2f}" if stock else "-"
-        lines.append(f"| {name} | {run['summaries_per_s']:.2f} | {ratio} |")
+    lines += [f"| {row['system']} | {row['summaries_per_s']:.2f} | {ratio(row['summaries_per_s_vs_stock'])} |"
+              for row in rows if row["part"] == "generation"]
     return "\n".join(lines)
 
 
@@ -278,7 +272,7 @@ def results_rows(results: dict, precisions: List[str]) -> List[dict]:
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.argument_parser(__doc__, whole_docstring=True)
     parser.add_argument("--data", help="data-bin with clusters of at least --source-tokens tokens (see --make-data)")
     parser.add_argument("--make-data", metavar="DIR", help="write such a data-bin under DIR and exit")
     parser.add_argument("--clusters", type=int, default=32, help="train clusters of --make-data")
@@ -286,7 +280,7 @@ def main(argv=None):
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS), help="systems to run")
     parser.add_argument("--precisions", nargs="+", default=["bf16", "fp16"], choices=list(PRECISIONS),
                         help="training precisions, each a run from scratch")
-    parser.add_argument("--device", default="cuda", choices=["cpu", "cuda"], help="device to train on")
+    harness.add_device(parser, default="cuda")
     parser.add_argument("--updates", type=int, default=300, help="updates per run (split between stages)")
     parser.add_argument("--batch-size", type=int, default=2, help="clusters per update")
     parser.add_argument("--source-tokens", type=int, default=4096, help="--max-source-positions of every run")
@@ -309,8 +303,8 @@ def main(argv=None):
         parser.error("--data (or --make-data DIR first)")
     work = args.work_dir or tempfile.mkdtemp(prefix="train_systems.")
     os.makedirs(work, exist_ok=True)
-    record = results_file.ResultsFile(args.json, "train_systems", argv, args.device, 1, updates=args.updates,
-                                      batch_size=args.batch_size, source_tokens=args.source_tokens) if args.json else None
+    rows = harness.result_rows(args, "train_systems", argv, 1, updates=args.updates, batch_size=args.batch_size,
+                               source_tokens=args.source_tokens)
     results = {"device": results_file.device_name(args.device), "settings": dict(vars(args)),
                "train": {}, "generate": {}}
     results["errors"] = {}
@@ -339,8 +333,8 @@ def main(argv=None):
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
                 json.dump(results, handle, indent=1)
-        if record:
-            record.write(results_rows(results, args.precisions))
+        rows.clear()  # the rows of every run so far, their ratios to the stock runs that have finished
+        rows.add(*results_rows(results, args.precisions))
     print(f"device: {results['device']}")
     print(table(results, args.precisions))
     if results["errors"]:
