@@ -389,7 +389,9 @@ def require_field(obj: Any, key: str, types: Union[type, Tuple[type, ...]], wher
     if not isinstance(obj, dict):
         raise BadRecord(WRONG_TYPE, f"{prefix}expected a JSON object, got {type(obj).__name__}")
     if key not in obj:
-        raise BadRecord(MISSING_KEY, f"{prefix}missing key {key!r} (keys: {sorted(obj)})")
+        # the reason's description ("missing key: ") comes first in the message
+        location = f" in {where}" if where else ""
+        raise BadRecord(MISSING_KEY, f"{key!r}{location} (keys: {sorted(obj)})")
     value = obj[key]
     if not isinstance(value, types):
         raise BadRecord(WRONG_TYPE, f"{prefix}{key!r} must be {_type_name(types)}, "
