@@ -65,25 +65,32 @@ to ``DICT`` (a data-bin or an import's ``OUT_DIR`` has them) unless given.
 Code: :mod:`mdsfair.importers.hf_bart_files` reads Hugging Face's files and
 maps the tokenizer and vocabulary files both ways,
 :mod:`mdsfair.importers.hf_bart_weights` maps the configuration and weights
-both ways; this module builds the fairseq architecture flags and runs the
-two commands.
+both ways, :mod:`mdsfair.importers.hf_export` writes the Hugging Face
+directory (as for LED); this module builds the fairseq architecture flags
+and runs the two commands.
 """
 import argparse
 import os
 import sys
-from typing import Dict, Iterable, List, Optional, Tuple
+from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
-from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.hf_bart_files import MASK, bpe_files, hf_vocabulary, load_hf_weights, read_json, read_merges
 from mdsfair.importers.hf_bart_weights import (
-    HF_ACTIVATIONS,
     BartShape,
     bart_shape,
     cfg_value,
     check_exportable,
     fairseq_state_from_hf,
     hf_state_from_fairseq,
+)
+from mdsfair.importers.hf_export import (
+    export_sources,
+    hf_config,
+    load_exported_checkpoint,
+    run_export_cli,
+    tokenizer_config,
+    write_hf_directory,
 )
 
 
@@ -258,48 +265,72 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
 
 
 def print_summary(summary: Dict, out=None) -> None:
+    print_import_summary(summary, ", <mask> included" if summary["mask"] else "", out)
+
+
+def print_import_summary(summary: Dict, dictionary_note: str = "", out=None) -> None:
+    """What a Hugging Face import (BART, LED) converted and wrote, its notes,
+    and the commands that use it: mdsfair-preprocess (with the summary's
+    ``preprocess_flags``), fairseq-train (``--restore-file``) and
+    fairseq-generate (with its ``generate_task_flags``)."""
     out = out or sys.stdout
     out_dir = summary["out_dir"]
     print(f"converted {summary['source']}", file=out)
     print(f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
-          f"{', <mask> included' if summary['mask'] else ''}), encoder.json, vocab.bpe", file=out)
+          f"{dictionary_note}), encoder.json, vocab.bpe", file=out)
     for note in summary["notes"]:
         print(f"note: {note}", file=out)
-    print_next_preprocess_command(out_dir, out)
+    print_next_preprocess_command(out_dir, out, summary.get("preprocess_flags", ()))
     print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
           f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
           "--reset-meters ...", file=out)
-    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization --path {out_dir}/model.pt "
-          f"{' '.join(summary['generate_flags'])}", file=out)
+    task_flags = "".join(flag + " " for flag in summary.get("generate_task_flags", ()))
+    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization {task_flags}--path "
+          f"{out_dir}/model.pt {' '.join(summary['generate_flags'])}", file=out)
 
 
-def print_next_preprocess_command(out_dir: str, out) -> None:
-    """Print "next:" and the mdsfair-preprocess command that uses an import's GPT-2 files."""
+def print_next_preprocess_command(out_dir: str, out, extra_flags: Iterable[str] = ()) -> None:
+    """Print "next:" and the mdsfair-preprocess command that uses an import's
+    GPT-2 files (and ``extra_flags``)."""
     print("next:", file=out)
     print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
-          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt", file=out)
+          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt" + "".join(" " + flag for flag in extra_flags),
+          file=out)
 
 
-def cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-import hf-bart",
-        description="Convert a Hugging Face BART model directory into a fairseq BART checkpoint (model.pt) and the "
-                    "GPT-2 BPE files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe) that reproduce the "
-                    "Hugging Face tokenizer's ids.",
-    )
-    parser.add_argument("hf_dir", help="Hugging Face model directory: config.json, model.safetensors or "
-                                       "pytorch_model.bin (or their sharded index), vocab.json, merges.txt")
+def run_import_cli(kind: str, description: str, hf_dir_help: str, tokenizer_dir_help: str,
+                   convert: Callable[..., Dict], print_result: Callable[[Dict], None],
+                   argv: Optional[List[str]]) -> int:
+    """``mdsfair-import KIND HF_DIR OUT_DIR`` of a Hugging Face model
+    directory: ``convert(hf_dir, out_dir, overwrite=..., tokenizer_dir=...)``
+    and ``print_result`` of its summary; a refusal printed as
+    ``mdsfair-import KIND: error: ...`` (exit 1)."""
+    parser = argparse.ArgumentParser(prog=f"mdsfair-import {kind}", description=description)
+    parser.add_argument("hf_dir", help=hf_dir_help)
     parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
-    parser.add_argument("--tokenizer-dir", help="directory with vocab.json and merges.txt when not in HF_DIR")
+    parser.add_argument("--tokenizer-dir", help=tokenizer_dir_help)
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
     try:
-        summary = import_hf_bart(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
+        summary = convert(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
     except ImportRefused as error:
-        print(f"mdsfair-import hf-bart: error: {error}", file=sys.stderr)
+        print(f"mdsfair-import {kind}: error: {error}", file=sys.stderr)
         return 1
-    print_summary(summary)
+    print_result(summary)
     return 0
+
+
+def cli_main(argv: Optional[List[str]] = None) -> int:
+    return run_import_cli(
+        "hf-bart",
+        "Convert a Hugging Face BART model directory into a fairseq BART checkpoint (model.pt) and the GPT-2 BPE "
+        "files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe) that reproduce the Hugging Face "
+        "tokenizer's ids.",
+        "Hugging Face model directory: config.json, model.safetensors or pytorch_model.bin (or their sharded "
+        "index), vocab.json, merges.txt",
+        "directory with vocab.json and merges.txt when not in HF_DIR",
+        import_hf_bart, print_summary, argv,
+    )
 
 
 def export_hf_bart(
@@ -312,23 +343,8 @@ def export_hf_bart(
     overwrite: bool = False,
 ) -> Dict:
     """Write a Hugging Face BART directory for a plain fairseq ``bart_*`` checkpoint."""
-    import mdsfair
-    from fairseq import checkpoint_utils
-
-    mdsfair.register()  # checkpoint checks and weights_only allow-list for fairseq checkpoints
-
-    if not os.path.isfile(checkpoint):
-        raise ImportRefused(f"{checkpoint}: missing (the fairseq checkpoint)")
-    if not os.path.isfile(dict_path):
-        raise ImportRefused(f"{dict_path}: missing (the dict.txt the checkpoint was trained with)")
-    here = os.path.dirname(os.path.abspath(dict_path))
-    encoder_json = encoder_json or os.path.join(here, "encoder.json")
-    vocab_bpe = vocab_bpe or os.path.join(here, "vocab.bpe")
-    for path, flag in ((encoder_json, "--gpt2-encoder-json"), (vocab_bpe, "--gpt2-vocab-bpe")):
-        if not os.path.isfile(path):
-            raise ImportRefused(f"{path}: missing; give the GPT-2 BPE file of this dictionary with {flag}")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    model_cfg = state["cfg"]["model"] if state.get("cfg") is not None else state["args"]
+    encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
+    state, model_cfg = load_exported_checkpoint(checkpoint)
     check_exportable(model_cfg, checkpoint)
     hf_state, tied, layers = hf_state_from_fairseq(state["model"], checkpoint)
     num_rows, d_model = hf_state["model.shared.weight"].shape
@@ -337,89 +353,21 @@ def export_hf_bart(
         raise ImportRefused(f"{checkpoint}: encoder and decoder position tables differ in size; Hugging Face BART has one size")
     vocab = hf_vocabulary(dict_path, encoder_json, num_rows)
     merges = read_merges(vocab_bpe)
-    config = {
-        "model_type": "bart",
-        "architectures": ["BartForConditionalGeneration"],
-        "vocab_size": num_rows,
-        "d_model": d_model,
-        "encoder_layers": layers["encoder"],
-        "decoder_layers": layers["decoder"],
-        "encoder_attention_heads": cfg_value(model_cfg, "encoder_attention_heads"),
-        "decoder_attention_heads": cfg_value(model_cfg, "decoder_attention_heads"),
-        "encoder_ffn_dim": cfg_value(model_cfg, "encoder_ffn_embed_dim"),
-        "decoder_ffn_dim": cfg_value(model_cfg, "decoder_ffn_embed_dim"),
-        "max_position_embeddings": positions,
-        "activation_function": HF_ACTIVATIONS[cfg_value(model_cfg, "activation_fn", "gelu")],
-        "dropout": cfg_value(model_cfg, "dropout", 0.1),
-        "attention_dropout": cfg_value(model_cfg, "attention_dropout", 0.0),
-        "activation_dropout": cfg_value(model_cfg, "activation_dropout", 0.0),
-        "encoder_layerdrop": cfg_value(model_cfg, "encoder_layerdrop", 0.0),
-        "decoder_layerdrop": cfg_value(model_cfg, "decoder_layerdrop", 0.0),
-        "scale_embedding": not cfg_value(model_cfg, "no_scale_embedding", True),
-        "tie_word_embeddings": tied,
-        "is_encoder_decoder": True,
-        "bos_token_id": 0,
-        "pad_token_id": 1,
-        "eos_token_id": 2,
-        "decoder_start_token_id": 2,
-        "forced_eos_token_id": 2,
-    }
-    names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json",
-             "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin"]
-    from mdsfair.importers.output import ImportOutput, export_manifest
-
-    with ImportOutput(out_dir, overwrite, "mdsfair-export hf-bart", [checkpoint, dict_path, encoder_json, vocab_bpe]) as output:
-        write_hf_bart_files(output.staging, config, vocab, merges, positions, hf_state, weights_format)
-        output.commit(export_manifest("hf-bart", checkpoint))
+    config = hf_config("bart", "BartForConditionalGeneration", model_cfg, num_rows, d_model, layers,
+                       positions={"max_position_embeddings": positions}, tied=tied,
+                       embedding={"scale_embedding": not cfg_value(model_cfg, "no_scale_embedding", True)},
+                       generation={"forced_eos_token_id": 2})
+    names = write_hf_directory("hf-bart", checkpoint, [checkpoint, dict_path, encoder_json, vocab_bpe], out_dir,
+                               overwrite, config, vocab, merges, tokenizer_config("BartTokenizer", positions), hf_state,
+                               weights_format)
     return {"out_dir": out_dir, "config": config, "files": names}
 
 
-def write_hf_bart_files(out_dir: str, config: Dict, vocab: Dict[str, int], merges: List[str], positions: int,
-                        hf_state: Dict, weights_format: str) -> None:
-    write_json_atomic(os.path.join(out_dir, "config.json"), config, indent=2)
-    write_json_atomic(os.path.join(out_dir, "vocab.json"), vocab, ensure_ascii=False)
-    with open(os.path.join(out_dir, "merges.txt"), "w", encoding="utf-8") as f:
-        f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
-    write_json_atomic(
-        os.path.join(out_dir, "tokenizer_config.json"),
-        {"tokenizer_class": "BartTokenizer", "model_max_length": positions, "add_prefix_space": False,
-         "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-         "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK},
-        indent=2,
-    )
-    tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
-    if weights_format == "safetensors":
-        try:
-            from safetensors.torch import save_file
-        except ImportError as error:
-            raise ImportRefused("writing model.safetensors needs the safetensors package; pass --weights-format bin") from error
-        save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    else:
-        import torch
-
-        torch.save(tensors, os.path.join(out_dir, "pytorch_model.bin"))
-
-
 def export_cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-export hf-bart",
-        description="Write a Hugging Face BART model directory (config.json, weights, vocab.json, merges.txt, "
-                    "tokenizer_config.json) for a plain fairseq bart_* checkpoint.",
+    return run_export_cli(
+        "hf-bart",
+        "Write a Hugging Face BART model directory (config.json, weights, vocab.json, merges.txt, "
+        "tokenizer_config.json) for a plain fairseq bart_* checkpoint.",
+        "fairseq checkpoint of a bart_* architecture (e.g. checkpoints/checkpoint_best.pt)",
+        export_hf_bart, argv,
     )
-    parser.add_argument("checkpoint", help="fairseq checkpoint of a bart_* architecture (e.g. checkpoints/checkpoint_best.pt)")
-    parser.add_argument("dict", help="the dict.txt it was trained with (e.g. data-bin/dict.txt)")
-    parser.add_argument("out_dir", help="the Hugging Face model directory to write")
-    parser.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json of the dictionary (default: next to DICT)")
-    parser.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe of the dictionary (default: next to DICT)")
-    parser.add_argument("--weights-format", choices=("safetensors", "bin"), default="safetensors",
-                        help="model.safetensors (default) or pytorch_model.bin")
-    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
-    args = parser.parse_args(argv)
-    try:
-        summary = export_hf_bart(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json,
-                                 args.gpt2_vocab_bpe, args.weights_format, args.overwrite)
-    except ImportRefused as error:
-        print(f"mdsfair-export hf-bart: error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
-    return 0

@@ -311,15 +311,30 @@ def check_exportable(model_cfg, path: str) -> None:
         raise ImportRefused(f"{path}: not expressible as Hugging Face BART: {', '.join(problems)}")
 
 
-def hf_state_from_fairseq(state: Dict, path: str) -> Tuple["OrderedDict", bool, Dict[str, int]]:
-    """Hugging Face ``BartForConditionalGeneration`` state dict from a fairseq
-    bart state dict; returns it, whether the head is tied, and the layer counts."""
+#: The keys of a fairseq encoder-decoder's embeddings and output projection.
+EMBEDDING_KEYS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
+
+
+def fairseq_embeddings(state: Dict) -> Tuple[object, object, object, bool]:
+    """The encoder embedding, decoder embedding and output projection of a
+    fairseq encoder-decoder state dict (a missing one is the one before it,
+    as fairseq shares them), and whether the three are one matrix
+    (Hugging Face's ``tie_word_embeddings``)."""
     import torch
 
     encoder_embedding = state["encoder.embed_tokens.weight"]
     decoder_embedding = state.get("decoder.embed_tokens.weight", encoder_embedding)
     projection = state.get("decoder.output_projection.weight", decoder_embedding)
     tied = torch.equal(encoder_embedding, decoder_embedding) and torch.equal(projection, decoder_embedding)
+    return encoder_embedding, decoder_embedding, projection, tied
+
+
+def hf_state_from_fairseq(state: Dict, path: str) -> Tuple["OrderedDict", bool, Dict[str, int]]:
+    """Hugging Face ``BartForConditionalGeneration`` state dict from a fairseq
+    bart state dict; returns it, whether the head is tied, and the layer counts."""
+    import torch
+
+    encoder_embedding, decoder_embedding, projection, tied = fairseq_embeddings(state)
     out = OrderedDict()
     out["model.shared.weight"] = encoder_embedding
     if not tied:
@@ -327,8 +342,7 @@ def hf_state_from_fairseq(state: Dict, path: str) -> Tuple["OrderedDict", bool, 
         out["model.encoder.embed_tokens.weight"] = encoder_embedding
         out["model.decoder.embed_tokens.weight"] = decoder_embedding
         out["lm_head.weight"] = projection
-    used = {"encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight",
-            "encoder.version", "decoder.version"}
+    used = {*EMBEDDING_KEYS, "encoder.version", "decoder.version"}
     layers = {}
     for part, modules in (("encoder", ENCODER_LAYER_MODULES), ("decoder", DECODER_LAYER_MODULES)):
         count = 1 + max((int(k.split(".")[2]) for k in state if k.startswith(f"{part}.layers.")), default=-1)

@@ -57,11 +57,8 @@ checkpoints: ``config.json``, the weights, ``vocab.json``, ``merges.txt``,
 ``tokenizer_config.json`` and, when the dictionary has ``<doc-sep>``,
 ``added_tokens.json`` ``{"<doc-sep>": id}`` as PRIMERA ships it.
 """
-import argparse
-import io
 import os
 import shutil
-import sys
 import tempfile
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -74,7 +71,6 @@ from mdsfair.modules.led_parameter_map import (
     rename_encoder_attention,
 )
 from mdsfair.importers.hf_bart import (
-    HF_ACTIVATIONS,
     MASK,
     architecture_flags,
     bart_shape,
@@ -83,9 +79,19 @@ from mdsfair.importers.hf_bart import (
     generation_flags,
     hf_vocabulary,
     load_hf_weights,
-    print_next_preprocess_command,
+    print_import_summary,
     read_json,
     read_merges,
+    run_import_cli,
+)
+from mdsfair.importers.hf_bart_weights import EMBEDDING_KEYS, HF_ACTIVATIONS, cfg_value, fairseq_embeddings
+from mdsfair.importers.hf_export import (
+    export_sources,
+    hf_config,
+    load_exported_checkpoint,
+    run_export_cli,
+    tokenizer_config,
+    write_hf_directory,
 )
 
 DOC_SEP = "<doc-sep>"
@@ -395,44 +401,20 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
 
 
 def print_summary(summary: Dict, out=None) -> None:
-    out = out or sys.stdout
-    out_dir = summary["out_dir"]
     separator = summary["document_separator"]
-    print(f"converted {summary['source']}", file=out)
-    print(f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
-          f"{f', <doc-sep> = {separator}' if separator is not None else ''}), encoder.json, vocab.bpe", file=out)
-    for note in summary["notes"]:
-        print(f"note: {note}", file=out)
-    preprocess = io.StringIO()
-    print_next_preprocess_command(out_dir, preprocess)
-    print(preprocess.getvalue().rstrip("\n") + "".join(" " + flag for flag in summary["preprocess_flags"]), file=out)
-    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
-          f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
-          "--reset-meters ...", file=out)
-    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization "
-          f"{' '.join(summary['generate_task_flags'])} --path {out_dir}/model.pt {' '.join(summary['generate_flags'])}",
-          file=out)
+    print_import_summary(summary, f", <doc-sep> = {separator}" if separator is not None else "", out)
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-import hf-led",
-        description="Convert a Hugging Face LED / PRIMERA model directory into an mdsfair led checkpoint (model.pt) "
-                    "and the GPT-2 BPE files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe).",
+    return run_import_cli(
+        "hf-led",
+        "Convert a Hugging Face LED / PRIMERA model directory into an mdsfair led checkpoint (model.pt) and the "
+        "GPT-2 BPE files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe).",
+        "Hugging Face LED directory: config.json, model.safetensors or pytorch_model.bin (or their sharded index), "
+        "vocab.json, merges.txt (PRIMERA: added_tokens.json)",
+        "directory with the tokenizer files when not in HF_DIR",
+        import_hf_led, print_summary, argv,
     )
-    parser.add_argument("hf_dir", help="Hugging Face LED directory: config.json, model.safetensors or pytorch_model.bin "
-                                       "(or their sharded index), vocab.json, merges.txt (PRIMERA: added_tokens.json)")
-    parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
-    parser.add_argument("--tokenizer-dir", help="directory with the tokenizer files when not in HF_DIR")
-    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
-    args = parser.parse_args(argv)
-    try:
-        summary = import_hf_led(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
-    except ImportRefused as error:
-        print(f"mdsfair-import hf-led: error: {error}", file=sys.stderr)
-        return 1
-    print_summary(summary)
-    return 0
 
 
 # ------------------------------------------------------------------ export
@@ -444,18 +426,14 @@ def hf_led_state_from_fairseq(state: Dict):
     returns them and whether the embeddings are tied."""
     import torch
 
-    embedding = state["encoder.embed_tokens.weight"]
-    decoder_embedding = state.get("decoder.embed_tokens.weight", embedding)
-    projection = state.get("decoder.output_projection.weight", decoder_embedding)
-    tied = torch.equal(embedding, decoder_embedding) and torch.equal(projection, embedding)
+    embedding, decoder_embedding, projection, tied = fairseq_embeddings(state)
     out = OrderedDict()
     out["led.shared.weight"] = embedding
     out["led.encoder.embed_tokens.weight"] = embedding
     out["led.decoder.embed_tokens.weight"] = decoder_embedding
     out["lm_head.weight"] = projection
     for key, tensor in state.items():
-        if key in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight",
-                   "encoder.version", "decoder.version"):
+        if key in (*EMBEDDING_KEYS, "encoder.version", "decoder.version"):
             continue
         if key.endswith("embed_positions.weight"):
             tensor = tensor[2:]  # fairseq's two unused offset rows
@@ -467,46 +445,29 @@ def hf_led_state_from_fairseq(state: Dict):
 def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: Optional[str] = None,
                   vocab_bpe: Optional[str] = None, weights_format: str = "safetensors", overwrite: bool = False) -> Dict:
     """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint."""
-    import mdsfair
-    mdsfair.register()  # the led architectures, the checkpoint checks (import alone registers nothing)
-    from fairseq import checkpoint_utils
+    encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
+    state, cfg = load_exported_checkpoint(checkpoint)  # registers the led architectures first
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     from mdsfair.models.led import LEDModel
     from mdsfair.modules.self_attention_components import parse_attention_window
 
-    for path, what in ((checkpoint, "the fairseq checkpoint"), (dict_path, "the dict.txt the checkpoint was trained with")):
-        if not os.path.isfile(path):
-            raise ImportRefused(f"{path}: missing ({what})")
-    here = os.path.dirname(os.path.abspath(dict_path))
-    encoder_json = encoder_json or os.path.join(here, "encoder.json")
-    vocab_bpe = vocab_bpe or os.path.join(here, "vocab.bpe")
-    for path, flag in ((encoder_json, "--gpt2-encoder-json"), (vocab_bpe, "--gpt2-vocab-bpe")):
-        if not os.path.isfile(path):
-            raise ImportRefused(f"{path}: missing; give the GPT-2 BPE file of this dictionary with {flag}")
-    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
-    cfg = state["cfg"]["model"] if state.get("cfg") is not None else vars(state["args"])
-
-    def get(name, default=None):
-        value = cfg.get(name, default) if isinstance(cfg, dict) else getattr(cfg, name, default)
-        return default if value is None else value
-
-    arch = get("_name") or get("arch")
+    arch = cfg_value(cfg, "_name") or cfg_value(cfg, "arch")
     if ARCH_MODEL_REGISTRY.get(arch) is not LEDModel:
         raise ImportRefused(f"{checkpoint}: arch {arch!r} is not an led architecture; use mdsfair-export hf-bart for bart_*")
-    if get("activation_fn", "gelu") not in HF_ACTIVATIONS or get("encoder_normalize_before", False) or get(
-            "decoder_normalize_before", False) or not get("layernorm_embedding", True):
+    if (cfg_value(cfg, "activation_fn", "gelu") not in HF_ACTIVATIONS or cfg_value(cfg, "encoder_normalize_before", False)
+            or cfg_value(cfg, "decoder_normalize_before", False) or not cfg_value(cfg, "layernorm_embedding", True)):
         raise ImportRefused(f"{checkpoint}: not expressible as Hugging Face LED (pre-LayerNorm, no embedding "
                             "LayerNorm or an activation Hugging Face lacks)")
-    if get("global_attention", "first") == "documents":
+    if cfg_value(cfg, "global_attention", "first") == "documents":
         raise ImportRefused(f"{checkpoint}: --global-attention documents has no Hugging Face LED equivalent "
                             "(its global_attention_mask is set by the caller)")
     hf_state, tied = hf_led_state_from_fairseq(state["model"])
     num_rows, d_model = hf_state["led.shared.weight"].shape
     layers = {part: 1 + max(int(k.split(".")[3]) for k in hf_state if k.startswith(f"led.{part}.layers."))
               for part in ("encoder", "decoder")}
-    windows = parse_attention_window(get("attention_window"), layers["encoder"])
+    windows = parse_attention_window(cfg_value(cfg, "attention_window"), layers["encoder"])
 
     # vocab.json from dict.txt: <doc-sep> (PRIMERA) goes to added_tokens.json.
     dictionary = Dictionary.load(dict_path)
@@ -519,90 +480,28 @@ def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: O
         vocab = hf_vocabulary(plain_dict, encoder_json, num_rows)
     vocab.pop("madeupwordDOCSEP", None)
     merges = read_merges(vocab_bpe)
-    config = {
-        "model_type": "led",
-        "architectures": ["LEDForConditionalGeneration"],
-        "vocab_size": num_rows,
-        "d_model": d_model,
-        "encoder_layers": layers["encoder"],
-        "decoder_layers": layers["decoder"],
-        "encoder_attention_heads": get("encoder_attention_heads"),
-        "decoder_attention_heads": get("decoder_attention_heads"),
-        "encoder_ffn_dim": get("encoder_ffn_embed_dim"),
-        "decoder_ffn_dim": get("decoder_ffn_embed_dim"),
+    positions = {
         "max_encoder_position_embeddings": hf_state["led.encoder.embed_positions.weight"].size(0),
         "max_decoder_position_embeddings": hf_state["led.decoder.embed_positions.weight"].size(0),
         "attention_window": windows,
-        "activation_function": HF_ACTIVATIONS[get("activation_fn", "gelu")],
-        "dropout": get("dropout", 0.1),
-        "attention_dropout": get("attention_dropout", 0.0),
-        "activation_dropout": get("activation_dropout", 0.0),
-        "encoder_layerdrop": get("encoder_layerdrop", 0.0),
-        "decoder_layerdrop": get("decoder_layerdrop", 0.0),
-        "tie_word_embeddings": tied,
-        "is_encoder_decoder": True,
-        "bos_token_id": 0,
-        "pad_token_id": 1,
-        "eos_token_id": 2,
-        "decoder_start_token_id": 2,
     }
-    weights = "model.safetensors" if weights_format == "safetensors" else "pytorch_model.bin"
-    names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json", weights]
-    if separator is not None:
-        names.append("added_tokens.json")
-    from mdsfair.importers.output import ImportOutput, export_manifest
-
-    with ImportOutput(out_dir, overwrite, "mdsfair-export hf-led", [checkpoint, dict_path, encoder_json, vocab_bpe]) as output:
-        staging = output.staging
-        write_json_atomic(os.path.join(staging, "config.json"), config, indent=2)
-        write_json_atomic(os.path.join(staging, "vocab.json"), vocab, ensure_ascii=False)
-        with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
-            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
-        tokenizer_config = {
-            "tokenizer_class": "LEDTokenizer", "model_max_length": config["max_encoder_position_embeddings"],
-            "add_prefix_space": False, "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>",
-            "cls_token": "<s>", "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK,
-        }
-        if separator is not None:
-            tokenizer_config["additional_special_tokens"] = [DOC_SEP]
-            write_json_atomic(os.path.join(staging, "added_tokens.json"), {DOC_SEP: separator}, indent=2)
-        write_json_atomic(os.path.join(staging, "tokenizer_config.json"), tokenizer_config, indent=2)
-        if tied:
-            for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
-                hf_state.pop(name)
-        tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
-        if weights_format == "safetensors":
-            from safetensors.torch import save_file
-
-            save_file(tensors, os.path.join(staging, weights), metadata={"format": "pt"})
-        else:
-            import torch
-
-            torch.save(tensors, os.path.join(staging, weights))
-        output.commit(export_manifest("hf-led", checkpoint))
+    config = hf_config("led", "LEDForConditionalGeneration", cfg, num_rows, d_model, layers, positions, tied)
+    special = {"additional_special_tokens": [DOC_SEP]} if separator is not None else {}
+    tokenizer = tokenizer_config("LEDTokenizer", config["max_encoder_position_embeddings"], **special)
+    if tied:
+        for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
+            hf_state.pop(name)
+    names = write_hf_directory("hf-led", checkpoint, [checkpoint, dict_path, encoder_json, vocab_bpe], out_dir,
+                               overwrite, config, vocab, merges, tokenizer, hf_state, weights_format,
+                               added_tokens={DOC_SEP: separator} if separator is not None else None)
     return {"out_dir": out_dir, "config": config, "files": names, "document_separator": separator}
 
 
 def export_cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-export hf-led",
-        description="Write a Hugging Face LED model directory (config.json, weights, vocab.json, merges.txt, "
-                    "tokenizer_config.json, PRIMERA's added_tokens.json) for an mdsfair led checkpoint.",
+    return run_export_cli(
+        "hf-led",
+        "Write a Hugging Face LED model directory (config.json, weights, vocab.json, merges.txt, "
+        "tokenizer_config.json, PRIMERA's added_tokens.json) for an mdsfair led checkpoint.",
+        "fairseq checkpoint of an led architecture (led_*, primera)",
+        export_hf_led, argv,
     )
-    parser.add_argument("checkpoint", help="fairseq checkpoint of an led architecture (led_*, primera)")
-    parser.add_argument("dict", help="the dict.txt it was trained with (e.g. data-bin/dict.txt)")
-    parser.add_argument("out_dir", help="the Hugging Face model directory to write")
-    parser.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json of the dictionary (default: next to DICT)")
-    parser.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe of the dictionary (default: next to DICT)")
-    parser.add_argument("--weights-format", choices=("safetensors", "bin"), default="safetensors",
-                        help="model.safetensors (default) or pytorch_model.bin")
-    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
-    args = parser.parse_args(argv)
-    try:
-        summary = export_hf_led(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json, args.gpt2_vocab_bpe,
-                                args.weights_format, args.overwrite)
-    except ImportRefused as error:
-        print(f"mdsfair-export hf-led: error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
-    return 0

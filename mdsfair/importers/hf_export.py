@@ -1,0 +1,168 @@
+"""What ``mdsfair-export hf-bart`` and ``mdsfair-export hf-led`` share.
+
+Both write a Hugging Face model directory for a fairseq checkpoint and the
+``dict.txt`` it was trained with: ``config.json`` (the fields of
+``BartConfig`` / ``LEDConfig`` both have, :func:`hf_config`), the weights
+(``model.safetensors`` or ``pytorch_model.bin``), ``vocab.json`` and
+``merges.txt`` (the GPT-2 BPE files of the dictionary, read next to
+``DICT`` unless given: :func:`export_sources`) and ``tokenizer_config.json``
+(:func:`tokenizer_config`). The folder is written through
+:class:`mdsfair.importers.output.ImportOutput` (lock, staging folder,
+commit) by :func:`write_hf_directory`; the command line is
+:func:`run_export_cli`, the same flags for both kinds.
+"""
+import argparse
+import os
+import sys
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from mdsfair.data.manifest import write_json_atomic
+from mdsfair.importers import ImportRefused
+from mdsfair.importers.hf_bart_files import MASK
+from mdsfair.importers.hf_bart_weights import HF_ACTIVATIONS, cfg_value
+
+#: ``--weights-format``: the weights file Hugging Face reads.
+WEIGHT_FILES = {"safetensors": "model.safetensors", "bin": "pytorch_model.bin"}
+
+
+def export_sources(checkpoint: str, dict_path: str, encoder_json: Optional[str],
+                   vocab_bpe: Optional[str]) -> Tuple[str, str]:
+    """The GPT-2 ``encoder.json`` and ``vocab.bpe`` of the dictionary (next to
+    ``dict_path`` unless given), after checking that every input exists."""
+    for path, what in ((checkpoint, "the fairseq checkpoint"),
+                       (dict_path, "the dict.txt the checkpoint was trained with")):
+        if not os.path.isfile(path):
+            raise ImportRefused(f"{path}: missing ({what})")
+    here = os.path.dirname(os.path.abspath(dict_path))
+    encoder_json = encoder_json or os.path.join(here, "encoder.json")
+    vocab_bpe = vocab_bpe or os.path.join(here, "vocab.bpe")
+    for path, flag in ((encoder_json, "--gpt2-encoder-json"), (vocab_bpe, "--gpt2-vocab-bpe")):
+        if not os.path.isfile(path):
+            raise ImportRefused(f"{path}: missing; give the GPT-2 BPE file of this dictionary with {flag}")
+    return encoder_json, vocab_bpe
+
+
+def load_exported_checkpoint(checkpoint: str):
+    """``(state, model configuration)`` of a fairseq checkpoint (its
+    ``cfg.model``, or the ``args`` namespace of an older one). Registers
+    mdsfair first: its architectures and the checkpoint checks with which
+    fairseq's loader reads a checkpoint on torch >= 2.6."""
+    import mdsfair
+
+    mdsfair.register()
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)
+    model_cfg = state["cfg"]["model"] if state.get("cfg") is not None else state["args"]
+    return state, model_cfg
+
+
+def hf_config(model_type: str, architecture: str, model_cfg, num_rows: int, d_model: int, layers: Dict[str, int],
+              positions: Dict, tied: bool, embedding: Optional[Dict] = None,
+              generation: Optional[Dict] = None) -> Dict:
+    """``config.json`` of a BART-shaped Hugging Face model (``BartConfig``,
+    ``LEDConfig``) from the fairseq model configuration: the sizes, the
+    ``positions`` fields of the model type, activation and dropouts, the
+    ``embedding`` fields (BART's ``scale_embedding``), the tying, fairseq's
+    special token ids (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, the decoder
+    starting from ``</s>``) and the ``generation`` fields."""
+    return {
+        "model_type": model_type,
+        "architectures": [architecture],
+        "vocab_size": num_rows,
+        "d_model": d_model,
+        "encoder_layers": layers["encoder"],
+        "decoder_layers": layers["decoder"],
+        "encoder_attention_heads": cfg_value(model_cfg, "encoder_attention_heads"),
+        "decoder_attention_heads": cfg_value(model_cfg, "decoder_attention_heads"),
+        "encoder_ffn_dim": cfg_value(model_cfg, "encoder_ffn_embed_dim"),
+        "decoder_ffn_dim": cfg_value(model_cfg, "decoder_ffn_embed_dim"),
+        **positions,
+        "activation_function": HF_ACTIVATIONS[cfg_value(model_cfg, "activation_fn", "gelu")],
+        "dropout": cfg_value(model_cfg, "dropout", 0.1),
+        "attention_dropout": cfg_value(model_cfg, "attention_dropout", 0.0),
+        "activation_dropout": cfg_value(model_cfg, "activation_dropout", 0.0),
+        "encoder_layerdrop": cfg_value(model_cfg, "encoder_layerdrop", 0.0),
+        "decoder_layerdrop": cfg_value(model_cfg, "decoder_layerdrop", 0.0),
+        **(embedding or {}),
+        "tie_word_embeddings": tied,
+        "is_encoder_decoder": True,
+        "bos_token_id": 0,
+        "pad_token_id": 1,
+        "eos_token_id": 2,
+        "decoder_start_token_id": 2,
+        **(generation or {}),
+    }
+
+
+def tokenizer_config(tokenizer_class: str, model_max_length: int, **extra) -> Dict:
+    """``tokenizer_config.json`` of a GPT-2 byte-level BPE tokenizer with
+    fairseq's special tokens and no prefix space (mdsfair-preprocess's GPT-2
+    encoder adds none)."""
+    return {
+        "tokenizer_class": tokenizer_class, "model_max_length": model_max_length, "add_prefix_space": False,
+        "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
+        "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK, **extra,
+    }
+
+
+def write_hf_directory(kind: str, checkpoint: str, sources: Sequence[str], out_dir: str, overwrite: bool,
+                       config: Dict, vocab: Dict[str, int], merges: List[str], tokenizer: Dict, hf_state: Dict,
+                       weights_format: str, added_tokens: Optional[Dict[str, int]] = None) -> List[str]:
+    """Write the Hugging Face directory ``out_dir`` (through
+    :class:`~mdsfair.importers.output.ImportOutput`, whose manifest names
+    ``checkpoint``; ``sources`` are the files read) and return the names of
+    the files written: ``added_tokens.json`` only with ``added_tokens``."""
+    from mdsfair.importers.output import ImportOutput, export_manifest
+
+    weights = WEIGHT_FILES[weights_format]
+    names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json", weights]
+    with ImportOutput(out_dir, overwrite, f"mdsfair-export {kind}", list(sources)) as output:
+        staging = output.staging
+        write_json_atomic(os.path.join(staging, "config.json"), config, indent=2)
+        write_json_atomic(os.path.join(staging, "vocab.json"), vocab, ensure_ascii=False)
+        with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
+        write_json_atomic(os.path.join(staging, "tokenizer_config.json"), tokenizer, indent=2)
+        if added_tokens is not None:
+            write_json_atomic(os.path.join(staging, "added_tokens.json"), added_tokens, indent=2)
+            names.append("added_tokens.json")
+        tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
+        if weights_format == "safetensors":
+            try:
+                from safetensors.torch import save_file
+            except ImportError as error:
+                raise ImportRefused("writing model.safetensors needs the safetensors package; pass --weights-format "
+                                    "bin") from error
+            save_file(tensors, os.path.join(staging, weights), metadata={"format": "pt"})
+        else:
+            import torch
+
+            torch.save(tensors, os.path.join(staging, weights))
+        output.commit(export_manifest(kind, checkpoint))
+    return names
+
+
+def run_export_cli(kind: str, description: str, checkpoint_help: str, export: Callable[..., Dict],
+                    argv: Optional[List[str]]) -> int:
+    """``mdsfair-export KIND CKPT DICT OUT_DIR``: ``export(checkpoint, dict,
+    out_dir, encoder_json, vocab_bpe, weights_format, overwrite)``, its
+    refusal printed as ``mdsfair-export KIND: error: ...`` (exit 1)."""
+    parser = argparse.ArgumentParser(prog=f"mdsfair-export {kind}", description=description)
+    parser.add_argument("checkpoint", help=checkpoint_help)
+    parser.add_argument("dict", help="the dict.txt it was trained with (e.g. data-bin/dict.txt)")
+    parser.add_argument("out_dir", help="the Hugging Face model directory to write")
+    parser.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json of the dictionary (default: next to DICT)")
+    parser.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe of the dictionary (default: next to DICT)")
+    parser.add_argument("--weights-format", choices=tuple(WEIGHT_FILES), default="safetensors",
+                        help="model.safetensors (default) or pytorch_model.bin")
+    parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
+    args = parser.parse_args(argv)
+    try:
+        summary = export(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json, args.gpt2_vocab_bpe,
+                         args.weights_format, args.overwrite)
+    except ImportRefused as error:
+        print(f"mdsfair-export {kind}: error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
+    return 0
