@@ -7,26 +7,58 @@ and the same static-decoding beams as the reference model (and as fairseq's
 generator). The step-level comparison (output, selection, report,
 alignment, bfloat16) is in ``tests/test_sparse_bart.py``."""
 import copy
+import os
 
 import pytest
 import torch
+from fairseq.sequence_generator import SequenceGenerator
+from fairseq.tasks import FairseqTask
 from torch import nn
 
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
 from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
+from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
 from mdsfair.modules.sparse_cross_attention import SparseCrossAttention
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
 from tests.test_golden_outputs import load
-from tests.test_static_decoding import assert_same_beams, generate, golden_sample
 
 ARCH = "sparse_bart_tiny"
+
+#: fairseq's get_normalized_probs casts every step's log-probabilities to float32 whatever the
+#: model's dtype: two computations of a score may differ by a few float32 units of its scale
+SCORE_TOLERANCE = 64 * torch.finfo(torch.float32).eps
 
 
 @pytest.fixture(scope="module")
 def golden_model():
     return load(ARCH)
+
+
+def golden_sample():
+    return torch.load(os.path.join(golden.GOLDEN_DIR, ARCH, "batch.pt"), weights_only=True)
+
+
+def generate(task, model, cfg, sample, static: bool):
+    """The golden generation settings' hypotheses of ``model``: the static
+    generator's (which puts the fast variants in ``model``), or fairseq's."""
+    generator_class = StaticShapeSequenceGenerator if static else SequenceGenerator
+    generator = FairseqTask.build_generator(task, [model], golden.generation_config(cfg), seq_gen_cls=generator_class)
+    with torch.no_grad():
+        return task.inference_step(generator, [model], sample)
+
+
+def assert_same_beams(ours, theirs):
+    assert len(ours) == len(theirs)
+    for hypotheses, expected_hypotheses in zip(ours, theirs):
+        assert len(hypotheses) == len(expected_hypotheses)
+        for mine, expected in zip(hypotheses, expected_hypotheses):
+            assert mine["tokens"].tolist() == expected["tokens"].tolist()
+            scale = max(1.0, expected["positional_scores"].abs().max().item())
+            torch.testing.assert_close(mine["positional_scores"], expected["positional_scores"],
+                                       atol=SCORE_TOLERANCE * scale, rtol=0)
+            torch.testing.assert_close(mine["score"], expected["score"], atol=SCORE_TOLERANCE * scale, rtol=0)
 
 
 def with_generation_path(model, path: str):
@@ -77,7 +109,7 @@ def test_fast_step_gives_the_reference_logits(golden_model, monkeypatch, path):
     reference's logits to float64 round-off, the fast step running at
     every layer and step when asked to gather."""
     model, _, task = golden_model
-    sample = golden_sample(ARCH)
+    sample = golden_sample()
     reference = with_generation_path(model, path)
     fast = make_generation_fast_(copy.deepcopy(reference))
     assert sparse_attention_classes(reference) == {SparseCrossAttention}
@@ -100,7 +132,7 @@ def test_static_decoding_beams_are_the_same_with_the_fast_step(golden_model, mon
     """``--static-decoding`` on the fast model gives the beams of the
     reference model, under fairseq's generator and under the static one."""
     model, cfg, task = golden_model
-    sample = golden_sample(ARCH)
+    sample = golden_sample()
     reference = with_generation_path(model, path)
     dynamic = generate(task, reference, cfg, sample, static=False)
     assert sparse_attention_classes(reference) == {SparseCrossAttention}
