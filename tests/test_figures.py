@@ -21,6 +21,8 @@ NOT_MEASUREMENTS = {
     "examples/hierencdec/README.md": {"19.5x": "the paper's Rotten Tomatoes figure",
                                       "4 GiB": "4 * 16 * 4096^2 * 4 bytes, the dense mask's size"},
     "examples/hiertransformer/README.md": {"0.8x": "the target"},
+    "docs/evaluation.md": {"4 GiB": "mdsfair-compare's memory limit for --samples, a setting"},
+    "docs/reliability.md": {"4 GiB": "mdsfair-compare's memory limit for --samples, a setting"},
     "examples/sparse_decoder/README.md": {"29x": "the KL weight the paper's lambda implies (CNNDM)",
                                           "331x": "the same, for the longest data set", "1.5x": "the paper's target"},
 }
