@@ -34,6 +34,10 @@ import torch
 from tests import model_contract as contract
 
 GOLDEN_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures", "golden")
+#: The architectures whose golden outputs are recorded under :data:`GOLDEN_DIR`.
+ARCHITECTURES = sorted(
+    name for name in os.listdir(GOLDEN_DIR) if os.path.isfile(os.path.join(GOLDEN_DIR, name, "golden.pt"))
+)
 #: The three validation clusters of the contract's data-bin that every architecture decodes.
 EXAMPLES = 3
 GENERATION = {"beam": 3, "max_len_b": 8, "min_len": 3, "max_len_a": 0}
@@ -78,6 +82,21 @@ def best_beams(task, model, cfg, sample: Dict) -> List[Dict[str, torch.Tensor]]:
         hypotheses = task.inference_step(generator, [model], sample)
     return [{"tokens": beams[0]["tokens"].clone(), "positional_scores": beams[0]["positional_scores"].clone()}
             for beams in hypotheses]
+
+
+def load(arch: str):
+    """The recorded checkpoint of ``arch`` through fairseq's loader, in
+    float64 and evaluation mode: ``(model, cfg, task)``."""
+    from fairseq import checkpoint_utils
+
+    import mdsfair
+
+    mdsfair.register()  # mdsfair's checkpoint loading (mdsfair.fairseq_patches)
+    path = os.path.join(GOLDEN_DIR, arch, "checkpoint.pt")
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [path], arg_overrides={"data": os.path.join(GOLDEN_DIR, "data-bin")}
+    )
+    return models[0].double().eval(), cfg, task
 
 
 def record(out_dir: str) -> None:

@@ -1,6 +1,7 @@
 """Shared fixtures of the import tests: Hugging Face ``transformers`` (a test
-extra), tiny BART models and byte-level BPE tokenizers written by the tests,
-tiny data-bins over them, and fairseq-train's restore path run in process."""
+extra), tiny BART and LED models and byte-level BPE tokenizers written by the
+tests, tiny data-bins over them, and fairseq-train's restore path run in
+process."""
 import json
 import os
 from typing import Dict, List, Optional, Sequence
@@ -102,6 +103,9 @@ def tiny_hf_bart(
 
 
 def save_hf_weights(model, directory: str, weights_format: str) -> None:
+    """``model.safetensors`` (one copy of tied tensors, as save_pretrained),
+    ``pytorch_model.bin`` (every name, as transformers 4 wrote it) or, for
+    ``sharded``, two safetensors shards with ``model.safetensors.index.json``."""
     state = model.state_dict()
     if weights_format == "bin":
         torch.save({k: v.clone() for k, v in state.items()}, os.path.join(directory, "pytorch_model.bin"))
@@ -114,7 +118,59 @@ def save_hf_weights(model, directory: str, weights_format: str) -> None:
             continue
         seen.add(tensor.data_ptr())
         tensors[name] = tensor.contiguous()
-    save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+    if weights_format == "safetensors":
+        save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+        return
+    assert weights_format == "sharded", weights_format
+    names = sorted(tensors)
+    weight_map = {}
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+        file = f"model-{shard + 1:05d}-of-00002.safetensors"
+        save_file({n: tensors[n] for n in part}, os.path.join(directory, file), metadata={"format": "pt"})
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f)
+
+
+#: The tiny LED's attention windows, one per encoder layer (both shorter than
+#: the test sources), and its encoder and decoder position tables.
+TINY_LED_WINDOWS = [4, 8]
+TINY_LED_ENCODER_POSITIONS, TINY_LED_DECODER_POSITIONS = 160, 64
+
+
+def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, seed=0, tied=True):
+    """A random LED with a byte-level BPE tokenizer, saved in ``directory``
+    (``layout``: see :func:`save_hf_weights`); ``primera`` adds
+    ``<doc-sep>`` as PRIMERA's files do (added_tokens.json, tokenizer files)
+    and gives the embedding that row; ``tied=False``: encoder, decoder and
+    output embeddings are separate tensors (tie_word_embeddings=false)."""
+    vocab = write_tokenizer(directory)
+    rows = len(vocab) + int(primera)
+    config = transformers.LEDConfig(
+        vocab_size=rows, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        max_encoder_position_embeddings=TINY_LED_ENCODER_POSITIONS,
+        max_decoder_position_embeddings=TINY_LED_DECODER_POSITIONS,
+        attention_window=list(TINY_LED_WINDOWS), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        tie_word_embeddings=tied,
+    )
+    torch.manual_seed(seed)
+    model = transformers.LEDForConditionalGeneration(config).eval()
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "layer_norm" in name or "layernorm" in name:
+                parameter.add_(0.1 * torch.randn_like(parameter))
+            else:
+                parameter.normal_(0, 0.3)
+    config.save_pretrained(directory)
+    save_hf_weights(model, directory, layout)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
+    if primera:
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<doc-sep>"]})
+        tokenizer.save_pretrained(directory)
+        with open(os.path.join(directory, "added_tokens.json"), "w") as f:
+            json.dump({"<doc-sep>": len(vocab)}, f)  # PRIMERA's file: {"<doc-sep>": 50265}
+    return model, vocab
 
 
 def hf_tokenizer(directory: str):

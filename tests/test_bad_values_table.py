@@ -17,10 +17,7 @@ import re
 
 import pytest
 
-from tests.utils import REPO_ROOT
-
-LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| [A-Z]+ \| ")
-
+from tests.utils import REPO_ROOT, message_lines
 
 def console_scripts():
     """``{name: "module:function"}`` from setup.py (read as text: running
@@ -124,23 +121,6 @@ ROWS = [
 
 def test_every_console_script_has_rows():
     assert sorted({script for script, _argv, _text in ROWS}) == sorted(console_scripts())
-
-
-def message_lines(err):
-    """stderr's lines less log lines and argparse's usage block (``usage:``
-    and its indented continuation lines, which argparse prints before its
-    error line)."""
-    lines, in_usage = [], False
-    for line in err.splitlines():
-        if line.startswith("usage: "):
-            in_usage = True
-            continue
-        if in_usage and (line.startswith(" ") or not line.strip()):
-            continue
-        in_usage = False
-        if line.strip() and not LOG_LINE.match(line):
-            lines.append(line)
-    return lines
 
 
 def unwritable_folder(tmp_path):

@@ -209,7 +209,7 @@ def bytes_to_unicode_inverse(byte_encoder, vocab, symbol):
 def chinese_hub(chinese_bins):
     """A stock transformer trained for one update on the data-bin whose
     dictionary holds <mask> and <doc-sep>, loaded through torch.hub."""
-    from tests.test_hub import one_update_hub_model
+    from tests.utils import one_update_hub_model
 
     data_bin = chinese_bins["controls"]
     save_dir = str(chinese_bins["work"] / "checkpoints")

@@ -14,11 +14,8 @@ import pytest
 import torch
 
 from tests import golden_outputs as golden
+from tests.golden_outputs import ARCHITECTURES, load
 
-ARCHITECTURES = sorted(
-    name for name in os.listdir(golden.GOLDEN_DIR)
-    if os.path.isfile(os.path.join(golden.GOLDEN_DIR, name, "golden.pt"))
-)
 #: The float64 model is not float64 throughout: fairseq's attention softmax
 #: (``fairseq.utils.softmax``, ``dtype=torch.float32``) and its gelu
 #: (``F.gelu(x.float())``) compute in float32, whose vectorized exp and erf
@@ -46,19 +43,6 @@ NEW_ARCHITECTURES = {
     "led_sparse", "led_sparse_tiny",
     "hierencdec_sparse", "hierencdec_sparse_tiny",
 }
-
-
-def load(arch):
-    from fairseq import checkpoint_utils
-
-    import mdsfair
-
-    mdsfair.register()  # mdsfair's checkpoint loading (mdsfair.fairseq_patches)
-    path = os.path.join(golden.GOLDEN_DIR, arch, "checkpoint.pt")
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [path], arg_overrides={"data": os.path.join(golden.GOLDEN_DIR, "data-bin")}
-    )
-    return models[0].double().eval(), cfg, task
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)

@@ -25,16 +25,8 @@ from mdsfair.hub_interface import (
 from mdsfair.preprocess.pipeline import preprocessing_args
 from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, SideDataProducer
 from mdsfair.preprocess.structure import InputFormatError
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_data_bin
+from tests.utils import REPO_ROOT, TINY_TRANSFORMER_ARGS, USER_DIR, fairseq_cli, make_tiny_data_bin
 
-TINY_TRANSFORMER_ARGS = [
-    "--task", "multidoc_summarization", "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--share-all-embeddings", "--max-source-positions", "1024", "--max-target-positions", "1024",
-]
 GENERATION = {"beam": 2, "max_len_b": 24, "min_len": 3}
 SIDE_DATA = "hubtest_sentence_start"
 
@@ -80,18 +72,6 @@ def trained(tmp_path_factory, sentence_start_producer):
     raw_test = [json.loads(line) for line in open(os.path.join(work, "raw", "test.jsonl"), encoding="utf-8")]
     return {"data_bin": data_bin, "save_dir": save_dir, "raw_test": raw_test}
 
-
-
-def one_update_hub_model(data_bin: str, save_dir: str):
-    """A stock transformer trained for one update on ``data_bin`` and loaded
-    through torch.hub (the hub's encoding reads the data-bin, not the weights)."""
-    fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
-        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-    ])
-    return torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-                          data_name_or_path=data_bin, source="local")
 
 
 @pytest.fixture(scope="module")

@@ -18,11 +18,19 @@ from fairseq import checkpoint_utils
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import export_main, import_main
 from mdsfair.importers.hf_led import export_hf_led, import_hf_led
-from tests.import_fixtures import TEXTS, default_clusters, gpt2_data_bin, hf_tokenizer, import_transformers, write_tokenizer
+from tests.import_fixtures import (
+    TEXTS,
+    TINY_LED_DECODER_POSITIONS,
+    TINY_LED_ENCODER_POSITIONS,
+    TINY_LED_WINDOWS,
+    default_clusters,
+    gpt2_data_bin,
+    hf_tokenizer,
+    import_transformers,
+    tiny_hf_led,
+)
 from tests.tolerances import assert_close_in_dtype
 
-WINDOWS = [4, 8]  # one per encoder layer: both shorter than the test sources
-ENCODER_POSITIONS, DECODER_POSITIONS = 160, 64
 VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "untied": "safetensors",
             "primera": "safetensors"}
 
@@ -30,67 +38,6 @@ VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "u
 @pytest.fixture(scope="module")
 def transformers():
     return import_transformers()
-
-
-def save_weights(model, directory, layout):
-    """``model.safetensors`` (one copy of tied tensors, as save_pretrained),
-    ``pytorch_model.bin`` (every name, as transformers 4 wrote it) or two
-    safetensors shards with ``model.safetensors.index.json``."""
-    from safetensors.torch import save_file
-
-    state = model.state_dict()
-    if layout == "bin":
-        torch.save({k: v.clone() for k, v in state.items()}, os.path.join(directory, "pytorch_model.bin"))
-        return
-    seen, tensors = set(), {}
-    for name, tensor in state.items():
-        if tensor.data_ptr() not in seen:
-            seen.add(tensor.data_ptr())
-            tensors[name] = tensor.contiguous()
-    if layout == "safetensors":
-        save_file(tensors, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
-        return
-    names = sorted(tensors)
-    weight_map = {}
-    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
-        file = f"model-{shard + 1:05d}-of-00002.safetensors"
-        save_file({n: tensors[n] for n in part}, os.path.join(directory, file), metadata={"format": "pt"})
-        weight_map.update({n: file for n in part})
-    with open(os.path.join(directory, "model.safetensors.index.json"), "w") as f:
-        json.dump({"metadata": {}, "weight_map": weight_map}, f)
-
-
-def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, seed=0, tied=True):
-    """A random LED with a byte-level BPE tokenizer; ``primera`` adds
-    ``<doc-sep>`` as PRIMERA's files do (added_tokens.json, tokenizer files)
-    and gives the embedding that row; ``tied=False``: encoder, decoder and
-    output embeddings are separate tensors (tie_word_embeddings=false)."""
-    vocab = write_tokenizer(directory)
-    rows = len(vocab) + int(primera)
-    config = transformers.LEDConfig(
-        vocab_size=rows, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
-        max_encoder_position_embeddings=ENCODER_POSITIONS, max_decoder_position_embeddings=DECODER_POSITIONS,
-        attention_window=list(WINDOWS), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
-        tie_word_embeddings=tied,
-    )
-    torch.manual_seed(seed)
-    model = transformers.LEDForConditionalGeneration(config).eval()
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            if "layer_norm" in name or "layernorm" in name:
-                parameter.add_(0.1 * torch.randn_like(parameter))
-            else:
-                parameter.normal_(0, 0.3)
-    config.save_pretrained(directory)
-    save_weights(model, directory, layout)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(directory)
-    if primera:
-        tokenizer.add_special_tokens({"additional_special_tokens": ["<doc-sep>"]})
-        tokenizer.save_pretrained(directory)
-        with open(os.path.join(directory, "added_tokens.json"), "w") as f:
-            json.dump({"<doc-sep>": len(vocab)}, f)  # PRIMERA's file: {"<doc-sep>": 50265}
-    return model, vocab
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +80,9 @@ def test_led_logits_equal_hugging_face(variant, imported):
     model, task = load_imported(entry["out_dir"])
     assert entry["summary"]["arch"] == "led_large" and entry["summary"]["document_separator"] is None
     assert model.encoder.self_attention_component.global_attention == "first"
-    assert model.encoder.self_attention_component.windows == WINDOWS
-    assert model.encoder.embed_positions.weight.size(0) == ENCODER_POSITIONS + 2
-    assert model.decoder.embed_positions.weight.size(0) == DECODER_POSITIONS + 2
+    assert model.encoder.self_attention_component.windows == TINY_LED_WINDOWS
+    assert model.encoder.embed_positions.weight.size(0) == TINY_LED_ENCODER_POSITIONS + 2
+    assert model.decoder.embed_positions.weight.size(0) == TINY_LED_DECODER_POSITIONS + 2
     tied = variant != "untied"
     assert (model.decoder.output_projection.weight is model.encoder.embed_tokens.weight) == tied
     assert (model.decoder.embed_tokens.weight is model.encoder.embed_tokens.weight) == tied
@@ -145,7 +92,7 @@ def test_led_logits_equal_hugging_face(variant, imported):
         assert not torch.equal(hf_state["lm_head.weight"], hf_state["led.encoder.embed_tokens.weight"])
     tokenizer = hf_tokenizer(entry["hf_dir"])
     source = tokenizer([TEXTS[0], TEXTS[3], TEXTS[6][:40]], padding=True, return_tensors="pt")
-    assert source.attention_mask.sum(1).min() > 2 * max(WINDOWS)
+    assert source.attention_mask.sum(1).min() > 2 * max(TINY_LED_WINDOWS)
     labels, decoder_input = decoder_batch(tokenizer)
     global_mask = torch.zeros_like(source.input_ids)
     global_mask[:, 0] = 1
@@ -187,10 +134,10 @@ def test_primera_checkpoint_records_doc_sep_layout_and_dictionary(imported):
     state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
     assert recorded(state, "model", "global_attention") == "doc-sep"
     assert recorded(state, "model", "attention_window") == "4,8"
-    assert recorded(state, "model", "max_encoder_positions") == ENCODER_POSITIONS
+    assert recorded(state, "model", "max_encoder_positions") == TINY_LED_ENCODER_POSITIONS
     assert recorded(state, "task", "source_layout") == "primera"
-    assert recorded(state, "task", "max_source_positions") == ENCODER_POSITIONS
-    assert recorded(state, "task", "max_target_positions") == DECODER_POSITIONS
+    assert recorded(state, "task", "max_source_positions") == TINY_LED_ENCODER_POSITIONS
+    assert recorded(state, "task", "max_target_positions") == TINY_LED_DECODER_POSITIONS
     with open(os.path.join(entry["out_dir"], "dict.txt"), encoding="utf-8") as f:
         symbols = [line.split()[0] for line in f]
     assert len(symbols) + 4 == separator + 1 and symbols[-1] == "<doc-sep>" and symbols[-2] == "<mask>"
@@ -436,7 +383,7 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     preprocess = next(line for line in printed.splitlines() if "mdsfair-preprocess" in line)
     assert preprocess.endswith(f"--dict {out_dir}/dict.txt --source-layout primera")
     generate = next(line for line in printed.splitlines() if "fairseq-generate" in line)
-    assert f"--max-source-positions {ENCODER_POSITIONS}" in generate and "--source-layout" not in generate
+    assert f"--max-source-positions {TINY_LED_ENCODER_POSITIONS}" in generate and "--source-layout" not in generate
     train = next(line for line in printed.splitlines() if "fairseq-train" in line)
     assert train.count("--source-layout primera") == 1 and "--per-document-budget" not in train
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
@@ -487,7 +434,7 @@ def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_pa
                "--gpt2-encoder-json", f"{out}/encoder.json", "--gpt2-vocab-bpe", f"{out}/vocab.bpe",
                "--dict", f"{out}/dict.txt", "--source-layout", "primera", "--no-progress-bar", cwd=work)
     log = run_module("fairseq_cli.generate", "data-bin", "--user-dir", os.path.dirname(mdsfair.__file__),
-                     "--task", "multidoc_summarization", "--max-source-positions", str(ENCODER_POSITIONS), "--path", f"{out}/model.pt",
+                     "--task", "multidoc_summarization", "--max-source-positions", str(TINY_LED_ENCODER_POSITIONS), "--path", f"{out}/model.pt",
                      "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--max-len-a", "0", "--max-len-b", "20",
                      "--batch-size", "2", "--cpu", cwd=work)
     hypotheses = [line for line in log.splitlines() if line.startswith("H-")]
@@ -596,7 +543,7 @@ def test_primera_release_file_layout(imported, tmp_path, capsys):
             os.remove(os.path.join(release, name))
     separator = len(entry["vocab"])
     with open(os.path.join(release, "tokenizer_config.json"), "w") as f:
-        json.dump({"model_max_length": ENCODER_POSITIONS}, f)
+        json.dump({"model_max_length": TINY_LED_ENCODER_POSITIONS}, f)
     with open(os.path.join(release, "special_tokens_map.json"), "w") as f:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
                    "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>",
@@ -684,7 +631,7 @@ def test_a_primera_import_restores_into_primera_hierencdec(imported, tmp_path):
     data_bin = gpt2_data_bin(str(tmp_path / "data"), entry["out_dir"])
     trainer = restore_with_trainer(data_bin, os.path.join(entry["out_dir"], "model.pt"), "primera_hierencdec",
                                    [*flags, "--global-attention", "documents", "--allow-arch-change", "--max-source-positions",
-                                    str(ENCODER_POSITIONS)], save_dir=str(tmp_path / "save"))
+                                    str(TINY_LED_ENCODER_POSITIONS)], save_dir=str(tmp_path / "save"))
     model = trainer.model
     assert (model.encoder.self_attention_component.name, model.encoder.position_component.name,
             model.decoder.cross_attention_component.name) == ("longformer", "document-restart", "document-scaled")

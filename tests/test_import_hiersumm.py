@@ -3,7 +3,7 @@ hiersumm code's saves (random weights, both LayerNorm namings, the generator
 inside ``model`` or as its own entry) and a tiny SentencePiece model with
 their special pieces, trained here; the import is checked key by key and by
 output against the reimplementation of their Summarizer in
-tests/test_hiertransformer.py, on raw text preprocessed by mdsfair-preprocess."""
+tests/hiersumm_reference.py, on raw text preprocessed by mdsfair-preprocess."""
 import argparse
 import json
 import os
@@ -16,7 +16,7 @@ from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary
 
 from mdsfair.importers.hiersumm import HiersummImportError, cli_main, sentencepiece_order
-from tests.test_hiertransformer import export_to_hiersumm_layout, hiersumm_positions, ref_log_probs
+from tests.hiersumm_reference import export_to_hiersumm_layout, hiersumm_positions, ref_log_probs
 from tests.utils import REPO_ROOT, USER_DIR
 
 TEXT = [

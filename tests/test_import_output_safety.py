@@ -17,8 +17,8 @@ from mdsfair.checkpoints.fingerprints import DictionaryMismatchError
 from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import import_main
-from tests.import_fixtures import gpt2_data_bin, import_transformers, tiny_hf_bart
-from tests.test_interrupts import snapshot
+from tests.import_fixtures import gpt2_data_bin, import_transformers, tiny_hf_bart, tiny_hf_led
+from tests.utils import snapshot
 
 
 @pytest.fixture(scope="module")
@@ -223,8 +223,6 @@ def test_an_unwritable_output_folder_is_one_line(hf_models, tmp_path, capsys):
 
 
 def test_non_integer_attention_window_and_non_utf8_merges_are_one_line(tmp_path, capsys):
-    from tests.test_import_hf_led import tiny_hf_led
-
     hf_dir = str(tmp_path / "led")
     tiny_hf_led(hf_dir, import_transformers())
     config_path = os.path.join(hf_dir, "config.json")
@@ -253,7 +251,6 @@ def test_resuming_a_doc_sep_led_on_a_data_bin_without_primera_layout_is_one_line
     itself) on a data-bin preprocessed without --source-layout primera."""
     from mdsfair.cli import train_main
     from mdsfair.importers.hf_led import import_hf_led
-    from tests.test_import_hf_led import tiny_hf_led
 
     hf_dir, out = str(tmp_path / "primera"), str(tmp_path / "out")
     tiny_hf_led(hf_dir, import_transformers(), primera=True)

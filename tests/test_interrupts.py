@@ -2,7 +2,6 @@
 11; preprocess: tests/test_destination_safety.py): one line instead of a
 traceback, exit status 130, and no half-written output. SIGINT goes to the
 real process's group, as a terminal sends it, after it has started writing."""
-import hashlib
 import os
 import signal
 import subprocess
@@ -11,7 +10,7 @@ import time
 
 import pytest
 
-from tests.utils import REPO_ROOT, TINY_BART_ARGS, USER_DIR, make_tiny_data_bin
+from tests.utils import REPO_ROOT, TINY_BART_ARGS, USER_DIR, make_tiny_data_bin, snapshot
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
@@ -26,18 +25,6 @@ def environment():
 def console_script(function, *args):
     """The console script's function on this checkout (mdsfair-train -> train_main)."""
     return [sys.executable, "-c", f"from mdsfair.cli import {function}; {function}()", *args]
-
-
-def snapshot(folder):
-    listing = {}
-    for root, directories, files in os.walk(folder):
-        for name in files:
-            path = os.path.join(root, name)
-            with open(path, "rb") as handle:
-                listing[os.path.relpath(path, folder)] = hashlib.sha256(handle.read()).hexdigest()
-        for name in directories:
-            listing[os.path.relpath(os.path.join(root, name), folder) + "/"] = "dir"
-    return listing
 
 
 def wait_for(condition, process, seconds=240.0, what=""):

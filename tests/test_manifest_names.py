@@ -144,8 +144,7 @@ def test_damaged_manifest_of_a_checkpoint_folder_says_to_copy_it_again_and_that_
 
 def test_damaged_manifest_of_an_hf_led_import_says_to_import_again_and_that_works(tmp_path):
     from mdsfair.importers.cli import import_main
-    from tests.import_fixtures import import_transformers
-    from tests.test_import_hf_led import tiny_hf_led
+    from tests.import_fixtures import import_transformers, tiny_hf_led
 
     hf_dir, out_dir = str(tmp_path / "hf"), str(tmp_path / "out")
     tiny_hf_led(hf_dir, import_transformers())

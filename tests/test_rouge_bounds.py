@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.test_bad_values_table import message_lines
+from tests.utils import message_lines
 
 OVERLONG = 30000
 

@@ -260,7 +260,7 @@ def test_torch_hub_summarizer_encodes_user_text_as_the_data_bin_did(imported):
     """torch.hub over a model trained on the imported-tokenizer data-bin:
     user text reaches the BPE as the data-bin's recorded normalisation gave
     it (zero-width space kept, no NFC, no space after a CJK full stop)."""
-    from tests.test_hub import one_update_hub_model
+    from tests.utils import one_update_hub_model
 
     data_bin = imported["default"]
     save_dir = str(imported["work"] / "checkpoints")

@@ -3,10 +3,12 @@
 Everything here is small enough for CPU tests (seconds) and built from the
 project's own pipeline, so tests exercise the real code paths.
 """
+import hashlib
 import os
+import re
 import subprocess
 import sys
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 USER_DIR = os.path.join(REPO_ROOT, "mdsfair")
@@ -119,3 +121,63 @@ def make_tiny_bart_checkpoint(data_bin: str, save_dir: str, updates: int = 1, ex
         ],
     )
     return os.path.join(save_dir, "checkpoint_last.pt")
+
+
+TINY_TRANSFORMER_ARGS = [
+    "--task", "multidoc_summarization", "--arch", "transformer",
+    "--encoder-layers", "1", "--decoder-layers", "1",
+    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
+    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
+    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
+    "--share-all-embeddings", "--max-source-positions", "1024", "--max-target-positions", "1024",
+]
+
+
+def one_update_hub_model(data_bin: str, save_dir: str):
+    """A stock transformer trained for one update on ``data_bin`` and loaded
+    through torch.hub (the hub's encoding reads the data-bin, not the weights)."""
+    import torch
+
+    fairseq_cli("fairseq_cli.train", [
+        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
+        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
+        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
+    ])
+    return torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
+                          data_name_or_path=data_bin, source="local")
+
+
+def snapshot(folder: str) -> Dict[str, str]:
+    """Everything under ``folder``: ``{relative path: sha256 of the file}``,
+    and ``{relative path + "/": "dir"}`` for each sub-folder; equal snapshots
+    before and after a command mean it left the folder as it was."""
+    listing = {}
+    for root, directories, files in os.walk(folder):
+        for name in files:
+            path = os.path.join(root, name)
+            with open(path, "rb") as handle:
+                listing[os.path.relpath(path, folder)] = hashlib.sha256(handle.read()).hexdigest()
+        for name in directories:
+            listing[os.path.relpath(os.path.join(root, name), folder) + "/"] = "dir"
+    return listing
+
+
+#: A line of mdsfair's and fairseq's logging format (``2024-01-01 12:00:00,000 | INFO | ...``).
+LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} \| [A-Z]+ \| ")
+
+
+def message_lines(err: str) -> List[str]:
+    """stderr's lines less log lines and argparse's usage block (``usage:``
+    and its indented continuation lines, which argparse prints before its
+    error line)."""
+    lines, in_usage = [], False
+    for line in err.splitlines():
+        if line.startswith("usage: "):
+            in_usage = True
+            continue
+        if in_usage and (line.startswith(" ") or not line.strip()):
+            continue
+        in_usage = False
+        if line.strip() and not LOG_LINE.match(line):
+            lines.append(line)
+    return lines
