@@ -12,8 +12,10 @@ see ARCHITECTURE.md).
 * word tokenization, one tokenizer per purpose: :func:`words` (Unicode word
   runs, lower-cased: term vectors of LexRank and the paragraph graphs),
   :func:`rouge_tokens` (rouge_score's tokenizer: lower-cased ASCII letter and
-  digit runs, for ROUGE-derived labels such as the paragraph ranker's), and
-  :func:`has_word` (whether ROUGE can count anything in a text).
+  digit runs, for ROUGE-derived labels such as the paragraph ranker's),
+  :func:`has_word` (whether ROUGE can count anything in a text) and
+  :func:`has_content` (whether a text holds anything but white space,
+  control and format characters: what an empty document is).
 
 Rules of :func:`split_sentences`:
 
@@ -316,6 +318,21 @@ def rouge_tokens(text: str) -> List[str]:
 def has_word(text: str) -> bool:
     """Whether ``text`` holds a letter or digit of any script (:data:`WORD_CHARACTER_RE`)."""
     return WORD_CHARACTER_RE.search(text) is not None
+
+
+#: Unicode general categories of characters that show nothing and carry no
+#: word: control characters (Cc), format characters (Cf: the zero-width space,
+#: joiners, bidirectional-text controls, the byte-order mark, soft hyphen,
+#: tags, ...) and the separators (Zs, Zl, Zp).
+NON_CONTENT_CATEGORIES = frozenset({"Cc", "Cf", "Zs", "Zl", "Zp"})
+
+
+def has_content(text: str) -> bool:
+    """Whether ``text`` holds a character outside :data:`NON_CONTENT_CATEGORIES`
+    (a letter, mark, digit, punctuation or symbol). A text without one is empty
+    to every encoder: SentencePiece's normalisation removes or spaces most such
+    characters, and the rest carry no content to summarise."""
+    return any(unicodedata.category(char) not in NON_CONTENT_CATEGORIES for char in text)
 
 
 # ---------------------------------------------------------------------------

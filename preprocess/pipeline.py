@@ -39,7 +39,7 @@ from mdsfair.preprocess.side_data import SIDE_DATA_PRODUCERS, import_producers, 
 from mdsfair.preprocess.spacy_pipeline import gemm_setting
 from mdsfair.preprocess.structure import ClusterStructure, InputFormatError, SentenceSplitter, parse_cluster
 from mdsfair.preprocess.subword import SubwordEncoder, load_encoder_from_manifest
-from mdsfair.raw_contract import contract_string_problem
+from mdsfair.raw_contract import WRONG_TYPE, contract_string_problem
 
 if TYPE_CHECKING:
     from fairseq.data import Dictionary
@@ -62,8 +62,10 @@ class EncodedCluster:
     ``num_words`` counts the whitespace words of the cleaned source sentences.
     ``references`` holds every cleaned reference (the first is ``summary``),
     ``dropped_documents`` the raw indices of the empty documents dropped under
-    ``--skip-bad`` and ``line`` the raw line the cluster was read from (set
-    by ``mdsfair-preprocess``; 0 elsewhere).
+    ``--skip-bad``, ``line`` the raw line the cluster was read from (set
+    by ``mdsfair-preprocess``; 0 elsewhere) and ``bidi_controls_removed`` how
+    many bidirectional-text controls the ``clean`` normalisation removed
+    (:data:`mdsfair.preprocess.structure.BIDI_CONTROLS`).
     """
 
     id: str
@@ -84,6 +86,7 @@ class EncodedCluster:
     references: List[str] = field(default_factory=list)  # all references, the first = summary
     dropped_documents: List[int] = field(default_factory=list)  # raw indices of dropped empty documents
     line: int = 0  # the raw line it was read from
+    bidi_controls_removed: int = 0
 
 
 def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionary: Dictionary) -> EncodedCluster:
@@ -140,6 +143,7 @@ def encode_cluster(cluster: ClusterStructure, encoder: SubwordEncoder, dictionar
         num_words=sum(s.count(" ") for s in sentences) + num_source,
         references=list(cluster.references),
         dropped_documents=list(cluster.dropped_documents),
+        bidi_controls_removed=cluster.bidi_controls_removed,
     )
 
 
@@ -328,17 +332,41 @@ class ClusterEncoder:
             if "documents" not in cluster:
                 raise InputFormatError(where, index + 1, "missing_key", f"cluster {index} has no 'documents' key")
             record = {"summary": "", **cluster, "id": str(cluster.get("id", index))}
-        elif isinstance(cluster, str):
+        elif isinstance(cluster, (str, bytes)):
             raise TypeError(
-                f"cluster {index} is a string; pass a list of clusters, each a list of document strings "
-                "or a dict with 'documents'"
+                f"cluster {index} is {'a string' if isinstance(cluster, str) else 'bytes'}; pass a list of clusters, "
+                "each a list of document strings or a dict with 'documents'"
             )
         else:
-            record = {"id": str(index), "documents": list(cluster), "summary": ""}
+            try:
+                documents = list(cluster)
+            except TypeError:
+                raise TypeError(
+                    f"cluster {index} is {type(cluster).__name__}; pass a list of clusters, each a list of document "
+                    "strings or a dict with 'documents'"
+                ) from None
+            record = {"id": str(index), "documents": documents, "summary": ""}
+        documents = record["documents"]
+        if not isinstance(documents, (list, tuple)) or isinstance(documents, str):
+            raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: 'documents' is "
+                                   f"{type(documents).__name__}, not a list of document strings")
+        for d, document in enumerate(documents):
+            if not isinstance(document, str):
+                hint = " (decode bytes to str first)" if isinstance(document, (bytes, bytearray)) else ""
+                raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: document {d} is "
+                                       f"{type(document).__name__}, not a string{hint}")
+        for key in ("summary", "title"):
+            if not isinstance(record.get(key, ""), str) and not (key == "title" and record[key] is None):
+                raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: {key!r} is "
+                                       f"{type(record[key]).__name__}, not a string")
+        record["documents"] = list(documents)
         problem = contract_string_problem(record)
         if problem is not None:
             raise InputFormatError(where, index + 1, *problem)
-        raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        try:
+            raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as error:  # a value JSON cannot hold (bytes, a set) in another key
+            raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: {error}") from None
         structure, _ = parse_cluster(
             raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
             lowercase=self.args.lowercase, normalization=self.text_normalization,

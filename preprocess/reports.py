@@ -43,6 +43,9 @@ def split_notes(reports: Dict[str, Dict]) -> List[str]:
                          f"kept in {', '.join(report['reference_files'])}")
         if report.get("skip_report"):
             notes.append(f"{split}: skipped lines and dropped documents listed in {report['skip_report']}")
+        if report.get("bidi_controls_removed"):
+            notes.append(f"{split}: {report['bidi_controls_removed']:,} bidirectional-text controls removed "
+                         "(U+200E/U+200F/U+061C, U+202A-U+202E, U+2066-U+2069: they carry no content)")
         if report.get("duplicate_ids"):
             notes.append(f"{split}: {len(report['duplicate_ids']):,} cluster ids occur more than once "
                          "(listed in mdsfair.json)")

@@ -247,12 +247,16 @@ class SplitCounts:
         counts["target_tokens"] += len(encoded.target)
         counts["unknown_tokens"] += encoded.num_unknown
         counts["empty_summaries"] += int(not encoded.summary)
+        counts["bidi_controls_removed"] += encoded.bidi_controls_removed
         self.longest = max(self.longest, len(encoded.tokens))
         counts.update(extra_rows)
 
     def report(self) -> Dict:
         """The split's report (before the reference and skip-report entries)."""
         counts, clusters = self.counts, self.counts["clusters"]
+        # bidirectional-text controls the "clean" normalisation removed (mdsfair.preprocess.structure.BIDI_CONTROLS):
+        # an entry only where there were some
+        removed = {"bidi_controls_removed": counts["bidi_controls_removed"]} if counts["bidi_controls_removed"] else {}
         return {
             "input": self.path,
             "lines": counts["lines"],
@@ -271,6 +275,7 @@ class SplitCounts:
             "empty_documents_dropped": counts["empty_documents_dropped"],
             "empty_summaries": counts["empty_summaries"],
             "truncated": 0,
+            **removed,
         }
 
 

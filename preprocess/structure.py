@@ -28,12 +28,13 @@ from mdsfair.raw_contract import (
     EMPTY_DOCUMENT,
     EMPTY_SUMMARY,
     InputFormatError,
+    cluster_references,
     decode_cluster_line,
     iter_raw_lines,
 )
 # Paragraphs (of cleaned text) and the rule-based sentence splitter are the
 # text layer's (mdsfair.text); their names stay importable from here.
-from mdsfair.text import split_paragraphs, split_sentences_rule
+from mdsfair.text import has_content, split_paragraphs, split_sentences_rule
 
 
 # One error type and one set of reason codes for every reader of the raw
@@ -64,6 +65,9 @@ class ClusterStructure:
     # indices of such. Filled under the "whitespace" normalisation only.
     glued: FrozenSet[Tuple[int, int, int]] = frozenset()
     summary_glued: FrozenSet[int] = frozenset()
+    # bidirectional-text controls (BIDI_CONTROLS) the "clean" normalisation removed from the cluster's
+    # documents, references and title
+    bidi_controls_removed: int = 0
 
     @property
     def num_paragraphs(self) -> int:
@@ -89,13 +93,22 @@ class ClusterStructure:
 # information separators U+001C-U+001F, NEL, U+2028 / U+2029 and the Unicode
 # spaces separate words, as str.split (mdsfair-baseline, ROUGE) has them, so
 # deleting them glued words together ("page.Next").
-_CONTROL_CHARS = re.compile(r"[\u0000-\u0008\u000e-\u001b\u007f\u200b\ufeff]")
+#: The bidirectional-text controls (Unicode's Bidi_Control property): the
+#: marks U+200E, U+200F and U+061C, the embeddings and overrides
+#: U+202A-U+202E and the isolates U+2066-U+2069. They set the direction text
+#: is shown in and carry no content; SentencePiece's normalisation spaces
+#: some (the marks) and keeps others (the rest, unknown symbols), so "clean"
+#: removes all of them alike, and counts them.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069"
+_BIDI_CONTROLS_RE = re.compile(f"[{BIDI_CONTROLS}]")
+_CONTROL_CHARS = re.compile(f"[\u0000-\u0008\u000e-\u001b\u007f\u200b\ufeff{BIDI_CONTROLS}]")
 _SPACES = re.compile(r"[ \t\u000b\u000c\u001c-\u001f\u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]+")
 
 
 def clean_text(text: str, lowercase: bool = False) -> str:
     """Light cleaning: NFC normalisation, control characters, zero-width
-    space and byte-order mark removed, every other white-space character (form
+    space, byte-order mark and bidirectional-text controls (:data:`BIDI_CONTROLS`)
+    removed, every other white-space character (form
     feed, vertical tab, U+001C-U+001F, NEL, U+2028, U+2029, Unicode spaces)
     a space and runs of spaces one, newlines kept (they carry paragraph breaks)."""
     text = unicodedata.normalize("NFC", text)
@@ -124,9 +137,22 @@ def normalize_text(text: str, normalization: str = "clean", lowercase: bool = Fa
 def normalize_line(text: str, normalization: str = "clean", lowercase: bool = False) -> str:
     """A summary or title: :func:`normalize_text`; under ``whitespace`` also
     one line (every run of white space one space), as a document's paragraphs
-    joined."""
+    joined. A text without content (:func:`mdsfair.text.has_content`: only
+    white space, control and format characters) is empty."""
     text = normalize_text(text, normalization, lowercase)
+    if not has_content(text):
+        return ""
     return " ".join(text.split()) if normalization == "whitespace" else text
+
+
+def bidi_controls_removed(record: dict, normalization: str) -> int:
+    """How many bidirectional-text controls the ``clean`` normalisation
+    removes from a raw cluster's documents, references and title (0 under
+    ``whitespace``, which removes nothing)."""
+    if normalization != "clean":
+        return 0
+    texts = list(record.get("documents") or []) + cluster_references(record) + [record.get("title")]
+    return sum(len(_BIDI_CONTROLS_RE.findall(text)) for text in texts if isinstance(text, str))
 
 
 def glued_sentences(paragraph: str, sentences: List[str]) -> List[int]:
@@ -207,6 +233,13 @@ def parse_cluster(
     """Validate one raw line and split it into a :class:`ClusterStructure`,
     its text normalised by ``normalization`` (:func:`normalize_text`).
 
+    The checks run on the normalised text, so every character the
+    normalisation removes, and every sentence with nothing but white space,
+    control and format characters (:func:`mdsfair.text.has_content`: a
+    zero-width space, a bidirectional-text mark or isolate, a joiner), is
+    alike: such a sentence is dropped, and a document (summary) left with no
+    sentence is empty.
+
     Returns the structure and the number of empty documents dropped (only
     when ``drop_empty_documents``; otherwise an empty document is an error).
     Raises :class:`InputFormatError` for every violation of the contract.
@@ -217,9 +250,10 @@ def parse_cluster(
 
     structured, empty_documents, glued = [], [], set()
     for d, document in enumerate(documents):
-        paragraphs = split_paragraphs(normalize_text(document, normalization, lowercase))
-        split = [(paragraph, sentences) for paragraph, sentences in zip(paragraphs, splitter.split(paragraphs))
-                 if sentences]
+        paragraphs = [paragraph for paragraph in split_paragraphs(normalize_text(document, normalization, lowercase))
+                      if has_content(paragraph)]
+        split = [(paragraph, kept) for paragraph, sentences in zip(paragraphs, splitter.split(paragraphs))
+                 for kept in [[sentence for sentence in sentences if has_content(sentence)]] if kept]
         paragraphs_sentences = [sentences for _, sentences in split]
         if keep_spacing:
             glued.update((len(structured), p, s) for p, (paragraph, sentences) in enumerate(split)
@@ -239,7 +273,8 @@ def parse_cluster(
     summary_clean = references[0] if references else ""
     if not summary_clean and require_summary:
         raise InputFormatError(path, line, EMPTY_SUMMARY, f"cluster {obj['id']!r} has an empty summary")
-    summary_sentences = splitter.split([summary_clean])[0] if summary_clean else []
+    summary_sentences = ([sentence for sentence in splitter.split([summary_clean])[0] if has_content(sentence)]
+                         if summary_clean else [])
     return (
         ClusterStructure(
             id=str(obj["id"]),
@@ -251,6 +286,7 @@ def parse_cluster(
             dropped_documents=empty_documents,
             glued=frozenset(glued),
             summary_glued=frozenset(glued_sentences(summary_clean, summary_sentences) if keep_spacing else ()),
+            bidi_controls_removed=bidi_controls_removed(obj, normalization),
         ),
         len(empty_documents),
     )
