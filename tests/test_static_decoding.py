@@ -41,10 +41,11 @@ def generate(task, model, cfg, sample, static: bool, buckets: str = "", prefix_t
     for name, value in settings.items():
         setattr(generation, name, value)
     task.cfg.static_decoding, task.cfg.static_decoding_buckets = static, buckets
+    task.cfg.fairseq_generator = not static
     try:
         generator = task.build_generator([model], generation)
     finally:
-        task.cfg.static_decoding, task.cfg.static_decoding_buckets = False, ""
+        task.cfg.static_decoding, task.cfg.static_decoding_buckets, task.cfg.fairseq_generator = False, "", False
     assert isinstance(generator, StaticShapeSequenceGenerator) == static
     if static:
         assert generator.keep_attention is False  # the default: nothing asks for it (no --print-alignment)
@@ -179,6 +180,77 @@ def test_static_decoding_refuses_what_it_cannot_run(golden_models):
             task.build_generator([model], generation)
     finally:
         task.cfg.static_decoding, task.cfg.static_decoding_buckets = False, ""
+
+
+#: settings handed over to fairseq's generator by default, each with the flag its log line names
+HANDED_OVER = {
+    "--print-alignment": ({"print_alignment": "hard"}, "SequenceGeneratorWithAlignment"),
+    "--constraints": ({"constraints": "ordered"}, "SequenceGenerator"),
+    "--sampling": ({"sampling": True}, "SequenceGenerator"),
+    "--match-source-len": ({"match_source_len": True}, "SequenceGenerator"),
+    "--diverse-beam-groups": ({"diverse_beam_groups": 3}, "SequenceGenerator"),
+    "--score-reference": ({"score_reference": True}, "SequenceScorer"),
+}
+
+
+def build(task, model, cfg, seq_gen_cls=None, prefix_allowed_tokens_fn=None, **settings):
+    generation = golden.generation_config(cfg)
+    for name, value in settings.items():
+        setattr(generation, name, value)
+    return task.build_generator([model], generation, seq_gen_cls=seq_gen_cls,
+                                prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+
+
+def test_the_static_generator_is_the_default_and_gives_fairseqs_beams(golden_models, caplog):
+    model, cfg, task = golden_models["sparse_bart_tiny"]
+    assert not task.cfg.static_decoding and not task.cfg.fairseq_generator
+    with caplog.at_level("INFO", logger="mdsfair.generation.sequence_generator"):
+        generator = build(task, model, cfg)
+    assert type(generator) is StaticShapeSequenceGenerator
+    assert "fairseq's generator" not in caplog.text
+    sample = golden_sample("sparse_bart_tiny")
+    with torch.no_grad():
+        default = task.inference_step(generator, [model], sample)
+    assert_same_beams(default, generate(task, model, cfg, sample, static=False))
+
+
+@pytest.mark.parametrize("flag", sorted(HANDED_OVER))
+def test_what_the_static_generator_does_not_cover_goes_to_fairseqs_with_the_reason(golden_models, caplog, flag):
+    settings, expected = HANDED_OVER[flag]
+    model, cfg, task = golden_models["sparse_bart_tiny"]
+    with caplog.at_level("INFO", logger="mdsfair.generation.sequence_generator"):
+        generator = build(task, model, cfg, **settings)
+    assert type(generator).__name__ == expected
+    handed_over = [record.getMessage() for record in caplog.records if "fairseq's generator" in record.getMessage()]
+    assert len(handed_over) == 1 and flag in handed_over[0]
+
+
+def test_an_asked_for_generator_class_or_constrained_prefixes_go_to_fairseqs(golden_models, caplog):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, cfg, task = golden_models["sparse_bart_tiny"]
+    with caplog.at_level("INFO", logger="mdsfair.generation.sequence_generator"):
+        assert type(build(task, model, cfg, seq_gen_cls=SequenceGenerator)) is SequenceGenerator
+        assert type(build(task, model, cfg, prefix_allowed_tokens_fn=lambda batch, tokens: [4])) is SequenceGenerator
+    messages = [record.getMessage() for record in caplog.records if "fairseq's generator" in record.getMessage()]
+    assert len(messages) == 2
+    assert "SequenceGenerator was asked for" in messages[0] and "prefix_allowed_tokens_fn" in messages[1]
+
+
+def test_fairseqs_generator_is_one_flag_away(golden_models, caplog):
+    from fairseq.sequence_generator import SequenceGenerator
+
+    model, cfg, task = golden_models["sparse_bart_tiny"]
+    task.cfg.fairseq_generator = True
+    try:
+        with caplog.at_level("INFO", logger="mdsfair.generation.sequence_generator"):
+            assert type(build(task, model, cfg)) is SequenceGenerator
+        assert "fairseq's generator" not in caplog.text  # asked for: nothing to explain
+        task.cfg.static_decoding = True
+        with pytest.raises(GenerationSettingsError, match="--static-decoding and --fairseq-generator"):
+            build(task, model, cfg)
+    finally:
+        task.cfg.fairseq_generator, task.cfg.static_decoding = False, False
 
 
 def test_bucket_sizes():

@@ -1,5 +1,7 @@
-"""The sequence generator mdsfair's tasks build: fairseq's, with a working
-n-gram blocker.
+"""The sequence generator mdsfair's tasks build: the static-shape one
+(:mod:`mdsfair.generation.static_decoding`) wherever it gives fairseq's
+beams, else fairseq's (:func:`choose_generator`), with a working n-gram
+blocker.
 
 ``MultiDocSummarizationTask.build_generator`` (and so ``fairseq-generate``,
 the hub's ``generate()`` / ``summarize()``, ``mdsfair-attention-analysis`` and

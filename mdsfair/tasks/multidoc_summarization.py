@@ -30,7 +30,7 @@ from mdsfair.data.manifest import STRUCTURE_STREAMS, recorded_source_layout
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
-from mdsfair.generation.sequence_generator import build_sequence_generator, static_decoding_generator
+from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
 from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
 from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
@@ -104,14 +104,19 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
     )
     static_decoding: bool = field(
         default=False,
-        metadata={"help": "beam search with a fixed batch x beam shape: finished sources stay in the batch as "
-                          "padding, the encoder output is expanded once and never reordered "
-                          "(mdsfair.generation.static_decoding); the same best beams as fairseq's generator, "
-                          "with less host work per step; no --constraints"},
+        metadata={"help": "insist on the static-shape beam search (mdsfair.generation.static_decoding: a fixed "
+                          "batch x beam shape, the encoder output expanded once; the default generator wherever it "
+                          "gives fairseq's beams): refuse --constraints and --print-alignment instead of handing "
+                          "them to fairseq's generator"},
+    )
+    fairseq_generator: bool = field(
+        default=False,
+        metadata={"help": "generate with fairseq's SequenceGenerator instead of the static-shape beam search "
+                          "(the default, same best beams; mdsfair.generation.static_decoding)"},
     )
     static_decoding_buckets: str = field(
         default="",
-        metadata={"help": "with --static-decoding: comma-separated batch sizes; every batch is padded to the "
+        metadata={"help": "for the static-shape generator: comma-separated batch sizes; every batch is padded to the "
                           "smallest that holds it (its last source repeated, the copies' output dropped), so that "
                           "batches share a few shapes; empty (default): each batch keeps its own size"},
     )
@@ -487,13 +492,16 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
                         prefix_allowed_tokens_fn=None):
-        """fairseq's generator with mdsfair's vectorized n-gram blocker (fairseq's
-        blocks nothing; see :mod:`mdsfair.generation.sequence_generator`);
-        with ``--static-decoding`` the fixed-shape beam search of
-        :mod:`mdsfair.generation.static_decoding`."""
-        if getattr(self.cfg, "static_decoding", False):
-            seq_gen_cls, extra_gen_cls_kwargs = static_decoding_generator(
-                args, seq_gen_cls, extra_gen_cls_kwargs, self.cfg.static_decoding_buckets)
+        """The fixed-shape beam search of :mod:`mdsfair.generation.static_decoding`
+        wherever it gives fairseq's beams, else (or with ``--fairseq-generator``)
+        fairseq's generator, with one INFO line saying why
+        (:func:`~mdsfair.generation.sequence_generator.choose_generator`); with
+        mdsfair's vectorized n-gram blocker (fairseq's blocks nothing)."""
+        seq_gen_cls, extra_gen_cls_kwargs = choose_generator(
+            args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn,
+            static_decoding=getattr(self.cfg, "static_decoding", False),
+            fairseq_generator=getattr(self.cfg, "fairseq_generator", False),
+            bucket_sizes=getattr(self.cfg, "static_decoding_buckets", ""))
         return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs,
                                         prefix_allowed_tokens_fn)
 
