@@ -12,13 +12,21 @@ Two implementations with the same parameters and the same numbers:
 
 * ``dense``: the authors' way, a ``[B, H, T, T]`` score matrix with the rule
   as an additive mask. Kept as the reference for tests and benchmarks.
-* ``blocked`` (the optimization the paper leaves undone, Sec. 7): queries,
-  keys and values are gathered into ``[B * D, L]`` document blocks (``D``
-  documents, ``L`` the longest one) and attention runs inside each block;
-  each block's keys are extended by the ``D`` SOD keys of its example, which
-  only the block's SOD query may use, so a SOD row is one softmax over the
-  union of its document and the other SODs. Memory grows with
-  ``B * D * L * (L + D)`` instead of ``B * T^2``.
+* ``blocked`` (the optimization the paper leaves undone, Sec. 7): every
+  document is one block of queries, keys and values gathered from the
+  source, and attention runs inside each block; each block's keys are
+  extended by the ``D`` SOD keys of its example, which only the block's SOD
+  query may use, so a SOD row is one softmax over the union of its document
+  and the other SODs. The blocks are bucketed by document length (powers of
+  two from :attr:`DocumentLayout.SHORTEST_BUCKET` tokens; the longest
+  bucket's blocks as long as the longest document), one attention call per
+  bucket: a document of ``n`` tokens costs at most ``m * (m + D)`` scores
+  per head, ``m = max(2n, S)``, so memory grows with the sum over documents
+  of ``n * (n + D)`` (at most ``L + D`` per source token, ``L`` the longest
+  document) instead of ``B * T^2`` (dense), and a batch mixing a cluster of
+  many short documents with one of a long document costs what its documents
+  cost, not ``B * D * L * (L + D)`` (blocks padded to the most documents
+  times the longest document).
 
   On a GPU in 16-bit without attention dropout, ``blocked`` runs as
   variable-length flash attention instead (:func:`varlen_flash_available`):
@@ -50,27 +58,39 @@ IMPLEMENTATIONS = ("blocked", "dense")
 
 @dataclass
 class DocumentLayout:
-    """Where the documents of a batch lie in the flat ``[B, T]`` source.
+    """Where the documents of a batch lie in the flat ``[B, T]`` source, and
+    the length buckets of their blocks.
 
-    Built once per encoder forward and shared by all layers.
+    Built once per encoder forward and shared by all layers. Every document
+    is one block of its bucket: documents of up to ``S`` tokens
+    (:attr:`SHORTEST_BUCKET`) share the first bucket, those of ``S * 2^(k-1)``
+    to ``S * 2^k`` tokens bucket ``k``, whose blocks are ``S * 2^k`` slots
+    long (the longest document's bucket: as long as that document). A
+    document of ``n`` tokens thus costs at most ``m * (m + D)`` attention
+    scores per head, ``m = max(2n, S)``, whatever the other documents of the
+    batch (``D``: the most documents of an example).
 
     Attributes:
         document_ids: ``[B, T]`` document of each token, -1 at padding.
         start_mask: ``[B, T]`` True at each document's first (SOD) token.
         document_lengths: ``[B, D]`` tokens per document (0: no such document).
-        block_index: ``[B * D, L + D]`` index into the flattened ``[B * T]``
-            sequence of every block slot (slots past a document's end, and
-            every slot of a missing document's block, point at the batch's
-            last token and are masked), followed by the ``D`` SOD tokens
-            of the block's example (Sec. 4.1.2): the keys of the block, so
-            that one gather makes a block's queries (its first ``L`` slots),
-            keys and values.
-        block_key_mask: ``[B * D, L]`` True where a block slot holds a token
-            (an empty block keeps slot 0 so that its softmax stays finite; its
-            output is never read).
-        unblock_index: ``[B * T]`` index into the flattened ``[B * D * L]``
-            block slots of every token; padding points at the last slot (its
-            row is zeroed, :attr:`padding_rows`).
+        sod_token_rows: ``[B * D]`` row of the flattened ``[B * T]`` source
+            holding each document's SOD token (a missing document: the
+            batch's last token).
+        buckets: ``(documents, block length)`` of every bucket, shortest
+            first (host integers).
+        bucket_documents: per bucket, ``[documents]`` index into the
+            ``B * D`` documents of its blocks; None when one bucket holds
+            every document in order.
+        block_index: ``[sum over buckets of documents * (length + D)]``
+            index into the flattened ``[B * T]`` sequence of every block
+            slot, bucket after bucket: each block's ``length`` slots (slots
+            past the document's end repeat its SOD and are masked), then the
+            ``D`` SOD tokens of its example (Sec. 4.1.2): one gather makes a
+            block's queries (its first ``length`` slots), keys and values.
+        unblock_index: ``[B * T]`` index into the block slots (bucket after
+            bucket, ``documents * length`` each) of every token; padding
+            points at slot 0 (its row is zeroed, :attr:`padding_rows`).
         padding_rows: ``[B * T, 1]`` True at padding, or None when the batch
             has none (read with the layout's one host read).
     """
@@ -78,15 +98,20 @@ class DocumentLayout:
     document_ids: Tensor
     start_mask: Tensor
     document_lengths: Tensor
+    sod_token_rows: Tensor
+    buckets: Tuple[Tuple[int, int], ...]
+    bucket_documents: Optional[Tuple[Tensor, ...]]
     block_index: Tensor
-    block_key_mask: Tensor
     unblock_index: Tensor
     padding_rows: Optional[Tensor] = None
     _segments: Optional[Tuple[Tensor, int, bool]] = field(default=None, repr=False, compare=False)
     #: (segments, longest segment, padded) of :meth:`flat_segments`, when read with the layout
     _segment_sizes: Optional[Tuple[int, int, bool]] = field(default=None, repr=False, compare=False)
     _sod_key_mask: Optional[Tensor] = field(default=None, repr=False, compare=False)
-    _block_bias: Dict[torch.dtype, Tensor] = field(default_factory=dict, repr=False, compare=False)
+    _block_bias: Dict[torch.dtype, Tuple[Tensor, ...]] = field(default_factory=dict, repr=False, compare=False)
+
+    #: Block length of the first bucket (documents of at most this many tokens); bucket k's is twice bucket k-1's.
+    SHORTEST_BUCKET = 16
 
     def flat_segments(self) -> Tuple[Tensor, int, bool]:
         """The documents and padding runs of the flat ``[B * T]`` source as
@@ -126,9 +151,9 @@ class DocumentLayout:
     def sod_rows(self) -> Tuple[Tensor, Tensor]:
         """``[B * D]`` rows of the flat source holding each document's SOD
         token: for reading (a missing document reads the batch's last token,
-        :attr:`block_index`) and for writing (a missing document writes the extra row
+        :attr:`sod_token_rows`) and for writing (a missing document writes the extra row
         ``B * T``)."""
-        read = self.block_index[:, 0]
+        read = self.sod_token_rows
         write = read.masked_fill(self.document_lengths.view(-1).eq(0), self.document_ids.numel())
         return read, write
 
@@ -136,25 +161,24 @@ class DocumentLayout:
     def num_documents(self) -> int:
         return self.document_lengths.size(1)
 
-    @property
-    def block_length(self) -> int:
-        return self.block_key_mask.size(1)
-
     @classmethod
     def from_document_ids(cls, document_ids: Tensor, structure=None,
-                          read_segment_sizes: Optional[bool] = None) -> "DocumentLayout":
+                          read_segment_sizes: Optional[bool] = None,
+                          shortest_bucket: Optional[int] = None) -> "DocumentLayout":
         """Layout of the data contract's ``src_doc_ids`` (every document one
         contiguous run of tokens, -1 at padding).
 
         The documents are numbered by their order in the source (an id
-        that no token carries has no block: its block would be empty and
-        read by nothing). The two sizes the host needs (documents, longest
-        document) and the checks of the ids are read in one host read,
-        together with what ``structure`` (a
+        that no token carries has no block). What the host needs (the
+        documents per example, the longest document, the documents of
+        every length bucket) and the checks of the ids are read in one host
+        read, together with what ``structure`` (a
         :class:`~mdsfair.modules.components.SourceStructure`) holds: one
         synchronization per batch. ``read_segment_sizes`` (default: on a
         GPU, where the variable-length flash path may run): the sizes of
-        :meth:`flat_segments` are read in the same host read."""
+        :meth:`flat_segments` are read in the same host read.
+        ``shortest_bucket``: the first bucket's block length (default
+        :attr:`SHORTEST_BUCKET`)."""
         from mdsfair.modules.components import SourceStructure
 
         if document_ids.dim() != 2:
@@ -174,74 +198,149 @@ class DocumentLayout:
         distinct_ids = segment_start_mask(document_ids.sort(dim=1).values).sum(dim=1)
         checks.check(documents_per_example.ne(distinct_ids).any(),
                      "document ids must form contiguous runs (each document's tokens consecutive)")
+        # the bucket bounds 0, S, 2S, 4S, ... below T: a document is longer than t tokens where it has offset t
+        shortest_bucket = cls.SHORTEST_BUCKET if shortest_bucket is None else shortest_bucket
+        if shortest_bucket < 1:
+            raise ValueError(f"the shortest document bucket needs at least one slot, got {shortest_bucket}")
+        bucket_bounds, bound = [0], shortest_bucket
+        while bound < length:
+            bucket_bounds.append(bound)
+            bound *= 2
+        bounds = torch.tensor(bucket_bounds, device=device)
+        longer_than = runs.offsets.unsqueeze(-1).eq(bounds).sum(dim=(0, 1))  # [C] documents longer than each
         if read_segment_sizes is None:
             read_segment_sizes = device.type == "cuda"
         segment_counts = ()
         if read_segment_sizes:  # every document and every run of padding is one segment
             segment_counts = (segment_boundaries(document_ids).sum(), document_ids.lt(0).sum(dim=1).max())
-        num_documents, lowest_offset, highest_offset, *segment_counts = checks.read(
-            num_documents, *runs.offset_range, *segment_counts)
-        block_length, padded = highest_offset + 1, lowest_offset < 0
-        num_slots = batch_size * num_documents * block_length
+        num_documents, lowest_offset, highest_offset, *counts = checks.read(
+            num_documents, *runs.offset_range, *longer_than.unbind(0), *segment_counts)
+        longer_than, segment_counts = counts[:len(bucket_bounds)] + [0], counts[len(bucket_bounds):]
+        longest, padded = highest_offset + 1, lowest_offset < 0
+        num_blocks, num_tokens = batch_size * num_documents, batch_size * length
 
-        # every token's block slot: document d of example b is block b * D + d, its token i slot i
+        # the buckets that hold documents: (bucket class, documents, block length)
+        upper_bounds = bucket_bounds[1:] + [length]
+        buckets = [(index, longer_than[index] - longer_than[index + 1], min(upper_bounds[index], longest))
+                   for index in range(len(bucket_bounds)) if longer_than[index] > longer_than[index + 1]]
+
+        # every token's document among the B * D (padding: the extra document B * D)
         document_index = runs.segment_count - 1  # 0, 1, ... by order in the source
-        first_block = (torch.arange(batch_size, device=device) * num_documents).view(-1, 1)
-        unblock_index = (first_block + document_index) * block_length + runs.offsets
         padding = runs.offsets.lt(0) if padded else None
+        token_document = document_index + (torch.arange(batch_size, device=device) * num_documents).view(-1, 1)
         if padded:
-            unblock_index.masked_fill_(padding, num_slots)  # one slot past the blocks, dropped below
             document_index.masked_fill_(padding, -1)
-        # and the inverse, the token row of every slot; slots past a document's end hold B * T
-        block_rows = unblock_index.new_full((num_slots + int(padded),), batch_size * length)
-        block_rows.scatter_(0, unblock_index.view(-1), torch.arange(batch_size * length, device=device))
-        block_rows = block_rows[:num_slots].view(batch_size * num_documents, block_length)
-        block_key_mask = block_rows.ne(batch_size * length)
-        lengths = block_key_mask.sum(dim=1).view(batch_size, num_documents)
-        block_key_mask.select(1, 0).fill_(True)
-        block_rows.clamp_max_(batch_size * length - 1)  # past the end: a token, masked
-        blocks = block_rows.view(batch_size, num_documents, block_length)
-        # every block's keys also hold the D SOD tokens of its example (Sec. 4.1.2)
-        sod_rows = blocks.select(2, 0).unsqueeze(1).expand(-1, num_documents, -1)  # [B, D blocks, D SODs]
-        block_index = torch.cat([blocks, sod_rows], dim=2)
-        if padded:
-            unblock_index.clamp_max_(num_slots - 1)  # padding reads the last slot; zeroed by padding_rows
+            token_document.masked_fill_(padding, num_blocks)
+        token_document = token_document.view(-1)
+        lengths = token_document.new_zeros(num_blocks + 1).scatter_add_(
+            0, token_document, torch.ones_like(token_document))[:num_blocks]
+        sod_token_rows = token_document.new_full((num_blocks + 1,), num_tokens - 1).scatter_(
+            0, torch.where(runs.start_mask.view(-1), token_document, num_blocks),
+            torch.arange(num_tokens, device=device))[:num_blocks]
+
+        if len(buckets) == 1 and longer_than[0] == num_blocks:
+            # one bucket holding every document, in order: document j's slots start at j * length
+            block_length = buckets[0][2]
+            bucket_documents = None
+            unblock_index = token_document * block_length + runs.offsets.view(-1)
+            starts = sod_token_rows.view(batch_size, num_documents, 1)
+            example_sods = sod_token_rows.view(batch_size, 1, num_documents).expand(-1, num_documents, -1)
+            block_index = [(starts, lengths.view(batch_size, num_documents, 1), example_sods, block_length)]
+        else:
+            # each document's bucket (missing documents: one past the last), then the documents sorted by it
+            document_class = lengths.unsqueeze(1).gt(bounds).sum(dim=1) - 1
+            document_class.masked_fill_(lengths.eq(0), len(bucket_bounds))
+            sorted_documents = torch.sort(document_class, stable=True).indices
+            rank = torch.empty_like(sorted_documents).scatter_(
+                0, sorted_documents, torch.arange(num_blocks, device=device))
+            # per bucket class: its first document among the sorted ones, its first block slot, its block length
+            first_document, first_slot, block_lengths = ([0] * (len(bucket_bounds) + 1) for _ in range(3))
+            documents_before = slots_before = 0
+            for index, documents, block_length in buckets:
+                first_document[index], first_slot[index], block_lengths[index] = (
+                    documents_before, slots_before, block_length)
+                documents_before += documents
+                slots_before += documents * block_length
+            first_document[-1] = documents_before
+            document_first, slot_first, document_block_length = torch.tensor(
+                [first_document, first_slot, block_lengths], device=device).index_select(1, document_class)
+            document_slots = slot_first + (rank - document_first) * document_block_length
+            # every token's block slot: its document's first slot plus its offset
+            unblock_index = torch.cat([document_slots, document_slots.new_zeros(1)]).index_select(0, token_document)
+            unblock_index = unblock_index + runs.offsets.view(-1)
+            bucket_documents, block_index = [], []
+            example_sods = sod_token_rows.view(batch_size, num_documents)
+            for index, documents, block_length in buckets:
+                bucket = sorted_documents.narrow(0, first_document[index], documents)
+                bucket_documents.append(bucket)
+                block_index.append((sod_token_rows.index_select(0, bucket).unsqueeze(1),
+                                    lengths.index_select(0, bucket).unsqueeze(1),
+                                    example_sods.index_select(0, bucket.div(num_documents, rounding_mode="floor")),
+                                    block_length))
+            bucket_documents = tuple(bucket_documents)
+        if padded:  # padding reads slot 0
+            unblock_index.masked_fill_(padding.view(-1), 0)
+        # the block slots of every bucket: the document's tokens (past its end: its SOD, masked), then the
+        # D SOD tokens of its example (Sec. 4.1.2)
+        for index, (starts, block_lengths, example_sods, block_length) in enumerate(block_index):
+            slot = torch.arange(block_length, device=device)
+            block_index[index] = torch.cat(
+                [torch.where(slot.lt(block_lengths), starts + slot, starts), example_sods], dim=-1).view(-1)
         return cls(
             document_ids=document_index,
             start_mask=runs.start_mask,
-            document_lengths=lengths,
-            block_index=block_index.view(batch_size * num_documents, block_length + num_documents),
-            block_key_mask=block_key_mask,
-            unblock_index=unblock_index.view(-1),
+            document_lengths=lengths.view(batch_size, num_documents),
+            sod_token_rows=sod_token_rows,
+            buckets=tuple((documents, block_length) for _, documents, block_length in buckets),
+            bucket_documents=bucket_documents,
+            block_index=block_index[0] if len(block_index) == 1 else torch.cat(block_index),
+            unblock_index=unblock_index,
             padding_rows=padding.view(-1, 1) if padded else None,
             # the longest segment: the longest document, or a run of padding (contiguous in a batch)
-            _segment_sizes=(segment_counts[0], max(block_length, segment_counts[1]), padded)
+            _segment_sizes=(segment_counts[0], max(longest, segment_counts[1]), padded)
             if read_segment_sizes else None,
         )
 
-    def block_attention_bias(self, dtype: torch.dtype) -> Tensor:
-        """``[B * D, 1, L, L + D]`` additive mask in ``dtype`` of the keys
-        of every block slot (0: allowed, ``-inf``: not, what
-        ``F.scaled_dot_product_attention`` makes of a bool mask): the block's
-        own tokens, and for its SOD query (slot 0) also the SODs of the other
-        documents of its example (Sec. 4.1.2). Built once per layout and
-        dtype, shared by every layer."""
-        bias = self._block_bias.get(dtype)
-        if bias is None:
-            num_documents, block_length = self.num_documents, self.block_length
-            device = self.block_key_mask.device
-            # the keys of every SOD query: its block's tokens, then the SODs of the other existing documents
-            key_bias = torch.zeros(self.block_key_mask.size(0), block_length + num_documents, dtype=dtype,
-                                   device=device)
-            key_bias[:, :block_length].masked_fill_(~self.block_key_mask, float("-inf"))
-            sod_bias = key_bias.view(-1, num_documents, block_length + num_documents)[:, :, block_length:]
-            sod_bias.masked_fill_(self.document_lengths.eq(0).unsqueeze(1), float("-inf"))  # [B, D, D]
-            sod_bias.diagonal(dim1=1, dim2=2).fill_(float("-inf"))  # its own SOD is its slot 0
-            # the other queries (slots 1, 2, ...) see no SOD slot
-            slot_bias = torch.zeros(block_length, block_length + num_documents, dtype=dtype, device=device)
-            slot_bias[1:, block_length:].fill_(float("-inf"))
-            bias = self._block_bias[dtype] = key_bias.view(-1, 1, 1, block_length + num_documents) + slot_bias
-        return bias
+    def block_attention_bias(self, dtype: torch.dtype) -> Tuple[Tensor, ...]:
+        """Per bucket, the ``[documents, 1, length, length + D]`` additive
+        mask in ``dtype`` of the keys of every block slot (0: allowed,
+        ``-inf``: not, what ``F.scaled_dot_product_attention`` makes of a
+        bool mask): the block's own tokens, and for its SOD query (slot 0)
+        also the SODs of the other documents of its example (Sec. 4.1.2).
+        Built once per layout and dtype, shared by every layer."""
+        biases = self._block_bias.get(dtype)
+        if biases is None:
+            batch_size, num_documents = self.document_lengths.shape
+            device = self.document_lengths.device
+            lengths = self.document_lengths.view(-1)
+            biases = []
+            for index, (documents, block_length) in enumerate(self.buckets):
+                if self.bucket_documents is None:  # every document, in order
+                    block_lengths, own_sod = lengths, None
+                    example_lengths = self.document_lengths.unsqueeze(1)  # [B, 1, D]
+                else:
+                    bucket = self.bucket_documents[index]
+                    block_lengths, own_sod = lengths.index_select(0, bucket), bucket.remainder(num_documents)
+                    example_lengths = self.document_lengths.index_select(
+                        0, bucket.div(num_documents, rounding_mode="floor"))
+                slot = torch.arange(block_length, device=device)
+                key_bias = torch.zeros(documents, block_length + num_documents, dtype=dtype, device=device)
+                key_bias[:, :block_length].masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf"))
+                # the keys of every SOD query: the SODs of the other existing documents of its example
+                sod_bias = key_bias[:, block_length:]
+                if own_sod is None:  # [B, D blocks, D SODs]; its own SOD is its slot 0
+                    sod_bias = sod_bias.view(batch_size, num_documents, num_documents)
+                    sod_bias.masked_fill_(example_lengths.eq(0), float("-inf"))
+                    sod_bias.diagonal(dim1=1, dim2=2).fill_(float("-inf"))
+                else:
+                    sod_bias.masked_fill_(example_lengths.eq(0), float("-inf"))
+                    sod_bias.scatter_(1, own_sod.unsqueeze(1), float("-inf"))
+                # the other queries (slots 1, 2, ...) see no SOD slot
+                slot_bias = torch.zeros(block_length, block_length + num_documents, dtype=dtype, device=device)
+                slot_bias[1:, block_length:].fill_(float("-inf"))
+                biases.append(key_bias.view(documents, 1, 1, block_length + num_documents) + slot_bias)
+            biases = self._block_bias[dtype] = tuple(biases)
+        return biases
 
 
 def varlen_flash_available(query: Tensor, dropout: float, head_dim: Optional[int] = None) -> bool:
@@ -330,40 +429,54 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         query, key, value = self._project(x)
         scores = torch.einsum("bihd,bjhd->bhij", query, key)
         allowed = document_attention_mask(layout.document_ids).unsqueeze(1)
-        probabilities = F.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1, dtype=torch.float32)
+        # the softmax in at least float32 (a float64 reference stays float64)
+        probabilities = F.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1,
+                                  dtype=torch.promote_types(scores.dtype, torch.float32))
         probabilities = probabilities.type_as(scores)
         context = torch.einsum("bhij,bjhd->bihd", self.dropout_module(probabilities), value)
         context = context * layout.document_ids.ge(0).view(*context.shape[:2], 1, 1).type_as(context)
         return self._output(context), (probabilities if need_weights else None)
 
     def _blocked(self, x: Tensor, layout: DocumentLayout) -> Tensor:
-        """Attention inside ``[B * D, L]`` document blocks plus the SOD exchange.
+        """Attention inside the document blocks of every length bucket, plus
+        the SOD exchange.
 
-        Every block's keys are its ``L`` slots followed by the ``D`` SOD keys
-        of its example; only the block's SOD query (slot 0) may use the
-        latter, and not its own SOD twice, so each SOD row is one softmax over
-        the union of its document and the other SODs. The block attention
-        runs in ``F.scaled_dot_product_attention`` (fused kernels where the
-        device has them).
+        Every block's keys are its slots followed by the ``D`` SOD keys of
+        its example; only the block's SOD query (slot 0) may use the latter,
+        and not its own SOD twice, so each SOD row is one softmax over the
+        union of its document and the other SODs. The attention of each
+        bucket runs in ``F.scaled_dot_product_attention`` (fused kernels
+        where the device has them).
         """
         length, batch_size, _ = x.shape
-        num_documents, block_length = layout.num_documents, layout.block_length
+        num_documents = layout.num_documents
         heads, head_dim = self.num_heads, self.head_dim
         dropout = self.dropout_module.p if (self.training or self.dropout_module.apply_during_inference) else 0.0
         if varlen_flash_available(x, dropout, head_dim):
             return self._output(self._varlen_documents(*self._project(x), layout))
         weight, bias = self._stacked_projection()
-        # queries (scaled), keys and values from one product, gathered into blocks with one index:
-        # [B*T, 3C] -> [3, B*D, H, L + D, d], every block's L slots, then its example's D SOD tokens
+        # queries (scaled), keys and values from one product, gathered into the blocks of every bucket with
+        # one index: [B*T, 3C] -> per bucket [3, documents, H, length + D, d], every block's slots, then its
+        # example's D SOD tokens
         projected = F.linear(x.transpose(0, 1), weight, bias).reshape(batch_size * length, 3 * self.embed_dim)
-        blocks = projected.index_select(0, layout.block_index.view(-1)).view(
-            batch_size * num_documents, block_length + num_documents, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
-        # the queries are the block slots; the keys and values also the SOD slots
-        context = F.scaled_dot_product_attention(blocks[0, :, :, :block_length], blocks[1], blocks[2],
-                                                 attn_mask=layout.block_attention_bias(blocks.dtype),
-                                                 dropout_p=dropout, scale=1.0)
-        context = context.transpose(1, 2).reshape(-1, self.embed_dim).index_select(0, layout.unblock_index)
-        if layout.padding_rows is not None:  # padding read the last slot: zero it
+        slots = projected.index_select(0, layout.block_index)
+        if len(layout.buckets) > 1:
+            slots = slots.split([documents * (block_length + num_documents)
+                                 for documents, block_length in layout.buckets])
+        else:
+            slots = (slots,)
+        contexts = []
+        for bucket_slots, (documents, block_length), block_bias in zip(
+                slots, layout.buckets, layout.block_attention_bias(projected.dtype)):
+            blocks = bucket_slots.view(documents, block_length + num_documents, 3, heads, head_dim).permute(
+                2, 0, 3, 1, 4)
+            # the queries are the block slots; the keys and values also the SOD slots
+            context = F.scaled_dot_product_attention(blocks[0, :, :, :block_length], blocks[1], blocks[2],
+                                                     attn_mask=block_bias, dropout_p=dropout, scale=1.0)
+            contexts.append(context.transpose(1, 2).reshape(-1, self.embed_dim))
+        context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
+        context = context.index_select(0, layout.unblock_index)
+        if layout.padding_rows is not None:  # padding read slot 0: zero it
             context.masked_fill_(layout.padding_rows, 0)
         return self.out_proj(context.view(batch_size, length, self.embed_dim).transpose(0, 1))
 
