@@ -1,5 +1,6 @@
 """PageSum on BART (Liu et al. 2022): pages, model equivalences, generation, CLI."""
 import json
+import logging
 import os
 
 import pytest
@@ -652,12 +653,15 @@ def test_empty_pages_is_read_from_the_checkpoint_cfg(workdir, data_bin, pagesum_
     assert loaded[None].empty_pages == "mask" and loaded[None].filler_tokens is None
 
 
-def test_page_importance_of_references(workdir, data_bin, pagesum_checkpoint):
+def test_page_importance_of_references(workdir, data_bin, pagesum_checkpoint, caplog):
     from mdsfair.evaluation.page_importance import cli_main
 
     out_dir = os.path.join(workdir, "importance")
+    caplog.set_level(logging.DEBUG)  # as fairseq's import leaves the root logger
     cli_main(["--checkpoint", pagesum_checkpoint, "--data", data_bin, "--split", "valid", "--examples", "0,2",
               "--output-dir", out_dir, "--cpu"])
+    # drawing the heatmaps logs none of matplotlib's font search ("findfont: ...")
+    assert not [record.getMessage() for record in caplog.records if record.name.startswith("matplotlib")]
     task, _ = build(data_bin)
     task.load_dataset("valid")
     for record in read_page_importance(out_dir, [0, 2]):

@@ -19,6 +19,7 @@ example (pages x decoding steps, darker = more important)::
 """
 import argparse
 import json
+import logging
 import os
 from typing import TYPE_CHECKING, List, Optional
 
@@ -125,6 +126,9 @@ def cli_main(argv: Optional[List[str]] = None):
     from fairseq import checkpoint_utils, utils
 
     mdsfair.register()  # the task and model, the checkpoint checks
+    # importing fairseq sets the root logger to DEBUG (its wav2vec module), which would print
+    # matplotlib's font search (a hundred and more "findfont" lines) while the heatmaps are drawn
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     indices = parse_examples(args.examples)
     models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides={"data": args.data})
