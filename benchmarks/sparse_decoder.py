@@ -17,6 +17,17 @@ run on the same weights:
   sentence encoder that Sec. 4.5 proposes instead of the BiGRU
   (``--sentence-encoder attention-pooling``).
 
+Sources are split into sentences of ``--sentence-tokens`` tokens, or, with
+``--sentences-per-source S1 S2 ...``, into each of those counts of
+sentences of near-equal length (``N / S`` tokens, rounded either way) at
+every ``--source-lengths``: a sweep over the sentence count at a fixed
+source length (4,096 tokens = 200 sentences of about 20 tokens, a
+Multi-News-like cluster). The approximator scores all S sentences at every
+step (Eq. 7) while the decoder reads the ``r`` kept sentences' tokens, so
+the two costs move in opposite directions as S grows; every setting of the
+sweep times stock BART again in the same run, and its rows' ratios are
+against that.
+
 Each configuration runs with ``--batch-sizes`` sources per batch (fairseq-
 generate batches sources; with one source the decoder's per-step cost is
 mostly reading its own weights, which no attention change can remove).
@@ -115,12 +126,18 @@ def variant_like(sparse_model, options, dictionary, max_source_positions, **vari
     return other
 
 
-def synthetic_batch(dictionary, batch_size, source_tokens, sentence_tokens, generator):
+def synthetic_batch(dictionary, batch_size, source_tokens, sentence_tokens, generator, num_sentences=None):
     """``batch_size`` sources of ``source_tokens`` tokens (``</s>`` last) in
-    sentences of ``sentence_tokens`` tokens."""
+    sentences of ``sentence_tokens`` tokens, or, if ``num_sentences`` is
+    given, in ``num_sentences`` sentences of near-equal length (token ``i``
+    in sentence ``floor(i * S / N)``: lengths ``N / S`` rounded down or up)."""
     tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch_size, source_tokens), generator=generator)
     tokens[:, -1] = dictionary.eos()
-    sentence_ids = (torch.arange(source_tokens) // sentence_tokens).repeat(batch_size, 1)
+    if num_sentences is None:
+        sentence_ids = torch.arange(source_tokens) // sentence_tokens
+    else:
+        sentence_ids = torch.arange(source_tokens) * num_sentences // source_tokens
+    sentence_ids = sentence_ids.repeat(batch_size, 1)
     sentence_ids[:, -1] = sentence_ids[:, -2]
     return {
         "net_input": {
@@ -159,6 +176,17 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     return lambda: generator.generate([model], sample)
 
 
+def sentence_counts(text: str):
+    """``--sentences-per-source``: comma-separated positive integers."""
+    try:
+        counts = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated sentence counts such as 100,200, got {text!r}")
+    if any(count < 1 for count in counts):
+        raise argparse.ArgumentTypeError(f"sentence counts must be at least 1, got {text!r}")
+    return counts
+
+
 def main(argv=None):
     parser = harness.argument_parser(__doc__, whole_docstring=True)
     harness.add_device(parser)
@@ -171,8 +199,14 @@ def main(argv=None):
                         help="r of the rows with the model-free approximator (App. D); none: no such rows")
     parser.add_argument("--pooling-top-r", type=int, nargs="*", default=[5],
                         help="r of the rows with the attention-pooling sentence encoder (Sec. 4.5); none: no such rows")
-    parser.add_argument("--sentence-tokens", type=int, default=30,
-                        help="tokens per sentence N2 (CNN/DM: 870/28.7 = 30; arXiv: 8584/237 = 36)")
+    sentences = parser.add_mutually_exclusive_group()
+    sentences.add_argument("--sentence-tokens", type=int, default=30,
+                           help="tokens per sentence N2 (CNN/DM: 870/28.7 = 30; arXiv: 8584/237 = 36)")
+    sentences.add_argument("--sentences-per-source", type=sentence_counts, default=None, metavar="S1,S2,...",
+                           help="instead of --sentence-tokens: a sweep over the sentence count N1, each source of "
+                                "every --source-lengths split into S near-equal sentences for each S given "
+                                "(comma-separated, e.g. 100,200,300,400: at 4,096 tokens 200 sentences are about "
+                                "20 tokens, as Multi-News), stock BART timed again at every S")
     parser.add_argument("--target-length", type=int, default=60, help="decoding steps M (min = max length)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (the paper: 4)")
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (BART-base: 6)")
@@ -190,6 +224,12 @@ def main(argv=None):
     harness.add_profile(parser, "after the timings, profile one decoding of the 'full' row and of the first --top-r row")
     results.add_argument(parser)
     options = harness.parse(parser, argv)
+    if options.sentences_per_source is not None:
+        too_many = [(count, tokens) for count in options.sentences_per_source for tokens in options.source_lengths
+                    if 2 * count > tokens]
+        if too_many:
+            parser.error(f"--sentences-per-source {too_many[0][0]} needs at least {2 * too_many[0][0]} source tokens "
+                         f"(--source-lengths {too_many[0][1]}): sentences of at least 2 tokens, </s> joining the last")
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
@@ -207,8 +247,9 @@ def main(argv=None):
               for name, m in models.items()}
     print(f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
           f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
-          f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; sentences of "
-          f"{options.sentence_tokens} tokens")
+          f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; " + (
+              f"sentences of {options.sentence_tokens} tokens" if options.sentences_per_source is None else
+              f"{', '.join(map(str, options.sentences_per_source))} sentences per source (N1)"))
     header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
               f"{'dec %':>14} {'dec vs stock':>18} {'total vs stock':>18} {'dec vs full':>18} {'total vs full':>18}")
     harness.print_header(header)
@@ -221,13 +262,16 @@ def main(argv=None):
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
         for source_tokens in options.source_lengths:
-            sample = synthetic_batch(dictionary, batch_size, source_tokens, options.sentence_tokens, random)
-            sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
-            samples = {name: sample for name in models}
-            samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
-            num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
-            measured.add(*measure_rows(options, device, dictionary, models, samples, rows, batch_size,
-                                       source_tokens, num_sentences))
+            for sentences_per_source in options.sentences_per_source or [None]:
+                sample = synthetic_batch(dictionary, batch_size, source_tokens, options.sentence_tokens, random,
+                                         num_sentences=sentences_per_source)
+                sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
+                samples = {name: sample for name in models}
+                samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items()
+                                                  if k != "src_sent_ids"}}
+                num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
+                measured.add(*measure_rows(options, device, dictionary, models, samples, rows, batch_size,
+                                           source_tokens, num_sentences))
 
 
 def measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences):

@@ -271,3 +271,38 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
     led_row = record["rows"][0]
     assert led_row["total_speedup_vs_led"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
     assert "led_sparse" in capsys.readouterr().out
+
+
+def test_sparse_decoder_sweeps_the_sentence_count_at_a_fixed_source_length(tmp_path, capsys):
+    """benchmarks/sparse_decoder.py --sentences-per-source at toy size: each
+    source split into S near-equal sentences for every S given, every row of
+    every S set against the stock BART timed at that S (its own ratio exactly
+    1), and the sweep refused where a sentence would have under 2 tokens."""
+    import torch
+
+    from benchmarks import results, sparse_decoder
+
+    out = tmp_path / "sparse_decoder.json"
+    sparse_decoder.main(["--source-lengths", "64", "--sentences-per-source", "4,8", "--batch-sizes", "2",
+                         "--top-r", "2", "--model-free-top-r", "--pooling-top-r", "--layers", "1", "--dim", "16",
+                         "--heads", "2", "--vocab-size", "50", "--target-length", "3", "--beam", "2",
+                         "--repeats", "1", "--static-decoding", "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert results.problems(record) == []
+    assert [(row["sentences"], row["attention"]) for row in record["rows"]] == [
+        (4, "stock BART"), (4, "full"), (4, "r=2"), (8, "stock BART"), (8, "full"), (8, "r=2")]
+    for row in record["rows"]:
+        assert row["source_tokens"] == 64
+        if row["attention"] == "stock BART":
+            assert row["decoding_vs_stock"] == row["total_vs_stock"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
+    assert "4, 8 sentences per source" in capsys.readouterr().out
+
+    batch = sparse_decoder.synthetic_batch(sparse_decoder.harness.synthetic_dictionary(50), 1, 4096, 30,
+                                           torch.Generator().manual_seed(0), num_sentences=200)
+    lengths = torch.bincount(batch["net_input"]["src_sent_ids"][0])
+    assert lengths.numel() == 200 and set(lengths.tolist()) == {20, 21} and int(lengths.sum()) == 4096
+    with pytest.raises(SystemExit):
+        sparse_decoder.main(["--source-lengths", "64", "--sentences-per-source", "40"])
+    with pytest.raises(SystemExit):
+        sparse_decoder.main(["--sentences-per-source", "100", "--sentence-tokens", "20"])
+    assert "needs at least 80 source tokens" in capsys.readouterr().err
