@@ -169,14 +169,22 @@ def _describe_owner(owner: Dict) -> str:
 
 
 class DestinationLock:
-    """``DESTDIR/.mdsfair.lock``, held by this process (see the module docstring)."""
+    """``DESTDIR/.mdsfair.lock``, held by this process (see the module docstring).
+
+    ``lock_path`` puts the lock elsewhere: a command that writes one file
+    claims it with a lock beside it (:func:`single_file_lock_path`), its
+    ``dest`` then being that file. ``break_stale_flag`` is the command's flag
+    that removes a stale lock (None: it has none, and the message says to
+    remove the lock by hand)."""
 
     def __init__(self, dest: str, break_stale: bool = False, program: str = "mdsfair-preprocess",
-                 label: str = "--destdir"):
+                 label: str = "--destdir", lock_path: Optional[str] = None,
+                 break_stale_flag: Optional[str] = "--break-stale-lock"):
         self.dest = dest
         self.program, self.label = program, label
         self.program_with_article = ("an " if program[:1] in "aeioum" else "a ") + program
-        self.path = os.path.join(dest, LOCK_NAME)
+        self.path = lock_path or os.path.join(dest, LOCK_NAME)
+        self.break_stale_flag = break_stale_flag
         started = time.time()
         self.owner = {
             "pid": os.getpid(),
@@ -218,11 +226,13 @@ class DestinationLock:
                 staging = self._staging_of(owner)
                 if not break_stale:
                     leftover = f" and its partial output {staging}" if staging and os.path.exists(staging) else ""
+                    remedy = (f"Give {self.break_stale_flag} to remove the lock{leftover} and go on, or remove "
+                              "them yourself" if self.break_stale_flag else
+                              f"Remove {self.path}{leftover} and run again")
                     raise DestinationLockedError(
                         f"{self.label} {self.dest} has a stale lock {self.path}: the run that made it "
                         f"({_describe_owner(owner)}) is no longer running (killed or crashed). Nothing was "
-                        f"changed. Give --break-stale-lock to remove the lock{leftover} and go on, or remove "
-                        "them yourself"
+                        f"changed. {remedy}"
                     ) from None
                 self._break(owner, staging)
                 continue
@@ -235,7 +245,8 @@ class DestinationLock:
 
     def _staging_of(self, owner: Dict) -> Optional[str]:
         name = owner.get("staging")
-        if isinstance(name, str) and name.startswith(STAGING_PREFIX) and "/" not in name and "\\" not in name:
+        if (isinstance(name, str) and name.startswith(STAGING_PREFIX) and "/" not in name and "\\" not in name
+                and os.path.isdir(self.dest)):
             return os.path.join(self.dest, name)
         return None
 
@@ -414,8 +425,13 @@ class DestinationRun:
         dest = self.dest
         refuse_unusable_destination(dest, self.label)
         if not os.path.isdir(dest):
-            os.makedirs(dest)
-            self.created = True
+            parent = os.path.dirname(os.path.abspath(dest))
+            os.makedirs(parent, exist_ok=True)
+            try:  # atomic: of two runs creating it at once, one does; the lock then decides between them
+                os.mkdir(dest)
+                self.created = True
+            except FileExistsError:
+                refuse_unusable_destination(dest, self.label)
         try:
             self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False), self.program, self.label)
             self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args), self.program,
@@ -441,7 +457,10 @@ class DestinationRun:
             if self.lock is not None:
                 self.lock.release()
             if self.created and os.path.isdir(self.dest) and not os.listdir(self.dest):
-                os.rmdir(self.dest)
+                try:
+                    os.rmdir(self.dest)
+                except OSError:  # another run has just put its lock into it: the folder is now that run's
+                    pass
 
     def commit(self, manifest: Dict) -> None:
         """Move the run's files (``manifest["files"]``) from the staging
@@ -513,6 +532,13 @@ def finish_destdir(args, manifest: Dict) -> Dict:
         raise FileNotFoundError(f"{args.destdir}: the run should have written {missing} but did not")
     manifest["files"] = files
     return manifest
+
+
+def single_file_lock_path(path: str) -> str:
+    """The lock that claims the single output file ``path``: a hidden file
+    beside it, ``.NAME.mdsfair.lock``."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}{LOCK_NAME}")
 
 
 def copy_into(source: str, destination: str) -> str:

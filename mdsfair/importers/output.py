@@ -25,17 +25,27 @@ training with it on a data-bin whose ``dict.txt`` or BPE files are another
 import's is refused by the task (``DictionaryMismatchError``). An export's
 ``mdsfair.json`` records only what was exported and its files.
 
-A single-file output (``bart-to-led OUT.pt``) is written to a temporary file
-beside it and renamed over it (:func:`single_file_output`).
+A single-file output (``bart-to-led OUT.pt``) is claimed by a lock beside
+it (``.OUT.pt.mdsfair.lock``, created with ``O_CREAT | O_EXCL`` as the folder
+lock is), written to a temporary file and moved into place at the end
+(:func:`single_file_output`): of two runs writing the same file at once, the
+second is refused with the first named, and without ``--overwrite`` the move
+itself never replaces a file (a hard link, which fails when the name exists).
 """
 import contextlib
+import errno
 import os
 from types import SimpleNamespace
 from typing import Dict, Iterator, List, Optional
 
 from mdsfair.data.manifest import MANIFEST_NAME, MANIFEST_VERSION, STRUCTURE_STREAMS, default_text_normalization
 from mdsfair.importers import ImportRefused
-from mdsfair.preprocess.destdir import DestinationInUseError, DestinationRun
+from mdsfair.preprocess.destdir import (
+    DestinationInUseError,
+    DestinationLock,
+    DestinationRun,
+    single_file_lock_path,
+)
 
 OUT_DIR_LABEL = "OUT_DIR"
 #: The files an import or an export writes: under a damaged ``mdsfair.json`` (which the restore hint of
@@ -134,12 +144,39 @@ def import_record(staging: str, out_dir: str, manifest: Dict, model_state: Dict)
     return make_record(data, model_state)
 
 
+def _move_without_replacing(temporary: str, path: str) -> None:
+    """Move ``temporary`` to ``path`` unless ``path`` exists, atomically: a
+    hard link (which fails when the name is taken), then the temporary name
+    removed. Where the file system has no hard links, ``path`` is claimed by
+    creating it with ``O_CREAT | O_EXCL`` and the file renamed over it."""
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise ImportRefused(f"{path}: already there (written while this run worked); pass --overwrite to "
+                            "replace") from None
+    except OSError as error:
+        if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
+            raise
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            raise ImportRefused(f"{path}: already there (written while this run worked); pass --overwrite to "
+                                "replace") from None
+        os.replace(temporary, path)
+        return
+    os.remove(temporary)
+
+
 @contextlib.contextmanager
-def single_file_output(path: str, overwrite: bool) -> Iterator[str]:
-    """A temporary path beside ``path`` to write; renamed over ``path`` when
-    the block ends without an error (an error or Ctrl-C removes it and leaves
+def single_file_output(path: str, overwrite: bool, program: str = "mdsfair-import") -> Iterator[str]:
+    """A temporary path beside ``path`` to write; moved to ``path`` when the
+    block ends without an error (an error or Ctrl-C removes it and leaves
     ``path`` as it was). Refuses a folder at ``path`` and, without
-    ``overwrite``, an existing file."""
+    ``overwrite``, an existing file. From entry to exit the run holds the
+    lock :func:`~mdsfair.preprocess.destdir.single_file_lock_path` of
+    ``path`` (a second run writing ``path`` meanwhile is refused, naming
+    this one); without ``overwrite`` the file is moved in only if the name is
+    still free (:func:`_move_without_replacing`)."""
     if os.path.isdir(path):
         raise ImportRefused(f"{path}: is a directory; give the path of the checkpoint file to write")
     if os.path.lexists(path) and not overwrite:
@@ -147,13 +184,26 @@ def single_file_output(path: str, overwrite: bool) -> Iterator[str]:
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
         raise ImportRefused(f"{path}: the folder {folder} does not exist")
+    try:
+        lock = DestinationLock(path, program=program, label="OUT", lock_path=single_file_lock_path(path),
+                               break_stale_flag=None)
+    except DestinationInUseError as error:
+        raise ImportRefused(str(error)) from None
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
+        if os.path.lexists(path) and not overwrite:  # written by a run that ended before this one took the lock
+            raise ImportRefused(f"{path}: already there; pass --overwrite to replace")
         yield temporary
-        os.replace(temporary, path)
+        if overwrite:
+            os.replace(temporary, path)
+        else:
+            _move_without_replacing(temporary, path)
     finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+        try:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+        finally:
+            lock.release()
 
 
 def export_manifest(kind: str, checkpoint: str) -> Dict:
