@@ -12,9 +12,7 @@ from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, followi
 from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
-    model_free_log_probabilities,
     model_free_sentence_keys,
-    model_free_sentence_scores,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
 from mdsfair.modules.hypothesis_rows import HypothesisRows
@@ -25,9 +23,15 @@ from mdsfair.modules.sparse_cross_attention import (
     kept_token_layout,
     select_top_r_sentences,
 )
-from tests.utils import USER_DIR, make_tiny_bart_checkpoint, make_tiny_data_bin
-
-MAX_SOURCE = "128"
+from tests.sparse_fixtures import (
+    MAX_SOURCE,
+    ROW_SOURCES,
+    batch,
+    build,
+    model_free_sentence_log_scores,
+    random_sentence_ids,
+)
+from tests.utils import make_tiny_bart_checkpoint, make_tiny_data_bin
 
 
 # ---------------------------------------------------------------- fixtures
@@ -38,51 +42,9 @@ def data_bin(tmp_path_factory):
     return make_tiny_data_bin(str(tmp_path_factory.mktemp("sparse")), train=8, valid=4, test=4, vocab_size=300)
 
 
-def build(data_bin, *extra, stage="interleaved"):
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    argv = [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization_sparse", "--arch", "sparse_bart_tiny",
-        "--criterion", "sparse_kl", "--optimizer", "adam", "--lr", "3e-3", "--max-source-positions", MAX_SOURCE,
-        "--dropout", "0", "--attention-dropout", "0", "--cpu", "--seed", "1", "--top-r", "3",
-        "--sparse-training-stage", stage, "--max-tokens", "4096", *extra,
-    ]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    torch.manual_seed(1)
-    task = tasks.setup_task(cfg.task)
-    task.load_dataset("train")
-    model = task.build_model(cfg.model)
-    return cfg, task, model, task.build_criterion(cfg.criterion)
-
-
-def batch(task, model, indices=(0, 1, 2)):
-    dataset = task.datasets["train"]
-    return task._sample_for(model, dataset.collater([dataset[i] for i in indices]))
-
-
 @pytest.fixture(scope="module")
 def built(data_bin):
     return build(data_bin)
-
-
-def random_sentence_ids(bsz=3, src_len=23, seed=0):
-    """Non-decreasing sentence ids with right padding (-1), as the task makes them."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.full((bsz, src_len), -1, dtype=torch.long)
-    for b in range(bsz):
-        length = src_len - 4 * b
-        starts = torch.rand(length, generator=generator) < 0.25
-        starts[0] = False
-        ids[b, :length] = starts.long().cumsum(0)
-    return ids
-
-
-def model_free_sentence_log_scores(queries, sentence_key_sums, sentence_mask):
-    """App. D, Eq. 19 normalized over sentences per head: ``[B, H, T, S]``
-    log alpha~ (ranking uses the unnormalized scores, not these)."""
-    return model_free_log_probabilities(model_free_sentence_scores(queries, sentence_key_sums, sentence_mask),
-                                        sentence_mask)
 
 
 # ------------------------------------------------------- module-level numerics
@@ -188,9 +150,6 @@ def test_model_free_scores_match_eq19_loop():
         raw = torch.stack([(phi(queries[b]) @ phi(keys[b][:, ids[b] == s]).sum(1, keepdim=True).transpose(1, 2))[..., 0]
                            for s in real], -1)
         torch.testing.assert_close(log_scores[b][..., real], (raw / raw.sum(-1, keepdim=True)).log())
-
-
-ROW_SOURCES = torch.tensor([1, 0, 0, 1])  # two hypotheses per source, interleaved as after a beam reorder
 
 
 def sparse_attention_inputs(top_r, selection="approx", share=False, seed=0, approximator="model-based",
@@ -448,7 +407,7 @@ def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):
     read them."""
     _, task, model, _ = built
     net_input = batch(task, model)["net_input"]
-    from mdsfair.models.sparse_bart import sentence_context_from_encoder_out
+    from mdsfair.modules.cross_attention_components import sentence_context_from_encoder_out
 
     model.eval()
     try:

@@ -20,7 +20,7 @@ from mdsfair.modules.sentence_approximator import (
 from mdsfair.modules.sentence_saliency import sentence_layout
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
-from tests.test_sparse_bart import ROW_SOURCES, batch, build, model_free_sentence_log_scores, random_sentence_ids
+from tests.sparse_fixtures import ROW_SOURCES, batch, build, model_free_sentence_log_scores, random_sentence_ids
 from tests.utils import REPO_ROOT, USER_DIR, make_tiny_data_bin
 
 AUTHORS_EPS = 1e-8  # their ``eps`` of train_KL.py / train_integrated.py

@@ -22,7 +22,7 @@ from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
 from mdsfair.modules.sparse_cross_attention import SparseCrossAttention
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
-from tests.test_golden_outputs import load
+from tests.golden_outputs import load
 
 ARCH = "sparse_bart_tiny"
 

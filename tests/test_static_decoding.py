@@ -27,7 +27,7 @@ from mdsfair.generation.fast.static_beam_search import (
 )
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
-from tests.test_golden_outputs import ARCHITECTURES, load
+from tests.golden_outputs import ARCHITECTURES, load
 
 #: fairseq's get_normalized_probs casts every step's log-probabilities to float32 whatever the
 #: model's dtype: two batch shapes may round a float32 sum differently, a few units of float32

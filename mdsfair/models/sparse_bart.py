@@ -46,11 +46,6 @@ from mdsfair.models.presets import (
     family_defaults,
     hierencdec_source_positions,
 )
-from mdsfair.modules.cross_attention_components import (  # noqa: F401 (this model's public names)
-    SENTENCE_ENCODER_CHECKPOINT_CHUNK,
-    build_sentence_encoder,
-    sentence_context_from_encoder_out,
-)
 
 #: The one source of the sparse_bart model's defaults
 #: (``mdsfair.models.flag_defaults``): Manakul & Gales 2021, r = 5 (their
