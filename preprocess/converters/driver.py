@@ -33,7 +33,7 @@ def convert(format_name: str, inputs: Inputs, output_path: PathLike, split: str 
     ``ConversionOptions(skip_bad=True)``) and the report to count into (a new
     one when it has none); ``format_options_`` are the format's own keyword
     options (e.g. ``max_articles=10``). The file is written to
-    ``<output>.partial`` and renamed on success, so a failed conversion leaves
+    ``<output>.<pid>.partial`` and renamed on success, so a failed conversion leaves
     no output. Returns the :class:`ConversionReport`. An unregistered
     ``format_name`` raises ValueError naming the known formats."""
     generator_function = get_converter(format_name)
@@ -49,7 +49,7 @@ def convert(format_name: str, inputs: Inputs, output_path: PathLike, split: str 
     report.output_path = str(output)
     generator = generator_function(paths, split, options=options, **format_options_)
     output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
+    partial = output.with_name(f"{output.name}.{os.getpid()}.partial")  # one per run: concurrent runs never share it
     try:
         with open(partial, "w", encoding="utf-8", newline="\n") as handle:
             for cluster in generator:
