@@ -1,4 +1,8 @@
-"""Beam search with a fixed batch x beam shape (``--static-decoding``).
+"""Beam search with a fixed batch x beam shape: the generator mdsfair's
+task builds by default wherever it gives fairseq's beams
+(:func:`~mdsfair.generation.sequence_generator.choose_generator`;
+``--static-decoding`` insists on it, ``--fairseq-generator`` chooses
+fairseq's).
 
 fairseq's ``SequenceGenerator`` removes a source from the batch as soon as
 its ``beam`` hypotheses are finished: every tensor of the step, the encoder
