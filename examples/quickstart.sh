@@ -51,7 +51,10 @@ mdsfair-train "$OUT/data-bin" --task multidoc_summarization "${MODEL_ARGS[@]}" \
     --max-tokens 8000 --max-update "$TRAIN_UPDATES" \
     --save-dir "$OUT/checkpoints" --no-epoch-checkpoints --log-format simple --log-interval 50 \
     --num-workers 0 --seed 1 --cpu > "$OUT/train.log" 2>&1 || { tail -n 40 "$OUT/train.log"; exit 1; }
-grep -E "source tokens kept|^INFO:(train|valid):|done training" "$OUT/train.log" | sed -e 's/^INFO:[a-z_.]*://' 
+# the log's lines read "DATE TIME | INFO | LOGGER | message": show the truncation counts, the
+# train and valid losses and the training time, without the date and level
+grep -E "source tokens kept|\| INFO \| (train|valid) \||done training" "$OUT/train.log" \
+    | sed -E 's/^[0-9-]+ [0-9:,]+ \| INFO \| //'
 test -f "$OUT/checkpoints/checkpoint_last.pt"
 echo "trained $TRAIN_UPDATES updates in $(( $(date +%s) - TRAIN_START )) s wall"
 

@@ -38,6 +38,9 @@ def test_quickstart_script_end_to_end_and_load_independent(tmp_path):
     assert [name for name, _, _ in rows] == ["hiertransformer", "lead", "lexrank"]
     assert float(rows[1][1]) > 0  # Lead has unigram overlap with the references
     assert re.search(r"^trained 4 updates in \d+ s wall$", quiet, flags=re.M)
+    # the script shows the training's loss lines from the log
+    assert re.search(r"^train \| epoch 001 \| loss [\d.]+ ", quiet, flags=re.M), quiet
+    assert re.search(r"^valid \| epoch 001 \| valid on 'valid' subset \| loss [\d.]+ ", quiet, flags=re.M), quiet
     assert (tmp_path / "quiet" / "checkpoints" / "checkpoint_last.pt").exists()
     loaded = quickstart(tmp_path / "loaded", busy=True)
     table = re.compile(r"^(?:hiertransformer|lead|lexrank)\s.*$", flags=re.M)
