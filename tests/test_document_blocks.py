@@ -29,6 +29,8 @@ MIXED_BATCHES = {
     "batch of one, every bucket": document_ids_of([1, 2, 3, 5, 9, 17, 33]),
     "batch of one, one document": document_ids_of([12]),
     "no padding": document_ids_of([20, 4], [4, 20]),
+    # more documents than most of them have tokens: the SOD rows are recomputed after the blocks
+    "many documents shorter than their count": document_ids_of([2] * 12 + [3] * 6 + [1], [40], [5, 1]),
 }
 
 
@@ -70,6 +72,11 @@ def test_every_document_is_one_block_of_its_length_bucket():
     assert layout.sod_token_rows.tolist() == starts.tolist()
 
 
+def test_the_sod_keys_ride_in_the_blocks_only_where_they_at_most_double_them():
+    assert DocumentLayout.from_document_ids(MIXED_BATCHES["no padding"]).sod_keys_in_blocks
+    assert not DocumentLayout.from_document_ids(MIXED_BATCHES["many documents shorter than their count"]).sod_keys_in_blocks
+
+
 def test_missing_documents_have_no_block():
     document_ids = document_ids_of([3, 3, 3], [2])
     layout = DocumentLayout.from_document_ids(document_ids)
@@ -79,9 +86,14 @@ def test_missing_documents_have_no_block():
 
 
 def attention_scores(layout: DocumentLayout) -> int:
-    """Scores per head of the blocked attention: every block's slots times its keys."""
-    return sum(documents * block_length * (block_length + layout.num_documents)
-               for documents, block_length in layout.buckets)
+    """Scores per head of the blocked attention: every block's slots times
+    its keys, and the SOD rows' D * T per example when recomputed."""
+    if layout.sod_keys_in_blocks:
+        return sum(documents * block_length * (block_length + layout.num_documents)
+                   for documents, block_length in layout.buckets)
+    batch_size, length = layout.document_ids.shape
+    return sum(documents * block_length * block_length for documents, block_length in layout.buckets) + \
+        batch_size * layout.num_documents * length
 
 
 def test_a_mixed_batch_costs_what_its_documents_cost():
@@ -103,10 +115,12 @@ def test_a_mixed_batch_costs_what_its_documents_cost():
     assert attention_scores(layout) * 100 < batch_size * documents * long_document * (long_document + documents)
 
 
-def test_the_dense_mask_and_the_buckets_agree_on_who_sees_whom():
+@pytest.mark.parametrize("batch", ["left padding", "many documents shorter than their count"])
+def test_the_dense_mask_and_the_buckets_agree_on_who_sees_whom(batch):
     """Perturbing one token changes exactly the outputs the rule lets see it
-    (blocks in several buckets, padding on the left)."""
-    document_ids = MIXED_BATCHES["left padding"]
+    (blocks in several buckets; padding on the left; SOD rows recomputed
+    after the blocks)."""
+    document_ids = MIXED_BATCHES[batch]
     torch.manual_seed(1)
     attention = DocumentBlockedSelfAttention(16, 2, self_attention=True).double().eval()
     layout = DocumentLayout.from_document_ids(document_ids, shortest_bucket=2)

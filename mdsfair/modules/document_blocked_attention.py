@@ -17,13 +17,17 @@ Two implementations with the same parameters and the same numbers:
   source, and attention runs inside each block; each block's keys are
   extended by the ``D`` SOD keys of its example, which only the block's SOD
   query may use, so a SOD row is one softmax over the union of its document
-  and the other SODs. The blocks are bucketed by document length (powers of
+  and the other SODs (where those ``D`` keys would more than double the
+  batch's block slots, many documents shorter than ``D``, the blocks hold
+  their documents only and the ``B * D`` SOD rows are recomputed after them
+  over their document and the other SODs, one masked attention of ``D``
+  queries per example). The blocks are bucketed by document length (powers of
   two from :attr:`DocumentLayout.SHORTEST_BUCKET` tokens; the longest
   bucket's blocks as long as the longest document), one attention call per
   bucket: a document of ``n`` tokens costs at most ``m * (m + D)`` scores
-  per head, ``m = max(2n, S)``, so memory grows with the sum over documents
-  of ``n * (n + D)`` (at most ``L + D`` per source token, ``L`` the longest
-  document) instead of ``B * T^2`` (dense), and a batch mixing a cluster of
+  per head, ``m = max(2n, S)`` (or ``m * m`` plus the SOD rows' ``D * T``
+  per example), so memory grows with the sum over documents of
+  ``n * (n + D)`` instead of ``B * T^2`` (dense), and a batch mixing a cluster of
   many short documents with one of a long document costs what its documents
   cost, not ``B * D * L * (L + D)`` (blocks padded to the most documents
   times the longest document).
@@ -82,12 +86,19 @@ class DocumentLayout:
         bucket_documents: per bucket, ``[documents]`` index into the
             ``B * D`` documents of its blocks; None when one bucket holds
             every document in order.
-        block_index: ``[sum over buckets of documents * (length + D)]``
+        sod_keys_in_blocks: whether every block's keys end with the ``D``
+            SOD tokens of its example (Sec. 4.1.2), for its SOD query; chosen
+            where they at most double the block slots of the batch. Else the
+            blocks hold their documents only, and the SOD rows are
+            recomputed over their document and the other SODs
+            (:meth:`sod_key_mask`).
+        block_index: ``[sum over buckets of documents * (length + K)]``
             index into the flattened ``[B * T]`` sequence of every block
             slot, bucket after bucket: each block's ``length`` slots (slots
-            past the document's end repeat its SOD and are masked), then the
-            ``D`` SOD tokens of its example (Sec. 4.1.2): one gather makes a
-            block's queries (its first ``length`` slots), keys and values.
+            past the document's end repeat its SOD and are masked), then,
+            with :attr:`sod_keys_in_blocks`, the ``K = D`` SOD tokens of its
+            example (else ``K = 0``): one gather makes a block's queries (its
+            first ``length`` slots), keys and values.
         unblock_index: ``[B * T]`` index into the block slots (bucket after
             bucket, ``documents * length`` each) of every token; padding
             points at slot 0 (its row is zeroed, :attr:`padding_rows`).
@@ -101,6 +112,7 @@ class DocumentLayout:
     sod_token_rows: Tensor
     buckets: Tuple[Tuple[int, int], ...]
     bucket_documents: Optional[Tuple[Tensor, ...]]
+    sod_keys_in_blocks: bool
     block_index: Tensor
     unblock_index: Tensor
     padding_rows: Optional[Tensor] = None
@@ -282,10 +294,15 @@ class DocumentLayout:
             unblock_index.masked_fill_(padding.view(-1), 0)
         # the block slots of every bucket: the document's tokens (past its end: its SOD, masked), then the
         # D SOD tokens of its example (Sec. 4.1.2)
+        # the D SOD keys ride in the blocks where they at most double the slots; else (many documents much
+        # shorter than D) the SOD rows are recomputed over their document and the other SODs, after the blocks
+        sod_keys_in_blocks = sum(documents * num_documents for _, documents, _ in buckets) <= sum(
+            documents * block_length for _, documents, block_length in buckets)
         for index, (starts, block_lengths, example_sods, block_length) in enumerate(block_index):
             slot = torch.arange(block_length, device=device)
-            block_index[index] = torch.cat(
-                [torch.where(slot.lt(block_lengths), starts + slot, starts), example_sods], dim=-1).view(-1)
+            block_slots = torch.where(slot.lt(block_lengths), starts + slot, starts)
+            block_index[index] = (torch.cat([block_slots, example_sods], dim=-1) if sod_keys_in_blocks
+                                  else block_slots).reshape(-1)
         return cls(
             document_ids=document_index,
             start_mask=runs.start_mask,
@@ -293,6 +310,7 @@ class DocumentLayout:
             sod_token_rows=sod_token_rows,
             buckets=tuple((documents, block_length) for _, documents, block_length in buckets),
             bucket_documents=bucket_documents,
+            sod_keys_in_blocks=sod_keys_in_blocks,
             block_index=block_index[0] if len(block_index) == 1 else torch.cat(block_index),
             unblock_index=unblock_index,
             padding_rows=padding.view(-1, 1) if padded else None,
@@ -302,11 +320,12 @@ class DocumentLayout:
         )
 
     def block_attention_bias(self, dtype: torch.dtype) -> Tuple[Tensor, ...]:
-        """Per bucket, the ``[documents, 1, length, length + D]`` additive
+        """Per bucket, the ``[documents, 1, length, length + K]`` additive
         mask in ``dtype`` of the keys of every block slot (0: allowed,
         ``-inf``: not, what ``F.scaled_dot_product_attention`` makes of a
-        bool mask): the block's own tokens, and for its SOD query (slot 0)
-        also the SODs of the other documents of its example (Sec. 4.1.2).
+        bool mask): the block's own tokens, and (:attr:`sod_keys_in_blocks`)
+        for its SOD query (slot 0) also the SODs of the other documents of
+        its example (Sec. 4.1.2).
         Built once per layout and dtype, shared by every layer."""
         biases = self._block_bias.get(dtype)
         if biases is None:
@@ -324,6 +343,11 @@ class DocumentLayout:
                     example_lengths = self.document_lengths.index_select(
                         0, bucket.div(num_documents, rounding_mode="floor"))
                 slot = torch.arange(block_length, device=device)
+                if not self.sod_keys_in_blocks:  # the block's own tokens only
+                    key_bias = torch.zeros(documents, block_length, dtype=dtype, device=device)
+                    biases.append(key_bias.masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf")).view(
+                        documents, 1, 1, block_length))
+                    continue
                 key_bias = torch.zeros(documents, block_length + num_documents, dtype=dtype, device=device)
                 key_bias[:, :block_length].masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf"))
                 # the keys of every SOD query: the SODs of the other existing documents of its example
@@ -460,15 +484,15 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         # example's D SOD tokens
         projected = F.linear(x.transpose(0, 1), weight, bias).reshape(batch_size * length, 3 * self.embed_dim)
         slots = projected.index_select(0, layout.block_index)
+        sod_keys = num_documents if layout.sod_keys_in_blocks else 0
         if len(layout.buckets) > 1:
-            slots = slots.split([documents * (block_length + num_documents)
-                                 for documents, block_length in layout.buckets])
+            slots = slots.split([documents * (block_length + sod_keys) for documents, block_length in layout.buckets])
         else:
             slots = (slots,)
         contexts = []
         for bucket_slots, (documents, block_length), block_bias in zip(
                 slots, layout.buckets, layout.block_attention_bias(projected.dtype)):
-            blocks = bucket_slots.view(documents, block_length + num_documents, 3, heads, head_dim).permute(
+            blocks = bucket_slots.view(documents, block_length + sod_keys, 3, heads, head_dim).permute(
                 2, 0, 3, 1, 4)
             # the queries are the block slots; the keys and values also the SOD slots
             context = F.scaled_dot_product_attention(blocks[0, :, :, :block_length], blocks[1], blocks[2],
@@ -476,9 +500,29 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
             contexts.append(context.transpose(1, 2).reshape(-1, self.embed_dim))
         context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
         context = context.index_select(0, layout.unblock_index)
+        if not layout.sod_keys_in_blocks:
+            context = self._sod_rows(projected.view(batch_size, length, 3, heads, head_dim), context, layout, dropout)
         if layout.padding_rows is not None:  # padding read slot 0: zero it
             context.masked_fill_(layout.padding_rows, 0)
         return self.out_proj(context.view(batch_size, length, self.embed_dim).transpose(0, 1))
+
+    def _sod_rows(self, projected: Tensor, context: Tensor, layout: DocumentLayout, dropout: float) -> Tensor:
+        """``context [B * T, C]`` with every SOD row replaced by its attention
+        over its document and the other SODs of its example (Sec. 4.1.2):
+        ``D`` queries per example against the ``T`` keys of ``projected
+        [B, T, 3, H, d]`` (scaled queries, keys, values) under
+        :meth:`DocumentLayout.sod_key_mask`, one SDPA call."""
+        batch_size, length, _, heads, head_dim = projected.shape
+        read_rows, write_rows = layout.sod_rows()
+        sod_queries = projected.view(batch_size * length, 3, heads, head_dim)[:, 0].index_select(0, read_rows)
+        sod_queries = sod_queries.view(batch_size, layout.num_documents, heads, head_dim).transpose(1, 2)
+        sod_context = F.scaled_dot_product_attention(
+            sod_queries, projected[:, :, 1].transpose(1, 2), projected[:, :, 2].transpose(1, 2),
+            attn_mask=layout.sod_key_mask(), dropout_p=dropout, scale=1.0,
+        )  # [B, H, D, d]
+        sod_context = sod_context.transpose(1, 2).reshape(-1, self.embed_dim)
+        context = torch.cat([context, context.new_zeros(1, self.embed_dim)])  # row B*T: missing documents'
+        return context.index_copy(0, write_rows, sod_context)[:-1]
 
     def _stacked_projection(self):
         """``[q_proj * scaling; k_proj; v_proj]`` weights ``[3C, C]`` and
