@@ -98,6 +98,13 @@ class RowTables:
         """``[B, 1, S]`` True at the empty sentence slots of every source."""
         return self.get("sentence_padding", lambda: self.layout.sentence_mask.logical_not().unsqueeze(1))
 
+    def has_empty_sentence_slots(self) -> bool:
+        """Whether a source has fewer sentences than the ``S`` slots (read on
+        the host once). Without empty slots the score bias is all zeros and
+        the ranking has no slot to exclude: a step skips both passes over its
+        ``[B * H, R, S]`` and ``[B, R, S]`` scores."""
+        return self.get("has_empty_sentence_slots", lambda: bool(self.sentence_padding().any()))
+
     def sentence_score_bias(self, num_heads: int, dtype) -> Tensor:
         """``[B * H, 1, S]``: 0 at real sentences, -inf at empty slots (added
         to the sentence logits)."""
@@ -335,9 +342,13 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
 
         # the per-source sentence keys [B, H, S, d_h] of the general path's cache, as [B * H, d_h, S]
         keys = self._source_sentence_keys_by_head(source_states, context, incremental_state)
+        # the scores of empty sentence slots are masked only where a source has some (the per-step work over
+        # all S sentences is then Eq. 7's product, its softmax, the mean over heads and top-r, nothing more)
+        empty_slots = tables.has_empty_sentence_slots()
         if self.sentence_attention is not None:
-            sentence_logits = torch.bmm(grouped_by_source(embed_dim), keys).add_(
-                tables.sentence_score_bias(heads, keys.dtype))
+            sentence_logits = torch.bmm(grouped_by_source(embed_dim), keys)
+            if empty_slots:
+                sentence_logits.add_(tables.sentence_score_bias(heads, keys.dtype))
             probs = softmax_in_float32(sentence_logits)  # [B * H, R, S], alpha~ of Eq. 7
             # summed over heads: H times the mean of App. A.4, the same ranking
             ranking = probs.view(num_sources, heads, per_source, num_slots).sum(dim=1)
@@ -351,16 +362,18 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             if phi_queries.dtype != torch.float32:
                 phi_queries = phi_queries.float()
             raw = torch.bmm(elu_feature_map(phi_queries), keys)  # Eq. 19
-            raw = raw.view(num_sources, heads, per_source, num_slots).masked_fill_(
-                tables.sentence_padding().unsqueeze(1), 0.0)
+            raw = raw.view(num_sources, heads, per_source, num_slots)
+            if empty_slots:
+                raw.masked_fill_(tables.sentence_padding().unsqueeze(1), 0.0)
             ranking = raw.sum(dim=1)  # H times the mean over heads: the same ranking
 
             def approx_log():
                 per_row = raw.transpose(1, 2).reshape(num_rows, heads, 1, num_slots)
                 return model_free_log_probabilities(per_row, rows.lookup(layout.sentence_mask))
         # Eq. 6: the top-r real sentences of every row, [B', 1, k]
-        indices = ranking.masked_fill_(tables.sentence_padding(), float("-inf")).topk(k, dim=-1).indices.view(
-            num_rows, 1, k)
+        if empty_slots:
+            ranking.masked_fill_(tables.sentence_padding(), float("-inf"))
+        indices = ranking.topk(k, dim=-1).indices.view(num_rows, 1, k)
 
         # their tokens back to back (kept_token_layout), n slots per row: slot p holds the selected sentence
         # whose running token count first exceeds p, at offset p - (the tokens of the sentences before it)
