@@ -12,11 +12,14 @@ Ctrl-C prints one line, not a traceback, and exits with status 130:
 ``generate-SUBSET.txt`` (it is written whole or not at all, see
 :func:`mdsfair.fairseq_patches.results_written_whole`), and ``mdsfair-train`` leaves only complete
 checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
+Both run without printing the notices of :data:`THIRD_PARTY_NOTICES`, which
+fairseq 0.12.3's code raises on every run and no flag avoids.
 """
 import contextlib
 import os
 import sys
-from typing import Callable, List, Optional
+import warnings
+from typing import Callable, Iterator, List, Optional
 
 import mdsfair
 from mdsfair.argument_types import os_error_message
@@ -29,6 +32,41 @@ def with_user_dir(argv: List[str]) -> List[str]:
     if any(arg == "--user-dir" or arg.startswith("--user-dir=") for arg in argv):
         return list(argv)
     return ["--user-dir", USER_DIR] + list(argv)
+
+
+#: Notices that fairseq 0.12.3 and its dependencies raise on every run of ``fairseq-train`` /
+#: ``fairseq-generate`` and that a user can do nothing about (fairseq is pinned):
+#: ``(message regex, category, module regex, why)``. :func:`third_party_notices_ignored`
+#: ignores exactly these for the command's own run; importing mdsfair changes no warning filter.
+THIRD_PARTY_NOTICES = (
+    (r"hydra\.experimental\.(initialize|compose)\(\) is no longer experimental", UserWarning, r"hydra",
+     "fairseq's config initialization (fairseq/dataclass/initialize.py) uses hydra's old experimental API"),
+    (r"\s*The version_base parameter is not specified", UserWarning, r"hydra",
+     "fairseq initializes hydra without version_base"),
+    (r"In '.*'. Usage of deprecated keyword in package header '# @package _group_'", UserWarning, r"hydra",
+     "fairseq's config files use hydra 1.0's package header"),
+    (r"\s*'.*' is validated against ConfigStore schema with the same name", UserWarning, r"hydra|mdsfair\.cli",
+     "fairseq's config schema (attributed by hydra's stacklevel to the frame that ran fairseq: this module)"),
+    (r"\s*The strict flag in the compose API is deprecated", UserWarning, r"hydra",
+     "fairseq composes its config with strict=..."),
+    (r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated", FutureWarning, r"fairseq",
+     "fairseq's train_step and trainer call torch.cuda.amp's deprecated spelling"),
+    (r"'pin_memory' argument is set as true but no accelerator is found", UserWarning, r"torch",
+     "fairseq's iterators always ask the DataLoader for pinned memory, which a CPU run cannot use"),
+    (r"Support for mismatched key_padding_mask and attn_mask is deprecated", UserWarning, r"torch",
+     "fairseq's MultiheadAttention hands torch a float attn_mask (the future mask) with a bool padding mask"),
+)
+
+
+@contextlib.contextmanager
+def third_party_notices_ignored() -> Iterator[None]:
+    """Within the block, ignore the warnings of :data:`THIRD_PARTY_NOTICES`
+    (each by message, category and module); the warning filters are restored
+    on exit. Used by the command entry points only, around their own run."""
+    with warnings.catch_warnings():
+        for message, category, module, _why in THIRD_PARTY_NOTICES:
+            warnings.filterwarnings("ignore", message=message, category=category, module=module)
+        yield
 
 
 def _run(cli_main: Callable[[], None], prog: str, argv: Optional[List[str]]) -> None:
@@ -212,7 +250,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     save_dir = _flag_value(argv, "--save-dir") or "checkpoints"
     save_dir_existed = os.path.isdir(save_dir)
     try:
-        with precision:
+        with precision, third_party_notices_ignored():
             _run(cli_main, "mdsfair-train", argv)
     except checkpoint_refusals() + usage_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --restore-file / checkpoint_last.pt, a resume with
@@ -285,7 +323,8 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     from mdsfair.fairseq_patches import generate_results_written_whole
 
     try:
-        with generate_results_written_whole():  # --results-path written whole or not at all
+        # --results-path written whole or not at all; fairseq's known notices not printed
+        with generate_results_written_whole(), third_party_notices_ignored():
             _run(generate.cli_main, "mdsfair-generate", argv)
     except checkpoint_refusals() + usage_refusals() as error:
         # an empty, cut, corrupted or pickle-needing --path, or a data-bin with another dictionary:

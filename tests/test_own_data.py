@@ -73,6 +73,9 @@ def test_own_data_page_runs_end_to_end(tmp_path):
     train_log = (tmp_path / "train.log").read_text(encoding="utf-8")
     # checkpoint choice by validation ROUGE: fairseq logs the best value of the chosen metric
     assert re.search(r"\| valid \|.*\| rouge_avg [\d.]+ .*\| best_rouge_avg [\d.]+", train_log), train_log[-3000:]
+    # the commands print none of fairseq's known third-party notices (mdsfair.cli.THIRD_PARTY_NOTICES)
+    generate_log = (tmp_path / "generate.log").read_text(encoding="utf-8")
+    assert not re.findall(r"^.*\w+Warning: .*$", train_log + generate_log, flags=re.M)
     # hypotheses are text (--post-process sentencepiece), not SentencePiece pieces
     hypotheses = [line.split("\t")[2] for line in (tmp_path / "generate.out").read_text(encoding="utf-8").splitlines()
                   if line.startswith("D-")]
