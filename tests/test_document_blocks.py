@@ -74,7 +74,8 @@ def test_every_document_is_one_block_of_its_length_bucket():
 
 def test_the_sod_keys_ride_in_the_blocks_only_where_they_at_most_double_them():
     assert DocumentLayout.from_document_ids(MIXED_BATCHES["no padding"]).sod_keys_in_blocks
-    assert not DocumentLayout.from_document_ids(MIXED_BATCHES["many documents shorter than their count"]).sod_keys_in_blocks
+    many_short = MIXED_BATCHES["many documents shorter than their count"]
+    assert not DocumentLayout.from_document_ids(many_short).sod_keys_in_blocks
 
 
 def test_missing_documents_have_no_block():
