@@ -38,6 +38,11 @@ from typing import Dict, List, Optional
 
 from mdsfair.argument_types import at_least
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import (
+    FAIRSEQ_BART_KEYS,
+    check_encoder_decoder_weights,
+    read_encoder_decoder_sizes,
+)
 
 # fairseq model-config fields copied from BART into the LED namespace.
 SHAPE_FIELDS = (
@@ -147,12 +152,16 @@ def convert_bart_to_led(
     if max_source_positions < bart_positions:
         raise ImportRefused(f"--max-source-positions {max_source_positions} is below BART's {bart_positions}; LED "
                             "extends the table, it does not cut it")
-    layers = int(_get(cfg, "encoder_layers"))
+    stated = {key: _get(cfg, key) for key in FAIRSEQ_BART_KEYS.values() if _get(cfg, key) is not None}
+    sizes = read_encoder_decoder_sizes(stated, bart_checkpoint, {}, keys=FAIRSEQ_BART_KEYS, vocabulary_key=None,
+                                       prefix="cfg.model.", aliases={})
+    check_encoder_decoder_weights(sizes, model_state, bart_checkpoint)  # before anything is built or written
+    layers = sizes.value("encoder_layers")
     try:
         windows = parse_attention_window(attention_window, layers)
     except ValueError as error:
         raise ImportRefused(str(error)) from error
-    embed_dim = int(_get(cfg, "encoder_embed_dim"))
+    embed_dim = sizes.value("width")
     size = "base" if (embed_dim, layers) == (768, 6) else "large"
     led_arch = f"led_{size}"
     flags: List[str] = []

@@ -70,11 +70,13 @@ directory (as for LED); this module builds the fairseq architecture flags
 and runs the two commands.
 """
 import argparse
+import json
 import os
 import sys
 from typing import Callable, Dict, Iterable, List, Optional, Tuple
 
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import check_encoder_decoder_weights, config_integer
 from mdsfair.importers.hf_bart_files import MASK, bpe_files, hf_vocabulary, load_hf_weights, read_json, read_merges
 from mdsfair.importers.hf_bart_weights import (
     BartShape,
@@ -176,10 +178,19 @@ def generation_flags(model_dir: str) -> Tuple[List[str], List[str]]:
     start token and with the final ``</s>``: ``--min-len = min_length - 1``,
     ``--max-len-b = max_length - 2``."""
     settings: Dict = {}
+    sources: Dict[str, str] = {}  # the file each setting was read from
     for name in ("config.json", "generation_config.json"):
         path = os.path.join(model_dir, name)
         if os.path.isfile(path):
-            settings.update({k: v for k, v in read_json(path, name, dict).items() if v is not None})
+            values = {k: v for k, v in read_json(path, name, dict).items() if v is not None}
+            settings.update(values)
+            sources.update(dict.fromkeys(values, path))
+    for key, minimum in (("num_beams", 1), ("min_length", 0), ("max_length", 0), ("no_repeat_ngram_size", 0)):
+        if key in settings:
+            config_integer(settings, key, sources[key], minimum=minimum)
+    penalty = settings.get("length_penalty")
+    if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, (int, float))):
+        raise ImportRefused(f"{sources['length_penalty']}: length_penalty must be a number, got {json.dumps(penalty)}")
     flags: List[str] = []
     notes: List[str] = []
     if "num_beams" in settings:
@@ -187,9 +198,9 @@ def generation_flags(model_dir: str) -> Tuple[List[str], List[str]]:
     if "length_penalty" in settings:
         flags += ["--lenpen", str(settings["length_penalty"])]
     if settings.get("min_length"):
-        flags += ["--min-len", str(max(int(settings["min_length"]) - 1, 0))]
+        flags += ["--min-len", str(max(settings["min_length"] - 1, 0))]
     if settings.get("max_length"):
-        flags += ["--max-len-a", "0", "--max-len-b", str(max(int(settings["max_length"]) - 2, 1))]
+        flags += ["--max-len-a", "0", "--max-len-b", str(max(settings["max_length"] - 2, 1))]
     if settings.get("no_repeat_ngram_size"):
         flags += ["--no-repeat-ngram-size", str(settings["no_repeat_ngram_size"])]
     if settings.get("forced_bos_token_id") is not None:
@@ -221,11 +232,9 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     config = read_json(config_path, "the model configuration", dict)
     shape = bart_shape(config, config_path)
     state, weights_path = load_hf_weights(hf_dir)
+    check_encoder_decoder_weights(shape.sizes, state, weights_path)  # every size of config.json, before writing
     fairseq_state = fairseq_state_from_hf(state, shape, weights_path)
     num_rows = fairseq_state["decoder.embed_tokens.weight"].size(0)
-    config_rows = config.get("vocab_size", num_rows)
-    if config_rows != num_rows:
-        raise ImportRefused(f"{config_path}: vocab_size {config_rows} but {weights_path} has {num_rows} embedding rows")
     files = bpe_files(tokenizer_dir or hf_dir, num_rows)
     arch, flags = architecture_flags(shape)
     args = checkpoint_namespace(shape, arch, flags)
@@ -233,6 +242,7 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
     from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
 
+    generate, generation_notes = generation_flags(hf_dir)  # checked before anything is written
     with ImportOutput(out_dir, overwrite, "mdsfair-import hf-bart") as output:  # lock, stage, commit
         files.write(output.staging)
         manifest = gpt2_manifest(output.staging, {"kind": "hf-bart", "path": os.path.abspath(hf_dir),
@@ -240,7 +250,6 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
         save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state,
                                 import_record(output.staging, out_dir, manifest, fairseq_state))
         output.commit(manifest)
-    generate, generation_notes = generation_flags(hf_dir)
     notes = list(generation_notes)
     if shape.scale_embedding:
         notes.append(

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Tuple
 
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import EncoderDecoderSizes, read_encoder_decoder_sizes
 
 # Hugging Face activation name -> fairseq --activation-fn. ``gelu`` is the
 # erf GELU in both; ``gelu_new`` / ``gelu_pytorch_tanh`` are the tanh
@@ -46,6 +47,10 @@ LEGACY_BART_FIELDS = {
 # -------------------------------------------------------------------- config
 
 
+#: BART's one position table size, for the encoder's table and the decoder's.
+BART_POSITION_KEYS = {"encoder": "max_position_embeddings", "decoder": "max_position_embeddings"}
+
+
 @dataclass
 class BartShape:
     """What a BART configuration fixes, in fairseq's terms."""
@@ -67,15 +72,21 @@ class BartShape:
     encoder_layerdrop: float = 0.0
     decoder_layerdrop: float = 0.0
     notes: List[str] = field(default_factory=list)
+    sizes: Optional[EncoderDecoderSizes] = None  # the configuration's sizes, by key, for check_encoder_decoder_weights
 
     @property
     def embed_scale(self) -> float:
         return math.sqrt(self.embed_dim) if self.scale_embedding else 1.0
 
 
-def bart_shape(config: Dict, path: str) -> BartShape:
+def bart_shape(config: Dict, path: str, position_keys: Dict[str, str] = BART_POSITION_KEYS,
+               position_offset: int = 2) -> BartShape:
     """Check a Hugging Face ``config.json`` (already read from ``path``) is
-    BART and return its shape; refuse what fairseq's BART cannot compute."""
+    BART and return its shape; refuse what fairseq's BART cannot compute.
+    Its sizes are read by :func:`mdsfair.importers.config_checks.read_encoder_decoder_sizes`
+    (``position_keys``: the key of each part's position table, which holds
+    ``position_offset`` rows more), for the importer to compare with the
+    weights before converting them."""
     model_type = config.get("model_type")
     if model_type != "bart":
         raise ImportRefused(
@@ -105,19 +116,17 @@ def bart_shape(config: Dict, path: str) -> BartShape:
         raise ImportRefused(
             f"{path}: activation_function {activation!r} has no fairseq equivalent (supported: {', '.join(ACTIVATIONS)})"
         )
+    sizes = read_encoder_decoder_sizes(config, path, position_keys, position_offset=position_offset)
     try:
-        d_model = int(config["d_model"])
-        encoder_heads = int(config["encoder_attention_heads"])
-        decoder_heads = int(config["decoder_attention_heads"])
         shape = BartShape(
-            embed_dim=d_model,
-            encoder_layers=int(config["encoder_layers"]),
-            decoder_layers=int(config["decoder_layers"]),
-            encoder_attention_heads=encoder_heads,
-            decoder_attention_heads=decoder_heads,
-            encoder_ffn_embed_dim=int(config["encoder_ffn_dim"]),
-            decoder_ffn_embed_dim=int(config["decoder_ffn_dim"]),
-            max_positions=int(config["max_position_embeddings"]),
+            embed_dim=sizes.value("width"),
+            encoder_layers=sizes.value("encoder_layers"),
+            decoder_layers=sizes.value("decoder_layers"),
+            encoder_attention_heads=sizes.value("encoder_heads"),
+            decoder_attention_heads=sizes.value("decoder_heads"),
+            encoder_ffn_embed_dim=sizes.value("encoder_ffn"),
+            decoder_ffn_embed_dim=sizes.value("decoder_ffn"),
+            max_positions=sizes.value("decoder_positions"),
             activation_fn=ACTIVATIONS[activation],
             scale_embedding=bool(config.get("scale_embedding", False)),
             tied_output=bool(config.get("tie_word_embeddings", True)),
@@ -126,12 +135,10 @@ def bart_shape(config: Dict, path: str) -> BartShape:
             activation_dropout=float(config.get("activation_dropout", 0.0)),
             encoder_layerdrop=float(config.get("encoder_layerdrop", 0.0)),
             decoder_layerdrop=float(config.get("decoder_layerdrop", 0.0)),
+            sizes=sizes,
         )
-    except KeyError as error:
-        raise ImportRefused(f"{path}: BART config field {error.args[0]!r} is missing") from error
-    for heads in (encoder_heads, decoder_heads):
-        if d_model % heads:
-            raise ImportRefused(f"{path}: d_model {d_model} is not divisible by {heads} attention heads")
+    except (TypeError, ValueError) as error:
+        raise ImportRefused(f"{path}: a dropout is not a number ({error})") from None
     return shape
 
 

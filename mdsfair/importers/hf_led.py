@@ -65,6 +65,7 @@ from typing import Dict, List, Optional
 
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import check_encoder_decoder_weights
 from mdsfair.modules.led_parameter_map import (
     FAIRSEQ_TO_HF_ENCODER_ATTENTION,
     led_state_dict_from_hf,
@@ -251,20 +252,21 @@ def led_windows(config: Dict, path: str, layers: int) -> List[int]:
     return [int(w) for w in windows]
 
 
+#: LED's position tables, each its own size (Hugging Face's LED keeps no offset rows).
+LED_POSITION_KEYS = {"encoder": "max_encoder_position_embeddings", "decoder": "max_decoder_position_embeddings"}
+
+
 def led_shape(config: Dict, path: str):
     """``(shape, encoder positions, windows)``: BART's checks on the LED
-    configuration (positions: the decoder's)."""
+    configuration (``shape.max_positions``: the decoder's; the position
+    tables of :data:`LED_POSITION_KEYS`, without offset rows)."""
     if config.get("model_type") != "led":
         raise ImportRefused(f"{path}: model_type is {config.get('model_type')!r}, not 'led'; use mdsfair-import "
                             "hf-bart for BART")
     if config.get("scale_embedding"):
         raise ImportRefused(f"{path}: scale_embedding=true; Hugging Face's LED does not scale its embeddings")
-    try:
-        decoder_positions = int(config["max_decoder_position_embeddings"])
-        encoder_positions = int(config["max_encoder_position_embeddings"])
-    except KeyError as error:
-        raise ImportRefused(f"{path}: LED config field {error.args[0]!r} is missing") from error
-    shape = bart_shape({**config, "model_type": "bart", "max_position_embeddings": decoder_positions}, path)
+    shape = bart_shape({**config, "model_type": "bart"}, path, LED_POSITION_KEYS, position_offset=0)
+    encoder_positions = shape.sizes.value("encoder_positions")
     return shape, encoder_positions, led_windows(config, path, shape.encoder_layers)
 
 
@@ -330,6 +332,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     config = read_json(config_path, "the model configuration", dict)
     shape, encoder_positions, windows = led_shape(config, config_path)
     state, weights_path = load_hf_weights(hf_dir)
+    check_encoder_decoder_weights(shape.sizes, state, weights_path)  # every size of config.json, before writing
     if not shape.tied_output and "lm_head.weight" not in state:
         raise ImportRefused(f"{weights_path}: lm_head.weight is missing and config.json does not tie it")
     try:
@@ -337,8 +340,6 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     except (KeyError, ValueError) as error:
         raise ImportRefused(f"{weights_path}: {error}") from error
     num_rows = fairseq_state["encoder.embed_tokens.weight"].size(0)
-    if config.get("vocab_size", num_rows) != num_rows:
-        raise ImportRefused(f"{config_path}: vocab_size {config['vocab_size']} but {weights_path} has {num_rows} embedding rows")
     if shape.tied_output:
         shared = fairseq_state["encoder.embed_tokens.weight"]
         for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
@@ -367,6 +368,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
             model_state[name] = model_state["encoder.embed_tokens.weight"]
 
+    generate, notes = generation_flags(hf_dir)  # checked before anything is written
     with ImportOutput(out_dir, overwrite, "mdsfair-import hf-led") as output:  # lock, stage, commit
         files.write(output.staging)
         manifest = gpt2_manifest(output.staging, {"kind": "hf-led", "path": os.path.abspath(hf_dir),
@@ -374,7 +376,6 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         save_fairseq_checkpoint(output.path("model.pt"), args, model_state,
                                 import_record(output.staging, out_dir, manifest, model_state))
         output.commit(manifest)
-    generate, notes = generation_flags(hf_dir)
     prefix = "led." if any(k.startswith("led.") for k in state) else ""
     shared = state.get(prefix + "shared.weight")
     if not shape.tied_output and shared is not None and not any(

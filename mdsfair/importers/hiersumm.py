@@ -68,6 +68,13 @@ from fairseq.data import Dictionary
 
 from mdsfair.checkpoint_loading import UntrustedCheckpointError, load_checkpoint_file
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import (
+    check_dimension,
+    check_divides,
+    check_layer_count,
+    checked_integer,
+    config_integer,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +86,8 @@ REQUIRED_OPTIONS = (
     "emb_size", "enc_hidden_size", "dec_hidden_size", "enc_layers", "dec_layers", "heads", "ff_size",
     "inter_layers", "inter_heads",
 )
+#: The options that are sizes: each a positive integer.
+INTEGER_OPTIONS = tuple(name for name in REQUIRED_OPTIONS if name != "inter_layers")
 #: Buffers of their modules, not parameters.
 IGNORED_SUFFIXES = (".pos_emb.pe", ".mask")
 
@@ -138,25 +147,31 @@ def hiersumm_options(opt: argparse.Namespace, path: str) -> SimpleNamespace:
             f"{path}: a flat model (opt.hier = False); only the hierarchical encoder (-hier) converts to "
             "hiertransformer_hiersumm"
         )
-    dims = {opt.emb_size, opt.enc_hidden_size, opt.dec_hidden_size}
-    if len(dims) != 1:
+    size = {name: config_integer(vars(opt), name, path, aliases={}, prefix="opt.") for name in INTEGER_OPTIONS}
+    if len({size["emb_size"], size["enc_hidden_size"], size["dec_hidden_size"]}) != 1:
         raise HiersummImportError(
-            f"{path}: emb_size {opt.emb_size}, enc_hidden_size {opt.enc_hidden_size} and dec_hidden_size "
-            f"{opt.dec_hidden_size} differ; their Summarizer (and this arch) needs one model dimension"
+            f"{path}: emb_size {size['emb_size']}, enc_hidden_size {size['enc_hidden_size']} and dec_hidden_size "
+            f"{size['dec_hidden_size']} differ; their Summarizer (and this arch) needs one model dimension"
         )
     inter_layers = opt.inter_layers
     if isinstance(inter_layers, str):
-        inter_layers = [int(i) for i in inter_layers.split(",") if i.strip()]
-    inter_layers = sorted(int(i) for i in inter_layers)
+        pieces = [piece.strip() for piece in inter_layers.split(",") if piece.strip()]
+        if not all(piece.isdigit() for piece in pieces):
+            raise HiersummImportError(f"{path}: opt.inter_layers {inter_layers!r} is not a comma-separated list of "
+                                      "layer numbers")
+        inter_layers = [int(piece) for piece in pieces]
+    if not isinstance(inter_layers, (list, tuple)):
+        raise HiersummImportError(f"{path}: opt.inter_layers must be a list of layer numbers, got {inter_layers!r}")
+    inter_layers = sorted(checked_integer(i, "opt.inter_layers", path, minimum=0) for i in inter_layers)
     num_global = len(inter_layers)
-    num_local = int(opt.enc_layers) - num_global
-    if inter_layers != list(range(num_local, int(opt.enc_layers))):
+    num_local = size["enc_layers"] - num_global
+    if inter_layers != list(range(num_local, size["enc_layers"])):
         raise HiersummImportError(
             f"{path}: inter_layers {inter_layers} of {opt.enc_layers} encoder layers; hiertransformer runs all "
             "local layers first and the global layers on top, so the inter layers must be the last ones"
         )
-    if opt.emb_size % opt.heads or opt.emb_size % opt.inter_heads:
-        raise HiersummImportError(f"{path}: heads {opt.heads} / inter_heads {opt.inter_heads} do not divide {opt.emb_size}")
+    for heads in ("heads", "inter_heads"):
+        check_divides(path, "opt." + heads, size[heads], "opt.emb_size", size["emb_size"])
 
     def probability(name: str) -> float:
         value = float(getattr(opt, name, 0.1))
@@ -172,10 +187,29 @@ def hiersumm_options(opt: argparse.Namespace, path: str) -> SimpleNamespace:
             "(it matters for further training only)", path, enc_dropout, dec_dropout, enc_dropout,
         )
     return SimpleNamespace(
-        embed_dim=int(opt.emb_size), heads=int(opt.heads), ffn_dim=int(opt.ff_size), num_local=num_local,
-        num_global=num_global, global_heads=int(opt.inter_heads), decoder_layers=int(opt.dec_layers),
+        embed_dim=size["emb_size"], heads=size["heads"], ffn_dim=size["ff_size"], num_local=num_local,
+        num_global=num_global, global_heads=size["inter_heads"], decoder_layers=size["dec_layers"],
         dropout=enc_dropout,
     )
+
+
+def check_options_against_weights(options: SimpleNamespace, theirs: Dict[str, torch.Tensor], path: str) -> None:
+    """The sizes of ``opt`` are those of the tensors in ``model``, before
+    anything is built or written: ``emb_size`` the embedding width,
+    ``ff_size`` the rows of every ``feed_forward.w_1``, ``enc_layers`` /
+    ``dec_layers`` the layers present, ``heads`` the rows of every global
+    layer's pooling scores (``pooling.linear_keys``: one per head)."""
+    embeddings = "encoder.embeddings.weight"
+    if embeddings in theirs:
+        check_dimension(path, "opt.emb_size", options.embed_dim, path, embeddings, theirs[embeddings], 1)
+    for part, layers in (("encoder", options.num_local + options.num_global), ("decoder", options.decoder_layers)):
+        name = "opt.enc_layers" if part == "encoder" else "opt.dec_layers"
+        check_layer_count(path, f"{name} {layers}", layers, theirs, f"{part}.transformer_layers", path)
+    for key, tensor in theirs.items():
+        if key.endswith(".feed_forward.w_1.weight"):
+            check_dimension(path, "opt.ff_size", options.ffn_dim, path, key, tensor, 0)
+        elif key.endswith(".pooling.linear_keys.weight"):
+            check_dimension(path, "opt.heads", options.heads, path, key, tensor, 0)
 
 
 # ---------------------------------------------------------- vocabulary
@@ -403,6 +437,7 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
 
     theirs, opt = load_hiersumm_checkpoint(checkpoint)
     options = hiersumm_options(opt, checkpoint)
+    check_options_against_weights(options, theirs, checkpoint)
     if not os.path.isfile(spm_model):
         raise HiersummImportError(f"{spm_model}: SentencePiece model not found")
     try:

@@ -47,6 +47,7 @@ from typing import Dict, List, Optional
 
 from mdsfair.argument_types import at_least
 from mdsfair.importers import ImportRefused
+from mdsfair.importers.config_checks import check_encoder_decoder_weights
 from mdsfair.importers.hf_bart import (
     architecture_flags,
     checkpoint_namespace,
@@ -135,6 +136,7 @@ def import_pagesum(
     if not os.path.isfile(state_dict_path):
         raise ImportRefused(f"{state_dict_path}: missing (the PageSumModel state dict)")
     state = load_tensor_file(state_dict_path)
+    check_encoder_decoder_weights(shape.sizes, state, state_dict_path)  # every size of config.json, before writing
     missing = [key for key in CONFIDENCE_KEYS if key not in state]
     if missing:
         raise ImportRefused(
