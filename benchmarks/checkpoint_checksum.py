@@ -1,8 +1,8 @@
 """Cost of mdsfair's checkpoint checksum against the save and load it rides on.
 
 mdsfair stores a SHA-256 of every weight tensor in each checkpoint it writes
-(``mdsfair/checkpoints.py``: :func:`~mdsfair.checkpoints.model_checksum` at
-save time, :func:`~mdsfair.checkpoints.verify_model_checksum` at load time).
+(``mdsfair/checkpoints/checksums.py``: :func:`~mdsfair.checkpoints.checksums.model_checksum`
+at save time, :func:`~mdsfair.checkpoints.checksums.verify_model_checksum` at load time).
 This benchmark builds a model (default: fairseq's ``bart_base`` with BART's
 50,265-symbol vocabulary, random weights) and times, in every repeat and in
 this order:
@@ -10,10 +10,10 @@ this order:
 * ``save``: ``torch.save`` of the model's state dict to a file in
   ``--work-dir`` (the stock baseline: what fairseq writes at the least, before
   the optimizer state), flushed to the file system;
-* ``checksum``: :func:`~mdsfair.checkpoints.model_checksum` of that state dict
+* ``checksum``: :func:`~mdsfair.checkpoints.checksums.model_checksum` of that state dict
   (what a save adds);
 * ``load``: ``torch.load(..., weights_only=True)`` of the file;
-* ``verify``: :func:`~mdsfair.checkpoints.verify_model_checksum` of the loaded
+* ``verify``: :func:`~mdsfair.checkpoints.checksums.verify_model_checksum` of the loaded
   weights against the checksum (what a load adds; it must pass).
 
 Each time is printed as median (min-max) over ``--repeats`` (3 by default)
@@ -60,7 +60,7 @@ def build_state(arch: str, vocabulary: int, model_args: str, work_dir: str):
 def one_repeat(state, path: str) -> dict:
     import torch
 
-    from mdsfair.checkpoints import model_checksum, verify_model_checksum
+    from mdsfair.checkpoints.checksums import model_checksum, verify_model_checksum
 
     times = {}
     start = time.perf_counter()

@@ -139,7 +139,7 @@ def corpus_of_size(splits: List[Dict], words: int) -> List[Dict]:
 
 def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, sample_lines: int) -> str:
     """SentencePiece trained once on the first ``sample_lines`` clusters of every split."""
-    from mdsfair.preprocess.binarize import _training_texts
+    from mdsfair.preprocess.subword_training import training_texts
     from mdsfair.preprocess.subword import train_sentencepiece
 
     def sample():
@@ -149,7 +149,7 @@ def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, 
             tmp = model_prefix + ".sample.jsonl"
             with open(tmp, "wb") as out:
                 out.writelines(head)
-            yield from _training_texts(tmp, False)
+            yield from training_texts(tmp, False)
 
     return train_sentencepiece(sample(), model_prefix, vocab_size=vocab_size)
 
@@ -224,7 +224,8 @@ def profile_clusters(
     import cProfile
     import pstats
 
-    from mdsfair.preprocess.binarize import get_parser, prepare_subwords
+    from mdsfair.preprocess.binarize import get_parser
+    from mdsfair.preprocess.subword_training import prepare_subwords
     from mdsfair.preprocess.pipeline import ClusterEncoder
     from mdsfair.preprocess.structure import iter_raw_lines
 
