@@ -160,7 +160,7 @@ def test_class_2_pagesum_config_sizes_are_checked_against_the_weights(pagesum_re
 
 @pytest.fixture(scope="module")
 def hiersumm_release(tmp_path_factory):
-    from tests.test_import_hiersumm import their_state_dict, train_spm
+    from tests.hiersumm_fixtures import their_state_dict, train_spm
 
     import sentencepiece
 
@@ -185,7 +185,7 @@ def test_class_2_hiersumm_options_are_checked_against_the_weights(hiersumm_relea
     """hiersumm's configuration is the ``opt`` namespace of its checkpoint;
     every size is checked before the model is built (an ``ff_size`` of 10^12
     would allocate terabytes)."""
-    from tests.test_import_hiersumm import their_opt
+    from tests.hiersumm_fixtures import their_opt
 
     root, spm_path, state = hiersumm_release
     opt = argparse.Namespace(**{**vars(their_opt()), option: value})
