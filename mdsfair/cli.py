@@ -273,7 +273,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
 
 #: The beam-search flags :func:`check_generation_arguments` reads (fields of
 #: fairseq's ``GenerationConfig``, which gives their types and defaults).
-CHECKED_GENERATION_FIELDS = ("beam", "min_len", "max_len_a", "max_len_b")
+CHECKED_GENERATION_FIELDS = ("beam", "min_len", "max_len_a", "max_len_b", "sampling", "nbest", "match_source_len")
 
 
 #: Precision flags fairseq's generation parses but never reads (docs/precision.md).
@@ -302,10 +302,14 @@ def check_generation_arguments(argv: List[str]) -> None:
     fields = {field.name: field for field in dataclasses.fields(GenerationConfig)}
     parser = argparse.ArgumentParser(prog="mdsfair-generate", add_help=False)
     for name in CHECKED_GENERATION_FIELDS:
-        parser.add_argument("--" + name.replace("_", "-"), type=fields[name].type, default=fields[name].default)
+        if fields[name].type is bool:  # a switch
+            parser.add_argument("--" + name.replace("_", "-"), action="store_true")
+        else:
+            parser.add_argument("--" + name.replace("_", "-"), type=fields[name].type, default=fields[name].default)
     known, _ = parser.parse_known_args(argv)
     try:
-        check_generation_settings(known.beam, known.min_len, known.max_len_a, known.max_len_b)
+        check_generation_settings(known.beam, known.min_len, known.max_len_a, known.max_len_b,
+                                  sampling=known.sampling, nbest=known.nbest, match_source_len=known.match_source_len)
     except GenerationSettingsError as error:
         parser.exit(2, f"mdsfair-generate: error: {error}\n")
 

@@ -342,7 +342,8 @@ class MultiDocSummarizationHubInterface(nn.Module):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         generation_config = self.generation_config(**generation_args)
         check_generation_settings(
-            generation_config.beam, generation_config.min_len, generation_config.max_len_a, generation_config.max_len_b
+            generation_config.beam, generation_config.min_len, generation_config.max_len_a, generation_config.max_len_b,
+            match_source_len=getattr(generation_config, "match_source_len", False),
         )
         if not clusters:
             return ([], []) if return_truncation else []

@@ -28,6 +28,7 @@ from fairseq.ngram_repeat_block import NGramRepeatBlock
 from fairseq.tasks import FairseqTask
 
 from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
+from mdsfair.generation.settings_checks import search_flags_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +56,17 @@ class GenerationSettingsError(ValueError):
     """Beam-search settings that cannot produce a summary."""
 
 
-def check_generation_settings(beam, min_len, max_len_a, max_len_b) -> None:
+def check_generation_settings(beam, min_len, max_len_a, max_len_b, sampling=False, nbest=None,
+                              match_source_len=False) -> None:
     """Refuse settings fairseq would fail on later, or blame on the wrong
     flag: a beam below 1, and a length limit that allows no token or is
     below ``--min-len`` (with ``--max-len-a 0`` the limit is ``--max-len-b``;
-    fairseq's own assertion names only min_len)."""
+    fairseq's own assertion names only min_len); and the search flags of
+    :func:`~mdsfair.generation.settings_checks.search_flags_refusal`
+    (``--sampling`` without ``--nbest`` = ``--beam``, ``--match-source-len``)."""
+    refusal = search_flags_refusal(sampling, beam, nbest, match_source_len)
+    if refusal is not None:
+        raise GenerationSettingsError(refusal)
     if beam is not None and int(beam) < 1:
         raise GenerationSettingsError(f"--beam (beam=) must be at least 1, got {beam}")
     if min_len is not None and int(min_len) < 0:
@@ -93,6 +100,7 @@ def build_sequence_generator(
     check_generation_settings(
         getattr(generation_cfg, "beam", None), getattr(generation_cfg, "min_len", None),
         getattr(generation_cfg, "max_len_a", None), getattr(generation_cfg, "max_len_b", None),
+        match_source_len=getattr(generation_cfg, "match_source_len", False),
     )
     generator = FairseqTask.build_generator(
         task,

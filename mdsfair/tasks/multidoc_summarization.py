@@ -31,6 +31,7 @@ from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, Truncati
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
+from mdsfair.generation.settings_checks import prefix_within_summaries
 from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
 from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
@@ -506,6 +507,13 @@ class MultiDocSummarizationTask(FairseqTask):
                                         prefix_allowed_tokens_fn)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
+        """fairseq's step on the sample the models' encoders read; a
+        ``--prefix-size`` prefix that runs past its summary is kept to the
+        summary's tokens (:func:`~mdsfair.generation.settings_checks.prefix_within_summaries`)."""
+        if prefix_tokens is not None:
+            ids = sample["id"].tolist() if torch.is_tensor(sample.get("id")) else None
+            prefix_tokens = prefix_within_summaries(prefix_tokens, self.target_dictionary.eos(),
+                                                    self.target_dictionary.pad(), ids)
         return super().inference_step(
             generator, models, self._sample_for_encoders(models, sample), prefix_tokens, constraints
         )
