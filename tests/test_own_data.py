@@ -12,7 +12,7 @@ import pytest
 
 from tests.utils import REPO_ROOT
 
-PAGE = os.path.join(REPO_ROOT, "docs", "own-data.md")
+PAGE = os.path.join(REPO_ROOT, "docs/own-data.md")
 
 #: flag -> (the page's value, the tiny test's value): a 60-cluster corpus, a d-32 model, 4 updates
 #: with a validation (and ROUGE) after updates 2 and 4, so checkpoint_best.pt is chosen by rouge_avg.
