@@ -15,6 +15,7 @@ mdsfair model class that declares ``hub_description``) becomes a function here::
 returning a :class:`~mdsfair.hub_interface.MultiDocSummarizationHubInterface`.
 ``torch.hub.list(MDSFAIR_DIR, source="local")`` lists them.
 """
+
 import mdsfair as _mdsfair
 
 _mdsfair.register()  # every model and its hub entry, the checkpoint checks (mdsfair.fairseq_patches)

@@ -15,6 +15,7 @@ the stock baseline, measured in the same run.
     python benchmarks/activation_checkpointing.py                       # CPU, 1 thread, 3 repeats
     python benchmarks/activation_checkpointing.py --archs hiertransformer --source-tokens 4096
 """
+
 import os
 import statistics
 import sys
@@ -23,17 +24,23 @@ import tempfile
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import LABEL_SMOOTHED  # noqa: E402
-from benchmarks.measure import allocate_gradients, in_fresh_process, spread, timed_steps  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import LABEL_SMOOTHED
+from benchmarks.measure import allocate_gradients, in_fresh_process, spread, timed_steps
 
 #: One architecture per system at base dimensions, with its training task and criterion.
 SYSTEMS = {
     "hiertransformer": LABEL_SMOOTHED,
     "hierencdec_bart_base": LABEL_SMOOTHED,
     "pagesum_bart_base": LABEL_SMOOTHED,
-    "sparse_bart_base": ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl",
-                         "--sparse-training-stage", "joint"],
+    "sparse_bart_base": [
+        "--task",
+        "multidoc_summarization_sparse",
+        "--criterion",
+        "sparse_kl",
+        "--sparse-training-stage",
+        "joint",
+    ],
     "dape_transformer": LABEL_SMOOTHED,
     "led_base": LABEL_SMOOTHED,
 }
@@ -45,21 +52,37 @@ def make_data(work_dir: str) -> str:
     from tests.utils import make_tiny_data_bin
 
     return make_tiny_data_bin(
-        work_dir, train=4, valid=1, test=1, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
-        num_docs=8, distractor_docs=4, noise_sentences=6,
+        work_dir,
+        train=4,
+        valid=1,
+        test=1,
+        vocab_size=2000,
+        extra_args=["--side-data", "dep_head", "dep_rel"],
+        num_docs=8,
+        distractor_docs=4,
+        noise_sentences=6,
     )
 
 
 def measure(config: dict) -> dict:
-    import mdsfair
     import torch
     from fairseq import options, tasks, utils
 
+    import mdsfair
+
     mdsfair.register()  # fairseq's --user-dir skips a package that is already imported
     torch.set_num_threads(config["threads"])
-    argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
-            *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
-            "--max-source-positions", str(config["source_tokens"]), *config["flags"]]
+    argv = [
+        config["data"],
+        "--user-dir",
+        os.path.join(REPO_ROOT, "mdsfair"),
+        "--arch",
+        config["arch"],
+        *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
+        "--max-source-positions",
+        str(config["source_tokens"]),
+        *config["flags"],
+    ]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     utils.set_torch_seed(1)
     task = tasks.setup_task(args)
@@ -93,8 +116,9 @@ def main(argv=None):
     parser.add_argument("--data", help="a data-bin with dep_head/dep_rel side data (default: synthesized)")
     results.add_argument(parser)
     args = harness.parse(parser, argv)
-    rows = harness.result_rows(args, "activation_checkpointing", argv, args.repeats, dtype="fp32", batch_size=1,
-                               threads=args.threads)
+    rows = harness.result_rows(
+        args, "activation_checkpointing", argv, args.repeats, dtype="fp32", batch_size=1, threads=args.threads
+    )
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
@@ -106,18 +130,34 @@ def main(argv=None):
         tokens = None
         for _ in range(args.repeats):
             for flags in peaks:
-                config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": list(flags),
-                          "data": args.data, "source_tokens": args.source_tokens}
+                config = {
+                    "device": args.device,
+                    "threads": args.threads,
+                    "arch": arch,
+                    "flags": list(flags),
+                    "data": args.data,
+                    "source_tokens": args.source_tokens,
+                }
                 result = in_fresh_process(measure, config)
                 peaks[flags].append(result["peak_mib"])
                 tokens = result["source_tokens"]
         plain, checkpointed = peaks[()], peaks[("--checkpoint-activations",)]
 
         ratio = statistics.median(checkpointed) / statistics.median(plain)
-        print(f"{arch:<22} {tokens:>6} {spread(plain).format('.0f'):>22} {spread(checkpointed).format('.0f'):>22} "
-              f"{ratio:>6.2f}", flush=True)
-        rows.add({"arch": arch, "source_tokens": tokens, "plain_mib": results.repeats_cell(plain),
-                  "checkpointed_mib": results.repeats_cell(checkpointed), "checkpointed_vs_plain": ratio})
+        print(
+            f"{arch:<22} {tokens:>6} {spread(plain).format('.0f'):>22} {spread(checkpointed).format('.0f'):>22} "
+            f"{ratio:>6.2f}",
+            flush=True,
+        )
+        rows.add(
+            {
+                "arch": arch,
+                "source_tokens": tokens,
+                "plain_mib": results.repeats_cell(plain),
+                "checkpointed_mib": results.repeats_cell(checkpointed),
+                "checkpointed_vs_plain": ratio,
+            }
+        )
     if work is not None:
         work.cleanup()
 

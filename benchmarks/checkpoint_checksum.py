@@ -25,6 +25,7 @@ repeat and printed as median (min-max) of those per-repeat ratios
     python benchmarks/checkpoint_checksum.py                       # bart_base, 3 repeats
     python benchmarks/checkpoint_checksum.py --arch bart_large --repeats 5
 """
+
 import os
 import shlex
 import sys
@@ -34,8 +35,8 @@ import time
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.measure import interleaved_ratio, spread
 
 #: BART's released vocabulary (GPT-2 BPE symbols plus fairseq's 4 specials).
 BART_VOCABULARY = 50265
@@ -85,8 +86,12 @@ def one_repeat(state, path: str) -> dict:
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     parser.add_argument("--arch", default="bart_base", help="fairseq architecture whose weights are saved")
-    parser.add_argument("--vocab-size", type=int, default=BART_VOCABULARY,
-                        help="symbols of the dictionary the model is built with (default: BART's)")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=BART_VOCABULARY,
+        help="symbols of the dictionary the model is built with (default: BART's)",
+    )
     parser.add_argument("--model-args", default="", help="more fairseq model flags, one string (e.g. smaller dims)")
     harness.add_repeats(parser, "timed repeats after one warm-up")
     harness.add_threads(parser, default=None)
@@ -97,16 +102,22 @@ def main(argv=None):
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = harness.result_rows(args, "checkpoint_checksum", argv, args.repeats, device="cpu", arch=args.arch,
-                               vocab_size=args.vocab_size)
+    rows = harness.result_rows(
+        args, "checkpoint_checksum", argv, args.repeats, device="cpu", arch=args.arch, vocab_size=args.vocab_size
+    )
     with tempfile.TemporaryDirectory(prefix="mdsfair-checksum-bench-", dir=args.work_dir) as work_dir:
         state, parameters = build_state(args.arch, args.vocab_size, args.model_args, work_dir)
-        storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
-                    for t in state.values() if torch.is_tensor(t)}
+        storages = {
+            t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # shared embeddings once
+            for t in state.values()
+            if torch.is_tensor(t)
+        }
         size = sum(storages.values())
-        print(f"{harness.device_line('cpu')}, {os.cpu_count()} cores; torch {torch.__version__}; load average {os.getloadavg()[0]:.2f} at "
-              f"start; {args.arch}, vocabulary {args.vocab_size:,}: {parameters / 1e6:.1f} M parameters, "
-              f"{len(state)} tensors, {size / 2**20:,.0f} MiB; file in {work_dir}")
+        print(
+            f"{harness.device_line('cpu')}, {os.cpu_count()} cores; torch {torch.__version__}; load average {os.getloadavg()[0]:.2f} at "
+            f"start; {args.arch}, vocabulary {args.vocab_size:,}: {parameters / 1e6:.1f} M parameters, "
+            f"{len(state)} tensors, {size / 2**20:,.0f} MiB; file in {work_dir}"
+        )
         path = os.path.join(work_dir, "checkpoint.pt")
         one_repeat(state, path)  # warm-up
         runs = [one_repeat(state, path) for _ in range(args.repeats)]
@@ -116,12 +127,16 @@ def main(argv=None):
         print(f"  {name:<9} {spread(values).format('.2f', ' s')}")
     print(f"  checksum / save  {interleaved_ratio(columns['checksum'], columns['save']).format('.2f', 'x')}")
     print(f"  verify / load    {interleaved_ratio(columns['verify'], columns['load']).format('.2f', 'x')}")
-    rows.add(*[{"step": name, "seconds": results.repeats_cell(values)} for name, values in columns.items()],
-             {"step": "checksum / save",
-              "ratio": results.spread_cell(interleaved_ratio(columns["checksum"], columns["save"]))},
-             {"step": "verify / load",
-              "ratio": results.spread_cell(interleaved_ratio(columns["verify"], columns["load"]))},
-             parameters=parameters, checkpoint_mib=size / 2**20)
+    rows.add(
+        *[{"step": name, "seconds": results.repeats_cell(values)} for name, values in columns.items()],
+        {
+            "step": "checksum / save",
+            "ratio": results.spread_cell(interleaved_ratio(columns["checksum"], columns["save"])),
+        },
+        {"step": "verify / load", "ratio": results.spread_cell(interleaved_ratio(columns["verify"], columns["load"]))},
+        parameters=parameters,
+        checkpoint_mib=size / 2**20,
+    )
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ taken in order (:func:`benchmarks.measure.separate_ratio`).
     python benchmarks/dape_transformer.py                                  # CPU, d 256, 2 + 2 layers
     python benchmarks/dape_transformer.py --device cuda --dtype bf16       # d 512, 8 + 8 layers (the paper's)
 """
+
 import os
 import sys
 from argparse import Namespace
@@ -38,16 +39,16 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import SyntheticTask  # noqa: E402
-from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread  # noqa: E402
-from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
+from fairseq.models.transformer import TransformerModel, base_architecture
 
-from mdsfair.models.dape_transformer import DapeTransformerModel, dape_transformer_architecture  # noqa: E402
-from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import SyntheticTask
+from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread
+from mdsfair.models.dape_transformer import DapeTransformerModel, dape_transformer_architecture
+from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
 
 VOCAB = 1000
 SENTENCE_TOKENS = 20
@@ -63,12 +64,19 @@ SYSTEMS = {
 def build(opts, system: str, source_positions: int):
     cls, flags = SYSTEMS[system]
     args = Namespace(
-        encoder_embed_dim=opts.embed_dim, decoder_embed_dim=opts.embed_dim,
-        encoder_ffn_embed_dim=4 * opts.embed_dim, decoder_ffn_embed_dim=4 * opts.embed_dim,
-        encoder_layers=opts.layers, decoder_layers=opts.layers,
-        encoder_attention_heads=opts.heads, decoder_attention_heads=opts.heads,
-        share_all_embeddings=True, dropout=0.1, max_source_positions=source_positions,
-        max_target_positions=TARGET_TOKENS + 1, **flags,
+        encoder_embed_dim=opts.embed_dim,
+        decoder_embed_dim=opts.embed_dim,
+        encoder_ffn_embed_dim=4 * opts.embed_dim,
+        decoder_ffn_embed_dim=4 * opts.embed_dim,
+        encoder_layers=opts.layers,
+        decoder_layers=opts.layers,
+        encoder_attention_heads=opts.heads,
+        decoder_attention_heads=opts.heads,
+        share_all_embeddings=True,
+        dropout=0.1,
+        max_source_positions=source_positions,
+        max_target_positions=TARGET_TOKENS + 1,
+        **flags,
     )
     if cls is DapeTransformerModel:
         dape_transformer_architecture(args)
@@ -112,8 +120,9 @@ def measure(opts, system: str, num_tokens: int) -> dict:
     # the base inputs, and the side inputs the model declares (an ablation reads fewer; one it does not
     # declare is refused by the encoder)
     declared = set(model.side_inputs()) if hasattr(model, "side_inputs") else set()
-    net_input = {k: v for k, v in net_input.items()
-                 if k in ("src_tokens", "src_lengths", "prev_output_tokens") or k in declared}
+    net_input = {
+        k: v for k, v in net_input.items() if k in ("src_tokens", "src_lengths", "prev_output_tokens") or k in declared
+    }
 
     def step():
         logits = model(**net_input)[0]
@@ -127,34 +136,59 @@ def parse_args(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
     harness.add_dtype(parser)
-    parser.add_argument("--lengths", default=None, help="source lengths in tokens (default 256,512,1024 on cpu, "
-                                                        "512,1024,2048,4096 on cuda)")
+    parser.add_argument(
+        "--lengths",
+        default=None,
+        help="source lengths in tokens (default 256,512,1024 on cpu, 512,1024,2048,4096 on cuda)",
+    )
     parser.add_argument("--batch-size", type=int, default=None, help="sources per step (default 2 cpu, 8 cuda)")
     parser.add_argument("--doc-tokens", type=int, default=200, help="tokens per document (default 200)")
-    parser.add_argument("--embed-dim", type=int, default=None,
-                        help="model dim (default 512 cuda, the paper's; 256 cpu)")
+    parser.add_argument(
+        "--embed-dim", type=int, default=None, help="model dim (default 512 cuda, the paper's; 256 cpu)"
+    )
     parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default 8 cuda, 2 cpu)")
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default 8 cuda, 4 cpu)")
     harness.add_repeats(parser, "timed steps per system and length")
     results.add_argument(parser)
     harness.add_measure_one(parser)
-    return harness.fill_device_defaults(harness.parse(parser, argv), lengths=("512,1024,2048,4096", "256,512,1024"),
-                                        batch_size=(8, 2), embed_dim=(512, 256), layers=(8, 2), heads=(8, 4))
+    return harness.fill_device_defaults(
+        harness.parse(parser, argv),
+        lengths=("512,1024,2048,4096", "256,512,1024"),
+        batch_size=(8, 2),
+        embed_dim=(512, 256),
+        layers=(8, 2),
+        heads=(8, 4),
+    )
 
 
 def main(argv=None):
     opts = parse_args(argv)
     if harness.answer_measure_one(opts, measure):
         return
-    print(f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, "
-          f"{opts.layers}+{opts.layers} layers, "
-          f"{opts.heads} heads, batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; "
-          f"torch {torch.__version__}")
-    run = harness.in_fresh_interpreter_on_cpu(opts, __file__, measure, ["device", "dtype", "batch_size", "doc_tokens",
-                                                                       "embed_dim", "layers", "heads", "repeats"])
-    rows = harness.result_rows(opts, "dape_transformer", argv, opts.repeats, dtype=opts.dtype,
-                               batch_size=opts.batch_size, embed_dim=opts.embed_dim, layers=opts.layers,
-                               heads=opts.heads, doc_tokens=opts.doc_tokens)
+    print(
+        f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, "
+        f"{opts.layers}+{opts.layers} layers, "
+        f"{opts.heads} heads, batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; "
+        f"torch {torch.__version__}"
+    )
+    run = harness.in_fresh_interpreter_on_cpu(
+        opts,
+        __file__,
+        measure,
+        ["device", "dtype", "batch_size", "doc_tokens", "embed_dim", "layers", "heads", "repeats"],
+    )
+    rows = harness.result_rows(
+        opts,
+        "dape_transformer",
+        argv,
+        opts.repeats,
+        dtype=opts.dtype,
+        batch_size=opts.batch_size,
+        embed_dim=opts.embed_dim,
+        layers=opts.layers,
+        heads=opts.heads,
+        doc_tokens=opts.doc_tokens,
+    )
     print("one training step (forward + backward); ratios against the stock fairseq transformer of the same run")
     print(f"{'tokens':>6} {'system':>16} {'seconds':>21} {'time ratio':>18} {'peak MiB':>9} {'mem ratio':>9}")
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
@@ -167,16 +201,22 @@ def main(argv=None):
             baseline = baseline or result
             seconds = spread(result["seconds_each"]).format(".3f")
             time_ratio = separate_ratio(result["seconds_each"], baseline["seconds_each"]).format(".2f", "x")
-            print(f"{num_tokens:>6} {system:>16} {seconds:>21} {time_ratio:>18} {result['peak_mib']:>9.1f} "
-                  f"{result['peak_mib'] / max(baseline['peak_mib'], 1e-9):>8.2f}x")
-            rows.add({
-                "source_tokens": num_tokens, "system": system,
-                "seconds": results.repeats_cell(result["seconds_each"]),
-                "time_vs_transformer": results.spread_cell(
-                    separate_ratio(result["seconds_each"], baseline["seconds_each"])),
-                "peak_mib": result["peak_mib"],
-                "memory_vs_transformer": result["peak_mib"] / max(baseline["peak_mib"], 1e-9),
-            })
+            print(
+                f"{num_tokens:>6} {system:>16} {seconds:>21} {time_ratio:>18} {result['peak_mib']:>9.1f} "
+                f"{result['peak_mib'] / max(baseline['peak_mib'], 1e-9):>8.2f}x"
+            )
+            rows.add(
+                {
+                    "source_tokens": num_tokens,
+                    "system": system,
+                    "seconds": results.repeats_cell(result["seconds_each"]),
+                    "time_vs_transformer": results.spread_cell(
+                        separate_ratio(result["seconds_each"], baseline["seconds_each"])
+                    ),
+                    "peak_mib": result["peak_mib"],
+                    "memory_vs_transformer": result["peak_mib"] / max(baseline["peak_mib"], 1e-9),
+                }
+            )
 
 
 if __name__ == "__main__":

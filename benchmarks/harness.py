@@ -10,6 +10,7 @@ count below one and ``--device cuda`` without a GPU), prints
 :func:`result_rows`, which rewrites the results file after every row when
 ``--json`` is given (a long run interrupted keeps what it measured).
 """
+
 import argparse
 import json
 import subprocess
@@ -32,8 +33,14 @@ DIMS: Dict[str, Tuple[int, int, int, int]] = {
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 #: The task and criterion of every label-smoothed system's training run.
-LABEL_SMOOTHED = ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy",
-                  "--label-smoothing", "0.1"]
+LABEL_SMOOTHED = [
+    "--task",
+    "multidoc_summarization",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+]
 
 
 def autocast_dtype(name: str) -> Optional[torch.dtype]:
@@ -111,22 +118,29 @@ def add_dtype(parser: argparse.ArgumentParser, meaning: str = "parameter and act
 
 def add_threads(parser: argparse.ArgumentParser, default: Optional[int] = 1) -> None:
     shown = default if default is not None else "torch's own"
-    parser.add_argument("--threads", type=int, default=default,
-                        help=f"CPU intra-op threads (1 = stable figures on a shared machine; default: {shown})")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=default,
+        help=f"CPU intra-op threads (1 = stable figures on a shared machine; default: {shown})",
+    )
 
 
 def add_repeats(parser: argparse.ArgumentParser, what: str, flag: str = "--repeats", default: int = 3) -> None:
     """The timed repeats every median (min-max) is over; ``what`` says what
     one repeat is."""
-    parser.add_argument(flag, type=int, default=default,
-                        help=f"{what} (median (min-max) reported; default {default})")
+    parser.add_argument(flag, type=int, default=default, help=f"{what} (median (min-max) reported; default {default})")
 
 
 def add_profile(parser: argparse.ArgumentParser, what: str) -> None:
     """``--profile ROWS``: ``what`` (when, and which run) is profiled."""
-    parser.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                        help=f"{what} with torch.profiler and print the ROWS operators with the most device and "
-                             "host time")
+    parser.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help=f"{what} with torch.profiler and print the ROWS operators with the most device and host time",
+    )
 
 
 def add_measure_one(parser: argparse.ArgumentParser) -> None:
@@ -135,8 +149,9 @@ def add_measure_one(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--measure-one", help=argparse.SUPPRESS)
 
 
-def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]],
-          at_least_one: Iterable[str] = ("repeats",)) -> Namespace:
+def parse(
+    parser: argparse.ArgumentParser, argv: Optional[Sequence[str]], at_least_one: Iterable[str] = ("repeats",)
+) -> Namespace:
     """Parse ``argv``; refuse a value below 1 of the options ``at_least_one``
     (destinations) and ``--device cuda`` where no GPU is visible."""
     options = parser.parse_args(argv)
@@ -193,8 +208,14 @@ class Rows(list):
             self.record.write(self, **self.fields)
 
 
-def result_rows(options: Namespace, script: str, argv: Optional[Sequence[str]], repeats: Optional[int],
-                device: Optional[str] = None, **fields) -> Rows:
+def result_rows(
+    options: Namespace,
+    script: str,
+    argv: Optional[Sequence[str]],
+    repeats: Optional[int],
+    device: Optional[str] = None,
+    **fields,
+) -> Rows:
     """The rows of this run, written to ``--json FILE`` when given, whose
     header names ``benchmarks/SCRIPT.py`` with the command line ``argv``,
     ``repeats`` and ``fields`` (dtype, sizes, ...)."""
@@ -225,12 +246,12 @@ def measure_in_subprocess(script: str, which: str, forward_args: List[str]) -> d
 def forwarded_arguments(options: Namespace, names: Sequence[str]) -> List[str]:
     """``--name value`` of each option (destination) ``names``: the settings
     a measurement in a fresh process is run with."""
-    return [argument for name in names
-            for argument in (f"--{name.replace('_', '-')}", str(getattr(options, name)))]
+    return [argument for name in names for argument in (f"--{name.replace('_', '-')}", str(getattr(options, name)))]
 
 
-def in_fresh_interpreter_on_cpu(options: Namespace, script: str, measure: Measurement,
-                                forwarded: Sequence[str]) -> Measurement:
+def in_fresh_interpreter_on_cpu(
+    options: Namespace, script: str, measure: Measurement, forwarded: Sequence[str]
+) -> Measurement:
     """``measure(options, NAME, TOKENS)`` as it is run: on a GPU in this
     process (the allocator's peak is the measurement's own); on a CPU through
     :func:`measure_in_subprocess`, ``python SCRIPT --measure-one NAME:TOKENS``

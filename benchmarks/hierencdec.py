@@ -27,6 +27,7 @@ Example (the figures in ``examples/hierencdec/README.md``)::
     python benchmarks/hierencdec.py --documents 4,8,16
     python benchmarks/hierencdec.py --device cuda --dtype bf16 --dims base
 """
+
 import os
 import sys
 
@@ -35,19 +36,20 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import DIMS, SyntheticTask  # noqa: E402
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
-from fairseq.models.bart import BARTModel  # noqa: E402
+from fairseq.models.bart import BARTModel
 
-from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import DIMS, SyntheticTask
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
+from mdsfair.models.hierencdec_bart import HierEncDecBARTModel, hierencdec_bart_base
 
 SYSTEMS = ("blocked", "dense-masked", "bart")
 
 
 def build_encoder(system: str, dims: str, length: int, vocab_size: int, device: str):
-    args = harness.model_args(HierEncDecBARTModel, dims, max_source_positions=length, dropout=0.0,
-                              attention_dropout=0.0)
+    args = harness.model_args(
+        HierEncDecBARTModel, dims, max_source_positions=length, dropout=0.0, attention_dropout=0.0
+    )
     hierencdec_bart_base(args)
     task = SyntheticTask(harness.synthetic_dictionary(vocab_size))
     if system == "bart":
@@ -89,7 +91,9 @@ def measure(config: dict) -> dict:
     device = config["device"]
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
-    encoder, dictionary = build_encoder(config["system"], config["dims"], config["length"], config["vocab_size"], device)
+    encoder, dictionary = build_encoder(
+        config["system"], config["dims"], config["length"], config["vocab_size"], device
+    )
     encoder.train(not config["inference"])
     tokens, document_ids = synthetic_source(
         dictionary, config["batch_size"], config["length"], config["documents"], device
@@ -100,22 +104,33 @@ def measure(config: dict) -> dict:
     def step():
         encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], dtype)
 
-    return timed_steps(step, device, config["steps"], config["profile"],
-                       f"one encoder step, {config['system']}, {config['documents']} documents")
+    return timed_steps(
+        step,
+        device,
+        config["steps"],
+        config["profile"],
+        f"one encoder step, {config['system']}, {config['documents']} documents",
+    )
 
 
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
     harness.add_dtype(parser, "autocast dtype")
-    parser.add_argument("--dims", default="small", choices=sorted(DIMS),
-                        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)")
+    parser.add_argument(
+        "--dims",
+        default="small",
+        choices=sorted(DIMS),
+        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)",
+    )
     harness.add_threads(parser)
     parser.add_argument("--length", type=int, default=4096, help="source tokens per example (paper: 4,096)")
     parser.add_argument("--documents", default="4,8,16", help="numbers of equal-length documents to compare")
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
     harness.add_repeats(parser, "timed steps per configuration after one warm-up", flag="--steps")
-    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
+    parser.add_argument(
+        "--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)"
+    )
     parser.add_argument("--inference", action="store_true", help="time a no-grad forward instead of forward + backward")
     harness.add_profile(parser, "after each configuration's timings, profile one more step")
     results.add_argument(parser)
@@ -127,16 +142,41 @@ def main(argv=None):
         f"encoder {layers} layers, d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
         f"{'forward (no grad)' if args.inference else 'forward + backward'}"
     )
-    base = {key: getattr(args, key) for key in ("device", "dtype", "dims", "threads", "length", "batch_size", "steps",
-                                                "vocab_size", "inference", "profile")}
-    print(f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
-          f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}")
-    rows = harness.result_rows(args, "hierencdec", argv, args.steps, threads=args.threads, dtype=args.dtype,
-                               dims=args.dims, batch_size=args.batch_size, source_tokens=args.length,
-                               inference=args.inference)
+    base = {
+        key: getattr(args, key)
+        for key in (
+            "device",
+            "dtype",
+            "dims",
+            "threads",
+            "length",
+            "batch_size",
+            "steps",
+            "vocab_size",
+            "inference",
+            "profile",
+        )
+    }
+    print(
+        f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
+        f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}"
+    )
+    rows = harness.result_rows(
+        args,
+        "hierencdec",
+        argv,
+        args.steps,
+        threads=args.threads,
+        dtype=args.dtype,
+        dims=args.dims,
+        batch_size=args.batch_size,
+        source_tokens=args.length,
+        inference=args.inference,
+    )
     for documents in (int(d) for d in args.documents.split(",")):
-        result = {system: in_fresh_process(measure, {**base, "system": system, "documents": documents})
-                  for system in SYSTEMS}
+        result = {
+            system: in_fresh_process(measure, {**base, "system": system, "documents": documents}) for system in SYSTEMS
+        }
         blocked, dense, bart = result["blocked"], result["dense-masked"], result["bart"]
         seconds = {name: spread(result[name]["seconds_each"]).format(".3f") for name in SYSTEMS}
         dense_ratio = separate_ratio(dense["seconds_each"], blocked["seconds_each"]).format(".2f")
@@ -148,17 +188,21 @@ def main(argv=None):
             f"{dense['peak_mib'] / blocked['peak_mib']:>9.2f} {bart['peak_mib'] / blocked['peak_mib']:>8.2f}",
             flush=True,
         )
-        rows.add({
-            "documents": documents,
-            "blocked_s": results.repeats_cell(blocked["seconds_each"]),
-            "dense_s": results.repeats_cell(dense["seconds_each"]),
-            "bart_s": results.repeats_cell(bart["seconds_each"]),
-            "dense_vs_blocked": results.spread_cell(separate_ratio(dense["seconds_each"], blocked["seconds_each"])),
-            "bart_vs_blocked": results.spread_cell(separate_ratio(bart["seconds_each"], blocked["seconds_each"])),
-            "blocked_peak_mib": blocked["peak_mib"], "dense_peak_mib": dense["peak_mib"], "bart_peak_mib": bart["peak_mib"],
-            "dense_vs_blocked_memory": dense["peak_mib"] / blocked["peak_mib"],
-            "bart_vs_blocked_memory": bart["peak_mib"] / blocked["peak_mib"],
-        })
+        rows.add(
+            {
+                "documents": documents,
+                "blocked_s": results.repeats_cell(blocked["seconds_each"]),
+                "dense_s": results.repeats_cell(dense["seconds_each"]),
+                "bart_s": results.repeats_cell(bart["seconds_each"]),
+                "dense_vs_blocked": results.spread_cell(separate_ratio(dense["seconds_each"], blocked["seconds_each"])),
+                "bart_vs_blocked": results.spread_cell(separate_ratio(bart["seconds_each"], blocked["seconds_each"])),
+                "blocked_peak_mib": blocked["peak_mib"],
+                "dense_peak_mib": dense["peak_mib"],
+                "bart_peak_mib": bart["peak_mib"],
+                "dense_vs_blocked_memory": dense["peak_mib"] / blocked["peak_mib"],
+                "bart_vs_blocked_memory": bart["peak_mib"] / blocked["peak_mib"],
+            }
+        )
         for system in SYSTEMS:
             if "profile" in result[system]:
                 print(result[system]["profile"], flush=True)

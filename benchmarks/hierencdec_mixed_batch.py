@@ -20,6 +20,7 @@ The ratio printed is blocked / dense: at most 1 is the goal.
 
     python benchmarks/hierencdec_mixed_batch.py --json benchmarks/results/hierencdec_mixed_batch_cpu.json
 """
+
 import os
 import sys
 
@@ -28,11 +29,13 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness  # noqa: E402
-from benchmarks import results  # noqa: E402
-from benchmarks.harness import DIMS  # noqa: E402
-from benchmarks.hierencdec import build_encoder, encoder_step  # noqa: E402
-from benchmarks.measure import allocate_gradients, in_fresh_process, peak_memory_and_median_time  # noqa: E402
+from benchmarks import (
+    harness,
+    results,
+)
+from benchmarks.harness import DIMS
+from benchmarks.hierencdec import build_encoder, encoder_step
+from benchmarks.measure import allocate_gradients, in_fresh_process, peak_memory_and_median_time
 
 SYSTEMS = ("blocked", "dense-masked")
 
@@ -59,11 +62,11 @@ def mixed_batch(dictionary, short_documents: int, short_length, long_length: int
     document_ids = torch.full((2, length), -1, dtype=torch.long)
     tokens = torch.full((2, length), dictionary.pad(), dtype=torch.long)
     for row, ids in enumerate(clusters):
-        document_ids[row, :len(ids)] = ids
-        tokens[row, :len(ids)] = torch.randint(dictionary.nspecial, len(dictionary), (len(ids),), generator=generator)
+        document_ids[row, : len(ids)] = ids
+        tokens[row, : len(ids)] = torch.randint(dictionary.nspecial, len(dictionary), (len(ids),), generator=generator)
         starts = torch.ones_like(ids, dtype=torch.bool)
         starts[1:] = ids[1:].ne(ids[:-1])
-        tokens[row, :len(ids)][starts] = dictionary.bos()
+        tokens[row, : len(ids)][starts] = dictionary.bos()
         tokens[row, len(ids) - 1] = dictionary.eos()
     return tokens.to(device), document_ids.to(device)
 
@@ -73,11 +76,13 @@ def measure(config: dict) -> dict:
     device = config["device"]
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
-    encoder, dictionary = build_encoder(config["system"], config["dims"], config["max_positions"],
-                                        config["vocab_size"], device)
+    encoder, dictionary = build_encoder(
+        config["system"], config["dims"], config["max_positions"], config["vocab_size"], device
+    )
     encoder.train(not config["inference"])
-    tokens, document_ids = mixed_batch(dictionary, config["short_documents"], config["short_length"],
-                                       config["long_length"], device)
+    tokens, document_ids = mixed_batch(
+        dictionary, config["short_documents"], config["short_length"], config["long_length"], device
+    )
     allocate_gradients(encoder)
 
     def step():
@@ -90,40 +95,74 @@ def measure(config: dict) -> dict:
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
-    parser.add_argument("--dims", default="small", choices=sorted(DIMS),
-                        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)")
+    parser.add_argument(
+        "--dims",
+        default="small",
+        choices=sorted(DIMS),
+        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)",
+    )
     harness.add_threads(parser)
     parser.add_argument("--short-documents", type=int, default=250, help="documents of the short-document cluster")
-    parser.add_argument("--short-length", default="8-12",
-                        help="tokens per short document: N, or LOW-HIGH drawn uniformly (seeded)")
+    parser.add_argument(
+        "--short-length", default="8-12", help="tokens per short document: N, or LOW-HIGH drawn uniformly (seeded)"
+    )
     parser.add_argument("--long-length", type=int, default=1000, help="tokens of the long cluster's one document")
-    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
-    parser.add_argument("--inference", action="store_true", help="measure a no-grad forward instead of forward + backward")
+    parser.add_argument(
+        "--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)"
+    )
+    parser.add_argument(
+        "--inference", action="store_true", help="measure a no-grad forward instead of forward + backward"
+    )
     results.add_argument(parser)
     args = harness.parse(parser, argv, at_least_one=["short_documents", "long_length"])
     short_length = parse_length_range(args.short_length)
     max_positions = max(args.short_documents * short_length[1], args.long_length)
     layers, embed_dim, ffn_dim, heads = DIMS[args.dims]
-    print(f"{harness.device_line(args.device, args.threads)}; batch 2: {args.short_documents} documents of "
-          f"{args.short_length} tokens | one document of {args.long_length} tokens; encoder {layers} layers, "
-          f"d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
-          f"{'forward (no grad)' if args.inference else 'forward + backward'}; load {os.getloadavg()[0]:.2f}")
-    rows = harness.result_rows(args, "hierencdec_mixed_batch", argv, 1, threads=args.threads, dims=args.dims,
-                               short_documents=args.short_documents, short_length=args.short_length,
-                               long_length=args.long_length, inference=args.inference,
-                               notes="peak memory of one step after one warm-up, each system in a fresh process; "
-                                     "memory does not depend on the load")
-    base = {"device": args.device, "dims": args.dims, "threads": args.threads, "max_positions": max_positions,
-            "vocab_size": args.vocab_size, "inference": args.inference, "short_documents": args.short_documents,
-            "short_length": short_length, "long_length": args.long_length}
+    print(
+        f"{harness.device_line(args.device, args.threads)}; batch 2: {args.short_documents} documents of "
+        f"{args.short_length} tokens | one document of {args.long_length} tokens; encoder {layers} layers, "
+        f"d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
+        f"{'forward (no grad)' if args.inference else 'forward + backward'}; load {os.getloadavg()[0]:.2f}"
+    )
+    rows = harness.result_rows(
+        args,
+        "hierencdec_mixed_batch",
+        argv,
+        1,
+        threads=args.threads,
+        dims=args.dims,
+        short_documents=args.short_documents,
+        short_length=args.short_length,
+        long_length=args.long_length,
+        inference=args.inference,
+        notes="peak memory of one step after one warm-up, each system in a fresh process; "
+        "memory does not depend on the load",
+    )
+    base = {
+        "device": args.device,
+        "dims": args.dims,
+        "threads": args.threads,
+        "max_positions": max_positions,
+        "vocab_size": args.vocab_size,
+        "inference": args.inference,
+        "short_documents": args.short_documents,
+        "short_length": short_length,
+        "long_length": args.long_length,
+    }
     result = {system: in_fresh_process(measure, {**base, "system": system}) for system in SYSTEMS}
     blocked, dense = result["blocked"]["peak_mib"], result["dense-masked"]["peak_mib"]
     header = f"{'source tokens':>13} | {'blocked MiB':>11} {'dense MiB':>9} {'blocked/dense':>13}"
     harness.print_header(header)
     print(f"{result['blocked']['source_tokens']:>13} | {blocked:>11.0f} {dense:>9.0f} {blocked / dense:>13.2f}")
-    rows.add({"source_tokens": result["blocked"]["source_tokens"], "blocked_peak_mib": blocked,
-              "dense_peak_mib": dense, "blocked_vs_dense_memory": blocked / dense},
-             load_average_at_end=round(os.getloadavg()[0], 2))
+    rows.add(
+        {
+            "source_tokens": result["blocked"]["source_tokens"],
+            "blocked_peak_mib": blocked,
+            "dense_peak_mib": dense,
+            "blocked_vs_dense_memory": blocked / dense,
+        },
+        load_average_at_end=round(os.getloadavg()[0], 2),
+    )
 
 
 if __name__ == "__main__":

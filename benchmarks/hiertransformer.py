@@ -31,6 +31,7 @@ number of paragraphs P grows at fixed L: HT's local attention costs
     python benchmarks/hiertransformer.py --attention-backend math --sizes 24x67
     python benchmarks/hiertransformer.py --device cuda --dtype bf16
 """
+
 import contextlib
 import os
 import sys
@@ -42,25 +43,31 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import SyntheticTask  # noqa: E402
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
-from fairseq.models.transformer import TransformerModel  # noqa: E402
-from fairseq.models.transformer import base_architecture as transformer_architecture  # noqa: E402
+from fairseq.models.transformer import TransformerModel
+from fairseq.models.transformer import base_architecture as transformer_architecture
 
-from mdsfair.models.hiertransformer import HierarchicalTransformerModel  # noqa: E402
-from mdsfair.models.hiertransformer import base_architecture as hiertransformer_architecture  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import SyntheticTask
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
+from mdsfair.models.hiertransformer import HierarchicalTransformerModel
+from mdsfair.models.hiertransformer import base_architecture as hiertransformer_architecture
 
 
 def model_args(system: str) -> Namespace:
     args = Namespace(
-        encoder_embed_dim=256, encoder_ffn_embed_dim=1024, encoder_attention_heads=8,
-        decoder_layers=6, dropout=0.1, share_all_embeddings=True,
-        max_source_positions=100000, max_target_positions=1024,
-        encoder_layers_to_keep=None, decoder_layers_to_keep=None,
+        encoder_embed_dim=256,
+        encoder_ffn_embed_dim=1024,
+        encoder_attention_heads=8,
+        decoder_layers=6,
+        dropout=0.1,
+        share_all_embeddings=True,
+        max_source_positions=100000,
+        max_target_positions=1024,
+        encoder_layers_to_keep=None,
+        decoder_layers_to_keep=None,
     )
     if system == "hiertransformer":
         args.local_layers, args.global_layers = 5, 2
@@ -88,8 +95,10 @@ def synthetic_batch(task, batch_size: int, paragraphs: int, length: int, target_
     target = torch.randint(low, vocab, (batch_size, target_tokens), generator=generator)
     prev_output_tokens = torch.cat([torch.full((batch_size, 1), task.target_dictionary.eos()), target[:, :-1]], 1)
     batch = {
-        "src_tokens": src_tokens, "src_lengths": torch.full((batch_size,), paragraphs * length),
-        "src_para_ids": src_para_ids, "prev_output_tokens": prev_output_tokens,
+        "src_tokens": src_tokens,
+        "src_lengths": torch.full((batch_size,), paragraphs * length),
+        "src_para_ids": src_para_ids,
+        "prev_output_tokens": prev_output_tokens,
     }
     return {k: v.to(device) for k, v in batch.items()}, target.to(device)
 
@@ -97,8 +106,10 @@ def synthetic_batch(task, batch_size: int, paragraphs: int, length: int, target_
 def training_step(model, system, batch, target, autocast_dtype, attention_backend="default"):
     inputs = batch if system == "hiertransformer" else {k: v for k, v in batch.items() if k != "src_para_ids"}
     kernels = sdpa_kernel([SDPBackend.MATH]) if attention_backend == "math" else contextlib.nullcontext()
-    with torch.autocast(device_type=target.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None), \
-            kernels:
+    with (
+        torch.autocast(device_type=target.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None),
+        kernels,
+    ):
         logits = model(**inputs)[0]
         lprobs = torch.log_softmax(logits.float(), dim=-1)
         loss = torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1), reduction="sum")
@@ -121,8 +132,13 @@ def measure(config: dict) -> dict:
     def step():
         training_step(model, system, batch, target, dtype, config["attention_backend"])
 
-    result = timed_steps(step, device, config["steps"], config.get("profile", 0),
-                         f"one training step, {system}, {config['paragraphs']} x {config['length']} tokens")
+    result = timed_steps(
+        step,
+        device,
+        config["steps"],
+        config.get("profile", 0),
+        f"one training step, {system}, {config['paragraphs']} x {config['length']} tokens",
+    )
     source_tokens = config["batch_size"] * config["paragraphs"] * config["length"]
     result["tokens_per_s_each"] = [source_tokens / seconds for seconds in result.pop("seconds_each")]
     return result
@@ -133,10 +149,14 @@ def main(argv=None):
     harness.add_device(parser)
     harness.add_dtype(parser, "autocast dtype")
     harness.add_threads(parser)
-    parser.add_argument("--attention-backend", default="default", choices=["default", "math"],
-                        help="PyTorch attention kernels: 'default' lets scaled_dot_product_attention pick a fused "
-                             "kernel that never stores the T x T scores; 'math' materialises them, as the "
-                             "hiersumm code and older fairseq did, which exposes P*L^2 vs (P*L)^2 memory")
+    parser.add_argument(
+        "--attention-backend",
+        default="default",
+        choices=["default", "math"],
+        help="PyTorch attention kernels: 'default' lets scaled_dot_product_attention pick a fused "
+        "kernel that never stores the T x T scores; 'math' materialises them, as the "
+        "hiersumm code and older fairseq did, which exposes P*L^2 vs (P*L)^2 memory",
+    )
     parser.add_argument("--batch-size", type=int, default=1, help="examples per step")
     harness.add_repeats(parser, "timed steps per configuration after one warm-up", flag="--steps")
     parser.add_argument("--vocab-size", type=int, default=8000, help="dictionary size (paper: 32,000)")
@@ -147,55 +167,97 @@ def main(argv=None):
     harness.add_profile(parser, "after each part-1 configuration's timings, profile one more step")
     results.add_argument(parser)
     args = harness.parse(parser, argv, at_least_one=["steps"])
-    print(f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; attention {args.attention_backend}; "
-          f"batch {args.batch_size}; "
-          f"vocab {args.vocab_size}; "
-          f"target {args.target_tokens} tokens; d 256, 7 encoder + 6 decoder layers")
-    base = {"device": args.device, "dtype": args.dtype, "threads": args.threads, "batch_size": args.batch_size,
-            "steps": args.steps, "vocab_size": args.vocab_size, "attention_backend": args.attention_backend,
-            "target_tokens": args.target_tokens}
-    rows = harness.result_rows(args, "hiertransformer", argv, args.steps, threads=args.threads, dtype=args.dtype,
-                               batch_size=args.batch_size, attention=args.attention_backend)
+    print(
+        f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; attention {args.attention_backend}; "
+        f"batch {args.batch_size}; "
+        f"vocab {args.vocab_size}; "
+        f"target {args.target_tokens} tokens; d 256, 7 encoder + 6 decoder layers"
+    )
+    base = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "threads": args.threads,
+        "batch_size": args.batch_size,
+        "steps": args.steps,
+        "vocab_size": args.vocab_size,
+        "attention_backend": args.attention_backend,
+        "target_tokens": args.target_tokens,
+    }
+    rows = harness.result_rows(
+        args,
+        "hiertransformer",
+        argv,
+        args.steps,
+        threads=args.threads,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        attention=args.attention_backend,
+    )
     print("\n(1) paper input sizes: source tokens/s and peak step memory (MiB)")
-    print(f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "
-          f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}")
+    print(
+        f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "
+        f"{'HT MiB':>8} {'flat MiB':>9} {'ratio':>6}"
+    )
     for size in args.sizes.split(","):
         paragraphs, length = (int(v) for v in size.lower().split("x"))
         config = {**base, "paragraphs": paragraphs, "length": length, "profile": args.profile}
         ht = in_fresh_process(measure, {**config, "system": "hiertransformer"})
         flat = in_fresh_process(measure, {**config, "system": "transformer"})
         ratio = separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"]).format(".2f")
-        print(f"{size:>8} {paragraphs * length:>7} | {spread(ht['tokens_per_s_each']).format('.0f'):>17} "
-              f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
-              f"{ht['peak_mib']:>8.0f} {flat['peak_mib']:>9.0f} "
-              f"{ht['peak_mib'] / flat['peak_mib']:>6.2f}", flush=True)
-        rows.add({"part": "paper input sizes", "paragraphs_x_length": size, "source_tokens": paragraphs * length,
-                  "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
-                  "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"]),
-                  "ht_vs_flat": results.spread_cell(separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"])),
-                  "ht_peak_mib": ht["peak_mib"], "flat_peak_mib": flat["peak_mib"],
-                  "ht_vs_flat_memory": ht["peak_mib"] / flat["peak_mib"]})
+        print(
+            f"{size:>8} {paragraphs * length:>7} | {spread(ht['tokens_per_s_each']).format('.0f'):>17} "
+            f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} {ratio:>17} | "
+            f"{ht['peak_mib']:>8.0f} {flat['peak_mib']:>9.0f} "
+            f"{ht['peak_mib'] / flat['peak_mib']:>6.2f}",
+            flush=True,
+        )
+        rows.add(
+            {
+                "part": "paper input sizes",
+                "paragraphs_x_length": size,
+                "source_tokens": paragraphs * length,
+                "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
+                "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"]),
+                "ht_vs_flat": results.spread_cell(separate_ratio(ht["tokens_per_s_each"], flat["tokens_per_s_each"])),
+                "ht_peak_mib": ht["peak_mib"],
+                "flat_peak_mib": flat["peak_mib"],
+                "ht_vs_flat_memory": ht["peak_mib"] / flat["peak_mib"],
+            }
+        )
         for result in (ht, flat):
             if "profile" in result:
                 print(result["profile"], flush=True)
 
-    print(f"\n(2) as P grows at L = {args.scaling_length}: peak step memory (MiB), source tokens/s, and the "
-          f"attention-score elements one encoder layer would hold per head (HT local: P*L^2, flat: (P*L)^2)")
-    print(f"{'P':>4} {'tokens':>7} | {'HT MiB':>7} {'flat MiB':>8} | {'HT tok/s':>17} {'flat tok/s':>17} | "
-          f"{'HT P*L^2':>10} {'flat (PL)^2':>12}")
+    print(
+        f"\n(2) as P grows at L = {args.scaling_length}: peak step memory (MiB), source tokens/s, and the "
+        f"attention-score elements one encoder layer would hold per head (HT local: P*L^2, flat: (P*L)^2)"
+    )
+    print(
+        f"{'P':>4} {'tokens':>7} | {'HT MiB':>7} {'flat MiB':>8} | {'HT tok/s':>17} {'flat tok/s':>17} | "
+        f"{'HT P*L^2':>10} {'flat (PL)^2':>12}"
+    )
     for paragraphs in (int(p) for p in args.scaling_paragraphs.split(",")):
         config = {**base, "paragraphs": paragraphs, "length": args.scaling_length}
         ht = in_fresh_process(measure, {**config, "system": "hiertransformer"})
         flat = in_fresh_process(measure, {**config, "system": "transformer"})
         tokens = paragraphs * args.scaling_length
-        print(f"{paragraphs:>4} {tokens:>7} | {ht['peak_mib']:>7.0f} {flat['peak_mib']:>8.0f} | "
-              f"{spread(ht['tokens_per_s_each']).format('.0f'):>17} "
-              f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} | "
-              f"{paragraphs * args.scaling_length ** 2:>10,d} {tokens ** 2:>12,d}")
-        rows.add({"part": f"as P grows at L = {args.scaling_length}", "paragraphs": paragraphs,
-                  "source_tokens": tokens, "ht_peak_mib": ht["peak_mib"], "flat_peak_mib": flat["peak_mib"],
-                  "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
-                  "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"])})
+        print(
+            f"{paragraphs:>4} {tokens:>7} | {ht['peak_mib']:>7.0f} {flat['peak_mib']:>8.0f} | "
+            f"{spread(ht['tokens_per_s_each']).format('.0f'):>17} "
+            f"{spread(flat['tokens_per_s_each']).format('.0f'):>17} | "
+            f"{paragraphs * args.scaling_length**2:>10,d} {tokens**2:>12,d}"
+        )
+        rows.add(
+            {
+                "part": f"as P grows at L = {args.scaling_length}",
+                "paragraphs": paragraphs,
+                "source_tokens": tokens,
+                "ht_peak_mib": ht["peak_mib"],
+                "flat_peak_mib": flat["peak_mib"],
+                "ht_tokens_per_s": results.repeats_cell(ht["tokens_per_s_each"]),
+                "flat_tokens_per_s": results.repeats_cell(flat["tokens_per_s_each"]),
+            }
+        )
 
 
 if __name__ == "__main__":

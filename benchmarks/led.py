@@ -38,6 +38,7 @@ the per-step pairs taken in order (:func:`benchmarks.measure.separate_ratio`).
     python benchmarks/led.py --dims small --max-math-tokens 8192   # reduced scope
     python benchmarks/led.py --device cuda --dtype bf16
 """
+
 import os
 import sys
 
@@ -46,17 +47,24 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import DIMS, SyntheticTask  # noqa: E402
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import DIMS, SyntheticTask
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
 
 SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
 
 
 def model_args(model_class, dims: str, length: int):
     """The encoder's flags at ``dims`` for sources of ``length`` tokens, no dropout."""
-    return harness.model_args(model_class, dims, max_source_positions=length, max_target_positions=1024,
-                              dropout=0.0, attention_dropout=0.0, task="multidoc_summarization")
+    return harness.model_args(
+        model_class,
+        dims,
+        max_source_positions=length,
+        max_target_positions=1024,
+        dropout=0.0,
+        attention_dropout=0.0,
+        task="multidoc_summarization",
+    )
 
 
 def build_encoder(config: dict):
@@ -153,22 +161,39 @@ def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
     harness.add_dtype(parser)
-    parser.add_argument("--dims", default="base", choices=sorted(DIMS),
-                        help="encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)")
+    parser.add_argument(
+        "--dims",
+        default="base",
+        choices=sorted(DIMS),
+        help="encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)",
+    )
     parser.add_argument("--lengths", default="2048,4096,8192,16384", help="source lengths in tokens (comma list)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"systems to measure (comma list of {SYSTEMS})")
-    parser.add_argument("--max-dense-tokens", type=int, default=None,
-                        help="longest source for dense BART through SDPA (default: every length)")
-    parser.add_argument("--max-math-tokens", type=int, default=None,
-                        help="longest source for bart-math, whose T x T scores take 4 * heads * T^2 bytes per "
-                             "layer (default: every length on cuda, 4096 on cpu)")
-    parser.add_argument("--document-tokens", type=int, default=1024,
-                        help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, "
-                             "PageSum's page size)")
+    parser.add_argument(
+        "--max-dense-tokens",
+        type=int,
+        default=None,
+        help="longest source for dense BART through SDPA (default: every length)",
+    )
+    parser.add_argument(
+        "--max-math-tokens",
+        type=int,
+        default=None,
+        help="longest source for bart-math, whose T x T scores take 4 * heads * T^2 bytes per "
+        "layer (default: every length on cuda, 4096 on cpu)",
+    )
+    parser.add_argument(
+        "--document-tokens",
+        type=int,
+        default=1024,
+        help="tokens per document for HierEncDec's blocks and PageSum's pages (default 1024, PageSum's page size)",
+    )
     harness.add_repeats(parser, "timed runs per cell after the memory run", flag="--steps")
     parser.add_argument("--train", action="store_true", help="forward + backward instead of a no-grad forward")
     harness.add_threads(parser)
-    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)")
+    parser.add_argument(
+        "--vocab-size", type=int, default=1000, help="dictionary size (encoder cost barely depends on it)"
+    )
     results.add_argument(parser)
     opts = harness.parse(parser, argv, at_least_one=["steps"])
     max_dense = opts.max_dense_tokens or 10**9
@@ -176,46 +201,79 @@ def main(argv=None):
     lengths = [int(x) for x in opts.lengths.split(",")]
     systems = [s for s in opts.systems.split(",") if s]
     layers, embed_dim, ffn_dim, heads = DIMS[opts.dims]
-    print(f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
-          f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
-          f"{opts.document_tokens} tokens; torch {torch.__version__}")
+    print(
+        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
+        f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
+        f"{opts.document_tokens} tokens; torch {torch.__version__}"
+    )
     measured = {}
-    rows = harness.result_rows(opts, "led", argv, opts.steps, threads=opts.threads, dtype=opts.dtype, dims=opts.dims,
-                               train=opts.train, document_tokens=opts.document_tokens)
+    rows = harness.result_rows(
+        opts,
+        "led",
+        argv,
+        opts.steps,
+        threads=opts.threads,
+        dtype=opts.dtype,
+        dims=opts.dims,
+        train=opts.train,
+        document_tokens=opts.document_tokens,
+    )
     print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>21} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:
-            limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(system)
+            limit = {"bart": ("--max-dense-tokens", max_dense), "bart-math": ("--max-math-tokens", max_math)}.get(
+                system
+            )
             if limit and length > limit[1]:
                 measured[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
             else:
-                measured[system, length] = run({
-                    "system": system, "dims": opts.dims, "length": length, "device": opts.device,
-                    "dtype": opts.dtype, "train": opts.train, "steps": opts.steps, "threads": opts.threads,
-                    "vocab_size": opts.vocab_size, "document_tokens": opts.document_tokens,
-                })
+                measured[system, length] = run(
+                    {
+                        "system": system,
+                        "dims": opts.dims,
+                        "length": length,
+                        "device": opts.device,
+                        "dtype": opts.dtype,
+                        "train": opts.train,
+                        "steps": opts.steps,
+                        "threads": opts.threads,
+                        "vocab_size": opts.vocab_size,
+                        "document_tokens": opts.document_tokens,
+                    }
+                )
             result = measured[system, length]
             if "error" in result:
                 print(f"{system:>10} {length:>7} {result['error']}", flush=True)
                 continue
             reference = measured.get(("led-1024", length), {})
-            ratio = (f"{result['peak_mib'] / reference['peak_mib']:.2f}x"
-                     if reference.get("peak_mib") else "-")
-            print(f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
-                  f"{spread(result['seconds_each']).format('.2f'):>21} {ratio:>15}", flush=True)
-            rows.add({"system": system, "source_tokens": length, "peak_mib": result["peak_mib"],
-                      "mib_per_1k_tokens": result["peak_mib"] / length * 1024,
-                      "seconds": results.repeats_cell(result["seconds_each"]),
-                      "memory_vs_led_1024": (result["peak_mib"] / reference["peak_mib"]
-                                             if reference.get("peak_mib") else None)})
+            ratio = f"{result['peak_mib'] / reference['peak_mib']:.2f}x" if reference.get("peak_mib") else "-"
+            print(
+                f"{system:>10} {length:>7} {result['peak_mib']:>9.1f} {result['peak_mib'] / length * 1024:>10.2f} "
+                f"{spread(result['seconds_each']).format('.2f'):>21} {ratio:>15}",
+                flush=True,
+            )
+            rows.add(
+                {
+                    "system": system,
+                    "source_tokens": length,
+                    "peak_mib": result["peak_mib"],
+                    "mib_per_1k_tokens": result["peak_mib"] / length * 1024,
+                    "seconds": results.repeats_cell(result["seconds_each"]),
+                    "memory_vs_led_1024": (
+                        result["peak_mib"] / reference["peak_mib"] if reference.get("peak_mib") else None
+                    ),
+                }
+            )
 
     print("\ntargets (issue 20):")
     for system in [s for s in systems if s.startswith("led")]:
         short, long = measured.get((system, lengths[0]), {}), measured.get((system, lengths[-1]), {})
         if short.get("peak_mib") and long.get("peak_mib"):
             growth = (long["peak_mib"] / lengths[-1]) / (short["peak_mib"] / lengths[0])
-            print(f"  {system}: MiB per 1k tokens at {lengths[-1]} / at {lengths[0]} = {growth:.2f} "
-                  f"({'within' if growth <= 1.3 else 'ABOVE'} 1.3)")
+            print(
+                f"  {system}: MiB per 1k tokens at {lengths[-1]} / at {lengths[0]} = {growth:.2f} "
+                f"({'within' if growth <= 1.3 else 'ABOVE'} 1.3)"
+            )
         for dense_system in ("bart", "bart-math"):
             below = []
             for length in lengths:
@@ -223,8 +281,10 @@ def main(argv=None):
                 ours = measured.get((system, length), {})
                 if length >= 4096 and dense.get("peak_mib") and ours.get("peak_mib"):
                     time_ratio = separate_ratio(ours["seconds_each"], dense["seconds_each"])
-                    below.append(f"{length}: memory {ours['peak_mib'] / dense['peak_mib']:.2f}x, "
-                                 f"time {time_ratio.format('.2f', 'x')}")
+                    below.append(
+                        f"{length}: memory {ours['peak_mib'] / dense['peak_mib']:.2f}x, "
+                        f"time {time_ratio.format('.2f', 'x')}"
+                    )
             if below:
                 print(f"  {system} relative to {dense_system}: " + "; ".join(below))
 

@@ -26,6 +26,7 @@ the documentation's table from it.
     python benchmarks/led_sparse.py                                  # CPU, 4k/8k/16k, batch 4, beam 4
     python benchmarks/led_sparse.py --device cuda --dtype bf16
 """
+
 import argparse
 import os
 import sys
@@ -35,16 +36,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+from fairseq.sequence_generator import SequenceGenerator
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.measure import interleaved_ratio, spread, timed  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
-
-from benchmarks.sparse_decoder import encode, synthetic_batch  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.measure import interleaved_ratio, spread, timed
+from benchmarks.sparse_decoder import encode, synthetic_batch
 
 
 def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
@@ -74,8 +74,9 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     ``--warmup-steps`` steps (allocations, first-call costs)."""
 
     def generator(steps):
-        built = SequenceGenerator([model], dictionary, beam_size=options.beam, len_penalty=2.0,
-                                  min_len=steps, max_len_a=0, max_len_b=steps)
+        built = SequenceGenerator(
+            [model], dictionary, beam_size=options.beam, len_penalty=2.0, min_len=steps, max_len_a=0, max_len_b=steps
+        )
         built.model.forward_encoder = lambda _: [encoder_out]
         return built
 
@@ -93,8 +94,12 @@ def main(argv=None):
     parser.add_argument("--beam", type=int, default=4, help="beam size")
     parser.add_argument("--top-r", type=int, default=5, help="sentences kept (r)")
     parser.add_argument("--sentence-tokens", type=int, default=30, help="tokens per sentence N2")
-    parser.add_argument("--target-length", type=int, default=256,
-                        help="decoding steps (min = max length; 256 is about a Multi-News summary)")
+    parser.add_argument(
+        "--target-length",
+        type=int,
+        default=256,
+        help="decoding steps (min = max length; 256 is about a Multi-News summary)",
+    )
     parser.add_argument("--warmup-steps", type=int, default=4, help="decoding steps of the untimed warm-up")
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (LED-base: 6)")
     parser.add_argument("--dim", type=int, default=768, help="model dimension (LED-base: 768)")
@@ -104,8 +109,9 @@ def main(argv=None):
     harness.add_repeats(parser, "timed runs per row")
     harness.add_threads(parser, default=None)
     results.add_argument(parser)
-    options = harness.parse(parser, argv, at_least_one=("repeats", "batch_size", "beam", "target_length",
-                                                        "sentence_tokens", "warmup_steps"))
+    options = harness.parse(
+        parser, argv, at_least_one=("repeats", "batch_size", "beam", "target_length", "sentence_tokens", "warmup_steps")
+    )
     if options.top_r < 1:
         parser.error("--top-r must be at least 1 (0 is full attention: the led row)")
     if options.threads:
@@ -122,21 +128,23 @@ def main(argv=None):
     led_sparse.upgrade_state_dict_named(state, "")  # the approximator from the LED weights, as --restore-file
     led_sparse.load_state_dict(state)
     models = {"led": led, "led_sparse": led_sparse}
-    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval()
-              for name, m in models.items()}
-    print(f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
-          f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
-          f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
-          f"r = {options.top_r}, sentences of {options.sentence_tokens} tokens")
-    header = (f"{'N':>6} {'model':>12} {'enc s':>20} {'dec s':>20} {'total s':>20} "
-              f"{'dec x led':>18} {'total x led':>18}")
+    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval() for name, m in models.items()}
+    print(
+        f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+        f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
+        f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
+        f"r = {options.top_r}, sentences of {options.sentence_tokens} tokens"
+    )
+    header = f"{'N':>6} {'model':>12} {'enc s':>20} {'dec s':>20} {'total s':>20} {'dec x led':>18} {'total x led':>18}"
     harness.print_header(header)
     random = torch.Generator().manual_seed(0)
     for source_tokens in options.source_lengths:
         sample = synthetic_batch(dictionary, options.batch_size, source_tokens, options.sentence_tokens, random)
         net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
-        samples = {"led": {"net_input": {k: v for k, v in net_input.items() if k != "src_sent_ids"}},
-                   "led_sparse": {"net_input": net_input}}
+        samples = {
+            "led": {"net_input": {k: v for k, v in net_input.items() if k != "src_sent_ids"}},
+            "led_sparse": {"net_input": net_input},
+        }
         times = {name: {"enc": [], "dec": []} for name in models}
         runners = {}
         with torch.no_grad():
@@ -151,18 +159,23 @@ def main(argv=None):
         totals = {name: [e + d for e, d in zip(t["enc"], t["dec"])] for name, t in times.items()}
         for name in models:
             row = {
-                "source_tokens": source_tokens, "model": name,
+                "source_tokens": source_tokens,
+                "model": name,
                 "encoder_s": results.repeats_cell(times[name]["enc"]),
                 "decoding_s": results.repeats_cell(times[name]["dec"]),
                 "total_s": results.repeats_cell(totals[name]),
                 "decoding_speedup_vs_led": results.spread_cell(
-                    interleaved_ratio(times["led"]["dec"], times[name]["dec"])),
+                    interleaved_ratio(times["led"]["dec"], times[name]["dec"])
+                ),
                 "total_speedup_vs_led": results.spread_cell(interleaved_ratio(totals["led"], totals[name])),
             }
-            print(f"{source_tokens:>6} {name:>12} {spread(times[name]['enc']).format('.2f'):>20} "
-                  f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
-                  f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
-                  f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}", flush=True)
+            print(
+                f"{source_tokens:>6} {name:>12} {spread(times[name]['enc']).format('.2f'):>20} "
+                f"{spread(times[name]['dec']).format('.2f'):>20} {spread(totals[name]).format('.2f'):>20} "
+                f"{interleaved_ratio(times['led']['dec'], times[name]['dec']).format('.2f', 'x'):>18} "
+                f"{interleaved_ratio(totals['led'], totals[name]).format('.2f', 'x'):>18}",
+                flush=True,
+            )
             rows.add(row)
 
 

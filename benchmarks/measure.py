@@ -19,6 +19,7 @@ Ratios of two timed things come in two kinds:
   (:func:`separate_ratio`). For an odd number of repeats median(A) / median(B)
   lies within that min and max.
 """
+
 import multiprocessing
 import os
 import resource
@@ -160,8 +161,9 @@ def allocate_gradients(module: torch.nn.Module) -> None:
             parameter.grad = torch.zeros_like(parameter)
 
 
-def timed_steps(step: Callable[[], object], device: str, steps: int, profile_rows: int = 0,
-                label: str = "") -> Dict[str, object]:
+def timed_steps(
+    step: Callable[[], object], device: str, steps: int, profile_rows: int = 0, label: str = ""
+) -> Dict[str, object]:
     """Peak memory (``peak_mib``) of a first run of ``step``, which is also
     its warm-up, then the seconds of ``steps`` timed runs in order
     (``seconds_each``); with ``profile_rows``, the :func:`profile_table` of
@@ -197,9 +199,11 @@ def profile_table(function, device: str, row_limit: int, label: str) -> str:
         if on_cuda:
             torch.cuda.synchronize()
     events = profiler.key_averages()
-    synchronizations = {event.key: event.count for event in events
-                        if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize",
-                                         "cudaDeviceSynchronize")}
+    synchronizations = {
+        event.key: event.count
+        for event in events
+        if event.key in ("aten::item", "aten::_local_scalar_dense", "cudaStreamSynchronize", "cudaDeviceSynchronize")
+    }
     parts = [f"profile of {label}: host-device synchronizations {synchronizations}"]
     if on_cuda:
         parts.append(events.table(sort_by="self_cuda_time_total", row_limit=row_limit))

@@ -46,6 +46,7 @@ fragmentation, and CPU kernels keep other temporaries), so on a GPU run
     python benchmarks/memory.py --archs hierencdec_bart_base --lengths 1024 2048 4096 --repeats 3
     python benchmarks/memory.py --device cuda --lengths 1024 4096 8192 16384
 """
+
 import json
 import os
 import statistics
@@ -58,19 +59,24 @@ import numpy as np
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.activation_checkpointing import SYSTEMS, measure  # noqa: E402
-from benchmarks.measure import in_fresh_process, spread  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.activation_checkpointing import SYSTEMS, measure
+from benchmarks.measure import in_fresh_process, spread
 
 #: Each system at base and large dimensions (DAPE's paper model is a base
 #: Transformer; the Hierarchical Transformer's arch is its paper size).
 DEFAULT_ARCHS = [
     "hiertransformer",
-    "hierencdec_bart_base", "hierencdec_bart_large",
-    "pagesum_bart_base", "pagesum_bart_large",
-    "sparse_bart_base", "sparse_bart_large",
+    "hierencdec_bart_base",
+    "hierencdec_bart_large",
+    "pagesum_bart_base",
+    "pagesum_bart_large",
+    "sparse_bart_base",
+    "sparse_bart_large",
     "dape_transformer",
-    "led_base", "led_large", "primera",
+    "led_base",
+    "led_large",
+    "primera",
 ]
 #: The source lengths the table reports.
 TABLE_LENGTHS = (1024, 4096, 8192, 16384)
@@ -99,8 +105,15 @@ def make_long_data(work_dir: str, longest: int, train: int = 2, valid: int = 1, 
 
     documents = max(8, 8 * -(-longest // 2048))
     data_bin = make_tiny_data_bin(
-        work_dir, train=train, valid=valid, test=test, vocab_size=2000, extra_args=["--side-data", "dep_head", "dep_rel"],
-        num_docs=documents, distractor_docs=documents // 2, noise_sentences=6,
+        work_dir,
+        train=train,
+        valid=valid,
+        test=test,
+        vocab_size=2000,
+        extra_args=["--side-data", "dep_head", "dep_rel"],
+        num_docs=documents,
+        distractor_docs=documents // 2,
+        noise_sentences=6,
     )
     # PRIMERA's layout joins documents with <doc-sep>, a symbol of its imported dictionary
     with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as handle:
@@ -122,12 +135,21 @@ def count_parameters(config: dict) -> dict:
     """Trainable parameters of ``config["arch"]`` with its paper's vocabulary
     (the synthetic data-bin's dictionary is padded to that size, so the
     embeddings and output projection count as in a real run)."""
-    import mdsfair
     from fairseq import options, tasks
 
+    import mdsfair
+
     mdsfair.register()
-    argv = [config["data"], "--user-dir", os.path.join(REPO_ROOT, "mdsfair"), "--arch", config["arch"],
-            *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]), "--max-source-positions", "1024"]
+    argv = [
+        config["data"],
+        "--user-dir",
+        os.path.join(REPO_ROOT, "mdsfair"),
+        "--arch",
+        config["arch"],
+        *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
+        "--max-source-positions",
+        "1024",
+    ]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     task = tasks.setup_task(args)
     dictionary = task.source_dictionary
@@ -136,8 +158,11 @@ def count_parameters(config: dict) -> dict:
     model = task.build_model(args)
     # a learned position table the source may not outgrow (LED / PRIMERA); None: any length
     max_source = getattr(args, "max_encoder_positions", None)
-    return {"parameters": sum(p.numel() for p in model.parameters()),
-            "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad), "max_source": max_source}
+    return {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "trainable": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        "max_source": max_source,
+    }
 
 
 def read_measurements(path: str) -> Dict[Tuple[str, str, bool], Dict[int, List[float]]]:
@@ -171,9 +196,18 @@ def save_measurements(path: str, measured, header: "results.ResultsFile") -> Non
             earlier = stored.get("earlier_runs", [])
             if stored.get("command") != header.header["command"] or stored.get("date") != header.header["date"]:
                 earlier = earlier + [{key: stored.get(key) for key in ("command", "commit", "date", "device")}]
-    rows = [{"arch": arch, "dtype": dtype, "variant": "checkpointed" if checkpointed else "plain",
-             "source_tokens": n, "activation_mib": results.repeats_cell(values), "runs": values}
-            for (arch, dtype, checkpointed), runs in measured.items() for n, values in sorted(runs.items())]
+    rows = [
+        {
+            "arch": arch,
+            "dtype": dtype,
+            "variant": "checkpointed" if checkpointed else "plain",
+            "source_tokens": n,
+            "activation_mib": results.repeats_cell(values),
+            "runs": values,
+        }
+        for (arch, dtype, checkpointed), runs in measured.items()
+        for n, values in sorted(runs.items())
+    ]
     header.path = path + ".tmp"
     header.write(rows, earlier_runs=earlier)
     header.path = path
@@ -186,8 +220,10 @@ def compare_measurements(first_path: str, second_path: str) -> str:
     one), with second / first, for every architecture, dtype, variant and
     length in common."""
     first, second = read_measurements(first_path), read_measurements(second_path)
-    rows = ["| system | dtype | variant | source tokens | first MiB | second MiB | second / first |",
-            "|---|---|---|---:|---:|---:|---:|"]
+    rows = [
+        "| system | dtype | variant | source tokens | first MiB | second MiB | second / first |",
+        "|---|---|---|---:|---:|---:|---:|",
+    ]
     for key in sorted(set(first) & set(second)):
         arch, dtype, checkpointed = key
         variant = "checkpointed" if checkpointed else "plain"
@@ -229,8 +265,9 @@ def fit_of_runs(fp32_runs: Dict[int, List[float]], scale: float = 1.0) -> Tuple[
     return a * scale, b * scale, c * scale
 
 
-def projected_cell_gib(counted: Dict[str, int], dtype: str, fp32_runs: Dict[int, List[float]], n: int,
-                       scale: float = 1.0) -> float:
+def projected_cell_gib(
+    counted: Dict[str, int], dtype: str, fp32_runs: Dict[int, List[float]], n: int, scale: float = 1.0
+) -> float:
     """A projected table cell in GiB: the static memory in ``dtype`` plus the
     activations at ``n`` of :func:`fit_of_runs`. Also how ``--fit-gib`` judges
     a configuration before it is measured (``scale`` 1: a 16-bit step is
@@ -253,33 +290,63 @@ def largest_fitting_length(static_bytes: float, fit, gpu_gb: int, cap: int = 163
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     parser.add_argument("--archs", nargs="+", default=DEFAULT_ARCHS, help="architectures to measure")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[512, 1024, 2048],
-                        help="source lengths to measure (the rest of the table is projected from them)")
-    parser.add_argument("--bf16-archs", nargs="*", default=None,
-                        help="architectures also measured in bfloat16 (default: the first one; bf16 kernels are "
-                             "slow on CPUs without AMX); the others' 16-bit activations are their float32 "
-                             "activations times the median bf16/fp32 ratio of these measurements")
-    parser.add_argument("--bf16-lengths", nargs="+", type=int, default=[512],
-                        help="source lengths measured in bfloat16 (a subset of --lengths)")
-    parser.add_argument("--bf16-ratio", type=float, default=None,
-                        help="16-bit / float32 activation ratio to project with when no architecture is measured "
-                             "in bfloat16 (--bf16-archs with none): take it from an earlier run")
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        type=int,
+        default=[512, 1024, 2048],
+        help="source lengths to measure (the rest of the table is projected from them)",
+    )
+    parser.add_argument(
+        "--bf16-archs",
+        nargs="*",
+        default=None,
+        help="architectures also measured in bfloat16 (default: the first one; bf16 kernels are "
+        "slow on CPUs without AMX); the others' 16-bit activations are their float32 "
+        "activations times the median bf16/fp32 ratio of these measurements",
+    )
+    parser.add_argument(
+        "--bf16-lengths",
+        nargs="+",
+        type=int,
+        default=[512],
+        help="source lengths measured in bfloat16 (a subset of --lengths)",
+    )
+    parser.add_argument(
+        "--bf16-ratio",
+        type=float,
+        default=None,
+        help="16-bit / float32 activation ratio to project with when no architecture is measured "
+        "in bfloat16 (--bf16-archs with none): take it from an earlier run",
+    )
     harness.add_repeats(parser, "runs of each configuration, each in a fresh process")
     harness.add_device(parser)
     harness.add_threads(parser)
     parser.add_argument("--data", help="a data-bin with clusters longer than the longest length (default: synthesized)")
-    parser.add_argument("--fit-gib", type=float, default=None,
-                        help="measure a configuration only where its cell (static + activations, projected from "
-                             "the float32 lengths measured so far, at least two) fits in this many GiB; the others "
-                             "stay projected (e.g. 20 on a machine with 24 GiB)")
-    parser.add_argument("--table-only", action="store_true",
-                        help="measure nothing: print the tables from --measurements")
-    parser.add_argument("--measurements", metavar="JSON",
-                        help="measured activations (MiB) by architecture, dtype, checkpointing and length: read "
-                             "when the file exists (what it holds is not measured again), written at the end")
-    parser.add_argument("--compare", nargs=2, metavar=("FIRST", "SECOND"),
-                        help="measure nothing: print the activations two --measurements files both hold, side by "
-                             "side with SECOND / FIRST (e.g. the CPU file and a GPU run's)")
+    parser.add_argument(
+        "--fit-gib",
+        type=float,
+        default=None,
+        help="measure a configuration only where its cell (static + activations, projected from "
+        "the float32 lengths measured so far, at least two) fits in this many GiB; the others "
+        "stay projected (e.g. 20 on a machine with 24 GiB)",
+    )
+    parser.add_argument(
+        "--table-only", action="store_true", help="measure nothing: print the tables from --measurements"
+    )
+    parser.add_argument(
+        "--measurements",
+        metavar="JSON",
+        help="measured activations (MiB) by architecture, dtype, checkpointing and length: read "
+        "when the file exists (what it holds is not measured again), written at the end",
+    )
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("FIRST", "SECOND"),
+        help="measure nothing: print the activations two --measurements files both hold, side by "
+        "side with SECOND / FIRST (e.g. the CPU file and a GPU run's)",
+    )
     args = harness.parse(parser, argv)
     if args.compare:
         print(compare_measurements(*args.compare))
@@ -288,9 +355,11 @@ def main(argv=None):
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")
         args.data = make_long_data(work.name, max(args.lengths))
-    print(f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, Adam; "
-          f"lengths measured: {args.lengths}; "
-          f"repeats: {args.repeats}")
+    print(
+        f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, Adam; "
+        f"lengths measured: {args.lengths}; "
+        f"repeats: {args.repeats}"
+    )
     measured: Dict[Tuple[str, str, bool], Dict[int, List[float]]] = {}
     parameters: Dict[str, Dict[str, int]] = {}
     max_source: Dict[str, int] = {}
@@ -300,14 +369,21 @@ def main(argv=None):
     plan = [(arch, "fp32", n) for n in sorted(args.lengths) for arch in args.archs]
     plan += [(arch, "bf16", n) for n in sorted(args.bf16_lengths) for arch in bf16_archs]
     for arch in dict.fromkeys(arch for arch, _, _ in plan):
-        counted = in_fresh_process(count_parameters, {"device": "cpu", "arch": arch, "data": args.data,
-                                                      "vocabulary": paper_vocabulary_size(arch)})
+        counted = in_fresh_process(
+            count_parameters,
+            {"device": "cpu", "arch": arch, "data": args.data, "vocabulary": paper_vocabulary_size(arch)},
+        )
         parameters[arch] = counted
         max_source[arch] = counted["max_source"] or 16384
     if args.measurements and os.path.exists(args.measurements):
         measured.update(read_measurements(args.measurements))
-    header = results.ResultsFile(args.measurements, "memory", argv, args.device, args.repeats, threads=args.threads,
-                                 batch_size=1) if args.measurements else None
+    header = (
+        results.ResultsFile(
+            args.measurements, "memory", argv, args.device, args.repeats, threads=args.threads, batch_size=1
+        )
+        if args.measurements
+        else None
+    )
     if args.table_only:
         plan = []
     for arch, dtype, n in plan:
@@ -320,24 +396,39 @@ def main(argv=None):
             if args.fit_gib is not None and len(known) >= 2:
                 projected = projected_cell_gib(parameters[arch], dtype, known, n)
                 if projected > args.fit_gib:
-                    print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: not measured, "
-                          f"projected {projected:.1f} GiB > --fit-gib {args.fit_gib:g}", flush=True)
+                    print(
+                        f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: not measured, "
+                        f"projected {projected:.1f} GiB > --fit-gib {args.fit_gib:g}",
+                        flush=True,
+                    )
                     continue
             flags = ["--checkpoint-activations"] if checkpointed else []
-            config = {"device": args.device, "threads": args.threads, "arch": arch, "flags": flags,
-                      "data": args.data, "source_tokens": n, "dtype": dtype}
+            config = {
+                "device": args.device,
+                "threads": args.threads,
+                "arch": arch,
+                "flags": flags,
+                "data": args.data,
+                "source_tokens": n,
+                "dtype": dtype,
+            }
             values = [in_fresh_process(measure, config)["peak_mib"] for _ in range(args.repeats)]
             measured.setdefault((arch, dtype, checkpointed), {})[n] = values
             if args.measurements:  # after every measurement: an interrupted run keeps what it measured
                 save_measurements(args.measurements, measured, header)
-            print(f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
-                  f"{spread(values).format('.0f', ' MiB')}", flush=True)
+            print(
+                f"  {arch} {dtype} {'checkpointed' if checkpointed else 'plain'} n={n}: activations "
+                f"{spread(values).format('.0f', ' MiB')}",
+                flush=True,
+            )
     if args.measurements and plan:
         save_measurements(args.measurements, measured, header)
     ratios = [
         statistics.median(values) / statistics.median(measured[(arch, "fp32", checkpointed)][n])
-        for (arch, dtype, checkpointed), runs in measured.items() if dtype == "bf16"
-        for n, values in runs.items() if n in measured[(arch, "fp32", checkpointed)]
+        for (arch, dtype, checkpointed), runs in measured.items()
+        if dtype == "bf16"
+        for n, values in runs.items()
+        if n in measured[(arch, "fp32", checkpointed)]
     ]
     if ratios:
         bf16_ratio = statistics.median(ratios)
@@ -358,12 +449,17 @@ def main(argv=None):
         runs = measured.get((arch, dtype, checkpointed), {})
         if n in runs:
             return (static_bytes(parameters[arch], dtype) + statistics.median(runs[n]) * MIB) / GIB, "m"
-        return projected_cell_gib(parameters[arch], dtype, measured[(arch, "fp32", checkpointed)], n,
-                                  scale_of(dtype)), "p"
+        return projected_cell_gib(
+            parameters[arch], dtype, measured[(arch, "fp32", checkpointed)], n, scale_of(dtype)
+        ), "p"
 
     columns = [(dtype, checkpointed) for dtype in ("fp32", "bf16") for checkpointed in (False, True)]
-    names = {("fp32", False): "fp32", ("fp32", True): "fp32 + ckpt", ("bf16", False): "16-bit",
-             ("bf16", True): "16-bit + ckpt"}
+    names = {
+        ("fp32", False): "fp32",
+        ("fp32", True): "fp32 + ckpt",
+        ("bf16", False): "16-bit",
+        ("bf16", True): "16-bit + ckpt",
+    }
     print()
     print("| system | parameters | source tokens | " + " | ".join(names[c] + " (GiB)" for c in columns) + " |")
     print("|---|---:|---:|" + "---:|" * len(columns))
@@ -378,7 +474,8 @@ def main(argv=None):
                 cells.append(f"{gib:.1f} {kind}")
             counted = parameters[arch]
             weights = f"{counted['parameters'] / 1e6:.0f} M" + (
-                f" ({counted['trainable'] / 1e6:.0f} M trained)" if counted["trainable"] < counted["parameters"] else "")
+                f" ({counted['trainable'] / 1e6:.0f} M trained)" if counted["trainable"] < counted["parameters"] else ""
+            )
             print(f"| {arch} | {weights} | {n:,} | " + " | ".join(cells) + " |")
     print()
     print("largest source length whose training step fits (batch 1, Adam, 1 GiB CUDA context reserved):")

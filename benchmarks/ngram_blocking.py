@@ -45,6 +45,7 @@ blocking (so that blocking had work to do).
     python benchmarks/ngram_blocking.py                    # CPU, 1 thread
     python benchmarks/ngram_blocking.py --device cuda
 """
+
 import os
 import sys
 import time
@@ -55,17 +56,22 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import DIMS  # noqa: E402
-from benchmarks.measure import (  # noqa: E402
-    interleaved_ratio, peak_memory_and_median_time, separate_ratio, spread, synchronize, timed,
-)
-from fairseq.data import Dictionary  # noqa: E402
-from fairseq.models.transformer import TransformerModel, base_architecture  # noqa: E402
-from fairseq.ngram_repeat_block import NGramRepeatBlock  # noqa: E402
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq.data import Dictionary
+from fairseq.models.transformer import TransformerModel, base_architecture
+from fairseq.ngram_repeat_block import NGramRepeatBlock
+from fairseq.sequence_generator import SequenceGenerator
 
-from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import DIMS
+from benchmarks.measure import (
+    interleaved_ratio,
+    peak_memory_and_median_time,
+    separate_ratio,
+    spread,
+    synchronize,
+    timed,
+)
+from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
 
 
 class FairseqBlockerOnHistory(torch.nn.Module):
@@ -88,7 +94,11 @@ BLOCKERS = {"ours": VectorizedNGramRepeatBlock, "fairseq": FairseqBlockerOnHisto
 def measure_blocker(config: dict) -> list:
     """Seconds of the S blocker calls of one generation, one figure per repeat."""
     device = config["device"]
-    rows, steps, dictionary = config["batch"] * config["beam"], config["steps"], harness.synthetic_dictionary(config["vocab_size"])
+    rows, steps, dictionary = (
+        config["batch"] * config["beam"],
+        config["steps"],
+        harness.synthetic_dictionary(config["vocab_size"]),
+    )
     generator = torch.Generator().manual_seed(0)
     tokens = torch.full((rows, steps + 2), dictionary.pad(), dtype=torch.long)
     tokens[:, 0] = dictionary.eos()
@@ -113,8 +123,14 @@ def measure_blocker(config: dict) -> list:
 
 
 def build_model(dims: str, dictionary: Dictionary, source_length: int, steps: int):
-    args = harness.model_args(TransformerModel, dims, max_source_positions=source_length,
-                              max_target_positions=steps + 2, share_all_embeddings=True, dropout=0.0)
+    args = harness.model_args(
+        TransformerModel,
+        dims,
+        max_source_positions=source_length,
+        max_target_positions=steps + 2,
+        share_all_embeddings=True,
+        dropout=0.0,
+    )
     base_architecture(args)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     return TransformerModel.build_model(args, task).eval()
@@ -142,7 +158,12 @@ def generation_runners(model, dictionary, sample, options, beam):
     runners = {}
     for name in ("off", "ours", "fairseq"):
         generator = SequenceGenerator(
-            [model], dictionary, beam_size=beam, min_len=options.steps, max_len_a=0, max_len_b=options.steps,
+            [model],
+            dictionary,
+            beam_size=beam,
+            min_len=options.steps,
+            max_len_a=0,
+            max_len_b=options.steps,
             no_repeat_ngram_size=0 if name == "off" else options.n,
         )
         if name != "off":
@@ -162,10 +183,16 @@ def measure_generation(model, dictionary, options, beam: int, batch: int):
     whether ours and fairseq's generated the same hypotheses, and the share of
     unblocked hypotheses that repeat an n-gram."""
     generator = torch.Generator().manual_seed(1)
-    src_tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch, options.source_length), generator=generator)
+    src_tokens = torch.randint(
+        dictionary.nspecial, len(dictionary), (batch, options.source_length), generator=generator
+    )
     src_tokens[:, -1] = dictionary.eos()
-    sample = {"net_input": {"src_tokens": src_tokens.to(options.device),
-                            "src_lengths": torch.full((batch,), options.source_length, device=options.device)}}
+    sample = {
+        "net_input": {
+            "src_tokens": src_tokens.to(options.device),
+            "src_lengths": torch.full((batch,), options.source_length, device=options.device),
+        }
+    }
     runners = generation_runners(model, dictionary, sample, options, beam)
     with torch.no_grad():
         outputs = {name: run() for name, (_, run) in runners.items()}  # warm-up, and the hypotheses compared
@@ -196,11 +223,19 @@ def main(argv=None):
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="sources per batch")
     parser.add_argument("--steps", type=int, default=200, help="decoding steps S (min = max length)")
     parser.add_argument("--n", type=int, default=3, help="--no-repeat-ngram-size")
-    parser.add_argument("--dims", default="small", choices=sorted(DIMS),
-                        help="generation model: 'small' (2+2 layers, d 256, 4 heads) or 'base' (transformer base sizes)")
+    parser.add_argument(
+        "--dims",
+        default="small",
+        choices=sorted(DIMS),
+        help="generation model: 'small' (2+2 layers, d 256, 4 heads) or 'base' (transformer base sizes)",
+    )
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART's: 50,265)")
-    parser.add_argument("--history-vocab", type=int, default=200,
-                        help="distinct ids in the blocker-alone histories (fewer: more repeated n-grams)")
+    parser.add_argument(
+        "--history-vocab",
+        type=int,
+        default=200,
+        help="distinct ids in the blocker-alone histories (fewer: more repeated n-grams)",
+    )
     parser.add_argument("--source-length", type=int, default=512, help="source tokens per example")
     harness.add_repeats(parser, "timed runs per row")
     parser.add_argument("--skip-generation", action="store_true", help="measure the blocker alone only")
@@ -208,13 +243,23 @@ def main(argv=None):
     options = harness.parse(parser, argv)
     torch.set_num_threads(options.threads)
     layers, embed_dim, ffn_dim, heads = DIMS[options.dims]
-    print(f"{harness.device_line(options.device)}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
-          f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
-          f"d {embed_dim}, {heads} heads, source {options.source_length} tokens")
+    print(
+        f"{harness.device_line(options.device)}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
+        f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
+        f"d {embed_dim}, {heads} heads, source {options.source_length} tokens"
+    )
 
-    rows = harness.result_rows(options, "ngram_blocking", argv, options.repeats, threads=options.threads,
-                               n=options.n, steps=options.steps, dims=options.dims,
-                               source_tokens=options.source_length)
+    rows = harness.result_rows(
+        options,
+        "ngram_blocking",
+        argv,
+        options.repeats,
+        threads=options.threads,
+        n=options.n,
+        steps=options.steps,
+        dims=options.dims,
+        source_tokens=options.source_length,
+    )
     cell = results.repeats_cell
 
     print("\nblocker alone: S calls on a generator-like buffer")
@@ -224,25 +269,44 @@ def main(argv=None):
         for batch in options.batches:
             measured = {}
             for blocker in BLOCKERS:
-                config = dict(device=options.device, batch=batch, beam=beam,
-                              steps=options.steps, n=options.n, vocab_size=options.vocab_size,
-                              history_vocab=options.history_vocab, repeats=options.repeats, blocker=blocker)
+                config = dict(
+                    device=options.device,
+                    batch=batch,
+                    beam=beam,
+                    steps=options.steps,
+                    n=options.n,
+                    vocab_size=options.vocab_size,
+                    history_vocab=options.history_vocab,
+                    repeats=options.repeats,
+                    blocker=blocker,
+                )
                 measured[blocker] = measure_blocker(config)
             ours, fairseq = measured["ours"], measured["fairseq"]
-            print(f"{beam:>4} {batch:>5} {spread(ours).scaled(1e3).format('.1f'):>19} "
-                  f"{spread(fairseq).scaled(1e3).format('.1f'):>19} "
-                  f"{separate_ratio(fairseq, ours).format('.1f', 'x'):>19}", flush=True)
-            rows.add({"part": "blocker alone, S calls", "beam": beam, "batch": batch,
-                      "mdsfair_ms": cell(ours, 1e3), "fairseq_ms": cell(fairseq, 1e3),
-                      "fairseq_vs_mdsfair": results.spread_cell(separate_ratio(fairseq, ours))})
+            print(
+                f"{beam:>4} {batch:>5} {spread(ours).scaled(1e3).format('.1f'):>19} "
+                f"{spread(fairseq).scaled(1e3).format('.1f'):>19} "
+                f"{separate_ratio(fairseq, ours).format('.1f', 'x'):>19}",
+                flush=True,
+            )
+            rows.add(
+                {
+                    "part": "blocker alone, S calls",
+                    "beam": beam,
+                    "batch": batch,
+                    "mdsfair_ms": cell(ours, 1e3),
+                    "fairseq_ms": cell(fairseq, 1e3),
+                    "fairseq_vs_mdsfair": results.spread_cell(separate_ratio(fairseq, ours)),
+                }
+            )
     if options.skip_generation:
         return
 
-    print("\ngeneration: SequenceGenerator decoding S steps; ms per step = time / (S + 1); "
-          "blk = inside the blocker")
-    header = (f"{'beam':>4} {'batch':>5} {'off ms':>19} {'ours ms':>19} {'fairseq ms':>19} {'ours blk':>22} "
-              f"{'fairseq blk':>22} {'ours on/off':>22} {'fairseq on/off':>22} {'fairseq/ours':>19} "
-              f"{'blk fairseq/ours':>19} {'same hyps':>10} {'off repeats':>12}")
+    print("\ngeneration: SequenceGenerator decoding S steps; ms per step = time / (S + 1); blk = inside the blocker")
+    header = (
+        f"{'beam':>4} {'batch':>5} {'off ms':>19} {'ours ms':>19} {'fairseq ms':>19} {'ours blk':>22} "
+        f"{'fairseq blk':>22} {'ours on/off':>22} {'fairseq on/off':>22} {'fairseq/ours':>19} "
+        f"{'blk fairseq/ours':>19} {'same hyps':>10} {'off repeats':>12}"
+    )
     harness.print_header(header)
     dictionary = harness.synthetic_dictionary(options.vocab_size)
     torch.manual_seed(0)
@@ -251,33 +315,45 @@ def main(argv=None):
     for beam in options.beams:
         for batch in options.batches:
             seconds, blocker_seconds, same, repeating = measure_generation(model, dictionary, options, beam, batch)
-            off, ours, fairseq = (spread(seconds[name]).scaled(1 / per_step).format(".2f")
-                                  for name in ("off", "ours", "fairseq"))
-            ours_blk, fairseq_blk = (spread(blocker_seconds[name]).scaled(1 / per_step).format(".3f")
-                                     for name in ("ours", "fairseq"))
+            off, ours, fairseq = (
+                spread(seconds[name]).scaled(1 / per_step).format(".2f") for name in ("off", "ours", "fairseq")
+            )
+            ours_blk, fairseq_blk = (
+                spread(blocker_seconds[name]).scaled(1 / per_step).format(".3f") for name in ("ours", "fairseq")
+            )
             ours_on_off = interleaved_ratio(seconds["ours"], seconds["off"]).format(".3f", "x")
             fairseq_on_off = interleaved_ratio(seconds["fairseq"], seconds["off"]).format(".3f", "x")
             fairseq_ours = interleaved_ratio(seconds["fairseq"], seconds["ours"]).format(".2f", "x")
             blk_fairseq_ours = interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"]).format(".1f", "x")
-            print(f"{beam:>4} {batch:>5} {off:>19} {ours:>19} {fairseq:>19} {ours_blk:>22} {fairseq_blk:>22} "
-                  f"{ours_on_off:>22} {fairseq_on_off:>22} {fairseq_ours:>19} {blk_fairseq_ours:>19} "
-                  f"{'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%", flush=True)
-            rows.add({
-                "part": "generation", "beam": beam, "batch": batch,
-                "step_no_blocking_ms": cell(seconds["off"], 1 / per_step),
-                "step_mdsfair_ms": cell(seconds["ours"], 1 / per_step),
-                "step_fairseq_ms": cell(seconds["fairseq"], 1 / per_step),
-                "blocker_mdsfair_ms": cell(blocker_seconds["ours"], 1 / per_step),
-                "blocker_fairseq_ms": cell(blocker_seconds["fairseq"], 1 / per_step),
-                "step_on_vs_off_mdsfair": results.spread_cell(interleaved_ratio(seconds["ours"], seconds["off"])),
-                "step_on_vs_off_fairseq": results.spread_cell(
-                    interleaved_ratio(seconds["fairseq"], seconds["off"])),
-                "step_fairseq_vs_mdsfair": results.spread_cell(
-                    interleaved_ratio(seconds["fairseq"], seconds["ours"])),
-                "blocker_fairseq_vs_mdsfair": results.spread_cell(
-                    interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"])),
-                "same_hypotheses": bool(same),
-            })
+            print(
+                f"{beam:>4} {batch:>5} {off:>19} {ours:>19} {fairseq:>19} {ours_blk:>22} {fairseq_blk:>22} "
+                f"{ours_on_off:>22} {fairseq_on_off:>22} {fairseq_ours:>19} {blk_fairseq_ours:>19} "
+                f"{'yes' if same else 'NO':>10} {100 * repeating:>11.0f}%",
+                flush=True,
+            )
+            rows.add(
+                {
+                    "part": "generation",
+                    "beam": beam,
+                    "batch": batch,
+                    "step_no_blocking_ms": cell(seconds["off"], 1 / per_step),
+                    "step_mdsfair_ms": cell(seconds["ours"], 1 / per_step),
+                    "step_fairseq_ms": cell(seconds["fairseq"], 1 / per_step),
+                    "blocker_mdsfair_ms": cell(blocker_seconds["ours"], 1 / per_step),
+                    "blocker_fairseq_ms": cell(blocker_seconds["fairseq"], 1 / per_step),
+                    "step_on_vs_off_mdsfair": results.spread_cell(interleaved_ratio(seconds["ours"], seconds["off"])),
+                    "step_on_vs_off_fairseq": results.spread_cell(
+                        interleaved_ratio(seconds["fairseq"], seconds["off"])
+                    ),
+                    "step_fairseq_vs_mdsfair": results.spread_cell(
+                        interleaved_ratio(seconds["fairseq"], seconds["ours"])
+                    ),
+                    "blocker_fairseq_vs_mdsfair": results.spread_cell(
+                        interleaved_ratio(blocker_seconds["fairseq"], blocker_seconds["ours"])
+                    ),
+                    "same_hypotheses": bool(same),
+                }
+            )
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ shapes and width:
     python benchmarks/operator_counts.py                                        # the table
     python benchmarks/operator_counts.py --json benchmarks/results/operator_counts_cpu.json
 """
+
 import argparse
 import contextlib
 import os
@@ -52,16 +53,17 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()
-from fairseq.data import Dictionary  # noqa: E402
-from mdsfair.generation.fast import make_generation_fast_  # noqa: E402
-from mdsfair.generation.fast.static_beam_search import (  # noqa: E402
+from fairseq.data import Dictionary
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast.static_beam_search import (
     StaticBeamSearch,
     following_static_beam_search,
 )
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY  # noqa: E402
 
 SYNC_OPERATORS = ("aten::item", "aten::_local_scalar_dense", "aten::nonzero")
 
@@ -106,8 +108,11 @@ def count_step(step: Callable[[], object]) -> Counts:
             if event.name in SYNC_OPERATORS:
                 detail[event.name] = detail.get(event.name, 0) + 1
     # item() dispatches _local_scalar_dense inside it: one synchronization, counted once
-    syncs = detail.get("aten::item", detail.get("aten::_local_scalar_dense", 0)) if "aten::item" in detail else \
-        detail.get("aten::_local_scalar_dense", 0)
+    syncs = (
+        detail.get("aten::item", detail.get("aten::_local_scalar_dense", 0))
+        if "aten::item" in detail
+        else detail.get("aten::_local_scalar_dense", 0)
+    )
     syncs += detail.get("aten::nonzero", 0) + detail.get("tolist", 0)
     return Counts(operators, syncs, detail)
 
@@ -116,9 +121,17 @@ def encoder_decoder_dims(layers: int, dim: int, heads: int, **more) -> dict:
     """The size flags of an encoder-decoder with ``layers`` layers on each
     side, width ``dim``, feed-forward ``4 * dim`` and ``heads`` heads, plus
     ``more``."""
-    return dict(encoder_layers=layers, decoder_layers=layers, encoder_embed_dim=dim, decoder_embed_dim=dim,
-                encoder_ffn_embed_dim=4 * dim, decoder_ffn_embed_dim=4 * dim, encoder_attention_heads=heads,
-                decoder_attention_heads=heads, **more)
+    return dict(
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_embed_dim=dim,
+        decoder_embed_dim=dim,
+        encoder_ffn_embed_dim=4 * dim,
+        decoder_ffn_embed_dim=4 * dim,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        **more,
+    )
 
 
 def dictionary_of(size: int) -> Dictionary:
@@ -154,8 +167,7 @@ def sentence_source(dictionary, batch_size: int, source_tokens: int, sentence_to
     tokens[:, -1] = dictionary.eos()
     sentence_ids = (torch.arange(source_tokens) // sentence_tokens).repeat(batch_size, 1)
     sentence_ids[:, -1] = sentence_ids[:, -2]
-    return {"src_tokens": tokens, "src_lengths": torch.full((batch_size,), source_tokens),
-            "src_sent_ids": sentence_ids}
+    return {"src_tokens": tokens, "src_lengths": torch.full((batch_size,), source_tokens), "src_sent_ids": sentence_ids}
 
 
 class DecodingState:
@@ -205,16 +217,26 @@ class DecodingState:
                 model.decoder.reorder_incremental_state_scripting(self.incremental_state, order)
                 if self.reorder_encoder_out:
                     self.encoder_out = model.encoder.reorder_encoder_out(self.encoder_out, order)
-            logits, _ = model.decoder(self.tokens, encoder_out=self.encoder_out,
-                                      incremental_state=self.incremental_state)
+            logits, _ = model.decoder(
+                self.tokens, encoder_out=self.encoder_out, incremental_state=self.incremental_state
+            )
             self.search.advance()
             lprobs = torch.log_softmax(logits[:, -1:], dim=-1)
         next_tokens = lprobs[:, -1].argmax(-1, keepdim=True).clamp(min=model.decoder.dictionary.nspecial)
         self.tokens = torch.cat([self.tokens, next_tokens], dim=1)
 
 
-def sparse_decoding_counts(top_r: int = 5, layers: int = 6, dim: int = 64, heads: int = 4, vocab: int = 200,
-                           batch_size: int = 2, beam: int = 4, source_tokens: int = 240, sentence_tokens: int = 12):
+def sparse_decoding_counts(
+    top_r: int = 5,
+    layers: int = 6,
+    dim: int = 64,
+    heads: int = 4,
+    vocab: int = 200,
+    batch_size: int = 2,
+    beam: int = 4,
+    source_tokens: int = 240,
+    sentence_tokens: int = 12,
+):
     """Counts of one decoding step: ``sparse_bart`` (r = ``top_r``), the same
     model with fairseq's full cross-attention (``--cross-attention full``:
     the same decoder, in-place self-attention caches included), and
@@ -229,8 +251,11 @@ def sparse_decoding_counts(top_r: int = 5, layers: int = 6, dim: int = 64, heads
     stock.set_beam_size(beam)
     words_only = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
     results = {}
-    for name, model, inputs in (("sparse", sparse, net_input), ("full cross-attention", full, words_only),
-                                ("stock bart", stock, words_only)):
+    for name, model, inputs in (
+        ("sparse", sparse, net_input),
+        ("full cross-attention", full, words_only),
+        ("stock bart", stock, words_only),
+    ):
         state = DecodingState(model, inputs, beam)
         results[name] = count_step(state.step)
     return results
@@ -239,24 +264,30 @@ def sparse_decoding_counts(top_r: int = 5, layers: int = 6, dim: int = 64, heads
 # ----------------------------------------------------------------- encoders and training steps
 
 
-def hierencdec_encoder_counts(layers: int = 6, dim: int = 64, heads: int = 4, vocab: int = 200,
-                              source_tokens: int = 256, documents: int = 4):
+def hierencdec_encoder_counts(
+    layers: int = 6, dim: int = 64, heads: int = 4, vocab: int = 200, source_tokens: int = 256, documents: int = 4
+):
     """Counts of one encoder forward at batch 1: ``hierencdec_bart`` and BART."""
     from benchmarks.hierencdec import synthetic_source
 
     dictionary = dictionary_of(vocab)
-    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, dropout=0.0,
-                                attention_dropout=0.0)
+    dims = encoder_decoder_dims(
+        layers, dim, heads, max_source_positions=source_tokens, dropout=0.0, attention_dropout=0.0
+    )
     torch.manual_seed(0)
     tokens, document_ids = synthetic_source(dictionary, 1, source_tokens, documents, "cpu")
     hier = build("hierencdec_bart_base", dictionary, **dims)
     bart = build("bart_base", dictionary, **dims)
     results = {}
-    for name, model, inputs in (("hierencdec", hier, {"src_tokens": tokens, "src_doc_ids": document_ids}),
-                                ("bart", bart, {"src_tokens": tokens})):
+    for name, model, inputs in (
+        ("hierencdec", hier, {"src_tokens": tokens, "src_doc_ids": document_ids}),
+        ("bart", bart, {"src_tokens": tokens}),
+    ):
+
         def step(model=model, inputs=inputs):
             with torch.no_grad():
                 model.encoder(**inputs)
+
         step()
         results[name] = count_step(step)
     return results
@@ -271,30 +302,42 @@ def training_counts(arch: str, inputs: dict, dictionary, dims: dict) -> Dict[str
         logits = model(**inputs)[0]
         logits.float().logsumexp(-1).mean().backward()
         model.zero_grad(set_to_none=True)
+
     step()
     return {arch: count_step(step)}
 
 
-def dape_training_counts(layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 200, batch_size: int = 2,
-                         source_tokens: int = 120, doc_tokens: int = 40):
+def dape_training_counts(
+    layers: int = 2,
+    dim: int = 64,
+    heads: int = 4,
+    vocab: int = 200,
+    batch_size: int = 2,
+    source_tokens: int = 120,
+    doc_tokens: int = 40,
+):
     """Counts of one training step: ``dape_transformer`` and fairseq's ``transformer``."""
     from benchmarks.dape_transformer import batch as dape_batch
 
     dictionary = dictionary_of(vocab)
-    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, max_target_positions=64,
-                                share_all_embeddings=True)
+    dims = encoder_decoder_dims(
+        layers, dim, heads, max_source_positions=source_tokens, max_target_positions=64, share_all_embeddings=True
+    )
     opts = Namespace(batch_size=batch_size, doc_tokens=doc_tokens, device="cpu")
     net_input = dape_batch(opts, source_tokens)
     # the benchmark's vocabulary is its own; keep token ids inside this dictionary
     for key in ("src_tokens", "prev_output_tokens"):
         net_input[key] = net_input[key] % (vocab - dictionary.nspecial) + dictionary.nspecial
     stock_input = {k: net_input[k] for k in ("src_tokens", "src_lengths", "prev_output_tokens")}
-    return {**training_counts("dape_transformer", net_input, dictionary, dims),
-            **training_counts("transformer", stock_input, dictionary, dims)}
+    return {
+        **training_counts("dape_transformer", net_input, dictionary, dims),
+        **training_counts("transformer", stock_input, dictionary, dims),
+    }
 
 
-def hiertransformer_training_counts(vocab: int = 200, batch_size: int = 2, paragraphs: int = 6, length: int = 10,
-                                    target_tokens: int = 12):
+def hiertransformer_training_counts(
+    vocab: int = 200, batch_size: int = 2, paragraphs: int = 6, length: int = 10, target_tokens: int = 12
+):
     """Counts of one training step: ``hiertransformer`` (5 local + 2 global
     layers) and the flat ``transformer`` with 7 encoder layers, d 64."""
     from benchmarks.hiertransformer import synthetic_batch
@@ -302,13 +345,24 @@ def hiertransformer_training_counts(vocab: int = 200, batch_size: int = 2, parag
     dictionary = dictionary_of(vocab)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     batch, _ = synthetic_batch(task, batch_size, paragraphs, length, target_tokens, "cpu")
-    dims = dict(encoder_embed_dim=64, decoder_embed_dim=64, encoder_ffn_embed_dim=256, decoder_ffn_embed_dim=256,
-                encoder_attention_heads=4, decoder_attention_heads=4, decoder_layers=6,
-                share_all_embeddings=True, max_source_positions=1024, max_target_positions=64)
+    dims = dict(
+        encoder_embed_dim=64,
+        decoder_embed_dim=64,
+        encoder_ffn_embed_dim=256,
+        decoder_ffn_embed_dim=256,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        decoder_layers=6,
+        share_all_embeddings=True,
+        max_source_positions=1024,
+        max_target_positions=64,
+    )
     stock_input = {k: v for k, v in batch.items() if k != "src_para_ids"}
     results = {}
-    for name, inputs, extra in (("hiertransformer", batch, dict(local_layers=5, global_layers=2)),
-                                ("transformer", stock_input, dict(encoder_layers=7))):
+    for name, inputs, extra in (
+        ("hiertransformer", batch, dict(local_layers=5, global_layers=2)),
+        ("transformer", stock_input, dict(encoder_layers=7)),
+    ):
         results.update(training_counts(name, inputs, dictionary, dict(dims, **extra)))
     return results
 
@@ -316,12 +370,16 @@ def hiertransformer_training_counts(vocab: int = 200, batch_size: int = 2, parag
 #: system: (function, its row, the stock row, operator-ratio target, most syncs allowed)
 COMPARISONS = {
     "sparse decoder, one decoding step": (sparse_decoding_counts, "sparse", "full cross-attention", 1.0, 0),
-    "sparse decoder, one decoding step, against stock BART": (sparse_decoding_counts, "sparse", "stock bart", 1.0,
-                                                              0),
+    "sparse decoder, one decoding step, against stock BART": (sparse_decoding_counts, "sparse", "stock bart", 1.0, 0),
     "HierEncDec, one encoder step at batch 1": (hierencdec_encoder_counts, "hierencdec", "bart", 1.1, 1),
     "DAPE, one training step": (dape_training_counts, "dape_transformer", "transformer", 1.3, None),
-    "hiertransformer, one training step": (hiertransformer_training_counts, "hiertransformer", "transformer", 1.2,
-                                           None),
+    "hiertransformer, one training step": (
+        hiertransformer_training_counts,
+        "hiertransformer",
+        "transformer",
+        1.2,
+        None,
+    ),
 }
 
 
@@ -332,10 +390,15 @@ def measure_all() -> Dict[str, dict]:
             measured[function] = function()
         counts = measured[function]
         table[label] = {
-            "system": system, "stock": stock,
-            "operators": counts[system].operators, "stock_operators": counts[stock].operators,
-            "ratio": counts[system].operators / counts[stock].operators, "target": target,
-            "syncs": counts[system].syncs, "stock_syncs": counts[stock].syncs, "most_syncs": most_syncs,
+            "system": system,
+            "stock": stock,
+            "operators": counts[system].operators,
+            "stock_operators": counts[stock].operators,
+            "ratio": counts[system].operators / counts[stock].operators,
+            "target": target,
+            "syncs": counts[system].syncs,
+            "stock_syncs": counts[stock].syncs,
+            "most_syncs": most_syncs,
             "sync_detail": counts[system].sync_detail,
         }
     return table
@@ -356,19 +419,33 @@ def main(argv=None):
     print(f"{'step':<{width}} {'ops':>6} {'stock':>6} {'ratio':>6} {'target':>6} {'syncs':>6} {'stock':>6}")
     for label, row in table.items():
         met = "met" if row["ratio"] <= row["target"] else "missed"
-        print(f"{label:<{width}} {row['operators']:>6} {row['stock_operators']:>6} {row['ratio']:>6.2f} "
-              f"{row['target']:>6.2f} {row['syncs']:>6} {row['stock_syncs']:>6}  {met}  {row['sync_detail']}")
+        print(
+            f"{label:<{width}} {row['operators']:>6} {row['stock_operators']:>6} {row['ratio']:>6.2f} "
+            f"{row['target']:>6.2f} {row['syncs']:>6} {row['stock_syncs']:>6}  {met}  {row['sync_detail']}"
+        )
     if record is not None:
-        record.write([
-            {"step": label, "system": row["system"], "stock": row["stock"],
-             "operators": results.cell(row["operators"], row["operators"], row["operators"]),
-             "stock_operators": results.cell(row["stock_operators"], row["stock_operators"], row["stock_operators"]),
-             "ratio": results.cell(round(row["ratio"], 3), round(row["ratio"], 3), round(row["ratio"], 3)),
-             "target": row["target"], "target_met": row["ratio"] <= row["target"],
-             "syncs": row["syncs"], "stock_syncs": row["stock_syncs"], "most_syncs_allowed": row["most_syncs"]}
-            for label, row in table.items()
-        ], notes="operator calls are every aten:: call of one step (nested included); syncs are item / "
-                 "_local_scalar_dense, nonzero and Tensor.tolist calls; both deterministic on CPU")
+        record.write(
+            [
+                {
+                    "step": label,
+                    "system": row["system"],
+                    "stock": row["stock"],
+                    "operators": results.cell(row["operators"], row["operators"], row["operators"]),
+                    "stock_operators": results.cell(
+                        row["stock_operators"], row["stock_operators"], row["stock_operators"]
+                    ),
+                    "ratio": results.cell(round(row["ratio"], 3), round(row["ratio"], 3), round(row["ratio"], 3)),
+                    "target": row["target"],
+                    "target_met": row["ratio"] <= row["target"],
+                    "syncs": row["syncs"],
+                    "stock_syncs": row["stock_syncs"],
+                    "most_syncs_allowed": row["most_syncs"],
+                }
+                for label, row in table.items()
+            ],
+            notes="operator calls are every aten:: call of one step (nested included); syncs are item / "
+            "_local_scalar_dense, nonzero and Tensor.tolist calls; both deterministic on CPU",
+        )
 
 
 if __name__ == "__main__":

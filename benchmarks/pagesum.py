@@ -28,6 +28,7 @@ the peak resident set size during the forward. Both models run under
     python benchmarks/pagesum.py                      # CPU, shrunk dims
     python benchmarks/pagesum.py --device cuda --dtype bf16 --embed-dim 1024 --layers 12 --heads 16
 """
+
 import os
 import sys
 from argparse import Namespace
@@ -37,26 +38,31 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.harness import SyntheticTask  # noqa: E402
-from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread, timed  # noqa: E402
-from fairseq.models.bart import BARTModel  # noqa: E402
-from fairseq.models.bart.model import bart_large_architecture  # noqa: E402
+from fairseq.models.bart import BARTModel
+from fairseq.models.bart.model import bart_large_architecture
 
-from mdsfair.models.pagesum_bart import PageSumBARTModel, pagesum_bart_large_architecture  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.harness import SyntheticTask
+from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread, timed
+from mdsfair.models.pagesum_bart import PageSumBARTModel, pagesum_bart_large_architecture
 
 VOCAB = 1000  # words after fairseq's four specials
 
 
 def model_args(opts, pagesum: bool, source_positions: int) -> Namespace:
     args = Namespace(
-        encoder_embed_dim=opts.embed_dim, encoder_ffn_embed_dim=4 * opts.embed_dim,
-        encoder_layers=opts.layers, decoder_layers=opts.layers,
-        encoder_attention_heads=opts.heads, decoder_attention_heads=opts.heads,
-        dropout=0.0, task="multidoc_summarization", max_target_positions=1024,
+        encoder_embed_dim=opts.embed_dim,
+        encoder_ffn_embed_dim=4 * opts.embed_dim,
+        encoder_layers=opts.layers,
+        decoder_layers=opts.layers,
+        encoder_attention_heads=opts.heads,
+        decoder_attention_heads=opts.heads,
+        dropout=0.0,
+        task="multidoc_summarization",
+        max_target_positions=1024,
         max_source_positions=source_positions,
     )
     if pagesum:
@@ -82,7 +88,9 @@ def source(dictionary, num_tokens: int, page_tokens: int, device):
     g = torch.Generator().manual_seed(0)
     tokens = torch.randint(dictionary.nspecial, len(dictionary), (1, num_tokens), generator=g)
     tokens[0, 0], tokens[0, -1] = dictionary.bos(), dictionary.eos()
-    doc_ids = ((torch.arange(num_tokens) - 1).clamp(min=0) // content).clamp(max=(num_tokens - 3) // content).unsqueeze(0)
+    doc_ids = (
+        ((torch.arange(num_tokens) - 1).clamp(min=0) // content).clamp(max=(num_tokens - 3) // content).unsqueeze(0)
+    )
     return tokens.to(device), doc_ids.to(device)
 
 
@@ -112,15 +120,20 @@ def decoder_step_seconds(opts, pagesum: bool, num_pages: int) -> list:
     with torch.no_grad():
         encoder_out = (
             model.encoder(tokens, src_lengths=lengths, src_doc_ids=doc_ids)
-            if pagesum else model.encoder(tokens[:, : opts.page_tokens], src_lengths=lengths)
+            if pagesum
+            else model.encoder(tokens[:, : opts.page_tokens], src_lengths=lengths)
         )
         prev = torch.full((1, opts.decoder_steps + 1), dictionary.eos(), device=opts.device)
         per_repeat = []
         for _ in range(opts.repeats):
             state = {}
-            times = [timed(lambda: model.decoder(prev[:, : step + 1], encoder_out=encoder_out,
-                                                 incremental_state=state), opts.device)
-                     for step in range(opts.decoder_steps + 1)]
+            times = [
+                timed(
+                    lambda: model.decoder(prev[:, : step + 1], encoder_out=encoder_out, incremental_state=state),
+                    opts.device,
+                )
+                for step in range(opts.decoder_steps + 1)
+            ]
             per_repeat.append(spread(times[1:]).median)
     return per_repeat
 
@@ -134,34 +147,55 @@ def parse_args(argv=None):
     parser.add_argument("--embed-dim", type=int, default=None, help="model dim (default: 1024 on cuda, 256 on cpu)")
     parser.add_argument("--layers", type=int, default=None, help="encoder and decoder layers (default: 12 cuda, 2 cpu)")
     parser.add_argument("--heads", type=int, default=None, help="attention heads (default: 16 cuda, 4 cpu)")
-    parser.add_argument("--max-dense-tokens", type=int, default=None,
-                        help="longest input for the dense baseline (default: 16384 cuda, 8192 cpu)")
+    parser.add_argument(
+        "--max-dense-tokens",
+        type=int,
+        default=None,
+        help="longest input for the dense baseline (default: 16384 cuda, 8192 cpu)",
+    )
     parser.add_argument("--pages", default="1,2,4,8,16", help="page counts for the decoder measurement")
     parser.add_argument("--decoder-steps", type=int, default=16, help="incremental decoder steps measured")
     harness.add_repeats(parser, "timed encoder forwards and decodes")
     results.add_argument(parser)
     harness.add_measure_one(parser)
-    return harness.fill_device_defaults(harness.parse(parser, argv, at_least_one=["repeats", "decoder_steps"]),
-                                        embed_dim=(1024, 256), layers=(12, 2), heads=(16, 4),
-                                        max_dense_tokens=(16384, 8192))
+    return harness.fill_device_defaults(
+        harness.parse(parser, argv, at_least_one=["repeats", "decoder_steps"]),
+        embed_dim=(1024, 256),
+        layers=(12, 2),
+        heads=(16, 4),
+        max_dense_tokens=(16384, 8192),
+    )
 
 
 def main(argv=None):
     opts = parse_args(argv)
     if harness.answer_measure_one(opts, measure_encoder):
         return
-    print(f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, "
-          f"{opts.heads} heads, pages of {opts.page_tokens} tokens; torch {torch.__version__}")
-    measure = harness.in_fresh_interpreter_on_cpu(opts, __file__, measure_encoder, ["device", "dtype", "page_tokens",
-                                                                                    "embed_dim", "layers", "heads",
-                                                                                    "repeats"])
-    rows = harness.result_rows(opts, "pagesum", argv, opts.repeats, dtype=opts.dtype, embed_dim=opts.embed_dim,
-                               layers=opts.layers, heads=opts.heads, page_tokens=opts.page_tokens)
+    print(
+        f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, "
+        f"{opts.heads} heads, pages of {opts.page_tokens} tokens; torch {torch.__version__}"
+    )
+    measure = harness.in_fresh_interpreter_on_cpu(
+        opts, __file__, measure_encoder, ["device", "dtype", "page_tokens", "embed_dim", "layers", "heads", "repeats"]
+    )
+    rows = harness.result_rows(
+        opts,
+        "pagesum",
+        argv,
+        opts.repeats,
+        dtype=opts.dtype,
+        embed_dim=opts.embed_dim,
+        layers=opts.layers,
+        heads=opts.heads,
+        page_tokens=opts.page_tokens,
+    )
     cell = results.repeats_cell
 
     print("\n1. encoder forward (inference), PageSum pages vs stock BART dense attention")
-    print(f"{'tokens':>7} {'pages':>5} {'PageSum MiB':>12} {'dense MiB':>10} {'mem ratio':>9} "
-          f"{'PageSum s':>21} {'dense s':>21} {'time ratio':>18} {'PageSum MiB/1k tok':>18}")
+    print(
+        f"{'tokens':>7} {'pages':>5} {'PageSum MiB':>12} {'dense MiB':>10} {'mem ratio':>9} "
+        f"{'PageSum s':>21} {'dense s':>21} {'time ratio':>18} {'PageSum MiB/1k tok':>18}"
+    )
     for num_tokens in [int(x) for x in opts.lengths.split(",")]:
         pages = -(-(num_tokens - 2) // (opts.page_tokens - 2))
         ours = measure(opts, "pagesum", num_tokens)
@@ -174,33 +208,56 @@ def main(argv=None):
             dense_cols = f"{'(' + dense['error'][:8] + ')':>10} {'-':>9} {ours_seconds:>21} {'-':>21} {'-':>18}"
         else:
             time_ratio = separate_ratio(dense["seconds_each"], ours["seconds_each"]).format(".2f", "x")
-            dense_cols = (f"{dense['peak_mib']:>10.1f} {dense['peak_mib'] / max(ours['peak_mib'], 1e-9):>8.2f}x "
-                          f"{ours_seconds:>21} {spread(dense['seconds_each']).format('.3f'):>21} {time_ratio:>18}")
-        print(f"{num_tokens:>7} {pages:>5} {ours['peak_mib']:>12.1f} {dense_cols} "
-              f"{ours['peak_mib'] / num_tokens * 1000:>18.2f}")
+            dense_cols = (
+                f"{dense['peak_mib']:>10.1f} {dense['peak_mib'] / max(ours['peak_mib'], 1e-9):>8.2f}x "
+                f"{ours_seconds:>21} {spread(dense['seconds_each']).format('.3f'):>21} {time_ratio:>18}"
+            )
+        print(
+            f"{num_tokens:>7} {pages:>5} {ours['peak_mib']:>12.1f} {dense_cols} "
+            f"{ours['peak_mib'] / num_tokens * 1000:>18.2f}"
+        )
         measured_dense = "error" not in dense
-        rows.add({"part": "encoder", "source_tokens": num_tokens, "pages": pages, "pagesum_peak_mib": ours["peak_mib"],
-                  "dense_peak_mib": dense["peak_mib"] if measured_dense else None,
-                  "dense_vs_pagesum_memory": dense["peak_mib"] / max(ours["peak_mib"], 1e-9) if measured_dense
-                  else None,
-                  "pagesum_s": cell(ours["seconds_each"]),
-                  "dense_s": cell(dense["seconds_each"]) if measured_dense else None,
-                  "dense_vs_pagesum_time": results.spread_cell(
-                      separate_ratio(dense["seconds_each"], ours["seconds_each"])) if measured_dense else None,
-                  "pagesum_mib_per_1k_tokens": ours["peak_mib"] / num_tokens * 1000})
+        rows.add(
+            {
+                "part": "encoder",
+                "source_tokens": num_tokens,
+                "pages": pages,
+                "pagesum_peak_mib": ours["peak_mib"],
+                "dense_peak_mib": dense["peak_mib"] if measured_dense else None,
+                "dense_vs_pagesum_memory": dense["peak_mib"] / max(ours["peak_mib"], 1e-9) if measured_dense else None,
+                "pagesum_s": cell(ours["seconds_each"]),
+                "dense_s": cell(dense["seconds_each"]) if measured_dense else None,
+                "dense_vs_pagesum_time": results.spread_cell(
+                    separate_ratio(dense["seconds_each"], ours["seconds_each"])
+                )
+                if measured_dense
+                else None,
+                "pagesum_mib_per_1k_tokens": ours["peak_mib"] / num_tokens * 1000,
+            }
+        )
 
     print("\n2. decoder: seconds per generated token (incremental step, batch 1, beam 1)")
     baseline = decoder_step_seconds(opts, False, 1)
     print(f"stock BART decoder, 1 page of {opts.page_tokens}: {spread(baseline).scaled(1e3).format('.2f')} ms/token")
     print(f"{'pages':>5} {'PageSum ms/token':>21} {'vs stock BART':>18}")
-    rows.add({"part": "decoder", "system": "stock BART", "pages": 1, "ms_per_token": cell(baseline, 1e3),
-              "vs_stock": 1.0})
+    rows.add(
+        {"part": "decoder", "system": "stock BART", "pages": 1, "ms_per_token": cell(baseline, 1e3), "vs_stock": 1.0}
+    )
     for num_pages in [int(x) for x in opts.pages.split(",")]:
         seconds = decoder_step_seconds(opts, True, num_pages)
-        print(f"{num_pages:>5} {spread(seconds).scaled(1e3).format('.2f'):>21} "
-              f"{separate_ratio(seconds, baseline).format('.2f', 'x'):>18}")
-        rows.add({"part": "decoder", "system": "PageSum", "pages": num_pages, "ms_per_token": cell(seconds, 1e3),
-                  "vs_stock": results.spread_cell(separate_ratio(seconds, baseline))})
+        print(
+            f"{num_pages:>5} {spread(seconds).scaled(1e3).format('.2f'):>21} "
+            f"{separate_ratio(seconds, baseline).format('.2f', 'x'):>18}"
+        )
+        rows.add(
+            {
+                "part": "decoder",
+                "system": "PageSum",
+                "pages": num_pages,
+                "ms_per_token": cell(seconds, 1e3),
+                "vs_stock": results.spread_cell(separate_ratio(seconds, baseline)),
+            }
+        )
 
 
 if __name__ == "__main__":

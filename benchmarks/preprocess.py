@@ -35,6 +35,7 @@ this process and prints the functions that take the most time.
     python benchmarks/preprocess.py --words 5000000 --sizes 5000000 --workers 2 \\
         --side-data dep_head dep_rel --spm-model /tmp/spm32k.model --baseline-words 600000
 """
+
 import argparse
 import glob
 import json
@@ -53,8 +54,9 @@ from typing import Dict, List, Tuple
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results as results_file  # noqa: E402
-from benchmarks.measure import cpu_model, interleaved_ratio, spread  # noqa: E402
+from benchmarks import harness
+from benchmarks import results as results_file
+from benchmarks.measure import cpu_model, interleaved_ratio, spread
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 STAGES = ("structure", "subwords", "side_data", "binarization")
@@ -120,7 +122,9 @@ def build_corpus(work_dir: str, words: int, shared_data: str) -> List[Dict]:
         pool.map(_write_synthetic_part, jobs[1:])
     for path, _ in jobs[:needed]:
         clusters, count = source_words(path)
-        splits.append({"name": "synth_" + os.path.basename(path)[:-6], "path": path, "clusters": clusters, "words": count})
+        splits.append(
+            {"name": "synth_" + os.path.basename(path)[:-6], "path": path, "clusters": clusters, "words": count}
+        )
     return splits
 
 
@@ -139,8 +143,8 @@ def corpus_of_size(splits: List[Dict], words: int) -> List[Dict]:
 
 def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, sample_lines: int) -> str:
     """SentencePiece trained once on the first ``sample_lines`` clusters of every split."""
-    from mdsfair.preprocess.subword_training import training_texts
     from mdsfair.preprocess.subword import train_sentencepiece
+    from mdsfair.preprocess.subword_training import training_texts
 
     def sample():
         for split in splits:
@@ -171,9 +175,20 @@ def run_once(config: Dict) -> Dict:
 
     import_producers()
     import_seconds = time.perf_counter() - start_import
-    argv = ["--destdir", config["destdir"], "--spm-model", config["spm_model"], "--workers", str(config["workers"]),
-            "--chunk-size", str(config["chunk_size"]), "--no-progress-bar", "--train-splits", "none",
-            "--overwrite"]
+    argv = [
+        "--destdir",
+        config["destdir"],
+        "--spm-model",
+        config["spm_model"],
+        "--workers",
+        str(config["workers"]),
+        "--chunk-size",
+        str(config["chunk_size"]),
+        "--no-progress-bar",
+        "--train-splits",
+        "none",
+        "--overwrite",
+    ]
     for split in config["splits"]:
         argv += ["--split", f"{split['name']}={split['path']}"]
     if config["side_data"]:
@@ -181,7 +196,10 @@ def run_once(config: Dict) -> Dict:
     argv += config.get("extra_args", [])
     args = get_parser().parse_args(argv)
     rss_before = _rss_kib()
-    self_before, children_before = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    self_before, children_before = (
+        resource.getrusage(resource.RUSAGE_SELF),
+        resource.getrusage(resource.RUSAGE_CHILDREN),
+    )
     stage_seconds = Counter()
     start = time.perf_counter()
     reports = preprocess(args, stage_seconds)
@@ -206,7 +224,9 @@ def run_in_fresh_process(config: Dict) -> Dict:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--run-config", json.dumps(config)],
-        env=env, capture_output=True, text=True,
+        env=env,
+        capture_output=True,
+        text=True,
     )
     if result.returncode != 0:
         raise RuntimeError(f"measured run failed:\n{result.stdout[-3000:]}\n{result.stderr[-6000:]}")
@@ -225,9 +245,9 @@ def profile_clusters(
     import pstats
 
     from mdsfair.preprocess.binarize import get_parser
-    from mdsfair.preprocess.subword_training import prepare_subwords
     from mdsfair.preprocess.pipeline import ClusterEncoder
     from mdsfair.preprocess.structure import iter_raw_lines
+    from mdsfair.preprocess.subword_training import prepare_subwords
 
     destdir = os.path.join(work_dir, "profile-bin")
     os.makedirs(destdir, exist_ok=True)
@@ -282,40 +302,51 @@ def print_result(words: int, results: List[Dict], side_data: List[str], label: s
         return [words / max(s, 1e-9) for s in seconds]
 
     cpu_totals = per_run(lambda r: r["cpu_seconds_main"] + r["cpu_seconds_workers"])
-    print(f"\n{words:,} words, {first['clusters']:,} clusters, {first['source_tokens']:,} source tokens; "
-          f"{len(results)} run(s), median (min-max) (load average {os.getloadavg()[0]:.1f} after)")
+    print(
+        f"\n{words:,} words, {first['clusters']:,} clusters, {first['source_tokens']:,} source tokens; "
+        f"{len(results)} run(s), median (min-max) (load average {os.getloadavg()[0]:.1f} after)"
+    )
     print(f"  {'stage':<34}{'CPU s':>20} {'words/s':>29}")
     for stage in STAGES:
         if stage == "side_data" and not side_data:
             continue
         seconds = per_run(lambda r: r["stage_seconds"].get(stage, 0.0))
-        print(f"  {STAGE_TITLES[stage]:<34}{figure(seconds, '.1f'):>20} "
-              f"{figure(words_per_second(seconds), ',.0f'):>29}")
+        print(
+            f"  {STAGE_TITLES[stage]:<34}{figure(seconds, '.1f'):>20} {figure(words_per_second(seconds), ',.0f'):>29}"
+        )
     plain = per_run(lambda r: sum(r["stage_seconds"].get(s, 0.0) for s in ("structure", "subwords", "binarization")))
-    print(f"  {'structure + subwords + binarization':<34}{figure(plain, '.1f'):>20} "
-          f"{figure(words_per_second(plain), ',.0f'):>29}")
+    print(
+        f"  {'structure + subwords + binarization':<34}{figure(plain, '.1f'):>20} "
+        f"{figure(words_per_second(plain), ',.0f'):>29}"
+    )
     wall = per_run(lambda r: r["wall_seconds"])
-    print(f"  total: {figure(wall, '.1f')} s wall = {figure(words_per_second(wall), ',.0f')} words/s; "
-          f"CPU {figure(cpu_totals, '.1f')} s (main {figure(per_run(lambda r: r['cpu_seconds_main']), '.1f')}, "
-          f"workers {figure(per_run(lambda r: r['cpu_seconds_workers']), '.1f')}) = "
-          f"{figure(words_per_second(cpu_totals), ',.0f')} words per CPU-second")
-    print(f"  peak RSS: main {figure(per_run(lambda r: r['peak_rss_main_kib'] / 1024), ',.0f')} MiB (after imports "
-          f"{figure(per_run(lambda r: r['rss_before_kib'] / 1024), ',.0f')} MiB), largest worker "
-          f"{figure(per_run(lambda r: r['peak_rss_worker_kib'] / 1024), ',.0f')} MiB; imports took "
-          f"{figure(per_run(lambda r: r['import_seconds']), '.1f')} s")
+    print(
+        f"  total: {figure(wall, '.1f')} s wall = {figure(words_per_second(wall), ',.0f')} words/s; "
+        f"CPU {figure(cpu_totals, '.1f')} s (main {figure(per_run(lambda r: r['cpu_seconds_main']), '.1f')}, "
+        f"workers {figure(per_run(lambda r: r['cpu_seconds_workers']), '.1f')}) = "
+        f"{figure(words_per_second(cpu_totals), ',.0f')} words per CPU-second"
+    )
+    print(
+        f"  peak RSS: main {figure(per_run(lambda r: r['peak_rss_main_kib'] / 1024), ',.0f')} MiB (after imports "
+        f"{figure(per_run(lambda r: r['rss_before_kib'] / 1024), ',.0f')} MiB), largest worker "
+        f"{figure(per_run(lambda r: r['peak_rss_worker_kib'] / 1024), ',.0f')} MiB; imports took "
+        f"{figure(per_run(lambda r: r['import_seconds']), '.1f')} s"
+    )
     row = {"run": label, "words": words, "clusters": first["clusters"]}
     for stage in STAGES:
         if stage == "side_data" and not side_data:
             continue
         seconds = per_run(lambda r: r["stage_seconds"].get(stage, 0.0))
         row[f"{stage}_words_per_cpu_s"] = results_file.repeats_cell(words_per_second(seconds))
-    row.update({
-        "total_words_per_s": results_file.repeats_cell(words_per_second(wall)),
-        "wall_s": results_file.repeats_cell(wall),
-        "total_words_per_cpu_s": results_file.repeats_cell(words_per_second(cpu_totals)),
-        "peak_rss_main_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_main_kib"] / 1024)),
-        "peak_rss_worker_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_worker_kib"] / 1024)),
-    })
+    row.update(
+        {
+            "total_words_per_s": results_file.repeats_cell(words_per_second(wall)),
+            "wall_s": results_file.repeats_cell(wall),
+            "total_words_per_cpu_s": results_file.repeats_cell(words_per_second(cpu_totals)),
+            "peak_rss_main_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_main_kib"] / 1024)),
+            "peak_rss_worker_mib": results_file.repeats_cell(per_run(lambda r: r["peak_rss_worker_kib"] / 1024)),
+        }
+    )
     return {
         "wall": words_per_second(wall),
         "cpu": words_per_second(cpu_totals),
@@ -337,8 +368,15 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
     destdir = os.path.join(work_dir, "bin-baseline")
     for _ in range(args.repeats):
         for name, extra in variants.items():
-            config = {"splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
-                      "chunk_size": args.chunk_size, "side_data": args.side_data, "extra_args": extra}
+            config = {
+                "splits": chosen,
+                "destdir": destdir,
+                "spm_model": spm_model,
+                "workers": args.workers,
+                "chunk_size": args.chunk_size,
+                "side_data": args.side_data,
+                "extra_args": extra,
+            }
             runs[name].append(run_in_fresh_process(config))
             shutil.rmtree(destdir, ignore_errors=True)
     figures = {}
@@ -346,17 +384,27 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
         print(f"\nbaseline comparison, {name}:", end="")
         figures[name] = print_result(words, runs[name], args.side_data, f"first {words:,} words, {name}")
     stock, ours = figures.values()
-    print(f"\nmdsfair / stock spaCy on the same {words:,} words, median (min-max) of {args.repeats} interleaved "
-          f"pair(s): {interleaved_ratio(ours['wall'], stock['wall']).format('.2f', 'x')} words/s (wall), "
-          f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second"
-          + (f", {interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
-             "CPU-second" if args.side_data else ""))
-    ratio = {"run": "mdsfair / stock spaCy", "words": words,
-             "words_per_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["wall"], stock["wall"])),
-             "words_per_cpu_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["cpu"], stock["cpu"]))}
+    print(
+        f"\nmdsfair / stock spaCy on the same {words:,} words, median (min-max) of {args.repeats} interleaved "
+        f"pair(s): {interleaved_ratio(ours['wall'], stock['wall']).format('.2f', 'x')} words/s (wall), "
+        f"{interleaved_ratio(ours['cpu'], stock['cpu']).format('.2f', 'x')} words per CPU-second"
+        + (
+            f", {interleaved_ratio(ours['side_data'], stock['side_data']).format('.2f', 'x')} side-data words per "
+            "CPU-second"
+            if args.side_data
+            else ""
+        )
+    )
+    ratio = {
+        "run": "mdsfair / stock spaCy",
+        "words": words,
+        "words_per_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["wall"], stock["wall"])),
+        "words_per_cpu_s_vs_stock": results_file.spread_cell(interleaved_ratio(ours["cpu"], stock["cpu"])),
+    }
     if args.side_data:
         ratio["side_data_words_per_cpu_s_vs_stock"] = results_file.spread_cell(
-            interleaved_ratio(ours["side_data"], stock["side_data"]))
+            interleaved_ratio(ours["side_data"], stock["side_data"])
+        )
     return [figures[name]["row"] for name in variants] + [ratio]
 
 
@@ -367,21 +415,29 @@ def describe_machine() -> str:
 def main(argv=None):
     parser = harness.argument_parser(__doc__, whole_docstring=True)
     parser.add_argument("--words", type=int, default=5_000_000, help="words of the corpus built (at least)")
-    parser.add_argument("--sizes", type=int, nargs="+", default=None,
-                        help="corpus sizes in words to run, each in a fresh process (default: --words)")
+    parser.add_argument(
+        "--sizes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="corpus sizes in words to run, each in a fresh process (default: --words)",
+    )
     harness.add_repeats(parser, "runs of every corpus size and of each baseline variant, each in a fresh process")
     parser.add_argument("--workers", type=int, default=2, help="mdsfair-preprocess --workers")
     parser.add_argument("--chunk-size", type=int, default=16, help="mdsfair-preprocess --chunk-size")
     parser.add_argument("--side-data", nargs="*", default=[], help="mdsfair-preprocess --side-data")
     parser.add_argument("--spm-model", help="SentencePiece model to encode with (default: trained once on a sample)")
     parser.add_argument("--vocab-size", type=int, default=32000, help="pieces of the SentencePiece model trained here")
-    parser.add_argument("--spm-sample-clusters", type=int, default=100,
-                        help="clusters per split SentencePiece is trained on")
+    parser.add_argument(
+        "--spm-sample-clusters", type=int, default=100, help="clusters per split SentencePiece is trained on"
+    )
     parser.add_argument("--profile-clusters", type=int, default=0, help="cProfile this many clusters first")
     parser.add_argument(
-        "--baseline-words", type=int, default=0,
+        "--baseline-words",
+        type=int,
+        default=0,
         help="after the runs, preprocess the first N words of the corpus with stock spaCy settings (thinc's blis, "
-             "one nlp.pipe per cluster) and with this run's, and print the ratios (0: skip)",
+        "one nlp.pipe per cluster) and with this run's, and print the ratios (0: skip)",
     )
     parser.add_argument("--shared-data", default=SHARED_DATA, help="the real data directory")
     parser.add_argument("--work-dir", help="directory for the corpus and outputs (default: a temporary one, removed)")
@@ -392,45 +448,70 @@ def main(argv=None):
         print(json.dumps(run_once(json.loads(args.run_config))))
         return
 
-    rows = harness.result_rows(args, "preprocess", argv, args.repeats, device="cpu", workers=args.workers,
-                               chunk_size=args.chunk_size, side_data=args.side_data)
+    rows = harness.result_rows(
+        args,
+        "preprocess",
+        argv,
+        args.repeats,
+        device="cpu",
+        workers=args.workers,
+        chunk_size=args.chunk_size,
+        side_data=args.side_data,
+    )
     work_dir = args.work_dir or tempfile.mkdtemp(prefix="mdsfair-preprocess-bench-")
     sizes = args.sizes or [args.words]
     try:
-        print(f"device: CPU, {describe_machine()}; machine shared with other jobs "
-              f"(load average {os.getloadavg()[0]:.1f} at start)")
+        print(
+            f"device: CPU, {describe_machine()}; machine shared with other jobs "
+            f"(load average {os.getloadavg()[0]:.1f} at start)"
+        )
         start = time.perf_counter()
         splits = build_corpus(work_dir, max(max(sizes), args.words), args.shared_data)
-        print(f"corpus: {sum(s['words'] for s in splits):,} words, {sum(s['clusters'] for s in splits):,} clusters "
-              f"in {len(splits)} splits ({sum(s['words'] for s in splits if not s['name'].startswith('synth')):,} "
-              f"words of real data from {args.shared_data}, the rest mdsfair-synth); built in "
-              f"{time.perf_counter() - start:.0f} s")
+        print(
+            f"corpus: {sum(s['words'] for s in splits):,} words, {sum(s['clusters'] for s in splits):,} clusters "
+            f"in {len(splits)} splits ({sum(s['words'] for s in splits if not s['name'].startswith('synth')):,} "
+            f"words of real data from {args.shared_data}, the rest mdsfair-synth); built in "
+            f"{time.perf_counter() - start:.0f} s"
+        )
         spm_model = args.spm_model
         if not spm_model:
             start = time.perf_counter()
-            spm_model = train_spm_on_sample(splits, os.path.join(work_dir, "spm"), args.vocab_size,
-                                            args.spm_sample_clusters)
+            spm_model = train_spm_on_sample(
+                splits, os.path.join(work_dir, "spm"), args.vocab_size, args.spm_sample_clusters
+            )
             import sentencepiece
 
             pieces = sentencepiece.SentencePieceProcessor(model_file=spm_model).get_piece_size()
-            print(f"SentencePiece: trained once on the first {args.spm_sample_clusters} clusters of every split "
-                  f"({args.vocab_size:,} pieces asked, {pieces:,} reached) in {time.perf_counter() - start:.0f} s: "
-                  f"{spm_model}")
+            print(
+                f"SentencePiece: trained once on the first {args.spm_sample_clusters} clusters of every split "
+                f"({args.vocab_size:,} pieces asked, {pieces:,} reached) in {time.perf_counter() - start:.0f} s: "
+                f"{spm_model}"
+            )
         if args.profile_clusters:
             profile_clusters(splits, spm_model, args.side_data, args.profile_clusters, work_dir, args.chunk_size)
-        print(f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
-              + (f" --side-data {' '.join(args.side_data)}" if args.side_data else "")
-              + f"; {args.repeats} run(s) per size, median (min-max)")
+        print(
+            f"\nmdsfair-preprocess --workers {args.workers} --chunk-size {args.chunk_size} --spm-model <given>"
+            + (f" --side-data {' '.join(args.side_data)}" if args.side_data else "")
+            + f"; {args.repeats} run(s) per size, median (min-max)"
+        )
         for size in sizes:
             chosen = corpus_of_size(splits, size)
             words = sum(s["words"] for s in chosen)
             destdir = os.path.join(work_dir, f"bin-{size}")
             results = []
             for _ in range(args.repeats):
-                results.append(run_in_fresh_process({
-                    "splits": chosen, "destdir": destdir, "spm_model": spm_model, "workers": args.workers,
-                    "chunk_size": args.chunk_size, "side_data": args.side_data,
-                }))
+                results.append(
+                    run_in_fresh_process(
+                        {
+                            "splits": chosen,
+                            "destdir": destdir,
+                            "spm_model": spm_model,
+                            "workers": args.workers,
+                            "chunk_size": args.chunk_size,
+                            "side_data": args.side_data,
+                        }
+                    )
+                )
                 shutil.rmtree(destdir, ignore_errors=True)
             label = "plain" if not args.side_data else "--side-data " + " ".join(args.side_data)
             rows.add(print_result(words, results, args.side_data, label)["row"])

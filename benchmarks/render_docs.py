@@ -23,6 +23,7 @@ files it is drawn from; ``index``: every results file and its device).
 plots, and refuses a speed ratio or a MiB/GiB figure written in a page
 outside a rendered block.
 """
+
 import argparse
 import glob
 import os
@@ -32,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import results  # noqa: E402
+from benchmarks import results
 
 REPO_ROOT = results.REPO_ROOT
 IMAGES = os.path.join(REPO_ROOT, "docs", "images")
@@ -90,8 +91,20 @@ def figure(key: str, value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
-        if key in ("beam", "batch", "batch_size", "call", "run", "steps", "pages", "documents", "overflows",
-                   "target_steps", "sentences", "threads"):
+        if key in (
+            "beam",
+            "batch",
+            "batch_size",
+            "call",
+            "run",
+            "steps",
+            "pages",
+            "documents",
+            "overflows",
+            "target_steps",
+            "sentences",
+            "threads",
+        ):
             return str(value)
         spec, suffix = spec_of(key, value)
         return f"{value:{spec}}{suffix}"
@@ -100,8 +113,19 @@ def figure(key: str, value) -> str:
     return str(value).replace("|", "\\|")
 
 
-HEADER_WORDS = {"mib": "MiB", "gib": "GiB", "ms": "ms", "s": "s", "vs": "vs", "ht": "HT", "bart": "BART",
-                "pct": "%", "led": "LED", "1k": "1k", "ckpt": "ckpt"}
+HEADER_WORDS = {
+    "mib": "MiB",
+    "gib": "GiB",
+    "ms": "ms",
+    "s": "s",
+    "vs": "vs",
+    "ht": "HT",
+    "bart": "BART",
+    "pct": "%",
+    "led": "LED",
+    "1k": "1k",
+    "ckpt": "ckpt",
+}
 
 
 def header(key: str) -> str:
@@ -113,9 +137,12 @@ def table(rows: List[dict], skip=("part", "runs")) -> str:
     keys: List[str] = []
     for row in rows:
         keys += [key for key in row if key not in keys and key not in skip]
-    lines = ["| " + " | ".join(header(key) for key in keys) + " |",
-             "|" + "|".join("---:" if any(isinstance(r.get(key), (int, float, dict)) for r in rows) else "---"
-                            for key in keys) + "|"]
+    lines = [
+        "| " + " | ".join(header(key) for key in keys) + " |",
+        "|"
+        + "|".join("---:" if any(isinstance(r.get(key), (int, float, dict)) for r in rows) else "---" for key in keys)
+        + "|",
+    ]
     for row in rows:
         lines.append("| " + " | ".join(figure(key, row.get(key)) for key in keys) + " |")
     return "\n".join(lines)
@@ -125,22 +152,31 @@ def describe(name: str, record: dict) -> str:
     """The header of a results file: device, torch, threads, repeats, command, commit, date, provenance."""
     device = record["device"]
     threads = record.get("threads")
-    parts = [f"**{device}**", f"torch {record['torch'] or 'not recorded'}",
-             f"{threads} thread{'s' if threads != 1 else ''}" if threads else None,
-             f"dtype {record['dtype']}" if record.get("dtype") else None,
-             ("one run per figure" if record.get("repeats") == 1 else
-              f"median (min-max) of {record['repeats']} repeats") if record.get("repeats") else
-             "repeats: not recorded per file (see the notes)"]
-    lines = ["; ".join(part for part in parts if part) + ".",
-             "",
-             f"Command: `{record['command']}`",
-             "",
-             f"Commit `{(record['commit'] or 'not recorded')[:10]}`, {record['date']}; results file "
-             f"`benchmarks/results/{name}.json`; "
-             + ("measured by the benchmark" if record["provenance"] == "measured" else record["provenance"])
-             + (f"; load average {record['load_average']} when it started (a shared machine: timings vary, "
-                "ratios are taken within each repeat)" if record.get("load_average") is not None else "")
-             + "."]
+    parts = [
+        f"**{device}**",
+        f"torch {record['torch'] or 'not recorded'}",
+        f"{threads} thread{'s' if threads != 1 else ''}" if threads else None,
+        f"dtype {record['dtype']}" if record.get("dtype") else None,
+        ("one run per figure" if record.get("repeats") == 1 else f"median (min-max) of {record['repeats']} repeats")
+        if record.get("repeats")
+        else "repeats: not recorded per file (see the notes)",
+    ]
+    lines = [
+        "; ".join(part for part in parts if part) + ".",
+        "",
+        f"Command: `{record['command']}`",
+        "",
+        f"Commit `{(record['commit'] or 'not recorded')[:10]}`, {record['date']}; results file "
+        f"`benchmarks/results/{name}.json`; "
+        + ("measured by the benchmark" if record["provenance"] == "measured" else record["provenance"])
+        + (
+            f"; load average {record['load_average']} when it started (a shared machine: timings vary, "
+            "ratios are taken within each repeat)"
+            if record.get("load_average") is not None
+            else ""
+        )
+        + ".",
+    ]
     if record.get("notes"):
         lines += ["", record["notes"]]
     return "\n".join(lines)
@@ -158,6 +194,7 @@ def render_file(name: str) -> str:
 
 
 # ---------------------------------------------------------------- composed blocks
+
 
 def memory_block() -> str:
     """Activation memory of one training step per system and length, fp32,
@@ -189,8 +226,10 @@ def memory_block() -> str:
     for arch in order:
         for n in sorted(n for a, n in cells if a == arch):
             row = cells[(arch, n)]
-            values = [figure("activation_mib", row[key]["activation_mib"]) if key in row else ""
-                      for key in ("cpu_plain", "cpu_checkpointed", "h100_plain", "h100_checkpointed")]
+            values = [
+                figure("activation_mib", row[key]["activation_mib"]) if key in row else ""
+                for key in ("cpu_plain", "cpu_checkpointed", "h100_plain", "h100_checkpointed")
+            ]
             lines.append(f"| {arch} | {n:,} | " + " | ".join(values) + " |")
     return "\n".join(lines)
 
@@ -204,15 +243,22 @@ def index_block() -> str:
         record = results.load(name)
         devices.setdefault(record["benchmark"], set()).add(record["device_kind"])
         provenance = "measured" if record["provenance"] == "measured" else "transcribed"
-        lines.append(f"| `{name}.json` | `{record['benchmark']}` | {record['device']} | {record['date']} | "
-                     f"{provenance} |")
-    scripts = sorted(f"benchmarks/{os.path.basename(p)}" for p in glob.glob(os.path.join(REPO_ROOT, "benchmarks", "*.py"))
-                     if os.path.basename(p) not in ("measure.py", "results.py", "harness.py", "render_docs.py",
-                                                  "__init__.py"))
+        lines.append(
+            f"| `{name}.json` | `{record['benchmark']}` | {record['device']} | {record['date']} | {provenance} |"
+        )
+    scripts = sorted(
+        f"benchmarks/{os.path.basename(p)}"
+        for p in glob.glob(os.path.join(REPO_ROOT, "benchmarks", "*.py"))
+        if os.path.basename(p) not in ("measure.py", "results.py", "harness.py", "render_docs.py", "__init__.py")
+    )
     no_gpu = [s for s in scripts if "cuda" not in devices.get(s, set())]
     no_file = [s for s in scripts if s not in devices]
-    lines += ["", "Benchmarks without GPU figures: " + ", ".join(f"`{s}`" for s in no_gpu) + "." if no_gpu else
-              "Every benchmark has GPU figures."]
+    lines += [
+        "",
+        "Benchmarks without GPU figures: " + ", ".join(f"`{s}`" for s in no_gpu) + "."
+        if no_gpu
+        else "Every benchmark has GPU figures.",
+    ]
     if no_file:
         lines += ["", "Benchmarks without a results file yet: " + ", ".join(f"`{s}`" for s in no_file) + "."]
     return "\n".join(lines)
@@ -221,19 +267,36 @@ def index_block() -> str:
 # ---------------------------------------------------------------- plots
 
 PLOTS: Dict[str, Tuple[str, List[str], str]] = {
-    "memory_vs_length": ("memory_vs_length.png", ["memory_cpu", "memory_h100"],
-                         "Activation memory of one training step (fp32, batch 1, without checkpointing) against "
-                         "the source length, per system; left the CPU, right the H100; bars are min-max where a "
-                         "cell has several runs."),
-    "speed_ratios": ("speed_ratios.png",
-                     ["led_sparse_cpu", "sparse_decoder_cpu", "sparse_decoder_h100", "hierencdec_cpu",
-                      "hierencdec_h100", "hiertransformer_cpu", "hiertransformer_h100", "pagesum_cpu",
-                      "pagesum_h100", "dape_transformer_h100"],
-                     "Speed of each system against its stock counterpart (above 1: faster), median with min-max "
-                     "bars over the repeats, as each results file gives it; CPU and H100."),
-    "checkpointing": ("checkpointing.png", ["activation_checkpointing_cpu", "activation_checkpointing_h100"],
-                      "Peak memory of one training step with and without --checkpoint-activations (2,048 source "
-                      "tokens, batch 1, fp32), median with min-max bars; CPU and H100."),
+    "memory_vs_length": (
+        "memory_vs_length.png",
+        ["memory_cpu", "memory_h100"],
+        "Activation memory of one training step (fp32, batch 1, without checkpointing) against "
+        "the source length, per system; left the CPU, right the H100; bars are min-max where a "
+        "cell has several runs.",
+    ),
+    "speed_ratios": (
+        "speed_ratios.png",
+        [
+            "led_sparse_cpu",
+            "sparse_decoder_cpu",
+            "sparse_decoder_h100",
+            "hierencdec_cpu",
+            "hierencdec_h100",
+            "hiertransformer_cpu",
+            "hiertransformer_h100",
+            "pagesum_cpu",
+            "pagesum_h100",
+            "dape_transformer_h100",
+        ],
+        "Speed of each system against its stock counterpart (above 1: faster), median with min-max "
+        "bars over the repeats, as each results file gives it; CPU and H100.",
+    ),
+    "checkpointing": (
+        "checkpointing.png",
+        ["activation_checkpointing_cpu", "activation_checkpointing_h100"],
+        "Peak memory of one training step with and without --checkpoint-activations (2,048 source "
+        "tokens, batch 1, fp32), median with min-max bars; CPU and H100.",
+    ),
 }
 
 
@@ -262,36 +325,61 @@ def speed_points() -> List[Tuple[str, str, Tuple[float, float, float]]]:
     points = []
     for row in _rows("led_sparse_cpu"):
         if row["model"] == "led_sparse":
-            points.append((f"led_sparse vs led, generation, {row['source_tokens']:,} tok", "cpu",
-                           _mmm(row["total_speedup_vs_led"])))
+            points.append(
+                (
+                    f"led_sparse vs led, generation, {row['source_tokens']:,} tok",
+                    "cpu",
+                    _mmm(row["total_speedup_vs_led"]),
+                )
+            )
     for name, kind in (("sparse_decoder_cpu", "cpu"), ("sparse_decoder_h100", "cuda")):
         for row in _rows(name):
             if row["attention"] == "r=5" and row["batch_size"] == 4 and row["source_tokens"] == 4096:
-                points.append((f"sparse r=5 vs full, generation, 4,096 tok, {row['target_steps']} steps", kind,
-                               _mmm(row["total_vs_full"])))
+                points.append(
+                    (
+                        f"sparse r=5 vs full, generation, 4,096 tok, {row['target_steps']} steps",
+                        kind,
+                        _mmm(row["total_vs_full"]),
+                    )
+                )
     for name, kind in (("hierencdec_cpu", "cpu"), ("hierencdec_h100", "cuda")):
         for row in _rows(name):
             if row["documents"] == 16 and row.get("run", 2) == 2:
-                points.append((f"HierEncDec encoder vs BART, batch {row.get('batch_size', 1)}", kind,
-                               _mmm(row["bart_vs_blocked"])))
+                points.append(
+                    (
+                        f"HierEncDec encoder vs BART, batch {row.get('batch_size', 1)}",
+                        kind,
+                        _mmm(row["bart_vs_blocked"]),
+                    )
+                )
     for name, kind in (("hiertransformer_cpu", "cpu"), ("hiertransformer_h100", "cuda")):
         for row in _rows(name):
-            if ("ht_vs_flat" in row and row.get("attention", "default").startswith("default")
-                    and row.get("run", 3) == 3):
-                points.append((f"HT vs flat transformer, training, {row['source_tokens']:,} tok", kind,
-                               _mmm(row["ht_vs_flat"])))
+            if "ht_vs_flat" in row and row.get("attention", "default").startswith("default") and row.get("run", 3) == 3:
+                points.append(
+                    (f"HT vs flat transformer, training, {row['source_tokens']:,} tok", kind, _mmm(row["ht_vs_flat"]))
+                )
     for name, kind in (("pagesum_cpu", "cpu"), ("pagesum_h100", "cuda")):
         rows = [r for r in _rows(name) if r.get("part") == "encoder" and r.get("dense_vs_pagesum_time")]
         if rows:
             row = rows[-1]
-            points.append((f"PageSum encoder vs dense BART, {row['source_tokens']:,} tok", kind,
-                           _mmm(row["dense_vs_pagesum_time"])))
+            points.append(
+                (
+                    f"PageSum encoder vs dense BART, {row['source_tokens']:,} tok",
+                    kind,
+                    _mmm(row["dense_vs_pagesum_time"]),
+                )
+            )
     for name, kind in (("dape_transformer_cpu", "cpu"), ("dape_transformer_h100", "cuda")):
         rows = [r for r in _rows(name) if r["system"] == "dape"]
         if rows:
             row = rows[-1]
-            points.append((f"DAPE vs transformer, training, {row['source_tokens']:,} tok", kind,
-                           _mmm(row["time_vs_transformer"], invert=True)))
+            points.append(
+                (
+                    f"DAPE vs transformer, training, {row['source_tokens']:,} tok",
+                    kind,
+                    _mmm(row["time_vs_transformer"], invert=True),
+                )
+            )
     return points
 
 
@@ -301,7 +389,6 @@ def draw(name: str) -> str:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
     filename = PLOTS[name][0]
@@ -322,8 +409,17 @@ def draw(name: str) -> str:
                 xs = [n for n, _ in points]
                 ys = [m[0] for _, m in points]
                 errors = [[m[0] - m[1] for _, m in points], [m[2] - m[0] for _, m in points]]
-                axis.errorbar(xs, ys, yerr=errors, marker="o", markersize=3, capsize=2, label=arch,
-                              color=style[arch][0], linestyle=style[arch][1])
+                axis.errorbar(
+                    xs,
+                    ys,
+                    yerr=errors,
+                    marker="o",
+                    markersize=3,
+                    capsize=2,
+                    label=arch,
+                    color=style[arch][0],
+                    linestyle=style[arch][1],
+                )
             axis.set_xscale("log", base=2)
             axis.set_yscale("log")
             axis.xaxis.set_major_locator(FixedLocator([256, 512, 1024, 2048, 4096, 8192, 16384]))
@@ -354,17 +450,26 @@ def draw(name: str) -> str:
         axis.invert_yaxis()
         from matplotlib.patches import Patch
 
-        axis.legend(handles=[Patch(color=colors["cpu"], label="CPU"), Patch(color=colors["cuda"], label="H100")],
-                    loc="lower right")
+        axis.legend(
+            handles=[Patch(color=colors["cpu"], label="CPU"), Patch(color=colors["cuda"], label="H100")],
+            loc="lower right",
+        )
     elif name == "checkpointing":
         fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-        for axis, (file, title) in zip(axes, (("activation_checkpointing_cpu", "CPU"),
-                                              ("activation_checkpointing_h100", "NVIDIA H100"))):
+        for axis, (file, title) in zip(
+            axes, (("activation_checkpointing_cpu", "CPU"), ("activation_checkpointing_h100", "NVIDIA H100"))
+        ):
             rows = _rows(file)
             for offset, key, label in ((-0.2, "plain_mib", "plain"), (0.2, "checkpointed_mib", "checkpointed")):
                 values = [_mmm(row[key]) for row in rows]
-                axis.bar([i + offset for i in range(len(rows))], [v[0] for v in values], width=0.4, label=label,
-                         yerr=[[v[0] - v[1] for v in values], [v[2] - v[0] for v in values]], capsize=2)
+                axis.bar(
+                    [i + offset for i in range(len(rows))],
+                    [v[0] for v in values],
+                    width=0.4,
+                    label=label,
+                    yerr=[[v[0] - v[1] for v in values], [v[2] - v[0] for v in values]],
+                    capsize=2,
+                )
             axis.set_xticks(range(len(rows)), [row["arch"] for row in rows], rotation=30, ha="right", fontsize=8)
             axis.set_title(_device_title(file), fontsize=10)
             axis.set_ylabel("peak memory of a training step (MiB)")
@@ -394,7 +499,7 @@ def render(name: str) -> str:
     if name in COMPOSED:
         return COMPOSED[name]()
     if name.startswith("plot:"):
-        return plot_block(name[len("plot:"):])
+        return plot_block(name[len("plot:") :])
     return render_file(name)
 
 

@@ -27,6 +27,7 @@ A results file is one JSON object:
 from these files; ``tests/test_figures.py`` checks the files with
 :func:`problems` and the pages against the renderer.
 """
+
 import datetime
 import json
 import os
@@ -37,8 +38,19 @@ from typing import Dict, Iterable, List, Optional, Sequence
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RESULTS_DIR = os.path.join(REPO_ROOT, "benchmarks", "results")
-REQUIRED = ("benchmark", "command", "commit", "date", "device", "device_kind", "torch", "threads", "repeats",
-            "provenance", "rows")
+REQUIRED = (
+    "benchmark",
+    "command",
+    "commit",
+    "date",
+    "device",
+    "device_kind",
+    "torch",
+    "threads",
+    "repeats",
+    "provenance",
+    "rows",
+)
 # a transcribed log may lack these; a measured file may not
 MAY_BE_NULL_WHEN_TRANSCRIBED = ("threads", "repeats", "torch", "commit")
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -86,8 +98,9 @@ class ResultsFile:
     :meth:`write` (re)writes the file with the rows so far, so that a long
     run interrupted keeps what it measured."""
 
-    def __init__(self, path: str, script: str, argv: Optional[Sequence[str]], device: str, repeats: Optional[int],
-                 **fields):
+    def __init__(
+        self, path: str, script: str, argv: Optional[Sequence[str]], device: str, repeats: Optional[int], **fields
+    ):
         import torch
 
         self.path = path
@@ -121,9 +134,13 @@ class ResultsFile:
 
 def add_argument(parser, default: Optional[str] = None) -> None:
     """``--json FILE``, the results file, the same flag in every benchmark."""
-    parser.add_argument("--json", metavar="FILE", default=default,
-                        help="write the results file (command, commit, date, device, torch, threads, repeats, "
-                             "median/min/max per cell; see benchmarks/results.py)")
+    parser.add_argument(
+        "--json",
+        metavar="FILE",
+        default=default,
+        help="write the results file (command, commit, date, device, torch, threads, repeats, "
+        "median/min/max per cell; see benchmarks/results.py)",
+    )
 
 
 def problems(record: dict) -> List[str]:

@@ -58,6 +58,7 @@ run isolate the attention.
     python benchmarks/sparse_decoder.py                       # CPU, fp32
     python benchmarks/sparse_decoder.py --device cuda --dtype bf16
 """
+
 import argparse
 import os
 import sys
@@ -68,18 +69,16 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import mdsfair  # noqa: E402
+import mdsfair
 
 mdsfair.register()  # every mdsfair model, task and criterion with fairseq
-from fairseq.sequence_generator import SequenceGenerator  # noqa: E402
+from fairseq.models.bart import BARTModel
+from fairseq.sequence_generator import SequenceGenerator
 
-from fairseq.models.bart import BARTModel  # noqa: E402
-
-from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator  # noqa: E402
-from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture  # noqa: E402
-
-from benchmarks import harness, results  # noqa: E402
-from benchmarks.measure import interleaved_ratio, profile_table, spread, synchronize, timed  # noqa: E402
+from benchmarks import harness, results
+from benchmarks.measure import interleaved_ratio, profile_table, spread, synchronize, timed
+from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
+from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture
 
 
 def build_model(options, dictionary, max_source_positions, approximator="model-based", sentence_encoder="bigru"):
@@ -168,8 +167,13 @@ def decoding_runner(model, dictionary, sample, encoder_out, options):
     generator's encoder call returns it)."""
     generator_class = StaticShapeSequenceGenerator if options.static_decoding else SequenceGenerator
     generator = generator_class(
-        [model], dictionary, beam_size=options.beam, len_penalty=2.0,
-        min_len=options.target_length, max_len_a=0, max_len_b=options.target_length,
+        [model],
+        dictionary,
+        beam_size=options.beam,
+        len_penalty=2.0,
+        min_len=options.target_length,
+        max_len_a=0,
+        max_len_b=options.target_length,
     )
     generator.model.forward_encoder = lambda _: [encoder_out]
     generator.generate([model], sample)  # warm-up
@@ -192,21 +196,45 @@ def main(argv=None):
     harness.add_device(parser)
     harness.add_dtype(parser)
     parser.add_argument("--source-lengths", type=int, nargs="+", default=[1024, 4096], help="source tokens N")
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4],
-                        help="sources per batch (each decoded with --beam hypotheses)")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[1, 4],
+        help="sources per batch (each decoded with --beam hypotheses)",
+    )
     parser.add_argument("--top-r", type=int, nargs="+", default=[5, 10, 30], help="sentences kept (r)")
-    parser.add_argument("--model-free-top-r", type=int, nargs="*", default=[5],
-                        help="r of the rows with the model-free approximator (App. D); none: no such rows")
-    parser.add_argument("--pooling-top-r", type=int, nargs="*", default=[5],
-                        help="r of the rows with the attention-pooling sentence encoder (Sec. 4.5); none: no such rows")
+    parser.add_argument(
+        "--model-free-top-r",
+        type=int,
+        nargs="*",
+        default=[5],
+        help="r of the rows with the model-free approximator (App. D); none: no such rows",
+    )
+    parser.add_argument(
+        "--pooling-top-r",
+        type=int,
+        nargs="*",
+        default=[5],
+        help="r of the rows with the attention-pooling sentence encoder (Sec. 4.5); none: no such rows",
+    )
     sentences = parser.add_mutually_exclusive_group()
-    sentences.add_argument("--sentence-tokens", type=int, default=30,
-                           help="tokens per sentence N2 (CNN/DM: 870/28.7 = 30; arXiv: 8584/237 = 36)")
-    sentences.add_argument("--sentences-per-source", type=sentence_counts, default=None, metavar="S1,S2,...",
-                           help="instead of --sentence-tokens: a sweep over the sentence count N1, each source of "
-                                "every --source-lengths split into S near-equal sentences for each S given "
-                                "(comma-separated, e.g. 100,200,300,400: at 4,096 tokens 200 sentences are about "
-                                "20 tokens, as Multi-News), stock BART timed again at every S")
+    sentences.add_argument(
+        "--sentence-tokens",
+        type=int,
+        default=30,
+        help="tokens per sentence N2 (CNN/DM: 870/28.7 = 30; arXiv: 8584/237 = 36)",
+    )
+    sentences.add_argument(
+        "--sentences-per-source",
+        type=sentence_counts,
+        default=None,
+        metavar="S1,S2,...",
+        help="instead of --sentence-tokens: a sweep over the sentence count N1, each source of "
+        "every --source-lengths split into S near-equal sentences for each S given "
+        "(comma-separated, e.g. 100,200,300,400: at 4,096 tokens 200 sentences are about "
+        "20 tokens, as Multi-News), stock BART timed again at every S",
+    )
     parser.add_argument("--target-length", type=int, default=60, help="decoding steps M (min = max length)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (the paper: 4)")
     parser.add_argument("--layers", type=int, default=6, help="encoder and decoder layers (BART-base: 6)")
@@ -214,22 +242,36 @@ def main(argv=None):
     parser.add_argument("--heads", type=int, default=12, help="attention heads (BART-base: 12)")
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART: 50,265)")
     harness.add_repeats(parser, "timed encoder and decoding runs per row")
-    parser.add_argument("--share-selection-across-beams", action="store_true",
-                        help="the authors' selection shared by the beam hypotheses")
-    parser.add_argument("--static-decoding", action="store_true",
-                        help="every row (stock BART too) decodes with mdsfair's static-shape beam search "
-                             "(--static-decoding: finished sources kept as padding, the encoder output expanded "
-                             "once and never reordered) instead of fairseq's SequenceGenerator")
+    parser.add_argument(
+        "--share-selection-across-beams",
+        action="store_true",
+        help="the authors' selection shared by the beam hypotheses",
+    )
+    parser.add_argument(
+        "--static-decoding",
+        action="store_true",
+        help="every row (stock BART too) decodes with mdsfair's static-shape beam search "
+        "(--static-decoding: finished sources kept as padding, the encoder output expanded "
+        "once and never reordered) instead of fairseq's SequenceGenerator",
+    )
     harness.add_threads(parser, default=None)
-    harness.add_profile(parser, "after the timings, profile one decoding of the 'full' row and of the first --top-r row")
+    harness.add_profile(
+        parser, "after the timings, profile one decoding of the 'full' row and of the first --top-r row"
+    )
     results.add_argument(parser)
     options = harness.parse(parser, argv)
     if options.sentences_per_source is not None:
-        too_many = [(count, tokens) for count in options.sentences_per_source for tokens in options.source_lengths
-                    if 2 * count > tokens]
+        too_many = [
+            (count, tokens)
+            for count in options.sentences_per_source
+            for tokens in options.source_lengths
+            if 2 * count > tokens
+        ]
         if too_many:
-            parser.error(f"--sentences-per-source {too_many[0][0]} needs at least {2 * too_many[0][0]} source tokens "
-                         f"(--source-lengths {too_many[0][1]}): sentences of at least 2 tokens, </s> joining the last")
+            parser.error(
+                f"--sentences-per-source {too_many[0][0]} needs at least {2 * too_many[0][0]} source tokens "
+                f"(--source-lengths {too_many[0][1]}): sentences of at least 2 tokens, </s> joining the last"
+            )
     if options.threads:
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
@@ -243,35 +285,56 @@ def main(argv=None):
         "free": variant_like(model, options, dictionary, max_positions, approximator="model-free"),
         "pool": variant_like(model, options, dictionary, max_positions, sentence_encoder="attention-pooling"),
     }
-    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval()
-              for name, m in models.items()}
-    print(f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
-          f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
-          f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; " + (
-              f"sentences of {options.sentence_tokens} tokens" if options.sentences_per_source is None else
-              f"{', '.join(map(str, options.sentences_per_source))} sentences per source (N1)"))
-    header = (f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
-              f"{'dec %':>14} {'dec vs stock':>18} {'total vs stock':>18} {'dec vs full':>18} {'total vs full':>18}")
+    models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval() for name, m in models.items()}
+    print(
+        f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
+        f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
+        f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; "
+        + (
+            f"sentences of {options.sentence_tokens} tokens"
+            if options.sentences_per_source is None
+            else f"{', '.join(map(str, options.sentences_per_source))} sentences per source (N1)"
+        )
+    )
+    header = (
+        f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
+        f"{'dec %':>14} {'dec vs stock':>18} {'total vs stock':>18} {'dec vs full':>18} {'total vs full':>18}"
+    )
     harness.print_header(header)
     rows = [("stock BART", "stock", None), ("full", "bigru", 0)]
     rows += [(f"r={r}", "bigru", r) for r in options.top_r]
     rows += [(f"free r={r}", "free", r) for r in options.model_free_top_r]
     rows += [(f"pool r={r}", "pool", r) for r in options.pooling_top_r]
-    measured = harness.result_rows(options, "sparse_decoder", argv, options.repeats, dtype=options.dtype,
-                                   target_steps=options.target_length, beam=options.beam)
+    measured = harness.result_rows(
+        options,
+        "sparse_decoder",
+        argv,
+        options.repeats,
+        dtype=options.dtype,
+        target_steps=options.target_length,
+        beam=options.beam,
+    )
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
         for source_tokens in options.source_lengths:
             for sentences_per_source in options.sentences_per_source or [None]:
-                sample = synthetic_batch(dictionary, batch_size, source_tokens, options.sentence_tokens, random,
-                                         num_sentences=sentences_per_source)
+                sample = synthetic_batch(
+                    dictionary,
+                    batch_size,
+                    source_tokens,
+                    options.sentence_tokens,
+                    random,
+                    num_sentences=sentences_per_source,
+                )
                 sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
                 samples = {name: sample for name in models}
-                samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items()
-                                                  if k != "src_sent_ids"}}
+                samples["stock"] = {"net_input": {k: v for k, v in sample["net_input"].items() if k != "src_sent_ids"}}
                 num_sentences = int(sample["net_input"]["src_sent_ids"].max()) + 1
-                measured.add(*measure_rows(options, device, dictionary, models, samples, rows, batch_size,
-                                           source_tokens, num_sentences))
+                measured.add(
+                    *measure_rows(
+                        options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences
+                    )
+                )
 
 
 def measure_rows(options, device, dictionary, models, samples, rows, batch_size, source_tokens, num_sentences):
@@ -304,33 +367,48 @@ def measure_rows(options, device, dictionary, models, samples, rows, batch_size,
     stock, full = timings["stock BART"], timings["full"]
     measured = []
     for label, (encoder, decoder, total) in timings.items():
-        measured.append({
-            "target_steps": options.target_length, "batch_size": batch_size, "source_tokens": source_tokens,
-            "sentences": num_sentences, "attention": label,
-            "encoder_s": results.repeats_cell(encoder),
-            "decoding_s": results.repeats_cell(decoder),
-            "total_s": results.repeats_cell(total),
-            "decoding_share_pct": results.spread_cell(interleaved_ratio(decoder, total).scaled(100)),
-            "decoding_vs_stock": results.spread_cell(interleaved_ratio(stock[1], decoder)),
-            "total_vs_stock": results.spread_cell(interleaved_ratio(stock[2], total)),
-            "decoding_vs_full": results.spread_cell(interleaved_ratio(full[1], decoder)),
-            "total_vs_full": results.spread_cell(interleaved_ratio(full[2], total)),
-        })
+        measured.append(
+            {
+                "target_steps": options.target_length,
+                "batch_size": batch_size,
+                "source_tokens": source_tokens,
+                "sentences": num_sentences,
+                "attention": label,
+                "encoder_s": results.repeats_cell(encoder),
+                "decoding_s": results.repeats_cell(decoder),
+                "total_s": results.repeats_cell(total),
+                "decoding_share_pct": results.spread_cell(interleaved_ratio(decoder, total).scaled(100)),
+                "decoding_vs_stock": results.spread_cell(interleaved_ratio(stock[1], decoder)),
+                "total_vs_stock": results.spread_cell(interleaved_ratio(stock[2], total)),
+                "decoding_vs_full": results.spread_cell(interleaved_ratio(full[1], decoder)),
+                "total_vs_full": results.spread_cell(interleaved_ratio(full[2], total)),
+            }
+        )
         decoding_share = interleaved_ratio(decoder, total).scaled(100).format(".0f", "%")
-        print(f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} "
-              f"{spread(encoder).format('.2f'):>18} {spread(decoder).format('.2f'):>18} "
-              f"{spread(total).format('.2f'):>18} {decoding_share:>14} "
-              f"{interleaved_ratio(stock[1], decoder).format('.2f', 'x'):>18} "
-              f"{interleaved_ratio(stock[2], total).format('.2f', 'x'):>18} "
-              f"{interleaved_ratio(full[1], decoder).format('.2f', 'x'):>18} "
-              f"{interleaved_ratio(full[2], total).format('.2f', 'x'):>18}", flush=True)
+        print(
+            f"{batch_size:>3} {source_tokens:>6} {num_sentences:>5} {label:>11} "
+            f"{spread(encoder).format('.2f'):>18} {spread(decoder).format('.2f'):>18} "
+            f"{spread(total).format('.2f'):>18} {decoding_share:>14} "
+            f"{interleaved_ratio(stock[1], decoder).format('.2f', 'x'):>18} "
+            f"{interleaved_ratio(stock[2], total).format('.2f', 'x'):>18} "
+            f"{interleaved_ratio(full[1], decoder).format('.2f', 'x'):>18} "
+            f"{interleaved_ratio(full[2], total).format('.2f', 'x'):>18}",
+            flush=True,
+        )
     if options.profile:
         profiled = ("full", f"r={options.top_r[0]}") if options.top_r else ("full",)
         for (label, name, top_r), run in zip(rows, runners):
             if label in profiled:
                 set_top_r(models[name], top_r)
-                print(profile_table(run, device, options.profile, f"one decoding, {label}, batch {batch_size}, "
-                                    f"{source_tokens} source tokens"), flush=True)
+                print(
+                    profile_table(
+                        run,
+                        device,
+                        options.profile,
+                        f"one decoding, {label}, batch {batch_size}, {source_tokens} source tokens",
+                    ),
+                    flush=True,
+                )
     return measured
 
 

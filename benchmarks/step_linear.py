@@ -14,6 +14,7 @@ CPU to see whether the window holds there.
     python benchmarks/step_linear.py --threads 2
     python benchmarks/step_linear.py --json benchmarks/results/step_linear_cpu.json
 """
+
 import argparse
 import os
 import sys
@@ -24,9 +25,9 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import results as results_file  # noqa: E402
-from benchmarks.measure import interleaved_ratio, spread  # noqa: E402
-from mdsfair.generation.fast.step_linear import TRANSPOSED_ROWS, transposed  # noqa: E402
+from benchmarks import results as results_file
+from benchmarks.measure import interleaved_ratio, spread
+from mdsfair.generation.fast.step_linear import TRANSPOSED_ROWS, transposed
 
 #: BART-base's decoder products per step: (name, out features, in features)
 SHAPES = (
@@ -71,8 +72,13 @@ def measure(rows: int, out_features: int, in_features: int, repeats: int, budget
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, nargs="+", default=[1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
-                        help="rows per product (batch x beam)")
+    parser.add_argument(
+        "--rows",
+        type=int,
+        nargs="+",
+        default=[1, 2, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128],
+        help="rows per product (batch x beam)",
+    )
     parser.add_argument("--repeats", type=int, default=7, help="timed repeats per cell (median (min-max) reported)")
     parser.add_argument("--budget-ms", type=float, default=30.0, help="about this long per timed repeat")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -81,26 +87,44 @@ def main(argv=None):
     if options.threads:
         torch.set_num_threads(options.threads)
     torch.set_grad_enabled(False)
-    print(f"device: CPU ({torch.get_num_threads()} threads); torch {torch.__version__}; float32; "
-          f"F.linear time / transposed product time (above 1: transposed faster); "
-          f"mdsfair takes the transposed product for {TRANSPOSED_ROWS[0]}-{TRANSPOSED_ROWS[1]} rows")
+    print(
+        f"device: CPU ({torch.get_num_threads()} threads); torch {torch.__version__}; float32; "
+        f"F.linear time / transposed product time (above 1: transposed faster); "
+        f"mdsfair takes the transposed product for {TRANSPOSED_ROWS[0]}-{TRANSPOSED_ROWS[1]} rows"
+    )
     header = f"{'rows':>5} " + " ".join(f"{name:>24}" for name, _, _ in SHAPES)
     print(header)
-    record = results_file.ResultsFile(options.json, "step_linear", argv, "cpu", options.repeats,
-                                      dtype="fp32", transposed_rows=list(TRANSPOSED_ROWS)) if options.json else None
+    record = (
+        results_file.ResultsFile(
+            options.json,
+            "step_linear",
+            argv,
+            "cpu",
+            options.repeats,
+            dtype="fp32",
+            transposed_rows=list(TRANSPOSED_ROWS),
+        )
+        if options.json
+        else None
+    )
     measured = []
     for rows in options.rows:
         cells = []
         for name, out_features, in_features in SHAPES:
-            standard_s, transposed_s = measure(rows, out_features, in_features, options.repeats,
-                                               options.budget_ms / 1000)
+            standard_s, transposed_s = measure(
+                rows, out_features, in_features, options.repeats, options.budget_ms / 1000
+            )
             ratio = interleaved_ratio(standard_s, transposed_s)
-            measured.append({
-                "rows": rows, "product": name, "weight": f"{out_features}x{in_features}",
-                "linear_ms": results_file.spread_cell(spread(standard_s).scaled(1000)),
-                "transposed_ms": results_file.spread_cell(spread(transposed_s).scaled(1000)),
-                "linear_vs_transposed": results_file.spread_cell(ratio),
-            })
+            measured.append(
+                {
+                    "rows": rows,
+                    "product": name,
+                    "weight": f"{out_features}x{in_features}",
+                    "linear_ms": results_file.spread_cell(spread(standard_s).scaled(1000)),
+                    "transposed_ms": results_file.spread_cell(spread(transposed_s).scaled(1000)),
+                    "linear_vs_transposed": results_file.spread_cell(ratio),
+                }
+            )
             cells.append(ratio.format(".2f", "x"))
         print(f"{rows:>5} " + " ".join(f"{cell:>24}" for cell in cells), flush=True)
         if record:

@@ -38,6 +38,7 @@ and carry it to the GPU machine)::
     python benchmarks/train_systems.py --make-data /tmp/long --clusters 32 --longest 4096
     python benchmarks/train_systems.py --data /tmp/long/data-bin --device cuda --updates 300 --out train.json
 """
+
 import json
 import os
 import re
@@ -52,8 +53,9 @@ from typing import Dict, List, Optional
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results as results_file  # noqa: E402
-from benchmarks.harness import LABEL_SMOOTHED  # noqa: E402
+from benchmarks import harness
+from benchmarks import results as results_file
+from benchmarks.harness import LABEL_SMOOTHED
 
 SPARSE = ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl", "--kl-temperature", "0.5"]
 #: name: list of stages, each (arch, flags); a stage after the first restores the previous stage's checkpoint
@@ -63,16 +65,34 @@ SYSTEMS: Dict[str, List[tuple]] = {
     "pagesum_bart_base": [("pagesum_bart_base", LABEL_SMOOTHED)],
     "sparse_bart_base": [
         ("sparse_bart_base", SPARSE + ["--sparse-training-stage", "kl-only", "--top-r", "0"]),
-        ("sparse_bart_base", SPARSE + ["--sparse-training-stage", "interleaved", "--top-r", "5",
-                                       "--sentence-selection", "approx", "--kl-weight", "0.2"]),
+        (
+            "sparse_bart_base",
+            SPARSE
+            + [
+                "--sparse-training-stage",
+                "interleaved",
+                "--top-r",
+                "5",
+                "--sentence-selection",
+                "approx",
+                "--kl-weight",
+                "0.2",
+            ],
+        ),
     ],
     "dape_transformer": [("dape_transformer", LABEL_SMOOTHED)],
     "led_base": [("led_base", LABEL_SMOOTHED)],
     "bart_base": [("bart_base", LABEL_SMOOTHED)],
     "transformer": [("transformer", LABEL_SMOOTHED + ["--share-all-embeddings"])],
 }
-STOCK = {"hiertransformer": "transformer", "dape_transformer": "transformer", "hierencdec_bart_base": "bart_base",
-         "pagesum_bart_base": "bart_base", "sparse_bart_base": "bart_base", "led_base": "bart_base"}
+STOCK = {
+    "hiertransformer": "transformer",
+    "dape_transformer": "transformer",
+    "hierencdec_bart_base": "bart_base",
+    "pagesum_bart_base": "bart_base",
+    "sparse_bart_base": "bart_base",
+    "led_base": "bart_base",
+}
 #: precision: training flags (the sparse decoder's: memory-efficient variants)
 PRECISIONS = {"fp32": [], "bf16": ["--bf16"], "fp16": ["--fp16"]}
 MEMORY_EFFICIENT = {"fp32": [], "bf16": ["--memory-efficient-bf16"], "fp16": ["--memory-efficient-fp16"]}
@@ -108,17 +128,20 @@ def peak_memory_hook(path: str) -> None:
     atexit.register(write)
 
 
-def run_command(entry: str, argv: List[str], log_path: str, peak_path: Optional[str] = None,
-                timeout: int = 3600) -> subprocess.CompletedProcess:
+def run_command(
+    entry: str, argv: List[str], log_path: str, peak_path: Optional[str] = None, timeout: int = 3600
+) -> subprocess.CompletedProcess:
     """``mdsfair-train`` / ``mdsfair-generate`` (``entry``: train / generate)
     in a fresh process, its output in ``log_path``."""
-    hook = (f"from benchmarks.train_systems import peak_memory_hook; peak_memory_hook({peak_path!r}); "
-            if peak_path else "")
+    hook = (
+        f"from benchmarks.train_systems import peak_memory_hook; peak_memory_hook({peak_path!r}); " if peak_path else ""
+    )
     code = f"import sys; sys.path.insert(0, {REPO_ROOT!r}); {hook}from mdsfair.cli import {entry}_main; {entry}_main()"
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     with open(log_path, "w", encoding="utf-8") as log:
-        result = subprocess.run([sys.executable, "-c", code, *argv], stdout=log, stderr=subprocess.STDOUT,
-                                env=env, timeout=timeout)
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv], stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout
+        )
     if result.returncode != 0:
         with open(log_path, encoding="utf-8") as log:
             tail = log.read()[-4000:]
@@ -149,21 +172,71 @@ def read_training_log(log_path: str) -> dict:
     return {"intervals": intervals, "overflows": overflows, "split": split}
 
 
-def stage_argv(data: str, arch: str, flags: List[str], precision: str, args, save_dir: str, updates: int,
-               restore: Optional[str], memory_efficient: bool) -> List[str]:
-    argv = [data, "--arch", arch, *flags, *(MEMORY_EFFICIENT if memory_efficient else PRECISIONS)[precision],
-            "--optimizer", "adam", "--adam-betas", "(0.9, 0.999)", "--lr", str(args.lr), "--lr-scheduler",
-            "inverse_sqrt", "--warmup-updates", str(args.warmup), "--clip-norm", "1.0",
-            "--batch-size", str(args.batch_size), "--max-update", str(updates),
-            "--max-source-positions", str(args.source_tokens), "--max-target-positions", "1024",
-            "--log-format", "json", "--log-interval", str(args.log_interval), "--disable-validation",
-            "--save-dir", save_dir, "--no-epoch-checkpoints", "--save-interval-updates", str(updates),
-            "--num-workers", "0", "--seed", "1", "--required-batch-size-multiple", "1"]
+def stage_argv(
+    data: str,
+    arch: str,
+    flags: List[str],
+    precision: str,
+    args,
+    save_dir: str,
+    updates: int,
+    restore: Optional[str],
+    memory_efficient: bool,
+) -> List[str]:
+    argv = [
+        data,
+        "--arch",
+        arch,
+        *flags,
+        *(MEMORY_EFFICIENT if memory_efficient else PRECISIONS)[precision],
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9, 0.999)",
+        "--lr",
+        str(args.lr),
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        str(args.warmup),
+        "--clip-norm",
+        "1.0",
+        "--batch-size",
+        str(args.batch_size),
+        "--max-update",
+        str(updates),
+        "--max-source-positions",
+        str(args.source_tokens),
+        "--max-target-positions",
+        "1024",
+        "--log-format",
+        "json",
+        "--log-interval",
+        str(args.log_interval),
+        "--disable-validation",
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--save-interval-updates",
+        str(updates),
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+        "--required-batch-size-multiple",
+        "1",
+    ]
     if args.device == "cpu":
         argv.append("--cpu")
     if restore:
-        argv += ["--restore-file", restore, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-                 "--reset-lr-scheduler"]
+        argv += [
+            "--restore-file",
+            restore,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+            "--reset-lr-scheduler",
+        ]
     return argv
 
 
@@ -179,8 +252,9 @@ def train_system(name: str, precision: str, args, work: str) -> dict:
             raise FileExistsError(f"{save_dir} exists (an earlier run): give another --work-dir")
         log_path = save_dir + ".log"
         peak_path = save_dir + ".peak.json"
-        argv = stage_argv(args.data, arch, flags, precision, args, save_dir, updates, restore,
-                          memory_efficient=len(stages) > 1)
+        argv = stage_argv(
+            args.data, arch, flags, precision, args, save_dir, updates, restore, memory_efficient=len(stages) > 1
+        )
         started = time.perf_counter()
         run_command("train", argv, log_path, peak_path)
         wall = time.perf_counter() - started
@@ -194,15 +268,29 @@ def train_system(name: str, precision: str, args, work: str) -> dict:
         batch = statistics.median(float(interval["bsz"]) for interval in timed)
         with open(peak_path, encoding="utf-8") as handle:
             peak = json.load(handle)["peak_mib"]
-        result = {"source_tokens_per_s": ups * batch * source_tokens / clusters, "updates_per_s": ups,
-                  "mean_source_tokens": source_tokens / clusters, "peak_mib": peak, "wall_s": wall,
-                  "final_loss_scale": intervals[-1].get("loss_scale"), "stage": " ".join(flags[-6:])}
+        result = {
+            "source_tokens_per_s": ups * batch * source_tokens / clusters,
+            "updates_per_s": ups,
+            "mean_source_tokens": source_tokens / clusters,
+            "peak_mib": peak,
+            "wall_s": wall,
+            "final_loss_scale": intervals[-1].get("loss_scale"),
+            "stage": " ".join(flags[-6:]),
+        }
         restore = os.path.join(save_dir, "checkpoint_last.pt")
     finite = all(loss == loss and abs(loss) != float("inf") for stage in losses for loss in stage)
     # each stage trains another objective (the sparse decoder's KL-only, then interleaved): falling within each
-    result.update({"losses": losses[-1], "stage_losses": losses, "finite": finite,
-                   "falling": all(stage[-1] < stage[0] for stage in losses), "overflows": overflows,
-                   "updates": args.updates, "checkpoint": restore})
+    result.update(
+        {
+            "losses": losses[-1],
+            "stage_losses": losses,
+            "finite": finite,
+            "falling": all(stage[-1] < stage[0] for stage in losses),
+            "overflows": overflows,
+            "updates": args.updates,
+            "checkpoint": restore,
+        }
+    )
     return result
 
 
@@ -211,10 +299,31 @@ def generate(name: str, checkpoint: str, args, work: str) -> dict:
     log_path = os.path.join(work, f"{name}-generate.log")
     flags = SYSTEMS[name][-1][1]
     task = flags[flags.index("--task") + 1]
-    argv = [args.data, "--task", task, "--path", checkpoint, "--gen-subset", "test", "--beam", str(args.beam),
-            "--no-repeat-ngram-size", "3", "--max-len-b", str(args.max_len_b), "--min-len", str(min(args.min_len, args.max_len_b)),
-            "--batch-size", str(args.generate_batch_size), "--max-source-positions", str(args.source_tokens),
-            "--num-workers", "0", "--seed", "1"]
+    argv = [
+        args.data,
+        "--task",
+        task,
+        "--path",
+        checkpoint,
+        "--gen-subset",
+        "test",
+        "--beam",
+        str(args.beam),
+        "--no-repeat-ngram-size",
+        "3",
+        "--max-len-b",
+        str(args.max_len_b),
+        "--min-len",
+        str(min(args.min_len, args.max_len_b)),
+        "--batch-size",
+        str(args.generate_batch_size),
+        "--max-source-positions",
+        str(args.source_tokens),
+        "--num-workers",
+        "0",
+        "--seed",
+        "1",
+    ]
     argv += ["--fp16"] if args.device == "cuda" else ["--cpu"]
     run_command("generate", argv, log_path)
     with open(log_path, encoding="utf-8") as log:
@@ -235,14 +344,23 @@ def table(results: dict, precisions: List[str]) -> str:
         return "-" if value is None else f"{value:.2f}"
 
     rows = results_rows(results, precisions)
-    lines = ["| system | precision | loss first -> last | overflows | source tok/s | x stock | peak GiB | x stock |",
-             "|---|---|---|---:|---:|---:|---:|---:|"]
-    lines += [f"| {row['system']} | {row['precision']} | {row['loss_first']:.2f} -> {row['loss_last']:.2f} | "
-              f"{row['overflows']} | {row['source_tokens_per_s']:,.0f} | {ratio(row['tokens_per_s_vs_stock'])} | "
-              f"{row['peak_gib']:.1f} | {ratio(row['peak_vs_stock'])} |" for row in rows if row["part"] == "training"]
+    lines = [
+        "| system | precision | loss first -> last | overflows | source tok/s | x stock | peak GiB | x stock |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {row['system']} | {row['precision']} | {row['loss_first']:.2f} -> {row['loss_last']:.2f} | "
+        f"{row['overflows']} | {row['source_tokens_per_s']:,.0f} | {ratio(row['tokens_per_s_vs_stock'])} | "
+        f"{row['peak_gib']:.1f} | {ratio(row['peak_vs_stock'])} |"
+        for row in rows
+        if row["part"] == "training"
+    ]
     lines += ["", "| system | summaries/s | x stock |", "|---|---:|---:|"]
-    lines += [f"| {row['system']} | {row['summaries_per_s']:.2f} | {ratio(row['summaries_per_s_vs_stock'])} |"
-              for row in rows if row["part"] == "generation"]
+    lines += [
+        f"| {row['system']} | {row['summaries_per_s']:.2f} | {ratio(row['summaries_per_s_vs_stock'])} |"
+        for row in rows
+        if row["part"] == "generation"
+    ]
     return "\n".join(lines)
 
 
@@ -257,17 +375,32 @@ def results_rows(results: dict, precisions: List[str]) -> List[dict]:
             if run is None:
                 continue
             stock = results["train"].get(STOCK.get(name, ""), {}).get(precision)
-            rows.append({"part": "training", "system": name, "precision": precision,
-                         "loss_first": run["losses"][0], "loss_last": run["losses"][-1],
-                         "overflows": run["overflows"], "source_tokens_per_s": run["source_tokens_per_s"],
-                         "tokens_per_s_vs_stock": run["source_tokens_per_s"] / stock["source_tokens_per_s"]
-                         if stock else None,
-                         "peak_gib": run["peak_mib"] / 1024,
-                         "peak_vs_stock": run["peak_mib"] / stock["peak_mib"] if stock else None})
+            rows.append(
+                {
+                    "part": "training",
+                    "system": name,
+                    "precision": precision,
+                    "loss_first": run["losses"][0],
+                    "loss_last": run["losses"][-1],
+                    "overflows": run["overflows"],
+                    "source_tokens_per_s": run["source_tokens_per_s"],
+                    "tokens_per_s_vs_stock": run["source_tokens_per_s"] / stock["source_tokens_per_s"]
+                    if stock
+                    else None,
+                    "peak_gib": run["peak_mib"] / 1024,
+                    "peak_vs_stock": run["peak_mib"] / stock["peak_mib"] if stock else None,
+                }
+            )
     for name, run in results["generate"].items():
         stock = results["generate"].get(STOCK.get(name, ""))
-        rows.append({"part": "generation", "system": name, "summaries_per_s": run["summaries_per_s"],
-                     "summaries_per_s_vs_stock": run["summaries_per_s"] / stock["summaries_per_s"] if stock else None})
+        rows.append(
+            {
+                "part": "generation",
+                "system": name,
+                "summaries_per_s": run["summaries_per_s"],
+                "summaries_per_s_vs_stock": run["summaries_per_s"] / stock["summaries_per_s"] if stock else None,
+            }
+        )
     return rows
 
 
@@ -278,8 +411,13 @@ def main(argv=None):
     parser.add_argument("--clusters", type=int, default=32, help="train clusters of --make-data")
     parser.add_argument("--longest", type=int, default=4096, help="source tokens each --make-data cluster exceeds")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS), help="systems to run")
-    parser.add_argument("--precisions", nargs="+", default=["bf16", "fp16"], choices=list(PRECISIONS),
-                        help="training precisions, each a run from scratch")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["bf16", "fp16"],
+        choices=list(PRECISIONS),
+        help="training precisions, each a run from scratch",
+    )
     harness.add_device(parser, default="cuda")
     parser.add_argument("--updates", type=int, default=300, help="updates per run (split between stages)")
     parser.add_argument("--batch-size", type=int, default=2, help="clusters per update")
@@ -303,10 +441,21 @@ def main(argv=None):
         parser.error("--data (or --make-data DIR first)")
     work = args.work_dir or tempfile.mkdtemp(prefix="train_systems.")
     os.makedirs(work, exist_ok=True)
-    rows = harness.result_rows(args, "train_systems", argv, 1, updates=args.updates, batch_size=args.batch_size,
-                               source_tokens=args.source_tokens)
-    results = {"device": results_file.device_name(args.device), "settings": dict(vars(args)),
-               "train": {}, "generate": {}}
+    rows = harness.result_rows(
+        args,
+        "train_systems",
+        argv,
+        1,
+        updates=args.updates,
+        batch_size=args.batch_size,
+        source_tokens=args.source_tokens,
+    )
+    results = {
+        "device": results_file.device_name(args.device),
+        "settings": dict(vars(args)),
+        "train": {},
+        "generate": {},
+    }
     results["errors"] = {}
     for name in args.systems:
         checkpoint = None
@@ -319,9 +468,12 @@ def main(argv=None):
                 continue
             results["train"].setdefault(name, {})[precision] = run
             checkpoint = run["checkpoint"]
-            print(f"{name} {precision}: {run['source_tokens_per_s']:,.0f} source tok/s, peak "
-                  f"{run['peak_mib']:,.0f} MiB, loss {run['losses'][0]:.3f} -> {run['losses'][-1]:.3f}, "
-                  f"{run['overflows']} overflows", flush=True)
+            print(
+                f"{name} {precision}: {run['source_tokens_per_s']:,.0f} source tok/s, peak "
+                f"{run['peak_mib']:,.0f} MiB, loss {run['losses'][0]:.3f} -> {run['losses'][-1]:.3f}, "
+                f"{run['overflows']} overflows",
+                flush=True,
+            )
         if not args.no_generate and checkpoint:
             try:
                 results["generate"][name] = generate(name, checkpoint, args, work)

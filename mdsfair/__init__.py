@@ -26,6 +26,7 @@ Importing mdsfair changes no warning filter and leaves torch's
 triggers allow fairseq's few extra globals for that load only
 (:mod:`mdsfair.checkpoint_loading`).
 """
+
 import importlib
 import sys
 

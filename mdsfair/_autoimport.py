@@ -1,4 +1,5 @@
 """Import every module of a sub-package so that its registrations run."""
+
 import importlib
 import os
 

@@ -2,6 +2,7 @@
 every mdsfair command (no torch): a bad value is the parser's one-line
 ``PROG: error: argument --flag: ...`` and exit status 2, never a traceback
 later and never a silently empty or wrong output."""
+
 import argparse
 
 

@@ -22,6 +22,7 @@ scores). So mdsfair does **not** turn
 
 ``torch.load`` in the user's own code is untouched before, during and after.
 """
+
 import argparse
 import contextlib
 import logging
@@ -56,7 +57,20 @@ def fairseq_checkpoint_globals_list() -> List[Any]:
     from omegaconf import DictConfig, ListConfig, base, nodes
 
     allowed: List[Any] = [argparse.Namespace, np.dtype, DictConfig, ListConfig, base.ContainerMetadata, base.Metadata]
-    allowed += [getattr(nodes, name) for name in ("AnyNode", "StringNode", "IntegerNode", "FloatNode", "BooleanNode", "EnumNode", "BytesNode", "PathNode") if hasattr(nodes, name)]
+    allowed += [
+        getattr(nodes, name)
+        for name in (
+            "AnyNode",
+            "StringNode",
+            "IntegerNode",
+            "FloatNode",
+            "BooleanNode",
+            "EnumNode",
+            "BytesNode",
+            "PathNode",
+        )
+        if hasattr(nodes, name)
+    ]
     allowed += [typing.Any, dict, list, tuple, int, float, str, bool, collections.defaultdict, collections.OrderedDict]
     core = getattr(np, "_core", None) or np.core
     allowed.append(core.multiarray.scalar)

@@ -15,6 +15,7 @@ checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
 Both run without printing the notices of :data:`THIRD_PARTY_NOTICES`, which
 fairseq 0.12.3's code raises on every run and no flag avoids.
 """
+
 import contextlib
 import os
 import sys
@@ -39,22 +40,54 @@ def with_user_dir(argv: List[str]) -> List[str]:
 #: ``(message regex, category, module regex, why)``. :func:`third_party_notices_ignored`
 #: ignores exactly these for the command's own run; importing mdsfair changes no warning filter.
 THIRD_PARTY_NOTICES = (
-    (r"hydra\.experimental\.(initialize|compose)\(\) is no longer experimental", UserWarning, r"hydra",
-     "fairseq's config initialization (fairseq/dataclass/initialize.py) uses hydra's old experimental API"),
-    (r"\s*The version_base parameter is not specified", UserWarning, r"hydra",
-     "fairseq initializes hydra without version_base"),
-    (r"In '.*'. Usage of deprecated keyword in package header '# @package _group_'", UserWarning, r"hydra",
-     "fairseq's config files use hydra 1.0's package header"),
-    (r"\s*'.*' is validated against ConfigStore schema with the same name", UserWarning, r"hydra|mdsfair\.cli",
-     "fairseq's config schema (attributed by hydra's stacklevel to the frame that ran fairseq: this module)"),
-    (r"\s*The strict flag in the compose API is deprecated", UserWarning, r"hydra",
-     "fairseq composes its config with strict=..."),
-    (r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated", FutureWarning, r"fairseq",
-     "fairseq's train_step and trainer call torch.cuda.amp's deprecated spelling"),
-    (r"'pin_memory' argument is set as true but no accelerator is found", UserWarning, r"torch",
-     "fairseq's iterators always ask the DataLoader for pinned memory, which a CPU run cannot use"),
-    (r"Support for mismatched key_padding_mask and attn_mask is deprecated", UserWarning, r"torch",
-     "fairseq's MultiheadAttention hands torch a float attn_mask (the future mask) with a bool padding mask"),
+    (
+        r"hydra\.experimental\.(initialize|compose)\(\) is no longer experimental",
+        UserWarning,
+        r"hydra",
+        "fairseq's config initialization (fairseq/dataclass/initialize.py) uses hydra's old experimental API",
+    ),
+    (
+        r"\s*The version_base parameter is not specified",
+        UserWarning,
+        r"hydra",
+        "fairseq initializes hydra without version_base",
+    ),
+    (
+        r"In '.*'. Usage of deprecated keyword in package header '# @package _group_'",
+        UserWarning,
+        r"hydra",
+        "fairseq's config files use hydra 1.0's package header",
+    ),
+    (
+        r"\s*'.*' is validated against ConfigStore schema with the same name",
+        UserWarning,
+        r"hydra|mdsfair\.cli",
+        "fairseq's config schema (attributed by hydra's stacklevel to the frame that ran fairseq: this module)",
+    ),
+    (
+        r"\s*The strict flag in the compose API is deprecated",
+        UserWarning,
+        r"hydra",
+        "fairseq composes its config with strict=...",
+    ),
+    (
+        r"`torch\.cuda\.amp\.(autocast|GradScaler)\(args\.\.\.\)` is deprecated",
+        FutureWarning,
+        r"fairseq",
+        "fairseq's train_step and trainer call torch.cuda.amp's deprecated spelling",
+    ),
+    (
+        r"'pin_memory' argument is set as true but no accelerator is found",
+        UserWarning,
+        r"torch",
+        "fairseq's iterators always ask the DataLoader for pinned memory, which a CPU run cannot use",
+    ),
+    (
+        r"Support for mismatched key_padding_mask and attn_mask is deprecated",
+        UserWarning,
+        r"torch",
+        "fairseq's MultiheadAttention hands torch a float attn_mask (the future mask) with a bool padding mask",
+    ),
 )
 
 
@@ -217,8 +250,13 @@ def checkpoint_refusals() -> tuple:
     from mdsfair.checkpoints.diagnosis import CheckpointFileError
     from mdsfair.checkpoints.fingerprints import DictionaryMismatchError
 
-    return (CheckpointFileError, CheckpointIntegrityError, UntrustedCheckpointError, ArchitectureChangeError,
-            DictionaryMismatchError)
+    return (
+        CheckpointFileError,
+        CheckpointIntegrityError,
+        UntrustedCheckpointError,
+        ArchitectureChangeError,
+        DictionaryMismatchError,
+    )
 
 
 def usage_refusals() -> tuple:
@@ -308,8 +346,15 @@ def check_generation_arguments(argv: List[str]) -> None:
             parser.add_argument("--" + name.replace("_", "-"), type=fields[name].type, default=fields[name].default)
     known, _ = parser.parse_known_args(argv)
     try:
-        check_generation_settings(known.beam, known.min_len, known.max_len_a, known.max_len_b,
-                                  sampling=known.sampling, nbest=known.nbest, match_source_len=known.match_source_len)
+        check_generation_settings(
+            known.beam,
+            known.min_len,
+            known.max_len_a,
+            known.max_len_b,
+            sampling=known.sampling,
+            nbest=known.nbest,
+            match_source_len=known.match_source_len,
+        )
     except GenerationSettingsError as error:
         parser.exit(2, f"mdsfair-generate: error: {error}\n")
 
@@ -341,5 +386,7 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
         if results is None:
             interrupted("mdsfair-generate", "the hypotheses printed so far are incomplete")
         output = os.path.join(results, f"generate-{_flag_value(argv, '--gen-subset') or 'test'}.txt")
-        interrupted("mdsfair-generate", f"nothing written to {output} (partial output removed; an earlier file is "
-                    "left as it was)")
+        interrupted(
+            "mdsfair-generate",
+            f"nothing written to {output} (partial output removed; an earlier file is left as it was)",
+        )

@@ -52,6 +52,7 @@ Patches
    it writes; ``cli_main`` calls ``main`` through the module attribute, so
    replacing it for the one command reaches that call.
 """
+
 import contextlib
 import functools
 from typing import Callable
@@ -113,6 +114,7 @@ def patch_atomic_checkpoint_writes() -> None:
 
     copy = PathManager.copy
     if not getattr(copy, PATCHED_MARKER, False):
+
         def atomic(src_path, dst_path, overwrite=False):
             return atomic_copy(copy, src_path, dst_path, overwrite)
 
@@ -120,6 +122,7 @@ def patch_atomic_checkpoint_writes() -> None:
         PathManager.copy = staticmethod(atomic)
     save = checkpoint_utils.torch_persistent_save
     if not getattr(save, PATCHED_MARKER, False):
+
         @functools.wraps(save)
         def torch_persistent_save(obj, filename, *args, **kwargs):
             try:

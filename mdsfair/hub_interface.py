@@ -24,14 +24,13 @@ Model families declare their entry point on the model class
 :func:`hub_entries` collects them from fairseq's model registry and
 ``hubconf.py`` turns every entry into a ``torch.hub`` entry point.
 """
+
 import copy
 import logging
 import os
 import shutil
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
-
-import mdsfair
 
 import numpy as np
 import torch
@@ -40,12 +39,14 @@ from fairseq.models import MODEL_REGISTRY
 from omegaconf import open_dict
 from torch import nn
 
+import mdsfair
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
 from mdsfair.generation.sequence_generator import check_generation_settings
-from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, unwrap_model
+
 # The pipeline is the one public way from raw text to model inputs, shared
 # with ``mdsfair-preprocess``; nothing else of preprocessing is used here.
 from mdsfair.preprocess import pipeline
+from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, unwrap_model
 
 # Explicit: the hub entries are read from fairseq's model registry, and loading
 # checkpoints goes through the checks of mdsfair.fairseq_patches.
@@ -77,11 +78,17 @@ class HubEntry:
 #: The entries of fairseq's own models trained on mdsfair data, and the
 #: generic one; each mdsfair model class declares its own (``hub_description``).
 STOCK_HUB_ENTRIES: Dict[str, HubEntry] = {
-    entry.name: entry for entry in (
+    entry.name: entry
+    for entry in (
         HubEntry("summarizer", "any mdsfair checkpoint (task multidoc_summarization), whatever its model", ()),
-        HubEntry("transformer", "fairseq's stock transformer trained on mdsfair data (flat baseline)", ("transformer",)),
-        HubEntry("bart", "fairseq's stock BART (bart_base / bart_large) fine-tuned on mdsfair data (flat baseline)",
-                 ("bart",)),
+        HubEntry(
+            "transformer", "fairseq's stock transformer trained on mdsfair data (flat baseline)", ("transformer",)
+        ),
+        HubEntry(
+            "bart",
+            "fairseq's stock BART (bart_base / bart_large) fine-tuned on mdsfair data (flat baseline)",
+            ("bart",),
+        ),
     )
 }
 
@@ -182,7 +189,11 @@ class MultiDocSummarizationHubInterface(nn.Module):
     """
 
     def __init__(
-        self, cfg, task: MultiDocSummarizationTask, models: List[nn.Module], side_data_args=None,
+        self,
+        cfg,
+        task: MultiDocSummarizationTask,
+        models: List[nn.Module],
+        side_data_args=None,
         sentence_splitter: Optional[str] = None,
     ):
         super().__init__()
@@ -256,8 +267,11 @@ class MultiDocSummarizationHubInterface(nn.Module):
             **overrides,
         )
         return cls(
-            loaded["args"], loaded["task"], loaded["models"],
-            side_data_args=side_data_args, sentence_splitter=sentence_splitter,
+            loaded["args"],
+            loaded["task"],
+            loaded["models"],
+            side_data_args=side_data_args,
+            sentence_splitter=sentence_splitter,
         )
 
     @property
@@ -342,7 +356,10 @@ class MultiDocSummarizationHubInterface(nn.Module):
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         generation_config = self.generation_config(**generation_args)
         check_generation_settings(
-            generation_config.beam, generation_config.min_len, generation_config.max_len_a, generation_config.max_len_b,
+            generation_config.beam,
+            generation_config.min_len,
+            generation_config.max_len_a,
+            generation_config.max_len_b,
             match_source_len=getattr(generation_config, "match_source_len", False),
         )
         if not clusters:

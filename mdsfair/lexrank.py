@@ -9,6 +9,7 @@ edges above a threshold, weighted by similarity for continuous LexRank).
 
 Pure Python (networkx is imported when scores are computed).
 """
+
 import math
 from collections import Counter
 from typing import List, Optional, Sequence

@@ -24,6 +24,7 @@ they write with :func:`contract_string_problem`, as the readers do.
 
 Pure Python: importing this module loads neither torch nor fairseq.
 """
+
 import json
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
 
@@ -41,7 +42,7 @@ def strip_utf8_bom(data: Union[bytes, str]) -> Union[bytes, str]:
     the decoded character U+FEFF). Call it on the first line of a file only:
     a BOM anywhere else is content (a zero-width no-break space)."""
     if isinstance(data, bytes):
-        return data[len(UTF8_BOM):] if data.startswith(UTF8_BOM) else data
+        return data[len(UTF8_BOM) :] if data.startswith(UTF8_BOM) else data
     return data[1:] if data.startswith("\ufeff") else data
 
 
@@ -148,8 +149,16 @@ REASON_DESCRIPTIONS: Dict[str, str] = {
 #: The reasons a line of a raw-contract JSONL file can be refused for
 #: (``mdsfair-preprocess``'s skip counters, in report order).
 CLUSTER_LINE_REASONS = (
-    INVALID_UTF8, INVALID_JSON, NOT_AN_OBJECT, MISSING_KEY, WRONG_TYPE, EMPTY_CLUSTER, EMPTY_DOCUMENT,
-    EMPTY_SUMMARY, LONE_SURROGATE, BAD_ID,
+    INVALID_UTF8,
+    INVALID_JSON,
+    NOT_AN_OBJECT,
+    MISSING_KEY,
+    WRONG_TYPE,
+    EMPTY_CLUSTER,
+    EMPTY_DOCUMENT,
+    EMPTY_SUMMARY,
+    LONE_SURROGATE,
+    BAD_ID,
 )
 
 
@@ -174,8 +183,9 @@ class InputFormatError(ValueError):
         super().__init__(f"{format_location(path, line)}: {message}")
 
     @classmethod
-    def described(cls, path: Any, line: Optional[int], reason: str, detail: str,
-                  skippable: bool = True) -> "InputFormatError":
+    def described(
+        cls, path: Any, line: Optional[int], reason: str, detail: str, skippable: bool = True
+    ) -> "InputFormatError":
         """The error whose message is the reason's description, then ``detail``
         (``FILE:LINE: not valid JSON: Expecting value (column 1)``), the form
         ``mdsfair-convert`` reports bad source records in."""
@@ -190,7 +200,9 @@ def check_reference_fields(obj: Mapping[str, Any], path: Any, line: Optional[int
     string) or ``summaries`` (a list of strings), each of the right type."""
     if "summary" not in obj and "summaries" not in obj:
         raise InputFormatError(
-            path, line, MISSING_KEY,
+            path,
+            line,
+            MISSING_KEY,
             f"missing key 'summary' (or 'summaries', a list of references) (keys: {sorted(obj)})",
         )
     if "summary" in obj and not isinstance(obj["summary"], str):
@@ -217,8 +229,9 @@ def decode_cluster_line(raw: bytes, path: Any, line: Optional[int], require_refe
     try:
         obj = json.loads(text)
     except json.JSONDecodeError as error:
-        raise InputFormatError(path, line, INVALID_JSON,
-                               f"not valid JSON ({error.msg} at column {error.colno})") from None
+        raise InputFormatError(
+            path, line, INVALID_JSON, f"not valid JSON ({error.msg} at column {error.colno})"
+        ) from None
     if not isinstance(obj, dict):
         raise InputFormatError(path, line, NOT_AN_OBJECT, f"expected a JSON object, got {type(obj).__name__}")
     for key in ("id", "documents"):

@@ -38,6 +38,7 @@ Rules of :func:`split_sentences`:
   sentence as an upper-case letter does (closing quotes and brackets stay with
   the sentence they close, e.g. ``」`` and ``）``).
 """
+
 import re
 import unicodedata
 from collections import Counter
@@ -58,9 +59,7 @@ ABBREVIATIONS = frozenset(
 
 # A run of sentence-final punctuation, optional closing quotes/brackets and the
 # whitespace after them, followed (look-ahead) by more text.
-_BOUNDARY_RE = re.compile(
-    r"""(?P<punct>[.!?]+)(?P<close>["'\u201d\u2019)\]]*)(?P<space>\s+)(?=\S)"""
-)
+_BOUNDARY_RE = re.compile(r"""(?P<punct>[.!?]+)(?P<close>["'\u201d\u2019)\]]*)(?P<space>\s+)(?=\S)""")
 _OPENING_RE = re.compile(r"""["'\u201c\u2018(\[\u300c\u300e\u3010\uff08]*""")
 # Han ideographs, kana and CJK punctuation blocks: scripts written without spaces.
 _HAN_KANA = "\u2e80-\u2fdf\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
@@ -126,7 +125,7 @@ def split_at_caseless_sentence_ends(text: str) -> List[str]:
     empty ones dropped; text without such marks comes back whole."""
     pieces, begin = [], 0
     for match in _CASELESS_END_RE.finditer(text):
-        pieces.append(text[begin:match.end()].strip())
+        pieces.append(text[begin : match.end()].strip())
         begin = match.end()
     pieces.append(text[begin:].strip())
     return [piece for piece in pieces if piece]
@@ -235,10 +234,50 @@ def split_paragraphs(document: str) -> List[str]:
 # change (tests/test_preprocess.py checks their digests).
 
 PREPROCESSING_ABBREVIATIONS = {
-    "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "etc", "inc",
-    "ltd", "co", "corp", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-    "sept", "oct", "nov", "dec", "no", "fig", "figs", "eq", "eqs", "al", "e.g",
-    "i.e", "cf", "approx", "dept", "gen", "gov", "sen", "rep", "u.s", "u.k",
+    "mr",
+    "mrs",
+    "ms",
+    "dr",
+    "prof",
+    "sr",
+    "jr",
+    "st",
+    "mt",
+    "vs",
+    "etc",
+    "inc",
+    "ltd",
+    "co",
+    "corp",
+    "jan",
+    "feb",
+    "mar",
+    "apr",
+    "jun",
+    "jul",
+    "aug",
+    "sep",
+    "sept",
+    "oct",
+    "nov",
+    "dec",
+    "no",
+    "fig",
+    "figs",
+    "eq",
+    "eqs",
+    "al",
+    "e.g",
+    "i.e",
+    "cf",
+    "approx",
+    "dept",
+    "gen",
+    "gov",
+    "sen",
+    "rep",
+    "u.s",
+    "u.k",
 }
 # A candidate boundary: sentence-final punctuation, optional closing quotes or
 # brackets, whitespace, then something that can start a sentence.
@@ -261,9 +300,7 @@ def split_sentences_rule(paragraph: str) -> List[str]:
     if paragraph.isascii():
         return _split_sentences_cased(paragraph)
     return [
-        sentence
-        for piece in split_at_caseless_sentence_ends(paragraph)
-        for sentence in _split_sentences_cased(piece)
+        sentence for piece in split_at_caseless_sentence_ends(paragraph) for sentence in _split_sentences_cased(piece)
     ]
 
 
@@ -275,7 +312,7 @@ def _split_sentences_cased(paragraph: str) -> List[str]:
         if caseless is not None and not (caseless.isupper() or caseless.lower() == caseless.upper()):
             continue  # a lower-case letter: not a boundary
         end = match.end(1)
-        words_before = paragraph[start:match.start(1)].rsplit(None, 1)
+        words_before = paragraph[start : match.start(1)].rsplit(None, 1)
         last_word = words_before[-1] if words_before else ""
         token = last_word.lower().strip("\"'([")
         if match.group(1).startswith(".") and (

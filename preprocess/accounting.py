@@ -10,6 +10,7 @@ line and per dropped document, in input order::
     raw/train.jsonl:7: skipped (invalid_json): not valid JSON (Expecting value at column 1)
     raw/train.jsonl:9: dropped document 2 of cluster 'c9' (empty_document: no text after cleaning)
 """
+
 import logging
 from collections import defaultdict
 from typing import Dict, List, Optional
@@ -77,12 +78,20 @@ class SplitLog:
             listed = "; ".join(
                 f"{key!r} (lines {', '.join(str(n) for n in lines)})" for key, lines in shown[:SHOWN_DUPLICATE_IDS]
             )
-            more = f"; and {len(shown) - SHOWN_DUPLICATE_IDS} more (all in mdsfair.json)" if len(shown) > SHOWN_DUPLICATE_IDS else ""
+            more = (
+                f"; and {len(shown) - SHOWN_DUPLICATE_IDS} more (all in mdsfair.json)"
+                if len(shown) > SHOWN_DUPLICATE_IDS
+                else ""
+            )
             logger.warning(
                 "%s: split %r has %d cluster ids that occur more than once: %s%s. Ids should name clusters "
                 "uniquely (outputs and scores are matched to clusters by position, so nothing is mixed up, "
                 "but reports by id are ambiguous)",
-                self.path, self.split, len(duplicates), listed, more,
+                self.path,
+                self.split,
+                len(duplicates),
+                listed,
+                more,
             )
             report["duplicate_ids"] = {key: lines for key, lines in shown}
         return report
@@ -101,8 +110,15 @@ def check_training_split_has_a_cluster(path: str, args) -> None:
     for line_number, raw in iter_raw_lines(path):
         lines += 1
         try:
-            parse_cluster(raw, path, line_number, splitter, require_summary=require_summary,
-                          drop_empty_documents=args.skip_bad, lowercase=args.lowercase)
+            parse_cluster(
+                raw,
+                path,
+                line_number,
+                splitter,
+                require_summary=require_summary,
+                drop_empty_documents=args.skip_bad,
+                lowercase=args.lowercase,
+            )
             return
         except InputFormatError as error:
             if not args.skip_bad:
@@ -111,7 +127,9 @@ def check_training_split_has_a_cluster(path: str, args) -> None:
     if first_error is None:
         raise ValueError(f"{path}: no cluster to train SentencePiece on (the file has no non-blank line)")
     raise InputFormatError(
-        first_error.path, first_error.line, first_error.reason,
+        first_error.path,
+        first_error.line,
+        first_error.reason,
         f"{first_error.message}; and no line of {path} is a valid cluster ({lines} lines, all skipped by "
         "--skip-bad), so there is nothing to train SentencePiece on",
     )
@@ -124,9 +142,10 @@ def sentencepiece_size_report(requested: int, pieces: int, dictionary_size: int)
         logger.warning(
             "SentencePiece: asked for %d pieces (--vocab-size), got %d: the training text supports no more; "
             "dict.txt has %d entries (fairseq's 4 special symbols included, padded to a multiple of 8)",
-            requested, pieces, dictionary_size,
+            requested,
+            pieces,
+            dictionary_size,
         )
     else:
         logger.info("SentencePiece: %d pieces; dict.txt has %d entries", pieces, dictionary_size)
     return {"requested_pieces": requested, "pieces": pieces, "dictionary_size": dictionary_size}
-

@@ -56,6 +56,7 @@ and ``dict.txt`` from :mod:`mdsfair.preprocess.subword_training`, every split
 through :mod:`mdsfair.preprocess.split_writer`, the manifest) or the shards,
 and prints the closing report (:mod:`mdsfair.preprocess.reports`).
 """
+
 import argparse
 import logging
 import os
@@ -138,8 +139,11 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict]:
         raise SystemExit(1)
     except KeyboardInterrupt:
         # preprocess() has removed its staging folder and released the lock on the way out
-        print(f"mdsfair-preprocess: interrupted; nothing written to {args.destdir} (partial output removed, the "
-              "directory is as it was before the run)", file=sys.stderr)
+        print(
+            f"mdsfair-preprocess: interrupted; nothing written to {args.destdir} (partial output removed, the "
+            "directory is as it was before the run)",
+            file=sys.stderr,
+        )
         raise SystemExit(130)
     print(format_report(reports))
     vocabulary = getattr(args, "vocabulary_report", None)

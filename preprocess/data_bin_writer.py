@@ -9,6 +9,7 @@ repeat, the side data and every split's report), which
 :class:`~mdsfair.preprocess.destdir.DestinationRun` writes last when it moves
 the folder into place.
 """
+
 import argparse
 import copy
 import os
@@ -44,7 +45,8 @@ def resolve_text_normalization(args: PreprocessConfig) -> None:
         raise ValueError(
             f"--text-normalization {args.text_normalization} is for the byte-level BPE of an imported checkpoint "
             "(--subword gpt2); SentencePiece is trained on mdsfair's cleaned text and starts every sentence as a "
-            "new word: use --text-normalization clean (its default)")
+            "new word: use --text-normalization clean (its default)"
+        )
 
 
 def check_source_layout_dictionary(args: PreprocessConfig) -> None:
@@ -78,8 +80,13 @@ def producer_arguments(args: PreprocessConfig) -> Dict[str, object]:
     return {action.dest: getattr(args, action.dest) for action in parser._actions if action.dest != "help"}
 
 
-def write_splits(args: PreprocessConfig, splits: Dict[str, str], specs: List[SideDataSpec],
-                 subword_manifest: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
+def write_splits(
+    args: PreprocessConfig,
+    splits: Dict[str, str],
+    specs: List[SideDataSpec],
+    subword_manifest: Dict[str, str],
+    stage_seconds: Optional[Counter],
+) -> Dict[str, Dict]:
     """Write every split, training splits first, with one
     :class:`~mdsfair.preprocess.split_writer.SplitEncoder` (its worker pool
     fed all splits' chunks as one stream); returns the reports by split."""
@@ -99,8 +106,13 @@ def write_splits(args: PreprocessConfig, splits: Dict[str, str], specs: List[Sid
     return reports
 
 
-def data_bin_manifest(args: PreprocessConfig, subword_manifest: Dict[str, str], specs: List[SideDataSpec],
-                      reports: Dict[str, Dict], source_layout: Optional[Dict[str, object]]) -> Dict:
+def data_bin_manifest(
+    args: PreprocessConfig,
+    subword_manifest: Dict[str, str],
+    specs: List[SideDataSpec],
+    reports: Dict[str, Dict],
+    source_layout: Optional[Dict[str, object]],
+) -> Dict:
     """The manifest of the data-bin (``mdsfair.json``; its ``files`` list
     is added when the folder is finished)."""
     manifest = {
@@ -124,8 +136,7 @@ def data_bin_manifest(args: PreprocessConfig, subword_manifest: Dict[str, str], 
     return manifest
 
 
-def write_data_bin(args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter]
-                   ) -> Dict[str, Dict]:
+def write_data_bin(args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter]) -> Dict[str, Dict]:
     """The pipeline, writing into ``args.destdir`` (the staging folder);
     leaves the manifest, its ``files`` list filled in, in ``args.manifest``
     and returns the reports by split."""

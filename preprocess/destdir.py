@@ -42,6 +42,7 @@ itself, ``dict.txt``, the subword model, and per split its ``.bin``/``.idx``
 streams, ``ids.txt``, ``summary.txt`` and the reference and skip-report files
 its entry lists.
 """
+
 import contextlib
 import datetime
 import json
@@ -164,8 +165,10 @@ def _read_lock(path: str) -> Optional[Dict]:
 
 
 def _describe_owner(owner: Dict) -> str:
-    return (f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started')}"
-            f" ({owner.get('command', '?')})")
+    return (
+        f"pid {owner.get('pid')} on host {owner.get('host')}, started {owner.get('started')}"
+        f" ({owner.get('command', '?')})"
+    )
 
 
 class DestinationLock:
@@ -177,9 +180,15 @@ class DestinationLock:
     that removes a stale lock (None: it has none, and the message says to
     remove the lock by hand)."""
 
-    def __init__(self, dest: str, break_stale: bool = False, program: str = "mdsfair-preprocess",
-                 label: str = "--destdir", lock_path: Optional[str] = None,
-                 break_stale_flag: Optional[str] = "--break-stale-lock"):
+    def __init__(
+        self,
+        dest: str,
+        break_stale: bool = False,
+        program: str = "mdsfair-preprocess",
+        label: str = "--destdir",
+        lock_path: Optional[str] = None,
+        break_stale_flag: Optional[str] = "--break-stale-lock",
+    ):
         self.dest = dest
         self.program, self.label = program, label
         self.program_with_article = ("an " if program[:1] in "aeioum" else "a ") + program
@@ -226,9 +235,11 @@ class DestinationLock:
                 staging = self._staging_of(owner)
                 if not break_stale:
                     leftover = f" and its partial output {staging}" if staging and os.path.exists(staging) else ""
-                    remedy = (f"Give {self.break_stale_flag} to remove the lock{leftover} and go on, or remove "
-                              "them yourself" if self.break_stale_flag else
-                              f"Remove {self.path}{leftover} and run again")
+                    remedy = (
+                        f"Give {self.break_stale_flag} to remove the lock{leftover} and go on, or remove them yourself"
+                        if self.break_stale_flag
+                        else f"Remove {self.path}{leftover} and run again"
+                    )
                     raise DestinationLockedError(
                         f"{self.label} {self.dest} has a stale lock {self.path}: the run that made it "
                         f"({_describe_owner(owner)}) is no longer running (killed or crashed). Nothing was "
@@ -245,8 +256,13 @@ class DestinationLock:
 
     def _staging_of(self, owner: Dict) -> Optional[str]:
         name = owner.get("staging")
-        if (isinstance(name, str) and name.startswith(STAGING_PREFIX) and "/" not in name and "\\" not in name
-                and os.path.isdir(self.dest)):
+        if (
+            isinstance(name, str)
+            and name.startswith(STAGING_PREFIX)
+            and "/" not in name
+            and "\\" not in name
+            and os.path.isdir(self.dest)
+        ):
             return os.path.join(self.dest, name)
         return None
 
@@ -323,9 +339,14 @@ def owned_files(dest: str, label: str = "--destdir") -> Optional[Set[str]]:
         listed = manifest.get("files") or data_bin_files(manifest, trained_spm_vocab=True)
         outside = [f"{name!r}" for name in listed if not is_plain_file_name(name)]
         if outside:  # a name derived from the manifest's entries (split.stream.bin, spm.vocab)
-            raise _refuse_unusable_manifest(dest, ManifestError(
-                f"{manifest_path}: refusing a manifest whose file names leave the data-bin directory: "
-                f"{', '.join(outside)}"), label)
+            raise _refuse_unusable_manifest(
+                dest,
+                ManifestError(
+                    f"{manifest_path}: refusing a manifest whose file names leave the data-bin directory: "
+                    f"{', '.join(outside)}"
+                ),
+                label,
+            )
         owned = set(listed) | {MANIFEST_NAME}
     journal_path = os.path.join(dest, JOURNAL_NAME)
     if os.path.exists(journal_path):
@@ -334,19 +355,31 @@ def owned_files(dest: str, label: str = "--destdir") -> Optional[Set[str]]:
                 journal = json.load(handle)
             names = list(journal["old"]) + list(journal["new"])
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ManifestError(f"{journal_path}: unreadable swap journal ({error}); remove it and the data-bin "
-                                "by hand") from None
+            raise ManifestError(
+                f"{journal_path}: unreadable swap journal ({error}); remove it and the data-bin by hand"
+            ) from None
         outside = [f"{name!r}" for name in names if not is_plain_file_name(name)]
         if outside:
-            raise _refuse_unusable_manifest(dest, ManifestError(
-                f"{journal_path}: refusing a swap journal whose file names leave the data-bin directory: "
-                f"{', '.join(outside)}"), label)
+            raise _refuse_unusable_manifest(
+                dest,
+                ManifestError(
+                    f"{journal_path}: refusing a swap journal whose file names leave the data-bin directory: "
+                    f"{', '.join(outside)}"
+                ),
+                label,
+            )
         owned = (owned or set()) | set(names) | {JOURNAL_NAME}
     return owned
 
 
-def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str], program: str = "mdsfair-preprocess",
-                      label: str = "--destdir", own_names: Iterable[str] = ()) -> Set[str]:
+def check_destination(
+    dest: str,
+    overwrite: bool,
+    keep_paths: Iterable[str],
+    program: str = "mdsfair-preprocess",
+    label: str = "--destdir",
+    own_names: Iterable[str] = (),
+) -> Set[str]:
     """Refuse a ``--destdir`` in use (module docstring); returns the names
     ``--overwrite`` may remove (files an earlier manifest lists, never an
     input file of this run)."""
@@ -362,8 +395,9 @@ def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str], pro
         # A command whose output has fixed names (an import's model folder) replaces those names under a damaged
         # manifest, as the manifest's restore hint says; nothing else in the folder is touched.
         owned = set(own_names) & set(entries)
-        logger.warning("--overwrite: %s; replacing only the files %s writes: %s", error, program,
-                       _listing(sorted(owned)))
+        logger.warning(
+            "--overwrite: %s; replacing only the files %s writes: %s", error, program, _listing(sorted(owned))
+        )
     if owned is None:
         raise DestinationInUseError(
             f"{label} {dest} is not empty and holds no {MANIFEST_NAME}, so {program} did not write it; "
@@ -380,15 +414,21 @@ def check_destination(dest: str, overwrite: bool, keep_paths: Iterable[str], pro
     keep = set(keep_paths)
     inside = os.path.realpath(dest)
     removable = {
-        name for name in owned
-        if os.path.isfile(os.path.join(dest, name)) and not os.path.islink(os.path.join(dest, name))
+        name
+        for name in owned
+        if os.path.isfile(os.path.join(dest, name))
+        and not os.path.islink(os.path.join(dest, name))
         and os.path.dirname(os.path.realpath(os.path.join(dest, name))) == inside
         and os.path.realpath(os.path.join(dest, name)) not in keep
     }
     others = [name for name in entries if name not in removable]
     if others:
-        logger.info("--overwrite: %s holds %d entries no mdsfair manifest lists (or inputs of this run); they stay: "
-                    "%s", dest, len(others), _listing(others))
+        logger.info(
+            "--overwrite: %s holds %d entries no mdsfair manifest lists (or inputs of this run); they stay: %s",
+            dest,
+            len(others),
+            _listing(others),
+        )
     return removable
 
 
@@ -399,8 +439,10 @@ def refuse_unusable_destination(dest: str, label: str = "--destdir") -> None:
     """Refuse a destination that is a file, or a symbolic link to nothing
     (which ``os.makedirs`` would report as "File exists")."""
     if os.path.islink(dest) and not os.path.exists(dest):
-        raise DestinationInUseError(f"{label} {dest} is a symbolic link to {os.readlink(dest)}, which does not "
-                                    "exist; create that directory or remove the link")
+        raise DestinationInUseError(
+            f"{label} {dest} is a symbolic link to {os.readlink(dest)}, which does not "
+            "exist; create that directory or remove the link"
+        )
     if os.path.exists(dest) and not os.path.isdir(dest):
         raise DestinationInUseError(f"{label} {dest} exists and is not a directory")
 
@@ -434,8 +476,14 @@ class DestinationRun:
                 refuse_unusable_destination(dest, self.label)
         try:
             self.lock = DestinationLock(dest, getattr(self.args, "break_stale_lock", False), self.program, self.label)
-            self.removable = check_destination(dest, self.args.overwrite, input_paths(self.args), self.program,
-                                               self.label, getattr(self.args, "own_names", ()))
+            self.removable = check_destination(
+                dest,
+                self.args.overwrite,
+                input_paths(self.args),
+                self.program,
+                self.label,
+                getattr(self.args, "own_names", ()),
+            )
             os.mkdir(self.staging)
         except BaseException:
             self._clean_up()
@@ -488,8 +536,11 @@ class DestinationRun:
             if os.path.isfile(path):
                 os.remove(path)
         if stale:
-            logger.warning("--overwrite: removed %d file(s) of the earlier data-bin that the new manifest does not "
-                           "list: %s", len(stale), ", ".join(stale))
+            logger.warning(
+                "--overwrite: removed %d file(s) of the earlier data-bin that the new manifest does not list: %s",
+                len(stale),
+                ", ".join(stale),
+            )
         _fsync_directory(dest)
         os.replace(os.path.join(staging, MANIFEST_NAME), os.path.join(dest, MANIFEST_NAME))  # last
         if replacing and os.path.exists(journal):

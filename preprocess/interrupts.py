@@ -10,6 +10,7 @@ with ``pthread_sigmask`` is not enough: the mask is per thread, and a signal
 sent to the process group is delivered to any other thread (tqdm's monitor,
 a queue feeder) that does not block it.
 """
+
 import contextlib
 import signal
 import threading

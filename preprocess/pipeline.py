@@ -22,6 +22,7 @@ A :class:`ClusterEncoder` is built from the command's configuration
 with :func:`preprocessing_args`). It counts the CPU seconds it spends per stage in
 :attr:`ClusterEncoder.stage_seconds` (for the benchmark and progress report).
 """
+
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import json
@@ -156,8 +157,9 @@ def prepend_title_document(cluster: ClusterStructure, path: str, line: int) -> C
         raise InputFormatError(
             path, line, "missing_key", f"cluster {cluster.id!r} has no 'title', which --title-document needs"
         )
-    return replace(cluster, documents=[[[title]]] + cluster.documents,
-                   glued=frozenset((d + 1, p, s) for d, p, s in cluster.glued))
+    return replace(
+        cluster, documents=[[[title]]] + cluster.documents, glued=frozenset((d + 1, p, s) for d, p, s in cluster.glued)
+    )
 
 
 def preprocessing_args(manifest: Dict, data_dir: str, overrides: Optional[Dict[str, Any]] = None) -> PreprocessConfig:
@@ -220,8 +222,9 @@ class ClusterEncoder:
     ):
         self.args = args
         #: how raw text is normalised (the data-bin's ``text_normalization``; the command's default when unset)
-        self.text_normalization = (getattr(args, "text_normalization", None)
-                                   or default_text_normalization(subword_manifest.get("type")))
+        self.text_normalization = getattr(args, "text_normalization", None) or default_text_normalization(
+            subword_manifest.get("type")
+        )
         self.splitter = SentenceSplitter(args.sentence_splitter, gemm=gemm_setting(args))
         self.subword = load_encoder_from_manifest(data_dir, subword_manifest)
         if dictionary is None:
@@ -272,9 +275,7 @@ class ClusterEncoder:
             if expect is not None:
                 expect(structures)
 
-    def encode_raw(
-        self, raw: bytes, path: str, line: int, require_summary: bool
-    ) -> Tuple[EncodedCluster, int]:
+    def encode_raw(self, raw: bytes, path: str, line: int, require_summary: bool) -> Tuple[EncodedCluster, int]:
         """One raw JSON line -> ``(EncodedCluster, empty documents dropped)``;
         raises :class:`InputFormatError` naming ``path`` and ``line``."""
         structure, dropped = self.structure_raw(raw, path, line, require_summary)
@@ -303,16 +304,19 @@ class ClusterEncoder:
                 structure, dropped = item
                 yield line_number, (self.encode_structure(structure), dropped)
 
-    def structure_raw(
-        self, raw: bytes, path: str, line: int, require_summary: bool
-    ) -> Tuple[ClusterStructure, int]:
+    def structure_raw(self, raw: bytes, path: str, line: int, require_summary: bool) -> Tuple[ClusterStructure, int]:
         """One raw JSON line -> ``(ClusterStructure, empty documents dropped)``;
         raises :class:`InputFormatError` naming ``path`` and ``line``."""
         start = time.process_time()
         try:
             structure, dropped = parse_cluster(
-                raw, path, line, self.splitter, require_summary=require_summary,
-                drop_empty_documents=self.args.skip_bad, lowercase=self.args.lowercase,
+                raw,
+                path,
+                line,
+                self.splitter,
+                require_summary=require_summary,
+                drop_empty_documents=self.args.skip_bad,
+                lowercase=self.args.lowercase,
                 normalization=self.text_normalization,
             )
             if getattr(self.args, "title_document", False):
@@ -348,17 +352,29 @@ class ClusterEncoder:
             record = {"id": str(index), "documents": documents, "summary": ""}
         documents = record["documents"]
         if not isinstance(documents, (list, tuple)) or isinstance(documents, str):
-            raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: 'documents' is "
-                                   f"{type(documents).__name__}, not a list of document strings")
+            raise InputFormatError(
+                where,
+                index + 1,
+                WRONG_TYPE,
+                f"cluster {index}: 'documents' is {type(documents).__name__}, not a list of document strings",
+            )
         for d, document in enumerate(documents):
             if not isinstance(document, str):
                 hint = " (decode bytes to str first)" if isinstance(document, (bytes, bytearray)) else ""
-                raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: document {d} is "
-                                       f"{type(document).__name__}, not a string{hint}")
+                raise InputFormatError(
+                    where,
+                    index + 1,
+                    WRONG_TYPE,
+                    f"cluster {index}: document {d} is {type(document).__name__}, not a string{hint}",
+                )
         for key in ("summary", "title"):
             if not isinstance(record.get(key, ""), str) and not (key == "title" and record[key] is None):
-                raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: {key!r} is "
-                                       f"{type(record[key]).__name__}, not a string")
+                raise InputFormatError(
+                    where,
+                    index + 1,
+                    WRONG_TYPE,
+                    f"cluster {index}: {key!r} is {type(record[key]).__name__}, not a string",
+                )
         record["documents"] = list(documents)
         problem = contract_string_problem(record)
         if problem is not None:
@@ -368,8 +384,14 @@ class ClusterEncoder:
         except (TypeError, ValueError) as error:  # a value JSON cannot hold (bytes, a set) in another key
             raise InputFormatError(where, index + 1, WRONG_TYPE, f"cluster {index}: {error}") from None
         structure, _ = parse_cluster(
-            raw, where, index + 1, self.splitter, require_summary=False, drop_empty_documents=False,
-            lowercase=self.args.lowercase, normalization=self.text_normalization,
+            raw,
+            where,
+            index + 1,
+            self.splitter,
+            require_summary=False,
+            drop_empty_documents=False,
+            lowercase=self.args.lowercase,
+            normalization=self.text_normalization,
         )
         if getattr(self.args, "title_document", False):
             structure = prepend_title_document(structure, where, index + 1)

@@ -29,6 +29,7 @@ against the gold summary, averaged over clusters.
     mdsfair-rank --input raw/test.jsonl --evaluate --method ranker tfidf \\
         --checkpoint ranker/checkpoint_best.pt
 """
+
 import argparse
 import contextlib
 import json
@@ -60,7 +61,8 @@ def tfidf_title_scores(title: str, paragraphs: Sequence[str]) -> np.ndarray:
     def vector(counts: Counter) -> Dict[str, float]:
         return {
             w: c * math.log(num_paragraphs / document_frequency[w])
-            for w, c in counts.items() if w in document_frequency
+            for w, c in counts.items()
+            if w in document_frequency
         }
 
     query = vector(Counter(rouge_tokens(title)))
@@ -77,10 +79,12 @@ def tfidf_title_scores(title: str, paragraphs: Sequence[str]) -> np.ndarray:
 class RankerScorer:
     """Scores a cluster's paragraphs with a trained ``paragraph_ranker``."""
 
-    def __init__(self, checkpoint: str, ranker_data: Optional[str] = None, batch_paragraphs: int = 256,
-                 device: str = "cpu"):
-        import mdsfair
+    def __init__(
+        self, checkpoint: str, ranker_data: Optional[str] = None, batch_paragraphs: int = 256, device: str = "cpu"
+    ):
         from fairseq import checkpoint_utils
+
+        import mdsfair
 
         mdsfair.register()  # the task and model, the checkpoint checks
 
@@ -155,11 +159,15 @@ def build_scorer(method: str, args) -> Callable:
             raise SystemExit("mdsfair-rank: error: --method ranker needs --checkpoint")
         return RankerScorer(args.checkpoint, args.ranker_data, device=args.device)
     if method == "tfidf":
+
         def tfidf(cluster):
             if not cluster.title:
-                raise ValueError(f"cluster {cluster.id}: the tf-idf baseline ranks by similarity to the title, "
-                                 "but the cluster has none")
+                raise ValueError(
+                    f"cluster {cluster.id}: the tf-idf baseline ranks by similarity to the title, "
+                    "but the cluster has none"
+                )
             return tfidf_title_scores(cluster.title, cluster.paragraphs())
+
         return tfidf
     return lambda cluster: -np.arange(cluster.num_paragraphs, dtype=np.float64)
 
@@ -168,19 +176,33 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdsfair-rank",
         description="Rank the paragraphs of raw JSONL clusters (learned ranker or tf-idf title similarity) "
-                    "and/or report Table 1's ROUGE-L recall of the top paragraphs.",
+        "and/or report Table 1's ROUGE-L recall of the top paragraphs.",
     )
     parser.add_argument("--input", required=True, help="raw clusters, one JSON object per line")
     parser.add_argument("--output", help="write the ranked clusters here (JSONL, ready for mdsfair-preprocess)")
-    parser.add_argument("--method", nargs="+", choices=METHODS, default=["ranker"],
-                        help="ranking method(s); the first one writes --output (default: ranker)")
+    parser.add_argument(
+        "--method",
+        nargs="+",
+        choices=METHODS,
+        default=["ranker"],
+        help="ranking method(s); the first one writes --output (default: ranker)",
+    )
     parser.add_argument("--checkpoint", help="paragraph_ranker checkpoint for --method ranker")
-    parser.add_argument("--ranker-data", help="directory with the ranker's dict.ranker.txt (default: the "
-                                              "--data the checkpoint was trained with)")
-    parser.add_argument("--max-paragraphs", type=at_least(1), default=None,
-                        help="keep only the top N paragraphs in --output (hiersumm keeps 40; default: all)")
-    parser.add_argument("--evaluate", action="store_true",
-                        help="print ROUGE-L recall of the top L' paragraphs against the summary (Table 1)")
+    parser.add_argument(
+        "--ranker-data",
+        help="directory with the ranker's dict.ranker.txt (default: the --data the checkpoint was trained with)",
+    )
+    parser.add_argument(
+        "--max-paragraphs",
+        type=at_least(1),
+        default=None,
+        help="keep only the top N paragraphs in --output (hiersumm keeps 40; default: all)",
+    )
+    parser.add_argument(
+        "--evaluate",
+        action="store_true",
+        help="print ROUGE-L recall of the top L' paragraphs against the summary (Table 1)",
+    )
     parser.add_argument("--top", type=at_least(1), nargs="+", default=[5, 10, 20, 40], help="L' values for --evaluate")
     parser.add_argument("--report", help="also write the --evaluate figures as JSON here")
     parser.add_argument("--device", default="cpu", help="torch device for the ranker")
@@ -204,7 +226,7 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
     if args.output and os.path.dirname(args.output):
         os.makedirs(os.path.dirname(args.output), exist_ok=True)  # the recipe's ranked/{split}.jsonl
     # Atomic: an error or Ctrl-C half-way leaves no partial ranked file.
-    with (atomic_text_file(args.output) if args.output else contextlib.nullcontext()) as output:
+    with atomic_text_file(args.output) if args.output else contextlib.nullcontext() as output:
         for cluster in clusters:
             for position, (method, scorer) in enumerate(scorers.items()):
                 try:

@@ -33,6 +33,7 @@ the manifest.
 SentencePiece is trained on the references the training examples use (the
 first, or each).
 """
+
 import os
 from collections import Counter
 from typing import Dict, List, Optional, Sequence
@@ -138,7 +139,7 @@ class MultiReferenceWriter:
                 writers[name].add(encoded.side_data[name])
             ids_file.write(encoded.id.replace("\n", " ") + "\n")
             summary_file.write(references[j] + "\n")
-            self._write_others(references[:j] + references[j + 1:])
+            self._write_others(references[:j] + references[j + 1 :])
             added["examples"] += 1
             added["target_tokens"] += len(target)
             added["unknown_tokens"] += int((target == unk).sum())
@@ -162,4 +163,3 @@ class MultiReferenceWriter:
             report["reference_files"] = names
             report["multi_reference_clusters"] = self.multi_reference_clusters
         return report
-

@@ -8,6 +8,7 @@ epoch. One SentencePiece model and ``dict.txt``, trained once on the whole
 training split, are in every shard; the other splits (valid, test) only in
 ``shard0``, where fairseq reads them.
 """
+
 import contextlib
 import logging
 import os
@@ -56,18 +57,23 @@ def splits_to_shard(args: PreprocessConfig, splits: Dict[str, str]) -> List[str]
     refuse_unusable_destination(args.destdir)
     sharded = sorted(split for split in splits if split in args.train_splits)
     if not sharded:
-        raise ValueError(f"--shards {count}: no training split to shard (splits {sorted(splits)}, --train-splits "
-                         f"{' '.join(args.train_splits)})")
+        raise ValueError(
+            f"--shards {count}: no training split to shard (splits {sorted(splits)}, --train-splits "
+            f"{' '.join(args.train_splits)})"
+        )
     for split in sharded:
         clusters = count_clusters(splits[split])
         if clusters < count:
-            raise ValueError(f"--shards {count}: {splits[split]} (split {split!r}) has {clusters} clusters, fewer "
-                             "than the shards; every shard needs at least one")
+            raise ValueError(
+                f"--shards {count}: {splits[split]} (split {split!r}) has {clusters} clusters, fewer "
+                "than the shards; every shard needs at least one"
+            )
     return sharded
 
 
-def shard_settings(args: PreprocessConfig, index: int, splits: Dict[str, str], sharded: List[str],
-                   first_staging: str, staging: str) -> Tuple[PreprocessConfig, Dict[str, str]]:
+def shard_settings(
+    args: PreprocessConfig, index: int, splits: Dict[str, str], sharded: List[str], first_staging: str, staging: str
+) -> Tuple[PreprocessConfig, Dict[str, str]]:
     """The settings and the splits of shard ``index``, written into
     ``staging``: every split in shard 0 (which trains or copies the subword
     model, in ``first_staging``), only the training splits' share in the
@@ -83,9 +89,14 @@ def shard_settings(args: PreprocessConfig, index: int, splits: Dict[str, str], s
     return work, shard_splits
 
 
-def write_shards(args: PreprocessConfig, splits: Dict[str, str], sharded: List[str], runs: List[DestinationRun],
-                 directories: List[str], stage_seconds: Optional[Counter]
-                 ) -> Tuple[List[PreprocessConfig], Dict[str, Dict]]:
+def write_shards(
+    args: PreprocessConfig,
+    splits: Dict[str, str],
+    sharded: List[str],
+    runs: List[DestinationRun],
+    directories: List[str],
+    stage_seconds: Optional[Counter],
+) -> Tuple[List[PreprocessConfig], Dict[str, Dict]]:
     """Write every shard into its staging folder, shard 0 first; returns
     each shard's settings (its manifest in ``manifest``) and the reports
     keyed ``shard{k}/{split}``."""
@@ -98,10 +109,14 @@ def write_shards(args: PreprocessConfig, splits: Dict[str, str], sharded: List[s
         for split, report in write_data_bin(work, shard_splits, stage_seconds).items():
             reports[f"{SHARD_NAME.format(index)}/{split}"] = report
             if split in sharded and report["clusters"] == 0:
-                raise ValueError(f"--shards {count}: shard {index} got no cluster of {splits[split]} (split "
-                                 f"{split!r}; its lines were skipped as bad): use fewer shards")
+                raise ValueError(
+                    f"--shards {count}: shard {index} got no cluster of {splits[split]} (split "
+                    f"{split!r}; its lines were skipped as bad): use fewer shards"
+                )
         work.manifest["shard"] = {
-            "index": index, "count": count, "sharded_splits": sharded,
+            "index": index,
+            "count": count,
+            "sharded_splits": sharded,
             "data": os.pathsep.join(os.path.abspath(directory) for directory in directories),
         }
         if index > 0 and works[0].vocabulary_report is not None:  # the one shared model's report
@@ -117,12 +132,12 @@ def commit_shards(runs: List[DestinationRun], works: List[PreprocessConfig]) -> 
         for destination, work in zip(runs, works):
             destination.commit(work.manifest)  # each shard's manifest last, whole or not at all
     if interrupted:
-        logger.warning("Ctrl-C came while the finished shards were being moved into place; they were "
-                       "completed first")
+        logger.warning("Ctrl-C came while the finished shards were being moved into place; they were completed first")
 
 
-def preprocess_shards(args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter] = None
-                      ) -> Dict[str, Dict]:
+def preprocess_shards(
+    args: PreprocessConfig, splits: Dict[str, str], stage_seconds: Optional[Counter] = None
+) -> Dict[str, Dict]:
     """``--shards N``: write N data-bins for fairseq's epoch-sharded training.
 
     Every shard folder is held as a ``--destdir`` is (lock, ownership check,
@@ -151,9 +166,16 @@ def preprocess_shards(args: PreprocessConfig, splits: Dict[str, str], stage_seco
         raise
     args.shard_data = os.pathsep.join(directories)
     args.sharded_splits = sharded
-    others = sorted(name for name in os.listdir(args.destdir)
-                    if name.startswith("shard") and os.path.join(args.destdir, name) not in directories)
+    others = sorted(
+        name
+        for name in os.listdir(args.destdir)
+        if name.startswith("shard") and os.path.join(args.destdir, name) not in directories
+    )
     if others:
-        logger.warning("--shards %d: %s also holds %s, not part of this run's DATA path; left as they are",
-                       args.shards, args.destdir, ", ".join(others))
+        logger.warning(
+            "--shards %d: %s also holds %s, not part of this run's DATA path; left as they are",
+            args.shards,
+            args.destdir,
+            ", ".join(others),
+        )
     return reports

@@ -18,6 +18,7 @@ A model issue adds a producer by writing a module in ``preprocess/producers/``::
 
 Producers are built once per worker process from the parsed arguments.
 """
+
 import abc
 import argparse
 import importlib

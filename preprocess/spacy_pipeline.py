@@ -16,6 +16,7 @@ benchmark's sample are identical, and ``tests/test_dape.py`` checks it on real
 PeerSum sentences. ``blis`` keeps thinc's default (the parser's transition
 step always uses blis through thinc's C interface; it is not switched).
 """
+
 import functools
 from typing import Sequence
 

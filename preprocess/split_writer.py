@@ -10,6 +10,7 @@ other references and the skip report), counts it (:class:`SplitCounts`) and
 returns the split's report; a refused line is raised with its file and line,
 or skipped and counted with ``--skip-bad``.
 """
+
 import os
 import time
 from collections import Counter
@@ -162,16 +163,19 @@ class SplitFiles:
     further reference with ``--multi-reference each`` in a training split)
     and the skip report and repeated ids (:class:`SplitLog`)."""
 
-    def __init__(self, args: PreprocessConfig, split: str, path: str, specs: List[SideDataSpec],
-                 subword_manifest: Dict[str, str]):
+    def __init__(
+        self, args: PreprocessConfig, split: str, path: str, specs: List[SideDataSpec], subword_manifest: Dict[str, str]
+    ):
         from fairseq.data import Dictionary
 
         from mdsfair.data.indexed import ArrayWriter, token_dtype
 
         prefix = os.path.join(args.destdir, split)
         tokens = token_dtype(len(Dictionary.load(os.path.join(args.destdir, "dict.txt"))))
-        self.streams = {"source": ArrayWriter(prefix + ".source", tokens),
-                        "target": ArrayWriter(prefix + ".target", tokens)}
+        self.streams = {
+            "source": ArrayWriter(prefix + ".source", tokens),
+            "target": ArrayWriter(prefix + ".target", tokens),
+        }
         for stream in STRUCTURE_STREAMS:
             self.streams[stream] = ArrayWriter(f"{prefix}.{stream}", np.int32)
         for spec in specs:
@@ -179,7 +183,8 @@ class SplitFiles:
         self.side_data_names = [spec.name for spec in specs]
         self.log = SplitLog(prefix, split, path, args.skip_bad)
         self.references = MultiReferenceWriter(
-            prefix, args.multi_reference == "each" and split in args.train_splits, args.destdir, subword_manifest)
+            prefix, args.multi_reference == "each" and split in args.train_splits, args.destdir, subword_manifest
+        )
         self.prefix = prefix
 
     def write(self, encoded: EncodedCluster, ids_file, summary_file) -> Counter:
@@ -279,15 +284,21 @@ class SplitCounts:
         }
 
 
-def write_rows(args: PreprocessConfig, results: Iterable[Tuple[int, LineResult]], files: SplitFiles,
-               counts: SplitCounts, progress: Progress) -> float:
+def write_rows(
+    args: PreprocessConfig,
+    results: Iterable[Tuple[int, LineResult]],
+    files: SplitFiles,
+    counts: SplitCounts,
+    progress: Progress,
+) -> float:
     """Write the encoded clusters of ``results`` in input order into
     ``files``; a refused line is raised, or with ``--skip-bad`` skipped and
     counted. Returns the CPU seconds spent writing."""
     writing = 0.0
-    with open(files.prefix + ".ids.txt", "w", encoding="utf-8") as ids_file, open(
-        files.prefix + ".summary.txt", "w", encoding="utf-8"
-    ) as summary_file:
+    with (
+        open(files.prefix + ".ids.txt", "w", encoding="utf-8") as ids_file,
+        open(files.prefix + ".summary.txt", "w", encoding="utf-8") as summary_file,
+    ):
         for line_number, result in results:
             counts.line()
             if result[0] == "error":
@@ -306,7 +317,11 @@ def write_rows(args: PreprocessConfig, results: Iterable[Tuple[int, LineResult]]
 
 
 def binarize_split(
-    args: PreprocessConfig, split: str, path: str, specs: List[SideDataSpec], encode_split: SplitEncoder,
+    args: PreprocessConfig,
+    split: str,
+    path: str,
+    specs: List[SideDataSpec],
+    encode_split: SplitEncoder,
     stage_seconds: Optional[Counter] = None,
 ) -> Dict:
     """Write one split with ``encode_split``; returns its report. The CPU

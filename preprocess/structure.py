@@ -13,6 +13,7 @@ paragraphs -> sentences, lightly cleaned, with every empty piece removed and
 counted. Bad input raises :class:`InputFormatError` naming the file and the
 1-based line, or, when the caller asks for skipping, is counted by reason.
 """
+
 import re
 import unicodedata
 from collections import Counter
@@ -32,10 +33,10 @@ from mdsfair.raw_contract import (
     decode_cluster_line,
     iter_raw_lines,
 )
+
 # Paragraphs (of cleaned text) and the rule-based sentence splitter are the
 # text layer's (mdsfair.text); their names stay importable from here.
 from mdsfair.text import has_content, split_paragraphs, split_sentences_rule
-
 
 # One error type and one set of reason codes for every reader of the raw
 # contract (mdsfair.raw_contract); the old names stay importable from here.
@@ -194,8 +195,7 @@ class SentenceSplitter:
         if self._nlp is None:
             return [split_sentences_rule(p) for p in paragraphs]
         return [
-            [s.text.strip() for s in doc.sents if s.text.strip()]
-            for doc in self._nlp.pipe(paragraphs, batch_size=64)
+            [s.text.strip() for s in doc.sents if s.text.strip()] for doc in self._nlp.pipe(paragraphs, batch_size=64)
         ]
 
 
@@ -250,19 +250,27 @@ def parse_cluster(
 
     structured, empty_documents, glued = [], [], set()
     for d, document in enumerate(documents):
-        paragraphs = [paragraph for paragraph in split_paragraphs(normalize_text(document, normalization, lowercase))
-                      if has_content(paragraph)]
-        split = [(paragraph, kept) for paragraph, sentences in zip(paragraphs, splitter.split(paragraphs))
-                 for kept in [[sentence for sentence in sentences if has_content(sentence)]] if kept]
+        paragraphs = [
+            paragraph
+            for paragraph in split_paragraphs(normalize_text(document, normalization, lowercase))
+            if has_content(paragraph)
+        ]
+        split = [
+            (paragraph, kept)
+            for paragraph, sentences in zip(paragraphs, splitter.split(paragraphs))
+            for kept in [[sentence for sentence in sentences if has_content(sentence)]]
+            if kept
+        ]
         paragraphs_sentences = [sentences for _, sentences in split]
         if keep_spacing:
-            glued.update((len(structured), p, s) for p, (paragraph, sentences) in enumerate(split)
-                         for s in glued_sentences(paragraph, sentences))
+            glued.update(
+                (len(structured), p, s)
+                for p, (paragraph, sentences) in enumerate(split)
+                for s in glued_sentences(paragraph, sentences)
+            )
         if not paragraphs_sentences:
             if not drop_empty_documents:
-                raise InputFormatError(
-                    path, line, EMPTY_DOCUMENT, f"document {d} of cluster {obj['id']!r} is empty"
-                )
+                raise InputFormatError(path, line, EMPTY_DOCUMENT, f"document {d} of cluster {obj['id']!r} is empty")
             empty_documents.append(d)
             continue
         structured.append(paragraphs_sentences)
@@ -273,8 +281,9 @@ def parse_cluster(
     summary_clean = references[0] if references else ""
     if not summary_clean and require_summary:
         raise InputFormatError(path, line, EMPTY_SUMMARY, f"cluster {obj['id']!r} has an empty summary")
-    summary_sentences = ([sentence for sentence in splitter.split([summary_clean])[0] if has_content(sentence)]
-                         if summary_clean else [])
+    summary_sentences = (
+        [sentence for sentence in splitter.split([summary_clean])[0] if has_content(sentence)] if summary_clean else []
+    )
     return (
         ClusterStructure(
             id=str(obj["id"]),
@@ -310,9 +319,7 @@ def read_clusters(
     for line_number, raw in iter_raw_lines(path):
         report.lines += 1
         try:
-            cluster, dropped = parse_cluster(
-                raw, path, line_number, splitter, require_summary, skip_bad, lowercase
-            )
+            cluster, dropped = parse_cluster(raw, path, line_number, splitter, require_summary, skip_bad, lowercase)
         except InputFormatError as e:
             if not skip_bad:
                 raise

@@ -23,6 +23,7 @@ whose dictionary entry is a control symbol (:func:`control_indices`: fairseq's
 Only the pipeline writes control ids (the task's ``<s>`` / ``</s>`` /
 ``<doc-sep>``). Every such ``<unk>`` is counted in the data-bin report.
 """
+
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import abc
@@ -58,8 +59,9 @@ def control_indices(dictionary: Dictionary) -> np.ndarray:
     return np.array(sorted(ids), dtype=np.int64)
 
 
-def text_symbol_indices(dictionary: Dictionary, symbols: Sequence[str], known: Optional[Sequence[bool]] = None
-                        ) -> np.ndarray:
+def text_symbol_indices(
+    dictionary: Dictionary, symbols: Sequence[str], known: Optional[Sequence[bool]] = None
+) -> np.ndarray:
     """The one way from the subword symbols of text to dictionary ids.
 
     ``known[i]`` says whether ``symbols[i]`` is a piece the subword model
@@ -72,7 +74,9 @@ def text_symbol_indices(dictionary: Dictionary, symbols: Sequence[str], known: O
         known = [True] * len(symbols)
     ids = np.fromiter(
         (dictionary.index(symbol) if is_known else unk for symbol, is_known in zip(symbols, known)),
-        dtype=np.int64, count=len(symbols))
+        dtype=np.int64,
+        count=len(symbols),
+    )
     ids[np.isin(ids, control_indices(dictionary))] = unk
     return ids
 
@@ -280,11 +284,7 @@ class SentencePieceEncoder(SubwordEncoder):
     def pieces(self) -> List[str]:
         """Every piece of the model except its control and unknown symbols."""
         p = self.processor
-        return [
-            p.id_to_piece(i)
-            for i in range(p.get_piece_size())
-            if not (p.is_control(i) or p.is_unknown(i))
-        ]
+        return [p.id_to_piece(i) for i in range(p.get_piece_size()) if not (p.is_control(i) or p.is_unknown(i))]
 
 
 def train_sentencepiece(
@@ -392,8 +392,9 @@ class GPT2BPEEncoder(SubwordEncoder):
         self._unknown_id = max(self.bpe.decoder) + 1
         self._unknown_surfaces: List[str] = []
 
-    def _encode_runs(self, sentences: Sequence[str], continues: Sequence[Union[bool, str]]
-                     ) -> Tuple[List[List[int]], List[str]]:
+    def _encode_runs(
+        self, sentences: Sequence[str], continues: Sequence[Union[bool, str]]
+    ) -> Tuple[List[List[int]], List[str]]:
         """BPE ids per sentence (``self._unknown_id`` for an unknown span) and
         the byte-level surfaces of the unknown spans, in order."""
         bpe = self.bpe
@@ -453,7 +454,7 @@ class GPT2BPEEncoder(SubwordEncoder):
             return self.bpe.decoder[int(symbol)]
         prefix, suffix = self.UNKNOWN_SYMBOL.split("{}")
         if symbol.startswith(prefix) and symbol.endswith(suffix) and len(symbol) > len(prefix) + len(suffix):
-            surface = symbol[len(prefix):-len(suffix)]
+            surface = symbol[len(prefix) : -len(suffix)]
             if all(c in self.bpe.byte_decoder for c in surface):
                 return surface
         return ""
@@ -482,7 +483,8 @@ class GPT2BPEEncoder(SubwordEncoder):
 
     def starts_word(self, symbol: str) -> bool:
         return symbol in self._word_start_ids or (
-            symbol not in self._pieces and self._byte_level_text(symbol).startswith(self._space))
+            symbol not in self._pieces and self._byte_level_text(symbol).startswith(self._space)
+        )
 
     def manifest(self) -> Dict[str, str]:
         return {
@@ -503,4 +505,3 @@ def load_encoder_from_manifest(data_dir: str, subword: Dict[str, str]) -> Subwor
             os.path.join(data_dir, subword["vocab_bpe"]),
         )
     raise ValueError(f"{data_dir}: unknown subword type {kind!r} in the manifest")
-

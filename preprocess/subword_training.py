@@ -7,6 +7,7 @@ pieces, or a given ``--dict`` is checked to hold every piece
 (:func:`check_sentencepiece_dictionary`). With ``--subword gpt2`` the
 ``encoder.json`` / ``vocab.bpe`` files and ``--dict`` are copied.
 """
+
 from __future__ import annotations  # fairseq's Dictionary only in annotations: imported when used
 
 import logging
@@ -66,8 +67,7 @@ def prepare_subwords(args: PreprocessConfig, splits: Dict[str, str]) -> Dict[str
     return encoder.manifest()
 
 
-def prepare_sentencepiece(args: PreprocessConfig, splits: Dict[str, str]
-                          ) -> Tuple[SentencePieceEncoder, Dictionary]:
+def prepare_sentencepiece(args: PreprocessConfig, splits: Dict[str, str]) -> Tuple[SentencePieceEncoder, Dictionary]:
     """The SentencePiece model in ``args.destdir`` (copied from
     ``--spm-model`` or trained) and its dictionary (``--dict``, checked, or
     one entry per piece). A trained model's real size goes to
@@ -87,7 +87,8 @@ def prepare_sentencepiece(args: PreprocessConfig, splits: Dict[str, str]
         dictionary = dictionary_from_sentencepiece(encoder)
     if not args.spm_model:
         args.vocabulary_report = sentencepiece_size_report(
-            args.vocab_size, encoder.processor.get_piece_size(), len(dictionary))
+            args.vocab_size, encoder.processor.get_piece_size(), len(dictionary)
+        )
     return encoder, dictionary
 
 
@@ -141,7 +142,9 @@ def check_sentencepiece_dictionary(encoder: SentencePieceEncoder, dictionary: Di
     with open(encoder.model_path, "rb") as f:
         proto.ParseFromString(f.read())
     kinds = proto.SentencePiece.Type
-    missing = [p.piece for p in proto.pieces if p.type in (kinds.NORMAL, kinds.BYTE) and p.piece not in dictionary.indices]
+    missing = [
+        p.piece for p in proto.pieces if p.type in (kinds.NORMAL, kinds.BYTE) and p.piece not in dictionary.indices
+    ]
     if missing:
         raise ValueError(
             f"{path}: {len(missing)} pieces of {encoder.model_path} have no entry, e.g. {missing[:5]}; "
@@ -149,5 +152,8 @@ def check_sentencepiece_dictionary(encoder: SentencePieceEncoder, dictionary: Di
         )
     unlisted = [p.piece for p in proto.pieces if p.type == kinds.USER_DEFINED and p.piece not in dictionary.indices]
     if unlisted:
-        logger.info("%s: user-defined pieces without an entry of their own (read as <unk> if they occur in the "
-                    "text): %s", path, unlisted)
+        logger.info(
+            "%s: user-defined pieces without an entry of their own (read as <unk> if they occur in the text): %s",
+            path,
+            unlisted,
+        )

@@ -41,15 +41,16 @@ The world itself (entity types, fact slots, templates, invented names) is
 :mod:`mdsfair.preprocess.synthetic_world`; this module makes clusters of it,
 writes the splits and runs the baseline gap check.
 """
+
 import argparse
 import json
 import os
 import random
 import re
 import sys
-from mdsfair.argument_types import at_least, os_errors_in_one_line
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from mdsfair.argument_types import at_least, os_errors_in_one_line
 from mdsfair.lexrank import lexrank_scores
 from mdsfair.preprocess.synthetic_world import (
     AWARD_CANON,
@@ -270,7 +271,9 @@ def _plan_mentions(rng: random.Random, slots: List[str], opts: dict) -> List[Lis
     return plan
 
 
-def _check_cluster(topic: dict, documents: List[List[str]], relevant: List[int], distractors: List[int]) -> Dict[str, List[int]]:
+def _check_cluster(
+    topic: dict, documents: List[List[str]], relevant: List[int], distractors: List[int]
+) -> Dict[str, List[int]]:
     """Verify the support of every summary fact; return slot -> supporting doc indices.
 
     A document supports a fact when one of its sentences names the topic
@@ -279,10 +282,7 @@ def _check_cluster(topic: dict, documents: List[List[str]], relevant: List[int],
     """
     support = {}
     for slot, value in topic["facts"].items():
-        docs = [
-            d for d in relevant
-            if any(_mentions(s, topic["name"]) and _mentions(s, value) for s in documents[d])
-        ]
+        docs = [d for d in relevant if any(_mentions(s, topic["name"]) and _mentions(s, value) for s in documents[d])]
         if not docs:
             raise AssertionError(f"fact {slot}={value!r} of {topic['name']!r} appears in no document")
         support[slot] = docs
@@ -413,13 +413,12 @@ def generate_clusters(num_clusters: int, seed: int = 1, split: str = "train", **
     world_seed = seed if opts["world_seed"] is None else opts["world_seed"]
     world = build_world(world_seed, opts["num_names"])
     rng = random.Random(derive_seed("mdsfair-synth-clusters", seed, split))
-    return [
-        _make_cluster(rng, world, split, opts, f"synth-{split}-{index:06d}")
-        for index in range(num_clusters)
-    ]
+    return [_make_cluster(rng, world, split, opts, f"synth-{split}-{index:06d}") for index in range(num_clusters)]
 
 
-def write_dataset(out_dir: str, seed: int = 1, train: int = 2000, valid: int = 200, test: int = 200, **options) -> Dict[str, str]:
+def write_dataset(
+    out_dir: str, seed: int = 1, train: int = 2000, valid: int = 200, test: int = 200, **options
+) -> Dict[str, str]:
     """Write ``train.jsonl``, ``valid.jsonl`` and ``test.jsonl`` under ``out_dir``.
 
     ``options`` are those of :func:`generate_clusters`. Returns the path of
@@ -440,6 +439,7 @@ def write_dataset(out_dir: str, seed: int = 1, train: int = 2000, valid: int = 2
 # ---------------------------------------------------------------------------
 # Baseline gap check: how far extractive baselines stay from the references.
 # ---------------------------------------------------------------------------
+
 
 def lead_summary(documents: Sequence[str], num_sentences: int = 3) -> str:
     """Lead baseline: the first ``num_sentences`` sentences of the first document
@@ -486,7 +486,9 @@ def _template_only_summary(rng: random.Random, world: World, cluster: dict) -> s
     return canonical_summary(cluster["title"], meta["type"], facts)
 
 
-def baseline_gap_report(num_clusters: int = 200, seed: int = 1, split: str = "test", **options) -> Dict[str, Dict[str, float]]:
+def baseline_gap_report(
+    num_clusters: int = 200, seed: int = 1, split: str = "test", **options
+) -> Dict[str, Dict[str, float]]:
     """ROUGE F1 (x100, stemmed) of reference-free systems against the references.
 
     Systems: ``lead`` (first 3 sentences of the first document), ``lexrank``
@@ -545,24 +547,97 @@ def build_parser() -> argparse.ArgumentParser:
         description="Write a deterministic synthetic multi-document summarization data set "
         "(train/valid/test .jsonl in the raw contract).",
     )
-    parser.add_argument("--out-dir", required=True, help="directory to write train.jsonl, valid.jsonl and test.jsonl into")
-    parser.add_argument("--seed", type=int, default=1, help="random seed of the clusters (and of the world unless --world-seed is set) (default: 1)")
-    parser.add_argument("--world-seed", type=int, default=None, help="seed of the closed world of names and value pools (default: same as --seed)")
+    parser.add_argument(
+        "--out-dir", required=True, help="directory to write train.jsonl, valid.jsonl and test.jsonl into"
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=1,
+        help="random seed of the clusters (and of the world unless --world-seed is set) (default: 1)",
+    )
+    parser.add_argument(
+        "--world-seed",
+        type=int,
+        default=None,
+        help="seed of the closed world of names and value pools (default: same as --seed)",
+    )
     parser.add_argument("--train", type=at_least(0), default=2000, help="number of training clusters (default: 2000)")
     parser.add_argument("--valid", type=at_least(0), default=200, help="number of validation clusters (default: 200)")
     parser.add_argument("--test", type=at_least(0), default=200, help="number of test clusters (default: 200)")
-    parser.add_argument("--num-docs", type=at_least(1), default=d["num_docs"], help=f"relevant documents per cluster (default: {d['num_docs']})")
-    parser.add_argument("--distractor-docs", type=at_least(0), default=d["distractor_docs"], help=f"distractor documents about other entities per cluster (default: {d['distractor_docs']})")
-    parser.add_argument("--min-facts", type=at_least(1), default=d["min_facts"], help=f"minimum facts in a summary (default: {d['min_facts']})")
-    parser.add_argument("--max-facts", type=at_least(1), default=d["max_facts"], help=f"maximum facts in a summary, at most {len(SLOT_ORDER)} (default: {d['max_facts']})")
-    parser.add_argument("--min-facts-per-doc", type=at_least(1), default=d["min_facts_per_doc"], help=f"minimum topic facts stated by a relevant document (default: {d['min_facts_per_doc']})")
-    parser.add_argument("--max-facts-per-doc", type=at_least(1), default=d["max_facts_per_doc"], help=f"maximum topic facts stated by a relevant document (default: {d['max_facts_per_doc']})")
-    parser.add_argument("--min-fact-mentions", type=at_least(1), default=d["min_fact_mentions"], help=f"target number of documents stating each fact, capacity permitting (default: {d['min_fact_mentions']})")
-    parser.add_argument("--noise-sentences", type=at_least(0), default=d["noise_sentences"], help=f"mean filler sentences per document, varied by +-1 (default: {d['noise_sentences']})")
-    parser.add_argument("--distractor-sentences", type=at_least(0), default=d["distractor_sentences"], help=f"sentences about other entities inside each relevant document (default: {d['distractor_sentences']})")
-    parser.add_argument("--max-paragraphs", type=at_least(1), default=d["max_paragraphs"], help=f"maximum paragraphs per document (default: {d['max_paragraphs']})")
-    parser.add_argument("--num-names", type=at_least(1), default=d["num_names"], help=f"size of the entity name pool of the world (default: {d['num_names']})")
-    parser.add_argument("--report", type=at_least(0), default=0, metavar="N", help="after writing, print ROUGE of Lead, LexRank and oracle proxies on N test clusters (default: 0, off)")
+    parser.add_argument(
+        "--num-docs",
+        type=at_least(1),
+        default=d["num_docs"],
+        help=f"relevant documents per cluster (default: {d['num_docs']})",
+    )
+    parser.add_argument(
+        "--distractor-docs",
+        type=at_least(0),
+        default=d["distractor_docs"],
+        help=f"distractor documents about other entities per cluster (default: {d['distractor_docs']})",
+    )
+    parser.add_argument(
+        "--min-facts",
+        type=at_least(1),
+        default=d["min_facts"],
+        help=f"minimum facts in a summary (default: {d['min_facts']})",
+    )
+    parser.add_argument(
+        "--max-facts",
+        type=at_least(1),
+        default=d["max_facts"],
+        help=f"maximum facts in a summary, at most {len(SLOT_ORDER)} (default: {d['max_facts']})",
+    )
+    parser.add_argument(
+        "--min-facts-per-doc",
+        type=at_least(1),
+        default=d["min_facts_per_doc"],
+        help=f"minimum topic facts stated by a relevant document (default: {d['min_facts_per_doc']})",
+    )
+    parser.add_argument(
+        "--max-facts-per-doc",
+        type=at_least(1),
+        default=d["max_facts_per_doc"],
+        help=f"maximum topic facts stated by a relevant document (default: {d['max_facts_per_doc']})",
+    )
+    parser.add_argument(
+        "--min-fact-mentions",
+        type=at_least(1),
+        default=d["min_fact_mentions"],
+        help=f"target number of documents stating each fact, capacity permitting (default: {d['min_fact_mentions']})",
+    )
+    parser.add_argument(
+        "--noise-sentences",
+        type=at_least(0),
+        default=d["noise_sentences"],
+        help=f"mean filler sentences per document, varied by +-1 (default: {d['noise_sentences']})",
+    )
+    parser.add_argument(
+        "--distractor-sentences",
+        type=at_least(0),
+        default=d["distractor_sentences"],
+        help=f"sentences about other entities inside each relevant document (default: {d['distractor_sentences']})",
+    )
+    parser.add_argument(
+        "--max-paragraphs",
+        type=at_least(1),
+        default=d["max_paragraphs"],
+        help=f"maximum paragraphs per document (default: {d['max_paragraphs']})",
+    )
+    parser.add_argument(
+        "--num-names",
+        type=at_least(1),
+        default=d["num_names"],
+        help=f"size of the entity name pool of the world (default: {d['num_names']})",
+    )
+    parser.add_argument(
+        "--report",
+        type=at_least(0),
+        default=0,
+        metavar="N",
+        help="after writing, print ROUGE of Lead, LexRank and oracle proxies on N test clusters (default: 0, off)",
+    )
     return parser
 
 
@@ -571,17 +646,22 @@ def check_arguments(parser: argparse.ArgumentParser, args) -> None:
     :func:`_resolve_options` and the world would refuse: every ``--min-X``
     above its ``--max-X``, more facts than slots, facts the documents cannot
     hold, a name pool smaller than the world needs."""
-    pairs = [("--min-facts", args.min_facts, "--max-facts", args.max_facts),
-             ("--min-facts-per-doc", args.min_facts_per_doc, "--max-facts-per-doc", args.max_facts_per_doc)]
+    pairs = [
+        ("--min-facts", args.min_facts, "--max-facts", args.max_facts),
+        ("--min-facts-per-doc", args.min_facts_per_doc, "--max-facts-per-doc", args.max_facts_per_doc),
+    ]
     for low_flag, low, high_flag, high in pairs:
         if low > high:
             parser.error(f"{low_flag} {low} is above {high_flag} {high}: the minimum must not exceed the maximum")
     if args.max_facts > len(SLOT_ORDER):
-        parser.error(f"--max-facts {args.max_facts}: a summary has at most {len(SLOT_ORDER)} facts "
-                     f"({', '.join(SLOT_ORDER)})")
+        parser.error(
+            f"--max-facts {args.max_facts}: a summary has at most {len(SLOT_ORDER)} facts ({', '.join(SLOT_ORDER)})"
+        )
     if args.num_docs * args.max_facts_per_doc < args.max_facts:
-        parser.error(f"--num-docs {args.num_docs} x --max-facts-per-doc {args.max_facts_per_doc} is below "
-                     f"--max-facts {args.max_facts}: every summary fact must be stated by some document")
+        parser.error(
+            f"--num-docs {args.num_docs} x --max-facts-per-doc {args.max_facts_per_doc} is below "
+            f"--max-facts {args.max_facts}: every summary fact must be stated by some document"
+        )
     if args.num_names < 8:
         parser.error(f"--num-names {args.num_names}: the world needs at least 8 names")
 

@@ -10,6 +10,7 @@ memory does not grow with the input; one feed of chunks serves every split,
 so no worker waits at the end of a split. Workers ignore SIGINT: the parent
 stops them (:mod:`mdsfair.preprocess.interrupts`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -134,8 +135,10 @@ def call_in_child(function, *args, **kwargs):
             kind, payload = receiver.recv()
         except EOFError:
             process.join()
-            raise RuntimeError(f"{getattr(function, '__name__', function)} died in process {process.pid} "
-                               f"(exit code {process.exitcode}); out of memory?") from None
+            raise RuntimeError(
+                f"{getattr(function, '__name__', function)} died in process {process.pid} "
+                f"(exit code {process.exitcode}); out of memory?"
+            ) from None
         process.join()
     except BaseException:
         if process.is_alive():
@@ -166,15 +169,22 @@ class OrderedWorkerPool:
     as they are needed, not loaded whole).
     """
 
-    def __init__(self, workers: int, args: PreprocessConfig, data_dir: str, subword_manifest: Dict[str, str],
-                 chunks_in_flight: Optional[int] = None):
+    def __init__(
+        self,
+        workers: int,
+        args: PreprocessConfig,
+        data_dir: str,
+        subword_manifest: Dict[str, str],
+        chunks_in_flight: Optional[int] = None,
+    ):
         context = multiprocessing.get_context("fork")
         self.tasks = context.Queue()
         self.results = context.Queue()
         self.chunks_in_flight = chunks_in_flight or CHUNKS_IN_FLIGHT_PER_WORKER * workers
         self.processes = [
-            context.Process(target=_worker_main, args=(self.tasks, self.results, args, data_dir, subword_manifest),
-                            daemon=True)
+            context.Process(
+                target=_worker_main, args=(self.tasks, self.results, args, data_dir, subword_manifest), daemon=True
+            )
             for _ in range(workers)
         ]
         try:
@@ -261,7 +271,9 @@ class OrderedWorkerPool:
                 position += 1
                 yield line_number, payload
 
-    def imap(self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]) -> Iterator[Tuple[int, LineResult]]:
+    def imap(
+        self, path: str, require_summary: bool, chunks: Iterator[List[Tuple[int, bytes]]]
+    ) -> Iterator[Tuple[int, LineResult]]:
         """``(line_number, LineResult)`` for every line of ``chunks`` (one split), in order."""
         self.start(itertools.chain(((path, require_summary, chunk) for chunk in chunks), [None]))
         yield from self.next_split()

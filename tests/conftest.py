@@ -6,6 +6,7 @@ The tests run tiny models, for which thread start-up costs more than it
 saves; on a loaded 2-core machine two threads made a tiny transformer step ten
 times slower. The environment variable reaches the fairseq subprocesses too.
 """
+
 import os
 import signal
 
@@ -18,10 +19,12 @@ torch.set_num_threads(1)
 
 def pytest_addoption(parser):
     parser.addoption(
-        "--device", choices=["cpu", "cuda"], default=os.environ.get("MDSFAIR_TEST_DEVICE", "cpu"),
+        "--device",
+        choices=["cpu", "cuda"],
+        default=os.environ.get("MDSFAIR_TEST_DEVICE", "cpu"),
         help="device of the model-contract tests (tests/test_model_contract.py: every architecture's forward, "
-             "beam search, save/load, hub, bf16/fp16, activation checkpointing, --update-freq through fairseq's "
-             "Trainer); default $MDSFAIR_TEST_DEVICE or cpu",
+        "beam search, save/load, hub, bf16/fp16, activation checkpointing, --update-freq through fairseq's "
+        "Trainer); default $MDSFAIR_TEST_DEVICE or cpu",
     )
 
 

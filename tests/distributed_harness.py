@@ -92,6 +92,7 @@ Training on many GPUs (the commands the check stands for):
 fairseq's launcher refuses a world size above the GPU count, and ``--cpu`` under
 torchrun trains independent copies, which is why the check lives here.
 """
+
 import logging
 import os
 import socket
@@ -120,8 +121,14 @@ WRAPPER_CLASS_NAMES = {
 STOCHASTIC_ARG_MARKERS = ("dropout", "layerdrop")
 # set to 0 even when an architecture leaves them to its config's defaults
 KNOWN_STOCHASTIC_ARGS = (
-    "dropout", "attention_dropout", "activation_dropout", "relu_dropout", "pooler_dropout",
-    "encoder_layerdrop", "decoder_layerdrop", "quant_noise_pq",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "relu_dropout",
+    "pooler_dropout",
+    "encoder_layerdrop",
+    "decoder_layerdrop",
+    "quant_noise_pq",
 )
 # Used when train_args name none: the check compares gradients, so the
 # optimizer only has to exist; plain SGD keeps the second step linear in them.
@@ -150,7 +157,16 @@ def parse_training_config(train_args: Sequence[str], data_dir: str, seed: int = 
         raise FileNotFoundError(f"data directory {data_dir!r} does not exist")
     train_args = list(train_args)
     defaults = [] if "--optimizer" in train_args else DEFAULT_OPTIMIZER_ARGS
-    argv = [data_dir, *defaults, *train_args, "--user-dir", MDSFAIR_USER_DIR, *(["--cpu"] if cpu else []), "--seed", str(seed)]
+    argv = [
+        data_dir,
+        *defaults,
+        *train_args,
+        "--user-dir",
+        MDSFAIR_USER_DIR,
+        *(["--cpu"] if cpu else []),
+        "--seed",
+        str(seed),
+    ]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     for name in KNOWN_STOCHASTIC_ARGS:
         setattr(args, name, 0.0)
@@ -212,6 +228,7 @@ def train_steps(cfg, example_indices: Sequence, steps: int, model_seed: Optional
     from fairseq import tasks, utils
     from fairseq.logging import metrics
     from fairseq.trainer import Trainer
+
     from mdsfair.tasks.multidoc_summarization import unwrap_model
 
     batches = [list(batch) for batch in example_indices] if _is_batch_list(example_indices) else [list(example_indices)]
@@ -335,6 +352,7 @@ def _data_parallel_worker(
 
     torch.set_num_threads(1)  # see single_threaded()
     logging.getLogger().setLevel(logging.WARNING)
+
     def run_config(run: WorkerRun):
         cfg = parse_training_config(run.train_args or train_args, run.data_dir or data_dir, seed)
         _set_data_parallel(cfg, world_size, rank, run.ddp_backend, init_method)
@@ -391,9 +409,15 @@ def data_parallel_train_steps(
         workers = mp.start_processes(
             _data_parallel_worker,
             args=(
-                world_size, list(train_args), data_dir, seed,
+                world_size,
+                list(train_args),
+                data_dir,
+                seed,
                 f"tcp://127.0.0.1:{_free_loopback_port()}",
-                [list(s) for s in shards], runs, steps, out_dir,
+                [list(s) for s in shards],
+                runs,
+                steps,
+                out_dir,
             ),
             nprocs=world_size,
             join=False,
@@ -480,21 +504,30 @@ def check_data_parallel_results(reference: Dict, results: Dict[str, List[Dict]],
             )
         for rank, result in enumerate(ranks[1:], start=1):
             compare_tensors(
-                ranks[0]["wrapped_parameters"], result["wrapped_parameters"], 0.0, 0.0,
+                ranks[0]["wrapped_parameters"],
+                result["wrapped_parameters"],
+                0.0,
+                0.0,
                 f"{label}: parameters after wrapping, rank {rank} vs rank 0",
             )
         differences = {}
         for step, reference_gradients in enumerate(reference["gradients"]):
             for rank, result in enumerate(ranks):
                 step_differences = compare_tensors(
-                    reference_gradients, result["gradients"][step], atol, rtol,
+                    reference_gradients,
+                    result["gradients"][step],
+                    atol,
+                    rtol,
                     f"{label}: gradients of step {step + 1}, rank {rank} of {len(ranks)} vs one process",
                 )
                 for name, difference in step_differences.items():
                     differences[name] = max(difference, differences.get(name, 0.0))
         for rank, result in enumerate(ranks[1:], start=1):
             compare_tensors(
-                ranks[0]["updated_parameters"], result["updated_parameters"], 0.0, 0.0,
+                ranks[0]["updated_parameters"],
+                result["updated_parameters"],
+                0.0,
+                0.0,
                 f"{label}: parameters after {len(reference['gradients'])} updates, rank {rank} vs rank 0",
             )
         report[label] = differences

@@ -23,6 +23,7 @@ fixtures, which defeats their purpose)::
 
     python -m tests.golden_outputs record tests/fixtures/golden
 """
+
 import copy
 import os
 import shutil
@@ -80,8 +81,10 @@ def best_beams(task, model, cfg, sample: Dict) -> List[Dict[str, torch.Tensor]]:
     generator = task.build_generator([model], generation_config(cfg))
     with torch.no_grad():
         hypotheses = task.inference_step(generator, [model], sample)
-    return [{"tokens": beams[0]["tokens"].clone(), "positional_scores": beams[0]["positional_scores"].clone()}
-            for beams in hypotheses]
+    return [
+        {"tokens": beams[0]["tokens"].clone(), "positional_scores": beams[0]["positional_scores"].clone()}
+        for beams in hypotheses
+    ]
 
 
 def load(arch: str):
@@ -119,15 +122,17 @@ def record(out_dir: str) -> None:
             os.makedirs(arch_dir, exist_ok=True)
             trainer = Trainer(built.cfg, built.task, model, built.build_criterion())
             trainer.consolidate_optimizer()
-            trainer.save_checkpoint(os.path.join(arch_dir, "checkpoint.pt"),
-                                    {"train_iterator": {"epoch": 1}, "val_loss": None})
+            trainer.save_checkpoint(
+                os.path.join(arch_dir, "checkpoint.pt"), {"train_iterator": {"epoch": 1}, "val_loss": None}
+            )
             sample = built.batch("valid", built.shortest("valid", EXAMPLES))
             torch.save(sample, os.path.join(arch_dir, "batch.pt"))
             model = model.double().eval()
             lprobs = teacher_forced_lprobs(built.task, model, sample)
             beams = best_beams(built.task, model, built.cfg, sample)
-            torch.save({"lprobs": lprobs, "beams": beams, "generation": dict(GENERATION)},
-                       os.path.join(arch_dir, "golden.pt"))
+            torch.save(
+                {"lprobs": lprobs, "beams": beams, "generation": dict(GENERATION)}, os.path.join(arch_dir, "golden.pt")
+            )
             print(arch, tuple(lprobs.shape), [b["tokens"].tolist() for b in beams], flush=True)
 
 

@@ -2,6 +2,7 @@
 layout (nlpyang/hiersumm): a tiny SentencePiece model with their special
 pieces, their Summarizer's parameter names and shapes with random values,
 and the training options their checkpoints pickle under ``opt``."""
+
 import argparse
 
 import sentencepiece
@@ -28,14 +29,33 @@ def train_spm(path_prefix, control_roles):
     """Their specials as user-defined pieces (``control_roles=False``), or
     <PAD>/<S>/</S> as SentencePiece's own pad/bos/eos pieces (True)."""
     if control_roles:
-        extra = dict(pad_id=0, pad_piece="<PAD>", bos_id=1, bos_piece="<S>", eos_id=2, eos_piece="</S>", unk_id=3,
-                     unk_piece="<UNK>", user_defined_symbols=["<T>", "<P>", "<Q>"])
+        extra = dict(
+            pad_id=0,
+            pad_piece="<PAD>",
+            bos_id=1,
+            bos_piece="<S>",
+            eos_id=2,
+            eos_piece="</S>",
+            unk_id=3,
+            unk_piece="<UNK>",
+            user_defined_symbols=["<T>", "<P>", "<Q>"],
+        )
     else:
-        extra = dict(pad_id=-1, bos_id=-1, eos_id=-1, unk_id=0,
-                     user_defined_symbols=["<PAD>", "<S>", "</S>", "<T>", "<P>", "<Q>"])
+        extra = dict(
+            pad_id=-1,
+            bos_id=-1,
+            eos_id=-1,
+            unk_id=0,
+            user_defined_symbols=["<PAD>", "<S>", "</S>", "<T>", "<P>", "<Q>"],
+        )
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(TEXT), model_prefix=path_prefix, vocab_size=90, hard_vocab_limit=False,
-        model_type="unigram", minloglevel=2, **extra,
+        sentence_iterator=iter(TEXT),
+        model_prefix=path_prefix,
+        vocab_size=90,
+        hard_vocab_limit=False,
+        model_type="unigram",
+        minloglevel=2,
+        **extra,
     )
     return path_prefix + ".model"
 
@@ -105,8 +125,23 @@ def their_state_dict(vocab_size, seed=0, old_layer_norm_names=False):
 def their_opt():
     """The training options their checkpoints pickle under 'opt' (the README's command, tiny sizes)."""
     return argparse.Namespace(
-        emb_size=DIM, enc_hidden_size=DIM, dec_hidden_size=DIM, enc_layers=ENC_LAYERS, dec_layers=DEC_LAYERS,
-        heads=HEADS, ff_size=FFN, hier=True, inter_layers=list(INTER), inter_heads=HEADS, enc_dropout=0.1,
-        dec_dropout=0.1, share_embeddings=True, share_decoder_embeddings=True, label_smoothing=0.1, lr=3,
-        warmup_steps=8000, vocab_path="spm9998_3.model", block_size=None,
+        emb_size=DIM,
+        enc_hidden_size=DIM,
+        dec_hidden_size=DIM,
+        enc_layers=ENC_LAYERS,
+        dec_layers=DEC_LAYERS,
+        heads=HEADS,
+        ff_size=FFN,
+        hier=True,
+        inter_layers=list(INTER),
+        inter_heads=HEADS,
+        enc_dropout=0.1,
+        dec_dropout=0.1,
+        share_embeddings=True,
+        share_decoder_embeddings=True,
+        label_smoothing=0.1,
+        lr=3,
+        warmup_steps=8000,
+        vocab_path="spm9998_3.model",
+        block_size=None,
     )

@@ -4,6 +4,7 @@ model_builder}.py) written from their equations, reading a state dict with
 their parameter names. It is the reference for the hiertransformer_hiersumm
 arch (tests/test_hiertransformer.py) and for ``mdsfair-import hiersumm``
 (tests/test_import_hiersumm.py)."""
+
 import math
 
 import torch
@@ -60,8 +61,12 @@ def ref_encoder(src, sd, heads, inter_layers, inter_heads, num_layers, pad):
     dim = embeddings.size(1)
     pe = hiersumm_positions(max(blocks, tokens), dim // 2).to(embeddings.dtype)
     position = torch.cat(
-        [pe[:tokens].expand(batch, blocks, tokens, dim // 2),
-         pe[:blocks].unsqueeze(1).expand(batch, blocks, tokens, dim // 2)], -1)
+        [
+            pe[:tokens].expand(batch, blocks, tokens, dim // 2),
+            pe[:blocks].unsqueeze(1).expand(batch, blocks, tokens, dim // 2),
+        ],
+        -1,
+    )
     x = (embeddings[src] * math.sqrt(dim) + position).view(batch * blocks, tokens, dim)
     pad_mask = src.eq(pad).view(batch * blocks, tokens)
     block_missing = pad_mask.view(batch, blocks, tokens).all(-1)
@@ -75,8 +80,14 @@ def ref_encoder(src, sd, heads, inter_layers, inter_heads, num_layers, pad):
             values = ref_linear(h, sd, p + ".pooling.linear_values").view(batch * blocks, tokens, inter_heads, head_dim)
             block = (weights.unsqueeze(-1) * values).sum(1)  # [B*n, heads, d_head]
             block = ref_layer_norm(block, sd, p + ".layer_norm2")
-            block = block.view(batch, blocks, inter_heads, head_dim).transpose(1, 2).reshape(batch * inter_heads, blocks, head_dim)
-            blocked = block_missing.unsqueeze(1).expand(batch, inter_heads, blocks).reshape(batch * inter_heads, 1, blocks)
+            block = (
+                block.view(batch, blocks, inter_heads, head_dim)
+                .transpose(1, 2)
+                .reshape(batch * inter_heads, blocks, head_dim)
+            )
+            blocked = (
+                block_missing.unsqueeze(1).expand(batch, inter_heads, blocks).reshape(batch * inter_heads, 1, blocks)
+            )
             block = ref_attention(block, block, block, sd, p + ".inter_att", 1, blocked, final_linear=False)
             block = block.view(batch, inter_heads, blocks, head_dim).transpose(1, 2).reshape(batch * blocks, dim)
             block = ref_linear(block, sd, p + ".linear")
@@ -108,8 +119,15 @@ def ref_decoder(tgt, memory, memory_pad, sd, heads, num_layers, pad):
         p = f"decoder.transformer_layers.{i}"
         h = ref_layer_norm(x, sd, p + ".layer_norm_1")
         query = ref_attention(h, h, h, sd, p + ".self_attn", heads, self_blocked) + x
-        mid = ref_attention(memory, memory, ref_layer_norm(query, sd, p + ".layer_norm_2"), sd,
-                            p + ".context_attn", heads, memory_pad.unsqueeze(1))
+        mid = ref_attention(
+            memory,
+            memory,
+            ref_layer_norm(query, sd, p + ".layer_norm_2"),
+            sd,
+            p + ".context_attn",
+            heads,
+            memory_pad.unsqueeze(1),
+        )
         x = ref_feed_forward(mid + query, sd, p + ".feed_forward")
     x = ref_layer_norm(x, sd, "decoder.layer_norm")
     return torch.log_softmax(x @ sd["generator.0.weight"].T + sd["generator.0.bias"], dim=-1)
@@ -125,18 +143,24 @@ def export_to_hiersumm_layout(model):
     """Our hiertransformer_hiersumm parameters under the hiersumm code's names
     (the inverse of the importer's mapping, written independently here)."""
     ours = {k: v.detach() for k, v in model.state_dict().items()}
-    sd = {"encoder.embeddings.weight": ours["encoder.embed_tokens.weight"],
-          "decoder.embeddings.weight": ours["decoder.embed_tokens.weight"],
-          "generator.0.weight": ours["decoder.output_projection.weight"],
-          "generator.0.bias": ours["decoder.output_projection.bias"]}
+    sd = {
+        "encoder.embeddings.weight": ours["encoder.embed_tokens.weight"],
+        "decoder.embeddings.weight": ours["decoder.embed_tokens.weight"],
+        "generator.0.weight": ours["decoder.output_projection.weight"],
+        "generator.0.bias": ours["decoder.output_projection.bias"],
+    }
 
     def copy(their, our):
         sd[their + ".weight"] = ours[our + ".weight"]
         sd[their + ".bias"] = ours[our + ".bias"]
 
     def attention(their, our):
-        for a, b in (("linear_query", "q_proj"), ("linear_keys", "k_proj"), ("linear_values", "v_proj"),
-                     ("final_linear", "out_proj")):
+        for a, b in (
+            ("linear_query", "q_proj"),
+            ("linear_keys", "k_proj"),
+            ("linear_values", "v_proj"),
+            ("final_linear", "out_proj"),
+        ):
             copy(f"{their}.{a}", f"{our}.{b}")
 
     local_layers = len(model.encoder.local_layers)

@@ -2,6 +2,7 @@
 extra), tiny BART and LED models and byte-level BPE tokenizers written by the
 tests, tiny data-bins over them, and fairseq-train's restore path run in
 process."""
+
 import json
 import os
 from typing import Dict, List, Optional, Sequence
@@ -40,7 +41,10 @@ def write_tokenizer(directory: str, vocab_size: int = 320, mask: bool = True) ->
 
     tokenizer = ByteLevelBPETokenizer()
     tokenizer.train_from_iterator(
-        TEXTS * 4, vocab_size=vocab_size, min_frequency=2, special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
+        TEXTS * 4,
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=["<s>", "<pad>", "</s>", "<unk>"],
         show_progress=False,
     )
     os.makedirs(directory, exist_ok=True)
@@ -55,8 +59,14 @@ def write_tokenizer(directory: str, vocab_size: int = 320, mask: bool = True) ->
 
 
 TINY_BART = dict(
-    d_model=24, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-    encoder_ffn_dim=40, decoder_ffn_dim=40, max_position_embeddings=96,
+    d_model=24,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=40,
+    decoder_ffn_dim=40,
+    max_position_embeddings=96,
 )
 
 
@@ -84,8 +94,13 @@ def tiny_hf_bart(
     transformers = import_transformers()
     vocab = write_tokenizer(directory, mask=mask)
     config = transformers.BartConfig(
-        vocab_size=len(vocab) + extra_rows, scale_embedding=scale_embedding, tie_word_embeddings=tied,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, init_std=0.3,
+        vocab_size=len(vocab) + extra_rows,
+        scale_embedding=scale_embedding,
+        tie_word_embeddings=tied,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        init_std=0.3,
         **{**TINY_BART, **config_overrides},
     )
     torch.manual_seed(seed)
@@ -124,7 +139,7 @@ def save_hf_weights(model, directory: str, weights_format: str) -> None:
     assert weights_format == "sharded", weights_format
     names = sorted(tensors)
     weight_map = {}
-    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
         file = f"model-{shard + 1:05d}-of-00002.safetensors"
         save_file({n: tensors[n] for n in part}, os.path.join(directory, file), metadata={"format": "pt"})
         weight_map.update({n: file for n in part})
@@ -147,11 +162,20 @@ def tiny_hf_led(directory, transformers, layout="safetensors", primera=False, se
     vocab = write_tokenizer(directory)
     rows = len(vocab) + int(primera)
     config = transformers.LEDConfig(
-        vocab_size=rows, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32,
+        vocab_size=rows,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
         max_encoder_position_embeddings=TINY_LED_ENCODER_POSITIONS,
         max_decoder_position_embeddings=TINY_LED_DECODER_POSITIONS,
-        attention_window=list(TINY_LED_WINDOWS), dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+        attention_window=list(TINY_LED_WINDOWS),
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
         tie_word_embeddings=tied,
     )
     torch.manual_seed(seed)
@@ -203,12 +227,23 @@ def gpt2_data_bin(work_dir: str, bpe_dir: str, clusters: Optional[Sequence[Dict]
 
     raw = write_raw_splits(os.path.join(work_dir, "raw"), clusters or default_clusters())
     dest = os.path.join(work_dir, "data-bin")
-    run([
-        "--input-dir", raw, "--destdir", dest, "--subword", "gpt2",
-        "--gpt2-encoder-json", os.path.join(bpe_dir, "encoder.json"),
-        "--gpt2-vocab-bpe", os.path.join(bpe_dir, "vocab.bpe"),
-        "--dict", os.path.join(bpe_dir, "dict.txt"), "--no-progress-bar",
-    ])
+    run(
+        [
+            "--input-dir",
+            raw,
+            "--destdir",
+            dest,
+            "--subword",
+            "gpt2",
+            "--gpt2-encoder-json",
+            os.path.join(bpe_dir, "encoder.json"),
+            "--gpt2-vocab-bpe",
+            os.path.join(bpe_dir, "vocab.bpe"),
+            "--dict",
+            os.path.join(bpe_dir, "dict.txt"),
+            "--no-progress-bar",
+        ]
+    )
     return dest
 
 
@@ -231,12 +266,35 @@ def restore_with_trainer(
     from fairseq.trainer import Trainer
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data_bin, "--task", task, "--arch", arch, *flags, *criterion,
-        "--restore-file", restore_file, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-        "--optimizer", "adam", "--lr", "1e-4", "--max-tokens", "2048", "--cpu", "--save-dir", save_dir,
-        "--no-progress-bar", "--seed", "1",
-    ])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            data_bin,
+            "--task",
+            task,
+            "--arch",
+            arch,
+            *flags,
+            *criterion,
+            "--restore-file",
+            restore_file,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-4",
+            "--max-tokens",
+            "2048",
+            "--cpu",
+            "--save-dir",
+            save_dir,
+            "--no-progress-bar",
+            "--seed",
+            "1",
+        ],
+    )
     cfg = convert_namespace_to_omegaconf(args)
     fairseq_task = tasks.setup_task(cfg.task)
     fairseq_task.load_dataset("valid", combine=False, epoch=1)

@@ -28,6 +28,7 @@ To add a model: register it and a ``<model>_tiny`` architecture; a model
 that is neither a summarizer on ``multidoc_summarization`` nor the ranker
 adds its family to :data:`FAMILIES`.
 """
+
 import os
 import re
 from dataclasses import dataclass
@@ -62,8 +63,18 @@ class ModelFamily:
 
 SUMMARIZER = ModelFamily(
     "summarizer",
-    ("--task", "multidoc_summarization", "--max-source-positions", "512", "--max-target-positions", "256",
-     "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+    (
+        "--task",
+        "multidoc_summarization",
+        "--max-source-positions",
+        "512",
+        "--max-target-positions",
+        "256",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+    ),
     "data-bin",
     True,
 )
@@ -71,8 +82,18 @@ SUMMARIZER = ModelFamily(
 #: its own task (plain cross-entropy leaves the approximator without gradient).
 SPARSE_SUMMARIZER = ModelFamily(
     "sparse summarizer",
-    ("--task", "multidoc_summarization_sparse", "--max-source-positions", "512", "--max-target-positions", "256",
-     "--criterion", "sparse_kl", "--top-r", "3"),
+    (
+        "--task",
+        "multidoc_summarization_sparse",
+        "--max-source-positions",
+        "512",
+        "--max-target-positions",
+        "256",
+        "--criterion",
+        "sparse_kl",
+        "--top-r",
+        "3",
+    ),
     "data-bin",
     True,
 )
@@ -138,7 +159,8 @@ def tiny_configuration(arch: str) -> Dict[str, int]:
     args = Namespace()
     ARCH_CONFIG_REGISTRY[tiny](args)
     return {
-        name: value for name, value in sorted(vars(args).items())
+        name: value
+        for name, value in sorted(vars(args).items())
         if DIMENSION_ARGUMENT.search(name) and isinstance(value, int) and not isinstance(value, bool)
     }
 
@@ -171,14 +193,21 @@ def make_contract_data(work_dir: str) -> Dict[str, str]:
     if prebuilt:
         for name in ("data-bin", "raw"):
             if not os.path.isdir(os.path.join(prebuilt, name)):
-                raise FileNotFoundError(f"MDSFAIR_TEST_CONTRACT_DATA={prebuilt} has no {name}/: write it with "
-                                        "python -m tests.model_contract DIR")
+                raise FileNotFoundError(
+                    f"MDSFAIR_TEST_CONTRACT_DATA={prebuilt} has no {name}/: write it with "
+                    "python -m tests.model_contract DIR"
+                )
             shutil.copytree(os.path.join(prebuilt, name), os.path.join(work_dir, name))
         return {"data-bin": os.path.join(work_dir, "data-bin"), "raw": os.path.join(work_dir, "raw")}
 
     data_bin = make_tiny_data_bin(
-        work_dir, train=8, valid=4, test=4, vocab_size=300,
-        extra_args=["--side-data", *SIDE_DATA], **SYNTHETIC_OPTIONS,
+        work_dir,
+        train=8,
+        valid=4,
+        test=4,
+        vocab_size=300,
+        extra_args=["--side-data", *SIDE_DATA],
+        **SYNTHETIC_OPTIONS,
     )
     # PRIMERA's document separator, as an imported PRIMERA dict.txt has it: the
     # primera architecture sets the task's --source-layout primera.
@@ -256,7 +285,8 @@ def loss_and_gradients(model, criterion, sample) -> Tuple[torch.Tensor, int, Dic
     loss.backward()
     gradients = {
         name: (
-            param.grad.detach().float().clone() if param.grad is not None
+            param.grad.detach().float().clone()
+            if param.grad is not None
             else torch.zeros_like(param, dtype=torch.float)
         )
         for name, param in model.named_parameters()

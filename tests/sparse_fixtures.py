@@ -4,6 +4,7 @@
 command line, a collated training batch, random sentence ids, and the
 source of each decoder row after a beam reorder, and the model-free
 approximator's normalized sentence scores."""
+
 import torch
 
 from mdsfair.modules.sentence_approximator import model_free_log_probabilities, model_free_sentence_scores
@@ -23,10 +24,35 @@ def build(data_bin, *extra, stage="interleaved"):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     argv = [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization_sparse", "--arch", "sparse_bart_tiny",
-        "--criterion", "sparse_kl", "--optimizer", "adam", "--lr", "3e-3", "--max-source-positions", MAX_SOURCE,
-        "--dropout", "0", "--attention-dropout", "0", "--cpu", "--seed", "1", "--top-r", "3",
-        "--sparse-training-stage", stage, "--max-tokens", "4096", *extra,
+        data_bin,
+        "--user-dir",
+        USER_DIR,
+        "--task",
+        "multidoc_summarization_sparse",
+        "--arch",
+        "sparse_bart_tiny",
+        "--criterion",
+        "sparse_kl",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "3e-3",
+        "--max-source-positions",
+        MAX_SOURCE,
+        "--dropout",
+        "0",
+        "--attention-dropout",
+        "0",
+        "--cpu",
+        "--seed",
+        "1",
+        "--top-r",
+        "3",
+        "--sparse-training-stage",
+        stage,
+        "--max-tokens",
+        "4096",
+        *extra,
     ]
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
     torch.manual_seed(1)
@@ -57,5 +83,6 @@ def random_sentence_ids(bsz=3, src_len=23, seed=0):
 def model_free_sentence_log_scores(queries, sentence_key_sums, sentence_mask):
     """App. D, Eq. 19 normalized over sentences per head: ``[B, H, T, S]``
     log alpha~ (ranking uses the unnormalized scores, not these)."""
-    return model_free_log_probabilities(model_free_sentence_scores(queries, sentence_key_sums, sentence_mask),
-                                        sentence_mask)
+    return model_free_log_probabilities(
+        model_free_sentence_scores(queries, sentence_key_sums, sentence_mask), sentence_mask
+    )

@@ -1,6 +1,7 @@
 """fairseq's activation checkpointing, what mdsfair relies on and what it works
 around (:mod:`mdsfair.modules.activation_checkpointing`); every architecture's
 layers are checked in the model-contract suite."""
+
 from argparse import Namespace
 from typing import NamedTuple
 

@@ -10,6 +10,7 @@ their own files: a second preprocess into a locked destination and
 resuming with a changed architecture (tests/test_resume_arch_change.py), Ctrl-C
 in preprocess, train and generate (tests/test_interrupts.py), fairseq's size
 filter on a test split (tests/test_size_filter.py)."""
+
 import hashlib
 import json
 import os
@@ -24,7 +25,11 @@ from tests.utils import make_tiny_data_bin, run_python
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
-GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
+GOOD = {
+    "id": "c1",
+    "documents": ["The council approved the budget. Critics objected."],
+    "summary": "The budget passed.",
+}
 
 
 def snapshot(*folders) -> Dict[str, str]:
@@ -78,16 +83,36 @@ def data_bin(tmp_path_factory):
         (json.dumps({**GOOD, "id": "c\ud800"}), "id holds a lone surrogate U+D800"),
         ('{"id": "t1" "documents": []}', "not valid JSON (Expecting ',' delimiter at column 13)"),
     ],
-    ids=["lone_surrogate", "id_with_tab", "empty_id", "id_with_cr", "id_with_lf", "lone_surrogate_in_summary",
-         "lone_surrogate_in_id", "bad_json_line"],
+    ids=[
+        "lone_surrogate",
+        "id_with_tab",
+        "empty_id",
+        "id_with_cr",
+        "id_with_lf",
+        "lone_surrogate_in_summary",
+        "lone_surrogate_in_id",
+        "bad_json_line",
+    ],
 )
 def test_preprocess_refuses_hostile_text_and_writes_nothing(tmp_path, bad_line, message):
     raw = tmp_path / "raw"
     write_raw(raw, [json.dumps({**GOOD, "id": "t0"}), bad_line])
     before = snapshot(tmp_path)
     destination = tmp_path / "data-bin"
-    result = run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(raw), "--destdir", str(destination),
-                      "--vocab-size", "60", "--no-progress-bar"], tmp_path)
+    result = run_cli(
+        [
+            "-m",
+            "mdsfair.preprocess.binarize",
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            str(destination),
+            "--vocab-size",
+            "60",
+            "--no-progress-bar",
+        ],
+        tmp_path,
+    )
     refused(result, f"{raw / 'test.jsonl'}:2:", message)
     after = snapshot(tmp_path)
     assert after == before, sorted(set(after) ^ set(before))
@@ -99,27 +124,60 @@ def test_preprocess_names_invalid_utf8_by_file_and_line(tmp_path):
     with open(raw / "test.jsonl", "ab") as handle:
         handle.write(b'{"id": "t1", "documents": ["caf\xe9"], "summary": "S."}\n')
     before = snapshot(tmp_path)
-    result = run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(raw), "--destdir",
-                      str(tmp_path / "data-bin"), "--vocab-size", "60", "--no-progress-bar"], tmp_path)
+    result = run_cli(
+        [
+            "-m",
+            "mdsfair.preprocess.binarize",
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            str(tmp_path / "data-bin"),
+            "--vocab-size",
+            "60",
+            "--no-progress-bar",
+        ],
+        tmp_path,
+    )
     refused(result, f"{raw / 'test.jsonl'}:2: invalid UTF-8 at byte 31")  # the 0xe9 of "caf\xe9"
     assert snapshot(tmp_path) == before
 
 
 def preprocess_into(tmp_path, destination, *extra):
-    return run_cli(["-m", "mdsfair.preprocess.binarize", "--input-dir", str(tmp_path / "raw"), "--destdir",
-                    str(destination), "--vocab-size", "60", "--no-progress-bar", *extra], tmp_path)
+    return run_cli(
+        [
+            "-m",
+            "mdsfair.preprocess.binarize",
+            "--input-dir",
+            str(tmp_path / "raw"),
+            "--destdir",
+            str(destination),
+            "--vocab-size",
+            "60",
+            "--no-progress-bar",
+            *extra,
+        ],
+        tmp_path,
+    )
 
 
 @pytest.mark.parametrize(
     "damage, message",
     [
-        (lambda manifest: "", "mdsfair.json: the manifest is empty; mdsfair-preprocess --overwrite cannot tell which "
-                              "files of {dest} it wrote without a sound manifest, so it refuses the folder: move it aside"),
-        (lambda manifest: json.dumps({**{k: v for k, v in manifest.items() if k != "files"},
-                                      "splits": {"train": {**manifest["splits"]["train"],
-                                                           "skip_report": "../victim.txt"}}}),
-         "mdsfair.json: refusing a manifest whose file names leave the data-bin directory: "
-         "splits.train.skip_report = '../victim.txt'"),
+        (
+            lambda manifest: "",
+            "mdsfair.json: the manifest is empty; mdsfair-preprocess --overwrite cannot tell which "
+            "files of {dest} it wrote without a sound manifest, so it refuses the folder: move it aside",
+        ),
+        (
+            lambda manifest: json.dumps(
+                {
+                    **{k: v for k, v in manifest.items() if k != "files"},
+                    "splits": {"train": {**manifest["splits"]["train"], "skip_report": "../victim.txt"}},
+                }
+            ),
+            "mdsfair.json: refusing a manifest whose file names leave the data-bin directory: "
+            "splits.train.skip_report = '../victim.txt'",
+        ),
     ],
     ids=["damaged_manifest", "escaping_manifest"],
 )
@@ -135,20 +193,25 @@ def test_preprocess_overwrite_refuses_a_damaged_or_escaping_manifest(tmp_path, d
     (tmp_path / "victim.txt").write_text("not mdsfair's\n", encoding="utf-8")
     before = snapshot(tmp_path)
     result = preprocess_into(tmp_path, destination, "--overwrite")
-    refused(result, f"mdsfair-preprocess: error: --destdir {destination}: {destination}/"
-            + message.format(dest=destination), "Nothing was removed; it holds")
+    refused(
+        result,
+        f"mdsfair-preprocess: error: --destdir {destination}: {destination}/" + message.format(dest=destination),
+        "Nothing was removed; it holds",
+    )
     assert snapshot(tmp_path) == before
 
 
 def test_baseline_with_a_lone_surrogate_keeps_the_old_output(tmp_path):
     source = tmp_path / "test.jsonl"
-    source.write_text(json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "id": "c2", "summary": "S \udfff"}) + "\n",
-                      encoding="utf-8")
+    source.write_text(
+        json.dumps(GOOD) + "\n" + json.dumps({**GOOD, "id": "c2", "summary": "S \udfff"}) + "\n", encoding="utf-8"
+    )
     output = tmp_path / "lead.txt"
     output.write_text("an earlier run\n", encoding="utf-8")
     before = snapshot(tmp_path)
-    result = run_cli(["-m", "mdsfair.evaluation.baselines", str(source), "--method", "lead", "-o", str(output)],
-                     tmp_path)
+    result = run_cli(
+        ["-m", "mdsfair.evaluation.baselines", str(source), "--method", "lead", "-o", str(output)], tmp_path
+    )
     refused(result, f"{source}:2:", "summary holds a lone surrogate")
     assert snapshot(tmp_path) == before
 
@@ -176,8 +239,10 @@ def test_rouge_refuses_a_damaged_or_escaping_manifest(data_bin, tmp_path, manife
     hypotheses = tmp_path / "hypotheses.txt"
     hypotheses.write_text("a summary\n" * 3, encoding="utf-8")
     before = snapshot(tmp_path)
-    result = run_cli(["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--data-bin", str(copy), "--split", "test",
-                      "--fast"], tmp_path)
+    result = run_cli(
+        ["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--data-bin", str(copy), "--split", "test", "--fast"],
+        tmp_path,
+    )
     refused(result, message)
     assert snapshot(tmp_path) == before
 
@@ -194,8 +259,19 @@ def test_rouge_refuses_a_damaged_or_escaping_manifest(data_bin, tmp_path, manife
 def test_generate_refuses_impossible_settings_before_loading(data_bin, tmp_path, flags, message):
     results = tmp_path / "results"
     before = snapshot(data_bin, tmp_path)
-    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
-                      str(tmp_path / "checkpoint.pt"), "--results-path", str(results), *flags], tmp_path)
+    result = run_cli(
+        [
+            "-c",
+            "from mdsfair.cli import generate_main; generate_main()",
+            data_bin,
+            "--path",
+            str(tmp_path / "checkpoint.pt"),
+            "--results-path",
+            str(results),
+            *flags,
+        ],
+        tmp_path,
+    )
     refused(result, message)
     assert snapshot(data_bin, tmp_path) == before and not results.exists()
 
@@ -216,10 +292,27 @@ def test_generate_refuses_a_checkpoint_that_needs_pickle(data_bin, tmp_path):
     checkpoint = tmp_path / "hostile.pt"
     torch.save({"model": {}, "payload": WritesMarker(str(marker))}, checkpoint)
     before = snapshot(data_bin, tmp_path)
-    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
-                      str(checkpoint), "--task", "multidoc_summarization", "--cpu", "--gen-subset", "test"], tmp_path)
-    refused(result, f"mdsfair-generate: error: {checkpoint}: the checkpoint pickles io.open, which loading it would "
-            "have to execute", "MDSFAIR_TRUST_CHECKPOINTS=1")  # refused() also checks: no "Traceback"
+    result = run_cli(
+        [
+            "-c",
+            "from mdsfair.cli import generate_main; generate_main()",
+            data_bin,
+            "--path",
+            str(checkpoint),
+            "--task",
+            "multidoc_summarization",
+            "--cpu",
+            "--gen-subset",
+            "test",
+        ],
+        tmp_path,
+    )
+    refused(
+        result,
+        f"mdsfair-generate: error: {checkpoint}: the checkpoint pickles io.open, which loading it would "
+        "have to execute",
+        "MDSFAIR_TRUST_CHECKPOINTS=1",
+    )  # refused() also checks: no "Traceback"
     assert "Traceback" not in result.stdout + result.stderr
     assert not marker.exists()
     assert snapshot(data_bin, tmp_path) == before
@@ -237,9 +330,23 @@ def test_generate_refuses_an_empty_or_truncated_checkpoint(data_bin, tmp_path, k
         checkpoint.write_bytes(whole[: len(whole) // 2])
         message = f"mdsfair-generate: error: cannot read checkpoint {checkpoint} ({len(whole) // 2} bytes)"
     before = snapshot(data_bin, tmp_path)
-    result = run_cli(["-c", "from mdsfair.cli import generate_main; generate_main()", data_bin, "--path",
-                      str(checkpoint), "--task", "multidoc_summarization", "--cpu", "--gen-subset", "test",
-                      "--results-path", str(tmp_path / "results")], tmp_path)
+    result = run_cli(
+        [
+            "-c",
+            "from mdsfair.cli import generate_main; generate_main()",
+            data_bin,
+            "--path",
+            str(checkpoint),
+            "--task",
+            "multidoc_summarization",
+            "--cpu",
+            "--gen-subset",
+            "test",
+            "--results-path",
+            str(tmp_path / "results"),
+        ],
+        tmp_path,
+    )
     refused(result, message)
     assert "Traceback" not in result.stdout + result.stderr
     assert snapshot(data_bin, tmp_path) == before and not (tmp_path / "results").exists()
@@ -264,13 +371,48 @@ def test_train_refuses_a_restore_file_it_cannot_resume_in_one_line(data_bin, tmp
         message = f"mdsfair-train: error: {checkpoint}: the checkpoint pickles io.open"
     save_dir = tmp_path / "checkpoints"
     before = snapshot(data_bin, tmp_path)
-    result = run_cli(["-c", "from mdsfair.cli import train_main; train_main()", data_bin, "--task",
-                      "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers",
-                      "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
-                      "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads",
-                      "2", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096", "--max-update", "1",
-                      "--cpu", "--no-progress-bar", "--restore-file", str(checkpoint), "--save-dir", str(save_dir)],
-                     tmp_path)
+    result = run_cli(
+        [
+            "-c",
+            "from mdsfair.cli import train_main; train_main()",
+            data_bin,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "transformer",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "16",
+            "--decoder-embed-dim",
+            "16",
+            "--encoder-ffn-embed-dim",
+            "16",
+            "--decoder-ffn-embed-dim",
+            "16",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            "1",
+            "--cpu",
+            "--no-progress-bar",
+            "--restore-file",
+            str(checkpoint),
+            "--save-dir",
+            str(save_dir),
+        ],
+        tmp_path,
+    )
     refused(result, message)
     assert result.returncode == 1
     assert "Traceback" not in result.stdout + result.stderr
@@ -286,8 +428,7 @@ def test_rouge_warns_about_a_reference_without_a_word(tmp_path):
     hypotheses = tmp_path / "hypotheses.txt"
     hypotheses.write_text("the budget passed .\nsomething\n", encoding="utf-8")
     before = snapshot(tmp_path)
-    result = run_cli(["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--ref", str(references), "--fast"],
-                     tmp_path)
+    result = run_cli(["-m", "mdsfair.evaluation.rouge", str(hypotheses), "--ref", str(references), "--fast"], tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     assert f"{references}:2: cluster 1: its reference has no word" in result.stderr
     assert snapshot(tmp_path) == before

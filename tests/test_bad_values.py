@@ -2,6 +2,7 @@
 its command's parser: a bad value is one ``PROG: error: ...`` line and exit
 status 2, and nothing is written (``--chunk-size 0`` used to exit 0 with a
 data-bin holding 0 of 10 clusters)."""
+
 import os
 
 import pytest
@@ -38,13 +39,16 @@ def test_preprocess_refuses_a_bad_size_in_one_line_and_writes_nothing(raw, tmp_p
     assert not os.path.exists(destdir)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--train", "-3"], "argument --train: must be at least 0, got -3"),
-    (["--valid", "-1"], "argument --valid: must be at least 0, got -1"),
-    (["--num-docs", "0"], "argument --num-docs: must be at least 1, got 0"),
-    (["--max-paragraphs", "0"], "argument --max-paragraphs: must be at least 1, got 0"),
-    (["--noise-sentences", "-2"], "argument --noise-sentences: must be at least 0, got -2"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--train", "-3"], "argument --train: must be at least 0, got -3"),
+        (["--valid", "-1"], "argument --valid: must be at least 0, got -1"),
+        (["--num-docs", "0"], "argument --num-docs: must be at least 1, got 0"),
+        (["--max-paragraphs", "0"], "argument --max-paragraphs: must be at least 1, got 0"),
+        (["--noise-sentences", "-2"], "argument --noise-sentences: must be at least 0, got -2"),
+    ],
+)
 def test_synth_refuses_negative_counts(tmp_path, capsys, argv, message):
     from mdsfair.preprocess.synthetic import cli_main
 
@@ -83,8 +87,12 @@ def test_rouge_refuses_an_overlong_summary_up_front_and_the_limit_is_a_flag(tmp_
         cli_main([str(hyp), str(ref), "--fast"])
     assert exit_info.value.code == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
-    assert len(errors) == 1 and f"{hyp}: cluster 0 (line 1 of a one-per-line file): the hypothesis has 30,000 " \
-        "words, above --max-summary-words 5,000" in errors[0]
+    assert (
+        len(errors) == 1
+        and f"{hyp}: cluster 0 (line 1 of a one-per-line file): the hypothesis has 30,000 "
+        "words, above --max-summary-words 5,000"
+        in errors[0]
+    )
 
     hyp.write_text("one two three four five six\nthe second summary\n", encoding="utf-8")
     with pytest.raises(SystemExit):

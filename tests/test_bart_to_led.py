@@ -4,18 +4,26 @@ encoder position rows repeat BART's, the global projections equal the local
 ones, and with a window covering the whole source and only the first token
 global the converted model's logits equal BART's; fairseq-train
 --restore-file restores it with the printed flags."""
+
 import os
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
 
 import mdsfair  # noqa: F401
-from fairseq import checkpoint_utils
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.bart_to_led import convert_bart_to_led
 from mdsfair.importers.cli import import_main
 from mdsfair.importers.hf_bart import import_hf_bart
-from tests.import_fixtures import TEXTS, gpt2_data_bin, hf_tokenizer, import_transformers, restore_with_trainer, tiny_hf_bart
+from tests.import_fixtures import (
+    TEXTS,
+    gpt2_data_bin,
+    hf_tokenizer,
+    import_transformers,
+    restore_with_trainer,
+    tiny_hf_bart,
+)
 
 BART_POSITIONS = 96  # TINY_BART's max_position_embeddings
 LED_POSITIONS = 300  # 3 full copies and a cut one
@@ -84,7 +92,10 @@ def test_whole_source_window_and_first_token_global_equal_bart(bart, tmp_path):
         expected, _ = bart_model.double()(source.input_ids, lengths, decoder_input)
         for window, equal in ((128, True), (8, False)):
             led, _task = load(convert(bart, tmp_path, window)[0], bart["data_bin"])
-            assert led.encoder.self_attention_component.global_attention == "first" and led.encoder.max_source_positions == LED_POSITIONS
+            assert (
+                led.encoder.self_attention_component.global_attention == "first"
+                and led.encoder.max_source_positions == LED_POSITIONS
+            )
             logits, _ = led.double()(source.input_ids, lengths, decoder_input)
             if equal:
                 torch.testing.assert_close(logits[real], expected[real], atol=1e-9, rtol=1e-9)
@@ -94,14 +105,27 @@ def test_whole_source_window_and_first_token_global_equal_bart(bart, tmp_path):
 
 def test_restore_file_with_the_printed_flags(bart, tmp_path, capsys):
     out = str(tmp_path / "led.pt")
-    assert import_main(["bart-to-led", os.path.join(bart["out_dir"], "model.pt"), out,
-                        "--max-source-positions", str(LED_POSITIONS), "--attention-window", "8"]) == 0
+    assert (
+        import_main(
+            [
+                "bart-to-led",
+                os.path.join(bart["out_dir"], "model.pt"),
+                out,
+                "--max-source-positions",
+                str(LED_POSITIONS),
+                "--attention-window",
+                "8",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     command = next(line for line in printed.splitlines() if "fairseq-train" in line).split()
-    flags = command[command.index("--arch") + 2: command.index("--restore-file")]
+    flags = command[command.index("--arch") + 2 : command.index("--restore-file")]
     assert "--max-encoder-positions" in flags and "--attention-window" in flags
-    trainer = restore_with_trainer(bart["data_bin"], out, command[command.index("--arch") + 1], flags,
-                                   save_dir=str(tmp_path / "save"))
+    trainer = restore_with_trainer(
+        bart["data_bin"], out, command[command.index("--arch") + 1], flags, save_dir=str(tmp_path / "save")
+    )
     restored = trainer.model.state_dict()
     converted = checkpoint_utils.load_checkpoint_to_cpu(out)["model"]
     for key, tensor in converted.items():

@@ -1,4 +1,5 @@
 """Tests of the extractive baselines (Lead, LexRank, greedy oracle) and mdsfair-baseline."""
+
 import json
 import statistics
 from pathlib import Path
@@ -137,11 +138,21 @@ def test_cli_writes_one_summary_per_line(tmp_path, capsys):
     }
     source = _write_jsonl(tmp_path / "clusters.jsonl", [CLUSTER, second])
     output = tmp_path / "lead.txt"
-    assert cli_main(["--method", "lead", source, "-o", str(output), "--lead-sentences", "1", "--separator", " <q> "]) == 0
-    assert output.read_text().splitlines() == ["The earthquake struck the city at night.", "Heavy rain flooded the valley."]
+    assert (
+        cli_main(["--method", "lead", source, "-o", str(output), "--lead-sentences", "1", "--separator", " <q> "]) == 0
+    )
+    assert output.read_text().splitlines() == [
+        "The earthquake struck the city at night.",
+        "Heavy rain flooded the valley.",
+    ]
 
     output = tmp_path / "lead_rr.txt"
-    assert cli_main(["--method", "lead", source, "-o", str(output), "--lead-sentences", "2", "--lead-order", "round-robin"]) == 0
+    assert (
+        cli_main(
+            ["--method", "lead", source, "-o", str(output), "--lead-sentences", "2", "--lead-order", "round-robin"]
+        )
+        == 0
+    )
     assert output.read_text().splitlines()[1] == "Heavy rain flooded the valley. The river rose by two metres."
 
     output = tmp_path / "lexrank.txt"
@@ -160,7 +171,9 @@ def test_cli_writes_one_summary_per_line(tmp_path, capsys):
 def test_cli_rejects_bad_flags(tmp_path):
     source = _write_jsonl(tmp_path / "clusters.jsonl", [CLUSTER])
     with pytest.raises(SystemExit):
-        cli_main(["--method", "lead", source, "-o", str(tmp_path / "o.txt"), "--lead-sentences", "2", "--lead-tokens", "5"])
+        cli_main(
+            ["--method", "lead", source, "-o", str(tmp_path / "o.txt"), "--lead-sentences", "2", "--lead-tokens", "5"]
+        )
     with pytest.raises(SystemExit):
         cli_main(["--method", "lead", source, "-o", str(tmp_path / "o.txt"), "--separator", "\n"])
 
@@ -184,7 +197,10 @@ def test_lead_word_budget_is_exactly_the_first_words():
     assert lead(CLUSTER, num_tokens=8) == ["The earthquake struck the city at night.", "Local"]
     # Round-robin: the budget runs over sentence 1 of every document first (7 + 10 words, then 3 of the third).
     assert lead(CLUSTER, num_tokens=20, order="round-robin") == [
-        "The earthquake struck the city at night.", CENTRAL, "Roads and bridges"]
+        "The earthquake struck the city at night.",
+        CENTRAL,
+        "Roads and bridges",
+    ]
     # The title, when asked for, is the first unit of the reading order and counts against the budget.
     assert lead(CLUSTER, num_tokens=3, include_title=True) == ["Earthquake", "The earthquake"]
     assert lead(CLUSTER, num_sentences=1, include_title=True) == ["Earthquake"]
@@ -217,7 +233,9 @@ def test_cli_budget_from_reference_is_labelled_an_oracle(tmp_path, capsys):
     source = _write_jsonl(tmp_path / "clusters.jsonl", [CLUSTER, SECOND])
     for method in ("lead", "lexrank"):
         output = tmp_path / f"{method}.txt"
-        assert cli_main(["--method", method, source, "-o", str(output), "--budget-from-reference", "--score", "fast"]) == 0
+        assert (
+            cli_main(["--method", method, source, "-o", str(output), "--budget-from-reference", "--score", "fast"]) == 0
+        )
         # CLUSTER's reference has 10 words; SECOND's two have 5 and 6 (mean 5.5 -> 6).
         assert [len(line.split()) for line in output.read_text().splitlines()] == [10, 6]
         captured = capsys.readouterr()
@@ -254,15 +272,18 @@ def test_cli_budget_preset_sets_the_word_budget(tmp_path, capsys):
     assert same.read_text() == output.read_text()
 
 
-@pytest.mark.parametrize("flags", [
-    ["--method", "lead", "--budget-preset", "multinews", "--lead-tokens", "5"],
-    ["--method", "lead", "--budget-from-reference", "--lead-sentences", "2"],
-    ["--method", "lexrank", "--budget-preset", "wcep", "--max-words", "5"],
-    ["--method", "lexrank", "--budget-from-reference", "--num-sentences", "2"],
-    ["--method", "oracle", "--budget-preset", "wcep"],
-    ["--method", "lead", "--budget-preset", "wcep", "--budget-from-reference"],
-    ["--method", "lead", "--budget-preset", "duc2004"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--method", "lead", "--budget-preset", "multinews", "--lead-tokens", "5"],
+        ["--method", "lead", "--budget-from-reference", "--lead-sentences", "2"],
+        ["--method", "lexrank", "--budget-preset", "wcep", "--max-words", "5"],
+        ["--method", "lexrank", "--budget-from-reference", "--num-sentences", "2"],
+        ["--method", "oracle", "--budget-preset", "wcep"],
+        ["--method", "lead", "--budget-preset", "wcep", "--budget-from-reference"],
+        ["--method", "lead", "--budget-preset", "duc2004"],
+    ],
+)
 def test_cli_rejects_conflicting_lengths(tmp_path, capsys, flags):
     source = _write_jsonl(tmp_path / "clusters.jsonl", [CLUSTER])
     with pytest.raises(SystemExit) as exit_info:
@@ -298,8 +319,11 @@ def test_budget_presets_match_their_sources():
     assert "first k tokens; we set k to the length of the" in liu_lapata
     assert BUDGET_PRESETS["wikisum"].words == round(139.4)
     # PeerSum: the mean meta-review length of the shared sample.
-    lengths = [len(json.loads(line)["summary"].split())
-               for path in sorted((SHARED / "data" / "peersum_sample" / "jsonl").glob("*.jsonl"))
-               for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+    lengths = [
+        len(json.loads(line)["summary"].split())
+        for path in sorted((SHARED / "data" / "peersum_sample" / "jsonl").glob("*.jsonl"))
+        for line in path.read_text(encoding="utf-8").split("\n")
+        if line.strip()
+    ]
     assert len(lengths) == 90 and round(statistics.mean(lengths), 1) == 112.8
     assert BUDGET_PRESETS["peersum"].words == round(statistics.mean(lengths))

@@ -10,6 +10,7 @@ path (as fairseq does); two float64 score computations that round their last
 bit differently can round to neighbouring float32 values there, so the
 outputs are compared with a float32-derived tolerance (``tests/tolerances.py``).
 """
+
 import contextlib
 import copy
 
@@ -36,8 +37,9 @@ def within_group_orders(sources: int, beam: int, steps: int, seed: int = 0):
     """A random reorder per step that keeps every row among its source's rows."""
     generator = torch.Generator().manual_seed(seed)
     return [
-        (torch.arange(sources).view(-1, 1) * beam
-         + torch.randint(0, beam, (sources, beam), generator=generator)).view(-1)
+        (torch.arange(sources).view(-1, 1) * beam + torch.randint(0, beam, (sources, beam), generator=generator)).view(
+            -1
+        )
         for _ in range(steps)
     ]
 
@@ -182,8 +184,9 @@ def test_a_decoder_with_beam_groups_gives_the_logits_of_fairseqs_caches(arch):
                     search.advance()
                 steps_out.append(torch.log_softmax(logits[:, -1], dim=-1))
         outputs[declared] = torch.stack(steps_out)
-        in_place = [layer.self_attn.get_incremental_state(state, "beam_cache") is not None
-                    for layer in model.decoder.layers]
+        in_place = [
+            layer.self_attn.get_incremental_state(state, "beam_cache") is not None for layer in model.decoder.layers
+        ]
         assert all(in_place) == declared and any(in_place) == declared
     float32_close(outputs[True], outputs[False])
 
@@ -198,5 +201,6 @@ def test_a_long_length_limit_does_not_preallocate_the_whole_limit():
     history.length = INITIAL_CAPACITY
     history.ensure_capacity(INITIAL_CAPACITY + 1)
     assert history.capacity == 2 * INITIAL_CAPACITY
-    assert torch.equal(history.parents[:, INITIAL_CAPACITY:],
-                       (torch.arange(4) % 2).unsqueeze(1).expand(4, INITIAL_CAPACITY))
+    assert torch.equal(
+        history.parents[:, INITIAL_CAPACITY:], (torch.arange(4) % 2).unsqueeze(1).expand(4, INITIAL_CAPACITY)
+    )

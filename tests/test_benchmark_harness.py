@@ -2,6 +2,7 @@
 measurement every benchmark script shares, and one benchmark run end to end
 at toy size through it (its results file has the fields of the committed
 one that the documentation is rendered from)."""
+
 import json
 import re
 
@@ -60,7 +61,9 @@ def test_result_rows_write_the_file_after_every_row_and_only_with_json(tmp_path)
     rows = harness.result_rows(harness.parse(parser, argv), "hierencdec", argv, 3, dtype="fp32")
     rows.add({"documents": 4, "blocked_s": results.repeats_cell([0.3, 0.1, 0.2])})
     record = json.loads(path.read_text())
-    assert re.sub(r"^(\w+=\S+ )*", "", record["command"]) == f"python benchmarks/hierencdec.py --repeats 3 --json {path}"
+    assert (
+        re.sub(r"^(\w+=\S+ )*", "", record["command"]) == f"python benchmarks/hierencdec.py --repeats 3 --json {path}"
+    )
     assert record["rows"] == [{"documents": 4, "blocked_s": {"median": 0.2, "minimum": 0.1, "maximum": 0.3}}]
     assert record["dtype"] == "fp32" and record["repeats"] == 3 and results.problems(record) == []
     rows.add({"documents": 8}, parameters=1234)  # a header field known only at the end
@@ -74,8 +77,12 @@ def test_synthetic_model_arguments_leave_unset_flags_to_the_architecture():
     dictionary = harness.synthetic_dictionary(50)
     assert len(dictionary) == 50 and dictionary.symbols[4] == "w0"
     args = harness.model_args(TransformerModel, "small", dropout=0.0)
-    assert (args.encoder_layers, args.decoder_embed_dim, args.encoder_ffn_embed_dim, args.decoder_attention_heads) \
-        == harness.DIMS["small"]
+    assert (
+        args.encoder_layers,
+        args.decoder_embed_dim,
+        args.encoder_ffn_embed_dim,
+        args.decoder_attention_heads,
+    ) == harness.DIMS["small"]
     assert args.dropout == 0.0 and not hasattr(args, "attention_dropout")  # absent: base_architecture fills it
     task = harness.SyntheticTask(dictionary)
     assert task.source_dictionary is task.target_dictionary is dictionary and task.document_separator() is None

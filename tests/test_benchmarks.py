@@ -2,6 +2,7 @@
 the ``MEDIAN (MIN-MAX)`` format every benchmark prints (issue 23.5), checked
 on a step whose durations a fake clock controls; and that every benchmark
 script still imports (no heavy benchmark runs here)."""
+
 import glob
 import json
 import os
@@ -94,8 +95,13 @@ def test_every_benchmark_script_imports():
     names = sorted(os.path.basename(p)[:-3] for p in glob.glob(os.path.join(REPO_ROOT, "benchmarks", "*.py")))
     assert {"measure", "sparse_decoder", "preprocess", "led"} <= set(names)
     code = "import importlib, sys\nfor name in sys.argv[1:]:\n    importlib.import_module('benchmarks.' + name)\n"
-    result = subprocess.run([sys.executable, "-c", code, *names], cwd=REPO_ROOT, capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", code, *names],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -108,15 +114,23 @@ def test_checkpoint_checksum_benchmark_times_each_step_and_verifies_what_it_read
 
     verified = []
     real_verify = checksums.verify_model_checksum
-    monkeypatch.setattr(checksums, "verify_model_checksum",
-                        lambda state, checksum, path: verified.append(len(checksum["tensors"])) or
-                        real_verify(state, checksum, path))
-    checkpoint_checksum.main([
-        "--vocab-size", "64", "--repeats", "2",
-        "--model-args", "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
-                        "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
-                        "--encoder-attention-heads 2 --decoder-attention-heads 2",
-    ])
+    monkeypatch.setattr(
+        checksums,
+        "verify_model_checksum",
+        lambda state, checksum, path: verified.append(len(checksum["tensors"])) or real_verify(state, checksum, path),
+    )
+    checkpoint_checksum.main(
+        [
+            "--vocab-size",
+            "64",
+            "--repeats",
+            "2",
+            "--model-args",
+            "--encoder-layers 1 --decoder-layers 1 --encoder-embed-dim 16 --decoder-embed-dim 16 "
+            "--encoder-ffn-embed-dim 32 --decoder-ffn-embed-dim 32 "
+            "--encoder-attention-heads 2 --decoder-attention-heads 2",
+        ]
+    )
     out = capsys.readouterr().out
     assert "bart_base, vocabulary 64" in out and "2 repeats" in out
     for name in ("save", "checksum", "load", "verify"):
@@ -160,25 +174,60 @@ def test_memory_fit_gib_measures_only_cells_that_fit_and_shortest_lengths_first(
     monkeypatch.setattr(memory, "in_fresh_process", fake_in_fresh_process)
     monkeypatch.setattr(memory, "TABLE_LENGTHS", (1024, 4096))
     measurements = tmp_path / "m.json"
-    measurements.write_text(json.dumps({
-        f"{arch}/fp32/{variant}": {"512": [slope[arch] * 512], "1024": [slope[arch] * 1024]}
-        for arch in slope for variant in ("plain", "checkpointed")
-    }))
-    memory.main(["--archs", "small", "big", "--lengths", "2048", "4096", "--repeats", "1", "--bf16-archs",
-                 "--bf16-ratio", "0.7", "--fit-gib", "10", "--data", str(tmp_path), "--measurements",
-                 str(measurements)])
+    measurements.write_text(
+        json.dumps(
+            {
+                f"{arch}/fp32/{variant}": {"512": [slope[arch] * 512], "1024": [slope[arch] * 1024]}
+                for arch in slope
+                for variant in ("plain", "checkpointed")
+            }
+        )
+    )
+    memory.main(
+        [
+            "--archs",
+            "small",
+            "big",
+            "--lengths",
+            "2048",
+            "4096",
+            "--repeats",
+            "1",
+            "--bf16-archs",
+            "--bf16-ratio",
+            "0.7",
+            "--fit-gib",
+            "10",
+            "--data",
+            str(tmp_path),
+            "--measurements",
+            str(measurements),
+        ]
+    )
     out = capsys.readouterr().out
     # big: 2048 x 4 MiB = 8 GiB fits, 4096 x 4 MiB = 16 GiB does not; small fits everywhere
-    assert measured_order == [("small", 2048, False), ("small", 2048, True), ("big", 2048, False),
-                              ("big", 2048, True), ("small", 4096, False), ("small", 4096, True)]
+    assert measured_order == [
+        ("small", 2048, False),
+        ("small", 2048, True),
+        ("big", 2048, False),
+        ("big", 2048, True),
+        ("small", 4096, False),
+        ("small", 4096, True),
+    ]
     assert "big fp32 plain n=4096: not measured, projected 16.0 GiB > --fit-gib 10" in out
     saved = memory.read_measurements(str(measurements))  # now a results file (benchmarks/results.py)
     assert 4096 in saved[("small", "fp32", False)] and 4096 not in saved[("big", "fp32", False)]
     record = json.loads(measurements.read_text())
     command = re.sub(r"^(\w+=\S+ )*", "", record["command"])  # after the thread variables the tests set
     assert command.startswith("python benchmarks/memory.py --archs small big") and record["device"]
-    assert {"arch": "small", "dtype": "fp32", "variant": "plain", "source_tokens": 4096,
-            "activation_mib": {"median": 409.6, "minimum": 409.6, "maximum": 409.6}, "runs": [409.6]} in record["rows"]
+    assert {
+        "arch": "small",
+        "dtype": "fp32",
+        "variant": "plain",
+        "source_tokens": 4096,
+        "activation_mib": {"median": 409.6, "minimum": 409.6, "maximum": 409.6},
+        "runs": [409.6],
+    } in record["rows"]
     assert re.search(r"^\| big \| 1 M \| 4,096 \| 16\.0 p \|", out, re.M)
     assert re.search(r"^\| small \| 1 M \| 4,096 \| 0\.4 m \|", out, re.M)
 
@@ -212,8 +261,16 @@ def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterp
             handle.write('{"peak_mib": 1024}')
 
     monkeypatch.setattr(train_systems, "run_command", fake_run)
-    args = SimpleNamespace(data="/d/data-bin", lr=3e-4, warmup=50, batch_size=2, updates=200, source_tokens=4096,
-                           log_interval=20, device="cuda")
+    args = SimpleNamespace(
+        data="/d/data-bin",
+        lr=3e-4,
+        warmup=50,
+        batch_size=2,
+        updates=200,
+        source_tokens=4096,
+        log_interval=20,
+        device="cuda",
+    )
     run = train_systems.train_system("hierencdec_bart_base", "bf16", args, str(tmp_path))
     assert run["source_tokens_per_s"] == pytest.approx(4.5 * 2 * 122464 / 32)
     assert run["falling"] and run["finite"] and run["overflows"] == 1 and run["losses"] == [8.5, 5.0, 3.0]
@@ -222,17 +279,24 @@ def test_train_systems_reads_fairseqs_log_and_takes_ratios_to_the_stock_counterp
     with pytest.raises(FileExistsError):  # fairseq would resume an earlier run's checkpoint_last.pt
         train_systems.train_system("hierencdec_bart_base", "bf16", args, str(tmp_path))
     stock = dict(run, source_tokens_per_s=run["source_tokens_per_s"] * 2, peak_mib=512)
-    results = {"train": {"hierencdec_bart_base": {"bf16": run}, "bart_base": {"bf16": stock}},
-               "generate": {"hierencdec_bart_base": {"summaries_per_s": 3.0}, "bart_base": {"summaries_per_s": 6.0}}}
+    results = {
+        "train": {"hierencdec_bart_base": {"bf16": run}, "bart_base": {"bf16": stock}},
+        "generate": {"hierencdec_bart_base": {"summaries_per_s": 3.0}, "bart_base": {"summaries_per_s": 6.0}},
+    }
     table = train_systems.table(results, ["bf16"])
     assert "| hierencdec_bart_base | bf16 | 8.50 -> 3.00 | 1 | 34,443 | 0.50 | 1.0 | 2.00 |" in table
     assert "| hierencdec_bart_base | 3.00 | 0.50 |" in table
     rows = train_systems.results_rows(results, ["bf16"])  # the results file's rows (benchmarks/results.py)
     assert rows[0]["tokens_per_s_vs_stock"] == pytest.approx(0.5) and rows[0]["peak_vs_stock"] == pytest.approx(2.0)
-    assert rows[-2:] == [{"part": "generation", "system": "hierencdec_bart_base", "summaries_per_s": 3.0,
-                          "summaries_per_s_vs_stock": 0.5},
-                         {"part": "generation", "system": "bart_base", "summaries_per_s": 6.0,
-                          "summaries_per_s_vs_stock": None}]  # a stock model has no counterpart
+    assert rows[-2:] == [
+        {
+            "part": "generation",
+            "system": "hierencdec_bart_base",
+            "summaries_per_s": 3.0,
+            "summaries_per_s_vs_stock": 0.5,
+        },
+        {"part": "generation", "system": "bart_base", "summaries_per_s": 6.0, "summaries_per_s_vs_stock": None},
+    ]  # a stock model has no counterpart
 
 
 def test_memory_compare_puts_two_measurement_files_side_by_side(tmp_path, capsys):
@@ -241,8 +305,14 @@ def test_memory_compare_puts_two_measurement_files_side_by_side(tmp_path, capsys
     from benchmarks import memory
 
     first, second = tmp_path / "cpu.json", tmp_path / "gpu.json"
-    first.write_text(json.dumps({"led_base/fp32/plain": {"2048": [100.0, 120.0, 110.0], "4096": [200.0]},
-                                 "led_base/fp32/checkpointed": {"2048": [50.0]}}))
+    first.write_text(
+        json.dumps(
+            {
+                "led_base/fp32/plain": {"2048": [100.0, 120.0, 110.0], "4096": [200.0]},
+                "led_base/fp32/checkpointed": {"2048": [50.0]},
+            }
+        )
+    )
     second.write_text(json.dumps({"led_base/fp32/plain": {"2048": [55.0], "8192": [400.0]}}))
     memory.main(["--compare", str(first), str(second)])
     rows = capsys.readouterr().out.strip().splitlines()
@@ -258,11 +328,38 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
     from benchmarks import led_sparse
 
     out = tmp_path / "led_sparse.json"
-    led_sparse.main(["--source-lengths", "256", "--batch-size", "2", "--beam", "2", "--target-length", "4",
-                     "--layers", "1", "--dim", "32", "--heads", "4", "--window", "32", "--vocab-size", "300",
-                     "--repeats", "2", "--top-r", "2", "--json", str(out)])
+    led_sparse.main(
+        [
+            "--source-lengths",
+            "256",
+            "--batch-size",
+            "2",
+            "--beam",
+            "2",
+            "--target-length",
+            "4",
+            "--layers",
+            "1",
+            "--dim",
+            "32",
+            "--heads",
+            "4",
+            "--window",
+            "32",
+            "--vocab-size",
+            "300",
+            "--repeats",
+            "2",
+            "--top-r",
+            "2",
+            "--json",
+            str(out),
+        ]
+    )
     record = json.loads(out.read_text())
-    assert re.sub(r"^(\w+=\S+ )*", "", record["command"]).startswith("python benchmarks/led_sparse.py --source-lengths 256")
+    assert re.sub(r"^(\w+=\S+ )*", "", record["command"]).startswith(
+        "python benchmarks/led_sparse.py --source-lengths 256"
+    )
     assert record["device"] and record["repeats"] == 2 and record["commit"]
     from benchmarks import results
 
@@ -283,22 +380,61 @@ def test_sparse_decoder_sweeps_the_sentence_count_at_a_fixed_source_length(tmp_p
     from benchmarks import results, sparse_decoder
 
     out = tmp_path / "sparse_decoder.json"
-    sparse_decoder.main(["--source-lengths", "64", "--sentences-per-source", "4,8", "--batch-sizes", "2",
-                         "--top-r", "2", "--model-free-top-r", "--pooling-top-r", "--layers", "1", "--dim", "16",
-                         "--heads", "2", "--vocab-size", "50", "--target-length", "3", "--beam", "2",
-                         "--repeats", "1", "--static-decoding", "--json", str(out)])
+    sparse_decoder.main(
+        [
+            "--source-lengths",
+            "64",
+            "--sentences-per-source",
+            "4,8",
+            "--batch-sizes",
+            "2",
+            "--top-r",
+            "2",
+            "--model-free-top-r",
+            "--pooling-top-r",
+            "--layers",
+            "1",
+            "--dim",
+            "16",
+            "--heads",
+            "2",
+            "--vocab-size",
+            "50",
+            "--target-length",
+            "3",
+            "--beam",
+            "2",
+            "--repeats",
+            "1",
+            "--static-decoding",
+            "--json",
+            str(out),
+        ]
+    )
     record = json.loads(out.read_text())
     assert results.problems(record) == []
     assert [(row["sentences"], row["attention"]) for row in record["rows"]] == [
-        (4, "stock BART"), (4, "full"), (4, "r=2"), (8, "stock BART"), (8, "full"), (8, "r=2")]
+        (4, "stock BART"),
+        (4, "full"),
+        (4, "r=2"),
+        (8, "stock BART"),
+        (8, "full"),
+        (8, "r=2"),
+    ]
     for row in record["rows"]:
         assert row["source_tokens"] == 64
         if row["attention"] == "stock BART":
             assert row["decoding_vs_stock"] == row["total_vs_stock"] == {"median": 1.0, "minimum": 1.0, "maximum": 1.0}
     assert "4, 8 sentences per source" in capsys.readouterr().out
 
-    batch = sparse_decoder.synthetic_batch(sparse_decoder.harness.synthetic_dictionary(50), 1, 4096, 30,
-                                           torch.Generator().manual_seed(0), num_sentences=200)
+    batch = sparse_decoder.synthetic_batch(
+        sparse_decoder.harness.synthetic_dictionary(50),
+        1,
+        4096,
+        30,
+        torch.Generator().manual_seed(0),
+        num_sentences=200,
+    )
     lengths = torch.bincount(batch["net_input"]["src_sent_ids"][0])
     assert lengths.numel() == 200 and set(lengths.tolist()) == {20, 21} and int(lengths.sum()) == 4096
     with pytest.raises(SystemExit):

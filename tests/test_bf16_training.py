@@ -8,15 +8,42 @@ without ``tpu`` the Trainer casts the model and the batches to bfloat16 and
 wraps the optimizer in ``FP16Optimizer`` with float32 master weights and no
 loss scaler.
 """
+
 import pytest
 import torch
 
 from mdsfair import cli, fairseq_patches
 
-TINY = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-        "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
-        "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096", "--criterion", "label_smoothed_cross_entropy"]
+TINY = [
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "16",
+    "--decoder-ffn-embed-dim",
+    "16",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "4096",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+]
 
 
 @pytest.mark.parametrize(

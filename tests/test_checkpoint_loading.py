@@ -2,6 +2,7 @@
 fairseq checkpoint through it leave ``torch.load``'s weights_only default and
 the process environment as they were; a checkpoint that needs more than
 fairseq's own globals is refused by name unless the user trusts it."""
+
 import os
 import pickle
 import subprocess
@@ -60,7 +61,11 @@ def test_user_torch_load_still_refuses_pickle_after_mdsfair_loaded_a_checkpoint(
     env = {k: v for k, v in os.environ.items() if k != "TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"}
     env["PYTHONPATH"] = REPO_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     result = subprocess.run(
-        [sys.executable, "-c", PROBE, marker, bart_checkpoint, hostile], capture_output=True, text=True, env=env, timeout=300
+        [sys.executable, "-c", PROBE, marker, bart_checkpoint, hostile],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "REFUSED UnpicklingError" in result.stdout

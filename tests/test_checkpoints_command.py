@@ -2,6 +2,7 @@
 (``mdsfair/checkpoints/__main__.py``): one line per file, a file that cannot
 be read named with the reason, and the program's file run once.
 """
+
 import pytest
 import torch
 
@@ -52,23 +53,29 @@ def test_stamp_records_the_changed_weights(tmp_path, capsys):
 def test_python_m_runs_the_command_and_its_file_once(tmp_path):
     good = saved_checkpoint(tmp_path / "good.pt")
     result = run_python(["-m", "mdsfair.checkpoints", "verify", good], cwd=tmp_path)
-    assert (result.returncode, result.stdout, result.stderr) == (0, f"{good}: OK (2 tensors verified); trained on ?\n", "")
+    assert (result.returncode, result.stdout, result.stderr) == (
+        0,
+        f"{good}: OK (2 tensors verified); trained on ?\n",
+        "",
+    )
     # What `python -m` runs (a package's __main__.py), run as runpy runs it; no
     # module imported on the way (the command, the checks) may import that file
     # again under its own name, which would run it twice. (multiprocessing,
     # imported with torch, names the running __main__ module __mp_main__ too.)
-    program = "\n".join([
-        "import importlib.util, runpy, sys",
-        "spec = importlib.util.find_spec('mdsfair.checkpoints')",
-        "if spec.submodule_search_locations is not None:",
-        "    spec = importlib.util.find_spec('mdsfair.checkpoints.__main__')",
-        "try:",
-        "    runpy.run_module('mdsfair.checkpoints', run_name='__main__', alter_sys=True)",
-        "except SystemExit as exit:",
-        "    assert exit.code == 0, exit.code",
-        "print(sorted(name for name, module in sys.modules.items()",
-        "             if getattr(module, '__file__', None) == spec.origin and name not in ('__main__', '__mp_main__')))",
-    ])
+    program = "\n".join(
+        [
+            "import importlib.util, runpy, sys",
+            "spec = importlib.util.find_spec('mdsfair.checkpoints')",
+            "if spec.submodule_search_locations is not None:",
+            "    spec = importlib.util.find_spec('mdsfair.checkpoints.__main__')",
+            "try:",
+            "    runpy.run_module('mdsfair.checkpoints', run_name='__main__', alter_sys=True)",
+            "except SystemExit as exit:",
+            "    assert exit.code == 0, exit.code",
+            "print(sorted(name for name, module in sys.modules.items()",
+            "             if getattr(module, '__file__', None) == spec.origin and name not in ('__main__', '__mp_main__')))",
+        ]
+    )
     result = run_python(["-c", program, "verify", good], cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"{good}: OK (2 tensors verified); trained on ?", "[]"]

@@ -1,4 +1,5 @@
 """mdsfair-train / mdsfair-generate: fairseq's commands with mdsfair as user dir."""
+
 import os
 import sys
 
@@ -9,12 +10,30 @@ from mdsfair import cli
 from tests.utils import REPO_ROOT, make_tiny_data_bin
 
 TINY_TRANSFORMER_ARGS = [
-    "--task", "multidoc_summarization", "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--max-source-positions", "1024", "--max-target-positions", "1024",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--max-source-positions",
+    "1024",
+    "--max-target-positions",
+    "1024",
 ]
 
 
@@ -25,7 +44,11 @@ def data_bin(tmp_path_factory):
 
 def test_with_user_dir_adds_the_package_path_once():
     assert cli.with_user_dir(["data-bin", "--arch", "transformer"]) == [
-        "--user-dir", cli.USER_DIR, "data-bin", "--arch", "transformer",
+        "--user-dir",
+        cli.USER_DIR,
+        "data-bin",
+        "--arch",
+        "transformer",
     ]
     assert os.path.samefile(cli.USER_DIR, os.path.join(REPO_ROOT, "mdsfair"))
     given = ["data-bin", "--user-dir", "/elsewhere/mdsfair"]
@@ -42,9 +65,24 @@ def trained_with_wrapper(data_bin, tmp_path_factory):
     argv_before = list(sys.argv)
     cli.train_main(
         [
-            data_bin, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3", "--max-sentences", "4",
-            "--max-update", "2", "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-progress-bar",
-            "--cpu", "--seed", "1", "--disable-validation",
+            data_bin,
+            *TINY_TRANSFORMER_ARGS,
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-sentences",
+            "4",
+            "--max-update",
+            "2",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
         ]
     )
     return {"checkpoint": os.path.join(save_dir, "checkpoint_last.pt"), "argv": (argv_before, list(sys.argv))}
@@ -65,8 +103,19 @@ def test_generate_wrapper_writes_hypotheses(data_bin, trained_with_wrapper, caps
     tests/test_hub.py::test_summaries_equal_mdsfair_generate.)"""
     cli.generate_main(
         [
-            data_bin, "--task", "multidoc_summarization", "--gen-subset", "test",
-            "--path", trained_with_wrapper["checkpoint"], "--beam", "2", "--max-len-b", "10", "--batch-size", "2",
+            data_bin,
+            "--task",
+            "multidoc_summarization",
+            "--gen-subset",
+            "test",
+            "--path",
+            trained_with_wrapper["checkpoint"],
+            "--beam",
+            "2",
+            "--max-len-b",
+            "10",
+            "--batch-size",
+            "2",
             "--cpu",
         ]
     )

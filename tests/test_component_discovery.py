@@ -7,6 +7,7 @@ kept by hand elsewhere (issue 43).
 The expected registrations are read from the files themselves (``ast``), and
 each check runs in a fresh interpreter, so the import order is the real one
 (this test process has long imported every model)."""
+
 import ast
 import glob
 import os
@@ -32,7 +33,7 @@ class DiscoveredSelfAttention(Component):
 #: import the component registry alone (no model module), then register
 #: everything; print what was registered at each point and the choices of
 #: the role flags of every component-built model (``add_component_args``).
-REGISTRY_PROBE = '''
+REGISTRY_PROBE = """
 import json, sys
 from mdsfair.modules.components import ROLES, component_names
 alone = {role: sorted(component_names(role)) for role in ROLES}
@@ -47,7 +48,7 @@ add_component_args(parser)
 choices = {action.dest: sorted(action.choices) for action in parser._actions if action.dest in ROLES}
 print(json.dumps({"alone": alone, "models_imported": models_imported, "registered": registered,
                   "choices": choices}))
-'''
+"""
 
 
 def declared_registrations(package_dir: str) -> Dict[str, Set[str]]:
@@ -61,8 +62,11 @@ def declared_registrations(package_dir: str) -> Dict[str, Set[str]]:
             if not isinstance(node, ast.ClassDef):
                 continue
             for decorator in node.decorator_list:
-                if (isinstance(decorator, ast.Call) and isinstance(decorator.func, ast.Name)
-                        and decorator.func.id == "register_component"):
+                if (
+                    isinstance(decorator, ast.Call)
+                    and isinstance(decorator.func, ast.Name)
+                    and decorator.func.id == "register_component"
+                ):
                     role, name = (ast.literal_eval(argument) for argument in decorator.args)
                     declared.setdefault(role, set()).add(name)
     return declared
@@ -73,15 +77,15 @@ def probe_registry(root: str) -> dict:
     import json
 
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
-    result = subprocess.run([sys.executable, "-c", REGISTRY_PROBE], cwd=root, env=env, capture_output=True,
-                            text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", REGISTRY_PROBE], cwd=root, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def missing(declared: Dict[str, Set[str]], registered: Dict[str, list]) -> Set[Tuple[str, str]]:
-    return {(role, name) for role, names in declared.items() for name in names
-            if name not in registered.get(role, [])}
+    return {(role, name) for role, names in declared.items() for name in names if name not in registered.get(role, [])}
 
 
 def test_every_component_module_registers_before_any_model_is_imported():

@@ -2,6 +2,7 @@
 declared by components, refusals, the combinations, and the ARCHITECTURE.md
 walk-through: a toy attention registered inside the test combines with the
 existing components and passes the model contract's checks."""
+
 import copy
 
 import pytest
@@ -58,8 +59,14 @@ def test_dapes_components_combine_with_barts(data):
     """DAPE's dependency-guided attention and document-aware positions on
     BART's skeleton with HierEncDec's cross-attention: the arcs and documents
     are handed over, and each component changes the output."""
-    flags = ("--encoder-self-attention", "dependency", "--encoder-positions", "document-aware",
-             "--cross-attention", "document-scaled")
+    flags = (
+        "--encoder-self-attention",
+        "dependency",
+        "--encoder-positions",
+        "document-aware",
+        "--cross-attention",
+        "document-scaled",
+    )
     built = contract.ContractModel("multidoc_bart_tiny", data, *flags)
     model = built.build_model().eval()
     assert set(model.side_inputs()) == {"src_doc_ids", "src_dep_head", "src_dep_rel", "src_dep_word"}
@@ -80,8 +87,13 @@ def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
     model = built.build_model().eval()
     assert model.side_inputs() == {"src_doc_ids": False, "src_sent_ids": True}
     sample = built.batch("valid", [0, 1], model)
-    assert set(sample["net_input"]) == {"src_tokens", "src_lengths", "prev_output_tokens", "src_doc_ids",
-                                        "src_sent_ids"}
+    assert set(sample["net_input"]) == {
+        "src_tokens",
+        "src_lengths",
+        "prev_output_tokens",
+        "src_doc_ids",
+        "src_sent_ids",
+    }
     net_input = dict(sample["net_input"])
     with torch.no_grad():
         model(**net_input)
@@ -93,14 +105,26 @@ def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
     # a stock model declares nothing: the task hands it the base inputs only
     led = contract.ContractModel("led_tiny", data)
     assert set(led.batch("valid", [0], led.build_model())["net_input"]) == {
-        "src_tokens", "src_lengths", "prev_output_tokens"}
+        "src_tokens",
+        "src_lengths",
+        "prev_output_tokens",
+    }
 
 
 def test_combinations_that_cannot_work_are_refused_with_the_reason(data):
     with pytest.raises(ValueError, match="document-scaled cannot be combined with .*longformer.*opens none with <s>"):
-        contract.ContractModel("multidoc_bart_tiny", data, "--encoder-self-attention", "longformer",
-                               "--global-attention", "doc-sep", "--cross-attention", "document-scaled",
-                               "--attention-window", "8").build_model()
+        contract.ContractModel(
+            "multidoc_bart_tiny",
+            data,
+            "--encoder-self-attention",
+            "longformer",
+            "--global-attention",
+            "doc-sep",
+            "--cross-attention",
+            "document-scaled",
+            "--attention-window",
+            "8",
+        ).build_model()
     with pytest.raises(ValueError, match="not a registered component; choose one of"):
         from mdsfair.modules.components import component_class
 
@@ -115,7 +139,8 @@ def test_a_primera_import_restores_into_primera_hierencdec(data):
     led_state = primera.build_model().state_dict()
     model = combined.build_model()
     assert {k: tuple(v.shape) for k, v in led_state.items()} == {
-        k: tuple(v.shape) for k, v in model.state_dict().items()}
+        k: tuple(v.shape) for k, v in model.state_dict().items()
+    }
     model.load_state_dict(led_state)
 
 
@@ -158,10 +183,12 @@ def toy_attention():
             return ~offset.le(0) | offset.lt(-1)  # True = masked
 
         def attend(self, attention, x, padding_mask, context, layer_index):
-            mask = torch.zeros(context.shape, dtype=x.dtype, device=x.device).masked_fill(context.to(x.device),
-                                                                                           float("-inf"))
-            return attention(query=x, key=x, value=x, key_padding_mask=padding_mask, attn_mask=mask,
-                             need_weights=False)[0]
+            mask = torch.zeros(context.shape, dtype=x.dtype, device=x.device).masked_fill(
+                context.to(x.device), float("-inf")
+            )
+            return attention(
+                query=x, key=x, value=x, key_padding_mask=padding_mask, attn_mask=mask, need_weights=False
+            )[0]
 
     yield LeftNeighbourAttention
     unregister_component("encoder_self_attention", "toy-left-neighbour")
@@ -171,8 +198,14 @@ def test_a_toy_component_combines_and_passes_the_contract(data, toy_attention, t
     from fairseq import checkpoint_utils
     from fairseq.trainer import Trainer
 
-    flags = ("--encoder-self-attention", "toy-left-neighbour", "--encoder-positions", "document-restart",
-             "--cross-attention", "document-scaled")
+    flags = (
+        "--encoder-self-attention",
+        "toy-left-neighbour",
+        "--encoder-positions",
+        "document-restart",
+        "--cross-attention",
+        "document-scaled",
+    )
     built = contract.ContractModel("multidoc_bart_tiny", data, *flags)
     model = built.build_model().eval()
     with torch.no_grad():
@@ -238,8 +271,9 @@ def test_sparse_training_stages_work_behind_other_encoders(data, arch):
     the encoder frozen."""
     from fairseq.trainer import Trainer
 
-    kl_only = contract.ContractModel(arch, data, "--sparse-training-stage", "kl-only", "--optimizer", "adam",
-                                     "--lr", "1e-2")
+    kl_only = contract.ContractModel(
+        arch, data, "--sparse-training-stage", "kl-only", "--optimizer", "adam", "--lr", "1e-2"
+    )
     model = kl_only.build_model()
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     assert trainable == set(model.approximator_parameter_names())
@@ -281,21 +315,67 @@ def test_combinations_train_generate_and_serve(data, arch, tmp_path):
     from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
 
     save_dir = str(tmp_path / "checkpoints")
-    fairseq_cli("fairseq_cli.train", [
-        data["data-bin"], "--user-dir", USER_DIR, *contract.train_args(arch), "--optimizer", "adam", "--lr", "1e-3",
-        "--max-tokens", "4096", "--max-update", "2", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-    ])
+    fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data["data-bin"],
+            "--user-dir",
+            USER_DIR,
+            *contract.train_args(arch),
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            "2",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
+        ],
+    )
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
-    output = fairseq_cli("fairseq_cli.generate", [
-        data["data-bin"], "--user-dir", USER_DIR, "--task", contract.family(arch).task_args[1], "--path", checkpoint,
-        "--gen-subset", "test", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--batch-size", "2", "--cpu",
-        "--max-source-positions", "512",
-    ])
+    output = fairseq_cli(
+        "fairseq_cli.generate",
+        [
+            data["data-bin"],
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            contract.family(arch).task_args[1],
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "8",
+            "--min-len",
+            "2",
+            "--batch-size",
+            "2",
+            "--cpu",
+            "--max-source-positions",
+            "512",
+        ],
+    )
     assert len([line for line in output.splitlines() if line.startswith("H-")]) == 4
 
-    hub = torch.hub.load(REPO_ROOT, contract.model_name(arch), model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-                         data_name_or_path=data["data-bin"], source="local")
+    hub = torch.hub.load(
+        REPO_ROOT,
+        contract.model_name(arch),
+        model_dir=save_dir,
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=data["data-bin"],
+        source="local",
+    )
     raw = [json.loads(line) for line in open(os.path.join(data["raw"], "test.jsonl"), encoding="utf-8")]
     summaries = hub.summarize([cluster["documents"] for cluster in raw[:2]], beam=2, max_len_b=8, min_len=2)
     assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)
@@ -317,13 +397,21 @@ def test_an_led_checkpoint_restores_into_led_sparse_with_fairseq_train(data, tmp
     path = str(tmp_path / "led.pt")
     trainer.consolidate_optimizer()
     trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
-    flags = [*contract.tiny_flags("led_sparse_tiny"), "--top-r", "3", "--max-source-positions", "512",
-             "--max-target-positions", "256"]
+    flags = [
+        *contract.tiny_flags("led_sparse_tiny"),
+        "--top-r",
+        "3",
+        "--max-source-positions",
+        "512",
+        "--max-target-positions",
+        "256",
+    ]
     sparse_task = ("multidoc_summarization_sparse", ("--criterion", "sparse_kl"))
     with pytest.raises(ArchitectureChangeError, match="--cross-attention 'full' in the checkpoint, 'sparse' now"):
         restore_with_trainer(data["data-bin"], path, "led_sparse_tiny", flags, str(tmp_path / "a"), *sparse_task)
-    restored = restore_with_trainer(data["data-bin"], path, "led_sparse_tiny", [*flags, "--allow-arch-change"],
-                                    str(tmp_path / "b"), *sparse_task).model
+    restored = restore_with_trainer(
+        data["data-bin"], path, "led_sparse_tiny", [*flags, "--allow-arch-change"], str(tmp_path / "b"), *sparse_task
+    ).model
     for name, value in model.state_dict().items():
         assert torch.equal(restored.state_dict()[name], value), name
     layer = restored.decoder.layers[0].encoder_attn

@@ -11,6 +11,7 @@ traceback. Every path from text to ids (mdsfair-preprocess, the hub, the
 extra references) now maps a span that is not a known piece, and a piece whose
 entry is a control symbol, to ``<unk>``, one per span, counted in the report.
 """
+
 import json
 import os
 
@@ -22,8 +23,14 @@ from mdsfair.data.indexed import NumpyMMapDataset
 # Training text of one script (no Latin letters, no < > / -): every literal
 # control symbol below is a span this SentencePiece model has never seen.
 CHINESE = [
-    "今天天气很好。", "我们去公园散步。", "北京是中国的首都。", "他们在学校学习中文和数学。",
-    "这个城市有很多人。", "我喜欢喝茶和咖啡。", "明天会下雨吗。", "老师说学生们都很努力。",
+    "今天天气很好。",
+    "我们去公园散步。",
+    "北京是中国的首都。",
+    "他们在学校学习中文和数学。",
+    "这个城市有很多人。",
+    "我喜欢喝茶和咖啡。",
+    "明天会下雨吗。",
+    "老师说学生们都很努力。",
 ]
 LITERALS = ["</s>", "<pad>", "<s>", "<unk>", "<mask>", "<doc-sep>"]
 
@@ -78,8 +85,15 @@ def chinese_bins(tmp_path_factory):
         text = f.read()
     with open(with_controls, "w", encoding="utf-8") as f:
         f.write(text + "<mask> 0 #fairseq:overwrite\n<doc-sep> 0 #fairseq:overwrite\n")
-    common = ["--input-dir", str(raw), "--spm-model", os.path.join(plain, "spm.model"), "--dict", with_controls,
-              "--no-progress-bar"]
+    common = [
+        "--input-dir",
+        str(raw),
+        "--spm-model",
+        os.path.join(plain, "spm.model"),
+        "--dict",
+        with_controls,
+        "--no-progress-bar",
+    ]
     bins = {"plain": plain, "controls": str(work / "controls"), "primera": str(work / "primera"), "work": work}
     run(common + ["--destdir", bins["controls"]])
     run(common + ["--destdir", bins["primera"], "--source-layout", "primera"])
@@ -119,10 +133,20 @@ def test_primera_layout_gets_one_doc_sep_per_document(chinese_bins):
 
     data_bin = chinese_bins["primera"]
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data_bin, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
-        "--max-source-positions", "200",
-    ])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            data_bin,
+            "--user-dir",
+            "mdsfair",
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "bart_base",
+            "--max-source-positions",
+            "200",
+        ],
+    )
     task = tasks.setup_task(args)
     task.load_dataset("valid")
     dictionary = task.dictionary
@@ -170,19 +194,41 @@ def test_gpt2_bpe_never_gives_a_control_id_and_counts_unknown_tokens(tmp_path):
         vocab[a + b] = len(vocab)
     (tmp_path / "encoder.json").write_text(json.dumps(vocab))
     (tmp_path / "vocab.bpe").write_text("#version: 0.2\n" + "\n".join(f"{a} {b}" for a, b in merges) + "\n")
-    (tmp_path / "dict.txt").write_text("".join(f"{i} 1\n" for i in range(len(vocab)))
-                                       + "<mask> 1 #fairseq:overwrite\n<doc-sep> 1 #fairseq:overwrite\n")
+    (tmp_path / "dict.txt").write_text(
+        "".join(f"{i} 1\n" for i in range(len(vocab))) + "<mask> 1 #fairseq:overwrite\n<doc-sep> 1 #fairseq:overwrite\n"
+    )
     raw = tmp_path / "raw"
     raw.mkdir()
     text = "The cat </s> sat <pad> on <s> the <unk> mat <mask> and <doc-sep> ran."
-    write_split(raw / "train.jsonl", [
-        {"id": "a", "documents": [text, "A caf\u00e9 in Z\u00fcrich, na\u00efve."], "summary": "The \u00fcber cat."},
-        {"id": "b", "documents": ["Plain text here."], "summary": "Plain."},
-    ])
+    write_split(
+        raw / "train.jsonl",
+        [
+            {
+                "id": "a",
+                "documents": [text, "A caf\u00e9 in Z\u00fcrich, na\u00efve."],
+                "summary": "The \u00fcber cat.",
+            },
+            {"id": "b", "documents": ["Plain text here."], "summary": "Plain."},
+        ],
+    )
     dest = str(tmp_path / "bin")
-    run(["--input-dir", str(raw), "--destdir", dest, "--subword", "gpt2", "--gpt2-encoder-json",
-         str(tmp_path / "encoder.json"), "--gpt2-vocab-bpe", str(tmp_path / "vocab.bpe"), "--dict",
-         str(tmp_path / "dict.txt"), "--no-progress-bar"])
+    run(
+        [
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            dest,
+            "--subword",
+            "gpt2",
+            "--gpt2-encoder-json",
+            str(tmp_path / "encoder.json"),
+            "--gpt2-vocab-bpe",
+            str(tmp_path / "vocab.bpe"),
+            "--dict",
+            str(tmp_path / "dict.txt"),
+            "--no-progress-bar",
+        ]
+    )
     dictionary = Dictionary.load(os.path.join(dest, "dict.txt"))
     controls = {dictionary.index(s) for s in LITERALS}
     source, target = stream(dest, "train", "source"), stream(dest, "train", "target")

@@ -15,7 +15,7 @@ that one function, on both sides, by nltk's Punkt tokenizer with default
 sentence per line, the options) is still compared number for number; with
 the English model installed the unpatched pipeline is compared too.
 """
-import os
+
 import re
 import subprocess
 
@@ -92,10 +92,15 @@ def _pyrouge_run(tmp_path, candidates, references, options, lower_files=False):
         folder = root / kind
         folder.mkdir(parents=True)
         for index, text in enumerate(texts):
-            elements = [f'<a name="{i}">[{i}]</a> <a href="#{i}" id={i}>{sentence}</a>'
-                        for i, sentence in enumerate(text.split("\n"), start=1)]
-            html = ("<html>\n<head>\n<title>dummy title</title>\n</head>\n<body bgcolor=\"white\">\n"
-                    + "\n".join(elements) + "\n</body>\n</html>")
+            elements = [
+                f'<a name="{i}">[{i}]</a> <a href="#{i}" id={i}>{sentence}</a>'
+                for i, sentence in enumerate(text.split("\n"), start=1)
+            ]
+            html = (
+                '<html>\n<head>\n<title>dummy title</title>\n</head>\n<body bgcolor="white">\n'
+                + "\n".join(elements)
+                + "\n</body>\n</html>"
+            )
             (folder / f"{index}.html").write_text(html.lower() if lower_files else html, encoding="utf-8")
     evals = []
     for index in range(len(candidates)):
@@ -133,8 +138,9 @@ def test_hiersumm_preset_equals_hiersumm_scoring(tmp_path):
     # as cand.i / ref.i and calls convert_and_evaluate() (no splitting); my_pyrouge.py:539-551 options
     candidates = [" ".join(h.split()) for h in HYPOTHESES]
     gold = [" ".join(r.split()).lower() for r in REFERENCES]
-    output = _pyrouge_run(tmp_path, candidates, gold, ["-c", "95", "-m", "-r", "1000", "-n", "2", "-a"],
-                          lower_files=True)
+    output = _pyrouge_run(
+        tmp_path, candidates, gold, ["-c", "95", "-m", "-r", "1000", "-n", "2", "-a"], lower_files=True
+    )
     theirs = _output_to_dict(output)
     ours = _preset("hiersumm")
     assert set(k for k in ours if k.startswith("rouge")) == {"rouge-1", "rouge-2", "rouge-l"}
@@ -150,8 +156,12 @@ def test_pagesum_preset_equals_pagesum_cal_rouge(tmp_path, sent_tokenize):
     def prepare(text):
         return "\n".join(nltk.sent_tokenize(text.strip().lower()))
 
-    output = _pyrouge_run(tmp_path, [prepare(h) for h in HYPOTHESES], [prepare(r) for r in REFERENCES],
-                          ["-c", "95", "-r", "1000", "-n", "2", "-m", "-a"])
+    output = _pyrouge_run(
+        tmp_path,
+        [prepare(h) for h in HYPOTHESES],
+        [prepare(r) for r in REFERENCES],
+        ["-c", "95", "-r", "1000", "-n", "2", "-m", "-a"],
+    )
     r_1 = float(output.split("\n")[3].split(" ")[3])
     r_2 = float(output.split("\n")[7].split(" ")[3])
     r_l = float(output.split("\n")[11].split(" ")[3])
@@ -159,16 +169,27 @@ def test_pagesum_preset_equals_pagesum_cal_rouge(tmp_path, sent_tokenize):
     assert (ours["rouge-1"]["f"], ours["rouge-2"]["f"], ours["rouge-lsum"]["f"]) == (r_1, r_2, r_l)
     assert "rouge-l" not in ours  # PageSum's R-L is summary-level: mdsfair's R-Lsum
     # the split matters: one line per summary gives another R-L
-    single = _pyrouge_run(tmp_path / "single", [h.lower() for h in HYPOTHESES], [r.lower() for r in REFERENCES],
-                          ["-c", "95", "-r", "1000", "-n", "2", "-m", "-a"])
+    single = _pyrouge_run(
+        tmp_path / "single",
+        [h.lower() for h in HYPOTHESES],
+        [r.lower() for r in REFERENCES],
+        ["-c", "95", "-r", "1000", "-n", "2", "-m", "-a"],
+    )
     assert float(single.split("\n")[11].split(" ")[3]) != r_l
 
 
 @needs_perl
-@pytest.mark.parametrize("name, options, key", [
-    ("sparse", ["-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a"], "rouge_l_f_score"),
-    ("ma2022", ["-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a", "-m"], "rouge_su*_f_score"),
-])
+@pytest.mark.parametrize(
+    "name, options, key",
+    [
+        ("sparse", ["-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a"], "rouge_l_f_score"),
+        (
+            "ma2022",
+            ["-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a", "-m"],
+            "rouge_su*_f_score",
+        ),
+    ],
+)
 def test_pyrouge_default_presets_equal_pyrouge(tmp_path, name, options, key):
     # sparse: decode.py:103-105 writes each summary as it is, scored by pyrouge with its defaults
     # (Rouge155.py:520-530); ma2022: the options of its paper's footnote 3
@@ -220,8 +241,13 @@ def test_primera_preset_equals_primer_main():
     rows = []
     for ref, pred in zip(REFERENCES, HYPOTHESES):
         s = scorer.score(ref, pred)
-        rows.append([getattr(s[k], m) for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")
-                     for m in ("recall", "precision", "fmeasure")])
+        rows.append(
+            [
+                getattr(s[k], m)
+                for k in ("rouge1", "rouge2", "rougeL", "rougeLsum")
+                for m in ("recall", "precision", "fmeasure")
+            ]
+        )
     means = [sum(column) / len(rows) for column in zip(*rows)]
     ours = _preset("primera")
     flat = [ours[m][x] for m in ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum") for x in "rpf"]

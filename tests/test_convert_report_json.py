@@ -1,6 +1,7 @@
 """``mdsfair-convert --report-json`` is written atomically (issue 22 item 4):
 a failure while writing it (a full disk) keeps the earlier report whole and
 leaves no temporary file."""
+
 import builtins
 import io
 import json
@@ -37,8 +38,16 @@ class HalfThenDiskFull:
 def test_a_failed_report_json_write_keeps_the_old_report(tmp_path, capsys, monkeypatch):
     output = tmp_path / "val.jsonl"
     report_json = tmp_path / "report.json"
-    arguments = ["wcep", str(FIXTURES / "wcep" / "val.jsonl"), "-o", str(output), "--split", "val",
-                 "--report-json", str(report_json)]
+    arguments = [
+        "wcep",
+        str(FIXTURES / "wcep" / "val.jsonl"),
+        "-o",
+        str(output),
+        "--split",
+        "val",
+        "--report-json",
+        str(report_json),
+    ]
     assert cli_main(arguments + ["--max-articles", "2"]) == 0
     before = report_json.read_text(encoding="utf-8")
     assert json.loads(before)["truncated"] == {"articles_beyond_max_articles": 2}
@@ -57,7 +66,9 @@ def test_a_failed_report_json_write_keeps_the_old_report(tmp_path, capsys, monke
     status = cli_main(arguments)  # a new report (no --max-articles): its write fails half-way
     monkeypatch.undo()
     assert status == 1
-    assert (f"mdsfair-convert: error: cannot write --report-json {report_json}: [Errno 28] No space left on device"
-            in capsys.readouterr().err)
+    assert (
+        f"mdsfair-convert: error: cannot write --report-json {report_json}: [Errno 28] No space left on device"
+        in capsys.readouterr().err
+    )
     assert report_json.read_text(encoding="utf-8") == before  # the earlier report, whole
     assert sorted(os.listdir(tmp_path)) == ["report.json", "val.jsonl"]  # no temporary file left

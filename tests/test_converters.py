@@ -1,4 +1,5 @@
 """Tests of mdsfair.preprocess.converters: each release format on its fixture, bad input, skip mode, CLI."""
+
 import argparse
 import ast
 import gzip
@@ -45,24 +46,38 @@ def assert_accounted(report):
 
 
 def write_lines(path, lines):
-    path.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n"
-                              for line in lines))
+    path.write_bytes(b"".join((line if isinstance(line, bytes) else line.encode("utf-8")) + b"\n" for line in lines))
     return path
 
 
 def wcep_event(event_id, summary="A summary.", texts=("Article one.", "Article two.")):
-    return json.dumps({"id": event_id, "summary": summary,
-                       "articles": [{"title": f"t{i}", "text": t} for i, t in enumerate(texts)]})
+    return json.dumps(
+        {"id": event_id, "summary": summary, "articles": [{"title": f"t{i}", "text": t} for i, t in enumerate(texts)]}
+    )
 
 
 # ----------------------------------------------------------------------------
 # Registry
 # ----------------------------------------------------------------------------
 
+
 def test_registry_names_every_format():
-    assert set(CONVERTERS) == {"multinews", "wcep", "multixscience", "csv", "mred", "wikisum", "peersum",
-                               "scientific_papers", "govreport", "rottentomatoes", "wikidomains", "mred_plus",
-                               "cnn_dailymail", "hf"}
+    assert set(CONVERTERS) == {
+        "multinews",
+        "wcep",
+        "multixscience",
+        "csv",
+        "mred",
+        "wikisum",
+        "peersum",
+        "scientific_papers",
+        "govreport",
+        "rottentomatoes",
+        "wikidomains",
+        "mred_plus",
+        "cnn_dailymail",
+        "hf",
+    }
 
 
 CONVERTERS_PACKAGE = Path(converters.__file__).parent
@@ -71,8 +86,11 @@ FORMAT_MODULE_MAX_LINES = 200
 
 def _format_module_files():
     """The package's format modules: every public .py file that is not infrastructure."""
-    return sorted(path for path in CONVERTERS_PACKAGE.glob("*.py")
-                  if not path.stem.startswith("_") and path.stem not in converters.INFRASTRUCTURE_MODULES)
+    return sorted(
+        path
+        for path in CONVERTERS_PACKAGE.glob("*.py")
+        if not path.stem.startswith("_") and path.stem not in converters.INFRASTRUCTURE_MODULES
+    )
 
 
 def test_every_format_module_is_small_self_contained_and_registered():
@@ -99,10 +117,14 @@ def test_every_format_module_is_small_self_contained_and_registered():
         # names it uses (the raw contract's codes and error, the paragraph separator, flag types), never another
         # format module (nor mdsfair at large).
         assert all(module in {"common", "registry"} or module.startswith("readers.") for module in relative), (
-            path.name, relative)
+            path.name,
+            relative,
+        )
         foundation = {"mdsfair.raw_contract", "mdsfair.text", "mdsfair.argument_types"}
         assert not any(module.split(".")[0] in ("mdsfair", "preprocess") for module in absolute - foundation), (
-            path.name, absolute)
+            path.name,
+            absolute,
+        )
 
 
 @pytest.fixture
@@ -123,8 +145,11 @@ def toy_format():
             summary = " ".join(line.split()[0] for line in lines if line.strip())
             options.report.records_read += 1
             options.report.clusters_written += 1
-            yield {"id": f"{split}-{index}", "documents": [line for line in lines if line.strip()],
-                   "summary": summary.upper() if shout else summary}
+            yield {
+                "id": f"{split}-{index}",
+                "documents": [line for line in lines if line.strip()],
+                "summary": summary.upper() if shout else summary,
+            }
 
     iter_toy_lines.received_options = received_options
     yield iter_toy_lines
@@ -204,20 +229,29 @@ def test_unknown_format_gives_a_clear_error(tmp_path, capsys):
 # Multi-News
 # ----------------------------------------------------------------------------
 
+
 def test_multinews_preprocessed_release(tmp_path):
     clusters, report = run("multinews", FIXTURES / "multinews" / "train.src.cleaned", tmp_path)
     assert clusters == [
-        {"id": "train-0",
-         "documents": ["Police said Tuesday that the bridge will reopen .\n\n"
-                       "Officials expect heavy traffic during the morning .",
-                       "The bridge closed in May after a crack was found .\n\nRepairs cost $ 2 million ."],
-         "summary": "The Elm Street bridge reopens this week after a four-month closure , officials say ."},
-        {"id": "train-1",
-         "documents": ["A storm hit the coast .", "Thousands lost power .\n\nCrews worked overnight ."],
-         "summary": "A storm knocked out power to thousands along the coast ."},
-        {"id": "train-2",
-         "documents": ["The museum opened a new wing . It features modern art ."],
-         "summary": "The museum 's new wing showcases modern art ."},
+        {
+            "id": "train-0",
+            "documents": [
+                "Police said Tuesday that the bridge will reopen .\n\n"
+                "Officials expect heavy traffic during the morning .",
+                "The bridge closed in May after a crack was found .\n\nRepairs cost $ 2 million .",
+            ],
+            "summary": "The Elm Street bridge reopens this week after a four-month closure , officials say .",
+        },
+        {
+            "id": "train-1",
+            "documents": ["A storm hit the coast .", "Thousands lost power .\n\nCrews worked overnight ."],
+            "summary": "A storm knocked out power to thousands along the coast .",
+        },
+        {
+            "id": "train-2",
+            "documents": ["The museum opened a new wing . It features modern art ."],
+            "summary": "The museum 's new wing showcases modern art .",
+        },
     ]
     assert report.clusters_written == 3 and report.documents_written == 5
     assert report.dropped_documents == Counter({"empty_document": 1})
@@ -229,8 +263,11 @@ def test_multinews_preprocessed_release(tmp_path):
 def test_multinews_raw_release_with_trailing_separators(tmp_path):
     clusters, report = run("multinews", FIXTURES / "multinews" / "val.src", tmp_path, split="valid")
     assert clusters == [
-        {"id": "valid-0", "documents": ["First story, line one.\n\nFirst story, line two.", "Second story."],
-         "summary": "Two stories were told."},
+        {
+            "id": "valid-0",
+            "documents": ["First story, line one.\n\nFirst story, line two.", "Second story."],
+            "summary": "Two stories were told.",
+        },
         {"id": "valid-1", "documents": ["Only story. Still the only story."], "summary": "One story was told."},
     ]
     # The "|||||" the raw release appends to every story is not an empty document.
@@ -242,8 +279,7 @@ def test_multinews_generator_with_explicit_targets(tmp_path):
     target = write_lines(tmp_path / "b.target", ["- A hyphen-led summary ."])
     report = ConversionReport()
     clusters = list(iter_multinews([source], "test", targets=[target], options=ConversionOptions(report=report)))
-    assert clusters == [{"id": "test-0", "documents": ["Doc one .", "Doc two ."],
-                         "summary": "A hyphen-led summary ."}]
+    assert clusters == [{"id": "test-0", "documents": ["Doc one .", "Doc two ."], "summary": "A hyphen-led summary ."}]
     assert report.clusters_written == 1 and report.format_name == "multinews"
 
 
@@ -281,16 +317,24 @@ def test_multinews_invalid_utf8_in_target_names_target_and_line(tmp_path):
 # ----------------------------------------------------------------------------
 
 WCEP_DEFAULT = [
-    {"id": "7421",
-     "documents": ["An earthquake struck north-western Tanzania on Saturday. At least 16 people died.\n\n"
-                   "The quake was felt in Uganda and Rwanda.",
-                   "Rescue teams reached Bukoba, the worst-hit town."],
-     "summary": "A magnitude 5.7 earthquake strikes the Kagera Region of Tanzania, killing at least 16 people."},
-    {"id": "7422",
-     "documents": ["Croatians voted on Sunday for the second time in a year.",
-                   "Turnout was lower than in 2015.",
-                   "The HDZ party claimed victory late on Sunday."],
-     "summary": "Voters in Croatia go to the polls in a snap parliamentary election."},
+    {
+        "id": "7421",
+        "documents": [
+            "An earthquake struck north-western Tanzania on Saturday. At least 16 people died.\n\n"
+            "The quake was felt in Uganda and Rwanda.",
+            "Rescue teams reached Bukoba, the worst-hit town.",
+        ],
+        "summary": "A magnitude 5.7 earthquake strikes the Kagera Region of Tanzania, killing at least 16 people.",
+    },
+    {
+        "id": "7422",
+        "documents": [
+            "Croatians voted on Sunday for the second time in a year.",
+            "Turnout was lower than in 2015.",
+            "The HDZ party claimed victory late on Sunday.",
+        ],
+        "summary": "Voters in Croatia go to the polls in a snap parliamentary election.",
+    },
 ]
 
 
@@ -309,10 +353,12 @@ def test_wcep_gzipped_with_titles_and_max_articles(tmp_path):
     clusters, report = run("wcep", gz, tmp_path, split="val", prepend_titles=True, max_articles=2)
     assert clusters[0]["documents"] == [
         "Tanzania earthquake kills 16\n\nAn earthquake struck north-western Tanzania on Saturday. "
-        "At least 16 people died.\n\nThe quake was felt in Uganda and Rwanda."]
+        "At least 16 people died.\n\nThe quake was felt in Uganda and Rwanda."
+    ]
     assert clusters[1]["documents"] == [
         "Croatia votes again\n\nCroatians voted on Sunday for the second time in a year.",
-        "Turnout low in Croatian election\n\nTurnout was lower than in 2015."]
+        "Turnout low in Croatian election\n\nTurnout was lower than in 2015.",
+    ]
     assert report.truncated == Counter({"articles_beyond_max_articles": 2})
 
 
@@ -320,27 +366,39 @@ def test_wcep_gzipped_with_titles_and_max_articles(tmp_path):
 # Multi-XScience
 # ----------------------------------------------------------------------------
 
+
 def test_multixscience_release(tmp_path):
     clusters, report = run("multixscience", FIXTURES / "multixscience" / "test.json", tmp_path, split="test")
     assert clusters == [
-        {"id": "math9912167",
-         "documents": ["We give a purely topological definition of the perturbative quantum invariants of "
-                       "links and 3-manifolds. Our definition is as close as possible to one given by "
-                       "Kontsevich.",
-                       "This note is a sequel to our earlier paper of the same title.",
-                       "We calculate the Casson-Walker invariant of the 2-fold cyclic branched cover."],
-         "summary": "Two other generalizations can be considered @cite_16 . Among other things, there "
-                    "should be a general relation @cite_26 ."},
-        {"id": "1710.01234",
-         "documents": ["We study sparse attention for long documents.", "We propose a sparse transformer."],
-         "summary": "Sparse attention has been studied widely @cite_3 ."},
+        {
+            "id": "math9912167",
+            "documents": [
+                "We give a purely topological definition of the perturbative quantum invariants of "
+                "links and 3-manifolds. Our definition is as close as possible to one given by "
+                "Kontsevich.",
+                "This note is a sequel to our earlier paper of the same title.",
+                "We calculate the Casson-Walker invariant of the 2-fold cyclic branched cover.",
+            ],
+            "summary": "Two other generalizations can be considered @cite_16 . Among other things, there "
+            "should be a general relation @cite_26 .",
+        },
+        {
+            "id": "1710.01234",
+            "documents": ["We study sparse attention for long documents.", "We propose a sparse transformer."],
+            "summary": "Sparse attention has been studied widely @cite_3 .",
+        },
     ]
     assert report.dropped_documents == Counter({"empty_cited_abstract": 1})
 
 
 def test_multixscience_huggingface_columnar_layout(tmp_path):
-    paper = {"aid": "x1", "mid": "1", "abstract": "Main.", "related_work": "Related @cite_1 .",
-             "ref_abstract": {"cite_N": ["@cite_1", "@cite_2"], "mid": ["2", "3"], "abstract": ["Cited.", ""]}}
+    paper = {
+        "aid": "x1",
+        "mid": "1",
+        "abstract": "Main.",
+        "related_work": "Related @cite_1 .",
+        "ref_abstract": {"cite_N": ["@cite_1", "@cite_2"], "mid": ["2", "3"], "abstract": ["Cited.", ""]},
+    }
     path = tmp_path / "hf.jsonl"
     path.write_text(json.dumps(paper) + "\n", encoding="utf-8")
     clusters, report = run("multixscience", path, tmp_path)
@@ -353,8 +411,9 @@ def test_multixscience_missing_key_reports_line_where_list_element_starts(tmp_pa
     del papers[1]["related_work"]
     path = tmp_path / "test.json"
     path.write_text(json.dumps(papers, indent=2), encoding="utf-8")
-    element_starts = [number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-                      if line == "  {"]
+    element_starts = [
+        number for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if line == "  {"
+    ]
     start_line = element_starts[1]
     with pytest.raises(InputFormatError) as info:
         run("multixscience", path, tmp_path, split="test")
@@ -369,8 +428,11 @@ def test_multixscience_missing_key_reports_line_where_list_element_starts(tmp_pa
 
 def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
     path = tmp_path / "test.json"
-    path.write_text('[\n  {"aid": "a", "abstract": "A.", "related_work": "R.", "ref_abstract": {}},\n'
-                    '  {"aid": "b", "abstract": "B." "related_work": "R."}\n]\n', encoding="utf-8")
+    path.write_text(
+        '[\n  {"aid": "a", "abstract": "A.", "related_work": "R.", "ref_abstract": {}},\n'
+        '  {"aid": "b", "abstract": "B." "related_work": "R."}\n]\n',
+        encoding="utf-8",
+    )
     with pytest.raises(InputFormatError) as info:
         run("multixscience", path, tmp_path, options=SKIP_BAD)
     assert info.value.reason == converters.INVALID_JSON and info.value.line == 3
@@ -379,9 +441,11 @@ def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
 
 def test_invalid_utf8_inside_json_list_element(tmp_path):
     path = tmp_path / "test.json"
-    path.write_bytes(b'[\n  {"aid": "a", "abstract": "A.", "related_work": "R.",\n'
-                     b'   "ref_abstract": {"@cite_1": {"mid": "1", "abstract": "Bad \xff byte."}}},\n'
-                     b'  {"aid": "b", "abstract": "B.", "related_work": "R.", "ref_abstract": {}}\n]\n')
+    path.write_bytes(
+        b'[\n  {"aid": "a", "abstract": "A.", "related_work": "R.",\n'
+        b'   "ref_abstract": {"@cite_1": {"mid": "1", "abstract": "Bad \xff byte."}}},\n'
+        b'  {"aid": "b", "abstract": "B.", "related_work": "R.", "ref_abstract": {}}\n]\n'
+    )
     with pytest.raises(InputFormatError) as info:
         run("multixscience", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.INVALID_UTF8, 3)
@@ -395,16 +459,23 @@ def test_invalid_utf8_inside_json_list_element(tmp_path):
 # MReD and HierEncDec-style CSV
 # ----------------------------------------------------------------------------
 
+
 def test_mred_release_csv(tmp_path):
     clusters, report = run("mred", FIXTURES / "mred" / "val_concat.csv", tmp_path, split="val")
     assert clusters == [
-        {"id": "val-0",
-         "documents": ["This paper proposes spectral normalization for GANs.\n\nThe experiments are \"very good\".",
-                       "The idea is not new, but it is applied well.\n\nMinor: fix Figure 4."],
-         "summary": "The reviewers agree the paper is strong. Accept."},
-        {"id": "val-1",
-         "documents": ["The paper studies goal exploration.\n\nPros: clear abstract.", "Too many metrics."],
-         "summary": "An interesting direction; the authors improved the paper. Accept."},
+        {
+            "id": "val-0",
+            "documents": [
+                'This paper proposes spectral normalization for GANs.\n\nThe experiments are "very good".',
+                "The idea is not new, but it is applied well.\n\nMinor: fix Figure 4.",
+            ],
+            "summary": "The reviewers agree the paper is strong. Accept.",
+        },
+        {
+            "id": "val-1",
+            "documents": ["The paper studies goal exploration.\n\nPros: clear abstract.", "Too many metrics."],
+            "summary": "An interesting direction; the authors improved the paper. Accept.",
+        },
         {"id": "val-2", "documents": ["Review one.", "Review three."], "summary": "Mixed reviews; reject."},
     ]
     assert report.notes == Counter({"control_prefix_stripped": 1})
@@ -413,15 +484,19 @@ def test_mred_release_csv(tmp_path):
 
 def test_mred_control_prefix_can_be_kept(tmp_path):
     clusters, _ = run("mred", FIXTURES / "mred" / "val_concat.csv", tmp_path, split="val", control_prefix="keep")
-    assert clusters[1]["documents"][0] == ("abstract | strength | decision ==> The paper studies goal "
-                                           "exploration.\n\nPros: clear abstract.")
+    assert clusters[1]["documents"][0] == (
+        "abstract | strength | decision ==> The paper studies goal exploration.\n\nPros: clear abstract."
+    )
 
 
 def test_csv_named_columns_and_last_two_columns(tmp_path):
     path = FIXTURES / "csv" / "hierencdec_style.csv"
     expected = [
-        {"id": "film-001", "documents": ["Review A of the film.", "Review B of the film."],
-         "summary": "A film that critics liked."},
+        {
+            "id": "film-001",
+            "documents": ["Review A of the film.", "Review B of the film."],
+            "summary": "A film that critics liked.",
+        },
         {"id": "film-002", "documents": ["Only one review here."], "summary": "A single-review cluster."},
     ]
     named, _ = run("csv", path, tmp_path, text_column="source", summary_columns=["target"], id_column="paper_id")
@@ -441,14 +516,23 @@ def test_csv_several_summary_columns_give_summaries(tmp_path):
     path = tmp_path / "multi.csv"
     path.write_text("text,ref1,ref2\nDoc a <REVBREAK> Doc b,First ref.,Second ref.\n", encoding="utf-8")
     clusters, _ = run("csv", path, tmp_path, summary_columns=["ref1", "ref2"])
-    assert clusters == [{"id": "train-0", "documents": ["Doc a", "Doc b"], "summary": "First ref.",
-                         "summaries": ["First ref.", "Second ref."]}]
+    assert clusters == [
+        {
+            "id": "train-0",
+            "documents": ["Doc a", "Doc b"],
+            "summary": "First ref.",
+            "summaries": ["First ref.", "Second ref."],
+        }
+    ]
 
 
 def test_csv_broken_row_reports_its_first_line(tmp_path):
     path = tmp_path / "train.csv"
-    path.write_text('text,summary\n"Doc one,\nspanning lines <REVBREAK> Doc two",Sum one.\n'
-                    'Doc three,Sum three.,extra field\n"Doc four",Sum four.\n', encoding="utf-8")
+    path.write_text(
+        'text,summary\n"Doc one,\nspanning lines <REVBREAK> Doc two",Sum one.\n'
+        'Doc three,Sum three.,extra field\n"Doc four",Sum four.\n',
+        encoding="utf-8",
+    )
     with pytest.raises(InputFormatError) as info:
         run("csv", path, tmp_path)
     assert (info.value.reason, info.value.line) == (converters.MALFORMED_CSV_ROW, 4)
@@ -483,25 +567,43 @@ def test_csv_invalid_utf8_line(tmp_path):
 # WikiSum
 # ----------------------------------------------------------------------------
 
+
 def test_wikisum_paragraph_per_document(tmp_path):
     clusters, report = run("wikisum", FIXTURES / "wikisum" / "test.jsonl", tmp_path, split="test")
     assert clusters == [
-        {"id": "Eiffel_Tower", "title": "eiffel tower",
-         "documents": ["the tower is 330 metres tall .", "it was built for the 1889 world 's fair .",
-                       "gustave eiffel 's company designed it ."],
-         "summary": "the eiffel tower is a wrought-iron lattice tower in paris . it was completed in 1889 ."},
-        {"id": "test-1", "title": "river thames",
-         "documents": ["the thames flows through london .", "it is 346 km long ."],
-         "summary": "the river thames is a river in southern england ."},
+        {
+            "id": "Eiffel_Tower",
+            "title": "eiffel tower",
+            "documents": [
+                "the tower is 330 metres tall .",
+                "it was built for the 1889 world 's fair .",
+                "gustave eiffel 's company designed it .",
+            ],
+            "summary": "the eiffel tower is a wrought-iron lattice tower in paris . it was completed in 1889 .",
+        },
+        {
+            "id": "test-1",
+            "title": "river thames",
+            "documents": ["the thames flows through london .", "it is 346 km long ."],
+            "summary": "the river thames is a river in southern england .",
+        },
     ]
     assert report.dropped_documents == Counter({"empty_document": 1})
 
 
 def test_wikisum_one_document_and_sentence_markers(tmp_path):
-    clusters, report = run("wikisum", FIXTURES / "wikisum" / "test.jsonl", tmp_path, split="test",
-                           paragraphs_as_one_document=True, keep_sentence_markers=True)
-    assert clusters[0]["documents"] == ["the tower is 330 metres tall .\n\nit was built for the 1889 world "
-                                        "'s fair .\n\ngustave eiffel 's company designed it ."]
+    clusters, report = run(
+        "wikisum",
+        FIXTURES / "wikisum" / "test.jsonl",
+        tmp_path,
+        split="test",
+        paragraphs_as_one_document=True,
+        keep_sentence_markers=True,
+    )
+    assert clusters[0]["documents"] == [
+        "the tower is 330 metres tall .\n\nit was built for the 1889 world "
+        "'s fair .\n\ngustave eiffel 's company designed it ."
+    ]
     assert clusters[0]["summary"].count("<q>") == 1
     assert report.dropped_documents == Counter({"empty_paragraph": 1})
 
@@ -519,8 +621,12 @@ def test_wikisum_needs_summary_or_target(tmp_path):
 
 PEERSUM_TRAIN_PAPER = {
     "id": "iclr_2021_abc123",
-    "documents": ["We propose a method. It works well.\n\nCode is available.",
-                  "The method is novel.\n\nExperiments are limited.", "We added experiments.", "Nice work!"],
+    "documents": [
+        "We propose a method. It works well.\n\nCode is available.",
+        "The method is novel.\n\nExperiments are limited.",
+        "We added experiments.",
+        "Nice work!",
+    ],
     "summary": "The reviewers agree the method is useful. Accept.",
 }
 
@@ -529,21 +635,36 @@ def test_peersum_release_all_labels(tmp_path):
     clusters, report = run("peersum", FIXTURES / "peersum" / "peersum_all.json", tmp_path, split="all")
     assert clusters == [
         PEERSUM_TRAIN_PAPER,
-        {"id": "nips_2021_def456", "documents": ["We study a problem.", "Unclear writing."],
-         "summary": "The paper is not ready."},
-        {"id": "iclr_2022_ghi789", "documents": ["We prove a bound.", "The bound is tight."],
-         "summary": "A strong theoretical paper."},
+        {
+            "id": "nips_2021_def456",
+            "documents": ["We study a problem.", "Unclear writing."],
+            "summary": "The paper is not ready.",
+        },
+        {
+            "id": "iclr_2022_ghi789",
+            "documents": ["We prove a bound.", "The bound is tight."],
+            "summary": "A strong theoretical paper.",
+        },
     ]
     assert report.dropped_documents == Counter({"review_without_text": 1, "empty_document": 1})
     assert_accounted(report)
 
 
 def test_peersum_label_writers_and_abstract_options(tmp_path):
-    clusters, report = run("peersum", FIXTURES / "peersum" / "peersum_all.json", tmp_path,
-                           select_label="train", writers=["official_reviewer"], include_abstract=False)
+    clusters, report = run(
+        "peersum",
+        FIXTURES / "peersum" / "peersum_all.json",
+        tmp_path,
+        select_label="train",
+        writers=["official_reviewer"],
+        include_abstract=False,
+    )
     assert clusters == [
-        {"id": "iclr_2021_abc123", "documents": ["The method is novel.\n\nExperiments are limited."],
-         "summary": PEERSUM_TRAIN_PAPER["summary"]},
+        {
+            "id": "iclr_2021_abc123",
+            "documents": ["The method is novel.\n\nExperiments are limited."],
+            "summary": PEERSUM_TRAIN_PAPER["summary"],
+        },
         {"id": "iclr_2022_ghi789", "documents": ["The bound is tight."], "summary": "A strong theoretical paper."},
     ]
     assert report.filtered == Counter({"label_not_selected": 1})
@@ -552,11 +673,20 @@ def test_peersum_label_writers_and_abstract_options(tmp_path):
 
 
 def test_peersum_other_layouts(tmp_path):
-    crawler = {"paper_id": "p1", "abstract": "Abs.", "meta_review": "Meta.",
-               "reviews": [{"writer": "official_reviewer", "content": {"comment": "Nested review."}}]}
-    huggingface = {"paper_id": "p2", "paper_abstract": "Abs two.", "meta_review": "Meta two.",
-                   "review_writers": ["official_reviewer", "author"], "review_contents": ["R1.", "R2."],
-                   "label": "test"}
+    crawler = {
+        "paper_id": "p1",
+        "abstract": "Abs.",
+        "meta_review": "Meta.",
+        "reviews": [{"writer": "official_reviewer", "content": {"comment": "Nested review."}}],
+    }
+    huggingface = {
+        "paper_id": "p2",
+        "paper_abstract": "Abs two.",
+        "meta_review": "Meta two.",
+        "review_writers": ["official_reviewer", "author"],
+        "review_contents": ["R1.", "R2."],
+        "label": "test",
+    }
     prepared = {"paper_id": "p3", "source_documents": ["S1.", "S2."], "summary": "Meta three.", "label": "val"}
     path = write_lines(tmp_path / "mixed.jsonl", [json.dumps(r) for r in (crawler, huggingface, prepared)])
     clusters, _ = run("peersum", path, tmp_path)
@@ -571,8 +701,10 @@ def test_peersum_other_layouts(tmp_path):
 def test_peersum_real_sample_round_trip(tmp_path):
     """Real PeerSum clusters, re-laid in PeerSum's prepared layout, come back with the same ids and documents."""
     originals = read_jsonl(PEERSUM_SAMPLE / "valid.jsonl")
-    prepared = [{"paper_id": c["id"], "source_documents": c["documents"], "summary": c["summary"], "label": "val"}
-                for c in originals]
+    prepared = [
+        {"paper_id": c["id"], "source_documents": c["documents"], "summary": c["summary"], "label": "val"}
+        for c in originals
+    ]
     path = write_lines(tmp_path / "peersum.json", [json.dumps(r, ensure_ascii=False) for r in prepared])
     clusters, report = run("peersum", path, tmp_path, split="valid", select_label="val")
     assert [c["id"] for c in clusters] == [c["id"] for c in originals]
@@ -587,21 +719,25 @@ def test_peersum_real_sample_round_trip(tmp_path):
 # Generic bad input (JSONL formats share the reader and the validation)
 # ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("bad_line, reason, message", [
-    (b'{"id": 2, "summary": "S\xff", "articles": [{"text": "T."}]}', "invalid_utf8", "byte 0xff"),
-    (b'{"id": 2, "summary": "S", "articles": [', "invalid_json", "not valid JSON"),
-    (b'{"id": 2, "articles": [{"text": "T."}]}', "missing_key", "'summary'"),
-    (b'{"id": 2, "summary": "S", "articles": [{"title": "no text"}]}', "missing_key", "articles[0]"),
-    (b'{"id": 2, "summary": "S", "articles": "not a list"}', "wrong_type", "'articles' must be list"),
-    (b'["not", "an", "object"]', "wrong_type", "expected a JSON object"),
-    (b'{"id": 2, "summary": "S", "articles": [{"text": " "}, {"text": ""}]}', "empty_cluster", "all 2"),
-    (b'{"id": 2, "summary": "S", "articles": []}', "empty_cluster", "no document"),
-    (b'{"id": 2, "summary": "  ", "articles": [{"text": "T."}]}', "empty_summary", "training split"),
-    (b'{"id": 1, "summary": "S", "articles": [{"text": "T."}]}', "duplicate_id", "'1'"),
-    # a lone surrogate escape and an id with a line break: mdsfair-preprocess's codes (mdsfair.raw_contract)
-    (b'{"id": 2, "summary": "S \\ud800", "articles": [{"text": "T."}]}', "lone_surrogate", "U+D800"),
-    (b'{"id": "2\\nb", "summary": "S", "articles": [{"text": "T."}]}', "bad_id", "tab or line break"),
-])
+
+@pytest.mark.parametrize(
+    "bad_line, reason, message",
+    [
+        (b'{"id": 2, "summary": "S\xff", "articles": [{"text": "T."}]}', "invalid_utf8", "byte 0xff"),
+        (b'{"id": 2, "summary": "S", "articles": [', "invalid_json", "not valid JSON"),
+        (b'{"id": 2, "articles": [{"text": "T."}]}', "missing_key", "'summary'"),
+        (b'{"id": 2, "summary": "S", "articles": [{"title": "no text"}]}', "missing_key", "articles[0]"),
+        (b'{"id": 2, "summary": "S", "articles": "not a list"}', "wrong_type", "'articles' must be list"),
+        (b'["not", "an", "object"]', "wrong_type", "expected a JSON object"),
+        (b'{"id": 2, "summary": "S", "articles": [{"text": " "}, {"text": ""}]}', "empty_cluster", "all 2"),
+        (b'{"id": 2, "summary": "S", "articles": []}', "empty_cluster", "no document"),
+        (b'{"id": 2, "summary": "  ", "articles": [{"text": "T."}]}', "empty_summary", "training split"),
+        (b'{"id": 1, "summary": "S", "articles": [{"text": "T."}]}', "duplicate_id", "'1'"),
+        # a lone surrogate escape and an id with a line break: mdsfair-preprocess's codes (mdsfair.raw_contract)
+        (b'{"id": 2, "summary": "S \\ud800", "articles": [{"text": "T."}]}', "lone_surrogate", "U+D800"),
+        (b'{"id": "2\\nb", "summary": "S", "articles": [{"text": "T."}]}', "bad_id", "tab or line break"),
+    ],
+)
 def test_bad_jsonl_record_names_file_and_line(tmp_path, bad_line, reason, message):
     path = write_lines(tmp_path / "train.jsonl", [wcep_event(1), bad_line, wcep_event(3)])
     with pytest.raises(InputFormatError) as info:
@@ -624,7 +760,8 @@ def test_empty_summary_rules_by_split(tmp_path):
         list(iter_wcep(path, "test"))
     allow_empty_summary = ConversionOptions(allow_empty_summary=True)
     assert list(iter_wcep(path, "test", options=allow_empty_summary)) == [
-        {"id": "1", "documents": ["Article one.", "Article two."], "summary": ""}]
+        {"id": "1", "documents": ["Article one.", "Article two."], "summary": ""}
+    ]
     with pytest.raises(InputFormatError, match="training split 'train'"):
         list(iter_wcep(path, "train", options=allow_empty_summary))
 
@@ -640,25 +777,37 @@ def test_empty_document_dropped_and_counted_or_error(tmp_path):
 
 
 def test_skip_mode_counts_every_reason(tmp_path):
-    path = write_lines(tmp_path / "train.jsonl", [
-        wcep_event(1),
-        b"not json at all",
-        b'{"id": 3, "summary": "S", "articles": [{"text": "T\xc3"}]}',
-        b"",
-        wcep_event(4, summary=""),
-        wcep_event(5, texts=("", " ")),
-        wcep_event(1),
-        json.dumps({"id": 7, "articles": []}),
-        wcep_event(8, texts=("Kept.", "")),
-    ])
+    path = write_lines(
+        tmp_path / "train.jsonl",
+        [
+            wcep_event(1),
+            b"not json at all",
+            b'{"id": 3, "summary": "S", "articles": [{"text": "T\xc3"}]}',
+            b"",
+            wcep_event(4, summary=""),
+            wcep_event(5, texts=("", " ")),
+            wcep_event(1),
+            json.dumps({"id": 7, "articles": []}),
+            wcep_event(8, texts=("Kept.", "")),
+        ],
+    )
     clusters, report = run("wcep", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["1", "8"]
-    assert report.skipped == Counter({"invalid_json": 1, "invalid_utf8": 1, "empty_summary": 1,
-                                      "empty_cluster": 1, "duplicate_id": 1, "missing_key": 1})
+    assert report.skipped == Counter(
+        {
+            "invalid_json": 1,
+            "invalid_utf8": 1,
+            "empty_summary": 1,
+            "empty_cluster": 1,
+            "duplicate_id": 1,
+            "missing_key": 1,
+        }
+    )
     assert report.records_read == 8  # the blank line is not a record
     assert report.dropped_documents == Counter({"empty_document": 1})
     assert [e[: e.index(":", len(str(path)) + 1)] for e in report.skipped_examples] == [
-        f"{path}:{n}" for n in (2, 3, 5, 6, 7, 8)]
+        f"{path}:{n}" for n in (2, 3, 5, 6, 7, 8)
+    ]
     assert_accounted(report)
 
 
@@ -679,6 +828,7 @@ def test_normalize_document_whitespace():
 # Python API and CLI
 # ----------------------------------------------------------------------------
 
+
 def test_convert_rejects_unknown_format_and_options(tmp_path):
     with pytest.raises(ValueError, match="unknown format"):
         convert("duc", FIXTURES / "wcep" / "val.jsonl", tmp_path / "o.jsonl")
@@ -689,8 +839,20 @@ def test_convert_rejects_unknown_format_and_options(tmp_path):
 def test_cli_converts_and_prints_report(tmp_path, capsys):
     output = tmp_path / "sub" / "val.jsonl"
     report_json = tmp_path / "report.json"
-    status = cli_main(["wcep", str(FIXTURES / "wcep" / "val.jsonl"), "-o", str(output), "--split", "val",
-                       "--max-articles", "2", "--report-json", str(report_json)])
+    status = cli_main(
+        [
+            "wcep",
+            str(FIXTURES / "wcep" / "val.jsonl"),
+            "-o",
+            str(output),
+            "--split",
+            "val",
+            "--max-articles",
+            "2",
+            "--report-json",
+            str(report_json),
+        ]
+    )
     assert status == 0
     assert [c["id"] for c in read_jsonl(output)] == ["7421", "7422"]
     printed = capsys.readouterr().out
@@ -700,17 +862,59 @@ def test_cli_converts_and_prints_report(tmp_path, capsys):
 
 def test_cli_format_specific_flags(tmp_path):
     output = tmp_path / "out.jsonl"
-    assert cli_main(["csv", str(FIXTURES / "csv" / "hierencdec_style.csv"), "-o", str(output),
-                     "--text-column", "source", "--summary-column", "target", "--id-column", "paper_id"]) == 0
+    assert (
+        cli_main(
+            [
+                "csv",
+                str(FIXTURES / "csv" / "hierencdec_style.csv"),
+                "-o",
+                str(output),
+                "--text-column",
+                "source",
+                "--summary-column",
+                "target",
+                "--id-column",
+                "paper_id",
+            ]
+        )
+        == 0
+    )
     assert [c["id"] for c in read_jsonl(output)] == ["film-001", "film-002"]
-    assert cli_main(["peersum", str(FIXTURES / "peersum" / "peersum_all.json"), "-o", str(output),
-                     "--writers", "official_reviewer,public", "--no-abstract", "--select-label", "train"]) == 0
+    assert (
+        cli_main(
+            [
+                "peersum",
+                str(FIXTURES / "peersum" / "peersum_all.json"),
+                "-o",
+                str(output),
+                "--writers",
+                "official_reviewer,public",
+                "--no-abstract",
+                "--select-label",
+                "train",
+            ]
+        )
+        == 0
+    )
     assert read_jsonl(output)[0]["documents"] == ["The method is novel.\n\nExperiments are limited.", "Nice work!"]
     source = tmp_path / "multinews" / "x.src"
     source.parent.mkdir()
     shutil.copy(FIXTURES / "multinews" / "val.src", source)
-    assert cli_main(["multinews", str(source), "--targets", str(FIXTURES / "multinews" / "val.tgt"),
-                     "-o", str(output), "--split", "valid"]) == 0
+    assert (
+        cli_main(
+            [
+                "multinews",
+                str(source),
+                "--targets",
+                str(FIXTURES / "multinews" / "val.tgt"),
+                "-o",
+                str(output),
+                "--split",
+                "valid",
+            ]
+        )
+        == 0
+    )
     assert len(read_jsonl(output)) == 2
 
 

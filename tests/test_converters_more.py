@@ -1,4 +1,5 @@
 """Tests of the converters for the papers' remaining data sets and of ``mdsfair-convert hf`` (issue 23.1/23.2)."""
+
 import json
 from pathlib import Path
 
@@ -35,13 +36,15 @@ def write_jsonl(path, records):
     return path
 
 
-NEW_FORMATS = {"scientific_papers": ["--whole-article", "--omit-section-names"],
-               "govreport": ["--section-depth", "--subset"],
-               "rottentomatoes": ["--text-column", "--summary-column", "--id-column"],
-               "wikidomains": ["--text-column", "--summary-column", "--id-column"],
-               "mred_plus": ["--text-column", "--summary-column", "--id-column", "--paragraph-separator"],
-               "cnn_dailymail": ["--delimiter"],
-               "hf": ["--preset", "--documents-column", "--summary-column", "--id-column", "--document-separator"]}
+NEW_FORMATS = {
+    "scientific_papers": ["--whole-article", "--omit-section-names"],
+    "govreport": ["--section-depth", "--subset"],
+    "rottentomatoes": ["--text-column", "--summary-column", "--id-column"],
+    "wikidomains": ["--text-column", "--summary-column", "--id-column"],
+    "mred_plus": ["--text-column", "--summary-column", "--id-column", "--paragraph-separator"],
+    "cnn_dailymail": ["--delimiter"],
+    "hf": ["--preset", "--documents-column", "--summary-column", "--id-column", "--document-separator"],
+}
 
 
 @pytest.mark.parametrize("format_name", sorted(NEW_FORMATS))
@@ -58,6 +61,7 @@ def test_new_formats_are_registered_with_their_flags(format_name, capsys):
 # ----------------------------------------------------------------------------
 # arXiv / PubMed (Cohan et al. 2018)
 # ----------------------------------------------------------------------------
+
 
 def test_scientific_papers_sections_become_titled_documents(tmp_path):
     clusters, report = run("scientific_papers", FIXTURES / "scientific_papers" / "val.txt", tmp_path, split="val")
@@ -82,8 +86,9 @@ def test_scientific_papers_sections_become_titled_documents(tmp_path):
 def test_scientific_papers_whole_article_and_omitted_names(tmp_path):
     path = FIXTURES / "scientific_papers" / "val.txt"
     clusters, _ = run("scientific_papers", path, tmp_path, split="val", whole_article=True)
-    assert clusters[0]["documents"] == ["the model was introduced long ago . we compute its spectrum . "
-                                        "the gap closes . this ends the paper ."]
+    assert clusters[0]["documents"] == [
+        "the model was introduced long ago . we compute its spectrum . the gap closes . this ends the paper ."
+    ]
     clusters, _ = run("scientific_papers", path, tmp_path, split="val", omit_section_names=True)
     assert clusters[0]["documents"][1] == "the gap closes ."
 
@@ -157,15 +162,24 @@ def test_govreport_missing_and_broken_reports_are_located(tmp_path):
     (root / "gao").mkdir()
     (root / "crs" / "R1.json").write_text((GOVREPORT / "crs" / "R40001.json").read_text().replace("R40001", "R1"))
     (root / "crs" / "R2.json").write_text('{\n  "reports": {\n    "section_title": ""\n    "paragraphs": []\n}\n')
-    (root / "crs" / "R3.json").write_text(json.dumps({"reports": {"section_title": "", "paragraphs": [],
-                                                                  "subsections": [{"paragraphs": ["x"]}]},
-                                                      "summary": ["s"], "id": "R3"}))
+    (root / "crs" / "R3.json").write_text(
+        json.dumps(
+            {
+                "reports": {"section_title": "", "paragraphs": [], "subsections": [{"paragraphs": ["x"]}]},
+                "summary": ["s"],
+                "id": "R3",
+            }
+        )
+    )
     (root / "split_ids" / "crs_train.ids").write_text("R1\nR404\nR2\nR3\n")
     (root / "split_ids" / "gao_train.ids").write_text("")
     with pytest.raises(InputFormatError) as caught:
         run("govreport", root, tmp_path / "out")
     assert (caught.value.path, caught.value.line, caught.value.reason) == (
-        str(root / "split_ids" / "crs_train.ids"), 2, "missing_file")
+        str(root / "split_ids" / "crs_train.ids"),
+        2,
+        "missing_file",
+    )
     clusters, report = run("govreport", root, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["R1"]
     assert dict(report.skipped) == {"missing_file": 1, "invalid_json": 1, "missing_key": 1}
@@ -179,12 +193,16 @@ def test_govreport_missing_and_broken_reports_are_located(tmp_path):
 # HierEncDec's Table 1 data sets: Rotten Tomatoes, WikiDomains, MReD+
 # ----------------------------------------------------------------------------
 
+
 def test_rottentomatoes_original_release_reviews_to_consensus(tmp_path):
     path = FIXTURES / "rottentomatoes" / "opinion_abstracts" / "rottentomatoes.json"
     clusters, report = run("rottentomatoes", path, tmp_path)
     assert clusters == [
-        {"id": "m/a_quiet_film", "documents": ["Gentle and wise.", "A bit slow, but rewarding."],
-         "summary": "A gentle, rewarding drama."},
+        {
+            "id": "m/a_quiet_film",
+            "documents": ["Gentle and wise.", "A bit slow, but rewarding."],
+            "summary": "A gentle, rewarding drama.",
+        },
         {"id": "m/loud", "documents": ["Too loud by half."], "summary": "Loud."},
     ]
     assert dict(report.dropped_documents) == {"empty_review": 1}
@@ -195,8 +213,11 @@ def test_rottentomatoes_original_release_reviews_to_consensus(tmp_path):
 def test_rottentomatoes_hierencdec_csv_takes_the_last_two_columns(tmp_path):
     path = FIXTURES / "rottentomatoes" / "hierencdec" / "test.csv"
     clusters, report = run("rottentomatoes", path, tmp_path, split="test")
-    assert clusters[0] == {"id": "test-0", "documents": ["Great fun.", "Dull.", "Charming cast."],
-                           "summary": "Fun, charming."}
+    assert clusters[0] == {
+        "id": "test-0",
+        "documents": ["Great fun.", "Dull.", "Charming cast."],
+        "summary": "Fun, charming.",
+    }
     assert clusters[1]["documents"] == ["Only review."]
     assert dict(report.dropped_documents) == {"empty_review": 1}
     clusters, _ = run("rottentomatoes", path, tmp_path, split="test", id_column="movie")
@@ -208,11 +229,15 @@ def test_rottentomatoes_hierencdec_csv_takes_the_last_two_columns(tmp_path):
 
 def test_wikidomains_reads_json_and_csv_and_prefixes_the_domain(tmp_path):
     root = FIXTURES / "wikidomains"
-    clusters, report = run("wikidomains", [root / "Film" / "test.json", root / "Town" / "test.csv"], tmp_path,
-                           split="test")
+    clusters, report = run(
+        "wikidomains", [root / "Film" / "test.json", root / "Town" / "test.csv"], tmp_path, split="test"
+    )
     assert clusters == [
-        {"id": "Film-test-0", "documents": ["Plot text.", "Cast text.\n\nMore cast.", "Reception text."],
-         "summary": "X is a 1999 film."},
+        {
+            "id": "Film-test-0",
+            "documents": ["Plot text.", "Cast text.\n\nMore cast.", "Reception text."],
+            "summary": "X is a 1999 film.",
+        },
         {"id": "Film-test-1", "documents": ["Only one section."], "summary": "Y is a film."},
         {"id": "Town-test-2", "documents": ["History text.", "Geography text."], "summary": "Z is a town."},
     ]
@@ -225,11 +250,14 @@ def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
     counted as empty_section, the rest of the article kept; an article of only empty sections is bad input;
     --error-on-empty-document makes an empty section bad input too."""
     (tmp_path / "Software").mkdir()
-    path = write_jsonl(tmp_path / "Software" / "test.json", [
-        {"source": "Overview text. <REVBREAK>   <REVBREAK> History text.", "target": "S is software."},
-        {"source": "Lone section. <REVBREAK> ", "target": "T is software."},
-        {"source": " <REVBREAK> ", "target": "U is software."},
-    ])
+    path = write_jsonl(
+        tmp_path / "Software" / "test.json",
+        [
+            {"source": "Overview text. <REVBREAK>   <REVBREAK> History text.", "target": "S is software."},
+            {"source": "Lone section. <REVBREAK> ", "target": "T is software."},
+            {"source": " <REVBREAK> ", "target": "U is software."},
+        ],
+    )
     with pytest.raises(InputFormatError) as caught:
         run("wikidomains", path, tmp_path, split="test")
     assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
@@ -242,8 +270,13 @@ def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
     assert dict(report.dropped_documents) == {"empty_section": 2}
     assert dict(report.skipped) == {"empty_cluster": 1} and report.documents_written == 3
     assert_accounted(report)
-    clusters, report = run("wikidomains", path, tmp_path, split="test",
-                           options=ConversionOptions(skip_bad=True, error_on_empty_document=True))
+    clusters, report = run(
+        "wikidomains",
+        path,
+        tmp_path,
+        split="test",
+        options=ConversionOptions(skip_bad=True, error_on_empty_document=True),
+    )
     assert clusters == []
     assert dict(report.skipped) == {"empty_document": 2, "empty_cluster": 1}
     assert "empty section 2" in report.skipped_examples[0] and "empty section 2" in report.skipped_examples[1]
@@ -252,10 +285,12 @@ def test_wikidomains_empty_sections_are_dropped_and_counted(tmp_path):
 
 
 def test_mred_plus_splits_reviews_rebuttals_and_paragraphs(tmp_path):
-    clusters, report = run("mred_plus", FIXTURES / "mred_plus" / "mred" / "test_rebuttal.json", tmp_path,
-                           split="test")
-    assert clusters[0]["documents"] == ["Review one para one.\n\nReview one para two.", "Review two.",
-                                        "We thank the reviewers.\n\nWe fixed it."]
+    clusters, report = run("mred_plus", FIXTURES / "mred_plus" / "mred" / "test_rebuttal.json", tmp_path, split="test")
+    assert clusters[0]["documents"] == [
+        "Review one para one.\n\nReview one para two.",
+        "Review two.",
+        "We thank the reviewers.\n\nWe fixed it.",
+    ]
     assert clusters[0]["summary"] == "The paper is accepted."
     assert clusters[1]["documents"] == ["Short review."]
     assert dict(report.dropped_documents) == {"empty_document": 1}
@@ -264,21 +299,32 @@ def test_mred_plus_splits_reviews_rebuttals_and_paragraphs(tmp_path):
 
 def test_hierencdec_files_bad_rows_and_extensions(tmp_path):
     path = tmp_path / "train_rebuttal.json"
-    path.write_text("\n".join([
-        json.dumps({"text": "Review.", "summary": "Meta."}),
-        json.dumps({"text": ["not", "a", "string"], "summary": "Meta."}),
-        json.dumps({"only": "one column"}),
-        "{broken",
-        json.dumps({"text": " <REVBREAK> ", "summary": "Meta."}),
-        json.dumps({"text": "Review.", "summary": ""}),
-    ]) + "\n", encoding="utf-8")
+    path.write_text(
+        "\n".join(
+            [
+                json.dumps({"text": "Review.", "summary": "Meta."}),
+                json.dumps({"text": ["not", "a", "string"], "summary": "Meta."}),
+                json.dumps({"only": "one column"}),
+                "{broken",
+                json.dumps({"text": " <REVBREAK> ", "summary": "Meta."}),
+                json.dumps({"text": "Review.", "summary": ""}),
+            ]
+        )
+        + "\n",
+        encoding="utf-8",
+    )
     with pytest.raises(InputFormatError) as caught:
         run("mred_plus", path, tmp_path)
     assert (caught.value.line, caught.value.reason) == (2, "wrong_type")
     clusters, report = run("mred_plus", path, tmp_path, options=SKIP_BAD)
     assert [c["id"] for c in clusters] == ["train-0"]
-    assert dict(report.skipped) == {"wrong_type": 1, "missing_key": 1, "invalid_json": 1, "empty_cluster": 1,
-                                    "empty_summary": 1}
+    assert dict(report.skipped) == {
+        "wrong_type": 1,
+        "missing_key": 1,
+        "invalid_json": 1,
+        "empty_cluster": 1,
+        "empty_summary": 1,
+    }
     assert [example.split(": ")[0] for example in report.skipped_examples] == [f"{path}:{n}" for n in range(2, 7)]
     assert_accounted(report)
     other = tmp_path / "train.tsv"
@@ -292,11 +338,16 @@ def test_hierencdec_files_bad_rows_and_extensions(tmp_path):
 # ----------------------------------------------------------------------------
 
 CNNDM_EXPECTED = [
-    {"id": "0001d1afc246a7964130f43ae940af6bc6c57f01",
-     "documents": ["By . Staff Reporter . PUBLISHED: . 12:00 . The council voted on Monday.\n\nResidents cheered."],
-     "summary": "Council votes on Monday . Residents cheer ."},
-    {"id": "0002095e55fcbd3a2f366d9bf92a95433dc305ef", "documents": ["(CNN) -- A storm hit the coast."],
-     "summary": "Storm hits coast ."},
+    {
+        "id": "0001d1afc246a7964130f43ae940af6bc6c57f01",
+        "documents": ["By . Staff Reporter . PUBLISHED: . 12:00 . The council voted on Monday.\n\nResidents cheered."],
+        "summary": "Council votes on Monday . Residents cheer .",
+    },
+    {
+        "id": "0002095e55fcbd3a2f366d9bf92a95433dc305ef",
+        "documents": ["(CNN) -- A storm hit the coast."],
+        "summary": "Storm hits coast .",
+    },
 ]
 
 
@@ -310,8 +361,10 @@ def test_cnn_dailymail_csv_and_jsonl_give_single_document_clusters(tmp_path):
 
 def test_cnn_dailymail_bad_rows_are_located(tmp_path):
     path = tmp_path / "train.csv"
-    path.write_text('id,article,highlights\na,"Text one.",Sum one.\nb,"  ",Sum two.\nc,Text three.\n'
-                    'd,"Text four.",""\n', encoding="utf-8")
+    path.write_text(
+        'id,article,highlights\na,"Text one.",Sum one.\nb,"  ",Sum two.\nc,Text three.\nd,"Text four.",""\n',
+        encoding="utf-8",
+    )
     with pytest.raises(InputFormatError) as caught:
         run("cnn_dailymail", path, tmp_path)
     assert (caught.value.line, caught.value.reason) == (3, "empty_cluster")
@@ -330,9 +383,11 @@ def test_cnn_dailymail_bad_rows_are_located(tmp_path):
 
 
 MULTI_NEWS_ROWS = {
-    "document": ["Story one.\nSecond line. ||||| Story two. ||||| ",
-                 "Only story |||||   |||||  Third story.",
-                 "Lone story without separator."],
+    "document": [
+        "Story one.\nSecond line. ||||| Story two. ||||| ",
+        "Only story |||||   |||||  Third story.",
+        "Lone story without separator.",
+    ],
     "summary": ["– Summary one.", "Summary two.", "Summary three."],
 }
 
@@ -356,12 +411,24 @@ def write_save_to_disk(folder, columns, split="train"):
     """The layout of datasets' Dataset.save_to_disk: data-00000-of-00001.arrow, dataset_info.json, state.json."""
     write_arrow_stream(folder / "data-00000-of-00001.arrow", columns)
     features = {name: {"dtype": "string", "_type": "Value"} for name in columns}
-    (folder / "dataset_info.json").write_text(json.dumps({"citation": "", "description": "", "features": features,
-                                                          "homepage": "", "license": ""}), encoding="utf-8")
-    (folder / "state.json").write_text(json.dumps({
-        "_data_files": [{"filename": "data-00000-of-00001.arrow"}], "_fingerprint": "0123456789abcdef",
-        "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
-        "_split": split}), encoding="utf-8")
+    (folder / "dataset_info.json").write_text(
+        json.dumps({"citation": "", "description": "", "features": features, "homepage": "", "license": ""}),
+        encoding="utf-8",
+    )
+    (folder / "state.json").write_text(
+        json.dumps(
+            {
+                "_data_files": [{"filename": "data-00000-of-00001.arrow"}],
+                "_fingerprint": "0123456789abcdef",
+                "_format_columns": None,
+                "_format_kwargs": {},
+                "_format_type": None,
+                "_output_all_columns": False,
+                "_split": split,
+            }
+        ),
+        encoding="utf-8",
+    )
     return folder
 
 
@@ -391,12 +458,16 @@ def test_hf_multi_news_preset_on_parquet(tmp_path):
 # pre-tokenized text of Cohan et al. 2018 joined with spaces, "\n" between paragraphs; no id column. The Hub's
 # Parquet has one folder per config ("section", the default, and "document"), a folder per split in it.
 SCIENTIFIC_PAPERS_ROWS = {
-    "article": ["we study a toy model .\nits spectrum is computed exactly .\nthe gap closes .",
-                "  \n ",
-                "patients were enrolled in 2001 .\n\noutcomes improved ."],
-    "abstract": ["we study the spectrum of a toy model .\nthe gap closes at weak coupling .",
-                 "an abstract without a body .",
-                 "outcomes of a trial ."],
+    "article": [
+        "we study a toy model .\nits spectrum is computed exactly .\nthe gap closes .",
+        "  \n ",
+        "patients were enrolled in 2001 .\n\noutcomes improved .",
+    ],
+    "abstract": [
+        "we study the spectrum of a toy model .\nthe gap closes at weak coupling .",
+        "an abstract without a body .",
+        "outcomes of a trial .",
+    ],
 }
 
 
@@ -404,21 +475,31 @@ SCIENTIFIC_PAPERS_ROWS = {
 def test_hf_arxiv_and_pubmed_presets_on_the_ccdv_parquet_layout(preset, tmp_path):
     section_config = tmp_path / "section"
     write_parquet(section_config / "validation" / "0000.parquet", SCIENTIFIC_PAPERS_ROWS)
-    write_parquet(section_config / "train" / "0000.parquet", {"article": ["a train paper ."],
-                                                              "abstract": ["train abstract ."]})
+    write_parquet(
+        section_config / "train" / "0000.parquet", {"article": ["a train paper ."], "abstract": ["train abstract ."]}
+    )
     # The second paper's article is only whitespace (PubMed has such papers): an empty cluster, bad input.
     with pytest.raises(InputFormatError) as caught:
         run("hf", section_config, tmp_path, split="val", preset=preset)
     assert (caught.value.path, caught.value.line, caught.value.reason) == (
-        str(section_config / "validation" / "0000.parquet"), 2, "empty_cluster")
+        str(section_config / "validation" / "0000.parquet"),
+        2,
+        "empty_cluster",
+    )
     clusters, report = run("hf", section_config, tmp_path, split="val", preset=preset, options=SKIP_BAD)
     # The article is one document (single newlines are not paragraph breaks; a blank line is); the abstract
     # is one line; ids are SPLIT-ROW since the layout has no id column.
     assert clusters == [
-        {"id": "val-0", "documents": ["we study a toy model . its spectrum is computed exactly . the gap closes ."],
-         "summary": "we study the spectrum of a toy model . the gap closes at weak coupling ."},
-        {"id": "val-2", "documents": ["patients were enrolled in 2001 .\n\noutcomes improved ."],
-         "summary": "outcomes of a trial ."},
+        {
+            "id": "val-0",
+            "documents": ["we study a toy model . its spectrum is computed exactly . the gap closes ."],
+            "summary": "we study the spectrum of a toy model . the gap closes at weak coupling .",
+        },
+        {
+            "id": "val-2",
+            "documents": ["patients were enrolled in 2001 .\n\noutcomes improved ."],
+            "summary": "outcomes of a trial .",
+        },
     ]
     assert report.records_read == 3 and report.clusters_written == 2 and report.documents_written == 2
     assert dict(report.skipped) == {"empty_cluster": 1} and not report.dropped_documents
@@ -434,8 +515,10 @@ def test_hf_cnn_dailymail_preset_on_the_hub_parquet_layout(tmp_path):
     rows = read_jsonl(FIXTURES / "cnn_dailymail" / "validation.jsonl")
     columns = {name: [row[name] for row in rows] for name in ("article", "highlights", "id")}
     write_parquet(config / "test-00000-of-00001.parquet", columns)
-    write_parquet(config / "train-00000-of-00001.parquet", {"article": ["Train story."], "highlights": ["Train ."],
-                                                            "id": ["0003"]})
+    write_parquet(
+        config / "train-00000-of-00001.parquet",
+        {"article": ["Train story."], "highlights": ["Train ."], "id": ["0003"]},
+    )
     clusters, report = run("hf", config, tmp_path, split="test", preset="cnn_dailymail")
     assert clusters == CNNDM_EXPECTED
     # The highlights' newline-separated sentences are one summary line; the article's blank line is kept.
@@ -446,15 +529,19 @@ def test_hf_cnn_dailymail_preset_on_the_hub_parquet_layout(tmp_path):
     clusters, _ = run("hf", config, tmp_path, split="train", preset="cnn_dailymail")
     assert clusters == [{"id": "0003", "documents": ["Train story."], "summary": "Train ."}]
     # Without the preset the default columns (document, summary) are not there: named in the error.
-    with pytest.raises(InputFormatError, match=r"column\(s\) \['document', 'summary'\] not in the table's columns "
-                                               r"\['article', 'highlights', 'id'\]"):
+    with pytest.raises(
+        InputFormatError,
+        match=r"column\(s\) \['document', 'summary'\] not in the table's columns "
+        r"\['article', 'highlights', 'id'\]",
+    ):
         run("hf", config, tmp_path, split="test")
 
 
 def test_hf_folder_of_splits_picks_the_split(tmp_path):
     write_parquet(tmp_path / "data" / "train-00000-of-00001.parquet", {"document": ["a"], "summary": ["s"]})
-    write_parquet(tmp_path / "data" / "validation-00000-of-00001.parquet",
-                  {"document": ["v1", "v2"], "summary": ["t1", "t2"]})
+    write_parquet(
+        tmp_path / "data" / "validation-00000-of-00001.parquet", {"document": ["v1", "v2"], "summary": ["t1", "t2"]}
+    )
     clusters, _ = run("hf", tmp_path, tmp_path / "out", split="val")
     assert [c["documents"] for c in clusters] == [["v1"], ["v2"]]
     clusters, _ = run("hf", tmp_path, tmp_path / "out", split="train")
@@ -469,8 +556,10 @@ def test_hf_multi_x_science_preset_reads_struct_and_list_columns(tmp_path):
         "mid": ["m1", "m2"],
         "abstract": ["Our abstract.", "Second abstract."],
         "related_work": ["Prior work @cite_1 did x.", "Related."],
-        "ref_abstract": [{"cite_N": ["@cite_1", "@cite_2"], "mid": ["a", "b"], "abstract": ["Cited one.", ""]},
-                         {"cite_N": [], "mid": [], "abstract": []}],
+        "ref_abstract": [
+            {"cite_N": ["@cite_1", "@cite_2"], "mid": ["a", "b"], "abstract": ["Cited one.", ""]},
+            {"cite_N": [], "mid": [], "abstract": []},
+        ],
     }
     path = write_parquet(tmp_path / "test.parquet", columns)
     clusters, report = run("hf", path, tmp_path, split="test", preset="multi_x_science")
@@ -483,10 +572,15 @@ def test_hf_multi_x_science_preset_reads_struct_and_list_columns(tmp_path):
 
 
 def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
-    columns = {"document": [["Article one.", "Article two."], ["Only article."]],
-               "summary": ["Event one.", "Event two."], "id": ["e1", "e2"]}
-    expected = [{"id": "e1", "documents": ["Article one.", "Article two."], "summary": "Event one."},
-                {"id": "e2", "documents": ["Only article."], "summary": "Event two."}]
+    columns = {
+        "document": [["Article one.", "Article two."], ["Only article."]],
+        "summary": ["Event one.", "Event two."],
+        "id": ["e1", "e2"],
+    }
+    expected = [
+        {"id": "e1", "documents": ["Article one.", "Article two."], "summary": "Event one."},
+        {"id": "e2", "documents": ["Only article."], "summary": "Event two."},
+    ]
     arrow = write_arrow_stream(tmp_path / "wcep.arrow", columns)
     clusters, _ = run("hf", arrow, tmp_path, preset="wcep10")  # ccdv/WCEP-10's card: id, document, summary
     assert clusters == expected
@@ -525,9 +619,11 @@ def test_hf_list_column_arrow_file_and_save_to_disk(tmp_path):
 
 def test_hf_field_of_a_list_of_structs(tmp_path):
     """WCEP's own layout as a table: articles = list of {title, text}; articles.text reads every text."""
-    columns = {"id": [7, 8], "summary": ["Event.", "Other."],
-               "articles": [[{"title": "T1", "text": "Text one."}, {"title": "T2", "text": None}],
-                            None]}
+    columns = {
+        "id": [7, 8],
+        "summary": ["Event.", "Other."],
+        "articles": [[{"title": "T1", "text": "Text one."}, {"title": "T2", "text": None}], None],
+    }
     path = write_parquet(tmp_path / "val.parquet", columns)
     hf_options = dict(documents_columns=["articles.text"], id_column="id", split="val")
     with pytest.raises(InputFormatError) as caught:
@@ -536,15 +632,20 @@ def test_hf_field_of_a_list_of_structs(tmp_path):
     clusters, report = run("hf", path, tmp_path, options=SKIP_BAD, **hf_options)
     assert clusters == [{"id": "7", "documents": ["Text one."], "summary": "Event."}]
     assert dict(report.dropped_documents) == {"empty_document": 1} and dict(report.skipped) == {"empty_cluster": 1}
-    with pytest.raises(InputFormatError, match=r"val.parquet:1: missing key: column 'articles.body': no field 'body' "
-                                               r"\(fields: \['text', 'title'\]\)"):
+    with pytest.raises(
+        InputFormatError,
+        match=r"val.parquet:1: missing key: column 'articles.body': no field 'body' "
+        r"\(fields: \['text', 'title'\]\)",
+    ):
         run("hf", path, tmp_path, documents_columns=["articles.body"], split="val")
 
 
 def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
-    columns = {"text": ["Good.", None, "Fine.", "Also fine.", "x ||| y"],
-               "target": ["S.", "S.", "", None, "S5."],
-               "key": ["a", "b", "c", "d", "a"]}
+    columns = {
+        "text": ["Good.", None, "Fine.", "Also fine.", "x ||| y"],
+        "target": ["S.", "S.", "", None, "S5."],
+        "key": ["a", "b", "c", "d", "a"],
+    }
     path = write_parquet(tmp_path / "train.parquet", columns)
     hf_options = dict(documents_columns=["text"], summary_column="target", id_column="key", document_separator="|||")
     with pytest.raises(InputFormatError) as caught:
@@ -570,13 +671,28 @@ def test_hf_bad_rows_are_located_by_row_number_and_counted(tmp_path):
 
 
 def test_hf_cli_with_preset_and_repeated_columns(tmp_path, capsys):
-    path = write_parquet(tmp_path / "test.parquet", {"abstract": ["Abs."], "ref": [["R1.", "R2."]],
-                                                     "rw": ["Related."]})
+    path = write_parquet(tmp_path / "test.parquet", {"abstract": ["Abs."], "ref": [["R1.", "R2."]], "rw": ["Related."]})
     output = tmp_path / "cli.jsonl"
-    assert cli_main(["hf", str(path), "-o", str(output), "--split", "test", "--documents-column", "abstract",
-                     "--documents-column", "ref", "--summary-column", "rw"]) == 0
+    assert (
+        cli_main(
+            [
+                "hf",
+                str(path),
+                "-o",
+                str(output),
+                "--split",
+                "test",
+                "--documents-column",
+                "abstract",
+                "--documents-column",
+                "ref",
+                "--summary-column",
+                "rw",
+            ]
+        )
+        == 0
+    )
     assert read_jsonl(output) == [{"id": "test-0", "documents": ["Abs.", "R1.", "R2."], "summary": "Related."}]
     assert "documents written:    3" in capsys.readouterr().out
     assert cli_main(["hf", str(path), "-o", str(output), "--preset", "arxiv"]) == 1
-    assert "column(s) ['article'] not in the table's columns ['abstract', 'ref', 'rw']" in (
-        capsys.readouterr().err)
+    assert "column(s) ['article'] not in the table's columns ['abstract', 'ref', 'rw']" in (capsys.readouterr().err)

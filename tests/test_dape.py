@@ -1,6 +1,7 @@
 """Tests of the DAPE transformer (Ma et al., 2022): document-aware positional
 encoding (Eq. 1-4), the dependency relation mask (Eq. 5-11), arcs aligned to
 subwords, ablations, training and decoding."""
+
 import argparse
 import json
 import os
@@ -65,7 +66,9 @@ def test_table_v_functions_break_the_protocol():
 
 
 def test_sin_cos_alternates_over_dimensions():
-    values = DocumentAwarePositionalEncoding(6, 1, function="scaled-sin-cos").document_encoding(torch.tensor([[3]]))[0, 0]
+    values = DocumentAwarePositionalEncoding(6, 1, function="scaled-sin-cos").document_encoding(torch.tensor([[3]]))[
+        0, 0
+    ]
     expected = torch.tensor([np.sin(0.3), np.cos(0.3)] * 3, dtype=torch.float)
     assert torch.allclose(values, expected)
 
@@ -104,10 +107,12 @@ def test_equation_2_against_a_loop_reference():
 def hand_built_parse():
     """'the cat sat .' + padding; cat <-det- the, sat ROOT, cat -nsubj-> sat, . -punct-> sat."""
     head = torch.tensor([[1, 2, 2, 2, -1], [1, 1, -1, -1, -1]])
-    rel = torch.tensor([
-        [REL["det"], REL["nsubj"], REL["ROOT"], REL["punct"], -1],
-        [REL["amod"], REL["ROOT"], -1, -1, -1],
-    ])
+    rel = torch.tensor(
+        [
+            [REL["det"], REL["nsubj"], REL["ROOT"], REL["punct"], -1],
+            [REL["amod"], REL["ROOT"], -1, -1, -1],
+        ]
+    )
     return head, rel
 
 
@@ -238,8 +243,14 @@ def test_cluster_alignment_equals_sentence_alignment():
     tokenizer = spacy.blank("en").tokenizer
     rng = np.random.RandomState(0)
     base = [
-        "The dog, U.S.-based, barked.", "It's 3.5 km (2 mi) long!", "Go.", "“Quoted” words — and an em dash…",
-        "Dr. Smith met J. Doe at 5 p.m.", "naïve café résumé", "x", "A  B",
+        "The dog, U.S.-based, barked.",
+        "It's 3.5 km (2 mi) long!",
+        "Go.",
+        "“Quoted” words — and an em dash…",
+        "Dr. Smith met J. Doe at 5 p.m.",
+        "naïve café résumé",
+        "x",
+        "A  B",
     ]
     for trial in range(30):
         sentences = [base[i] for i in rng.randint(0, len(base), size=rng.randint(1, 7))]
@@ -271,7 +282,9 @@ def test_cluster_alignment_equals_sentence_alignment():
         )
         assert aligned.all()
         sub_base = tok_base = 0
-        for sentence, texts, word_ids, starts in zip(sentences, texts_per_sentence, word_ids_per_sentence, token_starts):
+        for sentence, texts, word_ids, starts in zip(
+            sentences, texts_per_sentence, word_ids_per_sentence, token_starts
+        ):
             expected_tokens, expected_anchor = align_sentence(sentence, texts, word_ids, starts.tolist())
             n_sub, n_tok = len(texts), len(starts)
             assert (token_of_subword[sub_base : sub_base + n_sub] - tok_base).tolist() == expected_tokens.tolist()
@@ -361,10 +374,18 @@ def pieces_of_four_characters(cluster):
                 chars.append(len(word[start : start + 4]))
     n = len(sent_ids)
     return EncodedCluster(
-        id=cluster.id, tokens=np.arange(n), doc_ids=np.zeros(n, int), para_ids=np.zeros(n, int),
-        sent_ids=np.array(sent_ids), word_ids=np.array(word_ids), symbol_chars=np.array(chars),
-        target=np.zeros(1, int), summary="x", num_documents=len(cluster.documents),
-        num_paragraphs=sum(map(len, cluster.documents)), num_sentences=len(sentences),
+        id=cluster.id,
+        tokens=np.arange(n),
+        doc_ids=np.zeros(n, int),
+        para_ids=np.zeros(n, int),
+        sent_ids=np.array(sent_ids),
+        word_ids=np.array(word_ids),
+        symbol_chars=np.array(chars),
+        target=np.zeros(1, int),
+        summary="x",
+        num_documents=len(cluster.documents),
+        num_paragraphs=sum(map(len, cluster.documents)),
+        num_sentences=len(sentences),
     )
 
 
@@ -416,12 +437,18 @@ def parsed_cluster():
     n = sum(len(s) for s in symbols)
     cluster = ClusterStructure(id="c0", documents=documents, summary="x", summary_sentences=["x"])
     encoded = EncodedCluster(
-        id="c0", tokens=np.arange(n), doc_ids=np.zeros(n, int), para_ids=np.zeros(n, int),
+        id="c0",
+        tokens=np.arange(n),
+        doc_ids=np.zeros(n, int),
+        para_ids=np.zeros(n, int),
         sent_ids=np.repeat(np.arange(len(symbols)), [len(s) for s in symbols]),
         word_ids=np.concatenate([np.cumsum([p.startswith("▁") for p in s]) - 1 for s in symbols]),
         symbol_chars=np.array([len(p.replace("▁", "")) for s in symbols for p in s]),
-        target=np.zeros(1, int), summary="x",
-        num_documents=2, num_paragraphs=2, num_sentences=3,
+        target=np.zeros(1, int),
+        summary="x",
+        num_documents=2,
+        num_paragraphs=2,
+        num_sentences=3,
     )
     first = DependencyArcAligner(argparse.Namespace(dep_subword_arcs="first-subword")).arcs(cluster, encoded)
     every = DependencyArcAligner(
@@ -462,8 +489,22 @@ def build(data_bin, arch="dape_transformer_tiny", extra=()):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser,
-        [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", arch,
-         "--max-source-positions", "384", "--max-documents", "2", "--dropout", "0", *extra],
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            arch,
+            "--max-source-positions",
+            "384",
+            "--max-documents",
+            "2",
+            "--dropout",
+            "0",
+            *extra,
+        ],
     )
     task = tasks.setup_task(args)
     task.load_dataset("train")
@@ -479,11 +520,29 @@ def first_batch(task, size=3):
 
 def test_both_features_off_equals_plain_transformer(data_bin):
     task, model, _ = build(data_bin, extra=["--no-doc-positions", "--no-dependency-encoding"])
-    _, plain, _ = build(data_bin, arch="transformer", extra=[
-        "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-        "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
-        "--decoder-attention-heads", "4", "--share-all-embeddings",
-    ])
+    _, plain, _ = build(
+        data_bin,
+        arch="transformer",
+        extra=[
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "32",
+            "--decoder-embed-dim",
+            "32",
+            "--encoder-ffn-embed-dim",
+            "64",
+            "--decoder-ffn-embed-dim",
+            "64",
+            "--encoder-attention-heads",
+            "4",
+            "--decoder-attention-heads",
+            "4",
+            "--share-all-embeddings",
+        ],
+    )
     assert isinstance(plain, TransformerModel) and type(plain).__name__ == "TransformerModel"
     assert set(model.state_dict()) == set(plain.state_dict())
     plain.load_state_dict(model.state_dict())
@@ -499,15 +558,21 @@ def test_both_features_off_equals_plain_transformer(data_bin):
     _, full, _ = build(data_bin)
     full.load_state_dict(model.state_dict(), strict=False)
     full.eval()
-    assert not torch.allclose(full(**{k: v for k, v in net_input.items() if k not in ("src_para_ids", "src_sent_ids")})[0], theirs)
+    assert not torch.allclose(
+        full(**{k: v for k, v in net_input.items() if k not in ("src_para_ids", "src_sent_ids")})[0], theirs
+    )
 
 
 def test_missing_dependency_arcs_is_a_clear_error(data_bin):
     task, model, _ = build(data_bin)
     net_input = first_batch(task)["net_input"]
     with pytest.raises(ValueError, match="--side-data dep_head dep_rel"):
-        model(net_input["src_tokens"], net_input["src_lengths"], net_input["prev_output_tokens"],
-              src_doc_ids=net_input["src_doc_ids"])
+        model(
+            net_input["src_tokens"],
+            net_input["src_lengths"],
+            net_input["prev_output_tokens"],
+            src_doc_ids=net_input["src_doc_ids"],
+        )
 
 
 def test_training_loss_falls_and_the_relation_encoder_learns(data_bin):
@@ -536,8 +601,8 @@ def test_hub_pipeline_parses_raw_clusters_into_the_stored_arcs(data_bin):
     data-bin manifest: it parses the raw text and aligns the arcs exactly as
     preprocessing did (hub == fairseq-generate on the outputs is in the
     model-contract suite)."""
-    from mdsfair.preprocess.pipeline import ClusterEncoder
     from mdsfair.data.manifest import read_manifest
+    from mdsfair.preprocess.pipeline import ClusterEncoder
 
     task, _, _ = build(data_bin)
     encoder = ClusterEncoder.from_data_bin(data_bin, read_manifest(data_bin), task.source_dictionary)

@@ -7,6 +7,7 @@ the three raw readers; ``FILE:LINE: reason`` errors; the ``--skip-bad``
 report file; the vocabulary SentencePiece really reached; PageSum page cuts
 summed over every batch; repeated cluster ids.
 """
+
 import json
 import logging
 import os
@@ -19,13 +20,24 @@ from mdsfair.preprocess.binarize import run
 from tests.utils import SHARED_DATA
 
 CLUSTERS = [
-    {"id": "c0", "documents": ["The storm hit Calden on Monday. Power failed.\n\nRepairs began on Tuesday.",
-                               "Officials said repairs would take a week."],
-     "summary": "A storm hit Calden. Repairs take a week."},
-    {"id": "c1", "documents": ["Mira Holt designed the bridge. It opened in 1987.", "The bridge is 340 metres long."],
-     "summary": "Mira Holt designed the 340 metre bridge."},
-    {"id": "c2", "documents": ["The council approved a new park. Work starts in May."],
-     "summary": "A park was approved."},
+    {
+        "id": "c0",
+        "documents": [
+            "The storm hit Calden on Monday. Power failed.\n\nRepairs began on Tuesday.",
+            "Officials said repairs would take a week.",
+        ],
+        "summary": "A storm hit Calden. Repairs take a week.",
+    },
+    {
+        "id": "c1",
+        "documents": ["Mira Holt designed the bridge. It opened in 1987.", "The bridge is 340 metres long."],
+        "summary": "Mira Holt designed the 340 metre bridge.",
+    },
+    {
+        "id": "c2",
+        "documents": ["The council approved a new park. Work starts in May."],
+        "summary": "A park was approved.",
+    },
 ]
 FEWSUM_MULTIREF = os.path.join(SHARED_DATA, "fewsum", "amazon", "jsonl_multiref")
 needs_fewsum = pytest.mark.skipif(not os.path.isdir(FEWSUM_MULTIREF), reason="shared data not present")
@@ -85,8 +97,20 @@ def test_overwrite_removes_what_the_new_manifest_does_not_list(tmp_path):
     os.remove(os.path.join(raw, "valid.jsonl"))
     (dest / "notes.jsonl").write_text(json.dumps(CLUSTERS[0]) + "\n")
     (dest / "sub").mkdir()
-    run(["--input-dir", raw, "--split", f"extra={dest / 'notes.jsonl'}", "--destdir", str(dest),
-         "--vocab-size", "70", "--no-progress-bar", "--overwrite"])
+    run(
+        [
+            "--input-dir",
+            raw,
+            "--split",
+            f"extra={dest / 'notes.jsonl'}",
+            "--destdir",
+            str(dest),
+            "--vocab-size",
+            "70",
+            "--no-progress-bar",
+            "--overwrite",
+        ]
+    )
     manifest = manifest_of(dest)
     assert sorted(manifest["splits"]) == ["extra", "test", "train"]
     left = set(os.listdir(dest))
@@ -111,8 +135,17 @@ def test_task_refuses_a_split_the_manifest_does_not_list(tmp_path):
 
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
-        parser, [str(dest), "--user-dir", os.path.join(os.path.dirname(os.path.dirname(__file__)), "mdsfair"),
-                 "--task", "multidoc_summarization", "--arch", "transformer"])
+        parser,
+        [
+            str(dest),
+            "--user-dir",
+            os.path.join(os.path.dirname(os.path.dirname(__file__)), "mdsfair"),
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "transformer",
+        ],
+    )
     task = tasks.setup_task(args)
     task.load_dataset("test")
     assert len(task.datasets["test"]) == 3
@@ -141,7 +174,10 @@ def test_a_training_split_without_valid_line_fails_with_file_and_line_before_sen
         preprocess(str(raw), tmp_path / "b2", "--skip-bad")
     err = capsys.readouterr().err
     assert f"{path}:1: missing key 'summary'" in err
-    assert "no line of" in err and "(3 lines, all skipped by --skip-bad), so there is nothing to train SentencePiece on" in err
+    assert (
+        "no line of" in err
+        and "(3 lines, all skipped by --skip-bad), so there is nothing to train SentencePiece on" in err
+    )
     assert "trainer_interface" not in err
 
 
@@ -161,12 +197,25 @@ def test_fewsum_multiref_first_and_each_keep_every_reference(tmp_path):
         return " ".join(clean_text(text).split())
 
     first = tmp_path / "first"
-    reports = run(["--input-dir", FEWSUM_MULTIREF, "--destdir", str(first), "--vocab-size", "1000", "--no-progress-bar"])
+    reports = run(
+        ["--input-dir", FEWSUM_MULTIREF, "--destdir", str(first), "--vocab-size", "1000", "--no-progress-bar"]
+    )
     assert reports["train"]["clusters"] == reports["train"]["examples"] == 28
     assert reports["test"]["reference_files"] == ["test.summary.txt", "test.summary.2.txt", "test.summary.3.txt"]
     each = tmp_path / "each"
-    reports = run(["--input-dir", FEWSUM_MULTIREF, "--destdir", str(each), "--spm-model", str(first / "spm.model"),
-                   "--multi-reference", "each", "--no-progress-bar"])
+    reports = run(
+        [
+            "--input-dir",
+            FEWSUM_MULTIREF,
+            "--destdir",
+            str(each),
+            "--spm-model",
+            str(first / "spm.model"),
+            "--multi-reference",
+            "each",
+            "--no-progress-bar",
+        ]
+    )
     assert (reports["train"]["clusters"], reports["train"]["examples"]) == (28, 84)
     assert (reports["test"]["clusters"], reports["test"]["examples"]) == (20, 20)  # only training splits expand
 
@@ -207,8 +256,17 @@ def test_mdsfair_rouge_scores_all_references_of_the_data_bin(tmp_path):
     from mdsfair.evaluation.rouge import score, score_files
 
     dest = tmp_path / "bin"
-    run(["--split", f"test={FEWSUM_MULTIREF}/test.jsonl", "--spm-model", _tiny_spm(tmp_path), "--destdir", str(dest),
-         "--no-progress-bar"])
+    run(
+        [
+            "--split",
+            f"test={FEWSUM_MULTIREF}/test.jsonl",
+            "--spm-model",
+            _tiny_spm(tmp_path),
+            "--destdir",
+            str(dest),
+            "--no-progress-bar",
+        ]
+    )
     paths, _ = split_reference_files(str(dest), "test")
     columns = [open(p, encoding="utf-8").read().splitlines() for p in paths]
     # Hypotheses: the second reference of each cluster. Against all three references it is
@@ -220,7 +278,9 @@ def test_mdsfair_rouge_scores_all_references_of_the_data_bin(tmp_path):
     assert every["info"]["max_references_per_hypothesis"] == 3
     only_first = score_files(str(hyp), paths[:1], fast=True)
     assert only_first["rouge-1"]["f"] < 0.6
-    assert every["rouge-2"]["f"] == pytest.approx(score(columns[1], [list(r) for r in zip(*columns)], fast=True)["rouge-2"]["f"])
+    assert every["rouge-2"]["f"] == pytest.approx(
+        score(columns[1], [list(r) for r in zip(*columns)], fast=True)["rouge-2"]["f"]
+    )
 
 
 def _tiny_spm(tmp_path):
@@ -233,7 +293,12 @@ def test_summary_and_summaries_give_one_reference_list(tmp_path):
     from mdsfair.evaluation.baselines import reference_summaries
     from mdsfair.preprocess.structure import SentenceSplitter, parse_cluster
 
-    record = {"id": "m", "documents": ["Text one."], "summary": "First ref.", "summaries": ["First ref.", "Second ref.", " "]}
+    record = {
+        "id": "m",
+        "documents": ["Text one."],
+        "summary": "First ref.",
+        "summaries": ["First ref.", "Second ref.", " "],
+    }
     cluster, _ = parse_cluster(json.dumps(record).encode(), "x.jsonl", 1, SentenceSplitter("rule"), True, False)
     assert (cluster.summary, cluster.references) == ("First ref.", ["First ref.", "Second ref."])
     assert reference_summaries(record) == ["First ref.", "Second ref."]
@@ -243,8 +308,9 @@ def test_summary_and_summaries_give_one_reference_list(tmp_path):
     from mdsfair.preprocess.structure import InputFormatError
 
     with pytest.raises(InputFormatError, match=r"x\.jsonl:4: 'summaries' must be a list of strings"):
-        parse_cluster(b'{"id": "a", "documents": ["x."], "summaries": "s"}', "x.jsonl", 4,
-                      SentenceSplitter("rule"), True, False)
+        parse_cluster(
+            b'{"id": "a", "documents": ["x."], "summaries": "s"}', "x.jsonl", 4, SentenceSplitter("rule"), True, False
+        )
 
 
 # --------------------------------------------------------- 8. consistency
@@ -276,7 +342,9 @@ def test_convert_strips_a_byte_order_mark(tmp_path):
     from mdsfair.preprocess.converters.driver import convert
 
     source = tmp_path / "in.jsonl"
-    source.write_bytes(b"\xef\xbb\xbf" + json.dumps({"id": 7, "summary": "S.", "articles": [{"text": "A b."}]}).encode() + b"\n")
+    source.write_bytes(
+        b"\xef\xbb\xbf" + json.dumps({"id": 7, "summary": "S.", "articles": [{"text": "A b."}]}).encode() + b"\n"
+    )
     report = convert("wcep", [source], tmp_path / "out.jsonl", split="test")
     assert report.clusters_written == 1 and report.skipped_total == 0
     assert json.loads((tmp_path / "out.jsonl").read_text())["id"] == "7"
@@ -303,8 +371,12 @@ def test_errors_say_file_colon_line(tmp_path):
 def test_skip_bad_lists_skipped_lines_and_dropped_documents_in_a_report_file(tmp_path, capsys):
     raw = tmp_path / "raw"
     raw.mkdir()
-    lines = [b"{oops\n", b"\n", b'{"id": "e", "documents": [], "summary": "s"}\n',
-             b'{"id": "d", "documents": ["Fine text.", "  ", "More text."], "summary": "s"}\n']
+    lines = [
+        b"{oops\n",
+        b"\n",
+        b'{"id": "e", "documents": [], "summary": "s"}\n',
+        b'{"id": "d", "documents": ["Fine text.", "  ", "More text."], "summary": "s"}\n',
+    ]
     path = write_jsonl(raw / "train.jsonl", CLUSTERS * 2, raw_lines=lines)
     dest = tmp_path / "bin"
     reports = preprocess(str(raw), dest, "--skip-bad")
@@ -331,7 +403,11 @@ def test_sentencepiece_reports_the_vocabulary_it_reached(tmp_path, caplog, capsy
     assert pieces < 200
     with open(dest / "dict.txt") as f:
         dictionary_size = 4 + len(f.readlines())
-    assert manifest_of(dest)["vocabulary"] == {"requested_pieces": 32000, "pieces": pieces, "dictionary_size": dictionary_size}
+    assert manifest_of(dest)["vocabulary"] == {
+        "requested_pieces": 32000,
+        "pieces": pieces,
+        "dictionary_size": dictionary_size,
+    }
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert f"SentencePiece: asked for 32000 pieces (--vocab-size), got {pieces}" in " ".join(warnings)
     assert f"vocabulary: {pieces:,} SentencePiece pieces (asked for 32,000)" in capsys.readouterr().out
@@ -344,7 +420,10 @@ def test_repeated_cluster_ids_are_warned_with_the_ids(tmp_path, caplog):
         reports = preprocess(raw, tmp_path / "bin")
     assert reports["train"]["duplicate_ids"] == {"c0": [1, 4], "c1": [2, 5], "c2": [3, 6]}
     message = " ".join(r.getMessage() for r in caplog.records)
-    assert "split 'train' has 3 cluster ids that occur more than once: 'c0' (lines 1, 4); 'c1' (lines 2, 5); 'c2' (lines 3, 6)" in message
+    assert (
+        "split 'train' has 3 cluster ids that occur more than once: 'c0' (lines 1, 4); 'c1' (lines 2, 5); 'c2' (lines 3, 6)"
+        in message
+    )
 
 
 def test_pagesum_counts_page_cuts_on_device_and_reports_them_through_fairseq_metrics(caplog, monkeypatch):
@@ -362,8 +441,9 @@ def test_pagesum_counts_page_cuts_on_device_and_reports_them_through_fairseq_met
 
     bos, pad, eos = 0, 1, 2
     builder = PageBuilder("document", 2, 6, bos, eos, pad)  # 2 pages of 4 content tokens
-    encoder = SimpleNamespace(page_builder=builder, page_counts=torch.zeros(len(PAGE_STATISTICS), dtype=torch.long),
-                              examples_encoded=0)
+    encoder = SimpleNamespace(
+        page_builder=builder, page_counts=torch.zeros(len(PAGE_STATISTICS), dtype=torch.long), examples_encoded=0
+    )
     layouts = []
     for seed in (0, 1):  # two batches of 3 examples, 3 documents of 8 tokens each
         tokens = torch.randint(4, 30, (3, 24), generator=torch.Generator().manual_seed(seed))
@@ -429,10 +509,14 @@ def test_a_whole_reference_encodes_as_its_sentences_do_with_gpt2_bpe(tmp_path):
         dictionary.add_symbol(str(i))
     dictionary.save(str(tmp_path / "dict.txt"))
     target_encoder = ReferenceTargetEncoder(
-        str(tmp_path), {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"})
+        str(tmp_path), {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"}
+    )
     reference = "The cat sat in the hat. Then it ran! A dog (the big one) barked 3 times. Done."
     sentences = SentenceSplitter("rule").split([reference])[0]
     assert len(sentences) == 4
-    per_sentence = [dictionary.index(s) for i, sentence in enumerate(sentences)
-                    for s in target_encoder.encoder.encode(sentence, continues=i > 0)]
+    per_sentence = [
+        dictionary.index(s)
+        for i, sentence in enumerate(sentences)
+        for s in target_encoder.encoder.encode(sentence, continues=i > 0)
+    ]
     assert target_encoder(reference).tolist() == per_sentence

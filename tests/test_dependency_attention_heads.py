@@ -2,6 +2,7 @@
 helper (mdsfair.modules.heads) and computes bit for bit what its former
 inline head split and merge computed (Eq. 8-11 of the DAPE paper are checked
 in tests/test_dape.py)."""
+
 import torch
 from fairseq import utils
 

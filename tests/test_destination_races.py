@@ -4,6 +4,7 @@ output folder or file claims it atomically (an exclusive lock created with
 hard link), so of two runs started at once into the same destination exactly
 one succeeds and the other fails with one line naming the destination; the
 survivor's output is whole. Two real processes per trial."""
+
 import json
 import os
 import socket
@@ -40,8 +41,10 @@ def run_twice_at_once(arguments):
     time; their (return code, stdout, stderr), in start order."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     command = [sys.executable, "-m", "mdsfair.importers.cli", *arguments]
-    processes = [subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for _ in range(2)]
+    processes = [
+        subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     results = []
     for process in processes:
         out, err = process.communicate(timeout=300)
@@ -53,8 +56,8 @@ def assert_one_winner(results, program, destination):
     """Exactly one run succeeded; the other's stderr is one error line naming ``destination``."""
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 1], [(code, err[-2000:]) for code, _, err in results]
-    (_, won_out, _), = [result for result in results if result[0] == 0]
-    (_, _, lost_err), = [result for result in results if result[0] == 1]
+    ((_, won_out, _),) = [result for result in results if result[0] == 0]
+    ((_, _, lost_err),) = [result for result in results if result[0] == 1]
     assert destination in won_out  # its report names what it wrote
     assert "Traceback" not in lost_err
     lines = [line for line in lost_err.strip().splitlines() if line.strip()]
@@ -70,8 +73,9 @@ def test_class5_two_bart_to_led_runs_into_one_file_one_wins(bart_checkpoint, tmp
     _, model_pt = bart_checkpoint
     for trial in range(TRIALS):
         led = str(tmp_path / f"led{trial}.pt")
-        results = run_twice_at_once(["bart-to-led", model_pt, led, "--max-source-positions", "200",
-                                     "--attention-window", "8"])
+        results = run_twice_at_once(
+            ["bart-to-led", model_pt, led, "--max-source-positions", "200", "--attention-window", "8"]
+        )
         assert_one_winner(results, "mdsfair-import bart-to-led", led)
         state = checkpoint_utils.load_checkpoint_to_cpu(led)  # the survivor's file, whole
         assert state["model"]["encoder.embed_positions.weight"].shape[0] == 200 + 2

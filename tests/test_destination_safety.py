@@ -7,6 +7,7 @@ Ctrl-C leaving one line, exit status 130 and the destination as it was.
 Every check compares a before/after listing of the folders involved with
 SHA-256 checksums (hidden files included), and the messages' text.
 """
+
 import argparse
 import hashlib
 import json
@@ -25,19 +26,31 @@ from mdsfair.preprocess.destdir import JOURNAL_NAME, LOCK_NAME, STAGING_PREFIX
 from tests.utils import REPO_ROOT
 
 CLUSTERS = [
-    {"id": "c0", "documents": ["The storm hit Calden on Monday. Power failed.\n\nRepairs began on Tuesday.",
-                               "Officials said repairs would take a week."],
-     "summary": "A storm hit Calden. Repairs take a week."},
-    {"id": "c1", "documents": ["Mira Holt designed the bridge. It opened in 1987.", "The bridge is 340 metres long."],
-     "summary": "Mira Holt designed the 340 metre bridge."},
-    {"id": "c2", "documents": ["The council approved a new park. Work starts in May."],
-     "summary": "A park was approved."},
+    {
+        "id": "c0",
+        "documents": [
+            "The storm hit Calden on Monday. Power failed.\n\nRepairs began on Tuesday.",
+            "Officials said repairs would take a week.",
+        ],
+        "summary": "A storm hit Calden. Repairs take a week.",
+    },
+    {
+        "id": "c1",
+        "documents": ["Mira Holt designed the bridge. It opened in 1987.", "The bridge is 340 metres long."],
+        "summary": "Mira Holt designed the 340 metre bridge.",
+    },
+    {
+        "id": "c2",
+        "documents": ["The council approved a new park. Work starts in May."],
+        "summary": "A park was approved.",
+    },
 ]
 
 
 def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps({**row, "id": f"{row['id']}-{i}"}) + "\n" for i, row in enumerate(rows)),
-                    encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({**row, "id": f"{row['id']}-{i}"}) + "\n" for i, row in enumerate(rows)), encoding="utf-8"
+    )
     return str(path)
 
 
@@ -102,8 +115,10 @@ def test_a_folder_mdsfair_did_not_write_is_refused_and_nothing_removed(tmp_path,
     (user / "notes.txt").write_text("my notes\n", encoding="utf-8")
     before = snapshot(user)
     err = refused_preprocess(paths, user, capsys, *(["--overwrite"] if overwrite else []))
-    assert (f"--destdir {user} is not empty and holds no mdsfair.json, so mdsfair-preprocess did not write it; "
-            "it holds 2 entries: notes.txt, train.src.") in err
+    assert (
+        f"--destdir {user} is not empty and holds no mdsfair.json, so mdsfair-preprocess did not write it; "
+        "it holds 2 entries: notes.txt, train.src."
+    ) in err
     assert "--overwrite" not in err  # never recommended for a folder mdsfair did not write
     assert snapshot(user) == before  # nothing removed, no lock or staging folder left
 
@@ -124,8 +139,10 @@ def test_overwrite_removes_only_files_the_old_manifest_lists(tmp_path, capsys):
         preprocess(paths, dest)
     err = capsys.readouterr().err
     assert f"--destdir {dest} is not empty (it holds a data-bin: " in err
-    assert "give --overwrite to replace the data-bin (only the files its mdsfair.json lists are removed; " \
-           "other files stay)" in err
+    assert (
+        "give --overwrite to replace the data-bin (only the files its mdsfair.json lists are removed; "
+        "other files stay)" in err
+    )
     del paths["valid"]
     preprocess(paths, dest, "--overwrite", "--vocab-size", "70")
     manifest = manifest_of(dest)
@@ -186,8 +203,12 @@ def wait_for(condition, seconds=120.0, what=""):
 
 
 def staging_files(dest):
-    return [os.path.join(name, f) for name in os.listdir(dest) if name.startswith(STAGING_PREFIX)
-            for f in os.listdir(os.path.join(dest, name))]
+    return [
+        os.path.join(name, f)
+        for name in os.listdir(dest)
+        if name.startswith(STAGING_PREFIX)
+        for f in os.listdir(os.path.join(dest, name))
+    ]
 
 
 @pytest.mark.slow
@@ -205,31 +226,54 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock_and_ctrl_c_resto
     before = snapshot(dest)
     pipe = tmp_path / "valid.jsonl"
     os.mkfifo(pipe)
-    first_args = [*split_args({**paths, "valid": str(pipe)}), "--destdir", str(dest), "--vocab-size", "60",
-                  "--no-progress-bar", "--overwrite", "--workers", "2", "--chunk-size", "1"]
+    first_args = [
+        *split_args({**paths, "valid": str(pipe)}),
+        "--destdir",
+        str(dest),
+        "--vocab-size",
+        "60",
+        "--no-progress-bar",
+        "--overwrite",
+        "--workers",
+        "2",
+        "--chunk-size",
+        "1",
+    ]
     with open(tmp_path / "first.err", "w") as first_err:
-        first = subprocess.Popen(command(*first_args), stdout=subprocess.DEVNULL, stderr=first_err,
-                                 env=environment(), start_new_session=True)
+        first = subprocess.Popen(
+            command(*first_args), stdout=subprocess.DEVNULL, stderr=first_err, env=environment(), start_new_session=True
+        )
         try:
-            wait_for(lambda: any(f.endswith("train.ids.txt") for f in staging_files(dest)) or first.poll() is not None,
-                     what="the first run to write its training split")
+            wait_for(
+                lambda: any(f.endswith("train.ids.txt") for f in staging_files(dest)) or first.poll() is not None,
+                what="the first run to write its training split",
+            )
             assert first.poll() is None, (tmp_path / "first.err").read_text()
             lock = json.loads((dest / LOCK_NAME).read_text(encoding="utf-8"))
             assert lock["pid"] == first.pid and lock["host"] == socket.gethostname()
             during = snapshot(dest)
-            second = subprocess.run(command(*split_args(paths), "--destdir", str(dest), "--vocab-size", "60",
-                                            "--no-progress-bar", "--overwrite"),
-                                    capture_output=True, text=True, env=environment(), timeout=300)
+            second = subprocess.run(
+                command(
+                    *split_args(paths), "--destdir", str(dest), "--vocab-size", "60", "--no-progress-bar", "--overwrite"
+                ),
+                capture_output=True,
+                text=True,
+                env=environment(),
+                timeout=300,
+            )
             assert second.returncode == 1
-            assert (f"mdsfair-preprocess: error: --destdir {dest} is in use by another mdsfair-preprocess run: "
-                    f"pid {first.pid} on host {socket.gethostname()}, started {lock['started']}") in second.stderr
+            assert (
+                f"mdsfair-preprocess: error: --destdir {dest} is in use by another mdsfair-preprocess run: "
+                f"pid {first.pid} on host {socket.gethostname()}, started {lock['started']}"
+            ) in second.stderr
             assert f"lock file {dest / LOCK_NAME}. Wait for it to finish" in second.stderr
             assert "Traceback" not in second.stderr
             # The second run changed nothing: the old data-bin, the first run's lock and staging folder.
             outside = lambda listing: {k: v for k, v in listing.items() if not k.startswith(STAGING_PREFIX)}  # noqa: E731
             assert outside(snapshot(dest)) == outside(during) == {**before, LOCK_NAME: during[LOCK_NAME]}
-            assert [k for k in snapshot(dest) if k.startswith(STAGING_PREFIX) and k.endswith("/")] == \
-                [k for k in during if k.startswith(STAGING_PREFIX) and k.endswith("/")]
+            assert [k for k in snapshot(dest) if k.startswith(STAGING_PREFIX) and k.endswith("/")] == [
+                k for k in during if k.startswith(STAGING_PREFIX) and k.endswith("/")
+            ]
             time.sleep(1.0)  # let the first run reach the pipe
             os.killpg(first.pid, signal.SIGINT)
             assert first.wait(timeout=120) == 130
@@ -241,7 +285,8 @@ def test_a_second_run_is_refused_while_the_first_holds_the_lock_and_ctrl_c_resto
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip().splitlines()[-1] == (
         f"mdsfair-preprocess: interrupted; nothing written to {dest} (partial output removed, the directory is as "
-        "it was before the run)")
+        "it was before the run)"
+    )
     os.remove(pipe)
     assert snapshot(dest) == before  # old data-bin and notes byte for byte; no lock, no staging folder
 
@@ -254,12 +299,28 @@ def test_ctrl_c_in_a_new_destination_removes_it(tmp_path):
     dest = tmp_path / "new-bin"
     with open(tmp_path / "err", "w") as err_file:
         process = subprocess.Popen(
-            command(*split_args({**paths, "valid": str(pipe)}), "--destdir", str(dest), "--vocab-size", "60",
-                    "--no-progress-bar"), stdout=subprocess.DEVNULL, stderr=err_file, env=environment(),
-            start_new_session=True)
+            command(
+                *split_args({**paths, "valid": str(pipe)}),
+                "--destdir",
+                str(dest),
+                "--vocab-size",
+                "60",
+                "--no-progress-bar",
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=environment(),
+            start_new_session=True,
+        )
         try:
-            wait_for(lambda: any(f.endswith("train.ids.txt") for f in staging_files(dest)) if dest.is_dir() else
-                     process.poll() is not None, what="the training split to be written")
+            wait_for(
+                lambda: (
+                    any(f.endswith("train.ids.txt") for f in staging_files(dest))
+                    if dest.is_dir()
+                    else process.poll() is not None
+                ),
+                what="the training split to be written",
+            )
             time.sleep(1.0)
             os.killpg(process.pid, signal.SIGINT)
             assert process.wait(timeout=120) == 130
@@ -287,15 +348,23 @@ def test_a_stale_lock_is_reported_and_removed_only_with_break_stale_lock(tmp_pat
     staging = f"{STAGING_PREFIX}{pid}-1"
     (dest / staging).mkdir()
     (dest / staging / "train.source.bin").write_bytes(b"half")
-    owner = {"pid": pid, "host": socket.gethostname(), "started": "2026-01-01T00:00:00+00:00",
-             "started_epoch": time.time() - 60, "command": "mdsfair-preprocess --destdir bin", "staging": staging}
+    owner = {
+        "pid": pid,
+        "host": socket.gethostname(),
+        "started": "2026-01-01T00:00:00+00:00",
+        "started_epoch": time.time() - 60,
+        "command": "mdsfair-preprocess --destdir bin",
+        "staging": staging,
+    }
     (dest / LOCK_NAME).write_text(json.dumps(owner), encoding="utf-8")
     before = snapshot(dest)
     err = refused_preprocess(paths, dest, capsys, "--overwrite")
-    assert (f"--destdir {dest} has a stale lock {dest / LOCK_NAME}: the run that made it (pid {pid} on host "
-            f"{socket.gethostname()}, started 2026-01-01T00:00:00+00:00 (mdsfair-preprocess --destdir bin)) is no "
-            "longer running (killed or crashed). Nothing was changed. Give --break-stale-lock to remove the lock "
-            f"and its partial output {dest / staging} and go on, or remove them yourself") in err
+    assert (
+        f"--destdir {dest} has a stale lock {dest / LOCK_NAME}: the run that made it (pid {pid} on host "
+        f"{socket.gethostname()}, started 2026-01-01T00:00:00+00:00 (mdsfair-preprocess --destdir bin)) is no "
+        "longer running (killed or crashed). Nothing was changed. Give --break-stale-lock to remove the lock "
+        f"and its partial output {dest / staging} and go on, or remove them yourself"
+    ) in err
     assert snapshot(dest) == before
     # A lock from another host is never judged stale.
     (dest / LOCK_NAME).write_text(json.dumps({**owner, "host": "elsewhere.example"}), encoding="utf-8")
@@ -333,10 +402,16 @@ def test_ctrl_c_while_sentencepiece_reads_its_training_text(tmp_path):
     with open(err_path, "w") as err_file:
         process = subprocess.Popen(
             command("--input-dir", str(raw), "--destdir", str(dest), "--vocab-size", "8000", "--no-progress-bar"),
-            stdout=subprocess.DEVNULL, stderr=err_file, env=environment(), start_new_session=True)
+            stdout=subprocess.DEVNULL,
+            stderr=err_file,
+            env=environment(),
+            start_new_session=True,
+        )
         try:
-            wait_for(lambda: "training SentencePiece" in err_path.read_text() or process.poll() is not None,
-                     what="SentencePiece to start")
+            wait_for(
+                lambda: "training SentencePiece" in err_path.read_text() or process.poll() is not None,
+                what="SentencePiece to start",
+            )
             assert process.poll() is None
             os.killpg(process.pid, signal.SIGINT)  # while the training text is read
             assert process.wait(timeout=120) == 130, err_path.read_text()[-3000:]
@@ -396,8 +471,12 @@ def test_the_session_does_not_inherit_an_ignored_sigint():
     try:
         sigint_not_ignored()
         assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-        child = subprocess.run([sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
-                               capture_output=True, text=True, timeout=60)
+        child = subprocess.run(
+            [sys.executable, "-c", "import signal; print(signal.getsignal(signal.SIGINT))"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert "default_int_handler" in child.stdout, child.stdout + child.stderr
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -437,10 +516,15 @@ def without_files_list(manifest):
 @pytest.mark.parametrize(
     "entry, edit",
     [
-        ("splits.train.skip_report = '../victim.txt'",
-         lambda m: (without_files_list(m), m["splits"]["train"].update(skip_report="../victim.txt"))),
+        (
+            "splits.train.skip_report = '../victim.txt'",
+            lambda m: (without_files_list(m), m["splits"]["train"].update(skip_report="../victim.txt")),
+        ),
         ("files[1] = '../victim.txt'", lambda m: m["files"].__setitem__(1, "../victim.txt")),
-        ("subword.model = '../victim.model'", lambda m: (without_files_list(m), m["subword"].update(model="../victim.model"))),
+        (
+            "subword.model = '../victim.model'",
+            lambda m: (without_files_list(m), m["subword"].update(model="../victim.model")),
+        ),
     ],
     ids=["skip_report", "files", "subword_model_and_its_vocab"],
 )
@@ -459,8 +543,10 @@ def test_overwrite_refuses_a_manifest_naming_files_outside_the_folder(tmp_path, 
     (dest / "mdsfair.json").write_text(json.dumps(manifest), encoding="utf-8")
     before = snapshot(tmp_path)
     err = refused_preprocess(paths, dest, capsys, "--overwrite")
-    assert (f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: refusing a manifest whose file "
-            f"names leave the data-bin directory: {entry}") in err
+    assert (
+        f"mdsfair-preprocess: error: --destdir {dest}: {dest / 'mdsfair.json'}: refusing a manifest whose file "
+        f"names leave the data-bin directory: {entry}"
+    ) in err
     assert f"Nothing was removed; it holds {len(os.listdir(dest))} entries: dict.txt, mdsfair.json" in err
     assert snapshot(tmp_path) == before  # victims, data-bin and raw files byte for byte; no lock left
 
@@ -475,12 +561,17 @@ def test_owned_files_are_plain_names_inside_the_folder(tmp_path):
     assert owned_files(str(dest)) == set(manifest["files"])
     # A swap journal naming a file outside is refused too, not filtered and trusted.
     (dest / JOURNAL_NAME).write_text(json.dumps({"old": ["dict.txt", "../victim.txt"], "new": []}), encoding="utf-8")
-    with pytest.raises(DestinationInUseError, match=r"refusing a swap journal whose file names leave the data-bin "
-                                                    r"directory: '\.\./victim\.txt'"):
+    with pytest.raises(
+        DestinationInUseError,
+        match=r"refusing a swap journal whose file names leave the data-bin "
+        r"directory: '\.\./victim\.txt'",
+    ):
         owned_files(str(dest))
 
 
-@pytest.mark.parametrize("content, state, follow", [("", "is empty", "mv"), ('{"format": "mdsfair-bin', "is damaged", "rm -r")])
+@pytest.mark.parametrize(
+    "content, state, follow", [("", "is empty", "mv"), ('{"format": "mdsfair-bin', "is damaged", "rm -r")]
+)
 def test_overwrite_on_a_damaged_manifest_is_refused_and_its_hint_works(tmp_path, capsys, content, state, follow):
     """Issue 22 item 4: the message of a damaged manifest said "rebuild with
     --overwrite", which failed the same way. ``--overwrite`` cannot know which
@@ -502,7 +593,9 @@ def test_overwrite_on_a_damaged_manifest_is_refused_and_its_hint_works(tmp_path,
     preprocess(paths, dest, "--overwrite")  # the same command again
     assert sorted(os.listdir(dest)) == sorted(manifest_of(dest)["files"])
     if follow == "mv":  # the damaged data-bin, moved aside byte for byte
-        old = {name[len("bin/"):]: digest for name, digest in before.items() if name.startswith("bin/") and name != "bin/"}
+        old = {
+            name[len("bin/") :]: digest for name, digest in before.items() if name.startswith("bin/") and name != "bin/"
+        }
         assert snapshot(str(dest) + ".damaged") == old
     else:
         assert not os.path.exists(str(dest) + ".damaged")

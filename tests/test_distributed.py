@@ -3,6 +3,7 @@
 combined batch, for stock ``transformer`` and ``bart_base`` on the
 ``multidoc_summarization`` task; and the check fails when it should. Every
 mdsfair architecture runs through it in ``tests/test_model_contract.py``."""
+
 import pytest
 import torch
 
@@ -25,25 +26,56 @@ pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 SHORT_SOURCES = ["--max-source-positions", "128", "--max-target-positions", "128"]
 TINY_TRANSFORMER_ARGS = [
-    "--task", "multidoc_summarization", "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-    "--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
+    "--dropout",
+    "0",
+    "--attention-dropout",
+    "0",
+    "--activation-dropout",
+    "0",
     *SHORT_SOURCES,
 ]
 TINY_BART_BASE_ARGS = [
-    "--task", "multidoc_summarization", *TINY_BART_ARGS, *SHORT_SOURCES,
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--task",
+    "multidoc_summarization",
+    *TINY_BART_ARGS,
+    *SHORT_SOURCES,
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
 ]
 EXAMPLES = [0, 1, 2, 3]
 STEPS = 2
 # ranks initialized from different seeds, to show what the check catches
 MISMATCHED_SEEDS = [WorkerRun(backend, model_seeds=(1, 2)) for backend in DDP_BACKENDS]
 # stock bart_base in the same spawn of the workers
-BART_BASE_RUNS = [WorkerRun(backend, train_args=tuple(TINY_BART_BASE_ARGS), name="bart_base") for backend in DDP_BACKENDS]
+BART_BASE_RUNS = [
+    WorkerRun(backend, train_args=tuple(TINY_BART_BASE_ARGS), name="bart_base") for backend in DDP_BACKENDS
+]
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +99,11 @@ def transformer_runs(data_bin):
     """One spawn of 2 workers: both backends as fairseq-train runs them, then
     both again with rank-dependent initialization, then stock bart_base."""
     return data_parallel_train_steps(
-        TINY_TRANSFORMER_ARGS, data_bin, split_examples(EXAMPLES, 2),
-        [*DDP_BACKENDS, *MISMATCHED_SEEDS, *BART_BASE_RUNS], steps=STEPS,
+        TINY_TRANSFORMER_ARGS,
+        data_bin,
+        split_examples(EXAMPLES, 2),
+        [*DDP_BACKENDS, *MISMATCHED_SEEDS, *BART_BASE_RUNS],
+        steps=STEPS,
     )
 
 
@@ -100,9 +135,7 @@ def test_workers_split_the_batch_and_share_the_update(transformer_reference, tra
         for name, param in rank0["updated_parameters"].items():
             assert torch.equal(param, rank1["updated_parameters"][name])
         # SGD moved the replicas exactly as it moved the single process
-        compare_tensors(
-            transformer_reference["updated_parameters"], rank0["updated_parameters"], 1e-6, 1e-5, backend
-        )
+        compare_tensors(transformer_reference["updated_parameters"], rank0["updated_parameters"], 1e-6, 1e-5, backend)
 
 
 def test_check_fails_when_a_worker_sees_another_example(transformer_cfg, transformer_workers):
@@ -150,8 +183,17 @@ def test_bart_base_gradients_equal_one_process(data_bin, transformer_runs):
 
 def test_parse_switches_off_dropout_like_randomness(data_bin):
     cfg = parse_training_config(
-        ["--task", "multidoc_summarization", *TINY_BART_ARGS, "--dropout", "0.3",
-         "--attention-dropout", "0.2", "--encoder-layerdrop", "0.1"],
+        [
+            "--task",
+            "multidoc_summarization",
+            *TINY_BART_ARGS,
+            "--dropout",
+            "0.3",
+            "--attention-dropout",
+            "0.2",
+            "--encoder-layerdrop",
+            "0.1",
+        ],
         data_bin,
     )
     for name in KNOWN_STOCHASTIC_ARGS:

@@ -2,6 +2,7 @@
 a missing anchor or a page left out of the navigation fails), the README keeps
 the shape issue 32 gave it, and the lists the pages give (hub entry points,
 recipe command lines) are the code's."""
+
 import os
 import re
 import subprocess
@@ -22,14 +23,31 @@ def read(path):
 def test_site_builds_strict(tmp_path):
     import importlib.util
 
-    missing = [name for name in ("mkdocs", "material", "mkdocs_include_markdown_plugin") if importlib.util.find_spec(name) is None]
+    missing = [
+        name
+        for name in ("mkdocs", "material", "mkdocs_include_markdown_plugin")
+        if importlib.util.find_spec(name) is None
+    ]
     assert not missing, f"{missing} not installed: pip install -e '.[docs]' (install.sh does)"
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    result = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                            cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, env=env)
+    result = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for page in ("index.html", "getting-started/index.html", "data/index.html", "precision/index.html",
-                 "recipes/hierencdec/index.html", "performance/index.html", "scaling/index.html"):
+    for page in (
+        "index.html",
+        "getting-started/index.html",
+        "data/index.html",
+        "precision/index.html",
+        "recipes/hierencdec/index.html",
+        "performance/index.html",
+        "scaling/index.html",
+    ):
         assert (tmp_path / "site" / page).is_file(), page
     # the recipes are included, not linked out of the site
     recipe = (tmp_path / "site" / "recipes" / "hierencdec" / "index.html").read_text(encoding="utf-8")
@@ -40,8 +58,11 @@ def test_every_page_is_in_the_navigation():
     nav = read("mkdocs.yml")
     pages = []
     for folder, _, files in os.walk(os.path.join(REPO_ROOT, "docs")):
-        pages += [os.path.relpath(os.path.join(folder, name), os.path.join(REPO_ROOT, "docs"))
-                  for name in files if name.endswith(".md")]
+        pages += [
+            os.path.relpath(os.path.join(folder, name), os.path.join(REPO_ROOT, "docs"))
+            for name in files
+            if name.endswith(".md")
+        ]
     missing = [page for page in pages if page not in nav]
     assert not missing
 
@@ -82,8 +103,9 @@ def test_hub_entry_list_is_the_hubs():
     from mdsfair.hub_interface import HUB_ENTRIES
 
     mdsfair.register()
-    listed = re.search(r"<!-- hub-entries -->(.*?)<!-- /hub-entries -->", read("docs/getting-started.md"),
-                       flags=re.S).group(1)
+    listed = re.search(
+        r"<!-- hub-entries -->(.*?)<!-- /hub-entries -->", read("docs/getting-started.md"), flags=re.S
+    ).group(1)
     names = re.findall(r"`([a-z_]+)`", listed)
     assert sorted(names) == sorted(HUB_ENTRIES)
     assert "led" in names
@@ -101,21 +123,43 @@ def test_readme_baseline_rows_are_what_the_quickstart_prints(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT)
 
     def run(*argv):
-        result = subprocess.run([sys.executable, "-m", *argv], cwd=tmp_path, capture_output=True, text=True,
-                                timeout=600, env=env)
+        result = subprocess.run(
+            [sys.executable, "-m", *argv], cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env
+        )
         assert result.returncode == 0, result.stderr[-2000:]
         return result.stdout
 
-    run("mdsfair.preprocess.synthetic", "--out-dir", "raw", "--seed", "1", "--train", "4000", "--valid", "100",
-        "--test", "100")
+    run(
+        "mdsfair.preprocess.synthetic",
+        "--out-dir",
+        "raw",
+        "--seed",
+        "1",
+        "--train",
+        "4000",
+        "--valid",
+        "100",
+        "--test",
+        "100",
+    )
     run("mdsfair.evaluation.baselines", "--method", "lead", "--lead-sentences", "3", "raw/test.jsonl", "-o", "lead.txt")
-    run("mdsfair.evaluation.baselines", "--method", "lexrank", "--num-sentences", "3", "raw/test.jsonl", "-o",
-        "lexrank.txt")
+    run(
+        "mdsfair.evaluation.baselines",
+        "--method",
+        "lexrank",
+        "--num-sentences",
+        "3",
+        "raw/test.jsonl",
+        "-o",
+        "lexrank.txt",
+    )
     import json
 
     with open(tmp_path / "raw" / "test.jsonl", encoding="utf-8") as source, open(tmp_path / "ref.txt", "w") as ref:
         for line in source:
             ref.write(" ".join(json.loads(line)["summary"].split()) + "\n")
     printed = run("mdsfair.evaluation.compare", "--ref", "ref.txt", "lead=lead.txt", "lexrank=lexrank.txt")
-    rows = {line.split()[0]: line.split() for line in printed.splitlines() if line.split()[:1] in (["lead"], ["lexrank"])}
+    rows = {
+        line.split()[0]: line.split() for line in printed.splitlines() if line.split()[:1] in (["lead"], ["lexrank"])
+    }
     assert rows == {name: expected[name] for name in ("lead", "lexrank")}

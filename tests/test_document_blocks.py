@@ -2,6 +2,7 @@
 2023, Sec. 4.1): the length buckets of the blocks give the numbers of the
 dense reference (float64, values and gradients), and a batch costs what its
 documents cost, not its most documents times its longest document."""
+
 import pytest
 import torch
 
@@ -90,11 +91,15 @@ def attention_scores(layout: DocumentLayout) -> int:
     """Scores per head of the blocked attention: every block's slots times
     its keys, and the SOD rows' D * T per example when recomputed."""
     if layout.sod_keys_in_blocks:
-        return sum(documents * block_length * (block_length + layout.num_documents)
-                   for documents, block_length in layout.buckets)
+        return sum(
+            documents * block_length * (block_length + layout.num_documents)
+            for documents, block_length in layout.buckets
+        )
     batch_size, length = layout.document_ids.shape
-    return sum(documents * block_length * block_length for documents, block_length in layout.buckets) + \
-        batch_size * layout.num_documents * length
+    return (
+        sum(documents * block_length * block_length for documents, block_length in layout.buckets)
+        + batch_size * layout.num_documents * length
+    )
 
 
 def test_a_mixed_batch_costs_what_its_documents_cost():

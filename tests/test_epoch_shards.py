@@ -3,6 +3,7 @@ writes fairseq epoch shards with one dictionary, fairseq-train reads shard
 ``(epoch - 1) % N`` in each epoch, and shards that do not share a dictionary
 are refused. (A data-bin whose directory name contains ``:`` is refused in
 tests/test_generation_settings.py.)"""
+
 import json
 import os
 import shutil
@@ -15,9 +16,24 @@ from tests.utils import USER_DIR, make_synthetic_jsonl
 TRAIN_CLUSTERS = 9  # odd: the shards differ by one cluster
 
 TINY_TRANSFORMER = [
-    "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "32",
-    "--decoder-ffn-embed-dim", "32", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "32",
+    "--decoder-ffn-embed-dim",
+    "32",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
     "--share-all-embeddings",
 ]
 
@@ -42,8 +58,9 @@ def sharded(tmp_path_factory):
 
     printed = io.StringIO()
     with contextlib.redirect_stdout(printed):
-        reports = run(["--input-dir", raw, "--destdir", dest, "--vocab-size", "300", "--no-progress-bar",
-                       "--shards", "2"])
+        reports = run(
+            ["--input-dir", raw, "--destdir", dest, "--vocab-size", "300", "--no-progress-bar", "--shards", "2"]
+        )
     return raw, dest, reports, printed.getvalue()
 
 
@@ -90,8 +107,17 @@ def test_shards_are_refused_in_a_destdir_with_a_colon_and_when_a_shard_folder_is
     assert "shard1 is not empty and holds no mdsfair.json" in capsys.readouterr().err
     assert sorted(os.listdir(dest)) == ["shard1"] and os.listdir(dest / "shard1") == ["notes.txt"]
     with pytest.raises(SystemExit):
-        run(["--input-dir", raw, "--destdir", str(tmp_path / "many"), "--shards", str(TRAIN_CLUSTERS + 1),
-             "--no-progress-bar"])
+        run(
+            [
+                "--input-dir",
+                raw,
+                "--destdir",
+                str(tmp_path / "many"),
+                "--shards",
+                str(TRAIN_CLUSTERS + 1),
+                "--no-progress-bar",
+            ]
+        )
     assert f"has {TRAIN_CLUSTERS} clusters, fewer than the shards" in capsys.readouterr().err
 
 
@@ -114,13 +140,37 @@ def test_fairseq_train_reads_shard_0_in_epoch_1_and_shard_1_in_epoch_2(sharded, 
 
     monkeypatch.setattr(MultiDocSummarizationTask, "load_dataset", recording_load_dataset)
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        f"{shard0}{os.pathsep}{shard1}", "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        *TINY_TRANSFORMER, "--max-source-positions", "256", "--max-target-positions", "64",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096", "--max-epoch", "2",
-        "--save-dir", str(tmp_path / "checkpoints"), "--no-save", "--no-progress-bar", "--cpu", "--seed", "1",
-        "--skip-invalid-size-inputs-valid-test",
-    ])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            f"{shard0}{os.pathsep}{shard1}",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            *TINY_TRANSFORMER,
+            "--max-source-positions",
+            "256",
+            "--max-target-positions",
+            "64",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "4096",
+            "--max-epoch",
+            "2",
+            "--save-dir",
+            str(tmp_path / "checkpoints"),
+            "--no-save",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--skip-invalid-size-inputs-valid-test",
+        ],
+    )
     train_cli.main(convert_namespace_to_omegaconf(args))
     train_loads = [(epoch, name, size) for split, epoch, name, size in loaded if split == "train"]
     # fairseq loads the next epoch's shard at the end of an epoch: epoch 3 wraps round to shard 0
@@ -140,9 +190,17 @@ def test_the_task_reads_each_shard_manifest_once_when_it_is_set_up(sharded, tmp_
 
     shards = [shutil.copytree(os.path.join(sharded[1], name), str(tmp_path / name)) for name in ("shard0", "shard1")]
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        f"{shards[0]}{os.pathsep}{os.pathsep}{shards[1]}", "--user-dir", USER_DIR,
-        "--task", "multidoc_summarization", *TINY_TRANSFORMER])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            f"{shards[0]}{os.pathsep}{os.pathsep}{shards[1]}",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            *TINY_TRANSFORMER,
+        ],
+    )
     task = tasks.setup_task(args)
     assert [shard.folder for shard in task.shards] == shards and task.data_dir == shards[0]
     assert task.manifest is task.shards[0].manifest

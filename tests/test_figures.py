@@ -4,6 +4,7 @@ threads (:func:`benchmarks.results.problems`); every rendered block in a page
 is what ``benchmarks/render_docs.py`` makes of the files; every plot a page
 shows exists; and no page states a speed ratio (``1.24x``) or a MiB/GiB figure
 outside a rendered block."""
+
 import os
 import re
 
@@ -18,13 +19,18 @@ FIGURE = re.compile(r"(?<![\w.\-/])\d[\d,]*(?:\.\d+)?(?:x(?![\w])|\s?(?:MiB|GiB)
 # the quickstart's ROUGE table is checked by tests/test_quickstart.py; it holds no such figure, nothing to exempt.
 # Figures that are not measurements of this code: a paper's, a target, arithmetic on a formula (page: figures).
 NOT_MEASUREMENTS = {
-    "examples/hierencdec/README.md": {"19.5x": "the paper's Rotten Tomatoes figure",
-                                      "4 GiB": "4 * 16 * 4096^2 * 4 bytes, the dense mask's size"},
+    "examples/hierencdec/README.md": {
+        "19.5x": "the paper's Rotten Tomatoes figure",
+        "4 GiB": "4 * 16 * 4096^2 * 4 bytes, the dense mask's size",
+    },
     "examples/hiertransformer/README.md": {"0.8x": "the target"},
     "docs/evaluation.md": {"4 GiB": "mdsfair-compare's memory limit for --samples, a setting"},
     "docs/reliability.md": {"4 GiB": "mdsfair-compare's memory limit for --samples, a setting"},
-    "examples/sparse_decoder/README.md": {"29x": "the KL weight the paper's lambda implies (CNNDM)",
-                                          "331x": "the same, for the longest data set", "1.5x": "the paper's target"},
+    "examples/sparse_decoder/README.md": {
+        "29x": "the KL weight the paper's lambda implies (CNNDM)",
+        "331x": "the same, for the longest data set",
+        "1.5x": "the paper's target",
+    },
 }
 
 
@@ -54,8 +60,9 @@ def test_a_results_file_without_its_device_or_command_is_refused():
 
 def test_every_rendered_block_is_what_the_renderer_makes_of_the_results_files():
     stale = render_docs.check()
-    assert not stale, ("blocks differ from their results files (run python benchmarks/render_docs.py): "
-                       + "; ".join(stale))
+    assert not stale, "blocks differ from their results files (run python benchmarks/render_docs.py): " + "; ".join(
+        stale
+    )
 
 
 def test_the_pages_that_carry_figures_render_them_and_every_plot_they_show_exists():
@@ -65,7 +72,7 @@ def test_the_pages_that_carry_figures_render_them_and_every_plot_they_show_exist
             text = handle.read()
         for name, _ in render_docs.blocks(text):
             if name.startswith("plot:"):
-                shown.add(name[len("plot:"):])
+                shown.add(name[len("plot:") :])
             elif name not in render_docs.COMPOSED:
                 assert name in results.names(), f"{relative(path)}: block {name} names no results file"
         assert text.count("<!-- results:") == text.count("<!-- /results -->"), f"{relative(path)}: unclosed block"
@@ -88,8 +95,10 @@ def test_the_led_sparse_table_in_the_components_page_is_rendered_from_its_result
 
 
 def test_the_renderer_formats_a_spread_and_a_ratio_by_their_keys():
-    assert render_docs.figure("total_speedup_vs_led", {"median": 3.8416, "minimum": 3.2798, "maximum": 3.9353}) \
+    assert (
+        render_docs.figure("total_speedup_vs_led", {"median": 3.8416, "minimum": 3.2798, "maximum": 3.9353})
         == "3.84x (3.28-3.94)"
+    )
     assert render_docs.figure("peak_mib", 67355) == "67,355"
     assert render_docs.figure("seconds", {"median": 0.1234, "minimum": None, "maximum": None}) == "0.123"
     assert render_docs.figure("source_tokens", 16384) == "16,384"
@@ -105,7 +114,11 @@ def stray_figures(text):
 
 def test_the_stray_figure_pattern():
     assert stray_figures("decoding 14.3x faster, 67,355 MiB (67 GB), 9.9 GiB, 3x less") == [
-        "14.3x", "67,355 MiB", "9.9 GiB", "3x"]
+        "14.3x",
+        "67,355 MiB",
+        "9.9 GiB",
+        "3x",
+    ]
     assert stray_figures("0x1f, d256x4, --max-tokens 4096, a 24 GB GPU, P x L, v1.2x") == []
     assert stray_figures("<!-- results:x -->\n1.24x and 5 MiB\n<!-- /results -->\n") == []
 
@@ -118,5 +131,6 @@ def test_no_page_states_a_speed_ratio_or_a_memory_figure_outside_a_rendered_bloc
         figures = [f for f in figures if f not in NOT_MEASUREMENTS.get(relative(path), {})]
         if figures:
             found[relative(path)] = figures[:8]
-    assert not found, ("figures written by hand (render them from a results file with benchmarks/render_docs.py "
-                       f"instead): {found}")
+    assert not found, (
+        f"figures written by hand (render them from a results file with benchmarks/render_docs.py instead): {found}"
+    )

@@ -1,5 +1,6 @@
 """One source for every default (``mdsfair.models.flag_defaults``): each model's
 table is what its ``--help`` shows and what its architectures fill in."""
+
 import argparse
 import importlib
 
@@ -51,8 +52,7 @@ def test_documented_add_args_appends_each_tabled_default_once_with_the_outer_tab
     helps = {action.dest: action.help for action in _added(base_args)}
     assert helps == {"window": "window size (default: 1024)", "other": "not in the table"}
     helps = {action.dest: action.help for action in _added(derived_args)}
-    assert helps == {"window": "window size (default: 512)", "other": "not in the table",
-                     "heads": "heads (default: 8)"}
+    assert helps == {"window": "window size (default: 512)", "other": "not in the table", "heads": "heads (default: 8)"}
 
 
 def _added(add_args):

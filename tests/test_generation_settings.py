@@ -1,5 +1,6 @@
 """Beam-search flags that cannot work are refused with a plain message before
 any model loads, and a data-bin path with ':' is not split silently."""
+
 import os
 import subprocess
 import sys
@@ -23,8 +24,15 @@ from tests.utils import REPO_ROOT
 def test_mdsfair_generate_refuses_before_loading_anything(tmp_path, flags, message):
     # the checkpoint and the data-bin do not exist: the refusal must come first
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    command = [sys.executable, "-c", "from mdsfair.cli import generate_main; generate_main()",
-               str(tmp_path / "no-data-bin"), "--path", str(tmp_path / "none.pt"), *flags]
+    command = [
+        sys.executable,
+        "-c",
+        "from mdsfair.cli import generate_main; generate_main()",
+        str(tmp_path / "no-data-bin"),
+        "--path",
+        str(tmp_path / "none.pt"),
+        *flags,
+    ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
@@ -50,11 +58,41 @@ def test_data_directory_with_colon_is_refused_not_split(tmp_path):
     assert data_bin_folders(os.pathsep.join(["b", "", "a", ""])) == ["b", "a"]
 
 
-TINY_TRAIN = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-              "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
-              "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-              "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2048", "--max-update", "1", "--no-save",
-              "--cpu", "--bf16", "--disable-validation", "--no-progress-bar"]
+TINY_TRAIN = [
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "16",
+    "--decoder-ffn-embed-dim",
+    "16",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "2048",
+    "--max-update",
+    "1",
+    "--no-save",
+    "--cpu",
+    "--bf16",
+    "--disable-validation",
+    "--no-progress-bar",
+]
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +109,17 @@ def test_cpu_bf16_stops_with_what_to_use_instead(tiny_bin, tmp_path, entry):
     if entry == "mdsfair-train":
         command = [sys.executable, "-c", "from mdsfair.cli import train_main; train_main()", tiny_bin]
     else:
-        command = [sys.executable, "-m", "fairseq_cli.train", tiny_bin, "--user-dir", os.path.join(REPO_ROOT, "mdsfair")]
-    result = subprocess.run(command + TINY_TRAIN + ["--save-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300)
+        command = [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            tiny_bin,
+            "--user-dir",
+            os.path.join(REPO_ROOT, "mdsfair"),
+        ]
+    result = subprocess.run(
+        command + TINY_TRAIN + ["--save-dir", str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert result.returncode != 0
     assert "drop --bf16" in result.stderr and "--fp16" in result.stderr
     assert "xla_device" not in result.stderr

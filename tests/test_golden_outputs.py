@@ -8,6 +8,7 @@ code before the models were rebuilt from shared components
   :data:`LPROB_ULPS`);
 * beam search (float64) gives the recorded best beam of every cluster.
 """
+
 import os
 
 import pytest
@@ -38,10 +39,15 @@ def test_every_generating_architecture_has_golden_outputs():
 #: Architectures registered after the golden outputs were recorded (they had no
 #: earlier code to agree with; the contract suite covers them).
 NEW_ARCHITECTURES = {
-    "multidoc_bart_base", "multidoc_bart_large", "multidoc_bart_tiny",  # the model assembled from flags
-    "primera_hierencdec", "primera_hierencdec_tiny",  # and the combinations (issue 31)
-    "led_sparse", "led_sparse_tiny",
-    "hierencdec_sparse", "hierencdec_sparse_tiny",
+    "multidoc_bart_base",
+    "multidoc_bart_large",
+    "multidoc_bart_tiny",  # the model assembled from flags
+    "primera_hierencdec",
+    "primera_hierencdec_tiny",  # and the combinations (issue 31)
+    "led_sparse",
+    "led_sparse_tiny",
+    "hierencdec_sparse",
+    "hierencdec_sparse_tiny",
 }
 
 
@@ -57,7 +63,8 @@ def test_old_checkpoint_loads_and_gives_the_golden_outputs(arch):
     difference = (lprobs - expected["lprobs"]).abs().max().item()
     tolerance = LPROB_ULPS * torch.finfo(torch.float32).eps * max(1.0, expected["lprobs"].abs().max().item())
     assert difference <= tolerance, (
-        f"{arch}: teacher-forced log-probabilities differ by {difference:.3g} (tolerance {tolerance:.3g})")
+        f"{arch}: teacher-forced log-probabilities differ by {difference:.3g} (tolerance {tolerance:.3g})"
+    )
 
     beams = golden.best_beams(task, model, cfg, sample)
     for row, (beam, recorded) in enumerate(zip(beams, expected["beams"])):
@@ -65,7 +72,11 @@ def test_old_checkpoint_loads_and_gives_the_golden_outputs(arch):
         # positional scores are float32 whatever the model's dtype (fairseq's get_normalized_probs
         # casts to float32, as its attention's softmax does): a float32 sum over another number of
         # (masked) terms moves them by a few units of float32 round-off, a changed computation by far more
-        scores_tolerance = 64 * torch.finfo(recorded["positional_scores"].dtype).eps * max(
-            1.0, recorded["positional_scores"].abs().max().item())
-        assert torch.allclose(beam["positional_scores"], recorded["positional_scores"], atol=scores_tolerance,
-                              rtol=0), (arch, row)
+        scores_tolerance = (
+            64
+            * torch.finfo(recorded["positional_scores"].dtype).eps
+            * max(1.0, recorded["positional_scores"].abs().max().item())
+        )
+        assert torch.allclose(
+            beam["positional_scores"], recorded["positional_scores"], atol=scores_tolerance, rtol=0
+        ), (arch, row)

@@ -1,6 +1,7 @@
 """The one head-split helper (mdsfair.modules.heads) has fairseq
 MultiheadAttention's layout, and the attentions that use it still compute
 what fairseq's attention does (their own tests check their equations)."""
+
 import pytest
 import torch
 from fairseq.modules import MultiheadAttention
@@ -14,7 +15,7 @@ def test_split_heads_is_fairseq_multihead_attention_layout():
     # fairseq/modules/multihead_attention.py: q.contiguous().view(tgt_len, bsz * num_heads, head_dim).transpose(0, 1)
     fairseq_layout = x.contiguous().view(length, batch * heads, head_dim).transpose(0, 1)
     assert torch.equal(split_heads(x, heads).reshape(batch * heads, length, head_dim), fairseq_layout)
-    assert torch.equal(to_heads(x, heads)[:, :, 2], x[:, :, 2 * head_dim:3 * head_dim])
+    assert torch.equal(to_heads(x, heads)[:, :, 2], x[:, :, 2 * head_dim : 3 * head_dim])
     assert torch.equal(from_heads(to_heads(x, heads)), x)
     with pytest.raises(ValueError, match="25 channels do not split into 4 heads"):
         to_heads(torch.zeros(2, 25), 4)

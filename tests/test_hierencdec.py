@@ -2,23 +2,26 @@
 restart and tiling, equivalence with stock BART, restoring a fairseq BART
 checkpoint with fairseq-train, generation at batch > 1, the hub entry, the
 attention analysis of Sec. 5.6 / Appendix C, data parallelism."""
+
 import copy
 import json
 import os
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils, tasks
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.bart import BARTModel
+
 from mdsfair.checkpoints.stamping import restamp_state
 from mdsfair.evaluation.attention_analysis import (
     AttentionRecorder,
-    cli_main as analyze_attention_main,
     cross_document_std,
     self_document_attention,
     uniform_self_document_share,
+)
+from mdsfair.evaluation.attention_analysis import (
+    cli_main as analyze_attention_main,
 )
 from mdsfair.hub_interface import copy_inference_files
 from mdsfair.models.hierencdec_bart import HierEncDecBARTModel
@@ -37,8 +40,8 @@ from mdsfair.modules.segment_positions import (
     segment_ids_from_start_tokens,
     tile_position_table,
 )
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin
 from tests.tolerances import assert_close_in_dtype
+from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin
 
 # Three examples: 3, 1 and 4 documents of uneven lengths, right-padded to 14.
 DOCUMENT_IDS = torch.tensor(
@@ -88,12 +91,42 @@ def restored_checkpoint(bart_checkpoint, data_bin, tmp_path_factory):
     output = fairseq_cli(
         "fairseq_cli.train",
         [
-            data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-            "--arch", "hierencdec_bart_tiny", "--max-source-positions", "4096", "--per-document-budget",
-            "--restore-file", bart_checkpoint, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-            "--optimizer", "adam", "--adam-betas", "(0.9,0.999)", "--lr", "0", "--max-tokens", "2048",
-            "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-save-optimizer-state",
-            "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation", "--log-interval", "1",
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "hierencdec_bart_tiny",
+            "--max-source-positions",
+            "4096",
+            "--per-document-budget",
+            "--restore-file",
+            bart_checkpoint,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.999)",
+            "--lr",
+            "0",
+            "--max-tokens",
+            "2048",
+            "--max-update",
+            "1",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-save-optimizer-state",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
+            "--log-interval",
+            "1",
         ],
     )
     assert "bsz=2" in output or "bsz=3" in output or "bsz=4" in output, output[-2000:]
@@ -211,8 +244,12 @@ def test_per_document_budget_equals_the_authors_per_passage_limit(lengths, kept,
     tokens = np.concatenate([np.array(d) for d in documents])
     doc_ids = np.repeat(np.arange(len(lengths)), lengths)
     dataset = MultiDocSummarizationDataset(
-        [tokens], [np.array([5, 6])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
-        TruncationConfig(max_source_positions=64, per_document_budget=True), name="budget",
+        [tokens],
+        [np.array([5, 6])],
+        {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]},
+        dictionary,
+        TruncationConfig(max_source_positions=64, per_document_budget=True),
+        name="budget",
     )
     item = dataset[0]
     expected, sep_positions = authors_per_passage_source(documents, 64, dictionary.bos(), dictionary.eos())
@@ -276,11 +313,14 @@ def test_layout_rejects_non_contiguous_documents():
         DocumentLayout.from_document_ids(torch.tensor([[0, 0, 1, 1, 0, -1]]))
 
 
-@pytest.mark.parametrize("document_ids", [
-    DOCUMENT_IDS,
-    torch.tensor([[-1, -1, 0, 0, 0, 1, 1], [0, 1, 1, 1, 2, 2, 2]]),  # left padding; no padding
-    torch.tensor([[5, 5, 5, 5, 5, 5]]),  # one document, no padding
-])
+@pytest.mark.parametrize(
+    "document_ids",
+    [
+        DOCUMENT_IDS,
+        torch.tensor([[-1, -1, 0, 0, 0, 1, 1], [0, 1, 1, 1, 2, 2, 2]]),  # left padding; no padding
+        torch.tensor([[5, 5, 5, 5, 5, 5]]),  # one document, no padding
+    ],
+)
 def test_variable_length_segments_read_with_the_layout_need_no_host_read_of_their_own(document_ids):
     """On a GPU the variable-length flash path's segments (every document
     and every padding run of the flat source) are sized in the layout's one
@@ -294,8 +334,11 @@ def test_variable_length_segments_read_with_the_layout_need_no_host_read_of_thei
     offsets, longest, padded = layout.flat_segments()
     assert torch.equal(offsets, reference[0]) and offsets.dtype == torch.int32
     assert (longest, padded) == reference[1:]
-    boundaries = [0] + [i for i in range(1, document_ids.numel())
-                        if i % document_ids.size(1) == 0 or document_ids.view(-1)[i] != document_ids.view(-1)[i - 1]]
+    boundaries = [0] + [
+        i
+        for i in range(1, document_ids.numel())
+        if i % document_ids.size(1) == 0 or document_ids.view(-1)[i] != document_ids.view(-1)[i - 1]
+    ]
     assert offsets.tolist() == boundaries + [document_ids.numel()]
 
 
@@ -486,9 +529,8 @@ def test_hierarchical_weights_are_bitwise_repeatable_and_exact_in_bf16():
     outputs bit for bit (the contract's save/load test failed there). Here:
     the same input gives the same bits on the test device, batch > 1, and
     the bf16 result stays the float32 one to bf16 precision."""
-    from tests.model_contract import test_device
-
     from mdsfair.modules.hierarchical_cross_attention import segment_logsumexp
+    from tests.model_contract import test_device
 
     device = test_device()
     generator = torch.Generator().manual_seed(0)
@@ -497,11 +539,18 @@ def test_hierarchical_weights_are_bitwise_repeatable_and_exact_in_bf16():
     first = hierarchical_attention_logits(scores, ids)
     assert all(torch.equal(first, hierarchical_attention_logits(scores, ids)) for _ in range(5))
     segments = ids.masked_fill(ids.lt(0), int(ids.max()) + 1).view(ids.size(0), 1, 1, -1)
-    expected = torch.stack([
-        torch.stack([scores[b].masked_fill(segments[b].ne(n), float("-inf")).logsumexp(-1)
-                     for n in range(int(ids.max()) + 2)], dim=-1)
-        for b in range(scores.size(0))
-    ])
+    expected = torch.stack(
+        [
+            torch.stack(
+                [
+                    scores[b].masked_fill(segments[b].ne(n), float("-inf")).logsumexp(-1)
+                    for n in range(int(ids.max()) + 2)
+                ],
+                dim=-1,
+            )
+            for b in range(scores.size(0))
+        ]
+    )
     torch.testing.assert_close(segment_logsumexp(scores, segments, int(ids.max()) + 2), expected)
     half = segment_logsumexp(scores.bfloat16(), segments, int(ids.max()) + 2).float()
     finite = expected.isfinite()
@@ -631,9 +680,27 @@ def test_fairseq_generate_beam_search_at_batch_size_above_one(restored_checkpoin
     args = options.parse_args_and_arch(
         parser,
         [
-            data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", restored_checkpoint,
-            "--gen-subset", "valid", "--beam", "2", "--batch-size", "4", "--max-len-b", "10",
-            "--max-source-positions", "4096", "--per-document-budget", "--cpu", "--results-path", str(tmp_path),
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            restored_checkpoint,
+            "--gen-subset",
+            "valid",
+            "--beam",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-len-b",
+            "10",
+            "--max-source-positions",
+            "4096",
+            "--per-document-budget",
+            "--cpu",
+            "--results-path",
+            str(tmp_path),
         ],
     )
     generate_main(args)
@@ -671,8 +738,12 @@ def test_hub_entry_summarizes_with_beam_search_at_batch_above_one(hub_model_dir,
     assert len(set(batched)) > 1  # the summaries depend on the input
     with pytest.raises(ValueError, match="holds a 'bart' model; hub entry 'hierencdec_bart'"):
         torch.hub.load(
-            REPO_ROOT, "hierencdec_bart", model_dir=os.path.dirname(bart_checkpoint),
-            checkpoint_file=os.path.basename(bart_checkpoint), data_name_or_path=data_bin, source="local",
+            REPO_ROOT,
+            "hierencdec_bart",
+            model_dir=os.path.dirname(bart_checkpoint),
+            checkpoint_file=os.path.basename(bart_checkpoint),
+            data_name_or_path=data_bin,
+            source="local",
         )
 
 
@@ -727,7 +798,9 @@ def test_analysis_measures_equal_loops_on_a_hand_made_attention():
     assert self_document_attention(masked.mean(1), DOCUMENT_IDS)[1] == 1.0  # one document
     uniform = valid.float().view(3, 1, length).expand(3, length, length)
     uniform = uniform / uniform.sum(-1, keepdim=True)
-    torch.testing.assert_close(uniform_self_document_share(DOCUMENT_IDS), self_document_attention(uniform, DOCUMENT_IDS))
+    torch.testing.assert_close(
+        uniform_self_document_share(DOCUMENT_IDS), self_document_attention(uniform, DOCUMENT_IDS)
+    )
 
     cross = torch.randn(3, 6, length, generator=generator).mul(3).masked_fill(~valid.view(3, 1, length), float("-inf"))
     cross = cross.softmax(-1)
@@ -778,7 +851,9 @@ def test_recorder_reads_every_encoder_and_decoder_layer(noisy_bart_state, task, 
     # the decoder's own alignment output, one layer at a time, averaged over layers
     with torch.no_grad():
         per_layer = [
-            model(**model_inputs(sample, with_documents=not flags), features_only=True, alignment_layer=layer)[1]["attn"][0]
+            model(**model_inputs(sample, with_documents=not flags), features_only=True, alignment_layer=layer)[1][
+                "attn"
+            ][0]
             for layer in range(len(model.decoder.layers))
         ]
     torch.testing.assert_close(recorded_cross, torch.stack(per_layer).mean(0), atol=1e-6, rtol=1e-5)
@@ -790,10 +865,29 @@ def test_analyze_attention_cli_compares_bart_and_hierencdec(bart_checkpoint, hub
     output_dir = tmp_path / "analysis"
     code = analyze_attention_main(
         [
-            "--checkpoint", bart_checkpoint, os.path.join(hub_model_dir, "checkpoint_best.pt"),
-            "--labels", "BART", "HierEncDec", "--data", data_bin, "--split", "valid", "--num-examples", "5",
-            "--batch-size", "3", "--beam", "2", "--min-len", "2", "--max-len-b", "6",
-            "--output-dir", str(output_dir), "--cpu",
+            "--checkpoint",
+            bart_checkpoint,
+            os.path.join(hub_model_dir, "checkpoint_best.pt"),
+            "--labels",
+            "BART",
+            "HierEncDec",
+            "--data",
+            data_bin,
+            "--split",
+            "valid",
+            "--num-examples",
+            "5",
+            "--batch-size",
+            "3",
+            "--beam",
+            "2",
+            "--min-len",
+            "2",
+            "--max-len-b",
+            "6",
+            "--output-dir",
+            str(output_dir),
+            "--cpu",
         ]
     )
     assert code == 0
@@ -809,9 +903,7 @@ def test_analyze_attention_cli_compares_bart_and_hierencdec(bart_checkpoint, hub
         values = torch.tensor(model_report["self_document"])
         mean = rows[(model_report["label"], "self_document_attention", "mean")]
         assert mean["value"] == pytest.approx(float(values.mean()))
-        assert rows[(model_report["label"], "cds", "decoder")]["value"] == pytest.approx(
-            sum(model_report["cds"]) / 5
-        )
+        assert rows[(model_report["label"], "cds", "decoder")]["value"] == pytest.approx(sum(model_report["cds"]) / 5)
     # tokens other than SODs attend only within their document under HierEncDec
     assert rows[("HierEncDec", "self_document_attention", "mean")]["relative_to_baseline"] > 1.0
     assert rows[("BART", "cds", "decoder")]["relative_to_baseline"] == pytest.approx(1.0)

@@ -1,6 +1,7 @@
 """Hierarchical Transformer (Liu & Lapata 2019): modules against slow
 loop-over-paragraphs references, masking, graph heads (Eq. 24), ablations,
 incremental decoding, training, and fairseq-train / fairseq-generate."""
+
 import math
 import os
 import re
@@ -20,7 +21,6 @@ from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, Sinusoi
 from tests.hiersumm_reference import export_to_hiersumm_layout, hiersumm_positions, ref_decoder, ref_log_probs
 from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin
 
-
 # ------------------------------------------------------------------ helpers
 
 
@@ -38,8 +38,18 @@ def build_model(*extra, task=None, seed=0):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser,
-        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
-         "--dropout", "0", *extra],
+        [
+            "dummy-data",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "hiertransformer_tiny",
+            "--dropout",
+            "0",
+            *extra,
+        ],
     )
     torch.manual_seed(seed)
     return HierarchicalTransformerModel.build_model(args, task).eval()
@@ -247,8 +257,9 @@ def test_ablation_flags_change_what_they_claim():
     assert layer.pooling.score_proj.out_features == 1 and layer.pooling.head_dim == 32
 
     # the hiersumm variants
-    hiersumm = build_model("--encoder-normalize-before", "--shared-inter-paragraph-attention",
-                           "--no-pooling-head-projection")
+    hiersumm = build_model(
+        "--encoder-normalize-before", "--shared-inter-paragraph-attention", "--no-pooling-head-projection"
+    )
     layer = hiersumm.encoder.global_layers[0]
     assert layer.pooling_layer_norm is not None and hiersumm.encoder.layer_norm is not None
     assert layer.pooling.head_proj is None
@@ -305,8 +316,10 @@ def assert_beam_scores_equal_full_decoding(model, task, batch, atol):
 def to_blocks(batch, pad=1):
     """The flat toy batch as the hiersumm code's ``src [B, n_blocks, n_tokens]``."""
     tokens, para = batch["src_tokens"], batch["src_para_ids"]
-    rows = [[tokens[b][(para[b] == p) & tokens[b].ne(pad)].tolist() for p in range(int(para[b].max()) + 1)]
-            for b in range(tokens.size(0))]
+    rows = [
+        [tokens[b][(para[b] == p) & tokens[b].ne(pad)].tolist() for p in range(int(para[b].max()) + 1)]
+        for b in range(tokens.size(0))
+    ]
     blocks = max(len(r) for r in rows)
     width = max(len(p) for r in rows for p in r)
     src = torch.full((len(rows), blocks, width), pad)
@@ -316,8 +329,20 @@ def to_blocks(batch, pad=1):
     return src
 
 
-HIERSUMM_TINY = ["--arch", "hiertransformer_hiersumm", "--encoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-                 "--encoder-attention-heads", "4", "--local-layers", "2", "--decoder-layers", "2"]
+HIERSUMM_TINY = [
+    "--arch",
+    "hiertransformer_hiersumm",
+    "--encoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--local-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+]
 
 
 def randomize_(model, seed=3):
@@ -344,6 +369,7 @@ def test_decoder_positions_follow_eq_7_8_from_position_zero():
     assert last.shape == (3, 1, d) and torch.equal(last[0, 0], table[0, 17])
     # fairseq's own table differs: sines then cosines, from position 2
     from fairseq.modules import SinusoidalPositionalEmbedding
+
     fairseq_table = SinusoidalPositionalEmbedding(d, padding_idx=1, init_size=64)(torch.full((1, 3), 5))
     assert fairseq_table[0, 0, 0].item() == pytest.approx(math.sin(2.0), abs=1e-6)
     assert not torch.allclose(fairseq_table[0], table[0, :3])
@@ -360,7 +386,16 @@ def test_hiersumm_arch_sets_the_authors_decoder():
     assert decoder.start_symbol == ToyTask().source_dictionary.bos()
     args = options.parse_args_and_arch(
         options.get_training_parser(),
-        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_hiersumm"])
+        [
+            "dummy-data",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "hiertransformer_hiersumm",
+        ],
+    )
     assert (args.dropout, args.attention_dropout, args.activation_dropout) == (0.1, 0.1, 0.1)
     paper = build_model()
     assert paper.decoder.output_projection.bias is None and paper.decoder.start_symbol is None
@@ -400,8 +435,10 @@ def test_no_source_special_tokens_equals_removing_them():
     them gives: a paragraph's first word keeps position 0."""
     model = build_model("--no-source-special-tokens")
     plain = {"src_tokens": torch.tensor([[5, 6, 7, 8, 9]]), "src_para_ids": torch.tensor([[0, 0, 1, 1, 1]])}
-    special = {"src_tokens": torch.tensor([[0, 5, 6, 0, 7, 8, 9, 2]]),
-               "src_para_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]])}
+    special = {
+        "src_tokens": torch.tensor([[0, 5, 6, 0, 7, 8, 9, 2]]),
+        "src_para_ids": torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1]]),
+    }
     a = encode(model, plain)
     b = encode(model, special)
     kept = torch.tensor([1, 2, 4, 5, 6])
@@ -419,23 +456,36 @@ def test_no_source_special_tokens_equals_removing_them():
 @pytest.fixture(scope="module")
 def graph_data_bin(tmp_path_factory):
     return make_tiny_data_bin(
-        str(tmp_path_factory.mktemp("hiertransformer")), train=12, valid=4, test=4, vocab_size=300,
+        str(tmp_path_factory.mktemp("hiertransformer")),
+        train=12,
+        valid=4,
+        test=4,
+        vocab_size=300,
         extra_args=["--side-data", "graph_similarity", "graph_discourse"],
     )
 
 
 TRAIN_ARGS = [
-    "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
-    "--max-source-positions", "256", "--max-paragraphs", "24",
-    "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+    "--user-dir",
+    USER_DIR,
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "hiertransformer_tiny",
+    "--max-source-positions",
+    "256",
+    "--max-paragraphs",
+    "24",
+    "--criterion",
+    "label_smoothed_cross_entropy",
+    "--label-smoothing",
+    "0.1",
 ]
 
 
 def test_tiny_model_training_loss_falls(graph_data_bin):
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, [graph_data_bin, *TRAIN_ARGS, "--graph", "discourse", "--dropout", "0"]
-    )
+    args = options.parse_args_and_arch(parser, [graph_data_bin, *TRAIN_ARGS, "--graph", "discourse", "--dropout", "0"])
     task = tasks.setup_task(args)
     task.load_dataset("train")
     torch.manual_seed(1)
@@ -461,15 +511,54 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
     save_dir = str(tmp_path / "checkpoints")
     fairseq_cli(
         "fairseq_cli.train",
-        [graph_data_bin, *TRAIN_ARGS, "--graph", "similarity", "--optimizer", "adam", "--lr", "1e-3",
-         "--max-tokens", "2000", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
-         "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation"],
+        [
+            graph_data_bin,
+            *TRAIN_ARGS,
+            "--graph",
+            "similarity",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "2000",
+            "--max-update",
+            "1",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
+        ],
     )
     output = generate_in_process(  # fairseq-generate's main, without a second interpreter start
-        [graph_data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--gen-subset", "test",
-         "--path", os.path.join(save_dir, "checkpoint_last.pt"), "--max-source-positions", "600",
-         "--max-paragraphs", "40", "--beam", "5", "--lenpen", "0.4", "--max-len-b", "8",
-         "--batch-size", "4", "--cpu"],
+        [
+            graph_data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--gen-subset",
+            "test",
+            "--path",
+            os.path.join(save_dir, "checkpoint_last.pt"),
+            "--max-source-positions",
+            "600",
+            "--max-paragraphs",
+            "40",
+            "--beam",
+            "5",
+            "--lenpen",
+            "0.4",
+            "--max-len-b",
+            "8",
+            "--batch-size",
+            "4",
+            "--cpu",
+        ],
         results_dir=str(tmp_path / "generate"),
     )
     hypotheses = [line for line in output.splitlines() if line.startswith("H-")]
@@ -479,8 +568,14 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
     import json
 
     summarizer = torch.hub.load(
-        REPO_ROOT, "hiertransformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-        data_name_or_path=graph_data_bin, source="local", max_source_positions=600, max_paragraphs=40,
+        REPO_ROOT,
+        "hiertransformer",
+        model_dir=save_dir,
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=graph_data_bin,
+        source="local",
+        max_source_positions=600,
+        max_paragraphs=40,
     )
     raw_test = os.path.join(os.path.dirname(graph_data_bin), "raw", "test.jsonl")
     clusters = [json.loads(line) for line in open(raw_test, encoding="utf-8")][:3]
@@ -505,7 +600,6 @@ def test_architectures_set_the_paper_and_hiersumm_configurations():
     assert (hiersumm.local_layers, hiersumm.global_layers, hiersumm.decoder_layers) == (6, 2, 1)
     assert hiersumm.encoder_normalize_before and hiersumm.shared_inter_paragraph_attention
     assert hiersumm.no_pooling_head_projection and hiersumm.token_position_first
-
 
 
 def test_readme_flag_table_states_the_defaults_of_the_models_table():
@@ -534,25 +628,48 @@ def test_recipe_flags_reproduce_the_papers_noam_schedule():
     from fairseq.optim.lr_scheduler import build_lr_scheduler
 
     readme = open(os.path.join(REPO_ROOT, "examples", "hiertransformer", "README.md"), encoding="utf-8").read()
-    flags = ["--lr", PAPER_PEAK_LR, "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "8000", "--warmup-init-lr", "0"]
+    flags = [
+        "--lr",
+        PAPER_PEAK_LR,
+        "--lr-scheduler",
+        "inverse_sqrt",
+        "--warmup-updates",
+        "8000",
+        "--warmup-init-lr",
+        "0",
+    ]
     assert " ".join(flags) in readme
     # the authors' code: Adam (0.9, 0.998) with eps 1e-9, default lr 3 (hiersumm src/abstractive/optimizer.py,
     # src/train_abstractive.py)
     assert "--adam-betas '(0.9,0.998)' --adam-eps 1e-9" in readme
-    assert "--lr 0.002096313728906053" in readme and 3 * 256 ** -0.5 * 8000 ** -0.5 == 0.002096313728906053
+    assert "--lr 0.002096313728906053" in readme and 3 * 256**-0.5 * 8000**-0.5 == 0.002096313728906053
     args = options.parse_args_and_arch(
         options.get_training_parser(),
-        ["dummy-data", "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
-         "--optimizer", "adam", "--adam-betas", "(0.9,0.998)", *flags],
+        [
+            "dummy-data",
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "hiertransformer_tiny",
+            "--optimizer",
+            "adam",
+            "--adam-betas",
+            "(0.9,0.998)",
+            *flags,
+        ],
     )
     cfg = convert_namespace_to_omegaconf(args)
     optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
     scheduler = build_lr_scheduler(cfg.lr_scheduler, optimizer)
     for step in (1, 2, 100, 4000, 7999, 8000, 8001, 20000, 100000, 500000):
-        noam = 2 * 256 ** -0.5 * min(step ** -0.5, step * 8000 ** -1.5)
+        noam = 2 * 256**-0.5 * min(step**-0.5, step * 8000**-1.5)
         assert scheduler.step_update(step) == pytest.approx(noam, rel=1e-12)
         assert optimizer.get_lr() == pytest.approx(noam, rel=1e-12)
-    assert max(2 * 256 ** -0.5 * min(s ** -0.5, s * 8000 ** -1.5) for s in range(1, 20000)) == pytest.approx(1.40e-3, abs=5e-6)
+    assert max(2 * 256**-0.5 * min(s**-0.5, s * 8000**-1.5) for s in range(1, 20000)) == pytest.approx(
+        1.40e-3, abs=5e-6
+    )
 
 
 # --------------------------------------------------- the title as the summarizer's input
@@ -569,8 +686,12 @@ def titled_data_bins(tmp_path_factory):
 
     work = tmp_path_factory.mktemp("titled")
     raw = make_synthetic_jsonl(str(work / "raw"), train=12, valid=2, test=2)
-    cluster = {"id": "a", "title": "Lake Ontario ferry", "summary": "The ferry crosses the lake.",
-               "documents": ["The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]}
+    cluster = {
+        "id": "a",
+        "title": "Lake Ontario ferry",
+        "summary": "The ferry crosses the lake.",
+        "documents": ["The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."],
+    }
     with open(os.path.join(raw, "pair.jsonl"), "w", encoding="utf-8") as f:
         f.write(json.dumps(cluster) + "\n")
         f.write(json.dumps({**cluster, "id": "b", "title": "Toronto island airport"}) + "\n")
@@ -585,8 +706,18 @@ def titled_data_bins(tmp_path_factory):
 def load_split(data_bin, split, *extra):
     args = options.parse_args_and_arch(
         options.get_training_parser(),
-        [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
-         "--dropout", "0", *extra],
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "hiertransformer_tiny",
+            "--dropout",
+            "0",
+            *extra,
+        ],
     )
     task = tasks.setup_task(args)
     task.load_dataset(split)
@@ -615,16 +746,20 @@ def test_title_document_puts_the_title_first_as_its_own_paragraph(titled_data_bi
     assert int(titled_input["src_lengths"][0]) == old_length + n + 1
     assert row[old_length + n].item() == eos
     # the manifest records it, and the hub's encoder encodes a raw cluster the same way
-    from mdsfair.preprocess.pipeline import ClusterEncoder
     from mdsfair.data.manifest import read_manifest
+    from mdsfair.preprocess.pipeline import ClusterEncoder
 
     manifest = read_manifest(titled_data_bins["titled"])
     assert manifest["title_document"] is True and read_manifest(titled_data_bins["plain"])["title_document"] is False
     hub = ClusterEncoder.from_data_bin(titled_data_bins["titled"], manifest, task.source_dictionary)
-    encoded = hub.encode({"title": "Lake Ontario ferry", "documents": [
-        "The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]})
+    encoded = hub.encode(
+        {
+            "title": "Lake Ontario ferry",
+            "documents": ["The ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."],
+        }
+    )
     stored = task.datasets["pair"].source[0]
-    assert list(encoded.tokens) == list(stored) and encoded.para_ids[: n].tolist() == [0] * n
+    assert list(encoded.tokens) == list(stored) and encoded.para_ids[:n].tolist() == [0] * n
     with pytest.raises(Exception, match="title"):
         hub.encode({"documents": ["No title here."]})
 

@@ -13,6 +13,7 @@ counted, warned change), never a traceback:
 * class 6, errors that do not say where: invalid UTF-8 as ``FILE:LINE``, a
   lone CR inside a line, a confidence printed with all its digits.
 """
+
 import json
 import logging
 import os
@@ -57,11 +58,18 @@ def _data_bin(folder, name, summaries, split="test"):
 
 
 def _generate_log(folder, name, data_bin, hypotheses, split="test"):
-    lines = [f"2026-01-01 10:00:00 | INFO | mdsfair.tasks.multidoc_summarization | split {split} of data-bin "
-             f"{data_bin}: {len(hypotheses)} clusters, source tokens kept 100.0% (9 of 9); nothing truncated"]
+    lines = [
+        f"2026-01-01 10:00:00 | INFO | mdsfair.tasks.multidoc_summarization | split {split} of data-bin "
+        f"{data_bin}: {len(hypotheses)} clusters, source tokens kept 100.0% (9 of 9); nothing truncated"
+    ]
     for index, text in enumerate(hypotheses):
-        lines += [f"S-{index}\tsource {index}", f"T-{index}\t{text}", f"H-{index}\t-0.5\t{text}",
-                  f"D-{index}\t-0.5\t{text}", f"P-{index}\t-0.5 -0.5"]
+        lines += [
+            f"S-{index}\tsource {index}",
+            f"T-{index}\t{text}",
+            f"H-{index}\t-0.5\t{text}",
+            f"D-{index}\t-0.5\t{text}",
+            f"P-{index}\t-0.5 -0.5",
+        ]
     return _write(folder, name, lines)
 
 
@@ -69,8 +77,10 @@ def _generate_log(folder, name, data_bin, hypotheses, split="test"):
 
 
 def _baseline_input(folder):
-    clusters = [{"id": str(i), "documents": [f"Document {i} says the cat sat. It was on the mat."],
-                 "summary": "The cat sat."} for i in range(3)]
+    clusters = [
+        {"id": str(i), "documents": [f"Document {i} says the cat sat. It was on the mat."], "summary": "The cat sat."}
+        for i in range(3)
+    ]
     return _write(folder, "clusters.jsonl", [json.dumps(cluster) for cluster in clusters])
 
 
@@ -87,8 +97,11 @@ def test_class1_output_paths_are_refused_before_any_scoring(command, place, tmp_
     clusters = _baseline_input(tmp_path)
     (tmp_path / "out.png").mkdir()
     source = clusters if command == "baseline" else hyp
-    target = {"folder": str(tmp_path / "out.png"), "missing-folder": str(tmp_path / "nowhere" / "out.png"),
-              "input": source}[place]
+    target = {
+        "folder": str(tmp_path / "out.png"),
+        "missing-folder": str(tmp_path / "nowhere" / "out.png"),
+        "input": source,
+    }[place]
     reason = {"folder": "is a folder", "missing-folder": "does not exist", "input": "is also an input"}[place]
     if command == "rouge":
         flags = ["--json", "--per-cluster"]
@@ -130,8 +143,9 @@ def test_class1_samples_beyond_the_memory_budget_are_refused_with_the_largest_al
         raise AssertionError("--samples must be checked before any scoring")
 
     monkeypatch.setattr(compare, "score_inputs", must_not_run)
-    error = _one_line_error(capsys, compare.cli_main,
-                            ["--ref", REF, "--fast", "--ci", "--samples", "100000000", "a=" + HYP])
+    error = _one_line_error(
+        capsys, compare.cli_main, ["--ref", REF, "--fast", "--ci", "--samples", "100000000", "a=" + HYP]
+    )
     metrics = len(ALL_METRICS)  # an upper bound of the rows of one system
     largest = significance.largest_samples(5, metrics)
     assert error.endswith(f"the largest --samples this comparison allows is {largest}"), error
@@ -146,9 +160,11 @@ def test_class1_the_resampling_bound_holds_for_the_arrays_numpy_allocates():
     clusters, rows, samples = 40, 6, 5000
     rng = np.random.default_rng(0)
     system, base = rng.random((rows, clusters)), rng.random((rows, clusters))
-    for run in (lambda: significance.bootstrap_ci(system, samples, 1),
-                lambda: significance.paired_bootstrap(system, base, samples, 1),
-                lambda: significance.approximate_randomization(system, base, samples, 1)):
+    for run in (
+        lambda: significance.bootstrap_ci(system, samples, 1),
+        lambda: significance.paired_bootstrap(system, base, samples, 1),
+        lambda: significance.approximate_randomization(system, base, samples, 1),
+    ):
         tracemalloc.start()
         run()
         peak = tracemalloc.get_traced_memory()[1]
@@ -156,14 +172,33 @@ def test_class1_the_resampling_bound_holds_for_the_arrays_numpy_allocates():
         assert peak <= significance.resampling_bytes(clusters, rows, samples)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--min-facts", "6", "--max-facts", "2"], "--min-facts 6 is above --max-facts 2"),
-    (["--min-facts-per-doc", "3", "--max-facts-per-doc", "2"], "--min-facts-per-doc 3 is above --max-facts-per-doc 2"),
-    (["--max-facts", "8"], "--max-facts 8: a summary has at most 7 facts"),
-    (["--num-docs", "1", "--min-facts-per-doc", "1", "--max-facts-per-doc", "1", "--min-facts", "1",
-      "--max-facts", "3"], "--num-docs 1 x --max-facts-per-doc 1 is below --max-facts 3"),
-    (["--num-names", "3"], "--num-names 3: the world needs at least 8 names"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--min-facts", "6", "--max-facts", "2"], "--min-facts 6 is above --max-facts 2"),
+        (
+            ["--min-facts-per-doc", "3", "--max-facts-per-doc", "2"],
+            "--min-facts-per-doc 3 is above --max-facts-per-doc 2",
+        ),
+        (["--max-facts", "8"], "--max-facts 8: a summary has at most 7 facts"),
+        (
+            [
+                "--num-docs",
+                "1",
+                "--min-facts-per-doc",
+                "1",
+                "--max-facts-per-doc",
+                "1",
+                "--min-facts",
+                "1",
+                "--max-facts",
+                "3",
+            ],
+            "--num-docs 1 x --max-facts-per-doc 1 is below --max-facts 3",
+        ),
+        (["--num-names", "3"], "--num-names 3: the world needs at least 8 names"),
+    ],
+)
 def test_class1_synth_refuses_a_minimum_above_its_maximum_naming_both_flags(argv, message, tmp_path, capsys):
     out = tmp_path / "synth"
     error = _one_line_error(capsys, synthetic.cli_main, ["--out-dir", str(out), "--train", "1", *argv])
@@ -210,16 +245,27 @@ def test_class3_a_log_holding_a_cluster_twice_is_refused_with_both_lines(tmp_pat
     once = _generate_log(tmp_path, "once.log", data_bin, REFERENCES[:3])
     lines = read_lines(once)
     twice = _write(tmp_path, "twice.log", lines + lines)
-    with pytest.raises(RougeInputError, match=rf"twice\.log:{len(lines) + 2}: cluster id 0 again "
-                                              r"\(S-0 also at line 2\)"):
+    with pytest.raises(
+        RougeInputError,
+        match=rf"twice\.log:{len(lines) + 2}: cluster id 0 again "
+        r"\(S-0 also at line 2\)",
+    ):
         rouge.score_files(twice, fast=True)
     error = _one_line_error(capsys, compare.cli_main, ["--fast", "a=" + twice])
     assert "cluster id 0 again" in error
     # --nbest prints an id's H-/D- lines one after the other; the first is kept
     nbest = [lines[0]]
     for index, text in enumerate(REFERENCES[:3]):
-        nbest += [f"S-{index}\tsource", f"T-{index}\t{text}", f"H-{index}\t-0.1\t{text}", f"D-{index}\t-0.1\t{text}",
-                  f"P-{index}\t-0.1", f"H-{index}\t-0.9\tworse", f"D-{index}\t-0.9\tworse", f"P-{index}\t-0.9"]
+        nbest += [
+            f"S-{index}\tsource",
+            f"T-{index}\t{text}",
+            f"H-{index}\t-0.1\t{text}",
+            f"D-{index}\t-0.1\t{text}",
+            f"P-{index}\t-0.1",
+            f"H-{index}\t-0.9\tworse",
+            f"D-{index}\t-0.9\tworse",
+            f"P-{index}\t-0.9",
+        ]
     result = rouge.score_files(_write(tmp_path, "nbest.log", nbest), fast=True)
     assert result["rouge-1"]["f"] == pytest.approx(1.0)
     # a log sorted by line keeps each id's lines together
@@ -231,8 +277,12 @@ def test_class3_one_cluster_gives_no_p_value_and_few_clusters_a_warning(tmp_path
     gold = _write(tmp_path, "gold.txt", REFERENCES[:1])
     worse = _write(tmp_path, "worse.txt", ["a dog ran somewhere else"])
     out = tmp_path / "one.json"
-    assert compare.cli_main(["--ref", ref, "--fast", "--ci", "--baseline", "gold", "--json", str(out),
-                             "gold=" + gold, "worse=" + worse]) == 0
+    assert (
+        compare.cli_main(
+            ["--ref", ref, "--fast", "--ci", "--baseline", "gold", "--json", str(out), "gold=" + gold, "worse=" + worse]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "p_boot" not in printed and "0.001" not in printed
     assert "note: no intervals or tests: 1 cluster: there is nothing to resample" in printed
@@ -242,8 +292,7 @@ def test_class3_one_cluster_gives_no_p_value_and_few_clusters_a_warning(tmp_path
     gold = _write(tmp_path, "gold5.txt", REFERENCES[:5])
     worse = _write(tmp_path, "worse5.txt", [text.replace("cat sat", "dog ran") for text in REFERENCES[:5]])
     with caplog.at_level(logging.WARNING):
-        assert compare.cli_main(["--ref", ref, "--fast", "--baseline", "gold", "gold=" + gold,
-                                 "worse=" + worse]) == 0
+        assert compare.cli_main(["--ref", ref, "--fast", "--baseline", "gold", "gold=" + gold, "worse=" + worse]) == 0
     printed = capsys.readouterr().out
     assert "p_boot" in printed and "note: only 5 clusters: below 30" in printed
     assert "approximate randomization cannot go below p = 0.0625" in caplog.text
@@ -251,8 +300,7 @@ def test_class3_one_cluster_gives_no_p_value_and_few_clusters_a_warning(tmp_path
 
 # ------------------------------------------------------------------ class 4
 
-WORDS_NFC = ["Le café était très animé à Zürich , près de la gare .",
-             "Une équipe française a gagné le défi à Genève ."]
+WORDS_NFC = ["Le café était très animé à Zürich , près de la gare .", "Une équipe française a gagné le défi à Genève ."]
 
 
 def _nfd(text):
@@ -283,10 +331,13 @@ def test_class4_an_nfd_hypothesis_scores_as_its_nfc_form(fast, tmp_path, capsys)
     # a paper's convention, through mdsfair-rouge and through the function validation uses
     from mdsfair.evaluation.conventions import get_convention, score_with_convention
 
-    assert (rouge.score_files(nfd, ref, convention="hierencdec")["rouge-1"]["f"]
-            == rouge.score_files(nfc, ref, convention="hierencdec")["rouge-1"]["f"])
-    assert score_with_convention([_nfd(t) for t in WORDS_NFC], [[t] for t in WORDS_NFC],
-                                 get_convention("hierencdec"))["rouge-1"]["f"] == pytest.approx(1.0)
+    assert (
+        rouge.score_files(nfd, ref, convention="hierencdec")["rouge-1"]["f"]
+        == rouge.score_files(nfc, ref, convention="hierencdec")["rouge-1"]["f"]
+    )
+    assert score_with_convention([_nfd(t) for t in WORDS_NFC], [[t] for t in WORDS_NFC], get_convention("hierencdec"))[
+        "rouge-1"
+    ]["f"] == pytest.approx(1.0)
     # the strings API and the reference side too
     strings = rouge.score([_nfd(t) for t in WORDS_NFC], [_nfd(t) for t in WORDS_NFC], fast=True)
     assert strings["rouge-1"]["f"] == pytest.approx(1.0)
@@ -320,6 +371,8 @@ def test_class6_a_lone_carriage_return_is_a_counted_space_named_by_line(tmp_path
 
 def test_class6_a_confidence_is_printed_with_all_its_digits(capsys):
     assert compare.percent(0.999999999) == "99.9999999" and compare.percent(0.95) == "95"
-    assert compare.cli_main(["--ref", REF, "--fast", "--ci", "--samples", "50", "--confidence", "0.999999999",
-                             "a=" + HYP]) == 0
+    assert (
+        compare.cli_main(["--ref", REF, "--fast", "--ci", "--samples", "50", "--confidence", "0.999999999", "a=" + HYP])
+        == 0
+    )
     assert "99.9999999% percentile bootstrap" in capsys.readouterr().out

@@ -6,6 +6,7 @@ summary is shorter than the prefix generates (the prefix kept to the
 summary, the cluster named in a warning) with fairseq's generator and the
 static one, instead of fairseq's "step < max_len" assertion and the static
 generator's "ran past its length limit"."""
+
 import json
 import logging
 import os
@@ -33,10 +34,13 @@ def test_class_1_match_source_len_is_refused_with_the_reason():
         check_generation_settings(4, 1, 0, 200, match_source_len=True)
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--sampling", "--beam", "4"], "--sampling with --beam 4 draws 4 samples per cluster"),
-    (["--match-source-len"], "--match-source-len makes every output exactly as long as its source"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--sampling", "--beam", "4"], "--sampling with --beam 4 draws 4 samples per cluster"),
+        (["--match-source-len"], "--match-source-len makes every output exactly as long as its source"),
+    ],
+)
 def test_class_1_mdsfair_generate_refuses_search_flags_before_loading(tmp_path, capsys, flags, message):
     # neither the data-bin nor the checkpoint exists: the refusal comes first
     with pytest.raises(SystemExit) as exited:
@@ -60,9 +64,26 @@ def test_class_1_prefix_is_kept_within_each_summary(caplog):
 
 
 TINY_TRANSFORMER = [
-    "--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
-    "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "16",
+    "--decoder-ffn-embed-dim",
+    "16",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
 ]
 
 
@@ -84,12 +105,42 @@ def empty_summary_run(tmp_path_factory):
         with open(raw / f"{split}.jsonl", "w", encoding="utf-8") as f:
             f.write("".join(json.dumps(row) + "\n" for row in rows))
     empty_bin = str(work / "data-bin-empty")
-    run(["--input-dir", str(raw), "--destdir", empty_bin, "--spm-model", os.path.join(data_bin, "spm.model"),
-         "--dict", os.path.join(data_bin, "dict.txt"), "--no-progress-bar"])
+    run(
+        [
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            empty_bin,
+            "--spm-model",
+            os.path.join(data_bin, "spm.model"),
+            "--dict",
+            os.path.join(data_bin, "dict.txt"),
+            "--no-progress-bar",
+        ]
+    )
     save_dir = str(work / "checkpoints")
-    cli.train_main([data_bin, *TINY_TRANSFORMER, "--optimizer", "adam", "--lr", "1e-3", "--max-sentences", "4",
-                    "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-progress-bar",
-                    "--cpu", "--seed", "1", "--disable-validation"])
+    cli.train_main(
+        [
+            data_bin,
+            *TINY_TRANSFORMER,
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-sentences",
+            "4",
+            "--max-update",
+            "1",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
+        ]
+    )
     return empty_bin, os.path.join(save_dir, "checkpoint_last.pt")
 
 
@@ -97,9 +148,27 @@ def empty_summary_run(tmp_path_factory):
 def test_class_1_prefix_size_on_an_empty_summary_generates(empty_summary_run, capsys, caplog, generator):
     data_bin, checkpoint = empty_summary_run
     with caplog.at_level(logging.WARNING, logger="mdsfair.generation.settings_checks"):
-        cli.generate_main([data_bin, "--task", "multidoc_summarization", "--gen-subset", "test", "--path", checkpoint,
-                           "--beam", "3", "--prefix-size", "1", "--max-len-b", "6", "--batch-size", "3", "--cpu",
-                           *generator])
+        cli.generate_main(
+            [
+                data_bin,
+                "--task",
+                "multidoc_summarization",
+                "--gen-subset",
+                "test",
+                "--path",
+                checkpoint,
+                "--beam",
+                "3",
+                "--prefix-size",
+                "1",
+                "--max-len-b",
+                "6",
+                "--batch-size",
+                "3",
+                "--cpu",
+                *generator,
+            ]
+        )
     hypotheses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2]
     assert "(S-1) have a summary shorter than --prefix-size 1" in caplog.text

@@ -9,6 +9,7 @@ the layers present, ``vocab_size`` and the embedding rows, the position
 tables, heads that do not divide the width), with one line naming the file,
 the key, the value and the tensor's shape, through the command's own
 ``cli_main``, no traceback, and nothing written."""
+
 import argparse
 import json
 import os
@@ -31,7 +32,7 @@ BART_CASES = [
     ("decoder_attention_heads", 5, "decoder_attention_heads 5 does not divide d_model 24"),
     ("num_attention_heads", 0, "num_attention_heads 0 and encoder_attention_heads 4 disagree"),
     ("encoder_ffn_dim", 1e12, "encoder_ffn_dim must be an integer, got 1000000000000.0"),
-    ("encoder_ffn_dim", 10 ** 12, "encoder_ffn_dim 1000000000000 does not match the weights: model.encoder.layers.0.fc1"),
+    ("encoder_ffn_dim", 10**12, "encoder_ffn_dim 1000000000000 does not match the weights: model.encoder.layers.0.fc1"),
     ("decoder_ffn_dim", 41, "decoder_ffn_dim 41 does not match the weights: model.decoder.layers.0.fc1"),
     ("encoder_layers", 3, "encoder_layers 3 does not match the weights"),
     ("decoder_layers", True, "decoder_layers must be an integer, got true"),
@@ -69,10 +70,17 @@ def hf_bart(tmp_path_factory):
     return directory
 
 
-@pytest.mark.parametrize("key, value, expected", BART_CASES + [
-    ("max_position_embeddings", 95, "max_position_embeddings 95 does not match the weights: "
-                                    "model.encoder.embed_positions.weight"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    BART_CASES
+    + [
+        (
+            "max_position_embeddings",
+            95,
+            "max_position_embeddings 95 does not match the weights: model.encoder.embed_positions.weight",
+        ),
+    ],
+)
 def test_class_2_hf_bart_config_sizes_are_checked_against_the_weights(hf_bart, tmp_path, capsys, key, value, expected):
     source = edited_copy(hf_bart, str(tmp_path / "hf"), **{key: value})
     out_dir = str(tmp_path / "out")
@@ -86,8 +94,9 @@ def test_class_2_hf_bart_generation_settings_are_integers(hf_bart, tmp_path, cap
         json.dump({"num_beams": "4x", "max_length": 20}, f)
     out_dir = str(tmp_path / "out")
     assert import_main(["hf-bart", source, out_dir]) == 1
-    assert_one_line_refusal(capsys, "hf-bart", 'num_beams must be an integer, got "4x"', out_dir,
-                            where="generation_config.json")
+    assert_one_line_refusal(
+        capsys, "hf-bart", 'num_beams must be an integer, got "4x"', out_dir, where="generation_config.json"
+    )
 
 
 def test_class_2_hf_bart_alias_equal_to_its_key_imports(hf_bart, tmp_path):
@@ -105,26 +114,44 @@ def hf_led(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("hf_led") / "hf")
     vocab = write_tokenizer(directory)
     config = transformers.LEDConfig(
-        vocab_size=len(vocab), d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_encoder_position_embeddings=64,
-        max_decoder_position_embeddings=32, attention_window=[4, 4],
+        vocab_size=len(vocab),
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_encoder_position_embeddings=64,
+        max_decoder_position_embeddings=32,
+        attention_window=[4, 4],
     )
     torch.manual_seed(0)
     transformers.LEDForConditionalGeneration(config).save_pretrained(directory)
     return directory
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("d_model", "16x", 'd_model must be an integer, got "16x"'),
-    ("encoder_attention_heads", 0, "encoder_attention_heads must be at least 1, got 0"),
-    ("encoder_ffn_dim", 10 ** 12, "encoder_ffn_dim 1000000000000 does not match the weights: led.encoder.layers.0.fc1"),
-    ("decoder_layers", 1, "decoder_layers 1 does not match the weights"),
-    ("max_encoder_position_embeddings", 63.5, "max_encoder_position_embeddings must be an integer, got 63.5"),
-    ("max_encoder_position_embeddings", 65, "max_encoder_position_embeddings 65 does not match the weights: "
-                                            "led.encoder.embed_positions.weight"),
-    ("max_decoder_position_embeddings", 0, "max_decoder_position_embeddings must be at least 1, got 0"),
-    ("vocab_size", 5, "vocab_size 5 does not match the weights"),
-])
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("d_model", "16x", 'd_model must be an integer, got "16x"'),
+        ("encoder_attention_heads", 0, "encoder_attention_heads must be at least 1, got 0"),
+        (
+            "encoder_ffn_dim",
+            10**12,
+            "encoder_ffn_dim 1000000000000 does not match the weights: led.encoder.layers.0.fc1",
+        ),
+        ("decoder_layers", 1, "decoder_layers 1 does not match the weights"),
+        ("max_encoder_position_embeddings", 63.5, "max_encoder_position_embeddings must be an integer, got 63.5"),
+        (
+            "max_encoder_position_embeddings",
+            65,
+            "max_encoder_position_embeddings 65 does not match the weights: led.encoder.embed_positions.weight",
+        ),
+        ("max_decoder_position_embeddings", 0, "max_decoder_position_embeddings must be at least 1, got 0"),
+        ("vocab_size", 5, "vocab_size 5 does not match the weights"),
+    ],
+)
 def test_class_2_hf_led_config_sizes_are_checked_against_the_weights(hf_led, tmp_path, capsys, key, value, expected):
     source = edited_copy(hf_led, str(tmp_path / "hf"), **{key: value})
     out_dir = str(tmp_path / "out")
@@ -148,21 +175,26 @@ def pagesum_release(tmp_path_factory):
 
 
 @pytest.mark.parametrize("key, value, expected", BART_CASES)
-def test_class_2_pagesum_config_sizes_are_checked_against_the_weights(pagesum_release, tmp_path, capsys, key, value,
-                                                                      expected):
+def test_class_2_pagesum_config_sizes_are_checked_against_the_weights(
+    pagesum_release, tmp_path, capsys, key, value, expected
+):
     config_dir, state_dict = pagesum_release
     source = edited_copy(config_dir, str(tmp_path / "cnn"), **{key: value})
     out_dir = str(tmp_path / "out")
-    assert import_main(["pagesum", state_dict, source, out_dir, "--locality", "document", "--pages", "2",
-                        "--page-length", "64"]) == 1
+    assert (
+        import_main(
+            ["pagesum", state_dict, source, out_dir, "--locality", "document", "--pages", "2", "--page-length", "64"]
+        )
+        == 1
+    )
     assert_one_line_refusal(capsys, "pagesum", expected, out_dir)
 
 
 @pytest.fixture(scope="module")
 def hiersumm_release(tmp_path_factory):
-    from tests.hiersumm_fixtures import their_state_dict, train_spm
-
     import sentencepiece
+
+    from tests.hiersumm_fixtures import their_state_dict, train_spm
 
     root = tmp_path_factory.mktemp("hiersumm")
     spm_path = train_spm(str(root / "spm"), control_roles=False)
@@ -170,18 +202,22 @@ def hiersumm_release(tmp_path_factory):
     return root, spm_path, their_state_dict(vocab_size)
 
 
-@pytest.mark.parametrize("option, value, expected", [
-    ("emb_size", "16x", 'opt.emb_size must be an integer, got "16x"'),
-    ("ff_size", 24.5, "opt.ff_size must be an integer, got 24.5"),
-    ("heads", 0, "opt.heads must be at least 1, got 0"),
-    ("inter_heads", 3, "opt.inter_heads 3 does not divide opt.emb_size 16"),
-    ("ff_size", 10 ** 12, "opt.ff_size 1000000000000 does not match the weights: encoder.transformer_layers.0"),
-    ("dec_layers", 3, "opt.dec_layers 3 does not match the weights"),
-    ("heads", 2, "opt.heads 2 does not match the weights: encoder.transformer_layers.2.pooling.linear_keys.weight"),
-    ("inter_layers", "2,x", "opt.inter_layers '2,x' is not a comma-separated list"),
-])
-def test_class_2_hiersumm_options_are_checked_against_the_weights(hiersumm_release, tmp_path, capsys, option, value,
-                                                                  expected):
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("emb_size", "16x", 'opt.emb_size must be an integer, got "16x"'),
+        ("ff_size", 24.5, "opt.ff_size must be an integer, got 24.5"),
+        ("heads", 0, "opt.heads must be at least 1, got 0"),
+        ("inter_heads", 3, "opt.inter_heads 3 does not divide opt.emb_size 16"),
+        ("ff_size", 10**12, "opt.ff_size 1000000000000 does not match the weights: encoder.transformer_layers.0"),
+        ("dec_layers", 3, "opt.dec_layers 3 does not match the weights"),
+        ("heads", 2, "opt.heads 2 does not match the weights: encoder.transformer_layers.2.pooling.linear_keys.weight"),
+        ("inter_layers", "2,x", "opt.inter_layers '2,x' is not a comma-separated list"),
+    ],
+)
+def test_class_2_hiersumm_options_are_checked_against_the_weights(
+    hiersumm_release, tmp_path, capsys, option, value, expected
+):
     """hiersumm's configuration is the ``opt`` namespace of its checkpoint;
     every size is checked before the model is built (an ``ff_size`` of 10^12
     would allocate terabytes)."""
@@ -204,16 +240,27 @@ def fairseq_bart(hf_bart, tmp_path_factory):
     return os.path.join(out_dir, "model.pt")
 
 
-@pytest.mark.parametrize("key, value, expected", [
-    ("encoder_embed_dim", 16.5, "cfg.model.encoder_embed_dim must be an integer, got 16.5"),
-    ("decoder_layers", "2x", 'cfg.model.decoder_layers must be an integer, got "2x"'),
-    ("encoder_attention_heads", 5, "cfg.model.encoder_attention_heads 5 does not divide cfg.model.encoder_embed_dim 24"),
-    ("encoder_ffn_embed_dim", 10 ** 12, "cfg.model.encoder_ffn_embed_dim 1000000000000 does not match the weights: "
-                                        "encoder.layers.0.fc1"),
-    ("encoder_layers", 3, "cfg.model.encoder_layers 3 does not match the weights"),
-])
-def test_class_2_bart_to_led_checkpoint_sizes_are_checked_against_the_weights(fairseq_bart, tmp_path, capsys, key,
-                                                                              value, expected):
+@pytest.mark.parametrize(
+    "key, value, expected",
+    [
+        ("encoder_embed_dim", 16.5, "cfg.model.encoder_embed_dim must be an integer, got 16.5"),
+        ("decoder_layers", "2x", 'cfg.model.decoder_layers must be an integer, got "2x"'),
+        (
+            "encoder_attention_heads",
+            5,
+            "cfg.model.encoder_attention_heads 5 does not divide cfg.model.encoder_embed_dim 24",
+        ),
+        (
+            "encoder_ffn_embed_dim",
+            10**12,
+            "cfg.model.encoder_ffn_embed_dim 1000000000000 does not match the weights: encoder.layers.0.fc1",
+        ),
+        ("encoder_layers", 3, "cfg.model.encoder_layers 3 does not match the weights"),
+    ],
+)
+def test_class_2_bart_to_led_checkpoint_sizes_are_checked_against_the_weights(
+    fairseq_bart, tmp_path, capsys, key, value, expected
+):
     """bart-to-led reads the sizes of a fairseq checkpoint's ``cfg.model``."""
     state = torch.load(fairseq_bart, map_location="cpu", weights_only=False)
     model_cfg = state["cfg"]["model"]  # the training namespace, as fairseq keeps it

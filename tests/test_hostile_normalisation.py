@@ -4,6 +4,7 @@ content (format and bidirectional-text controls, zero-width characters), is
 empty, refused or skipped and counted as a zero-width-space one is; the
 bidirectional-text controls are all removed alike and counted; and the hub
 names the cluster of a document that is not a string."""
+
 import json
 
 import pytest
@@ -13,8 +14,20 @@ from mdsfair.raw_contract import EMPTY_DOCUMENT, EMPTY_SUMMARY, WRONG_TYPE, Inpu
 from mdsfair.text import has_content
 
 #: Every bidirectional-text control, one by one.
-BIDI = ["\u061c", "\u200e", "\u200f", "\u202a", "\u202b", "\u202c", "\u202d", "\u202e",
-        "\u2066", "\u2067", "\u2068", "\u2069"]
+BIDI = [
+    "\u061c",
+    "\u200e",
+    "\u200f",
+    "\u202a",
+    "\u202b",
+    "\u202c",
+    "\u202d",
+    "\u202e",
+    "\u2066",
+    "\u2067",
+    "\u2068",
+    "\u2069",
+]
 #: Characters without content that are not bidirectional controls: zero-width space and joiners, word
 #: joiner, byte-order mark, soft hyphen, an invisible operator, a tag character.
 OTHER_EMPTY = ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u2062", "\U000e0041"]
@@ -23,13 +36,21 @@ GOOD = "The council approved the budget. Critics objected."
 
 def parse(record, normalization="clean", skip_bad=False):
     raw = json.dumps(record, ensure_ascii=False).encode("utf-8")
-    return parse_cluster(raw, "split.jsonl", 7, SentenceSplitter("rule"), require_summary=True,
-                         drop_empty_documents=skip_bad, normalization=normalization)
+    return parse_cluster(
+        raw,
+        "split.jsonl",
+        7,
+        SentenceSplitter("rule"),
+        require_summary=True,
+        drop_empty_documents=skip_bad,
+        normalization=normalization,
+    )
 
 
 def test_class4_bidi_controls_are_the_characters_of_the_issue():
-    assert sorted(BIDI) == sorted(c for c in map(chr, range(0x110000)) if __import__("re").fullmatch(
-        f"[{BIDI_CONTROLS}]", c))
+    assert sorted(BIDI) == sorted(
+        c for c in map(chr, range(0x110000)) if __import__("re").fullmatch(f"[{BIDI_CONTROLS}]", c)
+    )
 
 
 @pytest.mark.parametrize("normalization", ["clean", "whitespace"])
@@ -54,8 +75,9 @@ def test_class4_bidi_controls_are_all_removed_and_counted():
     for char in BIDI:
         assert clean_text(f"left{char} right{char}") == "left right", f"U+{ord(char):04X}"
     text = "Der Rat \u202bstimmte\u202c zu. \u2067Kritiker\u2069 widersprachen.\u200f"
-    structure, _ = parse({"id": "c1", "documents": [text, GOOD], "summary": "Budget \u200epassed.",
-                          "title": "\u2066Budget\u2069"})
+    structure, _ = parse(
+        {"id": "c1", "documents": [text, GOOD], "summary": "Budget \u200epassed.", "title": "\u2066Budget\u2069"}
+    )
     assert structure.documents[0] == [["Der Rat stimmte zu.", "Kritiker widersprachen."]]
     assert structure.summary == "Budget passed." and structure.title == "Budget"
     assert structure.bidi_controls_removed == 8
@@ -87,12 +109,15 @@ def data_bin(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     raw = root / "raw"
     raw.mkdir()
-    plain = ["The council approved the budget on Tuesday.", "Critics said it cuts too much from schools.",
-             "A storm hit the coast overnight.", "Thousands of homes lost power and roads were closed."]
+    plain = [
+        "The council approved the budget on Tuesday.",
+        "Critics said it cuts too much from schools.",
+        "A storm hit the coast overnight.",
+        "Thousands of homes lost power and roads were closed.",
+    ]
     clusters = [{"id": f"p{i}", "documents": plain[i:] + plain[:i], "summary": plain[i]} for i in range(4)]
     clusters.insert(1, {"id": "rlm", "documents": [plain[0], "\u200f\u200f"], "summary": plain[1]})
-    clusters.insert(2, {"id": "rlo", "documents": ["\u202e", plain[2] + " \u202eWeather\u202c."],
-                        "summary": plain[3]})
+    clusters.insert(2, {"id": "rlo", "documents": ["\u202e", plain[2] + " \u202eWeather\u202c."], "summary": plain[3]})
     with open(raw / "train.jsonl", "w", encoding="utf-8") as f:
         for cluster in clusters:
             f.write(json.dumps(cluster, ensure_ascii=False) + "\n")

@@ -1,6 +1,7 @@
 """A lone surrogate in any string of a cluster, and an id that is empty or
 holds a tab or line break, stop mdsfair-preprocess and mdsfair-baseline with
 FILE:LINE and the field; --skip-bad skips and counts them; no partial output."""
+
 import json
 import os
 import subprocess
@@ -10,7 +11,11 @@ import pytest
 
 from tests.utils import REPO_ROOT
 
-GOOD = {"id": "c1", "documents": ["The council approved the budget. Critics objected."], "summary": "The budget passed."}
+GOOD = {
+    "id": "c1",
+    "documents": ["The council approved the budget. Critics objected."],
+    "summary": "The budget passed.",
+}
 
 
 def line(**changes):
@@ -30,7 +35,9 @@ CASES = {
 
 def run(module, args, cwd):
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, env=env, timeout=300
+    )
 
 
 def write_split(path, bad_line, good_count=3):
@@ -59,7 +66,9 @@ def test_preprocess_refuses_then_skips_and_counts(tmp_path, case):
     raw = tmp_path / "raw"
     raw.mkdir()
     for split in ("train", "valid", "test"):
-        write_split(raw / f"{split}.jsonl", bad_line if split == "test" else json.dumps({**GOOD, "id": "v0"}), good_count=8)
+        write_split(
+            raw / f"{split}.jsonl", bad_line if split == "test" else json.dumps({**GOOD, "id": "v0"}), good_count=8
+        )
     dest = tmp_path / "bin"
     args = ["--input-dir", str(raw), "--destdir", str(dest), "--vocab-size", "60", "--no-progress-bar"]
     refused = run("mdsfair.preprocess.binarize", args, str(tmp_path))

@@ -1,5 +1,6 @@
 """Hub interface and hubconf.py: torch.hub loading, training-identical
 preprocessing, batch invariance, and agreement with mdsfair-generate."""
+
 import importlib.util
 import json
 import math
@@ -10,11 +11,10 @@ import sys
 import numpy as np
 import pytest
 import torch
+from fairseq.models import MODEL_REGISTRY
 
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.data.side_data import SideDataSpec
-from fairseq.models import MODEL_REGISTRY
-
 from mdsfair.hub_interface import (
     HUB_ENTRIES,
     HubEntry,
@@ -63,15 +63,30 @@ def trained(tmp_path_factory, sentence_start_producer):
     fairseq_cli(
         "fairseq_cli.train",
         [
-            data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS,
-            "--optimizer", "adam", "--lr", "3e-3", "--max-sentences", "8", "--max-update", "3",
-            "--save-dir", save_dir, "--no-epoch-checkpoints", "--no-progress-bar", "--cpu", "--seed", "1",
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            *TINY_TRANSFORMER_ARGS,
+            "--optimizer",
+            "adam",
+            "--lr",
+            "3e-3",
+            "--max-sentences",
+            "8",
+            "--max-update",
+            "3",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
         ],
     )
     assert os.path.exists(os.path.join(save_dir, "checkpoint_best.pt"))
     raw_test = [json.loads(line) for line in open(os.path.join(work, "raw", "test.jsonl"), encoding="utf-8")]
     return {"data_bin": data_bin, "save_dir": save_dir, "raw_test": raw_test}
-
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +113,15 @@ def test_hubconf_exposes_every_registered_entry():
     assert "model_dir" in hubconf.transformer.__doc__
 
 
-MDSFAIR_MODELS = ("dape_transformer", "hierencdec_bart", "hiertransformer", "led", "multidoc_bart", "pagesum_bart",
-                  "sparse_bart")
+MDSFAIR_MODELS = (
+    "dape_transformer",
+    "hierencdec_bart",
+    "hiertransformer",
+    "led",
+    "multidoc_bart",
+    "pagesum_bart",
+    "sparse_bart",
+)
 
 
 def test_hub_entries_are_declared_by_the_model_classes(monkeypatch):
@@ -114,8 +136,9 @@ def test_hub_entries_are_declared_by_the_model_classes(monkeypatch):
     base = MODEL_REGISTRY["pagesum_bart"]
     monkeypatch.setitem(MODEL_REGISTRY, "pagesum_variant", type("PageSumVariant", (base,), {}))
     assert "pagesum_variant" not in hub_entries()
-    monkeypatch.setitem(MODEL_REGISTRY, "pagesum_variant",
-                        type("PageSumVariant", (base,), {"hub_description": "a variant"}))
+    monkeypatch.setitem(
+        MODEL_REGISTRY, "pagesum_variant", type("PageSumVariant", (base,), {"hub_description": "a variant"})
+    )
     assert hub_entries()["pagesum_variant"] == HubEntry("pagesum_variant", "a variant", ("pagesum_variant",))
     monkeypatch.setitem(MODEL_REGISTRY, "not-a-name", type("Bad", (base,), {"hub_description": "x"}))
     with pytest.raises(ValueError, match="not a Python identifier"):
@@ -161,9 +184,22 @@ def test_pipeline_encoding_equals_workers_output_with_arcs_and_graphs(tmp_path):
 
     side = ["dep_head", "dep_rel", "dep_word", "graph_similarity"]
     data_bin = make_tiny_data_bin(
-        str(tmp_path), train=6, valid=2, test=5, vocab_size=200,
-        extra_args=["--side-data", *side, "--dep-subword-arcs", "all-subwords", "--lowercase",
-                    "--workers", "2", "--chunk-size", "2"],
+        str(tmp_path),
+        train=6,
+        valid=2,
+        test=5,
+        vocab_size=200,
+        extra_args=[
+            "--side-data",
+            *side,
+            "--dep-subword-arcs",
+            "all-subwords",
+            "--lowercase",
+            "--workers",
+            "2",
+            "--chunk-size",
+            "2",
+        ],
     )
     manifest = json.load(open(os.path.join(data_bin, "mdsfair.json")))
     encoder = ClusterEncoder.from_data_bin(data_bin, manifest)
@@ -172,8 +208,14 @@ def test_pipeline_encoding_equals_workers_output_with_arcs_and_graphs(tmp_path):
     stored = {key: NumpyMMapDataset(os.path.join(data_bin, f"test.{key}")) for key in keys}
     for i, cluster in enumerate(raw_test):
         encoded = encoder.encode(cluster, i)
-        arrays = {"source": encoded.tokens, "doc": encoded.doc_ids, "para": encoded.para_ids,
-                  "sent": encoded.sent_ids, "target": encoded.target, **encoded.side_data}
+        arrays = {
+            "source": encoded.tokens,
+            "doc": encoded.doc_ids,
+            "para": encoded.para_ids,
+            "sent": encoded.sent_ids,
+            "target": encoded.target,
+            **encoded.side_data,
+        }
         for key in keys:
             np.testing.assert_array_equal(arrays[key], stored[key][i], err_msg=f"{key} of cluster {i}")
         assert (encoded.side_data["dep_head"] >= 0).sum() > len(encoded.tokens) // 2
@@ -222,7 +264,9 @@ def test_preprocessing_args_follow_manifest_and_producer_defaults(tmp_path):
     SIDE_DATA_PRODUCERS["hubtest_window"] = WindowProducer
     try:
         manifest = {
-            "sentence_splitter": "spacy", "lowercase": True, "side_data": {"hubtest_window": {}},
+            "sentence_splitter": "spacy",
+            "lowercase": True,
+            "side_data": {"hubtest_window": {}},
             "subword": {"type": "gpt2", "encoder_json": "encoder.json", "vocab_bpe": "vocab.bpe"},
         }
         args = preprocessing_args(manifest, str(tmp_path))
@@ -269,11 +313,24 @@ def test_summaries_equal_mdsfair_generate(hub, trained, tmp_path):
     the same summary for every test cluster: same preprocessing end to end."""
     output = run_generate_wrapper(
         [
-            trained["data_bin"], "--task", "multidoc_summarization", "--gen-subset", "test",
-            "--path", os.path.join(trained["save_dir"], "checkpoint_best.pt"),
-            "--beam", str(GENERATION["beam"]), "--max-len-b", str(GENERATION["max_len_b"]),
-            "--min-len", str(GENERATION["min_len"]), "--batch-size", "4",
-            "--post-process", "sentencepiece", "--cpu",
+            trained["data_bin"],
+            "--task",
+            "multidoc_summarization",
+            "--gen-subset",
+            "test",
+            "--path",
+            os.path.join(trained["save_dir"], "checkpoint_best.pt"),
+            "--beam",
+            str(GENERATION["beam"]),
+            "--max-len-b",
+            str(GENERATION["max_len_b"]),
+            "--min-len",
+            str(GENERATION["min_len"]),
+            "--batch-size",
+            "4",
+            "--post-process",
+            "sentencepiece",
+            "--cpu",
         ],
         cwd=str(tmp_path),
     )
@@ -311,8 +368,12 @@ def test_entry_rejects_other_family(trained):
         )
     with pytest.raises(FileNotFoundError, match="checkpoint not found"):
         torch.hub.load(
-            REPO_ROOT, "transformer", model_dir=trained["save_dir"], checkpoint_file="missing.pt",
-            data_name_or_path=trained["data_bin"], source="local",
+            REPO_ROOT,
+            "transformer",
+            model_dir=trained["save_dir"],
+            checkpoint_file="missing.pt",
+            data_name_or_path=trained["data_bin"],
+            source="local",
         )
 
 
@@ -343,7 +404,9 @@ def test_summarize_refuses_a_beam_below_one_before_encoding_anything(hub, monkey
 
     encoded = []
     real_encode = hub.encode_cluster
-    monkeypatch.setattr(hub, "encode_cluster", lambda *args, **kwargs: encoded.append(args) or real_encode(*args, **kwargs))
+    monkeypatch.setattr(
+        hub, "encode_cluster", lambda *args, **kwargs: encoded.append(args) or real_encode(*args, **kwargs)
+    )
     for clusters in ([["A real document."], ["Bad \ud800 text."]], []):
         with pytest.raises(GenerationSettingsError) as raised:
             hub.summarize(clusters, beam=-1)

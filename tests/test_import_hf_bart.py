@@ -4,6 +4,7 @@ Hugging Face BART models (both ``scale_embedding`` settings, tied and untied
 here; the imported fairseq model computes Hugging Face's logits, finds the
 same best beam hypothesis, restores into every BART-based architecture, and
 mdsfair-preprocess writes the Hugging Face tokenizer's ids."""
+
 import copy
 import json
 import os
@@ -12,10 +13,10 @@ import time
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
+
 from mdsfair.checkpoints.fingerprints import data_fingerprint
 from mdsfair.data.manifest import read_manifest
 from mdsfair.importers import ImportRefused
@@ -96,9 +97,10 @@ def test_every_variant_writes_the_same_vocabulary_files(imported):
     reference = imported["plain-safetensors"]["out_dir"]
     for name, entry in imported.items():
         for file in ("dict.txt", "encoder.json", "vocab.bpe"):
-            with open(os.path.join(reference, file), encoding="utf-8") as a, open(
-                os.path.join(entry["out_dir"], file), encoding="utf-8"
-            ) as b:
+            with (
+                open(os.path.join(reference, file), encoding="utf-8") as a,
+                open(os.path.join(entry["out_dir"], file), encoding="utf-8") as b,
+            ):
                 assert a.read() == b.read(), (name, file)
 
 
@@ -133,15 +135,32 @@ def test_beam_search_best_hypothesis_equals_hugging_face(variant, lenpen, import
     model = fairseq_model(entry["out_dir"], task)
     source = hf_batch(entry["hf_dir"], [TEXTS[0], TEXTS[3], TEXTS[6][:40], TEXTS[5]])
     min_len, max_len = 5, 30
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_a=0, max_len_b=max_len,
-                                  min_len=min_len, len_penalty=lenpen)
+    generator = SequenceGenerator(
+        [model],
+        task.target_dictionary,
+        beam_size=4,
+        max_len_a=0,
+        max_len_b=max_len,
+        min_len=min_len,
+        len_penalty=lenpen,
+    )
     sample = {"net_input": {"src_tokens": source.input_ids, "src_lengths": source.attention_mask.sum(1)}}
     ours = generator.generate([model], sample)
     theirs = entry["hf"].generate(
-        input_ids=source.input_ids, attention_mask=source.attention_mask, num_beams=4, length_penalty=lenpen,
-        min_length=min_len + 1, max_length=max_len + 2, early_stopping=True, no_repeat_ngram_size=0,
-        suppress_tokens=[1], do_sample=False, forced_bos_token_id=None, forced_eos_token_id=2,
-        return_dict_in_generate=True, output_scores=True,
+        input_ids=source.input_ids,
+        attention_mask=source.attention_mask,
+        num_beams=4,
+        length_penalty=lenpen,
+        min_length=min_len + 1,
+        max_length=max_len + 2,
+        early_stopping=True,
+        no_repeat_ngram_size=0,
+        suppress_tokens=[1],
+        do_sample=False,
+        forced_bos_token_id=None,
+        forced_eos_token_id=2,
+        return_dict_in_generate=True,
+        output_scores=True,
     )
     lengths = []
     for index, hypotheses in enumerate(ours):
@@ -176,8 +195,11 @@ def test_preprocess_writes_the_hugging_face_token_ids(task, imported):
 def test_dictionary_follows_the_embedding_rows(tmp_path):
     """<mask> in vocab.json beyond the rows (bart-large-cnn: 50,264 rows), no
     <mask> at all, and rows no token uses: one dictionary symbol per row."""
-    cases = {"mask-beyond-rows": dict(mask=True, extra_rows=-1), "no-mask": dict(mask=False, extra_rows=0),
-             "unused-rows": dict(mask=True, extra_rows=3)}
+    cases = {
+        "mask-beyond-rows": dict(mask=True, extra_rows=-1),
+        "no-mask": dict(mask=False, extra_rows=0),
+        "unused-rows": dict(mask=True, extra_rows=3),
+    }
     for name, case in cases.items():
         hf_dir, out_dir = str(tmp_path / name / "hf"), str(tmp_path / name / "out")
         _, vocab = tiny_hf_bart(hf_dir, **case)
@@ -206,7 +228,7 @@ def test_sharded_weights_import_like_one_file(weights_format, imported, tmp_path
     state = load_file(os.path.join(entry["hf_dir"], "model.safetensors"))
     names = sorted(state)
     weight_map = {}
-    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2:])):
+    for shard, part in enumerate((names[: len(names) // 2], names[len(names) // 2 :])):
         file = f"model-{shard + 1:05d}-of-00002." + ("safetensors" if weights_format == "safetensors" else "bin")
         tensors = {name: state[name] for name in part}
         if weights_format == "safetensors":
@@ -239,8 +261,14 @@ def test_gelu_new_is_fairseq_gelu_accurate(transformers):
 RESTORE_ARCHS = {
     "bart_large": ["--max-source-positions", str(POSITIONS), "--max-target-positions", str(POSITIONS)],
     "hierencdec_bart_large": ["--max-source-positions", "4096", "--max-target-positions", str(POSITIONS)],
-    "pagesum_bart_large": ["--max-page-positions", str(POSITIONS), "--page-tokens", str(POSITIONS),
-                           "--max-target-positions", str(POSITIONS)],
+    "pagesum_bart_large": [
+        "--max-page-positions",
+        str(POSITIONS),
+        "--page-tokens",
+        str(POSITIONS),
+        "--max-target-positions",
+        str(POSITIONS),
+    ],
     "sparse_bart_large": ["--max-source-positions", str(POSITIONS), "--max-target-positions", str(POSITIONS)],
 }
 
@@ -272,8 +300,17 @@ def test_restore_file_into_every_bart_architecture(arch, imported, data_bin, tmp
 def test_export_round_trip_is_exact(imported, tmp_path, transformers):
     entry = imported["plain-safetensors"]
     export_dir = str(tmp_path / "exported")
-    assert export_main(["hf-bart", os.path.join(entry["out_dir"], "model.pt"),
-                        os.path.join(entry["out_dir"], "dict.txt"), export_dir]) == 0
+    assert (
+        export_main(
+            [
+                "hf-bart",
+                os.path.join(entry["out_dir"], "model.pt"),
+                os.path.join(entry["out_dir"], "dict.txt"),
+                export_dir,
+            ]
+        )
+        == 0
+    )
     from safetensors.torch import load_file
 
     original = load_file(os.path.join(entry["hf_dir"], "model.safetensors"))
@@ -283,9 +320,21 @@ def test_export_round_trip_is_exact(imported, tmp_path, transformers):
         assert torch.equal(exported[key], original[key]), key
     with open(os.path.join(entry["hf_dir"], "config.json")) as a, open(os.path.join(export_dir, "config.json")) as b:
         before, after = json.load(a), json.load(b)
-    for field in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                  "encoder_ffn_dim", "decoder_ffn_dim", "max_position_embeddings", "activation_function",
-                  "scale_embedding", "tie_word_embeddings", "pad_token_id", "decoder_start_token_id"):
+    for field in (
+        "vocab_size",
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "max_position_embeddings",
+        "activation_function",
+        "scale_embedding",
+        "tie_word_embeddings",
+        "pad_token_id",
+        "decoder_start_token_id",
+    ):
         assert after[field] == before[field], field
     with open(os.path.join(entry["hf_dir"], "vocab.json")) as a, open(os.path.join(export_dir, "vocab.json")) as b:
         assert json.load(a) == json.load(b)
@@ -300,8 +349,12 @@ def test_export_round_trip_is_exact(imported, tmp_path, transformers):
 def test_export_round_trip_of_folded_and_untied_models_computes_the_same(imported, tmp_path, transformers):
     entry = imported["scaled-untied-bin"]
     export_dir = str(tmp_path / "exported")
-    export_hf_bart(os.path.join(entry["out_dir"], "model.pt"), os.path.join(entry["out_dir"], "dict.txt"),
-                   export_dir, weights_format="bin")
+    export_hf_bart(
+        os.path.join(entry["out_dir"], "model.pt"),
+        os.path.join(entry["out_dir"], "dict.txt"),
+        export_dir,
+        weights_format="bin",
+    )
     with open(os.path.join(export_dir, "config.json")) as f:
         config = json.load(f)
     assert config["tie_word_embeddings"] is False and config["scale_embedding"] is False  # folded on import
@@ -317,10 +370,14 @@ def test_export_refuses_mdsfair_architectures(imported, data_bin, tmp_path):
 
     entry = imported["plain-safetensors"]
     flags = entry["summary"]["arch_flags"] + RESTORE_ARCHS["hierencdec_bart_large"]
-    trainer = restore_with_trainer(data_bin, os.path.join(entry["out_dir"], "model.pt"), "hierencdec_bart_large",
-                                   flags, str(tmp_path))
-    path = save_fairseq_checkpoint(str(tmp_path / "hierencdec.pt"), training_namespace("hierencdec_bart_large", flags),
-                                   trainer.get_model().state_dict())
+    trainer = restore_with_trainer(
+        data_bin, os.path.join(entry["out_dir"], "model.pt"), "hierencdec_bart_large", flags, str(tmp_path)
+    )
+    path = save_fairseq_checkpoint(
+        str(tmp_path / "hierencdec.pt"),
+        training_namespace("hierencdec_bart_large", flags),
+        trainer.get_model().state_dict(),
+    )
     with pytest.raises(ImportRefused, match="not a plain fairseq bart architecture"):
         export_hf_bart(path, os.path.join(entry["out_dir"], "dict.txt"), str(tmp_path / "out"))
 
@@ -483,16 +540,39 @@ def write_bart_base_sized(directory):
     with open(os.path.join(directory, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
     config = {
-        "model_type": "bart", "vocab_size": v, "d_model": d, "max_position_embeddings": BART_BASE["positions"],
-        "encoder_layers": 6, "decoder_layers": 6, "encoder_attention_heads": 12, "decoder_attention_heads": 12,
-        "encoder_ffn_dim": 3072, "decoder_ffn_dim": 3072, "activation_function": "gelu", "scale_embedding": False,
+        "model_type": "bart",
+        "vocab_size": v,
+        "d_model": d,
+        "max_position_embeddings": BART_BASE["positions"],
+        "encoder_layers": 6,
+        "decoder_layers": 6,
+        "encoder_attention_heads": 12,
+        "decoder_attention_heads": 12,
+        "encoder_ffn_dim": 3072,
+        "decoder_ffn_dim": 3072,
+        "activation_function": "gelu",
+        "scale_embedding": False,
         # transformers 3 fields of the released configurations, at BART's values
-        "normalize_before": False, "add_final_layer_norm": False, "normalize_embedding": True,
-        "static_position_embeddings": False, "add_bias_logits": False, "extra_pos_embeddings": 2,
-        "dropout": 0.1, "attention_dropout": 0.1,
-        "activation_dropout": 0.1, "pad_token_id": 1, "bos_token_id": 0, "eos_token_id": 2,
-        "decoder_start_token_id": 2, "forced_bos_token_id": 0, "num_beams": 4, "length_penalty": 2.0,
-        "max_length": 142, "min_length": 56, "no_repeat_ngram_size": 3, "early_stopping": True,
+        "normalize_before": False,
+        "add_final_layer_norm": False,
+        "normalize_embedding": True,
+        "static_position_embeddings": False,
+        "add_bias_logits": False,
+        "extra_pos_embeddings": 2,
+        "dropout": 0.1,
+        "attention_dropout": 0.1,
+        "activation_dropout": 0.1,
+        "pad_token_id": 1,
+        "bos_token_id": 0,
+        "eos_token_id": 2,
+        "decoder_start_token_id": 2,
+        "forced_bos_token_id": 0,
+        "num_beams": 4,
+        "length_penalty": 2.0,
+        "max_length": 142,
+        "min_length": 56,
+        "no_repeat_ngram_size": 3,
+        "early_stopping": True,
     }
     with open(os.path.join(directory, "config.json"), "w") as f:
         json.dump(config, f)
@@ -504,8 +584,20 @@ def test_bart_base_sized_import_loads_and_generates_on_cpu(tmp_path, data_bin, t
     write_bart_base_sized(hf_dir)
     summary = import_hf_bart(hf_dir, out_dir)
     assert summary["arch"] == "bart_base" and summary["arch_flags"] == []
-    assert summary["generate_flags"] == ["--beam", "4", "--lenpen", "2.0", "--min-len", "55", "--max-len-a", "0",
-                                         "--max-len-b", "140", "--no-repeat-ngram-size", "3"]
+    assert summary["generate_flags"] == [
+        "--beam",
+        "4",
+        "--lenpen",
+        "2.0",
+        "--min-len",
+        "55",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "140",
+        "--no-repeat-ngram-size",
+        "3",
+    ]
     with open(os.path.join(out_dir, "dict.txt"), encoding="utf-8") as f:
         assert sum(1 for _ in f) + 4 == BART_BASE["vocab"]
     base_task = copy.copy(task)  # the task with the imported 50,265-symbol dictionary
@@ -515,8 +607,12 @@ def test_bart_base_sized_import_loads_and_generates_on_cpu(tmp_path, data_bin, t
     model = fairseq_model(out_dir, base_task)
     assert sum(p.numel() for p in model.parameters()) > 130_000_000
     generator = SequenceGenerator([model], base_task.target_dictionary, beam_size=2, max_len_a=0, max_len_b=5)
-    sample = {"net_input": {"src_tokens": torch.tensor([[0, 100, 2000, 40000, 2], [0, 7, 8, 2, 1]]),
-                            "src_lengths": torch.tensor([5, 4])}}
+    sample = {
+        "net_input": {
+            "src_tokens": torch.tensor([[0, 100, 2000, 40000, 2], [0, 7, 8, 2, 1]]),
+            "src_lengths": torch.tensor([5, 4]),
+        }
+    }
     hypotheses = generator.generate([model], sample)
     assert all(1 <= len(h[0]["tokens"]) <= 6 for h in hypotheses)
     elapsed = time.perf_counter() - started

@@ -6,15 +6,16 @@ the imported checkpoints load with ``load_model_ensemble_and_task`` and
 compute Hugging Face's logits; the PRIMERA-like one, on a cluster
 preprocessed with the imported GPT-2 files, gets the ids of allenai/PRIMER's
 dataloader and Hugging Face's logits; the export round trip is exact."""
+
 import json
 import os
 import shutil
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
 
 import mdsfair  # noqa: F401
-from fairseq import checkpoint_utils
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import export_main, import_main
 from mdsfair.importers.hf_led import export_hf_led, import_hf_led
@@ -31,8 +32,13 @@ from tests.import_fixtures import (
 )
 from tests.tolerances import assert_close_in_dtype
 
-VARIANTS = {"safetensors": "safetensors", "bin": "bin", "sharded": "sharded", "untied": "safetensors",
-            "primera": "safetensors"}
+VARIANTS = {
+    "safetensors": "safetensors",
+    "bin": "bin",
+    "sharded": "sharded",
+    "untied": "safetensors",
+    "primera": "safetensors",
+}
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +52,9 @@ def imported(tmp_path_factory, transformers):
     for seed, (name, layout) in enumerate(VARIANTS.items()):
         root = tmp_path_factory.mktemp(name)
         hf_dir, out_dir = str(root / "hf"), str(root / "out")
-        model, vocab = tiny_hf_led(hf_dir, transformers, layout, primera=name == "primera", seed=seed,
-                                   tied=name != "untied")
+        model, vocab = tiny_hf_led(
+            hf_dir, transformers, layout, primera=name == "primera", seed=seed, tied=name != "untied"
+        )
         summary = import_hf_led(hf_dir, out_dir)
         result[name] = {"hf_dir": hf_dir, "out_dir": out_dir, "hf": model, "vocab": vocab, "summary": summary}
     return result
@@ -55,7 +62,8 @@ def imported(tmp_path_factory, transformers):
 
 def load_imported(out_dir, data=None):
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": data or out_dir})
+        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": data or out_dir}
+    )
     return models[0].eval(), task
 
 
@@ -97,8 +105,12 @@ def test_led_logits_equal_hugging_face(variant, imported):
     global_mask = torch.zeros_like(source.input_ids)
     global_mask[:, 0] = 1
     with torch.no_grad():
-        expected = entry["hf"](input_ids=source.input_ids, attention_mask=source.attention_mask,
-                               global_attention_mask=global_mask, decoder_input_ids=decoder_input).logits
+        expected = entry["hf"](
+            input_ids=source.input_ids,
+            attention_mask=source.attention_mask,
+            global_attention_mask=global_mask,
+            decoder_input_ids=decoder_input,
+        ).logits
         logits, _ = model(source.input_ids, source.attention_mask.sum(1), decoder_input)
     real = labels.ne(1)
     assert expected[real].std() > 0.3
@@ -122,8 +134,10 @@ def test_every_layout_imports_the_same_vocabulary_files(imported):
     reference = imported["safetensors"]["out_dir"]
     for name in ("bin", "sharded", "untied"):
         for file in ("dict.txt", "encoder.json", "vocab.bpe"):
-            with open(os.path.join(reference, file), encoding="utf-8") as a, open(
-                    os.path.join(imported[name]["out_dir"], file), encoding="utf-8") as b:
+            with (
+                open(os.path.join(reference, file), encoding="utf-8") as a,
+                open(os.path.join(imported[name]["out_dir"], file), encoding="utf-8") as b,
+            ):
                 assert a.read() == b.read(), (name, file)
 
 
@@ -148,8 +162,12 @@ def test_primera_checkpoint_records_doc_sep_layout_and_dictionary(imported):
     assert recorded(led, "task", "source_layout") is None  # the data-bin's layout, or 'documents'
     # OUT_DIR is a data-bin without splits: PRIMERA's records its layout and <doc-sep> id
     with open(os.path.join(entry["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
-        assert json.load(f)["source_layout"] == {"name": "primera", "document_separator": "<doc-sep>",
-                                                 "document_separator_id": separator, "per_document_budget": True}
+        assert json.load(f)["source_layout"] == {
+            "name": "primera",
+            "document_separator": "<doc-sep>",
+            "document_separator_id": separator,
+            "per_document_budget": True,
+        }
     with open(os.path.join(imported["safetensors"]["out_dir"], "mdsfair.json"), encoding="utf-8") as f:
         assert "source_layout" not in json.load(f)
 
@@ -197,40 +215,71 @@ def test_primera_preprocessed_cluster_gets_primer_ids_and_hugging_face_logits(im
     labels = right_padded([tokenizer(c["summary"]).input_ids for c in default_clusters()])
     decoder_input = torch.cat([torch.full((labels.size(0), 1), 2), labels[:, :-1]], dim=1)
     with torch.no_grad():
-        expected = entry["hf"](input_ids=src, attention_mask=mask, global_attention_mask=global_mask,
-                               decoder_input_ids=decoder_input).logits
+        expected = entry["hf"](
+            input_ids=src, attention_mask=mask, global_attention_mask=global_mask, decoder_input_ids=decoder_input
+        ).logits
         logits, _ = model(src, mask.sum(1), decoder_input)
-        first_only = entry["hf"](input_ids=src, attention_mask=mask, global_attention_mask=(global_mask * 0).index_fill(
-            1, torch.tensor([0]), 1), decoder_input_ids=decoder_input).logits
+        first_only = entry["hf"](
+            input_ids=src,
+            attention_mask=mask,
+            global_attention_mask=(global_mask * 0).index_fill(1, torch.tensor([0]), 1),
+            decoder_input_ids=decoder_input,
+        ).logits
     real = labels.ne(1)
     # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
     assert_close_in_dtype(logits[real], expected[real])
     assert (first_only[real] - expected[real]).abs().max() > 1e-3  # the <doc-sep> global tokens matter
 
 
-@pytest.mark.parametrize("variant,weights_format", [("safetensors", "safetensors"), ("primera", "bin"),
-                                                    ("untied", "safetensors")])
+@pytest.mark.parametrize(
+    "variant,weights_format", [("safetensors", "safetensors"), ("primera", "bin"), ("untied", "safetensors")]
+)
 def test_export_round_trip_is_exact(variant, weights_format, imported, tmp_path, transformers):
     entry = imported[variant]
     out = str(tmp_path / "hf")
-    export_hf_led(os.path.join(entry["out_dir"], "model.pt"), os.path.join(entry["out_dir"], "dict.txt"), out,
-                  weights_format=weights_format)
+    export_hf_led(
+        os.path.join(entry["out_dir"], "model.pt"),
+        os.path.join(entry["out_dir"], "dict.txt"),
+        out,
+        weights_format=weights_format,
+    )
     with open(os.path.join(entry["hf_dir"], "config.json")) as f:
         original = json.load(f)
     with open(os.path.join(out, "config.json")) as f:
         exported = json.load(f)
-    for key in ("vocab_size", "d_model", "encoder_layers", "decoder_layers", "encoder_attention_heads",
-                "decoder_attention_heads", "encoder_ffn_dim", "decoder_ffn_dim", "max_encoder_position_embeddings",
-                "max_decoder_position_embeddings", "attention_window", "activation_function", "dropout",
-                "attention_dropout", "activation_dropout", "tie_word_embeddings", "pad_token_id", "bos_token_id",
-                "eos_token_id", "decoder_start_token_id", "model_type"):
+    for key in (
+        "vocab_size",
+        "d_model",
+        "encoder_layers",
+        "decoder_layers",
+        "encoder_attention_heads",
+        "decoder_attention_heads",
+        "encoder_ffn_dim",
+        "decoder_ffn_dim",
+        "max_encoder_position_embeddings",
+        "max_decoder_position_embeddings",
+        "attention_window",
+        "activation_function",
+        "dropout",
+        "attention_dropout",
+        "activation_dropout",
+        "tie_word_embeddings",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "decoder_start_token_id",
+        "model_type",
+    ):
         assert exported[key] == original[key], key
     with open(os.path.join(out, "vocab.json"), encoding="utf-8") as f:
         assert json.load(f) == entry["vocab"]
-    with open(os.path.join(out, "merges.txt"), encoding="utf-8") as a, open(
-            os.path.join(entry["hf_dir"], "merges.txt"), encoding="utf-8") as b:
-        assert [l for l in a.read().splitlines() if not l.startswith("#")] == \
-               [l for l in b.read().splitlines() if not l.startswith("#")]
+    with (
+        open(os.path.join(out, "merges.txt"), encoding="utf-8") as a,
+        open(os.path.join(entry["hf_dir"], "merges.txt"), encoding="utf-8") as b,
+    ):
+        assert [line for line in a.read().splitlines() if not line.startswith("#")] == [
+            line for line in b.read().splitlines() if not line.startswith("#")
+        ]
     if variant == "primera":
         with open(os.path.join(out, "added_tokens.json")) as f:
             assert json.load(f) == {"<doc-sep>": len(entry["vocab"])}
@@ -261,8 +310,10 @@ def test_export_round_trip_is_exact(variant, weights_format, imported, tmp_path,
     assert all(torch.equal(first["model"][k], second["model"][k]) for k in first["model"])
     assert recorded(first, "model", "attention_window") == recorded(second, "model", "attention_window") == "4,8"
     for file in ("dict.txt", "encoder.json"):
-        with open(os.path.join(entry["out_dir"], file), encoding="utf-8") as a, open(
-                os.path.join(again["out_dir"], file), encoding="utf-8") as b:
+        with (
+            open(os.path.join(entry["out_dir"], file), encoding="utf-8") as a,
+            open(os.path.join(again["out_dir"], file), encoding="utf-8") as b,
+        ):
             assert a.read() == b.read(), file
 
 
@@ -306,27 +357,46 @@ def drop_doc_sep_ids(directory):
 
 
 @pytest.mark.parametrize("declared_in", ["special_tokens_map.json", "tokenizer_config.json"])
-def test_doc_sep_declared_only_as_an_additional_special_token(declared_in, imported, source_copy, tmp_path,
-                                                               transformers):
+def test_doc_sep_declared_only_as_an_additional_special_token(
+    declared_in, imported, source_copy, tmp_path, transformers
+):
     """<doc-sep> named only by ``additional_special_tokens`` (a string, as
     PRIMERA's special_tokens_map.json, or an AddedToken object) gets the id
     Hugging Face's tokenizer gives it on loading, the next after vocab.json:
     the same import as with added_tokens.json."""
     drop_doc_sep_ids(source_copy)
-    entry = {"content": "<doc-sep>", "lstrip": False, "normalized": True, "rstrip": False, "single_word": False,
-             "special": True}
+    entry = {
+        "content": "<doc-sep>",
+        "lstrip": False,
+        "normalized": True,
+        "rstrip": False,
+        "single_word": False,
+        "special": True,
+    }
     path = os.path.join(source_copy, declared_in)
     if not os.path.exists(path):
         with open(path, "w") as f:  # PRIMERA's special_tokens_map.json (test_primera_release_file_layout)
-            json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
-                       "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>"}, f)
+            json.dump(
+                {
+                    "bos_token": "<s>",
+                    "eos_token": "</s>",
+                    "unk_token": "<unk>",
+                    "sep_token": "</s>",
+                    "pad_token": "<pad>",
+                    "cls_token": "<s>",
+                    "mask_token": "<mask>",
+                },
+                f,
+            )
     edit_json(path, additional_special_tokens=["<doc-sep>"] if declared_in == "special_tokens_map.json" else [entry])
     separator = len(imported["primera"]["vocab"])
     assert hf_tokenizer(source_copy).convert_tokens_to_ids("<doc-sep>") == separator
     summary = import_hf_led(source_copy, str(tmp_path / "out"))
     assert summary["document_separator"] == separator and summary["arch"] == "primera"
-    with open(os.path.join(str(tmp_path / "out"), "dict.txt"), encoding="utf-8") as a, open(
-            os.path.join(imported["primera"]["out_dir"], "dict.txt"), encoding="utf-8") as b:
+    with (
+        open(os.path.join(str(tmp_path / "out"), "dict.txt"), encoding="utf-8") as a,
+        open(os.path.join(imported["primera"]["out_dir"], "dict.txt"), encoding="utf-8") as b,
+    ):
         assert a.read() == b.read()
 
 
@@ -336,8 +406,11 @@ def test_refuses_an_embedding_row_no_tokenizer_file_names(imported, source_copy,
     an unnamed row as an LED."""
     drop_doc_sep_ids(source_copy)
     rows = len(imported["primera"]["vocab"]) + 1
-    with pytest.raises(ImportRefused, match=rf"{source_copy}: the model has {rows} embedding rows but the tokenizer "
-                                            rf"names only {rows - 1} \(vocab.json\) and no <doc-sep> was found"):
+    with pytest.raises(
+        ImportRefused,
+        match=rf"{source_copy}: the model has {rows} embedding rows but the tokenizer "
+        rf"names only {rows - 1} \(vocab.json\) and no <doc-sep> was found",
+    ):
         import_hf_led(source_copy, str(tmp_path / "out"))
     assert not os.path.exists(str(tmp_path / "out" / "model.pt"))
 
@@ -366,8 +439,11 @@ def test_refuses_nonzero_final_logits_bias_and_mismatched_layers(source_copy, tm
     state["final_logits_bias"].zero_()
     save_file(state, path)
     edit_json(os.path.join(source_copy, "config.json"), encoder_layers=1, attention_window=[4])
-    with pytest.raises(ImportRefused, match=r"config\.json: encoder_layers 1 does not match the weights: .*holds "
-                                            r"layers 0-1 under led\.encoder\.layers\.N"):
+    with pytest.raises(
+        ImportRefused,
+        match=r"config\.json: encoder_layers 1 does not match the weights: .*holds "
+        r"layers 0-1 under led\.encoder\.layers\.N",
+    ):
         import_hf_led(source_copy, str(tmp_path / "out"))
     assert not os.path.exists(str(tmp_path / "out" / "model.pt"))
 
@@ -390,8 +466,12 @@ def test_cli_lists_and_runs_hf_led(imported, tmp_path, capsys):
     assert import_main(["hf-led", entry["hf_dir"], out_dir]) == 1
     err = capsys.readouterr().err
     assert "is not empty" in err and "give --overwrite" in err
-    assert export_main(["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"),
-                        str(tmp_path / "hf")]) == 0
+    assert (
+        export_main(
+            ["hf-led", os.path.join(out_dir, "model.pt"), os.path.join(out_dir, "dict.txt"), str(tmp_path / "hf")]
+        )
+        == 0
+    )
     assert os.path.isfile(str(tmp_path / "hf" / "added_tokens.json"))
 
 
@@ -404,8 +484,11 @@ def run_module(module, *arguments, cwd):
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(mdsfair.__file__))),
-           "OMP_NUM_THREADS": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.path.dirname(os.path.dirname(os.path.abspath(mdsfair.__file__))),
+        "OMP_NUM_THREADS": "1",
+    }
     done = subprocess.run([sys.executable, "-m", module, *arguments], cwd=cwd, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -423,30 +506,90 @@ def test_readme_recipe_import_convert_preprocess_generate_rouge(imported, tmp_pa
     release = os.path.join(work, "multi-news")
     os.makedirs(release)
     clusters = [c for c in default_clusters() if len(c["documents"]) > 1] * 2
-    with open(os.path.join(release, "test.src"), "w", encoding="utf-8") as src, open(
-            os.path.join(release, "test.tgt"), "w", encoding="utf-8") as tgt:
+    with (
+        open(os.path.join(release, "test.src"), "w", encoding="utf-8") as src,
+        open(os.path.join(release, "test.tgt"), "w", encoding="utf-8") as tgt,
+    ):
         for cluster in clusters:
             src.write(" story_separator_special_tag ".join(cluster["documents"]) + "\n")
             tgt.write("– " + cluster["summary"] + "\n")
     os.makedirs(os.path.join(work, "raw"))
-    run_module("mdsfair.preprocess.converters", "multinews", os.path.join(release, "test.src"), "--split", "test",
-               "-o", os.path.join(work, "raw", "test.jsonl"), cwd=work)
-    run_module("mdsfair.preprocess.binarize", "--input-dir", "raw", "--destdir", "data-bin", "--subword", "gpt2",
-               "--gpt2-encoder-json", f"{out}/encoder.json", "--gpt2-vocab-bpe", f"{out}/vocab.bpe",
-               "--dict", f"{out}/dict.txt", "--source-layout", "primera", "--no-progress-bar", cwd=work)
-    log = run_module("fairseq_cli.generate", "data-bin", "--user-dir", os.path.dirname(mdsfair.__file__),
-                     "--task", "multidoc_summarization", "--max-source-positions", str(TINY_LED_ENCODER_POSITIONS), "--path", f"{out}/model.pt",
-                     "--gen-subset", "test", "--beam", "5", "--lenpen", "1.0", "--max-len-a", "0", "--max-len-b", "20",
-                     "--batch-size", "2", "--cpu", cwd=work)
+    run_module(
+        "mdsfair.preprocess.converters",
+        "multinews",
+        os.path.join(release, "test.src"),
+        "--split",
+        "test",
+        "-o",
+        os.path.join(work, "raw", "test.jsonl"),
+        cwd=work,
+    )
+    run_module(
+        "mdsfair.preprocess.binarize",
+        "--input-dir",
+        "raw",
+        "--destdir",
+        "data-bin",
+        "--subword",
+        "gpt2",
+        "--gpt2-encoder-json",
+        f"{out}/encoder.json",
+        "--gpt2-vocab-bpe",
+        f"{out}/vocab.bpe",
+        "--dict",
+        f"{out}/dict.txt",
+        "--source-layout",
+        "primera",
+        "--no-progress-bar",
+        cwd=work,
+    )
+    log = run_module(
+        "fairseq_cli.generate",
+        "data-bin",
+        "--user-dir",
+        os.path.dirname(mdsfair.__file__),
+        "--task",
+        "multidoc_summarization",
+        "--max-source-positions",
+        str(TINY_LED_ENCODER_POSITIONS),
+        "--path",
+        f"{out}/model.pt",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "5",
+        "--lenpen",
+        "1.0",
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        "20",
+        "--batch-size",
+        "2",
+        "--cpu",
+        cwd=work,
+    )
     hypotheses = [line for line in log.splitlines() if line.startswith("H-")]
     assert len(hypotheses) == len(clusters)
     sources = [line for line in log.splitlines() if line.startswith("S-")]
-    assert all(line.count("<doc-sep>") == len(cluster["documents"]) for line, cluster in zip(
-        sorted(sources, key=lambda line: int(line.split("\t")[0][2:])), clusters))  # the data-bin's layout
+    assert all(
+        line.count("<doc-sep>") == len(cluster["documents"])
+        for line, cluster in zip(sorted(sources, key=lambda line: int(line.split("\t")[0][2:])), clusters)
+    )  # the data-bin's layout
     with open(os.path.join(work, "gen.out"), "w", encoding="utf-8") as f:
         f.write(log)
-    table = run_module("mdsfair.evaluation.rouge", "gen.out", "--data-bin", "data-bin", "--split", "test", "--fast",
-                       "--json", "scores.json", cwd=work)
+    table = run_module(
+        "mdsfair.evaluation.rouge",
+        "gen.out",
+        "--data-bin",
+        "data-bin",
+        "--split",
+        "test",
+        "--fast",
+        "--json",
+        "scores.json",
+        cwd=work,
+    )
     assert "R-Lsum" in table
     with open(os.path.join(work, "scores.json")) as f:
         scores = json.load(f)
@@ -518,10 +661,20 @@ def test_readme_fairseq_commands_parse_with_their_flags(monkeypatch):
 # Hugging Face's LEDConfig ignores: the Longformer / BART-era settings it was converted from,
 # and the generation defaults added to PRIMERA-multinews (num_beams, trigram block).
 PRIMERA_LEGACY_FIELDS = {
-    "_num_labels": 3, "add_bias_logits": False, "add_final_layer_norm": False, "attention_mode": "sliding_chunks",
-    "autoregressive": False, "classif_dropout": 0.0, "extra_pos_embeddings": 2,
-    "force_bos_token_to_be_generated": False, "max_position_embeddings": 4096, "normalize_before": False,
-    "normalize_embedding": True, "static_position_embeddings": False, "num_beams": 5, "no_repeat_ngram_size": 3,
+    "_num_labels": 3,
+    "add_bias_logits": False,
+    "add_final_layer_norm": False,
+    "attention_mode": "sliding_chunks",
+    "autoregressive": False,
+    "classif_dropout": 0.0,
+    "extra_pos_embeddings": 2,
+    "force_bos_token_to_be_generated": False,
+    "max_position_embeddings": 4096,
+    "normalize_before": False,
+    "normalize_embedding": True,
+    "static_position_embeddings": False,
+    "num_beams": 5,
+    "no_repeat_ngram_size": 3,
 }
 
 
@@ -546,9 +699,19 @@ def test_primera_release_file_layout(imported, tmp_path, capsys):
     with open(os.path.join(release, "tokenizer_config.json"), "w") as f:
         json.dump({"model_max_length": TINY_LED_ENCODER_POSITIONS}, f)
     with open(os.path.join(release, "special_tokens_map.json"), "w") as f:
-        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "sep_token": "</s>",
-                   "pad_token": "<pad>", "cls_token": "<s>", "mask_token": "<mask>",
-                   "additional_special_tokens": ["<doc-sep>"]}, f)
+        json.dump(
+            {
+                "bos_token": "<s>",
+                "eos_token": "</s>",
+                "unk_token": "<unk>",
+                "sep_token": "</s>",
+                "pad_token": "<pad>",
+                "cls_token": "<s>",
+                "mask_token": "<mask>",
+                "additional_special_tokens": ["<doc-sep>"],
+            },
+            f,
+        )
     with open(os.path.join(release, "added_tokens.json"), "w") as f:
         json.dump({"<doc-sep>": separator}, f)
     out = str(tmp_path / "out")
@@ -556,8 +719,10 @@ def test_primera_release_file_layout(imported, tmp_path, capsys):
     generate = next(line for line in capsys.readouterr().out.splitlines() if "fairseq-generate" in line)
     assert "--beam 5" in generate and "--no-repeat-ngram-size 3" in generate
     for file in ("dict.txt", "encoder.json", "vocab.bpe"):
-        with open(os.path.join(out, file), encoding="utf-8") as a, open(
-                os.path.join(entry["out_dir"], file), encoding="utf-8") as b:
+        with (
+            open(os.path.join(out, file), encoding="utf-8") as a,
+            open(os.path.join(entry["out_dir"], file), encoding="utf-8") as b,
+        ):
             assert a.read() == b.read(), file
     ours = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out, "model.pt"))
     reference = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))
@@ -573,23 +738,48 @@ def test_primera_release_file_layout(imported, tmp_path, capsys):
 
 
 LED_BASE_CONFIG = dict(  # allenai/led-base-16384's dimensions (LEDConfig fields)
-    model_type="led", vocab_size=50265, d_model=768, encoder_layers=6, decoder_layers=6, encoder_attention_heads=12,
-    decoder_attention_heads=12, encoder_ffn_dim=3072, decoder_ffn_dim=3072, max_encoder_position_embeddings=16384,
-    max_decoder_position_embeddings=1024, attention_window=[1024] * 6,
+    model_type="led",
+    vocab_size=50265,
+    d_model=768,
+    encoder_layers=6,
+    decoder_layers=6,
+    encoder_attention_heads=12,
+    decoder_attention_heads=12,
+    encoder_ffn_dim=3072,
+    decoder_ffn_dim=3072,
+    max_encoder_position_embeddings=16384,
+    max_decoder_position_embeddings=1024,
+    attention_window=[1024] * 6,
 )
 PRIMERA_CONFIG = dict(  # allenai/PRIMERA's (led-large dimensions, 4,096 positions, window 512, one row more)
-    LED_BASE_CONFIG, vocab_size=50266, d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
-    decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_encoder_position_embeddings=4096,
-    attention_window=[512] * 12, **PRIMERA_LEGACY_FIELDS,
+    LED_BASE_CONFIG,
+    vocab_size=50266,
+    d_model=1024,
+    encoder_layers=12,
+    decoder_layers=12,
+    encoder_attention_heads=16,
+    decoder_attention_heads=16,
+    encoder_ffn_dim=4096,
+    decoder_ffn_dim=4096,
+    max_encoder_position_embeddings=4096,
+    attention_window=[512] * 12,
+    **PRIMERA_LEGACY_FIELDS,
 )
 
 
-@pytest.mark.parametrize("name,config,separator,arch", [
-    ("led-base-16384", LED_BASE_CONFIG, None, "led_base"),
-    ("led-large-16384", dict(PRIMERA_CONFIG, vocab_size=50265, max_encoder_position_embeddings=16384,
-                             attention_window=[1024] * 12), None, "led_large"),
-    ("PRIMERA", PRIMERA_CONFIG, 50265, "primera"),
-])
+@pytest.mark.parametrize(
+    "name,config,separator,arch",
+    [
+        ("led-base-16384", LED_BASE_CONFIG, None, "led_base"),
+        (
+            "led-large-16384",
+            dict(PRIMERA_CONFIG, vocab_size=50265, max_encoder_position_embeddings=16384, attention_window=[1024] * 12),
+            None,
+            "led_large",
+        ),
+        ("PRIMERA", PRIMERA_CONFIG, 50265, "primera"),
+    ],
+)
 def test_released_configurations_map_to_their_architecture(name, config, separator, arch):
     """The released models' dimensions select their arch with no dimension
     flag, and the model that arch builds (on the meta device) has the
@@ -628,14 +818,28 @@ def test_a_primera_import_restores_into_primera_hierencdec(imported, tmp_path):
     for flag in ("--global-attention", "--source-layout"):
         if flag in flags:
             index = flags.index(flag)
-            del flags[index:index + 2]
+            del flags[index : index + 2]
     data_bin = gpt2_data_bin(str(tmp_path / "data"), entry["out_dir"])
-    trainer = restore_with_trainer(data_bin, os.path.join(entry["out_dir"], "model.pt"), "primera_hierencdec",
-                                   [*flags, "--global-attention", "documents", "--allow-arch-change", "--max-source-positions",
-                                    str(TINY_LED_ENCODER_POSITIONS)], save_dir=str(tmp_path / "save"))
+    trainer = restore_with_trainer(
+        data_bin,
+        os.path.join(entry["out_dir"], "model.pt"),
+        "primera_hierencdec",
+        [
+            *flags,
+            "--global-attention",
+            "documents",
+            "--allow-arch-change",
+            "--max-source-positions",
+            str(TINY_LED_ENCODER_POSITIONS),
+        ],
+        save_dir=str(tmp_path / "save"),
+    )
     model = trainer.model
-    assert (model.encoder.self_attention_component.name, model.encoder.position_component.name,
-            model.decoder.cross_attention_component.name) == ("longformer", "document-restart", "document-scaled")
+    assert (
+        model.encoder.self_attention_component.name,
+        model.encoder.position_component.name,
+        model.decoder.cross_attention_component.name,
+    ) == ("longformer", "document-restart", "document-scaled")
     imported_state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(entry["out_dir"], "model.pt"))["model"]
     restored = model.state_dict()
     assert set(restored) == set(imported_state)

@@ -4,6 +4,7 @@ inside ``model`` or as its own entry) and a tiny SentencePiece model with
 their special pieces, trained here; the import is checked key by key and by
 output against the reimplementation of their Summarizer in
 tests/hiersumm_reference.py, on raw text preprocessed by mdsfair-preprocess."""
+
 import argparse
 import json
 import os
@@ -35,7 +36,7 @@ def save_their_checkpoint(path, sd, separate_generator=False):
     model = {k: v for k, v in sd.items() if not (separate_generator and k.startswith("generator."))}
     checkpoint = {"model": model, "opt": their_opt(), "optim": {"state": {}, "param_groups": []}}
     if separate_generator:
-        checkpoint["generator"] = {k[len("generator."):]: v for k, v in sd.items() if k.startswith("generator.")}
+        checkpoint["generator"] = {k[len("generator.") :]: v for k, v in sd.items() if k.startswith("generator.")}
     torch.save(checkpoint, path)
     return path
 
@@ -125,17 +126,37 @@ def test_logits_on_preprocessed_text_equal_their_model(imported, tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     clusters = [
-        {"id": "0", "title": "Lake ferry", "summary": "The ferry crosses the lake at noon.",
-         "documents": ["The lake ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."]},
-        {"id": "1", "title": "Island airport", "summary": "The airport opened in 1939.",
-         "documents": ["The island airport opened in 1939 and serves regional flights."]},
+        {
+            "id": "0",
+            "title": "Lake ferry",
+            "summary": "The ferry crosses the lake at noon.",
+            "documents": ["The lake ferry leaves at noon.\n\nIt carries cars and bikes.", "Tickets cost ten dollars."],
+        },
+        {
+            "id": "1",
+            "title": "Island airport",
+            "summary": "The airport opened in 1939.",
+            "documents": ["The island airport opened in 1939 and serves regional flights."],
+        },
     ]
     with open(raw / "test.jsonl", "w", encoding="utf-8") as f:
         for cluster in clusters:
             f.write(json.dumps(cluster) + "\n")
     data_bin = str(tmp_path / "data-bin")
-    run(["--input-dir", str(raw), "--destdir", data_bin, "--spm-model", os.path.join(out_dir, "spm.model"),
-         "--dict", os.path.join(out_dir, "dict.txt"), "--lowercase", "--no-progress-bar"])
+    run(
+        [
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            data_bin,
+            "--spm-model",
+            os.path.join(out_dir, "spm.model"),
+            "--dict",
+            os.path.join(out_dir, "dict.txt"),
+            "--lowercase",
+            "--no-progress-bar",
+        ]
+    )
     assert open(os.path.join(data_bin, "dict.txt")).read() == open(os.path.join(out_dir, "dict.txt")).read()
 
     model, _, _ = load_imported(out_dir)
@@ -163,12 +184,19 @@ def test_logits_on_preprocessed_text_equal_their_model(imported, tmp_path):
     index, _ = spm_to_fairseq(out_dir, spm_path)
     ours_src = net_input["src_tokens"]
     real = ~torch.isin(ours_src, torch.tensor([0, 1, 2]))
-    assert [index[torch.tensor(sum(ps, []))].tolist() for ps in encoded] == [ours_src[b][real[b]].tolist() for b in range(2)]
+    assert [index[torch.tensor(sum(ps, []))].tolist() for ps in encoded] == [
+        ours_src[b][real[b]].tolist() for b in range(2)
+    ]
 
     # a target, in their ids starting with <S>, and as fairseq's prev_output_tokens starting with </s>
     generator = torch.Generator().manual_seed(0)
-    ordinary = torch.tensor([i for i in range(processor.get_piece_size()) if not processor.is_control(i)
-                             and not processor.is_unknown(i) and i != pad])
+    ordinary = torch.tensor(
+        [
+            i
+            for i in range(processor.get_piece_size())
+            if not processor.is_control(i) and not processor.is_unknown(i) and i != pad
+        ]
+    )
     tgt = ordinary[torch.randint(len(ordinary), (2, 6), generator=generator)]
     tgt[:, 0] = processor.piece_to_id("<S>")
     tgt[1, 4:] = pad
@@ -185,11 +213,24 @@ def test_logits_on_preprocessed_text_equal_their_model(imported, tmp_path):
 
 def test_hub_summarizes_from_the_import_directory(imported):
     _, _, _, out_dir = imported
-    summarizer = torch.hub.load(REPO_ROOT, "hiertransformer", model_dir=out_dir, checkpoint_file="model.pt",
-                                data_name_or_path=out_dir, source="local")
+    summarizer = torch.hub.load(
+        REPO_ROOT,
+        "hiertransformer",
+        model_dir=out_dir,
+        checkpoint_file="model.pt",
+        data_name_or_path=out_dir,
+        source="local",
+    )
     summaries = summarizer.summarize(
-        [{"documents": ["The lake ferry leaves at noon.\n\nIt carries cars and bikes."]},
-         ["The island airport opened in 1939."]], beam=2, max_len_b=5, min_len=1, batch_size=2)
+        [
+            {"documents": ["The lake ferry leaves at noon.\n\nIt carries cars and bikes."]},
+            ["The island airport opened in 1939."],
+        ],
+        beam=2,
+        max_len_b=5,
+        min_len=1,
+        batch_size=2,
+    )
     assert len(summaries) == 2 and all(isinstance(s, str) for s in summaries)
 
 
@@ -223,7 +264,14 @@ def test_what_cannot_be_converted_is_refused_by_name(tmp_path):
     torch.save({"state_dict": {}}, not_a_checkpoint)
     assert cli_main([not_a_checkpoint, spm_path, out]) == 1
     # a SentencePiece model without their specials
-    sentencepiece.SentencePieceTrainer.train(sentence_iterator=iter(TEXT), model_prefix=str(tmp_path / "plain"),
-                                             vocab_size=60, hard_vocab_limit=False, minloglevel=2)
+    sentencepiece.SentencePieceTrainer.train(
+        sentence_iterator=iter(TEXT),
+        model_prefix=str(tmp_path / "plain"),
+        vocab_size=60,
+        hard_vocab_limit=False,
+        minloglevel=2,
+    )
     with pytest.raises(HiersummImportError, match="no piece '<S>'"):
-        sentencepiece_order(sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "plain.model")), "plain.model")
+        sentencepiece_order(
+            sentencepiece.SentencePieceProcessor(model_file=str(tmp_path / "plain.model")), "plain.model"
+        )

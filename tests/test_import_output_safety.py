@@ -4,15 +4,16 @@ time, staged and committed, ``--overwrite`` touching only what mdsfair
 wrote, and the imported checkpoint recording the fingerprints of its
 ``dict.txt`` and BPE files. And the importers' user errors of item 4: one
 ``PROG KIND: error: ...`` line, exit 1, nothing written."""
+
 import json
 import os
 import shutil
 
 import pytest
 import torch
+from fairseq import checkpoint_utils
 
 import mdsfair  # noqa: F401
-from fairseq import checkpoint_utils
 from mdsfair.checkpoints.fingerprints import DictionaryMismatchError
 from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.importers import ImportRefused
@@ -48,7 +49,6 @@ def one_error_line(capsys, program):
     return lines[0]
 
 
-
 def interrupt_after_saving(monkeypatch):
     """Ctrl-C right after the importer has written its checkpoint (the
     latest moment before it commits its output folder)."""
@@ -61,6 +61,7 @@ def interrupt_after_saving(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save_then_interrupt)
+
 
 def test_a_second_import_into_the_folder_is_refused_while_the_first_runs(hf_models, tmp_path, monkeypatch, capsys):
     """Two imports with --overwrite into one folder at once: the second is
@@ -84,8 +85,9 @@ def test_a_second_import_into_the_folder_is_refused_while_the_first_runs(hf_mode
     monkeypatch.setattr(fairseq_bart, "save_fairseq_checkpoint", save_then_race)
     assert import_main(["hf-bart", first, out, "--overwrite"]) == 0
     assert inner["status"] == 1
-    assert inner["err"].startswith(f"mdsfair-import hf-bart: error: OUT_DIR {out} is in use by another mdsfair-import "
-                                   "hf-bart run: pid ")
+    assert inner["err"].startswith(
+        f"mdsfair-import hf-bart: error: OUT_DIR {out} is in use by another mdsfair-import hf-bart run: pid "
+    )
     with open(os.path.join(out, "mdsfair.json"), encoding="utf-8") as f:
         manifest = json.load(f)
     assert manifest["imported_from"]["path"] == os.path.abspath(first)
@@ -97,8 +99,9 @@ def test_a_second_import_into_the_folder_is_refused_while_the_first_runs(hf_mode
 
 
 @pytest.mark.parametrize("existing", [False, True])
-def test_ctrl_c_during_an_import_leaves_the_folder_as_it_was_and_a_rerun_works(hf_models, tmp_path, monkeypatch,
-                                                                              capsys, existing):
+def test_ctrl_c_during_an_import_leaves_the_folder_as_it_was_and_a_rerun_works(
+    hf_models, tmp_path, monkeypatch, capsys, existing
+):
     first, second = hf_models
     out = str(tmp_path / "out")
     if existing:
@@ -158,16 +161,41 @@ def test_bart_to_led_keeps_the_fingerprints_and_writes_its_file_whole(hf_models,
     out = str(tmp_path / "bart")
     assert import_main(["hf-bart", first, out]) == 0
     led = str(tmp_path / "led.pt")
-    assert import_main(["bart-to-led", os.path.join(out, "model.pt"), led, "--max-source-positions", "200",
-                        "--attention-window", "8"]) == 0
+    assert (
+        import_main(
+            [
+                "bart-to-led",
+                os.path.join(out, "model.pt"),
+                led,
+                "--max-source-positions",
+                "200",
+                "--attention-window",
+                "8",
+            ]
+        )
+        == 0
+    )
     state = checkpoint_utils.load_checkpoint_to_cpu(led)
     bart = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out, "model.pt"))
     assert state["task_state"][RECORD_KEY]["data"] == bart["task_state"][RECORD_KEY]["data"]
     before = snapshot(str(tmp_path))
     interrupt_after_saving(monkeypatch)
     capsys.readouterr()
-    assert import_main(["bart-to-led", os.path.join(out, "model.pt"), led, "--overwrite", "--max-source-positions",
-                        "300", "--attention-window", "8"]) == 130
+    assert (
+        import_main(
+            [
+                "bart-to-led",
+                os.path.join(out, "model.pt"),
+                led,
+                "--overwrite",
+                "--max-source-positions",
+                "300",
+                "--attention-window",
+                "8",
+            ]
+        )
+        == 130
+    )
     assert snapshot(str(tmp_path)) == before
 
 
@@ -180,8 +208,22 @@ def test_bart_to_led_doc_sep_on_a_dictionary_without_doc_sep_is_one_line(hf_mode
     assert import_main(["hf-bart", first, out]) == 0
     capsys.readouterr()
     led = str(tmp_path / "led.pt")
-    assert import_main(["bart-to-led", os.path.join(out, "model.pt"), led, "--global-attention", "doc-sep",
-                        "--max-source-positions", "200", "--attention-window", "8"]) == 1
+    assert (
+        import_main(
+            [
+                "bart-to-led",
+                os.path.join(out, "model.pt"),
+                led,
+                "--global-attention",
+                "doc-sep",
+                "--max-source-positions",
+                "200",
+                "--attention-window",
+                "8",
+            ]
+        )
+        == 1
+    )
     line = one_error_line(capsys, "mdsfair-import bart-to-led")
     assert f"{os.path.join(out, 'dict.txt')}: no <doc-sep> symbol" in line
     assert not os.path.exists(led)
@@ -258,13 +300,38 @@ def test_resuming_a_doc_sep_led_on_a_data_bin_without_primera_layout_is_one_line
     data_bin = gpt2_data_bin(str(tmp_path / "data"), out)  # no --source-layout primera
     save_dir = tmp_path / "checkpoints"
     flags = list(summary["arch_flags"])
-    del flags[flags.index("--source-layout"):flags.index("--source-layout") + 2]  # the data-bin's layout is used
+    del flags[flags.index("--source-layout") : flags.index("--source-layout") + 2]  # the data-bin's layout is used
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_status:
-        train_main([data_bin, "--task", "multidoc_summarization", "--arch", "led_large", *flags,
-                    "--restore-file", os.path.join(out, "model.pt"), "--reset-optimizer", "--optimizer", "adam",
-                    "--lr", "1e-4", "--max-tokens", "2048", "--cpu", "--save-dir", str(save_dir), "--max-update", "1",
-                    "--no-progress-bar", "--criterion", "cross_entropy", "--num-workers", "0"])
+        train_main(
+            [
+                data_bin,
+                "--task",
+                "multidoc_summarization",
+                "--arch",
+                "led_large",
+                *flags,
+                "--restore-file",
+                os.path.join(out, "model.pt"),
+                "--reset-optimizer",
+                "--optimizer",
+                "adam",
+                "--lr",
+                "1e-4",
+                "--max-tokens",
+                "2048",
+                "--cpu",
+                "--save-dir",
+                str(save_dir),
+                "--max-update",
+                "1",
+                "--no-progress-bar",
+                "--criterion",
+                "cross_entropy",
+                "--num-workers",
+                "0",
+            ]
+        )
     assert exit_status.value.code == 1
     line = one_error_line(capsys, "mdsfair-train")
     assert "uses --global-attention doc-sep" in line and f"{data_bin} records no PRIMERA layout" in line

@@ -8,20 +8,21 @@ data-bin made with the import's files, it computes the logits of a reference
 forward that mirrors their ``PageSum`` / ``PageSumModel.forward`` on the
 original weights, with pages built from the raw text as their
 ``data_utils.py`` builds them; the hub and fairseq-generate decode it."""
+
 import argparse
 import os
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils
+
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.cli import import_main
 from mdsfair.importers.pagesum import PRESETS, import_pagesum
 from mdsfair.models.pagesum_bart import PageSumBARTModel
 from tests.import_fixtures import TEXTS, gpt2_data_bin, hf_tokenizer, tiny_hf_bart
-from tests.utils import REPO_ROOT, USER_DIR, generate_in_process
 from tests.tolerances import assert_close_in_dtype
+from tests.utils import REPO_ROOT, USER_DIR, generate_in_process
 
 PAGES, PAGE_LENGTH = 3, 64
 
@@ -31,8 +32,14 @@ def write_release(root, scale_embedding=False):
     vocab.json, merges.txt) and a PageSumModel state dict saved as the authors
     saved theirs (``torch.save(model.state_dict())``: every tied name present)."""
     config_dir = str(root / "bart-large-cnn")
-    model, _ = tiny_hf_bart(config_dir, seed=3, weights_format="bin", extra_rows=-1,  # cnn: <mask> beyond the rows
-                            scale_embedding=scale_embedding, eos_pull=5.0)  # hypotheses end by themselves
+    model, _ = tiny_hf_bart(
+        config_dir,
+        seed=3,
+        weights_format="bin",
+        extra_rows=-1,  # cnn: <mask> beyond the rows
+        scale_embedding=scale_embedding,
+        eos_pull=5.0,
+    )  # hypotheses end by themselves
     os.remove(os.path.join(config_dir, "pytorch_model.bin"))
     torch.manual_seed(4)
     lin = torch.nn.Linear(model.config.d_model, 1)
@@ -53,8 +60,11 @@ def imported(released):
     out_dir = str(released["root"] / "out")
     settings = dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH)
     summary = import_pagesum(released["state_dict"], released["config_dir"], out_dir, settings)
-    return {"out_dir": out_dir, "summary": summary,
-            "checkpoint": checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out_dir, "model.pt"))}
+    return {
+        "out_dir": out_dir,
+        "summary": summary,
+        "checkpoint": checkpoint_utils.load_checkpoint_to_cpu(os.path.join(out_dir, "model.pt")),
+    }
 
 
 def test_keys_convert_one_to_one(released, imported):
@@ -67,9 +77,11 @@ def test_keys_convert_one_to_one(released, imported):
     compared = 0
     for key, value in state.items():
         if key.startswith("model.") and "embed_tokens" not in key and key != "model.shared.weight":
-            assert torch.equal(converted[key[len("model."):]], value), key
+            assert torch.equal(converted[key[len("model.") :]], value), key
             compared += 1
-    assert compared == len([k for k in converted if ".layers." in k or "embed_positions" in k or "layernorm_embedding" in k])
+    assert compared == len(
+        [k for k in converted if ".layers." in k or "embed_positions" in k or "layernorm_embedding" in k]
+    )
 
 
 def test_page_settings_are_recorded(imported):
@@ -89,9 +101,13 @@ def test_page_settings_are_recorded(imported):
 
 
 def test_spatial_preset_records_the_authors_chunking(released, tmp_path):
-    summary = import_pagesum(released["state_dict"], os.path.join(released["config_dir"], "config.json"),
-                             str(tmp_path / "out"), dict(PRESETS["govreport"], page_length=PAGE_LENGTH),
-                             tokenizer_dir=released["config_dir"])
+    summary = import_pagesum(
+        released["state_dict"],
+        os.path.join(released["config_dir"], "config.json"),
+        str(tmp_path / "out"),
+        dict(PRESETS["govreport"], page_length=PAGE_LENGTH),
+        tokenizer_dir=released["config_dir"],
+    )
     model_cfg = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(summary["out_dir"], "model.pt"))["cfg"].model
     assert (model_cfg.locality, model_cfg.num_pages) == ("spatial", 20)
     assert model_cfg.spatial_remainder_to_last_page is True
@@ -103,13 +119,21 @@ def test_presets_are_the_authors_config():
     (arxiv_discourse), 20 (govreport); page_type multi_doc for multinews and
     arxiv_discourse; page_max_len 1024; gen_min_len/gen_max_len 100/350
     (arXiv), 150/400 (PubMed, Multi-News), 500/900 (GovReport)."""
-    expected = {"arxiv-spatial": ("spatial", 7, 100, 350), "arxiv-section": ("discourse", 8, 100, 350),
-                "pubmed": ("spatial", 7, 150, 400), "govreport": ("spatial", 20, 500, 900),
-                "multinews": ("document", 7, 150, 400)}
+    expected = {
+        "arxiv-spatial": ("spatial", 7, 100, 350),
+        "arxiv-section": ("discourse", 8, 100, 350),
+        "pubmed": ("spatial", 7, 150, 400),
+        "govreport": ("spatial", 20, 500, 900),
+        "multinews": ("document", 7, 150, 400),
+    }
     for name, (locality, pages, gen_min, gen_max) in expected.items():
         preset = PRESETS[name]
-        assert (preset["locality"], preset["pages"], preset["gen_min_len"], preset["gen_max_len"]) == \
-            (locality, pages, gen_min, gen_max), name
+        assert (preset["locality"], preset["pages"], preset["gen_min_len"], preset["gen_max_len"]) == (
+            locality,
+            pages,
+            gen_min,
+            gen_max,
+        ), name
         assert preset["page_length"] == 1024
     assert PRESETS["arxiv-section"]["discourse_unit"] == "section"
 
@@ -121,8 +145,11 @@ def test_model_defaults_are_the_authors_multinews_setting():
     from mdsfair.models.pagesum_bart import DEFAULTS
 
     preset = PRESETS["multinews"]
-    assert (DEFAULTS["locality"], DEFAULTS["num_pages"], DEFAULTS["page_tokens"]) == \
-        (preset["locality"], preset["pages"], preset["page_length"]) == ("document", 7, 1024)
+    assert (
+        (DEFAULTS["locality"], DEFAULTS["num_pages"], DEFAULTS["page_tokens"])
+        == (preset["locality"], preset["pages"], preset["page_length"])
+        == ("document", 7, 1024)
+    )
 
 
 def reference_logits(hf, lin, pages, page_mask, decoder_input):
@@ -131,10 +158,12 @@ def reference_logits(hf, lin, pages, page_mask, decoder_input):
     P times, score each page's last hidden state with ``lin``, softmax over
     all P pages, mix the hidden states, then ``lm_head`` + ``final_logits_bias``."""
     batch, num_pages, length = pages.shape
-    encoder_out = hf.model.encoder(input_ids=pages.view(batch * num_pages, length),
-                                   attention_mask=page_mask.view(batch * num_pages, length)).last_hidden_state
+    encoder_out = hf.model.encoder(
+        input_ids=pages.view(batch * num_pages, length), attention_mask=page_mask.view(batch * num_pages, length)
+    ).last_hidden_state
     hidden = hf.model.decoder(
-        input_ids=decoder_input.repeat_interleave(num_pages, dim=0), encoder_hidden_states=encoder_out,
+        input_ids=decoder_input.repeat_interleave(num_pages, dim=0),
+        encoder_hidden_states=encoder_out,
         encoder_attention_mask=page_mask.view(batch * num_pages, length),
     ).last_hidden_state
     hidden = hidden.view(batch, num_pages, -1, hidden.size(-1)).transpose(1, 2)  # [B, T, P, d]
@@ -161,8 +190,11 @@ def authors_pages(tokenizer, clusters, num_pages, page_max_len):
                 article[i].append(".")
         article = [" ".join(x) for x in article]
         # batch_encode_plus (transformers 4.6) is the tokenizer's call on a list today.
-        batch.append(tokenizer(article, max_length=page_max_len, return_tensors="pt", padding="max_length",
-                               truncation=True)["input_ids"])
+        batch.append(
+            tokenizer(article, max_length=page_max_len, return_tensors="pt", padding="max_length", truncation=True)[
+                "input_ids"
+            ]
+        )
     pages = torch.stack(batch)
     return pages, pages.ne(tokenizer.pad_token_id).long()
 
@@ -246,8 +278,9 @@ def multinews(released, data_bin):
     """The multinews preset (7 document pages, their generate() settings) at
     pages of PAGE_LENGTH tokens (the tiny position table)."""
     out_dir = str(released["root"] / "multinews")
-    summary = import_pagesum(released["state_dict"], released["config_dir"], out_dir,
-                             dict(PRESETS["multinews"], page_length=PAGE_LENGTH))
+    summary = import_pagesum(
+        released["state_dict"], released["config_dir"], out_dir, dict(PRESETS["multinews"], page_length=PAGE_LENGTH)
+    )
     return {"out_dir": out_dir, "summary": summary}
 
 
@@ -267,21 +300,36 @@ def test_multinews_preset_with_filler_pages_equals_the_authors_and_generates(rel
     out_dir = multinews["out_dir"]
     assert_logits_equal_the_authors_forward(released, out_dir, data_bin, 7)
 
-    hub = torch.hub.load(REPO_ROOT, "pagesum_bart", model_dir=out_dir, checkpoint_file="model.pt",
-                         data_name_or_path=data_bin, source="local")
+    hub = torch.hub.load(
+        REPO_ROOT,
+        "pagesum_bart",
+        model_dir=out_dir,
+        checkpoint_file="model.pt",
+        data_name_or_path=data_bin,
+        source="local",
+    )
     assert hub.models[0].encoder.page_builder.empty_pages == "filler"
     documents = [cluster["documents"] for cluster in CLUSTERS]
     min_len, max_len = 3, 16
-    greedy = hub.generate(documents, batch_size=3, beam=1, lenpen=1.0, min_len=min_len, max_len_a=0,
-                          max_len_b=max_len, no_repeat_ngram_size=0)
+    greedy = hub.generate(
+        documents,
+        batch_size=3,
+        beam=1,
+        lenpen=1.0,
+        min_len=min_len,
+        max_len_a=0,
+        max_len_b=max_len,
+        no_repeat_ngram_size=0,
+    )
     hf, lin = authors_model(released)
     pages, page_mask = authors_pages(hf_tokenizer(released["config_dir"]), documents, 7, PAGE_LENGTH)
     for b, hypotheses in enumerate(greedy):
         prefix = [2]  # BART's decoder start token
         with torch.no_grad():
             while prefix[-1] != 2 or len(prefix) == 1:
-                scores = reference_logits(hf, lin, pages[b : b + 1], page_mask[b : b + 1],
-                                          torch.tensor([prefix]))[0, -1]
+                scores = reference_logits(hf, lin, pages[b : b + 1], page_mask[b : b + 1], torch.tensor([prefix]))[
+                    0, -1
+                ]
                 scores[1] = float("-inf")  # fairseq never emits <pad>
                 if len(prefix) - 1 < min_len:
                     scores[2] = float("-inf")
@@ -292,21 +340,52 @@ def test_multinews_preset_with_filler_pages_equals_the_authors_and_generates(rel
     flags = multinews["summary"]["generate_flags"]
     assert flags[:6] == ["--beam", "4", "--lenpen", "2.0", "--no-repeat-ngram-size", "3"]
     lengths = ["--min-len", str(min_len), "--max-len-a", "0", "--max-len-b", str(max_len)]
-    summaries = hub.summarize(documents, batch_size=3, beam=4, lenpen=2.0, no_repeat_ngram_size=3,
-                              min_len=min_len, max_len_a=0, max_len_b=max_len)
+    summaries = hub.summarize(
+        documents,
+        batch_size=3,
+        beam=4,
+        lenpen=2.0,
+        no_repeat_ngram_size=3,
+        min_len=min_len,
+        max_len_a=0,
+        max_len_b=max_len,
+    )
     assert len(summaries) == 3 and all(isinstance(s, str) and s.strip() for s in summaries)
-    beams = hub.generate(documents, batch_size=1, beam=4, lenpen=2.0, no_repeat_ngram_size=3,
-                         min_len=min_len, max_len_a=0, max_len_b=max_len)
+    beams = hub.generate(
+        documents,
+        batch_size=1,
+        beam=4,
+        lenpen=2.0,
+        no_repeat_ngram_size=3,
+        min_len=min_len,
+        max_len_a=0,
+        max_len_b=max_len,
+    )
     assert summaries == [hub.decode(hypotheses[0]["tokens"]) for hypotheses in beams]
     assert all(len(hypotheses) == 4 for hypotheses in beams)
     # fairseq-generate on the data-bin: the same best hypotheses.
-    generated = generate_in_process([
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--path", os.path.join(out_dir, "model.pt"), "--gen-subset", "valid", "--batch-size", "3", *flags[:6],
-        *lengths, "--cpu",
-    ], results_dir=os.path.join(out_dir, "generate"))
-    best = {int(line.split("\t")[0][2:]): line.split("\t")[2]
-            for line in generated.splitlines() if line.startswith("H-")}
+    generated = generate_in_process(
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            os.path.join(out_dir, "model.pt"),
+            "--gen-subset",
+            "valid",
+            "--batch-size",
+            "3",
+            *flags[:6],
+            *lengths,
+            "--cpu",
+        ],
+        results_dir=os.path.join(out_dir, "generate"),
+    )
+    best = {
+        int(line.split("\t")[0][2:]): line.split("\t")[2] for line in generated.splitlines() if line.startswith("H-")
+    }
     dictionary = hub.task.target_dictionary
     assert best == {i: dictionary.string(hypotheses[0]["tokens"]) for i, hypotheses in enumerate(beams)}
 
@@ -316,8 +395,12 @@ def test_scaled_embeddings_fold_into_the_page_scorer_too(tmp_path):
     (hf_bart) and the page scorer reads the rescaled decoder states."""
     release = write_release(tmp_path, scale_embedding=True)
     out_dir = str(tmp_path / "out")
-    import_pagesum(release["state_dict"], release["config_dir"], out_dir,
-                   dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH))
+    import_pagesum(
+        release["state_dict"],
+        release["config_dir"],
+        out_dir,
+        dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH),
+    )
     data_bin = gpt2_data_bin(str(tmp_path / "data"), out_dir, CLUSTERS)
     assert_logits_equal_the_authors_forward(release, out_dir, data_bin, PAGES)
 
@@ -328,11 +411,30 @@ def test_empty_pages_mask_at_import_or_generation(released, imported, data_bin, 
     a filler import into it: the missing pages are left out of the softmax
     (weight 0), unlike the authors'."""
     out_dir = str(tmp_path / "out")
-    assert import_main(["pagesum", released["state_dict"], released["config_dir"], out_dir, "--locality", "document",
-                        "--pages", str(PAGES), "--page-length", str(PAGE_LENGTH), "--empty-pages", "mask"]) == 0
+    assert (
+        import_main(
+            [
+                "pagesum",
+                released["state_dict"],
+                released["config_dir"],
+                out_dir,
+                "--locality",
+                "document",
+                "--pages",
+                str(PAGES),
+                "--page-length",
+                str(PAGE_LENGTH),
+                "--empty-pages",
+                "mask",
+            ]
+        )
+        == 0
+    )
     assert "empty pages masked out of the softmax, unlike the authors'" in capsys.readouterr().out
-    for model, task in (load_through_task(out_dir, data_bin),
-                        load_through_task(imported["out_dir"], data_bin, empty_pages="mask")):
+    for model, task in (
+        load_through_task(out_dir, data_bin),
+        load_through_task(imported["out_dir"], data_bin, empty_pages="mask"),
+    ):
         assert model.encoder.page_builder.empty_pages == "mask" and model.encoder.page_builder.filler_tokens is None
         dataset = task.datasets["valid"]
         sample = dataset.collater([dataset[0], dataset[1]])  # 1 document (pages 2, 3 empty) and 3 documents
@@ -343,8 +445,12 @@ def test_empty_pages_mask_at_import_or_generation(released, imported, data_bin, 
         assert weights.shape[2] == PAGES
         assert (weights[0][real[0]][:, 1:] == 0).all() and (weights[1][real[1]] > 0).all()
     with pytest.raises(ImportRefused, match="--empty-pages must be one of"):
-        import_pagesum(released["state_dict"], released["config_dir"], str(tmp_path / "x"),
-                       dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH, empty_pages="drop"))
+        import_pagesum(
+            released["state_dict"],
+            released["config_dir"],
+            str(tmp_path / "x"),
+            dict(locality="document", pages=PAGES, page_length=PAGE_LENGTH, empty_pages="drop"),
+        )
 
 
 def test_refusals(released, tmp_path):
@@ -355,16 +461,32 @@ def test_refusals(released, tmp_path):
     with pytest.raises(ImportRefused, match=r"lin\.weight, lin\.bias missing; not a PageSumModel state dict"):
         import_pagesum(path, released["config_dir"], str(tmp_path / "a"), settings)
     with pytest.raises(ImportRefused, match="exceeds the model's position table"):
-        import_pagesum(released["state_dict"], released["config_dir"], str(tmp_path / "b"), dict(settings, page_length=1024))
+        import_pagesum(
+            released["state_dict"], released["config_dir"], str(tmp_path / "b"), dict(settings, page_length=1024)
+        )
     with pytest.raises(ImportRefused, match=r"vocab\.json: missing"):
-        import_pagesum(released["state_dict"], released["config_dir"], str(tmp_path / "c"), settings,
-                       tokenizer_dir=str(tmp_path))
+        import_pagesum(
+            released["state_dict"], released["config_dir"], str(tmp_path / "c"), settings, tokenizer_dir=str(tmp_path)
+        )
 
 
 def test_cli(released, tmp_path, capsys):
     out_dir = str(tmp_path / "out")
-    assert import_main(["pagesum", released["state_dict"], released["config_dir"], out_dir, "--preset", "multinews",
-                        "--page-length", str(PAGE_LENGTH)]) == 0
+    assert (
+        import_main(
+            [
+                "pagesum",
+                released["state_dict"],
+                released["config_dir"],
+                out_dir,
+                "--preset",
+                "multinews",
+                "--page-length",
+                str(PAGE_LENGTH),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "locality document, 7 pages of 64 tokens" in printed
     assert f"--max-source-positions {7 * PAGE_LENGTH}" in printed and "--lenpen 2.0" in printed

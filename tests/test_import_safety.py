@@ -3,6 +3,7 @@ A sharded index names only plain files beside it, a tensor in two shards is
 refused, and damaged or unexpected files are one-line refusals naming the file
 (never a traceback): a truncated safetensors file, a pickled ``.bin``, JSON of
 the wrong type or encoding, a null in the weight map."""
+
 import json
 import os
 
@@ -31,8 +32,7 @@ def test_a_sharded_checkpoint_loads_whole(tmp_path):
     assert set(state) == {"x", "y"} and source.endswith("model.safetensors.index.json")
 
 
-@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/a.safetensors",
-                                   "..", ""])
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/a.safetensors", "..", ""])
 def test_an_index_may_name_only_files_beside_it(tmp_path, shard):
     from safetensors.torch import save_file
 
@@ -50,8 +50,11 @@ def test_a_null_in_the_weight_map_is_refused(tmp_path):
 
 
 def test_a_tensor_in_two_shards_is_refused(tmp_path):
-    write_shards(str(tmp_path), {"a.safetensors": {"x": torch.ones(2)}, "b.safetensors": {"x": torch.zeros(2)}},
-                 {"x": "a.safetensors", "y": "b.safetensors"})
+    write_shards(
+        str(tmp_path),
+        {"a.safetensors": {"x": torch.ones(2)}, "b.safetensors": {"x": torch.zeros(2)}},
+        {"x": "a.safetensors", "y": "b.safetensors"},
+    )
     with pytest.raises(ImportRefused, match=r"tensor 'x' is in two shards, a.safetensors and b.safetensors"):
         load_hf_weights(str(tmp_path))
 
@@ -78,11 +81,14 @@ def test_a_pickled_bin_is_refused_not_unpickled(tmp_path):
         load_hf_weights(str(tmp_path))
 
 
-@pytest.mark.parametrize("content, message", [
-    (b"[1, 2]", r"config.json: the cfg must be a JSON object, got list"),
-    (b'"text"', r"config.json: the cfg must be a JSON object, got str"),
-    (b"\xff\xfe{}", r"config.json: not UTF-8 text \(byte 0\)"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"[1, 2]", r"config.json: the cfg must be a JSON object, got list"),
+        (b'"text"', r"config.json: the cfg must be a JSON object, got str"),
+        (b"\xff\xfe{}", r"config.json: not UTF-8 text \(byte 0\)"),
+    ],
+)
 def test_json_of_the_wrong_type_or_encoding_is_refused(tmp_path, content, message):
     path = tmp_path / "config.json"
     path.write_bytes(content)

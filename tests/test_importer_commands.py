@@ -3,6 +3,7 @@ fresh interpreter that imports ``mdsfair`` before fairseq, so nothing is
 registered and fairseq's checkpoint loads have no allow-list until the
 command calls :func:`mdsfair.register`. (In this test process fairseq and
 mdsfair are registered already, which hid a missing call.)"""
+
 import json
 import os
 import subprocess
@@ -22,11 +23,14 @@ ENTRY_POINTS = {"mdsfair-import": "import_main", "mdsfair-export": "export_main"
 def run_command(program, *arguments):
     """``program arguments`` in a fresh interpreter on this checkout; returns
     stdout, fails with stderr."""
-    code = (f"import sys\nfrom mdsfair.importers.cli import {ENTRY_POINTS[program]} as main\n"
-            f"sys.argv[0] = {program!r}\nsys.exit(main())\n")
+    code = (
+        f"import sys\nfrom mdsfair.importers.cli import {ENTRY_POINTS[program]} as main\n"
+        f"sys.argv[0] = {program!r}\nsys.exit(main())\n"
+    )
     env = {**os.environ, "PYTHONPATH": REPO_ROOT, "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", code, *arguments], cwd=REPO_ROOT, env=env, capture_output=True,
-                          text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", code, *arguments], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
 
@@ -46,13 +50,23 @@ def bart(tmp_path_factory):
 
 def test_import_bart_to_led_in_a_fresh_process(bart, tmp_path):
     led = str(tmp_path / "led.pt")
-    printed = run_command("mdsfair-import", "bart-to-led", os.path.join(bart, "model.pt"), led,
-                          "--max-source-positions", "200", "--attention-window", "8")
+    printed = run_command(
+        "mdsfair-import",
+        "bart-to-led",
+        os.path.join(bart, "model.pt"),
+        led,
+        "--max-source-positions",
+        "200",
+        "--attention-window",
+        "8",
+    )
     assert "--restore-file" in printed
     import torch
 
-    written, expected = (torch.load(path, map_location="cpu", weights_only=False)["model"]
-                         for path in (led, os.path.join(bart, "led.pt")))
+    written, expected = (
+        torch.load(path, map_location="cpu", weights_only=False)["model"]
+        for path in (led, os.path.join(bart, "led.pt"))
+    )
     assert written.keys() == expected.keys()
     assert all(torch.equal(written[key], expected[key]) for key in expected)
 

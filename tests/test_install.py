@@ -1,6 +1,7 @@
 """The environment install.sh makes: transformers' BART and LED import with
 nothing hidden, `pip check` reports nothing, and the fairseq wheel rewrite
 that makes this possible changes nothing but fairseq's torchaudio requirement."""
+
 import base64
 import hashlib
 import importlib.metadata
@@ -77,10 +78,16 @@ def test_wheel_rewrite_changes_only_the_torchaudio_requirement_and_its_record(tm
         assert old.namelist() == new.namelist()
         assert new.read("fairseq/__init__.py") == old.read("fairseq/__init__.py")
         metadata = new.read("ve_fairseq-0.12.3.dist-info/METADATA").decode()
-        expected = METADATA.replace("Requires-Dist: torchaudio>=0.8.0\n", 'Requires-Dist: torchaudio>=0.8.0; extra == "audio"\n')
-        expected = expected.replace('Requires-Dist: pytest; extra == "dev"\n', 'Requires-Dist: pytest; extra == "dev"\nProvides-Extra: audio\n')
+        expected = METADATA.replace(
+            "Requires-Dist: torchaudio>=0.8.0\n", 'Requires-Dist: torchaudio>=0.8.0; extra == "audio"\n'
+        )
+        expected = expected.replace(
+            'Requires-Dist: pytest; extra == "dev"\n', 'Requires-Dist: pytest; extra == "dev"\nProvides-Extra: audio\n'
+        )
         assert metadata == expected
-        record = dict(line.split(",", 1) for line in new.read("ve_fairseq-0.12.3.dist-info/RECORD").decode().splitlines())
+        record = dict(
+            line.split(",", 1) for line in new.read("ve_fairseq-0.12.3.dist-info/RECORD").decode().splitlines()
+        )
         digest = base64.urlsafe_b64encode(hashlib.sha256(metadata.encode()).digest()).rstrip(b"=").decode()
         assert record["ve_fairseq-0.12.3.dist-info/METADATA"] == f"sha256={digest},{len(metadata.encode())}"
 

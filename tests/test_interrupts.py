@@ -2,6 +2,7 @@
 11; preprocess: tests/test_destination_safety.py): one line instead of a
 traceback, exit status 130, and no half-written output. SIGINT goes to the
 real process's group, as a terminal sends it, after it has started writing."""
+
 import os
 import signal
 import subprocess
@@ -14,8 +15,23 @@ from tests.utils import REPO_ROOT, TINY_BART_ARGS, USER_DIR, make_tiny_data_bin,
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
-TRAIN = ["--task", "multidoc_summarization", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096",
-         "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation", "--num-workers", "0"]
+TRAIN = [
+    "--task",
+    "multidoc_summarization",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "4096",
+    "--no-progress-bar",
+    "--cpu",
+    "--seed",
+    "1",
+    "--disable-validation",
+    "--num-workers",
+    "0",
+]
 
 
 def environment():
@@ -60,9 +76,21 @@ def trained(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("interrupts"))
     data_bin = make_tiny_data_bin(work, train=12, valid=4, test=30, vocab_size=200)
     save_dir = os.path.join(work, "checkpoints")
-    parsed = options.parse_args_and_arch(options.get_training_parser(), [
-        data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir, *TRAIN, *TINY_BART_ARGS, "--max-update", "1",
-        "--no-epoch-checkpoints"])
+    parsed = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--save-dir",
+            save_dir,
+            *TRAIN,
+            *TINY_BART_ARGS,
+            "--max-update",
+            "1",
+            "--no-epoch-checkpoints",
+        ],
+    )
     main(convert_namespace_to_omegaconf(parsed))
     return {"data_bin": data_bin, "checkpoint": os.path.join(save_dir, "checkpoint_last.pt"), "work": work}
 
@@ -71,19 +99,38 @@ def test_ctrl_c_in_training_leaves_only_complete_checkpoints(trained, tmp_path):
     from mdsfair.checkpoints.stamping import verify
 
     save_dir = tmp_path / "run"
-    args = [trained["data_bin"], "--save-dir", str(save_dir), *TRAIN, *TINY_BART_ARGS, "--max-update", "100000",
-            "--save-interval-updates", "1", "--keep-interval-updates", "1", "--no-epoch-checkpoints"]
+    args = [
+        trained["data_bin"],
+        "--save-dir",
+        str(save_dir),
+        *TRAIN,
+        *TINY_BART_ARGS,
+        "--max-update",
+        "100000",
+        "--save-interval-updates",
+        "1",
+        "--keep-interval-updates",
+        "1",
+        "--no-epoch-checkpoints",
+    ]
     err_path = tmp_path / "err"
     with open(err_path, "w") as err:
-        process = subprocess.Popen(console_script("train_main", *args), stdout=subprocess.DEVNULL, stderr=err,
-                                   env=environment(), start_new_session=True, cwd=REPO_ROOT)
+        process = subprocess.Popen(
+            console_script("train_main", *args),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=environment(),
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
         wait_for(lambda: (save_dir / "checkpoint_last.pt").exists(), process, what="the first checkpoint")
         time.sleep(1.5)  # several more saves and copies: the interrupt may land inside one
         status, stderr = interrupt(process, err_path)
     assert status == 130, stderr[-3000:]
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert stderr.strip().splitlines()[-1] == (
-        f"mdsfair-train: interrupted; the checkpoints in {save_dir} are the last complete ones (none is half-written)")
+        f"mdsfair-train: interrupted; the checkpoints in {save_dir} are the last complete ones (none is half-written)"
+    )
     names = sorted(os.listdir(save_dir))
     assert "checkpoint_last.pt" in names and not [name for name in names if name.endswith(".tmp")], names
     for name in names:
@@ -92,8 +139,21 @@ def test_ctrl_c_in_training_leaves_only_complete_checkpoints(trained, tmp_path):
 
 
 def generate_args(trained, results, *extra):
-    return [trained["data_bin"], "--path", trained["checkpoint"], "--task", "multidoc_summarization",
-            "--gen-subset", "test", "--cpu", "--num-workers", "0", "--results-path", str(results), *extra]
+    return [
+        trained["data_bin"],
+        "--path",
+        trained["checkpoint"],
+        "--task",
+        "multidoc_summarization",
+        "--gen-subset",
+        "test",
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--results-path",
+        str(results),
+        *extra,
+    ]
 
 
 def test_ctrl_c_in_generation_leaves_the_earlier_results_file(trained, tmp_path):
@@ -105,12 +165,22 @@ def test_ctrl_c_in_generation_leaves_the_earlier_results_file(trained, tmp_path)
     # An untrained model rarely ends a hypothesis: up to 200 tokens, one cluster per batch.
     args = generate_args(trained, results, "--beam", "4", "--max-len-b", "200", "--batch-size", "1")
     with open(err_path, "w") as err:
-        process = subprocess.Popen(console_script("generate_main", *args), stdout=subprocess.DEVNULL, stderr=err,
-                                   env=environment(), start_new_session=True, cwd=REPO_ROOT)
+        process = subprocess.Popen(
+            console_script("generate_main", *args),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=environment(),
+            start_new_session=True,
+            cwd=REPO_ROOT,
+        )
 
         def started_writing():
-            return any(name.startswith("generate-test.txt") and os.path.getsize(os.path.join(root, name)) > 0
-                       for root, _, files in os.walk(results) if root != str(results) for name in files)
+            return any(
+                name.startswith("generate-test.txt") and os.path.getsize(os.path.join(root, name)) > 0
+                for root, _, files in os.walk(results)
+                if root != str(results)
+                for name in files
+            )
 
         wait_for(started_writing, process, what="the first hypotheses to be written")
         status, stderr = interrupt(process, err_path)
@@ -118,7 +188,8 @@ def test_ctrl_c_in_generation_leaves_the_earlier_results_file(trained, tmp_path)
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr
     assert stderr.strip().splitlines()[-1] == (
         f"mdsfair-generate: interrupted; nothing written to {results / 'generate-test.txt'} (partial output removed; "
-        "an earlier file is left as it was)")
+        "an earlier file is left as it was)"
+    )
     assert snapshot(results) == before
 
 
@@ -131,7 +202,10 @@ def test_a_finished_generation_replaces_the_results_file_whole(trained, tmp_path
     results = tmp_path / "new" / "results"
     parsed = options.parse_args_and_arch(
         options.get_generation_parser(),
-        generate_args(trained, results, "--beam", "2", "--max-len-b", "3", "--batch-size", "16", "--user-dir", USER_DIR))
+        generate_args(
+            trained, results, "--beam", "2", "--max-len-b", "3", "--batch-size", "16", "--user-dir", USER_DIR
+        ),
+    )
     results_written_whole(main)(parsed)
     assert os.listdir(results) == ["generate-test.txt"]  # no staging folder left
     lines = (results / "generate-test.txt").read_text(encoding="utf-8").splitlines()
@@ -140,7 +214,8 @@ def test_a_finished_generation_replaces_the_results_file_whole(trained, tmp_path
     failing = tmp_path / "failing"
     parsed = options.parse_args_and_arch(
         options.get_generation_parser(),
-        generate_args(trained, failing, "--beam", "2", "--max-len-b", "3", "--user-dir", USER_DIR))
+        generate_args(trained, failing, "--beam", "2", "--max-len-b", "3", "--user-dir", USER_DIR),
+    )
     parsed.path = str(tmp_path / "missing.pt")
     with pytest.raises(Exception):
         results_written_whole(main)(parsed)
@@ -156,10 +231,10 @@ def test_checkpoint_copies_and_saves_leave_the_old_file_whole_when_interrupted(t
     import shutil
 
     import torch
-
-    import mdsfair
     from fairseq import checkpoint_utils
     from fairseq.file_io import PathManager
+
+    import mdsfair
 
     mdsfair.register()
     source, last = tmp_path / "checkpoint_1_5.pt", tmp_path / "checkpoint_last.pt"

@@ -7,6 +7,7 @@ the file or inside a function, must point to the same layer or a lower one
 ``mdsfair/fairseq_patches.py`` may assign to an attribute of fairseq. The
 checks run on the repository and on synthetic bad modules (they can fail).
 """
+
 import ast
 import os
 import re
@@ -17,8 +18,21 @@ from tests.utils import REPO_ROOT
 #: Layers from the bottom up; a module belongs to the layer of its longest
 #: listed prefix and may import modules of its own layer or of lower ones.
 LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
-    ("foundation", ("mdsfair", "mdsfair._autoimport", "mdsfair.argument_types", "mdsfair.text", "mdsfair.raw_contract", "mdsfair.lexrank",
-                    "mdsfair.data", "mdsfair.checkpoint_loading", "mdsfair.checkpoints", "mdsfair.fairseq_patches")),
+    (
+        "foundation",
+        (
+            "mdsfair",
+            "mdsfair._autoimport",
+            "mdsfair.argument_types",
+            "mdsfair.text",
+            "mdsfair.raw_contract",
+            "mdsfair.lexrank",
+            "mdsfair.data",
+            "mdsfair.checkpoint_loading",
+            "mdsfair.checkpoints",
+            "mdsfair.fairseq_patches",
+        ),
+    ),
     ("modules", ("mdsfair.modules",)),
     ("generation", ("mdsfair.generation",)),
     ("models", ("mdsfair.models", "mdsfair.criterions")),
@@ -84,10 +98,16 @@ def is_package(module: str, sources: Dict[str, Tuple[str, str]]) -> bool:
 
 def is_main_guard(node: ast.AST) -> bool:
     """``if __name__ == "__main__":``"""
-    return (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1
-            and isinstance(node.test.ops[0], ast.Eq) and isinstance(node.test.left, ast.Name)
-            and node.test.left.id == "__name__" and isinstance(node.test.comparators[0], ast.Constant)
-            and node.test.comparators[0].value == "__main__")
+    return (
+        isinstance(node, ast.If)
+        and isinstance(node.test, ast.Compare)
+        and len(node.test.ops) == 1
+        and isinstance(node.test.ops[0], ast.Eq)
+        and isinstance(node.test.left, ast.Name)
+        and node.test.left.id == "__name__"
+        and isinstance(node.test.comparators[0], ast.Constant)
+        and node.test.comparators[0].value == "__main__"
+    )
 
 
 #: When an import runs: when the module is imported (its body, ifs and trys
@@ -120,8 +140,9 @@ def imported_modules(module: str, sources) -> Iterator[Tuple[str, int, str]]:
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
-            names = [f"{target}.{alias.name}" if f"{target}.{alias.name}" in sources else target
-                     for alias in node.names]
+            names = [
+                f"{target}.{alias.name}" if f"{target}.{alias.name}" in sources else target for alias in node.names
+            ]
         else:
             continue
         for name in names:
@@ -214,10 +235,14 @@ def fairseq_patches_outside_their_file(sources) -> List[str]:
         fairseq_names = set()
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                fairseq_names.update((a.asname or a.name).split(".")[0] for a in node.names
-                                     if a.name.split(".")[0] in FAIRSEQ_PACKAGES)
-            elif (isinstance(node, ast.ImportFrom) and not node.level
-                  and (node.module or "").split(".")[0] in FAIRSEQ_PACKAGES):
+                fairseq_names.update(
+                    (a.asname or a.name).split(".")[0] for a in node.names if a.name.split(".")[0] in FAIRSEQ_PACKAGES
+                )
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and not node.level
+                and (node.module or "").split(".")[0] in FAIRSEQ_PACKAGES
+            ):
                 fairseq_names.update(a.asname or a.name for a in node.names)
 
         def root(expression) -> Optional[str]:
@@ -234,8 +259,10 @@ def fairseq_patches_outside_their_file(sources) -> List[str]:
                 targets = node.args[:1]
             for target in targets:
                 if root(target) in fairseq_names:
-                    problems.append(f"{path}:{node.lineno}: assigns to fairseq's {ast.unparse(target)} "
-                                    f"(patches of fairseq belong in {PATCH_MODULE})")
+                    problems.append(
+                        f"{path}:{node.lineno}: assigns to fairseq's {ast.unparse(target)} "
+                        f"(patches of fairseq belong in {PATCH_MODULE})"
+                    )
     return problems
 
 
@@ -250,8 +277,9 @@ def repository_python_files() -> Iterator[Tuple[str, str]]:
     setup.py), links not followed (so each file is read once)."""
     skipped = {"__pycache__", "build", "dist", "node_modules"}
     for directory, subdirectories, files in os.walk(REPO_ROOT):
-        subdirectories[:] = sorted(d for d in subdirectories
-                                   if not d.startswith(".") and d not in skipped and not d.endswith(".egg-info"))
+        subdirectories[:] = sorted(
+            d for d in subdirectories if not d.startswith(".") and d not in skipped and not d.endswith(".egg-info")
+        )
         for name in sorted(files):
             path = os.path.join(directory, name)
             if name.endswith(".py") and not os.path.islink(path):
@@ -291,8 +319,11 @@ def import_time_aliasing(sources) -> List[str]:
             targets = []
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)):
                 targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in (
-                    "update", "setdefault", "__setitem__", "append", "extend", "insert"):
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("update", "setdefault", "__setitem__", "append", "extend", "insert")
+            ):
                 targets = [node.func.value]
             for target in targets:
                 while isinstance(target, ast.Subscript):
@@ -307,8 +338,11 @@ def setup_keywords() -> Dict[str, ast.expr]:
     """The keyword arguments of the ``setup()`` call of setup.py."""
     with open(os.path.join(REPO_ROOT, "setup.py"), encoding="utf-8") as handle:
         tree = ast.parse(handle.read(), "setup.py")
-    calls = [node for node in ast.walk(tree)
-             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setup"]
+    calls = [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setup"
+    ]
     assert len(calls) == 1
     return {keyword.arg: keyword.value for keyword in calls[0].keywords}
 
@@ -324,9 +358,14 @@ def missing_documents(files: Iterator[Tuple[str, str]]) -> List[Tuple[str, str]]
     """``(file, document)`` for every Markdown document (``ARCHITECTURE.md``,
     ``docs/data_contract.md``, ...) a Python file cites that is not in the
     repository (paths from the repository's root)."""
-    return sorted({(path, match.group(1)) for path, source in files
-                   for match in _CITED_DOCUMENT.finditer(source)
-                   if not os.path.exists(os.path.join(REPO_ROOT, match.group(1)))})
+    return sorted(
+        {
+            (path, match.group(1))
+            for path, source in files
+            for match in _CITED_DOCUMENT.finditer(source)
+            if not os.path.exists(os.path.join(REPO_ROOT, match.group(1)))
+        }
+    )
 
 
 # ------------------------------------------------------------------ tests
@@ -360,14 +399,16 @@ def synthetic(extra: Dict[str, str]) -> Dict[str, Tuple[str, str]]:
 
 
 def test_checks_fail_on_synthetic_bad_modules():
-    bad = synthetic({
-        # a module that imports a task (two layers up), lazily
-        "mdsfair.modules.bad_attention": "def f():\n    from mdsfair.tasks.multidoc_summarization import unwrap_model\n",
-        # the text layer importing evaluation, at module level
-        "mdsfair.text_bad": "from mdsfair.evaluation import rouge\n",
-        # a relative import from models up to the hub
-        "mdsfair.models.bad_model": "from ..hub_interface import HUB_ENTRIES\n",
-    })
+    bad = synthetic(
+        {
+            # a module that imports a task (two layers up), lazily
+            "mdsfair.modules.bad_attention": "def f():\n    from mdsfair.tasks.multidoc_summarization import unwrap_model\n",
+            # the text layer importing evaluation, at module level
+            "mdsfair.text_bad": "from mdsfair.evaluation import rouge\n",
+            # a relative import from models up to the hub
+            "mdsfair.models.bad_model": "from ..hub_interface import HUB_ENTRIES\n",
+        }
+    )
     problems = layering_violations(bad)
     assert problems == [
         "mdsfair/models/bad_model.py:1: mdsfair.models.bad_model (layer models) imports mdsfair.hub_interface "
@@ -381,49 +422,62 @@ def test_checks_fail_on_synthetic_bad_modules():
     allowed_at_import = synthetic({"mdsfair.models.hub": "from mdsfair.hub_interface import HUB_ENTRIES\n"})
     assert layering_violations(allowed_at_import) == [
         "mdsfair/models/hub.py:1: mdsfair.models.hub (layer models) imports mdsfair.hub_interface "
-        "(layer applications, above it)"]
-    as_program = synthetic({
-        "mdsfair.text_main": "import sys\nif __name__ == '__main__':\n    from mdsfair.evaluation import rouge\n",
-        "mdsfair.evaluation.runner": "import mdsfair.evaluation.runner_cli\n",
-        "mdsfair.evaluation.runner_cli": (
-            "from mdsfair.evaluation import runner\nif __name__ == '__main__':\n    import mdsfair.evaluation.runner\n"),
-    })
+        "(layer applications, above it)"
+    ]
+    as_program = synthetic(
+        {
+            "mdsfair.text_main": "import sys\nif __name__ == '__main__':\n    from mdsfair.evaluation import rouge\n",
+            "mdsfair.evaluation.runner": "import mdsfair.evaluation.runner_cli\n",
+            "mdsfair.evaluation.runner_cli": (
+                "from mdsfair.evaluation import runner\nif __name__ == '__main__':\n    import mdsfair.evaluation.runner\n"
+            ),
+        }
+    )
     assert layering_violations(as_program) == [
         "mdsfair/text_main.py:3: mdsfair.text_main (layer foundation) imports mdsfair.evaluation.rouge "
-        "(layer evaluation, above it)"]
+        "(layer evaluation, above it)"
+    ]
     assert [c for c in import_cycles(as_program, module_level_only=False) if "runner" in c[0]] == [
-        ["mdsfair.evaluation.runner", "mdsfair.evaluation.runner_cli"]]
+        ["mdsfair.evaluation.runner", "mdsfair.evaluation.runner_cli"]
+    ]
     # a program whose __main__ block imports its command, which imports the program's module back:
     # `python -m` would run the file twice (as __main__, then under its name)
-    handed_over = synthetic({
-        "mdsfair.evaluation.program": "import sys\nif __name__ == '__main__':\n    from mdsfair.evaluation import program_cli\n",
-        "mdsfair.evaluation.program_cli": "from mdsfair.evaluation.program import score\n",
-    })
+    handed_over = synthetic(
+        {
+            "mdsfair.evaluation.program": "import sys\nif __name__ == '__main__':\n    from mdsfair.evaluation import program_cli\n",
+            "mdsfair.evaluation.program_cli": "from mdsfair.evaluation.program import score\n",
+        }
+    )
     assert [c for c in import_cycles(handed_over) if "program" in c[0]] == [
-        ["mdsfair.evaluation.program", "mdsfair.evaluation.program_cli"]]
-    cyclic = synthetic({
-        "mdsfair.evaluation.cycle_a": "from mdsfair.evaluation import cycle_b\n",
-        "mdsfair.evaluation.cycle_b": "import mdsfair.evaluation.cycle_a\n",
-        "mdsfair.evaluation.lazy_a": "def f():\n    from mdsfair.evaluation import lazy_b\n",
-        "mdsfair.evaluation.lazy_b": "import mdsfair.evaluation.lazy_a\n",
-    })
+        ["mdsfair.evaluation.program", "mdsfair.evaluation.program_cli"]
+    ]
+    cyclic = synthetic(
+        {
+            "mdsfair.evaluation.cycle_a": "from mdsfair.evaluation import cycle_b\n",
+            "mdsfair.evaluation.cycle_b": "import mdsfair.evaluation.cycle_a\n",
+            "mdsfair.evaluation.lazy_a": "def f():\n    from mdsfair.evaluation import lazy_b\n",
+            "mdsfair.evaluation.lazy_b": "import mdsfair.evaluation.lazy_a\n",
+        }
+    )
     assert import_cycles(cyclic) == [["mdsfair.evaluation.cycle_a", "mdsfair.evaluation.cycle_b"]]
     assert [c for c in import_cycles(cyclic, module_level_only=False) if "evaluation" in c[0]] == [
         ["mdsfair.evaluation.cycle_a", "mdsfair.evaluation.cycle_b"],
         ["mdsfair.evaluation.lazy_a", "mdsfair.evaluation.lazy_b"],
     ]
-    patched = synthetic({
-        "mdsfair.models.sneaky": (
-            "from fairseq import checkpoint_utils\nimport fairseq.utils as fu\n"
-            "checkpoint_utils.load_checkpoint_to_cpu = print\n"
-            "def f():\n    setattr(fu, 'x', 1)\n"
-        ),
-        # the form mdsfair.cli once used: a fairseq_cli module's attribute, inside a function
-        "mdsfair.cli_sneaky": (
-            "def main():\n    from fairseq_cli import generate\n    import fairseq_cli.train\n"
-            "    generate.main = print\n    fairseq_cli.train.main = print\n"
-        ),
-    })
+    patched = synthetic(
+        {
+            "mdsfair.models.sneaky": (
+                "from fairseq import checkpoint_utils\nimport fairseq.utils as fu\n"
+                "checkpoint_utils.load_checkpoint_to_cpu = print\n"
+                "def f():\n    setattr(fu, 'x', 1)\n"
+            ),
+            # the form mdsfair.cli once used: a fairseq_cli module's attribute, inside a function
+            "mdsfair.cli_sneaky": (
+                "def main():\n    from fairseq_cli import generate\n    import fairseq_cli.train\n"
+                "    generate.main = print\n    fairseq_cli.train.main = print\n"
+            ),
+        }
+    )
     assert fairseq_patches_outside_their_file(patched) == [
         "mdsfair/cli_sneaky.py:4: assigns to fairseq's generate.main (patches of fairseq belong in "
         "mdsfair.fairseq_patches)",
@@ -471,17 +525,24 @@ def test_preprocess_has_one_spelling():
 
 
 def test_spelling_and_aliasing_checks_fail_on_synthetic_bad_modules():
-    assert bare_preprocess_imports([
-        ("tests/test_bad.py", "import preprocess.binarize\nfrom preprocess import pipeline\nfrom . import preprocess\n"),
-    ]) == [
+    assert bare_preprocess_imports(
+        [
+            (
+                "tests/test_bad.py",
+                "import preprocess.binarize\nfrom preprocess import pipeline\nfrom . import preprocess\n",
+            ),
+        ]
+    ) == [
         "tests/test_bad.py:1: imports preprocess.binarize; its name is mdsfair.preprocess.binarize",
         "tests/test_bad.py:2: imports preprocess; its name is mdsfair.preprocess",
     ]
-    aliasing = synthetic({
-        "mdsfair.alias_a": "import sys\nsys.modules['mdsfair.preprocess'] = object()\n",
-        "mdsfair.alias_b": "import sys, os\ndef f():\n    sys.modules.setdefault('x', None)\n",
-        "mdsfair.alias_c": "__path__.append('../preprocess')\n",
-    })
+    aliasing = synthetic(
+        {
+            "mdsfair.alias_a": "import sys\nsys.modules['mdsfair.preprocess'] = object()\n",
+            "mdsfair.alias_b": "import sys, os\ndef f():\n    sys.modules.setdefault('x', None)\n",
+            "mdsfair.alias_c": "__path__.append('../preprocess')\n",
+        }
+    )
     assert [problem for problem in import_time_aliasing(aliasing) if "alias_" in problem] == [
         "mdsfair/alias_a.py:2: writes to sys.modules (no module aliasing at import)",
         "mdsfair/alias_b.py:3: writes to sys.modules (no module aliasing at import)",
@@ -494,7 +555,8 @@ def test_docstrings_cite_documents_the_repository_has():
     files = [(path, source) for path, source in repository_python_files() if path != this_file]
     assert missing_documents(files) == sorted(KNOWN_MISSING_DOCUMENTS)
     assert missing_documents([("mdsfair/x.py", '"""The raw contract (DESIGN.md; README.md)."""')]) == [
-        ("mdsfair/x.py", "DESIGN.md")]
+        ("mdsfair/x.py", "DESIGN.md")
+    ]
 
 
 _REGISTERS_A_MODEL = re.compile(r"^@register_model\(", re.M)
@@ -505,8 +567,11 @@ def model_files_importing_model_files(sources) -> List[str]:
     registers a model with ``@register_model``) by another (issue 31: shared
     plumbing lives in the helpers of ``mdsfair.models`` and in
     ``mdsfair.modules``, not in another system's file)."""
-    model_files = {module for module, (_path, source) in sources.items()
-                   if module.startswith("mdsfair.models.") and _REGISTERS_A_MODEL.search(source)}
+    model_files = {
+        module
+        for module, (_path, source) in sources.items()
+        if module.startswith("mdsfair.models.") and _REGISTERS_A_MODEL.search(source)
+    }
     found = []
     for module in sorted(model_files):
         for imported, line, _when in imported_modules(module, sources):
@@ -517,13 +582,20 @@ def model_files_importing_model_files(sources) -> List[str]:
 
 def test_no_model_file_imports_another():
     sources = repository_sources()
-    assert len([m for m, (_p, s) in sources.items() if m.startswith("mdsfair.models.")
-                and _REGISTERS_A_MODEL.search(s)]) >= 7
+    assert (
+        len([m for m, (_p, s) in sources.items() if m.startswith("mdsfair.models.") and _REGISTERS_A_MODEL.search(s)])
+        >= 7
+    )
     assert model_files_importing_model_files(sources) == []
-    bad = synthetic({"mdsfair.models.bad_system": '@register_model("bad")\nclass Bad:\n    pass\n'
-                                                   "from mdsfair.models.led import LEDModel\n"})
+    bad = synthetic(
+        {
+            "mdsfair.models.bad_system": '@register_model("bad")\nclass Bad:\n    pass\n'
+            "from mdsfair.models.led import LEDModel\n"
+        }
+    )
     assert model_files_importing_model_files(bad) == [
-        "mdsfair/models/bad_system.py:4 imports the model file mdsfair.models.led"]
+        "mdsfair/models/bad_system.py:4 imports the model file mdsfair.models.led"
+    ]
 
 
 def reference_modules_importing_the_speed_ups(sources) -> List[str]:
@@ -534,7 +606,9 @@ def reference_modules_importing_the_speed_ups(sources) -> List[str]:
     found = []
     for module in sorted(sources):
         if not module.startswith(("mdsfair.modules.", "mdsfair.models.")) and module not in (
-                "mdsfair.modules", "mdsfair.models"):
+            "mdsfair.modules",
+            "mdsfair.models",
+        ):
             continue
         for name, line, _when in imported_modules(module, sources):
             if name == "mdsfair.generation.fast" or name.startswith("mdsfair.generation.fast."):
@@ -548,4 +622,5 @@ def test_no_reference_module_imports_the_decoding_speed_ups():
     assert reference_modules_importing_the_speed_ups(sources) == []
     bad = synthetic({"mdsfair.modules.bad_layer": "from mdsfair.generation.fast.step_linear import step_linear\n"})
     assert reference_modules_importing_the_speed_ups(bad) == [
-        "mdsfair/modules/bad_layer.py:1 imports mdsfair.generation.fast.step_linear"]
+        "mdsfair/modules/bad_layer.py:1 imports mdsfair.generation.fast.step_linear"
+    ]

@@ -20,6 +20,7 @@
   Hugging Face's ``generate`` (beam 4, length penalty, min/max length,
   ``no_repeat_ngram_size`` 3) on 4 sources.
 """
+
 import argparse
 
 import pytest
@@ -28,8 +29,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from mdsfair.models.led import LEDModel
 from mdsfair.modules.led_parameter_map import led_state_dict_from_hf
-from mdsfair.modules.self_attention_components import global_attention_mask, parse_attention_window
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS, LongformerSelfAttention
+from mdsfair.modules.self_attention_components import global_attention_mask, parse_attention_window
 from tests.import_fixtures import import_transformers
 from tests.tolerances import assert_close_in_dtype
 
@@ -49,8 +50,9 @@ def dense_reference(attention: LongformerSelfAttention, x, padding, is_global):
     allowed = (band[None] & ~(padding | is_global)[:, None, :]) | is_global[:, None, :]
     query = attention.heads(attention.q_proj(hidden) * attention.scaling)
     key, value = attention.heads(attention.k_proj(hidden)), attention.heads(attention.v_proj(hidden))
-    local = ((query @ key.transpose(-1, -2)).masked_fill(~allowed[:, None], float("-inf")).softmax(-1)
-             .nan_to_num(0.0) @ value)
+    local = (query @ key.transpose(-1, -2)).masked_fill(~allowed[:, None], float("-inf")).softmax(-1).nan_to_num(
+        0.0
+    ) @ value
     global_query = attention.heads(attention.q_global_proj(hidden) * attention.scaling)
     global_key = attention.heads(attention.k_global_proj(hidden))
     global_value = attention.heads(attention.v_global_proj(hidden))
@@ -70,7 +72,7 @@ def attention_inputs(length, batch_size=3, dim=16, dtype=torch.double, seed=0):
     is_global = torch.zeros(batch_size, length, dtype=torch.bool)
     cut = max(1, length // 3)
     if length > 3:
-        padding[1, length - cut:] = True
+        padding[1, length - cut :] = True
         padding[2, :cut] = True
     is_global[0, 0] = is_global[0, length - 1] = True
     is_global[1, length // 2] = True
@@ -90,8 +92,10 @@ def test_banded_attention_equals_dense_reference(window, length, implementation)
     torch.testing.assert_close(attention(x, padding, is_global), expected, atol=1e-12, rtol=1e-12)
     # without global tokens and padding
     torch.testing.assert_close(
-        attention(x), dense_reference(attention, x, torch.zeros_like(padding), torch.zeros_like(padding)),
-        atol=1e-12, rtol=1e-12,
+        attention(x),
+        dense_reference(attention, x, torch.zeros_like(padding), torch.zeros_like(padding)),
+        atol=1e-12,
+        rtol=1e-12,
     )
 
 
@@ -205,11 +209,26 @@ def hf_and_ours(transformers, windows, global_attention="first", seed=0, eos_boo
     (``eos_boost`` scales the </s> embedding row, which the tied output
     projection shares, so that random models end their summaries)."""
     config = transformers.LEDConfig(
-        vocab_size=VOCAB, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
-        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_encoder_position_embeddings=96,
-        max_decoder_position_embeddings=40, attention_window=list(windows), dropout=0.0, attention_dropout=0.0,
-        activation_dropout=0.0, activation_function="gelu", pad_token_id=1, bos_token_id=0, eos_token_id=2,
-        decoder_start_token_id=2, forced_bos_token_id=None,
+        vocab_size=VOCAB,
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_encoder_position_embeddings=96,
+        max_decoder_position_embeddings=40,
+        attention_window=list(windows),
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        activation_function="gelu",
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+        forced_bos_token_id=None,
     )
     torch.manual_seed(seed)
     hf = transformers.LEDForConditionalGeneration(config).eval()
@@ -219,11 +238,25 @@ def hf_and_ours(transformers, windows, global_attention="first", seed=0, eos_boo
                 parameter.normal_(0, 0.3)
         hf.led.shared.weight[2] *= eos_boost
     args = argparse.Namespace(
-        arch="led_tiny", task="multidoc_summarization", attention_window=",".join(map(str, windows)), global_attention=global_attention,
-        max_encoder_positions=96, max_source_positions=96, max_target_positions=40, encoder_layers=2,
-        decoder_layers=2, encoder_embed_dim=16, decoder_embed_dim=16, encoder_ffn_embed_dim=32,
-        decoder_ffn_embed_dim=32, encoder_attention_heads=2, decoder_attention_heads=2,
-        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, relu_dropout=0.0,
+        arch="led_tiny",
+        task="multidoc_summarization",
+        attention_window=",".join(map(str, windows)),
+        global_attention=global_attention,
+        max_encoder_positions=96,
+        max_source_positions=96,
+        max_target_positions=40,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_embed_dim=16,
+        decoder_embed_dim=16,
+        encoder_ffn_embed_dim=32,
+        decoder_ffn_embed_dim=32,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        relu_dropout=0.0,
     )
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
@@ -255,7 +288,7 @@ def source_batch(lengths, separators=(), seed=1, left_pad=False):
         return right, mask, right
     left = torch.full_like(right, 1)
     for row, length in enumerate(lengths):
-        left[row, width - length:] = right[row, :length]
+        left[row, width - length :] = right[row, :length]
     return right, mask, left
 
 
@@ -282,8 +315,9 @@ def test_teacher_forced_logits_equal_hugging_face_first(transformers, windows, l
     global_mask[:, 0] = 1
     assert global_attention_mask(ours_source, 1, "first").long().sum(1).tolist() == [1, 1, 1]
     with torch.no_grad():
-        expected = hf(input_ids=right, attention_mask=mask, global_attention_mask=global_mask,
-                      decoder_input_ids=decoder_input).logits
+        expected = hf(
+            input_ids=right, attention_mask=mask, global_attention_mask=global_mask, decoder_input_ids=decoder_input
+        ).logits
         logits, _ = model(ours_source, mask.sum(1), decoder_input)
     real = labels.ne(1)
     assert expected[real].std() > 0.5  # the comparison is not between near-constant logits
@@ -312,8 +346,9 @@ def test_teacher_forced_logits_equal_hugging_face_doc_sep(transformers, windows)
     ours_mask = global_attention_mask(right, 1, "doc-sep", SEPARATOR)
     assert ours_mask.long().equal(global_mask) and global_mask.sum().item() == 11
     with torch.no_grad():
-        expected = hf(input_ids=right, attention_mask=mask, global_attention_mask=global_mask,
-                      decoder_input_ids=decoder_input).logits
+        expected = hf(
+            input_ids=right, attention_mask=mask, global_attention_mask=global_mask, decoder_input_ids=decoder_input
+        ).logits
         logits, _ = model(right, mask.sum(1), decoder_input)
         # the same model with only the first token global computes something else
         model.encoder.self_attention_component.global_attention = "first"
@@ -337,13 +372,14 @@ def test_teacher_forced_logits_equal_hugging_face_documents(transformers):
         ids = torch.zeros(length, dtype=torch.long)
         for start in starts[row][1:]:
             ids[start:] += 1
-        doc_ids[row, width - length:] = ids
+        doc_ids[row, width - length :] = ids
         global_mask[row, starts[row]] = 1
     labels, decoder_input = target_batch([7, 11, 5])
     assert global_attention_mask(left, 1, "documents", src_doc_ids=doc_ids).sum().item() == 7
     with torch.no_grad():
-        expected = hf(input_ids=right, attention_mask=mask, global_attention_mask=global_mask,
-                      decoder_input_ids=decoder_input).logits
+        expected = hf(
+            input_ids=right, attention_mask=mask, global_attention_mask=global_mask, decoder_input_ids=decoder_input
+        ).logits
         logits, _ = model(left, mask.sum(1), decoder_input, src_doc_ids=doc_ids)
     real = labels.ne(1)
     # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
@@ -390,20 +426,39 @@ def test_best_beam_equals_hugging_face_generate(transformers, lenpen):
     min_len, max_len = 4, 30
 
     def beam_search(no_repeat_ngram_size):
-        generator = use_vectorized_ngram_blocker(SequenceGenerator(
-            [model], model.decoder.dictionary, beam_size=4, max_len_a=0, max_len_b=max_len, min_len=min_len,
-            len_penalty=lenpen, no_repeat_ngram_size=no_repeat_ngram_size,
-        ))
+        generator = use_vectorized_ngram_blocker(
+            SequenceGenerator(
+                [model],
+                model.decoder.dictionary,
+                beam_size=4,
+                max_len_a=0,
+                max_len_b=max_len,
+                min_len=min_len,
+                len_penalty=lenpen,
+                no_repeat_ngram_size=no_repeat_ngram_size,
+            )
+        )
         return generator.generate([model], {"net_input": {"src_tokens": right, "src_lengths": mask.sum(1)}})
 
     ours = beam_search(3)
     global_mask = torch.zeros_like(right)
     global_mask[:, 0] = 1
     theirs = hf.generate(
-        input_ids=right, attention_mask=mask, global_attention_mask=global_mask, num_beams=4,
-        length_penalty=lenpen, min_length=min_len + 1, max_length=max_len + 2, early_stopping=True,
-        no_repeat_ngram_size=3, suppress_tokens=[1], do_sample=False, forced_bos_token_id=None,
-        forced_eos_token_id=2, return_dict_in_generate=True, output_scores=True,
+        input_ids=right,
+        attention_mask=mask,
+        global_attention_mask=global_mask,
+        num_beams=4,
+        length_penalty=lenpen,
+        min_length=min_len + 1,
+        max_length=max_len + 2,
+        early_stopping=True,
+        no_repeat_ngram_size=3,
+        suppress_tokens=[1],
+        do_sample=False,
+        forced_bos_token_id=None,
+        forced_eos_token_id=2,
+        return_dict_in_generate=True,
+        output_scores=True,
     )
     lengths = []
     for index, hypotheses in enumerate(ours):
@@ -443,14 +498,47 @@ def primera_run(tmp_path_factory, contract_data):
     work = tmp_path_factory.mktemp("primera")
     data_bin = contract_data["data-bin"]
     save_dir = str(work / "checkpoints")
-    output = fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "primera",
-        *tiny_flags("primera"), "--attention-window", "8", "--max-source-positions", "256",
-        "--max-target-positions", "128", "--checkpoint-activations",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", "--optimizer", "adam",
-        "--lr", "1e-3", "--batch-size", "4", "--max-update", "2", "--save-dir", save_dir,
-        "--no-epoch-checkpoints", "--no-progress-bar", "--cpu", "--seed", "1", "--log-interval", "1",
-    ])
+    output = fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "primera",
+            *tiny_flags("primera"),
+            "--attention-window",
+            "8",
+            "--max-source-positions",
+            "256",
+            "--max-target-positions",
+            "128",
+            "--checkpoint-activations",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--batch-size",
+            "4",
+            "--max-update",
+            "2",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--log-interval",
+            "1",
+        ],
+    )
     assert "done training" in output
     return {"data_bin": data_bin, "checkpoint": os.path.join(save_dir, "checkpoint_last.pt"), "work": str(work)}
 
@@ -474,25 +562,73 @@ def test_generate_and_hub_decode_with_the_trained_global_attention(primera_run):
 
     from tests.utils import REPO_ROOT, USER_DIR, generate_in_process
 
-    generated = generate_in_process([
-        primera_run["data_bin"], "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--source-layout", "primera", "--path", primera_run["checkpoint"], "--gen-subset", "valid",
-        "--batch-size", "4", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--no-repeat-ngram-size", "3", "--cpu",
-    ], results_dir=os.path.join(primera_run["work"], "generate"))
+    generated = generate_in_process(
+        [
+            primera_run["data_bin"],
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--source-layout",
+            "primera",
+            "--path",
+            primera_run["checkpoint"],
+            "--gen-subset",
+            "valid",
+            "--batch-size",
+            "4",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "8",
+            "--min-len",
+            "2",
+            "--no-repeat-ngram-size",
+            "3",
+            "--cpu",
+        ],
+        results_dir=os.path.join(primera_run["work"], "generate"),
+    )
     hypotheses = [line for line in generated.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2, 3]
 
-    hub = torch.hub.load(REPO_ROOT, "led", model_dir=os.path.dirname(primera_run["checkpoint"]),
-                         checkpoint_file="checkpoint_last.pt", data_name_or_path=primera_run["data_bin"],
-                         source="local")
+    hub = torch.hub.load(
+        REPO_ROOT,
+        "led",
+        model_dir=os.path.dirname(primera_run["checkpoint"]),
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=primera_run["data_bin"],
+        source="local",
+    )
     encoder = hub.models[0].encoder
-    assert encoder.self_attention_component.global_attention == "doc-sep" and encoder.self_attention_component.windows == [8, 8]
-    assert encoder.self_attention_component.document_separator == hub.task.source_dictionary.index("<doc-sep>") != hub.task.source_dictionary.unk()
+    assert (
+        encoder.self_attention_component.global_attention == "doc-sep"
+        and encoder.self_attention_component.windows == [8, 8]
+    )
+    assert (
+        encoder.self_attention_component.document_separator
+        == hub.task.source_dictionary.index("<doc-sep>")
+        != hub.task.source_dictionary.unk()
+    )
 
 
-PRIMERA_GENERATE = ["--task", "multidoc_summarization", "--gen-subset", "valid",
-                    "--batch-size", "4", "--beam", "2", "--max-len-b", "8", "--min-len", "2", "--cpu",
-                    "--max-source-positions", "40"]
+PRIMERA_GENERATE = [
+    "--task",
+    "multidoc_summarization",
+    "--gen-subset",
+    "valid",
+    "--batch-size",
+    "4",
+    "--beam",
+    "2",
+    "--max-len-b",
+    "8",
+    "--min-len",
+    "2",
+    "--cpu",
+    "--max-source-positions",
+    "40",
+]
 
 
 def test_primera_checkpoint_on_a_data_bin_without_primera_layout_is_refused(primera_run, tmp_path):
@@ -500,16 +636,19 @@ def test_primera_checkpoint_on_a_data_bin_without_primera_layout_is_refused(prim
     (PRIMERA) checkpoint on a data-bin that records no PRIMERA layout, with
     no --source-layout, stops at once naming the flags to add (it decoded
     with no <doc-sep> and only <s> global, without a word)."""
-    import os
 
     from tests.utils import USER_DIR, generate_in_process
 
-    with pytest.raises(ValueError, match=r"--global-attention doc-sep.*source layout is 'documents'.*Add "
-                                         r"--source-layout primera --per-document-budget.*mdsfair-preprocess "
-                                         r"--source-layout primera"):
-        generate_in_process([primera_run["data_bin"], "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
-                             *PRIMERA_GENERATE],
-                            results_dir=str(tmp_path / "refused"))
+    with pytest.raises(
+        ValueError,
+        match=r"--global-attention doc-sep.*source layout is 'documents'.*Add "
+        r"--source-layout primera --per-document-budget.*mdsfair-preprocess "
+        r"--source-layout primera",
+    ):
+        generate_in_process(
+            [primera_run["data_bin"], "--user-dir", USER_DIR, "--path", primera_run["checkpoint"], *PRIMERA_GENERATE],
+            results_dir=str(tmp_path / "refused"),
+        )
 
 
 def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_data, tmp_path):
@@ -527,13 +666,27 @@ def test_primera_data_bin_decodes_as_the_task_flags_do(primera_run, contract_dat
 
     plain = primera_run["data_bin"]
     data_bin = str(tmp_path / "primera-bin")
-    run(["--input-dir", contract_data["raw"], "--destdir", data_bin, "--spm-model", os.path.join(plain, SPM_MODEL_NAME),
-         "--dict", os.path.join(plain, "dict.txt"), "--source-layout", "primera", "--no-progress-bar"])
+    run(
+        [
+            "--input-dir",
+            contract_data["raw"],
+            "--destdir",
+            data_bin,
+            "--spm-model",
+            os.path.join(plain, SPM_MODEL_NAME),
+            "--dict",
+            os.path.join(plain, "dict.txt"),
+            "--source-layout",
+            "primera",
+            "--no-progress-bar",
+        ]
+    )
 
     def generate(name, *flags, data=data_bin):
-        text = generate_in_process([data, "--user-dir", USER_DIR, "--path", primera_run["checkpoint"],
-                                    *PRIMERA_GENERATE, *flags],
-                                   results_dir=str(tmp_path / name))
+        text = generate_in_process(
+            [data, "--user-dir", USER_DIR, "--path", primera_run["checkpoint"], *PRIMERA_GENERATE, *flags],
+            results_dir=str(tmp_path / name),
+        )
         return sorted(line for line in text.splitlines() if line[:2] in ("S-", "H-"))
 
     recorded = generate("recorded")
@@ -560,10 +713,13 @@ def test_position_budget_is_checked_against_the_encoder_table(transformers):
         model.encoder(too_long)
 
 
-@pytest.mark.parametrize("arch, flags, expected", [
-    ("led_tiny", ("--global-attention", "documents"), "documents"),
-    ("primera", ("--attention-window", "8"), "doc-sep"),
-])
+@pytest.mark.parametrize(
+    "arch, flags, expected",
+    [
+        ("led_tiny", ("--global-attention", "documents"), "documents"),
+        ("primera", ("--attention-window", "8"), "doc-sep"),
+    ],
+)
 def test_global_tokens_of_a_task_batch(contract_data, arch, flags, expected):
     """On batches of the multidoc_summarization task: ``documents`` makes the
     first token of every document global (from the batch's src_doc_ids),

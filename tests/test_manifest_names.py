@@ -1,5 +1,6 @@
 """File names in ``mdsfair.json`` stay inside their data-bin, and a damaged
 manifest is reported with its path and what rebuilds it."""
+
 import json
 import os
 import shlex
@@ -41,9 +42,18 @@ def listing(directory):
         ("subword.model = '/etc/passwd'", lambda m: m["subword"].update(model="/etc/passwd")),
         ("files[0] = '../../notes.txt'", lambda m: m["files"].__setitem__(0, "../../notes.txt")),
         ("side_data = '../graph'", lambda m: m.update(side_data={"../graph": {}})),
-        ("splits.test.reference_files[0] = '../secret.txt'", lambda m: m["splits"]["test"].update(reference_files=["../secret.txt"])),
-        ("splits.train.skip_report = '../victim.txt'", lambda m: m["splits"]["train"].update(skip_report="../victim.txt")),
-        ("splits.train.skip_report = '/tmp/victim.txt'", lambda m: m["splits"]["train"].update(skip_report="/tmp/victim.txt")),
+        (
+            "splits.test.reference_files[0] = '../secret.txt'",
+            lambda m: m["splits"]["test"].update(reference_files=["../secret.txt"]),
+        ),
+        (
+            "splits.train.skip_report = '../victim.txt'",
+            lambda m: m["splits"]["train"].update(skip_report="../victim.txt"),
+        ),
+        (
+            "splits.train.skip_report = '/tmp/victim.txt'",
+            lambda m: m["splits"]["train"].update(skip_report="/tmp/victim.txt"),
+        ),
         ("structure[0] = 'sub/doc'", lambda m: m.update(structure=["sub/doc"])),
     ],
 )
@@ -69,13 +79,18 @@ def test_hub_copy_refuses_to_read_outside_the_data_bin(data_bin, tmp_path):
 
 def test_rouge_refuses_reference_files_outside_the_data_bin(data_bin, tmp_path):
     (tmp_path / "secret.txt").write_text("a line\n")
-    target = copy_with_manifest(data_bin, str(tmp_path), lambda m: m["splits"]["test"].update(reference_files=["../secret.txt"]))
+    target = copy_with_manifest(
+        data_bin, str(tmp_path), lambda m: m["splits"]["test"].update(reference_files=["../secret.txt"])
+    )
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("a line\n" * 4)
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     result = subprocess.run(
         [sys.executable, "-m", "mdsfair.evaluation.rouge", str(hyp), "--data-bin", target, "--split", "test", "--fast"],
-        capture_output=True, text=True, env=env, timeout=120,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert result.returncode != 0
     assert "splits.test.reference_files[0] = '../secret.txt'" in result.stderr and "Traceback" not in result.stderr
@@ -86,7 +101,10 @@ def test_rouge_refuses_reference_files_outside_the_data_bin(data_bin, tmp_path):
     [
         ("splits must be a JSON object, not list", lambda m: m.update(splits=["train"])),
         ("files must be a JSON list, not str 'dict.txt'", lambda m: m.update(files="dict.txt")),
-        ("splits.train.reference_files must be a JSON list", lambda m: m["splits"]["train"].update(reference_files="../x")),
+        (
+            "splits.train.reference_files must be a JSON list",
+            lambda m: m["splits"]["train"].update(reference_files="../x"),
+        ),
     ],
 )
 def test_a_malformed_name_entry_is_refused_by_entry(data_bin, tmp_path, entry, edit):
@@ -94,7 +112,10 @@ def test_a_malformed_name_entry_is_refused_by_entry(data_bin, tmp_path, entry, e
     with pytest.raises(ManifestError) as raised:
         read_manifest(target)
     message = str(raised.value)
-    assert message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: refusing a malformed manifest: ") and entry in message
+    assert (
+        message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: refusing a malformed manifest: ")
+        and entry in message
+    )
 
 
 def damage(folder, content):
@@ -106,7 +127,9 @@ def run_shell(command):
     subprocess.run(["sh", "-c", command], check=True, timeout=60)
 
 
-@pytest.mark.parametrize("content, state", [("", "is empty"), ('{"format": "mdsfair-binarized", "dictio', "is damaged")])
+@pytest.mark.parametrize(
+    "content, state", [("", "is empty"), ('{"format": "mdsfair-binarized", "dictio', "is damaged")]
+)
 def test_empty_or_cut_data_bin_manifest_says_to_move_it_aside_and_rebuild(data_bin, tmp_path, content, state):
     target = str(tmp_path / "data-bin")
     shutil.copytree(data_bin, target)
@@ -116,10 +139,12 @@ def test_empty_or_cut_data_bin_manifest_says_to_move_it_aside_and_rebuild(data_b
     message = str(raised.value)
     folder = shlex.quote(os.path.abspath(target))
     assert message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: the manifest {state}")
-    assert (f"mdsfair-preprocess --overwrite cannot tell which files of {target} it wrote without a sound manifest, "
-            f"so it refuses the folder: move it aside (mv {folder} {shlex.quote(os.path.abspath(target) + '.damaged')}) "
-            f"or remove it (rm -r {folder}), then build the data-bin again with mdsfair-preprocess (same options, same "
-            "--destdir)") in message
+    assert (
+        f"mdsfair-preprocess --overwrite cannot tell which files of {target} it wrote without a sound manifest, "
+        f"so it refuses the folder: move it aside (mv {folder} {shlex.quote(os.path.abspath(target) + '.damaged')}) "
+        f"or remove it (rm -r {folder}), then build the data-bin again with mdsfair-preprocess (same options, same "
+        "--destdir)"
+    ) in message
     # (following the hint through mdsfair-preprocess: tests/test_destination_safety.py)
 
 
@@ -136,8 +161,10 @@ def test_damaged_manifest_of_a_checkpoint_folder_says_to_copy_it_again_and_that_
     message = str(raised.value)
     assert "mdsfair-preprocess" not in message  # not a data-bin: rebuilding one would not restore this folder
     hint = f"cp DATA_BIN/{MANIFEST_NAME} {shlex.quote(os.path.abspath(model_dir))}/"
-    assert f"{model_dir} holds checkpoints, so its manifest is a copy: copy the manifest again from the data-bin " \
-           f"the model was trained on: {hint}" in message
+    assert (
+        f"{model_dir} holds checkpoints, so its manifest is a copy: copy the manifest again from the data-bin "
+        f"the model was trained on: {hint}" in message
+    )
     run_shell(hint.replace("DATA_BIN", shlex.quote(data_bin)))  # the hint, literally
     assert read_manifest(model_dir) == read_manifest(data_bin)
 

@@ -2,6 +2,7 @@
 (a higher version than :data:`mdsfair.data.manifest.MANIFEST_VERSION`) is
 refused with one line naming its manifest; an older one, or one without the
 entry, is read as it is."""
+
 import json
 import os
 import shutil
@@ -54,8 +55,10 @@ def test_a_newer_version_is_refused_in_one_line_naming_the_manifest(data_bin, tm
         read_manifest(target)
     message = str(raised.value)
     assert "\n" not in message
-    assert message.startswith(f"{os.path.join(target, MANIFEST_NAME)}: manifest version {MANIFEST_VERSION + 1} "
-                              "is newer than this mdsfair reads")
+    assert message.startswith(
+        f"{os.path.join(target, MANIFEST_NAME)}: manifest version {MANIFEST_VERSION + 1} "
+        "is newer than this mdsfair reads"
+    )
 
 
 @pytest.mark.parametrize("version", [MANIFEST_VERSION, MANIFEST_VERSION - 1, None])
@@ -81,8 +84,17 @@ def test_the_task_refuses_a_data_bin_of_a_newer_version(data_bin, tmp_path):
     from fairseq import options, tasks
 
     target = copy_with_version(data_bin, tmp_path, MANIFEST_VERSION + 1)
-    args = options.parse_args_and_arch(options.get_training_parser(), [
-        target, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
-    ])
+    args = options.parse_args_and_arch(
+        options.get_training_parser(),
+        [
+            target,
+            "--user-dir",
+            "mdsfair",
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "bart_base",
+        ],
+    )
     with pytest.raises(ManifestVersionError, match="is newer than this mdsfair reads"):
         tasks.setup_task(args)

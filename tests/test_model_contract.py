@@ -17,6 +17,7 @@ only what is specific to a system (its equations, the authors' code).
 * 2-process data-parallel gradients (gloo, one spawn for all architectures)
   equal one process on the combined batch.
 """
+
 import copy
 
 import pytest
@@ -60,8 +61,14 @@ def built(arch, data, *extra):
 
 
 def test_every_architecture_is_found_and_has_a_tiny_configuration():
-    assert {"hiertransformer", "hierencdec_bart_tiny", "pagesum_bart_base", "sparse_bart_large",
-            "dape_transformer", "paragraph_ranker"} <= set(ARCHITECTURES)
+    assert {
+        "hiertransformer",
+        "hierencdec_bart_tiny",
+        "pagesum_bart_base",
+        "sparse_bart_large",
+        "dape_transformer",
+        "paragraph_ranker",
+    } <= set(ARCHITECTURES)
     missing = []
     for arch in ARCHITECTURES:
         try:
@@ -216,13 +223,18 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
     dataset = built_model.dataset("test")
     gen_cfg = copy.deepcopy(built_model.cfg.generation)
     gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = (
-        GENERATION["beam"], GENERATION["max_len_b"], GENERATION["min_len"], 0
+        GENERATION["beam"],
+        GENERATION["max_len_b"],
+        GENERATION["min_len"],
+        0,
     )
     sequence_generator = task.build_generator([model], gen_cfg)
     generated = {}
     with torch.no_grad():
         for start in range(0, len(dataset), 2):
-            sample = contract.to_test_device(dataset.collater([dataset[i] for i in range(start, min(start + 2, len(dataset)))]))
+            sample = contract.to_test_device(
+                dataset.collater([dataset[i] for i in range(start, min(start + 2, len(dataset)))])
+            )
             hypotheses = task.inference_step(sequence_generator, [model], sample)
             for index, hypotheses_of_one in zip(sample["id"].tolist(), hypotheses):
                 generated[index] = hypotheses_of_one[0]
@@ -347,8 +359,12 @@ def data_parallel_runs(data):
     if contract.test_device().type != "cpu":
         pytest.skip("the gloo workers train on CPU; compared with a CPU reference only")
     runs = [
-        WorkerRun("pytorch_ddp", train_args=tuple(contract.train_args(arch)),
-                  data_dir=data[contract.family(arch).data], name=arch)
+        WorkerRun(
+            "pytorch_ddp",
+            train_args=tuple(contract.train_args(arch)),
+            data_dir=data[contract.family(arch).data],
+            name=arch,
+        )
         for arch in ARCHITECTURES
     ]
     first = runs[0]

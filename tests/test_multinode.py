@@ -3,6 +3,7 @@ launches (``--nnodes 2``, node ranks 0 and 1, rendezvous on localhost) of
 ``mdsfair-train`` end with the weights of one process with ``--update-freq 2``;
 the set-ups that fail inside fairseq (FSDP, c10d DDP on CPU, a CPU world size
 without torchrun) are refused with what to use instead."""
+
 import os
 import socket
 import subprocess
@@ -17,11 +18,34 @@ from tests.utils import REPO_ROOT, make_tiny_data_bin
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 MODEL = [
-    "--task", "multidoc_summarization", "--arch", "hiertransformer_tiny",
-    "--dropout", "0", "--attention-dropout", "0", "--relu-dropout", "0",
-    "--max-source-positions", "128", "--max-target-positions", "64",
-    "--optimizer", "adam", "--lr", "1e-3", "--batch-size", "2", "--max-update", "2", "--seed", "3",
-    "--cpu", "--disable-validation", "--no-progress-bar", "--no-epoch-checkpoints",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "hiertransformer_tiny",
+    "--dropout",
+    "0",
+    "--attention-dropout",
+    "0",
+    "--relu-dropout",
+    "0",
+    "--max-source-positions",
+    "128",
+    "--max-target-positions",
+    "64",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--batch-size",
+    "2",
+    "--max-update",
+    "2",
+    "--seed",
+    "3",
+    "--cpu",
+    "--disable-validation",
+    "--no-progress-bar",
+    "--no-epoch-checkpoints",
 ]
 TRAIN_SCRIPT = "from mdsfair.cli import train_main\ntrain_main()\n"
 
@@ -49,9 +73,23 @@ def final_weights(save_dir):
 def test_torchrun_settings_fill_only_what_is_missing():
     env = {"WORLD_SIZE": "4", "RANK": "3", "LOCAL_RANK": "1", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
     filled = with_torchrun_settings(["data", "--cpu", "--ddp-backend", "no_c10d"], env)
-    assert filled == ["data", "--cpu", "--ddp-backend", "no_c10d", "--distributed-world-size", "4",
-                      "--distributed-rank", "3", "--device-id", "1", "--distributed-no-spawn",
-                      "--distributed-init-method", "env://", "--distributed-backend", "gloo"]
+    assert filled == [
+        "data",
+        "--cpu",
+        "--ddp-backend",
+        "no_c10d",
+        "--distributed-world-size",
+        "4",
+        "--distributed-rank",
+        "3",
+        "--device-id",
+        "1",
+        "--distributed-no-spawn",
+        "--distributed-init-method",
+        "env://",
+        "--distributed-backend",
+        "gloo",
+    ]
     on_gpu = with_torchrun_settings(["data", "--distributed-rank=3"], env)
     assert "--ddp-backend" not in on_gpu and "--distributed-backend" not in on_gpu
     assert on_gpu.count("--distributed-rank") == 0 and "--distributed-rank=3" in on_gpu
@@ -64,9 +102,26 @@ def test_two_torchrun_nodes_equal_one_process_with_update_freq_2(data_bin, tmp_p
     port = str(free_port())
     nodes = []
     for rank in (0, 1):
-        command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(rank),
-                   "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port", port,
-                   str(script), data_bin, *MODEL, "--save-dir", str(tmp_path / "two_nodes")]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--node-rank",
+            str(rank),
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            str(script),
+            data_bin,
+            *MODEL,
+            "--save-dir",
+            str(tmp_path / "two_nodes"),
+        ]
         log = open(tmp_path / f"node{rank}.log", "w")
         nodes.append((subprocess.Popen(command, env=environment(), stdout=log, stderr=subprocess.STDOUT), log))
     for process, log in nodes:
@@ -79,7 +134,10 @@ def test_two_torchrun_nodes_equal_one_process_with_update_freq_2(data_bin, tmp_p
 
     single = subprocess.run(
         [sys.executable, str(script), data_bin, *MODEL, "--update-freq", "2", "--save-dir", str(tmp_path / "one")],
-        env=environment(), capture_output=True, text=True, timeout=400,
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=400,
     )
     assert single.returncode == 0, single.stderr[-3000:]
     (two, two_updates), (one, one_updates) = final_weights(tmp_path / "two_nodes"), final_weights(tmp_path / "one")
@@ -94,14 +152,34 @@ def test_fully_sharded_is_refused_with_the_alternative(data_bin, tmp_path):
     mdsfair-train before fairseq starts, and by the task for fairseq-train."""
     script = tmp_path / "mdsfair_train.py"
     script.write_text(TRAIN_SCRIPT, encoding="utf-8")
-    wrapped = subprocess.run([sys.executable, str(script), data_bin, *MODEL, "--ddp-backend", "fully_sharded"],
-                             env=environment(), capture_output=True, text=True, timeout=300)
+    wrapped = subprocess.run(
+        [sys.executable, str(script), data_bin, *MODEL, "--ddp-backend", "fully_sharded"],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert wrapped.returncode == 2 and "Traceback" not in wrapped.stderr
     assert "--checkpoint-activations and --update-freq" in wrapped.stderr
-    plain = subprocess.run([sys.executable, "-m", "fairseq_cli.train", data_bin, "--user-dir",
-                            os.path.join(REPO_ROOT, "mdsfair"), *MODEL, "--ddp-backend", "fully_sharded",
-                            "--save-dir", str(tmp_path / "fsdp")], env=environment(), capture_output=True, text=True,
-                           timeout=300)
+    plain = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            data_bin,
+            "--user-dir",
+            os.path.join(REPO_ROOT, "mdsfair"),
+            *MODEL,
+            "--ddp-backend",
+            "fully_sharded",
+            "--save-dir",
+            str(tmp_path / "fsdp"),
+        ],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert plain.returncode != 0 and "is not supported by mdsfair" in plain.stderr
     assert not os.path.exists(tmp_path / "fsdp" / "checkpoint_last.pt")
 
@@ -111,8 +189,13 @@ def test_cpu_world_size_without_torchrun_is_refused(data_bin, tmp_path):
     trained nothing."""
     script = tmp_path / "mdsfair_train.py"
     script.write_text(TRAIN_SCRIPT, encoding="utf-8")
-    result = subprocess.run([sys.executable, str(script), data_bin, *MODEL, "--distributed-world-size", "2"],
-                            env=environment(), capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, str(script), data_bin, *MODEL, "--distributed-world-size", "2"],
+        env=environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 2 and "torchrun --nproc-per-node 2" in result.stderr
 
 

@@ -2,13 +2,13 @@
 mdsfair's vectorized blocker equals a reference loop, and the generators the
 task builds never repeat an n-gram, for every model family and every path
 that generates (fairseq-generate, the hub, the analysis commands)."""
+
 import json
 import math
 import os
 
 import pytest
 import torch
-
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.dataclass.configs import GenerationConfig
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
@@ -34,7 +34,7 @@ def reference_banned_tokens(history, n):
     history; the start symbol (position 0) is never itself banned."""
     banned = []
     for tokens in history:
-        prefix = tokens[len(tokens) - (n - 1):] if n > 1 else []
+        prefix = tokens[len(tokens) - (n - 1) :] if n > 1 else []
         hypothesis_banned = set()
         for start in range(len(tokens) - n + 1):
             if start + n - 1 == 0:
@@ -170,14 +170,29 @@ def workdir(tmp_path_factory):
 def data_bin(workdir):
     """One data-bin every family reads (DAPE needs the dependency arcs; the
     task gives other models only the inputs their forward accepts)."""
-    return make_tiny_data_bin(workdir, train=4, valid=4, test=4, vocab_size=300,
-                              extra_args=["--side-data", "dep_head", "dep_rel"])
+    return make_tiny_data_bin(
+        workdir, train=4, valid=4, test=4, vocab_size=300, extra_args=["--side-data", "dep_head", "dep_rel"]
+    )
 
 
 TINY_TRANSFORMER_ARGS = [
-    "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "4",
-    "--decoder-attention-heads", "4", "--share-all-embeddings",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
 ]
 FAMILIES = {  # name: (arguments, the model class they build)
     "transformer": (["--arch", "transformer", *TINY_TRANSFORMER_ARGS], "TransformerModel"),
@@ -185,8 +200,10 @@ FAMILIES = {  # name: (arguments, the model class they build)
     "hiertransformer": (["--arch", "hiertransformer_tiny"], "HierarchicalTransformerModel"),
     "hierencdec_bart": (["--arch", "hierencdec_bart_tiny"], "HierEncDecBARTModel"),
     "pagesum_bart": (["--arch", "pagesum_bart_tiny", "--num-pages", "3"], "PageSumBARTModel"),
-    "sparse_bart": (["--arch", "sparse_bart_tiny", "--top-r", "2", "--task", "multidoc_summarization_sparse"],
-                    "SparseBARTModel"),
+    "sparse_bart": (
+        ["--arch", "sparse_bart_tiny", "--top-r", "2", "--task", "multidoc_summarization_sparse"],
+        "SparseBARTModel",
+    ),
     "dape_transformer": (["--arch", "dape_transformer_tiny"], "DapeTransformerModel"),
 }
 GENERATION = dict(beam=4, max_len_b=16, min_len=16)
@@ -196,8 +213,20 @@ BATCH = 3
 def build(data_bin, family):
     """A tiny model of ``family`` with seeded random weights scaled up (a
     sharp random model, which repeats itself) and its task."""
-    argv = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--max-source-positions", "512",
-            "--dropout", "0", "--seed", "1", *FAMILIES[family][0]]
+    argv = [
+        data_bin,
+        "--user-dir",
+        USER_DIR,
+        "--task",
+        "multidoc_summarization",
+        "--max-source-positions",
+        "512",
+        "--dropout",
+        "0",
+        "--seed",
+        "1",
+        *FAMILIES[family][0],
+    ]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     task = tasks.setup_task(args)
     torch.manual_seed(0)
@@ -224,8 +253,9 @@ def test_fairseq_sequence_generator_hands_the_blocker_the_whole_padded_buffer(da
     reason its blocker sees only <pad>), and so repeats trigrams with
     blocking on."""
     _, task, model = build(data_bin, "transformer")
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=16, min_len=16,
-                                  no_repeat_ngram_size=3)
+    generator = SequenceGenerator(
+        [model], task.target_dictionary, beam_size=4, max_len_b=16, min_len=16, no_repeat_ngram_size=3
+    )
     assert type(generator.repeat_ngram_blocker) is NGramRepeatBlock
     calls = []
     stock_forward = generator.repeat_ngram_blocker.forward
@@ -308,7 +338,9 @@ def test_analysis_commands_generate_with_the_blocker(data_bin, first_test_exampl
     from mdsfair.evaluation.page_importance import generated_summaries
 
     _, task, model = build(data_bin, "pagesum_bart")
-    blocked = generated_summaries(task, model, first_test_examples, GenerationConfig(**GENERATION, no_repeat_ngram_size=3))
+    blocked = generated_summaries(
+        task, model, first_test_examples, GenerationConfig(**GENERATION, no_repeat_ngram_size=3)
+    )
     unblocked = generated_summaries(task, model, first_test_examples, GenerationConfig(**GENERATION))
     assert not any(has_repeated_ngram(summary.tolist()) for summary in blocked)
     assert any(has_repeated_ngram(summary.tolist()) for summary in unblocked)
@@ -333,19 +365,54 @@ def test_hub_summarize_and_fairseq_generate_block_trigrams(data_bin, workdir, tm
     # fairseq-generate on a checkpoint of the same weights
     path = str(tmp_path / "checkpoint.pt")
     checkpoint_utils.torch_persistent_save(
-        {"cfg": cfg, "model": model.state_dict(), "args": None, "extra_state": {},
-         "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam",
-                                "lr_scheduler_state": {}, "num_updates": 0}]},
+        {
+            "cfg": cfg,
+            "model": model.state_dict(),
+            "args": None,
+            "extra_state": {},
+            "optimizer_history": [
+                {
+                    "criterion_name": "CrossEntropyCriterion",
+                    "optimizer_name": "Adam",
+                    "lr_scheduler_state": {},
+                    "num_updates": 0,
+                }
+            ],
+        },
         path,
     )
     generated = {}
     for n in (0, 3):
         results = str(tmp_path / f"results{n}")
         output = generate_in_process(
-            [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", path,
-             "--gen-subset", "test", "--beam", "4", "--nbest", "4", "--max-len-b", "16", "--min-len", "16",
-             "--no-repeat-ngram-size", str(n), "--batch-size", "2", "--num-workers", "0", "--cpu",
-             "--max-source-positions", "512"],
+            [
+                data_bin,
+                "--user-dir",
+                USER_DIR,
+                "--task",
+                "multidoc_summarization",
+                "--path",
+                path,
+                "--gen-subset",
+                "test",
+                "--beam",
+                "4",
+                "--nbest",
+                "4",
+                "--max-len-b",
+                "16",
+                "--min-len",
+                "16",
+                "--no-repeat-ngram-size",
+                str(n),
+                "--batch-size",
+                "2",
+                "--num-workers",
+                "0",
+                "--cpu",
+                "--max-source-positions",
+                "512",
+            ],
             results,
         )
         generated[n] = [line.split("\t")[2].split() for line in output.splitlines() if line.startswith("H-")]

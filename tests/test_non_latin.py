@@ -1,4 +1,5 @@
 """Non-Latin text: sentence splitting and ROUGE give no silently wrong results."""
+
 import logging
 
 from rouge_score import tokenizers
@@ -9,7 +10,12 @@ from mdsfair.text import mostly_non_latin, non_latin_share, split_sentences
 
 
 def test_splitter_cuts_chinese_sentences_with_or_without_space():
-    assert split_sentences("今天天气很好。我们去公园吧！你来吗？好的") == ["今天天气很好。", "我们去公园吧！", "你来吗？", "好的"]
+    assert split_sentences("今天天气很好。我们去公园吧！你来吗？好的") == [
+        "今天天气很好。",
+        "我们去公园吧！",
+        "你来吗？",
+        "好的",
+    ]
     # closing brackets stay with the sentence they close; ASCII "!" before Han ends a sentence
     assert split_sentences("他说：「你好。」然后走了。") == ["他说：「你好。」", "然后走了。"]
     assert split_sentences("Hello!你好。") == ["Hello!", "你好。"]
@@ -22,7 +28,11 @@ def test_splitter_cuts_arabic_and_urdu_sentences():
 
 def test_splitter_english_rules_unchanged():
     text = "Mr. Smith went to Washington. He saw the U.S. Capitol! It was 3.5 m tall. and so on"
-    assert split_sentences(text) == ["Mr. Smith went to Washington.", "He saw the U.S. Capitol!", "It was 3.5 m tall. and so on"]
+    assert split_sentences(text) == [
+        "Mr. Smith went to Washington.",
+        "He saw the U.S. Capitol!",
+        "It was 3.5 m tall. and so on",
+    ]
     assert split_sentences("the cat sat . the dog ran .") == ["the cat sat .", "the dog ran ."]
 
 
@@ -63,10 +73,18 @@ def test_official_rouge_warns_on_non_latin_references(caplog):
 def test_preprocessing_rule_splitter_cuts_chinese_arabic_and_cyrillic_sentences():
     from mdsfair.preprocess.structure import split_sentences_rule
 
-    assert split_sentences_rule("今天天气很好。我们去公园吧！你来吗？好的") == ["今天天气很好。", "我们去公园吧！", "你来吗？", "好的"]
+    assert split_sentences_rule("今天天气很好。我们去公园吧！你来吗？好的") == [
+        "今天天气很好。",
+        "我们去公园吧！",
+        "你来吗？",
+        "好的",
+    ]
     assert split_sentences_rule("كيف حالك؟ أنا بخير. شكرا لك") == ["كيف حالك؟", "أنا بخير.", "شكرا لك"]
     assert split_sentences_rule("یہ ایک جملہ ہے۔ یہ دوسرا ہے۔") == ["یہ ایک جملہ ہے۔", "یہ دوسرا ہے۔"]
     assert split_sentences_rule("Он пришёл. Она ушла. и всё") == ["Он пришёл.", "Она ушла. и всё"]
     # English rules unchanged: abbreviations, initials, decimals, a lower-case (accented) word after a period
     assert split_sentences_rule("Mr. Smith met J. Smith. It was 3.5 m tall. and élan. Étude") == [
-        "Mr. Smith met J. Smith.", "It was 3.5 m tall. and élan.", "Étude"]
+        "Mr. Smith met J. Smith.",
+        "It was 3.5 m tall. and élan.",
+        "Étude",
+    ]

@@ -12,6 +12,7 @@ which also reports the counts; deterministic on CPU for the pinned torch):
 Only these targets are asserted: the counts themselves are the benchmark's
 to report, not a ceiling for the code to be shaped by.
 """
+
 import pytest
 import torch
 

@@ -1,19 +1,26 @@
 """PageSum on BART (Liu et al. 2022): pages, model equivalences, generation, CLI."""
+
 import json
 import logging
 import os
 
 import pytest
 import torch
-
 from fairseq import options, tasks
 from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 
 from mdsfair.generation.sequence_generator import use_vectorized_ngram_blocker
 from mdsfair.modules.pages import PageBuilder, filler_page_tokens, spatial_pages, unit_rank
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin, generate_in_process
 from tests.tolerances import assert_close_in_dtype
+from tests.utils import (
+    REPO_ROOT,
+    USER_DIR,
+    fairseq_cli,
+    generate_in_process,
+    make_tiny_bart_checkpoint,
+    make_tiny_data_bin,
+)
 
 BOS, PAD, EOS = 0, 1, 2
 
@@ -49,22 +56,30 @@ def loop_pages(tokens, unit_ids, locality, num_pages, page_tokens, overflow="tru
 
 def example_batch():
     """Two examples (the second padded) with documents, paragraphs, sentences."""
-    tokens = torch.tensor([
-        [BOS, 10, 11, 12, 13, BOS, 14, 15, 16, BOS, 17, 18, 19, 20, 21, EOS],
-        [BOS, 30, 31, 32, BOS, 33, 34, EOS, PAD, PAD, PAD, PAD, PAD, PAD, PAD, PAD],
-    ])
-    doc = torch.tensor([
-        [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2],
-        [0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1],
-    ])
-    para = torch.tensor([
-        [0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5],
-        [0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1],
-    ])
-    sent = torch.tensor([
-        [0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 8, 8],
-        [0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1],
-    ])
+    tokens = torch.tensor(
+        [
+            [BOS, 10, 11, 12, 13, BOS, 14, 15, 16, BOS, 17, 18, 19, 20, 21, EOS],
+            [BOS, 30, 31, 32, BOS, 33, 34, EOS, PAD, PAD, PAD, PAD, PAD, PAD, PAD, PAD],
+        ]
+    )
+    doc = torch.tensor(
+        [
+            [0, 0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2],
+            [0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1],
+        ]
+    )
+    para = torch.tensor(
+        [
+            [0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 3, 4, 4, 5, 5, 5],
+            [0, 0, 0, 0, 1, 1, 1, 1, -1, -1, -1, -1, -1, -1, -1, -1],
+        ]
+    )
+    sent = torch.tensor(
+        [
+            [0, 0, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 7, 8, 8, 8],
+            [0, 0, 1, 1, 2, 2, 3, 3, -1, -1, -1, -1, -1, -1, -1, -1],
+        ]
+    )
     return tokens, doc, para, sent
 
 
@@ -95,7 +110,9 @@ def test_page_builder_matches_loop_reference(locality, unit, num_pages, page_tok
     layout = builder(tokens, doc, para, sent)
     ids = {"spatial": sent, "document": doc}.get(locality, para if unit == "paragraph" else doc)
     for example in range(2):
-        expected = loop_pages(tokens[example].tolist(), ids[example].tolist(), locality, num_pages, page_tokens, overflow)
+        expected = loop_pages(
+            tokens[example].tolist(), ids[example].tolist(), locality, num_pages, page_tokens, overflow
+        )
         assert layout_pages(layout, example) == expected
     # every kept slot points back at the source token it holds
     slots = layout.source_position >= 0
@@ -155,8 +172,17 @@ def test_spatial_remainder_to_last_page_is_the_authors_arithmetic():
     tokens = torch.tensor([[BOS, 10, 11, 12, 13, 14, EOS]])
     sent = torch.tensor([[0, 0, 0, 1, 2, 2, 2]])
     for empty_pages, filler in (("mask", None), ("filler", [4])):
-        layout = PageBuilder("spatial", 7, 1024, BOS, EOS, PAD, spatial_remainder_to_last_page=True,
-                             empty_pages=empty_pages, filler_tokens=filler)(tokens, src_sent_ids=sent)
+        layout = PageBuilder(
+            "spatial",
+            7,
+            1024,
+            BOS,
+            EOS,
+            PAD,
+            spatial_remainder_to_last_page=True,
+            empty_pages=empty_pages,
+            filler_tokens=filler,
+        )(tokens, src_sent_ids=sent)
         assert layout.num_pages == 7
         assert [t for t in layout.tokens[0, 6].tolist() if t != PAD] == [BOS, 10, 11, 12, 13, 14, EOS]
         empty = [[t for t in page if t != PAD] for page in layout.tokens[0, :6].tolist()]
@@ -184,7 +210,7 @@ def test_recipe_learning_rate_is_eq_11():
     optimizer = SGD(Namespace(lr=[2e-5], momentum=0.0, weight_decay=0.0), [torch.nn.Parameter(torch.zeros(1))])
     scheduler = InverseSquareRootSchedule(cfg, optimizer)
     for step in (1, 10, 5000, 9999, 10000, 10001, 50000, 200000):
-        eq_11 = 2e-3 * min(step ** -0.5, step * 10000 ** -1.5)
+        eq_11 = 2e-3 * min(step**-0.5, step * 10000**-1.5)
         assert scheduler.step_update(step) == pytest.approx(eq_11, rel=1e-12), step
         assert optimizer.get_lr() == scheduler.step_update(step)
 
@@ -287,8 +313,20 @@ def build(data_bin, arch="pagesum_bart_tiny", extra=()):
     parser = options.get_training_parser()
     args = options.parse_args_and_arch(
         parser,
-        [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", arch,
-         "--max-source-positions", "4096", "--dropout", "0", *extra],
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            arch,
+            "--max-source-positions",
+            "4096",
+            "--dropout",
+            "0",
+            *extra,
+        ],
     )
     task = tasks.setup_task(args)
     torch.manual_seed(0)
@@ -318,8 +356,12 @@ def single_document_batch(vocab_size):
     prev = torch.randint(4, vocab_size, (2, 6), generator=g)
     prev[:, 0] = EOS
     return {
-        "src_tokens": tokens, "src_lengths": real.sum(1), "prev_output_tokens": prev,
-        "src_doc_ids": structure, "src_para_ids": structure, "src_sent_ids": sentence,
+        "src_tokens": tokens,
+        "src_lengths": real.sum(1),
+        "prev_output_tokens": prev,
+        "src_doc_ids": structure,
+        "src_para_ids": structure,
+        "src_sent_ids": sentence,
     }
 
 
@@ -335,10 +377,32 @@ def test_one_page_equals_bart_and_restores_bart_checkpoint(data_bin, bart_checkp
 
     parser = options.get_training_parser()
     bart_args = options.parse_args_and_arch(
-        parser, [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "bart_base",
-                 "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "32",
-                 "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-                 "--encoder-attention-heads", "4", "--decoder-attention-heads", "4"],
+        parser,
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "bart_base",
+            "--encoder-layers",
+            "2",
+            "--decoder-layers",
+            "2",
+            "--encoder-embed-dim",
+            "32",
+            "--decoder-embed-dim",
+            "32",
+            "--encoder-ffn-embed-dim",
+            "64",
+            "--decoder-ffn-embed-dim",
+            "64",
+            "--encoder-attention-heads",
+            "4",
+            "--decoder-attention-heads",
+            "4",
+        ],
     )
     bart = BARTModel.build_model(bart_args, task).eval()
     bart.load_state_dict(dict(bart_state), strict=True)
@@ -380,8 +444,10 @@ def test_empty_pages_filler_is_the_authors_page_and_joins_the_softmax(data_bin):
     from mdsfair.preprocess.subword import load_encoder_from_manifest
 
     task, masked = build(data_bin, extra=["--locality", "document", "--num-pages", "7", "--max-documents", "3"])
-    _, filler = build(data_bin, extra=["--locality", "document", "--num-pages", "7", "--max-documents", "3",
-                                       "--empty-pages", "filler"])
+    _, filler = build(
+        data_bin,
+        extra=["--locality", "document", "--num-pages", "7", "--max-documents", "3", "--empty-pages", "filler"],
+    )
     assert filler.args.empty_pages == "filler" and masked.args.empty_pages == "mask"
     dot = load_encoder_from_manifest(task.data_dir, task.manifest["subword"]).encode(".")
     dot_ids = [task.source_dictionary.index(symbol) for symbol in dot]
@@ -463,7 +529,9 @@ def permute_documents(net_input, example, order):
     permuted = {k: v.clone() for k, v in net_input.items()}
     for key in ("src_tokens", "src_para_ids", "src_sent_ids"):
         permuted[key][example, : len(positions)] = net_input[key][example, positions]
-    new_doc = torch.cat([torch.full((len(blocks[d]),), i) for i, d in enumerate(order)] + [torch.tensor([len(order) - 1])])
+    new_doc = torch.cat(
+        [torch.full((len(blocks[d]),), i) for i, d in enumerate(order)] + [torch.tensor([len(order) - 1])]
+    )
     permuted["src_doc_ids"][example, : len(positions)] = new_doc
     # para/sent ids must stay non-decreasing: renumber them by rank
     for key in ("src_para_ids", "src_sent_ids"):
@@ -489,7 +557,9 @@ def test_permuting_pages_does_not_change_the_output(data_bin, valid_batch):
     # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
     assert_close_in_dtype(permuted_logits, logits)
     weights = extra["page_weights"][0][0, :, :num_docs]
-    torch.testing.assert_close(permuted_extra["page_weights"][0][0, :, :num_docs], weights[:, order], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(
+        permuted_extra["page_weights"][0][0, :, :num_docs], weights[:, order], atol=1e-6, rtol=1e-5
+    )
 
 
 @pytest.mark.parametrize("extra_args", [["--locality", "discourse"], ["--locality", "document", "--global-decoding"]])
@@ -523,8 +593,9 @@ def test_batched_beam_search_equals_one_example_at_a_time(data_bin, valid_batch)
     with torch.no_grad():  # a sharper, non-degenerate model for distinct hypotheses
         for p in model.parameters():
             p.add_(torch.randn_like(p) * 0.5)
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=4, max_len_b=12, min_len=3,
-                                  len_penalty=2.0, no_repeat_ngram_size=3)
+    generator = SequenceGenerator(
+        [model], task.target_dictionary, beam_size=4, max_len_b=12, min_len=3, len_penalty=2.0, no_repeat_ngram_size=3
+    )
     indices = [0, 3, 5]
     batch = dataset.collater([dataset[i] for i in indices])
     hypos = task.inference_step(generator, [model], batch)
@@ -559,33 +630,98 @@ def test_training_reduces_the_loss(data_bin, valid_batch):
 def pagesum_checkpoint(workdir, data_bin, bart_checkpoint):
     """fairseq-train restoring the BART checkpoint into PageSum (2 updates)."""
     save_dir = os.path.join(workdir, "pagesum")
-    output = fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "pagesum_bart_tiny",
-        "--locality", "discourse", "--num-pages", "4", "--page-overflow", "merge", "--max-source-positions", "4096",
-        "--restore-file", bart_checkpoint, "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-        "--reset-lr-scheduler", "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "2",
-        "--batch-size", "4", "--max-update", "2", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--log-interval", "1",
-    ])
+    output = fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "pagesum_bart_tiny",
+            "--locality",
+            "discourse",
+            "--num-pages",
+            "4",
+            "--page-overflow",
+            "merge",
+            "--max-source-positions",
+            "4096",
+            "--restore-file",
+            bart_checkpoint,
+            "--reset-optimizer",
+            "--reset-dataloader",
+            "--reset-meters",
+            "--reset-lr-scheduler",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--lr-scheduler",
+            "inverse_sqrt",
+            "--warmup-updates",
+            "2",
+            "--batch-size",
+            "4",
+            "--max-update",
+            "2",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--log-interval",
+            "1",
+        ],
+    )
     assert "Loaded checkpoint" in output and "newly initialized" in output
     # the page counts reach fairseq's metrics: every log interval, and summed
     # over the epoch in its end-of-epoch lines (training and validation)
     epoch_ends = [line for line in output.splitlines() if " | train | " in line or " | valid | " in line]
     assert len(epoch_ends) == 2, output[-3000:]
     for line in epoch_ends:
-        assert all(f"page_{name} " in line for name in ("dropped_units", "dropped_tokens", "merged_units",
-                                                          "cut_tokens")), line
+        assert all(
+            f"page_{name} " in line for name in ("dropped_units", "dropped_tokens", "merged_units", "cut_tokens")
+        ), line
     assert any(" | train_inner | " in line and "page_merged_units" in line for line in output.splitlines())
     return os.path.join(save_dir, "checkpoint_last.pt")
 
 
 def test_train_from_bart_and_generate(workdir, data_bin, pagesum_checkpoint):
-    generated = generate_in_process([
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", pagesum_checkpoint,
-        "--gen-subset", "valid", "--batch-size", "4", "--beam", "4", "--lenpen", "2.0", "--max-len-b", "10",
-        "--min-len", "2", "--no-repeat-ngram-size", "3", "--cpu",
-    ], results_dir=os.path.join(workdir, "generate"))
+    generated = generate_in_process(
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            pagesum_checkpoint,
+            "--gen-subset",
+            "valid",
+            "--batch-size",
+            "4",
+            "--beam",
+            "4",
+            "--lenpen",
+            "2.0",
+            "--max-len-b",
+            "10",
+            "--min-len",
+            "2",
+            "--no-repeat-ngram-size",
+            "3",
+            "--cpu",
+        ],
+        results_dir=os.path.join(workdir, "generate"),
+    )
     hypotheses = [line for line in generated.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == list(range(8))
 
@@ -598,26 +734,53 @@ def test_generation_reports_the_page_cuts_once_at_the_end(workdir, data_bin, pag
 
     from mdsfair.models.pagesum_bart import PAGE_STATISTICS
 
-    task, model = build(data_bin, extra=["--locality", "discourse", "--num-pages", "4", "--page-overflow", "merge",
-                                         "--page-tokens", "16"])
+    task, model = build(
+        data_bin,
+        extra=["--locality", "discourse", "--num-pages", "4", "--page-overflow", "merge", "--page-tokens", "16"],
+    )
     task.load_dataset("valid")
     dataset = task.datasets["valid"]
     net_input = dataset.collater([dataset[i] for i in range(len(dataset))])["net_input"]
-    layout = model.encoder.page_builder(net_input["src_tokens"], net_input["src_doc_ids"], net_input["src_para_ids"],
-                                        net_input["src_sent_ids"])
+    layout = model.encoder.page_builder(
+        net_input["src_tokens"], net_input["src_doc_ids"], net_input["src_para_ids"], net_input["src_sent_ids"]
+    )
     expected = {name: int(getattr(layout, name).sum()) for name in PAGE_STATISTICS}
     assert expected["cut_tokens"] > 0 and expected["merged_units"] > 0
     with caplog.at_level(logging.INFO, logger="mdsfair.models.pagesum_bart"):
-        generate_in_process([
-            data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", pagesum_checkpoint,
-            "--gen-subset", "valid", "--batch-size", "3", "--beam", "2", "--max-len-b", "6", "--cpu",
-            "--model-overrides", "{'page_tokens': 16}",
-        ], results_dir=os.path.join(workdir, "generate_cut"))
+        generate_in_process(
+            [
+                data_bin,
+                "--user-dir",
+                USER_DIR,
+                "--task",
+                "multidoc_summarization",
+                "--path",
+                pagesum_checkpoint,
+                "--gen-subset",
+                "valid",
+                "--batch-size",
+                "3",
+                "--beam",
+                "2",
+                "--max-len-b",
+                "6",
+                "--cpu",
+                "--model-overrides",
+                "{'page_tokens': 16}",
+            ],
+            results_dir=os.path.join(workdir, "generate_cut"),
+        )
         reports = [r for r in caplog.records if r.getMessage().startswith("PageSum pages over")]
         assert len(reports) == 1 and reports[0].levelname == "WARNING"
     counts = ", ".join(f"{expected[name]:,} {name.replace('_', ' ')}" for name in PAGE_STATISTICS)
-    assert reports[0].getMessage().startswith(f"PageSum pages over the 8 examples this encoder encoded: {counts} ("
-                                              "locality discourse, --num-pages 4, --page-tokens 16")
+    assert (
+        reports[0]
+        .getMessage()
+        .startswith(
+            f"PageSum pages over the 8 examples this encoder encoded: {counts} ("
+            "locality discourse, --num-pages 4, --page-tokens 16"
+        )
+    )
 
 
 def read_page_importance(out_dir, examples, num_pages=4):
@@ -658,8 +821,21 @@ def test_page_importance_of_references(workdir, data_bin, pagesum_checkpoint, ca
 
     out_dir = os.path.join(workdir, "importance")
     caplog.set_level(logging.DEBUG)  # as fairseq's import leaves the root logger
-    cli_main(["--checkpoint", pagesum_checkpoint, "--data", data_bin, "--split", "valid", "--examples", "0,2",
-              "--output-dir", out_dir, "--cpu"])
+    cli_main(
+        [
+            "--checkpoint",
+            pagesum_checkpoint,
+            "--data",
+            data_bin,
+            "--split",
+            "valid",
+            "--examples",
+            "0,2",
+            "--output-dir",
+            out_dir,
+            "--cpu",
+        ]
+    )
     # drawing the heatmaps logs none of matplotlib's font search ("findfont: ...")
     assert not [record.getMessage() for record in caplog.records if record.name.startswith("matplotlib")]
     task, _ = build(data_bin)
@@ -678,9 +854,28 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
     from mdsfair.evaluation.page_importance import cli_main
 
     out_dir = os.path.join(workdir, "importance_generated")
-    cli_main(["--checkpoint", pagesum_checkpoint, "--data", data_bin, "--split", "valid", "--examples", "1,3",
-              "--output-dir", out_dir, "--cpu", "--from-generation", "--beam", "3", "--max-len-b", "8",
-              "--min-len", "2"])
+    cli_main(
+        [
+            "--checkpoint",
+            pagesum_checkpoint,
+            "--data",
+            data_bin,
+            "--split",
+            "valid",
+            "--examples",
+            "1,3",
+            "--output-dir",
+            out_dir,
+            "--cpu",
+            "--from-generation",
+            "--beam",
+            "3",
+            "--max-len-b",
+            "8",
+            "--min-len",
+            "2",
+        ]
+    )
     records = read_page_importance(out_dir, [1, 3])
     models, _, task = checkpoint_utils.load_model_ensemble_and_task(
         [pagesum_checkpoint], arg_overrides={"data": data_bin}
@@ -689,9 +884,17 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
     task.load_dataset("valid")
     dataset = task.datasets["valid"]
     sample = dataset.collater([dataset[1], dataset[3]])
-    generator = use_vectorized_ngram_blocker(SequenceGenerator(  # the blocker the CLI's task generator has
-        [model], task.target_dictionary, beam_size=3, max_len_b=8, min_len=2, len_penalty=2.0, no_repeat_ngram_size=3
-    ))
+    generator = use_vectorized_ngram_blocker(
+        SequenceGenerator(  # the blocker the CLI's task generator has
+            [model],
+            task.target_dictionary,
+            beam_size=3,
+            max_len_b=8,
+            min_len=2,
+            len_penalty=2.0,
+            no_repeat_ngram_size=3,
+        )
+    )
     hypos = task.inference_step(generator, [model], sample)
     net_input = task._sample_for(model, sample)["net_input"]
     with torch.no_grad():
@@ -711,8 +914,19 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
         torch.testing.assert_close(torch.tensor(record["weights"]), torch.stack(step_weights), atol=1e-5, rtol=0)
 
     with pytest.raises(SystemExit):
-        cli_main(["--checkpoint", pagesum_checkpoint, "--data", data_bin, "--output-dir", out_dir,
-                  "--from-generation", "--summaries", os.path.join(out_dir, "page_importance.jsonl")])
+        cli_main(
+            [
+                "--checkpoint",
+                pagesum_checkpoint,
+                "--data",
+                data_bin,
+                "--output-dir",
+                out_dir,
+                "--from-generation",
+                "--summaries",
+                os.path.join(out_dir, "page_importance.jsonl"),
+            ]
+        )
 
 
 def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_checkpoint, caplog):
@@ -723,9 +937,14 @@ def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_che
     it."""
     import logging
 
-    hub = torch.hub.load(REPO_ROOT, "pagesum_bart", model_dir=os.path.dirname(pagesum_checkpoint),
-                         checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin,
-                         source="local")
+    hub = torch.hub.load(
+        REPO_ROOT,
+        "pagesum_bart",
+        model_dir=os.path.dirname(pagesum_checkpoint),
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=data_bin,
+        source="local",
+    )
     raw = [json.loads(line) for line in open(os.path.join(workdir, "raw", "valid.jsonl"), encoding="utf-8")]
     clusters = [cluster["documents"] for cluster in raw[:2]]
     generation = dict(beam=2, lenpen=2.0, max_len_b=8, min_len=3, no_repeat_ngram_size=3)
@@ -737,6 +956,11 @@ def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_che
     summaries = hub.summarize(clusters, batch_size=2, **generation)
     assert summaries == [hub.decode(hypos[0]["tokens"]) for hypos in hypotheses]
     with pytest.raises(ValueError, match="holds a 'pagesum_bart' model"):
-        torch.hub.load(REPO_ROOT, "dape_transformer", model_dir=os.path.dirname(pagesum_checkpoint),
-                       checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin,
-                       source="local")
+        torch.hub.load(
+            REPO_ROOT,
+            "dape_transformer",
+            model_dir=os.path.dirname(pagesum_checkpoint),
+            checkpoint_file="checkpoint_last.pt",
+            data_name_or_path=data_bin,
+            source="local",
+        )

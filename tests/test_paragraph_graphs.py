@@ -1,6 +1,7 @@
 """Paragraph graphs for graph-informed attention (Liu & Lapata 2019,
 Appendix A): Eq. 25 similarity, Eq. 26 discourse, networkx/GraphML output,
 and the side data the task serves (sliced by --max-paragraphs)."""
+
 import math
 import os
 from argparse import Namespace
@@ -28,15 +29,25 @@ def test_similarity_graph_follows_eq_25_and_threshold():
     paragraphs = ["apple apple banana", "apple cherry", "durian elder fig", "banana apple"]
     graph = tfidf_similarity_matrix(paragraphs)
     # Eq. 25 by hand: v_ik = N_w(t) log(N_d / N_dw(t)), N_d = 4.
-    idf = {"apple": math.log(4 / 3), "banana": math.log(4 / 2), "cherry": math.log(4), "durian": math.log(4),
-           "elder": math.log(4), "fig": math.log(4)}
+    idf = {
+        "apple": math.log(4 / 3),
+        "banana": math.log(4 / 2),
+        "cherry": math.log(4),
+        "durian": math.log(4),
+        "elder": math.log(4),
+        "fig": math.log(4),
+    }
     vocabulary = sorted(idf)
 
     def vector(counts):
         return np.array([counts.get(w, 0) * idf[w] for w in vocabulary])
 
-    vectors = [vector({"apple": 2, "banana": 1}), vector({"apple": 1, "cherry": 1}),
-               vector({"durian": 1, "elder": 1, "fig": 1}), vector({"banana": 1, "apple": 1})]
+    vectors = [
+        vector({"apple": 2, "banana": 1}),
+        vector({"apple": 1, "cherry": 1}),
+        vector({"durian": 1, "elder": 1, "fig": 1}),
+        vector({"banana": 1, "apple": 1}),
+    ]
     for i in range(4):
         for j in range(4):
             cosine = vectors[i] @ vectors[j] / (np.linalg.norm(vectors[i]) * np.linalg.norm(vectors[j]))
@@ -55,12 +66,14 @@ def test_discourse_graph_follows_eq_26():
     first_sentences = ["Felix Lund built Venden.", "Moreover, Venden is tall.", "Then Ostdo came.", "However, no."]
     documents = [0, 0, 1, 1]
     graph = discourse_matrix(entities, first_sentences, documents)
-    expected = np.array([
-        [0.0, 0.2 * 1 + 1, 0.2 * 2, 0.0],
-        [1.2, 0.0, 0.2 * 1, 0.0],  # 1 -> 2 has a marker but crosses documents: no m
-        [0.4, 0.2, 0.0, 1.0],  # 2 -> 3: same document, "However" opens 3
-        [0.0, 0.0, 1.0, 0.0],
-    ])
+    expected = np.array(
+        [
+            [0.0, 0.2 * 1 + 1, 0.2 * 2, 0.0],
+            [1.2, 0.0, 0.2 * 1, 0.0],  # 1 -> 2 has a marker but crosses documents: no m
+            [0.4, 0.2, 0.0, 1.0],  # 2 -> 3: same document, "However" opens 3
+            [0.0, 0.0, 1.0, 0.0],
+        ]
+    )
     np.testing.assert_allclose(graph, expected)
 
 
@@ -82,7 +95,11 @@ def test_graphml_output_round_trips(tmp_path):
 @pytest.fixture(scope="module")
 def similarity_data_bin(tmp_path_factory):
     return make_tiny_data_bin(
-        str(tmp_path_factory.mktemp("graphs")), train=4, valid=2, test=2, vocab_size=250,
+        str(tmp_path_factory.mktemp("graphs")),
+        train=4,
+        valid=2,
+        test=2,
+        vocab_size=250,
         extra_args=["--side-data", "graph_similarity"],
     )
 
@@ -101,8 +118,18 @@ def test_task_serves_the_producer_graph_sliced_by_max_paragraphs(similarity_data
         extra = [] if max_paragraphs is None else ["--max-paragraphs", str(max_paragraphs)]
         args = options.parse_args_and_arch(
             options.get_training_parser(),
-            [similarity_data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-             "--arch", "hiertransformer_tiny", "--max-source-positions", "4096", *extra],
+            [
+                similarity_data_bin,
+                "--user-dir",
+                USER_DIR,
+                "--task",
+                "multidoc_summarization",
+                "--arch",
+                "hiertransformer_tiny",
+                "--max-source-positions",
+                "4096",
+                *extra,
+            ],
         )
         task = tasks.setup_task(args)
         task.load_dataset("train")

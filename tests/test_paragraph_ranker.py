@@ -1,6 +1,7 @@
 """Paragraph ranker (Liu & Lapata 2019, Section 3.1): Eq. 1-6 against a
 one-paragraph-at-a-time reference, ROUGE targets, the loss falling, and
 ``mdsfair-rank`` (ranker, tf-idf title baseline, Table 1 metric)."""
+
 import json
 import os
 import random
@@ -15,11 +16,11 @@ from fairseq.data import Dictionary
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
 from mdsfair.models.paragraph_ranker import ParagraphRankerModel, masked_max_pool
+from mdsfair.preprocess.rank import ranked_documents, tfidf_title_scores
+from mdsfair.preprocess.rank import run as rank_main
+from mdsfair.preprocess.structure import ClusterStructure
 from mdsfair.tasks.paragraph_ranking import words
 from mdsfair.text import lcs_length, rouge_l_recall, rouge_n_recall
-from mdsfair.preprocess.rank import run as rank_main
-from mdsfair.preprocess.rank import ranked_documents, tfidf_title_scores
-from mdsfair.preprocess.structure import ClusterStructure
 from tests.utils import USER_DIR, make_synthetic_jsonl
 
 
@@ -74,14 +75,17 @@ def test_checkpoint_activations_recompute_both_lstms_with_identical_loss_and_gra
     results = []
     for flags in ({}, {flag: True}):
         torch.manual_seed(0)
-        model = ParagraphRankerModel(Namespace(ranker_embed_dim=8, ranker_hidden_dim=6, dropout=0.0, **flags),
-                                     dictionary).train()
+        model = ParagraphRankerModel(
+            Namespace(ranker_embed_dim=8, ranker_hidden_dim=6, dropout=0.0, **flags), dictionary
+        ).train()
         calls.clear()
         loss = F.binary_cross_entropy_with_logits(model(titles, paragraphs, cluster), targets)
         forward_calls = list(calls)
         loss.backward()
-        modes = {name: [mode for layer, mode in calls if layer is getattr(model, name)]
-                 for name in ("title_lstm", "paragraph_lstm")}
+        modes = {
+            name: [mode for layer, mode in calls if layer is getattr(model, name)]
+            for name in ("title_lstm", "paragraph_lstm")
+        }
         assert all(layer in (model.title_lstm, model.paragraph_lstm) for layer, _ in forward_calls)
         results.append((loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}, modes))
     (loss, gradients, plain_modes), (checkpointed_loss, checkpointed_gradients, modes) = results
@@ -121,18 +125,22 @@ def test_rouge_helpers_match_definitions():
 
 def test_tfidf_title_baseline_and_ranked_documents():
     cluster = ClusterStructure(
-        id="c", title="Venden tower",
+        id="c",
+        title="Venden tower",
         documents=[
             [["Rain fell all day."], ["The Venden tower is old."]],
             [["Venden has a tower and a bell."], ["Bread is cheap."]],
         ],
-        summary="The Venden tower is old.", summary_sentences=["The Venden tower is old."],
+        summary="The Venden tower is old.",
+        summary_sentences=["The Venden tower is old."],
     )
     scores = tfidf_title_scores(cluster.title, cluster.paragraphs())
     assert scores[0] == 0.0 and scores[3] == 0.0 and scores[1] > 0 and scores[2] > 0
     # Runs of ranked paragraphs that were consecutive in one source document form one document.
     assert ranked_documents(cluster, [2, 3, 1, 0]) == [
-        "Venden has a tower and a bell.\n\nBread is cheap.", "The Venden tower is old.", "Rain fell all day.",
+        "Venden has a tower and a bell.\n\nBread is cheap.",
+        "The Venden tower is old.",
+        "Rain fell all day.",
     ]
 
 
@@ -144,8 +152,20 @@ def ranking_data(tmp_path_factory):
 def ranking_args(data, *extra):
     return options.parse_args_and_arch(
         options.get_training_parser(),
-        [data, "--user-dir", USER_DIR, "--task", "paragraph_ranking", "--arch", "paragraph_ranker_tiny",
-         "--criterion", "paragraph_ranking", "--dropout", "0", *extra],
+        [
+            data,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "paragraph_ranking",
+            "--arch",
+            "paragraph_ranker_tiny",
+            "--criterion",
+            "paragraph_ranking",
+            "--dropout",
+            "0",
+            *extra,
+        ],
     )
 
 
@@ -190,9 +210,17 @@ def save_ranker_checkpoint(data, path):
         (loss / sample_size).backward()
         optimizer.step()
     state = {
-        "cfg": convert_namespace_to_omegaconf(args), "model": model.state_dict(), "args": None,
-        "optimizer_history": [{"criterion_name": "ParagraphRankingCriterion", "optimizer_name": "Adagrad",
-                               "lr_scheduler_state": {}, "num_updates": 2}],
+        "cfg": convert_namespace_to_omegaconf(args),
+        "model": model.state_dict(),
+        "args": None,
+        "optimizer_history": [
+            {
+                "criterion_name": "ParagraphRankingCriterion",
+                "optimizer_name": "Adagrad",
+                "lr_scheduler_state": {},
+                "num_updates": 2,
+            }
+        ],
         "extra_state": {},
     }
     checkpoint_utils.torch_persistent_save(state, path)
@@ -204,9 +232,25 @@ def test_mdsfair_rank_with_trained_ranker(ranking_data, tmp_path):
     test_path = os.path.join(ranking_data, "test.jsonl")
     output = str(tmp_path / "ranked.jsonl")
     results = rank_main(
-        ["--input", test_path, "--output", output, "--method", "ranker", "tfidf", "original",
-         "--checkpoint", checkpoint, "--evaluate", "--top", "1", "3", "1000",
-         "--max-paragraphs", "3"]
+        [
+            "--input",
+            test_path,
+            "--output",
+            output,
+            "--method",
+            "ranker",
+            "tfidf",
+            "original",
+            "--checkpoint",
+            checkpoint,
+            "--evaluate",
+            "--top",
+            "1",
+            "3",
+            "1000",
+            "--max-paragraphs",
+            "3",
+        ]
     )
     assert set(results) == {"ranker", "tfidf", "original"}
     for method in results:
@@ -239,7 +283,12 @@ def test_rank_output_directory_is_created(tmp_path):
     """The recipe's ``mdsfair-rank --output ranked/train.jsonl`` into a folder that does not exist yet."""
     path = tmp_path / "raw.jsonl"
     clusters = [
-        {"id": "a", "title": "Budget", "documents": ["The budget passed.\n\nRain fell."], "summary": "The budget passed."},
+        {
+            "id": "a",
+            "title": "Budget",
+            "documents": ["The budget passed.\n\nRain fell."],
+            "summary": "The budget passed.",
+        },
         {"id": "b", "title": "Storm", "documents": ["Traffic was light.\n\nA storm hit."], "summary": "A storm hit."},
     ]
     path.write_text("".join(json.dumps(c) + "\n" for c in clusters))

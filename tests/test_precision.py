@@ -7,6 +7,7 @@ The fast tier runs each refusal through the code that makes it (mdsfair-train's
 argument check in a fresh process, the task's check on a config), with CUDA
 reported present or absent as the table's column says; the slow tier runs the
 CPU refusals of fairseq-train end to end on a tiny data-bin."""
+
 import os
 import re
 import shlex
@@ -69,8 +70,11 @@ def test_page_messages_are_the_codes():
     from mdsfair.cli import GENERATION_PRECISION_IGNORED
     from mdsfair.tasks.training_setup import BF16_NEEDS_TPU, FP16_NEEDS_CUDA
 
-    assert messages() == {"bf16-needs-tpu": BF16_NEEDS_TPU, "fp16-needs-cuda": FP16_NEEDS_CUDA,
-                          "generation-ignores": GENERATION_PRECISION_IGNORED}
+    assert messages() == {
+        "bf16-needs-tpu": BF16_NEEDS_TPU,
+        "fp16-needs-cuda": FP16_NEEDS_CUDA,
+        "generation-ignores": GENERATION_PRECISION_IGNORED,
+    }
     assert {key for *_, key in refusals()} == set(messages())
 
 
@@ -81,8 +85,9 @@ def test_table_names_every_precision_flag_for_every_command():
             assert (command, f"`{flag}`") in rows, (command, flag)
 
 
-@pytest.mark.parametrize("command, flag, device, key",
-                         [r for r in refusals() if r[0] in (MDSFAIR_TRAIN, MDSFAIR_GENERATE)])
+@pytest.mark.parametrize(
+    "command, flag, device, key", [r for r in refusals() if r[0] in (MDSFAIR_TRAIN, MDSFAIR_GENERATE)]
+)
 def test_mdsfair_command_refusal(command, flag, device, key, tmp_path, capsys):
     """mdsfair-train and mdsfair-generate refuse before fairseq starts: one error
     line, exit 2. On the CPU column in a fresh process with CUDA reported absent;
@@ -93,12 +98,19 @@ def test_mdsfair_command_refusal(command, flag, device, key, tmp_path, capsys):
     argv += ["--arch", "transformer"] if prog == "mdsfair-train" else ["--path", str(tmp_path / "model.pt")]
     message = messages()[key]
     if device == "cpu":
-        code = ("import sys, torch\n"
-                "torch.cuda.is_available = lambda: False\n"
-                f"from mdsfair.cli import {entry}\n"
-                f"{entry}(sys.argv[1:])\n")
-        result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300,
-                                env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+        code = (
+            "import sys, torch\n"
+            "torch.cuda.is_available = lambda: False\n"
+            f"from mdsfair.cli import {entry}\n"
+            f"{entry}(sys.argv[1:])\n"
+        )
+        result = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+        )
         assert result.returncode == 2, result.stderr[-2000:]
         stderr = result.stderr
         assert "Traceback" not in stderr
@@ -132,19 +144,31 @@ def test_task_refusal(command, flag, device, key, monkeypatch):
     flag_set = set(flags_of(flag))
     bf16 = bool(flag_set & {"--bf16", "--memory-efficient-bf16"})
     memory_efficient = "--memory-efficient-fp16" in flag_set
-    cfg = SimpleNamespace(bf16=bf16, tpu=bf16,  # fairseq's options.py: --bf16 sets --tpu
-                          fp16="--fp16" in flag_set or memory_efficient, memory_efficient_fp16=memory_efficient,
-                          cpu=device == "cpu", ddp_backend="pytorch_ddp", distributed_world_size=1)
+    cfg = SimpleNamespace(
+        bf16=bf16,
+        tpu=bf16,  # fairseq's options.py: --bf16 sets --tpu
+        fp16="--fp16" in flag_set or memory_efficient,
+        memory_efficient_fp16=memory_efficient,
+        cpu=device == "cpu",
+        ddp_backend="pytorch_ddp",
+        distributed_world_size=1,
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: device == "gpu")
     with pytest.raises(ValueError) as raised:
         check_training_setup(cfg)
     assert str(raised.value) == messages()[key]
 
 
-@pytest.mark.parametrize("command, flag, device", [
-    (command, flag, device) for command, flag, cells in table_rows() if command in (FAIRSEQ_TRAIN, MDSFAIR_TRAIN)
-    for device, cell in cells.items() if not cell.startswith("refused") and flags_of(flag)
-])
+@pytest.mark.parametrize(
+    "command, flag, device",
+    [
+        (command, flag, device)
+        for command, flag, cells in table_rows()
+        if command in (FAIRSEQ_TRAIN, MDSFAIR_TRAIN)
+        for device, cell in cells.items()
+        if not cell.startswith("refused") and flags_of(flag)
+    ],
+)
 def test_accepted_cells_are_not_refused(command, flag, device, monkeypatch):
     """What the table accepts passes both checks."""
     import torch
@@ -161,27 +185,77 @@ def test_accepted_cells_are_not_refused(command, flag, device, monkeypatch):
         bf16_kept = False
     bf16 = bool(flag_set & {"--bf16", "--memory-efficient-bf16"})
     memory_efficient = "--memory-efficient-fp16" in flag_set
-    cfg = SimpleNamespace(bf16=bf16, tpu=bf16 and not bf16_kept, fp16="--fp16" in flag_set or memory_efficient,
-                          memory_efficient_fp16=memory_efficient, cpu=device == "cpu", ddp_backend="pytorch_ddp",
-                          distributed_world_size=1)
+    cfg = SimpleNamespace(
+        bf16=bf16,
+        tpu=bf16 and not bf16_kept,
+        fp16="--fp16" in flag_set or memory_efficient,
+        memory_efficient_fp16=memory_efficient,
+        cpu=device == "cpu",
+        ddp_backend="pytorch_ddp",
+        distributed_world_size=1,
+    )
     check_training_setup(cfg)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flag, key", [(flag, key) for command, flag, device, key in refusals()
-                                       if command == FAIRSEQ_TRAIN and device == "cpu"])
+@pytest.mark.parametrize(
+    "flag, key",
+    [(flag, key) for command, flag, device, key in refusals() if command == FAIRSEQ_TRAIN and device == "cpu"],
+)
 def test_fairseq_train_refusal_end_to_end(flag, key, tmp_path):
     from tests.utils import make_tiny_data_bin
 
     data = make_tiny_data_bin(str(tmp_path / "bin"), train=8, valid=2, test=2)
-    tiny = ["--task", "multidoc_summarization", "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers",
-            "1", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16",
-            "--decoder-ffn-embed-dim", "16", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2048", "--max-update", "1", "--no-save", "--cpu",
-            "--disable-validation", "--no-progress-bar"]
-    result = subprocess.run([sys.executable, "-m", "fairseq_cli.train", data, "--user-dir",
-                             os.path.join(REPO_ROOT, "mdsfair"), *tiny, *flags_of(flag)],
-                            capture_output=True, text=True, timeout=600, env=dict(os.environ, PYTHONPATH=REPO_ROOT))
+    tiny = [
+        "--task",
+        "multidoc_summarization",
+        "--arch",
+        "transformer",
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        "--encoder-embed-dim",
+        "16",
+        "--decoder-embed-dim",
+        "16",
+        "--encoder-ffn-embed-dim",
+        "16",
+        "--decoder-ffn-embed-dim",
+        "16",
+        "--encoder-attention-heads",
+        "2",
+        "--decoder-attention-heads",
+        "2",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-tokens",
+        "2048",
+        "--max-update",
+        "1",
+        "--no-save",
+        "--cpu",
+        "--disable-validation",
+        "--no-progress-bar",
+    ]
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            data,
+            "--user-dir",
+            os.path.join(REPO_ROOT, "mdsfair"),
+            *tiny,
+            *flags_of(flag),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, PYTHONPATH=REPO_ROOT),
+    )
     assert result.returncode != 0
     assert normalized(messages()[key]) in normalized(result.stderr)
     assert "AssertionError: Torch not compiled with CUDA" not in result.stderr and "xla_device" not in result.stderr
@@ -190,10 +264,16 @@ def test_fairseq_train_refusal_end_to_end(flag, key, tmp_path):
 def recipe_training_commands():
     """(file, command, argv) of every fairseq-train / mdsfair-train command line in
     the code blocks of the recipes and documentation pages."""
-    paths = [os.path.join("examples", name, "README.md") for name in sorted(os.listdir(os.path.join(REPO_ROOT, "examples")))
-             if os.path.isfile(os.path.join(REPO_ROOT, "examples", name, "README.md"))]
-    paths += [os.path.join("docs", name) for name in sorted(os.listdir(os.path.join(REPO_ROOT, "docs")))
-              if name.endswith(".md")]
+    paths = [
+        os.path.join("examples", name, "README.md")
+        for name in sorted(os.listdir(os.path.join(REPO_ROOT, "examples")))
+        if os.path.isfile(os.path.join(REPO_ROOT, "examples", name, "README.md"))
+    ]
+    paths += [
+        os.path.join("docs", name)
+        for name in sorted(os.listdir(os.path.join(REPO_ROOT, "docs")))
+        if name.endswith(".md")
+    ]
     out = []
     for path in paths:
         with open(os.path.join(REPO_ROOT, path), encoding="utf-8") as handle:
@@ -205,7 +285,7 @@ def recipe_training_commands():
                 match = re.search(r"(fairseq-train|\$\(which mdsfair-train\)|mdsfair-train)\s", line)
                 if not match:
                     continue
-                text_of_command = line[match.start():].replace("$(which mdsfair-train)", "mdsfair-train")
+                text_of_command = line[match.start() :].replace("$(which mdsfair-train)", "mdsfair-train")
                 try:
                     words = shlex.split(text_of_command)
                 except ValueError:  # prose or a shell fragment with an open quote: whitespace words

@@ -1,4 +1,5 @@
 """The preprocessing pipeline: structure, alignment, bad input, binarization."""
+
 import hashlib
 import json
 import os
@@ -115,8 +116,11 @@ def test_bad_input_names_file_and_line(tmp_path, line, reason, fragment):
 def test_skip_bad_counts_every_skipped_line(tmp_path):
     from mdsfair.preprocess.structure import ReadReport
 
-    lines = [b"{oops\n", b'{"id": "a", "documents": [], "summary": "s"}\n',
-             b'{"id": "b", "documents": ["Fine text.", ""], "summary": "s"}\n']
+    lines = [
+        b"{oops\n",
+        b'{"id": "a", "documents": [], "summary": "s"}\n',
+        b'{"id": "b", "documents": ["Fine text.", ""], "summary": "s"}\n',
+    ]
     path = write_jsonl(tmp_path / "train.jsonl", CLUSTERS, raw_lines=lines)
     report = ReadReport()
     clusters = list(read_clusters(path, skip_bad=True, report=report))
@@ -177,8 +181,21 @@ def test_parallel_workers_write_identical_files(data_bin, tmp_path):
     raw.mkdir()
     write_jsonl(raw / "train.jsonl", rows)
     other = str(tmp_path / "bin")
-    run(["--split", f"train={raw / 'train.jsonl'}", "--destdir", other, "--spm-model",
-              os.path.join(dest, "spm.model"), "--workers", "2", "--chunk-size", "3", "--no-progress-bar"])
+    run(
+        [
+            "--split",
+            f"train={raw / 'train.jsonl'}",
+            "--destdir",
+            other,
+            "--spm-model",
+            os.path.join(dest, "spm.model"),
+            "--workers",
+            "2",
+            "--chunk-size",
+            "3",
+            "--no-progress-bar",
+        ]
+    )
     for name in ("train.source.bin", "train.doc.bin", "train.para.bin", "train.sent.bin", "train.target.bin"):
         assert open(os.path.join(dest, name), "rb").read() == open(os.path.join(other, name), "rb").read()
 
@@ -190,8 +207,18 @@ def test_preprocess_fails_with_file_and_line_and_skips_with_flag(tmp_path, capsy
     with pytest.raises(SystemExit):
         run(["--input-dir", str(raw), "--destdir", str(tmp_path / "b1"), "--vocab-size", "60", "--no-progress-bar"])
     assert f"{raw / 'train.jsonl'}:11: cluster 'x' has an empty summary" in capsys.readouterr().err
-    reports = run(["--input-dir", str(raw), "--destdir", str(tmp_path / "b2"), "--vocab-size", "60",
-                        "--skip-bad", "--no-progress-bar"])
+    reports = run(
+        [
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            str(tmp_path / "b2"),
+            "--vocab-size",
+            "60",
+            "--skip-bad",
+            "--no-progress-bar",
+        ]
+    )
     assert reports["train"]["skipped"] == {"empty_summary": 1}
     assert reports["train"]["clusters"] == 10
     assert "skipped: empty_summary=1" in capsys.readouterr().out
@@ -200,12 +227,13 @@ def test_preprocess_fails_with_file_and_line_and_skips_with_flag(tmp_path, capsy
 def test_gpt2_bpe_symbols_and_word_ids(tmp_path):
     """GPT-2 BPE from local files: symbols are ids as strings, and words are
     counted from the space-marked tokens."""
-    from mdsfair.preprocess.structure import ClusterStructure
-    from mdsfair.preprocess.subword import GPT2BPEEncoder
     from fairseq.data import Dictionary
 
     # A byte-level BPE over a toy alphabet, in GPT-2's file formats.
     from fairseq.data.encoders.gpt2_bpe_utils import bytes_to_unicode
+
+    from mdsfair.preprocess.structure import ClusterStructure
+    from mdsfair.preprocess.subword import GPT2BPEEncoder
 
     byte_encoder = bytes_to_unicode()
     vocab = {byte_encoder[b]: i for i, b in enumerate(range(256))}
@@ -229,8 +257,17 @@ def test_gpt2_bpe_symbols_and_word_ids(tmp_path):
 
 @pytest.mark.skipif(not os.path.isdir(SHARED_DATA), reason="shared data not present")
 def test_real_data_fewsum_preprocesses(tmp_path):
-    reports = run(["--input-dir", os.path.join(SHARED_DATA, "fewsum", "amazon", "jsonl"),
-                        "--destdir", str(tmp_path / "fewsum"), "--vocab-size", "2000", "--no-progress-bar"])
+    reports = run(
+        [
+            "--input-dir",
+            os.path.join(SHARED_DATA, "fewsum", "amazon", "jsonl"),
+            "--destdir",
+            str(tmp_path / "fewsum"),
+            "--vocab-size",
+            "2000",
+            "--no-progress-bar",
+        ]
+    )
     assert reports["train"]["clusters"] == 28 and reports["test"]["clusters"] == 20
     assert reports["train"]["documents"] == 28 * 8
 
@@ -244,8 +281,9 @@ def test_every_entry_module_imports_first_in_a_fresh_process(first_import):
 
     from tests.utils import REPO_ROOT
 
-    result = subprocess.run([sys.executable, "-c", f"import {first_import}"], cwd=REPO_ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", f"import {first_import}"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300
+    )
     assert result.returncode == 0, result.stderr[-3000:]
 
 
@@ -256,14 +294,23 @@ def test_every_entry_module_imports_first_in_a_fresh_process(first_import):
 # quotes, abbreviations, an empty document (dropped under --skip-bad) and
 # extra reference summaries.
 REGRESSION_EXTRA_TRAIN = [
-    {"id": "u0", "title": "Caf\u00e9 \u201cnotes\u201d",
-     "documents": ["Dr. Smith met J. Doe at 5 p.m. in the U.S. capital.\r\nThey talked!  Then   3 more came.\n\n\n"
-                   "\u201cIt\u2019s fine,\u201d she said. (A quiet day.) The cafe\u0301 was closed\u200b; co-workers left.",
-                   "Caf\u00e9 r\u00e9sum\u00e9 na\u00efve \u2014 \u00fcber\u00a0spaces\u2003here. Numbers: 3.14, 1,000 and 42%.\x07",
-                   "   \n\n  "],
-     "summary": "Smith met Doe.  They talked \u2014 \u201cfine.\u201d"},
-    {"id": "u1", "documents": ["ALL CAPS TEXT. mixed Case text? yes! e.g. this one, i.e. that one. Fig. 3 shows it."],
-     "summary": "Caps and cases.", "summaries": ["Other reference.", "A third\none."]},
+    {
+        "id": "u0",
+        "title": "Caf\u00e9 \u201cnotes\u201d",
+        "documents": [
+            "Dr. Smith met J. Doe at 5 p.m. in the U.S. capital.\r\nThey talked!  Then   3 more came.\n\n\n"
+            "\u201cIt\u2019s fine,\u201d she said. (A quiet day.) The cafe\u0301 was closed\u200b; co-workers left.",
+            "Caf\u00e9 r\u00e9sum\u00e9 na\u00efve \u2014 \u00fcber\u00a0spaces\u2003here. Numbers: 3.14, 1,000 and 42%.\x07",
+            "   \n\n  ",
+        ],
+        "summary": "Smith met Doe.  They talked \u2014 \u201cfine.\u201d",
+    },
+    {
+        "id": "u1",
+        "documents": ["ALL CAPS TEXT. mixed Case text? yes! e.g. this one, i.e. that one. Fig. 3 shows it."],
+        "summary": "Caps and cases.",
+        "summaries": ["Other reference.", "A third\none."],
+    },
 ]
 REGRESSION_BAD_LINES = [b"{not json\n", b'{"id": "b", "documents": [], "summary": "s"}\n']
 REGRESSION_DIGESTS = os.path.join(os.path.dirname(__file__), "fixtures", "preprocess", "regression_digests.json")
@@ -314,16 +361,55 @@ def regression_configs(root, raw):
     plain = os.path.join(root, "plain")
     return {
         "plain": ["--input-dir", raw, "--destdir", plain, "--vocab-size", "150"] + common,
-        "arcs": ["--split", f"train={raw}/train.jsonl", "--split", f"test={raw}/test.jsonl",
-                 "--destdir", os.path.join(root, "arcs"), "--spm-model", os.path.join(plain, "spm.model"),
-                 "--lowercase", "--side-data", "dep_head", "dep_rel", "dep_word", "graph_similarity",
-                 "--dep-subword-arcs", "all-subwords", "--workers", "2", "--chunk-size", "3"] + common,
-        "gpt2": ["--split", f"train={raw}/train.jsonl", "--split", f"valid={raw}/valid.jsonl",
-                 "--destdir", os.path.join(root, "gpt2"), "--subword", "gpt2", "--gpt2-encoder-json", gpt2_json,
-                 "--gpt2-vocab-bpe", gpt2_bpe, "--dict", gpt2_dict, "--sentence-splitter", "spacy",
-                 # the reference pipeline's normalisation (GPT-2 BPE defaults to 'whitespace' since issue 34)
-                 "--text-normalization", "clean",
-                 "--side-data", "dep_head", "dep_rel", "graph_discourse"] + common,
+        "arcs": [
+            "--split",
+            f"train={raw}/train.jsonl",
+            "--split",
+            f"test={raw}/test.jsonl",
+            "--destdir",
+            os.path.join(root, "arcs"),
+            "--spm-model",
+            os.path.join(plain, "spm.model"),
+            "--lowercase",
+            "--side-data",
+            "dep_head",
+            "dep_rel",
+            "dep_word",
+            "graph_similarity",
+            "--dep-subword-arcs",
+            "all-subwords",
+            "--workers",
+            "2",
+            "--chunk-size",
+            "3",
+        ]
+        + common,
+        "gpt2": [
+            "--split",
+            f"train={raw}/train.jsonl",
+            "--split",
+            f"valid={raw}/valid.jsonl",
+            "--destdir",
+            os.path.join(root, "gpt2"),
+            "--subword",
+            "gpt2",
+            "--gpt2-encoder-json",
+            gpt2_json,
+            "--gpt2-vocab-bpe",
+            gpt2_bpe,
+            "--dict",
+            gpt2_dict,
+            "--sentence-splitter",
+            "spacy",
+            # the reference pipeline's normalisation (GPT-2 BPE defaults to 'whitespace' since issue 34)
+            "--text-normalization",
+            "clean",
+            "--side-data",
+            "dep_head",
+            "dep_rel",
+            "graph_discourse",
+        ]
+        + common,
     }
 
 
@@ -484,8 +570,11 @@ def test_worker_pool_starts_the_next_split_before_this_one_is_finished(data_bin,
     from mdsfair.preprocess.worker_pool import OrderedWorkerPool
 
     dest, rows, _ = data_bin
-    paths = [write_jsonl(tmp_path / "a.jsonl", rows[:7]), write_jsonl(tmp_path / "empty.jsonl", []),
-             write_jsonl(tmp_path / "b.jsonl", rows[7:12])]
+    paths = [
+        write_jsonl(tmp_path / "a.jsonl", rows[:7]),
+        write_jsonl(tmp_path / "empty.jsonl", []),
+        write_jsonl(tmp_path / "b.jsonl", rows[7:12]),
+    ]
     args = get_parser().parse_args(["--destdir", dest])
     manifest = json.load(open(os.path.join(dest, "mdsfair.json")))
     pool = OrderedWorkerPool(2, args, dest, manifest["subword"], chunks_in_flight=3)
@@ -561,9 +650,23 @@ def test_workers_run_one_blas_thread_each(data_bin, tmp_path):
     try:
         with threadpool_limits(2, user_api="blas"):  # what an unlimited BLAS starts on a 2-core machine
             assert max(p["num_threads"] for p in threadpool_info() if p["user_api"] == "blas") == 2
-            run(["--split", f"train={path}", "--destdir", str(tmp_path / "bin"), "--spm-model",
-                 os.path.join(dest, "spm.model"), "--workers", "2", "--chunk-size", "1", "--no-progress-bar",
-                 "--side-data", "blas_threads"])
+            run(
+                [
+                    "--split",
+                    f"train={path}",
+                    "--destdir",
+                    str(tmp_path / "bin"),
+                    "--spm-model",
+                    os.path.join(dest, "spm.model"),
+                    "--workers",
+                    "2",
+                    "--chunk-size",
+                    "1",
+                    "--no-progress-bar",
+                    "--side-data",
+                    "blas_threads",
+                ]
+            )
     finally:
         del SIDE_DATA_PRODUCERS["blas_threads"]
 
@@ -576,9 +679,23 @@ def test_worker_error_reaches_the_command(data_bin, tmp_path, capsys):
     SIDE_DATA_PRODUCERS["fails_on_c1"] = FailingProducer
     try:
         with pytest.raises(SystemExit):
-            run(["--split", f"train={path}", "--destdir", str(tmp_path / "bin"), "--spm-model",
-                 os.path.join(dest, "spm.model"), "--workers", "2", "--chunk-size", "2", "--no-progress-bar",
-                 "--side-data", "fails_on_c1"])
+            run(
+                [
+                    "--split",
+                    f"train={path}",
+                    "--destdir",
+                    str(tmp_path / "bin"),
+                    "--spm-model",
+                    os.path.join(dest, "spm.model"),
+                    "--workers",
+                    "2",
+                    "--chunk-size",
+                    "2",
+                    "--no-progress-bar",
+                    "--side-data",
+                    "fails_on_c1",
+                ]
+            )
     finally:
         del SIDE_DATA_PRODUCERS["fails_on_c1"]
     assert "cannot annotate cluster c1-1" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 against a copy of the authors' arithmetic in allenai/PRIMER
 script/dataloader.py (SummarizationDataset.__getitem__,
 join_method "concat_start_wdoc_global")."""
+
 import json
 import os
 import tempfile
@@ -94,9 +95,16 @@ def test_task_layout_equals_the_authors_join(max_source_positions):
         tokens = np.concatenate([np.array(ids) for ids in full])
         doc_ids = np.repeat(np.arange(len(full)), [len(ids) for ids in full])
         dataset = MultiDocSummarizationDataset(
-            [tokens], [np.array([5, 6])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
-            TruncationConfig(max_source_positions=max_source_positions, per_document_budget=True,
-                             document_start_token=False, document_separator=docsep),
+            [tokens],
+            [np.array([5, 6])],
+            {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]},
+            dictionary,
+            TruncationConfig(
+                max_source_positions=max_source_positions,
+                per_document_budget=True,
+                document_start_token=False,
+                document_separator=docsep,
+            ),
             name="primera",
         )
         theirs = authors_join(tokenizer, docs, max_source_positions, 0, docsep)
@@ -127,8 +135,12 @@ def test_separator_layout_cuts_at_the_budget_and_counts():
     tokens = np.arange(10, 22)  # documents of 5, 4, 3 tokens
     doc_ids = np.repeat(np.arange(3), [5, 4, 3])
     dataset = MultiDocSummarizationDataset(
-        [tokens], [np.array([5])], {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]}, dictionary,
-        TruncationConfig(max_source_positions=12, document_start_token=False, document_separator=sep), name="sep",
+        [tokens],
+        [np.array([5])],
+        {"doc": [doc_ids], "para": [doc_ids], "sent": [doc_ids]},
+        dictionary,
+        TruncationConfig(max_source_positions=12, document_start_token=False, document_separator=sep),
+        name="sep",
     )
     bos, eos = dictionary.bos(), dictionary.eos()
     assert dataset[0]["source"].tolist() == [bos, 10, 11, 12, 13, 14, sep, 15, 16, 17, sep, eos]
@@ -149,10 +161,23 @@ def test_task_source_layout_primera_takes_doc_sep_from_the_dictionary(tmp_path):
 
     def setup(data):
         parser = options.get_training_parser()
-        args = options.parse_args_and_arch(parser, [
-            data, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
-            "--source-layout", "primera", "--per-document-budget", "--max-source-positions", "40",
-        ])
+        args = options.parse_args_and_arch(
+            parser,
+            [
+                data,
+                "--user-dir",
+                "mdsfair",
+                "--task",
+                "multidoc_summarization",
+                "--arch",
+                "bart_base",
+                "--source-layout",
+                "primera",
+                "--per-document-budget",
+                "--max-source-positions",
+                "40",
+            ],
+        )
         return tasks.setup_task(args)
 
     with pytest.raises(ValueError, match=r"plain.*no <doc-sep> symbol"):
@@ -183,10 +208,21 @@ def setup_task(data, *flags):
     from fairseq import options, tasks
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data, "--user-dir", "mdsfair", "--task", "multidoc_summarization", "--arch", "bart_base",
-        "--max-source-positions", "40", *flags,
-    ])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            data,
+            "--user-dir",
+            "mdsfair",
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "bart_base",
+            "--max-source-positions",
+            "40",
+            *flags,
+        ],
+    )
     return tasks.setup_task(args)
 
 
@@ -206,8 +242,13 @@ def layout_data_bins(tmp_path_factory):
     shutil.copyfile(os.path.join(plain, "dict.txt"), with_sep)
     with open(with_sep, "a", encoding="utf-8") as f:
         f.write("<doc-sep> 0 #fairseq:overwrite\n")
-    common = ["--input-dir", str(work / "plain" / "raw"), "--spm-model", os.path.join(plain, "spm.model"),
-              "--no-progress-bar"]
+    common = [
+        "--input-dir",
+        str(work / "plain" / "raw"),
+        "--spm-model",
+        os.path.join(plain, "spm.model"),
+        "--no-progress-bar",
+    ]
     bins = {"plain": plain, "dict": with_sep}
     for layout in ("primera", "documents"):
         bins[layout] = str(work / layout)
@@ -224,7 +265,9 @@ def test_preprocess_records_the_layout_and_the_dictionary_doc_sep_id(layout_data
     assert separator == len(Dictionary.load(os.path.join(layout_data_bins["plain"], "dict.txt")))
     with open(os.path.join(layout_data_bins["primera"], "mdsfair.json"), encoding="utf-8") as f:
         assert json.load(f)["source_layout"] == {
-            "name": "primera", "document_separator": "<doc-sep>", "document_separator_id": separator,
+            "name": "primera",
+            "document_separator": "<doc-sep>",
+            "document_separator_id": separator,
             "per_document_budget": True,
         }
     with open(os.path.join(layout_data_bins["documents"], "mdsfair.json"), encoding="utf-8") as f:
@@ -272,12 +315,16 @@ def test_task_takes_the_recorded_layout_and_its_per_document_truncation(layout_d
         assert other.source_layout == "documents" and other.truncation_config().document_separator is None
 
 
-@pytest.mark.parametrize("data_bin,flag,recorded", [("primera", "documents", "primera"),
-                                                   ("documents", "primera", "documents")])
+@pytest.mark.parametrize(
+    "data_bin,flag,recorded", [("primera", "documents", "primera"), ("documents", "primera", "documents")]
+)
 def test_task_refuses_a_layout_contradicting_the_data_bin(layout_data_bins, data_bin, flag, recorded):
     path = os.path.join(layout_data_bins[data_bin], "mdsfair.json")
-    with pytest.raises(ValueError, match=rf"--source-layout {flag} contradicts the layout '{recorded}' that "
-                                         rf"{path} records"):
+    with pytest.raises(
+        ValueError,
+        match=rf"--source-layout {flag} contradicts the layout '{recorded}' that "
+        rf"{path} records",
+    ):
         setup_task(layout_data_bins[data_bin], "--source-layout", flag)
 
 
@@ -288,8 +335,11 @@ def test_task_refuses_a_replaced_dictionary_under_the_recorded_layout(layout_dat
     copy = str(tmp_path / "copy")
     shutil.copytree(layout_data_bins["primera"], copy)
     shutil.copyfile(os.path.join(layout_data_bins["plain"], "dict.txt"), os.path.join(copy, "dict.txt"))
-    with pytest.raises(ValueError, match=r"copy/mdsfair.json: the PRIMERA layout was preprocessed with <doc-sep> = "
-                                         r"\d+, but the data-bin's dictionary gives no such symbol"):
+    with pytest.raises(
+        ValueError,
+        match=r"copy/mdsfair.json: the PRIMERA layout was preprocessed with <doc-sep> = "
+        r"\d+, but the data-bin's dictionary gives no such symbol",
+    ):
         setup_task(copy)
 
 
@@ -300,8 +350,10 @@ def test_every_epoch_shard_records_the_layout(layout_data_bins, tmp_path):
     from mdsfair.preprocess.binarize import run
 
     destdir = str(tmp_path / "sharded")
-    run(layout_data_bins["common"] + ["--destdir", destdir, "--dict", layout_data_bins["dict"],
-                                      "--source-layout", "primera", "--shards", "2"])
+    run(
+        layout_data_bins["common"]
+        + ["--destdir", destdir, "--dict", layout_data_bins["dict"], "--source-layout", "primera", "--shards", "2"]
+    )
     shards = [os.path.join(destdir, f"shard{index}") for index in range(2)]
     layouts = []
     for shard in shards:

@@ -1,6 +1,7 @@
 """The quickstart script runs end to end (at a tiny scale) and prints the
 table; its training budget is a number of updates, so the table is the same
 on a loaded machine as on a quiet one."""
+
 import os
 import re
 import shutil
@@ -23,8 +24,13 @@ def test_quickstart_script_end_to_end_and_load_independent(tmp_path):
         if busy:  # another process keeping a core busy while it trains
             hog = subprocess.Popen([sys.executable, "-c", "while True: sum(range(10**6))"])
         try:
-            result = subprocess.run(["bash", os.path.join(REPO_ROOT, "examples", "quickstart.sh"), str(out)],
-                                    env=env, capture_output=True, text=True, timeout=900)
+            result = subprocess.run(
+                ["bash", os.path.join(REPO_ROOT, "examples", "quickstart.sh"), str(out)],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
         finally:
             if hog is not None:
                 hog.kill()
@@ -33,8 +39,9 @@ def test_quickstart_script_end_to_end_and_load_independent(tmp_path):
 
     quiet = quickstart(tmp_path / "quiet", busy=False)
     # mdsfair-compare prints each row's convention and source before the scores (issue 33)
-    rows = re.findall(r"^(hiertransformer|lead|lexrank)\s+(?:\S+\s+(?:yours|published)\s+)?([\d.]+)\s+([\d.]+).*$",
-                      quiet, flags=re.M)
+    rows = re.findall(
+        r"^(hiertransformer|lead|lexrank)\s+(?:\S+\s+(?:yours|published)\s+)?([\d.]+)\s+([\d.]+).*$", quiet, flags=re.M
+    )
     assert [name for name, _, _ in rows] == ["hiertransformer", "lead", "lexrank"]
     assert float(rows[1][1]) > 0  # Lead has unigram overlap with the references
     assert re.search(r"^trained 4 updates in \d+ s wall$", quiet, flags=re.M)

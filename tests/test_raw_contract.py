@@ -1,6 +1,7 @@
 """One raw-contract and text layer: every reader of a raw cluster refuses the
 same bad line with the same error type and reason code, and the shared text
 helpers are what they say (rouge_score's tokenizer, one LexRank)."""
+
 import json
 import pickle
 
@@ -51,21 +52,37 @@ def test_preprocess_and_baselines_refuse_a_bad_line_with_one_error_and_code(tmp_
     assert code in structure.BAD_INPUT_REASONS
 
 
-@pytest.mark.parametrize("converter_line, contract_line, code", [
-    (b"{not json\n", b"{not json\n", "invalid_json"),
-    (b'{"id": 1, "text": "\xff"}\n', b'{"id": 1, "text": "\xff"}\n', "invalid_utf8"),
-    # JSON escapes of half a UTF-16 pair, in a summary, an article and an id
-    (b'{"id": "e2", "summary": "S \\ud800.", "articles": [{"text": "A."}]}\n',
-     b'{"id": "e2", "documents": ["A."], "summary": "S \\ud800."}\n', "lone_surrogate"),
-    (b'{"id": "e2", "summary": "S.", "articles": [{"text": "A \\udfff"}]}\n',
-     b'{"id": "e2", "documents": ["A \\udfff"], "summary": "S."}\n', "lone_surrogate"),
-    (b'{"id": "e\\udc80", "summary": "S.", "articles": [{"text": "A."}]}\n',
-     b'{"id": "e\\udc80", "documents": ["A."], "summary": "S."}\n', "lone_surrogate"),
-    (b'{"id": "e\\t2", "summary": "S.", "articles": [{"text": "A."}]}\n',
-     b'{"id": "e\\t2", "documents": ["A."], "summary": "S."}\n', "bad_id"),
-])
-def test_a_converter_gives_the_same_code_as_preprocess_for_the_same_bad_line(tmp_path, converter_line,
-                                                                           contract_line, code):
+@pytest.mark.parametrize(
+    "converter_line, contract_line, code",
+    [
+        (b"{not json\n", b"{not json\n", "invalid_json"),
+        (b'{"id": 1, "text": "\xff"}\n', b'{"id": 1, "text": "\xff"}\n', "invalid_utf8"),
+        # JSON escapes of half a UTF-16 pair, in a summary, an article and an id
+        (
+            b'{"id": "e2", "summary": "S \\ud800.", "articles": [{"text": "A."}]}\n',
+            b'{"id": "e2", "documents": ["A."], "summary": "S \\ud800."}\n',
+            "lone_surrogate",
+        ),
+        (
+            b'{"id": "e2", "summary": "S.", "articles": [{"text": "A \\udfff"}]}\n',
+            b'{"id": "e2", "documents": ["A \\udfff"], "summary": "S."}\n',
+            "lone_surrogate",
+        ),
+        (
+            b'{"id": "e\\udc80", "summary": "S.", "articles": [{"text": "A."}]}\n',
+            b'{"id": "e\\udc80", "documents": ["A."], "summary": "S."}\n',
+            "lone_surrogate",
+        ),
+        (
+            b'{"id": "e\\t2", "summary": "S.", "articles": [{"text": "A."}]}\n',
+            b'{"id": "e\\t2", "documents": ["A."], "summary": "S."}\n',
+            "bad_id",
+        ),
+    ],
+)
+def test_a_converter_gives_the_same_code_as_preprocess_for_the_same_bad_line(
+    tmp_path, converter_line, contract_line, code
+):
     """mdsfair-convert (a wcep event) and mdsfair-preprocess (a raw cluster)
     refuse the same problem with the same error type and reason code, and
     with --skip-bad the converter counts it under that code."""
@@ -89,14 +106,22 @@ def test_a_converter_gives_the_same_code_as_preprocess_for_the_same_bad_line(tmp
 def test_the_error_type_refuses_unknown_codes_and_survives_pickling():
     with pytest.raises(ValueError, match="unknown bad-input reason 'not_json'"):
         InputFormatError("f.jsonl", 3, "not_json", "x")
-    for error in (InputFormatError("f.jsonl", 3, "invalid_json", "not valid JSON (x)", skippable=False),
-                  InputFormatError.described("g.json", 4, "duplicate_id", "id 'a' again")):
+    for error in (
+        InputFormatError("f.jsonl", 3, "invalid_json", "not valid JSON (x)", skippable=False),
+        InputFormatError.described("g.json", 4, "duplicate_id", "id 'a' again"),
+    ):
         copy = pickle.loads(pickle.dumps(error))
         assert (type(copy), str(copy), copy.reason, copy.line, copy.skippable) == (
-            type(error), str(error), error.reason, error.line, error.skippable)
+            type(error),
+            str(error),
+            error.reason,
+            error.line,
+            error.skippable,
+        )
     # the converters' form: the reason's description, then the detail
     assert str(InputFormatError.described("g.json", 4, "duplicate_id", "id 'a' again")) == (
-        "g.json:4: duplicate id: id 'a' again")
+        "g.json:4: duplicate id: id 'a' again"
+    )
     assert converter_common.InputFormatError is InputFormatError
 
 
@@ -119,9 +144,9 @@ def test_one_lexrank_serves_the_baseline_and_the_synthetic_gap_check():
     scores = lexrank_scores(sentences, threshold=0.0, weighted=True)
     assert sum(scores) == pytest.approx(1.0)
     top_two = sorted(sorted(range(4), key=lambda i: (-scores[i], i))[:2])
-    assert synthetic.lexrank_summary(["The storm hit Calden. Power failed in Calden.",
-                                      "The storm cut power. Cats sleep."], num_sentences=2) == " ".join(
-        sentences[i] for i in top_two)
+    assert synthetic.lexrank_summary(
+        ["The storm hit Calden. Power failed in Calden.", "The storm cut power. Cats sleep."], num_sentences=2
+    ) == " ".join(sentences[i] for i in top_two)
     assert 3 not in top_two  # the unconnected sentence is least central
     assert baselines.lexrank_scores is lexrank_scores and synthetic.lexrank_scores is lexrank_scores
 
@@ -170,12 +195,31 @@ def test_converter_documents_split_paragraphs_with_the_text_layer_as_before():
         return "\n\n".join(p for p in paragraphs if p)
 
     rng = random.Random(1)
-    pieces = ["a", "Bb", " ", "\t", "\n", "\n\n", "\r\n", "\r", "\u00a0", "\u2028", "\u2029", "\x0c", "\u3000",
-              "\x85", "\x1e", "\u202f", ".", "<p>"]
+    pieces = [
+        "a",
+        "Bb",
+        " ",
+        "\t",
+        "\n",
+        "\n\n",
+        "\r\n",
+        "\r",
+        "\u00a0",
+        "\u2028",
+        "\u2029",
+        "\x0c",
+        "\u3000",
+        "\x85",
+        "\x1e",
+        "\u202f",
+        ".",
+        "<p>",
+    ]
     for _ in range(4000):
         document = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 30)))
         for separator in (None, "<p>"):
             assert converter_common.normalize_document(document, separator) == former_normalize_document(
-                document, separator), repr(document)
+                document, separator
+            ), repr(document)
     assert converter_common.PARAGRAPH_SEPARATOR is text.PARAGRAPH_SEPARATOR
     assert structure.split_sentences_rule is text.split_sentences_rule

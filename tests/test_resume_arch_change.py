@@ -5,6 +5,7 @@ different model. Each flag is named with its old and new value;
 non-architecture values may always change; a fine-tune (``--reset-optimizer``)
 may change ``--arch`` (BART into a derived architecture) but not a flag both
 configurations share."""
+
 import argparse
 import hashlib
 import logging
@@ -18,9 +19,26 @@ from tests.utils import REPO_ROOT, TINY_BART_ARGS, USER_DIR, make_tiny_data_bin
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
-TRAIN = ["--task", "multidoc_summarization", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096",
-         "--no-epoch-checkpoints", "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-         "--log-interval", "1", "--num-workers", "0"]
+TRAIN = [
+    "--task",
+    "multidoc_summarization",
+    "--optimizer",
+    "adam",
+    "--lr",
+    "1e-3",
+    "--max-tokens",
+    "4096",
+    "--no-epoch-checkpoints",
+    "--no-progress-bar",
+    "--cpu",
+    "--seed",
+    "1",
+    "--disable-validation",
+    "--log-interval",
+    "1",
+    "--num-workers",
+    "0",
+]
 
 
 def train(data_bin, save_dir, *args, module="fairseq_cli.train"):
@@ -41,7 +59,8 @@ def train_in_process(data_bin, save_dir, *args):
     from fairseq_cli.train import main
 
     parsed = options.parse_args_and_arch(
-        options.get_training_parser(), [data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir, *TRAIN, *args])
+        options.get_training_parser(), [data_bin, "--user-dir", USER_DIR, "--save-dir", save_dir, *TRAIN, *args]
+    )
     main(convert_namespace_to_omegaconf(parsed))
 
 
@@ -82,9 +101,11 @@ def test_resume_with_changed_heads_and_activation_is_refused_naming_each_flag(tr
     last = os.path.join(trained["save_dir"], "checkpoint_last.pt")
     output = result.stdout + result.stderr
     assert "ArchitectureChangeError" in output
-    assert (f"resuming from checkpoint {last}: this run's model differs from the one that saved it "
-            "(--activation-fn 'gelu' in the checkpoint, 'relu' now; --decoder-attention-heads 4 in the checkpoint, "
-            "2 now). The tensors have the same shapes") in output
+    assert (
+        f"resuming from checkpoint {last}: this run's model differs from the one that saved it "
+        "(--activation-fn 'gelu' in the checkpoint, 'relu' now; --decoder-attention-heads 4 in the checkpoint, "
+        "2 now). The tensors have the same shapes"
+    ) in output
     assert "pass --allow-arch-change if you mean to change the architecture" in output
     assert digests(trained["save_dir"]) == before  # nothing saved over the checkpoint
 
@@ -93,12 +114,23 @@ def test_mdsfair_train_refuses_the_same_with_restore_file(trained, tmp_path):
     """``mdsfair-train`` (a process) and an explicit ``--restore-file`` into another save dir."""
     last = os.path.join(trained["save_dir"], "checkpoint_last.pt")
     args = with_flag(TINY_BART_ARGS, "--encoder-attention-heads", "8")
-    result = train(trained["data_bin"], str(tmp_path / "other"), *args, "--encoder-normalize-before",
-                   "--restore-file", last, "--max-update", "2", module="mdsfair-train")
+    result = train(
+        trained["data_bin"],
+        str(tmp_path / "other"),
+        *args,
+        "--encoder-normalize-before",
+        "--restore-file",
+        last,
+        "--max-update",
+        "2",
+        module="mdsfair-train",
+    )
     assert result.returncode != 0
-    assert (f"resuming from checkpoint {last}: this run's model differs from the one that saved it "
-            "(--encoder-attention-heads 4 in the checkpoint, 8 now; --encoder-normalize-before False in the "
-            "checkpoint, True now)") in result.stdout + result.stderr
+    assert (
+        f"resuming from checkpoint {last}: this run's model differs from the one that saved it "
+        "(--encoder-attention-heads 4 in the checkpoint, 8 now; --encoder-normalize-before False in the "
+        "checkpoint, True now)"
+    ) in result.stdout + result.stderr
     assert result.stderr.rstrip().splitlines()[-1].startswith("mdsfair-train: error: resuming from checkpoint")
     assert "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "other" / "checkpoint_last.pt")
@@ -120,7 +152,9 @@ def test_allow_arch_change_resumes_and_logs_each_difference(trained, tmp_path, c
     args = with_flag(TINY_BART_ARGS, "--decoder-attention-heads", "2") + ["--dropout", "0.3"]
     caplog.set_level(logging.INFO, logger="mdsfair.checkpoints.architecture_change")
     train_in_process(trained["data_bin"], str(tmp_path / "copy"), *args, "--max-update", "2", "--allow-arch-change")
-    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"]
+    messages = [
+        record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"
+    ]
     assert f"--allow-arch-change: resuming from {last} with --decoder-attention-heads changed from 4 to 2" in messages
     assert f"resuming from {last}: --dropout was 0.1 in the checkpoint, 0.3 now (not an architecture flag)" in messages
     state = torch.load(last, map_location="cpu", weights_only=False)
@@ -131,32 +165,58 @@ def test_allow_arch_change_resumes_and_logs_each_difference(trained, tmp_path, c
 def test_dropout_alone_may_change_on_resume(trained, tmp_path, caplog):
     last = copy_of_checkpoint(trained, str(tmp_path / "copy"))
     caplog.set_level(logging.INFO, logger="mdsfair.checkpoints.architecture_change")
-    train_in_process(trained["data_bin"], str(tmp_path / "copy"), *TINY_BART_ARGS, "--dropout", "0.2",
-                     "--attention-dropout", "0.1", "--max-update", "2")
-    messages = [record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"]
-    assert f"resuming from {last}: --attention-dropout was 0.0 in the checkpoint, 0.1 now (not an architecture flag)" \
+    train_in_process(
+        trained["data_bin"],
+        str(tmp_path / "copy"),
+        *TINY_BART_ARGS,
+        "--dropout",
+        "0.2",
+        "--attention-dropout",
+        "0.1",
+        "--max-update",
+        "2",
+    )
+    messages = [
+        record.getMessage() for record in caplog.records if record.name == "mdsfair.checkpoints.architecture_change"
+    ]
+    assert (
+        f"resuming from {last}: --attention-dropout was 0.0 in the checkpoint, 0.1 now (not an architecture flag)"
         in messages
+    )
 
 
 def test_fine_tuning_into_a_derived_architecture_works_but_not_with_a_changed_shared_flag(trained, tmp_path):
     from mdsfair.checkpoints.architecture_change import ArchitectureChangeError
 
     last = os.path.join(trained["save_dir"], "checkpoint_last.pt")
-    fine_tune = ["--arch", "hierencdec_bart_tiny", "--restore-file", last, "--reset-optimizer",
-                 "--reset-dataloader", "--reset-meters", "--max-update", "1", "--dropout", "0.2"]
+    fine_tune = [
+        "--arch",
+        "hierencdec_bart_tiny",
+        "--restore-file",
+        last,
+        "--reset-optimizer",
+        "--reset-dataloader",
+        "--reset-meters",
+        "--max-update",
+        "1",
+        "--dropout",
+        "0.2",
+    ]
     train_in_process(trained["data_bin"], str(tmp_path / "ft"), *fine_tune)
     assert os.path.exists(tmp_path / "ft" / "checkpoint_last.pt")
     with pytest.raises(ArchitectureChangeError) as error:
         train_in_process(trained["data_bin"], str(tmp_path / "ft-relu"), *fine_tune, "--activation-fn", "relu")
     assert str(error.value).startswith(
         f"fine-tuning from checkpoint {last}: this run's model differs from the one that saved it "
-        "(--activation-fn 'gelu' in the checkpoint, 'relu' now)")
+        "(--activation-fn 'gelu' in the checkpoint, 'relu' now)"
+    )
     assert not os.path.exists(tmp_path / "ft-relu" / "checkpoint_last.pt")
 
 
 def test_architecture_differences_names_locality_and_skips_non_architecture_keys():
-    import mdsfair
     from fairseq.models import ARCH_MODEL_REGISTRY
+
+    import mdsfair
 
     mdsfair.register()
 

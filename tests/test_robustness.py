@@ -6,6 +6,7 @@ dictionary and corrupted weights, and the task logs one readable line per split.
 One tiny transformer is trained for the module (fairseq-train in a
 subprocess, ``--max-target-positions 16`` so that every test reference is
 longer than the training target limit)."""
+
 import json
 import logging
 import os
@@ -40,17 +41,34 @@ from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.checkpoints.stamping import stamp, verify
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.evaluation import compare
-from mdsfair.evaluation.rouge import RougeInputError, cli_main as rouge_main, read_lines, score_files
+from mdsfair.evaluation.rouge import RougeInputError, read_lines, score_files
+from mdsfair.evaluation.rouge import cli_main as rouge_main
 from mdsfair.hub_interface import MultiDocSummarizationHubInterface
 from tests.utils import USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin, run_python
 
 TRAIN_TARGET_LIMIT = 16
 TINY_TRANSFORMER = [
-    "--task", "multidoc_summarization", "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+    "--share-all-embeddings",
 ]
 
 
@@ -59,25 +77,74 @@ def trained(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("robust"))
     data_bin = make_tiny_data_bin(work, train=16, valid=4, test=8)
     save_dir = os.path.join(work, "checkpoints")
-    log = fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER,
-        "--max-source-positions", "256", "--max-target-positions", str(TRAIN_TARGET_LIMIT),
-        "--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "4096", "--max-update", "2",
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--cpu", "--seed", "1", "--log-format", "simple",
-    ])
+    log = fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            *TINY_TRANSFORMER,
+            "--max-source-positions",
+            "256",
+            "--max-target-positions",
+            str(TRAIN_TARGET_LIMIT),
+            "--optimizer",
+            "adam",
+            "--lr",
+            "3e-3",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            "2",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--cpu",
+            "--seed",
+            "1",
+            "--log-format",
+            "simple",
+        ],
+    )
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
     raw_test = [json.loads(line) for line in open(os.path.join(work, "raw", "test.jsonl"), encoding="utf-8")]
-    return {"work": work, "data_bin": data_bin, "save_dir": save_dir, "checkpoint": checkpoint,
-            "train_log": log, "raw_test": raw_test}
+    return {
+        "work": work,
+        "data_bin": data_bin,
+        "save_dir": save_dir,
+        "checkpoint": checkpoint,
+        "train_log": log,
+        "raw_test": raw_test,
+    }
 
 
 def generate(trained, tmp_path, data_bin=None, checkpoint=None, extra=()):
-    return generate_in_process([
-        data_bin or trained["data_bin"], "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--path", checkpoint or trained["checkpoint"], "--gen-subset", "test", "--beam", "2",
-        "--max-len-b", "8", "--batch-size", "4", "--cpu", "--max-source-positions", "256",
-        "--post-process", "sentencepiece", *extra,
-    ], str(tmp_path))
+    return generate_in_process(
+        [
+            data_bin or trained["data_bin"],
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            checkpoint or trained["checkpoint"],
+            "--gen-subset",
+            "test",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "8",
+            "--batch-size",
+            "4",
+            "--cpu",
+            "--max-source-positions",
+            "256",
+            "--post-process",
+            "sentencepiece",
+            *extra,
+        ],
+        str(tmp_path),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -101,9 +168,13 @@ def toy_dataset(target_lengths, truncate_target=True, max_target_positions=1024)
     ids = [np.array([0, 0, 0, 1, 1, 1])] * len(target_lengths)
     targets = [np.full(n, 5) for n in target_lengths]
     return MultiDocSummarizationDataset(
-        tokens, targets, {"doc": ids, "para": ids, "sent": ids}, dictionary,
-        TruncationConfig(max_source_positions=64, max_target_positions=max_target_positions,
-                         truncate_target=truncate_target),
+        tokens,
+        targets,
+        {"doc": ids, "para": ids, "sent": ids},
+        dictionary,
+        TruncationConfig(
+            max_source_positions=64, max_target_positions=max_target_positions, truncate_target=truncate_target
+        ),
         name="toy",
     )
 
@@ -136,8 +207,11 @@ def test_rouge_scores_full_data_bin_references_not_cut_target_lines(trained, gen
     summaries = os.path.join(trained["data_bin"], "test.summary.txt")
     references = read_lines(summaries)
     # The T- lines are the targets cut at the model's 16 tokens: shorter than the references.
-    targets = {int(line.split("\t")[0][2:]): line.split("\t")[1] for line in generated["text"].splitlines()
-               if line.startswith("T-")}
+    targets = {
+        int(line.split("\t")[0][2:]): line.split("\t")[1]
+        for line in generated["text"].splitlines()
+        if line.startswith("T-")
+    }
     assert all(len(targets[i].split()) < len(references[i].split()) for i in range(8))
     # The generate log with every hypothesis replaced by its full reference.
     lines = []
@@ -172,8 +246,11 @@ def test_rouge_finds_the_data_bin_named_in_a_captured_log(trained, generated, tm
 
 def test_rouge_refuses_a_log_cut_in_half_naming_the_missing_ids(trained, generated, tmp_path, capsys):
     kept_ids = {"0", "1", "2", "3"}
-    half = [line for line in generated["text"].splitlines()
-            if not line[:2] in ("H-", "D-", "T-", "S-", "P-") or line.split("\t")[0][2:] in kept_ids]
+    half = [
+        line
+        for line in generated["text"].splitlines()
+        if line[:2] not in ("H-", "D-", "T-", "S-", "P-") or line.split("\t")[0][2:] in kept_ids
+    ]
     path = tmp_path / "half.out"
     path.write_text("\n".join(half) + "\n", encoding="utf-8")
     with pytest.raises(RougeInputError, match=r"no hypothesis for 4 of 8 clusters \(ids 4, 5, 6, 7\)"):
@@ -204,7 +281,9 @@ def test_rouge_refuses_a_log_cut_in_half_naming_the_missing_ids(trained, generat
 def test_hub_summarize_warns_per_cut_cluster_and_returns_counts(trained, caplog):
     limit = 128
     hub = MultiDocSummarizationHubInterface.from_pretrained(
-        trained["save_dir"], checkpoint_file="checkpoint_last.pt", data_name_or_path=trained["data_bin"],
+        trained["save_dir"],
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=trained["data_bin"],
         max_source_positions=limit,
     )
     clusters = trained["raw_test"][:3]
@@ -221,8 +300,9 @@ def test_hub_summarize_warns_per_cut_cluster_and_returns_counts(trained, caplog)
         assert limit - 1 <= cut["source_tokens_kept"] + cut["documents_kept"] + 1 <= limit
         assert sum(cut["tokens_cut_by"].values()) == cut["source_tokens"] - cut["source_tokens_kept"]
         assert cut["documents_kept"] < cut["documents"]
-        assert (f"cluster {index}: the model sees {cut['source_tokens_kept']:,} of {cut['source_tokens']:,} "
-                f"source tokens") in caplog.text
+        assert (
+            f"cluster {index}: the model sees {cut['source_tokens_kept']:,} of {cut['source_tokens']:,} source tokens"
+        ) in caplog.text
     assert caplog.text.count("the model sees") == 2 * len(clusters)  # two summarize calls
 
 
@@ -303,13 +383,36 @@ def test_hub_refuses_a_data_bin_with_another_dictionary(trained, other_data_bin)
 
 def test_restore_file_fine_tuning_refuses_another_dictionary(trained, other_data_bin, tmp_path):
     with pytest.raises(RuntimeError) as error:
-        fairseq_cli("fairseq_cli.train", [
-            other_data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER,
-            "--max-source-positions", "256", "--max-target-positions", str(TRAIN_TARGET_LIMIT),
-            "--optimizer", "adam", "--lr", "3e-3", "--max-tokens", "4096", "--max-update", "1",
-            "--restore-file", trained["checkpoint"], "--reset-optimizer", "--reset-dataloader", "--reset-meters",
-            "--save-dir", str(tmp_path / "ft"), "--cpu", "--disable-validation",
-        ])
+        fairseq_cli(
+            "fairseq_cli.train",
+            [
+                other_data_bin,
+                "--user-dir",
+                USER_DIR,
+                *TINY_TRANSFORMER,
+                "--max-source-positions",
+                "256",
+                "--max-target-positions",
+                str(TRAIN_TARGET_LIMIT),
+                "--optimizer",
+                "adam",
+                "--lr",
+                "3e-3",
+                "--max-tokens",
+                "4096",
+                "--max-update",
+                "1",
+                "--restore-file",
+                trained["checkpoint"],
+                "--reset-optimizer",
+                "--reset-dataloader",
+                "--reset-meters",
+                "--save-dir",
+                str(tmp_path / "ft"),
+                "--cpu",
+                "--disable-validation",
+            ],
+        )
     output = str(error.value)
     assert "DictionaryMismatchError" in output
     assert f"trained on data-bin {os.path.abspath(trained['data_bin'])}" in output
@@ -317,8 +420,11 @@ def test_restore_file_fine_tuning_refuses_another_dictionary(trained, other_data
 
 
 def test_fingerprint_differences_name_dictionary_and_subword_model():
-    trained = {"data_bins": ["/a"], "dictionary": {"size": 5, "sha256": "1" * 64},
-               "subword": {"type": "sentencepiece", "files": {"spm.model": "2" * 64}}}
+    trained = {
+        "data_bins": ["/a"],
+        "dictionary": {"size": 5, "sha256": "1" * 64},
+        "subword": {"type": "sentencepiece", "files": {"spm.model": "2" * 64}},
+    }
     assert fingerprint_differences(trained, dict(trained)) == []
     other_spm = {**trained, "subword": {"type": "sentencepiece", "files": {"spm.model": "3" * 64}}}
     assert [d.split(":")[0] for d in fingerprint_differences(trained, other_spm)] == ["subword model"]
@@ -415,8 +521,12 @@ def test_truncation_report_is_one_line_with_the_share_of_source_tokens_kept():
     tokens = np.arange(10, 24)
     structure = {"doc": [doc, doc[:6]], "para": [doc, doc[:6]], "sent": [doc, doc[:6]]}
     dataset = MultiDocSummarizationDataset(
-        [tokens, tokens[:6]], [np.array([5, 6, 7])] * 2, structure, dictionary,
-        TruncationConfig(max_source_positions=10, max_target_positions=3), name="toy",
+        [tokens, tokens[:6]],
+        [np.array([5, 6, 7])] * 2,
+        structure,
+        dictionary,
+        TruncationConfig(max_source_positions=10, max_target_positions=3),
+        name="toy",
     )
     # example 0 keeps <s> 6 tokens <s> 1 token </s> = 10 of 14 positions: 7 of its 14 tokens;
     # example 1 (one document of 6 tokens) keeps all; targets of 4 (with </s>) cut to 3
@@ -426,12 +536,21 @@ def test_truncation_report_is_one_line_with_the_share_of_source_tokens_kept():
         "targets cut at 3 tokens: 2 targets, 2 tokens"
     )
     assert dataset.example_truncation(0) == {
-        "source_tokens": 14, "source_tokens_kept": 7, "documents": 3, "documents_kept": 2,
-        "paragraphs": 3, "paragraphs_kept": 2, "tokens_cut_by": {"max_source_positions": 7},
+        "source_tokens": 14,
+        "source_tokens_kept": 7,
+        "documents": 3,
+        "documents_kept": 2,
+        "paragraphs": 3,
+        "paragraphs_kept": 2,
+        "tokens_cut_by": {"max_source_positions": 7},
     }
     whole = MultiDocSummarizationDataset(
-        [tokens], [np.array([5])], {k: [doc] for k in ("doc", "para", "sent")}, dictionary,
-        TruncationConfig(max_source_positions=100), name="toy",
+        [tokens],
+        [np.array([5])],
+        {k: [doc] for k in ("doc", "para", "sent")},
+        dictionary,
+        TruncationConfig(max_source_positions=100),
+        name="toy",
     )
     assert whole.truncation_report() == "toy: 1 clusters, source tokens kept 100.0% (14 of 14); nothing truncated"
     assert whole.truncation_counts == Counter()
@@ -460,7 +579,11 @@ def test_training_log_has_one_line_per_split_and_only_known_third_party_warnings
     lines = [line for line in log.splitlines() if "source tokens kept" in line]
     assert len(lines) == 2 and "split train of data-bin" in lines[0] + lines[1]
     known = known_warning_filters(request.config)
-    assert ("hydra\\.experimental\\.(initialize|compose)\\(\\) is no longer experimental", "UserWarning", "hydra") in known
+    assert (
+        "hydra\\.experimental\\.(initialize|compose)\\(\\) is no longer experimental",
+        "UserWarning",
+        "hydra",
+    ) in known
     log_lines = log.splitlines()
     warned = 0
     for index, line in enumerate(log_lines):
@@ -481,10 +604,16 @@ def test_pytest_configuration_filters_known_warnings_by_message_and_module_and_f
         warnings.warn_explicit(hydra_notice, UserWarning, "initialize.py", 43, module="hydra.experimental.initialize")
         warnings.warn_explicit(hydra_notice, UserWarning, "elsewhere.py", 1, module="some_library")  # other module
         warnings.warn_explicit("an unrelated notice", UserWarning, "initialize.py", 44, module="hydra.experimental")
-        warnings.warn_explicit("`torch.cuda.amp.autocast(args...)` is deprecated. Please use ...", FutureWarning,
-                               "fairseq_task.py", 531, module="fairseq.tasks.fairseq_task")
+        warnings.warn_explicit(
+            "`torch.cuda.amp.autocast(args...)` is deprecated. Please use ...",
+            FutureWarning,
+            "fairseq_task.py",
+            531,
+            module="fairseq.tasks.fairseq_task",
+        )
     assert [(str(w.message), w.filename) for w in caught] == [
-        (hydra_notice, "elsewhere.py"), ("an unrelated notice", "initialize.py"),
+        (hydra_notice, "elsewhere.py"),
+        ("an unrelated notice", "initialize.py"),
     ]
     with pytest.raises(UserWarning, match="from mdsfair"):
         warnings.warn_explicit("a notice from mdsfair", UserWarning, "rouge.py", 1, module="mdsfair.evaluation.rouge")
@@ -502,18 +631,59 @@ def test_commands_refuse_a_foreign_dictionary_or_corrupted_weights_in_one_line(t
     def command(main, arguments):
         return run_python(["-c", f"from mdsfair.cli import {main}; {main}()", *arguments], tmp_path)
 
-    generate_flags = ["--task", "multidoc_summarization", "--gen-subset", "test", "--beam", "2", "--max-len-b", "8",
-                      "--cpu", "--max-source-positions", "256"]
+    generate_flags = [
+        "--task",
+        "multidoc_summarization",
+        "--gen-subset",
+        "test",
+        "--beam",
+        "2",
+        "--max-len-b",
+        "8",
+        "--cpu",
+        "--max-source-positions",
+        "256",
+    ]
     cases = [
-        (command("generate_main", [other_data_bin, "--path", trained["checkpoint"], *generate_flags]),
-         "mdsfair-generate: error: ", "--allow-dictionary-mismatch"),
-        (command("generate_main", [trained["data_bin"], "--path", corrupted, *generate_flags]),
-         f"mdsfair-generate: error: {corrupted}: the model weights do not match", "python -m mdsfair.checkpoints stamp"),
-        (command("train_main", [trained["data_bin"], *TINY_TRANSFORMER, "--max-source-positions", "256",
-                                "--max-target-positions", str(TRAIN_TARGET_LIMIT), "--optimizer", "adam", "--lr",
-                                "3e-3", "--max-tokens", "4096", "--max-update", "3", "--restore-file", corrupted,
-                                "--save-dir", str(tmp_path / "resumed"), "--cpu", "--no-progress-bar"]),
-         f"mdsfair-train: error: {corrupted}: the model weights do not match", "python -m mdsfair.checkpoints stamp"),
+        (
+            command("generate_main", [other_data_bin, "--path", trained["checkpoint"], *generate_flags]),
+            "mdsfair-generate: error: ",
+            "--allow-dictionary-mismatch",
+        ),
+        (
+            command("generate_main", [trained["data_bin"], "--path", corrupted, *generate_flags]),
+            f"mdsfair-generate: error: {corrupted}: the model weights do not match",
+            "python -m mdsfair.checkpoints stamp",
+        ),
+        (
+            command(
+                "train_main",
+                [
+                    trained["data_bin"],
+                    *TINY_TRANSFORMER,
+                    "--max-source-positions",
+                    "256",
+                    "--max-target-positions",
+                    str(TRAIN_TARGET_LIMIT),
+                    "--optimizer",
+                    "adam",
+                    "--lr",
+                    "3e-3",
+                    "--max-tokens",
+                    "4096",
+                    "--max-update",
+                    "3",
+                    "--restore-file",
+                    corrupted,
+                    "--save-dir",
+                    str(tmp_path / "resumed"),
+                    "--cpu",
+                    "--no-progress-bar",
+                ],
+            ),
+            f"mdsfair-train: error: {corrupted}: the model weights do not match",
+            "python -m mdsfair.checkpoints stamp",
+        ),
     ]
     for result, first, hint in cases:
         output = result.stdout + result.stderr

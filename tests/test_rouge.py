@@ -1,5 +1,6 @@
 """Tests of mdsfair.evaluation: official ROUGE-1.5.5 wrapper, fast scorer, SU4,
 multi-reference scoring, fairseq-generate parsing and the mdsfair-rouge CLI."""
+
 import json
 import os
 import subprocess
@@ -124,11 +125,17 @@ def test_official_wrapper_reproduces_hand_run_numbers():
 @needs_perl
 def test_rouge_l_is_whole_summary_lcs_and_lsum_is_summary_level():
     # Same sentences in swapped order: summary-level LCS is perfect, plain LCS is not.
-    result = score(["The dog barked loudly. The cat sat on the mat."], ["The cat sat on the mat. The dog barked loudly."])
+    result = score(
+        ["The dog barked loudly. The cat sat on the mat."], ["The cat sat on the mat. The dog barked loudly."]
+    )
     assert result["rouge-1"]["f"] == 1.0
     assert result["rouge-lsum"]["f"] == 1.0
     assert result["rouge-l"]["f"] < 0.7
-    fast = score(["The dog barked loudly. The cat sat on the mat."], ["The cat sat on the mat. The dog barked loudly."], fast=True)
+    fast = score(
+        ["The dog barked loudly. The cat sat on the mat."],
+        ["The cat sat on the mat. The dog barked loudly."],
+        fast=True,
+    )
     assert fast["rouge-lsum"]["f"] == pytest.approx(1.0)
     assert fast["rouge-l"]["f"] == pytest.approx(result["rouge-l"]["f"], abs=1e-5)
 
@@ -328,7 +335,6 @@ def test_cli_fast_several_refs_and_errors(tmp_path, capsys):
     assert "short.txt has 1 lines" in capsys.readouterr().err
 
 
-
 def _gpt2_data_bin(tmp_path, with_files=True):
     """A data-bin holding what mdsfair-preprocess --subword gpt2 writes for
     scoring: the manifest's subword entry, the GPT-2 files, the references."""
@@ -353,25 +359,30 @@ def test_gpt2_ids_in_a_log_are_decoded_with_the_data_bins_files_or_refused(tmp_p
     decoded with that data-bin's encoder.json / vocab.bpe; where nothing can
     decode it, it is refused."""
     hypotheses, references = load_hypotheses_and_references(
-        GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path), split="test")
+        GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path), split="test"
+    )
     assert hypotheses == ["The cat sat on the mat.", "The dog sat on the mat."]
     assert references == [["The cat sat on the mat."], ["The dog sat on the mat."]]
     result = score_files(GENERATE_GPT2_LOG, data_bin=str(tmp_path / "data-bin"), split="test", fast=True)
     assert result["rouge-1"]["f"] == pytest.approx(1.0)
     with pytest.raises(RougeInputError, match="sequence of integers"):
-        load_hypotheses_and_references(GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path / "b", with_files=False),
-                                       split="test")
+        load_hypotheses_and_references(
+            GENERATE_GPT2_LOG, data_bin=_gpt2_data_bin(tmp_path / "b", with_files=False), split="test"
+        )
 
 
 # --- issue 33: per-cluster scores and the reported aggregate ------------------------------------------------------
+
 
 def _perl_bootstrap_indices(clusters: int, resamples: int):
     """The cluster positions ROUGE-1.5.5's bootstrapResampling draws: resample
     ``s`` calls ``srand(s)`` then ``int(rand(N))`` N times (positions in the
     script's instance list, which is ``sort keys``: the cluster ids sorted as
     strings)."""
-    code = (f"for $s (0..{resamples - 1}) {{ srand($s); "
-            f"print join(' ', map {{ int(rand({clusters})) }} 1..{clusters}), \"\\n\" }}")
+    code = (
+        f"for $s (0..{resamples - 1}) {{ srand($s); "
+        f"print join(' ', map {{ int(rand({clusters})) }} 1..{clusters}), \"\\n\" }}"
+    )
     output = subprocess.run(["perl", "-e", code], capture_output=True, text=True, check=True).stdout
     return [[int(x) for x in line.split()] for line in output.splitlines()]
 
@@ -437,4 +448,5 @@ def test_per_cluster_file_needs_jsonl_or_csv(capsys):
     with pytest.raises(SystemExit):
         cli_main([HYP, REF, "--fast", "--per-cluster", "clusters.txt"])
     assert "mdsfair-rouge: error: --per-cluster clusters.txt: the file name must end in .jsonl or .csv" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )

@@ -4,6 +4,7 @@ two lengths). The --max-summary-words limit (docs/evaluation.md) refuses it
 up front on every path: the official scorer, --fast, and mdsfair-compare,
 which scores through the same function. The refusal is timed, so a change
 that scores first and checks after fails here."""
+
 import time
 
 import pytest

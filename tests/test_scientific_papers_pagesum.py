@@ -9,6 +9,7 @@ setting has 8 pages). These tests write papers in the release's JSONL layout,
 run both commands, build the tiny ``pagesum_bart`` model through the
 multidoc_summarization task and check the pages it builds: no training.
 """
+
 import json
 import random
 
@@ -21,10 +22,21 @@ from mdsfair.preprocess.converters import cli_main as convert_cli
 from mdsfair.preprocess.subword import load_encoder_from_manifest
 from tests.utils import USER_DIR
 
-WORDS = ("spectrum gap model coupling energy state field lattice phase order density matrix operator wave "
-         "patients trial dose outcome cohort risk gene protein cell tissue signal noise sample method").split()
-SECTION_NAMES = ("introduction", "related work", "methods", "results", "discussion", "conclusion",
-                 "appendix a", "appendix b", "appendix c")
+WORDS = (
+    "spectrum gap model coupling energy state field lattice phase order density matrix operator wave "
+    "patients trial dose outcome cohort risk gene protein cell tissue signal noise sample method"
+).split()
+SECTION_NAMES = (
+    "introduction",
+    "related work",
+    "methods",
+    "results",
+    "discussion",
+    "conclusion",
+    "appendix a",
+    "appendix b",
+    "appendix c",
+)
 NUM_PAGES = 8  # PageSum's arxiv-section setting
 
 
@@ -38,10 +50,14 @@ def paper(rng, article_id, num_sections, empty_section=None):
     sections = [[sentence(rng) for _ in range(rng.randint(1, 3))] for _ in names]
     if empty_section is not None:
         sections[empty_section] = []
-    return {"article_id": article_id,
-            "abstract_text": [f"<S> {sentence(rng)} </S>", f"<S> {sentence(rng)} </S>"],
-            "article_text": [s for section in sections for s in section],
-            "section_names": names, "sections": sections, "labels": None}
+    return {
+        "article_id": article_id,
+        "abstract_text": [f"<S> {sentence(rng)} </S>", f"<S> {sentence(rng)} </S>"],
+        "article_text": [s for section in sections for s in section],
+        "section_names": names,
+        "sections": sections,
+        "labels": None,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -65,8 +81,9 @@ def converted(tmp_path_factory):
     for split, papers in splits.items():
         (release / f"{split}.txt").write_text("".join(json.dumps(p) + "\n" for p in papers), encoding="utf-8")
         output = raw / ("valid.jsonl" if split == "val" else f"{split}.jsonl")
-        assert convert_cli(["scientific_papers", str(release / f"{split}.txt"), "-o", str(output),
-                            "--split", split]) == 0
+        assert (
+            convert_cli(["scientific_papers", str(release / f"{split}.txt"), "-o", str(output), "--split", split]) == 0
+        )
     data_bin = root / "data-bin"
     preprocess(["--input-dir", str(raw), "--destdir", str(data_bin), "--vocab-size", "120", "--no-progress-bar"])
     with open(raw / "valid.jsonl", encoding="utf-8") as handle:
@@ -76,10 +93,28 @@ def converted(tmp_path_factory):
 
 def build_pagesum(data_bin, discourse_unit):
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", "pagesum_bart_tiny",
-        "--locality", "discourse", "--discourse-unit", discourse_unit, "--num-pages", str(NUM_PAGES),
-        "--max-source-positions", "4096", "--dropout", "0"])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--arch",
+            "pagesum_bart_tiny",
+            "--locality",
+            "discourse",
+            "--discourse-unit",
+            discourse_unit,
+            "--num-pages",
+            str(NUM_PAGES),
+            "--max-source-positions",
+            "4096",
+            "--dropout",
+            "0",
+        ],
+    )
     task = tasks.setup_task(args)
     torch.manual_seed(0)
     model = task.build_model(args).eval()
@@ -110,7 +145,11 @@ def test_converter_gives_one_titled_document_per_nonempty_section(converted):
     assert [c["id"] for c in clusters] == ["va0", "va1", "va2"]
     assert [len(c["documents"]) for c in clusters] == [4, 4, 9]
     assert [d.split("\n\n")[0] for d in clusters[1]["documents"]] == [
-        "introduction", "related work", "results", "discussion"]  # "methods" was empty
+        "introduction",
+        "related work",
+        "results",
+        "discussion",
+    ]  # "methods" was empty
     assert all(len(d.split("\n\n")) == 2 for c in clusters for d in c["documents"])
 
 
@@ -125,8 +164,11 @@ def test_section_pages_follow_the_converted_sections(converted):
         # The release's sections, read straight from the paper (an empty one has no page).
         source = papers[sample_id]
         assert clusters[sample_id]["id"] == source["article_id"]
-        sections = [" ".join([name] + sentences) for name, sentences in zip(source["section_names"],
-                                                                           source["sections"]) if sentences]
+        sections = [
+            " ".join([name] + sentences)
+            for name, sentences in zip(source["section_names"], source["sections"])
+            if sentences
+        ]
         assert page_texts(task, layout, example) == sections[:NUM_PAGES], source["article_id"]
         for page in range(int(layout.page_mask[example].sum())):
             positions = layout.source_position[example, page]
@@ -155,6 +197,17 @@ def test_paragraph_pages_split_the_name_from_its_section(converted):
     layout = model.encoder.page_builder(**structure(sample))
     row = sample["id"].tolist().index(0)
     paragraphs = [p for document in clusters[0]["documents"] for p in document.split("\n\n")]
-    assert page_texts(task, layout, row) == paragraphs[:NUM_PAGES] == [
-        "introduction", paragraphs[1], "related work", paragraphs[3], "methods", paragraphs[5],
-        "results", paragraphs[7]]
+    assert (
+        page_texts(task, layout, row)
+        == paragraphs[:NUM_PAGES]
+        == [
+            "introduction",
+            paragraphs[1],
+            "related work",
+            paragraphs[3],
+            "methods",
+            paragraphs[5],
+            "results",
+            paragraphs[7],
+        ]
+    )

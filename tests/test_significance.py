@@ -6,6 +6,7 @@ cluster gives the smallest p the samples can resolve; a shift in one outlier
 cluster only is not significant; on the same per-cluster data the intervals
 and p-values agree with SciPy's independent implementations within
 Monte-Carlo error. All statistics in float64."""
+
 import json
 import os
 
@@ -64,8 +65,14 @@ def test_bootstrap_ci_agrees_with_scipy_bootstrap():
     baseline, system = _scores(seed=4)
     ours = significance.bootstrap_ci(np.stack([baseline, system]), samples=4000, seed=7)
     for row, values in enumerate((baseline, system)):
-        reference = scipy_stats.bootstrap((values,), np.mean, n_resamples=4000, method="percentile",
-                                          confidence_level=0.95, rng=np.random.default_rng(11))
+        reference = scipy_stats.bootstrap(
+            (values,),
+            np.mean,
+            n_resamples=4000,
+            method="percentile",
+            confidence_level=0.95,
+            rng=np.random.default_rng(11),
+        )
         standard_error = values.std(ddof=1) / len(values) ** 0.5
         # a percentile of 4000 resamples is known to about 0.05 standard errors; allow 0.15
         assert ours[row, 0] == pytest.approx(reference.confidence_interval.low, abs=0.15 * standard_error)
@@ -79,23 +86,30 @@ def test_paired_bootstrap_agrees_with_scipys_bootstrap_distribution():
     baseline, system = _scores(seed=8, clusters=150)
     differences = system - baseline
     delta, ours = significance.paired_bootstrap(system, baseline, samples=5000, seed=1)
-    distribution = scipy_stats.bootstrap((differences,), np.mean, n_resamples=5000, method="percentile",
-                                         rng=np.random.default_rng(2)).bootstrap_distribution
+    distribution = scipy_stats.bootstrap(
+        (differences,), np.mean, n_resamples=5000, method="percentile", rng=np.random.default_rng(2)
+    ).bootstrap_distribution
     theirs = (np.sum(np.abs(distribution - delta[0]) >= abs(delta[0])) + 1) / (5000 + 1)
     assert 0.001 < theirs < 0.5  # a case where the p-value is neither trivial nor 1
-    assert ours[0] == pytest.approx(theirs, abs=4 * (theirs * (1 - theirs) / 5000) ** 0.5 * 2 ** 0.5)
+    assert ours[0] == pytest.approx(theirs, abs=4 * (theirs * (1 - theirs) / 5000) ** 0.5 * 2**0.5)
 
 
 def test_approximate_randomization_agrees_with_scipy_permutation_test():
     baseline, system = _scores(seed=9, clusters=150)
     delta, ours = significance.approximate_randomization(system, baseline, samples=5000, seed=1)
     reference = scipy_stats.permutation_test(
-        (system, baseline), lambda x, y, axis: np.mean(x - y, axis=axis), permutation_type="samples",
-        vectorized=True, n_resamples=5000, alternative="two-sided", rng=np.random.default_rng(3))
+        (system, baseline),
+        lambda x, y, axis: np.mean(x - y, axis=axis),
+        permutation_type="samples",
+        vectorized=True,
+        n_resamples=5000,
+        alternative="two-sided",
+        rng=np.random.default_rng(3),
+    )
     assert reference.statistic == pytest.approx(delta[0], rel=1e-12)
     theirs = reference.pvalue
     assert 0.001 < theirs < 0.5
-    assert ours[0] == pytest.approx(theirs, abs=4 * (theirs * (1 - theirs) / 5000) ** 0.5 * 2 ** 0.5)
+    assert ours[0] == pytest.approx(theirs, abs=4 * (theirs * (1 - theirs) / 5000) ** 0.5 * 2**0.5)
 
 
 def test_holm_and_bonferroni():
@@ -110,9 +124,11 @@ def test_holm_and_bonferroni():
 
 def test_compare_to_baseline_corrects_across_systems_and_metrics():
     baseline, system = _scores(seed=12, clusters=80)
-    scores = {"base": {"rouge-1": baseline, "rouge-2": baseline / 2},
-              "same": {"rouge-1": baseline, "rouge-2": baseline / 2},
-              "better": {"rouge-1": baseline + 0.05, "rouge-2": system / 2}}
+    scores = {
+        "base": {"rouge-1": baseline, "rouge-2": baseline / 2},
+        "same": {"rouge-1": baseline, "rouge-2": baseline / 2},
+        "better": {"rouge-1": baseline + 0.05, "rouge-2": system / 2},
+    }
     tests = significance.compare_to_baseline(scores, "base", samples=999, seed=1, correction="bonferroni")
     assert set(tests) == {"same", "better"}
     assert tests["same"]["rouge-1"]["p_randomization"] == 1.0
@@ -132,9 +148,31 @@ def test_compare_cli_ci_baseline_per_cluster_plot_and_json(tmp_path, capsys):
     same = _write(tmp_path, "same.txt", references)
     worse = _write(tmp_path, "worse.txt", [r.replace("cat sat", "dog ran") for r in references])
     out_json, out_csv, out_png = tmp_path / "c.json", tmp_path / "c.csv", tmp_path / "c.png"
-    assert compare.cli_main(["--ref", ref, "--fast", "--ci", "--baseline", "gold", "--samples", "400",
-                             "--correction", "holm", "--per-cluster", str(out_csv), "--json", str(out_json),
-                             "--plot", str(out_png), "gold=" + same, "worse=" + worse]) == 0
+    assert (
+        compare.cli_main(
+            [
+                "--ref",
+                ref,
+                "--fast",
+                "--ci",
+                "--baseline",
+                "gold",
+                "--samples",
+                "400",
+                "--correction",
+                "holm",
+                "--per-cluster",
+                str(out_csv),
+                "--json",
+                str(out_json),
+                "--plot",
+                str(out_png),
+                "gold=" + same,
+                "worse=" + worse,
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "mdsfair-fast" in printed and "p_boot" in printed and "100.00 [100.00,100.00]" in printed
     saved = json.loads(out_json.read_text())
@@ -146,14 +184,20 @@ def test_compare_cli_ci_baseline_per_cluster_plot_and_json(tmp_path, capsys):
     assert len(out_csv.read_text().splitlines()) == 1 + 2 * 10
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--baseline", "nobody", "a=" + HYP], "--baseline nobody: no system of that name"),
-    (["--plot", "x.svg", "a=" + HYP], "--plot x.svg: the file name must end in .png"),
-    (["--convention", "nosuch", "a=" + HYP], "unknown convention 'nosuch'"),
-    (["--published", "atlantis", "--mixed"], "--published atlantis: no published results for this data set"),
-    (["--published", "multinews"], "would mix the conventions hierencdec, led-hierencdec, ma2022, pagesum, primera"),
-    (["a"], "expected NAME=PATH, got 'a'"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--baseline", "nobody", "a=" + HYP], "--baseline nobody: no system of that name"),
+        (["--plot", "x.svg", "a=" + HYP], "--plot x.svg: the file name must end in .png"),
+        (["--convention", "nosuch", "a=" + HYP], "unknown convention 'nosuch'"),
+        (["--published", "atlantis", "--mixed"], "--published atlantis: no published results for this data set"),
+        (
+            ["--published", "multinews"],
+            "would mix the conventions hierencdec, led-hierencdec, ma2022, pagesum, primera",
+        ),
+        (["a"], "expected NAME=PATH, got 'a'"),
+    ],
+)
 def test_compare_cli_refuses_bad_input_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         compare.cli_main(["--ref", REF, "--fast", *argv])
@@ -181,7 +225,11 @@ def test_published_file_matches_the_papers():
 
     rows = read_published()
     index = {(r["dataset"], r["system"], r["metric"], r["paper"]): r for r in rows}
-    assert index[("multinews", "BART-large-cnn + HierEncDec", "rouge-1", "Shen et al. 2023 (HierEncDec)")]["value"] == 50.7
+    assert (
+        index[("multinews", "BART-large-cnn + HierEncDec", "rouge-1", "Shen et al. 2023 (HierEncDec)")]["value"] == 50.7
+    )
     assert index[("wikisum", "HT (1,600 tokens)", "rouge-l", "Liu & Lapata 2019")]["value"] == 35.08
     assert index[("govreport", "PageSum (20480)", "rouge-lsum", "Liu et al. 2022 (PageSum)")]["value"] == 57.07
-    assert len({(r["dataset"], r["system"], r["metric"], r["paper"], r["table"], r["convention"]) for r in rows}) == len(rows)
+    assert len(
+        {(r["dataset"], r["system"], r["metric"], r["paper"], r["table"], r["convention"]) for r in rows}
+    ) == len(rows)

@@ -1,6 +1,7 @@
 """No cluster of a test or validation split is dropped by fairseq's size
 filter: what ``--skip-invalid-size-inputs-valid-test`` would drop silently is
 counted and refused, with the flag that makes the clusters fit instead."""
+
 import os
 import subprocess
 import sys
@@ -12,9 +13,26 @@ from tests.utils import REPO_ROOT, make_tiny_data_bin
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
 USER_DIR = os.path.join(REPO_ROOT, "mdsfair")
-MODEL = ["--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "16",
-         "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "16", "--decoder-ffn-embed-dim", "16",
-         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2"]
+MODEL = [
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "16",
+    "--decoder-embed-dim",
+    "16",
+    "--encoder-ffn-embed-dim",
+    "16",
+    "--decoder-ffn-embed-dim",
+    "16",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
 def run(module, args):
@@ -28,28 +46,70 @@ def short_model(tmp_path_factory):
     work = tmp_path_factory.mktemp("size_filter")
     data_bin = make_tiny_data_bin(str(work), train=8, valid=3, test=5)
     save_dir = str(work / "checkpoints")
-    trained = run("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", *MODEL,
-        "--max-source-positions", "64", "--max-target-positions", "64", "--optimizer", "adam", "--lr", "1e-3",
-        "--max-tokens", "4096", "--max-update", "1", "--cpu", "--disable-validation", "--no-progress-bar",
-        "--save-dir", save_dir, "--no-epoch-checkpoints",
-    ])
+    trained = run(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            *MODEL,
+            "--max-source-positions",
+            "64",
+            "--max-target-positions",
+            "64",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            "1",
+            "--cpu",
+            "--disable-validation",
+            "--no-progress-bar",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+        ],
+    )
     assert trained.returncode == 0, trained.stderr[-3000:]
     return data_bin, os.path.join(save_dir, "checkpoint_last.pt")
 
 
 def generate(short_model, *flags):
     data_bin, checkpoint = short_model
-    return run("fairseq_cli.generate", [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--path", checkpoint,
-        "--gen-subset", "test", "--beam", "1", "--max-len-b", "5", "--cpu", "--batch-size", "2", *flags,
-    ])
+    return run(
+        "fairseq_cli.generate",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            checkpoint,
+            "--gen-subset",
+            "test",
+            "--beam",
+            "1",
+            "--max-len-b",
+            "5",
+            "--cpu",
+            "--batch-size",
+            "2",
+            *flags,
+        ],
+    )
 
 
 @pytest.mark.parametrize("skip_flag", [False, True])
 def test_too_long_test_clusters_are_counted_and_refused(short_model, skip_flag):
-    result = generate(short_model, "--max-source-positions", "512",
-                      *(["--skip-invalid-size-inputs-valid-test"] if skip_flag else []))
+    result = generate(
+        short_model, "--max-source-positions", "512", *(["--skip-invalid-size-inputs-valid-test"] if skip_flag else [])
+    )
     assert result.returncode != 0
     output = result.stdout + result.stderr
     assert "test: 5 of 5 clusters do not fit (5 with a source above the model's limit of 64 tokens" in output

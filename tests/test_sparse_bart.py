@@ -1,6 +1,7 @@
 """Tests of the sparse encoder-decoder attention (Manakul & Gales 2021):
 ``sparse_bart``, its modules, the ``sparse_kl`` criterion and the training
 stages of ``multidoc_summarization_sparse``."""
+
 import copy
 
 import pytest
@@ -9,13 +10,13 @@ import torch
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
 from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
     model_free_sentence_keys,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
-from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import (
     SentenceContext,
     SparseCrossAttention,
@@ -32,7 +33,6 @@ from tests.sparse_fixtures import (
     random_sentence_ids,
 )
 from tests.utils import make_tiny_bart_checkpoint, make_tiny_data_bin
-
 
 # ---------------------------------------------------------------- fixtures
 
@@ -147,25 +147,40 @@ def test_model_free_scores_match_eq19_loop():
     phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
     for b in range(3):
         real = [s for s in range(layout.lengths.size(1)) if layout.lengths[b, s] > 0]
-        raw = torch.stack([(phi(queries[b]) @ phi(keys[b][:, ids[b] == s]).sum(1, keepdim=True).transpose(1, 2))[..., 0]
-                           for s in real], -1)
+        raw = torch.stack(
+            [
+                (phi(queries[b]) @ phi(keys[b][:, ids[b] == s]).sum(1, keepdim=True).transpose(1, 2))[..., 0]
+                for s in real
+            ],
+            -1,
+        )
         torch.testing.assert_close(log_scores[b][..., real], (raw / raw.sum(-1, keepdim=True)).log())
 
 
-def sparse_attention_inputs(top_r, selection="approx", share=False, seed=0, approximator="model-based",
-                            generation_path="gather"):
+def sparse_attention_inputs(
+    top_r, selection="approx", share=False, seed=0, approximator="model-based", generation_path="gather"
+):
     """Two sources (of different lengths) and four decoder rows reading them
     through the per-source cache."""
     torch.manual_seed(seed)
     ids = random_sentence_ids(bsz=2)
     module = SparseCrossAttention(
-        16, 4, top_r=top_r, selection=selection, approximator=approximator, share_selection_across_beams=share,
+        16,
+        4,
+        top_r=top_r,
+        selection=selection,
+        approximator=approximator,
+        share_selection_across_beams=share,
         generation_path=generation_path,
     ).eval()
     for parameter in module.parameters():
         torch.nn.init.normal_(parameter, std=0.3)
-    context = SentenceContext(ids, sentence_layout(ids), torch.randn(2, int(ids.max()) + 1, 16),
-                              HypothesisRows.from_source_index(ROW_SOURCES, 2))
+    context = SentenceContext(
+        ids,
+        sentence_layout(ids),
+        torch.randn(2, int(ids.max()) + 1, 16),
+        HypothesisRows.from_source_index(ROW_SOURCES, 2),
+    )
     return module, torch.randn(5, 4, 16), torch.randn(ids.size(1), 2, 16), ids.lt(0), context
 
 
@@ -207,8 +222,9 @@ def test_fast_step_follows_an_in_place_change_of_the_projections(monkeypatch):
     fast = make_generation_fast_(copy.deepcopy(reference))
     calls = []
     original = SparseGenerationStep._generation_step
-    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
-                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        SparseGenerationStep, "_generation_step", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
     with torch.no_grad(), following_static_beam_search([fast], [StaticBeamSearch(4, 2)]):
         for change in (None, "sentence_query_proj", "v_proj"):
             for module in (reference, fast):
@@ -246,11 +262,13 @@ def test_per_source_cache_equals_per_row_expansion(top_r):
     row_key, row_padding, row_context = expanded_per_row(key, padding, context)
     per_source_state, per_row_state = {}, {}
     for step in range(query.size(0)):
-        step_query = query[step:step + 1]
-        out, attention = module(step_query, key, padding, context, incremental_state=per_source_state,
-                                need_weights=True)
-        expected, expected_attention = module(step_query, row_key, row_padding, row_context,
-                                              incremental_state=per_row_state, need_weights=True)
+        step_query = query[step : step + 1]
+        out, attention = module(
+            step_query, key, padding, context, incremental_state=per_source_state, need_weights=True
+        )
+        expected, expected_attention = module(
+            step_query, row_key, row_padding, row_context, incremental_state=per_row_state, need_weights=True
+        )
         torch.testing.assert_close(out, expected, atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(attention.token_attention, expected_attention.token_attention)
         cache = module._get_input_buffer(per_source_state)
@@ -272,8 +290,12 @@ def test_per_source_cache_equals_per_row_expansion(top_r):
 
 @pytest.mark.parametrize(
     "selection,share,approximator",
-    [("approx", False, "model-based"), ("random", False, "model-based"), ("approx", True, "model-based"),
-     ("approx", False, "model-free")],
+    [
+        ("approx", False, "model-based"),
+        ("random", False, "model-based"),
+        ("approx", True, "model-based"),
+        ("approx", False, "model-free"),
+    ],
 )
 def test_gathered_kv_equals_masked_attention(selection, share, approximator):
     module, query, key, padding, context = sparse_attention_inputs(
@@ -284,10 +306,10 @@ def test_gathered_kv_equals_masked_attention(selection, share, approximator):
     for step in range(query.size(0)):  # one query per call, as in generation
         torch.manual_seed(5)
         state = {}
-        gathered, gathered_attention = module(query[step:step + 1], key, padding, context, incremental_state=state)
+        gathered, gathered_attention = module(query[step : step + 1], key, padding, context, incremental_state=state)
         if selection == "random":  # the random draw differs per call shape; compare with the mask it chose
             break
-        torch.testing.assert_close(gathered, masked[step:step + 1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(gathered, masked[step : step + 1], atol=1e-5, rtol=1e-5)
         assert torch.equal(gathered_attention.selection[:, 0], masked_attention.selection[:, step])
     if selection == "random":
         selected = gathered_attention.selection  # [B', 1, S]
@@ -296,8 +318,9 @@ def test_gathered_kv_equals_masked_attention(selection, share, approximator):
         # reference: masked softmax over the randomly chosen sentences' tokens
         q = module._split_heads(module.q_proj(query[:1]) * module.scaling)
         k, v = module._split_heads(module.k_proj(row_key)), module._split_heads(module.v_proj(row_key))
-        logits = (q @ k.transpose(-1, -2)).masked_fill(~logits_mask[:, None] | row_padding[:, None, None],
-                                                       float("-inf"))
+        logits = (q @ k.transpose(-1, -2)).masked_fill(
+            ~logits_mask[:, None] | row_padding[:, None, None], float("-inf")
+        )
         expected = module.out_proj((logits.softmax(-1) @ v).permute(2, 0, 1, 3).reshape(1, 4, 16))
         torch.testing.assert_close(gathered, expected, atol=1e-5, rtol=1e-5)
     if share:  # hypotheses of one source (rows 1, 2 and rows 0, 3) keep the same sentences
@@ -367,12 +390,16 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
     fast_layers = [make_generation_fast_(copy.deepcopy(layer)) for layer in layers]
     assert all(type(layer) is SparseGenerationStep for layer in fast_layers)
     query, key = query.to(dtype), key.to(dtype)
-    context = context._replace(rows=rows, sentence_states=context.sentence_states.to(dtype),
-                               kept_token_bounds=kept_token_bounds(context.layout.lengths))
+    context = context._replace(
+        rows=rows,
+        sentence_states=context.sentence_states.to(dtype),
+        kept_token_bounds=kept_token_bounds(context.layout.lengths),
+    )
     calls = []
     original = SparseGenerationStep._generation_step
-    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
-                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        SparseGenerationStep, "_generation_step", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
     tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
     # one incremental state per decoder, shared by its layers (as a decoder's is): the fast layers share
     # the row tables and buffers kept there
@@ -382,21 +409,33 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
         for step in range(query.size(0)):
             for layer, fast_layer in zip(layers, fast_layers):
                 need_weights = step % 2 == 1
-                expected, expected_report = layer(query[step:step + 1], key, padding, context,
-                                                  incremental_state=reference_state, need_weights=need_weights)
+                expected, expected_report = layer(
+                    query[step : step + 1],
+                    key,
+                    padding,
+                    context,
+                    incremental_state=reference_state,
+                    need_weights=need_weights,
+                )
                 before = len(calls)
-                out, report = fast_layer(query[step:step + 1], key, padding, context,
-                                         incremental_state=fast_state, need_weights=need_weights)
+                out, report = fast_layer(
+                    query[step : step + 1],
+                    key,
+                    padding,
+                    context,
+                    incremental_state=fast_state,
+                    need_weights=need_weights,
+                )
                 assert len(calls) == before + 1  # the fast step ran
                 torch.testing.assert_close(out, expected, **tolerance)
                 assert torch.equal(report.selection, expected_report.selection)
                 finite = expected_report.approx_log.isfinite()
                 assert torch.equal(report.approx_log.isfinite(), finite)
-                torch.testing.assert_close(report.approx_log[finite].float(),
-                                           expected_report.approx_log[finite].float(), **tolerance)
+                torch.testing.assert_close(
+                    report.approx_log[finite].float(), expected_report.approx_log[finite].float(), **tolerance
+                )
                 if need_weights:
-                    torch.testing.assert_close(report.token_attention, expected_report.token_attention,
-                                               **tolerance)
+                    torch.testing.assert_close(report.token_attention, expected_report.token_attention, **tolerance)
     assert len(calls) == 2 * query.size(0)
 
 
@@ -525,10 +564,14 @@ def expand_per_hypothesis(model):
     def reorder_cache(attention):
         def reorder_incremental_state(incremental_state, new_order):
             cache = attention._get_input_buffer(incremental_state)
-            attention._set_input_buffer(incremental_state, {  # source_states is [N, B, C]
-                k: v.index_select(1 if k == "source_states" else 0, new_order) for k, v in cache.items()
-            })
+            attention._set_input_buffer(
+                incremental_state,
+                {  # source_states is [N, B, C]
+                    k: v.index_select(1 if k == "source_states" else 0, new_order) for k, v in cache.items()
+                },
+            )
             return incremental_state
+
         return reorder_incremental_state
 
     model.encoder.reorder_encoder_out = reorder_encoder_out
@@ -578,8 +621,9 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
     assert 12 in row_counts and 8 in row_counts  # the batch was compacted
     assert {sources for _, _, sources, _ in caches} == {3}  # per source (B = 3), not per hypothesis
     names = {name for _, name, _, _ in caches}
-    assert names == ({"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | (
-        {"sentence_keys"} if top_r else set()))
+    assert names == (
+        {"sentence_keys"} if path == "gather" else {"prev_key", "prev_value"} | ({"sentence_keys"} if top_r else set())
+    )
     # one tensor per layer and name, never copied or recomputed
     assert len({(layer, name, pointer) for layer, name, _, pointer in caches}) == 2 * len(names)
 
@@ -596,8 +640,9 @@ def test_per_source_cache_generation_equals_expanded_path(built, monkeypatch, to
 def test_restores_tiny_bart_checkpoint(data_bin, tmp_path):
     from fairseq import checkpoint_utils
 
-    path = make_tiny_bart_checkpoint(data_bin, str(tmp_path / "bart"),
-                                     extra_args=["--max-source-positions", MAX_SOURCE])
+    path = make_tiny_bart_checkpoint(
+        data_bin, str(tmp_path / "bart"), extra_args=["--max-source-positions", MAX_SOURCE]
+    )
     bart_models, _ = checkpoint_utils.load_model_ensemble([path])
     bart = bart_models[0].eval()
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
@@ -715,7 +760,7 @@ def loss_gradients_and_encoder_calls(model, criterion, sample):
     finally:
         handle.remove()
     gradients = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
-    return loss.detach(), gradients, forward_modes, modes[len(forward_modes):]
+    return loss.detach(), gradients, forward_modes, modes[len(forward_modes) :]
 
 
 @pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
@@ -747,7 +792,8 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
     loss, gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(plain, criterion, sample)
     assert forward_modes == [True] and backward_modes == []
     checkpointed_loss, checkpointed_gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(
-        model, criterion, sample)
+        model, criterion, sample
+    )
     sentences = int(sample["net_input"]["src_sent_ids"].max(dim=1).values.add(1).sum())
     chunks = -(-sentences // chunk) if sentence_encoder == "bigru" else 1
     assert sentence_encoder == "attention-pooling" or chunks > 1
@@ -781,12 +827,20 @@ def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
         torch.testing.assert_close(backward, final[-1], atol=1e-12, rtol=0)
         # what padding holds does not matter
         noisy = states + torch.randn_like(states) * (torch.arange(5).view(1, -1, 1) >= lengths.view(-1, 1, 1))
-        torch.testing.assert_close(encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths),
-                                   atol=1e-12, rtol=0)
+        torch.testing.assert_close(
+            encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths), atol=1e-12, rtol=0
+        )
 
 
-@pytest.mark.parametrize("flag,value", [("--top-r", "-1"), ("--sentence-encoder-layers", "0"),
-                                        ("--sentence-encoder-hidden-dim", "0"), ("--mix-decay-updates", "0")])
+@pytest.mark.parametrize(
+    "flag,value",
+    [
+        ("--top-r", "-1"),
+        ("--sentence-encoder-layers", "0"),
+        ("--sentence-encoder-hidden-dim", "0"),
+        ("--mix-decay-updates", "0"),
+    ],
+)
 def test_sparse_flags_are_range_checked_by_the_parser(flag, value, capsys):
     import argparse
 

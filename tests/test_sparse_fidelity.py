@@ -1,6 +1,7 @@
 """Fidelity of ``sparse_bart`` to Manakul & Gales (2021) and to the authors'
 code (``potsawee/encdec_attn_sparse``): every test checks a number or a rule
 stated by the paper or computed the way their code computes it."""
+
 import math
 import os
 import re
@@ -12,13 +13,13 @@ import torch
 import torch.nn.functional as F
 
 from mdsfair.criterions.sparse_kl import sentence_kl_per_token
+from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
     SentenceEncoder,
     SentenceLevelAttention,
     model_free_sentence_keys,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout
-from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 from tests.sparse_fixtures import ROW_SOURCES, batch, build, model_free_sentence_log_scores, random_sentence_ids
 from tests.utils import REPO_ROOT, USER_DIR, make_tiny_data_bin
@@ -92,8 +93,12 @@ def test_kl_gradient_equals_authors_loss_gradient(data_bin):
     theirs = sum(authors_kl(layer.exact[0][..., real], layer.approx_log[0][..., real]) for layer in layers)
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-7)
     last = model.decoder.layers[-1].encoder_attn
-    parameters = [last.k_proj.weight, last.q_proj.weight, model.decoder.layers[0].fc1.weight,
-                  last.sentence_attention.sentence_query_proj.weight]
+    parameters = [
+        last.k_proj.weight,
+        last.q_proj.weight,
+        model.decoder.layers[0].fc1.weight,
+        last.sentence_attention.sentence_query_proj.weight,
+    ]
     our_gradients = torch.autograd.grad(ours, parameters, retain_graph=True)
     their_gradients = torch.autograd.grad(theirs, parameters)
     for ours_gradient, their_gradient in zip(our_gradients, their_gradients):
@@ -126,8 +131,12 @@ def test_kl_reductions_differ_by_the_sentence_count_and_default_is_the_authors()
     padded_log = torch.cat([approx_log, F.pad(short_log, (0, 3), value=float("-inf"))])
     padded_mask = torch.tensor([[True] * 7, [True] * 4 + [False] * 3])
     per_token = sentence_kl_per_token(padded_exact, padded_log, padded_mask, 0.5)
-    torch.testing.assert_close(per_token.sum(-1) / exact.size(2),
-                               torch.stack([theirs, authors_kl(short_exact[0], short_log[0])]), rtol=1e-5, atol=0)
+    torch.testing.assert_close(
+        per_token.sum(-1) / exact.size(2),
+        torch.stack([theirs, authors_kl(short_exact[0], short_log[0])]),
+        rtol=1e-5,
+        atol=0,
+    )
 
 
 def test_criterion_defaults_are_the_papers(data_bin):
@@ -143,8 +152,9 @@ def test_criterion_defaults_are_the_papers(data_bin):
 def test_mix_draw_is_shared_by_all_layers_and_follows_the_schedule(data_bin, monkeypatch):
     """Sec. 4.3: exact with probability max(0, 1 - update/N), one draw per
     forward pass that all (here 4) layers share."""
-    _, task, model, _ = build(data_bin, "--sentence-selection", "mix", "--mix-decay-updates", "10",
-                              "--decoder-layers", "4")
+    _, task, model, _ = build(
+        data_bin, "--sentence-selection", "mix", "--mix-decay-updates", "10", "--decoder-layers", "4"
+    )
     model.train()
     assert len(model.decoder.layers) == 4
     sample = batch(task, model, (0, 1))
@@ -213,8 +223,9 @@ def test_model_free_ranks_by_raw_scores_averaged_over_heads():
     sentence_keys = model_free_sentence_keys(module.k_proj(key), context.src_sent_ids, 3, 2)
     queries = module._split_heads(module.q_proj(query) * module.scaling)
     normalized_first = model_free_sentence_log_scores(queries, sentence_keys, context.layout.sentence_mask)
-    torch.testing.assert_close(normalized_first.exp().mean(1)[0, 0], torch.tensor([0.3048, 0.6535, 0.0417]),
-                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        normalized_first.exp().mean(1)[0, 0], torch.tensor([0.3048, 0.6535, 0.0417]), atol=1e-4, rtol=0
+    )
     assert int(normalized_first.exp().mean(1).argmax()) == 1
     _, teacher_forced = module(query, key, padding, context)
     assert teacher_forced.selection[0, 0].tolist() == [True, False, False]
@@ -288,17 +299,17 @@ def test_recipe_learning_rate_is_appendix_a3_schedule():
     examples (two per update): 0.002 * min((2s)^-0.5, 2s * 20000^-1.5)."""
     commands = readme_training_commands()
     assert len(commands) == 2  # KL-only and integrated
-    updates = [1, 10, 1000, 19999, 20000, 20001, 50000, 10 ** 6]
+    updates = [1, 10, 1000, 19999, 20000, 20001, 50000, 10**6]
     for argv in commands:
         scheduler = scheduler_from(argv)
         for s in updates:
-            expected = 0.002 * min(s ** -0.5, s * 20000 ** -1.5)
+            expected = 0.002 * min(s**-0.5, s * 20000**-1.5)
             assert scheduler.step_update(s) == pytest.approx(expected, rel=1e-12, abs=0)
         assert scheduler.step_update(20000) == pytest.approx(1.4142e-5, rel=1e-4)
         warmup = argv.index("--warmup-updates")
-        authors = scheduler_from(argv[: warmup + 1] + ["10000"] + argv[warmup + 2:])
+        authors = scheduler_from(argv[: warmup + 1] + ["10000"] + argv[warmup + 2 :])
         for s in updates:
-            expected = 0.002 * min((2 * s) ** -0.5, 2 * s * 20000 ** -1.5)
+            expected = 0.002 * min((2 * s) ** -0.5, 2 * s * 20000**-1.5)
             assert authors.step_update(s) == pytest.approx(expected, rel=1e-12, abs=0)
 
 
@@ -308,19 +319,20 @@ def test_fairseq_sets_the_rate_of_update_s_plus_1_from_s(data_bin):
     update 1 runs at lr(0) = 0 (parameters unchanged) and update 2 at lr(1)."""
     from fairseq.trainer import Trainer
 
-    peak = 0.002 * 20000 ** -0.5
-    cfg, task, model, criterion = build(data_bin, "--lr", repr(peak), "--lr-scheduler", "inverse_sqrt",
-                                        "--warmup-updates", "20000", stage="joint")
+    peak = 0.002 * 20000**-0.5
+    cfg, task, model, criterion = build(
+        data_bin, "--lr", repr(peak), "--lr-scheduler", "inverse_sqrt", "--warmup-updates", "20000", stage="joint"
+    )
     trainer = Trainer(cfg, task, model, criterion)
     sample = batch(task, model)
     assert trainer.get_lr() == 0.0
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
     trainer.train_step([sample])
     assert all(torch.equal(before[name], p.detach()) for name, p in model.named_parameters())
-    assert trainer.get_lr() == pytest.approx(0.002 * 20000 ** -1.5, rel=1e-12)
+    assert trainer.get_lr() == pytest.approx(0.002 * 20000**-1.5, rel=1e-12)
     trainer.train_step([sample])
     assert any(not torch.equal(before[name], p.detach()) for name, p in model.named_parameters())
-    assert trainer.get_lr() == pytest.approx(0.002 * 2 * 20000 ** -1.5, rel=1e-12)
+    assert trainer.get_lr() == pytest.approx(0.002 * 2 * 20000**-1.5, rel=1e-12)
 
 
 # ------------------------------------------- 6. other statements about the authors' code
@@ -338,7 +350,7 @@ def test_sentence_encoder_equals_authors_sent_level_nn():
     for b in range(3):
         for sentence in range(int(ids[b].max()) + 1):
             positions = (ids[b] == sentence).nonzero().view(-1)
-            h_this_sent = states[b:b + 1, positions]
+            h_this_sent = states[b : b + 1, positions]
             rnn_output = encoder.gru(h_this_sent)[0].view(1, len(positions), 2, -1)
             fw_output, bw_output = rnn_output[:, -1, 0, :], rnn_output[:, 0, 1, :]
             theirs = encoder.output_proj(torch.cat([fw_output, bw_output], dim=-1))[0]
@@ -368,7 +380,7 @@ def test_sentence_keys_split_heads_unlike_authors_reshape():
     keys = attention.project_sentences(states)  # [1, H, S, d_h]
     projected = attention.sentence_key_proj(states)[0]  # [S, C]
     for head in range(2):
-        torch.testing.assert_close(keys[0, head], projected[:, head * 4:(head + 1) * 4])
+        torch.testing.assert_close(keys[0, head], projected[:, head * 4 : (head + 1) * 4])
     assert not torch.equal(keys[0], projected.reshape(2, -1, 4))
 
 
@@ -380,8 +392,12 @@ def test_trained_parameters_against_authors(data_bin):
     _, _, model, _ = build(data_bin)
     trainable = {name for name, parameter in model.named_parameters() if parameter.requires_grad}
     beyond_authors = {name for name in trainable if not name.startswith("decoder.layers.")} - set(
-        model.approximator_parameter_names())
-    assert beyond_authors == {"decoder.embed_positions.weight", "decoder.layernorm_embedding.weight",
-                              "decoder.layernorm_embedding.bias"}
+        model.approximator_parameter_names()
+    )
+    assert beyond_authors == {
+        "decoder.embed_positions.weight",
+        "decoder.layernorm_embedding.weight",
+        "decoder.layernorm_embedding.bias",
+    }
     assert not any(name.startswith("encoder.") and "sentence_encoder" not in name for name in trainable)
     assert "encoder.embed_tokens.weight" not in trainable and "decoder.embed_tokens.weight" not in trainable

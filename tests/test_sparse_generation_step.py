@@ -6,6 +6,7 @@ logits, the same logits at every incremental step over beam-expanded rows,
 and the same static-decoding beams as the reference model (and as fairseq's
 generator). The step-level comparison (output, selection, report,
 alignment, bfloat16) is in ``tests/test_sparse_bart.py``."""
+
 import copy
 import os
 
@@ -58,8 +59,9 @@ def assert_same_beams(ours, theirs):
         for mine, expected in zip(hypotheses, expected_hypotheses):
             assert mine["tokens"].tolist() == expected["tokens"].tolist()
             scale = max(1.0, expected["positional_scores"].abs().max().item())
-            torch.testing.assert_close(mine["positional_scores"], expected["positional_scores"],
-                                       atol=SCORE_TOLERANCE * scale, rtol=0)
+            torch.testing.assert_close(
+                mine["positional_scores"], expected["positional_scores"], atol=SCORE_TOLERANCE * scale, rtol=0
+            )
             torch.testing.assert_close(mine["score"], expected["score"], atol=SCORE_TOLERANCE * scale, rtol=0)
 
 
@@ -74,8 +76,9 @@ def with_generation_path(model, path: str):
 def counting_fast_steps(monkeypatch) -> list:
     calls = []
     original = SparseGenerationStep._generation_step
-    monkeypatch.setattr(SparseGenerationStep, "_generation_step",
-                        lambda self, *a, **k: calls.append(1) or original(self, *a, **k))
+    monkeypatch.setattr(
+        SparseGenerationStep, "_generation_step", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
+    )
     return calls
 
 
@@ -117,8 +120,9 @@ def test_fast_step_gives_the_reference_logits(golden_model, monkeypatch, path):
     assert sparse_attention_classes(reference) == {SparseCrossAttention}
     assert sparse_attention_classes(fast) == {SparseGenerationStep}
     # teacher forcing runs the reference in both: the same computation
-    assert torch.equal(golden.teacher_forced_lprobs(task, fast, sample),
-                       golden.teacher_forced_lprobs(task, reference, sample))
+    assert torch.equal(
+        golden.teacher_forced_lprobs(task, fast, sample), golden.teacher_forced_lprobs(task, reference, sample)
+    )
     calls = counting_fast_steps(monkeypatch)
     expected = incremental_logits(reference, sample, steps=5, beam=3)
     assert not calls
@@ -153,17 +157,19 @@ def sentence_ids_of(lengths_per_source, src_len):
     given lengths, then right padding (-1)."""
     ids = torch.full((len(lengths_per_source), src_len), -1, dtype=torch.long)
     for b, lengths in enumerate(lengths_per_source):
-        ids[b, :sum(lengths)] = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
+        ids[b, : sum(lengths)] = torch.repeat_interleave(torch.arange(len(lengths)), torch.tensor(lengths))
     return ids
 
 
 @pytest.mark.parametrize("approximator", ["model-based", "model-free"])
-@pytest.mark.parametrize("sentence_lengths", [
-    [[3, 5, 2, 4, 6, 1, 3], [4, 4, 2, 7, 1, 3, 2]],  # both sources fill the S = 7 slots
-    [[3, 5, 2, 4, 6, 1, 3], [4, 4, 2, 7]],  # the second source has 3 empty slots
-])
-def test_fast_step_masks_empty_sentence_slots_only_where_a_source_has_some(monkeypatch, approximator,
-                                                                           sentence_lengths):
+@pytest.mark.parametrize(
+    "sentence_lengths",
+    [
+        [[3, 5, 2, 4, 6, 1, 3], [4, 4, 2, 7, 1, 3, 2]],  # both sources fill the S = 7 slots
+        [[3, 5, 2, 4, 6, 1, 3], [4, 4, 2, 7]],  # the second source has 3 empty slots
+    ],
+)
+def test_fast_step_masks_empty_sentence_slots_only_where_a_source_has_some(monkeypatch, approximator, sentence_lengths):
     """Float64, six steps over three rows per source: the fast step (which
     adds the score bias and masks the ranking only when a source has fewer
     sentences than the S slots) selects the reference's sentences and gives
@@ -178,23 +184,30 @@ def test_fast_step_masks_empty_sentence_slots_only_where_a_source_has_some(monke
     layout = sentence_layout(ids)
     num_sources, num_slots = layout.lengths.shape
     rows = HypothesisRows.from_source_index(torch.arange(num_sources).repeat_interleave(beam), num_sources)
-    context = SentenceContext(ids, layout, torch.randn(num_sources, num_slots, dim, dtype=torch.float64), rows,
-                              kept_token_bounds=kept_token_bounds(layout.lengths))
+    context = SentenceContext(
+        ids,
+        layout,
+        torch.randn(num_sources, num_slots, dim, dtype=torch.float64),
+        rows,
+        kept_token_bounds=kept_token_bounds(layout.lengths),
+    )
     key, padding = torch.randn(src_len, num_sources, dim, dtype=torch.float64), ids.lt(0)
     queries = torch.randn(6, num_sources * beam, dim, dtype=torch.float64)
     reference_state, fast_state = {}, {}
     calls = counting_fast_steps(monkeypatch)
     with torch.no_grad(), following_static_beam_search([fast], [StaticBeamSearch(num_sources * beam, beam)]):
         for step in range(queries.size(0)):
-            expected, expected_report = module(queries[step:step + 1], key, padding, context,
-                                               incremental_state=reference_state)
-            out, report = fast(queries[step:step + 1], key, padding, context, incremental_state=fast_state)
+            expected, expected_report = module(
+                queries[step : step + 1], key, padding, context, incremental_state=reference_state
+            )
+            out, report = fast(queries[step : step + 1], key, padding, context, incremental_state=fast_state)
             torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
             assert torch.equal(report.selection, expected_report.selection)
             finite = expected_report.approx_log.isfinite()
             assert torch.equal(report.approx_log.isfinite(), finite)
-            torch.testing.assert_close(report.approx_log[finite], expected_report.approx_log[finite],
-                                       atol=1e-10, rtol=1e-10)
+            torch.testing.assert_close(
+                report.approx_log[finite], expected_report.approx_log[finite], atol=1e-10, rtol=1e-10
+            )
     assert len(calls) == queries.size(0)  # the fast step ran at every step
     has_empty = any(len(lengths) < num_slots for lengths in sentence_lengths)
     assert fast_state[ROW_TABLES_KEY].has_empty_sentence_slots() is has_empty

@@ -4,6 +4,7 @@ fairseq whenever fairseq is in use, whatever the import order.
 
 Each check runs in a fresh interpreter (``sys.modules`` of this test process
 already holds torch)."""
+
 import os
 import subprocess
 import sys
@@ -30,15 +31,22 @@ MODEL_COMMANDS = {
     "mdsfair-preprocess": "mdsfair.preprocess.binarize",
 }
 #: modules the light commands import
-LIGHT_MODULES = sorted(set(LIGHT_COMMANDS.values()) | {
-    "mdsfair", "mdsfair.evaluation.fairseq_output", "mdsfair.text", "mdsfair.evaluation.rouge155",
-})
+LIGHT_MODULES = sorted(
+    set(LIGHT_COMMANDS.values())
+    | {
+        "mdsfair",
+        "mdsfair.evaluation.fairseq_output",
+        "mdsfair.text",
+        "mdsfair.evaluation.rouge155",
+    }
+)
 
 
 def run_python(code: str) -> str:
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result.stdout
 
@@ -97,20 +105,36 @@ REGISTRY_CHECK = (
 )
 
 
-@pytest.mark.parametrize("first_import", [
-    "import mdsfair\nimport fairseq\nmdsfair.register()\n",  # plugin first, fairseq later: explicit register()
-    "import fairseq\nimport mdsfair\n",                       # fairseq first, as its --user-dir imports mdsfair
-    # fairseq's own --user-dir mechanism (what fairseq-train --user-dir mdsfair runs)
-    "import argparse\nfrom fairseq import utils\nutils.import_user_module(argparse.Namespace(user_dir='mdsfair'))\n",
-    "from mdsfair.hub_interface import HUB_ENTRIES\n",        # the hub registers explicitly
-    "import hubconf\n",                                      # torch.hub's entry file
-])
+@pytest.mark.parametrize(
+    "first_import",
+    [
+        "import mdsfair\nimport fairseq\nmdsfair.register()\n",  # plugin first, fairseq later: explicit register()
+        "import fairseq\nimport mdsfair\n",  # fairseq first, as its --user-dir imports mdsfair
+        # fairseq's own --user-dir mechanism (what fairseq-train --user-dir mdsfair runs)
+        "import argparse\nfrom fairseq import utils\nutils.import_user_module(argparse.Namespace(user_dir='mdsfair'))\n",
+        "from mdsfair.hub_interface import HUB_ENTRIES\n",  # the hub registers explicitly
+        "import hubconf\n",  # torch.hub's entry file
+    ],
+)
 @pytest.mark.slow
 def test_registries_are_filled_whatever_the_import_order(first_import):
     output = run_python(first_import + REGISTRY_CHECK)
     assert output.split() == [
-        "tasks", "True", "models", "True", "archs", "True", "criterions", "True", "hub", "True",
-        "checkpoint", "hooks", "True", "registered", "True",
+        "tasks",
+        "True",
+        "models",
+        "True",
+        "archs",
+        "True",
+        "criterions",
+        "True",
+        "hub",
+        "True",
+        "checkpoint",
+        "hooks",
+        "True",
+        "registered",
+        "True",
     ], output
 
 
@@ -135,6 +159,17 @@ def test_importing_mdsfair_changes_nothing_in_fairseq_warnings_or_the_import_sys
         "print('after', 'pagesum_bart' in MODEL_REGISTRY, mdsfair.is_registered(), silenced == [])\n"
     )
     assert run_python(code).split() == [
-        "filters", "True", "meta_path", "True", "patched", "False", "models", "False", "False",
-        "after", "True", "True", "True",
+        "filters",
+        "True",
+        "meta_path",
+        "True",
+        "patched",
+        "False",
+        "models",
+        "False",
+        "False",
+        "after",
+        "True",
+        "True",
+        "True",
     ]

@@ -4,12 +4,20 @@ architecture, in float64 (so that the comparison does not depend on the
 CPU's vector units), on the golden checkpoints of ``tests/golden_outputs.py``
 whose three clusters finish at different steps (fairseq's generator
 compacts its batch; the static one keeps the finished rows as padding)."""
+
 import copy
 import os
 
 import pytest
 import torch
 
+from mdsfair.generation.fast import fast_variants, make_generation_fast_
+from mdsfair.generation.fast.beam_cached_self_attention import BeamCachedSelfAttention
+from mdsfair.generation.fast.static_beam_search import (
+    FollowsStaticBeamSearch,
+    StaticBeamSearch,
+    following_static_beam_search,
+)
 from mdsfair.generation.sequence_generator import GenerationSettingsError
 from mdsfair.generation.static_decoding import (
     StaticShapeSequenceGenerator,
@@ -17,13 +25,6 @@ from mdsfair.generation.static_decoding import (
     bucket_size,
     parse_bucket_sizes,
     row_top_k,
-)
-from mdsfair.generation.fast import fast_variants, make_generation_fast_
-from mdsfair.generation.fast.beam_cached_self_attention import BeamCachedSelfAttention
-from mdsfair.generation.fast.static_beam_search import (
-    FollowsStaticBeamSearch,
-    StaticBeamSearch,
-    following_static_beam_search,
 )
 from mdsfair.tasks.multidoc_summarization import net_input_for
 from tests import golden_outputs as golden
@@ -35,8 +36,9 @@ from tests.golden_outputs import ARCHITECTURES, load
 SCORE_TOLERANCE = 64 * torch.finfo(torch.float32).eps
 
 
-def generate(task, model, cfg, sample, static: bool, buckets: str = "", prefix_tokens=None, keep_attention=False,
-             **settings):
+def generate(
+    task, model, cfg, sample, static: bool, buckets: str = "", prefix_tokens=None, keep_attention=False, **settings
+):
     generation = golden.generation_config(cfg)
     for name, value in settings.items():
         setattr(generation, name, value)
@@ -61,8 +63,9 @@ def assert_same_beams(static, dynamic):
         for mine, reference in zip(ours, theirs):
             assert mine["tokens"].tolist() == reference["tokens"].tolist()
             scale = max(1.0, reference["positional_scores"].abs().max().item())
-            torch.testing.assert_close(mine["positional_scores"], reference["positional_scores"],
-                                       atol=SCORE_TOLERANCE * scale, rtol=0)
+            torch.testing.assert_close(
+                mine["positional_scores"], reference["positional_scores"], atol=SCORE_TOLERANCE * scale, rtol=0
+            )
             torch.testing.assert_close(mine["score"], reference["score"], atol=SCORE_TOLERANCE * scale, rtol=0)
 
 
@@ -86,8 +89,9 @@ def test_static_decoding_gives_the_beams_of_fairseqs_generator(golden_models, ar
     lengths = {len(hypotheses[0]["tokens"]) for hypotheses in dynamic}
     in_place_steps = []
     beam_step = BeamCachedSelfAttention._beam_step
-    monkeypatch.setattr(BeamCachedSelfAttention, "_beam_step",
-                        lambda self, *args: in_place_steps.append(1) or beam_step(self, *args))
+    monkeypatch.setattr(
+        BeamCachedSelfAttention, "_beam_step", lambda self, *args: in_place_steps.append(1) or beam_step(self, *args)
+    )
     static = generate(task, model, cfg, sample, static=True)
     assert bool(in_place_steps) == any(isinstance(module, BeamCachedSelfAttention) for module in model.modules())
     assert_same_beams(static, dynamic)
@@ -111,8 +115,10 @@ def test_the_settings_the_static_generator_covers_give_fairseqs_beams(golden_mod
     model, cfg, task = golden_models[arch]
     sample = golden_sample(arch)
     settings = COVERED_SETTINGS[setting]
-    assert_same_beams(generate(task, model, cfg, sample, static=True, **settings),
-                      generate(task, model, cfg, sample, static=False, **settings))
+    assert_same_beams(
+        generate(task, model, cfg, sample, static=True, **settings),
+        generate(task, model, cfg, sample, static=False, **settings),
+    )
 
 
 @pytest.mark.parametrize("arch", ["sparse_bart_tiny", "hierencdec_bart_tiny", "led_tiny"])
@@ -124,9 +130,11 @@ def test_buckets_pad_the_batch_and_drop_the_copies(golden_models, arch):
     sample = golden_sample(arch)
     dynamic = generate(task, model, cfg, sample, static=False)
     assert_same_beams(generate(task, model, cfg, sample, static=True, buckets="1,4,8"), dynamic)
-    two = {**sample, "id": sample["id"][:2],
-           "net_input": {k: v[:2] if torch.is_tensor(v) and v.dim() > 0 else v
-                         for k, v in sample["net_input"].items()}}
+    two = {
+        **sample,
+        "id": sample["id"][:2],
+        "net_input": {k: v[:2] if torch.is_tensor(v) and v.dim() > 0 else v for k, v in sample["net_input"].items()},
+    }
     assert_same_beams(generate(task, model, cfg, two, static=True, buckets="4"), dynamic[:2])
 
 
@@ -197,8 +205,9 @@ def build(task, model, cfg, seq_gen_cls=None, prefix_allowed_tokens_fn=None, **s
     generation = golden.generation_config(cfg)
     for name, value in settings.items():
         setattr(generation, name, value)
-    return task.build_generator([model], generation, seq_gen_cls=seq_gen_cls,
-                                prefix_allowed_tokens_fn=prefix_allowed_tokens_fn)
+    return task.build_generator(
+        [model], generation, seq_gen_cls=seq_gen_cls, prefix_allowed_tokens_fn=prefix_allowed_tokens_fn
+    )
 
 
 def test_the_static_generator_is_the_default_and_gives_fairseqs_beams(golden_models, caplog):
@@ -278,9 +287,12 @@ def test_attention_is_kept_only_when_asked_and_then_equals_fairseqs(golden_model
         for mine, empty, reference in zip(ours, plain, theirs):
             assert empty["attention"].numel() == 0
             assert reference["attention"].numel() > 0
-            torch.testing.assert_close(mine["attention"], reference["attention"],
-                                       atol=SCORE_TOLERANCE * max(1.0, reference["attention"].abs().max().item()),
-                                       rtol=0)
+            torch.testing.assert_close(
+                mine["attention"],
+                reference["attention"],
+                atol=SCORE_TOLERANCE * max(1.0, reference["attention"].abs().max().item()),
+                rtol=0,
+            )
 
 
 def test_nan_log_probabilities_are_never_chosen_as_in_fairseqs_generator(golden_models, monkeypatch):
@@ -384,7 +396,9 @@ def test_beam_candidates_with_masked_words_are_fairseqs_finite_candidates():
     lprobs[1, 0, 4:] = float("-inf")
     scores = torch.randn(2, 4, 3, generator=generator, dtype=torch.float64)
     (our_scores, our_tokens, our_beams), (their_scores, their_tokens, their_beams) = (
-        beam_candidates(2, lprobs, scores), fairseqs_beam_step(2, lprobs, scores))
+        beam_candidates(2, lprobs, scores),
+        fairseqs_beam_step(2, lprobs, scores),
+    )
     assert torch.equal(our_scores, their_scores)
     finite = their_scores.isfinite()
     assert not finite.all()
@@ -441,8 +455,9 @@ def test_the_speed_ups_change_nothing_outside_a_static_beam_search(arch):
     reference, cfg, task = golden.load(arch)
     fast = make_generation_fast_(copy.deepcopy(reference))
     sample = golden_sample(arch)
-    assert torch.equal(golden.teacher_forced_lprobs(task, fast, sample),
-                       golden.teacher_forced_lprobs(task, reference, sample))
+    assert torch.equal(
+        golden.teacher_forced_lprobs(task, fast, sample), golden.teacher_forced_lprobs(task, reference, sample)
+    )
     dynamic = generate(task, reference, cfg, sample, static=False)
     for ours, theirs in zip(generate(task, fast, cfg, sample, static=False), dynamic):
         for mine, expected in zip(ours, theirs):

@@ -1,4 +1,5 @@
 """A generation step's products taken as ``W x^T`` (mdsfair.generation.fast.step_linear)."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -6,6 +7,7 @@ from torch import nn
 
 from benchmarks import operator_counts
 from mdsfair.generation.fast import step_linear as step_linear_module
+from mdsfair.generation.fast.static_beam_search import following_static_beam_search
 from mdsfair.generation.fast.step_linear import (
     ROW_MAJOR_BLOCK_ELEMENTS,
     TRANSPOSED_ROWS,
@@ -14,7 +16,6 @@ from mdsfair.generation.fast.step_linear import (
     step_linear,
     transposed,
 )
-from mdsfair.generation.fast.static_beam_search import following_static_beam_search
 
 
 def float32_tolerance(inner: int) -> dict:
@@ -87,8 +88,7 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     if arch != "sparse_bart_base":
         net_input = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
     taken = []
-    monkeypatch.setattr(step_linear_module, "transposed",
-                        lambda matrix: taken.append(1) or transposed(matrix))
+    monkeypatch.setattr(step_linear_module, "transposed", lambda matrix: taken.append(1) or transposed(matrix))
 
     def logits(window):
         monkeypatch.setattr(step_linear_module, "TRANSPOSED_ROWS", window)
@@ -96,8 +96,9 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
         steps = []
         with torch.no_grad(), following_static_beam_search([model], [state.search]):
             for _ in range(4):
-                out, _ = model.decoder(state.tokens, encoder_out=state.encoder_out,
-                                       incremental_state=state.incremental_state)
+                out, _ = model.decoder(
+                    state.tokens, encoder_out=state.encoder_out, incremental_state=state.incremental_state
+                )
                 state.search.advance()
                 steps.append(out[:, -1])
                 state.tokens = torch.cat([state.tokens, out[:, -1].argmax(-1, keepdim=True)], dim=1)
@@ -110,13 +111,16 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     torch.testing.assert_close(transposed_steps, standard, **float32_tolerance(4 * 32))
 
 
-@pytest.mark.parametrize("rows,features,bias", [
-    (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, False),  # whole blocks only
-    (16, 50265, False),  # BART's vocabulary: whole blocks and a remainder
-    (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, True),  # a remainder, a bias
-    (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, True),
-    (16, ROW_MAJOR_BLOCK_ELEMENTS // 16, True),  # one block: one product, one copy
-])
+@pytest.mark.parametrize(
+    "rows,features,bias",
+    [
+        (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, False),  # whole blocks only
+        (16, 50265, False),  # BART's vocabulary: whole blocks and a remainder
+        (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, True),  # a remainder, a bias
+        (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, True),
+        (16, ROW_MAJOR_BLOCK_ELEMENTS // 16, True),  # one block: one product, one copy
+    ],
+)
 def test_row_major_product_is_the_product_block_by_block(monkeypatch, rows, features, bias):
     """Each block of output features is its own W x^T product, copied into
     the rows: the result is contiguous, each block equals that product
@@ -138,10 +142,10 @@ def test_row_major_product_is_the_product_block_by_block(monkeypatch, rows, feat
         # the same call on the block's rows of the weight (addmm adds the bias inside the product: on some
         # CPUs that rounds differently from a product followed by an addition)
         if bias:
-            part = torch.addmm(bias_column[start:start + block], weight[start:start + block], x.t())
+            part = torch.addmm(bias_column[start : start + block], weight[start : start + block], x.t())
         else:
-            part = torch.mm(weight[start:start + block], x.t())
-        assert torch.equal(result[:, start:start + block], part.t())
+            part = torch.mm(weight[start : start + block], x.t())
+        assert torch.equal(result[:, start : start + block], part.t())
     reference = F.linear(x, weight, None if bias_column is None else bias_column.squeeze(1))
     eps = torch.finfo(torch.float64).eps  # another summation order: a few roundings per term
     torch.testing.assert_close(result, reference, atol=4 * 24 * eps, rtol=4 * 24 * eps)

@@ -1,4 +1,5 @@
 """Tests of the synthetic multi-document summarization data set (``mdsfair-synth``)."""
+
 import json
 import re
 
@@ -76,10 +77,10 @@ def test_every_summary_fact_appears_in_a_relevant_document(clusters):
         for slot, value in meta["facts"].items():
             assert _mentions(cluster["summary"], value)
             supporting = [
-                d for d in meta["relevant_docs"]
+                d
+                for d in meta["relevant_docs"]
                 if any(
-                    _mentions(s, cluster["title"]) and _mentions(s, value)
-                    for s in _sentences(cluster["documents"][d])
+                    _mentions(s, cluster["title"]) and _mentions(s, value) for s in _sentences(cluster["documents"][d])
                 )
             ]
             assert supporting, (cluster["id"], slot, value)
@@ -115,9 +116,7 @@ def test_distractor_documents_present_and_off_topic(clusters):
                     assert not _mentions(document, value), (cluster["id"], slot, value)
         # In-document distractors: relevant documents also name other entities.
         others = meta["distractor_entities"]
-        assert any(
-            _mentions(cluster["documents"][d], name) for d in meta["relevant_docs"] for name in others
-        )
+        assert any(_mentions(cluster["documents"][d], name) for d in meta["relevant_docs"] for name in others)
 
 
 def test_facts_are_redundant_and_spread(clusters):
@@ -162,8 +161,15 @@ def test_options_are_validated():
 
 def test_options_change_the_shape():
     clusters = generate_clusters(
-        10, seed=2, num_docs=3, distractor_docs=1, min_facts=3, max_facts=3,
-        distractor_sentences=0, max_paragraphs=1, include_meta=True,
+        10,
+        seed=2,
+        num_docs=3,
+        distractor_docs=1,
+        min_facts=3,
+        max_facts=3,
+        distractor_sentences=0,
+        max_paragraphs=1,
+        include_meta=True,
     )
     for cluster in clusters:
         assert len(cluster["documents"]) == 4

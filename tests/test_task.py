@@ -1,5 +1,6 @@
 """The multidoc dataset (truncation, special tokens, side data, batching) and
 the task with stock fairseq models as flat baselines."""
+
 import os
 import re
 from collections import Counter
@@ -38,8 +39,13 @@ def make_dataset(truncation, side_data=None, examples=1):
     tokens, doc, para, sent = toy_example()
     structure = {"doc": [doc] * examples, "para": [para] * examples, "sent": [sent] * examples}
     return MultiDocSummarizationDataset(
-        [tokens] * examples, [np.array([5, 6, 7])] * examples, structure, toy_dictionary(), truncation,
-        side_data=side_data, name="toy",
+        [tokens] * examples,
+        [np.array([5, 6, 7])] * examples,
+        structure,
+        toy_dictionary(),
+        truncation,
+        side_data=side_data,
+        name="toy",
     )
 
 
@@ -153,9 +159,24 @@ def test_batching_serves_every_example_once(multiple):
 # ------------------------------------------------ stock models on the task
 
 TINY_TRANSFORMER = [
-    "--arch", "transformer", "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-    "--decoder-ffn-embed-dim", "64", "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
     "--share-all-embeddings",
 ]
 
@@ -166,14 +187,43 @@ def tiny_bin(tmp_path_factory):
 
 
 def train(data_bin, save_dir, arch_args, updates):
-    return fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", *arch_args,
-        "--max-source-positions", "512", "--max-target-positions", "128",
-        "--optimizer", "adam", "--lr", "3e-3", "--criterion", "label_smoothed_cross_entropy",
-        "--label-smoothing", "0.1", "--max-tokens", "4096", "--max-update", str(updates),
-        "--save-dir", save_dir, "--no-epoch-checkpoints", "--log-interval", "1", "--log-format", "simple",
-        "--cpu", "--seed", "1",
-    ])
+    return fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            *arch_args,
+            "--max-source-positions",
+            "512",
+            "--max-target-positions",
+            "128",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "3e-3",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            str(updates),
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--log-interval",
+            "1",
+            "--log-format",
+            "simple",
+            "--cpu",
+            "--seed",
+            "1",
+        ],
+    )
 
 
 @pytest.mark.slow
@@ -183,12 +233,33 @@ def test_stock_transformer_trains_20_updates_and_generates(tiny_bin, tmp_path):
     losses = [float(x) for x in re.findall(r"train_inner.*?loss=([\d.]+)", log)]
     assert len(losses) == 20
     assert losses[-1] < losses[0] - 0.5
-    out = fairseq_cli("fairseq_cli.generate", [
-        tiny_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--path", str(tmp_path / "ckpt" / "checkpoint_last.pt"), "--gen-subset", "test",
-        "--max-source-positions", "512", "--max-target-positions", "128", "--beam", "2",
-        "--max-len-b", "30", "--batch-size", "5", "--cpu", "--post-process", "sentencepiece",
-    ])
+    out = fairseq_cli(
+        "fairseq_cli.generate",
+        [
+            tiny_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            str(tmp_path / "ckpt" / "checkpoint_last.pt"),
+            "--gen-subset",
+            "test",
+            "--max-source-positions",
+            "512",
+            "--max-target-positions",
+            "128",
+            "--beam",
+            "2",
+            "--max-len-b",
+            "30",
+            "--batch-size",
+            "5",
+            "--cpu",
+            "--post-process",
+            "sentencepiece",
+        ],
+    )
     hypotheses = re.findall(r"^H-(\d+)\t", out, flags=re.M)
     assert sorted(int(i) for i in hypotheses) == list(range(16))
 
@@ -199,12 +270,31 @@ def test_stock_bart_trains_and_generates_on_the_same_data(tiny_bin, tmp_path):
 
     log = train(tiny_bin, str(tmp_path / "bart"), [a if a != "1024" else "512" for a in TINY_BART_ARGS], 3)
     assert "done training" in log
-    out = fairseq_cli("fairseq_cli.generate", [
-        tiny_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
-        "--path", str(tmp_path / "bart" / "checkpoint_last.pt"), "--gen-subset", "test",
-        "--max-source-positions", "512", "--max-target-positions", "128", "--beam", "3",
-        "--max-len-b", "10", "--batch-size", "4", "--cpu",
-    ])
+    out = fairseq_cli(
+        "fairseq_cli.generate",
+        [
+            tiny_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
+            "--path",
+            str(tmp_path / "bart" / "checkpoint_last.pt"),
+            "--gen-subset",
+            "test",
+            "--max-source-positions",
+            "512",
+            "--max-target-positions",
+            "128",
+            "--beam",
+            "3",
+            "--max-len-b",
+            "10",
+            "--batch-size",
+            "4",
+            "--cpu",
+        ],
+    )
     hypotheses = re.findall(r"^H-(\d+)\t", out, flags=re.M)
     assert sorted(int(i) for i in hypotheses) == list(range(16))
 
@@ -222,17 +312,31 @@ def test_task_hands_a_model_exactly_the_side_inputs_it_declares():
         def side_inputs(self):
             return {"src_doc_ids": False, "src_sent_ids": True}
 
-    net_input = {"src_tokens": 1, "src_lengths": 2, "prev_output_tokens": 3, "src_doc_ids": 4, "src_sent_ids": 5,
-                 "src_para_ids": 6}
+    net_input = {
+        "src_tokens": 1,
+        "src_lengths": 2,
+        "prev_output_tokens": 3,
+        "src_doc_ids": 4,
+        "src_sent_ids": 5,
+        "src_para_ids": 6,
+    }
     assert set(net_input_for(Stock(), net_input)) == {"src_tokens", "src_lengths", "prev_output_tokens"}
-    assert set(net_input_for(Declaring(), net_input)) == {"src_tokens", "src_lengths", "prev_output_tokens",
-                                                         "src_doc_ids", "src_sent_ids"}
+    assert set(net_input_for(Declaring(), net_input)) == {
+        "src_tokens",
+        "src_lengths",
+        "prev_output_tokens",
+        "src_doc_ids",
+        "src_sent_ids",
+    }
     without_sentences = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
     with pytest.raises(ValueError, match="lacks the side input.*src_sent_ids"):
         net_input_for(Declaring(), without_sentences)
     sample = {"id": 0, "net_input": net_input}
     assert set(MultiDocSummarizationTask._sample_for(Stock(), sample)["net_input"]) == {
-        "src_tokens", "src_lengths", "prev_output_tokens"}
+        "src_tokens",
+        "src_lengths",
+        "prev_output_tokens",
+    }
 
 
 def test_checkpoint_loads_under_torch_weights_only_default(tiny_bin, tmp_path):

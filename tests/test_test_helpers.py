@@ -4,6 +4,7 @@
 another ``test_*`` module: such an import runs that module's collection-time
 code again under a second name and ties one test file to the insides of
 another (issue 46)."""
+
 import ast
 import os
 from typing import Iterable, List, Set, Tuple
@@ -49,8 +50,7 @@ def files_of_tests() -> Iterable[Tuple[str, str]]:
 def test_no_test_module_imports_another():
     files = list(files_of_tests())
     assert len(files) > 50 and any(path == os.path.join("tests", "utils.py") for path, _ in files)
-    test_modules = {path[:-3].replace(os.sep, ".") for path, _ in files
-                    if os.path.basename(path).startswith("test_")}
+    test_modules = {path[:-3].replace(os.sep, ".") for path, _ in files if os.path.basename(path).startswith("test_")}
     assert imports_of_test_modules(files, test_modules) == []
 
 

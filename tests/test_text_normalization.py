@@ -1,6 +1,7 @@
 """Text normalisation (issue 34 item 2): separators keep words apart, and a
 data-bin for an imported tokenizer gives the BPE the text its checkpoint's
 own pipeline gives it."""
+
 import json
 import os
 
@@ -13,11 +14,16 @@ from tests.utils import SHARED_DATA
 
 # Every white-space character clean_text used to delete: form feed, vertical
 # tab and the information separators U+001C-U+001F.
-SEPARATED_DOCUMENT = ("Line one\x0bline two. The page ends.\x0cNext page\x1cstarts here.\x1dGroup\x1erecord\x1funit "
-                      "words stay apart.")
+SEPARATED_DOCUMENT = (
+    "Line one\x0bline two. The page ends.\x0cNext page\x1cstarts here.\x1dGroup\x1erecord\x1funit words stay apart."
+)
 SEPARATED_SUMMARY = "Line one\x0cline two.\x0bThe page\x1cends\x1dhere\x1ein\x1fwords."
-PLAIN = ["The council approved the budget on Tuesday.", "Critics said it cuts too much from schools.",
-         "A storm hit the coast overnight.", "Thousands of homes lost power and roads were closed."]
+PLAIN = [
+    "The council approved the budget on Tuesday.",
+    "Critics said it cuts too much from schools.",
+    "A storm hit the coast overnight.",
+    "Thousands of homes lost power and roads were closed.",
+]
 
 
 def write_split(path, clusters):
@@ -81,6 +87,7 @@ def test_clean_text_turns_every_whitespace_character_but_the_line_break_into_a_s
 
 # ------------------------------------------------ the checkpoint's own text
 
+
 def primer_multi_news_document(doc):
     """What allenai/PRIMER's loader does to a document before its tokenizer
     sees it (script/dataloader.py, SummarizationDataset.__getitem__, the
@@ -96,17 +103,29 @@ def primer_multi_news_document(doc):
 
 # one cluster per character the clean normalisation changes, and white space of every kind
 CHECKPOINT_CASES = {
-    "zero_width_space": {"documents": ["The council\u200bapproved the budget. Critics\u200b objected."],
-                         "summary": "The budget\u200bpassed."},
-    "byte_order_mark": {"documents": ["\ufeffA storm hit the coast. Roads\ufeffwere closed.", "Power\ufeff lost."],
-                        "summary": "\ufeffA storm."},
-    "not_nfc": {"documents": ["Cafe\u0301 owners in Zu\u0308rich said no. Prices rose 12%."],
-                "summary": "Cafe\u0301 prices rose."},
-    "cjk_full_stop": {"documents": ["今天很好。明天下雨。他说：“好。”然后走了。", "A storm hit. 北京是首都。"],
-                      "summary": "今天很好。明天下雨。"},
-    "white_space": {"documents": ["First paragraph  here.\nSame paragraph.\r\n\r\nSecond\tparagraph\x0cends.\u00a0Yes.",
-                                  "Second\u2003document."],
-                    "summary": "Two  documents,\none summary."},
+    "zero_width_space": {
+        "documents": ["The council\u200bapproved the budget. Critics\u200b objected."],
+        "summary": "The budget\u200bpassed.",
+    },
+    "byte_order_mark": {
+        "documents": ["\ufeffA storm hit the coast. Roads\ufeffwere closed.", "Power\ufeff lost."],
+        "summary": "\ufeffA storm.",
+    },
+    "not_nfc": {
+        "documents": ["Cafe\u0301 owners in Zu\u0308rich said no. Prices rose 12%."],
+        "summary": "Cafe\u0301 prices rose.",
+    },
+    "cjk_full_stop": {
+        "documents": ["今天很好。明天下雨。他说：“好。”然后走了。", "A storm hit. 北京是首都。"],
+        "summary": "今天很好。明天下雨。",
+    },
+    "white_space": {
+        "documents": [
+            "First paragraph  here.\nSame paragraph.\r\n\r\nSecond\tparagraph\x0cends.\u00a0Yes.",
+            "Second\u2003document.",
+        ],
+        "summary": "Two  documents,\none summary.",
+    },
 }
 
 
@@ -132,8 +151,19 @@ def imported(tmp_path_factory):
     clusters = [{"id": name, **case} for name, case in CHECKPOINT_CASES.items()]
     write_split(raw / "train.jsonl", [{"id": "t", "documents": TEXTS[:3], "summary": TEXTS[3]}])
     write_split(raw / "test.jsonl", clusters)
-    common = ["--input-dir", str(raw), "--subword", "gpt2", "--gpt2-encoder-json", str(bpe / "encoder.json"),
-              "--gpt2-vocab-bpe", str(bpe / "vocab.bpe"), "--dict", str(bpe / "dict.txt"), "--no-progress-bar"]
+    common = [
+        "--input-dir",
+        str(raw),
+        "--subword",
+        "gpt2",
+        "--gpt2-encoder-json",
+        str(bpe / "encoder.json"),
+        "--gpt2-vocab-bpe",
+        str(bpe / "vocab.bpe"),
+        "--dict",
+        str(bpe / "dict.txt"),
+        "--no-progress-bar",
+    ]
     bins = {"default": str(work / "default"), "clean": str(work / "clean"), "work": work}
     run(common + ["--destdir", bins["default"]])
     run(common + ["--destdir", bins["clean"], "--text-normalization", "clean"])
@@ -200,16 +230,21 @@ def test_the_hub_normalises_as_the_data_bin_records(imported, tmp_path):
         assert preprocessing_args(manifest, data_bin).text_normalization == manifest["text_normalization"]
         encoder = ClusterEncoder.from_data_bin(data_bin, manifest)
         for row, case in enumerate(imported["names"]):
-            assert encoder.encode(CHECKPOINT_CASES[case]["documents"]).tokens.tolist() == \
-                stored(data_bin, "test", "source")[row], (name, case)
+            assert (
+                encoder.encode(CHECKPOINT_CASES[case]["documents"]).tokens.tolist()
+                == stored(data_bin, "test", "source")[row]
+            ), (name, case)
     old = str(tmp_path / "old")
     shutil.copytree(imported["default"], old)
     manifest = read_checked(old)
     del manifest["text_normalization"]
     assert preprocessing_args(manifest, old).text_normalization == "clean"
     manifest["text_normalization"] = "nfkc"
-    with pytest.raises(ValueError, match=r"old/mdsfair.json: text_normalization 'nfkc' is not one of clean, "
-                                         r"whitespace"):
+    with pytest.raises(
+        ValueError,
+        match=r"old/mdsfair.json: text_normalization 'nfkc' is not one of clean, "
+        r"whitespace",
+    ):
         preprocessing_args(manifest, old)
 
 
@@ -221,11 +256,14 @@ def test_whitespace_normalisation_with_sentencepiece_is_refused(tmp_path, capsys
     write_split(raw / "train.jsonl", [{"id": "a", "documents": PLAIN, "summary": PLAIN[0]}])
     dest = tmp_path / "bin"
     with pytest.raises(SystemExit) as exit_info:
-        run(["--input-dir", str(raw), "--destdir", str(dest), "--text-normalization", "whitespace",
-             "--no-progress-bar"])
+        run(
+            ["--input-dir", str(raw), "--destdir", str(dest), "--text-normalization", "whitespace", "--no-progress-bar"]
+        )
     assert exit_info.value.code == 1
-    assert "mdsfair-preprocess: error: --text-normalization whitespace is for the byte-level BPE" in \
-        capsys.readouterr().err
+    assert (
+        "mdsfair-preprocess: error: --text-normalization whitespace is for the byte-level BPE"
+        in capsys.readouterr().err
+    )
     assert not dest.exists()
 
 
@@ -246,9 +284,25 @@ def test_real_clusters_with_zero_width_spaces_get_the_checkpoints_ids(imported, 
     write_split(raw / "test.jsonl", clusters)
     bpe = imported["work"] / "bpe"
     dest = str(tmp_path / "bin")
-    run(["--input-dir", str(raw), "--destdir", dest, "--subword", "gpt2", "--gpt2-encoder-json",
-         str(bpe / "encoder.json"), "--gpt2-vocab-bpe", str(bpe / "vocab.bpe"), "--dict", str(bpe / "dict.txt"),
-         "--no-progress-bar", "--allow-empty-summary", "--skip-bad"])
+    run(
+        [
+            "--input-dir",
+            str(raw),
+            "--destdir",
+            dest,
+            "--subword",
+            "gpt2",
+            "--gpt2-encoder-json",
+            str(bpe / "encoder.json"),
+            "--gpt2-vocab-bpe",
+            str(bpe / "vocab.bpe"),
+            "--dict",
+            str(bpe / "dict.txt"),
+            "--no-progress-bar",
+            "--allow-empty-summary",
+            "--skip-bad",
+        ]
+    )
     tokenizer = imported["tokenizer"]
     for row, cluster in enumerate(clusters):
         documents = [doc for doc in cluster["documents"] if doc.split()]

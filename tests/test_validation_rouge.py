@@ -1,6 +1,7 @@
 """Issue 33 item 6: ``--eval-rouge``: validation generates, scores and logs
 ROUGE-1/2/L/Lsum, and the logged score equals ``mdsfair-rouge`` on the same
 summaries, so ``--best-checkpoint-metric rouge_l`` selects as PRIMERA did."""
+
 import copy
 import json
 
@@ -24,8 +25,11 @@ def logged_rouge(built, model, criterion, batches):
         logs = [built.task.valid_step(batch, model, criterion)[2] for batch in batches]
         built.task.reduce_metrics(logs, criterion)
         values = aggregated.get_smoothed_values()
-        return {name: values[name] for name in ("rouge_1", "rouge_2", "rouge_l", "rouge_lsum", "rouge_avg")
-                if name in values}
+        return {
+            name: values[name]
+            for name in ("rouge_1", "rouge_2", "rouge_l", "rouge_lsum", "rouge_avg")
+            if name in values
+        }
 
 
 @pytest.mark.parametrize("convention", ["mdsfair-fast", None])
@@ -37,9 +41,19 @@ def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention
         convention = next(name for name, c in sorted(CONVENTIONS.items()) if c.scorer == "rouge-score")
     from fairseq.trainer import Trainer
 
-    built = contract.ContractModel("hierencdec_bart_tiny", data, "--eval-rouge", "--eval-rouge-args",
-                                   json.dumps(GENERATION), "--eval-rouge-convention", convention,
-                                   "--optimizer", "adam", "--lr", "5e-3")
+    built = contract.ContractModel(
+        "hierencdec_bart_tiny",
+        data,
+        "--eval-rouge",
+        "--eval-rouge-args",
+        json.dumps(GENERATION),
+        "--eval-rouge-convention",
+        convention,
+        "--optimizer",
+        "adam",
+        "--lr",
+        "5e-3",
+    )
     model = built.build_model()
     criterion = built.build_criterion()
     trainer = Trainer(built.cfg, built.task, model, criterion)
@@ -65,11 +79,20 @@ def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention
     assert len(texts) == len(dataset) == 4 and any(texts.values())
     hyp_file = tmp_path / "hyp.txt"
     hyp_file.write_text("".join(texts[i] + "\n" for i in range(len(texts))), encoding="utf-8")
-    expected = score_files(str(hyp_file), data_bin=data["data-bin"], split="valid", fast=convention == "mdsfair-fast",
-                           convention=None if convention == "mdsfair-fast" else convention)
+    expected = score_files(
+        str(hyp_file),
+        data_bin=data["data-bin"],
+        split="valid",
+        fast=convention == "mdsfair-fast",
+        convention=None if convention == "mdsfair-fast" else convention,
+    )
     compared = 0
-    for metric, name in (("rouge-1", "rouge_1"), ("rouge-2", "rouge_2"), ("rouge-l", "rouge_l"),
-                         ("rouge-lsum", "rouge_lsum")):
+    for metric, name in (
+        ("rouge-1", "rouge_1"),
+        ("rouge-2", "rouge_2"),
+        ("rouge-l", "rouge_l"),
+        ("rouge-lsum", "rouge_lsum"),
+    ):
         if metric in expected:
             assert logged[name] == pytest.approx(round(100 * expected[metric]["f"], 2), abs=0.011), (metric, logged)
             compared += 1

@@ -1,5 +1,6 @@
 """A reference that is only punctuation scores 0 in every ROUGE: each such
 cluster is warned about with its line, by the official and the fast scorer."""
+
 import logging
 
 import pytest

@@ -13,6 +13,7 @@ tight tolerance) or uses :func:`assert_close_in_dtype`, whose tolerance is
 derived from the dtype and the scale of the values, and says which in a
 comment.
 """
+
 import torch
 
 #: Units of the last place allowed for a whole model's forward pass (a few

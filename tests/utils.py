@@ -3,6 +3,7 @@
 Everything here is small enough for CPU tests (seconds) and built from the
 project's own pipeline, so tests exercise the real code paths.
 """
+
 import hashlib
 import os
 import re
@@ -66,8 +67,9 @@ def run_python(arguments: List[str], cwd, timeout: int = 300) -> subprocess.Comp
     ``MDSFAIR_TRUST_CHECKPOINTS`` unset (checkpoints are verified)."""
     env = dict(os.environ, PYTHONPATH=REPO_ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     env.pop("MDSFAIR_TRUST_CHECKPOINTS", None)
-    return subprocess.run([sys.executable, *arguments], cwd=str(cwd), capture_output=True, text=True, env=env,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, *arguments], cwd=str(cwd), capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def fairseq_cli(module: str, args: List[str], cwd: Optional[str] = None, timeout: int = 600) -> str:
@@ -96,27 +98,62 @@ def generate_in_process(args: List[str], results_dir: str) -> str:
 
 
 TINY_BART_ARGS = [
-    "--arch", "bart_base",
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--max-source-positions", "1024", "--max-target-positions", "1024",
+    "--arch",
+    "bart_base",
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--max-source-positions",
+    "1024",
+    "--max-target-positions",
+    "1024",
 ]
 
 
-def make_tiny_bart_checkpoint(data_bin: str, save_dir: str, updates: int = 1, extra_args: Optional[List[str]] = None) -> str:
+def make_tiny_bart_checkpoint(
+    data_bin: str, save_dir: str, updates: int = 1, extra_args: Optional[List[str]] = None
+) -> str:
     """Train fairseq's own ``bart`` model (tiny dims) for ``updates`` steps on
     ``data_bin`` and return the path of the fairseq checkpoint it saved: a
     real BART checkpoint to restore derived architectures from."""
     fairseq_cli(
         "fairseq_cli.train",
         [
-            data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization",
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            "--task",
+            "multidoc_summarization",
             *TINY_BART_ARGS,
-            "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "4096",
-            "--max-update", str(updates), "--save-dir", save_dir, "--no-epoch-checkpoints",
-            "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-tokens",
+            "4096",
+            "--max-update",
+            str(updates),
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
             *(extra_args or []),
         ],
     )
@@ -124,12 +161,31 @@ def make_tiny_bart_checkpoint(data_bin: str, save_dir: str, updates: int = 1, ex
 
 
 TINY_TRANSFORMER_ARGS = [
-    "--task", "multidoc_summarization", "--arch", "transformer",
-    "--encoder-layers", "1", "--decoder-layers", "1",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "4", "--decoder-attention-heads", "4",
-    "--share-all-embeddings", "--max-source-positions", "1024", "--max-target-positions", "1024",
+    "--task",
+    "multidoc_summarization",
+    "--arch",
+    "transformer",
+    "--encoder-layers",
+    "1",
+    "--decoder-layers",
+    "1",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "4",
+    "--decoder-attention-heads",
+    "4",
+    "--share-all-embeddings",
+    "--max-source-positions",
+    "1024",
+    "--max-target-positions",
+    "1024",
 ]
 
 
@@ -138,13 +194,39 @@ def one_update_hub_model(data_bin: str, save_dir: str):
     through torch.hub (the hub's encoding reads the data-bin, not the weights)."""
     import torch
 
-    fairseq_cli("fairseq_cli.train", [
-        data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, "--optimizer", "adam", "--lr", "1e-3",
-        "--max-sentences", "4", "--max-update", "1", "--save-dir", save_dir, "--no-epoch-checkpoints",
-        "--no-progress-bar", "--cpu", "--seed", "1", "--disable-validation",
-    ])
-    return torch.hub.load(REPO_ROOT, "transformer", model_dir=save_dir, checkpoint_file="checkpoint_last.pt",
-                          data_name_or_path=data_bin, source="local")
+    fairseq_cli(
+        "fairseq_cli.train",
+        [
+            data_bin,
+            "--user-dir",
+            USER_DIR,
+            *TINY_TRANSFORMER_ARGS,
+            "--optimizer",
+            "adam",
+            "--lr",
+            "1e-3",
+            "--max-sentences",
+            "4",
+            "--max-update",
+            "1",
+            "--save-dir",
+            save_dir,
+            "--no-epoch-checkpoints",
+            "--no-progress-bar",
+            "--cpu",
+            "--seed",
+            "1",
+            "--disable-validation",
+        ],
+    )
+    return torch.hub.load(
+        REPO_ROOT,
+        "transformer",
+        model_dir=save_dir,
+        checkpoint_file="checkpoint_last.pt",
+        data_name_or_path=data_bin,
+        source="local",
+    )
 
 
 def snapshot(folder: str) -> Dict[str, str]:

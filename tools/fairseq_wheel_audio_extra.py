@@ -17,6 +17,7 @@ with the new METADATA hash and size, so ``pip check`` is clean and
 Usage: ``python tools/fairseq_wheel_audio_extra.py WHEEL OUT_DIR`` prints the
 path of the rewritten wheel (same file name, in OUT_DIR).
 """
+
 import base64
 import hashlib
 import os
@@ -38,8 +39,10 @@ def audio_extra_metadata(metadata: str, wheel: str) -> str:
     the requirement is not there exactly once (a new fairseq release)."""
     found = REQUIREMENT.findall(metadata)
     if len(found) != 1:
-        raise SystemExit(f"{wheel}: METADATA has {len(found)} unconditional torchaudio requirements, expected 1; "
-                         "this script knows ve-fairseq 0.12.3 and fairseq-fixed 0.12.3.1")
+        raise SystemExit(
+            f"{wheel}: METADATA has {len(found)} unconditional torchaudio requirements, expected 1; "
+            "this script knows ve-fairseq 0.12.3 and fairseq-fixed 0.12.3.1"
+        )
     requirement = found[0].strip()
     metadata = REQUIREMENT.sub(f'Requires-Dist: {requirement}; extra == "audio"', metadata, count=1)
     if "Provides-Extra: audio\n" not in metadata:
@@ -68,8 +71,13 @@ def rewrite(wheel: str, out_dir: str) -> str:
         partial = target + ".partial"
         with zipfile.ZipFile(partial, "w", compression=zipfile.ZIP_DEFLATED) as output:
             for info in source.infolist():
-                data = metadata if info.filename == metadata_name else record if info.filename == record_name \
+                data = (
+                    metadata
+                    if info.filename == metadata_name
+                    else record
+                    if info.filename == record_name
                     else source.read(info.filename)
+                )
                 output.writestr(info, data, compress_type=zipfile.ZIP_DEFLATED)
     os.replace(partial, target)
     return target

@@ -10,6 +10,7 @@ prints the mean retained mass per r and writes a plot.
     python examples/sparse_decoder/attention_retention.py data-bin checkpoints/checkpoint_best.pt \\
         --subset valid --max-examples 200 --plot retention.png
 """
+
 import argparse
 import os
 import sys
@@ -64,12 +65,13 @@ def main():
     indices = list(range(min(options.max_examples, len(dataset))))
     with torch.no_grad():
         for start in range(0, len(indices), options.batch_size):
-            sample = dataset.collater([dataset[i] for i in indices[start:start + options.batch_size]])
+            sample = dataset.collater([dataset[i] for i in indices[start : start + options.batch_size]])
             sample = task._sample_for(model, sample)
             net_input = {k: v.to(device) for k, v in sample["net_input"].items()}
             _, extra = model(**net_input)
             batch_totals, batch_count = retained_attention(
-                extra["sentence_attention"], sample["target"].to(device).ne(task.target_dictionary.pad()),
+                extra["sentence_attention"],
+                sample["target"].to(device).ne(task.target_dictionary.pad()),
                 options.max_r,
             )
             totals += batch_totals.cpu()

@@ -8,6 +8,7 @@ It sits in the foundation layer with the checks it runs (it imports nothing
 above them), and Python runs this file once, as ``__main__``: no module of the
 package imports it.
 """
+
 import argparse
 import sys
 from typing import List, Optional
@@ -40,8 +41,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
                 else:
                     data = record.get("data") or {}
                     verified = len((record.get("model_checksum") or {}).get("tensors", {}))
-                    print(f"{path}: OK ({verified} tensors verified); "
-                          f"trained on {', '.join(data.get('data_bins', [])) or '?'}")
+                    print(
+                        f"{path}: OK ({verified} tensors verified); "
+                        f"trained on {', '.join(data.get('data_bins', [])) or '?'}"
+                    )
         except (CheckpointFileError, CheckpointIntegrityError, OSError) as error:
             print(f"error: {error}", file=sys.stderr)
             status = 1

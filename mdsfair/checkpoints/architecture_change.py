@@ -13,6 +13,7 @@ configurations have must agree as for a resume. Non-architecture values
 (:data:`NON_ARCHITECTURE_KEYS`) may always change and are logged. Only
 mdsfair tasks are checked (the flag is theirs).
 """
+
 import argparse
 import functools
 import logging
@@ -30,15 +31,27 @@ class ArchitectureChangeError(RuntimeError):
 #: another size does not load; sinusoidal positions have no weights; the
 #: tiling of a shorter table), and the sparse decoder's sentence selection. Any key containing
 #: ``dropout`` or ``layerdrop`` is one too.
-NON_ARCHITECTURE_KEYS = frozenset({
-    "checkpoint_activations", "offload_activations", "min_params_to_wrap",
-    "max_source_positions", "max_target_positions",
-    "quant_noise_pq", "quant_noise_pq_block_size", "quant_noise_scalar",
-    "tpu", "position_tiling",
-    # the sparse decoder's sentence selection: changed between its training stages (README: KL-only with
-    # --top-r 0, then --top-r 5 --sentence-selection approx) and by --model-overrides at generation
-    "top_r", "sentence_selection", "mix_decay_updates", "share_selection_across_beams", "sparse_generation_path",
-})
+NON_ARCHITECTURE_KEYS = frozenset(
+    {
+        "checkpoint_activations",
+        "offload_activations",
+        "min_params_to_wrap",
+        "max_source_positions",
+        "max_target_positions",
+        "quant_noise_pq",
+        "quant_noise_pq_block_size",
+        "quant_noise_scalar",
+        "tpu",
+        "position_tiling",
+        # the sparse decoder's sentence selection: changed between its training stages (README: KL-only with
+        # --top-r 0, then --top-r 5 --sentence-selection approx) and by --model-overrides at generation
+        "top_r",
+        "sentence_selection",
+        "mix_decay_updates",
+        "share_selection_across_beams",
+        "sparse_generation_path",
+    }
+)
 
 
 def is_architecture_key(key: str) -> bool:
@@ -135,7 +148,9 @@ def check_architecture(state: Dict[str, Any], path: str, context: Dict[str, Any]
     what = "fine-tuning from" if fine_tune else "resuming from"
     allowed = {key: values for key, values in differences.items() if not is_architecture_key(key)}
     for key, (old, new) in allowed.items():
-        logger.info("%s %s: %s was %r in the checkpoint, %r now (not an architecture flag)", what, path, _flag(key), old, new)
+        logger.info(
+            "%s %s: %s was %r in the checkpoint, %r now (not an architecture flag)", what, path, _flag(key), old, new
+        )
     changed = {key: values for key, values in differences.items() if is_architecture_key(key)}
     if not changed:
         return

@@ -5,6 +5,7 @@ can be named; and its verification when a checkpoint loads
 (``MDSFAIR_VERIFY_CHECKPOINTS=0`` turns that off). The package docstring of
 :mod:`mdsfair.checkpoints` gives the measured cost.
 """
+
 import concurrent.futures
 import hashlib
 import os
@@ -42,8 +43,18 @@ def model_checksum(model_state: Dict[str, Any]) -> Dict[str, Any]:
     unique, key_of = {}, {}
     for name, value in model_state.items():
         if torch.is_tensor(value):
-            key = (value.device, value.data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
-                   value.dtype) if value.numel() else ("empty", name)
+            key = (
+                (
+                    value.device,
+                    value.data_ptr(),
+                    value.storage_offset(),
+                    tuple(value.shape),
+                    value.stride(),
+                    value.dtype,
+                )
+                if value.numel()
+                else ("empty", name)
+            )
             unique.setdefault(key, value)
             key_of[name] = key
     workers = max(1, min(8, os.cpu_count() or 1, len(unique)))

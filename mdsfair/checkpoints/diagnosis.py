@@ -6,6 +6,7 @@ checkpoint. The name of the cause is read from torch's and pickle's error:
 which exception it is, its message, and whether it was raised inside
 ``torch/serialization.py`` or ``pickle.py`` (its traceback's file names).
 """
+
 import os
 import pickle
 import traceback
@@ -58,7 +59,9 @@ def describe_unreadable(path: str, error: BaseException) -> str:
     truncated_signs = ("ran out of input", "central directory", "eof")
     if isinstance(error, EOFError) or any(sign in lowered for sign in truncated_signs):
         cause = "the file is truncated (an interrupted save, copy or download)"
-    elif isinstance(error, pickle.UnpicklingError) and ("invalid load key" in lowered or "unsupported operand" in lowered):
+    elif isinstance(error, pickle.UnpicklingError) and (
+        "invalid load key" in lowered or "unsupported operand" in lowered
+    ):
         # "unsupported operand": what torch's weights_only unpickler says of bytes that are no pickle
         with open(path, "rb") as handle:
             head = handle.read(24)

@@ -17,6 +17,7 @@ needed):
 * :func:`atomic_copy` replaces ``PathManager.copy`` for local files, so
   ``checkpoint_last.pt`` / ``checkpoint_best.pt`` are never left cut short.
 """
+
 import collections
 import os
 
@@ -36,16 +37,31 @@ from mdsfair.checkpoints.record import METADATA_KEY, RECORD_KEY
 _LOADING = {"context": None}
 
 
-def trainer_load_checked(original, trainer, filename, reset_optimizer=False, reset_lr_scheduler=False,
-                         optimizer_overrides=None, reset_meters=False, **kwargs):
+def trainer_load_checked(
+    original,
+    trainer,
+    filename,
+    reset_optimizer=False,
+    reset_lr_scheduler=False,
+    optimizer_overrides=None,
+    reset_meters=False,
+    **kwargs,
+):
     """fairseq's ``Trainer.load_checkpoint`` (resume / fine-tune), with the
     checkpoint's model configuration compared with the trainer's by
     :func:`load_checked` (:func:`check_architecture`)."""
     previous = _LOADING["context"]
     _LOADING["context"] = {"trainer": trainer, "path": filename, "fine_tune": bool(reset_optimizer)}
     try:
-        return original(trainer, filename, reset_optimizer, reset_lr_scheduler, optimizer_overrides,
-                        reset_meters=reset_meters, **kwargs)
+        return original(
+            trainer,
+            filename,
+            reset_optimizer,
+            reset_lr_scheduler,
+            optimizer_overrides,
+            reset_meters=reset_meters,
+            **kwargs,
+        )
     finally:
         _LOADING["context"] = previous
 
@@ -102,8 +118,9 @@ def atomic_copy(original, src_path: str, dst_path: str, overwrite: bool = False)
 
     if not (is_local_path(src_path) and is_local_path(dst_path)) or (not overwrite and os.path.exists(dst_path)):
         return original(src_path, dst_path, overwrite=overwrite)
-    temporary = os.path.join(os.path.dirname(os.path.abspath(dst_path)),
-                             f".{os.path.basename(dst_path)}.{os.getpid()}.tmp")
+    temporary = os.path.join(
+        os.path.dirname(os.path.abspath(dst_path)), f".{os.path.basename(dst_path)}.{os.getpid()}.tmp"
+    )
     try:
         shutil.copyfile(src_path, temporary)
         with open(temporary, "rb+") as handle:

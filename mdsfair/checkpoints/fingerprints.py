@@ -5,6 +5,7 @@ the task building it reads a data-bin with the same ones (token ids would
 otherwise mean different text): :class:`DictionaryMismatchError` unless
 ``--allow-dictionary-mismatch``.
 """
+
 import hashlib
 import logging
 import os
@@ -62,9 +63,11 @@ def fingerprint_differences(trained: Dict[str, Any], current: Dict[str, Any]) ->
     old_sub, new_sub = trained.get("subword") or {}, current.get("subword") or {}
     if old_sub.get("files") and new_sub.get("files"):
         if old_sub.get("type") != new_sub.get("type") or old_sub["files"] != new_sub["files"]:
-            describe = lambda sub: f"{sub.get('type')} " + ", ".join(  # noqa: E731
-                f"{name} sha256 {digest[:12]}" for name, digest in sorted(sub["files"].items())
-            )
+
+            def describe(sub):
+                files = ", ".join(f"{name} sha256 {digest[:12]}" for name, digest in sorted(sub["files"].items()))
+                return f"{sub.get('type')} {files}"
+
             differences.append(f"subword model: {describe(old_sub)} vs {describe(new_sub)}")
     return differences
 

@@ -4,6 +4,7 @@
 (:mod:`mdsfair.checkpoints.checksums`); its layout is in the package
 docstring of :mod:`mdsfair.checkpoints`.
 """
+
 from typing import Any, Dict, Optional
 
 from mdsfair.checkpoints.checksums import model_checksum

@@ -3,6 +3,7 @@ weights' checksum recorded anew after a deliberate change of them, such as
 averaging or surgery (:func:`stamp`): what ``python -m mdsfair.checkpoints
 verify|stamp FILE...`` (:mod:`mdsfair.checkpoints.__main__`) runs.
 """
+
 from typing import Any, Dict, Optional
 
 from mdsfair.checkpoint_loading import UntrustedCheckpointError, load_checkpoint_file

@@ -7,6 +7,7 @@ against the gold summary (Liu & Lapata 2019, Section 3.1)::
 summed over the paragraphs of the batch; ``sample_size`` is the number of
 paragraphs, so gradients are per-paragraph averages.
 """
+
 from dataclasses import dataclass
 
 import torch.nn.functional as F

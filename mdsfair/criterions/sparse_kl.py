@@ -44,6 +44,7 @@ update (Eq. 13-14):
 Sums are over target tokens; fairseq divides by the sample size (tokens),
 which gives the 1/M of Eq. 5 and 11.
 """
+
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -69,25 +70,32 @@ class SparseKLCriterionConfig(LabelSmoothedCrossEntropyCriterionConfig):
     )
     kl_temperature: float = field(
         default=0.5,
-        metadata={"help": "temperature T re-sharpening the exact saliency target, softmax(log(alpha)/T) (Eq. 15; "
-                          "paper 0.5)"},
+        metadata={
+            "help": "temperature T re-sharpening the exact saliency target, softmax(log(alpha)/T) (Eq. 15; paper 0.5)"
+        },
     )
     kl_reduction: ChoiceEnum(KL_REDUCTIONS) = field(
         default="mean-over-sentences",
-        metadata={"help": "scale of the per-token KL (Eq. 11): mean-over-sentences divides it by the example's "
-                          "sentence count N1, as the authors' KLDivLoss(reduction='mean') over [H*T, N1] "
-                          "elements, the scale on which the paper tuned lambda = 0.2; sum-over-sentences is the "
-                          "KL as written in Eq. 11, N1 times larger"},
+        metadata={
+            "help": "scale of the per-token KL (Eq. 11): mean-over-sentences divides it by the example's "
+            "sentence count N1, as the authors' KLDivLoss(reduction='mean') over [H*T, N1] "
+            "elements, the scale on which the paper tuned lambda = 0.2; sum-over-sentences is the "
+            "KL as written in Eq. 11, N1 times larger"
+        },
     )
     kl_detach_teacher: bool = field(
         default=False,
-        metadata={"help": "detach the exact saliency target of the KL: theta_dec then gets no KL gradient through "
-                          "alpha^s (by default it does, as Eq. 13 and the authors' code)"},
+        metadata={
+            "help": "detach the exact saliency target of the KL: theta_dec then gets no KL gradient through "
+            "alpha^s (by default it does, as Eq. 13 and the authors' code)"
+        },
     )
     entropy_sparsity_weight: float = field(
         default=0.0,
-        metadata={"help": "gamma of the entropy sparsity loss L_A = L_xent + gamma * L_sparse (Eq. 5); 0 disables "
-                          "it (the paper fine-tunes with 0.1 or 1.0 to make attention sparse)"},
+        metadata={
+            "help": "gamma of the entropy sparsity loss L_A = L_xent + gamma * L_sparse (Eq. 5); 0 disables "
+            "it (the paper fine-tunes with 0.1 or 1.0 to make attention sparse)"
+        },
     )
 
 
@@ -97,8 +105,12 @@ def masked_log(probabilities: Tensor, mask: Tensor) -> Tensor:
 
 
 def sentence_kl_per_token(
-    exact: Tensor, approx_log: Tensor, sentence_mask: Tensor, temperature: float,
-    reduction: str = "mean-over-sentences", detach_teacher: bool = False,
+    exact: Tensor,
+    approx_log: Tensor,
+    sentence_mask: Tensor,
+    temperature: float,
+    reduction: str = "mean-over-sentences",
+    detach_teacher: bool = False,
 ) -> Tensor:
     """``KL(softmax(log alpha / T) || alpha~)`` per head averaged: ``[B, T]``.
 
@@ -138,9 +150,19 @@ def sentence_entropy_per_token(exact: Tensor, sentence_mask: Tensor) -> Tensor:
 class SparseKLCriterion(LabelSmoothedCrossEntropyCriterion):
     """Cross-entropy + lambda * KL (Eq. 11-12, 15) + gamma * entropy (Eq. 5)."""
 
-    def __init__(self, task, sentence_avg, label_smoothing, ignore_prefix_size=0, report_accuracy=False,
-                 kl_weight=0.2, kl_temperature=0.5, kl_reduction="mean-over-sentences", kl_detach_teacher=False,
-                 entropy_sparsity_weight=0.0):
+    def __init__(
+        self,
+        task,
+        sentence_avg,
+        label_smoothing,
+        ignore_prefix_size=0,
+        report_accuracy=False,
+        kl_weight=0.2,
+        kl_temperature=0.5,
+        kl_reduction="mean-over-sentences",
+        kl_detach_teacher=False,
+        entropy_sparsity_weight=0.0,
+    ):
         super().__init__(task, sentence_avg, label_smoothing, ignore_prefix_size, report_accuracy)
         if kl_temperature <= 0:
             raise ValueError(f"--kl-temperature must be positive, got {kl_temperature}")
@@ -168,8 +190,12 @@ class SparseKLCriterion(LabelSmoothedCrossEntropyCriterion):
                 raise ValueError("sparse_kl needs the exact sentence saliency (teacher-forced forward)")
             if layer.approx_log is not None:
                 kl = sentence_kl_per_token(
-                    layer.exact, layer.approx_log, layer.sentence_mask, self.kl_temperature,
-                    reduction=self.kl_reduction, detach_teacher=self.kl_detach_teacher,
+                    layer.exact,
+                    layer.approx_log,
+                    layer.sentence_mask,
+                    self.kl_temperature,
+                    reduction=self.kl_reduction,
+                    detach_teacher=self.kl_detach_teacher,
                 )
                 kl_loss = kl_loss + kl.masked_fill(~target_mask, 0.0).sum()
             if self.entropy_sparsity_weight > 0:
@@ -198,8 +224,10 @@ class SparseKLCriterion(LabelSmoothedCrossEntropyCriterion):
         else:
             loss = xent_loss + self.kl_weight * kl_loss + self.entropy_sparsity_weight * entropy_loss
         if phase in ("decoder", "approximator") and self.entropy_sparsity_weight > 0:
-            raise ValueError("--entropy-sparsity-weight (Eq. 5) is a separate fine-tuning loss; it does not combine "
-                             "with interleaved KL training")
+            raise ValueError(
+                "--entropy-sparsity-weight (Eq. 5) is a separate fine-tuning loss; it does not combine "
+                "with interleaved KL training"
+            )
 
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         logging_output = {

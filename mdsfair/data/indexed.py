@@ -5,6 +5,7 @@ for token ids but wrong for float side data (a paragraph graph). The reader
 here returns numpy arrays in the stored dtype; files are fairseq's own format
 (``.bin`` + ``.idx``), so fairseq tools read them too.
 """
+
 import numpy as np
 from fairseq.data.indexed_dataset import (
     MMapIndexedDataset,

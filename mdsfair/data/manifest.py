@@ -25,6 +25,7 @@ its input the same way (:func:`recorded_text_normalization`):
 :data:`TEXT_NORMALIZATIONS` names the two; a manifest written before it was
 recorded was made with ``clean``.
 """
+
 import contextlib
 import json
 import os
@@ -72,8 +73,10 @@ def recorded_text_normalization(manifest: Dict, path: str) -> str:
     :class:`ManifestError` naming ``path``."""
     value = manifest.get("text_normalization", UNRECORDED_TEXT_NORMALIZATION)
     if value not in TEXT_NORMALIZATIONS:
-        raise ManifestError(f"{path}: text_normalization {value!r} is not one of {', '.join(TEXT_NORMALIZATIONS)}; "
-                            "rebuild the data-bin with mdsfair-preprocess")
+        raise ManifestError(
+            f"{path}: text_normalization {value!r} is not one of {', '.join(TEXT_NORMALIZATIONS)}; "
+            "rebuild the data-bin with mdsfair-preprocess"
+        )
     return value
 
 
@@ -107,12 +110,15 @@ def check_manifest_version(manifest: Dict, path: str) -> None:
     if version is None:
         return
     if not isinstance(version, int) or isinstance(version, bool):
-        raise ManifestVersionError(f"{path}: the manifest's version {version!r} is not an integer; "
-                                   "rebuild the data-bin with mdsfair-preprocess")
+        raise ManifestVersionError(
+            f"{path}: the manifest's version {version!r} is not an integer; "
+            "rebuild the data-bin with mdsfair-preprocess"
+        )
     if version > MANIFEST_VERSION:
         raise ManifestVersionError(
             f"{path}: manifest version {version} is newer than this mdsfair reads (version {MANIFEST_VERSION} or "
-            "older); use the mdsfair release that wrote the data-bin, or rebuild it with this mdsfair-preprocess")
+            "older); use the mdsfair release that wrote the data-bin, or rebuild it with this mdsfair-preprocess"
+        )
 
 
 def _entries(value, entry: str, kind: type):
@@ -157,8 +163,12 @@ def is_plain_file_name(name: object) -> bool:
     """A non-empty name of a file inside its folder: no directory part, not
     absolute, not ``.``/``..``, no NUL."""
     return (
-        isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-        and "\0" not in name and not os.path.isabs(name)
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and not os.path.isabs(name)
     )
 
 
@@ -167,7 +177,9 @@ def check_manifest_file_names(manifest: Dict, path: str) -> None:
     ``/abs/x``, ``sub/x``): every name it lists must be a plain file name;
     and one whose name-holding entries have the wrong JSON type."""
     try:
-        bad = [f"{entry} = {value!r}" for entry, value in manifest_file_names(manifest) if not is_plain_file_name(value)]
+        bad = [
+            f"{entry} = {value!r}" for entry, value in manifest_file_names(manifest) if not is_plain_file_name(value)
+        ]
     except ManifestShapeError as error:
         raise ManifestShapeError(f"{path}: refusing a malformed manifest: {error}") from None
     if bad:
@@ -205,19 +217,25 @@ def restore_hint(data_dir: str) -> str:
         f"(or copy_inference_files(DATA_BIN, {os.path.abspath(data_dir)!r}) from mdsfair.hub_interface)"
     )
     if "model.pt" in names and "encoder.json" in names:
-        return (f"{data_dir} is a model folder written by mdsfair-import hf-led: import it again with "
-                f"mdsfair-import hf-led HF_DIR {folder} --overwrite (HF_DIR: the Hugging Face model it was imported "
-                f"from); if you put the manifest there yourself, {copy_again}")
+        return (
+            f"{data_dir} is a model folder written by mdsfair-import hf-led: import it again with "
+            f"mdsfair-import hf-led HF_DIR {folder} --overwrite (HF_DIR: the Hugging Face model it was imported "
+            f"from); if you put the manifest there yourself, {copy_again}"
+        )
     if "model.pt" in names and "spm.model" in names:
-        return (f"{data_dir} is a model folder written by mdsfair-import hiersumm: import it again with "
-                f"mdsfair-import hiersumm CKPT SPM_MODEL {folder} --overwrite (the same arguments as the first time, "
-                f"--cased included); if you put the manifest there yourself, {copy_again}")
+        return (
+            f"{data_dir} is a model folder written by mdsfair-import hiersumm: import it again with "
+            f"mdsfair-import hiersumm CKPT SPM_MODEL {folder} --overwrite (the same arguments as the first time, "
+            f"--cased included); if you put the manifest there yourself, {copy_again}"
+        )
     if any(name.endswith(".pt") for name in names):
         return f"{data_dir} holds checkpoints, so its manifest is a copy: {copy_again}"
     aside = _command_path(os.path.abspath(data_dir) + ".damaged")
-    return (f"mdsfair-preprocess --overwrite cannot tell which files of {data_dir} it wrote without a sound manifest, "
-            f"so it refuses the folder: move it aside (mv {folder} {aside}) or remove it (rm -r {folder}), then build "
-            "the data-bin again with mdsfair-preprocess (same options, same --destdir)")
+    return (
+        f"mdsfair-preprocess --overwrite cannot tell which files of {data_dir} it wrote without a sound manifest, "
+        f"so it refuses the folder: move it aside (mv {folder} {aside}) or remove it (rm -r {folder}), then build "
+        "the data-bin again with mdsfair-preprocess (same options, same --destdir)"
+    )
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ every document block starts with its ``<s>``. Paragraph and sentence ids are
 renumbered densely after truncation (0, 1, 2, ... in stream order), so a
 model may use them directly as block indices.
 """
+
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -34,8 +35,8 @@ import torch
 from fairseq.data import FairseqDataset, data_utils
 
 from mdsfair.data.manifest import STRUCTURE_STREAMS
-from mdsfair.data.side_data import SideDataSpec
 from mdsfair.data.primera_layout import primera_truncation
+from mdsfair.data.side_data import SideDataSpec
 
 logger = logging.getLogger(__name__)
 
@@ -119,9 +120,8 @@ def batch_indices_by_size(indices, num_tokens, max_tokens=None, max_sentences=No
     for position in range(len(indices)):
         length = int(num_tokens[position])
         if max_tokens is not None and length > max_tokens:
-            raise ValueError(
-                f"example {indices[position]} has {length} tokens, more than --max-tokens {max_tokens}"
-            )
+            raise ValueError(f"example {indices[position]} has {length} tokens, more than --max-tokens {max_tokens}")
+
         def overflows(size, longest_with_new):
             return size > 0 and (
                 (max_tokens is not None and longest_with_new * (size + 1) > max_tokens)
@@ -181,7 +181,9 @@ class MultiDocSummarizationDataset(FairseqDataset):
         self.name = name
         for key in STRUCTURE_STREAMS:
             if len(structure[key]) != len(source):
-                raise ValueError(f"{name}: structure stream {key!r} has {len(structure[key])} items, source {len(source)}")
+                raise ValueError(
+                    f"{name}: structure stream {key!r} has {len(structure[key])} items, source {len(source)}"
+                )
         self.truncation_counts = Counter()
         self.src_sizes = np.zeros(len(source), dtype=np.int64)
         self.tgt_sizes = np.zeros(len(source), dtype=np.int64)
@@ -272,9 +274,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
                 specials_before = 1 + np.cumsum(first_occurrence_mask(doc_of_kept)) - 1
                 final_position = np.arange(len(kept_index)) + specials_before + 1
             else:
-                specials_before = (
-                    np.cumsum(first_occurrence_mask(doc_of_kept)) * int(cfg.document_start_token)
-                )
+                specials_before = np.cumsum(first_occurrence_mask(doc_of_kept)) * int(cfg.document_start_token)
                 final_position = np.arange(len(kept_index)) + specials_before  # position after insertion
             limit = cfg.max_source_positions - int(cfg.append_eos)
             over = final_position >= limit
@@ -363,8 +363,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
             "source": torch.from_numpy(view["tokens"].astype(np.int64)),
             "structure": {key: torch.from_numpy(view[key].astype(np.int64)) for key in STRUCTURE_STREAMS},
             "side_data": {
-                name: self._side_item(spec, dataset[index], view)
-                for name, (spec, dataset) in self.side_data.items()
+                name: self._side_item(spec, dataset[index], view) for name, (spec, dataset) in self.side_data.items()
             },
         }
         if self.target is not None:
@@ -497,8 +496,11 @@ class MultiDocSummarizationDataset(FairseqDataset):
         logger.info(
             "%s: targets cut at the model's limit of %d tokens (below --max-target-positions %d): %d of %d "
             "targets, %d tokens (the examples are kept, not filtered)",
-            self.name, limit, self.truncation.max_target_positions,
-            self.truncation_counts["target_examples_truncated"], len(self),
+            self.name,
+            limit,
+            self.truncation.max_target_positions,
+            self.truncation_counts["target_examples_truncated"],
+            len(self),
             self.truncation_counts["target_tokens_truncated"],
         )
 
@@ -517,8 +519,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
             "paragraphs": int(len(np.unique(ids["para"]))),
             "paragraphs_kept": int(len(view["kept_paragraphs"])),
             "tokens_cut_by": {
-                key[: -len("_tokens")]: int(value) for key, value in counts.items()
-                if key.endswith("_tokens") and value
+                key[: -len("_tokens")]: int(value) for key, value in counts.items() if key.endswith("_tokens") and value
             },
         }
 

@@ -97,9 +97,7 @@ def primera_document_share(num_documents: int, max_input_len: int, mask_num: int
     return (max_input_len - mask_num) // num_documents
 
 
-def primera_truncation(
-    document_lengths: Sequence[int], max_input_len: int, mask_num: int = 0
-) -> Dict[str, object]:
+def primera_truncation(document_lengths: Sequence[int], max_input_len: int, mask_num: int = 0) -> Dict[str, object]:
     """Content tokens each document keeps under PRIMERA's rule, and what is cut.
 
     ``document_lengths`` are the documents' token counts without special

@@ -18,6 +18,7 @@ paragraphs it actually sees:
     a ``P x P`` float matrix over the example's paragraphs in stream order
     (e.g. a similarity graph); rows and columns of cut paragraphs are removed.
 """
+
 from dataclasses import dataclass
 
 import numpy as np

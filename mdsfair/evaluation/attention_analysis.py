@@ -39,6 +39,7 @@ relative values)::
 writes ``attention_analysis.tsv`` (the table, also printed),
 ``attention_analysis.json`` (per-example values) and ``attention_analysis.png``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,7 +91,9 @@ def document_lengths(document_ids: Tensor) -> Tensor:
     """``[B, N]`` tokens per document of ``document_ids [B, S]`` (-1 at padding)."""
     num_documents = int(document_ids.max()) + 1
     lengths = document_ids.new_zeros(document_ids.size(0), num_documents + 1)
-    lengths.scatter_add_(1, document_ids.masked_fill(document_ids.lt(0), num_documents), document_ids.new_ones(document_ids.shape))
+    lengths.scatter_add_(
+        1, document_ids.masked_fill(document_ids.lt(0), num_documents), document_ids.new_ones(document_ids.shape)
+    )
     return lengths[:, :num_documents]
 
 
@@ -382,9 +385,20 @@ def table_rows(analyses: Sequence[ModelAnalysis]) -> List[Dict[str, object]]:
         same_depth = baseline_per_layer.shape[1] == per_layer.shape[1]
         for layer in range(per_layer.shape[1]):
             reference = baseline_per_layer[:, layer] if same_depth else np.full(1, math.nan)
-            row(analysis, "self_document_attention", str(layer + 1), per_layer[:, layer], reference, analysis.uniform_share)
+            row(
+                analysis,
+                "self_document_attention",
+                str(layer + 1),
+                per_layer[:, layer],
+                reference,
+                analysis.uniform_share,
+            )
         row(
-            analysis, "self_document_attention", "mean", per_layer.mean(1), baseline_per_layer.mean(1),
+            analysis,
+            "self_document_attention",
+            "mean",
+            per_layer.mean(1),
+            baseline_per_layer.mean(1),
             analysis.uniform_share,
         )
         row(analysis, "cds", "decoder", analysis.cds, baseline.cds)
@@ -446,46 +460,66 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdsfair-analyze-attention",
         description="HierEncDec's attention analysis (Sec. 5.6, Appendix C): normalized self-document attention "
-                    "per encoder layer and the decoder's cross-document standard deviation (CDS)",
+        "per encoder layer and the decoder's cross-document standard deviation (CDS)",
     )
     parser.add_argument(
-        "--checkpoint", nargs="+", required=True,
+        "--checkpoint",
+        nargs="+",
+        required=True,
         help="hierencdec_bart or bart checkpoints (fairseq .pt); the first is the baseline of the relative values",
     )
-    parser.add_argument("--labels", nargs="+", help="one name per checkpoint for the table and plot (default: file paths)")
+    parser.add_argument(
+        "--labels", nargs="+", help="one name per checkpoint for the table and plot (default: file paths)"
+    )
     parser.add_argument("--data", required=True, help="data-bin directory of the multidoc_summarization task")
     parser.add_argument("--split", default="test", help="split to analyze (default test, as the paper)")
     parser.add_argument(
-        "--num-examples", type=at_least(0), default=200,
+        "--num-examples",
+        type=at_least(0),
+        default=200,
         help="examples drawn at random from the split, the same for every checkpoint (default 200, as Sec. 5.6); "
-             "0 or more than the split: all",
+        "0 or more than the split: all",
     )
     parser.add_argument("--seed", type=int, default=1, help="seed of the example draw (default 1)")
     parser.add_argument("--batch-size", type=at_least(1), default=4, help="examples per forward pass (default 4)")
     parser.add_argument(
-        "--decoder-input", choices=DECODER_INPUTS, default="generated",
+        "--decoder-input",
+        choices=DECODER_INPUTS,
+        default="generated",
         help="summary the decoder reads for the CDS: the model's own beam-search output (default, the paper's "
-             "inference-time analysis) or the reference",
+        "inference-time analysis) or the reference",
     )
-    parser.add_argument("--beam", type=at_least(1), default=4, help="beam size for --decoder-input generated (default 4, the authors')")
-    parser.add_argument("--min-len", type=at_least(1), default=20, help="minimum summary length (default 20, the authors')")
     parser.add_argument(
-        "--max-len-b", type=at_least(1), default=1024, help="maximum summary length (default 1,024, the paper's target budget)"
+        "--beam", type=at_least(1), default=4, help="beam size for --decoder-input generated (default 4, the authors')"
+    )
+    parser.add_argument(
+        "--min-len", type=at_least(1), default=20, help="minimum summary length (default 20, the authors')"
+    )
+    parser.add_argument(
+        "--max-len-b",
+        type=at_least(1),
+        default=1024,
+        help="maximum summary length (default 1,024, the paper's target budget)",
     )
     parser.add_argument("--lenpen", type=float, default=1.0, help="beam search length penalty (default 1.0)")
     parser.add_argument(
-        "--no-repeat-ngram-size", type=at_least(0), default=3,
+        "--no-repeat-ngram-size",
+        type=at_least(0),
+        default=3,
         help="block repeated n-grams of this size (default 3, bart-large's generation config; 0: off)",
     )
     parser.add_argument(
-        "--cds-normalization", choices=CDS_NORMALIZATIONS, default="softmax",
+        "--cds-normalization",
+        choices=CDS_NORMALIZATIONS,
+        default="softmax",
         help="how the per-document cross-attention masses are normalized before the std: 'softmax' (Eq. 7, "
-             "default) or 'none' (the masses themselves, which already sum to one)",
+        "default) or 'none' (the masses themselves, which already sum to one)",
     )
     parser.add_argument(
-        "--overrides", default="{}",
+        "--overrides",
+        default="{}",
         help="JSON dict of configuration overrides applied to every checkpoint when loading, e.g. "
-             "'{\"max_source_positions\": 4096, \"per_document_budget\": true}' so that all models read the same input",
+        '\'{"max_source_positions": 4096, "per_document_budget": true}\' so that all models read the same input',
     )
     parser.add_argument("--output-dir", required=True, help="where attention_analysis.{tsv,json,png} go")
     parser.add_argument("--cpu", action="store_true", help="run on CPU even when CUDA is available")
@@ -521,9 +555,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
             raise FileNotFoundError(f"checkpoint not found: {path}")
 
     import torch
+    from fairseq import checkpoint_utils, utils
 
     import mdsfair
-    from fairseq import checkpoint_utils, utils
 
     mdsfair.register()  # the task and the models, the checkpoint checks
     from fairseq.dataclass.configs import GenerationConfig
@@ -533,7 +567,11 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
 
     use_cuda = torch.cuda.is_available() and not args.cpu
     generation = GenerationConfig(
-        beam=args.beam, min_len=args.min_len, max_len_a=0, max_len_b=args.max_len_b, lenpen=args.lenpen,
+        beam=args.beam,
+        min_len=args.min_len,
+        max_len_a=0,
+        max_len_b=args.max_len_b,
+        lenpen=args.lenpen,
         no_repeat_ngram_size=args.no_repeat_ngram_size,
     )
     analyses, indices = [], None
@@ -543,8 +581,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         )
         model = models[0]
         if not isinstance(model, BARTModel):
-            raise ValueError(f"{path} holds a {fairseq_model_name(model)!r} model; the analysis reads BART encoders "
-                             "and decoders (hierencdec_bart or bart)")
+            raise ValueError(
+                f"{path} holds a {fairseq_model_name(model)!r} model; the analysis reads BART encoders "
+                "and decoders (hierencdec_bart or bart)"
+            )
         if use_cuda:
             model = model.cuda()
         task.load_dataset(args.split)
@@ -552,12 +592,21 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         if indices is None:
             indices = select_examples(len(dataset), args.num_examples, args.seed)
         elif indices.max() >= len(dataset):
-            raise ValueError(f"{path}: split {args.split!r} has {len(dataset)} examples, fewer than the first checkpoint's")
+            raise ValueError(
+                f"{path}: split {args.split!r} has {len(dataset)} examples, fewer than the first checkpoint's"
+            )
         generator = task.build_generator([model], generation) if args.decoder_input == "generated" else None
         logger.info("%s: %d examples of %s/%s", label, len(indices), args.data, args.split)
         analyses.append(
             analyze_model(
-                model, task, dataset, indices, args.batch_size, generator, args.cds_normalization, label,
+                model,
+                task,
+                dataset,
+                indices,
+                args.batch_size,
+                generator,
+                args.cds_normalization,
+                label,
                 fairseq_model_name(model) or type(model).__name__,
                 to_device=utils.move_to_cuda if use_cuda else (lambda sample: sample),
             )
@@ -573,8 +622,11 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     with atomic_text_file(os.path.join(args.output_dir, "attention_analysis.json")) as out:
         json.dump(
             {
-                "data": args.data, "split": args.split, "decoder_input": args.decoder_input,
-                "cds_normalization": args.cds_normalization, "table": rows,
+                "data": args.data,
+                "split": args.split,
+                "decoder_input": args.decoder_input,
+                "cds_normalization": args.cds_normalization,
+                "table": rows,
                 "models": [{**vars(analysis), "checkpoint": path} for analysis, path in zip(analyses, args.checkpoint)],
             },
             out,

@@ -52,6 +52,7 @@ Command line: ``mdsfair-baseline --method lead|lexrank|oracle INPUT.jsonl -o OUT
 (``--budget-preset multinews``, ``--lead-tokens W`` / ``--max-words W``,
 ``--budget-from-reference``).
 """
+
 import argparse
 import logging
 import sys
@@ -91,7 +92,8 @@ class BudgetPreset:
 # extractive baselines, the budget is the data set's mean reference length.
 BUDGET_PRESETS: Dict[str, BudgetPreset] = {
     "multinews": BudgetPreset(
-        "Multi-News", 264,
+        "Multi-News",
+        264,
         "mean reference length, 263.66 words (Fabbri et al. 2019, Table 3; quoted by Ma et al. 2022, "
         "Sec. IV-A). No source read states a word budget for the paper's Lead, which is First-k (the first "
         "k sentences of every article); the authors' released lexrank.py and textrank.py "
@@ -99,24 +101,28 @@ BUDGET_PRESETS: Dict[str, BudgetPreset] = {
         "500 words, their mmr_summarizer.py at 100",
     ),
     "wcep": BudgetPreset(
-        "WCEP", 40,
+        "WCEP",
+        40,
         "the authors' extractive baselines: max_len=40, len_type='words' (github.com/complementizer/"
         "wcep-mds-dataset, experiments/baselines.py defaults and the README's settings); they skip a "
         "sentence that would exceed 40 words, mdsfair cuts it at the 40th word",
     ),
     "multixscience": BudgetPreset(
-        "Multi-XScience", 116,
+        "Multi-XScience",
+        116,
         "mean related-work length, 116.44 words (github.com/yaolu/Multi-XScience README, Lu et al. 2020; "
         "Ma et al. 2022 quote 116). No source read states a budget for its extractive baselines",
     ),
     "wikisum": BudgetPreset(
-        "WikiSum", 139,
+        "WikiSum",
+        139,
         "mean target length, 139.4 tokens (Liu & Lapata 2019, Sec. 4, which does not say whether words or "
         "subword pieces). Their Lead (title + ranked paragraphs) and LexRank take each cluster's own "
         "target length instead, an oracle: --budget-from-reference (with --lead-title for the Lead)",
     ),
     "peersum": BudgetPreset(
-        "PeerSum", 113,
+        "PeerSum",
+        113,
         "no source read states a budget or the mean meta-review length (the PeerSum README and dataset "
         "card give none); 112.8 words is the mean over the 90 meta-reviews of the PeerSum sample in "
         "../shared/data/peersum_sample",
@@ -294,16 +300,12 @@ def lexrank(
     if max_words is not None and max_words < 1:
         raise ValueError("max_words must be at least 1")
     similarity = tfidf_cosine_matrix(sentences)
-    scores = lexrank_scores(
-        sentences, threshold=threshold, damping=damping, weighted=weighted, similarity=similarity
-    )
+    scores = lexrank_scores(sentences, threshold=threshold, damping=damping, weighted=weighted, similarity=similarity)
     ranked = sorted(range(len(sentences)), key=lambda index: (-scores[index], index))
     chosen: Dict[int, str] = {}
     words_used = 0
     for index in ranked:
-        if redundancy_threshold is not None and any(
-            similarity[index][c] > redundancy_threshold for c in chosen
-        ):
+        if redundancy_threshold is not None and any(similarity[index][c] > redundancy_threshold for c in chosen):
             continue
         sentence = sentences[index]
         if max_words is not None:
@@ -323,7 +325,7 @@ def lexrank(
 
 
 def _ngram_counts(tokens: Sequence[str], n: int) -> Counter:
-    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+    return Counter(tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1))
 
 
 def _f1(candidate: Counter, candidate_total: int, reference: Counter, reference_total: int) -> float:
@@ -437,8 +439,13 @@ def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
     """Run the baseline chosen on the command line on one cluster."""
     if args.method == "lead":
         budget = cluster_word_budget(cluster, args)
-        return lead(cluster, num_sentences=None if budget is not None else args.lead_sentences,
-                    num_tokens=budget, order=args.lead_order, include_title=args.lead_title)
+        return lead(
+            cluster,
+            num_sentences=None if budget is not None else args.lead_sentences,
+            num_tokens=budget,
+            order=args.lead_order,
+            include_title=args.lead_title,
+        )
     if args.method == "lexrank":
         return lexrank(
             cluster,
@@ -463,7 +470,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-o", "--output", required=True, help="output file: one summary per line, in input order")
     parser.add_argument("--method", choices=METHODS, required=True, help="which baseline to run")
     parser.add_argument(
-        "--separator", default=" ",
+        "--separator",
+        default=" ",
         help="string placed between the sentences of a summary (default: one space; must not contain a newline)",
     )
     budget_group = parser.add_argument_group(
@@ -472,48 +480,85 @@ def build_parser() -> argparse.ArgumentParser:
     )
     budget_choice = budget_group.add_mutually_exclusive_group()
     budget_choice.add_argument(
-        "--budget-preset", choices=sorted(BUDGET_PRESETS),
+        "--budget-preset",
+        choices=sorted(BUDGET_PRESETS),
         help="the data set's word budget: "
         + ", ".join(f"{name} {preset.words}" for name, preset in sorted(BUDGET_PRESETS.items()))
         + " (sources in the README and BUDGET_PRESETS); replaces --lead-sentences/--lead-tokens and "
         "--num-sentences/--max-words",
     )
     budget_choice.add_argument(
-        "--budget-from-reference", action="store_true",
+        "--budget-from-reference",
+        action="store_true",
         help="ORACLE length: each cluster's budget is its reference's word count (mean over several "
         "references); uses the reference, labelled as an oracle in the output",
     )
     lead_group = parser.add_argument_group("lead")
     lead_limit = lead_group.add_mutually_exclusive_group()
-    lead_limit.add_argument("--lead-sentences", type=at_least(1),
-                            help=f"lead: number of sentences (default {DEFAULT_NUM_SENTENCES} without a word budget)")
-    lead_limit.add_argument("--lead-tokens", type=at_least(1),
-                            help="lead: word budget instead: exactly the first N words of the reading order (last sentence cut at the word)")
+    lead_limit.add_argument(
+        "--lead-sentences",
+        type=at_least(1),
+        help=f"lead: number of sentences (default {DEFAULT_NUM_SENTENCES} without a word budget)",
+    )
+    lead_limit.add_argument(
+        "--lead-tokens",
+        type=at_least(1),
+        help="lead: word budget instead: exactly the first N words of the reading order (last sentence cut at the word)",
+    )
     lead_group.add_argument(
-        "--lead-order", choices=LEAD_ORDERS, default="sequential",
+        "--lead-order",
+        choices=LEAD_ORDERS,
+        default="sequential",
         help="lead: document after document, or one sentence of each document in turn",
     )
     lead_group.add_argument(
-        "--lead-title", action="store_true",
+        "--lead-title",
+        action="store_true",
         help="lead: put the cluster's title first (Liu & Lapata 2019's WikiSum Lead: title + ranked paragraphs)",
     )
     lexrank_group = parser.add_argument_group("lexrank")
     lexrank_group.add_argument(
-        "--num-sentences", type=at_least(1),
-        help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})")
-    lexrank_group.add_argument("--max-words", type=at_least(1), help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)")
-    lexrank_group.add_argument("--threshold", type=number_between(0, 1, high_inclusive=False), default=0.1, help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)")
-    lexrank_group.add_argument("--damping", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.85, help="lexrank: PageRank damping factor")
-    lexrank_group.add_argument("--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)")
+        "--num-sentences",
+        type=at_least(1),
+        help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})",
+    )
     lexrank_group.add_argument(
-        "--redundancy-threshold", type=number_between(0, 1, low_inclusive=False),
+        "--max-words",
+        type=at_least(1),
+        help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)",
+    )
+    lexrank_group.add_argument(
+        "--threshold",
+        type=number_between(0, 1, high_inclusive=False),
+        default=0.1,
+        help="lexrank: cosine threshold for a graph edge (default 0.1, Erkan & Radev)",
+    )
+    lexrank_group.add_argument(
+        "--damping",
+        type=number_between(0, 1, low_inclusive=False, high_inclusive=False),
+        default=0.85,
+        help="lexrank: PageRank damping factor",
+    )
+    lexrank_group.add_argument(
+        "--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)"
+    )
+    lexrank_group.add_argument(
+        "--redundancy-threshold",
+        type=number_between(0, 1, low_inclusive=False),
         help="lexrank: skip sentences whose cosine similarity to a chosen one exceeds this (off by default)",
     )
     oracle_group = parser.add_argument_group("oracle")
-    oracle_group.add_argument("--oracle-max-sentences", type=at_least(1), help="oracle: stop after this many sentences (default: when ROUGE stops improving)")
+    oracle_group.add_argument(
+        "--oracle-max-sentences",
+        type=at_least(1),
+        help="oracle: stop after this many sentences (default: when ROUGE stops improving)",
+    )
     oracle_group.add_argument("--no-stemming", action="store_true", help="oracle and --score: no Porter stemming")
     parser.add_argument(
-        "--score", nargs="?", const="official", choices=["official", "fast"],
+        "--score",
+        nargs="?",
+        const="official",
+        choices=["official", "fast"],
         help="also print ROUGE of the summaries against the JSONL references "
         "(official ROUGE-1.5.5 by default, or 'fast' for rouge-score)",
     )
@@ -530,7 +575,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
-    budget_flag = "--budget-preset" if args.budget_preset else "--budget-from-reference" if args.budget_from_reference else None
+    budget_flag = (
+        "--budget-preset" if args.budget_preset else "--budget-from-reference" if args.budget_from_reference else None
+    )
     if budget_flag is not None:
         if args.method == "oracle":
             parser.error(f"{budget_flag} applies to lead and lexrank; the oracle stops when ROUGE stops improving")
@@ -571,9 +618,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
 
         references = [[split_sentences(text) for text in reference_summaries(c)] for c in clusters]
         try:
-            result = score_sentences(
-                summaries, references, fast=args.score == "fast", stemming=not args.no_stemming
-            )
+            result = score_sentences(summaries, references, fast=args.score == "fast", stemming=not args.no_stemming)
         except (RougeInputError, RougeDependencyError) as error:
             parser.error(f"--score: {error}")
         print(f"{args.method} ({length})")

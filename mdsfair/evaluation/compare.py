@@ -35,6 +35,7 @@ no interval or p-value is reported, and below
 :data:`mdsfair.evaluation.significance.SMALL_SAMPLE_CLUSTERS` clusters they
 come with a warning (:func:`mdsfair.evaluation.significance.sample_size_problem`).
 """
+
 import argparse
 import decimal
 import logging
@@ -73,8 +74,11 @@ def check_same_data_bin(inputs: Dict[str, ScoringInputs]) -> None:
     """Refuse systems generated from different data-bins or splits (each
     system's data-bin: the one its fairseq-generate log names, else
     ``--data-bin``; systems of unknown origin are not compared)."""
-    known = [(name, item.sources["data_bin"], item.sources.get("split")) for name, item in inputs.items()
-             if item.sources.get("data_bin") is not None]
+    known = [
+        (name, item.sources["data_bin"], item.sources.get("split"))
+        for name, item in inputs.items()
+        if item.sources.get("data_bin") is not None
+    ]
     for name, data_bin, split in known[1:]:
         first_name, first_bin, first_split = known[0]
         if not same_data_bin(data_bin, first_bin) or split != first_split:
@@ -96,7 +100,7 @@ def check_resampling_memory(samples: int, clusters: int, rows: int) -> None:
         largest = significance.largest_samples(clusters, rows)
         raise RougeInputError(
             f"--samples {samples}: resampling {clusters} clusters x {rows} score rows would take about "
-            f"{needed / 2 ** 30:.1f} GiB, above the {significance.RESAMPLING_MEMORY_BUDGET / 2 ** 30:g} GiB it may "
+            f"{needed / 2**30:.1f} GiB, above the {significance.RESAMPLING_MEMORY_BUDGET / 2**30:g} GiB it may "
             f"use; the largest --samples this comparison allows is {largest}"
         )
 
@@ -115,8 +119,10 @@ def format_comparison(rows: Sequence[Dict], metrics: Sequence[str], show_ci: boo
     width = max(10, max(len(row["name"]) for row in rows) + 2)
     convention_width = max(12, max(len(row["convention"]) for row in rows) + 2)
     cell = 20 if show_ci else 9
-    lines = [f"{'system':<{width}}{'convention':<{convention_width}}{'source':<11}"
-             + "".join(f"{TITLES[m]:>{cell}}" for m in metrics)]
+    lines = [
+        f"{'system':<{width}}{'convention':<{convention_width}}{'source':<11}"
+        + "".join(f"{TITLES[m]:>{cell}}" for m in metrics)
+    ]
     for row in rows:
         cells = []
         for metric in metrics:
@@ -141,15 +147,19 @@ def format_tests(tests: Dict[str, Dict[str, Dict[str, float]]], metrics: Sequenc
 
     width = max(10, max(len(name) for name in tests) + 2)
     cell = 24
-    lines = [f"{'':<{width}}" + "".join(f"{TITLES[m]:>{cell}}" for m in metrics),
-             f"{'system':<{width}}" + "".join(f"{'delta  p_boot   p_AR ':>{cell}}" for m in metrics)]
+    lines = [
+        f"{'':<{width}}" + "".join(f"{TITLES[m]:>{cell}}" for m in metrics),
+        f"{'system':<{width}}" + "".join(f"{'delta  p_boot   p_AR ':>{cell}}" for m in metrics),
+    ]
     for name, per_metric in tests.items():
         cells = []
         for metric in metrics:
             test = per_metric[metric]
             marks = ["*" if test[key] < alpha else " " for key in ("p_bootstrap_adjusted", "p_randomization_adjusted")]
-            text = (f"{100 * test['delta']:+.2f} {test['p_bootstrap_adjusted']:.3f}{marks[0]}"
-                    f" {test['p_randomization_adjusted']:.3f}{marks[1]}")
+            text = (
+                f"{100 * test['delta']:+.2f} {test['p_bootstrap_adjusted']:.3f}{marks[0]}"
+                f" {test['p_randomization_adjusted']:.3f}{marks[1]}"
+            )
             cells.append(f"{text:>{cell}}")
         lines.append(f"{name:<{width}}" + "".join(cells))
     return "\n".join(lines)
@@ -157,38 +167,72 @@ def format_tests(tests: Dict[str, Dict[str, Dict[str, float]]], metrics: Sequenc
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdsfair-compare", description=__doc__.split("\n\n")[0])
-    parser.add_argument("systems", nargs="*", metavar="NAME=PATH", help="a system's hypotheses (or fairseq-generate log)")
     parser.add_argument(
-        "--ref", action="append", default=[],
+        "systems", nargs="*", metavar="NAME=PATH", help="a system's hypotheses (or fairseq-generate log)"
+    )
+    parser.add_argument(
+        "--ref",
+        action="append",
+        default=[],
         help="reference file, one per line (repeatable); default: the references stored in --data-bin",
     )
     add_reference_source_arguments(parser)
     parser.add_argument("--fast", action="store_true", help="use rouge-score instead of the ROUGE-1.5.5 script")
     parser.add_argument("--measure", choices=["f", "r", "p"], default="f", help="F1 (default), recall or precision")
-    parser.add_argument("--sentence-separator", metavar="STR",
-                        help="split summaries into sentences on this marker (see mdsfair-rouge)")
+    parser.add_argument(
+        "--sentence-separator", metavar="STR", help="split summaries into sentences on this marker (see mdsfair-rouge)"
+    )
     add_convention_argument(parser)
-    parser.add_argument("--mixed", action="store_true",
-                        help="allow rows of different conventions in one table (they are not like for like)")
-    parser.add_argument("--allow-different-data-bins", action="store_true",
-                        help="compare systems generated from different data-bins or splits (refused by default: "
-                        "their cluster i are different clusters, so the paired tests would pair unlike clusters)")
-    parser.add_argument("--published", metavar="DATASET",
-                        help="add the papers' published numbers for this data set (multinews, wcep, multixscience, "
-                        "mred, wikisum, arxiv, pubmed, govreport, cnndm) as rows marked 'published'")
+    parser.add_argument(
+        "--mixed",
+        action="store_true",
+        help="allow rows of different conventions in one table (they are not like for like)",
+    )
+    parser.add_argument(
+        "--allow-different-data-bins",
+        action="store_true",
+        help="compare systems generated from different data-bins or splits (refused by default: "
+        "their cluster i are different clusters, so the paired tests would pair unlike clusters)",
+    )
+    parser.add_argument(
+        "--published",
+        metavar="DATASET",
+        help="add the papers' published numbers for this data set (multinews, wcep, multixscience, "
+        "mred, wikisum, arxiv, pubmed, govreport, cnndm) as rows marked 'published'",
+    )
     parser.add_argument("--ci", action="store_true", help="95%% bootstrap confidence intervals (clusters resampled)")
-    parser.add_argument("--confidence", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.95, help="confidence level of --ci (default 0.95)")
-    parser.add_argument("--samples", type=at_least(1), default=1000,
-                        help="bootstrap resamples and randomization samples (default 1000)")
+    parser.add_argument(
+        "--confidence",
+        type=number_between(0, 1, low_inclusive=False, high_inclusive=False),
+        default=0.95,
+        help="confidence level of --ci (default 0.95)",
+    )
+    parser.add_argument(
+        "--samples", type=at_least(1), default=1000, help="bootstrap resamples and randomization samples (default 1000)"
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the resampling (default 1)")
-    parser.add_argument("--baseline", metavar="NAME",
-                        help="test every other system against this one: paired bootstrap and approximate randomization")
-    parser.add_argument("--alpha", type=number_between(0, 1, low_inclusive=False, high_inclusive=False), default=0.05, help="significance level of the marks (default 0.05)")
-    parser.add_argument("--correction", choices=["none", "holm", "bonferroni"], default="none",
-                        help="family-wise correction across systems x metrics (default none)")
+    parser.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="test every other system against this one: paired bootstrap and approximate randomization",
+    )
+    parser.add_argument(
+        "--alpha",
+        type=number_between(0, 1, low_inclusive=False, high_inclusive=False),
+        default=0.05,
+        help="significance level of the marks (default 0.05)",
+    )
+    parser.add_argument(
+        "--correction",
+        choices=["none", "holm", "bonferroni"],
+        default="none",
+        help="family-wise correction across systems x metrics (default none)",
+    )
     parser.add_argument("--per-cluster", metavar="FILE", help="write every system's per-cluster R/P/F (.jsonl or .csv)")
     parser.add_argument("--plot", metavar="FILE.png", help="draw the scores, intervals and significance marks (PNG)")
-    parser.add_argument("--json", metavar="PATH", help="also write every system's scores (and intervals, tests) as JSON")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write every system's scores (and intervals, tests) as JSON"
+    )
     return parser
 
 
@@ -210,7 +254,9 @@ def _check_arguments(parser: argparse.ArgumentParser, args) -> List:
     if not 0 < args.confidence < 1:
         parser.error("--confidence must be in (0, 1)")
     if args.baseline is not None and args.baseline not in dict(systems):
-        parser.error(f"--baseline {args.baseline}: no system of that name (systems: {', '.join(dict(systems)) or 'none'})")
+        parser.error(
+            f"--baseline {args.baseline}: no system of that name (systems: {', '.join(dict(systems)) or 'none'})"
+        )
     if args.plot and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot {args.plot}: the file name must end in .png")
     if args.convention is not None:
@@ -221,7 +267,9 @@ def _check_arguments(parser: argparse.ArgumentParser, args) -> List:
         except RougeInputError as error:
             parser.error(str(error))
     if args.fast and args.convention not in (None, "mdsfair-fast"):
-        parser.error(f"--fast is the mdsfair-fast convention; it cannot be combined with --convention {args.convention}")
+        parser.error(
+            f"--fast is the mdsfair-fast convention; it cannot be combined with --convention {args.convention}"
+        )
     return systems
 
 
@@ -262,8 +310,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 hidden = [label for label, entry in published if entry["convention"] != convention]
                 published = [(label, entry) for label, entry in published if entry["convention"] == convention]
                 if hidden:
-                    notes.append(f"{len(hidden)} published rows of {args.published} in other conventions not shown "
-                                 "(--mixed shows them)")
+                    notes.append(
+                        f"{len(hidden)} published rows of {args.published} in other conventions not shown "
+                        "(--mixed shows them)"
+                    )
         conventions = sorted(({convention} if systems else set()) | {entry["convention"] for _, entry in published})
         if len(conventions) > 1 and not args.mixed:
             raise RougeInputError(
@@ -274,8 +324,13 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         inputs: "OrderedDict[str, ScoringInputs]" = OrderedDict()
         for name, path in systems:
             inputs[name] = load_scoring_inputs(
-                path, args.ref, data_bin=args.data_bin, split=args.split, expected=args.expected,
-                target_lines=args.target_lines, ignore_log_data_bin=args.ignore_log_data_bin,
+                path,
+                args.ref,
+                data_bin=args.data_bin,
+                split=args.split,
+                expected=args.expected,
+                target_lines=args.target_lines,
+                ignore_log_data_bin=args.ignore_log_data_bin,
             )
         counts = {name: len(item.hypotheses) for name, item in inputs.items()}
         if len(set(counts.values())) > 1:
@@ -293,19 +348,40 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 systems_tested = len(inputs) - 1 if args.baseline else 1
                 check_resampling_memory(args.samples, clusters, len(ALL_METRICS) * max(1, systems_tested))
         for name, item in inputs.items():
-            results[name] = score_inputs(item, fast=args.fast, sentence_separator=args.sentence_separator,
-                                         per_cluster=True, convention=convention)
-            rows.append({"name": name, "convention": convention, "published": False,
-                         "scores": {m: v[args.measure] for m, v in results[name].items()
-                                    if m not in ("info", "per_cluster")}})
+            results[name] = score_inputs(
+                item,
+                fast=args.fast,
+                sentence_separator=args.sentence_separator,
+                per_cluster=True,
+                convention=convention,
+            )
+            rows.append(
+                {
+                    "name": name,
+                    "convention": convention,
+                    "published": False,
+                    "scores": {
+                        m: v[args.measure] for m, v in results[name].items() if m not in ("info", "per_cluster")
+                    },
+                }
+            )
             nfc = results[name]["info"]["nfc_normalized"]
             if nfc["hypotheses"] or nfc["references"]:
-                notes.append(f"{name}: scored in Unicode NFC ({nfc['hypotheses']} hypotheses and "
-                             f"{nfc['references']} references were not)")
+                notes.append(
+                    f"{name}: scored in Unicode NFC ({nfc['hypotheses']} hypotheses and "
+                    f"{nfc['references']} references were not)"
+                )
         for label, entry in published:
-            rows.append({"name": label, "convention": entry["convention"], "published": True,
-                         "scores": entry["scores"], "source": f"{entry['paper']}, {entry['table']}",
-                         "note": entry["note"]})
+            rows.append(
+                {
+                    "name": label,
+                    "convention": entry["convention"],
+                    "published": True,
+                    "scores": entry["scores"],
+                    "source": f"{entry['paper']}, {entry['table']}",
+                    "note": entry["note"],
+                }
+            )
         if args.per_cluster and results:
             from mdsfair.evaluation.per_cluster import write_per_cluster
 
@@ -320,27 +396,33 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     if results and (args.ci or args.baseline) and resampling_usable:
         from mdsfair.evaluation import significance
 
-        per_cluster = {name: {m: result["per_cluster"][m][args.measure] for m in result["per_cluster"]}
-                       for name, result in results.items()}
+        per_cluster = {
+            name: {m: result["per_cluster"][m][args.measure] for m in result["per_cluster"]}
+            for name, result in results.items()
+        }
         if args.ci:
             for row in rows:
                 if row["published"]:
                     continue
                 names = list(per_cluster[row["name"]])
-                bounds = significance.bootstrap_ci([per_cluster[row["name"]][m] for m in names], args.samples,
-                                                   args.seed, args.confidence)
+                bounds = significance.bootstrap_ci(
+                    [per_cluster[row["name"]][m] for m in names], args.samples, args.seed, args.confidence
+                )
                 row["ci"] = {m: (float(low), float(high)) for m, (low, high) in zip(names, bounds)}
         if args.baseline:
-            tests = significance.compare_to_baseline(per_cluster, args.baseline, args.samples, args.seed,
-                                                     args.correction)
+            tests = significance.compare_to_baseline(
+                per_cluster, args.baseline, args.samples, args.seed, args.correction
+            )
     print(format_comparison(rows, metrics, show_ci=args.ci))
     count = next(iter(results.values()))["info"].get("num_hypotheses") if results else None
     footer = f"[{MEASURE_NAMES[args.measure]} x 100"
     if count is not None:
         footer += f"; {count} clusters"
     if args.ci and resampling_usable:
-        footer += (f"; [low,high]: {percent(args.confidence)}% percentile bootstrap over clusters, {args.samples} "
-                   f"resamples, seed {args.seed}")
+        footer += (
+            f"; [low,high]: {percent(args.confidence)}% percentile bootstrap over clusters, {args.samples} "
+            f"resamples, seed {args.seed}"
+        )
     print(footer + "]")
     for row in rows:
         if row["published"]:
@@ -349,34 +431,54 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"  note: {note}")
     if tests:
         print()
-        print(f"Against the baseline {args.baseline!r} (two-sided; p_boot: paired bootstrap, p_AR: approximate "
-              f"randomization; {args.samples} samples, seed {args.seed}; correction: {args.correction}; "
-              f"* p < {args.alpha:g}):")
+        print(
+            f"Against the baseline {args.baseline!r} (two-sided; p_boot: paired bootstrap, p_AR: approximate "
+            f"randomization; {args.samples} samples, seed {args.seed}; correction: {args.correction}; "
+            f"* p < {args.alpha:g}):"
+        )
         print(format_tests(tests, [m for m in metrics if m in next(iter(tests.values()))], args.alpha))
     if args.plot:
         from mdsfair.evaluation.conventions import TITLES
         from mdsfair.evaluation.plot import plot_comparison
 
-        caption = (f"{len(rows)} rows; convention{'s' if len(set(r['convention'] for r in rows)) > 1 else ''}: "
-                   f"{', '.join(sorted(set(r['convention'] for r in rows)))}")
+        caption = (
+            f"{len(rows)} rows; convention{'s' if len(set(r['convention'] for r in rows)) > 1 else ''}: "
+            f"{', '.join(sorted(set(r['convention'] for r in rows)))}"
+        )
         if args.ci and resampling_usable:
             caption += f"; bars: {percent(args.confidence)}% bootstrap CI ({args.samples} resamples)"
         if tests:
-            caption += (f"; * approximate randomization p < {args.alpha:g} vs {args.baseline} "
-                        f"(correction: {args.correction})")
+            caption += (
+                f"; * approximate randomization p < {args.alpha:g} vs {args.baseline} (correction: {args.correction})"
+            )
         try:
-            plot_comparison(args.plot, rows, metrics, TITLES, MEASURE_NAMES[args.measure], args.baseline, tests,
-                            args.alpha, caption)
+            plot_comparison(
+                args.plot, rows, metrics, TITLES, MEASURE_NAMES[args.measure], args.baseline, tests, args.alpha, caption
+            )
         except OSError as error:
             parser.error(f"--plot {args.plot}: {error}")
     if args.json:
         try:
-            write_json_atomic(args.json, {
-                "systems": results, "rows": rows, "tests": tests, "baseline": args.baseline, "notes": notes,
-                "settings": {"measure": args.measure, "samples": args.samples, "seed": args.seed,
-                             "alpha": args.alpha, "correction": args.correction, "confidence": args.confidence,
-                             "convention": convention},
-            }, indent=2)
+            write_json_atomic(
+                args.json,
+                {
+                    "systems": results,
+                    "rows": rows,
+                    "tests": tests,
+                    "baseline": args.baseline,
+                    "notes": notes,
+                    "settings": {
+                        "measure": args.measure,
+                        "samples": args.samples,
+                        "seed": args.seed,
+                        "alpha": args.alpha,
+                        "correction": args.correction,
+                        "confidence": args.confidence,
+                        "convention": convention,
+                    },
+                },
+                indent=2,
+            )
         except OSError as error:
             parser.error(f"--json {args.json}: {error.strerror or error}")
     return 0

@@ -31,6 +31,7 @@ the default of ``mdsfair-rouge``) and ``mdsfair-fast`` (``--fast``).
 
 Torch-free; nltk and rouge-score are imported only by the presets that use them.
 """
+
 import logging
 import unicodedata
 from dataclasses import dataclass, field
@@ -43,8 +44,12 @@ logger = logging.getLogger("mdsfair.evaluation.rouge")
 #: Every metric a preset can report, in column order, and its column title.
 ALL_METRICS = ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum", "rouge-su4", "rouge-su*")
 TITLES = {
-    "rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum",
-    "rouge-su4": "R-SU4", "rouge-su*": "R-SU*",
+    "rouge-1": "R-1",
+    "rouge-2": "R-2",
+    "rouge-l": "R-L",
+    "rouge-lsum": "R-Lsum",
+    "rouge-su4": "R-SU4",
+    "rouge-su*": "R-SU*",
 }
 
 SPLITS = ("none", "newline", "nltk", "rules")
@@ -118,165 +123,197 @@ def _register(convention: Convention) -> Convention:
     return convention
 
 
-_register(Convention(
-    name="mdsfair",
-    title="mdsfair-rouge's default: files2rouge-compatible ROUGE-1.5.5",
-    scorer="mdsfair",
-    rouge155_options=("-c", "95", "-r", "1000", "-n", "2", "-a", "-m", "-2", "4", "-u"),
-    stemming=True,
-    sentence_split="rules",
-    lowercase=False,
-    aggregate=SCRIPT_AVERAGE,
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum", "rouge-su4": "R-SU4"},
-    sources=("mdsfair/evaluation/rouge155.py (pltrdy/files2rouge files2rouge.py, function run)",),
-    notes=("R-L is the script on each summary as one line (plain LCS), R-Lsum the script on the sentences of "
-           "mdsfair.text's splitter (summary-level LCS)",),
-))
-_register(Convention(
-    name="mdsfair-fast",
-    title="mdsfair-rouge --fast: rouge-score plus mdsfair's ROUGE-SU4",
-    scorer="mdsfair-fast",
-    rouge_types=("rouge1", "rouge2", "rougeL", "rougeLsum"),
-    stemming=True,
-    sentence_split="rules",
-    lowercase=False,
-    aggregate="plain mean over clusters",
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum", "rouge-su4": "R-SU4"},
-    sources=("mdsfair/evaluation/fast_rouge.py",),
-))
-_register(Convention(
-    name="hiersumm",
-    title="Liu & Lapata 2019 (Hierarchical Transformers, WikiSum)",
-    scorer="rouge155",
-    rouge155_options=("-c", "95", "-m", "-r", "1000", "-n", "2", "-a"),
-    stemming=True,
-    sentence_split="none",
-    lowercase=True,
-    aggregate=SCRIPT_AVERAGE,
-    reported={"rouge-1": "ROUGE-1", "rouge-2": "ROUGE-2", "rouge-l": "ROUGE-L"},
-    sources=(
-        f"{HIERSUMM} src/abstractive/my_pyrouge.py:539-551 (options -c 95 -m -r 1000 -n 2 -a)",
-        f"{HIERSUMM} src/abstractive/my_pyrouge.py:42 (files lower-cased)",
-        f"{HIERSUMM} src/abstractive/predictor_builder.py:146-149 (<Q> -> space: each summary on one line; "
-        "gold lower-cased)",
-        f"{HIERSUMM} src/abstractive/cal_rouge.py:38 (convert_and_evaluate(): no sentence splitting)",
-    ),
-    notes=("each summary is one line, so the script's ROUGE-L is a plain LCS over the whole summary (mdsfair's R-L)",),
-))
-_register(Convention(
-    name="hierencdec",
-    title="Shen et al. 2023 (HierEncDec)",
-    scorer="rouge-score",
-    rouge_types=("rouge1", "rouge2", "rougeL"),
-    stemming=True,
-    sentence_split="nltk",
-    lowercase=False,
-    aggregate="plain mean over clusters (the authors print rouge-score's BootstrapAggregator mid, the median of "
-              "1,000 unseeded bootstrap means: the mean up to Monte-Carlo error)",
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L"},
-    sources=(
-        f"{HIERENCDEC} run_summarization.py:671 (load_metric('rouge'): the repository's rouge/rouge.py, "
-        "found first from the repository root)",
-        f"{HIERENCDEC} rouge/rouge.py:84-88 (rouge_types default rouge1, rouge2, rougeL; BootstrapAggregator)",
-        f"{HIERENCDEC} run_summarization.py:680-688 (strip, then nltk.sent_tokenize joined by newlines)",
-        f"{HIERENCDEC} run_summarization.py:892-893 (use_stemmer=True; value.mid.fmeasure)",
-        f"{HIERENCDEC} run_summarization.py:791-792 (references: the labels decoded, i.e. cut at "
-        "--max_target_length 1024 BART tokens)",
-    ),
-    notes=("rouge1, rouge2 and rougeL read no line breaks, so the nltk split changes no score and is not run",
-           "the authors' references are cut at 1,024 BART tokens; mdsfair scores the full references (equal "
-           "whenever a reference is at most 1,024 tokens)"),
-))
-_register(Convention(
-    name="led-hierencdec",
-    title="LED as Shen et al. 2023 ran it (HierEncDec's finetune_led.py)",
-    scorer="rouge-score",
-    rouge_types=("rouge1", "rouge2", "rougeL"),
-    stemming=True,
-    sentence_split="nltk",
-    lowercase=False,
-    aggregate=CONVENTIONS["hierencdec"].aggregate,
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L"},
-    sources=(
-        f"{HIERENCDEC} finetune_led.py:513 (load_metric('rouge'): the repository's rouge/rouge.py)",
-        f"{HIERENCDEC} finetune_led.py:522-530 (strip, nltk.sent_tokenize joined by newlines)",
-        f"{HIERENCDEC} finetune_led.py:545-547 (use_stemmer=True; value.mid.fmeasure)",
-    ),
-    notes=CONVENTIONS["hierencdec"].notes,
-))
-_register(Convention(
-    name="pagesum",
-    title="Liu et al. 2022 (PageSum)",
-    scorer="rouge155",
-    rouge155_options=("-c", "95", "-r", "1000", "-n", "2", "-m", "-a"),
-    stemming=True,
-    sentence_split="nltk",
-    lowercase=True,
-    aggregate=SCRIPT_AVERAGE,
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-lsum": "R-L"},
-    sources=(
-        f"{PAGESUM} cal_rouge.py:20 and :31-34 (options -c 95 -r 1000 -n 2 -m, then -a)",
-        f"{PAGESUM} cal_rouge.py:57-73 (with -l every line lower-cased, then one nltk sent_tokenize sentence "
-        "per line)",
-        f"{PAGESUM} README.md:99 (the evaluation command passes -l)",
-    ),
-    notes=("the paper's R-L is the script's ROUGE-L over sentence lines: a summary-level LCS (mdsfair's R-Lsum)",),
-))
-_register(Convention(
-    name="sparse",
-    title="Manakul & Gales 2021 (sparse encoder-decoder attention)",
-    scorer="rouge155",
-    rouge155_options=("-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a"),
-    stemming=False,
-    sentence_split="newline",
-    lowercase=False,
-    aggregate=SCRIPT_AVERAGE,
-    reported={"rouge-1": "R1", "rouge-2": "R2", "rouge-l": "RL"},
-    sources=(
-        "Manakul & Gales 2021, Appendix A.3: 'The ROUGE scoring tool is pyrouge' (the repository has no "
-        f"scoring script: {SPARSE} decode.py:103-105 writes each decoded summary as it is)",
-        f"{PYROUGE} pyrouge/Rouge155.py:520-530 (pyrouge's default options -c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a: "
-        "no stemming)",
-        f"{PYROUGE} pyrouge/Rouge155.py:221 (a summary's lines are its newline-separated pieces)",
-    ),
-    notes=("the options are pyrouge's defaults, since neither paper nor repository names others",
-           "a summary on one line (mdsfair's files) makes RL a plain LCS (mdsfair's R-L); give "
-           "--sentence-separator for the marker that stood for the authors' newlines"),
-))
-_register(Convention(
-    name="ma2022",
-    title="Ma et al. 2022 (document-aware positional and linguistic-guided encoding)",
-    scorer="rouge155",
-    rouge155_options=("-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a", "-m"),
-    stemming=True,
-    sentence_split="none",
-    lowercase=False,
-    aggregate=SCRIPT_AVERAGE,
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-su*": "R-SU"},
-    sources=("Ma et al. 2022, Section IV-D, footnote 3: ROUGE-1.5.5 with '-c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a -m' "
-             "(no code was released)",),
-    notes=("R-SU is ROUGE-SU* with no limit on the skip distance (-2 -1 -U), not ROUGE-SU4",
-           "R-1, R-2 and R-SU do not depend on line breaks (the script joins a summary's lines before counting)"),
-))
-_register(Convention(
-    name="primera",
-    title="Xiao et al. 2022 (PRIMERA)",
-    scorer="rouge-score",
-    rouge_types=("rouge1", "rouge2", "rougeL", "rougeLsum"),
-    stemming=True,
-    sentence_split="newline",
-    lowercase=False,
-    aggregate="plain mean over clusters",
-    reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum"},
-    sources=(
-        f"{PRIMER} script/primer_main.py:184 and :236-241 (load_metric('rouge'), use_agregator=False, "
-        "use_stemmer=True, one cluster at a time)",
-        f"{PRIMER} script/primer_main.py:286-287 (pandas mean over clusters)",
-        f"{PRIMER} script/dataloader.py:64 (references: the data set's summary string, uncut)",
-    ),
-    notes=("no sentence splitting: rougeLsum splits on the texts' own newlines (none in a generated summary; "
-           "allenai/PRIMER issue #12: arXiv references with newlines give a far higher R-Lsum)",),
-))
+_register(
+    Convention(
+        name="mdsfair",
+        title="mdsfair-rouge's default: files2rouge-compatible ROUGE-1.5.5",
+        scorer="mdsfair",
+        rouge155_options=("-c", "95", "-r", "1000", "-n", "2", "-a", "-m", "-2", "4", "-u"),
+        stemming=True,
+        sentence_split="rules",
+        lowercase=False,
+        aggregate=SCRIPT_AVERAGE,
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum", "rouge-su4": "R-SU4"},
+        sources=("mdsfair/evaluation/rouge155.py (pltrdy/files2rouge files2rouge.py, function run)",),
+        notes=(
+            "R-L is the script on each summary as one line (plain LCS), R-Lsum the script on the sentences of "
+            "mdsfair.text's splitter (summary-level LCS)",
+        ),
+    )
+)
+_register(
+    Convention(
+        name="mdsfair-fast",
+        title="mdsfair-rouge --fast: rouge-score plus mdsfair's ROUGE-SU4",
+        scorer="mdsfair-fast",
+        rouge_types=("rouge1", "rouge2", "rougeL", "rougeLsum"),
+        stemming=True,
+        sentence_split="rules",
+        lowercase=False,
+        aggregate="plain mean over clusters",
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum", "rouge-su4": "R-SU4"},
+        sources=("mdsfair/evaluation/fast_rouge.py",),
+    )
+)
+_register(
+    Convention(
+        name="hiersumm",
+        title="Liu & Lapata 2019 (Hierarchical Transformers, WikiSum)",
+        scorer="rouge155",
+        rouge155_options=("-c", "95", "-m", "-r", "1000", "-n", "2", "-a"),
+        stemming=True,
+        sentence_split="none",
+        lowercase=True,
+        aggregate=SCRIPT_AVERAGE,
+        reported={"rouge-1": "ROUGE-1", "rouge-2": "ROUGE-2", "rouge-l": "ROUGE-L"},
+        sources=(
+            f"{HIERSUMM} src/abstractive/my_pyrouge.py:539-551 (options -c 95 -m -r 1000 -n 2 -a)",
+            f"{HIERSUMM} src/abstractive/my_pyrouge.py:42 (files lower-cased)",
+            f"{HIERSUMM} src/abstractive/predictor_builder.py:146-149 (<Q> -> space: each summary on one line; "
+            "gold lower-cased)",
+            f"{HIERSUMM} src/abstractive/cal_rouge.py:38 (convert_and_evaluate(): no sentence splitting)",
+        ),
+        notes=(
+            "each summary is one line, so the script's ROUGE-L is a plain LCS over the whole summary (mdsfair's R-L)",
+        ),
+    )
+)
+_register(
+    Convention(
+        name="hierencdec",
+        title="Shen et al. 2023 (HierEncDec)",
+        scorer="rouge-score",
+        rouge_types=("rouge1", "rouge2", "rougeL"),
+        stemming=True,
+        sentence_split="nltk",
+        lowercase=False,
+        aggregate="plain mean over clusters (the authors print rouge-score's BootstrapAggregator mid, the median of "
+        "1,000 unseeded bootstrap means: the mean up to Monte-Carlo error)",
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L"},
+        sources=(
+            f"{HIERENCDEC} run_summarization.py:671 (load_metric('rouge'): the repository's rouge/rouge.py, "
+            "found first from the repository root)",
+            f"{HIERENCDEC} rouge/rouge.py:84-88 (rouge_types default rouge1, rouge2, rougeL; BootstrapAggregator)",
+            f"{HIERENCDEC} run_summarization.py:680-688 (strip, then nltk.sent_tokenize joined by newlines)",
+            f"{HIERENCDEC} run_summarization.py:892-893 (use_stemmer=True; value.mid.fmeasure)",
+            f"{HIERENCDEC} run_summarization.py:791-792 (references: the labels decoded, i.e. cut at "
+            "--max_target_length 1024 BART tokens)",
+        ),
+        notes=(
+            "rouge1, rouge2 and rougeL read no line breaks, so the nltk split changes no score and is not run",
+            "the authors' references are cut at 1,024 BART tokens; mdsfair scores the full references (equal "
+            "whenever a reference is at most 1,024 tokens)",
+        ),
+    )
+)
+_register(
+    Convention(
+        name="led-hierencdec",
+        title="LED as Shen et al. 2023 ran it (HierEncDec's finetune_led.py)",
+        scorer="rouge-score",
+        rouge_types=("rouge1", "rouge2", "rougeL"),
+        stemming=True,
+        sentence_split="nltk",
+        lowercase=False,
+        aggregate=CONVENTIONS["hierencdec"].aggregate,
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L"},
+        sources=(
+            f"{HIERENCDEC} finetune_led.py:513 (load_metric('rouge'): the repository's rouge/rouge.py)",
+            f"{HIERENCDEC} finetune_led.py:522-530 (strip, nltk.sent_tokenize joined by newlines)",
+            f"{HIERENCDEC} finetune_led.py:545-547 (use_stemmer=True; value.mid.fmeasure)",
+        ),
+        notes=CONVENTIONS["hierencdec"].notes,
+    )
+)
+_register(
+    Convention(
+        name="pagesum",
+        title="Liu et al. 2022 (PageSum)",
+        scorer="rouge155",
+        rouge155_options=("-c", "95", "-r", "1000", "-n", "2", "-m", "-a"),
+        stemming=True,
+        sentence_split="nltk",
+        lowercase=True,
+        aggregate=SCRIPT_AVERAGE,
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-lsum": "R-L"},
+        sources=(
+            f"{PAGESUM} cal_rouge.py:20 and :31-34 (options -c 95 -r 1000 -n 2 -m, then -a)",
+            f"{PAGESUM} cal_rouge.py:57-73 (with -l every line lower-cased, then one nltk sent_tokenize sentence "
+            "per line)",
+            f"{PAGESUM} README.md:99 (the evaluation command passes -l)",
+        ),
+        notes=("the paper's R-L is the script's ROUGE-L over sentence lines: a summary-level LCS (mdsfair's R-Lsum)",),
+    )
+)
+_register(
+    Convention(
+        name="sparse",
+        title="Manakul & Gales 2021 (sparse encoder-decoder attention)",
+        scorer="rouge155",
+        rouge155_options=("-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a"),
+        stemming=False,
+        sentence_split="newline",
+        lowercase=False,
+        aggregate=SCRIPT_AVERAGE,
+        reported={"rouge-1": "R1", "rouge-2": "R2", "rouge-l": "RL"},
+        sources=(
+            "Manakul & Gales 2021, Appendix A.3: 'The ROUGE scoring tool is pyrouge' (the repository has no "
+            f"scoring script: {SPARSE} decode.py:103-105 writes each decoded summary as it is)",
+            f"{PYROUGE} pyrouge/Rouge155.py:520-530 (pyrouge's default options -c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a: "
+            "no stemming)",
+            f"{PYROUGE} pyrouge/Rouge155.py:221 (a summary's lines are its newline-separated pieces)",
+        ),
+        notes=(
+            "the options are pyrouge's defaults, since neither paper nor repository names others",
+            "a summary on one line (mdsfair's files) makes RL a plain LCS (mdsfair's R-L); give "
+            "--sentence-separator for the marker that stood for the authors' newlines",
+        ),
+    )
+)
+_register(
+    Convention(
+        name="ma2022",
+        title="Ma et al. 2022 (document-aware positional and linguistic-guided encoding)",
+        scorer="rouge155",
+        rouge155_options=("-c", "95", "-2", "-1", "-U", "-r", "1000", "-n", "4", "-w", "1.2", "-a", "-m"),
+        stemming=True,
+        sentence_split="none",
+        lowercase=False,
+        aggregate=SCRIPT_AVERAGE,
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-su*": "R-SU"},
+        sources=(
+            "Ma et al. 2022, Section IV-D, footnote 3: ROUGE-1.5.5 with '-c 95 -2 -1 -U -r 1000 -n 4 -w 1.2 -a -m' "
+            "(no code was released)",
+        ),
+        notes=(
+            "R-SU is ROUGE-SU* with no limit on the skip distance (-2 -1 -U), not ROUGE-SU4",
+            "R-1, R-2 and R-SU do not depend on line breaks (the script joins a summary's lines before counting)",
+        ),
+    )
+)
+_register(
+    Convention(
+        name="primera",
+        title="Xiao et al. 2022 (PRIMERA)",
+        scorer="rouge-score",
+        rouge_types=("rouge1", "rouge2", "rougeL", "rougeLsum"),
+        stemming=True,
+        sentence_split="newline",
+        lowercase=False,
+        aggregate="plain mean over clusters",
+        reported={"rouge-1": "R-1", "rouge-2": "R-2", "rouge-l": "R-L", "rouge-lsum": "R-Lsum"},
+        sources=(
+            f"{PRIMER} script/primer_main.py:184 and :236-241 (load_metric('rouge'), use_agregator=False, "
+            "use_stemmer=True, one cluster at a time)",
+            f"{PRIMER} script/primer_main.py:286-287 (pandas mean over clusters)",
+            f"{PRIMER} script/dataloader.py:64 (references: the data set's summary string, uncut)",
+        ),
+        notes=(
+            "no sentence splitting: rougeLsum splits on the texts' own newlines (none in a generated summary; "
+            "allenai/PRIMER issue #12: arXiv references with newlines give a far higher R-Lsum)",
+        ),
+    )
+)
 
 PRESET_NAMES = tuple(name for name in CONVENTIONS if not name.startswith("mdsfair"))
 
@@ -286,9 +323,7 @@ def get_convention(name: str) -> Convention:
     try:
         return CONVENTIONS[name]
     except KeyError:
-        raise RougeInputError(
-            f"unknown convention {name!r}; known: {', '.join(CONVENTIONS)}"
-        ) from None
+        raise RougeInputError(f"unknown convention {name!r}; known: {', '.join(CONVENTIONS)}") from None
 
 
 def nltk_sentences(text: str) -> List[str]:
@@ -304,8 +339,9 @@ def nltk_sentences(text: str) -> List[str]:
         ) from error
 
 
-def prepare_lines(text: str, convention: Convention, sentence_separator: Optional[str] = None,
-                  split: bool = True) -> List[str]:
+def prepare_lines(
+    text: str, convention: Convention, sentence_separator: Optional[str] = None, split: bool = True
+) -> List[str]:
     """A summary as the authors' code handed it to the scorer: lower-cased
     if they did, then cut into lines by the convention's split (``split=False``:
     one line, for scores that read no line breaks)."""
@@ -378,8 +414,9 @@ def score_with_convention(
     # Unicode NFC first, as mdsfair-rouge scores every convention (see mdsfair.evaluation.rouge).
     refs = [unicodedata.normalize("NFC", text) for text in _single_references(references, convention)]
     split = _reads_lines(convention)
-    hyp_lines = [prepare_lines(unicodedata.normalize("NFC", text), convention, sentence_separator, split)
-                 for text in hypotheses]
+    hyp_lines = [
+        prepare_lines(unicodedata.normalize("NFC", text), convention, sentence_separator, split) for text in hypotheses
+    ]
     ref_lines = [prepare_lines(text, convention, sentence_separator, split) for text in refs]
     info: Dict[str, object] = {
         "convention": convention.name,

@@ -35,6 +35,7 @@ Subword decoding, applied to every extracted hypothesis and target:
   ``fairseq.data.encoders.gpt2_bpe_utils.get_encoder`` as fairseq's
   ``GPT2BPE.decode`` does. Lines already decoded are left alone.
 """
+
 import logging
 import re
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -80,9 +81,7 @@ class Gpt2Decoder:
 
     def decode(self, text: str) -> str:
         """Decode like ``fairseq.data.encoders.gpt2_bpe.GPT2BPE.decode``."""
-        tokens = [
-            token if token.startswith("<") else int(token) for token in text.split()
-        ]
+        tokens = [token if token.startswith("<") else int(token) for token in text.split()]
         return self._encoder.decode(tokens).strip()
 
 
@@ -139,9 +138,7 @@ def parse_generate_lines(
                 source,
             )
     hypothesis_texts = [decode_subwords(text, gpt2_decoder) for text in raw_hypotheses]
-    target_texts = [
-        decode_subwords(targets[i], gpt2_decoder) if i in targets else None for i in ids
-    ]
+    target_texts = [decode_subwords(targets[i], gpt2_decoder) if i in targets else None for i in ids]
     return ids, hypothesis_texts, target_texts
 
 

@@ -39,6 +39,7 @@ for each metric separately, the reference with the highest F1 is used (its
 recall and precision are reported with it). ROUGE-1.5.5's default instead
 pools hits and counts over all references (``-f A``).
 """
+
 from collections import Counter
 from typing import Dict, List, Sequence, Tuple
 
@@ -150,9 +151,7 @@ class FastRougeScorer:
         result["rouge-su4"] = rouge_su(self.tokenize(hypothesis_text), self.tokenize(reference_text))
         return result
 
-    def score_cluster(
-        self, hypothesis: Sequence[str], references: Sequence[Sequence[str]]
-    ) -> Dict[str, RougeTriple]:
+    def score_cluster(self, hypothesis: Sequence[str], references: Sequence[Sequence[str]]) -> Dict[str, RougeTriple]:
         """Scores against several references: per metric, the best F1 wins."""
         if not references:
             raise ValueError("a cluster needs at least one reference")

@@ -11,6 +11,7 @@ files: whichever is given, all must agree), the hypothesis-id check
 
 Pure Python (no torch / fairseq import), for ``mdsfair-rouge``.
 """
+
 import logging
 import os
 import re
@@ -196,16 +197,20 @@ def read_hypotheses(
                 "without --bpe gpt2), which would score 0: give --data-bin of a GPT-2 data-bin (its encoder.json "
                 "and vocab.bpe decode them) or --gpt2-encoder-json and --gpt2-vocab-bpe"
             )
-    logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s",
-                len(ids), ids[0], ids[-1], hyp_path)
-    info.update(data_bin=data_bin if data_bin is not None else (named[0] if named else None),
-                split=(split or "test") if data_bin is not None else (named[1] if named else split),
-                log_data_bin=list(named) if named else None)
+    logger.info("read %d hypotheses (ids %d..%d) from fairseq-generate output %s", len(ids), ids[0], ids[-1], hyp_path)
+    info.update(
+        data_bin=data_bin if data_bin is not None else (named[0] if named else None),
+        split=(split or "test") if data_bin is not None else (named[1] if named else split),
+        log_data_bin=list(named) if named else None,
+    )
     return Hypotheses(hypotheses, ids, targets, data_bin, split)
 
 
 def count_expected_clusters(
-    hyp_path: str, ref_paths: Sequence[str], data_bin: Optional[str], split: Optional[str],
+    hyp_path: str,
+    ref_paths: Sequence[str],
+    data_bin: Optional[str],
+    split: Optional[str],
     expected: Optional[int],
 ) -> ExpectedClusters:
     """Step 2: the number of clusters to score, from ``--expected``, the
@@ -234,8 +239,12 @@ def count_expected_clusters(
 
 
 def pair_references(
-    hyp_path: str, hypotheses: Hypotheses, expected: ExpectedClusters, ref_paths: Sequence[str],
-    target_lines: bool, info: Dict,
+    hyp_path: str,
+    hypotheses: Hypotheses,
+    expected: ExpectedClusters,
+    ref_paths: Sequence[str],
+    target_lines: bool,
+    info: Dict,
 ) -> List[List[str]]:
     """Step 4: per hypothesis its non-empty references: the log's ``T-``
     lines (``target_lines``), the REF files' lines, or the data-bin's stored
@@ -248,7 +257,8 @@ def pair_references(
             )
         logger.warning(
             "%s: scoring against the T- lines, the targets as the task served them (cut at the model's "
-            "target limit); the full references are the data-bin's <split>.summary.txt", hyp_path,
+            "target limit); the full references are the data-bin's <split>.summary.txt",
+            hyp_path,
         )
         info["references"] = "T- lines of " + hyp_path
         return [[target] for target in hypotheses.targets]
@@ -304,8 +314,9 @@ def load_hypotheses_and_references(
         raise RougeInputError("give REF files or --target-lines, not both")
     if expected is not None and expected < 1:
         raise RougeInputError(f"--expected must be positive, got {expected}")
-    hypotheses = read_hypotheses(hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe, data_bin, split,
-                                 target_lines, info, ignore_log_data_bin)
+    hypotheses = read_hypotheses(
+        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe, data_bin, split, target_lines, info, ignore_log_data_bin
+    )
     clusters = count_expected_clusters(hyp_path, ref_paths, hypotheses.data_bin, hypotheses.split, expected)
     check_hypothesis_ids(hypotheses.ids, len(hypotheses.texts), clusters.count, hyp_path, clusters.why)
     return hypotheses.texts, pair_references(hyp_path, hypotheses, clusters, ref_paths, target_lines, info)

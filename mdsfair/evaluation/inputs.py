@@ -10,6 +10,7 @@ references it stores (every white-space character a space), and counted in
 one warning naming the first ``FILE:LINE``. (Python's universal newlines
 would end a line there, adding a hypothesis and shifting every later one.)
 """
+
 import logging
 from typing import List
 
@@ -31,7 +32,7 @@ def read_text(path: str) -> str:
     except UnicodeDecodeError as error:
         line_start = data.rfind(b"\n", 0, error.start) + 1
         line = data.count(b"\n", 0, error.start) + 1
-        bad = data[error.start:error.end].hex(" ")
+        bad = data[error.start : error.end].hex(" ")
         raise RougeInputError(
             f"{path}:{line}: invalid UTF-8 (byte{'s' if error.end - error.start > 1 else ''} {bad} at byte "
             f"{error.start - line_start + 1} of the line: {error.reason}); save the file as UTF-8"
@@ -52,7 +53,9 @@ def read_lines(path: str) -> List[str]:
         logger.warning(
             "%s:%d: a carriage return (CR) inside the line is read as a space (%d of the file's lines hold "
             "one); lines end at LF or CRLF only",
-            path, carriage_returns[0] + 1, len(carriage_returns),
+            path,
+            carriage_returns[0] + 1,
+            len(carriage_returns),
         )
         for index in carriage_returns:
             lines[index] = lines[index].replace("\r", " ")

@@ -12,6 +12,7 @@ is read-only, it is also one of the command's inputs, or two flags name it.
 
 Pure Python (no torch / fairseq import).
 """
+
 import os
 from typing import Iterable, Optional, Sequence, Tuple
 
@@ -58,7 +59,7 @@ def check_output_paths(outputs: Sequence[Tuple[str, Optional[str]]], inputs: Ite
         if problem is not None:
             return problem
     for index, (flag, path) in enumerate(given):
-        for other_flag, other_path in given[index + 1:]:
+        for other_flag, other_path in given[index + 1 :]:
             if _same_file(path, other_path):
                 return f"{flag} and {other_flag} both name {path}: each output needs a file of its own"
     return None

@@ -17,6 +17,7 @@ example (pages x decoding steps, darker = more important)::
         --data data-bin --split test --examples 0,1 --output-dir importance/ \\
         --from-generation --beam 4 --lenpen 2.0 --no-repeat-ngram-size 3
 """
+
 import argparse
 import json
 import logging
@@ -90,28 +91,41 @@ def cli_main(argv: Optional[List[str]] = None):
     parser.add_argument(
         "--summaries",
         help="optional text file, one summary per line in --examples order, encoded with the data's "
-             "subword model by the caller and given as space-separated dictionary symbols; default: the references",
+        "subword model by the caller and given as space-separated dictionary symbols; default: the references",
     )
     parser.add_argument(
-        "--from-generation", action="store_true",
+        "--from-generation",
+        action="store_true",
         help="read the weights over the model's own summary: run beam search first (--beam, --lenpen, "
-             "--max-len-a, --max-len-b, --min-len, --no-repeat-ngram-size), then teacher-force its best "
-             "hypothesis; the weights are those of every decoding step of the generation",
+        "--max-len-a, --max-len-b, --min-len, --no-repeat-ngram-size), then teacher-force its best "
+        "hypothesis; the weights are those of every decoding step of the generation",
     )
     generation = parser.add_argument_group("generation (with --from-generation)")
     generation.add_argument(
-        "--beam", type=at_least(1), default=4, help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)"
+        "--beam",
+        type=at_least(1),
+        default=4,
+        help="beam size (default 4, the authors' generation: bart-large-cnn's num_beams)",
     )
     generation.add_argument(
         "--lenpen", type=float, default=2.0, help="length penalty (default 2.0, the authors' generate call)"
     )
-    generation.add_argument("--max-len-a", type=number_between(0, float("inf")), default=0, help="max length = a * source length + b (default 0)")
+    generation.add_argument(
+        "--max-len-a",
+        type=number_between(0, float("inf")),
+        default=0,
+        help="max length = a * source length + b (default 0)",
+    )
     generation.add_argument(
         "--max-len-b", type=at_least(1), default=200, help="max length = a * source length + b (default 200)"
     )
-    generation.add_argument("--min-len", type=at_least(1), default=1, help="minimum summary length in tokens (default 1)")
     generation.add_argument(
-        "--no-repeat-ngram-size", type=at_least(0), default=3,
+        "--min-len", type=at_least(1), default=1, help="minimum summary length in tokens (default 1)"
+    )
+    generation.add_argument(
+        "--no-repeat-ngram-size",
+        type=at_least(0),
+        default=3,
         help="block repeated n-grams of this size (default 3, the paper's)",
     )
     parser.add_argument("--output-dir", required=True, help="where page_importance.jsonl and the PNGs go")
@@ -121,9 +135,9 @@ def cli_main(argv: Optional[List[str]] = None):
         parser.error("--from-generation and --summaries are exclusive: the summary is either generated or given")
 
     import torch
+    from fairseq import checkpoint_utils, utils
 
     import mdsfair
-    from fairseq import checkpoint_utils, utils
 
     mdsfair.register()  # the task and model, the checkpoint checks
     # importing fairseq sets the root logger to DEBUG (its wav2vec module), which would print
@@ -131,7 +145,9 @@ def cli_main(argv: Optional[List[str]] = None):
     logging.getLogger("matplotlib").setLevel(logging.WARNING)
 
     indices = parse_examples(args.examples)
-    models, _, task = checkpoint_utils.load_model_ensemble_and_task([args.checkpoint], arg_overrides={"data": args.data})
+    models, _, task = checkpoint_utils.load_model_ensemble_and_task(
+        [args.checkpoint], arg_overrides={"data": args.data}
+    )
     model = models[0].eval()
     use_cuda = torch.cuda.is_available() and not args.cpu
     if use_cuda:

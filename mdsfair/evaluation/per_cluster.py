@@ -15,6 +15,7 @@ average: see ``docs/evaluation.md`` (the official script's average is the
 mean of its bootstrap-resample means; ``--fast`` and the rouge-score presets
 report the plain mean).
 """
+
 import csv
 import json
 import os
@@ -65,8 +66,10 @@ def write_per_cluster(path: str, results: Dict[str, Dict]) -> int:
             writer = csv.writer(handle)
             writer.writerow(["system", "cluster", "convention"] + [f"{m}_{x}" for m in metrics for x in "rpf"])
             for record in records:
-                writer.writerow([record["system"], record["cluster"], record["convention"] or ""]
-                                + [record[m][x] for m in metrics for x in "rpf"])
+                writer.writerow(
+                    [record["system"], record["cluster"], record["convention"] or ""]
+                    + [record[m][x] for m in metrics for x in "rpf"]
+                )
     return len(records)
 
 
@@ -79,8 +82,11 @@ def read_per_cluster(path: str) -> List[Dict]:
         rows = list(csv.DictReader(handle))
     records = []
     for row in rows:
-        record = {"system": row.pop("system"), "cluster": int(row.pop("cluster")),
-                  "convention": row.pop("convention") or None}
+        record = {
+            "system": row.pop("system"),
+            "cluster": int(row.pop("cluster")),
+            "convention": row.pop("convention") or None,
+        }
         for key, value in row.items():
             metric, measure = key.rsplit("_", 1)
             record.setdefault(metric, {})[measure] = float(value)

@@ -10,6 +10,7 @@ the Agg backend, so ``mdsfair-compare`` without ``--plot`` stays light.
 The picture is drawn in memory and written whole
 (:func:`mdsfair.evaluation.outputs.write_bytes_atomic`).
 """
+
 import io
 from typing import Dict, Optional, Sequence
 
@@ -35,8 +36,9 @@ def plot_comparison(
     import matplotlib.pyplot as plt
 
     count = len(rows)
-    figure, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics) + 2.2, 0.45 * count + 1.6),
-                                sharey=True, squeeze=False)
+    figure, axes = plt.subplots(
+        1, len(metrics), figsize=(3.2 * len(metrics) + 2.2, 0.45 * count + 1.6), sharey=True, squeeze=False
+    )
     positions = list(range(count))[::-1]
     for axis, metric in zip(axes[0], metrics):
         base_value = None
@@ -48,16 +50,29 @@ def plot_comparison(
             ci = (row.get("ci") or {}).get(metric)
             colour = "tab:gray" if row.get("published") else ("tab:red" if row["name"] == baseline else "tab:blue")
             if ci is not None:
-                axis.errorbar(value, y, xerr=[[value - 100 * ci[0]], [100 * ci[1] - value]], fmt="none",
-                              ecolor=colour, capsize=3, linewidth=1.2)
+                axis.errorbar(
+                    value,
+                    y,
+                    xerr=[[value - 100 * ci[0]], [100 * ci[1] - value]],
+                    fmt="none",
+                    ecolor=colour,
+                    capsize=3,
+                    linewidth=1.2,
+                )
             axis.plot(value, y, "o", color=colour, markerfacecolor="white" if row.get("published") else colour)
             if row["name"] == baseline:
                 base_value = value
             test = ((tests or {}).get(row["name"]) or {}).get(metric)
             if test is not None:
                 p = test["p_randomization_adjusted"]
-                axis.annotate(f"{'*' if p < alpha else ''} p={p:.3f}", (value, y), xytext=(6, 5),
-                              textcoords="offset points", fontsize=7, color="black" if p < alpha else "dimgray")
+                axis.annotate(
+                    f"{'*' if p < alpha else ''} p={p:.3f}",
+                    (value, y),
+                    xytext=(6, 5),
+                    textcoords="offset points",
+                    fontsize=7,
+                    color="black" if p < alpha else "dimgray",
+                )
         if base_value is not None:
             axis.axvline(base_value, color="tab:red", linestyle=":", linewidth=1)
         axis.set_title(titles[metric])
@@ -65,8 +80,9 @@ def plot_comparison(
         axis.grid(axis="x", alpha=0.3)
         axis.margins(x=0.25)
     axes[0][0].set_yticks(positions)
-    axes[0][0].set_yticklabels([row["name"] + (" (published)" if row.get("published") else "") for row in rows],
-                               fontsize=8)
+    axes[0][0].set_yticklabels(
+        [row["name"] + (" (published)" if row.get("published") else "") for row in rows], fontsize=8
+    )
     if caption:
         figure.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
     figure.tight_layout(rect=(0, 0.06 if caption else 0, 1, 1))

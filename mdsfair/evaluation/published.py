@@ -9,6 +9,7 @@ scored, and ``paper`` + ``table`` where it is printed. Only numbers printed
 in the papers are listed; a row marked "reported in ..." is a number the
 paper copied from another paper (its convention is that paper's).
 """
+
 import csv
 import os
 from collections import OrderedDict
@@ -60,9 +61,17 @@ def published_systems(dataset: str, path: str = PUBLISHED_CSV) -> "OrderedDict[s
     for row in rows:
         key = (row["system"], row["convention"], row["paper"], row["table"])
         label = f"{row['system']} [{row['paper'].split(' (')[0]}, {row['table']}]"
-        entry = systems.setdefault(label, {
-            "system": row["system"], "convention": row["convention"], "paper": row["paper"],
-            "table": row["table"], "note": row["note"], "scores": {}, "key": key,
-        })
+        entry = systems.setdefault(
+            label,
+            {
+                "system": row["system"],
+                "convention": row["convention"],
+                "paper": row["paper"],
+                "table": row["table"],
+                "note": row["note"],
+                "scores": {},
+                "key": key,
+            },
+        )
         entry["scores"][row["metric"]] = row["value"] / 100
     return systems

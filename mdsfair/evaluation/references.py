@@ -10,6 +10,7 @@ that row). :func:`data_bin_references` gathers them per row.
 
 Pure Python (no torch / fairseq import), for ``mdsfair-rouge``.
 """
+
 import os
 from typing import Dict, List, Tuple
 

@@ -62,6 +62,7 @@ a combining accent) and in NFC would otherwise not match (both scorers drop
 or split at the combining mark). Texts that change are counted in ``info``
 (``nfc_normalized``), logged and noted below the table.
 """
+
 import argparse
 import logging
 import sys
@@ -75,8 +76,18 @@ from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
 from mdsfair.evaluation.inputs import RougeInputError, read_lines
 from mdsfair.evaluation.outputs import check_output_paths
 
-__all__ = ["RougeInputError", "read_lines", "load_hypotheses_and_references", "score", "score_sentences",
-           "score_files", "format_table", "cli_main", "METRICS", "COLUMN_TITLES"]
+__all__ = [
+    "RougeInputError",
+    "read_lines",
+    "load_hypotheses_and_references",
+    "score",
+    "score_sentences",
+    "score_files",
+    "format_table",
+    "cli_main",
+    "METRICS",
+    "COLUMN_TITLES",
+]
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 from mdsfair.text import has_word, split_sentences
 
@@ -122,8 +133,11 @@ def nfc_normalized(
     references_nfc = [[[_nfc(text) for text in reference] for reference in cluster] for cluster in references]
     changed = {
         "hypotheses": sum(new != list(old) for new, old in zip(hypotheses_nfc, hypotheses)),
-        "references": sum(new != list(old) for cluster_new, cluster_old in zip(references_nfc, references)
-                          for new, old in zip(cluster_new, cluster_old)),
+        "references": sum(
+            new != list(old)
+            for cluster_new, cluster_old in zip(references_nfc, references)
+            for new, old in zip(cluster_new, cluster_old)
+        ),
     }
     return hypotheses_nfc, references_nfc, changed
 
@@ -133,7 +147,10 @@ def warn_nfc_normalized(changed: Dict[str, int], source: str) -> None:
     if changed["hypotheses"] or changed["references"]:
         logger.warning(
             "%s: %d hypotheses and %d references are not in Unicode NFC; both are scored in NFC (composed "
-            "accents), the form mdsfair-preprocess stores text in", source, changed["hypotheses"], changed["references"],
+            "accents), the form mdsfair-preprocess stores text in",
+            source,
+            changed["hypotheses"],
+            changed["references"],
         )
 
 
@@ -172,9 +189,7 @@ def score_sentences(
     hypotheses, references, nfc_changed = nfc_normalized(hypotheses, references)
     warn_nfc_normalized(nfc_changed, "the summaries")
     # Empty references are dropped; every cluster must keep at least one.
-    references = [
-        [reference for reference in cluster if any(s.strip() for s in reference)] for cluster in references
-    ]
+    references = [[reference for reference in cluster if any(s.strip() for s in reference)] for cluster in references]
     for index, cluster_references in enumerate(references):
         if not cluster_references:
             raise RougeInputError(f"hypothesis {index} has no non-empty reference")
@@ -182,7 +197,9 @@ def score_sentences(
     if empty:
         logger.warning(
             "%d of %d hypotheses are empty (they score 0); first empty at index %d",
-            len(empty), len(hypotheses), empty[0],
+            len(empty),
+            len(hypotheses),
+            empty[0],
         )
     info: Dict[str, object] = {
         "num_hypotheses": len(hypotheses),
@@ -271,7 +288,10 @@ def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int
             wordless += 1
             logger.warning(
                 "%s:%d: cluster %d: its reference has no word (%r): it scores 0 in every ROUGE",
-                source, index + 1, index, cluster[0][:60],
+                source,
+                index + 1,
+                index,
+                cluster[0][:60],
             )
     return wordless
 
@@ -285,8 +305,9 @@ def warn_wordless_references(references: Sequence[Sequence[str]], source) -> int
 MAX_SUMMARY_WORDS = 5000
 
 
-def check_summary_lengths(hypotheses: Sequence[str], references: Sequence[Sequence[str]], hyp_path: str,
-                          ref_source, limit: int) -> None:
+def check_summary_lengths(
+    hypotheses: Sequence[str], references: Sequence[Sequence[str]], hyp_path: str, ref_source, limit: int
+) -> None:
     """Refuse, before any scoring, a hypothesis or reference of more than
     ``limit`` words, naming its file and cluster."""
     for index, hypothesis in enumerate(hypotheses):
@@ -300,7 +321,7 @@ def check_summary_lengths(hypotheses: Sequence[str], references: Sequence[Sequen
     if isinstance(ref_source, (list, tuple)):
         ref_source = ref_source[0] if len(ref_source) == 1 else f"{ref_source[0]} (and the other reference files)"
     for index, cluster in enumerate(references):
-        for reference in ([cluster] if isinstance(cluster, str) else cluster):
+        for reference in [cluster] if isinstance(cluster, str) else cluster:
             words = len(reference.split())
             if words > limit:
                 raise RougeInputError(
@@ -343,8 +364,15 @@ def load_scoring_inputs(
     ref_paths = [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
     sources: Dict = {}
     hypotheses, references = load_hypotheses_and_references(
-        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe,
-        data_bin=data_bin, split=split, expected=expected, target_lines=target_lines, info=sources,
+        hyp_path,
+        ref_paths,
+        gpt2_encoder_json,
+        gpt2_vocab_bpe,
+        data_bin=data_bin,
+        split=split,
+        expected=expected,
+        target_lines=target_lines,
+        info=sources,
         ignore_log_data_bin=ignore_log_data_bin,
     )
     check_summary_lengths(hypotheses, references, hyp_path, sources.get("references") or ref_paths, max_summary_words)
@@ -390,8 +418,11 @@ def score_inputs(
         from mdsfair.evaluation.conventions import get_convention, score_with_convention
 
         result = score_with_convention(
-            hypotheses, _normalise_references(hypotheses, references), get_convention(convention),
-            sentence_separator=sentence_separator, resamples=resamples,
+            hypotheses,
+            _normalise_references(hypotheses, references),
+            get_convention(convention),
+            sentence_separator=sentence_separator,
+            resamples=resamples,
         )
         if not per_cluster:
             result.pop("per_cluster")
@@ -453,12 +484,27 @@ def score_files(
         data-bin and split, and the convention.
     """
     inputs = load_scoring_inputs(
-        hyp_path, ref_paths, gpt2_encoder_json, gpt2_vocab_bpe, data_bin=data_bin, split=split, expected=expected,
-        target_lines=target_lines, max_summary_words=max_summary_words, ignore_log_data_bin=ignore_log_data_bin,
+        hyp_path,
+        ref_paths,
+        gpt2_encoder_json,
+        gpt2_vocab_bpe,
+        data_bin=data_bin,
+        split=split,
+        expected=expected,
+        target_lines=target_lines,
+        max_summary_words=max_summary_words,
+        ignore_log_data_bin=ignore_log_data_bin,
     )
     return score_inputs(
-        inputs, fast=fast, sentence_separator=sentence_separator, stemming=stemming, multi_ref_mode=multi_ref_mode,
-        resamples=resamples, keep_files=keep_files, per_cluster=per_cluster, convention=convention,
+        inputs,
+        fast=fast,
+        sentence_separator=sentence_separator,
+        stemming=stemming,
+        multi_ref_mode=multi_ref_mode,
+        resamples=resamples,
+        keep_files=keep_files,
+        per_cluster=per_cluster,
+        convention=convention,
     )
 
 
@@ -481,8 +527,10 @@ def format_table(result: Dict[str, Dict], measures: Sequence[str] = ("f",)) -> s
         note += f" ({info['num_empty_hypotheses']} empty)"
     nfc = info.get("nfc_normalized") or {}
     if nfc.get("hypotheses") or nfc.get("references"):
-        note += (f"; scored in Unicode NFC: {nfc.get('hypotheses', 0)} hypotheses and {nfc.get('references', 0)} "
-                 "references were not")
+        note += (
+            f"; scored in Unicode NFC: {nfc.get('hypotheses', 0)} hypotheses and {nfc.get('references', 0)} "
+            "references were not"
+        )
     if isinstance(info.get("references"), str):
         note += f"; references: {info['references']}"
     return "\n".join(rows) + f"\n[{note}; R-L = LCS over the whole summary, R-Lsum = summary-level LCS over sentences]"
@@ -492,7 +540,8 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
     """``--data-bin``, ``--split``, ``--expected``, ``--target-lines`` (shared
     with ``mdsfair-compare``)."""
     parser.add_argument(
-        "--data-bin", metavar="DIR",
+        "--data-bin",
+        metavar="DIR",
         help="the data-bin the hypotheses were generated from: without REF files its stored references "
         "({split}.summary.txt, full length) are scored against, and its manifest says how many clusters "
         "the hypotheses must cover (for a fairseq-generate log whose captured logging names it, found "
@@ -502,17 +551,21 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
         "--split", metavar="NAME", help="split of --data-bin (default: the one the log names, else test)"
     )
     parser.add_argument(
-        "--expected", type=at_least(1), metavar="N",
+        "--expected",
+        type=at_least(1),
+        metavar="N",
         help="number of clusters the hypotheses must cover (ids 0..N-1 of a fairseq-generate log); "
         "default: the data-bin split's cluster count, else the REF files' line count",
     )
     parser.add_argument(
-        "--ignore-log-data-bin", action="store_true",
+        "--ignore-log-data-bin",
+        action="store_true",
         help="score against --data-bin / --split even when the fairseq-generate log names another data-bin or "
         "split (by default that is refused: the references would be another data set's)",
     )
     parser.add_argument(
-        "--target-lines", action="store_true",
+        "--target-lines",
+        action="store_true",
         help="score a fairseq-generate log against its T- lines (the targets as the task served them, cut "
         "at the model's target limit) instead of the data-bin's full references",
     )
@@ -521,13 +574,16 @@ def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
 def add_convention_argument(parser: argparse.ArgumentParser) -> None:
     """``--convention NAME`` (shared with ``mdsfair-compare``)."""
     parser.add_argument(
-        "--convention", metavar="NAME",
+        "--convention",
+        metavar="NAME",
         help="score as a paper did: hiersumm, hierencdec, led-hierencdec, pagesum, sparse, ma2022, primera "
         "(scorer, options, stemming, sentence splitting, case, aggregate; each cites the authors' code), or "
         "mdsfair's own mdsfair / mdsfair-fast (default: mdsfair, or mdsfair-fast with --fast); "
         "--list-conventions prints every setting",
     )
-    parser.add_argument("--list-conventions", action="store_true", help="print every convention's settings and sources, then exit")
+    parser.add_argument(
+        "--list-conventions", action="store_true", help="print every convention's settings and sources, then exit"
+    )
 
 
 def list_conventions() -> str:
@@ -551,57 +607,83 @@ def build_parser() -> argparse.ArgumentParser:
         help="hypotheses, one per line, or a fairseq-generate log (D-/H- lines, sorted by id)",
     )
     parser.add_argument(
-        "refs", nargs="*", metavar="REF",
+        "refs",
+        nargs="*",
+        metavar="REF",
         help="reference file(s), one reference per line, parallel to HYP; several files = "
         "several references per hypothesis (default: the references stored in --data-bin)",
     )
     parser.add_argument(
-        "--ref", action="append", default=[], dest="extra_refs", metavar="REF",
+        "--ref",
+        action="append",
+        default=[],
+        dest="extra_refs",
+        metavar="REF",
         help="another reference file (repeatable; same as a positional REF)",
     )
     add_reference_source_arguments(parser)
     parser.add_argument(
-        "--fast", action="store_true",
+        "--fast",
+        action="store_true",
         help="score with rouge-score (+ a Python ROUGE-SU4) instead of the ROUGE-1.5.5 Perl script",
     )
     parser.add_argument(
-        "--measure", choices=["f", "r", "p", "all"], default="f",
+        "--measure",
+        choices=["f", "r", "p", "all"],
+        default="f",
         help="what the table shows: F1 (default), recall, precision, or all three",
     )
     parser.add_argument("--json", metavar="PATH", help="also write all scores (fractions in [0, 1]) as JSON here")
     parser.add_argument(
-        "--max-summary-words", type=at_least(1), default=MAX_SUMMARY_WORDS, metavar="N",
+        "--max-summary-words",
+        type=at_least(1),
+        default=MAX_SUMMARY_WORDS,
+        metavar="N",
         help=f"refuse, before scoring, a hypothesis or reference of more than N words: ROUGE's memory and time "
-             f"grow with the square of a summary's length (default: {MAX_SUMMARY_WORDS:,})",
+        f"grow with the square of a summary's length (default: {MAX_SUMMARY_WORDS:,})",
     )
     parser.add_argument(
-        "--per-cluster", metavar="FILE",
+        "--per-cluster",
+        metavar="FILE",
         help="write every cluster's R/P/F per metric here, by cluster id: JSONL (FILE.jsonl) or CSV (FILE.csv) "
         "(also added to --json); see docs/evaluation.md for how their mean relates to the reported average",
     )
     add_convention_argument(parser)
     parser.add_argument(
-        "--sentence-separator", metavar="STR",
+        "--sentence-separator",
+        metavar="STR",
         help="split summaries into sentences on this marker (e.g. '<q>') instead of the rule-based splitter",
     )
     parser.add_argument(
-        "--no-stemming", action="store_true",
+        "--no-stemming",
+        action="store_true",
         help="turn off Porter stemming (files2rouge -nm); stemming is on by default as in files2rouge",
     )
     parser.add_argument(
-        "--multi-ref-mode", choices=["average", "best"], default="average",
+        "--multi-ref-mode",
+        choices=["average", "best"],
+        default="average",
         help="official scorer, several references: pool counts over references (-f A, default) "
         "or take the best reference (-f B); --fast always takes the best F1 per metric",
     )
     parser.add_argument(
-        "--resamples", type=at_least(1), default=1000,
+        "--resamples",
+        type=at_least(1),
+        default=1000,
         help="official scorer: bootstrap resamples (-r, files2rouge: 1000); the script's confidence "
         "intervals and its reported averages are computed over these resamples",
     )
-    parser.add_argument("--gpt2-encoder-json", metavar="PATH", help="GPT-2 encoder.json, to decode GPT-2 BPE ids in a fairseq-generate log")
-    parser.add_argument("--gpt2-vocab-bpe", metavar="PATH", help="GPT-2 vocab.bpe, to decode GPT-2 BPE ids in a fairseq-generate log")
     parser.add_argument(
-        "--keep-rouge-files", metavar="DIR",
+        "--gpt2-encoder-json",
+        metavar="PATH",
+        help="GPT-2 encoder.json, to decode GPT-2 BPE ids in a fairseq-generate log",
+    )
+    parser.add_argument(
+        "--gpt2-vocab-bpe", metavar="PATH", help="GPT-2 vocab.bpe, to decode GPT-2 BPE ids in a fairseq-generate log"
+    )
+    parser.add_argument(
+        "--keep-rouge-files",
+        metavar="DIR",
         help="official scorer: write the SPL files and ROUGE configurations into DIR and keep them",
     )
     return parser
@@ -620,8 +702,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error("--resamples must be at least 1")
     if args.fast and args.multi_ref_mode != "average":
         logger.warning("--multi-ref-mode only applies to the official scorer; --fast takes the best F1")
-    problem = check_output_paths([("--json", args.json), ("--per-cluster", args.per_cluster)],
-                                 inputs=[args.hyp, *args.refs, *args.extra_refs])
+    problem = check_output_paths(
+        [("--json", args.json), ("--per-cluster", args.per_cluster)], inputs=[args.hyp, *args.refs, *args.extra_refs]
+    )
     if problem is not None:
         parser.error(problem)
     try:
@@ -634,8 +717,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
 
             get_convention(args.convention)
             if args.fast and args.convention != "mdsfair-fast":
-                raise RougeInputError(f"--fast is the mdsfair-fast convention; it cannot be combined with "
-                                      f"--convention {args.convention}")
+                raise RougeInputError(
+                    f"--fast is the mdsfair-fast convention; it cannot be combined with --convention {args.convention}"
+                )
         result = score_files(
             args.hyp,
             list(args.refs) + list(args.extra_refs),

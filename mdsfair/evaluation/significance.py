@@ -59,6 +59,7 @@ below ``2 / 2^n`` (exact enumeration of the ``2^n`` sign patterns).
 Torch-free; numpy is imported by ``mdsfair-compare`` only when ``--ci`` or
 ``--baseline`` asks for it.
 """
+
 from typing import Dict, Sequence, Tuple
 
 import numpy as np
@@ -69,7 +70,7 @@ TIE_TOLERANCE = 1e-12
 CORRECTIONS = ("none", "holm", "bonferroni")
 
 #: The memory the resampling of one ``mdsfair-compare`` may take (bytes).
-RESAMPLING_MEMORY_BUDGET = 4 * 2 ** 30
+RESAMPLING_MEMORY_BUDGET = 4 * 2**30
 #: Bytes per resample and cluster: the bootstrap's draws, their offset
 #: indices and counts (int64) and the counts as float64.
 BYTES_PER_DRAW = 32
@@ -98,13 +99,17 @@ def sample_size_problem(clusters: int) -> Tuple[bool, str]:
     clusters: not usable with one cluster (nothing to resample); usable with
     a reason to warn below :data:`SMALL_SAMPLE_CLUSTERS`; ``(True, "")`` otherwise."""
     if clusters < 2:
-        return False, (f"{clusters} cluster{'' if clusters == 1 else 's'}: there is nothing to resample (every "
-                       "resample is the sample itself), so no interval or p-value is reported")
+        return False, (
+            f"{clusters} cluster{'' if clusters == 1 else 's'}: there is nothing to resample (every "
+            "resample is the sample itself), so no interval or p-value is reported"
+        )
     if clusters < SMALL_SAMPLE_CLUSTERS:
-        return True, (f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the bootstrap's intervals are too "
-                      "narrow and its p-values too small (it treats the clusters' spread as known; at 10 clusters a "
-                      "5% test rejects a true null about 10% of the time), and approximate randomization cannot "
-                      f"go below p = {2 / 2 ** clusters:.3g}; read the marks with care, or score more clusters")
+        return True, (
+            f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the bootstrap's intervals are too "
+            "narrow and its p-values too small (it treats the clusters' spread as known; at 10 clusters a "
+            "5% test rejects a true null about 10% of the time), and approximate randomization cannot "
+            f"go below p = {2 / 2**clusters:.3g}; read the marks with care, or score more clusters"
+        )
     return True, ""
 
 

@@ -24,6 +24,7 @@ score then equals ``mdsfair-rouge`` with that convention on the same summaries
 resamples of the whole set, so its presets are refused here: score the saved
 checkpoints with ``mdsfair-rouge`` instead.
 """
+
 from typing import Dict, List, Sequence
 
 from mdsfair.evaluation.references import data_bin_references

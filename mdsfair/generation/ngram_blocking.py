@@ -34,6 +34,7 @@ is context only: it is never itself banned, which matters only for n = 1
 ("no generated token twice"), where fairseq's CUDA kernel would ban ``</s>``
 (the start symbol) and so keep every hypothesis from ending.
 """
+
 import math
 
 import torch

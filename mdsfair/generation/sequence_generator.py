@@ -21,6 +21,7 @@ their input lost on the way (PageSum's page cuts,
 released, i.e. when ``fairseq-generate`` or the hub's ``generate()`` is done
 with it, from counters kept on the device (no host synchronization per step).
 """
+
 import logging
 import weakref
 
@@ -56,8 +57,9 @@ class GenerationSettingsError(ValueError):
     """Beam-search settings that cannot produce a summary."""
 
 
-def check_generation_settings(beam, min_len, max_len_a, max_len_b, sampling=False, nbest=None,
-                              match_source_len=False) -> None:
+def check_generation_settings(
+    beam, min_len, max_len_a, max_len_b, sampling=False, nbest=None, match_source_len=False
+) -> None:
     """Refuse settings fairseq would fail on later, or blame on the wrong
     flag: a beam below 1, and a length limit that allows no token or is
     below ``--min-len`` (with ``--max-len-a 0`` the limit is ``--max-len-b``;
@@ -98,8 +100,10 @@ def build_sequence_generator(
     the same arguments) with the vectorized n-gram blocker; settings that
     cannot work are refused first (:func:`check_generation_settings`)."""
     check_generation_settings(
-        getattr(generation_cfg, "beam", None), getattr(generation_cfg, "min_len", None),
-        getattr(generation_cfg, "max_len_a", None), getattr(generation_cfg, "max_len_b", None),
+        getattr(generation_cfg, "beam", None),
+        getattr(generation_cfg, "min_len", None),
+        getattr(generation_cfg, "max_len_a", None),
+        getattr(generation_cfg, "max_len_b", None),
         match_source_len=getattr(generation_cfg, "match_source_len", False),
     )
     generator = FairseqTask.build_generator(
@@ -123,8 +127,9 @@ def report_page_totals_when_done(generator, models) -> None:
     :class:`~mdsfair.models.pagesum_bart.PageSumEncoder`), a warning when
     anything was lost. One host synchronization, at the end."""
     encoders = [getattr(model, "encoder", None) for model in models]
-    snapshots = [(encoder, encoder.page_totals()) for encoder in encoders
-                 if callable(getattr(encoder, "page_totals", None))]
+    snapshots = [
+        (encoder, encoder.page_totals()) for encoder in encoders if callable(getattr(encoder, "page_totals", None))
+    ]
     if snapshots:
         # kept on the generator (a weak reference to it: no cycle), so a caller that knows when
         # generation ends (the hub's generate()) reports then, not when the garbage collector runs
@@ -148,7 +153,8 @@ def static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs,
     if seq_gen_cls is not None and seq_gen_cls is not StaticShapeSequenceGenerator:
         raise GenerationSettingsError(
             f"--static-decoding replaces fairseq's generator, but {seq_gen_cls.__name__} was asked for "
-            "(e.g. by --print-alignment); generate without --static-decoding")
+            "(e.g. by --print-alignment); generate without --static-decoding"
+        )
     for flag, name in (("--print-alignment", "print_alignment"), ("--constraints", "constraints")):
         if getattr(generation_cfg, name, None):
             raise GenerationSettingsError(f"--static-decoding does not support {flag}; generate without it")
@@ -160,8 +166,9 @@ def static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs,
     return StaticShapeSequenceGenerator, kwargs
 
 
-def fairseq_generator_reason(generation_cfg, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                             prefix_allowed_tokens_fn=None):
+def fairseq_generator_reason(
+    generation_cfg, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None
+):
     """Why these settings need fairseq's generator rather than the
     static-shape one (:mod:`mdsfair.generation.static_decoding`), or None
     where the static one gives fairseq's beams: it covers beam search with
@@ -175,11 +182,12 @@ def fairseq_generator_reason(generation_cfg, seq_gen_cls=None, extra_gen_cls_kwa
     if seq_gen_cls is not None and seq_gen_cls is not StaticShapeSequenceGenerator:
         return f"{seq_gen_cls.__name__} was asked for"
     for flag, name, reason in (
-            ("--score-reference", "score_reference", "scores the reference instead of generating"),
-            ("--print-alignment", "print_alignment", "keeps every hypothesis's alignment"),
-            ("--constraints", "constraints", "resizes the search per source"),
-            ("--sampling", "sampling", "draws its random numbers per row of fairseq's shrinking batch"),
-            ("--match-source-len", "match_source_len", "is a length-constrained search not checked here")):
+        ("--score-reference", "score_reference", "scores the reference instead of generating"),
+        ("--print-alignment", "print_alignment", "keeps every hypothesis's alignment"),
+        ("--constraints", "constraints", "resizes the search per source"),
+        ("--sampling", "sampling", "draws its random numbers per row of fairseq's shrinking batch"),
+        ("--match-source-len", "match_source_len", "is a length-constrained search not checked here"),
+    ):
         if getattr(generation_cfg, name, None):
             return f"{flag} ({reason})"
     if (getattr(generation_cfg, "diverse_beam_groups", -1) or -1) > 0:
@@ -191,8 +199,16 @@ def fairseq_generator_reason(generation_cfg, seq_gen_cls=None, extra_gen_cls_kwa
     return None
 
 
-def choose_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn, *,
-                     static_decoding: bool, fairseq_generator: bool, bucket_sizes: str):
+def choose_generator(
+    generation_cfg,
+    seq_gen_cls,
+    extra_gen_cls_kwargs,
+    prefix_allowed_tokens_fn,
+    *,
+    static_decoding: bool,
+    fairseq_generator: bool,
+    bucket_sizes: str,
+):
     """``(seq_gen_cls, extra_gen_cls_kwargs)`` of the generator the task
     builds. The static-shape generator by default, wherever it gives
     fairseq's beams; fairseq's for what it does not cover
@@ -201,8 +217,9 @@ def choose_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_a
     static one: settings it does not cover are refused with the reason."""
     if fairseq_generator:
         if static_decoding:
-            raise GenerationSettingsError("--static-decoding and --fairseq-generator ask for two different "
-                                          "generators; give one of them")
+            raise GenerationSettingsError(
+                "--static-decoding and --fairseq-generator ask for two different generators; give one of them"
+            )
         return seq_gen_cls, extra_gen_cls_kwargs
     if static_decoding:
         return static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)

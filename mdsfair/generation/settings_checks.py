@@ -25,6 +25,7 @@ of ``--prefix-size`` kept within their summaries.
   their hypotheses start with the whole summary and continue as the model
   decides.
 """
+
 import logging
 from typing import Optional, Sequence
 
@@ -33,23 +34,29 @@ from torch import Tensor
 logger = logging.getLogger(__name__)
 
 
-def search_flags_refusal(sampling: bool, beam: Optional[int], nbest: Optional[int],
-                         match_source_len: bool) -> Optional[str]:
+def search_flags_refusal(
+    sampling: bool, beam: Optional[int], nbest: Optional[int], match_source_len: bool
+) -> Optional[str]:
     """Why these search flags cannot work (see the module docstring), or
     None. ``nbest`` None: not a ``fairseq-generate`` run (the hub returns the
     best sample itself)."""
     if match_source_len:
-        return ("--match-source-len makes every output exactly as long as its source (fairseq's length-preserving "
-                "search), and a cluster's documents are longer than a summary and often than the decoder's position "
-                "table: generate without it and set the summary length with --max-len-a / --max-len-b")
+        return (
+            "--match-source-len makes every output exactly as long as its source (fairseq's length-preserving "
+            "search), and a cluster's documents are longer than a summary and often than the decoder's position "
+            "table: generate without it and set the summary length with --max-len-a / --max-len-b"
+        )
     if sampling and nbest is not None and beam is not None and int(beam) != int(nbest):
-        return (f"--sampling with --beam {beam} draws {beam} samples per cluster and fairseq-generate prints every one "
-                f"of them: give --nbest {beam} with it, or --beam 1 for one sample per cluster (--nbest is {nbest})")
+        return (
+            f"--sampling with --beam {beam} draws {beam} samples per cluster and fairseq-generate prints every one "
+            f"of them: give --nbest {beam} with it, or --beam 1 for one sample per cluster (--nbest is {nbest})"
+        )
     return None
 
 
-def prefix_within_summaries(prefix_tokens: Tensor, eos: int, pad: int, ids: Optional[Sequence[int]] = None,
-                            prefix_size: Optional[int] = None) -> Tensor:
+def prefix_within_summaries(
+    prefix_tokens: Tensor, eos: int, pad: int, ids: Optional[Sequence[int]] = None, prefix_size: Optional[int] = None
+) -> Tensor:
     """``prefix_tokens`` (the references' first tokens, ``fairseq-generate
     --prefix-size``) with ``</s>`` and everything after it replaced by
     padding, which fairseq's search leaves free; the clusters whose summary
@@ -62,6 +69,9 @@ def prefix_within_summaries(prefix_tokens: Tensor, eos: int, pad: int, ids: Opti
     named = [int(ids[i]) for i in shorter] if ids is not None else shorter
     logger.warning(
         "%d cluster(s) (S-%s) have a summary shorter than --prefix-size %s: the prefix is the whole summary and the "
-        "hypothesis continues from it", len(shorter), ", S-".join(map(str, named)),
-        prefix_size if prefix_size is not None else prefix_tokens.size(1))
+        "hypothesis continues from it",
+        len(shorter),
+        ", S-".join(map(str, named)),
+        prefix_size if prefix_size is not None else prefix_tokens.size(1),
+    )
     return prefix_tokens.masked_fill(ended, pad)

@@ -55,6 +55,7 @@ On CPU the step runs eagerly with these shapes. The best beams equal
 fairseq's generator's (``tests/test_static_decoding.py``, float64, every
 generating architecture).
 """
+
 import math
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -171,8 +172,9 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
     are refused; the task hands the settings this generator does not cover
     to fairseq's (:func:`~mdsfair.generation.sequence_generator.fairseq_generator_reason`)."""
 
-    def __init__(self, models, tgt_dict, bucket_sizes: Optional[Sequence[int]] = None, keep_attention: bool = False,
-                 **kwargs):
+    def __init__(
+        self, models, tgt_dict, bucket_sizes: Optional[Sequence[int]] = None, keep_attention: bool = False, **kwargs
+    ):
         super().__init__(models, tgt_dict, **kwargs)
         self.bucket_sizes = sorted(bucket_sizes) if bucket_sizes else []
         self.keep_attention = keep_attention
@@ -188,16 +190,22 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
         bos_token: Optional[int] = None,
     ):
         if constraints is not None:
-            raise ValueError("--static-decoding does not support lexical constraints (--constraints): "
-                             "they resize the search per source; generate without --static-decoding")
+            raise ValueError(
+                "--static-decoding does not support lexical constraints (--constraints): "
+                "they resize the search per source; generate without --static-decoding"
+            )
         net_input = sample["net_input"]
         if "src_tokens" not in net_input:
             raise ValueError(f"--static-decoding needs src_tokens in the net input, got {sorted(net_input)}")
         num_sources = net_input["src_tokens"].size(0)
         bsz = bucket_size(num_sources, self.bucket_sizes)
         if bsz > num_sources:  # the bucket's extra sources: copies of the last, finished from the start
-            net_input = {name: pad_rows(value, bsz) if torch.is_tensor(value) and value.dim() > 0
-                         and value.size(0) == num_sources else value for name, value in net_input.items()}
+            net_input = {
+                name: pad_rows(value, bsz)
+                if torch.is_tensor(value) and value.dim() > 0 and value.size(0) == num_sources
+                else value
+                for name, value in net_input.items()
+            }
             if prefix_tokens is not None:
                 prefix_tokens = pad_rows(prefix_tokens, bsz)
         src_tokens = net_input["src_tokens"]
@@ -217,14 +225,37 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
 
         incremental_states = [{} for _ in range(self.model.models_size)]
         # reorders stay within a source's rows (see below); each model's fast modules follow its search
-        searches = [StaticBeamSearch(bsz * beam_size, beam_size, max_len + 2, src_tokens.device, self.keep_attention)
-                    for _ in range(self.model.models_size)]
+        searches = [
+            StaticBeamSearch(bsz * beam_size, beam_size, max_len + 2, src_tokens.device, self.keep_attention)
+            for _ in range(self.model.models_size)
+        ]
         with following_static_beam_search(self.model.models, searches):
-            return self._search(sample, net_input, prefix_tokens, bos_token, num_sources, bsz, src_lengths, max_len,
-                                incremental_states, searches)
+            return self._search(
+                sample,
+                net_input,
+                prefix_tokens,
+                bos_token,
+                num_sources,
+                bsz,
+                src_lengths,
+                max_len,
+                incremental_states,
+                searches,
+            )
 
-    def _search(self, sample, net_input, prefix_tokens, bos_token, num_sources: int, bsz: int, src_lengths: Tensor,
-                max_len: int, incremental_states: List[Dict], searches: List[StaticBeamSearch]):
+    def _search(
+        self,
+        sample,
+        net_input,
+        prefix_tokens,
+        bos_token,
+        num_sources: int,
+        bsz: int,
+        src_lengths: Tensor,
+        max_len: int,
+        incremental_states: List[Dict],
+        searches: List[StaticBeamSearch],
+    ):
         """The beam search of :meth:`_generate` (see the module docstring),
         while the models' fast modules follow ``searches``."""
         src_tokens = net_input["src_tokens"]
@@ -276,7 +307,7 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
             lprobs[:, self.unk] -= self.unk_penalty
             if step >= max_len:
                 lprobs[:, : self.eos] = -math.inf
-                lprobs[:, self.eos + 1:] = -math.inf
+                lprobs[:, self.eos + 1 :] = -math.inf
             if prefix_tokens is not None and step < prefix_tokens.size(1) and step < max_len:
                 lprobs, tokens, scores = self._prefix_tokens(step, lprobs, scores, tokens, prefix_tokens, beam_size)
             else:
@@ -297,11 +328,15 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
 
             if type(self.search) is BeamSearch:
                 cand_scores, cand_indices, cand_beams = beam_candidates(
-                    step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1))
+                    step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1)
+                )
             else:
                 cand_scores, cand_indices, cand_beams = self.search.step(
-                    step, lprobs.view(bsz, -1, self.vocab_size), scores.view(bsz, beam_size, -1)[:, :, :step],
-                    tokens[:, : step + 1], original_batch_idxs,
+                    step,
+                    lprobs.view(bsz, -1, self.vocab_size),
+                    scores.view(bsz, beam_size, -1)[:, :, :step],
+                    tokens[:, : step + 1],
+                    original_batch_idxs,
                 )
             cand_bbsz_idx = cand_beams.add(bbsz_offsets)
             eos_mask = cand_indices.eq(self.eos) & cand_scores.ne(-math.inf)
@@ -315,8 +350,17 @@ class StaticShapeSequenceGenerator(SequenceGenerator):
                 # no source ever leaves the batch: the row index is the source index, which
                 # fairseq's finalize_hypos reads from a list of finished sources (all unfinished here)
                 newly_finished = self.finalize_hypos(
-                    step, eos_bbsz_idx, eos_scores, tokens, scores, finalized, [False] * bsz, beam_size, attn,
-                    src_lengths, max_len,
+                    step,
+                    eos_bbsz_idx,
+                    eos_scores,
+                    tokens,
+                    scores,
+                    finalized,
+                    [False] * bsz,
+                    beam_size,
+                    attn,
+                    src_lengths,
+                    max_len,
                 )
                 if newly_finished:
                     for source in newly_finished:

@@ -30,6 +30,7 @@ and only the first token global the converted model computes BART's output:
 every token still sees every other once (global keys leave the window, as in
 Hugging Face's LED) with BART's projections (tests/test_bart_to_led.py).
 """
+
 import argparse
 import os
 import sys
@@ -46,9 +47,20 @@ from mdsfair.importers.config_checks import (
 
 # fairseq model-config fields copied from BART into the LED namespace.
 SHAPE_FIELDS = (
-    "encoder_embed_dim", "decoder_embed_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim",
-    "encoder_layers", "decoder_layers", "encoder_attention_heads", "decoder_attention_heads",
-    "activation_fn", "dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop",
+    "encoder_embed_dim",
+    "decoder_embed_dim",
+    "encoder_ffn_embed_dim",
+    "decoder_ffn_embed_dim",
+    "encoder_layers",
+    "decoder_layers",
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+    "activation_fn",
+    "dropout",
+    "attention_dropout",
+    "activation_dropout",
+    "encoder_layerdrop",
+    "decoder_layerdrop",
 )
 
 
@@ -88,8 +100,10 @@ def document_separator(dict_path: str) -> int:
     from fairseq.data import Dictionary
 
     if not os.path.isfile(dict_path):
-        raise ImportRefused(f"{dict_path}: missing; --global-attention doc-sep needs the dictionary the model is used "
-                            "with (--dict), which must hold <doc-sep>")
+        raise ImportRefused(
+            f"{dict_path}: missing; --global-attention doc-sep needs the dictionary the model is used "
+            "with (--dict), which must hold <doc-sep>"
+        )
     try:
         dictionary = Dictionary.load(dict_path)
     except (ValueError, UnicodeDecodeError) as error:
@@ -113,35 +127,40 @@ def convert_bart_to_led(
     dict_path: Optional[str] = None,
 ) -> Dict:
     """Write ``out_path``; returns a summary with the fairseq-train flags."""
-    import mdsfair
     import torch
     from fairseq import checkpoint_utils
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.models.bart import BARTModel
 
+    import mdsfair
     from mdsfair.checkpoints.record import RECORD_KEY, make_record
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
-    from mdsfair.importers.output import single_file_output
     from mdsfair.importers.hf_led import expected_parameter_names
+    from mdsfair.importers.output import single_file_output
     from mdsfair.modules.self_attention_components import parse_attention_window
 
     mdsfair.register()  # the led architectures; the checkpoint checks that load fairseq checkpoints on torch >= 2.6
     if not os.path.isfile(bart_checkpoint):
-        raise ImportRefused(f"{bart_checkpoint}: missing (the fairseq BART checkpoint, e.g. an mdsfair-import hf-bart model.pt)")
+        raise ImportRefused(
+            f"{bart_checkpoint}: missing (the fairseq BART checkpoint, e.g. an mdsfair-import hf-bart model.pt)"
+        )
     if os.path.isdir(out_path):
         raise ImportRefused(f"{out_path}: is a directory; give the path of the led checkpoint file to write")
     if os.path.lexists(out_path) and not overwrite:
         raise ImportRefused(f"{out_path}: already there; pass --overwrite to replace")
     separator = None
     if global_attention == "doc-sep":
-        separator = document_separator(dict_path or os.path.join(os.path.dirname(os.path.abspath(bart_checkpoint)),
-                                                                 "dict.txt"))
+        separator = document_separator(
+            dict_path or os.path.join(os.path.dirname(os.path.abspath(bart_checkpoint)), "dict.txt")
+        )
     state = checkpoint_utils.load_checkpoint_to_cpu(bart_checkpoint)
     cfg = state["cfg"]["model"] if state.get("cfg") is not None else state["args"]
     arch = _get(cfg, "_name") or _get(cfg, "arch")
     if ARCH_MODEL_REGISTRY.get(arch) is not BARTModel:
-        raise ImportRefused(f"{bart_checkpoint}: arch {arch!r} is not a plain fairseq bart architecture (bart_base, "
-                            "bart_large, an mdsfair-import hf-bart model.pt)")
+        raise ImportRefused(
+            f"{bart_checkpoint}: arch {arch!r} is not a plain fairseq bart architecture (bart_base, "
+            "bart_large, an mdsfair-import hf-bart model.pt)"
+        )
     model_state = state["model"]
     if any("_global_proj." in key for key in model_state):
         raise ImportRefused(f"{bart_checkpoint}: already has global projections (an LED checkpoint?)")
@@ -150,11 +169,14 @@ def convert_bart_to_led(
         raise ImportRefused(f"{bart_checkpoint}: no learned encoder position table (encoder.embed_positions.weight)")
     bart_positions = table.size(0) - 2
     if max_source_positions < bart_positions:
-        raise ImportRefused(f"--max-source-positions {max_source_positions} is below BART's {bart_positions}; LED "
-                            "extends the table, it does not cut it")
+        raise ImportRefused(
+            f"--max-source-positions {max_source_positions} is below BART's {bart_positions}; LED "
+            "extends the table, it does not cut it"
+        )
     stated = {key: _get(cfg, key) for key in FAIRSEQ_BART_KEYS.values() if _get(cfg, key) is not None}
-    sizes = read_encoder_decoder_sizes(stated, bart_checkpoint, {}, keys=FAIRSEQ_BART_KEYS, vocabulary_key=None,
-                                       prefix="cfg.model.", aliases={})
+    sizes = read_encoder_decoder_sizes(
+        stated, bart_checkpoint, {}, keys=FAIRSEQ_BART_KEYS, vocabulary_key=None, prefix="cfg.model.", aliases={}
+    )
     check_encoder_decoder_weights(sizes, model_state, bart_checkpoint)  # before anything is built or written
     layers = sizes.value("encoder_layers")
     try:
@@ -170,9 +192,16 @@ def convert_bart_to_led(
         if value is not None:
             flags += ["--" + name.replace("_", "-"), str(value)]
     flags += [
-        "--max-encoder-positions", str(max_source_positions), "--max-source-positions", str(max_source_positions),
-        "--max-target-positions", str(model_state["decoder.embed_positions.weight"].size(0) - 2),
-        "--attention-window", attention_window, "--global-attention", global_attention,
+        "--max-encoder-positions",
+        str(max_source_positions),
+        "--max-source-positions",
+        str(max_source_positions),
+        "--max-target-positions",
+        str(model_state["decoder.embed_positions.weight"].size(0) - 2),
+        "--attention-window",
+        attention_window,
+        "--global-attention",
+        global_attention,
     ]
     args = training_namespace(led_arch, flags)
     for name in ("share_all_embeddings", "share_decoder_input_output_embed"):
@@ -201,40 +230,72 @@ def convert_bart_to_led(
     record = make_record(data, converted) if data else None
     with single_file_output(out_path, overwrite) as temporary:  # a whole file or none (error, Ctrl-C)
         save_fairseq_checkpoint(temporary, args, converted, record)
-    return {"out": out_path, "arch": led_arch, "bart_positions": bart_positions, "copies": -(-max_source_positions // bart_positions),
-            "windows": windows, "train_flags": flags}
+    return {
+        "out": out_path,
+        "arch": led_arch,
+        "bart_positions": bart_positions,
+        "copies": -(-max_source_positions // bart_positions),
+        "windows": windows,
+        "train_flags": flags,
+    }
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mdsfair-import bart-to-led",
         description="Make an led checkpoint from a fairseq BART checkpoint as LED was made (Beltagy et al. 2020, "
-                    "Sec. 6): the encoder position table copied until it has --max-source-positions rows, global "
-                    "q/k/v projections initialised from the local ones.",
+        "Sec. 6): the encoder position table copied until it has --max-source-positions rows, global "
+        "q/k/v projections initialised from the local ones.",
     )
-    parser.add_argument("bart_checkpoint", help="fairseq bart_* checkpoint (e.g. OUT_DIR/model.pt of mdsfair-import hf-bart)")
+    parser.add_argument(
+        "bart_checkpoint", help="fairseq bart_* checkpoint (e.g. OUT_DIR/model.pt of mdsfair-import hf-bart)"
+    )
     parser.add_argument("out", help="the led checkpoint to write (for fairseq-train --restore-file)")
-    parser.add_argument("--max-source-positions", type=at_least(1), default=16384,
-                        help="rows of the new encoder position table (default 16384: LED's, BART's 1,024 copied 16 times)")
-    parser.add_argument("--attention-window", default="1024",
-                        help="Longformer window, one even number or one per encoder layer (default 1024, "
-                             "allenai/led-*-16384's)")
-    parser.add_argument("--global-attention", choices=("first", "doc-sep", "documents"), default="first",
-                        help="global tokens recorded in the checkpoint (default first: LED's)")
-    parser.add_argument("--dict", help="with --global-attention doc-sep: the dictionary the model is used with, which "
-                                       "must hold <doc-sep> (default: dict.txt beside BART_CHECKPOINT)")
+    parser.add_argument(
+        "--max-source-positions",
+        type=at_least(1),
+        default=16384,
+        help="rows of the new encoder position table (default 16384: LED's, BART's 1,024 copied 16 times)",
+    )
+    parser.add_argument(
+        "--attention-window",
+        default="1024",
+        help="Longformer window, one even number or one per encoder layer (default 1024, allenai/led-*-16384's)",
+    )
+    parser.add_argument(
+        "--global-attention",
+        choices=("first", "doc-sep", "documents"),
+        default="first",
+        help="global tokens recorded in the checkpoint (default first: LED's)",
+    )
+    parser.add_argument(
+        "--dict",
+        help="with --global-attention doc-sep: the dictionary the model is used with, which "
+        "must hold <doc-sep> (default: dict.txt beside BART_CHECKPOINT)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace OUT when it exists")
     args = parser.parse_args(argv)
     try:
-        summary = convert_bart_to_led(args.bart_checkpoint, args.out, args.max_source_positions, args.attention_window,
-                                      args.global_attention, args.overwrite, args.dict)
+        summary = convert_bart_to_led(
+            args.bart_checkpoint,
+            args.out,
+            args.max_source_positions,
+            args.attention_window,
+            args.global_attention,
+            args.overwrite,
+            args.dict,
+        )
     except ImportRefused as error:
         print(f"mdsfair-import bart-to-led: error: {error}", file=sys.stderr)
         return 1
-    print(f"wrote {summary['out']} (arch {summary['arch']}): encoder positions {summary['bart_positions']} -> "
-          f"{args.max_source_positions} ({summary['copies']} copies), global q/k/v = local q/k/v")
+    print(
+        f"wrote {summary['out']} (arch {summary['arch']}): encoder positions {summary['bart_positions']} -> "
+        f"{args.max_source_positions} ({summary['copies']} copies), global q/k/v = local q/k/v"
+    )
     print("next:")
-    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
-          f"{' '.join(summary['train_flags'])} --restore-file {summary['out']} --reset-optimizer --reset-dataloader "
-          "--reset-meters ...")
+    print(
+        f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
+        f"{' '.join(summary['train_flags'])} --restore-file {summary['out']} --reset-optimizer --reset-dataloader "
+        "--reset-meters ..."
+    )
     return 0

@@ -8,6 +8,7 @@ nothing heavy; any other run calls :func:`mdsfair.register` first, since
 nothing (fairseq's registries and mdsfair's checkpoint checks, without which
 ``checkpoint_utils.load_checkpoint_to_cpu`` fails on torch >= 2.6).
 """
+
 import importlib
 import importlib.util
 import sys
@@ -15,15 +16,15 @@ from typing import Dict, List, Optional
 
 IMPORT_KINDS: Dict[str, str] = {
     "hf-bart": "Hugging Face BART model directory (config.json, model.safetensors or pytorch_model.bin, "
-               "vocab.json, merges.txt) -> fairseq BART model.pt + dict.txt, encoder.json, vocab.bpe",
+    "vocab.json, merges.txt) -> fairseq BART model.pt + dict.txt, encoder.json, vocab.bpe",
     "pagesum": "PageSum's released PageSumModel state dict (yixinL7/PageSum) + its BART config "
-               "-> a pagesum_bart checkpoint with the authors' page settings",
+    "-> a pagesum_bart checkpoint with the authors' page settings",
     "hiersumm": "hiersumm's released OpenNMT-style checkpoint (nlpyang/hiersumm) + its SentencePiece "
-                "model -> a hiertransformer_hiersumm checkpoint, dictionary and data-bin manifest",
+    "model -> a hiertransformer_hiersumm checkpoint, dictionary and data-bin manifest",
     "bart-to-led": "a fairseq BART checkpoint -> an led_* checkpoint as LED was made (encoder positions copied to "
-                   "--max-source-positions, global q/k/v = local q/k/v), for fairseq-train --restore-file",
+    "--max-source-positions, global q/k/v = local q/k/v), for fairseq-train --restore-file",
     "hf-led": "Hugging Face LED / PRIMERA model directory -> an led checkpoint (led_*, primera) + dict.txt, "
-              "encoder.json, vocab.bpe",
+    "encoder.json, vocab.bpe",
 }
 
 EXPORT_KINDS: Dict[str, str] = {
@@ -72,8 +73,9 @@ def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[Lis
         print(f"{program} {kind}: error: {os_error_message(error)}; nothing written", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # the output's staging folder is already removed (mdsfair.importers.output)
-        print(f"{program} {kind}: interrupted; nothing written (the output is as it was before the run)",
-              file=sys.stderr)
+        print(
+            f"{program} {kind}: interrupted; nothing written (the output is as it was before the run)", file=sys.stderr
+        )
         return 130
     return int(result or 0)
 

@@ -27,6 +27,7 @@ are given; :data:`HF_ALIASES` reads them the same way and refuses a file
 whose alias and key disagree, since which one the model was trained with is
 then not clear.
 """
+
 import json
 import re
 from dataclasses import dataclass, field
@@ -35,8 +36,11 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 from mdsfair.importers import ImportRefused
 
 #: ``PretrainedConfig.attribute_map`` of ``BartConfig`` and ``LEDConfig``: alias -> key.
-HF_ALIASES = {"num_attention_heads": "encoder_attention_heads", "hidden_size": "d_model",
-              "num_hidden_layers": "encoder_layers"}
+HF_ALIASES = {
+    "num_attention_heads": "encoder_attention_heads",
+    "hidden_size": "d_model",
+    "num_hidden_layers": "encoder_layers",
+}
 
 _REQUIRED = object()
 
@@ -67,8 +71,10 @@ def config_value(config: Mapping, key: str, path: str, aliases: Mapping[str, str
     alias = next((a for a, target in aliases.items() if target == key and a in config), None)
     if alias is not None:
         if key in config and config[key] != config[alias]:
-            raise ImportRefused(f"{path}: {alias} {shown(config[alias])} and {key} {shown(config[key])} disagree "
-                                f"(Hugging Face reads {alias} as {key}); give one value")
+            raise ImportRefused(
+                f"{path}: {alias} {shown(config[alias])} and {key} {shown(config[key])} disagree "
+                f"(Hugging Face reads {alias} as {key}); give one value"
+            )
         return config[alias]
     if key in config:
         return config[key]
@@ -77,8 +83,15 @@ def config_value(config: Mapping, key: str, path: str, aliases: Mapping[str, str
     return default
 
 
-def config_integer(config: Mapping, key: str, path: str, minimum: int = 1, default=_REQUIRED,
-                   aliases: Mapping[str, str] = HF_ALIASES, prefix: str = "") -> int:
+def config_integer(
+    config: Mapping,
+    key: str,
+    path: str,
+    minimum: int = 1,
+    default=_REQUIRED,
+    aliases: Mapping[str, str] = HF_ALIASES,
+    prefix: str = "",
+) -> int:
     """The integer size ``key`` of ``config`` (read from ``path``), checked
     by :func:`checked_integer`; ``prefix`` is how messages name the mapping
     (``opt.`` for a checkpoint's options)."""
@@ -88,8 +101,10 @@ def config_integer(config: Mapping, key: str, path: str, minimum: int = 1, defau
 def check_divides(path: str, heads_name: str, heads: int, width_name: str, width: int) -> None:
     """Attention heads split the model width evenly, or the file is refused."""
     if width % heads:
-        raise ImportRefused(f"{path}: {heads_name} {heads} does not divide {width_name} {width} (each head takes "
-                            f"{width_name} / {heads_name} of the width)")
+        raise ImportRefused(
+            f"{path}: {heads_name} {heads} does not divide {width_name} {width} (each head takes "
+            f"{width_name} / {heads_name} of the width)"
+        )
 
 
 def check_dimension(path: str, name: str, value: int, weights_path: str, tensor_name: str, tensor, dim: int) -> None:
@@ -97,8 +112,9 @@ def check_dimension(path: str, name: str, value: int, weights_path: str, tensor_
     is the size ``name`` = ``value`` of the configuration at ``path``."""
     shape = tuple(tensor.shape)
     if len(shape) <= dim or shape[dim] != value:
-        raise ImportRefused(f"{path}: {name} {value} does not match the weights: {tensor_name} in {weights_path} "
-                            f"has shape {shape}")
+        raise ImportRefused(
+            f"{path}: {name} {value} does not match the weights: {tensor_name} in {weights_path} has shape {shape}"
+        )
 
 
 # ------------------------------------------------------------ encoder-decoder
@@ -107,13 +123,24 @@ def check_dimension(path: str, name: str, value: int, weights_path: str, tensor_
 #: The roles of an encoder-decoder configuration's sizes; the keys naming them
 #: differ by format (Hugging Face's ``d_model``, fairseq's ``encoder_embed_dim``).
 ROLES = ("width", "encoder_layers", "decoder_layers", "encoder_heads", "decoder_heads", "encoder_ffn", "decoder_ffn")
-HF_BART_KEYS = {"width": "d_model", "encoder_layers": "encoder_layers", "decoder_layers": "decoder_layers",
-                "encoder_heads": "encoder_attention_heads", "decoder_heads": "decoder_attention_heads",
-                "encoder_ffn": "encoder_ffn_dim", "decoder_ffn": "decoder_ffn_dim"}
-FAIRSEQ_BART_KEYS = {"width": "encoder_embed_dim", "encoder_layers": "encoder_layers",
-                     "decoder_layers": "decoder_layers", "encoder_heads": "encoder_attention_heads",
-                     "decoder_heads": "decoder_attention_heads", "encoder_ffn": "encoder_ffn_embed_dim",
-                     "decoder_ffn": "decoder_ffn_embed_dim"}
+HF_BART_KEYS = {
+    "width": "d_model",
+    "encoder_layers": "encoder_layers",
+    "decoder_layers": "decoder_layers",
+    "encoder_heads": "encoder_attention_heads",
+    "decoder_heads": "decoder_attention_heads",
+    "encoder_ffn": "encoder_ffn_dim",
+    "decoder_ffn": "decoder_ffn_dim",
+}
+FAIRSEQ_BART_KEYS = {
+    "width": "encoder_embed_dim",
+    "encoder_layers": "encoder_layers",
+    "decoder_layers": "decoder_layers",
+    "encoder_heads": "encoder_attention_heads",
+    "decoder_heads": "decoder_attention_heads",
+    "encoder_ffn": "encoder_ffn_embed_dim",
+    "decoder_ffn": "decoder_ffn_embed_dim",
+}
 
 
 @dataclass(frozen=True)
@@ -136,24 +163,38 @@ class EncoderDecoderSizes:
         return f"{self.prefix}{key} {value}"
 
 
-def read_encoder_decoder_sizes(config: Mapping, path: str, position_keys: Mapping[str, str],
-                               keys: Mapping[str, str] = HF_BART_KEYS, position_offset: int = 2,
-                               vocabulary_key: Optional[str] = "vocab_size", prefix: str = "",
-                               aliases: Mapping[str, str] = HF_ALIASES) -> EncoderDecoderSizes:
+def read_encoder_decoder_sizes(
+    config: Mapping,
+    path: str,
+    position_keys: Mapping[str, str],
+    keys: Mapping[str, str] = HF_BART_KEYS,
+    position_offset: int = 2,
+    vocabulary_key: Optional[str] = "vocab_size",
+    prefix: str = "",
+    aliases: Mapping[str, str] = HF_ALIASES,
+) -> EncoderDecoderSizes:
     """Every size of :data:`ROLES` (named by ``keys``), the position tables
     (``position_keys``: part -> key) and the vocabulary (when present) as
     checked integers; the heads must divide the width."""
-    sizes = {role: (keys[role], config_integer(config, keys[role], path, aliases=aliases, prefix=prefix))
-             for role in ROLES}
+    sizes = {
+        role: (keys[role], config_integer(config, keys[role], path, aliases=aliases, prefix=prefix)) for role in ROLES
+    }
     for part, key in position_keys.items():
         sizes[f"{part}_positions"] = (key, config_integer(config, key, path, aliases=aliases, prefix=prefix))
     if vocabulary_key is not None and config_value(config, vocabulary_key, path, aliases, None) is not None:
-        sizes["vocabulary"] = (vocabulary_key, config_integer(config, vocabulary_key, path, aliases=aliases,
-                                                              prefix=prefix))
+        sizes["vocabulary"] = (
+            vocabulary_key,
+            config_integer(config, vocabulary_key, path, aliases=aliases, prefix=prefix),
+        )
     result = EncoderDecoderSizes(path, sizes, position_offset, prefix)
     for part in ("encoder", "decoder"):
-        check_divides(path, prefix + keys[f"{part}_heads"], result.value(f"{part}_heads"), prefix + keys["width"],
-                      result.value("width"))
+        check_divides(
+            path,
+            prefix + keys[f"{part}_heads"],
+            result.value(f"{part}_heads"),
+            prefix + keys["width"],
+            result.value("width"),
+        )
     return result
 
 
@@ -178,10 +219,17 @@ def check_layer_count(sizes_path: str, name: str, value: int, state: Mapping, st
     ``stem`` in the weights."""
     present = layer_indices(state, stem)
     if present != list(range(value)):
-        held = (f"layers {present[0]}-{present[-1]}" if present == list(range(len(present))) and present
-                else f"the layers {present[:8]}" if present else "no layers")
-        raise ImportRefused(f"{sizes_path}: {name} does not match the weights: {weights_path} holds {held} under "
-                            f"{stem}.N ({len(present)} layers)")
+        held = (
+            f"layers {present[0]}-{present[-1]}"
+            if present == list(range(len(present))) and present
+            else f"the layers {present[:8]}"
+            if present
+            else "no layers"
+        )
+        raise ImportRefused(
+            f"{sizes_path}: {name} does not match the weights: {weights_path} holds {held} under "
+            f"{stem}.N ({len(present)} layers)"
+        )
 
 
 def check_shape(sizes: EncoderDecoderSizes, weights_path: str, name: str, tensor, expected: Sequence) -> None:
@@ -200,10 +248,13 @@ def check_shape(sizes: EncoderDecoderSizes, weights_path: str, name: str, tensor
         for actual, (role, want, extra) in zip(shape, dims):
             if actual != want and isinstance(role, str):
                 rows = f" (expected {sizes.sizes[role][0]} + {extra} = {want} rows)" if extra else ""
-                raise ImportRefused(f"{sizes.path}: {sizes.named(role)} does not match the weights: {name} in "
-                                    f"{weights_path} has shape {shape}{rows}")
-    raise ImportRefused(f"{weights_path}: {name} has shape {shape}, but {sizes.path} describes "
-                        f"{tuple(want for _, want, _ in dims)}")
+                raise ImportRefused(
+                    f"{sizes.path}: {sizes.named(role)} does not match the weights: {name} in "
+                    f"{weights_path} has shape {shape}{rows}"
+                )
+    raise ImportRefused(
+        f"{weights_path}: {name} has shape {shape}, but {sizes.path} describes {tuple(want for _, want, _ in dims)}"
+    )
 
 
 def check_encoder_decoder_weights(sizes: EncoderDecoderSizes, state: Mapping, weights_path: str) -> None:
@@ -215,15 +266,21 @@ def check_encoder_decoder_weights(sizes: EncoderDecoderSizes, state: Mapping, we
     tables' rows."""
     prefix = weights_prefix(state)
     vocabulary = "vocabulary" if "vocabulary" in sizes.sizes else None
-    for name in (prefix + "shared.weight", prefix + "encoder.embed_tokens.weight",
-                 prefix + "decoder.embed_tokens.weight", "lm_head.weight", "decoder.output_projection.weight"):
+    for name in (
+        prefix + "shared.weight",
+        prefix + "encoder.embed_tokens.weight",
+        prefix + "decoder.embed_tokens.weight",
+        "lm_head.weight",
+        "decoder.output_projection.weight",
+    ):
         if name in state:
             rows = vocabulary or state[name].shape[0]
             check_shape(sizes, weights_path, name, state[name], (rows, "width"))
     for part in ("encoder", "decoder"):
         stem = f"{prefix}{part}.layers"
-        check_layer_count(sizes.path, sizes.named(f"{part}_layers"), sizes.value(f"{part}_layers"), state, stem,
-                          weights_path)
+        check_layer_count(
+            sizes.path, sizes.named(f"{part}_layers"), sizes.value(f"{part}_layers"), state, stem, weights_path
+        )
         ffn = f"{part}_ffn"
         for name, tensor in state.items():
             if not name.startswith(stem + ".") or tensor.dim() not in (1, 2):
@@ -242,5 +299,10 @@ def check_encoder_decoder_weights(sizes: EncoderDecoderSizes, state: Mapping, we
                 check_shape(sizes, weights_path, name, state[name], ("width",))
         positions = f"{prefix}{part}.embed_positions.weight"
         if f"{part}_positions" in sizes.sizes and positions in state:
-            check_shape(sizes, weights_path, positions, state[positions],
-                        ((f"{part}_positions", sizes.position_offset), "width"))
+            check_shape(
+                sizes,
+                weights_path,
+                positions,
+                state[positions],
+                ((f"{part}_positions", sizes.position_offset), "width"),
+            )

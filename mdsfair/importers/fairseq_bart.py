@@ -38,6 +38,7 @@ So the command is the README's:
 ``fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch ARCH
 --restore-file bart.large/model.pt --reset-optimizer --reset-dataloader --reset-meters``.
 """
+
 import argparse
 import logging
 import os
@@ -53,8 +54,9 @@ def training_namespace(arch: str, flags: Sequence[str] = (), task: str = TASK, d
     """The namespace ``fairseq-train DATA --task TASK --arch ARCH FLAGS`` builds,
     every model argument set by the architecture's defaults where ``flags``
     leave it."""
-    import mdsfair
     from fairseq import options
+
+    import mdsfair
 
     mdsfair.register()  # the task and the mdsfair architectures
 
@@ -89,8 +91,9 @@ def checkpoint_state(args: argparse.Namespace, model_state: Dict[str, torch.Tens
     }
 
 
-def save_fairseq_checkpoint(path: str, args: argparse.Namespace, model_state: Dict[str, torch.Tensor],
-                            record: Optional[Dict] = None) -> str:
+def save_fairseq_checkpoint(
+    path: str, args: argparse.Namespace, model_state: Dict[str, torch.Tensor], record: Optional[Dict] = None
+) -> str:
     """Write ``model_state`` with ``args`` as a fairseq checkpoint at ``path``;
     ``record`` (:func:`mdsfair.importers.output.import_record`: the
     fingerprints of the dictionary and subword files, the weights' checksum)

@@ -69,6 +69,7 @@ both ways, :mod:`mdsfair.importers.hf_export` writes the Hugging Face
 directory (as for LED); this module builds the fairseq architecture flags
 and runs the two commands.
 """
+
 import argparse
 import json
 import os
@@ -94,7 +95,6 @@ from mdsfair.importers.hf_export import (
     tokenizer_config,
     write_hf_directory,
 )
-
 
 # -------------------------------------------------------------- architecture
 
@@ -152,17 +152,24 @@ def training_flags(shape: BartShape, arch_flags: List[str]) -> List[str]:
     return arch_flags + (position_flags(shape) if shape.max_positions != 1024 else [])
 
 
-def checkpoint_namespace(shape: BartShape, arch: str, flags: List[str], extra: Iterable[str] = ()) -> argparse.Namespace:
+def checkpoint_namespace(
+    shape: BartShape, arch: str, flags: List[str], extra: Iterable[str] = ()
+) -> argparse.Namespace:
     """The training namespace recorded in the checkpoint (dropouts from the
     Hugging Face config, tying as converted)."""
     from mdsfair.importers.fairseq_bart import training_namespace
 
     dropouts = [
-        "--dropout", str(shape.dropout),
-        "--attention-dropout", str(shape.attention_dropout),
-        "--activation-dropout", str(shape.activation_dropout),
-        "--encoder-layerdrop", str(shape.encoder_layerdrop),
-        "--decoder-layerdrop", str(shape.decoder_layerdrop),
+        "--dropout",
+        str(shape.dropout),
+        "--attention-dropout",
+        str(shape.attention_dropout),
+        "--activation-dropout",
+        str(shape.activation_dropout),
+        "--encoder-layerdrop",
+        str(shape.encoder_layerdrop),
+        "--decoder-layerdrop",
+        str(shape.decoder_layerdrop),
     ]
     args = training_namespace(arch, [*flags, *position_flags(shape), *dropouts, *extra])
     if not shape.tied_output:
@@ -245,10 +252,16 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     generate, generation_notes = generation_flags(hf_dir)  # checked before anything is written
     with ImportOutput(out_dir, overwrite, "mdsfair-import hf-bart") as output:  # lock, stage, commit
         files.write(output.staging)
-        manifest = gpt2_manifest(output.staging, {"kind": "hf-bart", "path": os.path.abspath(hf_dir),
-                                                  "weights": os.path.basename(weights_path)})
-        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state,
-                                import_record(output.staging, out_dir, manifest, fairseq_state))
+        manifest = gpt2_manifest(
+            output.staging,
+            {"kind": "hf-bart", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
+        )
+        save_fairseq_checkpoint(
+            output.path("model.pt"),
+            args,
+            fairseq_state,
+            import_record(output.staging, out_dir, manifest, fairseq_state),
+        )
         output.commit(manifest)
     notes = list(generation_notes)
     if shape.scale_embedding:
@@ -285,31 +298,48 @@ def print_import_summary(summary: Dict, dictionary_note: str = "", out=None) -> 
     out = out or sys.stdout
     out_dir = summary["out_dir"]
     print(f"converted {summary['source']}", file=out)
-    print(f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
-          f"{dictionary_note}), encoder.json, vocab.bpe", file=out)
+    print(
+        f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
+        f"{dictionary_note}), encoder.json, vocab.bpe",
+        file=out,
+    )
     for note in summary["notes"]:
         print(f"note: {note}", file=out)
     print_next_preprocess_command(out_dir, out, summary.get("preprocess_flags", ()))
-    print(f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
-          f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
-          "--reset-meters ...", file=out)
+    print(
+        f"  fairseq-train DATA --user-dir mdsfair --task multidoc_summarization --arch {summary['arch']} "
+        f"{' '.join(summary['arch_flags'])} --restore-file {out_dir}/model.pt --reset-optimizer --reset-dataloader "
+        "--reset-meters ...",
+        file=out,
+    )
     task_flags = "".join(flag + " " for flag in summary.get("generate_task_flags", ()))
-    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization {task_flags}--path "
-          f"{out_dir}/model.pt {' '.join(summary['generate_flags'])}", file=out)
+    print(
+        f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization {task_flags}--path "
+        f"{out_dir}/model.pt {' '.join(summary['generate_flags'])}",
+        file=out,
+    )
 
 
 def print_next_preprocess_command(out_dir: str, out, extra_flags: Iterable[str] = ()) -> None:
     """Print "next:" and the mdsfair-preprocess command that uses an import's
     GPT-2 files (and ``extra_flags``)."""
     print("next:", file=out)
-    print(f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
-          f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt" + "".join(" " + flag for flag in extra_flags),
-          file=out)
+    print(
+        f"  mdsfair-preprocess --input-dir RAW --destdir DATA --subword gpt2 --gpt2-encoder-json {out_dir}/encoder.json "
+        f"--gpt2-vocab-bpe {out_dir}/vocab.bpe --dict {out_dir}/dict.txt" + "".join(" " + flag for flag in extra_flags),
+        file=out,
+    )
 
 
-def run_import_cli(kind: str, description: str, hf_dir_help: str, tokenizer_dir_help: str,
-                   convert: Callable[..., Dict], print_result: Callable[[Dict], None],
-                   argv: Optional[List[str]]) -> int:
+def run_import_cli(
+    kind: str,
+    description: str,
+    hf_dir_help: str,
+    tokenizer_dir_help: str,
+    convert: Callable[..., Dict],
+    print_result: Callable[[Dict], None],
+    argv: Optional[List[str]],
+) -> int:
     """``mdsfair-import KIND HF_DIR OUT_DIR`` of a Hugging Face model
     directory: ``convert(hf_dir, out_dir, overwrite=..., tokenizer_dir=...)``
     and ``print_result`` of its summary; a refusal printed as
@@ -338,7 +368,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         "Hugging Face model directory: config.json, model.safetensors or pytorch_model.bin (or their sharded "
         "index), vocab.json, merges.txt",
         "directory with vocab.json and merges.txt when not in HF_DIR",
-        import_hf_bart, print_summary, argv,
+        import_hf_bart,
+        print_summary,
+        argv,
     )
 
 
@@ -359,16 +391,36 @@ def export_hf_bart(
     num_rows, d_model = hf_state["model.shared.weight"].shape
     positions = hf_state["model.encoder.embed_positions.weight"].size(0) - 2
     if hf_state["model.decoder.embed_positions.weight"].size(0) - 2 != positions:
-        raise ImportRefused(f"{checkpoint}: encoder and decoder position tables differ in size; Hugging Face BART has one size")
+        raise ImportRefused(
+            f"{checkpoint}: encoder and decoder position tables differ in size; Hugging Face BART has one size"
+        )
     vocab = hf_vocabulary(dict_path, encoder_json, num_rows)
     merges = read_merges(vocab_bpe)
-    config = hf_config("bart", "BartForConditionalGeneration", model_cfg, num_rows, d_model, layers,
-                       positions={"max_position_embeddings": positions}, tied=tied,
-                       embedding={"scale_embedding": not cfg_value(model_cfg, "no_scale_embedding", True)},
-                       generation={"forced_eos_token_id": 2})
-    names = write_hf_directory("hf-bart", checkpoint, [checkpoint, dict_path, encoder_json, vocab_bpe], out_dir,
-                               overwrite, config, vocab, merges, tokenizer_config("BartTokenizer", positions), hf_state,
-                               weights_format)
+    config = hf_config(
+        "bart",
+        "BartForConditionalGeneration",
+        model_cfg,
+        num_rows,
+        d_model,
+        layers,
+        positions={"max_position_embeddings": positions},
+        tied=tied,
+        embedding={"scale_embedding": not cfg_value(model_cfg, "no_scale_embedding", True)},
+        generation={"forced_eos_token_id": 2},
+    )
+    names = write_hf_directory(
+        "hf-bart",
+        checkpoint,
+        [checkpoint, dict_path, encoder_json, vocab_bpe],
+        out_dir,
+        overwrite,
+        config,
+        vocab,
+        merges,
+        tokenizer_config("BartTokenizer", positions),
+        hf_state,
+        weights_format,
+    )
     return {"out_dir": out_dir, "config": config, "files": names}
 
 
@@ -378,5 +430,6 @@ def export_cli_main(argv: Optional[List[str]] = None) -> int:
         "Write a Hugging Face BART model directory (config.json, weights, vocab.json, merges.txt, "
         "tokenizer_config.json) for a plain fairseq bart_* checkpoint.",
         "fairseq checkpoint of a bart_* architecture (e.g. checkpoints/checkpoint_best.pt)",
-        export_hf_bart, argv,
+        export_hf_bart,
+        argv,
     )

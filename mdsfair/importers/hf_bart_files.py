@@ -4,6 +4,7 @@ not) and the tokenizer and vocabulary files in both directions (``vocab.json``
 / ``merges.txt`` <-> fairseq ``dict.txt``, ``encoder.json``, ``vocab.bpe``);
 the module docstring of :mod:`mdsfair.importers.hf_bart` explains the
 vocabulary mapping."""
+
 import json
 import os
 import pickle
@@ -44,12 +45,21 @@ def shard_file_name(index_path: str, tensor: object, shard: object) -> str:
     """A shard named by the weight map: a plain file name inside the model
     directory (no folder, no ``..``, not absolute), else refused."""
     if not isinstance(tensor, str) or not isinstance(shard, str):
-        raise ImportRefused(f"{index_path}: the weight map must map tensor names to shard file names, got "
-                            f"{tensor!r}: {shard!r}")
-    if (not shard or shard in (".", "..") or os.path.isabs(shard) or os.path.basename(shard) != shard
-            or "/" in shard or "\\" in shard):
-        raise ImportRefused(f"{index_path}: shard {shard!r} (of {tensor!r}) is not a plain file name in the model "
-                            "directory; an index may only name files beside it")
+        raise ImportRefused(
+            f"{index_path}: the weight map must map tensor names to shard file names, got {tensor!r}: {shard!r}"
+        )
+    if (
+        not shard
+        or shard in (".", "..")
+        or os.path.isabs(shard)
+        or os.path.basename(shard) != shard
+        or "/" in shard
+        or "\\" in shard
+    ):
+        raise ImportRefused(
+            f"{index_path}: shard {shard!r} (of {tensor!r}) is not a plain file name in the model "
+            "directory; an index may only name files beside it"
+        )
     return shard
 
 
@@ -61,7 +71,9 @@ def load_tensor_file(path: str):
         try:
             from safetensors.torch import load_file
         except ImportError as error:
-            raise ImportRefused(f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)") from error
+            raise ImportRefused(
+                f"{path}: reading .safetensors needs the safetensors package (pip install safetensors)"
+            ) from error
         try:
             return load_file(path, device="cpu")
         except Exception as error:  # safetensors' SafetensorError: truncated or not a safetensors file
@@ -103,8 +115,10 @@ def load_hf_weights(model_dir: str) -> Tuple[Dict, str]:
                     raise ImportRefused(f"{shard_path}: missing (listed in {index_path})")
                 for tensor, value in load_tensor_file(shard_path).items():
                     if tensor in state:
-                        raise ImportRefused(f"{index_path}: tensor {tensor!r} is in two shards, {source[tensor]} and "
-                                            f"{shard}; which one the model holds is not clear")
+                        raise ImportRefused(
+                            f"{index_path}: tensor {tensor!r} is in two shards, {source[tensor]} and "
+                            f"{shard}; which one the model holds is not clear"
+                        )
                     state[tensor], source[tensor] = value, shard
             return state, index_path
     raise ImportRefused(
@@ -141,8 +155,9 @@ def read_merges(path: str) -> List[str]:
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")
             except UnicodeDecodeError as error:
-                raise ImportRefused(f"{path}:{number}: not UTF-8 text (byte {error.start} of the line); the BPE "
-                                    "merges must be UTF-8") from None
+                raise ImportRefused(
+                    f"{path}:{number}: not UTF-8 text (byte {error.start} of the line); the BPE merges must be UTF-8"
+                ) from None
             if not line or (number == 1 and line.startswith("#version")):
                 continue
             parts = line.split(" ")
@@ -171,9 +186,15 @@ def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
         )
     for token, token_id in added.items():
         if token in vocab and vocab[token] != token_id:
-            raise ImportRefused(f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in vocab.json")
+            raise ImportRefused(
+                f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in vocab.json"
+            )
     config_path = os.path.join(tokenizer_dir, "tokenizer_config.json")
-    prefix_space = read_json(config_path, "tokenizer config", dict).get("add_prefix_space") if os.path.isfile(config_path) else None
+    prefix_space = (
+        read_json(config_path, "tokenizer config", dict).get("add_prefix_space")
+        if os.path.isfile(config_path)
+        else None
+    )
     pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
     for node in [pre_tokenizer] + list(pre_tokenizer.get("pretokenizers") or []):
         if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
@@ -260,4 +281,3 @@ def hf_vocabulary(dict_path: str, encoder_json: str, num_rows: int) -> Dict[str,
             raise ImportRefused(f"{dict_path}: one row short of the model and <mask> already present")
         vocab[MASK] = num_rows - 1  # the denoising task's <mask> row, kept in the checkpoint
     return vocab
-

@@ -3,6 +3,7 @@ mdsfair's BART importer and exporter (:mod:`mdsfair.importers.hf_bart`, whose
 module docstring lists the cases: embedding scale folded, tied or untied
 head, ``final_logits_bias``); the architecture's shape read from
 ``config.json``."""
+
 import json
 import math
 from collections import OrderedDict
@@ -25,7 +26,12 @@ ACTIVATIONS = {
 
 # Per-layer parameter modules, identical names in both libraries.
 ATTENTION = ("k_proj", "v_proj", "q_proj", "out_proj")
-ENCODER_LAYER_MODULES = tuple(f"self_attn.{p}" for p in ATTENTION) + ("self_attn_layer_norm", "fc1", "fc2", "final_layer_norm")
+ENCODER_LAYER_MODULES = tuple(f"self_attn.{p}" for p in ATTENTION) + (
+    "self_attn_layer_norm",
+    "fc1",
+    "fc2",
+    "final_layer_norm",
+)
 DECODER_LAYER_MODULES = (
     tuple(f"self_attn.{p}" for p in ATTENTION)
     + ("self_attn_layer_norm",)
@@ -79,8 +85,9 @@ class BartShape:
         return math.sqrt(self.embed_dim) if self.scale_embedding else 1.0
 
 
-def bart_shape(config: Dict, path: str, position_keys: Dict[str, str] = BART_POSITION_KEYS,
-               position_offset: int = 2) -> BartShape:
+def bart_shape(
+    config: Dict, path: str, position_keys: Dict[str, str] = BART_POSITION_KEYS, position_offset: int = 2
+) -> BartShape:
     """Check a Hugging Face ``config.json`` (already read from ``path``) is
     BART and return its shape; refuse what fairseq's BART cannot compute.
     Its sizes are read by :func:`mdsfair.importers.config_checks.read_encoder_decoder_sizes`
@@ -104,7 +111,12 @@ def bart_shape(config: Dict, path: str, position_keys: Dict[str, str] = BART_POS
                 "fairseq's bart architectures are post-LayerNorm with an embedding LayerNorm and no extra "
                 "final LayerNorm or logits bias"
             )
-    for name, fairseq_id in (("bos_token_id", 0), ("pad_token_id", 1), ("eos_token_id", 2), ("decoder_start_token_id", 2)):
+    for name, fairseq_id in (
+        ("bos_token_id", 0),
+        ("pad_token_id", 1),
+        ("eos_token_id", 2),
+        ("decoder_start_token_id", 2),
+    ):
         value = config.get(name, fairseq_id)
         if value is not None and value != fairseq_id:
             raise ImportRefused(
@@ -206,13 +218,22 @@ def fairseq_state_from_hf(
         output_projection = None
     else:
         if lm_head is None:
-            raise ImportRefused(f"{source}: lm_head.weight is missing and config.json does not tie it (tie_word_embeddings=false)")
+            raise ImportRefused(
+                f"{source}: lm_head.weight is missing and config.json does not tie it (tie_word_embeddings=false)"
+            )
         output_projection = lm_head
-    for name, tensor in [*embeddings.items(), *([("lm_head", output_projection)] if output_projection is not None else [])]:
+    for name, tensor in [
+        *embeddings.items(),
+        *([("lm_head", output_projection)] if output_projection is not None else []),
+    ]:
         if tensor.shape != fallback.shape:
-            raise ImportRefused(f"{source}: the {name} embedding {tuple(tensor.shape)} differs in shape from {tuple(fallback.shape)}")
+            raise ImportRefused(
+                f"{source}: the {name} embedding {tuple(tensor.shape)} differs in shape from {tuple(fallback.shape)}"
+            )
     if fallback.size(1) != shape.embed_dim:
-        raise ImportRefused(f"{source}: the embedding has width {fallback.size(1)}, config d_model is {shape.embed_dim}")
+        raise ImportRefused(
+            f"{source}: the embedding has width {fallback.size(1)}, config d_model is {shape.embed_dim}"
+        )
 
     bias = optional("final_logits_bias")
     if bias is not None and bias.abs().max().item() != 0:
@@ -368,4 +389,3 @@ def hf_state_from_fairseq(state: Dict, path: str) -> Tuple["OrderedDict", bool, 
         raise ImportRefused(f"{path}: weights Hugging Face BART has no place for: {', '.join(unexpected[:6])}")
     out["final_logits_bias"] = torch.zeros(1, encoder_embedding.size(0), dtype=encoder_embedding.dtype)
     return out, tied, layers
-

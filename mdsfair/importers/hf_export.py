@@ -11,6 +11,7 @@ Both write a Hugging Face model directory for a fairseq checkpoint and the
 commit) by :func:`write_hf_directory`; the command line is
 :func:`run_export_cli`, the same flags for both kinds.
 """
+
 import argparse
 import os
 import sys
@@ -25,12 +26,15 @@ from mdsfair.importers.hf_bart_weights import HF_ACTIVATIONS, cfg_value
 WEIGHT_FILES = {"safetensors": "model.safetensors", "bin": "pytorch_model.bin"}
 
 
-def export_sources(checkpoint: str, dict_path: str, encoder_json: Optional[str],
-                   vocab_bpe: Optional[str]) -> Tuple[str, str]:
+def export_sources(
+    checkpoint: str, dict_path: str, encoder_json: Optional[str], vocab_bpe: Optional[str]
+) -> Tuple[str, str]:
     """The GPT-2 ``encoder.json`` and ``vocab.bpe`` of the dictionary (next to
     ``dict_path`` unless given), after checking that every input exists."""
-    for path, what in ((checkpoint, "the fairseq checkpoint"),
-                       (dict_path, "the dict.txt the checkpoint was trained with")):
+    for path, what in (
+        (checkpoint, "the fairseq checkpoint"),
+        (dict_path, "the dict.txt the checkpoint was trained with"),
+    ):
         if not os.path.isfile(path):
             raise ImportRefused(f"{path}: missing ({what})")
     here = os.path.dirname(os.path.abspath(dict_path))
@@ -57,9 +61,18 @@ def load_exported_checkpoint(checkpoint: str):
     return state, model_cfg
 
 
-def hf_config(model_type: str, architecture: str, model_cfg, num_rows: int, d_model: int, layers: Dict[str, int],
-              positions: Dict, tied: bool, embedding: Optional[Dict] = None,
-              generation: Optional[Dict] = None) -> Dict:
+def hf_config(
+    model_type: str,
+    architecture: str,
+    model_cfg,
+    num_rows: int,
+    d_model: int,
+    layers: Dict[str, int],
+    positions: Dict,
+    tied: bool,
+    embedding: Optional[Dict] = None,
+    generation: Optional[Dict] = None,
+) -> Dict:
     """``config.json`` of a BART-shaped Hugging Face model (``BartConfig``,
     ``LEDConfig``) from the fairseq model configuration: the sizes, the
     ``positions`` fields of the model type, activation and dropouts, the
@@ -100,15 +113,35 @@ def tokenizer_config(tokenizer_class: str, model_max_length: int, **extra) -> Di
     fairseq's special tokens and no prefix space (mdsfair-preprocess's GPT-2
     encoder adds none)."""
     return {
-        "tokenizer_class": tokenizer_class, "model_max_length": model_max_length, "add_prefix_space": False,
-        "errors": "replace", "bos_token": "<s>", "eos_token": "</s>", "sep_token": "</s>", "cls_token": "<s>",
-        "unk_token": "<unk>", "pad_token": "<pad>", "mask_token": MASK, **extra,
+        "tokenizer_class": tokenizer_class,
+        "model_max_length": model_max_length,
+        "add_prefix_space": False,
+        "errors": "replace",
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "sep_token": "</s>",
+        "cls_token": "<s>",
+        "unk_token": "<unk>",
+        "pad_token": "<pad>",
+        "mask_token": MASK,
+        **extra,
     }
 
 
-def write_hf_directory(kind: str, checkpoint: str, sources: Sequence[str], out_dir: str, overwrite: bool,
-                       config: Dict, vocab: Dict[str, int], merges: List[str], tokenizer: Dict, hf_state: Dict,
-                       weights_format: str, added_tokens: Optional[Dict[str, int]] = None) -> List[str]:
+def write_hf_directory(
+    kind: str,
+    checkpoint: str,
+    sources: Sequence[str],
+    out_dir: str,
+    overwrite: bool,
+    config: Dict,
+    vocab: Dict[str, int],
+    merges: List[str],
+    tokenizer: Dict,
+    hf_state: Dict,
+    weights_format: str,
+    added_tokens: Optional[Dict[str, int]] = None,
+) -> List[str]:
     """Write the Hugging Face directory ``out_dir`` (through
     :class:`~mdsfair.importers.output.ImportOutput`, whose manifest names
     ``checkpoint``; ``sources`` are the files read) and return the names of
@@ -132,8 +165,9 @@ def write_hf_directory(kind: str, checkpoint: str, sources: Sequence[str], out_d
             try:
                 from safetensors.torch import save_file
             except ImportError as error:
-                raise ImportRefused("writing model.safetensors needs the safetensors package; pass --weights-format "
-                                    "bin") from error
+                raise ImportRefused(
+                    "writing model.safetensors needs the safetensors package; pass --weights-format bin"
+                ) from error
             save_file(tensors, os.path.join(staging, weights), metadata={"format": "pt"})
         else:
             import torch
@@ -143,8 +177,9 @@ def write_hf_directory(kind: str, checkpoint: str, sources: Sequence[str], out_d
     return names
 
 
-def run_export_cli(kind: str, description: str, checkpoint_help: str, export: Callable[..., Dict],
-                    argv: Optional[List[str]]) -> int:
+def run_export_cli(
+    kind: str, description: str, checkpoint_help: str, export: Callable[..., Dict], argv: Optional[List[str]]
+) -> int:
     """``mdsfair-export KIND CKPT DICT OUT_DIR``: ``export(checkpoint, dict,
     out_dir, encoder_json, vocab_bpe, weights_format, overwrite)``, its
     refusal printed as ``mdsfair-export KIND: error: ...`` (exit 1)."""
@@ -154,13 +189,24 @@ def run_export_cli(kind: str, description: str, checkpoint_help: str, export: Ca
     parser.add_argument("out_dir", help="the Hugging Face model directory to write")
     parser.add_argument("--gpt2-encoder-json", help="GPT-2 encoder.json of the dictionary (default: next to DICT)")
     parser.add_argument("--gpt2-vocab-bpe", help="GPT-2 vocab.bpe of the dictionary (default: next to DICT)")
-    parser.add_argument("--weights-format", choices=tuple(WEIGHT_FILES), default="safetensors",
-                        help="model.safetensors (default) or pytorch_model.bin")
+    parser.add_argument(
+        "--weights-format",
+        choices=tuple(WEIGHT_FILES),
+        default="safetensors",
+        help="model.safetensors (default) or pytorch_model.bin",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
     try:
-        summary = export(args.checkpoint, args.dict, args.out_dir, args.gpt2_encoder_json, args.gpt2_vocab_bpe,
-                         args.weights_format, args.overwrite)
+        summary = export(
+            args.checkpoint,
+            args.dict,
+            args.out_dir,
+            args.gpt2_encoder_json,
+            args.gpt2_vocab_bpe,
+            args.weights_format,
+            args.overwrite,
+        )
     except ImportRefused as error:
         print(f"mdsfair-export {kind}: error: {error}", file=sys.stderr)
         return 1

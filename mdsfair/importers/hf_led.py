@@ -57,6 +57,7 @@ checkpoints: ``config.json``, the weights, ``vocab.json``, ``merges.txt``,
 ``tokenizer_config.json`` and, when the dictionary has ``<doc-sep>``,
 ``added_tokens.json`` ``{"<doc-sep>": id}`` as PRIMERA ships it.
 """
+
 import os
 import shutil
 import tempfile
@@ -66,11 +67,6 @@ from typing import Dict, List, Optional
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.config_checks import check_encoder_decoder_weights
-from mdsfair.modules.led_parameter_map import (
-    FAIRSEQ_TO_HF_ENCODER_ATTENTION,
-    led_state_dict_from_hf,
-    rename_encoder_attention,
-)
 from mdsfair.importers.hf_bart import (
     MASK,
     architecture_flags,
@@ -93,6 +89,11 @@ from mdsfair.importers.hf_export import (
     run_export_cli,
     tokenizer_config,
     write_hf_directory,
+)
+from mdsfair.modules.led_parameter_map import (
+    FAIRSEQ_TO_HF_ENCODER_ATTENTION,
+    led_state_dict_from_hf,
+    rename_encoder_attention,
 )
 
 DOC_SEP = "<doc-sep>"
@@ -203,7 +204,9 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
     for token, token_id in extra.items():
         if token in SPECIALS or token == DOC_SEP:
             if token in vocab and vocab[token] != token_id:
-                raise ImportRefused(f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in {vocab_path}")
+                raise ImportRefused(
+                    f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in {vocab_path}"
+                )
             continue
         raise ImportRefused(
             f"{tokenizer_dir}: the tokenizer adds {token!r} (id {token_id}); only PRIMERA's {DOC_SEP} is supported "
@@ -247,8 +250,10 @@ def led_windows(config: Dict, path: str, layers: int) -> List[int]:
     window = config.get("attention_window", 512)
     windows = list(window) if isinstance(window, (list, tuple)) else [window] * layers
     if len(windows) != layers or any(isinstance(w, bool) or not isinstance(w, int) or w <= 0 or w % 2 for w in windows):
-        raise ImportRefused(f"{path}: attention_window {window!r}: expected one positive even window or one per "
-                            f"encoder layer ({layers})")
+        raise ImportRefused(
+            f"{path}: attention_window {window!r}: expected one positive even window or one per "
+            f"encoder layer ({layers})"
+        )
     return [int(w) for w in windows]
 
 
@@ -261,8 +266,9 @@ def led_shape(config: Dict, path: str):
     configuration (``shape.max_positions``: the decoder's; the position
     tables of :data:`LED_POSITION_KEYS`, without offset rows)."""
     if config.get("model_type") != "led":
-        raise ImportRefused(f"{path}: model_type is {config.get('model_type')!r}, not 'led'; use mdsfair-import "
-                            "hf-bart for BART")
+        raise ImportRefused(
+            f"{path}: model_type is {config.get('model_type')!r}, not 'led'; use mdsfair-import hf-bart for BART"
+        )
     if config.get("scale_embedding"):
         raise ImportRefused(f"{path}: scale_embedding=true; Hugging Face's LED does not scale its embeddings")
     shape = bart_shape({**config, "model_type": "bart"}, path, LED_POSITION_KEYS, position_offset=0)
@@ -277,9 +283,12 @@ def led_arguments(shape, encoder_positions: int, windows: List[int], separator: 
         arch = "primera"
     window = str(windows[0]) if len(set(windows)) == 1 else ",".join(map(str, windows))
     flags += [
-        "--max-encoder-positions", str(encoder_positions),
-        "--attention-window", window,
-        "--global-attention", "doc-sep" if separator is not None else "first",
+        "--max-encoder-positions",
+        str(encoder_positions),
+        "--attention-window",
+        window,
+        "--global-attention",
+        "doc-sep" if separator is not None else "first",
     ]
     if separator is not None:
         flags += ["--source-layout", "primera"]
@@ -344,8 +353,10 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         shared = fairseq_state["encoder.embed_tokens.weight"]
         for name in ("decoder.embed_tokens.weight", "decoder.output_projection.weight"):
             if not torch.equal(fairseq_state[name], shared):
-                raise ImportRefused(f"{weights_path}: {name} (Hugging Face) differs from the shared embedding although "
-                                    "config.json ties them (tie_word_embeddings=true)")
+                raise ImportRefused(
+                    f"{weights_path}: {name} (Hugging Face) differs from the shared embedding although "
+                    "config.json ties them (tie_word_embeddings=true)"
+                )
     files, separator = led_bpe_files(tokenizer_dir or hf_dir, num_rows)
     arch, flags = led_arguments(shape, encoder_positions, windows, separator)
     args = checkpoint_namespace(shape, arch, flags, position_arguments(shape, encoder_positions))
@@ -371,18 +382,30 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     generate, notes = generation_flags(hf_dir)  # checked before anything is written
     with ImportOutput(out_dir, overwrite, "mdsfair-import hf-led") as output:  # lock, stage, commit
         files.write(output.staging)
-        manifest = gpt2_manifest(output.staging, {"kind": "hf-led", "path": os.path.abspath(hf_dir),
-                                                  "weights": os.path.basename(weights_path)}, separator)
-        save_fairseq_checkpoint(output.path("model.pt"), args, model_state,
-                                import_record(output.staging, out_dir, manifest, model_state))
+        manifest = gpt2_manifest(
+            output.staging,
+            {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
+            separator,
+        )
+        save_fairseq_checkpoint(
+            output.path("model.pt"), args, model_state, import_record(output.staging, out_dir, manifest, model_state)
+        )
         output.commit(manifest)
     prefix = "led." if any(k.startswith("led.") for k in state) else ""
     shared = state.get(prefix + "shared.weight")
-    if not shape.tied_output and shared is not None and not any(
-            torch.equal(shared, state.get(prefix + f"{part}.embed_tokens.weight", shared)) for part in ("encoder", "decoder")):
-        notes.append(f"{prefix}shared.weight differs from the encoder and decoder embeddings; with "
-                     "tie_word_embeddings=false Hugging Face's forward does not read it, so it is not kept "
-                     "(mdsfair-export hf-led writes the encoder embedding there)")
+    if (
+        not shape.tied_output
+        and shared is not None
+        and not any(
+            torch.equal(shared, state.get(prefix + f"{part}.embed_tokens.weight", shared))
+            for part in ("encoder", "decoder")
+        )
+    ):
+        notes.append(
+            f"{prefix}shared.weight differs from the encoder and decoder embeddings; with "
+            "tie_word_embeddings=false Hugging Face's forward does not read it, so it is not kept "
+            "(mdsfair-export hf-led writes the encoder embedding there)"
+        )
     train_flags = flags + position_arguments(shape, encoder_positions)
     return {
         "source": weights_path,
@@ -414,7 +437,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         "Hugging Face LED directory: config.json, model.safetensors or pytorch_model.bin (or their sharded index), "
         "vocab.json, merges.txt (PRIMERA: added_tokens.json)",
         "directory with the tokenizer files when not in HF_DIR",
-        import_hf_led, print_summary, argv,
+        import_hf_led,
+        print_summary,
+        argv,
     )
 
 
@@ -443,8 +468,15 @@ def hf_led_state_from_fairseq(state: Dict):
     return out, tied
 
 
-def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: Optional[str] = None,
-                  vocab_bpe: Optional[str] = None, weights_format: str = "safetensors", overwrite: bool = False) -> Dict:
+def export_hf_led(
+    checkpoint: str,
+    dict_path: str,
+    out_dir: str,
+    encoder_json: Optional[str] = None,
+    vocab_bpe: Optional[str] = None,
+    weights_format: str = "safetensors",
+    overwrite: bool = False,
+) -> Dict:
     """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint."""
     encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
     state, cfg = load_exported_checkpoint(checkpoint)  # registers the led architectures first
@@ -456,18 +488,30 @@ def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: O
 
     arch = cfg_value(cfg, "_name") or cfg_value(cfg, "arch")
     if ARCH_MODEL_REGISTRY.get(arch) is not LEDModel:
-        raise ImportRefused(f"{checkpoint}: arch {arch!r} is not an led architecture; use mdsfair-export hf-bart for bart_*")
-    if (cfg_value(cfg, "activation_fn", "gelu") not in HF_ACTIVATIONS or cfg_value(cfg, "encoder_normalize_before", False)
-            or cfg_value(cfg, "decoder_normalize_before", False) or not cfg_value(cfg, "layernorm_embedding", True)):
-        raise ImportRefused(f"{checkpoint}: not expressible as Hugging Face LED (pre-LayerNorm, no embedding "
-                            "LayerNorm or an activation Hugging Face lacks)")
+        raise ImportRefused(
+            f"{checkpoint}: arch {arch!r} is not an led architecture; use mdsfair-export hf-bart for bart_*"
+        )
+    if (
+        cfg_value(cfg, "activation_fn", "gelu") not in HF_ACTIVATIONS
+        or cfg_value(cfg, "encoder_normalize_before", False)
+        or cfg_value(cfg, "decoder_normalize_before", False)
+        or not cfg_value(cfg, "layernorm_embedding", True)
+    ):
+        raise ImportRefused(
+            f"{checkpoint}: not expressible as Hugging Face LED (pre-LayerNorm, no embedding "
+            "LayerNorm or an activation Hugging Face lacks)"
+        )
     if cfg_value(cfg, "global_attention", "first") == "documents":
-        raise ImportRefused(f"{checkpoint}: --global-attention documents has no Hugging Face LED equivalent "
-                            "(its global_attention_mask is set by the caller)")
+        raise ImportRefused(
+            f"{checkpoint}: --global-attention documents has no Hugging Face LED equivalent "
+            "(its global_attention_mask is set by the caller)"
+        )
     hf_state, tied = hf_led_state_from_fairseq(state["model"])
     num_rows, d_model = hf_state["led.shared.weight"].shape
-    layers = {part: 1 + max(int(k.split(".")[3]) for k in hf_state if k.startswith(f"led.{part}.layers."))
-              for part in ("encoder", "decoder")}
+    layers = {
+        part: 1 + max(int(k.split(".")[3]) for k in hf_state if k.startswith(f"led.{part}.layers."))
+        for part in ("encoder", "decoder")
+    }
     windows = parse_attention_window(cfg_value(cfg, "attention_window"), layers["encoder"])
 
     # vocab.json from dict.txt: <doc-sep> (PRIMERA) goes to added_tokens.json.
@@ -492,9 +536,20 @@ def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, encoder_json: O
     if tied:
         for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
             hf_state.pop(name)
-    names = write_hf_directory("hf-led", checkpoint, [checkpoint, dict_path, encoder_json, vocab_bpe], out_dir,
-                               overwrite, config, vocab, merges, tokenizer, hf_state, weights_format,
-                               added_tokens={DOC_SEP: separator} if separator is not None else None)
+    names = write_hf_directory(
+        "hf-led",
+        checkpoint,
+        [checkpoint, dict_path, encoder_json, vocab_bpe],
+        out_dir,
+        overwrite,
+        config,
+        vocab,
+        merges,
+        tokenizer,
+        hf_state,
+        weights_format,
+        added_tokens={DOC_SEP: separator} if separator is not None else None,
+    )
     return {"out_dir": out_dir, "config": config, "files": names, "document_separator": separator}
 
 
@@ -504,5 +559,6 @@ def export_cli_main(argv: Optional[List[str]] = None) -> int:
         "Write a Hugging Face LED model directory (config.json, weights, vocab.json, merges.txt, "
         "tokenizer_config.json, PRIMERA's added_tokens.json) for an mdsfair led checkpoint.",
         "fairseq checkpoint of an led architecture (led_*, primera)",
-        export_hf_led, argv,
+        export_hf_led,
+        argv,
     )

@@ -55,6 +55,7 @@ represent is refused with the reason and the file: a flat (``-hier false``)
 encoder, global layers that are not the top ones, untied embeddings, a
 vocabulary that does not match the SentencePiece model.
 """
+
 import argparse
 import logging
 import os
@@ -83,8 +84,15 @@ CHECKPOINT_NAME = "model.pt"
 #: and the fairseq dictionary role each one takes.
 HIERSUMM_ROLE_PIECES = {"bos": "<S>", "pad": "<PAD>", "eos": "</S>"}
 REQUIRED_OPTIONS = (
-    "emb_size", "enc_hidden_size", "dec_hidden_size", "enc_layers", "dec_layers", "heads", "ff_size",
-    "inter_layers", "inter_heads",
+    "emb_size",
+    "enc_hidden_size",
+    "dec_hidden_size",
+    "enc_layers",
+    "dec_layers",
+    "heads",
+    "ff_size",
+    "inter_layers",
+    "inter_heads",
 )
 #: The options that are sizes: each a positive integer.
 INTEGER_OPTIONS = tuple(name for name in REQUIRED_OPTIONS if name != "inter_layers")
@@ -157,8 +165,9 @@ def hiersumm_options(opt: argparse.Namespace, path: str) -> SimpleNamespace:
     if isinstance(inter_layers, str):
         pieces = [piece.strip() for piece in inter_layers.split(",") if piece.strip()]
         if not all(piece.isdigit() for piece in pieces):
-            raise HiersummImportError(f"{path}: opt.inter_layers {inter_layers!r} is not a comma-separated list of "
-                                      "layer numbers")
+            raise HiersummImportError(
+                f"{path}: opt.inter_layers {inter_layers!r} is not a comma-separated list of layer numbers"
+            )
         inter_layers = [int(piece) for piece in pieces]
     if not isinstance(inter_layers, (list, tuple)):
         raise HiersummImportError(f"{path}: opt.inter_layers must be a list of layer numbers, got {inter_layers!r}")
@@ -176,7 +185,9 @@ def hiersumm_options(opt: argparse.Namespace, path: str) -> SimpleNamespace:
     def probability(name: str) -> float:
         value = float(getattr(opt, name, 0.1))
         if not 0.0 <= value < 1.0:
-            logger.warning("%s: opt.%s = %s is not a dropout probability; recording 0.1 (the README's)", path, name, value)
+            logger.warning(
+                "%s: opt.%s = %s is not a dropout probability; recording 0.1 (the README's)", path, name, value
+            )
             return 0.1
         return value
 
@@ -184,11 +195,20 @@ def hiersumm_options(opt: argparse.Namespace, path: str) -> SimpleNamespace:
     if enc_dropout != dec_dropout:
         logger.warning(
             "%s: enc_dropout %s and dec_dropout %s differ; hiertransformer has one --dropout, set to %s "
-            "(it matters for further training only)", path, enc_dropout, dec_dropout, enc_dropout,
+            "(it matters for further training only)",
+            path,
+            enc_dropout,
+            dec_dropout,
+            enc_dropout,
         )
     return SimpleNamespace(
-        embed_dim=size["emb_size"], heads=size["heads"], ffn_dim=size["ff_size"], num_local=num_local,
-        num_global=num_global, global_heads=size["inter_heads"], decoder_layers=size["dec_layers"],
+        embed_dim=size["emb_size"],
+        heads=size["heads"],
+        ffn_dim=size["ff_size"],
+        num_local=num_local,
+        num_global=num_global,
+        global_heads=size["inter_heads"],
+        decoder_layers=size["dec_layers"],
         dropout=enc_dropout,
     )
 
@@ -269,13 +289,22 @@ def layer_names(options: SimpleNamespace) -> List[Tuple[str, str]]:
     pairs = []
 
     def attention(their: str, our: str):
-        for a, b in (("linear_query", "q_proj"), ("linear_keys", "k_proj"), ("linear_values", "v_proj"),
-                     ("final_linear", "out_proj")):
+        for a, b in (
+            ("linear_query", "q_proj"),
+            ("linear_keys", "k_proj"),
+            ("linear_values", "v_proj"),
+            ("final_linear", "out_proj"),
+        ):
             pairs.append((f"{their}.{a}", f"{our}.{b}"))
 
     def feed_forward(their: str, our: str):
-        pairs.extend([(f"{their}.feed_forward.layer_norm", f"{our}.final_layer_norm"),
-                      (f"{their}.feed_forward.w_1", f"{our}.fc1"), (f"{their}.feed_forward.w_2", f"{our}.fc2")])
+        pairs.extend(
+            [
+                (f"{their}.feed_forward.layer_norm", f"{our}.final_layer_norm"),
+                (f"{their}.feed_forward.w_1", f"{our}.fc1"),
+                (f"{their}.feed_forward.w_2", f"{our}.fc2"),
+            ]
+        )
 
     for i in range(options.num_local):
         their, our = f"encoder.transformer_layers.{i}", f"encoder.local_layers.{i}"
@@ -284,26 +313,35 @@ def layer_names(options: SimpleNamespace) -> List[Tuple[str, str]]:
         feed_forward(their, our)
     for j in range(options.num_global):
         their, our = f"encoder.transformer_layers.{options.num_local + j}", f"encoder.global_layers.{j}"
-        pairs.extend([(their + ".layer_norm1", our + ".pooling_layer_norm"),
-                      (their + ".pooling.linear_keys", our + ".pooling.score_proj"),
-                      (their + ".pooling.linear_values", our + ".pooling.value_proj"),
-                      (their + ".layer_norm2", our + ".pooling.head_layer_norm"),
-                      (their + ".linear", our + ".context_proj")])
+        pairs.extend(
+            [
+                (their + ".layer_norm1", our + ".pooling_layer_norm"),
+                (their + ".pooling.linear_keys", our + ".pooling.score_proj"),
+                (their + ".pooling.linear_values", our + ".pooling.value_proj"),
+                (their + ".layer_norm2", our + ".pooling.head_layer_norm"),
+                (their + ".linear", our + ".context_proj"),
+            ]
+        )
         feed_forward(their, our)
     pairs.append(("encoder.layer_norm", "encoder.layer_norm"))
     for i in range(options.decoder_layers):
         their, our = f"decoder.transformer_layers.{i}", f"decoder.layers.{i}"
         attention(their + ".self_attn", our + ".self_attn")
         attention(their + ".context_attn", our + ".encoder_attn")
-        pairs.extend([(their + ".layer_norm_1", our + ".self_attn_layer_norm"),
-                      (their + ".layer_norm_2", our + ".encoder_attn_layer_norm")])
+        pairs.extend(
+            [
+                (their + ".layer_norm_1", our + ".self_attn_layer_norm"),
+                (their + ".layer_norm_2", our + ".encoder_attn_layer_norm"),
+            ]
+        )
         feed_forward(their, our)
     pairs.append(("decoder.layer_norm", "decoder.layer_norm"))
     return pairs
 
 
-def convert_state_dict(theirs: Dict[str, torch.Tensor], options: SimpleNamespace, order: Sequence[int],
-                       path: str) -> Dict[str, torch.Tensor]:
+def convert_state_dict(
+    theirs: Dict[str, torch.Tensor], options: SimpleNamespace, order: Sequence[int], path: str
+) -> Dict[str, torch.Tensor]:
     """Their parameters under our names (see the module docstring); every
     parameter of theirs is used exactly once, or the import fails naming the
     ones left over or missing."""
@@ -384,20 +422,56 @@ def model_arguments(options: SimpleNamespace, out_dir: str, max_target_positions
 
     mdsfair.register()  # the task and hiertransformer_hiersumm (--user-dir skips an mdsfair imported already)
     argv = [
-        out_dir, "--user-dir", os.path.dirname(os.path.abspath(mdsfair.__file__)),
-        "--task", "multidoc_summarization", "--arch", "hiertransformer_hiersumm",
-        "--encoder-embed-dim", str(options.embed_dim), "--decoder-embed-dim", str(options.embed_dim),
-        "--encoder-ffn-embed-dim", str(options.ffn_dim), "--decoder-ffn-embed-dim", str(options.ffn_dim),
-        "--encoder-attention-heads", str(options.heads), "--decoder-attention-heads", str(options.heads),
-        "--local-layers", str(options.num_local), "--global-layers", str(options.num_global),
-        "--global-heads", str(options.global_heads), "--decoder-layers", str(options.decoder_layers),
-        "--dropout", str(options.dropout), "--attention-dropout", str(options.dropout),
-        "--activation-dropout", str(options.dropout),
+        out_dir,
+        "--user-dir",
+        os.path.dirname(os.path.abspath(mdsfair.__file__)),
+        "--task",
+        "multidoc_summarization",
+        "--arch",
+        "hiertransformer_hiersumm",
+        "--encoder-embed-dim",
+        str(options.embed_dim),
+        "--decoder-embed-dim",
+        str(options.embed_dim),
+        "--encoder-ffn-embed-dim",
+        str(options.ffn_dim),
+        "--decoder-ffn-embed-dim",
+        str(options.ffn_dim),
+        "--encoder-attention-heads",
+        str(options.heads),
+        "--decoder-attention-heads",
+        str(options.heads),
+        "--local-layers",
+        str(options.num_local),
+        "--global-layers",
+        str(options.num_global),
+        "--global-heads",
+        str(options.global_heads),
+        "--decoder-layers",
+        str(options.decoder_layers),
+        "--dropout",
+        str(options.dropout),
+        "--attention-dropout",
+        str(options.dropout),
+        "--activation-dropout",
+        str(options.dropout),
         # the authors' test setting: the 40 best paragraphs (-trunc_src_nblock 40), targets up to 400 tokens
-        "--max-paragraphs", "40", "--max-source-positions", "8192",
-        "--max-target-positions", str(max_target_positions),
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--optimizer", "adam", "--adam-betas", "(0.9,0.998)", "--adam-eps", "1e-9",
+        "--max-paragraphs",
+        "40",
+        "--max-source-positions",
+        "8192",
+        "--max-target-positions",
+        str(max_target_positions),
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--adam-betas",
+        "(0.9,0.998)",
+        "--adam-eps",
+        "1e-9",
     ]
     return fairseq_options.parse_args_and_arch(fairseq_options.get_training_parser(), argv)
 
@@ -424,7 +498,9 @@ def import_manifest(lowercase: bool, source: Dict[str, object]) -> Dict:
     return manifest
 
 
-def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bool = True, overwrite: bool = False) -> str:
+def import_hiersumm(
+    checkpoint: str, spm_model: str, out_dir: str, lowercase: bool = True, overwrite: bool = False
+) -> str:
     """Convert; returns the path of the written fairseq checkpoint."""
     import sentencepiece
     from fairseq import checkpoint_utils
@@ -450,7 +526,9 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
 
     out_dir = os.path.abspath(out_dir)
     decoder_table = theirs.get("decoder.pos_emb.pe")
-    max_target_positions = int(decoder_table.reshape(-1, decoder_table.size(-1)).size(0)) if decoder_table is not None else 1024
+    max_target_positions = (
+        int(decoder_table.reshape(-1, decoder_table.size(-1)).size(0)) if decoder_table is not None else 1024
+    )
     args = model_arguments(options, out_dir, max_target_positions)
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     model = HierarchicalTransformerModel.build_model(args, task)
@@ -465,14 +543,20 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
         )
     for key, value in model.state_dict().items():
         if key in state and value.shape != state[key].shape:
-            raise HiersummImportError(f"{checkpoint}: {key} has shape {tuple(state[key].shape)}, expected {tuple(value.shape)}")
+            raise HiersummImportError(
+                f"{checkpoint}: {key} has shape {tuple(state[key].shape)}, expected {tuple(value.shape)}"
+            )
 
     source = {
         "system": "hiersumm (Liu & Lapata 2019)",
         "checkpoint": os.path.basename(checkpoint),
         "sentencepiece": os.path.basename(spm_model),
-        "fairseq_specials": {"<s>": processor.id_to_piece(order[0]), "<pad>": processor.id_to_piece(order[1]),
-                             "</s>": processor.id_to_piece(order[2]), "<unk>": processor.id_to_piece(order[3])},
+        "fairseq_specials": {
+            "<s>": processor.id_to_piece(order[0]),
+            "<pad>": processor.id_to_piece(order[1]),
+            "</s>": processor.id_to_piece(order[2]),
+            "<unk>": processor.id_to_piece(order[3]),
+        },
     }
     path = os.path.join(out_dir, CHECKPOINT_NAME)
     manifest = import_manifest(lowercase, source)
@@ -487,10 +571,17 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
                 "model": model_state,
                 "task_state": {RECORD_KEY: import_record(output.staging, out_dir, manifest, model_state)},
                 # no optimizer state: `fairseq-train --restore-file` starts a fresh optimizer at update 0
-                "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion",
-                                       "optimizer_name": "FairseqAdam", "lr_scheduler_state": {"best": None},
-                                       "num_updates": 0}],
-                "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2}},
+                "optimizer_history": [
+                    {
+                        "criterion_name": "LabelSmoothedCrossEntropyCriterion",
+                        "optimizer_name": "FairseqAdam",
+                        "lr_scheduler_state": {"best": None},
+                        "num_updates": 0,
+                    }
+                ],
+                "extra_state": {
+                    "train_iterator": {"epoch": 1, "iterations_in_epoch": 0, "shuffle": True, "version": 2}
+                },
                 "last_optimizer_state": None,
             },
             output.path(CHECKPOINT_NAME),
@@ -498,7 +589,12 @@ def import_hiersumm(checkpoint: str, spm_model: str, out_dir: str, lowercase: bo
         output.commit(manifest)
     logger.info(
         "%s: hiertransformer_hiersumm, d %d, %d local + %d global layers, %d decoder layers, %d types",
-        path, options.embed_dim, options.num_local, options.num_global, options.decoder_layers, len(dictionary),
+        path,
+        options.embed_dim,
+        options.num_local,
+        options.num_global,
+        options.decoder_layers,
+        len(dictionary),
     )
     return path
 
@@ -507,19 +603,25 @@ def get_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdsfair-import hiersumm",
         description="Convert the Hierarchical Transformer checkpoint released with nlpyang/hiersumm (and its "
-                    "SentencePiece model) into a hiertransformer_hiersumm fairseq checkpoint, dict.txt and a "
-                    "data-bin manifest.",
+        "SentencePiece model) into a hiertransformer_hiersumm fairseq checkpoint, dict.txt and a "
+        "data-bin manifest.",
     )
     parser.add_argument("checkpoint", metavar="CKPT", help="their checkpoint (model_step_*.pt: 'model', 'opt' entries)")
     parser.add_argument("spm_model", metavar="SPM_MODEL", help="their SentencePiece model (spm9998_3.model)")
-    parser.add_argument("out_dir", metavar="OUT_DIR", help="output directory (model.pt, dict.txt, spm.model, mdsfair.json)")
     parser.add_argument(
-        "--cased", action="store_true",
-        help="record lowercase=false in the manifest; by default the hub lowercases raw text, as the authors' "
-             "WikiSum data (and their gold summaries) are lowercased",
+        "out_dir", metavar="OUT_DIR", help="output directory (model.pt, dict.txt, spm.model, mdsfair.json)"
     )
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace an earlier import in OUT_DIR (only the files its mdsfair.json lists)")
+    parser.add_argument(
+        "--cased",
+        action="store_true",
+        help="record lowercase=false in the manifest; by default the hub lowercases raw text, as the authors' "
+        "WikiSum data (and their gold summaries) are lowercased",
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace an earlier import in OUT_DIR (only the files its mdsfair.json lists)",
+    )
     return parser
 
 
@@ -527,8 +629,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     logging.basicConfig(format="%(asctime)s | %(levelname)s | %(name)s | %(message)s", level=logging.INFO)
     args = get_parser().parse_args(argv)
     try:
-        path = import_hiersumm(args.checkpoint, args.spm_model, args.out_dir, lowercase=not args.cased,
-                               overwrite=args.overwrite)
+        path = import_hiersumm(
+            args.checkpoint, args.spm_model, args.out_dir, lowercase=not args.cased, overwrite=args.overwrite
+        )
     except (HiersummImportError, ImportRefused) as e:
         print(f"mdsfair-import hiersumm: error: {e}", file=sys.stderr)
         return 1

@@ -32,6 +32,7 @@ lock is), written to a temporary file and moved into place at the end
 second is refused with the first named, and without ``--overwrite`` the move
 itself never replaces a file (a hard link, which fails when the name exists).
 """
+
 import contextlib
 import errno
 import os
@@ -52,8 +53,18 @@ OUT_DIR_LABEL = "OUT_DIR"
 #: :func:`mdsfair.data.manifest.restore_hint` answers with the import again, ``--overwrite``) only these
 #: names are replaced.
 IMPORT_NAMES = frozenset({MANIFEST_NAME, "model.pt", "dict.txt", "encoder.json", "vocab.bpe", "spm.model"})
-EXPORT_NAMES = frozenset({MANIFEST_NAME, "config.json", "vocab.json", "merges.txt", "tokenizer_config.json",
-                          "added_tokens.json", "model.safetensors", "pytorch_model.bin"})
+EXPORT_NAMES = frozenset(
+    {
+        MANIFEST_NAME,
+        "config.json",
+        "vocab.json",
+        "merges.txt",
+        "tokenizer_config.json",
+        "added_tokens.json",
+        "model.safetensors",
+        "pytorch_model.bin",
+    }
+)
 
 
 class ImportOutput:
@@ -65,9 +76,18 @@ class ImportOutput:
         self.out_dir = out_dir
         self.program = program
         own_names = EXPORT_NAMES if program.startswith("mdsfair-export") else IMPORT_NAMES
-        args = SimpleNamespace(destdir=out_dir, overwrite=overwrite, break_stale_lock=False, spm_model=None,
-                               gpt2_encoder_json=None, gpt2_vocab_bpe=None, dict=None, split=None, input_dir=None,
-                               own_names=own_names)
+        args = SimpleNamespace(
+            destdir=out_dir,
+            overwrite=overwrite,
+            break_stale_lock=False,
+            spm_model=None,
+            gpt2_encoder_json=None,
+            gpt2_vocab_bpe=None,
+            dict=None,
+            split=None,
+            input_dir=None,
+            own_names=own_names,
+        )
         self._run = DestinationRun(args, program=program, label=OUT_DIR_LABEL)
         self._keep = [os.path.realpath(path) for path in inputs or [] if path]
 
@@ -77,8 +97,11 @@ class ImportOutput:
         except DestinationInUseError as error:
             raise ImportRefused(str(error)) from None
         if self._keep:  # an input of this run inside OUT_DIR (an export reading OUT_DIR/dict.txt) stays
-            self._run.removable = {name for name in self._run.removable
-                                   if os.path.realpath(os.path.join(self.out_dir, name)) not in self._keep}
+            self._run.removable = {
+                name
+                for name in self._run.removable
+                if os.path.realpath(os.path.join(self.out_dir, name)) not in self._keep
+            }
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -152,16 +175,18 @@ def _move_without_replacing(temporary: str, path: str) -> None:
     try:
         os.link(temporary, path)
     except FileExistsError:
-        raise ImportRefused(f"{path}: already there (written while this run worked); pass --overwrite to "
-                            "replace") from None
+        raise ImportRefused(
+            f"{path}: already there (written while this run worked); pass --overwrite to replace"
+        ) from None
     except OSError as error:
         if error.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
             raise
         try:
             os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
         except FileExistsError:
-            raise ImportRefused(f"{path}: already there (written while this run worked); pass --overwrite to "
-                                "replace") from None
+            raise ImportRefused(
+                f"{path}: already there (written while this run worked); pass --overwrite to replace"
+            ) from None
         os.replace(temporary, path)
         return
     os.remove(temporary)
@@ -185,8 +210,9 @@ def single_file_output(path: str, overwrite: bool, program: str = "mdsfair-impor
     if not os.path.isdir(folder):
         raise ImportRefused(f"{path}: the folder {folder} does not exist")
     try:
-        lock = DestinationLock(path, program=program, label="OUT", lock_path=single_file_lock_path(path),
-                               break_stale_flag=None)
+        lock = DestinationLock(
+            path, program=program, label="OUT", lock_path=single_file_lock_path(path), break_stale_flag=None
+        )
     except DestinationInUseError as error:
         raise ImportRefused(str(error)) from None
     temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")

@@ -40,6 +40,7 @@ and the tokenizer's ``vocab.json`` / ``merges.txt``, which give ``dict.txt``,
 with ``--tokenizer-dir``. ``--preset`` sets the authors' configuration of one
 released model (their ``config.py``); explicit flags override it.
 """
+
 import argparse
 import os
 import sys
@@ -51,7 +52,6 @@ from mdsfair.importers.config_checks import check_encoder_decoder_weights
 from mdsfair.importers.hf_bart import (
     architecture_flags,
     checkpoint_namespace,
-    prepare_out_dir,
     print_next_preprocess_command,
 )
 from mdsfair.importers.hf_bart_files import bpe_files, load_tensor_file, read_json
@@ -66,8 +66,9 @@ from mdsfair.modules.pages import EMPTY_PAGE_POLICIES
 # 2.0, no_repeat_ngram_size 3, num_beams 4 from the bart-large-cnn config).
 PRESETS: Dict[str, Dict] = {
     "arxiv-spatial": dict(locality="spatial", pages=7, page_length=1024, gen_min_len=100, gen_max_len=350),
-    "arxiv-section": dict(locality="discourse", discourse_unit="section", pages=8, page_length=1024,
-                          gen_min_len=100, gen_max_len=350),
+    "arxiv-section": dict(
+        locality="discourse", discourse_unit="section", pages=8, page_length=1024, gen_min_len=100, gen_max_len=350
+    ),
     "pubmed": dict(locality="spatial", pages=7, page_length=1024, gen_min_len=150, gen_max_len=400),
     "govreport": dict(locality="spatial", pages=20, page_length=1024, gen_min_len=500, gen_max_len=900),
     "multinews": dict(locality="document", pages=7, page_length=1024, gen_min_len=150, gen_max_len=400),
@@ -89,9 +90,20 @@ def config_location(hf_config: str):
 def page_flags(settings: Dict, max_positions: int) -> List[str]:
     locality, pages, page_length = settings["locality"], settings["pages"], settings["page_length"]
     flags = [
-        "--locality", locality, "--num-pages", str(pages), "--page-tokens", str(page_length),
-        "--max-page-positions", str(max_positions), "--page-overflow", "truncate",
-        "--max-source-positions", str(pages * page_length), "--max-target-positions", str(max_positions),
+        "--locality",
+        locality,
+        "--num-pages",
+        str(pages),
+        "--page-tokens",
+        str(page_length),
+        "--max-page-positions",
+        str(max_positions),
+        "--page-overflow",
+        "truncate",
+        "--max-source-positions",
+        str(pages * page_length),
+        "--max-target-positions",
+        str(max_positions),
     ]
     if locality == "discourse":
         flags += ["--discourse-unit", settings.get("discourse_unit") or "paragraph"]
@@ -105,8 +117,20 @@ def generation_flags(settings: Dict) -> List[str]:
     """fairseq-generate flags for the authors' generate() call (see PRESETS)."""
     if "gen_min_len" not in settings:
         return []
-    return ["--beam", "4", "--lenpen", "2.0", "--no-repeat-ngram-size", "3", "--min-len", str(settings["gen_min_len"]),
-            "--max-len-a", "0", "--max-len-b", str(settings["gen_max_len"])]
+    return [
+        "--beam",
+        "4",
+        "--lenpen",
+        "2.0",
+        "--no-repeat-ngram-size",
+        "3",
+        "--min-len",
+        str(settings["gen_min_len"]),
+        "--max-len-a",
+        "0",
+        "--max-len-b",
+        str(settings["gen_max_len"]),
+    ]
 
 
 def import_pagesum(
@@ -168,8 +192,12 @@ def import_pagesum(
     with ImportOutput(out_dir, overwrite, "mdsfair-import pagesum") as output:  # lock, stage, commit
         files.write(output.staging)
         manifest = gpt2_manifest(output.staging, {"kind": "pagesum", "path": os.path.abspath(state_dict_path)})
-        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state,
-                                import_record(output.staging, out_dir, manifest, fairseq_state))
+        save_fairseq_checkpoint(
+            output.path("model.pt"),
+            args,
+            fairseq_state,
+            import_record(output.staging, out_dir, manifest, fairseq_state),
+        )
         output.commit(manifest)
     return {
         "source": state_dict_path,
@@ -188,44 +216,70 @@ def print_summary(summary: Dict, out=None) -> None:
     settings = summary["settings"]
     print(f"converted {summary['source']}", file=out)
     empty_pages = settings.get("empty_pages") or AUTHORS_EMPTY_PAGES
-    empty = ("empty pages hold '.' and are weighted, as the authors'" if empty_pages == AUTHORS_EMPTY_PAGES
-             else "empty pages masked out of the softmax, unlike the authors'")
-    print(f"wrote {out_dir}/model.pt (arch {summary['arch']}; locality {settings['locality']}, {settings['pages']} pages "
-          f"of {settings['page_length']} tokens, {empty}), dict.txt "
-          f"({summary['dictionary_size']} symbols), encoder.json, vocab.bpe", file=out)
+    empty = (
+        "empty pages hold '.' and are weighted, as the authors'"
+        if empty_pages == AUTHORS_EMPTY_PAGES
+        else "empty pages masked out of the softmax, unlike the authors'"
+    )
+    print(
+        f"wrote {out_dir}/model.pt (arch {summary['arch']}; locality {settings['locality']}, {settings['pages']} pages "
+        f"of {settings['page_length']} tokens, {empty}), dict.txt "
+        f"({summary['dictionary_size']} symbols), encoder.json, vocab.bpe",
+        file=out,
+    )
     if summary["generate_flags"]:
-        print("note: the generation flags are the authors' generate() call; its early_stopping=False and length "
-              "normalization over the decoder start token have no fairseq flag", file=out)
+        print(
+            "note: the generation flags are the authors' generate() call; its early_stopping=False and length "
+            "normalization over the decoder start token have no fairseq flag",
+            file=out,
+        )
     print_next_preprocess_command(out_dir, out)
     budget = settings["pages"] * settings["page_length"]
-    print(f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization --path {out_dir}/model.pt "
-          f"--max-source-positions {budget} {' '.join(summary['generate_flags'])}", file=out)
+    print(
+        f"  fairseq-generate DATA --user-dir mdsfair --task multidoc_summarization --path {out_dir}/model.pt "
+        f"--max-source-positions {budget} {' '.join(summary['generate_flags'])}",
+        file=out,
+    )
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(
         prog="mdsfair-import pagesum",
         description="Convert a PageSum PageSumModel state dict (yixinL7/PageSum) into a pagesum_bart checkpoint "
-                    "with the authors' page settings, plus dict.txt, encoder.json and vocab.bpe.",
+        "with the authors' page settings, plus dict.txt, encoder.json and vocab.bpe.",
     )
     parser.add_argument("state_dict", help="the released model.bin (torch.save of PageSumModel.state_dict())")
-    parser.add_argument("hf_config", help="facebook/bart-large-cnn directory (config.json, vocab.json, merges.txt) "
-                                          "or its config.json")
+    parser.add_argument(
+        "hf_config", help="facebook/bart-large-cnn directory (config.json, vocab.json, merges.txt) or its config.json"
+    )
     parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
-    parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="the authors' configuration of a released model (config.py): "
-                             + "; ".join(f"{name}: {p['locality']}, {p['pages']} pages" for name, p in PRESETS.items()))
-    parser.add_argument("--locality", choices=LOCALITIES, help="spatial (their page_type None), document "
-                        "(page_type multi_doc on multi-document input) or discourse (multi_doc on sections)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="the authors' configuration of a released model (config.py): "
+        + "; ".join(f"{name}: {p['locality']}, {p['pages']} pages" for name, p in PRESETS.items()),
+    )
+    parser.add_argument(
+        "--locality",
+        choices=LOCALITIES,
+        help="spatial (their page_type None), document "
+        "(page_type multi_doc on multi-document input) or discourse (multi_doc on sections)",
+    )
     parser.add_argument("--pages", type=at_least(1), help="pages per example (their num_pages)")
-    parser.add_argument("--page-length", type=at_least(3), help="tokens per page including <s> and </s> (their page_max_len)")
-    parser.add_argument("--discourse-unit", choices=("paragraph", "section"),
-                        help="discourse locality unit (arXiv sections: section)")
-    parser.add_argument("--empty-pages", choices=EMPTY_PAGE_POLICIES,
-                        help="the model's --empty-pages: 'filler' (default), the authors' data code: a page "
-                             "with no text holds '.' and is weighted in the softmax over pages, as their models "
-                             "were trained; 'mask' leaves such a page out of the softmax (mdsfair's default for "
-                             "models trained here)")
+    parser.add_argument(
+        "--page-length", type=at_least(3), help="tokens per page including <s> and </s> (their page_max_len)"
+    )
+    parser.add_argument(
+        "--discourse-unit", choices=("paragraph", "section"), help="discourse locality unit (arXiv sections: section)"
+    )
+    parser.add_argument(
+        "--empty-pages",
+        choices=EMPTY_PAGE_POLICIES,
+        help="the model's --empty-pages: 'filler' (default), the authors' data code: a page "
+        "with no text holds '.' and is weighted in the softmax over pages, as their models "
+        "were trained; 'mask' leaves such a page out of the softmax (mdsfair's default for "
+        "models trained here)",
+    )
     parser.add_argument("--tokenizer-dir", help="directory with vocab.json and merges.txt (default: HF_CONFIG's)")
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
@@ -234,8 +288,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
     try:
-        summary = import_pagesum(args.state_dict, args.hf_config, args.out_dir, settings, args.tokenizer_dir,
-                                 args.overwrite)
+        summary = import_pagesum(
+            args.state_dict, args.hf_config, args.out_dir, settings, args.tokenizer_dir, args.overwrite
+        )
     except ImportRefused as error:
         print(f"mdsfair-import pagesum: error: {error}", file=sys.stderr)
         return 1

@@ -16,6 +16,7 @@ Side inputs: every component declares the data-contract inputs it reads;
 model exactly those, and :meth:`ComponentEncoder.forward` refuses an input
 that no component declares and a missing required one, naming it.
 """
+
 import copy
 from typing import Dict, List, Optional
 
@@ -63,16 +64,20 @@ def add_component_args(parser) -> None:
     """The role flags and every registered component's own flags (each once)."""
     for role in ROLES:
         parser.add_argument(
-            flag_of(role), choices=component_names(role),
+            flag_of(role),
+            choices=component_names(role),
             help=f"{role.replace('_', ' ')} component (mdsfair/modules/components.py)",
         )
     for cls in component_classes():
         if "add_args" in vars(cls):
             cls.add_args(parser)
     parser.add_argument(
-        "--max-encoder-positions", type=at_least(1),
-        help=("rows of the encoder's learned position table (16384 under the led architectures, 4096 under "
-              "primera and hierencdec, as the released models); the task's --max-source-positions may not exceed it"),
+        "--max-encoder-positions",
+        type=at_least(1),
+        help=(
+            "rows of the encoder's learned position table (16384 under the led architectures, 4096 under "
+            "primera and hierencdec, as the released models); the task's --max-source-positions may not exceed it"
+        ),
     )
 
 
@@ -83,9 +88,11 @@ def build_components(args) -> Dict[str, object]:
     for component in components.values():
         reason = component.refusal(components)
         if reason:
-            raise ValueError(f"{flag_of(component.role)} {component.name} cannot be combined with "
-                             f"{', '.join(f'{flag_of(r)} {c.name}' for r, c in components.items() if r != component.role)}: "
-                             f"{reason}")
+            raise ValueError(
+                f"{flag_of(component.role)} {component.name} cannot be combined with "
+                f"{', '.join(f'{flag_of(r)} {c.name}' for r, c in components.items() if r != component.role)}: "
+                f"{reason}"
+            )
     return components
 
 
@@ -143,18 +150,25 @@ class ComponentEncoder(TransformerEncoderBase):
                 f"side input(s) {', '.join(unknown)} not declared by any component of this model "
                 f"({', '.join(repr(c) for c in self.components.values())}); it reads {names or 'none'}"
             )
-        missing = [name for name, required in self.side_input_declarations.items()
-                   if required and given.get(name) is None]
+        missing = [
+            name for name, required in self.side_input_declarations.items() if required and given.get(name) is None
+        ]
         if missing:
-            readers = {name: [repr(c) for c in self.components.values() if c.side_inputs().get(name)]
-                       for name in missing}
-            raise ValueError("missing side input(s): " + "; ".join(
-                f"{name} (needed by {', '.join(readers[name])}; the multidoc_summarization task gives it)"
-                for name in missing))
+            readers = {
+                name: [repr(c) for c in self.components.values() if c.side_inputs().get(name)] for name in missing
+            }
+            raise ValueError(
+                "missing side input(s): "
+                + "; ".join(
+                    f"{name} (needed by {', '.join(readers[name])}; the multidoc_summarization task gives it)"
+                    for name in missing
+                )
+            )
         return {name: value for name, value in given.items() if value is not None}
 
-    def document_ids(self, src_tokens: Tensor, src_doc_ids: Optional[Tensor],
-                     structure: Optional[SourceStructure] = None) -> Tensor:
+    def document_ids(
+        self, src_tokens: Tensor, src_doc_ids: Optional[Tensor], structure: Optional[SourceStructure] = None
+    ) -> Tensor:
         """The data contract's ``src_doc_ids``, or, when the input has none
         (hub, plain token batches), one document per ``<s>``-opened run. The
         checks of the ids wait in ``structure`` for its one host read
@@ -163,12 +177,15 @@ class ComponentEncoder(TransformerEncoderBase):
             src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
         if src_doc_ids.shape != src_tokens.shape:
             raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
-        checks = structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx),
-                                                                         {})
+        checks = (
+            structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
+        )
         padding = checks.padding_mask
         # a negative id at a token that is not padding (True > False)
-        checks.check(torch.gt(src_doc_ids.lt(0), padding).any(),
-                     "every source token needs a document: the source must start with <s> (or pass src_doc_ids)")
+        checks.check(
+            torch.gt(src_doc_ids.lt(0), padding).any(),
+            "every source token needs a document: the source must start with <s> (or pass src_doc_ids)",
+        )
         src_doc_ids = src_doc_ids.masked_fill(padding, -1)
         if self.needs_document_start_tokens:
             users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
@@ -183,8 +200,9 @@ class ComponentEncoder(TransformerEncoderBase):
             checks.read()
         return src_doc_ids
 
-    def forward_embedding(self, src_tokens, token_embedding: Optional[Tensor] = None,
-                          structure: Optional[SourceStructure] = None):
+    def forward_embedding(
+        self, src_tokens, token_embedding: Optional[Tensor] = None, structure: Optional[SourceStructure] = None
+    ):
         """Token + position embedding (the position component's)."""
         if structure is None:
             structure = SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
@@ -296,8 +314,11 @@ class ComponentDecoder(TransformerDecoderBase):
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
         context = self.cross_attention_component.decoder_context(self, encoder_out, incremental_state)
 
-        positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state) \
-            if self.embed_positions is not None else None
+        positions = (
+            self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+            if self.embed_positions is not None
+            else None
+        )
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
             if positions is not None:
@@ -321,17 +342,23 @@ class ComponentDecoder(TransformerDecoderBase):
             self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
             if not self_attn_padding_mask.any():
                 self_attn_padding_mask = None
-        self_attn_mask = self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment \
-            else None
+        self_attn_mask = (
+            self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
+        )
 
         inner_states: List[Optional[Tensor]] = [x]
         extras = []
         attn: Optional[Tensor] = None
         for index, layer in enumerate(self.layers):
             x, layer_attn, extra = layer(
-                x, encoder_states, padding_mask, context,
-                incremental_state=incremental_state, self_attn_mask=self_attn_mask,
-                self_attn_padding_mask=self_attn_padding_mask, need_attn=index == alignment_layer,
+                x,
+                encoder_states,
+                padding_mask,
+                context,
+                incremental_state=incremental_state,
+                self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask,
+                need_attn=index == alignment_layer,
                 alignment_heads=alignment_heads,
             )
             inner_states.append(x)
@@ -344,8 +371,7 @@ class ComponentDecoder(TransformerDecoderBase):
         x = x.transpose(0, 1)
         if self.project_out_dim is not None:
             x = self.project_out_dim(x)
-        return x, {"attn": [attn], "inner_states": inner_states,
-                   **self.cross_attention_component.decoder_extra(extras)}
+        return x, {"attn": [attn], "inner_states": inner_states, **self.cross_attention_component.decoder_extra(extras)}
 
 
 def encoder_decoder_forward(
@@ -373,12 +399,17 @@ def encoder_decoder_forward(
     encoder_inputs = dict(side_inputs)
     if token_embeddings is not None:
         encoder_inputs["token_embeddings"] = token_embeddings
-    encoder_out = model.encoder(src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
-                                **encoder_inputs)
+    encoder_out = model.encoder(
+        src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **encoder_inputs
+    )
     x, extra = model.decoder(
-        prev_output_tokens, encoder_out=encoder_out, features_only=features_only,
-        alignment_layer=alignment_layer, alignment_heads=alignment_heads,
-        src_lengths=src_lengths, return_all_hiddens=return_all_hiddens,
+        prev_output_tokens,
+        encoder_out=encoder_out,
+        features_only=features_only,
+        alignment_layer=alignment_layer,
+        alignment_heads=alignment_heads,
+        src_lengths=src_lengths,
+        return_all_hiddens=return_all_hiddens,
     )
     if classification_head_name is not None:
         sentence_representation = x[src_tokens.eq(model.eos), :].view(x.size(0), -1, x.size(-1))[:, -1, :]
@@ -467,8 +498,17 @@ class ComponentBARTModel(BARTModel):
     ):
         """BART's forward; ``side_inputs`` are the components' (:meth:`side_inputs`)."""
         return encoder_decoder_forward(
-            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only, classification_head_name,
-            token_embeddings, return_all_hiddens, alignment_layer, alignment_heads,
+            self,
+            src_tokens,
+            src_lengths,
+            prev_output_tokens,
+            side_inputs,
+            features_only,
+            classification_head_name,
+            token_embeddings,
+            return_all_hiddens,
+            alignment_layer,
+            alignment_heads,
         )
 
     def max_positions(self):

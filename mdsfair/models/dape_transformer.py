@@ -28,12 +28,13 @@ positions, no embedding layer norm), as the paper's. The decoder is fairseq's
 Transformer decoder (the summary has no parse), so incremental decoding is
 fairseq's.
 """
+
 import logging
 
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from mdsfair.models.component_model import build_components, ComponentEncoder, encoder_decoder_forward
+from mdsfair.models.component_model import ComponentEncoder, build_components, encoder_decoder_forward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import choose
@@ -49,19 +50,21 @@ logger = logging.getLogger(__name__)
 #: MLP F_depEnc on the attention weights of every encoder layer (Eq. 7-9);
 #: where the paper is silent (hidden size, LeakyReLU slope: PyTorch's, arc
 #: direction, 0-based document index) the choices of examples/dape/README.md.
-DEFAULTS = FlagDefaults({
-    "no_doc_positions": False,
-    "no_dependency_encoding": False,
-    **DocumentAwarePositions.defaults,
-    **DependencySelfAttention.defaults,
-    "encoder_self_attention": "dependency",
-    "encoder_positions": "document-aware",
-    "cross_attention": "full",
-    # fairseq's Transformer flags where the paper differs from fairseq's base_architecture
-    "encoder_layers": 8,
-    "decoder_layers": 8,
-    "share_all_embeddings": True,
-})
+DEFAULTS = FlagDefaults(
+    {
+        "no_doc_positions": False,
+        "no_dependency_encoding": False,
+        **DocumentAwarePositions.defaults,
+        **DependencySelfAttention.defaults,
+        "encoder_self_attention": "dependency",
+        "encoder_positions": "document-aware",
+        "cross_attention": "full",
+        # fairseq's Transformer flags where the paper differs from fairseq's base_architecture
+        "encoder_layers": 8,
+        "decoder_layers": 8,
+        "share_all_embeddings": True,
+    }
+)
 
 
 def dape_components(args) -> None:
@@ -101,12 +104,16 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
     def add_args(parser):
         TransformerModel.add_args(parser)
         parser.add_argument(
-            "--no-doc-positions", action="store_true",
-            help=("ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
-                  "source, no document encoding"),
+            "--no-doc-positions",
+            action="store_true",
+            help=(
+                "ablation 'w/o doc-pos en' (Table III): fairseq's token positions over the concatenated "
+                "source, no document encoding"
+            ),
         )
         parser.add_argument(
-            "--no-dependency-encoding", action="store_true",
+            "--no-dependency-encoding",
+            action="store_true",
             help="ablation 'w/o depen en' (Table III): plain encoder self-attention, no dependency arcs needed",
         )
         DocumentAwarePositions.add_args(parser)
@@ -131,8 +138,15 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
         ``src_dep_head``, ``src_dep_rel``, ``src_dep_word`` (``[B, T]``, ``-1`` at
         padding) as the encoder's components declare them (:meth:`side_inputs`)."""
         return encoder_decoder_forward(
-            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only,
-            return_all_hiddens=return_all_hiddens, alignment_layer=alignment_layer, alignment_heads=alignment_heads,
+            self,
+            src_tokens,
+            src_lengths,
+            prev_output_tokens,
+            side_inputs,
+            features_only,
+            return_all_hiddens=return_all_hiddens,
+            alignment_layer=alignment_layer,
+            alignment_heads=alignment_heads,
         )
 
 

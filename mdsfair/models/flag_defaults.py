@@ -34,6 +34,7 @@ defaults (``led_base`` and ``primera`` differ in window and positions), and an
 ``add_argument(default=...)`` value cannot be told apart from one the user
 typed, which is why fairseq itself leaves them out of legacy ``add_args``.
 """
+
 import functools
 from typing import Any, Callable, Dict, Iterator, Mapping, Union
 

@@ -23,6 +23,7 @@ encoder output (``src_doc_ids``) and reordered with it, so beam search runs
 at any batch size. A BART checkpoint's 1,026-row position table is extended
 by tiling when the checkpoint is loaded (Sec. 5.3).
 """
+
 from fairseq.models import register_model, register_model_architecture
 
 from mdsfair.models.component_model import ComponentBARTModel
@@ -73,22 +74,28 @@ class HierEncDecBARTModel(MultiDocHubModel, ComponentBARTModel):
     @staticmethod
     def add_family_args(parser):
         parser.add_argument(
-            "--no-hierarchical-encoder", action="store_true",
-            help=("full encoder self-attention over all documents instead of attention within each document "
-                  "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off; = "
-                  "--encoder-self-attention full)"),
+            "--no-hierarchical-encoder",
+            action="store_true",
+            help=(
+                "full encoder self-attention over all documents instead of attention within each document "
+                "plus the start-of-document exchange (Sec. 4.1; Table 3 'HierEnc' off; = "
+                "--encoder-self-attention full)"
+            ),
         )
         parser.add_argument(
-            "--no-hierarchical-decoder", action="store_true",
+            "--no-hierarchical-decoder",
+            action="store_true",
             help="stock cross-attention softmax instead of Eq. 3-5 (Sec. 4.2; Table 3 'HierDec' off; = "
-                 "--cross-attention full)",
+            "--cross-attention full)",
         )
         parser.add_argument(
-            "--no-position-restart", action="store_true",
-            help=("one position sequence over the whole source instead of restarting at every document "
-                  "(Sec. 4.1.1; Table 3 'posres' off; = --encoder-positions learned)"),
+            "--no-position-restart",
+            action="store_true",
+            help=(
+                "one position sequence over the whole source instead of restarting at every document "
+                "(Sec. 4.1.1; Table 3 'posres' off; = --encoder-positions learned)"
+            ),
         )
-
 
     @classmethod
     def build_model(cls, args, task):
@@ -146,8 +153,7 @@ def primera_hierencdec_architecture(args, size: str):
     table is PRIMERA's."""
     hierencdec_ablations(args)
     bart_dimensions(args, size)
-    encoder = {**PRIMERA_ENCODER, "global_attention": "documents",
-               "encoder_positions": HIERENCDEC["encoder_positions"]}
+    encoder = {**PRIMERA_ENCODER, "global_attention": "documents", "encoder_positions": HIERENCDEC["encoder_positions"]}
     DEFAULTS.fill(args, **encoder)
 
 

@@ -33,6 +33,7 @@ paragraphs ranked) and, with ``--graph``, the side data
 inside the first / last paragraph of their document and are encoded like
 words.
 """
+
 import logging
 from typing import Dict, List, Optional
 
@@ -58,7 +59,7 @@ logger = logging.getLogger(__name__)
 GRAPH_CHOICES = ("none", "similarity", "discourse")
 DECODER_POSITION_ENCODINGS = ("interleaved", "fairseq")
 DECODER_START_SYMBOLS = ("eos", "bos")
-UNBOUNDED_SOURCE_POSITIONS = 10 ** 9
+UNBOUNDED_SOURCE_POSITIONS = 10**9
 
 #: The one source of the hiertransformer model's defaults
 #: (:mod:`mdsfair.models.flag_defaults`): the paper's WikiSum model (Liu &
@@ -67,42 +68,44 @@ UNBOUNDED_SOURCE_POSITIONS = 10 ** 9
 #: which the paper does not give, is the 6 layers of its flat-transformer
 #: baseline. The choices of the authors' code (hiersumm) are off here, as in
 #: fairseq; ``hiertransformer_hiersumm`` turns them on.
-DEFAULTS = FlagDefaults({
-    # fairseq's transformer flags that the architectures set
-    "encoder_embed_dim": 256,
-    "encoder_ffn_embed_dim": 1024,
-    "encoder_attention_heads": 8,
-    "encoder_normalize_before": False,
-    "decoder_embed_dim": derived("--encoder-embed-dim", lambda args: args.encoder_embed_dim),
-    "decoder_ffn_embed_dim": derived("--encoder-ffn-embed-dim", lambda args: args.encoder_ffn_embed_dim),
-    "decoder_attention_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
-    "decoder_layers": 6,
-    "decoder_normalize_before": False,
-    "dropout": 0.1,
-    "attention_dropout": 0.0,
-    "activation_dropout": 0.0,
-    "share_all_embeddings": True,
-    "share_decoder_input_output_embed": True,
-    "no_scale_embedding": False,
-    "max_source_positions": 1024,
-    "max_target_positions": 1024,
-    # the hierarchical encoder's flags
-    "local_layers": 5,
-    "global_layers": 2,
-    "global_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
-    "no_paragraph_position": False,
-    "token_position_first": False,
-    "shared_inter_paragraph_attention": False,
-    "no_pooling_head_projection": False,
-    "graph": "none",
-    "graph_heads": 1,
-    "no_source_special_tokens": False,
-    # the decoder's and every LayerNorm's
-    "decoder_position_encoding": "interleaved",
-    "decoder_output_bias": False,
-    "decoder_start_symbol": "eos",
-    "layernorm_eps": 1e-5,
-})
+DEFAULTS = FlagDefaults(
+    {
+        # fairseq's transformer flags that the architectures set
+        "encoder_embed_dim": 256,
+        "encoder_ffn_embed_dim": 1024,
+        "encoder_attention_heads": 8,
+        "encoder_normalize_before": False,
+        "decoder_embed_dim": derived("--encoder-embed-dim", lambda args: args.encoder_embed_dim),
+        "decoder_ffn_embed_dim": derived("--encoder-ffn-embed-dim", lambda args: args.encoder_ffn_embed_dim),
+        "decoder_attention_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
+        "decoder_layers": 6,
+        "decoder_normalize_before": False,
+        "dropout": 0.1,
+        "attention_dropout": 0.0,
+        "activation_dropout": 0.0,
+        "share_all_embeddings": True,
+        "share_decoder_input_output_embed": True,
+        "no_scale_embedding": False,
+        "max_source_positions": 1024,
+        "max_target_positions": 1024,
+        # the hierarchical encoder's flags
+        "local_layers": 5,
+        "global_layers": 2,
+        "global_heads": derived("--encoder-attention-heads", lambda args: args.encoder_attention_heads),
+        "no_paragraph_position": False,
+        "token_position_first": False,
+        "shared_inter_paragraph_attention": False,
+        "no_pooling_head_projection": False,
+        "graph": "none",
+        "graph_heads": 1,
+        "no_source_special_tokens": False,
+        # the decoder's and every LayerNorm's
+        "decoder_position_encoding": "interleaved",
+        "decoder_output_bias": False,
+        "decoder_start_symbol": "eos",
+        "layernorm_eps": 1e-5,
+    }
+)
 
 
 class GlobalTransformerLayer(nn.Module):
@@ -145,15 +148,14 @@ class GlobalTransformerLayer(nn.Module):
         self.final_layer_norm = LayerNorm(embed_dim)
         self.activation_fn = utils.get_activation_fn(args.activation_fn)
         self.dropout_module = FairseqDropout(args.dropout, module_name=self.__class__.__name__)
-        self.activation_dropout_module = FairseqDropout(
-            args.activation_dropout, module_name=self.__class__.__name__
-        )
+        self.activation_dropout_module = FairseqDropout(args.activation_dropout, module_name=self.__class__.__name__)
         for linear in (self.context_proj, self.fc1, self.fc2):
             nn.init.xavier_uniform_(linear.weight)
             nn.init.zeros_(linear.bias)
 
-    def paragraph_context(self, x: Tensor, block_padding_mask: Tensor, blocks: ParagraphBlocks,
-                          graph: Optional[Tensor]) -> Tensor:
+    def paragraph_context(
+        self, x: Tensor, block_padding_mask: Tensor, blocks: ParagraphBlocks, graph: Optional[Tensor]
+    ) -> Tensor:
         """``c_i`` of Eq. 21 for every block: ``[N, d]``."""
         heads = self.pooling(x, block_padding_mask)  # [N, H, d_head]
         context, _ = self.inter_paragraph_attention(
@@ -166,13 +168,12 @@ class GlobalTransformerLayer(nn.Module):
         x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
         return self.dropout_module(self.fc2(x))
 
-    def forward(self, x: Tensor, block_padding_mask: Tensor, blocks: ParagraphBlocks,
-                graph: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self, x: Tensor, block_padding_mask: Tensor, blocks: ParagraphBlocks, graph: Optional[Tensor] = None
+    ) -> Tensor:
         """``x``: ``[N, L, d]`` blocks; returns the same shape."""
         if self.normalize_before:
-            context = self.paragraph_context(
-                self.pooling_layer_norm(x), block_padding_mask, blocks, graph
-            )
+            context = self.paragraph_context(self.pooling_layer_norm(x), block_padding_mask, blocks, graph)
             x = x + context.unsqueeze(1)
             return x + self.feed_forward(self.final_layer_norm(x))
         context = self.paragraph_context(x, block_padding_mask, blocks, graph)
@@ -196,7 +197,7 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
         embed_dim = embed_tokens.embedding_dim
         self.padding_idx = embed_tokens.padding_idx
         self.embed_tokens = embed_tokens
-        self.embed_scale = 1.0 if args.no_scale_embedding else embed_dim ** 0.5
+        self.embed_scale = 1.0 if args.no_scale_embedding else embed_dim**0.5
         self.embed_positions = ParagraphTokenPositionalEncoding(
             embed_dim,
             paragraph_position=not args.no_paragraph_position,
@@ -231,8 +232,9 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
             mask = mask | src_tokens.eq(symbol)
         return mask
 
-    def graph_input(self, blocks: ParagraphBlocks, src_graph_similarity: Optional[Tensor],
-                    src_graph_discourse: Optional[Tensor]) -> Optional[Tensor]:
+    def graph_input(
+        self, blocks: ParagraphBlocks, src_graph_similarity: Optional[Tensor], src_graph_discourse: Optional[Tensor]
+    ) -> Optional[Tensor]:
         if self.graph == "none":
             return None
         graph = src_graph_similarity if self.graph == "similarity" else src_graph_discourse
@@ -332,8 +334,9 @@ class HierarchicalTransformerDecoder(TransformerDecoder):
     """
 
     def __init__(self, args, dictionary, embed_tokens, no_encoder_attn=False, output_projection=None):
-        super().__init__(args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
-                         output_projection=output_projection)
+        super().__init__(
+            args, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn, output_projection=output_projection
+        )
         if self.embed_positions is not None and args.decoder_position_encoding == "interleaved":
             if args.decoder_learned_pos:
                 raise ValueError("--decoder-learned-pos and --decoder-position-encoding interleaved exclude each other")
@@ -386,56 +389,111 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     @DEFAULTS.documented
     def add_args(parser):
         TransformerModel.add_args(parser)
-        parser.add_argument("--local-layers", type=at_least(1), metavar="N",
-                            help="local transformer layers inside paragraphs (Eq. 11-12; Section 4)")
-        parser.add_argument("--global-layers", type=at_least(0), metavar="N",
-                            help=("global transformer layers across paragraphs on top of the local "
-                                  "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"))
-        parser.add_argument("--global-heads", type=at_least(1), metavar="N",
-                            help=("heads of multi-head pooling and inter-paragraph attention (1 = "
-                                  "Table 3's 'w/o MP')"))
-        parser.add_argument("--no-paragraph-position", action="store_true",
-                            help=("encode only the token position inside the paragraph, over all d "
-                                  "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
-                                  "rank and token position"))
-        parser.add_argument("--token-position-first", action="store_true",
-                            help=("lay out the position encoding as [e_j ; e_i] (token position "
-                                  "first), as the hiersumm code does; the paper writes [e_i ; e_j] "
-                                  "(Eq. 9)"))
-        parser.add_argument("--shared-inter-paragraph-attention", action="store_true",
-                            help=("one single-head attention shared by all heads in the "
-                                  "inter-paragraph attention (the hiersumm code); the paper has "
-                                  "per-head W^z_q, W^z_k, W^z_v (Eq. 17-19)"))
-        parser.add_argument("--no-pooling-head-projection", action="store_true",
-                            help=("drop the per-head W^z_c of multi-head pooling (Eq. 16), as the "
-                                  "hiersumm code does"))
-        parser.add_argument("--graph", choices=GRAPH_CHOICES,
-                            help=("graph-informed attention (Eq. 24): replace --graph-heads learned "
-                                  "inter-paragraph heads with the row-normalised paragraph graph read "
-                                  "from side data src_graph_similarity / src_graph_discourse "
-                                  "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"))
-        parser.add_argument("--graph-heads", type=at_least(0), metavar="N",
-                            help=("learned heads the graph replaces in every global layer (Eq. 24; "
-                                  "the default is the paper's)"))
-        parser.add_argument("--decoder-position-encoding", choices=DECODER_POSITION_ENCODINGS,
-                            help=("target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at "
-                                  "odd dimensions, frequency 10000^(-2i/d), first token at position "
-                                  "0), as the paper and the hiersumm decoder; 'fairseq' = fairseq's "
-                                  "SinusoidalPositionalEmbedding (sin half then cos half, from "
-                                  "position 2)"))
-        parser.add_argument("--decoder-output-bias", action="store_true",
-                            help=("give the output projection a bias (its weight stays tied), as "
-                                  "hiersumm's generator nn.Linear(d, V)"))
-        parser.add_argument("--decoder-start-symbol", choices=DECODER_START_SYMBOLS,
-                            help=("first decoder input: fairseq's </s> (eos) or <s> (bos), as "
-                                  "hiersumm's targets start with <S>"))
-        parser.add_argument("--layernorm-eps", type=number_between(0, 1, low_inclusive=False), metavar="EPS",
-                            help=("epsilon of every LayerNorm (the default is fairseq's; hiersumm "
-                                  "1e-6)"))
-        parser.add_argument("--no-source-special-tokens", action="store_true",
-                            help=("the encoder skips the data contract's <s> / </s> source tokens "
-                                  "(masked like padding, which equals removing them), so it reads "
-                                  "exactly the paragraphs, as the hiersumm code"))
+        parser.add_argument(
+            "--local-layers",
+            type=at_least(1),
+            metavar="N",
+            help="local transformer layers inside paragraphs (Eq. 11-12; Section 4)",
+        )
+        parser.add_argument(
+            "--global-layers",
+            type=at_least(0),
+            metavar="N",
+            help=(
+                "global transformer layers across paragraphs on top of the local "
+                "ones (Eq. 13-23; Section 4; 0 = Table 3's 'w/o GT')"
+            ),
+        )
+        parser.add_argument(
+            "--global-heads",
+            type=at_least(1),
+            metavar="N",
+            help=("heads of multi-head pooling and inter-paragraph attention (1 = Table 3's 'w/o MP')"),
+        )
+        parser.add_argument(
+            "--no-paragraph-position",
+            action="store_true",
+            help=(
+                "encode only the token position inside the paragraph, over all d "
+                "dimensions (Table 3's 'w/o PP'); the paper concatenates paragraph "
+                "rank and token position"
+            ),
+        )
+        parser.add_argument(
+            "--token-position-first",
+            action="store_true",
+            help=(
+                "lay out the position encoding as [e_j ; e_i] (token position "
+                "first), as the hiersumm code does; the paper writes [e_i ; e_j] "
+                "(Eq. 9)"
+            ),
+        )
+        parser.add_argument(
+            "--shared-inter-paragraph-attention",
+            action="store_true",
+            help=(
+                "one single-head attention shared by all heads in the "
+                "inter-paragraph attention (the hiersumm code); the paper has "
+                "per-head W^z_q, W^z_k, W^z_v (Eq. 17-19)"
+            ),
+        )
+        parser.add_argument(
+            "--no-pooling-head-projection",
+            action="store_true",
+            help=("drop the per-head W^z_c of multi-head pooling (Eq. 16), as the hiersumm code does"),
+        )
+        parser.add_argument(
+            "--graph",
+            choices=GRAPH_CHOICES,
+            help=(
+                "graph-informed attention (Eq. 24): replace --graph-heads learned "
+                "inter-paragraph heads with the row-normalised paragraph graph read "
+                "from side data src_graph_similarity / src_graph_discourse "
+                "(mdsfair-preprocess --side-data graph_similarity|graph_discourse)"
+            ),
+        )
+        parser.add_argument(
+            "--graph-heads",
+            type=at_least(0),
+            metavar="N",
+            help=("learned heads the graph replaces in every global layer (Eq. 24; the default is the paper's)"),
+        )
+        parser.add_argument(
+            "--decoder-position-encoding",
+            choices=DECODER_POSITION_ENCODINGS,
+            help=(
+                "target positions: 'interleaved' = Eq. 7-8 (sin at even, cos at "
+                "odd dimensions, frequency 10000^(-2i/d), first token at position "
+                "0), as the paper and the hiersumm decoder; 'fairseq' = fairseq's "
+                "SinusoidalPositionalEmbedding (sin half then cos half, from "
+                "position 2)"
+            ),
+        )
+        parser.add_argument(
+            "--decoder-output-bias",
+            action="store_true",
+            help=("give the output projection a bias (its weight stays tied), as hiersumm's generator nn.Linear(d, V)"),
+        )
+        parser.add_argument(
+            "--decoder-start-symbol",
+            choices=DECODER_START_SYMBOLS,
+            help=("first decoder input: fairseq's </s> (eos) or <s> (bos), as hiersumm's targets start with <S>"),
+        )
+        parser.add_argument(
+            "--layernorm-eps",
+            type=number_between(0, 1, low_inclusive=False),
+            metavar="EPS",
+            help=("epsilon of every LayerNorm (the default is fairseq's; hiersumm 1e-6)"),
+        )
+        parser.add_argument(
+            "--no-source-special-tokens",
+            action="store_true",
+            help=(
+                "the encoder skips the data contract's <s> / </s> source tokens "
+                "(masked like padding, which equals removing them), so it reads "
+                "exactly the paragraphs, as the hiersumm code"
+            ),
+        )
 
     @classmethod
     def build_model(cls, args, task):
@@ -461,9 +519,7 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return HierarchicalTransformerDecoder(
-            args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention
-        )
+        return HierarchicalTransformerDecoder(args, tgt_dict, embed_tokens, no_encoder_attn=args.no_cross_attention)
 
     def forward(
         self,
@@ -534,7 +590,12 @@ def tiny_architecture(args):
     """For tests: d 32, 4 heads, feed-forward 64, 2 local + 1 global layers,
     2 decoder layers."""
     DEFAULTS.fill(
-        args, encoder_embed_dim=32, encoder_ffn_embed_dim=64, encoder_attention_heads=4, local_layers=2,
-        global_layers=1, decoder_layers=2,
+        args,
+        encoder_embed_dim=32,
+        encoder_ffn_embed_dim=64,
+        encoder_attention_heads=4,
+        local_layers=2,
+        global_layers=1,
+        decoder_layers=2,
     )
     base_architecture(args)

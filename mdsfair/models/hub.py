@@ -16,6 +16,7 @@ fairseq's own models declare what the hub can load on the model class
   :class:`mdsfair.hub_interface.MultiDocSummarizationHubInterface` (raw
   clusters in, summaries out), refusing a checkpoint of another model.
 """
+
 from typing import Dict, Optional
 
 
@@ -31,8 +32,9 @@ class MultiDocHubModel:
         return {}
 
     @classmethod
-    def from_pretrained(cls, model_dir: str, checkpoint_file: str = "checkpoint_best.pt",
-                        data_name_or_path: str = ".", **kwargs):
+    def from_pretrained(
+        cls, model_dir: str, checkpoint_file: str = "checkpoint_best.pt", data_name_or_path: str = ".", **kwargs
+    ):
         """``model_dir/checkpoint_file`` as a
         :class:`~mdsfair.hub_interface.MultiDocSummarizationHubInterface`; the
         checkpoint must hold a model of this class (its ``@register_model``
@@ -46,5 +48,6 @@ class MultiDocHubModel:
         name = registered_model_name(cls)
         if name is None or "hub_description" not in vars(cls):
             raise TypeError(f"{cls.__name__} declares no hub entry (hub_description) under a @register_model name")
-        return load_hub_entry(name, model_dir, checkpoint_file=checkpoint_file,
-                              data_name_or_path=data_name_or_path, **kwargs)
+        return load_hub_entry(
+            name, model_dir, checkpoint_file=checkpoint_file, data_name_or_path=data_name_or_path, **kwargs
+        )

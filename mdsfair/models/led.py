@@ -56,6 +56,7 @@ fairseq's learned positions skip padding (``make_positions``), so a token's
 position is the same for right-padded sources, and for left-padded ones it is
 that of the unpadded source.
 """
+
 import logging
 
 from fairseq.models import register_model, register_model_architecture
@@ -118,7 +119,8 @@ def primera_architecture(args):
             logger.info(
                 "architecture primera: task --source-layout %s replaced by primera (documents joined by <doc-sep>); "
                 "for PRIMERA's dimensions on another layout use --arch led_large --max-encoder-positions 4096 "
-                "--attention-window 512", args.source_layout,
+                "--attention-window 512",
+                args.source_layout,
             )
         args.source_layout = "primera"
     bart_dimensions(args, "large")

@@ -12,6 +12,7 @@ registered under their own names, as are the combinations
 A model with ``--cross-attention sparse`` trains its approximator with the
 KL loss of ``--task multidoc_summarization_sparse --criterion sparse_kl``.
 """
+
 from fairseq.models import register_model, register_model_architecture
 
 from mdsfair.models.component_model import ComponentBARTModel

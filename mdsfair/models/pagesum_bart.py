@@ -31,6 +31,7 @@ the encoder runs once; ``reorder_encoder_out`` and the decoder's incremental
 state are indexed over ``batch x beam x pages`` (``new_order`` entry ``b``
 becomes rows ``b * P + i``).
 """
+
 import copy
 import logging
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -65,17 +66,19 @@ from mdsfair.modules.pages import (
 #: setting, document locality (Table 5) with 7 pages (their arXiv/PubMed/
 #: MultiNews count) of 1,024 tokens (Sec. 5.2), in BART's 1,024-row position
 #: table; empty pages masked out of Eq. 8 (the authors' code fills them).
-DEFAULTS = FlagDefaults({
-    "locality": "document",
-    "num_pages": 7,
-    "page_tokens": 1024,
-    "max_page_positions": 1024,
-    "discourse_unit": "paragraph",
-    "page_overflow": "truncate",
-    "spatial_remainder_to_last_page": False,
-    "empty_pages": "mask",
-    "global_decoding": False,
-})
+DEFAULTS = FlagDefaults(
+    {
+        "locality": "document",
+        "num_pages": 7,
+        "page_tokens": 1024,
+        "max_page_positions": 1024,
+        "discourse_unit": "paragraph",
+        "page_overflow": "truncate",
+        "spatial_remainder_to_last_page": False,
+        "empty_pages": "mask",
+        "global_decoding": False,
+    }
+)
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +163,10 @@ class PageSumEncoder(TransformerEncoderBase):
 
     def page_settings(self) -> str:
         builder = self.page_builder
-        return (f"locality {builder.locality}, --num-pages {builder.num_pages}, --page-tokens {builder.page_tokens}, "
-                f"--page-overflow {builder.overflow}")
+        return (
+            f"locality {builder.locality}, --num-pages {builder.num_pages}, --page-tokens {builder.page_tokens}, "
+            f"--page-overflow {builder.overflow}"
+        )
 
     def page_totals(self) -> Tuple[Tensor, int]:
         """A snapshot of the running totals, for :meth:`log_page_totals`'s
@@ -189,7 +194,11 @@ class PageSumEncoder(TransformerEncoderBase):
 
         def time_major(x: Tensor) -> Tensor:
             length, _, dim = x.shape
-            return x.view(length, batch_size, num_pages, dim).permute(2, 0, 1, 3).reshape(num_pages * length, batch_size, dim)
+            return (
+                x.view(length, batch_size, num_pages, dim)
+                .permute(2, 0, 1, 3)
+                .reshape(num_pages * length, batch_size, dim)
+            )
 
         padding_mask = encoder_out["encoder_padding_mask"][0]
         padding_mask = (padding_mask.view(batch_size, num_pages, -1) | ~page_mask.unsqueeze(-1)).view(batch_size, -1)
@@ -243,7 +252,12 @@ class PageSumDecoder(TransformerDecoderBase):
     ):
         if self.page_confidence is None:
             return self.extract_features_scriptable(
-                prev_output_tokens, encoder_out, incremental_state, full_context_alignment, alignment_layer, alignment_heads
+                prev_output_tokens,
+                encoder_out,
+                incremental_state,
+                full_context_alignment,
+                alignment_layer,
+                alignment_heads,
             )
         if encoder_out is None or "page_mask" not in encoder_out:
             raise ValueError("PageSumDecoder needs the output of PageSumEncoder (with its page_mask)")
@@ -305,8 +319,7 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
 
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
-        "PageSum (Liu et al. 2022): "
-        "BART encoding pages independently, decoding with confidence-weighted pages"
+        "PageSum (Liu et al. 2022): BART encoding pages independently, decoding with confidence-weighted pages"
     )
 
     def side_inputs(self):
@@ -319,56 +332,83 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
     def add_args(parser):
         BARTModel.add_args(parser)
         parser.add_argument(
-            "--locality", choices=LOCALITIES,
-            help=("how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
-                  "'discourse' = one page per discourse unit, 'document' = one page per document (the paper's "
-                  "choice for multi-document summarization, Table 5)"),
+            "--locality",
+            choices=LOCALITIES,
+            help=(
+                "how pages are formed (Sec. 3): 'spatial' = sentences in --num-pages equal chunks, "
+                "'discourse' = one page per discourse unit, 'document' = one page per document (the paper's "
+                "choice for multi-document summarization, Table 5)"
+            ),
         )
         parser.add_argument(
-            "--num-pages", type=at_least(1),
-            help=("pages per example: the spatial chunk count, or the maximum number of discourse units / "
-                  "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"),
+            "--num-pages",
+            type=at_least(1),
+            help=(
+                "pages per example: the spatial chunk count, or the maximum number of discourse units / "
+                "documents (the paper: 7 for arXiv/PubMed/MultiNews, 8 for arXiv sections, 20 for GovReport)"
+            ),
         )
         parser.add_argument(
-            "--page-tokens", type=at_least(3),
-            help=("maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
-                  "are cut and counted"),
+            "--page-tokens",
+            type=at_least(3),
+            help=(
+                "maximum tokens per page including <s> and </s> (the paper's page size, Sec. 5.2); longer pages "
+                "are cut and counted"
+            ),
         )
         parser.add_argument(
-            "--max-page-positions", type=at_least(1),
-            help=("rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
-                  "exceed it"),
+            "--max-page-positions",
+            type=at_least(1),
+            help=(
+                "rows of the encoder's learned position table (BART's pre-trained table); --page-tokens may not "
+                "exceed it"
+            ),
         )
         parser.add_argument(
-            "--discourse-unit", choices=DISCOURSE_UNITS,
-            help=("discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
-                  "paragraphs, e.g. an arXiv section given as one document with its title first"),
+            "--discourse-unit",
+            choices=DISCOURSE_UNITS,
+            help=(
+                "discourse locality unit: 'paragraph', or 'section' = a document's titled group of "
+                "paragraphs, e.g. an arXiv section given as one document with its title first"
+            ),
         )
         parser.add_argument(
-            "--page-overflow", choices=OVERFLOW_POLICIES,
-            help=("more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
-                  "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
-                  "last page"),
+            "--page-overflow",
+            choices=OVERFLOW_POLICIES,
+            help=(
+                "more discourse units/documents than --num-pages: 'truncate' keeps the first pages and counts "
+                "the dropped units and tokens (the paper's maximum page count), 'merge' puts the rest into the "
+                "last page"
+            ),
         )
         parser.add_argument(
-            "--spatial-remainder-to-last-page", action="store_true",
-            help=("authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
-                  "remainder, so with fewer sentences than pages all of them are on the last page (off: chunk "
-                  "sizes differ by at most one sentence, the paper's equal split)"),
+            "--spatial-remainder-to-last-page",
+            action="store_true",
+            help=(
+                "authors' spatial chunking: every page gets S // num_pages sentences and the last page the "
+                "remainder, so with fewer sentences than pages all of them are on the last page (off: chunk "
+                "sizes differ by at most one sentence, the paper's equal split)"
+            ),
         )
         parser.add_argument(
-            "--empty-pages", choices=EMPTY_PAGE_POLICIES,
-            help=("a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
-                  "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
-                  "(Eq. 8 over the pages the example has); 'filler' is the authors' data_utils.py: "
-                  "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
-                  "the data's subword model) and is weighted like any page; needed to run their checkpoints "
-                  "as trained"),
+            "--empty-pages",
+            choices=EMPTY_PAGE_POLICIES,
+            help=(
+                "a page with no source text (fewer documents/units than --num-pages, or the authors' spatial "
+                "chunking with fewer sentences than pages): 'mask' leaves it out of the softmax over pages "
+                "(Eq. 8 over the pages the example has); 'filler' is the authors' data_utils.py: "
+                "every example has --num-pages pages, an empty one holds '.' (<s> . </s>, the '.' ids from "
+                "the data's subword model) and is weighted like any page; needed to run their checkpoints "
+                "as trained"
+            ),
         )
         parser.add_argument(
-            "--global-decoding", action="store_true",
-            help=("Table 7 alternative: encode pages separately but run one decoder over their concatenation "
-                  "(no confidence layer)"),
+            "--global-decoding",
+            action="store_true",
+            help=(
+                "Table 7 alternative: encode pages separately but run one decoder over their concatenation "
+                "(no confidence layer)"
+            ),
         )
 
     @classmethod
@@ -431,8 +471,17 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
             raise ValueError("PageSum is a summarizer; BART classification heads are not supported")
         side_inputs = {"src_doc_ids": src_doc_ids, "src_para_ids": src_para_ids, "src_sent_ids": src_sent_ids}
         return encoder_decoder_forward(
-            self, src_tokens, src_lengths, prev_output_tokens, side_inputs, features_only, None, token_embeddings,
-            return_all_hiddens, alignment_layer, alignment_heads,
+            self,
+            src_tokens,
+            src_lengths,
+            prev_output_tokens,
+            side_inputs,
+            features_only,
+            None,
+            token_embeddings,
+            return_all_hiddens,
+            alignment_layer,
+            alignment_heads,
         )
 
     def set_beam_size(self, beam):

@@ -15,6 +15,7 @@ Trained by task ``paragraph_ranking`` with criterion ``paragraph_ranking``
 before every linear layer, as in the paper. The LSTMs are unidirectional, so
 right padding never reaches a real token's state.
 """
+
 import torch
 import torch.nn.functional as F
 from fairseq.models import BaseFairseqModel, register_model, register_model_architecture
@@ -29,13 +30,15 @@ from mdsfair.modules.activation_checkpointing import checkpoint_layer
 #: (:mod:`mdsfair.models.flag_defaults`): Liu & Lapata 2019, Section 4 (LSTM
 #: hidden size 256, dropout 0.2 before all linear layers); the paper does not
 #: give the word embedding size, which we set to the hidden size.
-DEFAULTS = FlagDefaults({
-    "ranker_embed_dim": 256,
-    "ranker_hidden_dim": 256,
-    "dropout": 0.2,
-    "checkpoint_activations": False,
-    "offload_activations": False,
-})
+DEFAULTS = FlagDefaults(
+    {
+        "ranker_embed_dim": 256,
+        "ranker_hidden_dim": 256,
+        "dropout": 0.2,
+        "checkpoint_activations": False,
+        "offload_activations": False,
+    }
+)
 
 
 def masked_max_pool(states: Tensor, padding_mask: Tensor) -> Tensor:
@@ -55,7 +58,7 @@ class ParagraphRankerModel(BaseFairseqModel):
         super().__init__()
         self.padding_idx = dictionary.pad()
         self.embed_tokens = nn.Embedding(len(dictionary), args.ranker_embed_dim, padding_idx=self.padding_idx)
-        nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=args.ranker_embed_dim ** -0.5)
+        nn.init.normal_(self.embed_tokens.weight, mean=0.0, std=args.ranker_embed_dim**-0.5)
         nn.init.zeros_(self.embed_tokens.weight[self.padding_idx])
         # --checkpoint-activations: the LSTMs, whose per-step states are the
         # bulk of the ranker's activations, are recomputed in the backward pass.
@@ -72,19 +75,31 @@ class ParagraphRankerModel(BaseFairseqModel):
     @staticmethod
     @DEFAULTS.documented
     def add_args(parser):
-        parser.add_argument("--ranker-embed-dim", type=at_least(1), metavar="N",
-                            help="word embedding dimension")
-        parser.add_argument("--ranker-hidden-dim", type=at_least(1), metavar="N",
-                            help=("hidden size of the title and paragraph LSTMs "
-                                  "(Section 4)"))
-        parser.add_argument("--dropout", type=number_between(0, 1, high_inclusive=False), metavar="D",
-                            help="dropout before every linear layer (Section 4)")
-        parser.add_argument("--checkpoint-activations", action="store_true",
-                            help=("recompute the LSTM states in the backward pass instead of storing "
-                                  "them (less memory, more compute)"))
-        parser.add_argument("--offload-activations", action="store_true",
-                            help=("--checkpoint-activations, keeping the saved LSTM inputs in CPU "
-                                  "memory; sets --checkpoint-activations"))
+        parser.add_argument("--ranker-embed-dim", type=at_least(1), metavar="N", help="word embedding dimension")
+        parser.add_argument(
+            "--ranker-hidden-dim",
+            type=at_least(1),
+            metavar="N",
+            help=("hidden size of the title and paragraph LSTMs (Section 4)"),
+        )
+        parser.add_argument(
+            "--dropout",
+            type=number_between(0, 1, high_inclusive=False),
+            metavar="D",
+            help="dropout before every linear layer (Section 4)",
+        )
+        parser.add_argument(
+            "--checkpoint-activations",
+            action="store_true",
+            help=("recompute the LSTM states in the backward pass instead of storing them (less memory, more compute)"),
+        )
+        parser.add_argument(
+            "--offload-activations",
+            action="store_true",
+            help=(
+                "--checkpoint-activations, keeping the saved LSTM inputs in CPU memory; sets --checkpoint-activations"
+            ),
+        )
 
     @classmethod
     def build_model(cls, args, task):

@@ -7,6 +7,7 @@ a value given on the command line or stored in a checkpoint wins
 (:meth:`mdsfair.models.flag_defaults.FlagDefaults.fill`); a contradiction
 between a system's ablation flag and an explicit component choice is refused.
 """
+
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 
 from mdsfair.models.component_model import component_defaults
@@ -29,8 +30,12 @@ LED_ENCODER = {
     "global_attention": "first",
 }
 #: PRIMERA's encoder (allenai/PRIMERA): 4,096 positions, window 512, <s> and every <doc-sep> global.
-PRIMERA_ENCODER = {**LED_ENCODER, "max_encoder_positions": 4096, "attention_window": "512",
-                   "global_attention": "doc-sep"}
+PRIMERA_ENCODER = {
+    **LED_ENCODER,
+    "max_encoder_positions": 4096,
+    "attention_window": "512",
+    "global_attention": "doc-sep",
+}
 #: The sparse decoder (Manakul & Gales 2021).
 SPARSE_DECODER = {"cross_attention": "sparse"}
 

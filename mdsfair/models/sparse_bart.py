@@ -34,6 +34,7 @@ Eq. 8-9, per layer). When a plain BART checkpoint is restored they are
 created: W^Q/W^K copied from the layer's cross-attention ``q_proj``/``k_proj``
 (weights and biases), the sentence encoder freshly initialized.
 """
+
 from fairseq.models import register_model, register_model_architecture
 
 from mdsfair.models.component_model import ComponentBARTModel
@@ -116,8 +117,11 @@ def hierencdec_sparse_architecture(args, size: str):
     positions) with the sparse decoder."""
     hierencdec_source_positions(args)
     bart_dimensions(args, size)
-    DEFAULTS.fill(args, encoder_self_attention=HIERENCDEC["encoder_self_attention"],
-                  encoder_positions=HIERENCDEC["encoder_positions"])
+    DEFAULTS.fill(
+        args,
+        encoder_self_attention=HIERENCDEC["encoder_self_attention"],
+        encoder_positions=HIERENCDEC["encoder_positions"],
+    )
 
 
 @register_model_architecture("sparse_bart", "hierencdec_sparse")

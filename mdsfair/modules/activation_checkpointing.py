@@ -26,6 +26,7 @@ train. :func:`checkpoint_layer` always records one extra zero-size tensor
 that requires grad. ``tests/test_activation_checkpointing.py`` shows both
 behaviours of fairseq's function and the fixes.
 """
+
 import functools
 import weakref
 from typing import Sequence, Tuple
@@ -98,13 +99,17 @@ def _requires_grad(value) -> bool:
     return any(torch.is_tensor(leaf) and leaf.requires_grad for leaf in pytree.tree_leaves(value))
 
 
-def _checkpointed_layer_forward(original_forward, offload_to_cpu: bool, holders, structured: bool, *args,
-                                _layer_ref=None, **kwargs):
+def _checkpointed_layer_forward(
+    original_forward, offload_to_cpu: bool, holders, structured: bool, *args, _layer_ref=None, **kwargs
+):
     if not torch.is_grad_enabled():  # evaluation and generation: nothing to save memory on
         return original_forward(*args, **kwargs)
     layer = _layer_ref() if _layer_ref is not None else None
-    if (layer is not None and not any(p.requires_grad for p in layer.parameters())
-            and not _requires_grad((args, kwargs))):
+    if (
+        layer is not None
+        and not any(p.requires_grad for p in layer.parameters())
+        and not _requires_grad((args, kwargs))
+    ):
         # a frozen layer on inputs without gradient (the frozen encoder while the sparse
         # approximator trains): nothing to recompute, and the anchor below would make the
         # backward pass recompute a layer whose outputs cannot require grad

@@ -33,6 +33,7 @@ feed-forward block once. A new attention kind is one component class plus
 its registration; ``tests/test_components.py`` registers a toy one inside
 the test and runs it through the model contract.
 """
+
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
@@ -84,8 +85,9 @@ def component_class(role: str, name: str) -> Type["Component"]:
     try:
         return _REGISTRY[role][name]
     except KeyError:
-        raise ValueError(f"{flag_of(role)} {name!r} is not a registered component; choose one of "
-                         f"{', '.join(component_names(role))}") from None
+        raise ValueError(
+            f"{flag_of(role)} {name!r} is not a registered component; choose one of {', '.join(component_names(role))}"
+        ) from None
 
 
 @dataclass
@@ -145,10 +147,10 @@ class SourceStructure:
         if not tensors:
             return []
         numbers = read_scalars(tensors)
-        for failed, (_, message) in zip(numbers[len(values) + len(requested):], checks):
+        for failed, (_, message) in zip(numbers[len(values) + len(requested) :], checks):
             if failed:  # a message may be a function: the details of a refusal are read only then
                 raise ValueError(message() if callable(message) else message)
-        self.values.update(zip(requested, numbers[len(values): len(values) + len(requested)]))
+        self.values.update(zip(requested, numbers[len(values) : len(values) + len(requested)]))
         return numbers[: len(values)]
 
 

@@ -19,6 +19,7 @@ search; :meth:`~CrossAttentionComponent.decoder_context` once per decoder
 pass; :meth:`~CrossAttentionComponent.attend` in every decoder layer,
 returning ``(x, attention, extra)``.
 """
+
 import logging
 from typing import Dict, List, NamedTuple, Optional
 
@@ -59,8 +60,9 @@ class CrossAttentionComponent(Component):
     def build(self, layer, embed_dim: int, cfg):
         raise NotImplementedError
 
-    def encoder_outputs(self, encoder, encoder_out: Dict[str, List[Tensor]],
-                        structure: SourceStructure) -> Dict[str, List[Tensor]]:
+    def encoder_outputs(
+        self, encoder, encoder_out: Dict[str, List[Tensor]], structure: SourceStructure
+    ) -> Dict[str, List[Tensor]]:
         """Entries this cross-attention needs in the encoder output."""
         return {}
 
@@ -78,9 +80,18 @@ class CrossAttentionComponent(Component):
         """The per-pass context every layer's :meth:`attend` receives."""
         return None
 
-    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn: bool = False, alignment_heads: Optional[int] = None,
-               need_weights: Optional[bool] = None):
+    def attend(
+        self,
+        attention,
+        x,
+        encoder_states,
+        padding_mask,
+        context,
+        incremental_state=None,
+        need_attn: bool = False,
+        alignment_heads: Optional[int] = None,
+        need_weights: Optional[bool] = None,
+    ):
         """``(x [T_tgt, B, C], attention, extra)``: with ``need_attn`` the
         cross-attention weights ``[B, T_tgt, S]`` averaged over the first
         ``alignment_heads`` heads (all when None), else None; ``extra`` what
@@ -113,15 +124,21 @@ def fairseq_cross_attention(cls, layer, embed_dim: int, cfg, **kwargs):
     )
 
 
-def stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads,
-                 need_weights=None):
+def stock_attend(
+    attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads, need_weights=None
+):
     """fairseq's decoder layer's cross-attention call; with ``need_attn`` the
     weights averaged over the first ``alignment_heads`` heads (all when
     None), as fairseq's decoder reduces its alignment layer's."""
     x, weights = attention(
-        query=x, key=encoder_states, value=encoder_states, key_padding_mask=padding_mask,
-        incremental_state=incremental_state, static_kv=True,
-        need_weights=need_attn if need_weights is None else need_weights, need_head_weights=need_attn,
+        query=x,
+        key=encoder_states,
+        value=encoder_states,
+        key_padding_mask=padding_mask,
+        incremental_state=incremental_state,
+        static_kv=True,
+        need_weights=need_attn if need_weights is None else need_weights,
+        need_head_weights=need_attn,
     )
     if not need_attn or weights is None:
         return x, None, None
@@ -138,10 +155,21 @@ class FullCrossAttention(CrossAttentionComponent):
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
 
-    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None, need_weights=None):
-        return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
-                            alignment_heads, need_weights)
+    def attend(
+        self,
+        attention,
+        x,
+        encoder_states,
+        padding_mask,
+        context,
+        incremental_state=None,
+        need_attn=False,
+        alignment_heads=None,
+        need_weights=None,
+    ):
+        return stock_attend(
+            attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads, need_weights
+        )
 
 
 @register_component("cross_attention", "document-scaled")
@@ -156,11 +184,15 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
 
     def refusal(self, components):
-        if getattr(self.args, "global_attention", None) == "doc-sep" and components["encoder_self_attention"].name \
-                == "longformer":
-            return ("Eq. 3-5 read each document's opening <s> (its start-of-document token), but PRIMERA's "
-                    "layout (--global-attention doc-sep) joins the documents with <doc-sep> and opens none with "
-                    "<s>; use --global-attention documents on the documents layout (as primera_hierencdec does)")
+        if (
+            getattr(self.args, "global_attention", None) == "doc-sep"
+            and components["encoder_self_attention"].name == "longformer"
+        ):
+            return (
+                "Eq. 3-5 read each document's opening <s> (its start-of-document token), but PRIMERA's "
+                "layout (--global-attention doc-sep) joins the documents with <doc-sep> and opens none with "
+                "<s>; use --global-attention documents on the documents layout (as primera_hierencdec does)"
+            )
         return None
 
     def build(self, layer, embed_dim, cfg):
@@ -174,13 +206,24 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
             raise ValueError("--cross-attention document-scaled needs the encoder output's src_doc_ids")
         return encoder_out["src_doc_ids"][0]
 
-    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None, need_weights=None):
+    def attend(
+        self,
+        attention,
+        x,
+        encoder_states,
+        padding_mask,
+        context,
+        incremental_state=None,
+        need_attn=False,
+        alignment_heads=None,
+        need_weights=None,
+    ):
         # the key documents reach fairseq's attention (apply_sparse_mask) for this call only
         attention.key_document_ids = context
         try:
-            return stock_attend(attention, x, encoder_states, padding_mask, incremental_state, need_attn,
-                                alignment_heads, need_weights)
+            return stock_attend(
+                attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads, need_weights
+            )
         finally:
             attention.key_document_ids = None
 
@@ -225,8 +268,13 @@ def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> S
         rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
     else:
         rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(src_sent_ids, sentence_layout_from_encoder_out(encoder_out), states, rows,
-                           bounds[0] if len(bounds) > 0 else None)
+    return SentenceContext(
+        src_sent_ids,
+        sentence_layout_from_encoder_out(encoder_out),
+        states,
+        rows,
+        bounds[0] if len(bounds) > 0 else None,
+    )
 
 
 class SparseDecoderContext(NamedTuple):
@@ -259,40 +307,83 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
 
     @staticmethod
     def add_args(parser):
-        parser.add_argument("--top-r", type=at_least(0), metavar="R",
-                            help=("sentences kept by every cross-attention query (Eq. 6; the "
-                                  "paper's r on CNN/DailyMail); 0 keeps all (full attention)"))
-        parser.add_argument("--sentence-selection", choices=SENTENCE_SELECTIONS,
-                            help=("saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
-                                  "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
-                                  "ideal->approx in training, one draw per forward pass shared by all layers; approx "
-                                  "in evaluation and generation)"))
-        parser.add_argument("--approximator", choices=APPROXIMATORS,
-                            help=("model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
-                                  "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
-                                  "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"))
-        parser.add_argument("--sentence-encoder", choices=SENTENCE_ENCODERS,
-                            help=("sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
-                                  "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
-                                  "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
-                                  "(multi-head pooling, no recurrence)"))
-        parser.add_argument("--sentence-encoder-layers", type=at_least(1), metavar="N",
-                            help="layers of the bidirectional GRU sentence encoder (App. A.1)")
-        parser.add_argument("--sentence-encoder-hidden-dim", type=at_least(1), metavar="D",
-                            help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
-                                 "BART-large) (default: --encoder-embed-dim)")
-        parser.add_argument("--share-selection-across-beams", action="store_true",
-                            help=("average the sentence scores over the beam hypotheses of a source before top-r "
-                                  "(the authors' decoding); off: every hypothesis selects its own sentences"))
-        parser.add_argument("--sparse-generation-path", choices=GENERATION_PATHS,
-                            help=("how incremental generation reads the top-r sentences: gather their encoder states "
-                                  "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
-                                  "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
-                                  "hypothesis keeps * heads <= 2 * N"))
-        parser.add_argument("--mix-decay-updates", type=at_least(1), metavar="N",
-                            help="for --sentence-selection mix: use the exact saliency with probability "
-                                 "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
-                                 "so N = the updates of one epoch)")
+        parser.add_argument(
+            "--top-r",
+            type=at_least(0),
+            metavar="R",
+            help=(
+                "sentences kept by every cross-attention query (Eq. 6; the "
+                "paper's r on CNN/DailyMail); 0 keeps all (full attention)"
+            ),
+        )
+        parser.add_argument(
+            "--sentence-selection",
+            choices=SENTENCE_SELECTIONS,
+            help=(
+                "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
+                "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+                "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+                "in evaluation and generation)"
+            ),
+        )
+        parser.add_argument(
+            "--approximator",
+            choices=APPROXIMATORS,
+            help=(
+                "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
+                "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+                "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"
+            ),
+        )
+        parser.add_argument(
+            "--sentence-encoder",
+            choices=SENTENCE_ENCODERS,
+            help=(
+                "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+                "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
+                "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+                "(multi-head pooling, no recurrence)"
+            ),
+        )
+        parser.add_argument(
+            "--sentence-encoder-layers",
+            type=at_least(1),
+            metavar="N",
+            help="layers of the bidirectional GRU sentence encoder (App. A.1)",
+        )
+        parser.add_argument(
+            "--sentence-encoder-hidden-dim",
+            type=at_least(1),
+            metavar="D",
+            help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
+            "BART-large) (default: --encoder-embed-dim)",
+        )
+        parser.add_argument(
+            "--share-selection-across-beams",
+            action="store_true",
+            help=(
+                "average the sentence scores over the beam hypotheses of a source before top-r "
+                "(the authors' decoding); off: every hypothesis selects its own sentences"
+            ),
+        )
+        parser.add_argument(
+            "--sparse-generation-path",
+            choices=GENERATION_PATHS,
+            help=(
+                "how incremental generation reads the top-r sentences: gather their encoder states "
+                "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+                "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+                "hypothesis keeps * heads <= 2 * N"
+            ),
+        )
+        parser.add_argument(
+            "--mix-decay-updates",
+            type=at_least(1),
+            metavar="N",
+            help="for --sentence-selection mix: use the exact saliency with probability "
+            "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
+            "so N = the updates of one epoch)",
+        )
 
     def side_inputs(self):
         return {"src_sent_ids": True}
@@ -379,20 +470,35 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
 
     def decoder_context(self, decoder, encoder_out, incremental_state):
         if encoder_out is None or "src_sent_ids" not in encoder_out:
-            raise ValueError("--cross-attention sparse needs an encoder output with the sentence layout "
-                             "(src_sent_ids)")
+            raise ValueError("--cross-attention sparse needs an encoder output with the sentence layout (src_sent_ids)")
         mix_draw = None
         if decoder.training and any(layer.encoder_attn.selection == "mix" for layer in decoder.layers):
             # Sec. 4.3's scheduled mix: one uniform draw per training forward pass, shared by every layer
             mix_draw = torch.rand(()).item()
         return SparseDecoderContext(sentence_context_from_encoder_out(encoder_out), incremental_state is None, mix_draw)
 
-    def attend(self, attention, x, encoder_states, padding_mask, context, incremental_state=None,
-               need_attn=False, alignment_heads=None, need_weights=None):
+    def attend(
+        self,
+        attention,
+        x,
+        encoder_states,
+        padding_mask,
+        context,
+        incremental_state=None,
+        need_attn=False,
+        alignment_heads=None,
+        need_weights=None,
+    ):
         x, sentence_attention = attention(
-            x, encoder_states, padding_mask, context.sentences,
-            incremental_state=incremental_state, compute_saliency=context.compute_saliency,
-            need_weights=need_attn, weight_heads=alignment_heads, mix_draw=context.mix_draw,
+            x,
+            encoder_states,
+            padding_mask,
+            context.sentences,
+            incremental_state=incremental_state,
+            compute_saliency=context.compute_saliency,
+            need_weights=need_attn,
+            weight_heads=alignment_heads,
+            mix_draw=context.mix_draw,
         )
         return x, sentence_attention.token_attention, sentence_attention
 
@@ -430,8 +536,11 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             state_dict[full_key] = state_dict[source].clone() if source in state_dict else value.clone()
             created += 1
         if created:
-            logger.info("sparse cross-attention: created %d approximator tensors absent from the checkpoint "
-                        "(W^Q/W^K copied from the cross-attention projections)", created)
+            logger.info(
+                "sparse cross-attention: created %d approximator tensors absent from the checkpoint "
+                "(W^Q/W^K copied from the cross-attention projections)",
+                created,
+            )
 
     @staticmethod
     def approximator_parameter_names(model):

@@ -41,6 +41,7 @@ paper's model), ``linear`` (one linear layer), ``arithmetic`` (fixed weights
 ``arithmetic-root`` (``ROOT`` first); ``--dependency-mask-on values`` is the
 "added on values" variant: ``MHAtt_i = sum_j A_ij V_j + sum_j M_ij V_j``.
 """
+
 from typing import Dict, Optional, Sequence, Tuple
 
 import torch
@@ -54,11 +55,51 @@ from mdsfair.modules.heads import merge_heads, split_heads
 # spaCy's English parser labels (en_core_web_sm 3.x, ClearNLP scheme): 45
 # relations, as many as the paper's biaffine parser. Relation id = index here.
 DEPENDENCY_RELATIONS: Tuple[str, ...] = (
-    "ROOT", "acl", "acomp", "advcl", "advmod", "agent", "amod", "appos", "attr", "aux",
-    "auxpass", "case", "cc", "ccomp", "compound", "conj", "csubj", "csubjpass", "dative", "dep",
-    "det", "dobj", "expl", "intj", "mark", "meta", "neg", "nmod", "npadvmod", "nsubj",
-    "nsubjpass", "nummod", "oprd", "parataxis", "pcomp", "pobj", "poss", "preconj", "predet", "prep",
-    "prt", "punct", "quantmod", "relcl", "xcomp",
+    "ROOT",
+    "acl",
+    "acomp",
+    "advcl",
+    "advmod",
+    "agent",
+    "amod",
+    "appos",
+    "attr",
+    "aux",
+    "auxpass",
+    "case",
+    "cc",
+    "ccomp",
+    "compound",
+    "conj",
+    "csubj",
+    "csubjpass",
+    "dative",
+    "dep",
+    "det",
+    "dobj",
+    "expl",
+    "intj",
+    "mark",
+    "meta",
+    "neg",
+    "nmod",
+    "npadvmod",
+    "nsubj",
+    "nsubjpass",
+    "nummod",
+    "oprd",
+    "parataxis",
+    "pcomp",
+    "pobj",
+    "poss",
+    "preconj",
+    "predet",
+    "prep",
+    "prt",
+    "punct",
+    "quantmod",
+    "relcl",
+    "xcomp",
 )
 
 # Relations by decreasing frequency in parsed source documents (spaCy's
@@ -67,18 +108,65 @@ DEPENDENCY_RELATIONS: Tuple[str, ...] = (
 # ("according to the sequence of the occurrence of dependency relations in the
 # source documents").
 RELATIONS_BY_FREQUENCY: Tuple[str, ...] = (
-    "punct", "det", "prep", "pobj", "amod", "nsubj", "compound", "ROOT", "dobj", "advmod",
-    "aux", "conj", "dep", "cc", "ccomp", "mark", "nummod", "advcl", "acomp", "appos",
-    "nmod", "poss", "auxpass", "xcomp", "nsubjpass", "attr", "relcl", "npadvmod", "neg", "acl",
-    "pcomp", "agent", "quantmod", "meta", "expl", "oprd", "csubj", "prt", "intj", "case",
-    "predet", "parataxis", "preconj", "dative", "csubjpass",
+    "punct",
+    "det",
+    "prep",
+    "pobj",
+    "amod",
+    "nsubj",
+    "compound",
+    "ROOT",
+    "dobj",
+    "advmod",
+    "aux",
+    "conj",
+    "dep",
+    "cc",
+    "ccomp",
+    "mark",
+    "nummod",
+    "advcl",
+    "acomp",
+    "appos",
+    "nmod",
+    "poss",
+    "auxpass",
+    "xcomp",
+    "nsubjpass",
+    "attr",
+    "relcl",
+    "npadvmod",
+    "neg",
+    "acl",
+    "pcomp",
+    "agent",
+    "quantmod",
+    "meta",
+    "expl",
+    "oprd",
+    "csubj",
+    "prt",
+    "intj",
+    "case",
+    "predet",
+    "parataxis",
+    "preconj",
+    "dative",
+    "csubjpass",
 )
 
 # Core dependents of clausal predicates (Universal Dependencies v1 for English:
 # nsubj, nsubjpass, dobj, iobj, csubj, csubjpass, ccomp, xcomp; spaCy's label
 # for iobj is "dative"), Table VI's "arithmetic sequence (core)".
 CORE_DEPENDENTS: Tuple[str, ...] = (
-    "nsubj", "nsubjpass", "dobj", "dative", "csubj", "csubjpass", "ccomp", "xcomp",
+    "nsubj",
+    "nsubjpass",
+    "dobj",
+    "dative",
+    "csubj",
+    "csubjpass",
+    "ccomp",
+    "xcomp",
 )
 
 DEPENDENCY_ENCODERS = ("mlp", "linear", "arithmetic", "arithmetic-core", "arithmetic-root")
@@ -223,8 +311,12 @@ class DependencyRelationEncoder(nn.Module):
     def forward(self, dep_head: Tensor, dep_rel: Tensor, dep_word: Optional[Tensor] = None) -> Tensor:
         """The dependency relation mask ``[B, T, T]`` (``m_ij`` of Eq. 6)."""
         return build_dependency_mask(
-            self.relation_weights(), dep_head, dep_rel, dep_word,
-            direction=self.direction, no_arc_weight=self.no_arc_weight(),
+            self.relation_weights(),
+            dep_head,
+            dep_rel,
+            dep_word,
+            direction=self.direction,
+            no_arc_weight=self.no_arc_weight(),
         )
 
 
@@ -265,9 +357,16 @@ class DependencyGuidedMultiheadAttention(MultiheadAttention):
         """``query`` is ``[T, B, C]``; ``dependency_mask`` ``[B, T, T]``."""
         if dependency_mask is None:
             return super().forward(
-                query, key, value, key_padding_mask=key_padding_mask, incremental_state=incremental_state,
-                need_weights=need_weights, static_kv=static_kv, attn_mask=attn_mask,
-                before_softmax=before_softmax, need_head_weights=need_head_weights,
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
             )
         if incremental_state is not None or before_softmax:
             raise ValueError("the dependency mask applies to full encoder self-attention only")

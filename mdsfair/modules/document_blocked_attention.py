@@ -43,6 +43,7 @@ Two implementations with the same parameters and the same numbers:
   (``tests/test_hierencdec.py`` compares it with ``dense`` on the test
   device). The H100 profile that led here is in examples/hierencdec/README.md.
 """
+
 import functools
 import inspect
 from dataclasses import dataclass, field
@@ -141,7 +142,8 @@ class DocumentLayout:
                 # the first token of every segment, without reading the boundaries back
                 segment = boundary.view(-1).cumsum(dim=0) - 1
                 starts = segment.new_full((num_segments,), batch_size * length).scatter_reduce_(
-                    0, segment, torch.arange(batch_size * length, device=ids.device), reduce="amin")
+                    0, segment, torch.arange(batch_size * length, device=ids.device), reduce="amin"
+                )
             else:
                 starts = boundary.view(-1).nonzero().view(-1)
             offsets = torch.cat([starts, starts.new_full((1,), batch_size * length)])
@@ -174,9 +176,13 @@ class DocumentLayout:
         return self.document_lengths.size(1)
 
     @classmethod
-    def from_document_ids(cls, document_ids: Tensor, structure=None,
-                          read_segment_sizes: Optional[bool] = None,
-                          shortest_bucket: Optional[int] = None) -> "DocumentLayout":
+    def from_document_ids(
+        cls,
+        document_ids: Tensor,
+        structure=None,
+        read_segment_sizes: Optional[bool] = None,
+        shortest_bucket: Optional[int] = None,
+    ) -> "DocumentLayout":
         """Layout of the data contract's ``src_doc_ids`` (every document one
         contiguous run of tokens, -1 at padding).
 
@@ -203,13 +209,16 @@ class DocumentLayout:
         runs = structure.document_runs() if shared else segment_runs(document_ids)
         documents_per_example = runs.segment_count[:, -1]
         fewest_documents, num_documents = torch.aminmax(documents_per_example)
-        checks.check(fewest_documents.eq(0),
-                     "every example needs at least one document token (found an all-padding row)")
+        checks.check(
+            fewest_documents.eq(0), "every example needs at least one document token (found an all-padding row)"
+        )
         # a run is one document exactly when no id opens two runs: as many runs as distinct ids, which
         # are the runs of the sorted ids
         distinct_ids = segment_start_mask(document_ids.sort(dim=1).values).sum(dim=1)
-        checks.check(documents_per_example.ne(distinct_ids).any(),
-                     "document ids must form contiguous runs (each document's tokens consecutive)")
+        checks.check(
+            documents_per_example.ne(distinct_ids).any(),
+            "document ids must form contiguous runs (each document's tokens consecutive)",
+        )
         # the bucket bounds 0, S, 2S, 4S, ... below T: a document is longer than t tokens where it has offset t
         shortest_bucket = cls.SHORTEST_BUCKET if shortest_bucket is None else shortest_bucket
         if shortest_bucket < 1:
@@ -226,15 +235,19 @@ class DocumentLayout:
         if read_segment_sizes:  # every document and every run of padding is one segment
             segment_counts = (segment_boundaries(document_ids).sum(), document_ids.lt(0).sum(dim=1).max())
         num_documents, lowest_offset, highest_offset, *counts = checks.read(
-            num_documents, *runs.offset_range, *longer_than.unbind(0), *segment_counts)
-        longer_than, segment_counts = counts[:len(bucket_bounds)] + [0], counts[len(bucket_bounds):]
+            num_documents, *runs.offset_range, *longer_than.unbind(0), *segment_counts
+        )
+        longer_than, segment_counts = counts[: len(bucket_bounds)] + [0], counts[len(bucket_bounds) :]
         longest, padded = highest_offset + 1, lowest_offset < 0
         num_blocks, num_tokens = batch_size * num_documents, batch_size * length
 
         # the buckets that hold documents: (bucket class, documents, block length)
         upper_bounds = bucket_bounds[1:] + [length]
-        buckets = [(index, longer_than[index] - longer_than[index + 1], min(upper_bounds[index], longest))
-                   for index in range(len(bucket_bounds)) if longer_than[index] > longer_than[index + 1]]
+        buckets = [
+            (index, longer_than[index] - longer_than[index + 1], min(upper_bounds[index], longest))
+            for index in range(len(bucket_bounds))
+            if longer_than[index] > longer_than[index + 1]
+        ]
 
         # every token's document among the B * D (padding: the extra document B * D)
         document_index = runs.segment_count - 1  # 0, 1, ... by order in the source
@@ -245,10 +258,13 @@ class DocumentLayout:
             token_document.masked_fill_(padding, num_blocks)
         token_document = token_document.view(-1)
         lengths = token_document.new_zeros(num_blocks + 1).scatter_add_(
-            0, token_document, torch.ones_like(token_document))[:num_blocks]
+            0, token_document, torch.ones_like(token_document)
+        )[:num_blocks]
         sod_token_rows = token_document.new_full((num_blocks + 1,), num_tokens - 1).scatter_(
-            0, torch.where(runs.start_mask.view(-1), token_document, num_blocks),
-            torch.arange(num_tokens, device=device))[:num_blocks]
+            0,
+            torch.where(runs.start_mask.view(-1), token_document, num_blocks),
+            torch.arange(num_tokens, device=device),
+        )[:num_blocks]
 
         if len(buckets) == 1 and longer_than[0] == num_blocks:
             # one bucket holding every document, in order: document j's slots start at j * length
@@ -264,18 +280,23 @@ class DocumentLayout:
             document_class.masked_fill_(lengths.eq(0), len(bucket_bounds))
             sorted_documents = torch.sort(document_class, stable=True).indices
             rank = torch.empty_like(sorted_documents).scatter_(
-                0, sorted_documents, torch.arange(num_blocks, device=device))
+                0, sorted_documents, torch.arange(num_blocks, device=device)
+            )
             # per bucket class: its first document among the sorted ones, its first block slot, its block length
             first_document, first_slot, block_lengths = ([0] * (len(bucket_bounds) + 1) for _ in range(3))
             documents_before = slots_before = 0
             for index, documents, block_length in buckets:
                 first_document[index], first_slot[index], block_lengths[index] = (
-                    documents_before, slots_before, block_length)
+                    documents_before,
+                    slots_before,
+                    block_length,
+                )
                 documents_before += documents
                 slots_before += documents * block_length
             first_document[-1] = documents_before
             document_first, slot_first, document_block_length = torch.tensor(
-                [first_document, first_slot, block_lengths], device=device).index_select(1, document_class)
+                [first_document, first_slot, block_lengths], device=device
+            ).index_select(1, document_class)
             document_slots = slot_first + (rank - document_first) * document_block_length
             # every token's block slot: its document's first slot plus its offset
             unblock_index = torch.cat([document_slots, document_slots.new_zeros(1)]).index_select(0, token_document)
@@ -285,10 +306,14 @@ class DocumentLayout:
             for index, documents, block_length in buckets:
                 bucket = sorted_documents.narrow(0, first_document[index], documents)
                 bucket_documents.append(bucket)
-                block_index.append((sod_token_rows.index_select(0, bucket).unsqueeze(1),
-                                    lengths.index_select(0, bucket).unsqueeze(1),
-                                    example_sods.index_select(0, bucket.div(num_documents, rounding_mode="floor")),
-                                    block_length))
+                block_index.append(
+                    (
+                        sod_token_rows.index_select(0, bucket).unsqueeze(1),
+                        lengths.index_select(0, bucket).unsqueeze(1),
+                        example_sods.index_select(0, bucket.div(num_documents, rounding_mode="floor")),
+                        block_length,
+                    )
+                )
             bucket_documents = tuple(bucket_documents)
         if padded:  # padding reads slot 0
             unblock_index.masked_fill_(padding.view(-1), 0)
@@ -297,12 +322,14 @@ class DocumentLayout:
         # the D SOD keys ride in the blocks where they at most double the slots; else (many documents much
         # shorter than D) the SOD rows are recomputed over their document and the other SODs, after the blocks
         sod_keys_in_blocks = sum(documents * num_documents for _, documents, _ in buckets) <= sum(
-            documents * block_length for _, documents, block_length in buckets)
+            documents * block_length for _, documents, block_length in buckets
+        )
         for index, (starts, block_lengths, example_sods, block_length) in enumerate(block_index):
             slot = torch.arange(block_length, device=device)
             block_slots = torch.where(slot.lt(block_lengths), starts + slot, starts)
-            block_index[index] = (torch.cat([block_slots, example_sods], dim=-1) if sod_keys_in_blocks
-                                  else block_slots).reshape(-1)
+            block_index[index] = (
+                torch.cat([block_slots, example_sods], dim=-1) if sod_keys_in_blocks else block_slots
+            ).reshape(-1)
         return cls(
             document_ids=document_index,
             start_mask=runs.start_mask,
@@ -315,8 +342,7 @@ class DocumentLayout:
             unblock_index=unblock_index,
             padding_rows=padding.view(-1, 1) if padded else None,
             # the longest segment: the longest document, or a run of padding (contiguous in a batch)
-            _segment_sizes=(segment_counts[0], max(longest, segment_counts[1]), padded)
-            if read_segment_sizes else None,
+            _segment_sizes=(segment_counts[0], max(longest, segment_counts[1]), padded) if read_segment_sizes else None,
         )
 
     def block_attention_bias(self, dtype: torch.dtype) -> Tuple[Tensor, ...]:
@@ -341,12 +367,16 @@ class DocumentLayout:
                     bucket = self.bucket_documents[index]
                     block_lengths, own_sod = lengths.index_select(0, bucket), bucket.remainder(num_documents)
                     example_lengths = self.document_lengths.index_select(
-                        0, bucket.div(num_documents, rounding_mode="floor"))
+                        0, bucket.div(num_documents, rounding_mode="floor")
+                    )
                 slot = torch.arange(block_length, device=device)
                 if not self.sod_keys_in_blocks:  # the block's own tokens only
                     key_bias = torch.zeros(documents, block_length, dtype=dtype, device=device)
-                    biases.append(key_bias.masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf")).view(
-                        documents, 1, 1, block_length))
+                    biases.append(
+                        key_bias.masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf")).view(
+                            documents, 1, 1, block_length
+                        )
+                    )
                     continue
                 key_bias = torch.zeros(documents, block_length + num_documents, dtype=dtype, device=device)
                 key_bias[:, :block_length].masked_fill_(slot.ge(block_lengths.unsqueeze(1)), float("-inf"))
@@ -429,8 +459,11 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         length, batch_size, _ = x.shape
         x = x.transpose(0, 1)
 
-        return (to_heads(self.q_proj(x) * self.scaling, self.num_heads), to_heads(self.k_proj(x), self.num_heads),
-                to_heads(self.v_proj(x), self.num_heads))
+        return (
+            to_heads(self.q_proj(x) * self.scaling, self.num_heads),
+            to_heads(self.k_proj(x), self.num_heads),
+            to_heads(self.v_proj(x), self.num_heads),
+        )
 
     def _output(self, context: Tensor) -> Tensor:
         """``context [B, T, H, d]`` -> ``[T, B, C]`` through ``out_proj``."""
@@ -454,8 +487,9 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         scores = torch.einsum("bihd,bjhd->bhij", query, key)
         allowed = document_attention_mask(layout.document_ids).unsqueeze(1)
         # the softmax in at least float32 (a float64 reference stays float64)
-        probabilities = F.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1,
-                                  dtype=torch.promote_types(scores.dtype, torch.float32))
+        probabilities = F.softmax(
+            scores.masked_fill(~allowed, float("-inf")), dim=-1, dtype=torch.promote_types(scores.dtype, torch.float32)
+        )
         probabilities = probabilities.type_as(scores)
         context = torch.einsum("bhij,bjhd->bihd", self.dropout_module(probabilities), value)
         context = context * layout.document_ids.ge(0).view(*context.shape[:2], 1, 1).type_as(context)
@@ -491,12 +525,13 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
             slots = (slots,)
         contexts = []
         for bucket_slots, (documents, block_length), block_bias in zip(
-                slots, layout.buckets, layout.block_attention_bias(projected.dtype)):
-            blocks = bucket_slots.view(documents, block_length + sod_keys, 3, heads, head_dim).permute(
-                2, 0, 3, 1, 4)
+            slots, layout.buckets, layout.block_attention_bias(projected.dtype)
+        ):
+            blocks = bucket_slots.view(documents, block_length + sod_keys, 3, heads, head_dim).permute(2, 0, 3, 1, 4)
             # the queries are the block slots; the keys and values also the SOD slots
-            context = F.scaled_dot_product_attention(blocks[0, :, :, :block_length], blocks[1], blocks[2],
-                                                     attn_mask=block_bias, dropout_p=dropout, scale=1.0)
+            context = F.scaled_dot_product_attention(
+                blocks[0, :, :, :block_length], blocks[1], blocks[2], attn_mask=block_bias, dropout_p=dropout, scale=1.0
+            )
             contexts.append(context.transpose(1, 2).reshape(-1, self.embed_dim))
         context = contexts[0] if len(contexts) == 1 else torch.cat(contexts)
         context = context.index_select(0, layout.unblock_index)
@@ -517,8 +552,12 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         sod_queries = projected.view(batch_size * length, 3, heads, head_dim)[:, 0].index_select(0, read_rows)
         sod_queries = sod_queries.view(batch_size, layout.num_documents, heads, head_dim).transpose(1, 2)
         sod_context = F.scaled_dot_product_attention(
-            sod_queries, projected[:, :, 1].transpose(1, 2), projected[:, :, 2].transpose(1, 2),
-            attn_mask=layout.sod_key_mask(), dropout_p=dropout, scale=1.0,
+            sod_queries,
+            projected[:, :, 1].transpose(1, 2),
+            projected[:, :, 2].transpose(1, 2),
+            attn_mask=layout.sod_key_mask(),
+            dropout_p=dropout,
+            scale=1.0,
         )  # [B, H, D, d]
         sod_context = sod_context.transpose(1, 2).reshape(-1, self.embed_dim)
         context = torch.cat([context, context.new_zeros(1, self.embed_dim)])  # row B*T: missing documents'
@@ -529,9 +568,12 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         biases: the three projections as one product. Without autograd the
         stack is kept until a parameter changes
         (:func:`~mdsfair.modules.parameter_cache.derived_from_parameters`)."""
-        return derived_from_parameters(self, "_stacked_projection_cache",
-                                       linear_parameters(self.q_proj, self.k_proj, self.v_proj),
-                                       lambda: scaled_query_key_value(self))
+        return derived_from_parameters(
+            self,
+            "_stacked_projection_cache",
+            linear_parameters(self.q_proj, self.k_proj, self.v_proj),
+            lambda: scaled_query_key_value(self),
+        )
 
     def _varlen_documents(self, query: Tensor, key: Tensor, value: Tensor, layout: DocumentLayout) -> Tensor:
         """The document rule with flash attention and no gathers: ``query``,
@@ -559,8 +601,11 @@ class DocumentBlockedSelfAttention(MultiheadAttention):
         num_documents = layout.num_documents
         sod_queries = flat[0].index_select(0, read_rows).view(batch_size, num_documents, num_heads, head_dim)
         sod_context = F.scaled_dot_product_attention(
-            sod_queries.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-            attn_mask=layout.sod_key_mask(), scale=1.0,
+            sod_queries.transpose(1, 2),
+            key.transpose(1, 2),
+            value.transpose(1, 2),
+            attn_mask=layout.sod_key_mask(),
+            scale=1.0,
         )  # [B, H, D, d]
         sod_context = sod_context.transpose(1, 2).reshape(-1, num_heads, head_dim)
         context = torch.cat([context, context.new_zeros(1, num_heads, head_dim)])  # row B*T: missing documents'

@@ -45,6 +45,7 @@ The protocol (Section III-A): the encoding of each document is unique, its
 values are bounded, and not remarkably larger than the token positional
 encoding (whose sinusoids lie in [-1, 1]).
 """
+
 from typing import Optional
 
 import torch

@@ -11,6 +11,7 @@ attention (one helper, the layout of fairseq's ``MultiheadAttention``: head
 
 ``reshape`` is a view of a contiguous input (no copy).
 """
+
 from torch import Tensor
 
 

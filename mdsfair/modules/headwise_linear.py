@@ -1,4 +1,5 @@
 """A linear map applied to each attention head separately."""
+
 import math
 
 import torch

@@ -17,6 +17,7 @@ weights returned for alignment) is reused unchanged. The per-document
 logsumexp is a scatter (segment) reduction over document ids: no loop over
 documents, any batch size, padding as document -1.
 """
+
 from typing import Optional
 
 import torch
@@ -33,8 +34,10 @@ def segment_logsumexp(scores: Tensor, segment_ids: Tensor, num_segments: int) ->
     returned as ``[B, ..., num_segments]`` (-inf for empty segments)."""
     rows, length = segment_ids.size(0), segment_ids.size(-1)
     if segment_ids.numel() != rows * length or rows not in (1, scores.size(0)):
-        raise ValueError(f"segment ids {tuple(segment_ids.shape)}: one row of ids per batch element of scores "
-                         f"{tuple(scores.shape)} expected")
+        raise ValueError(
+            f"segment ids {tuple(segment_ids.shape)}: one row of ids per batch element of scores "
+            f"{tuple(scores.shape)} expected"
+        )
     membership = torch.nn.functional.one_hot(segment_ids.reshape(rows, length), num_segments).to(scores.dtype)
     segment_ids = segment_ids.expand_as(scores)
     shape = scores.shape[:-1] + (num_segments,)

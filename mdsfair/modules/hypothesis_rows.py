@@ -11,6 +11,7 @@ every row) is reordered, and each row looks its source up.
 the rows of its source, so that per-row queries can be grouped by source for
 one batched matrix product against the per-source keys/values.
 """
+
 from typing import NamedTuple
 
 import torch

@@ -1,5 +1,6 @@
 """Inter-paragraph attention per head, with optional graph heads (Liu &
 Lapata 2019, Eq. 17-20 and 24)."""
+
 from typing import Optional, Tuple
 
 import torch
@@ -50,7 +51,7 @@ class InterParagraphAttention(nn.Module):
         super().__init__()
         self.num_heads = num_heads
         self.head_dim = head_dim
-        self.scaling = head_dim ** -0.5
+        self.scaling = head_dim**-0.5
         self.query_proj = HeadwiseLinear(num_heads, head_dim, head_dim, shared=shared_across_heads)
         self.key_proj = HeadwiseLinear(num_heads, head_dim, head_dim, shared=shared_across_heads)
         self.value_proj = HeadwiseLinear(num_heads, head_dim, head_dim, shared=shared_across_heads)

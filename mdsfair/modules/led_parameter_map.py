@@ -4,6 +4,7 @@ family (:mod:`mdsfair.models.led`) and by the importer and exporter
 (:mod:`mdsfair.importers.hf_led`). See :mod:`mdsfair.models.led` for the
 whole correspondence.
 """
+
 from typing import Dict
 
 import torch
@@ -53,7 +54,7 @@ def led_state_dict_from_hf(hf_state: Dict[str, Tensor]) -> Dict[str, Tensor]:
     for key, tensor in state.items():
         if not key.startswith(prefix + "encoder.") and not key.startswith(prefix + "decoder."):
             raise ValueError(f"unexpected Hugging Face LED weight {key!r}")
-        name = key[len(prefix):]
+        name = key[len(prefix) :]
         if name.endswith("embed_positions.weight"):
             tensor = torch.cat([tensor.new_zeros(2, tensor.size(1)), tensor], dim=0)
         out[rename_encoder_attention(name, HF_TO_FAIRSEQ_ENCODER_ATTENTION)] = tensor

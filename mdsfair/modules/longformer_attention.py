@@ -43,6 +43,7 @@ float16 and bfloat16 work.
 Input and output follow fairseq's ``MultiheadAttention`` layout: time-major
 ``[T, B, C]``.
 """
+
 import math
 from typing import Optional, Tuple
 
@@ -95,7 +96,12 @@ class LongformerSelfAttention(nn.Module):
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, attention_window: int, dropout: float = 0.0, bias: bool = True,
+        self,
+        embed_dim: int,
+        num_heads: int,
+        attention_window: int,
+        dropout: float = 0.0,
+        bias: bool = True,
         implementation: str = "fused",
     ):
         super().__init__()
@@ -114,7 +120,7 @@ class LongformerSelfAttention(nn.Module):
         self.head_dim = embed_dim // num_heads
         self.attention_window = attention_window
         self.one_sided_window = attention_window // 2
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = self.head_dim**-0.5
         self.dropout_module = FairseqDropout(dropout, module_name=self.__class__.__name__)
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -127,12 +133,25 @@ class LongformerSelfAttention(nn.Module):
 
     def reset_parameters(self):
         """fairseq ``MultiheadAttention``'s initialization for every projection."""
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.q_global_proj, self.k_global_proj,
-                           self.v_global_proj):
+        for projection in (
+            self.q_proj,
+            self.k_proj,
+            self.v_proj,
+            self.q_global_proj,
+            self.k_global_proj,
+            self.v_global_proj,
+        ):
             nn.init.xavier_uniform_(projection.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out_proj.weight)
-        for projection in (self.q_proj, self.k_proj, self.v_proj, self.q_global_proj, self.k_global_proj,
-                           self.v_global_proj, self.out_proj):
+        for projection in (
+            self.q_proj,
+            self.k_proj,
+            self.v_proj,
+            self.q_global_proj,
+            self.k_global_proj,
+            self.v_global_proj,
+            self.out_proj,
+        ):
             if projection.bias is not None:
                 nn.init.constant_(projection.bias, 0.0)
 
@@ -160,13 +179,11 @@ class LongformerSelfAttention(nn.Module):
         if embed_dim != self.embed_dim:
             raise ValueError(f"input has {embed_dim} channels, the attention {self.embed_dim}")
         padding = (
-            key_padding_mask.to(torch.bool) if key_padding_mask is not None
+            key_padding_mask.to(torch.bool)
+            if key_padding_mask is not None
             else torch.zeros(batch_size, length, dtype=torch.bool, device=x.device)
         )
-        is_global = (
-            global_mask.to(torch.bool) & ~padding if global_mask is not None
-            else torch.zeros_like(padding)
-        )
+        is_global = global_mask.to(torch.bool) & ~padding if global_mask is not None else torch.zeros_like(padding)
         hidden = x.transpose(0, 1)  # [B, T, C]
 
         block = max(1, min(self.one_sided_window, length))
@@ -208,7 +225,11 @@ class LongformerSelfAttention(nn.Module):
             global_values = value.gather(2, gather)
         if self.implementation == "fused":
             output = self.fused_windows(
-                query_blocks, key, value, ~(padding | is_global), band,
+                query_blocks,
+                key,
+                value,
+                ~(padding | is_global),
+                band,
                 (global_keys, global_values, global_valid) if num_global else None,
             )
         else:
@@ -229,8 +250,10 @@ class LongformerSelfAttention(nn.Module):
                 output = output + torch.einsum("bhnqg,bhgd->bhnqd", probabilities[..., :num_global], global_values)
         # padding queries attend to nothing (HF zeroes their probabilities)
         output = output.masked_fill(padding.view(batch_size, 1, num_blocks, block, 1), 0.0)
-        return output.reshape(batch_size, self.num_heads, length, self.head_dim).transpose(1, 2).reshape(
-            batch_size, length, self.embed_dim
+        return (
+            output.reshape(batch_size, self.num_heads, length, self.head_dim)
+            .transpose(1, 2)
+            .reshape(batch_size, length, self.embed_dim)
         )
 
     def fused_windows(self, query_blocks, key, value, key_allowed, band, global_part):
@@ -272,7 +295,9 @@ class LongformerSelfAttention(nn.Module):
         if global_part is not None:
             global_keys, global_values, global_valid = global_part
             num_global = global_keys.size(2)
-            global_bias = torch.zeros(global_valid.shape, dtype=dtype, device=key.device).masked_fill(~global_valid, lowest)
+            global_bias = torch.zeros(global_valid.shape, dtype=dtype, device=key.device).masked_fill(
+                ~global_valid, lowest
+            )
             global_keys = extended(global_keys, global_bias.unsqueeze(1).expand(-1, heads, -1))
             global_values = F.pad(global_values, (0, extra))
             keys = torch.cat([global_keys.unsqueeze(1).expand(-1, num_blocks, -1, -1, -1), keys], dim=3)

@@ -1,5 +1,6 @@
 """Multi-head pooling of the tokens of each paragraph (Liu & Lapata 2019,
 Eq. 13-16)."""
+
 import torch
 import torch.nn.functional as F
 from fairseq.modules import FairseqDropout, LayerNorm

@@ -45,6 +45,7 @@ A page with no source token (fewer units than pages) is handled by
 Everything is vectorized index arithmetic over ``[B, T]``: no Python loop over
 examples, units or pages.
 """
+
 from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
@@ -106,7 +107,9 @@ def unit_rank(unit_ids: Tensor, content_mask: Tensor) -> Tensor:
     Raises ``ValueError`` when a content token has no unit (a negative id) or
     ids decrease along an example (a unit split into several runs)."""
     if unit_ids.shape != content_mask.shape:
-        raise ValueError(f"structure ids {tuple(unit_ids.shape)} are not aligned to src_tokens {tuple(content_mask.shape)}")
+        raise ValueError(
+            f"structure ids {tuple(unit_ids.shape)} are not aligned to src_tokens {tuple(content_mask.shape)}"
+        )
     if bool((unit_ids[content_mask] < 0).any()):
         raise ValueError("a structure id is negative at a source token; every source token needs a unit")
     # The id of the previous content token (padding and specials skipped).

@@ -12,6 +12,7 @@ arithmetic only, where every token goes in
   attention across the paragraphs of an example (``P`` = largest paragraph
   count in the batch; a missing paragraph is masked).
 """
+
 from dataclasses import dataclass
 
 import torch
@@ -85,9 +86,7 @@ class ParagraphBlocks:
 
     def block_padding_mask(self) -> Tensor:
         """``[N, L]`` True at padding of the block view."""
-        filled = torch.zeros(
-            self.num_blocks * self.block_length, dtype=torch.bool, device=self.token_mask.device
-        )
+        filled = torch.zeros(self.num_blocks * self.block_length, dtype=torch.bool, device=self.token_mask.device)
         filled[self._flat_block_index()] = True
         return ~filled.view(self.num_blocks, self.block_length)
 

@@ -9,6 +9,7 @@ changed: in place (its version counter), moved or cast (its storage,
 dtype or device). With autograd enabled it builds afresh at every call, so
 gradients reach the parameters.
 """
+
 from typing import Callable, Iterable, Tuple, TypeVar
 
 import torch
@@ -31,15 +32,20 @@ def scaled_query_key_value(attention) -> Tuple[Tensor, Tensor]:
     """``[q_proj * scaling; k_proj; v_proj]`` weights ``[3C, C]`` and biases
     of a fairseq ``MultiheadAttention``: its three input projections as one
     product, the queries scaled as fairseq scales them."""
-    weight = torch.cat([attention.q_proj.weight * attention.scaling, attention.k_proj.weight,
-                        attention.v_proj.weight])
-    bias = torch.cat([linear_bias(attention.q_proj) * attention.scaling, linear_bias(attention.k_proj),
-                      linear_bias(attention.v_proj)])
+    weight = torch.cat([attention.q_proj.weight * attention.scaling, attention.k_proj.weight, attention.v_proj.weight])
+    bias = torch.cat(
+        [
+            linear_bias(attention.q_proj) * attention.scaling,
+            linear_bias(attention.k_proj),
+            linear_bias(attention.v_proj),
+        ]
+    )
     return weight, bias
 
 
-def derived_from_parameters(owner: nn.Module, name: str, parameters: Iterable[Tensor],
-                            build: Callable[[], Derived]) -> Derived:
+def derived_from_parameters(
+    owner: nn.Module, name: str, parameters: Iterable[Tensor], build: Callable[[], Derived]
+) -> Derived:
     """``build()``, kept on ``owner`` as ``name`` until one of ``parameters``
     changes (see the module docstring); built afresh whenever autograd is on."""
     if torch.is_grad_enabled():

@@ -15,6 +15,7 @@ The table (``encoder.embed_positions``, fairseq's module and parameter name)
 has ``--max-encoder-positions`` rows (default: the task's
 ``--max-source-positions``).
 """
+
 import logging
 from typing import Optional
 
@@ -68,10 +69,13 @@ class LearnedPositions(PositionComponent):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--position-tiling", choices=TILING_METHODS,
-            help=("how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
-                  "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
-                  "including fairseq/HF's two offset rows as the authors' code does"),
+            "--position-tiling",
+            choices=TILING_METHODS,
+            help=(
+                "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
+                "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
+                "including fairseq/HF's two offset rows as the authors' code does"
+            ),
         )
 
     def upgrade_state_dict(self, model, state_dict, prefix):
@@ -86,8 +90,13 @@ class LearnedPositions(PositionComponent):
             target_rows = part.embed_positions.weight.size(0)
             loaded = state_dict[key]
             if loaded.size(0) != target_rows:
-                logger.info("extending %s from %d to %d rows by %s tiling", key, loaded.size(0), target_rows,
-                            self.args.position_tiling)
+                logger.info(
+                    "extending %s from %d to %d rows by %s tiling",
+                    key,
+                    loaded.size(0),
+                    target_rows,
+                    self.args.position_tiling,
+                )
                 state_dict[key] = tile_position_table(loaded, target_rows, part.padding_idx, self.args.position_tiling)
 
 
@@ -110,8 +119,10 @@ class DocumentRestartPositions(LearnedPositions):
 
     def refusal(self, components):
         if getattr(self.args, "no_token_positional_embeddings", False):
-            return "positions that restart per document are rows of the learned table, which " \
-                   "--no-token-positional-embeddings removes"
+            return (
+                "positions that restart per document are rows of the learned table, which "
+                "--no-token-positional-embeddings removes"
+            )
         return None
 
     def prepare(self, encoder, structure):
@@ -124,10 +135,16 @@ class DocumentRestartPositions(LearnedPositions):
 
     def embed(self, encoder, structure):
         if encoder.embed_positions is None:
-            raise ValueError("--encoder-positions document-restart needs the learned position table; "
-                             "drop --no-token-positional-embeddings")
-        return restarted_position_embedding(structure.document_ids, encoder.embed_positions.weight,
-                                            encoder.padding_idx, structure.prepared.get("restarted_position_rows"))
+            raise ValueError(
+                "--encoder-positions document-restart needs the learned position table; "
+                "drop --no-token-positional-embeddings"
+            )
+        return restarted_position_embedding(
+            structure.document_ids,
+            encoder.embed_positions.weight,
+            encoder.padding_idx,
+            structure.prepared.get("restarted_position_rows"),
+        )
 
 
 @register_component("encoder_positions", "document-aware")
@@ -146,28 +163,39 @@ class DocumentAwarePositions(PositionComponent):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--doc-position-fn", choices=DOC_POSITION_FUNCTIONS,
-            help=("document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
-                  "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
-                  "linear = slope*k, same = one value for all documents, random = fixed random value per document"),
+            "--doc-position-fn",
+            choices=DOC_POSITION_FUNCTIONS,
+            help=(
+                "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
+                "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
+                "linear = slope*k, same = one value for all documents, random = fixed random value per document"
+            ),
         )
         parser.add_argument(
-            "--doc-position-alpha", type=float,
+            "--doc-position-alpha",
+            type=float,
             help="alpha of Eq. 2, the weight of the document encoding (the paper's)",
         )
         parser.add_argument(
-            "--doc-position-linear-slope", type=float,
+            "--doc-position-linear-slope",
+            type=float,
             help="slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)",
         )
         parser.add_argument(
-            "--doc-position-offset", type=int,
-            help=("k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
-                  "comparison of Table IV holds; 1: k = 1..q as in its notation)"),
+            "--doc-position-offset",
+            type=int,
+            help=(
+                "k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
+                "comparison of Table IV holds; 1: k = 1..q as in its notation)"
+            ),
         )
         parser.add_argument(
-            "--doc-token-positions", choices=TOKEN_POSITION_MODES,
-            help=("token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
-                  "(positions over the concatenated source)"),
+            "--doc-token-positions",
+            choices=TOKEN_POSITION_MODES,
+            help=(
+                "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
+                "(positions over the concatenated source)"
+            ),
         )
 
     def configure(self, cfg) -> None:

@@ -7,6 +7,7 @@ padding. HierEncDec (Shen et al., 2023, Sec. 4.1.1 "Position Restart") gives
 every document positions 0, 1, 2, ... so that the encoder does not read a
 later document as the continuation of the previous one.
 """
+
 from typing import NamedTuple, Optional, Tuple
 
 import torch
@@ -112,13 +113,15 @@ def position_table_overflow(rows: Tensor, weight: Tensor, padding_idx: int, runs
         longest = rows.max() if rows.numel() else rows.new_zeros(())
 
     def message():
-        return (f"a segment is {int(longest) - padding_idx} tokens long but the position table has only "
-                f"{weight.size(0) - padding_idx - 1} positions; raise --max-source-positions")
+        return (
+            f"a segment is {int(longest) - padding_idx} tokens long but the position table has only "
+            f"{weight.size(0) - padding_idx - 1} positions; raise --max-source-positions"
+        )
+
     return longest.ge(weight.size(0)), message
 
 
-def restarted_position_embedding(segment_ids: Tensor, weight: Tensor, padding_idx: int,
-                                 rows: Tensor = None) -> Tensor:
+def restarted_position_embedding(segment_ids: Tensor, weight: Tensor, padding_idx: int, rows: Tensor = None) -> Tensor:
     """Look up a fairseq ``LearnedPositionalEmbedding`` table with positions
     that restart per segment (``rows``: :func:`restarted_position_rows`,
     already checked against the table; else computed and checked here).

@@ -15,6 +15,7 @@ Every one keeps fairseq's parameter names under ``self_attn``
 (``q_proj``/``k_proj``/``v_proj``/``out_proj``; Longformer adds its
 ``*_global_proj``), so BART checkpoints restore into any of them.
 """
+
 from typing import List, Optional
 
 import torch
@@ -94,10 +95,13 @@ class DocumentSelfAttention(SelfAttentionComponent):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--document-attention", choices=DOCUMENT_IMPLEMENTATIONS,
-            help=("implementation of the document encoder attention: 'blocked' computes attention per "
-                  "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
-                  "T x T matrix as the authors did (same numbers)"),
+            "--document-attention",
+            choices=DOCUMENT_IMPLEMENTATIONS,
+            help=(
+                "implementation of the document encoder attention: 'blocked' computes attention per "
+                "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
+                "T x T matrix as the authors did (same numbers)"
+            ),
         )
 
     def side_inputs(self):
@@ -206,22 +210,31 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--attention-window", type=str,
-            help=("Longformer window per encoder layer: one even number for all layers or a comma list with one "
-                  "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
-                  "attention_window; 512 under the primera architecture, as the released checkpoints)"),
+            "--attention-window",
+            type=str,
+            help=(
+                "Longformer window per encoder layer: one even number for all layers or a comma list with one "
+                "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
+                "attention_window; 512 under the primera architecture, as the released checkpoints)"
+            ),
         )
         parser.add_argument(
-            "--global-attention", choices=GLOBAL_ATTENTION,
-            help=("tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
-                  "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
-                  "the first token of every document (from the data-bin's document ids)"),
+            "--global-attention",
+            choices=GLOBAL_ATTENTION,
+            help=(
+                "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
+                "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
+                "the first token of every document (from the data-bin's document ids)"
+            ),
         )
         parser.add_argument(
-            "--longformer-attention", choices=LONGFORMER_IMPLEMENTATIONS,
-            help=("computation of the encoder attention (same numbers): 'fused' = every window through "
-                  "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
-                  "explicit banded score tensors (the portable reference, as Hugging Face computes them)"),
+            "--longformer-attention",
+            choices=LONGFORMER_IMPLEMENTATIONS,
+            help=(
+                "computation of the encoder attention (same numbers): 'fused' = every window through "
+                "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
+                "explicit banded score tensors (the portable reference, as Hugging Face computes them)"
+            ),
         )
 
     def side_inputs(self):
@@ -253,13 +266,18 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
 
     def build(self, layer, embed_dim, cfg):
         return LongformerSelfAttention(
-            embed_dim, cfg.encoder.attention_heads, self.windows[layer.layer_index], dropout=cfg.attention_dropout,
+            embed_dim,
+            cfg.encoder.attention_heads,
+            self.windows[layer.layer_index],
+            dropout=cfg.attention_dropout,
             implementation=self.args.longformer_attention,
         )
 
     def prepare(self, encoder, structure):
         global_mask = global_attention_mask(
-            structure.src_tokens, encoder.padding_idx, self.global_attention,
+            structure.src_tokens,
+            encoder.padding_idx,
+            self.global_attention,
             self.document_separator,
             structure.side_inputs.get("src_doc_ids"),
         )
@@ -304,37 +322,48 @@ class DependencySelfAttention(SelfAttentionComponent):
     @staticmethod
     def add_args(parser):
         parser.add_argument(
-            "--dependency-encoder", choices=DEPENDENCY_ENCODERS,
-            help=("relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
-                  "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
-                  "by relation frequency [core dependents first | ROOT first]"),
+            "--dependency-encoder",
+            choices=DEPENDENCY_ENCODERS,
+            help=(
+                "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
+                "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
+                "by relation frequency [core dependents first | ROOT first]"
+            ),
         )
         parser.add_argument(
-            "--dependency-encoder-hidden-dim", type=at_least(1),
+            "--dependency-encoder-hidden-dim",
+            type=at_least(1),
             help="hidden size of F_depEnc (not given in the paper)",
         )
         parser.add_argument(
-            "--dependency-leaky-relu-slope", type=float,
+            "--dependency-leaky-relu-slope",
+            type=float,
             help="negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)",
         )
         parser.add_argument(
-            "--dependency-arc-direction", choices=ARC_DIRECTIONS,
-            help=("which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) "
-                  "or head-to-dependent"),
+            "--dependency-arc-direction",
+            choices=ARC_DIRECTIONS,
+            help=(
+                "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) or head-to-dependent"
+            ),
         )
         parser.add_argument(
-            "--dependency-no-arc-encoding", action="store_true",
+            "--dependency-no-arc-encoding",
+            action="store_true",
             help="give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
         )
         parser.add_argument(
-            "--dependency-mask-on", choices=MASK_TARGETS,
-            help=("weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
-                  "out = A V + M V (Table VI 'added on values')"),
+            "--dependency-mask-on",
+            choices=MASK_TARGETS,
+            help=(
+                "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
+                "out = A V + M V (Table VI 'added on values')"
+            ),
         )
         parser.add_argument(
-            "--dependency-layers", type=str,
-            help=("encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, "
-                  "or 'all'"),
+            "--dependency-layers",
+            type=str,
+            help=("encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all'"),
         )
 
     def side_inputs(self):
@@ -353,8 +382,9 @@ class DependencySelfAttention(SelfAttentionComponent):
         self.layers = parse_dependency_layers(args.dependency_layers, encoder.num_layers)
 
     def build(self, layer, embed_dim, cfg):
-        return fairseq_self_attention(DependencyGuidedMultiheadAttention, layer, embed_dim, cfg,
-                                      mask_on=self.args.dependency_mask_on)
+        return fairseq_self_attention(
+            DependencyGuidedMultiheadAttention, layer, embed_dim, cfg, mask_on=self.args.dependency_mask_on
+        )
 
     def prepare(self, encoder, structure):
         """The dependency relation mask ``[B, T, T]`` shared by the guided layers."""
@@ -367,12 +397,14 @@ class DependencySelfAttention(SelfAttentionComponent):
             )
         for name, tensor in arcs.items():
             if tensor is not None and tensor.shape != structure.src_tokens.shape:
-                raise ValueError(f"{name} {tuple(tensor.shape)} does not match src_tokens "
-                                 f"{tuple(structure.src_tokens.shape)}")
+                raise ValueError(
+                    f"{name} {tuple(tensor.shape)} does not match src_tokens {tuple(structure.src_tokens.shape)}"
+                )
         return encoder.dependency_encoder(arcs["src_dep_head"], arcs["src_dep_rel"], arcs["src_dep_word"])
 
     def attend(self, attention, x, padding_mask, context, layer_index):
         mask = context if layer_index in self.layers else None
-        x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False,
-                         dependency_mask=mask)
+        x, _ = attention(
+            query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False, dependency_mask=mask
+        )
         return x

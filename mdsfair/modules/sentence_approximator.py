@@ -30,6 +30,7 @@ a sentence-level attention (Eq. 7)::
   :func:`model_free_log_probabilities` normalizes it per head where a
   distribution is needed (losses, reports).
 """
+
 from typing import Callable, Tuple
 
 import torch
@@ -75,7 +76,11 @@ class SentenceEncoder(nn.Module):
     def __init__(self, embed_dim: int, hidden_dim: int, num_layers: int = 2, dropout: float = 0.0):
         super().__init__()
         self.gru = nn.GRU(
-            embed_dim, hidden_dim, num_layers=num_layers, bidirectional=True, batch_first=True,
+            embed_dim,
+            hidden_dim,
+            num_layers=num_layers,
+            bidirectional=True,
+            batch_first=True,
             dropout=dropout if num_layers > 1 else 0.0,
         )
         self.output_proj = nn.Linear(2 * hidden_dim, embed_dim)
@@ -124,10 +129,14 @@ class SentenceEncoder(nn.Module):
         layer_input = states
         for layer in range(gru.num_layers):
             outputs = []
-            for suffix, sequence in (("", layer_input), ("_reverse", reverse_within_lengths(layer_input,
-                                                                                             reverse_index))):
-                params = [getattr(gru, f"{name}_l{layer}{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih",
-                                                                                  "bias_hh")]
+            for suffix, sequence in (
+                ("", layer_input),
+                ("_reverse", reverse_within_lengths(layer_input, reverse_index)),
+            ):
+                params = [
+                    getattr(gru, f"{name}_l{layer}{suffix}")
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                ]
                 output, _ = torch.gru(sequence, initial, params, True, 1, 0.0, self.training, False, True)
                 outputs.append(output)
             forward, backward_reversed = outputs
@@ -162,13 +171,17 @@ class SentenceEncoder(nn.Module):
             # --checkpoint-activations: the backward pass recomputes the GRU one
             # chunk of sentences at a time (sentences are independent sequences)
             chunk = self.checkpoint_chunk_sentences
-            vectors = torch.cat([
-                checkpointed_call(
-                    self.sentence_vectors, states[start : start + chunk], real_lengths[start : start + chunk],
-                    offload_to_cpu=self.offload_activations,
-                )
-                for start in range(0, states.size(0), chunk)
-            ])
+            vectors = torch.cat(
+                [
+                    checkpointed_call(
+                        self.sentence_vectors,
+                        states[start : start + chunk],
+                        real_lengths[start : start + chunk],
+                        offload_to_cpu=self.offload_activations,
+                    )
+                    for start in range(0, states.size(0), chunk)
+                ]
+            )
         else:
             vectors = self.sentence_vectors(states, real_lengths)
         sentences = sentences.to(vectors.dtype).index_copy(0, real, vectors)
@@ -229,7 +242,7 @@ class SentenceLevelAttention(nn.Module):
             raise ValueError(f"embed_dim {embed_dim} is not divisible by num_heads {num_heads}")
         self.num_heads = num_heads
         self.head_dim = embed_dim // num_heads
-        self.scaling = self.head_dim ** -0.5
+        self.scaling = self.head_dim**-0.5
         self.sentence_query_proj = nn.Linear(embed_dim, embed_dim)
         self.sentence_key_proj = nn.Linear(sentence_dim, embed_dim)
 

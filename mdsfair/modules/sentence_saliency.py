@@ -10,6 +10,7 @@ Sentences are given by ``src_sent_ids`` ([B, N], the sentence of every
 source token, -1 at padding; mdsfair's data contract), never by
 full-stop token ids.
 """
+
 from typing import NamedTuple
 
 import torch

@@ -11,6 +11,7 @@ Eq. 9 concatenates the encoding of the paragraph rank ``i`` and of the token
 position ``j`` inside the paragraph, ``d/2`` dimensions each, and Eq. 10 adds
 the result to the word embedding.
 """
+
 import math
 from typing import Optional
 
@@ -63,7 +64,7 @@ class ParagraphTokenPositionalEncoding(nn.Module):
         return torch.cat(parts, dim=-1)
 
 
-UNBOUNDED_POSITIONS = 10 ** 9
+UNBOUNDED_POSITIONS = 10**9
 
 
 class SinusoidalPositions(nn.Module):
@@ -87,8 +88,13 @@ class SinusoidalPositions(nn.Module):
         self.embed_dim = embed_dim
         self.max_positions = UNBOUNDED_POSITIONS
 
-    def forward(self, tokens: Tensor, incremental_state=None, timestep: Optional[Tensor] = None,
-                positions: Optional[Tensor] = None) -> Tensor:
+    def forward(
+        self,
+        tokens: Tensor,
+        incremental_state=None,
+        timestep: Optional[Tensor] = None,
+        positions: Optional[Tensor] = None,
+    ) -> Tensor:
         """``tokens``: ``[B, T]`` decoder input (the whole prefix during
         incremental decoding). Returns ``[B, T, d]`` float32, or ``[B, 1, d]``
         for the last position only when ``incremental_state`` is given (the

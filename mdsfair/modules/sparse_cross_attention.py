@@ -36,6 +36,7 @@ kept once per source example, never expanded or reordered per beam
 hypothesis: every decoder row finds its source through
 :class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`.
 """
+
 from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
@@ -196,10 +197,21 @@ class SparseCrossAttention(MultiheadAttention):
     ``v_proj``, ``out_proj``), so BART checkpoints load unchanged.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, kdim: Optional[int] = None, vdim: Optional[int] = None,
-                 dropout: float = 0.0, top_r: int = 5, selection: str = "approx", approximator: str = "model-based",
-                 sentence_dim: Optional[int] = None, share_selection_across_beams: bool = False,
-                 mix_decay_updates: Optional[int] = None, generation_path: str = "auto"):
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        kdim: Optional[int] = None,
+        vdim: Optional[int] = None,
+        dropout: float = 0.0,
+        top_r: int = 5,
+        selection: str = "approx",
+        approximator: str = "model-based",
+        sentence_dim: Optional[int] = None,
+        share_selection_across_beams: bool = False,
+        mix_decay_updates: Optional[int] = None,
+        generation_path: str = "auto",
+    ):
         super().__init__(embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, encoder_decoder_attention=True)
         if selection not in SENTENCE_SELECTIONS:
             raise ValueError(f"sentence selection must be one of {SENTENCE_SELECTIONS}, got {selection!r}")
@@ -215,8 +227,11 @@ class SparseCrossAttention(MultiheadAttention):
         self.share_selection_across_beams = share_selection_across_beams
         self.mix_decay_updates, self.generation_path = mix_decay_updates, generation_path
         self.num_updates = 0
-        self.sentence_attention = (SentenceLevelAttention(embed_dim, sentence_dim or self.kdim, num_heads)
-                                   if approximator == "model-based" else None)
+        self.sentence_attention = (
+            SentenceLevelAttention(embed_dim, sentence_dim or self.kdim, num_heads)
+            if approximator == "model-based"
+            else None
+        )
 
     def set_num_updates(self, num_updates: int):
         self.num_updates = num_updates
@@ -296,13 +311,15 @@ class SparseCrossAttention(MultiheadAttention):
         values = self._cached(incremental_state, "prev_value", lambda: self._split_heads(self.v_proj(key)))
         return keys, values
 
-    def _source_sentence_keys(self, key: Tensor, context: SentenceContext, incremental_state,
-                              head_keys: Optional[Tensor] = None) -> Tensor:
+    def _source_sentence_keys(
+        self, key: Tensor, context: SentenceContext, incremental_state, head_keys: Optional[Tensor] = None
+    ) -> Tensor:
         """Per-head sentence keys ``[B, H, S, d_h]`` of every source (cached
         as ``sentence_keys``): ``y_i W^K`` (Eq. 9) from the sentence
         encoder's states, or ``sum_j phi(k_ij)`` (Eq. 19) from the word keys
         (model-free: from ``head_keys [B, H, N, d_h]`` where the caller has
         them, else projected here)."""
+
         def compute():
             if self.sentence_attention is not None:
                 if context.sentence_states is None:
@@ -315,12 +332,19 @@ class SparseCrossAttention(MultiheadAttention):
                 keys = head_keys.permute(2, 0, 1, 3).reshape(src_len, bsz, -1)
             num_slots = context.layout.token_index.size(1)
             return model_free_sentence_keys(keys, context.src_sent_ids, num_slots, self.num_heads).contiguous()
+
         return self._cached(incremental_state, "sentence_keys", compute)
 
     # ------------------------------------------------------------ sentence selection
 
-    def _approximate(self, queries: Tensor, sentence_queries: Optional[Tensor], sentence_keys: Tensor,
-                     sentence_mask: Tensor, rows: HypothesisRows) -> Tuple[Tensor, Tensor]:
+    def _approximate(
+        self,
+        queries: Tensor,
+        sentence_queries: Optional[Tensor],
+        sentence_keys: Tensor,
+        sentence_mask: Tensor,
+        rows: HypothesisRows,
+    ) -> Tuple[Tensor, Tensor]:
         """log alpha~ ``[B', H, T, S]`` (Eq. 7, or Eq. 19 normalized per head)
         and the ranking scores ``[B', T, S]`` averaged over heads (App. A.4):
         alpha~ (model-based), or the raw Eq. 19 scores with Z_m dropped
@@ -348,11 +372,18 @@ class SparseCrossAttention(MultiheadAttention):
 
     # ------------------------------------------------------------ forward
 
-    def forward(self, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor],
-                sentence_context: SentenceContext,
-                incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-                compute_saliency: bool = False, need_weights: bool = False, weight_heads: Optional[int] = None,
-                mix_draw: Optional[float] = None) -> Tuple[Tensor, SentenceAttention]:
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        key_padding_mask: Optional[Tensor],
+        sentence_context: SentenceContext,
+        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
+        compute_saliency: bool = False,
+        need_weights: bool = False,
+        weight_heads: Optional[int] = None,
+        mix_draw: Optional[float] = None,
+    ) -> Tuple[Tensor, SentenceAttention]:
         """
         Args:
             query: ``[T, B', C]`` decoder states (``B'`` rows, e.g. hypotheses).
@@ -392,8 +423,9 @@ class SparseCrossAttention(MultiheadAttention):
             selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
             kept = kept_token_layout(*selected, sentence_context)
             if self.gathering_pays(kept, key.size(0)):
-                return self._gathered_attention(queries, key, selected, kept, approx_log, sentence_mask,
-                                                need_weights, weight_heads)
+                return self._gathered_attention(
+                    queries, key, selected, kept, approx_log, sentence_mask, need_weights, weight_heads
+                )
 
         # the masked path (Eq. 3 as a mask on the full attention)
         if keys is None:  # a sparse step that masks
@@ -426,9 +458,17 @@ class SparseCrossAttention(MultiheadAttention):
         output = self.out_proj(output.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
 
-    def _gathered_attention(self, queries, source_states, selected: Tuple[Tensor, Tensor], kept: KeptTokens,
-                            approx_log, sentence_mask, need_weights: bool,
-                            weight_heads: Optional[int]) -> Tuple[Tensor, SentenceAttention]:
+    def _gathered_attention(
+        self,
+        queries,
+        source_states,
+        selected: Tuple[Tensor, Tensor],
+        kept: KeptTokens,
+        approx_log,
+        sentence_mask,
+        need_weights: bool,
+        weight_heads: Optional[int],
+    ) -> Tuple[Tensor, SentenceAttention]:
         """Eq. 3 on the selected sentences only, O(r * N2) per query: each
         row's kept encoder states ``x_j`` (``kept``) are read from the
         per-source ``source_states [N, B, C]`` with one ``index_select`` of

@@ -19,6 +19,7 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
   own layer builders do.
 """
+
 from typing import Optional
 
 from fairseq.distributed import fsdp_wrap
@@ -73,8 +74,9 @@ class ComponentEncoderLayer(TransformerEncoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = self.self_attention_component.attend(self.self_attn, x, encoder_padding_mask, attention_context,
-                                                 self.layer_index)
+        x = self.self_attention_component.attend(
+            self.self_attn, x, encoder_padding_mask, attention_context, self.layer_index
+        )
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
@@ -150,8 +152,13 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
         x, _ = self.self_attn(
-            query=x, key=x, value=x, key_padding_mask=self_attn_padding_mask,
-            incremental_state=incremental_state, need_weights=False, attn_mask=self_attn_mask,
+            query=x,
+            key=x,
+            value=x,
+            key_padding_mask=self_attn_padding_mask,
+            incremental_state=incremental_state,
+            need_weights=False,
+            attn_mask=self_attn_mask,
         )
         if self.attn_ln is not None:
             x = self.attn_ln(x)
@@ -163,8 +170,14 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         if self.normalize_before:
             x = self.encoder_attn_layer_norm(x)
         x, attention, extra = self.cross_attention_component.attend(
-            self.encoder_attn, x, encoder_states, encoder_padding_mask, cross_context,
-            incremental_state=incremental_state, need_attn=need_attn, alignment_heads=alignment_heads,
+            self.encoder_attn,
+            x,
+            encoder_states,
+            encoder_padding_mask,
+            cross_context,
+            incremental_state=incremental_state,
+            need_attn=need_attn,
+            alignment_heads=alignment_heads,
             # fairseq's layer asks its attention for weights in evaluation too (self.need_attn),
             # which selects the attention's computation: kept, so BART's numbers are bitwise BART's
             need_weights=need_attn or (not self.training and self.need_attn),

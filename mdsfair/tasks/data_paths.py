@@ -10,6 +10,7 @@ once (:func:`data_bin_folders`), checks the pieces
 that each shard can be read with the first one's dictionary
 (:func:`open_epoch_shards`).
 """
+
 import os
 from dataclasses import dataclass
 from typing import Dict, List
@@ -70,7 +71,9 @@ def open_epoch_shards(paths: List[str], dictionary: Dictionary, manifest: Dict) 
         shard = fingerprints.data_fingerprint([path], shard_dictionary, shard_manifest)
         differences = fingerprints.fingerprint_differences(first, shard)
         if shard_manifest.get("source_layout") != manifest.get("source_layout"):
-            differences.append(f"source layout {manifest.get('source_layout')} vs {shard_manifest.get('source_layout')}")
+            differences.append(
+                f"source layout {manifest.get('source_layout')} vs {shard_manifest.get('source_layout')}"
+            )
         if sorted(shard_manifest.get("side_data", {})) != sorted(manifest.get("side_data", {})):
             differences.append(
                 f"side data {sorted(manifest.get('side_data', {}))} vs {sorted(shard_manifest.get('side_data', {}))}"

@@ -17,6 +17,7 @@ inside the functions that run with the flag on (``tests/test_layering.py``
 allows this module that import by name), as fairseq's translation task
 imports sacrebleu for ``--eval-bleu``.
 """
+
 import json
 from argparse import Namespace
 from typing import Dict, List, Sequence
@@ -47,14 +48,17 @@ class EvalRouge:
         except json.JSONDecodeError as error:
             raise ValueError(f"--eval-rouge-args: not JSON ({error.msg}): {cfg.eval_rouge_args!r}") from None
         if not isinstance(generation, dict):
-            raise ValueError(f"--eval-rouge-args must be a JSON object of generation settings, got "
-                             f"{cfg.eval_rouge_args!r}")
+            raise ValueError(
+                f"--eval-rouge-args must be a JSON object of generation settings, got {cfg.eval_rouge_args!r}"
+            )
         scorer = ValidationRouge(cfg.eval_rouge_convention)
         generator = task.build_generator([model], Namespace(**generation))
         summary_decoder = task.subword_encoder()
         if summary_decoder is None:
-            raise ValueError(f"--eval-rouge: the manifest of {task.data_dir} names no subword model to turn the "
-                             "generated summaries into text")
+            raise ValueError(
+                f"--eval-rouge: the manifest of {task.data_dir} names no subword model to turn the "
+                "generated summaries into text"
+            )
         return cls(generator, scorer, summary_decoder, task.target_dictionary)
 
     def decode_summary(self, tokens: torch.Tensor) -> str:
@@ -93,8 +97,14 @@ def log_rouge_means(logging_outputs: Sequence[Dict]) -> None:
     if not clusters:
         return
     metrics.log_scalar("_rouge_clusters", clusters)
-    names = sorted({key[len("_rouge_"):-len("_sum")] for log in logging_outputs for key in log
-                    if key.startswith("_rouge_") and key.endswith("_sum")})
+    names = sorted(
+        {
+            key[len("_rouge_") : -len("_sum")]
+            for log in logging_outputs
+            for key in log
+            if key.startswith("_rouge_") and key.endswith("_sum")
+        }
+    )
     for name in names:
         metrics.log_scalar(f"_rouge_{name}_sum", sum(log.get(f"_rouge_{name}_sum", 0.0) for log in logging_outputs))
 
@@ -103,8 +113,12 @@ def log_rouge_means(logging_outputs: Sequence[Dict]) -> None:
 
         metrics.log_derived(name, mean)
     if {"rouge_1", "rouge_2", "rouge_l"} <= set(names):
+
         def average(meters):
-            return round(sum(meters[f"_rouge_{name}_sum"].sum for name in ("rouge_1", "rouge_2", "rouge_l"))
-                         / (3 * meters["_rouge_clusters"].sum), 2)
+            return round(
+                sum(meters[f"_rouge_{name}_sum"].sum for name in ("rouge_1", "rouge_2", "rouge_l"))
+                / (3 * meters["_rouge_clusters"].sum),
+                2,
+            )
 
         metrics.log_derived("rouge_avg", average)

@@ -8,6 +8,7 @@ needs from them; stock fairseq models (``transformer``, ``bart_base``,
 ``bart_large``) receive only the inputs their ``forward`` accepts, so they
 train and generate on the same data as flat baselines.
 """
+
 import logging
 import os
 import weakref
@@ -25,8 +26,13 @@ from mdsfair.argument_types import check_config_sizes
 from mdsfair.checkpoints import fingerprints
 from mdsfair.checkpoints.record import RECORD_KEY, make_record
 from mdsfair.data.indexed import NumpyMMapDataset
-from mdsfair.data.manifest import MANIFEST_NAME, read_manifest, require_listed_split
-from mdsfair.data.manifest import STRUCTURE_STREAMS, recorded_source_layout
+from mdsfair.data.manifest import (
+    MANIFEST_NAME,
+    STRUCTURE_STREAMS,
+    read_manifest,
+    recorded_source_layout,
+    require_listed_split,
+)
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
@@ -43,13 +49,14 @@ logger = logging.getLogger(__name__)
 class MultiDocSummarizationConfig(TrainingSetupConfig):
     data: str = field(
         default="",
-        metadata={"help": "data-bin directory written by mdsfair-preprocess (several joined by ':' are "
-                          "visited round-robin per epoch)"},
+        metadata={
+            "help": "data-bin directory written by mdsfair-preprocess (several joined by ':' are "
+            "visited round-robin per epoch)"
+        },
     )
     max_source_positions: int = field(
         default=1024,
-        metadata={"help": "total source budget in tokens, special tokens included; longer sources are "
-                          "cut and counted"},
+        metadata={"help": "total source budget in tokens, special tokens included; longer sources are cut and counted"},
     )
     max_target_positions: int = field(
         default=1024, metadata={"help": "maximum target length in tokens (longer targets are cut and counted)"}
@@ -59,34 +66,42 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
     )
     max_paragraphs: Optional[int] = field(
         default=None,
-        metadata={"help": "keep the first L' paragraphs in stream (ranked) order, as the Hierarchical "
-                          "Transformer does (counted)"},
+        metadata={
+            "help": "keep the first L' paragraphs in stream (ranked) order, as the Hierarchical "
+            "Transformer does (counted)"
+        },
     )
     max_paragraph_tokens: Optional[int] = field(
         default=None, metadata={"help": "cut every paragraph to this many tokens (counted)"}
     )
     per_document_budget: bool = field(
         default=False,
-        metadata={"help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
-                          "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
-                          "the source is then cut at M as without this flag (on by default when the data-bin "
-                          "records PRIMERA's layout)"},
+        metadata={
+            "help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
+            "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
+            "the source is then cut at M as without this flag (on by default when the data-bin "
+            "records PRIMERA's layout)"
+        },
     )
     no_document_start_token: bool = field(
         default=False,
-        metadata={"help": "do not start every document with <s> (the start-of-document token); by default "
-                          "each document starts with <s> and one </s> closes the source"},
+        metadata={
+            "help": "do not start every document with <s> (the start-of-document token); by default "
+            "each document starts with <s> and one </s> closes the source"
+        },
     )
     source_layout: Optional[ChoiceEnum(list(SOURCE_LAYOUTS))] = field(
         default=None,
-        metadata={"help": "how documents are joined: 'documents' starts each with <s> (see "
-                          "--no-document-start-token); 'primera' is PRIMERA's <s> doc_1 <doc-sep> ... doc_n "
-                          "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
-                          "the data-bin's dictionary; with --per-document-budget every document then keeps "
-                          "its first M // n - 2 tokens, as the authors' code does (counted). Default: the "
-                          "layout the data-bin records (mdsfair-preprocess --source-layout; a recorded "
-                          "'primera' also brings its per-document truncation), else 'documents'; a value "
-                          "that contradicts the recorded one is refused"},
+        metadata={
+            "help": "how documents are joined: 'documents' starts each with <s> (see "
+            "--no-document-start-token); 'primera' is PRIMERA's <s> doc_1 <doc-sep> ... doc_n "
+            "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
+            "the data-bin's dictionary; with --per-document-budget every document then keeps "
+            "its first M // n - 2 tokens, as the authors' code does (counted). Default: the "
+            "layout the data-bin records (mdsfair-preprocess --source-layout; a recorded "
+            "'primera' also brings its per-document truncation), else 'documents'; a value "
+            "that contradicts the recorded one is refused"
+        },
     )
     no_truncate_target: bool = field(
         default=False,
@@ -94,51 +109,67 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
     )
     allow_dictionary_mismatch: bool = field(
         default=False,
-        metadata={"help": "load a checkpoint trained on a data-bin whose dictionary or subword model differs "
-                          "from this one's (deliberate vocabulary transfer); by default such a load stops "
-                          "with both data-bins named"},
+        metadata={
+            "help": "load a checkpoint trained on a data-bin whose dictionary or subword model differs "
+            "from this one's (deliberate vocabulary transfer); by default such a load stops "
+            "with both data-bins named"
+        },
     )
     no_checkpoint_checksum: bool = field(
         default=False,
-        metadata={"help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
-                          "(saves one pass over the weights per save; see mdsfair/checkpoints/checksums.py)"},
+        metadata={
+            "help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
+            "(saves one pass over the weights per save; see mdsfair/checkpoints/checksums.py)"
+        },
     )
     static_decoding: bool = field(
         default=False,
-        metadata={"help": "insist on the static-shape beam search (mdsfair.generation.static_decoding: a fixed "
-                          "batch x beam shape, the encoder output expanded once; the default generator wherever it "
-                          "gives fairseq's beams): refuse --constraints and --print-alignment instead of handing "
-                          "them to fairseq's generator"},
+        metadata={
+            "help": "insist on the static-shape beam search (mdsfair.generation.static_decoding: a fixed "
+            "batch x beam shape, the encoder output expanded once; the default generator wherever it "
+            "gives fairseq's beams): refuse --constraints and --print-alignment instead of handing "
+            "them to fairseq's generator"
+        },
     )
     fairseq_generator: bool = field(
         default=False,
-        metadata={"help": "generate with fairseq's SequenceGenerator instead of the static-shape beam search "
-                          "(the default, same best beams; mdsfair.generation.static_decoding)"},
+        metadata={
+            "help": "generate with fairseq's SequenceGenerator instead of the static-shape beam search "
+            "(the default, same best beams; mdsfair.generation.static_decoding)"
+        },
     )
     static_decoding_buckets: str = field(
         default="",
-        metadata={"help": "for the static-shape generator: comma-separated batch sizes; every batch is padded to the "
-                          "smallest that holds it (its last source repeated, the copies' output dropped), so that "
-                          "batches share a few shapes; empty (default): each batch keeps its own size"},
+        metadata={
+            "help": "for the static-shape generator: comma-separated batch sizes; every batch is padded to the "
+            "smallest that holds it (its last source repeated, the copies' output dropped), so that "
+            "batches share a few shapes; empty (default): each batch keeps its own size"
+        },
     )
     eval_rouge: bool = field(
         default=False,
-        metadata={"help": "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 "
-                          "(rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference "
-                          "of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric "
-                          "rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps"},
+        metadata={
+            "help": "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 "
+            "(rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference "
+            "of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric "
+            "rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps"
+        },
     )
     eval_rouge_args: str = field(
         default='{"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0}',
-        metadata={"help": "generation settings of --eval-rouge as JSON (fairseq-generate's names: beam, "
-                          "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size)"},
+        metadata={
+            "help": "generation settings of --eval-rouge as JSON (fairseq-generate's names: beam, "
+            "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size)"
+        },
     )
     eval_rouge_convention: str = field(
         default="mdsfair-fast",
-        metadata={"help": "the ROUGE of --eval-rouge: mdsfair-fast (rouge-score with mdsfair's sentence "
-                          "splitting and stemming) or a convention scored by rouge-score (mdsfair-rouge "
-                          "--list-conventions); ROUGE-1.5.5's conventions average over bootstrap resamples of "
-                          "the whole set and are refused here"},
+        metadata={
+            "help": "the ROUGE of --eval-rouge: mdsfair-fast (rouge-score with mdsfair's sentence "
+            "splitting and stemming) or a convention scored by rouge-score (mdsfair-rouge "
+            "--list-conventions); ROUGE-1.5.5's conventions average over bootstrap resamples of "
+            "the whole set and are refused here"
+        },
     )
     seed: int = II("common.seed")
     train_subset: str = II("dataset.train_subset")
@@ -200,7 +231,8 @@ def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_
     action = (
         "--skip-invalid-size-inputs-valid-test would drop them from generation and scoring without a word, "
         "so mdsfair refuses it for validation and test splits"
-        if skip_flag_given else "do not add --skip-invalid-size-inputs-valid-test: it would drop them from "
+        if skip_flag_given
+        else "do not add --skip-invalid-size-inputs-valid-test: it would drop them from "
         "generation and scoring without a word"
     )
     first = int(ignored[0])
@@ -251,8 +283,10 @@ class MultiDocSummarizationTask(FairseqTask):
     @classmethod
     def setup_task(cls, cfg: MultiDocSummarizationConfig, **kwargs):
         # a limit of 0 would drop every cluster, document or paragraph silently
-        check_config_sizes(cfg, ("max_source_positions", "max_target_positions", "max_documents", "max_paragraphs",
-                                 "max_paragraph_tokens"))
+        check_config_sizes(
+            cfg,
+            ("max_source_positions", "max_target_positions", "max_documents", "max_paragraphs", "max_paragraph_tokens"),
+        )
         paths = data_bin_folders(cfg.data)
         if not paths:
             raise ValueError("--data (the data-bin directory) is required for task multidoc_summarization")
@@ -410,8 +444,7 @@ class MultiDocSummarizationTask(FairseqTask):
             "sent": [c.sent_ids for c in encoded_clusters],
         }
         side_data = {
-            spec.name: (spec, [c.side_data[spec.name] for c in encoded_clusters])
-            for spec in self.side_data_specs
+            spec.name: (spec, [c.side_data[spec.name] for c in encoded_clusters]) for spec in self.side_data_specs
         }
         return MultiDocSummarizationDataset(
             [c.tokens for c in encoded_clusters],
@@ -443,11 +476,17 @@ class MultiDocSummarizationTask(FairseqTask):
         if is_training_split and ignore_invalid_inputs:
             logger.warning(
                 "%s: %d of %d training examples are above max_positions=%s and are skipped",
-                dataset.name, len(ignored), len(indices), max_positions,
+                dataset.name,
+                len(ignored),
+                len(indices),
+                max_positions,
             )
             return kept
-        raise ValueError(describe_size_filter(dataset, ignored, len(indices), max_positions, self.cfg,
-                                              ignore_invalid_inputs and not is_training_split))
+        raise ValueError(
+            describe_size_filter(
+                dataset, ignored, len(indices), max_positions, self.cfg, ignore_invalid_inputs and not is_training_split
+            )
+        )
 
     @property
     def source_dictionary(self):
@@ -491,20 +530,22 @@ class MultiDocSummarizationTask(FairseqTask):
 
     # ------------------------------------------------------- generation
 
-    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None,
-                        prefix_allowed_tokens_fn=None):
+    def build_generator(self, models, args, seq_gen_cls=None, extra_gen_cls_kwargs=None, prefix_allowed_tokens_fn=None):
         """The fixed-shape beam search of :mod:`mdsfair.generation.static_decoding`
         wherever it gives fairseq's beams, else (or with ``--fairseq-generator``)
         fairseq's generator, with one INFO line saying why
         (:func:`~mdsfair.generation.sequence_generator.choose_generator`); with
         mdsfair's vectorized n-gram blocker (fairseq's blocks nothing)."""
         seq_gen_cls, extra_gen_cls_kwargs = choose_generator(
-            args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn,
+            args,
+            seq_gen_cls,
+            extra_gen_cls_kwargs,
+            prefix_allowed_tokens_fn,
             static_decoding=getattr(self.cfg, "static_decoding", False),
             fairseq_generator=getattr(self.cfg, "fairseq_generator", False),
-            bucket_sizes=getattr(self.cfg, "static_decoding_buckets", ""))
-        return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs,
-                                        prefix_allowed_tokens_fn)
+            bucket_sizes=getattr(self.cfg, "static_decoding_buckets", ""),
+        )
+        return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's step on the sample the models' encoders read; a
@@ -512,8 +553,9 @@ class MultiDocSummarizationTask(FairseqTask):
         summary's tokens (:func:`~mdsfair.generation.settings_checks.prefix_within_summaries`)."""
         if prefix_tokens is not None:
             ids = sample["id"].tolist() if torch.is_tensor(sample.get("id")) else None
-            prefix_tokens = prefix_within_summaries(prefix_tokens, self.target_dictionary.eos(),
-                                                    self.target_dictionary.pad(), ids)
+            prefix_tokens = prefix_within_summaries(
+                prefix_tokens, self.target_dictionary.eos(), self.target_dictionary.pad(), ids
+            )
         return super().inference_step(
             generator, models, self._sample_for_encoders(models, sample), prefix_tokens, constraints
         )

@@ -19,6 +19,7 @@ Every paragraph's target is its ROUGE-2 recall against the gold summary
     }
     target: [N] float ROUGE-2 recall
 """
+
 import logging
 import os
 from dataclasses import dataclass, field
@@ -49,8 +50,10 @@ class ParagraphRankingConfig(TrainingSetupConfig):
     )
     ranker_dict: Optional[str] = field(
         default=None,
-        metadata={"help": f"word dictionary of the ranker (default: {{data}}/{RANKER_DICT_NAME}, built from "
-                          "the train split when missing)"},
+        metadata={
+            "help": f"word dictionary of the ranker (default: {{data}}/{RANKER_DICT_NAME}, built from "
+            "the train split when missing)"
+        },
     )
     ranker_vocab_size: int = field(
         default=50000, metadata={"help": "words kept when building the dictionary (most frequent first)"}
@@ -75,16 +78,20 @@ def read_ranking_clusters(path: str):
 class ParagraphRankingDataset(FairseqDataset):
     """Clusters as (title, paragraphs, ROUGE-2 recall targets)."""
 
-    def __init__(self, titles: List[torch.Tensor], paragraphs: List[List[torch.Tensor]],
-                 targets: List[torch.Tensor], pad: int, shuffle: bool = True):
+    def __init__(
+        self,
+        titles: List[torch.Tensor],
+        paragraphs: List[List[torch.Tensor]],
+        targets: List[torch.Tensor],
+        pad: int,
+        shuffle: bool = True,
+    ):
         self.titles = titles
         self.paragraphs = paragraphs
         self.targets = targets
         self.pad = pad
         self.shuffle = shuffle
-        self.sizes = np.array(
-            [len(ps) * max(len(p) for p in ps) for ps in paragraphs], dtype=np.int64
-        )
+        self.sizes = np.array([len(ps) * max(len(p) for p in ps) for ps in paragraphs], dtype=np.int64)
 
     def __getitem__(self, index):
         return {
@@ -101,9 +108,7 @@ class ParagraphRankingDataset(FairseqDataset):
         if not samples:
             return {}
         paragraphs = [p for s in samples for p in s["paragraphs"]]
-        cluster = torch.cat(
-            [torch.full((len(s["paragraphs"]),), i, dtype=torch.long) for i, s in enumerate(samples)]
-        )
+        cluster = torch.cat([torch.full((len(s["paragraphs"]),), i, dtype=torch.long) for i, s in enumerate(samples)])
         return {
             "id": torch.LongTensor([s["id"] for s in samples]),
             "nsentences": len(samples),
@@ -157,7 +162,9 @@ class ParagraphRankingTask(FairseqTask):
             raise ValueError("--data (a directory of raw JSONL splits) is required for task paragraph_ranking")
         check_not_fully_sharded(cfg)
         # a limit of 0 would drop every title or paragraph silently
-        check_config_sizes(cfg, ("ranker_vocab_size", "max_title_tokens", "max_paragraph_tokens", "max_cluster_paragraphs"))
+        check_config_sizes(
+            cfg, ("ranker_vocab_size", "max_title_tokens", "max_paragraph_tokens", "max_cluster_paragraphs")
+        )
         path = cls.dictionary_path(cfg)
         if os.path.exists(path):
             dictionary = Dictionary.load(path)

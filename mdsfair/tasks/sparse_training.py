@@ -32,6 +32,7 @@ Adam's momentum still moves the parameters, so use
 ``--memory-efficient-fp16`` or ``--memory-efficient-bf16`` with
 ``interleaved``.
 """
+
 from dataclasses import dataclass, field
 from typing import List
 
@@ -51,14 +52,18 @@ SPARSE_TRAINING_STAGES = ChoiceEnum(["kl-only", "interleaved", "joint"])
 class SparseTrainingConfig(MultiDocSummarizationConfig):
     sparse_training_stage: SPARSE_TRAINING_STAGES = field(
         default="interleaved",
-        metadata={"help": "kl-only: train only the approximator on L_KL with BART frozen; interleaved: alternate "
-                          "decoder updates (L_xent + lambda*L_KL) and approximator updates (lambda*L_KL), Eq. 13-14; "
-                          "joint: the authors' single update of both on L_xent + lambda*L_KL"},
+        metadata={
+            "help": "kl-only: train only the approximator on L_KL with BART frozen; interleaved: alternate "
+            "decoder updates (L_xent + lambda*L_KL) and approximator updates (lambda*L_KL), Eq. 13-14; "
+            "joint: the authors' single update of both on L_xent + lambda*L_KL"
+        },
     )
     train_encoder: bool = field(
         default=False,
-        metadata={"help": "also train the encoder and the shared embeddings with the decoder (the paper trains "
-                          "only the decoder and the approximator)"},
+        metadata={
+            "help": "also train the encoder and the shared embeddings with the decoder (the paper trains "
+            "only the decoder and the approximator)"
+        },
     )
 
 
@@ -77,8 +82,10 @@ class SparseTrainingTask(MultiDocSummarizationTask):
             )
         approximator = set(model.approximator_parameter_names())
         if not approximator:
-            raise ValueError("the model has no approximator parameters to train (--approximator model-free has "
-                             "none); fine-tune it with --task multidoc_summarization instead")
+            raise ValueError(
+                "the model has no approximator parameters to train (--approximator model-free has "
+                "none); fine-tune it with --task multidoc_summarization instead"
+            )
         for name, parameter in model.named_parameters():
             if self.cfg.sparse_training_stage == "kl-only":
                 parameter.requires_grad = name in approximator
@@ -103,7 +110,8 @@ class SparseTrainingTask(MultiDocSummarizationTask):
         approximator = set(model.approximator_parameter_names())
         train_approximator = self.training_phase(update_num) == "approximator"
         return [
-            parameter for name, parameter in model.named_parameters()
+            parameter
+            for name, parameter in model.named_parameters()
             if parameter.requires_grad and (name in approximator) != train_approximator
         ]
 

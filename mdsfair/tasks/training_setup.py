@@ -8,6 +8,7 @@ it reads, by interpolation) and calls :func:`check_training_setup` from its
 generation and hub loads build with ``from_checkpoint=True``, so the training
 settings a checkpoint stores never stop a later load.
 """
+
 import importlib.util
 from dataclasses import dataclass, field
 
@@ -29,11 +30,13 @@ class TrainingSetupConfig(FairseqDataclass):
     # every mdsfair task's own flag (mdsfair/checkpoints/architecture_change.py: check_architecture)
     allow_arch_change: bool = field(
         default=False,
-        metadata={"help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
-                          "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
-                          "--activation-fn: same tensor shapes, another model); by default such a resume stops "
-                          "naming each flag with its old and new value. Dropouts and other non-architecture "
-                          "values may always change (mdsfair/checkpoints/architecture_change.py)"},
+        metadata={
+            "help": "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's "
+            "architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, "
+            "--activation-fn: same tensor shapes, another model); by default such a resume stops "
+            "naming each flag with its old and new value. Dropouts and other non-architecture "
+            "values may always change (mdsfair/checkpoints/architecture_change.py)"
+        },
     )
 
 

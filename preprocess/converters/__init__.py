@@ -34,6 +34,7 @@ Importing this package imports every module in it (the registrations run),
 so a new format is one new module here (the :mod:`.readers` subpackage holds
 no format).
 """
+
 import importlib as _importlib
 import os as _os
 
@@ -83,6 +84,9 @@ def _import_format_modules() -> None:
 
 _import_format_modules()
 
+from .cnn_dailymail import iter_cnn_dailymail  # noqa: E402
+from .govreport import iter_govreport  # noqa: E402
+from .hf import HF_PRESETS, iter_hf  # noqa: E402
 from .hierencdec_csv import (  # noqa: E402
     CONTROL_PREFIX_CHOICES,
     HIERENCDEC_DOCUMENT_SEPARATOR,
@@ -90,33 +94,71 @@ from .hierencdec_csv import (  # noqa: E402
     iter_csv,
     iter_mred,
 )
+from .mred_plus import iter_mred_plus  # noqa: E402
 from .multinews import MULTINEWS_RAW_SEPARATOR, MULTINEWS_STORY_SEPARATOR, iter_multinews  # noqa: E402
 from .multixscience import iter_multixscience  # noqa: E402
 from .peersum import PEERSUM_WRITERS, iter_peersum  # noqa: E402
-from .wcep import iter_wcep  # noqa: E402
-from .wikisum import iter_wikisum  # noqa: E402
-from .scientific_papers import iter_scientific_papers  # noqa: E402
-from .govreport import iter_govreport  # noqa: E402
 from .rottentomatoes import iter_rottentomatoes  # noqa: E402
+from .scientific_papers import iter_scientific_papers  # noqa: E402
+from .wcep import iter_wcep  # noqa: E402
 from .wikidomains import WIKIDOMAINS, iter_wikidomains  # noqa: E402
-from .mred_plus import iter_mred_plus  # noqa: E402
-from .cnn_dailymail import iter_cnn_dailymail  # noqa: E402
-from .hf import HF_PRESETS, iter_hf  # noqa: E402
+from .wikisum import iter_wikisum  # noqa: E402
 
 __all__ = [
     # the raw contract, errors and the report (common)
-    "PARAGRAPH_SEPARATOR", "TRAINING_SPLITS", "REASON_DESCRIPTIONS", "INVALID_UTF8", "INVALID_JSON",
-    "MALFORMED_CSV_ROW", "MISSING_KEY", "WRONG_TYPE", "EMPTY_CLUSTER", "EMPTY_DOCUMENT", "EMPTY_SUMMARY",
-    "DUPLICATE_ID", "MISALIGNED_FILES", "SECTION_MISMATCH", "MISSING_FILE", "PathLike", "Inputs",
-    "InputFormatError", "ConversionOptions", "ConversionReport",
-    "normalize_paragraph", "normalize_document", "normalize_summary",
+    "PARAGRAPH_SEPARATOR",
+    "TRAINING_SPLITS",
+    "REASON_DESCRIPTIONS",
+    "INVALID_UTF8",
+    "INVALID_JSON",
+    "MALFORMED_CSV_ROW",
+    "MISSING_KEY",
+    "WRONG_TYPE",
+    "EMPTY_CLUSTER",
+    "EMPTY_DOCUMENT",
+    "EMPTY_SUMMARY",
+    "DUPLICATE_ID",
+    "MISALIGNED_FILES",
+    "SECTION_MISMATCH",
+    "MISSING_FILE",
+    "PathLike",
+    "Inputs",
+    "InputFormatError",
+    "ConversionOptions",
+    "ConversionReport",
+    "normalize_paragraph",
+    "normalize_document",
+    "normalize_summary",
     # the registry and the driver
-    "CONVERTERS", "CONVERTER_ARGUMENTS", "register_converter", "get_converter", "format_options",
-    "convert", "build_parser", "cli_main",
+    "CONVERTERS",
+    "CONVERTER_ARGUMENTS",
+    "register_converter",
+    "get_converter",
+    "format_options",
+    "convert",
+    "build_parser",
+    "cli_main",
     # the formats
-    "iter_multinews", "MULTINEWS_STORY_SEPARATOR", "MULTINEWS_RAW_SEPARATOR", "iter_wcep", "iter_multixscience",
-    "iter_csv", "iter_mred", "HIERENCDEC_DOCUMENT_SEPARATOR", "MRED_PARAGRAPH_SEPARATOR", "CONTROL_PREFIX_CHOICES",
-    "iter_wikisum", "iter_peersum", "PEERSUM_WRITERS", "iter_scientific_papers", "iter_govreport",
-    "iter_rottentomatoes", "iter_wikidomains", "WIKIDOMAINS", "iter_mred_plus", "iter_cnn_dailymail", "iter_hf",
+    "iter_multinews",
+    "MULTINEWS_STORY_SEPARATOR",
+    "MULTINEWS_RAW_SEPARATOR",
+    "iter_wcep",
+    "iter_multixscience",
+    "iter_csv",
+    "iter_mred",
+    "HIERENCDEC_DOCUMENT_SEPARATOR",
+    "MRED_PARAGRAPH_SEPARATOR",
+    "CONTROL_PREFIX_CHOICES",
+    "iter_wikisum",
+    "iter_peersum",
+    "PEERSUM_WRITERS",
+    "iter_scientific_papers",
+    "iter_govreport",
+    "iter_rottentomatoes",
+    "iter_wikidomains",
+    "WIKIDOMAINS",
+    "iter_mred_plus",
+    "iter_cnn_dailymail",
+    "iter_hf",
     "HF_PRESETS",
 ]

@@ -14,6 +14,7 @@ Each article is a cluster of one document; its paragraphs are kept where the
 text has blank lines. Summary: the highlights on one line (newlines become
 spaces). Ids: ``id`` when present, else ``{split}-{index}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,9 @@ def add_cnn_dailymail_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @register_converter("cnn_dailymail", add_arguments=add_cnn_dailymail_arguments)
-def iter_cnn_dailymail(inputs: Inputs, split: str = "train", *, delimiter: str = ",",
-                       options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_cnn_dailymail(
+    inputs: Inputs, split: str = "train", *, delimiter: str = ",", options: ConversionOptions = ConversionOptions()
+) -> Iterator[Dict[str, Any]]:
     """CNN/DailyMail CSV (id,article,highlights) or JSONL -> single-document clusters.
 
     ``.csv`` files (``.csv.gz`` too) are read as CSV with a header, anything
@@ -69,8 +71,11 @@ def iter_cnn_dailymail(inputs: Inputs, split: str = "train", *, delimiter: str =
         story = record.payload
         article = require_field(story, "article", str)
         highlights = require_field(story, "highlights", str)
-        return session.finish(record, cluster_id=optional_field(story, "id", (str, int)),
-                              documents=[Document(normalize_document(article), "article")],
-                              summary=normalize_summary(highlights))
+        return session.finish(
+            record,
+            cluster_id=optional_field(story, "id", (str, int)),
+            documents=[Document(normalize_document(article), "article")],
+            summary=normalize_summary(highlights),
+        )
 
     yield from build_clusters(records(), session, build)

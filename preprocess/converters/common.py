@@ -44,6 +44,7 @@ up written, skipped or filtered out, and :class:`ConversionReport` counts each
 dropped documents are counted too. Output is written to a temporary file and
 moved into place only when the conversion succeeds (:func:`~.driver.convert`).
 """
+
 from __future__ import annotations
 
 import os
@@ -138,8 +139,7 @@ class ConversionReport:
     def format(self) -> str:
         """Human-readable report, as printed by the CLI."""
         lines = [
-            f"mdsfair-convert {self.format_name} (split {self.split}): "
-            f"{', '.join(self.inputs)} -> {self.output_path}",
+            f"mdsfair-convert {self.format_name} (split {self.split}): {', '.join(self.inputs)} -> {self.output_path}",
             f"  records read:         {self.records_read}",
             f"  clusters written:     {self.clusters_written}",
             f"  documents written:    {self.documents_written}",
@@ -251,8 +251,9 @@ class ConversionSession:
         self.report.records_read += 1
         return Record(str(path), line, index)
 
-    def bad(self, record: Record, reason: str, detail: str, line: Optional[int] = None,
-            path: Optional[str] = None) -> None:
+    def bad(
+        self, record: Record, reason: str, detail: str, line: Optional[int] = None, path: Optional[str] = None
+    ) -> None:
         """Raise for a bad record, or count and skip it with ``skip_bad``.
 
         ``line`` / ``path`` locate the problem when it is not where the record starts."""
@@ -263,15 +264,24 @@ class ConversionSession:
         self.report.skipped[reason] += 1
         if len(self.report.skipped_examples) < _MAX_SKIP_EXAMPLES:
             self.report.skipped_examples.append(
-                f"{format_location(path, line)}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}")
+                f"{format_location(path, line)}: {REASON_DESCRIPTIONS.get(reason, reason)}: {detail}"
+            )
 
     def filter_out(self, reason: str) -> None:
         """Count a record left out on purpose."""
         self.report.filtered[reason] += 1
 
-    def finish(self, record: Record, *, cluster_id: Any, documents: Sequence[Document],
-               summary: Optional[str] = None, summaries: Optional[Sequence[str]] = None,
-               title: Optional[str] = None, pending: Optional[PendingCounts] = None) -> Optional[Dict[str, Any]]:
+    def finish(
+        self,
+        record: Record,
+        *,
+        cluster_id: Any,
+        documents: Sequence[Document],
+        summary: Optional[str] = None,
+        summaries: Optional[Sequence[str]] = None,
+        title: Optional[str] = None,
+        pending: Optional[PendingCounts] = None,
+    ) -> Optional[Dict[str, Any]]:
         """Validate a built cluster; return its contract dict, or None if it was skipped."""
         pending = pending or PendingCounts()
         if cluster_id is None or (isinstance(cluster_id, str) and not cluster_id.strip()):
@@ -298,13 +308,19 @@ class ConversionSession:
         summary = summary or ""
         if not summary:
             if self.is_training:
-                self.bad(record, EMPTY_SUMMARY,
-                         f"cluster {cluster_id!r} has an empty summary in training split {self.split!r}")
+                self.bad(
+                    record,
+                    EMPTY_SUMMARY,
+                    f"cluster {cluster_id!r} has an empty summary in training split {self.split!r}",
+                )
                 return None
             if not self.options.allow_empty_summary:
-                self.bad(record, EMPTY_SUMMARY,
-                         f"cluster {cluster_id!r} has an empty summary (allowed in split "
-                         f"{self.split!r} only with --allow-empty-summary)")
+                self.bad(
+                    record,
+                    EMPTY_SUMMARY,
+                    f"cluster {cluster_id!r} has an empty summary (allowed in split "
+                    f"{self.split!r} only with --allow-empty-summary)",
+                )
                 return None
 
         cluster: Dict[str, Any] = {"id": cluster_id}
@@ -338,6 +354,7 @@ class ConversionSession:
 # Text normalisation
 # --------------------------------------------------------------------------
 
+
 def normalize_paragraph(text: str) -> str:
     """Collapse every run of whitespace (newlines included) to one space and strip."""
     return _ANY_WHITESPACE.sub(" ", text).strip()
@@ -363,6 +380,7 @@ def normalize_summary(text: str) -> str:
 # Inputs (the readers are the modules of .readers)
 # --------------------------------------------------------------------------
 
+
 def as_paths(inputs: Inputs) -> List[Path]:
     """One path or a sequence of paths -> list of Path."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -376,6 +394,7 @@ def as_paths(inputs: Inputs) -> List[Path]:
 # --------------------------------------------------------------------------
 # Record helpers
 # --------------------------------------------------------------------------
+
 
 def _type_name(types: Union[type, Tuple[type, ...]]) -> str:
     if isinstance(types, tuple):
@@ -394,8 +413,7 @@ def require_field(obj: Any, key: str, types: Union[type, Tuple[type, ...]], wher
         raise BadRecord(MISSING_KEY, f"{key!r}{location} (keys: {sorted(obj)})")
     value = obj[key]
     if not isinstance(value, types):
-        raise BadRecord(WRONG_TYPE, f"{prefix}{key!r} must be {_type_name(types)}, "
-                                    f"got {type(value).__name__}")
+        raise BadRecord(WRONG_TYPE, f"{prefix}{key!r} must be {_type_name(types)}, got {type(value).__name__}")
     return value
 
 
@@ -420,8 +438,9 @@ def string_list(values: Any, name: str) -> List[str]:
     return values
 
 
-def build_clusters(records: Iterator[Record], session: ConversionSession,
-                   build: Callable[[Record], Optional[Dict[str, Any]]]) -> Iterator[Dict[str, Any]]:
+def build_clusters(
+    records: Iterator[Record], session: ConversionSession, build: Callable[[Record], Optional[Dict[str, Any]]]
+) -> Iterator[Dict[str, Any]]:
     """Run ``build`` on every record, turning ``BadRecord`` into an error or a counted skip."""
     for record in records:
         try:

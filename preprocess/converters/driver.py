@@ -7,6 +7,7 @@ policy become one :class:`~.common.ConversionOptions`, built once here; besides
 it, the command passes on exactly the format's own options
 (:func:`~.registry.format_options`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,15 +19,20 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from mdsfair.data.manifest import write_json_atomic
-
 from mdsfair.raw_contract import InputFormatError
 
 from .common import ConversionOptions, ConversionReport, Inputs, PathLike, as_paths
 from .registry import CONVERTER_ARGUMENTS, CONVERTERS, format_options, get_converter
 
 
-def convert(format_name: str, inputs: Inputs, output_path: PathLike, split: str = "train",
-            options: ConversionOptions = ConversionOptions(), **format_options_: Any) -> ConversionReport:
+def convert(
+    format_name: str,
+    inputs: Inputs,
+    output_path: PathLike,
+    split: str = "train",
+    options: ConversionOptions = ConversionOptions(),
+    **format_options_: Any,
+) -> ConversionReport:
     """Convert ``inputs`` of ``format_name`` into a raw-contract JSONL file at ``output_path``.
 
     ``options`` is the bad-input policy every format shares (e.g.
@@ -66,25 +72,35 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mdsfair-convert",
         description="Convert a public multi-document summarization release into mdsfair's raw JSONL "
-                    "contract ({id, documents, summary}) and print a report of what was written, "
-                    "skipped and dropped.")
+        "contract ({id, documents, summary}) and print a report of what was written, "
+        "skipped and dropped.",
+    )
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("inputs", nargs="+", metavar="INPUT",
-                        help="input file(s) in the format's release layout (.gz accepted)")
+    common.add_argument(
+        "inputs", nargs="+", metavar="INPUT", help="input file(s) in the format's release layout (.gz accepted)"
+    )
     common.add_argument("-o", "--output", required=True, help="output JSONL file")
-    common.add_argument("--split", default="train",
-                        help="split name, used for ids without a dataset id and for the empty-summary "
-                             "rule (default: %(default)s)")
-    common.add_argument("--skip-bad", action="store_true",
-                        help="skip bad records and count them by reason instead of stopping at the first")
-    common.add_argument("--allow-empty-summary", action="store_true",
-                        help="write clusters with an empty summary in non-training splits "
-                             "(never allowed in train)")
-    common.add_argument("--error-on-empty-document", action="store_true",
-                        help="treat an empty document inside a cluster as bad input instead of dropping "
-                             "and counting it")
-    common.add_argument("--report-json", default=None, metavar="PATH",
-                        help="also write the report as JSON to PATH")
+    common.add_argument(
+        "--split",
+        default="train",
+        help="split name, used for ids without a dataset id and for the empty-summary rule (default: %(default)s)",
+    )
+    common.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="skip bad records and count them by reason instead of stopping at the first",
+    )
+    common.add_argument(
+        "--allow-empty-summary",
+        action="store_true",
+        help="write clusters with an empty summary in non-training splits (never allowed in train)",
+    )
+    common.add_argument(
+        "--error-on-empty-document",
+        action="store_true",
+        help="treat an empty document inside a cluster as bad input instead of dropping and counting it",
+    )
+    common.add_argument("--report-json", default=None, metavar="PATH", help="also write the report as JSON to PATH")
     subparsers = parser.add_subparsers(dest="format_name", metavar="FORMAT", required=True)
     for name, generator in CONVERTERS.items():
         summary = (generator.__doc__ or name).strip().splitlines()[0].replace("``", "")
@@ -101,11 +117,13 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     accepted = set(format_options(args.format_name))
     own_options = {key: value for key, value in vars(args).items() if key in accepted}
-    options = ConversionOptions(skip_bad=args.skip_bad, allow_empty_summary=args.allow_empty_summary,
-                                error_on_empty_document=args.error_on_empty_document)
+    options = ConversionOptions(
+        skip_bad=args.skip_bad,
+        allow_empty_summary=args.allow_empty_summary,
+        error_on_empty_document=args.error_on_empty_document,
+    )
     try:
-        report = convert(args.format_name, args.inputs, args.output, split=args.split, options=options,
-                         **own_options)
+        report = convert(args.format_name, args.inputs, args.output, split=args.split, options=options, **own_options)
     except InputFormatError as err:
         print(f"mdsfair-convert: error: {err}", file=sys.stderr)
         if err.skippable and not args.skip_bad:

@@ -26,6 +26,7 @@ with 20 pages, which splits the sentence stream whatever the documents are;
 the section documents also give discourse (``--discourse-unit section``)
 and document locality their units. Ids: ``id``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,10 @@ def _section_paragraphs(section: Any, where: str) -> List[str]:
 
     A section with no paragraph anywhere below it gives nothing (not even its title)."""
     title = normalize_paragraph(require_field(section, "section_title", str, where))
-    body = [normalize_paragraph(p) for p in string_list(require_field(section, "paragraphs", list, where),
-                                                        f"{where}.paragraphs")]
+    body = [
+        normalize_paragraph(p)
+        for p in string_list(require_field(section, "paragraphs", list, where), f"{where}.paragraphs")
+    ]
     for number, child in enumerate(optional_field(section, "subsections", list, where) or []):
         body += _section_paragraphs(child, f"{where}.subsections[{number}]")
     body = [p for p in body if p]
@@ -79,20 +82,28 @@ def _section_documents(sections: Sequence[Any], depth: int, where: str) -> List[
     for number, section in enumerate(sections):
         name = f"{where}[{number}]"
         if depth <= 1:
-            documents.append(Document(PARAGRAPH_SEPARATOR.join(_section_paragraphs(section, name)),
-                                      f"section {name}", empty_reason="empty_section"))
+            documents.append(
+                Document(
+                    PARAGRAPH_SEPARATOR.join(_section_paragraphs(section, name)),
+                    f"section {name}",
+                    empty_reason="empty_section",
+                )
+            )
             continue
         documents += _preamble_documents(section, name)
-        documents += _section_documents(optional_field(section, "subsections", list, name) or [], depth - 1,
-                                        f"{name}.subsections")
+        documents += _section_documents(
+            optional_field(section, "subsections", list, name) or [], depth - 1, f"{name}.subsections"
+        )
     return documents
 
 
 def _preamble_documents(section: Any, where: str) -> List[Document]:
     """A section's own title and paragraphs (without its subsections) as one document, if it has paragraphs."""
     title = normalize_paragraph(require_field(section, "section_title", str, where))
-    paragraphs = [normalize_paragraph(p) for p in string_list(require_field(section, "paragraphs", list, where),
-                                                              f"{where}.paragraphs")]
+    paragraphs = [
+        normalize_paragraph(p)
+        for p in string_list(require_field(section, "paragraphs", list, where), f"{where}.paragraphs")
+    ]
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
         return []
@@ -101,17 +112,30 @@ def _preamble_documents(section: Any, where: str) -> List[Document]:
 
 def add_govreport_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert govreport`` flags."""
-    parser.add_argument("--section-depth", type=at_least(1), default=1,
-                        help="nesting depth whose sections become documents, deeper ones flattened into them "
-                             "(default: %(default)s = top-level sections)")
-    parser.add_argument("--subset", choices=GOVREPORT_SUBSETS + ("both",), default="both",
-                        help="with a gov-report/ folder as input: which agency's reports to read "
-                             "(default: %(default)s)")
+    parser.add_argument(
+        "--section-depth",
+        type=at_least(1),
+        default=1,
+        help="nesting depth whose sections become documents, deeper ones flattened into them "
+        "(default: %(default)s = top-level sections)",
+    )
+    parser.add_argument(
+        "--subset",
+        choices=GOVREPORT_SUBSETS + ("both",),
+        default="both",
+        help="with a gov-report/ folder as input: which agency's reports to read (default: %(default)s)",
+    )
 
 
 @register_converter("govreport", add_arguments=add_govreport_arguments)
-def iter_govreport(inputs: Inputs, split: str = "train", *, section_depth: int = 1, subset: str = "both",
-                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_govreport(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    section_depth: int = 1,
+    subset: str = "both",
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """GovReport report JSON files, or the gov-report/ folder with its split_ids -> contract clusters.
 
     An input folder is the release root: the reports listed in
@@ -140,12 +164,15 @@ def iter_govreport(inputs: Inputs, split: str = "train", *, section_depth: int =
             for name in subsets:
                 ids_file = path / "split_ids" / f"{name}_{split_name}.ids"
                 if not ids_file.is_file():
-                    raise FileNotFoundError(f"{ids_file} not found: is {path} the gov-report/ folder, and is "
-                                            f"{split_name!r} one of its splits (train, valid, test)?")
+                    raise FileNotFoundError(
+                        f"{ids_file} not found: is {path} the gov-report/ folder, and is "
+                        f"{split_name!r} one of its splits (train, valid, test)?"
+                    )
                 for line_number, report_id in iter_lines(ids_file):
                     if report_id.strip():
-                        record = read_json_file_record(path / name / f"{report_id.strip()}.json", session,
-                                                       listed_at=(str(ids_file), line_number))
+                        record = read_json_file_record(
+                            path / name / f"{report_id.strip()}.json", session, listed_at=(str(ids_file), line_number)
+                        )
                         if record is not None:
                             yield record
 
@@ -154,21 +181,29 @@ def iter_govreport(inputs: Inputs, split: str = "train", *, section_depth: int =
         if isinstance(data, dict) and "reports" in data:  # CRS
             root = require_field(data, "reports", dict)
             documents = _preamble_documents(root, "reports")
-            documents += _section_documents(optional_field(root, "subsections", list, "reports") or [],
-                                            section_depth, "reports.subsections")
+            documents += _section_documents(
+                optional_field(root, "subsections", list, "reports") or [], section_depth, "reports.subsections"
+            )
             summary = " ".join(string_list(require_field(data, "summary", list), "summary"))
         elif isinstance(data, dict) and "report" in data:  # GAO
             documents = _section_documents(require_field(data, "report", list), section_depth, "report")
             summary_paragraphs = []
             for number, part in enumerate(require_field(data, "highlight", list)):
-                summary_paragraphs += string_list(require_field(part, "paragraphs", list, f"highlight[{number}]"),
-                                                  f"highlight[{number}].paragraphs")
+                summary_paragraphs += string_list(
+                    require_field(part, "paragraphs", list, f"highlight[{number}]"), f"highlight[{number}].paragraphs"
+                )
             summary = " ".join(summary_paragraphs)
         else:
             keys = sorted(data) if isinstance(data, dict) else type(data).__name__
-            raise BadRecord(WRONG_TYPE, f"neither a CRS report ('reports', 'summary') nor a GAO report "
-                                        f"('report', 'highlight'): {keys}")
-        return session.finish(record, cluster_id=optional_field(data, "id", (str, int)), documents=documents,
-                              summary=normalize_summary(summary))
+            raise BadRecord(
+                WRONG_TYPE,
+                f"neither a CRS report ('reports', 'summary') nor a GAO report ('report', 'highlight'): {keys}",
+            )
+        return session.finish(
+            record,
+            cluster_id=optional_field(data, "id", (str, int)),
+            documents=documents,
+            summary=normalize_summary(summary),
+        )
 
     yield from build_clusters(records(), session, build)

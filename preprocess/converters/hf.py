@@ -38,6 +38,7 @@ name the columns:
 A trailing separator (nothing but whitespace after the last one) is a
 format artifact: removed and counted as ``trailing_separator``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,16 +66,27 @@ from .registry import register_converter
 
 # name -> documents columns, document separator, summary column, id column (None: no id column)
 HF_PRESETS: Dict[str, Dict[str, Any]] = {
-    "multi_news": dict(documents_columns=["document"], document_separator="|||||", summary_column="summary",
-                       id_column=None, strip_summary_dash=True),
-    "multi_x_science": dict(documents_columns=["abstract", "ref_abstract.abstract"], document_separator=None,
-                            summary_column="related_work", id_column="aid"),
-    "wcep10": dict(documents_columns=["document"], document_separator="</s>", summary_column="summary",
-                   id_column="id"),
-    **{name: dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None)
-       for name in ("arxiv", "pubmed")},
-    "cnn_dailymail": dict(documents_columns=["article"], document_separator=None, summary_column="highlights",
-                          id_column="id"),
+    "multi_news": dict(
+        documents_columns=["document"],
+        document_separator="|||||",
+        summary_column="summary",
+        id_column=None,
+        strip_summary_dash=True,
+    ),
+    "multi_x_science": dict(
+        documents_columns=["abstract", "ref_abstract.abstract"],
+        document_separator=None,
+        summary_column="related_work",
+        id_column="aid",
+    ),
+    "wcep10": dict(documents_columns=["document"], document_separator="</s>", summary_column="summary", id_column="id"),
+    **{
+        name: dict(documents_columns=["article"], document_separator=None, summary_column="abstract", id_column=None)
+        for name in ("arxiv", "pubmed")
+    },
+    "cnn_dailymail": dict(
+        documents_columns=["article"], document_separator=None, summary_column="highlights", id_column="id"
+    ),
 }
 
 # Multi-News' summaries start with an en dash (the release's "– "); the HF loader strips only "-" and " ".
@@ -89,12 +101,14 @@ def _texts(value: Any, column: str, separator: Optional[str], pending: PendingCo
     if isinstance(value, list):
         for position, item in enumerate(value):
             if item is not None and not isinstance(item, str):
-                raise BadRecord(WRONG_TYPE, f"column {column!r}[{position}] must be a string, "
-                                            f"got {type(item).__name__}")
+                raise BadRecord(
+                    WRONG_TYPE, f"column {column!r}[{position}] must be a string, got {type(item).__name__}"
+                )
         return [item or "" for item in value]
     if not isinstance(value, str):
-        raise BadRecord(WRONG_TYPE, f"column {column!r} must be a string or a list of strings, "
-                                    f"got {type(value).__name__}")
+        raise BadRecord(
+            WRONG_TYPE, f"column {column!r} must be a string or a list of strings, got {type(value).__name__}"
+        )
     if not separator:
         return [value]
     pieces = value.split(separator)
@@ -106,29 +120,50 @@ def _texts(value: Any, column: str, separator: Optional[str], pending: PendingCo
 
 def add_hf_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert hf`` flags."""
-    parser.add_argument("--preset", choices=sorted(HF_PRESETS), default=None,
-                        help="column layout of a Hugging Face data set (see the module docstring); the flags "
-                             "below override its parts")
-    parser.add_argument("--documents-column", dest="documents_columns", action="append", default=None,
-                        metavar="COLUMN",
-                        help="column of the documents (string or list of strings; a.b = field b of struct "
-                             "column a, or of each struct of list column a); repeat it to add columns in order "
-                             "(default: the preset's, else 'document')")
-    parser.add_argument("--summary-column", default=None,
-                        help="column of the summary (default: the preset's, else 'summary')")
-    parser.add_argument("--id-column", default=None,
-                        help="column of the cluster id; '' for none, ids are then SPLIT-INDEX (default: the "
-                             "preset's, else none)")
-    parser.add_argument("--document-separator", default=None,
-                        help="string between documents inside a string column, e.g. Multi-News' '|||||'; "
-                             "'\\n' means a newline (default: the preset's, else none: one document)")
+    parser.add_argument(
+        "--preset",
+        choices=sorted(HF_PRESETS),
+        default=None,
+        help="column layout of a Hugging Face data set (see the module docstring); the flags below override its parts",
+    )
+    parser.add_argument(
+        "--documents-column",
+        dest="documents_columns",
+        action="append",
+        default=None,
+        metavar="COLUMN",
+        help="column of the documents (string or list of strings; a.b = field b of struct "
+        "column a, or of each struct of list column a); repeat it to add columns in order "
+        "(default: the preset's, else 'document')",
+    )
+    parser.add_argument(
+        "--summary-column", default=None, help="column of the summary (default: the preset's, else 'summary')"
+    )
+    parser.add_argument(
+        "--id-column",
+        default=None,
+        help="column of the cluster id; '' for none, ids are then SPLIT-INDEX (default: the preset's, else none)",
+    )
+    parser.add_argument(
+        "--document-separator",
+        default=None,
+        help="string between documents inside a string column, e.g. Multi-News' '|||||'; "
+        "'\\n' means a newline (default: the preset's, else none: one document)",
+    )
 
 
 @register_converter("hf", add_arguments=add_hf_arguments)
-def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = None,
-            documents_columns: Optional[Sequence[str]] = None, summary_column: Optional[str] = None,
-            id_column: Optional[str] = None, document_separator: Optional[str] = None,
-            options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_hf(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    preset: Optional[str] = None,
+    documents_columns: Optional[Sequence[str]] = None,
+    summary_column: Optional[str] = None,
+    id_column: Optional[str] = None,
+    document_separator: Optional[str] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """Hugging Face data as Parquet file(s)/folder, Arrow file or save_to_disk folder -> contract clusters.
 
     A folder holding several splits is read for ``split`` (``val`` also
@@ -154,9 +189,14 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         wanted = columns + [summary_column] + ([id_column] if id_column else [])
         missing = [column for column in wanted if column.split(".")[0] not in names]
         if missing:
-            raise InputFormatError.described(path, None, MISSING_KEY, f"column(s) {missing} not in the table's columns "
-                                   f"{names} (--documents-column / --summary-column / --id-column / --preset)",
-                                   skippable=False)
+            raise InputFormatError.described(
+                path,
+                None,
+                MISSING_KEY,
+                f"column(s) {missing} not in the table's columns "
+                f"{names} (--documents-column / --summary-column / --id-column / --preset)",
+                skippable=False,
+            )
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         row = record.payload
@@ -168,14 +208,21 @@ def iter_hf(inputs: Inputs, split: str = "train", *, preset: Optional[str] = Non
         summary = table_column_value(row, summary_column)
         cluster_id = table_column_value(row, id_column) if id_column else None
         if cluster_id is not None and not isinstance(cluster_id, (str, int)):
-            raise BadRecord(WRONG_TYPE, f"id column {id_column!r} must be a string or an integer, "
-                                        f"got {type(cluster_id).__name__}")
+            raise BadRecord(
+                WRONG_TYPE, f"id column {id_column!r} must be a string or an integer, got {type(cluster_id).__name__}"
+            )
         if isinstance(summary, list) and all(isinstance(s, str) for s in summary):
-            return session.finish(record, cluster_id=cluster_id, documents=documents, pending=pending,
-                                  summaries=[normalize_summary(s) for s in summary])
+            return session.finish(
+                record,
+                cluster_id=cluster_id,
+                documents=documents,
+                pending=pending,
+                summaries=[normalize_summary(s) for s in summary],
+            )
         if summary is not None and not isinstance(summary, str):
-            raise BadRecord(WRONG_TYPE, f"summary column {summary_column!r} must be a string, "
-                                        f"got {type(summary).__name__}")
+            raise BadRecord(
+                WRONG_TYPE, f"summary column {summary_column!r} must be a string, got {type(summary).__name__}"
+            )
         summary = normalize_summary(summary or "")
         if defaults.get("strip_summary_dash"):
             stripped = _LEADING_DASH.sub("", summary)

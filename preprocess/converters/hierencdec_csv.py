@@ -14,6 +14,7 @@
     on both); the control-variant files prefix the text with the label sequence
     and ``" ==> "`` (e.g. ``"abstract | strength | decision  ==> ..."``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,66 +45,108 @@ _CONTROL_PREFIX = re.compile(r"^\s*[A-Za-z_]+(?:\s*\|\s*[A-Za-z_]+)*\s*==>\s*")
 CONTROL_PREFIX_CHOICES = ("keep", "strip")
 
 
-def _resolve_columns(path: Path, header: List[str], text_column: str, summary_columns: Sequence[str],
-                     id_column: Optional[str], last_two_columns: bool) -> Tuple[int, List[int], Optional[int]]:
+def _resolve_columns(
+    path: Path,
+    header: List[str],
+    text_column: str,
+    summary_columns: Sequence[str],
+    id_column: Optional[str],
+    last_two_columns: bool,
+) -> Tuple[int, List[int], Optional[int]]:
     """Column positions for text, summaries and id; a missing column is fatal."""
     if last_two_columns:
         if len(header) < 2:
-            raise InputFormatError.described(path, 1, MISSING_KEY, f"header {header} has fewer than two columns",
-                                   skippable=False)
+            raise InputFormatError.described(
+                path, 1, MISSING_KEY, f"header {header} has fewer than two columns", skippable=False
+            )
         text_index, summary_indices = len(header) - 2, [len(header) - 1]
     else:
         names = [text_column] + list(summary_columns)
         missing = [name for name in names if name not in header]
         if missing:
-            raise InputFormatError.described(path, 1, MISSING_KEY,
-                                   f"column(s) {missing} not in header {header}; name them with "
-                                   "--text-column / --summary-column or use --last-two-columns",
-                                   skippable=False)
+            raise InputFormatError.described(
+                path,
+                1,
+                MISSING_KEY,
+                f"column(s) {missing} not in header {header}; name them with "
+                "--text-column / --summary-column or use --last-two-columns",
+                skippable=False,
+            )
         text_index = header.index(text_column)
         summary_indices = [header.index(name) for name in summary_columns]
     id_index = None
     if id_column is not None:
         if id_column not in header:
-            raise InputFormatError.described(path, 1, MISSING_KEY, f"id column {id_column!r} not in header {header}",
-                                   skippable=False)
+            raise InputFormatError.described(
+                path, 1, MISSING_KEY, f"id column {id_column!r} not in header {header}", skippable=False
+            )
         id_index = header.index(id_column)
     return text_index, summary_indices, id_index
 
 
-def _csv_argument_adder(paragraph_default: Optional[str], control_default: str
-                        ) -> Callable[[argparse.ArgumentParser], None]:
+def _csv_argument_adder(
+    paragraph_default: Optional[str], control_default: str
+) -> Callable[[argparse.ArgumentParser], None]:
     """Flags of ``mdsfair-convert csv`` / ``mred``, with that format's defaults."""
+
     def add(parser: argparse.ArgumentParser) -> None:
-        parser.add_argument("--text-column", default="text",
-                            help="column holding the documents (default: %(default)s)")
-        parser.add_argument("--summary-column", dest="summary_columns", action="append", default=None,
-                            metavar="COLUMN",
-                            help="column holding the summary (default: summary); repeat it for several "
-                                 "references, written as 'summaries'")
-        parser.add_argument("--id-column", default=None,
-                            help="column holding the cluster id (default: none, ids are SPLIT-INDEX)")
-        parser.add_argument("--last-two-columns", action="store_true",
-                            help="take text and summary from the last two columns, as HierEncDec's "
-                                 "run_summarization.py does when no column is named")
-        parser.add_argument("--document-separator", default=HIERENCDEC_DOCUMENT_SEPARATOR,
-                            help="string between documents in the text column, whitespace around it "
-                                 "ignored (default: %(default)s)")
-        parser.add_argument("--paragraph-separator", default=paragraph_default,
-                            help="string between paragraphs inside a document (default: %(default)s)")
-        parser.add_argument("--control-prefix", choices=CONTROL_PREFIX_CHOICES, default=control_default,
-                            help="what to do with an MReD control prefix 'label | label ==> ' at the "
-                                 "start of the text (default: %(default)s)")
+        parser.add_argument("--text-column", default="text", help="column holding the documents (default: %(default)s)")
+        parser.add_argument(
+            "--summary-column",
+            dest="summary_columns",
+            action="append",
+            default=None,
+            metavar="COLUMN",
+            help="column holding the summary (default: summary); repeat it for several "
+            "references, written as 'summaries'",
+        )
+        parser.add_argument(
+            "--id-column", default=None, help="column holding the cluster id (default: none, ids are SPLIT-INDEX)"
+        )
+        parser.add_argument(
+            "--last-two-columns",
+            action="store_true",
+            help="take text and summary from the last two columns, as HierEncDec's "
+            "run_summarization.py does when no column is named",
+        )
+        parser.add_argument(
+            "--document-separator",
+            default=HIERENCDEC_DOCUMENT_SEPARATOR,
+            help="string between documents in the text column, whitespace around it ignored (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--paragraph-separator",
+            default=paragraph_default,
+            help="string between paragraphs inside a document (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--control-prefix",
+            choices=CONTROL_PREFIX_CHOICES,
+            default=control_default,
+            help="what to do with an MReD control prefix 'label | label ==> ' at the "
+            "start of the text (default: %(default)s)",
+        )
         parser.add_argument("--delimiter", default=",", help="CSV field delimiter (default: %(default)r)")
+
     return add
 
 
 @register_converter("csv", add_arguments=_csv_argument_adder(None, "keep"))
-def iter_csv(inputs: Inputs, split: str = "train", *, text_column: str = "text",
-             summary_columns: Optional[Sequence[str]] = ("summary",), id_column: Optional[str] = None,
-             last_two_columns: bool = False, document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
-             paragraph_separator: Optional[str] = None, control_prefix: str = "keep", delimiter: str = ",",
-             options: ConversionOptions = ConversionOptions(), _format_name: str = "csv") -> Iterator[Dict[str, Any]]:
+def iter_csv(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    text_column: str = "text",
+    summary_columns: Optional[Sequence[str]] = ("summary",),
+    id_column: Optional[str] = None,
+    last_two_columns: bool = False,
+    document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
+    paragraph_separator: Optional[str] = None,
+    control_prefix: str = "keep",
+    delimiter: str = ",",
+    options: ConversionOptions = ConversionOptions(),
+    _format_name: str = "csv",
+) -> Iterator[Dict[str, Any]]:
     """HierEncDec-style CSV -> contract clusters.
 
     The text column holds the documents joined by ``document_separator``
@@ -138,15 +181,17 @@ def iter_csv(inputs: Inputs, split: str = "train", *, text_column: str = "text",
                 pending.notes["control_prefix_stripped"] += 1
             text = stripped
         pieces = text.split(document_separator)
-        documents = [Document(normalize_document(piece, paragraph_separator), f"document {number}")
-                     for number, piece in enumerate(pieces, start=1)]
+        documents = [
+            Document(normalize_document(piece, paragraph_separator), f"document {number}")
+            for number, piece in enumerate(pieces, start=1)
+        ]
         references = [normalize_summary(row[i]) for i in summary_indices]
         cluster_id = row[id_index] if id_index is not None else None
         if len(references) == 1:
-            return session.finish(record, cluster_id=cluster_id, documents=documents,
-                                  summary=references[0], pending=pending)
-        return session.finish(record, cluster_id=cluster_id, documents=documents,
-                              summaries=references, pending=pending)
+            return session.finish(
+                record, cluster_id=cluster_id, documents=documents, summary=references[0], pending=pending
+            )
+        return session.finish(record, cluster_id=cluster_id, documents=documents, summaries=references, pending=pending)
 
     def records() -> Iterator[Record]:
         for path in paths:
@@ -160,20 +205,38 @@ def iter_csv(inputs: Inputs, split: str = "train", *, text_column: str = "text",
 
     yield from build_clusters(records(), session, build)
 
+
 @register_converter("mred", add_arguments=_csv_argument_adder(MRED_PARAGRAPH_SEPARATOR, "strip"))
-def iter_mred(inputs: Inputs, split: str = "train", *, text_column: str = "text",
-              summary_columns: Optional[Sequence[str]] = ("summary",), id_column: Optional[str] = None,
-              last_two_columns: bool = False, document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
-              paragraph_separator: Optional[str] = MRED_PARAGRAPH_SEPARATOR, control_prefix: str = "strip",
-              delimiter: str = ",", options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_mred(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    text_column: str = "text",
+    summary_columns: Optional[Sequence[str]] = ("summary",),
+    id_column: Optional[str] = None,
+    last_two_columns: bool = False,
+    document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
+    paragraph_separator: Optional[str] = MRED_PARAGRAPH_SEPARATOR,
+    control_prefix: str = "strip",
+    delimiter: str = ",",
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """MReD abstractive CSV (``text,summary``) -> contract clusters.
 
     The CSV converter with MReD's defaults: reviews split on ``<REVBREAK>``,
     paragraphs on ``<sep>``, the control prefix of the ``*-ctrl.csv`` files
     (``"abstract | strength ==> "``) stripped and counted."""
-    yield from iter_csv(inputs, split, text_column=text_column, summary_columns=summary_columns,
-                        id_column=id_column, last_two_columns=last_two_columns,
-                        document_separator=document_separator, paragraph_separator=paragraph_separator,
-                        control_prefix=control_prefix, delimiter=delimiter, options=options, _format_name="mred")
-
-
+    yield from iter_csv(
+        inputs,
+        split,
+        text_column=text_column,
+        summary_columns=summary_columns,
+        id_column=id_column,
+        last_two_columns=last_two_columns,
+        document_separator=document_separator,
+        paragraph_separator=paragraph_separator,
+        control_prefix=control_prefix,
+        delimiter=delimiter,
+        options=options,
+        _format_name="mred",
+    )

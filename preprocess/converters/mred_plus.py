@@ -16,6 +16,7 @@ Documents: reviews and rebuttals in file order (the compiled text does not
 mark which is which), empty ones dropped and counted. Summary: the
 meta-review. Ids: ``--id-column`` or ``{split}-{index}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,15 +39,24 @@ MRED_PARAGRAPH_MARKER = "<sep>"
 def add_mred_plus_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert mred_plus`` flags."""
     add_hierencdec_column_arguments(parser, "reviews and rebuttals", "meta-review", "SPLIT-INDEX")
-    parser.add_argument("--paragraph-separator", default=MRED_PARAGRAPH_MARKER,
-                        help="string between paragraphs inside a review (default: %(default)s, MReD's marker)")
+    parser.add_argument(
+        "--paragraph-separator",
+        default=MRED_PARAGRAPH_MARKER,
+        help="string between paragraphs inside a review (default: %(default)s, MReD's marker)",
+    )
 
 
 @register_converter("mred_plus", add_arguments=add_mred_plus_arguments)
-def iter_mred_plus(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
-                   summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                   paragraph_separator: Optional[str] = MRED_PARAGRAPH_MARKER,
-                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_mred_plus(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    text_column: Optional[str] = None,
+    summary_column: Optional[str] = None,
+    id_column: Optional[str] = None,
+    paragraph_separator: Optional[str] = MRED_PARAGRAPH_MARKER,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """MReD+ (HierEncDec's mred/*_rebuttal.json) -> contract clusters.
 
     Reviews and rebuttals split on ``<REVBREAK>`` are the documents
@@ -55,8 +65,14 @@ def iter_mred_plus(inputs: Inputs, split: str = "train", *, text_column: Optiona
     session = ConversionSession(options, "mred_plus", split, paths)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
-        return hierencdec_cluster(session, record, text_column=text_column, summary_column=summary_column,
-                                  id_column=id_column, paragraph_separator=paragraph_separator or None,
-                                  document_name="review or rebuttal")
+        return hierencdec_cluster(
+            session,
+            record,
+            text_column=text_column,
+            summary_column=summary_column,
+            id_column=id_column,
+            paragraph_separator=paragraph_separator or None,
+            document_name="review or rebuttal",
+        )
 
     yield from build_clusters(iter_hierencdec_records(paths, session), session, build)

@@ -8,6 +8,7 @@ releases separate stories with ``story_separator_special_tag``) and the
 Hugging Face ``multi_news.py`` loader (``NEWLINE_CHAR`` -> newline, the
 target's leading dash removed).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,15 +51,17 @@ def _multinews_target_for(source: Path) -> Path:
     cut = name.rfind(".src")
     if cut < 0:
         raise FileNotFoundError(
-            f"cannot infer the target file of {source} (no '.src' in its name); pass targets explicitly")
-    candidates = [name[:cut] + ".tgt" + name[cut + 4:], name[:cut] + ".tgt"]
+            f"cannot infer the target file of {source} (no '.src' in its name); pass targets explicitly"
+        )
+    candidates = [name[:cut] + ".tgt" + name[cut + 4 :], name[:cut] + ".tgt"]
     for candidate in candidates:
         path = source.with_name(candidate)
         if path.exists():
             return path
     raise FileNotFoundError(
         f"no target file for {source}: tried {', '.join(str(source.with_name(c)) for c in candidates)}; "
-        "pass targets explicitly")
+        "pass targets explicitly"
+    )
 
 
 def _normalize_multinews_text(text: str) -> str:
@@ -88,18 +91,30 @@ def _split_multinews_source(text: str, document_separator: Optional[str]) -> Lis
 
 def add_multinews_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert multinews`` flags."""
-    parser.add_argument("--targets", nargs="+", metavar="TGT",
-                        help="target (.tgt) files, one per input in the same order; default: inferred from "
-                             "each source name (X.src -> X.tgt, train.src.cleaned -> train.tgt)")
-    parser.add_argument("--document-separator", default=None,
-                        help="string between stories; default: story_separator_special_tag, or ||||| "
-                             "(raw release) when the former is absent")
+    parser.add_argument(
+        "--targets",
+        nargs="+",
+        metavar="TGT",
+        help="target (.tgt) files, one per input in the same order; default: inferred from "
+        "each source name (X.src -> X.tgt, train.src.cleaned -> train.tgt)",
+    )
+    parser.add_argument(
+        "--document-separator",
+        default=None,
+        help="string between stories; default: story_separator_special_tag, or ||||| "
+        "(raw release) when the former is absent",
+    )
 
 
 @register_converter("multinews", add_arguments=add_multinews_arguments)
-def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Sequence[PathLike]] = None,
-                   document_separator: Optional[str] = None,
-                   options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_multinews(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    targets: Optional[Sequence[PathLike]] = None,
+    document_separator: Optional[str] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """Multi-News parallel ``.src`` / ``.tgt`` line files -> contract clusters.
 
     ``inputs`` are source files; ``targets`` the matching target files (same
@@ -123,13 +138,21 @@ def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Se
             source_count = 0
             for source_item, target_item in itertools.zip_longest(iter_lines(source), iter_lines(target)):
                 if source_item is None:
-                    raise InputFormatError.described(target, target_item[0], MISALIGNED_FILES,
-                                           f"{target} has more lines than {source} ({source_count})",
-                                           skippable=False)
+                    raise InputFormatError.described(
+                        target,
+                        target_item[0],
+                        MISALIGNED_FILES,
+                        f"{target} has more lines than {source} ({source_count})",
+                        skippable=False,
+                    )
                 if target_item is None:
-                    raise InputFormatError.described(source, source_item[0], MISALIGNED_FILES,
-                                           f"{source} has more lines than {target} "
-                                           f"({source_item[0] - 1})", skippable=False)
+                    raise InputFormatError.described(
+                        source,
+                        source_item[0],
+                        MISALIGNED_FILES,
+                        f"{source} has more lines than {target} ({source_item[0] - 1})",
+                        skippable=False,
+                    )
                 source_count = source_item[0]
                 record = session.start_record(source, source_item[0])
                 record.payload = (source_item[1], target, target_item[0], target_item[1])
@@ -143,8 +166,10 @@ def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Se
                 offset, message = bad_bytes
                 raise BadRecord(INVALID_UTF8, f"{message} (column {offset + 1})", line=line, path=path)
         pieces = _split_multinews_source(source_text, document_separator)
-        documents = [Document(_normalize_multinews_text(piece), f"document {number}")
-                     for number, piece in enumerate(pieces, start=1)]
+        documents = [
+            Document(_normalize_multinews_text(piece), f"document {number}")
+            for number, piece in enumerate(pieces, start=1)
+        ]
         pending = PendingCounts()
         summary = normalize_summary(_MULTINEWS_NEWLINE.sub(" ", target_text))
         stripped = _LEADING_DASH.sub("", summary)
@@ -153,5 +178,3 @@ def iter_multinews(inputs: Inputs, split: str = "train", *, targets: Optional[Se
         return session.finish(record, cluster_id=None, documents=documents, summary=stripped, pending=pending)
 
     yield from build_clusters(records(), session, build)
-
-

@@ -8,6 +8,7 @@ loader (``json.load``; it re-lays ``ref_abstract`` as columns
 ``{"cite_N": [...], "mid": [...], "abstract": [...]}``, also accepted).
 The format has no flags beyond the common ones.
 """
+
 from __future__ import annotations
 
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -47,8 +48,9 @@ def _multixscience_references(ref_abstract: Dict[str, Any]) -> List[Tuple[str, A
 
 
 @register_converter("multixscience")
-def iter_multixscience(inputs: Inputs, split: str = "train", *,
-                       options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_multixscience(
+    inputs: Inputs, split: str = "train", *, options: ConversionOptions = ConversionOptions()
+) -> Iterator[Dict[str, Any]]:
     """Multi-XScience JSON (one list per file, or JSONL) -> contract clusters.
 
     Documents: the paper's ``abstract`` followed by the cited abstracts of
@@ -66,13 +68,15 @@ def iter_multixscience(inputs: Inputs, split: str = "train", *,
         documents = [Document(normalize_document(abstract), "abstract")]
         for key, cited in _multixscience_references(ref_abstract):
             if cited is not None and not isinstance(cited, str):
-                raise BadRecord(WRONG_TYPE, f"ref_abstract[{key!r}] abstract must be str, "
-                                            f"got {type(cited).__name__}")
-            documents.append(Document(normalize_document(cited or ""), f"cited abstract {key}",
-                                      empty_reason="empty_cited_abstract"))
-        return session.finish(record, cluster_id=optional_field(paper, "aid", (str, int)), documents=documents,
-                              summary=normalize_summary(related_work))
+                raise BadRecord(WRONG_TYPE, f"ref_abstract[{key!r}] abstract must be str, got {type(cited).__name__}")
+            documents.append(
+                Document(normalize_document(cited or ""), f"cited abstract {key}", empty_reason="empty_cited_abstract")
+            )
+        return session.finish(
+            record,
+            cluster_id=optional_field(paper, "aid", (str, int)),
+            documents=documents,
+            summary=normalize_summary(related_work),
+        )
 
     yield from build_clusters(iter_json_records(paths, session), session, build)
-
-

@@ -14,6 +14,7 @@ oaimli/PeerSum) and the prepared MDS layout (``source_documents``,
 ``summary``, ``paper_id``). Reviews keep their file order (PeerSum's own
 script shuffles them; a converter must be deterministic).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,20 +63,36 @@ def _comma_list(value: str) -> List[str]:
 
 def add_peersum_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert peersum`` flags."""
-    parser.add_argument("--no-abstract", dest="include_abstract", action="store_false",
-                        help="leave the paper abstract out of the documents")
-    parser.add_argument("--writers", type=_comma_list, default=None,
-                        help="comma-separated writers whose reviews/comments to keep, from "
-                             f"{','.join(PEERSUM_WRITERS)} (default: all)")
-    parser.add_argument("--select-label", default=None,
-                        help="keep only papers whose 'label' is this value (train, val or test); the "
-                             "others are counted as filtered out")
+    parser.add_argument(
+        "--no-abstract",
+        dest="include_abstract",
+        action="store_false",
+        help="leave the paper abstract out of the documents",
+    )
+    parser.add_argument(
+        "--writers",
+        type=_comma_list,
+        default=None,
+        help=f"comma-separated writers whose reviews/comments to keep, from {','.join(PEERSUM_WRITERS)} (default: all)",
+    )
+    parser.add_argument(
+        "--select-label",
+        default=None,
+        help="keep only papers whose 'label' is this value (train, val or test); the "
+        "others are counted as filtered out",
+    )
 
 
 @register_converter("peersum", add_arguments=add_peersum_arguments)
-def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool = True,
-                 writers: Optional[Sequence[str]] = None, select_label: Optional[str] = None,
-                 options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_peersum(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    include_abstract: bool = True,
+    writers: Optional[Sequence[str]] = None,
+    select_label: Optional[str] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """PeerSum (``peersum_all.json``) -> contract clusters.
 
     Documents: ``paper_abstract`` (unless ``include_abstract`` is False), then
@@ -112,8 +129,12 @@ def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool
             texts = string_list(require_field(paper, "source_documents", list), "source_documents")
             documents = [Document(normalize_document(t), f"source document {n}") for n, t in enumerate(texts, 1)]
             summary = require_field(paper, "summary", str)
-            return session.finish(record, cluster_id=optional_field(paper, "paper_id", (str, int)),
-                                  documents=documents, summary=normalize_summary(summary))
+            return session.finish(
+                record,
+                cluster_id=optional_field(paper, "paper_id", (str, int)),
+                documents=documents,
+                summary=normalize_summary(summary),
+            )
 
         summary = require_field(paper, "meta_review", str)
         if include_abstract:
@@ -122,8 +143,10 @@ def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool
         if "review_contents" in paper:  # Hugging Face layout
             contents = string_list(require_field(paper, "review_contents", list), "review_contents")
             review_writers = optional_field(paper, "review_writers", list) or [None] * len(contents)
-            reviews = [(w, c, f"review_contents[{n}]") for n, (w, c) in
-                       enumerate(itertools.zip_longest(review_writers, contents))]
+            reviews = [
+                (w, c, f"review_contents[{n}]")
+                for n, (w, c) in enumerate(itertools.zip_longest(review_writers, contents))
+            ]
         else:
             items = require_field(paper, "reviews", list)
             reviews = []
@@ -139,10 +162,13 @@ def iter_peersum(inputs: Inputs, split: str = "train", *, include_abstract: bool
                 pending.dropped_documents["review_without_text"] += 1
                 continue
             documents.append(Document(normalize_document(text), where))
-        return session.finish(record, cluster_id=optional_field(paper, "paper_id", (str, int)),
-                              documents=documents, summary=normalize_summary(summary), pending=pending)
+        return session.finish(
+            record,
+            cluster_id=optional_field(paper, "paper_id", (str, int)),
+            documents=documents,
+            summary=normalize_summary(summary),
+            pending=pending,
+        )
 
     records = (r for r in iter_json_records(paths, session) if selected(r))
     yield from build_clusters(records, session, build)
-
-

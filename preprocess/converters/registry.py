@@ -22,6 +22,7 @@ Importing :mod:`mdsfair.preprocess.converters`
 imports every module of the package, so a new format module needs no other
 change to appear in the CLI.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,8 +43,9 @@ DRIVER_PARAMETERS = frozenset({"inputs", "split", "options"})
 _FORMAT_NAME = re.compile(r"[a-z][a-z0-9_]*\Z")
 
 
-def register_converter(name: str, add_arguments: Optional[ArgumentAdder] = None
-                       ) -> Callable[[ConverterFunction], ConverterFunction]:
+def register_converter(
+    name: str, add_arguments: Optional[ArgumentAdder] = None
+) -> Callable[[ConverterFunction], ConverterFunction]:
     """Decorator registering a cluster generator as release format ``name``.
 
     ``add_arguments(parser)`` adds the format's own flags to its
@@ -56,8 +58,10 @@ def register_converter(name: str, add_arguments: Optional[ArgumentAdder] = None
 
     def wrapper(function: ConverterFunction) -> ConverterFunction:
         if name in CONVERTERS:
-            raise ValueError(f"converter {name!r} registered twice ({CONVERTERS[name].__module__}."
-                             f"{CONVERTERS[name].__qualname__} and {function.__module__}.{function.__qualname__})")
+            raise ValueError(
+                f"converter {name!r} registered twice ({CONVERTERS[name].__module__}."
+                f"{CONVERTERS[name].__qualname__} and {function.__module__}.{function.__qualname__})"
+            )
         parameters = inspect.signature(function).parameters
         missing = sorted(DRIVER_PARAMETERS - set(parameters))
         if missing:
@@ -82,6 +86,10 @@ def get_converter(format_name: str) -> ConverterFunction:
 def format_options(format_name: str) -> List[str]:
     """Keyword options a format accepts besides inputs, split and options (its own options)."""
     signature = inspect.signature(get_converter(format_name))
-    return [name for name, parameter in signature.parameters.items()
-            if name not in DRIVER_PARAMETERS and not name.startswith("_")
-            and parameter.kind is inspect.Parameter.KEYWORD_ONLY]
+    return [
+        name
+        for name, parameter in signature.parameters.items()
+        if name not in DRIVER_PARAMETERS
+        and not name.startswith("_")
+        and parameter.kind is inspect.Parameter.KEYWORD_ONLY
+    ]

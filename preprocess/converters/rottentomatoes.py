@@ -21,6 +21,7 @@ Documents: one per review, in file order; empty reviews dropped and counted
 as ``empty_review``. Summary: the consensus. Ids: ``_movie_id`` (original),
 ``--id-column`` or ``{split}-{index}`` (HierEncDec).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,9 +55,15 @@ def add_rottentomatoes_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @register_converter("rottentomatoes", add_arguments=add_rottentomatoes_arguments)
-def iter_rottentomatoes(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
-                        summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                        options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_rottentomatoes(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    text_column: Optional[str] = None,
+    summary_column: Optional[str] = None,
+    id_column: Optional[str] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """Rotten Tomatoes: rottentomatoes.json (Wang & Ling 2016) or HierEncDec's csv/json -> contract clusters.
 
     A JSON object with ``_critics`` is a movie of the original release
@@ -70,8 +77,15 @@ def iter_rottentomatoes(inputs: Inputs, split: str = "train", *, text_column: Op
     def build(record: Record) -> Optional[Dict[str, Any]]:
         movie = record.payload
         if not (isinstance(movie, dict) and ORIGINAL_REVIEWS_KEY in movie):
-            return hierencdec_cluster(session, record, text_column=text_column, summary_column=summary_column,
-                                      id_column=id_column, document_name="review", empty_reason="empty_review")
+            return hierencdec_cluster(
+                session,
+                record,
+                text_column=text_column,
+                summary_column=summary_column,
+                id_column=id_column,
+                document_name="review",
+                empty_reason="empty_review",
+            )
         critics = require_field(movie, ORIGINAL_REVIEWS_KEY, dict)
         documents = []
         for key, review in critics.items():
@@ -79,7 +93,11 @@ def iter_rottentomatoes(inputs: Inputs, split: str = "train", *, text_column: Op
                 raise BadRecord(WRONG_TYPE, f"_critics[{key!r}] must be str, got {type(review).__name__}")
             documents.append(Document(normalize_document(review), f"review {key!r}", empty_reason="empty_review"))
         consensus = require_field(movie, "_critic_consensus", str)
-        return session.finish(record, cluster_id=optional_field(movie, "_movie_id", (str, int)),
-                              documents=documents, summary=normalize_summary(consensus))
+        return session.finish(
+            record,
+            cluster_id=optional_field(movie, "_movie_id", (str, int)),
+            documents=documents,
+            summary=normalize_summary(consensus),
+        )
 
     yield from build_clusters(iter_hierencdec_records(paths, session), session, build)

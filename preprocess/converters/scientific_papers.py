@@ -23,6 +23,7 @@ name and content, its ``arxiv-section`` setting has 8 such pages).
 locality needs no sections). Summary: the abstract's sentences joined by
 spaces. Id: ``article_id``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,18 +63,29 @@ def abstract_sentences_text(sentences: List[str]) -> str:
 
 def add_scientific_papers_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert scientific_papers`` flags."""
-    parser.add_argument("--whole-article", action="store_true",
-                        help="make article_text one document instead of one document per section "
-                             "(section names and boundaries are then lost)")
-    parser.add_argument("--omit-section-names", action="store_true",
-                        help="leave the section name out of each section document (default: the name is the "
-                             "section's first paragraph, as PageSum's section pages have it)")
+    parser.add_argument(
+        "--whole-article",
+        action="store_true",
+        help="make article_text one document instead of one document per section "
+        "(section names and boundaries are then lost)",
+    )
+    parser.add_argument(
+        "--omit-section-names",
+        action="store_true",
+        help="leave the section name out of each section document (default: the name is the "
+        "section's first paragraph, as PageSum's section pages have it)",
+    )
 
 
 @register_converter("scientific_papers", add_arguments=add_scientific_papers_arguments)
-def iter_scientific_papers(inputs: Inputs, split: str = "train", *, whole_article: bool = False,
-                           omit_section_names: bool = False,
-                           options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_scientific_papers(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    whole_article: bool = False,
+    omit_section_names: bool = False,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """arXiv / PubMed JSONL of Cohan et al. 2018 (train.txt, val.txt, test.txt) -> contract clusters.
 
     One document per section (``section_names[i]`` as its first paragraph,
@@ -110,7 +122,12 @@ def iter_scientific_papers(inputs: Inputs, split: str = "train", *, whole_articl
             documents = [Document(normalize_paragraph(" ".join(sentences)), "article_text")]
         else:
             documents = section_documents(paper, pending)
-        return session.finish(record, cluster_id=optional_field(paper, "article_id", (str, int)),
-                              documents=documents, summary=abstract_sentences_text(abstract), pending=pending)
+        return session.finish(
+            record,
+            cluster_id=optional_field(paper, "article_id", (str, int)),
+            documents=documents,
+            summary=abstract_sentences_text(abstract),
+            pending=pending,
+        )
 
     yield from build_clusters(iter_json_records(paths, session), session, build)

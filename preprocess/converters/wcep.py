@@ -8,6 +8,7 @@ wcep-mds-dataset README (``read_jsonl_gz``; ``c['summary']``,
 ``c['articles']``) and ``dataset_reproduction/combine_and_split.py``,
 ``extract_wcep_articles.py`` (article fields from newspaper3k).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,17 +38,27 @@ from .registry import register_converter
 
 def add_wcep_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert wcep`` flags."""
-    parser.add_argument("--prepend-titles", action="store_true",
-                        help="put each article's title before its text as the first paragraph")
-    parser.add_argument("--max-articles", type=at_least(1), default=None, metavar="N",
-                        help="keep the first N articles of each event (WCEP-10: 10); the rest are "
-                             "counted as truncated")
+    parser.add_argument(
+        "--prepend-titles", action="store_true", help="put each article's title before its text as the first paragraph"
+    )
+    parser.add_argument(
+        "--max-articles",
+        type=at_least(1),
+        default=None,
+        metavar="N",
+        help="keep the first N articles of each event (WCEP-10: 10); the rest are counted as truncated",
+    )
 
 
 @register_converter("wcep", add_arguments=add_wcep_arguments)
-def iter_wcep(inputs: Inputs, split: str = "train", *, prepend_titles: bool = False,
-              max_articles: Optional[int] = None,
-              options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_wcep(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    prepend_titles: bool = False,
+    max_articles: Optional[int] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """WCEP JSONL (``.jsonl`` or ``.jsonl.gz``) -> contract clusters.
 
     Documents are the ``text`` of the ``articles`` (in file order; WCEP-10 is
@@ -76,9 +87,8 @@ def iter_wcep(inputs: Inputs, split: str = "train", *, prepend_titles: bool = Fa
             if text and prepend_titles and title and normalize_paragraph(title):
                 text = normalize_paragraph(title) + PARAGRAPH_SEPARATOR + text
             documents.append(Document(text, f"article {number + 1}"))
-        return session.finish(record, cluster_id=cluster_id, documents=documents,
-                              summary=normalize_summary(summary), pending=pending)
+        return session.finish(
+            record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary), pending=pending
+        )
 
     yield from build_clusters(iter_json_records(paths, session), session, build)
-
-

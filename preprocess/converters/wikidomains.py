@@ -17,6 +17,7 @@ counted as ``empty_section``). Ids: ``--id-column`` when given, else
 folders (so the four domains can share one output without id clashes),
 else ``{split}-{index}``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,9 +44,15 @@ def add_wikidomains_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 @register_converter("wikidomains", add_arguments=add_wikidomains_arguments)
-def iter_wikidomains(inputs: Inputs, split: str = "train", *, text_column: Optional[str] = None,
-                     summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                     options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_wikidomains(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    text_column: Optional[str] = None,
+    summary_column: Optional[str] = None,
+    id_column: Optional[str] = None,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """WikiDomains (HierEncDec's Film/, MeanOfTransportation/, Software/, Town/ csv/json) -> contract clusters.
 
     Section texts split on ``<REVBREAK>`` are the documents, the lead
@@ -56,8 +63,15 @@ def iter_wikidomains(inputs: Inputs, split: str = "train", *, text_column: Optio
     def build(record: Record) -> Optional[Dict[str, Any]]:
         domain = Path(record.path).resolve().parent.name
         default_id = f"{domain}-{split}-{record.index}" if domain in WIKIDOMAINS else None
-        return hierencdec_cluster(session, record, text_column=text_column, summary_column=summary_column,
-                                  id_column=id_column, document_name="section", empty_reason="empty_section",
-                                  default_id=default_id)
+        return hierencdec_cluster(
+            session,
+            record,
+            text_column=text_column,
+            summary_column=summary_column,
+            id_column=id_column,
+            document_name="section",
+            empty_reason="empty_section",
+            default_id=default_id,
+        )
 
     yield from build_clusters(iter_hierencdec_records(paths, session), session, build)

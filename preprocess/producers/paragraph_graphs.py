@@ -24,6 +24,7 @@ networkx graphs, which :func:`write_graph` saves as GraphML for inspection::
     python -m mdsfair.preprocess.producers.paragraph_graphs --input clusters.jsonl \\
         --graph similarity discourse --out-dir graphs/
 """
+
 from __future__ import annotations  # networkx only in annotations: imported where graphs are built
 
 import argparse
@@ -47,21 +48,52 @@ if TYPE_CHECKING:
 
 SIMILARITY_THRESHOLD = 0.2  # Appendix A.1: "We remove edges with weights lower than 0.2."
 ENTITY_WEIGHT = 0.2  # Eq. 26
-ENTITY_TYPES = frozenset(
-    {"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "LAW"}
-)
+ENTITY_TYPES = frozenset({"PERSON", "NORP", "FAC", "ORG", "GPE", "LOC", "EVENT", "WORK_OF_ART", "LAW"})
 DISCOURSE_MARKERS = (
-    "again", "also", "another", "comparatively", "furthermore", "at the same time", "however",
-    "immediately", "indeed", "instead", "to be sure", "likewise", "meanwhile", "moreover",
-    "nevertheless", "nonetheless", "notably", "otherwise", "regardless", "similarly", "unlike",
-    "in addition", "even", "in turn", "in exchange", "in this case", "in any event", "finally",
-    "later", "as well", "especially", "as a result", "example", "in fact", "then", "the day before",
+    "again",
+    "also",
+    "another",
+    "comparatively",
+    "furthermore",
+    "at the same time",
+    "however",
+    "immediately",
+    "indeed",
+    "instead",
+    "to be sure",
+    "likewise",
+    "meanwhile",
+    "moreover",
+    "nevertheless",
+    "nonetheless",
+    "notably",
+    "otherwise",
+    "regardless",
+    "similarly",
+    "unlike",
+    "in addition",
+    "even",
+    "in turn",
+    "in exchange",
+    "in this case",
+    "in any event",
+    "finally",
+    "later",
+    "as well",
+    "especially",
+    "as a result",
+    "example",
+    "in fact",
+    "then",
+    "the day before",
 )
 assert len(DISCOURSE_MARKERS) == 36
 _MARKER_PATTERN = re.compile(
     r"\b(?:" + "|".join(re.escape(m).replace(r"\ ", r"\s+") for m in DISCOURSE_MARKERS) + r")\b",
     re.IGNORECASE,
 )
+
+
 def paragraph_words(paragraph: str) -> List[str]:
     """The paragraph's lower-cased words (:func:`mdsfair.text.words`)."""
     return words(paragraph)
@@ -158,8 +190,7 @@ class _ParagraphGraphProducer(SideDataProducer):
         if not any(a.dest == "graph_dump_dir" for a in parser._actions):
             group.add_argument(
                 "--graph-dump-dir",
-                help="also write every paragraph graph as GraphML to DIR/{cluster id}.{graph}.graphml "
-                     "for inspection",
+                help="also write every paragraph graph as GraphML to DIR/{cluster id}.{graph}.graphml for inspection",
             )
 
     def build_matrix(self, cluster) -> np.ndarray:
@@ -230,8 +261,9 @@ def cli_main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description="Write paragraph graphs of raw clusters as GraphML.")
     parser.add_argument("--input", required=True, help="raw clusters, one JSON object per line")
     parser.add_argument("--out-dir", required=True, help="directory for {cluster id}.{graph}.graphml")
-    parser.add_argument("--graph", nargs="+", choices=["similarity", "discourse"], default=["similarity"],
-                        help="graphs to build")
+    parser.add_argument(
+        "--graph", nargs="+", choices=["similarity", "discourse"], default=["similarity"], help="graphs to build"
+    )
     parser.add_argument("--limit", type=at_least(1), default=None, help="only the first N clusters")
     args = parser.parse_args(argv)
     producers = [
@@ -250,8 +282,9 @@ def cli_main(argv: Optional[List[str]] = None) -> None:
         for producer in producers:
             matrix = producer.build_matrix(cluster)
             safe_id = re.sub(r"[^\w.-]", "_", str(cluster.id))
-            write_graph(matrix, os.path.join(args.out_dir, f"{safe_id}.{producer.graph_name}.graphml"),
-                        cluster.paragraphs())
+            write_graph(
+                matrix, os.path.join(args.out_dir, f"{safe_id}.{producer.graph_name}.graphml"), cluster.paragraphs()
+            )
     print(f"wrote graphs to {args.out_dir}", file=sys.stderr)
 
 

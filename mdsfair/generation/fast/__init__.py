@@ -14,6 +14,7 @@ static-shape generator (:mod:`mdsfair.generation.static_decoding`) calls it
 on its models. Each variant is guarded by float64 equivalence tests against
 its reference (the same logits and beams).
 """
+
 from typing import Dict, Type
 
 from torch import nn
@@ -34,8 +35,9 @@ def fast_variant_of(reference_class: Type[nn.Module]):
         if not issubclass(fast_class, reference_class):
             raise TypeError(f"{fast_class.__name__} must subclass {reference_class.__name__} to replace it")
         if reference_class in _FAST_VARIANTS and _FAST_VARIANTS[reference_class] is not fast_class:
-            raise ValueError(f"{reference_class.__name__} already has the fast variant "
-                             f"{_FAST_VARIANTS[reference_class].__name__}")
+            raise ValueError(
+                f"{reference_class.__name__} already has the fast variant {_FAST_VARIANTS[reference_class].__name__}"
+            )
         _FAST_VARIANTS[reference_class] = fast_class
         return fast_class
 

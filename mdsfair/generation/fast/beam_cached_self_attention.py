@@ -48,6 +48,7 @@ fairseq's attention unchanged. Only the decoder layers' self-attention
 (``DecoderSelfAttention``) is replaced; cross-attentions and the attentions
 of other models stay fairseq's.
 """
+
 from typing import Dict, Optional
 
 import torch
@@ -72,17 +73,43 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
     whose steps of a static beam search keep the key/value cache in place,
     following the search's :class:`BeamHistory` (see the module docstring)."""
 
-    def forward(self, query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
-                key_padding_mask: Optional[Tensor] = None, incremental_state=None, need_weights: bool = True,
-                static_kv: bool = False, attn_mask: Optional[Tensor] = None, before_softmax: bool = False,
-                need_head_weights: bool = False):
-        if (not self.in_static_step(incremental_state) or key_padding_mask is not None or attn_mask is not None
-                or need_weights or need_head_weights or before_softmax or static_kv or self.bias_k is not None
-                or self.add_zero_attn or not self.self_attention):
-            return super().forward(query, key, value, key_padding_mask=key_padding_mask,
-                                   incremental_state=incremental_state, need_weights=need_weights,
-                                   static_kv=static_kv, attn_mask=attn_mask, before_softmax=before_softmax,
-                                   need_head_weights=need_head_weights)
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ):
+        if (
+            not self.in_static_step(incremental_state)
+            or key_padding_mask is not None
+            or attn_mask is not None
+            or need_weights
+            or need_head_weights
+            or before_softmax
+            or static_kv
+            or self.bias_k is not None
+            or self.add_zero_attn
+            or not self.self_attention
+        ):
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
+            )
         return self._beam_step(query, incremental_state, self.static_beam_search.history), None
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
@@ -97,14 +124,22 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         output projection, with their biases as rows and as columns (for
         :func:`~mdsfair.generation.fast.step_linear.rows_times_weight`), kept until a
         parameter changes."""
+
         def build():
             weight, bias = scaled_query_key_value(self)
             out_bias = linear_bias(self.out_proj)
-            return {"qkv_weight": weight, "qkv_bias": bias, "qkv_bias_column": bias.unsqueeze(1),
-                    "out_weight": self.out_proj.weight, "out_bias": out_bias,
-                    "out_bias_column": out_bias.unsqueeze(1)}
-        return derived_from_parameters(self, "_beam_step_weights", linear_parameters(
-            self.q_proj, self.k_proj, self.v_proj, self.out_proj), build)
+            return {
+                "qkv_weight": weight,
+                "qkv_bias": bias,
+                "qkv_bias_column": bias.unsqueeze(1),
+                "out_weight": self.out_proj.weight,
+                "out_bias": out_bias,
+                "out_bias_column": out_bias.unsqueeze(1),
+            }
+
+        return derived_from_parameters(
+            self, "_beam_step_weights", linear_parameters(self.q_proj, self.k_proj, self.v_proj, self.out_proj), build
+        )
 
     def _cache(self, incremental_state, history: BeamHistory, like: Tensor) -> Tensor:
         """This layer's ``[2, B, H, capacity, beam, d]`` key/value buffer,
@@ -133,8 +168,9 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         history.ensure_capacity(history.length + 1)
         weights = self._step_weights()
         # [rows, 3C]: row b * beam + c, feature (part, h, d); possibly a transposed view (step_linear)
-        projected = rows_times_weight(query.view(rows, embed_dim), weights["qkv_weight"], weights["qkv_bias"],
-                                      weights["qkv_bias_column"])
+        projected = rows_times_weight(
+            query.view(rows, embed_dim), weights["qkv_weight"], weights["qkv_bias"], weights["qkv_bias_column"]
+        )
         row_stride, feature_stride = projected.stride()
         buffer = self._cache(incremental_state, history, projected)
         _, _, _, capacity, _, _ = buffer.shape
@@ -145,16 +181,23 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
 
         # this step's keys and values into the buffer: [2, B, H, beam, d] at step `step`
         per_head = capacity * beam * head_dim
-        step_slots = buffer.as_strided((2, sources, heads, beam, head_dim), (buffer.stride(0), heads * per_head,
-                                       per_head, head_dim, 1), buffer.storage_offset() + step * beam * head_dim)
-        step_slots.copy_(of_projected(
+        step_slots = buffer.as_strided(
             (2, sources, heads, beam, head_dim),
-            (embed_dim * feature_stride, beam * row_stride, head_dim * feature_stride, row_stride, feature_stride),
-            embed_dim))
+            (buffer.stride(0), heads * per_head, per_head, head_dim, 1),
+            buffer.storage_offset() + step * beam * head_dim,
+        )
+        step_slots.copy_(
+            of_projected(
+                (2, sources, heads, beam, head_dim),
+                (embed_dim * feature_stride, beam * row_stride, head_dim * feature_stride, row_stride, feature_stride),
+                embed_dim,
+            )
+        )
         # the queries as [B, H, j, d] (a small copy: the fused attention reads contiguous head rows)
         queries = torch.empty((sources, heads, beam, head_dim), dtype=projected.dtype, device=projected.device)
-        queries.copy_(of_projected(queries.shape, (beam * row_stride, head_dim * feature_stride, row_stride,
-                                                   feature_stride), 0))
+        queries.copy_(
+            of_projected(queries.shape, (beam * row_stride, head_dim * feature_stride, row_stride, feature_stride), 0)
+        )
         # the cached steps of every beam row of a source and head: [B, H, t * beam, d], views of the buffer
         cached_shape = (sources, heads, steps * beam, head_dim)
         cached_strides = (heads * per_head, per_head, head_dim, 1)
@@ -162,11 +205,18 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         cached_values = buffer.as_strided(cached_shape, cached_strides, buffer.storage_offset() + buffer.stride(0))
         # sum_s p_{j,s} v_{s,parent(j,s)}: softmax_{s,c}(q_j . k_{s,c} - inf outside j's history) times the
         # values, every query against all beam rows' keys (the queries are already scaled)
-        mixed = F.scaled_dot_product_attention(queries, cached_keys, cached_values,
-                                               attn_mask=history.key_bias(queries.dtype), scale=1.0)
+        mixed = F.scaled_dot_product_attention(
+            queries, cached_keys, cached_values, attn_mask=history.key_bias(queries.dtype), scale=1.0
+        )
         # rows b * beam + j, features h * d_h + d, for the output projection: [B, j, H, d] (a small copy)
         output = torch.empty((sources, beam, heads, head_dim), dtype=projected.dtype, device=projected.device)
-        output.copy_(mixed.as_strided(output.shape, (mixed.stride(0), mixed.stride(2), mixed.stride(1),
-                                                     mixed.stride(3)), mixed.storage_offset()))
-        return rows_times_weight(output.view(rows, embed_dim), weights["out_weight"], weights["out_bias"],
-                                 weights["out_bias_column"]).view(1, rows, embed_dim)
+        output.copy_(
+            mixed.as_strided(
+                output.shape,
+                (mixed.stride(0), mixed.stride(2), mixed.stride(1), mixed.stride(3)),
+                mixed.storage_offset(),
+            )
+        )
+        return rows_times_weight(
+            output.view(rows, embed_dim), weights["out_weight"], weights["out_bias"], weights["out_bias_column"]
+        ).view(1, rows, embed_dim)

@@ -13,6 +13,7 @@ steps of a static beam search:
 
 Outside a static beam search the layer is its reference.
 """
+
 from typing import Optional
 
 from torch import Tensor, nn
@@ -51,7 +52,13 @@ class StaticStepDecoderLayer(ComponentDecoderLayer, FollowsStaticBeamSearch):
         if search is not None and not search.keep_attention and self.in_static_step(incremental_state):
             need_attn = False  # the generator discards the alignment layer's attention
         return super().forward(
-            x, encoder_states, encoder_padding_mask, cross_context, incremental_state=incremental_state,
-            self_attn_mask=self_attn_mask, self_attn_padding_mask=self_attn_padding_mask, need_attn=need_attn,
+            x,
+            encoder_states,
+            encoder_padding_mask,
+            cross_context,
+            incremental_state=incremental_state,
+            self_attn_mask=self_attn_mask,
+            self_attn_padding_mask=self_attn_padding_mask,
+            need_attn=need_attn,
             alignment_heads=alignment_heads,
         )

@@ -32,6 +32,7 @@ kept-token bounds run the reference ``forward``. ``tests/test_sparse_bart.py``
 compares this step with the reference (output, selection, approximator
 report, alignment) in float64 and bfloat16.
 """
+
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -41,12 +42,12 @@ from torch import Tensor
 
 from mdsfair.generation.fast import fast_variant_of
 from mdsfair.generation.fast.static_beam_search import FollowsStaticBeamSearch
+from mdsfair.generation.fast.step_linear import transposed
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
 from mdsfair.modules.sentence_approximator import elu_feature_map, model_free_log_probabilities
 from mdsfair.modules.sentence_saliency import SentenceLayout
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention, selection_mask_from_indices
-from mdsfair.generation.fast.step_linear import transposed
 
 #: the incremental-state entry that holds the row tables every layer of a decoder shares
 ROW_TABLES_KEY = "sparse_generation_step.row_tables"
@@ -77,8 +78,10 @@ class RowTables:
         """``[B', 1, 1]``: ``source * S * L``, the first token slot of the
         row's source in the flat ``[B * S * L]`` token tables."""
         num_slots = self.layout.lengths.size(1)
-        return self.get(f"row_sentence_base_{max_length}", lambda: (
-            self.rows.source_index * (num_slots * max_length)).view(-1, 1, 1))
+        return self.get(
+            f"row_sentence_base_{max_length}",
+            lambda: (self.rows.source_index * (num_slots * max_length)).view(-1, 1, 1),
+        )
 
     def token_rows(self, num_kept: int) -> Tensor:
         """``[B * S * L + n]``: for token slot ``l`` of sentence ``s`` of
@@ -87,11 +90,13 @@ class RowTables:
         that a step's padding slots (past a row's last kept token, counted
         on from its last sentence's first slot) index the table without a
         clamp (their attention is masked)."""
+
         def build():
             num_sources = self.layout.token_index.size(0)
             sources = torch.arange(num_sources, device=self.layout.token_index.device).view(-1, 1, 1)
             table = torch.add(sources, self.layout.token_index, alpha=num_sources).view(-1)
             return torch.cat([table, table.new_zeros(num_kept)])
+
         return self.get(f"token_rows_{num_kept}", build)
 
     def sentence_padding(self) -> Tensor:
@@ -108,11 +113,13 @@ class RowTables:
     def sentence_score_bias(self, num_heads: int, dtype) -> Tensor:
         """``[B * H, 1, S]``: 0 at real sentences, -inf at empty slots (added
         to the sentence logits)."""
+
         def build():
             padding = self.sentence_padding()
             bias = torch.zeros(padding.shape, dtype=dtype, device=padding.device).masked_fill_(padding, float("-inf"))
             bsz, _, num_slots = bias.shape
             return bias.unsqueeze(1).expand(bsz, num_heads, 1, num_slots).reshape(bsz * num_heads, 1, num_slots)
+
         return self.get(f"sentence_score_bias_{num_heads}_{dtype}", build)
 
     def kept_slots(self, k: int, bounds: Tensor) -> int:
@@ -128,8 +135,10 @@ class RowTables:
         """An uninitialized ``shape`` tensor on the rows' device, kept for the
         next layers and steps: a step's intermediate that each layer writes
         and reads before the next layer overwrites it (without autograd)."""
-        return self.get(f"buffer_{name}_{shape}_{dtype}", lambda: torch.empty(
-            shape, dtype=dtype, device=self.rows.source_index.device))
+        return self.get(
+            f"buffer_{name}_{shape}_{dtype}",
+            lambda: torch.empty(shape, dtype=dtype, device=self.rows.source_index.device),
+        )
 
     def gather_buffer(self, rows: int, num_kept: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """A ``[rows * n, C]`` :meth:`buffer` of ``like``'s dtype, kept for
@@ -137,10 +146,12 @@ class RowTables:
         ``[rows, C, n]``: the kept tokens' encoder states are gathered into
         it (:meth:`SparseGenerationStep._generation_step`, without autograd;
         each layer reads them before the next overwrites them)."""
+
         def build():
             flat = self.buffer("gathered_states", (rows * num_kept, like.size(-1)), like.dtype)
             per_row = flat.view(rows, num_kept, like.size(-1))
             return flat, per_row, per_row.transpose(1, 2)
+
         return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}", build)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
@@ -153,8 +164,10 @@ class RowTables:
     def slots(self, num_kept: int) -> Tensor:
         """``[B', 1, n]``: 0 .. n - 1 in every row."""
         rows = self.rows.source_index.numel()
-        return self.get(f"slots_{num_kept}", lambda: torch.arange(
-            num_kept, device=self.rows.source_index.device).expand(rows, 1, num_kept).contiguous())
+        return self.get(
+            f"slots_{num_kept}",
+            lambda: torch.arange(num_kept, device=self.rows.source_index.device).expand(rows, 1, num_kept).contiguous(),
+        )
 
 
 class LazySentenceAttention:
@@ -230,17 +243,35 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
     search run :meth:`_generation_step` (see the module docstring); every
     other call runs the reference."""
 
-    def forward(self, query: Tensor, key: Tensor, key_padding_mask: Optional[Tensor],
-                sentence_context: SentenceContext, incremental_state=None, compute_saliency: bool = False,
-                need_weights: bool = False, weight_heads: Optional[int] = None, mix_draw: Optional[float] = None):
+    def forward(
+        self,
+        query: Tensor,
+        key: Tensor,
+        key_padding_mask: Optional[Tensor],
+        sentence_context: SentenceContext,
+        incremental_state=None,
+        compute_saliency: bool = False,
+        need_weights: bool = False,
+        weight_heads: Optional[int] = None,
+        mix_draw: Optional[float] = None,
+    ):
         if incremental_state is not None and query.size(0) == 1 and not compute_saliency:
             num_kept = self._kept_slots(sentence_context, incremental_state, key.size(0))
             if num_kept is not None:
-                return self._generation_step(query, key, sentence_context, incremental_state, num_kept,
-                                             need_weights, weight_heads)
-        return super().forward(query, key, key_padding_mask, sentence_context, incremental_state=incremental_state,
-                               compute_saliency=compute_saliency, need_weights=need_weights,
-                               weight_heads=weight_heads, mix_draw=mix_draw)
+                return self._generation_step(
+                    query, key, sentence_context, incremental_state, num_kept, need_weights, weight_heads
+                )
+        return super().forward(
+            query,
+            key,
+            key_padding_mask,
+            sentence_context,
+            incremental_state=incremental_state,
+            compute_saliency=compute_saliency,
+            need_weights=need_weights,
+            weight_heads=weight_heads,
+            mix_draw=mix_draw,
+        )
 
     def _kept_slots(self, context: SentenceContext, incremental_state, src_len: int) -> Optional[int]:
         """The kept-token slots ``n`` of a step :meth:`_generation_step` can
@@ -251,9 +282,15 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         known on the host (``kept_token_bounds``), and gathering to pay
         (:meth:`gathering_pays`) or be asked for."""
         rows = context.rows
-        if (not self.in_static_step(incremental_state) or self.top_r < 1 or self.share_selection_across_beams
-                or self.effective_selection() != "approx" or context.kept_token_bounds is None
-                or not (rows.blocked or rows.is_identity) or self.generation_path == "mask"):
+        if (
+            not self.in_static_step(incremental_state)
+            or self.top_r < 1
+            or self.share_selection_across_beams
+            or self.effective_selection() != "approx"
+            or context.kept_token_bounds is None
+            or not (rows.blocked or rows.is_identity)
+            or self.generation_path == "mask"
+        ):
             return None
         k = min(self.top_r, context.layout.lengths.size(1))
         num_kept = row_tables(incremental_state, context).kept_slots(k, context.kept_token_bounds)
@@ -264,10 +301,12 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
     def _source_sentence_keys_by_head(self, key: Tensor, context: SentenceContext, incremental_state) -> Tensor:
         """The reference's per-source sentence keys ``[B, H, S, d_h]`` as one
         step multiplies them: ``[B * H, d_h, S]``, kept beside them."""
+
         def compute():
             keys = self._source_sentence_keys(key, context, incremental_state)
             bsz, heads, num_slots, head_dim = keys.shape
             return keys.reshape(bsz * heads, num_slots, head_dim).transpose(1, 2)
+
         return self._cached(incremental_state, "sentence_keys_by_head", compute)
 
     def _generation_weights(self) -> Dict[str, Tensor]:
@@ -303,11 +342,18 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
                 "out_weight": out_weight,
                 "out_bias": (linear_bias(self.out_proj) + out_weight @ linear_bias(self.v_proj)).unsqueeze(1),
             }
+
         return derived_from_parameters(self, "_generation_weight_cache", linear_parameters(*projections), build)
 
     def _generation_step(
-        self, query: Tensor, source_states: Tensor, context: SentenceContext, incremental_state, num_kept: int,
-        need_weights: bool = False, weight_heads: Optional[int] = None,
+        self,
+        query: Tensor,
+        source_states: Tensor,
+        context: SentenceContext,
+        incremental_state,
+        num_kept: int,
+        need_weights: bool = False,
+        weight_heads: Optional[int] = None,
     ) -> Tuple[Tensor, LazySentenceAttention]:
         """One incremental step with ``approx`` selection, on the gathered
         path (Eq. 3, 6-7; App. D), as few operators as the arithmetic needs:
@@ -327,17 +373,22 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         k = min(self.top_r, num_slots)
         weights = self._generation_weights()
         # [q_proj; W^Q] x^T: [C or 2C, B'], the head h, dimension d of row b' at (h * d_h + d, b')
-        projected = torch.addmm(weights["query_bias"], weights["query_weight"],
-                                transposed(query.view(num_rows, embed_dim)))
+        projected = torch.addmm(
+            weights["query_bias"], weights["query_weight"], transposed(query.view(num_rows, embed_dim))
+        )
         # the word queries as [H, B', d_h], and the model-based sentence queries' rows of one source
         # grouped per head, [B, H, R, d_h] (copied into a buffer: one batched product per source and head)
         word_queries = projected.as_strided((heads, num_rows, head_dim), (head_dim * num_rows, 1, num_rows))
 
         def grouped_by_source(first_feature: int) -> Tensor:  # -> [B * H, R, d_h]
             grouped = tables.buffer("grouped_queries", (num_sources, heads, per_source, head_dim), projected.dtype)
-            grouped.copy_(projected.as_strided(
-                grouped.shape, (per_source, head_dim * num_rows, 1, num_rows),
-                projected.storage_offset() + first_feature * num_rows))
+            grouped.copy_(
+                projected.as_strided(
+                    grouped.shape,
+                    (per_source, head_dim * num_rows, 1, num_rows),
+                    projected.storage_offset() + first_feature * num_rows,
+                )
+            )
             return grouped.view(num_sources * heads, per_source, head_dim)
 
         # the per-source sentence keys [B, H, S, d_h] of the general path's cache, as [B * H, d_h, S]
@@ -355,8 +406,11 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
 
             def approx_log():  # (a closure over sentence_logits: the word logits below have their own name)
                 log_probs = F.log_softmax(sentence_logits, dim=-1, dtype=torch.float32)
-                return log_probs.view(num_sources, heads, per_source, num_slots).transpose(1, 2).reshape(
-                    num_rows, heads, 1, num_slots)
+                return (
+                    log_probs.view(num_sources, heads, per_source, num_slots)
+                    .transpose(1, 2)
+                    .reshape(num_rows, heads, 1, num_slots)
+                )
         else:
             phi_queries = grouped_by_source(0)
             if phi_queries.dtype != torch.float32:
@@ -370,6 +424,7 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             def approx_log():
                 per_row = raw.transpose(1, 2).reshape(num_rows, heads, 1, num_slots)
                 return model_free_log_probabilities(per_row, rows.lookup(layout.sentence_mask))
+
         # Eq. 6: the top-r real sentences of every row, [B', 1, k]
         if empty_slots:
             ranking.masked_fill_(tables.sentence_padding(), float("-inf"))
@@ -395,8 +450,12 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
         source_queries = torch.bmm(word_queries, weights["key_heads"])
-        logits = torch.bmm(source_queries.as_strided((num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1),
-                                                     source_queries.storage_offset()), states_t)
+        logits = torch.bmm(
+            source_queries.as_strided(
+                (num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1), source_queries.storage_offset()
+            ),
+            states_t,
+        )
         logits.masked_fill_(padding_slots, float("-inf"))  # [B', H, n]
         probs = softmax_in_float32(logits)
         token_attention = None
@@ -404,13 +463,16 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             token_slot = slot.clamp(max=layout.token_index.numel() - 1)
             positions = layout.token_index.view(-1).index_select(0, token_slot).view(num_rows, 1, num_kept)
             token_attention = probs.new_zeros(num_rows, 1, source_states.size(0)).scatter_add_(
-                2, positions, probs[:, :weight_heads].mean(dim=1, keepdim=True))
+                2, positions, probs[:, :weight_heads].mean(dim=1, keepdim=True)
+            )
         if probs.dtype != states.dtype:
             probs = probs.to(states.dtype)
         mixed = torch.bmm(probs, states)  # [B', H, C]: sum_j p_hj x_j
         # W^V_h per head, transposed: [H, d_h, C] @ [H, C, B'] -> [H, d_h, B'], i.e. [C, B'] with the heads' rows
-        per_head = torch.bmm(weights["value_heads"], mixed.as_strided(
-            (heads, embed_dim, num_rows), (embed_dim, 1, heads * embed_dim), mixed.storage_offset()))
+        per_head = torch.bmm(
+            weights["value_heads"],
+            mixed.as_strided((heads, embed_dim, num_rows), (embed_dim, 1, heads * embed_dim), mixed.storage_offset()),
+        )
         output = torch.mm(weights["out_weight"], per_head.view(embed_dim, num_rows)).add_(weights["out_bias"])
 
         def sentence_mask():
@@ -420,6 +482,8 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             flat_indices = indices.view(num_rows, k)
             valid = sentence_mask().gather(1, flat_indices)
             return selection_mask_from_indices(flat_indices.unsqueeze(1), valid.unsqueeze(1), num_slots)
+
         # [C, B'] -> [1, B', C] (a view)
         return output.as_strided((1, num_rows, embed_dim), (num_rows * embed_dim, 1, num_rows)), LazySentenceAttention(
-            None, approx_log, sentence_mask, selection, token_attention)
+            None, approx_log, sentence_mask, selection, token_attention
+        )

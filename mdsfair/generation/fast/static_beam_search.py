@@ -12,6 +12,7 @@ of one ``generate()`` only (:func:`following_static_beam_search`, cleared in
 a ``finally``). Outside it (training, a full forward, fairseq's generator on
 the same model) every fast module runs its reference ``forward``.
 """
+
 import contextlib
 from typing import Dict, Optional, Sequence
 
@@ -44,15 +45,21 @@ class BeamHistory:
         self._bias_tables: Dict[torch.dtype, Tensor] = {}
 
     def _own_slots(self, steps: int, device) -> Tensor:
-        return (torch.arange(self.rows, device=device) % self.group_size).unsqueeze(1).expand(
-            self.rows, steps).contiguous()
+        return (
+            (torch.arange(self.rows, device=device) % self.group_size)
+            .unsqueeze(1)
+            .expand(self.rows, steps)
+            .contiguous()
+        )
 
     def reorder(self, new_order: Tensor) -> None:
         """Row ``r`` continues the hypothesis of row ``new_order[r]`` (of the
         same group): its history becomes that row's."""
         if new_order.numel() != self.rows:
-            raise ValueError(f"a reorder of {new_order.numel()} rows for a decoder of {self.rows} rows: "
-                             "a static beam search keeps the number of rows")
+            raise ValueError(
+                f"a reorder of {new_order.numel()} rows for a decoder of {self.rows} rows: "
+                "a static beam search keeps the number of rows"
+            )
         if self.length:
             self.parents[:, : self.length] = self.parents[:, : self.length].index_select(0, new_order)
         self._key_bias = {}
@@ -90,7 +97,8 @@ class BeamHistory:
             # [rows * capacity, beam] -> [B, 1, j, capacity * beam], its first steps * beam keys (a view)
             looked_up = table.index_select(0, self.parents.view(-1))
             bias = self._key_bias[dtype] = looked_up.as_strided(
-                (self.rows // beam, 1, beam, steps * beam), (beam * self.capacity * beam, 0, self.capacity * beam, 1))
+                (self.rows // beam, 1, beam, steps * beam), (beam * self.capacity * beam, 0, self.capacity * beam, 1)
+            )
         return bias
 
 
@@ -102,8 +110,9 @@ class StaticBeamSearch:
     the source (``keep_attention``; without it the decoder layers compute
     none)."""
 
-    def __init__(self, rows: int, beam_size: int, max_steps: Optional[int] = None, device=None,
-                 keep_attention: bool = False):
+    def __init__(
+        self, rows: int, beam_size: int, max_steps: Optional[int] = None, device=None, keep_attention: bool = False
+    ):
         capacity = min(max_steps or INITIAL_CAPACITY, INITIAL_CAPACITY)
         self.history = BeamHistory(rows, beam_size, capacity, torch.device("cpu") if device is None else device)
         self.keep_attention = keep_attention
@@ -129,8 +138,12 @@ class FollowsStaticBeamSearch:
         """Whether this call is a step of a static beam search: a search is
         followed, the decoder runs incrementally, without autograd and in
         evaluation mode."""
-        return (self.static_beam_search is not None and incremental_state is not None
-                and not self.training and not torch.is_grad_enabled())
+        return (
+            self.static_beam_search is not None
+            and incremental_state is not None
+            and not self.training
+            and not torch.is_grad_enabled()
+        )
 
 
 @contextlib.contextmanager
@@ -141,8 +154,12 @@ def following_static_beam_search(models: Sequence[nn.Module], searches: Sequence
     reach a later generation."""
     if len(models) != len(searches):
         raise ValueError(f"{len(searches)} beam searches for {len(models)} models")
-    followers = [(module, search) for model, search in zip(models, searches) for module in model.modules()
-                 if isinstance(module, FollowsStaticBeamSearch)]
+    followers = [
+        (module, search)
+        for model, search in zip(models, searches)
+        for module in model.modules()
+        if isinstance(module, FollowsStaticBeamSearch)
+    ]
     try:
         for module, search in followers:
             module.static_beam_search = search

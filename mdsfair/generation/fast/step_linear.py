@@ -37,6 +37,7 @@ output projection (:class:`StepProductOutputProjection`, the fast variant of
 logits by :func:`row_major_product`) are taken this way; every other call
 is ``nn.Linear``'s.
 """
+
 from typing import Optional
 
 import torch
@@ -59,8 +60,12 @@ ROW_MAJOR_BLOCK_ELEMENTS = 131072
 def transposed_product_pays(rows: int, x: Tensor) -> bool:
     """Whether ``rows`` rows of ``x`` (a generation step's states) are
     multiplied as ``W x^T`` (see the module docstring)."""
-    return (x.device.type == "cpu" and x.dtype == torch.float32 and not torch.is_grad_enabled()
-            and TRANSPOSED_ROWS[0] <= rows <= TRANSPOSED_ROWS[1])
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and TRANSPOSED_ROWS[0] <= rows <= TRANSPOSED_ROWS[1]
+    )
 
 
 def transposed(matrix: Tensor) -> Tensor:
@@ -76,8 +81,9 @@ def _transposed_product(x: Tensor, weight: Tensor, bias_column: Optional[Tensor]
     return transposed(torch.addmm(bias_column, weight, transposed(x)))
 
 
-def rows_times_weight(x: Tensor, weight: Tensor, bias: Optional[Tensor],
-                      bias_column: Optional[Tensor] = None) -> Tensor:
+def rows_times_weight(
+    x: Tensor, weight: Tensor, bias: Optional[Tensor], bias_column: Optional[Tensor] = None
+) -> Tensor:
     """``x [rows, in] @ weight[out, in]^T + bias`` as ``[rows, out]``: taken
     as ``(weight @ x^T + bias_column)^T`` (a transposed view) where
     :func:`transposed_product_pays`, else as ``F.linear``. ``bias_column``:
@@ -130,8 +136,9 @@ def step_product(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tens
         return F.linear(x, linear.weight, linear.bias)
     bias_column = None
     if linear.bias is not None:
-        bias_column = derived_from_parameters(linear, "_step_bias_column", linear_parameters(linear),
-                                              lambda: linear.bias.unsqueeze(1))
+        bias_column = derived_from_parameters(
+            linear, "_step_bias_column", linear_parameters(linear), lambda: linear.bias.unsqueeze(1)
+        )
     # [1, rows, in] (a decoder step) as [rows, in]: a view whatever the strides (one operator; reshape is two)
     flat = x.view(rows, x.size(-1)) if x.dim() == 3 and x.size(0) == 1 else x.reshape(rows, x.size(-1))
     if contiguous:

@@ -1,5 +1,6 @@
 """CSV inputs: the header and one record per row, located at the row's
 first line (a quoted field may span lines)."""
+
 from __future__ import annotations
 
 import csv
@@ -25,8 +26,9 @@ def _raise_csv_field_limit() -> None:
             limit //= 2
 
 
-def iter_csv_rows(path: Path, session: ConversionSession, delimiter: str
-                  ) -> Tuple[List[str], Iterator[Tuple[Record, List[str]]]]:
+def iter_csv_rows(
+    path: Path, session: ConversionSession, delimiter: str
+) -> Tuple[List[str], Iterator[Tuple[Record, List[str]]]]:
     """Header and (record, row) pairs of a CSV file; each record is located at its row's first line."""
     _raise_csv_field_limit()
     text = read_text(path)
@@ -60,8 +62,7 @@ def iter_csv_rows(path: Path, session: ConversionSession, delimiter: str
                 continue  # a blank line is not a record
             record = session.start_record(path, start_line)
             if len(row) != len(header):
-                session.bad(record, MALFORMED_CSV_ROW,
-                            f"{len(row)} fields, but the header has {len(header)}")
+                session.bad(record, MALFORMED_CSV_ROW, f"{len(row)} fields, but the header has {len(header)}")
                 continue
             for column, value in enumerate(row):
                 bad_bytes = invalid_utf8_detail(value)

@@ -1,5 +1,6 @@
 """HierEncDec's data files (``.csv`` or ``.json`` / ``.jsonl``, as its
 ``run_summarization.py`` reads them) and the cluster of one of their examples."""
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,11 @@ def hierencdec_columns(example: Any, text_column: Optional[str], summary_column:
         raise BadRecord(WRONG_TYPE, f"expected a JSON object, got {type(example).__name__}")
     keys = list(example)
     if (text_column is None or summary_column is None) and len(keys) < 2:
-        raise BadRecord(MISSING_KEY, f"columns {keys}: HierEncDec takes text and summary from the last two "
-                                     "columns, and there are fewer than two")
+        raise BadRecord(
+            MISSING_KEY,
+            f"columns {keys}: HierEncDec takes text and summary from the last two "
+            "columns, and there are fewer than two",
+        )
     return (text_column or keys[-2], summary_column or keys[-1])
 
 
@@ -44,20 +48,30 @@ def add_hierencdec_column_arguments(parser, text: str, summary: str, ids: str, p
     HierEncDec-format converter: ``text`` / ``summary`` say what the columns
     hold, ``ids`` the ids used without an id column, ``prefix`` (e.g.
     ``"HierEncDec files: "``) when the format also reads another layout."""
-    parser.add_argument("--text-column", default=None,
-                        help=f"{prefix}column of the {text} (default: the second-to-last, as HierEncDec's "
-                             "run_summarization.py takes it)")
-    parser.add_argument("--summary-column", default=None,
-                        help=f"{prefix}column of the {summary} (default: the last column)")
-    parser.add_argument("--id-column", default=None,
-                        help=f"{prefix}column of the id (default: none, ids are {ids})")
+    parser.add_argument(
+        "--text-column",
+        default=None,
+        help=f"{prefix}column of the {text} (default: the second-to-last, as HierEncDec's "
+        "run_summarization.py takes it)",
+    )
+    parser.add_argument(
+        "--summary-column", default=None, help=f"{prefix}column of the {summary} (default: the last column)"
+    )
+    parser.add_argument("--id-column", default=None, help=f"{prefix}column of the id (default: none, ids are {ids})")
 
 
-def hierencdec_cluster(session: ConversionSession, record: Record, *, text_column: Optional[str] = None,
-                       summary_column: Optional[str] = None, id_column: Optional[str] = None,
-                       paragraph_separator: Optional[str] = None, document_name: str = "document",
-                       empty_reason: str = EMPTY_DOCUMENT, default_id: Optional[str] = None
-                       ) -> Optional[Dict[str, Any]]:
+def hierencdec_cluster(
+    session: ConversionSession,
+    record: Record,
+    *,
+    text_column: Optional[str] = None,
+    summary_column: Optional[str] = None,
+    id_column: Optional[str] = None,
+    paragraph_separator: Optional[str] = None,
+    document_name: str = "document",
+    empty_reason: str = EMPTY_DOCUMENT,
+    default_id: Optional[str] = None,
+) -> Optional[Dict[str, Any]]:
     """The cluster of one HierEncDec example: the text split on ``<REVBREAK>``
     (whitespace around it ignored; HierEncDec splits on ``" <REVBREAK> "`` and
     drops empty documents, here dropped and counted as ``empty_reason``),
@@ -69,14 +83,16 @@ def hierencdec_cluster(session: ConversionSession, record: Record, *, text_colum
     text = require_field(example, text_key, str)
     summary = require_field(example, summary_key, str)
     cluster_id = require_field(example, id_column, (str, int)) if id_column else default_id
-    documents = [Document(normalize_document(piece, paragraph_separator), f"{document_name} {number}",
-                          empty_reason=empty_reason)
-                 for number, piece in enumerate(text.split(HIERENCDEC_SEPARATOR), start=1)]
+    documents = [
+        Document(normalize_document(piece, paragraph_separator), f"{document_name} {number}", empty_reason=empty_reason)
+        for number, piece in enumerate(text.split(HIERENCDEC_SEPARATOR), start=1)
+    ]
     return session.finish(record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary))
 
 
-def iter_hierencdec_records(paths: Sequence[Path], session: ConversionSession, delimiter: str = ","
-                            ) -> Iterator[Record]:
+def iter_hierencdec_records(
+    paths: Sequence[Path], session: ConversionSession, delimiter: str = ","
+) -> Iterator[Record]:
     """Records of HierEncDec data files, each payload a dict column -> value.
 
     ``.csv`` files are read as CSV (a header row, then one example per row),

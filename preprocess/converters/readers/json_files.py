@@ -1,6 +1,7 @@
 """JSON inputs: JSON-lines files or files holding one JSON list (detected per
 file; ``.gz`` looked through), each record located at the line where it
 starts, and records that hold a whole file's JSON value."""
+
 from __future__ import annotations
 
 import json
@@ -82,9 +83,13 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
     length = len(text)
 
     def fatal(offset: int, detail: str) -> InputFormatError:
-        return InputFormatError.described(path, lines.line_at(offset), INVALID_JSON,
-                                detail + " (the JSON list cannot be resynchronised after this)",
-                                skippable=False)
+        return InputFormatError.described(
+            path,
+            lines.line_at(offset),
+            INVALID_JSON,
+            detail + " (the JSON list cannot be resynchronised after this)",
+            skippable=False,
+        )
 
     position = _JSON_WHITESPACE.match(text, 0).end() + 1  # past "["
     position = _JSON_WHITESPACE.match(text, position).end()
@@ -100,15 +105,18 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
         try:
             payload, end = decoder.raw_decode(text, position)
         except json.JSONDecodeError as err:
-            raise InputFormatError.described(path, err.lineno, INVALID_JSON,
-                                   f"{err.msg} (column {err.colno}; the JSON list cannot be "
-                                   "resynchronised after this)", skippable=False) from None
+            raise InputFormatError.described(
+                path,
+                err.lineno,
+                INVALID_JSON,
+                f"{err.msg} (column {err.colno}; the JSON list cannot be resynchronised after this)",
+                skippable=False,
+            ) from None
         record = session.start_record(path, start_line)
         bad_bytes = invalid_utf8_detail(text[position:end])
         if bad_bytes is not None:
             offset, message = bad_bytes
-            session.bad(record, INVALID_UTF8, message,
-                        line=start_line + text.count("\n", position, position + offset))
+            session.bad(record, INVALID_UTF8, message, line=start_line + text.count("\n", position, position + offset))
         else:
             record.payload = payload
             yield record
@@ -133,8 +141,9 @@ def iter_json_records(paths: Sequence[Path], session: ConversionSession) -> Iter
             yield from _iter_jsonl(path, session)
 
 
-def read_json_file_record(path: Path, session: ConversionSession, *, listed_at: Optional[Tuple[str, int]] = None
-                          ) -> Optional[Record]:
+def read_json_file_record(
+    path: Path, session: ConversionSession, *, listed_at: Optional[Tuple[str, int]] = None
+) -> Optional[Record]:
     """One record holding a whole file's JSON value (a report per file, e.g. GovReport).
 
     The record is located at ``listed_at`` (file, line of a list that named the

@@ -1,5 +1,6 @@
 """Tables (Parquet, Arrow, ``datasets.save_to_disk``) read with pyarrow: the
 files of a split, their record batches, one record per row."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,12 @@ from mdsfair.raw_contract import INVALID_TABLE, MISSING_KEY, WRONG_TYPE, InputFo
 from ..common import BadRecord, ConversionSession, Record
 
 # Names a split goes by in Hugging Face layouts (parquet-converter folders, save_to_disk dictionaries).
-SPLIT_ALIASES = {"val": ("val", "validation", "valid", "dev"), "validation": ("validation", "val", "valid", "dev"),
-                 "valid": ("valid", "validation", "val", "dev"), "dev": ("dev", "validation", "valid", "val")}
+SPLIT_ALIASES = {
+    "val": ("val", "validation", "valid", "dev"),
+    "validation": ("validation", "val", "valid", "dev"),
+    "valid": ("valid", "validation", "val", "dev"),
+    "dev": ("dev", "validation", "valid", "val"),
+}
 _KNOWN_SPLITS = frozenset({"train", "test"} | set(SPLIT_ALIASES))
 _TABLE_BATCH_ROWS = 1024
 
@@ -101,7 +106,9 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             parquet = pa.parquet.ParquetFile(path)
         except (pa.ArrowInvalid, OSError) as err:
-            raise InputFormatError.described(path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False) from None
+            raise InputFormatError.described(
+                path, None, INVALID_TABLE, f"not a Parquet file ({err})", skippable=False
+            ) from None
         return list(parquet.schema_arrow.names), parquet.iter_batches(batch_size=_TABLE_BATCH_ROWS)
     source = pa.memory_map(str(path))
     try:
@@ -111,13 +118,23 @@ def iter_table_batches(path: Path) -> Tuple[List[str], Iterator[Any]]:
         try:
             reader = pa.ipc.open_file(source)
         except pa.ArrowInvalid as err:
-            raise InputFormatError.described(path, None, INVALID_TABLE, f"neither a Parquet file nor an Arrow IPC "
-                                   f"stream or file ({err})", skippable=False) from None
+            raise InputFormatError.described(
+                path,
+                None,
+                INVALID_TABLE,
+                f"neither a Parquet file nor an Arrow IPC stream or file ({err})",
+                skippable=False,
+            ) from None
         names, batches = list(reader.schema.names), (reader.get_batch(i) for i in range(reader.num_record_batches))
     expected = _expected_features(path)
     if expected is not None and sorted(expected) != sorted(names):
-        raise InputFormatError.described(path, None, INVALID_TABLE, f"columns {names} differ from the features {expected} "
-                               f"of {path.parent / 'dataset_info.json'}", skippable=False)
+        raise InputFormatError.described(
+            path,
+            None,
+            INVALID_TABLE,
+            f"columns {names} differ from the features {expected} of {path.parent / 'dataset_info.json'}",
+            skippable=False,
+        )
     return names, batches
 
 
@@ -144,8 +161,9 @@ def table_column_value(row: Dict[str, Any], column: str) -> Any:
     return value
 
 
-def iter_table_records(paths: Sequence[Path], session: ConversionSession, split: str,
-                       check_columns: Callable[[Path, List[str]], None]) -> Iterator[Record]:
+def iter_table_records(
+    paths: Sequence[Path], session: ConversionSession, split: str, check_columns: Callable[[Path, List[str]], None]
+) -> Iterator[Record]:
     """Records of tables, one per row, located at the 1-based row number of their file as the "line";
     payload: the row as a dict (struct columns as dicts, list columns as lists).
     ``check_columns(file, column names)`` runs before a file's first row."""

@@ -1,6 +1,7 @@
 """Bytes to text for the readers: gzip looked through (by magic number), a
 UTF-8 byte order mark removed, bytes that are not UTF-8 kept as surrogate
 escapes so that the reader can name the line and column of the first one."""
+
 from __future__ import annotations
 
 import gzip
