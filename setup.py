@@ -1,4 +1,5 @@
 """Install mdsfair: the fairseq plugin, the preprocessing pipeline and the CLIs."""
+
 from setuptools import find_packages, setup
 
 with open("README.md", encoding="utf-8") as f:
@@ -45,8 +46,9 @@ setup(
     # reference models with them (mdsfair-import reads .safetensors with safetensors).
     # scipy: the significance tests are checked against scipy.stats (tests/test_significance.py)
     # docs: the documentation site (mkdocs.yml); tests/test_docs_site.py builds it with --strict
+    # ruff: the formatter and linter (ruff.toml) that tests/test_lint.py runs in the fast tier
     extras_require={
-        "test": ["pytest", "transformers", "safetensors", "scipy"],
+        "test": ["pytest", "transformers", "safetensors", "scipy", "ruff==0.17.6"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
     },
     package_data={"mdsfair.evaluation": ["published_results.csv"]},
