@@ -195,7 +195,6 @@ HANDED_OVER = {
     "--print-alignment": ({"print_alignment": "hard"}, "SequenceGeneratorWithAlignment"),
     "--constraints": ({"constraints": "ordered"}, "SequenceGenerator"),
     "--sampling": ({"sampling": True}, "SequenceGenerator"),
-    "--match-source-len": ({"match_source_len": True}, "SequenceGenerator"),
     "--diverse-beam-groups": ({"diverse_beam_groups": 3}, "SequenceGenerator"),
     "--score-reference": ({"score_reference": True}, "SequenceScorer"),
 }

@@ -186,7 +186,6 @@ def fairseq_generator_reason(
         ("--print-alignment", "print_alignment", "keeps every hypothesis's alignment"),
         ("--constraints", "constraints", "resizes the search per source"),
         ("--sampling", "sampling", "draws its random numbers per row of fairseq's shrinking batch"),
-        ("--match-source-len", "match_source_len", "is a length-constrained search not checked here"),
     ):
         if getattr(generation_cfg, name, None):
             return f"{flag} ({reason})"

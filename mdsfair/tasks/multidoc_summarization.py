@@ -549,13 +549,29 @@ class MultiDocSummarizationTask(FairseqTask):
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's step on the sample the models' encoders read; a
-        ``--prefix-size`` prefix that runs past its summary is kept to the
-        summary's tokens (:func:`~mdsfair.generation.settings_checks.prefix_within_summaries`)."""
-        if prefix_tokens is not None:
+        ``--prefix-size`` prefix (``fairseq-generate``'s first tokens of each
+        reference) that runs past its summary is kept to the summary's tokens
+        (:func:`~mdsfair.generation.settings_checks.prefix_within_summaries`).
+        A prefix given otherwise (the hub, a caller's own tokens) is forced as
+        it is, ``</s>`` included, as fairseq's search forces it."""
+        if prefix_tokens is not None and self._is_reference_prefix(sample, prefix_tokens):
             ids = sample["id"].tolist() if torch.is_tensor(sample.get("id")) else None
             prefix_tokens = prefix_within_summaries(
                 prefix_tokens, self.target_dictionary.eos(), self.target_dictionary.pad(), ids
             )
         return super().inference_step(
             generator, models, self._sample_for_encoders(models, sample), prefix_tokens, constraints
+        )
+
+    @staticmethod
+    def _is_reference_prefix(sample, prefix_tokens) -> bool:
+        """Whether ``prefix_tokens`` are the references' first tokens, as
+        ``fairseq-generate --prefix-size`` takes them (``target[:, :N]``)."""
+        target = sample.get("target")
+        width = prefix_tokens.size(1)
+        return (
+            torch.is_tensor(target)
+            and target.shape[0] == prefix_tokens.shape[0]
+            and target.size(1) >= width
+            and torch.equal(target[:, :width], prefix_tokens)
         )
