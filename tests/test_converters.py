@@ -82,7 +82,7 @@ def test_registry_names_every_format():
 
 CONVERTERS_PACKAGE = Path(converters.__file__).parent
 #: lines of a format module as ruff formats it (ruff.toml: one argument a line once a call passes 120 columns)
-FORMAT_MODULE_MAX_LINES = 220
+FORMAT_MODULE_MAX_LINES = 250
 
 
 def _format_module_files():
