@@ -51,8 +51,10 @@ def raised_by_torch_load(error: BaseException) -> bool:
 
 def describe_unreadable(path: str, error: BaseException) -> str:
     """Why torch could not read ``path``, with the likely cause (one line)."""
-    if isinstance(error, OSError) and error.strerror:  # no such file, a directory, no permission
-        return f"cannot read checkpoint {path}: {error.strerror.lower()}"
+    # the file cannot be opened (no such file, a directory, no permission); an OSError raised while reading
+    # the bytes (a truncated zip: "invalid argument") is the file's content, diagnosed below
+    if isinstance(error, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)):
+        return f"cannot read checkpoint {path}: {(error.strerror or str(error)).lower()}"
     size = os.path.getsize(path) if os.path.isfile(path) else None
     text = f"{type(error).__name__}: {' '.join(str(error).split())}"  # one line
     lowered = str(error).lower()
