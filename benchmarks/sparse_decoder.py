@@ -60,6 +60,7 @@ run isolate the attention.
 """
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -125,18 +126,39 @@ def variant_like(sparse_model, options, dictionary, max_source_positions, **vari
     return other
 
 
-def synthetic_batch(dictionary, batch_size, source_tokens, sentence_tokens, generator, num_sentences=None):
+#: the coefficient of variation of sentence lengths in words of real clusters:
+#: PeerSum's reviews and discussions (1,826 sentences of the 10 test clusters
+#: split at sentence-final punctuation: mean 19.3 words, standard deviation 12.4)
+SENTENCE_LENGTH_SPREAD = 0.64
+
+
+def synthetic_batch(
+    dictionary, batch_size, source_tokens, sentence_tokens, generator, num_sentences=None, length_spread=0.0
+):
     """``batch_size`` sources of ``source_tokens`` tokens (``</s>`` last) in
     sentences of ``sentence_tokens`` tokens, or, if ``num_sentences`` is
-    given, in ``num_sentences`` sentences of near-equal length (token ``i``
-    in sentence ``floor(i * S / N)``: lengths ``N / S`` rounded down or up)."""
+    given, in ``num_sentences`` sentences, of equal length (``length_spread``
+    0: lengths ``N / S`` rounded down or up) or of lengths drawn per source
+    (:func:`sentence_lengths`)."""
     tokens = torch.randint(dictionary.nspecial, len(dictionary), (batch_size, source_tokens), generator=generator)
     tokens[:, -1] = dictionary.eos()
     if num_sentences is None:
-        sentence_ids = torch.arange(source_tokens) // sentence_tokens
+        num_sentences = -(-source_tokens // sentence_tokens)
+        equal_ids = torch.arange(source_tokens) // sentence_tokens
     else:
-        sentence_ids = torch.arange(source_tokens) * num_sentences // source_tokens
-    sentence_ids = sentence_ids.repeat(batch_size, 1)
+        equal_ids = torch.arange(source_tokens) * num_sentences // source_tokens
+    if length_spread > 0:
+        sentence_ids = torch.stack(
+            [
+                torch.repeat_interleave(
+                    torch.arange(num_sentences),
+                    sentence_lengths(source_tokens, num_sentences, length_spread, generator),
+                )
+                for _ in range(batch_size)
+            ]
+        )
+    else:
+        sentence_ids = equal_ids.repeat(batch_size, 1)
     sentence_ids[:, -1] = sentence_ids[:, -2]
     return {
         "net_input": {
@@ -145,6 +167,21 @@ def synthetic_batch(dictionary, batch_size, source_tokens, sentence_tokens, gene
             "src_sent_ids": sentence_ids,
         }
     }
+
+
+def sentence_lengths(source_tokens, num_sentences, spread, generator):
+    """``num_sentences`` lengths of at least 2 tokens summing to
+    ``source_tokens``, drawn from a log-normal distribution whose standard
+    deviation is ``spread`` times its mean (sentence lengths in words are
+    close to log-normal)."""
+    sigma = math.sqrt(math.log1p(spread**2))
+    weights = torch.exp(sigma * torch.randn(num_sentences, generator=generator, dtype=torch.float64))
+    spare = source_tokens - 2 * num_sentences  # every sentence has at least 2 tokens
+    shares = weights / weights.sum() * spare
+    lengths = 2 + shares.floor().long()
+    remainder = source_tokens - int(lengths.sum())  # largest remainders first
+    lengths[torch.argsort(shares - shares.floor(), descending=True)[:remainder]] += 1
+    return lengths
 
 
 def set_top_r(model, top_r):
@@ -231,9 +268,18 @@ def main(argv=None):
         default=None,
         metavar="S1,S2,...",
         help="instead of --sentence-tokens: a sweep over the sentence count N1, each source of "
-        "every --source-lengths split into S near-equal sentences for each S given "
+        "every --source-lengths split into S sentences for each S given "
         "(comma-separated, e.g. 100,200,300,400: at 4,096 tokens 200 sentences are about "
         "20 tokens, as Multi-News), stock BART timed again at every S",
+    )
+    parser.add_argument(
+        "--sentence-length-spread",
+        type=float,
+        default=SENTENCE_LENGTH_SPREAD,
+        metavar="CV",
+        help="sentence lengths drawn per source from a log-normal distribution whose standard deviation is CV "
+        f"times the mean (default {SENTENCE_LENGTH_SPREAD}: the spread of real multi-document sources, where a "
+        "cluster's longest sentence is often five times its mean); 0: all sentences of equal length",
     )
     parser.add_argument("--target-length", type=int, default=60, help="decoding steps M (min = max length)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (the paper: 4)")
@@ -295,6 +341,11 @@ def main(argv=None):
             if options.sentences_per_source is None
             else f"{', '.join(map(str, options.sentences_per_source))} sentences per source (N1)"
         )
+        + (
+            f", lengths spread {options.sentence_length_spread} (log-normal)"
+            if options.sentence_length_spread > 0
+            else ", equal lengths"
+        )
     )
     header = (
         f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
@@ -313,6 +364,7 @@ def main(argv=None):
         dtype=options.dtype,
         target_steps=options.target_length,
         beam=options.beam,
+        sentence_length_spread=options.sentence_length_spread,
     )
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
@@ -325,6 +377,7 @@ def main(argv=None):
                     options.sentence_tokens,
                     random,
                     num_sentences=sentences_per_source,
+                    length_spread=options.sentence_length_spread,
                 )
                 sample = {"net_input": {k: v.to(device) for k, v in sample["net_input"].items()}}
                 samples = {name: sample for name in models}

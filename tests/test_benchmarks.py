@@ -437,6 +437,22 @@ def test_sparse_decoder_sweeps_the_sentence_count_at_a_fixed_source_length(tmp_p
     )
     lengths = torch.bincount(batch["net_input"]["src_sent_ids"][0])
     assert lengths.numel() == 200 and set(lengths.tolist()) == {20, 21} and int(lengths.sum()) == 4096
+    # lengths as unequal as real sentences: log-normal, at least 2 tokens, summing to the source
+    spread = sparse_decoder.synthetic_batch(
+        sparse_decoder.harness.synthetic_dictionary(50),
+        2,
+        4096,
+        30,
+        torch.Generator().manual_seed(0),
+        num_sentences=200,
+        length_spread=sparse_decoder.SENTENCE_LENGTH_SPREAD,
+    )
+    for source in spread["net_input"]["src_sent_ids"]:
+        lengths = torch.bincount(source).double()
+        assert lengths.numel() == 200 and int(lengths.sum()) == 4096 and lengths.min() >= 2
+        assert 0.45 < float(lengths.std() / lengths.mean()) < 0.85
+    first, second = spread["net_input"]["src_sent_ids"]
+    assert not torch.equal(first, second)  # every source its own draw
     with pytest.raises(SystemExit):
         sparse_decoder.main(["--source-lengths", "64", "--sentences-per-source", "40"])
     with pytest.raises(SystemExit):

@@ -15,15 +15,12 @@ from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
     model_free_sentence_keys,
+    sentence_length_buckets,
+    sentence_token_states,
 )
 from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
-from mdsfair.modules.sparse_cross_attention import (
-    SentenceContext,
-    SparseCrossAttention,
-    kept_token_bounds,
-    kept_token_layout,
-    select_top_r_sentences,
-)
+from mdsfair.modules.sentence_selection import kept_token_bounds, kept_token_layout, select_top_r_sentences
+from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 from tests.sparse_fixtures import (
     MAX_SOURCE,
     ROW_SOURCES,
@@ -335,7 +332,7 @@ def test_kept_token_layout_matches_loop():
     module, _, key, _, context = sparse_attention_inputs(top_r=3)
     sentence_mask = context.rows.lookup(context.layout.sentence_mask)
     indices, valid = select_top_r_sentences(torch.rand(4, 1, sentence_mask.size(1)), sentence_mask, 3)
-    kept = kept_token_layout(indices, valid, context)
+    kept = kept_token_layout(indices, valid, context.rows, context.layout)
     ids = context.src_sent_ids
     expected = [
         [n for j in range(3) if valid[row, 0, j] for n in range(ids.size(1)) if ids[source, n] == indices[row, 0, j]]
@@ -363,7 +360,8 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
     bounded = context._replace(kept_token_bounds=bounds)
     sentence_mask = context.rows.lookup(context.layout.sentence_mask)
     indices, valid = select_top_r_sentences(torch.rand(4, 1, sentence_mask.size(1)), sentence_mask, 3)
-    exact, padded = kept_token_layout(indices, valid, context), kept_token_layout(indices, valid, bounded)
+    exact = kept_token_layout(indices, valid, context.rows, context.layout)
+    padded = kept_token_layout(indices, valid, context.rows, context.layout, bounds)
     n = exact.positions.size(-1)
     assert padded.positions.size(-1) == int(bounds[2]) >= n
     assert torch.equal(padded.valid[..., :n], exact.valid) and not padded.valid[..., n:].any()
@@ -477,7 +475,8 @@ def test_generation_path_auto_gathers_only_when_it_pays():
             torch.testing.assert_close(out, masked[:1], atol=1e-5, rtol=1e-5)
             selection = masked_attention.selection[:, :1]
             flags, chosen = selection.float().topk(min(top_r, selection.size(-1)), dim=-1)
-            kept = kept_token_layout(chosen, flags.bool(), context)  # the same sentences, in any order
+            # the same sentences, in any order
+            kept = kept_token_layout(chosen, flags.bool(), context.rows, context.layout, context.kept_token_bounds)
             gathers = path == "gather" or (path == "auto" and kept.positions.size(-1) * 4 <= 2 * key.size(0))
             cache = sorted(module._get_input_buffer(state))
             assert cache == (["sentence_keys"] if gathers else ["prev_key", "prev_value", "sentence_keys"])
@@ -789,13 +788,15 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
         assert hasattr(encoder, "precheckpoint_forward") and encoder.forward.args[1] == offload
         assert not hasattr(plain.encoder.sentence_encoder, "precheckpoint_forward")
     sample = batch(task, plain)
+    # the BiGRU runs once per group of similar-length sentences, the pooling once
+    groups = sentence_length_buckets(sentence_layout(sample["net_input"]["src_sent_ids"]).lengths.view(-1))
+    calls = len(groups) if sentence_encoder == "bigru" else 1
     loss, gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(plain, criterion, sample)
-    assert forward_modes == [True] and backward_modes == []
+    assert forward_modes == [True] * calls and backward_modes == []
     checkpointed_loss, checkpointed_gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(
         model, criterion, sample
     )
-    sentences = int(sample["net_input"]["src_sent_ids"].max(dim=1).values.add(1).sum())
-    chunks = -(-sentences // chunk) if sentence_encoder == "bigru" else 1
+    chunks = sum(-(-rows.numel() // chunk) for rows, _ in groups) if sentence_encoder == "bigru" else 1
     assert sentence_encoder == "attention-pooling" or chunks > 1
     assert forward_modes == [False] * chunks and backward_modes == [True] * chunks
     assert torch.equal(checkpointed_loss, loss)
@@ -830,6 +831,40 @@ def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
         torch.testing.assert_close(
             encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths), atol=1e-12, rtol=0
         )
+
+
+def test_sentence_length_buckets_pad_each_group_to_its_own_longest():
+    """The BiGRU of Eq. 10 runs on groups of similar-length sentences: every
+    non-empty sentence in exactly one group, none of a group shorter than
+    its longest / 1.5, empty slots in none; the sentence vectors equal one
+    call over all sentences padded to the batch's longest (float64), and a
+    batch of unequal sentences pads to well under the longest per sentence."""
+    lengths = torch.tensor([0, 7, 1, 30, 20, 21, 0, 5, 4, 3, 29, 2])
+    groups = sentence_length_buckets(lengths)
+    rows = torch.cat([rows for rows, _ in groups])
+    assert sorted(rows.tolist()) == lengths.gt(0).nonzero().view(-1).tolist()
+    for group, longest in groups:
+        assert int(lengths[group].max()) == longest and bool((lengths[group] * 1.5 > longest).all())
+    assert [longest for _, longest in groups] == [30, 20, 7, 4, 2, 1]  # 20 * 1.5 is not above 30
+    assert sentence_length_buckets(torch.zeros(3, dtype=torch.long)) == []
+
+    torch.manual_seed(0)
+    encoder = SentenceEncoder(12, 10, num_layers=2).double().eval()
+    sentence_ids = torch.cat([torch.full((int(n),), i) for i, n in enumerate([3, 1, 17, 6, 2, 9])])
+    src_sent_ids = torch.stack([sentence_ids, sentence_ids.flip(0)])  # [2, 38], differently ordered
+    src_sent_ids[1, -4:] = -1  # padding
+    layout = sentence_layout(src_sent_ids)
+    states = torch.randn(2, src_sent_ids.size(1), 12, dtype=torch.float64)
+    with torch.no_grad():
+        bucketed = encoder(states, layout).flatten(0, 1)
+        lengths = layout.lengths.view(-1)
+        real = lengths.gt(0).nonzero(as_tuple=True)[0]
+        padded = sentence_token_states(states, layout).index_select(0, real)
+        one_call = encoder.sentence_vectors(padded, lengths.index_select(0, real))
+    torch.testing.assert_close(bucketed.index_select(0, real), one_call, atol=1e-12, rtol=0)
+    assert bool(bucketed[lengths.eq(0)].eq(0).all())
+    padded_slots = sum(rows.numel() * longest for rows, longest in sentence_length_buckets(lengths))
+    assert padded_slots < 1.5 * int(lengths.sum()) < real.numel() * int(lengths.max())
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ a sentence-level attention (Eq. 7)::
     y_i     = RNN(k_{i,1}, ..., k_{i,J_i})     (Eq. 10)
 
 * :class:`SentenceEncoder` is the RNN of Eq. 10: a 2-layer bidirectional GRU
-  run over each sentence's encoder states, all sentences of the batch packed
-  into one call; the sentence vector is a linear map of the final forward
+  run over each sentence's encoder states, the sentences of the batch in a
+  few calls of similar-length sentences; the sentence vector is a linear map of the final forward
   and the final backward state (the authors' ``SentLevelNN`` reads the last
   layer's forward output at the last token and backward output at the first
   token: the same states). It is shared by every decoder layer.
@@ -31,7 +31,7 @@ a sentence-level attention (Eq. 7)::
   distribution is needed (losses, reports).
 """
 
-from typing import Callable, Tuple
+from typing import Callable, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -156,36 +156,84 @@ class SentenceEncoder(nn.Module):
 
         Returns:
             ``[B, S, C]`` sentence vectors, zero for empty sentence slots.
+
+        The sentences run in groups of similar length
+        (:func:`sentence_length_buckets`), each padded to its own longest:
+        the recurrence then costs about the sentences' tokens, not the number
+        of sentences times the longest sentence of the batch (real sentence
+        lengths vary several-fold: a cluster's longest is often five times
+        its mean).
         """
         bsz, num_slots, _ = layout.token_index.shape
-        gathered = sentence_token_states(encoder_states, layout)  # every sentence of the batch is one sequence
         lengths = layout.lengths.view(-1)
-        real = lengths.gt(0).nonzero(as_tuple=True)[0]
         sentences = torch.zeros(
             bsz * num_slots, self.output_proj.out_features, dtype=encoder_states.dtype, device=encoder_states.device
         )
-        if real.numel() == 0:
+        buckets = sentence_length_buckets(lengths)
+        if not buckets:
             return sentences.view(bsz, num_slots, -1)
-        states, real_lengths = gathered.index_select(0, real), lengths.index_select(0, real)
+        vectors = [
+            self.encode_sentences(
+                bucket_token_states(encoder_states, layout, rows, longest), lengths.index_select(0, rows)
+            )
+            for rows, longest in buckets
+        ]
+        rows = torch.cat([rows for rows, _ in buckets])
+        vectors = torch.cat(vectors)
+        sentences = sentences.to(vectors.dtype).index_copy(0, rows, vectors)
+        return sentences.view(bsz, num_slots, -1)
+
+    def encode_sentences(self, states: Tensor, lengths: Tensor) -> Tensor:
+        """:meth:`sentence_vectors` of ``[n, L, C]`` right-padded sentences;
+        under ``--checkpoint-activations`` one chunk of sentences at a time
+        (sentences are independent sequences), so that the backward pass
+        recomputes the GRU of one chunk."""
         if self.checkpoint_chunk_sentences > 0 and torch.is_grad_enabled():
-            # --checkpoint-activations: the backward pass recomputes the GRU one
-            # chunk of sentences at a time (sentences are independent sequences)
             chunk = self.checkpoint_chunk_sentences
-            vectors = torch.cat(
+            return torch.cat(
                 [
                     checkpointed_call(
                         self.sentence_vectors,
                         states[start : start + chunk],
-                        real_lengths[start : start + chunk],
+                        lengths[start : start + chunk],
                         offload_to_cpu=self.offload_activations,
                     )
                     for start in range(0, states.size(0), chunk)
                 ]
             )
-        else:
-            vectors = self.sentence_vectors(states, real_lengths)
-        sentences = sentences.to(vectors.dtype).index_copy(0, real, vectors)
-        return sentences.view(bsz, num_slots, -1)
+        return self.sentence_vectors(states, lengths)
+
+
+def sentence_length_buckets(lengths: Tensor, ratio: float = 1.5) -> List[Tuple[Tensor, int]]:
+    """The non-empty sentences of ``lengths`` (``[n]`` token counts) in
+    groups of similar length: ``(rows, longest)`` per group, the rows in
+    decreasing length, every row of a group longer than ``longest / ratio``.
+    Padding each group to its own longest wastes less than ``ratio`` times
+    its tokens, however unequal the sentences."""
+    real = lengths.gt(0).nonzero(as_tuple=True)[0]
+    if real.numel() == 0:
+        return []
+    sorted_lengths, order = lengths.index_select(0, real).sort(descending=True, stable=True)
+    rows = real.index_select(0, order)
+    host_lengths = sorted_lengths.tolist()
+    buckets, start = [], 0
+    while start < len(host_lengths):
+        longest = host_lengths[start]
+        end = start + 1
+        while end < len(host_lengths) and host_lengths[end] * ratio > longest:
+            end += 1
+        buckets.append((rows[start:end], longest))
+        start = end
+    return buckets
+
+
+def bucket_token_states(encoder_states: Tensor, layout: SentenceLayout, rows: Tensor, longest: int) -> Tensor:
+    """``[n, longest, C]``: the encoder states of the sentence slots ``rows``
+    (flat ``b * S + s`` indices), each row its sentence's tokens, right-padded."""
+    num_slots = layout.token_index.size(1)
+    positions = layout.token_index.view(-1, layout.token_index.size(-1)).index_select(0, rows)[:, :longest]
+    examples = torch.div(rows, num_slots, rounding_mode="floor").unsqueeze(1)
+    return encoder_states[examples, positions]
 
 
 class PoolingSentenceEncoder(nn.Module):
@@ -217,14 +265,7 @@ class PoolingSentenceEncoder(nn.Module):
         self.pooling.head_layer_norm.reset_parameters()
 
     def forward(self, encoder_states: Tensor, layout: SentenceLayout) -> Tensor:
-        """
-        Args:
-            encoder_states: ``[B, N, C]`` final encoder states (batch first).
-            layout: the sentence layout of the source (``sentence_layout``).
-
-        Returns:
-            ``[B, S, C]`` sentence vectors, zero for empty sentence slots.
-        """
+        """``[B, S, C]`` sentence vectors, as :meth:`SentenceEncoder.forward`."""
         bsz, num_slots, _ = layout.token_index.shape
         tokens = sentence_token_states(encoder_states, layout)
         pooled = self.pooling(tokens, ~layout.token_mask.view(bsz * num_slots, -1))  # [B*S, H, d_h]
