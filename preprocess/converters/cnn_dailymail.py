@@ -27,8 +27,6 @@ from .common import (
     Document,
     Inputs,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -53,11 +51,10 @@ def iter_cnn_dailymail(
     ``.csv`` files (``.csv.gz`` too) are read as CSV with a header, anything
     else as JSON lines / a JSON list. Document: ``article``; summary:
     ``highlights`` on one line; id: ``id``."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "cnn_dailymail", split, paths)
+    session = ConversionSession(options, "cnn_dailymail", split, inputs)
 
     def records() -> Iterator[Record]:
-        for path in paths:
+        for path in session.paths:
             name = path.name[:-3] if path.name.endswith(".gz") else path.name
             if os.path.splitext(name)[1].lower() != ".csv":
                 yield from iter_json_records([path], session)
@@ -78,4 +75,4 @@ def iter_cnn_dailymail(
             summary=normalize_summary(highlights),
         )
 
-    yield from build_clusters(records(), session, build)
+    yield from session.clusters(records(), build)

@@ -4,13 +4,22 @@ A format module (one per release format, beside this one) reads its files
 with a reader of :mod:`.readers` (:func:`~.readers.text.iter_lines`,
 :func:`~.readers.json_files.iter_json_records`, :func:`~.readers.csv_files.iter_csv_rows`,
 :func:`~.readers.hierencdec_files.iter_hierencdec_records`,
-:func:`~.readers.tables.iter_table_records`), builds each cluster from one :class:`Record` with the
+:func:`~.readers.tables.iter_table_records`) into the records of its
+:class:`ConversionSession`, builds each cluster from one :class:`Record` with the
 field helpers (:func:`require_field`, :func:`optional_field`,
 :func:`string_list`) and hands it to :meth:`ConversionSession.finish`, which
 validates it against the raw contract, applies the error policy of the
 conversion's :class:`ConversionOptions` and counts everything in the
-:class:`ConversionReport`. :func:`build_clusters` turns the
-:class:`BadRecord` a builder raises into an error or a counted skip.
+:class:`ConversionReport`. :meth:`ConversionSession.clusters` runs the builder
+over the records and turns the :class:`BadRecord` it raises into an error or a
+counted skip, so that a format is, besides its flags::
+
+    session = ConversionSession(options, "wcep", split, inputs)
+
+    def build(record: Record) -> Optional[Dict[str, Any]]:
+        ...  # the format's fields -> session.finish(record, cluster_id=..., documents=..., summary=...)
+
+    yield from session.clusters(iter_json_records(session.paths, session), build)
 
 The raw contract (:mod:`mdsfair.raw_contract`; docs/data.md, "The raw format"):
 one cluster per line, UTF-8,
@@ -52,7 +61,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from mdsfair.raw_contract import (
     DUPLICATE_ID,
@@ -231,14 +240,16 @@ class ConversionSession:
     """Shared validation, counting and error policy of one conversion.
 
     Opened by a format's generator with its :class:`ConversionOptions`, its format name,
-    its split and the paths it reads (the report's ``inputs`` when it has none yet)."""
+    its split and its inputs, one path or several (:attr:`paths`, the report's ``inputs``
+    when it has none yet)."""
 
-    def __init__(self, options: ConversionOptions, format_name: str, split: str, paths: Sequence[Path]):
+    def __init__(self, options: ConversionOptions, format_name: str, split: str, inputs: Inputs):
+        self.paths = as_paths(inputs)
         report = ConversionReport() if options.report is None else options.report
         report.format_name = report.format_name or format_name
         report.split = report.split or split
         if not report.inputs:
-            report.inputs = [str(p) for p in paths]
+            report.inputs = [str(p) for p in self.paths]
         self.report = report
         self.options = options
         self.split = split
@@ -270,6 +281,19 @@ class ConversionSession:
     def filter_out(self, reason: str) -> None:
         """Count a record left out on purpose."""
         self.report.filtered[reason] += 1
+
+    def clusters(
+        self, records: Iterable[Record], build: Callable[[Record], Optional[Dict[str, Any]]]
+    ) -> Iterator[Dict[str, Any]]:
+        """Run ``build`` on every record, turning ``BadRecord`` into an error or a counted skip."""
+        for record in records:
+            try:
+                cluster = build(record)
+            except BadRecord as err:
+                self.bad(record, err.reason, err.detail, line=err.line, path=err.path)
+                continue
+            if cluster is not None:
+                yield cluster
 
     def finish(
         self,
@@ -436,17 +460,3 @@ def string_list(values: Any, name: str) -> List[str]:
         if not isinstance(value, str):
             raise BadRecord(WRONG_TYPE, f"{name}[{position}] must be str, got {type(value).__name__}")
     return values
-
-
-def build_clusters(
-    records: Iterator[Record], session: ConversionSession, build: Callable[[Record], Optional[Dict[str, Any]]]
-) -> Iterator[Dict[str, Any]]:
-    """Run ``build`` on every record, turning ``BadRecord`` into an error or a counted skip."""
-    for record in records:
-        try:
-            cluster = build(record)
-        except BadRecord as err:
-            session.bad(record, err.reason, err.detail, line=err.line, path=err.path)
-            continue
-        if cluster is not None:
-            yield cluster

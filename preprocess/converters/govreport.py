@@ -44,8 +44,6 @@ from .common import (
     Document,
     Inputs,
     Record,
-    as_paths,
-    build_clusters,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -149,13 +147,12 @@ def iter_govreport(
         raise ValueError(f"section_depth must be at least 1, got {section_depth}")
     if subset not in GOVREPORT_SUBSETS + ("both",):
         raise ValueError(f"subset must be one of {GOVREPORT_SUBSETS + ('both',)}, got {subset!r}")
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "govreport", split, paths)
+    session = ConversionSession(options, "govreport", split, inputs)
     subsets = GOVREPORT_SUBSETS if subset == "both" else (subset,)
     split_name = _SPLIT_FILE_NAMES.get(split.strip().lower(), split)
 
     def records() -> Iterator[Record]:
-        for path in paths:
+        for path in session.paths:
             if not path.is_dir():
                 record = read_json_file_record(Path(path), session)
                 if record is not None:
@@ -206,4 +203,4 @@ def iter_govreport(
             summary=normalize_summary(summary),
         )
 
-    yield from build_clusters(records(), session, build)
+    yield from session.clusters(records(), build)

@@ -56,8 +56,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
 )
@@ -182,8 +180,7 @@ def iter_hf(
     id_column = defaults.get("id_column") if id_column is None else (id_column or None)  # "": no id column
     separator = defaults.get("document_separator") if document_separator is None else document_separator
     separator = "\n" if separator == "\\n" else separator
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "hf", split, paths)
+    session = ConversionSession(options, "hf", split, inputs)
 
     def check_columns(path: Path, names: List[str]) -> None:
         wanted = columns + [summary_column] + ([id_column] if id_column else [])
@@ -231,4 +228,4 @@ def iter_hf(
             summary = stripped
         return session.finish(record, cluster_id=cluster_id, documents=documents, pending=pending, summary=summary)
 
-    yield from build_clusters(iter_table_records(paths, session, split, check_columns), session, build)
+    yield from session.clusters(iter_table_records(session.paths, session, split, check_columns), build)

@@ -31,8 +31,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
 )
@@ -131,22 +129,85 @@ def _csv_argument_adder(
     return add
 
 
-@register_converter("csv", add_arguments=_csv_argument_adder(None, "keep"))
-def iter_csv(
-    inputs: Inputs,
-    split: str = "train",
-    *,
-    text_column: str = "text",
-    summary_columns: Optional[Sequence[str]] = ("summary",),
-    id_column: Optional[str] = None,
-    last_two_columns: bool = False,
-    document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
-    paragraph_separator: Optional[str] = None,
-    control_prefix: str = "keep",
-    delimiter: str = ",",
-    options: ConversionOptions = ConversionOptions(),
-    _format_name: str = "csv",
-) -> Iterator[Dict[str, Any]]:
+def _csv_format(
+    format_name: str, paragraph_default: Optional[str], control_default: str, description: str
+) -> Callable[..., Iterator[Dict[str, Any]]]:
+    """The generator of ``mdsfair-convert csv`` / ``mred`` (one reader, that format's defaults of
+    ``paragraph_separator`` and ``control_prefix``), registered with its flags; ``description``
+    is its docstring, the first line its CLI help."""
+
+    def iter_csv_format(
+        inputs: Inputs,
+        split: str = "train",
+        *,
+        text_column: str = "text",
+        summary_columns: Optional[Sequence[str]] = ("summary",),
+        id_column: Optional[str] = None,
+        last_two_columns: bool = False,
+        document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
+        paragraph_separator: Optional[str] = paragraph_default,
+        control_prefix: str = control_default,
+        delimiter: str = ",",
+        options: ConversionOptions = ConversionOptions(),
+    ) -> Iterator[Dict[str, Any]]:
+        if control_prefix not in CONTROL_PREFIX_CHOICES:
+            raise ValueError(f"control_prefix must be one of {CONTROL_PREFIX_CHOICES}, got {control_prefix!r}")
+        if not document_separator:
+            raise ValueError("document_separator must not be empty")
+        if summary_columns is None:  # the CLI's --summary-column not given
+            summary_columns = ("summary",)
+        if isinstance(summary_columns, str):
+            summary_columns = [summary_columns]
+        if not summary_columns and not last_two_columns:
+            raise ValueError("at least one summary column is needed")
+        session = ConversionSession(options, format_name, split, inputs)
+
+        def build(record: Record) -> Optional[Dict[str, Any]]:
+            row, text_index, summary_indices, id_index = record.payload
+            text = row[text_index]
+            pending = PendingCounts()
+            if control_prefix == "strip":
+                stripped = _CONTROL_PREFIX.sub("", text, count=1)
+                if stripped != text:
+                    pending.notes["control_prefix_stripped"] += 1
+                text = stripped
+            pieces = text.split(document_separator)
+            documents = [
+                Document(normalize_document(piece, paragraph_separator), f"document {number}")
+                for number, piece in enumerate(pieces, start=1)
+            ]
+            references = [normalize_summary(row[i]) for i in summary_indices]
+            cluster_id = row[id_index] if id_index is not None else None
+            if len(references) == 1:
+                return session.finish(
+                    record, cluster_id=cluster_id, documents=documents, summary=references[0], pending=pending
+                )
+            return session.finish(
+                record, cluster_id=cluster_id, documents=documents, summaries=references, pending=pending
+            )
+
+        def records() -> Iterator[Record]:
+            for path in session.paths:
+                header, rows = iter_csv_rows(path, session, delimiter)
+                if not header:
+                    continue
+                columns = _resolve_columns(path, header, text_column, summary_columns, id_column, last_two_columns)
+                for record, row in rows:
+                    record.payload = (row,) + columns
+                    yield record
+
+        yield from session.clusters(records(), build)
+
+    iter_csv_format.__name__ = iter_csv_format.__qualname__ = f"iter_{format_name}"
+    iter_csv_format.__doc__ = description
+    add_arguments = _csv_argument_adder(paragraph_default, control_default)
+    return register_converter(format_name, add_arguments=add_arguments)(iter_csv_format)
+
+
+iter_csv = _csv_format(
+    "csv",
+    None,
+    "keep",
     """HierEncDec-style CSV -> contract clusters.
 
     The text column holds the documents joined by ``document_separator``
@@ -157,86 +218,15 @@ def iter_csv(
     ``summary_columns`` give several references (``summaries``); None means
     ``("summary",)``.
     ``control_prefix="strip"`` removes an MReD control prefix (``"labels ==> "``).
-    Ids: ``id_column`` when given, else ``{split}-{row index}``."""
-    if control_prefix not in CONTROL_PREFIX_CHOICES:
-        raise ValueError(f"control_prefix must be one of {CONTROL_PREFIX_CHOICES}, got {control_prefix!r}")
-    if not document_separator:
-        raise ValueError("document_separator must not be empty")
-    if summary_columns is None:  # the CLI's --summary-column not given
-        summary_columns = ("summary",)
-    if isinstance(summary_columns, str):
-        summary_columns = [summary_columns]
-    if not summary_columns and not last_two_columns:
-        raise ValueError("at least one summary column is needed")
-    paths = as_paths(inputs)
-    session = ConversionSession(options, _format_name, split, paths)
-
-    def build(record: Record) -> Optional[Dict[str, Any]]:
-        row, text_index, summary_indices, id_index = record.payload
-        text = row[text_index]
-        pending = PendingCounts()
-        if control_prefix == "strip":
-            stripped = _CONTROL_PREFIX.sub("", text, count=1)
-            if stripped != text:
-                pending.notes["control_prefix_stripped"] += 1
-            text = stripped
-        pieces = text.split(document_separator)
-        documents = [
-            Document(normalize_document(piece, paragraph_separator), f"document {number}")
-            for number, piece in enumerate(pieces, start=1)
-        ]
-        references = [normalize_summary(row[i]) for i in summary_indices]
-        cluster_id = row[id_index] if id_index is not None else None
-        if len(references) == 1:
-            return session.finish(
-                record, cluster_id=cluster_id, documents=documents, summary=references[0], pending=pending
-            )
-        return session.finish(record, cluster_id=cluster_id, documents=documents, summaries=references, pending=pending)
-
-    def records() -> Iterator[Record]:
-        for path in paths:
-            header, rows = iter_csv_rows(path, session, delimiter)
-            if not header:
-                continue
-            columns = _resolve_columns(path, header, text_column, summary_columns, id_column, last_two_columns)
-            for record, row in rows:
-                record.payload = (row,) + columns
-                yield record
-
-    yield from build_clusters(records(), session, build)
-
-
-@register_converter("mred", add_arguments=_csv_argument_adder(MRED_PARAGRAPH_SEPARATOR, "strip"))
-def iter_mred(
-    inputs: Inputs,
-    split: str = "train",
-    *,
-    text_column: str = "text",
-    summary_columns: Optional[Sequence[str]] = ("summary",),
-    id_column: Optional[str] = None,
-    last_two_columns: bool = False,
-    document_separator: str = HIERENCDEC_DOCUMENT_SEPARATOR,
-    paragraph_separator: Optional[str] = MRED_PARAGRAPH_SEPARATOR,
-    control_prefix: str = "strip",
-    delimiter: str = ",",
-    options: ConversionOptions = ConversionOptions(),
-) -> Iterator[Dict[str, Any]]:
+    Ids: ``id_column`` when given, else ``{split}-{row index}``.""",
+)
+iter_mred = _csv_format(
+    "mred",
+    MRED_PARAGRAPH_SEPARATOR,
+    "strip",
     """MReD abstractive CSV (``text,summary``) -> contract clusters.
 
     The CSV converter with MReD's defaults: reviews split on ``<REVBREAK>``,
     paragraphs on ``<sep>``, the control prefix of the ``*-ctrl.csv`` files
-    (``"abstract | strength ==> "``) stripped and counted."""
-    yield from iter_csv(
-        inputs,
-        split,
-        text_column=text_column,
-        summary_columns=summary_columns,
-        id_column=id_column,
-        last_two_columns=last_two_columns,
-        document_separator=document_separator,
-        paragraph_separator=paragraph_separator,
-        control_prefix=control_prefix,
-        delimiter=delimiter,
-        options=options,
-        _format_name="mred",
-    )
+    (``"abstract | strength ==> "``) stripped and counted.""",
+)

@@ -22,15 +22,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, Dict, Iterator, Optional
 
-from .common import (
-    ConversionOptions,
-    ConversionSession,
-    Inputs,
-    Record,
-    as_paths,
-    build_clusters,
-)
-from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
+from .common import ConversionOptions, ConversionSession, Inputs, Record
+from .readers.hierencdec_files import HierEncDecColumns, add_hierencdec_column_arguments, iter_hierencdec_records
 from .registry import register_converter
 
 MRED_PARAGRAPH_MARKER = "<sep>"
@@ -61,18 +54,12 @@ def iter_mred_plus(
 
     Reviews and rebuttals split on ``<REVBREAK>`` are the documents
     (paragraphs on ``paragraph_separator``), the meta-review the summary."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "mred_plus", split, paths)
+    session = ConversionSession(options, "mred_plus", split, inputs)
+    columns = HierEncDecColumns(text_column, summary_column, id_column)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
-        return hierencdec_cluster(
-            session,
-            record,
-            text_column=text_column,
-            summary_column=summary_column,
-            id_column=id_column,
-            paragraph_separator=paragraph_separator or None,
-            document_name="review or rebuttal",
+        return columns.cluster(
+            session, record, paragraph_separator=paragraph_separator or None, document_name="review or rebuttal"
         )
 
-    yield from build_clusters(iter_hierencdec_records(paths, session), session, build)
+    yield from session.clusters(iter_hierencdec_records(session.paths, session), build)

@@ -29,7 +29,6 @@ from .common import (
     PendingCounts,
     Record,
     as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
 )
@@ -177,4 +176,4 @@ def iter_multinews(
             pending.notes["summary_dash_prefix_stripped"] += 1
         return session.finish(record, cluster_id=None, documents=documents, summary=stripped, pending=pending)
 
-    yield from build_clusters(records(), session, build)
+    yield from session.clusters(records(), build)

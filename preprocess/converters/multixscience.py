@@ -22,8 +22,6 @@ from .common import (
     Document,
     Inputs,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -57,8 +55,7 @@ def iter_multixscience(
     ``ref_abstract`` in file order (empty cited abstracts are dropped and
     counted as ``empty_cited_abstract``); summary: ``related_work``; id:
     ``aid``."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "multixscience", split, paths)
+    session = ConversionSession(options, "multixscience", split, inputs)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         paper = record.payload
@@ -79,4 +76,4 @@ def iter_multixscience(
             summary=normalize_summary(related_work),
         )
 
-    yield from build_clusters(iter_json_records(paths, session), session, build)
+    yield from session.clusters(iter_json_records(session.paths, session), build)

@@ -31,8 +31,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
     optional_field,
@@ -107,8 +105,7 @@ def iter_peersum(
         if unknown or not writers:
             raise ValueError(f"writers must be a non-empty subset of {PEERSUM_WRITERS}, got {writers}")
     wanted = set(writers) if writers is not None else None
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "peersum", split, paths)
+    session = ConversionSession(options, "peersum", split, inputs)
 
     def selected(record: Record) -> bool:
         if select_label is None:
@@ -170,5 +167,5 @@ def iter_peersum(
             pending=pending,
         )
 
-    records = (r for r in iter_json_records(paths, session) if selected(r))
-    yield from build_clusters(records, session, build)
+    records = (r for r in iter_json_records(session.paths, session) if selected(r))
+    yield from session.clusters(records, build)

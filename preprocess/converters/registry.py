@@ -8,9 +8,9 @@ A format module registers its generator with :func:`register_converter`::
     def iter_wcep(inputs, split="train", *, prepend_titles=False, ...,
                   options=ConversionOptions()):
         \"\"\"WCEP JSONL -> contract clusters.\"\"\"   # first line: the CLI help
-        paths = as_paths(inputs)
-        session = ConversionSession(options, "wcep", split, paths)
+        session = ConversionSession(options, "wcep", split, inputs)
         ...
+        yield from session.clusters(iter_json_records(session.paths, session), build)
 
 The generator takes ``inputs`` and ``split`` positionally and everything else
 as keyword-only options: its own, and ``options``, the

@@ -36,14 +36,12 @@ from .common import (
     Document,
     Inputs,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_summary,
     optional_field,
     require_field,
 )
-from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
+from .readers.hierencdec_files import HierEncDecColumns, add_hierencdec_column_arguments, iter_hierencdec_records
 from .registry import register_converter
 
 ORIGINAL_REVIEWS_KEY = "_critics"
@@ -71,21 +69,13 @@ def iter_rottentomatoes(
     ``_movie_id``); any other example is read as HierEncDec's compiled data
     (reviews split on ``<REVBREAK>``). Empty reviews are dropped and counted
     as ``empty_review``."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "rottentomatoes", split, paths)
+    session = ConversionSession(options, "rottentomatoes", split, inputs)
+    columns = HierEncDecColumns(text_column, summary_column, id_column)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         movie = record.payload
         if not (isinstance(movie, dict) and ORIGINAL_REVIEWS_KEY in movie):
-            return hierencdec_cluster(
-                session,
-                record,
-                text_column=text_column,
-                summary_column=summary_column,
-                id_column=id_column,
-                document_name="review",
-                empty_reason="empty_review",
-            )
+            return columns.cluster(session, record, document_name="review", empty_reason="empty_review")
         critics = require_field(movie, ORIGINAL_REVIEWS_KEY, dict)
         documents = []
         for key, review in critics.items():
@@ -100,4 +90,4 @@ def iter_rottentomatoes(
             summary=normalize_summary(consensus),
         )
 
-    yield from build_clusters(iter_hierencdec_records(paths, session), session, build)
+    yield from session.clusters(iter_hierencdec_records(session.paths, session), build)

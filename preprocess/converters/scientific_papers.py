@@ -41,8 +41,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -94,8 +92,7 @@ def iter_scientific_papers(
     are bad input (``section_mismatch``); a section without sentences is
     dropped and counted as ``empty_section``. Summary: ``abstract_text``
     without its ``<S>``/``</S>`` markers. Id: ``article_id``."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "scientific_papers", split, paths)
+    session = ConversionSession(options, "scientific_papers", split, inputs)
 
     def section_documents(paper: Dict[str, Any], pending: PendingCounts) -> List[Document]:
         names = string_list(require_field(paper, "section_names", list), "section_names")
@@ -130,4 +127,4 @@ def iter_scientific_papers(
             pending=pending,
         )
 
-    yield from build_clusters(iter_json_records(paths, session), session, build)
+    yield from session.clusters(iter_json_records(session.paths, session), build)

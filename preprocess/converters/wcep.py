@@ -24,8 +24,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_document,
     normalize_paragraph,
     normalize_summary,
@@ -67,8 +65,7 @@ def iter_wcep(
     ``summary``; the id is the event ``id``."""
     if max_articles is not None and max_articles < 1:
         raise ValueError("max_articles must be at least 1")
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "wcep", split, paths)
+    session = ConversionSession(options, "wcep", split, inputs)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         event = record.payload
@@ -91,4 +88,4 @@ def iter_wcep(
             record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary), pending=pending
         )
 
-    yield from build_clusters(iter_json_records(paths, session), session, build)
+    yield from session.clusters(iter_json_records(session.paths, session), build)

@@ -24,15 +24,8 @@ import argparse
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
 
-from .common import (
-    ConversionOptions,
-    ConversionSession,
-    Inputs,
-    Record,
-    as_paths,
-    build_clusters,
-)
-from .readers.hierencdec_files import add_hierencdec_column_arguments, hierencdec_cluster, iter_hierencdec_records
+from .common import ConversionOptions, ConversionSession, Inputs, Record
+from .readers.hierencdec_files import HierEncDecColumns, add_hierencdec_column_arguments, iter_hierencdec_records
 from .registry import register_converter
 
 WIKIDOMAINS = ("Film", "MeanOfTransportation", "Software", "Town")
@@ -57,21 +50,14 @@ def iter_wikidomains(
 
     Section texts split on ``<REVBREAK>`` are the documents, the lead
     section the summary; ids carry the domain of the file's folder."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "wikidomains", split, paths)
+    session = ConversionSession(options, "wikidomains", split, inputs)
+    columns = HierEncDecColumns(text_column, summary_column, id_column)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         domain = Path(record.path).resolve().parent.name
         default_id = f"{domain}-{split}-{record.index}" if domain in WIKIDOMAINS else None
-        return hierencdec_cluster(
-            session,
-            record,
-            text_column=text_column,
-            summary_column=summary_column,
-            id_column=id_column,
-            document_name="section",
-            empty_reason="empty_section",
-            default_id=default_id,
+        return columns.cluster(
+            session, record, document_name="section", empty_reason="empty_section", default_id=default_id
         )
 
-    yield from build_clusters(iter_hierencdec_records(paths, session), session, build)
+    yield from session.clusters(iter_hierencdec_records(session.paths, session), build)

@@ -40,8 +40,6 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
-    as_paths,
-    build_clusters,
     normalize_paragraph,
     normalize_summary,
     optional_field,
@@ -84,8 +82,7 @@ def iter_wikisum(
     why). Paragraph order is kept (it is the ranking). ``<q>`` sentence markers
     in the target become spaces unless ``keep_sentence_markers``. The title is
     kept as ``"title"``; ids: ``id`` when present, else ``{split}-{index}``."""
-    paths = as_paths(inputs)
-    session = ConversionSession(options, "wikisum", split, paths)
+    session = ConversionSession(options, "wikisum", split, inputs)
 
     def build(record: Record) -> Optional[Dict[str, Any]]:
         example = record.payload
@@ -117,4 +114,4 @@ def iter_wikisum(
             pending=pending,
         )
 
-    yield from build_clusters(iter_json_records(paths, session), session, build)
+    yield from session.clusters(iter_json_records(session.paths, session), build)

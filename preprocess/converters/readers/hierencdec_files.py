@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -60,34 +61,45 @@ def add_hierencdec_column_arguments(parser, text: str, summary: str, ids: str, p
     parser.add_argument("--id-column", default=None, help=f"{prefix}column of the id (default: none, ids are {ids})")
 
 
-def hierencdec_cluster(
-    session: ConversionSession,
-    record: Record,
-    *,
-    text_column: Optional[str] = None,
-    summary_column: Optional[str] = None,
-    id_column: Optional[str] = None,
-    paragraph_separator: Optional[str] = None,
-    document_name: str = "document",
-    empty_reason: str = EMPTY_DOCUMENT,
-    default_id: Optional[str] = None,
-) -> Optional[Dict[str, Any]]:
-    """The cluster of one HierEncDec example: the text split on ``<REVBREAK>``
-    (whitespace around it ignored; HierEncDec splits on ``" <REVBREAK> "`` and
-    drops empty documents, here dropped and counted as ``empty_reason``),
-    paragraphs inside a document split on ``paragraph_separator``; the summary
-    on one line. Id: ``id_column`` when given, else ``default_id``, else
-    ``{split}-{index}``."""
-    example = record.payload
-    text_key, summary_key = hierencdec_columns(example, text_column, summary_column)
-    text = require_field(example, text_key, str)
-    summary = require_field(example, summary_key, str)
-    cluster_id = require_field(example, id_column, (str, int)) if id_column else default_id
-    documents = [
-        Document(normalize_document(piece, paragraph_separator), f"{document_name} {number}", empty_reason=empty_reason)
-        for number, piece in enumerate(text.split(HIERENCDEC_SEPARATOR), start=1)
-    ]
-    return session.finish(record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary))
+@dataclass(frozen=True)
+class HierEncDecColumns:
+    """The columns a HierEncDec-format converter is given (``--text-column``,
+    ``--summary-column``, ``--id-column``; None: as ``run_summarization.py``
+    picks them, :func:`hierencdec_columns`, and no id column), and the cluster
+    of one example read with them."""
+
+    text: Optional[str] = None
+    summary: Optional[str] = None
+    id: Optional[str] = None
+
+    def cluster(
+        self,
+        session: ConversionSession,
+        record: Record,
+        *,
+        paragraph_separator: Optional[str] = None,
+        document_name: str = "document",
+        empty_reason: str = EMPTY_DOCUMENT,
+        default_id: Optional[str] = None,
+    ) -> Optional[Dict[str, Any]]:
+        """The cluster of one HierEncDec example: the text split on ``<REVBREAK>``
+        (whitespace around it ignored; HierEncDec splits on ``" <REVBREAK> "`` and
+        drops empty documents, here dropped and counted as ``empty_reason``),
+        paragraphs inside a document split on ``paragraph_separator``; the summary
+        on one line. Id: the id column when given, else ``default_id``, else
+        ``{split}-{index}``."""
+        example = record.payload
+        text_key, summary_key = hierencdec_columns(example, self.text, self.summary)
+        text = require_field(example, text_key, str)
+        summary = require_field(example, summary_key, str)
+        cluster_id = require_field(example, self.id, (str, int)) if self.id else default_id
+        documents = [
+            Document(
+                normalize_document(piece, paragraph_separator), f"{document_name} {number}", empty_reason=empty_reason
+            )
+            for number, piece in enumerate(text.split(HIERENCDEC_SEPARATOR), start=1)
+        ]
+        return session.finish(record, cluster_id=cluster_id, documents=documents, summary=normalize_summary(summary))
 
 
 def iter_hierencdec_records(
