@@ -24,7 +24,7 @@ import pytest
 
 from mdsfair.evaluation import rouge155
 from mdsfair.evaluation.conventions import CONVENTIONS, PRESET_NAMES, score_with_convention
-from mdsfair.evaluation.rouge import score_files
+from mdsfair.evaluation.file_scoring import score_files
 
 HYPOTHESES = [
     "The Senate passed the bill on Tuesday. Mr. Smith voted against it. The vote was 52 to 48.",

@@ -252,8 +252,9 @@ def test_fewsum_multiref_first_and_each_keep_every_reference(tmp_path):
 
 @needs_fewsum
 def test_mdsfair_rouge_scores_all_references_of_the_data_bin(tmp_path):
+    from mdsfair.evaluation.file_scoring import score_files
     from mdsfair.evaluation.references import split_reference_files
-    from mdsfair.evaluation.rouge import score, score_files
+    from mdsfair.evaluation.scoring import score
 
     dest = tmp_path / "bin"
     run(

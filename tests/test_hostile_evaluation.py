@@ -21,7 +21,7 @@ import unicodedata
 
 import pytest
 
-from mdsfair.evaluation import baselines, compare, rouge, significance
+from mdsfair.evaluation import baselines, compare, file_scoring, rouge, score_table, scoring, significance
 from mdsfair.evaluation.conventions import ALL_METRICS
 from mdsfair.evaluation.inputs import RougeInputError, read_lines
 from mdsfair.evaluation.outputs import write_bytes_atomic
@@ -125,7 +125,7 @@ def test_class1_two_outputs_naming_one_file_are_refused(tmp_path, capsys):
 
 
 def test_class1_a_failed_write_leaves_no_temporary_file(tmp_path):
-    result = rouge.score_files(HYP, REF, fast=True, per_cluster=True)
+    result = file_scoring.score_files(HYP, REF, fast=True, per_cluster=True)
     folder = tmp_path / "taken.csv"
     folder.mkdir()
     with pytest.raises(OSError):
@@ -213,15 +213,15 @@ def test_class3_a_data_bin_other_than_the_logs_is_refused_unless_asked_for(tmp_p
     logged = _data_bin(tmp_path, "logged", REFERENCES[:4])
     other = _data_bin(tmp_path, "other", [text.replace("cat", "dog") for text in REFERENCES[:4]])
     log = _generate_log(tmp_path, "gen.log", logged, REFERENCES[:4])
-    assert rouge.score_files(log, fast=True)["rouge-1"]["f"] == pytest.approx(1.0)
-    assert rouge.score_files(log, fast=True, data_bin=logged)["info"]["split"] == "test"
+    assert file_scoring.score_files(log, fast=True)["rouge-1"]["f"] == pytest.approx(1.0)
+    assert file_scoring.score_files(log, fast=True, data_bin=logged)["info"]["split"] == "test"
     with pytest.raises(RougeInputError, match=f"generated from data-bin {logged} .*but --data-bin is {other}"):
-        rouge.score_files(log, fast=True, data_bin=other)
+        file_scoring.score_files(log, fast=True, data_bin=other)
     error = _one_line_error(capsys, rouge.cli_main, [log, "--fast", "--data-bin", other])
     assert logged in error and other in error and "--ignore-log-data-bin" in error
     with pytest.raises(RougeInputError, match="generated from split 'test' .* but --split is 'valid'"):
-        rouge.score_files(log, fast=True, data_bin=logged, split="valid")
-    forced = rouge.score_files(log, fast=True, data_bin=other, ignore_log_data_bin=True)
+        file_scoring.score_files(log, fast=True, data_bin=logged, split="valid")
+    forced = file_scoring.score_files(log, fast=True, data_bin=other, ignore_log_data_bin=True)
     assert forced["rouge-1"]["f"] < 1.0 and forced["info"]["data_bin"] == other
 
 
@@ -250,7 +250,7 @@ def test_class3_a_log_holding_a_cluster_twice_is_refused_with_both_lines(tmp_pat
         match=rf"twice\.log:{len(lines) + 2}: cluster id 0 again "
         r"\(S-0 also at line 2\)",
     ):
-        rouge.score_files(twice, fast=True)
+        file_scoring.score_files(twice, fast=True)
     error = _one_line_error(capsys, compare.cli_main, ["--fast", "a=" + twice])
     assert "cluster id 0 again" in error
     # --nbest prints an id's H-/D- lines one after the other; the first is kept
@@ -266,10 +266,10 @@ def test_class3_a_log_holding_a_cluster_twice_is_refused_with_both_lines(tmp_pat
             f"D-{index}\t-0.9\tworse",
             f"P-{index}\t-0.9",
         ]
-    result = rouge.score_files(_write(tmp_path, "nbest.log", nbest), fast=True)
+    result = file_scoring.score_files(_write(tmp_path, "nbest.log", nbest), fast=True)
     assert result["rouge-1"]["f"] == pytest.approx(1.0)
     # a log sorted by line keeps each id's lines together
-    assert rouge.score_files(_write(tmp_path, "sorted.log", sorted(nbest)), fast=True)["rouge-1"]["f"] == 1.0
+    assert file_scoring.score_files(_write(tmp_path, "sorted.log", sorted(nbest)), fast=True)["rouge-1"]["f"] == 1.0
 
 
 def test_class3_one_cluster_gives_no_p_value_and_few_clusters_a_warning(tmp_path, capsys, caplog):
@@ -321,25 +321,25 @@ def test_class4_an_nfd_hypothesis_scores_as_its_nfc_form(fast, tmp_path, capsys)
     ref = _write(tmp_path, "ref.txt", WORDS_NFC)
     nfc = _write(tmp_path, "nfc.txt", [text.replace("gare", "ville") for text in WORDS_NFC])
     nfd = _write(tmp_path, "nfd.txt", [_nfd(text.replace("gare", "ville")) for text in WORDS_NFC])
-    expected = rouge.score_files(nfc, ref, fast=fast)
-    result = rouge.score_files(nfd, ref, fast=fast)
-    for metric in rouge.METRICS:
+    expected = file_scoring.score_files(nfc, ref, fast=fast)
+    result = file_scoring.score_files(nfd, ref, fast=fast)
+    for metric in scoring.METRICS:
         assert result[metric]["f"] == expected[metric]["f"], metric
     assert expected["info"]["nfc_normalized"] == {"hypotheses": 0, "references": 0}
     assert result["info"]["nfc_normalized"] == {"hypotheses": 2, "references": 0}
-    assert "scored in Unicode NFC: 2 hypotheses and 0 references were not" in rouge.format_table(result)
+    assert "scored in Unicode NFC: 2 hypotheses and 0 references were not" in score_table.format_table(result)
     # a paper's convention, through mdsfair-rouge and through the function validation uses
     from mdsfair.evaluation.conventions import get_convention, score_with_convention
 
     assert (
-        rouge.score_files(nfd, ref, convention="hierencdec")["rouge-1"]["f"]
-        == rouge.score_files(nfc, ref, convention="hierencdec")["rouge-1"]["f"]
+        file_scoring.score_files(nfd, ref, convention="hierencdec")["rouge-1"]["f"]
+        == file_scoring.score_files(nfc, ref, convention="hierencdec")["rouge-1"]["f"]
     )
     assert score_with_convention([_nfd(t) for t in WORDS_NFC], [[t] for t in WORDS_NFC], get_convention("hierencdec"))[
         "rouge-1"
     ]["f"] == pytest.approx(1.0)
     # the strings API and the reference side too
-    strings = rouge.score([_nfd(t) for t in WORDS_NFC], [_nfd(t) for t in WORDS_NFC], fast=True)
+    strings = scoring.score([_nfd(t) for t in WORDS_NFC], [_nfd(t) for t in WORDS_NFC], fast=True)
     assert strings["rouge-1"]["f"] == pytest.approx(1.0)
     assert strings["info"]["nfc_normalized"] == {"hypotheses": 2, "references": 2}
 
@@ -363,10 +363,10 @@ def test_class6_a_lone_carriage_return_is_a_counted_space_named_by_line(tmp_path
     lines[4] = lines[4].replace(b" ", b"\r", 1)
     path.write_bytes(b"\r\n".join(lines[:2]) + b"\n" + b"\n".join(lines[2:]) + b"\n")
     with caplog.at_level(logging.WARNING):
-        result = rouge.score_files(str(path), REF, fast=True)
+        result = file_scoring.score_files(str(path), REF, fast=True)
     assert f"{path}:2: a carriage return (CR) inside the line is read as a space (2 of the file's lines" in caplog.text
     assert result["info"]["num_hypotheses"] == 5
-    assert result["rouge-1"]["f"] == rouge.score_files(HYP, REF, fast=True)["rouge-1"]["f"]
+    assert result["rouge-1"]["f"] == file_scoring.score_files(HYP, REF, fast=True)["rouge-1"]["f"]
 
 
 def test_class6_a_confidence_is_printed_with_all_its_digits(capsys):

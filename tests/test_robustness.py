@@ -41,7 +41,8 @@ from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.checkpoints.stamping import stamp, verify
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.evaluation import compare
-from mdsfair.evaluation.rouge import RougeInputError, read_lines, score_files
+from mdsfair.evaluation.file_scoring import score_files
+from mdsfair.evaluation.inputs import RougeInputError, read_lines
 from mdsfair.evaluation.rouge import cli_main as rouge_main
 from mdsfair.hub_interface import MultiDocSummarizationHubInterface
 from tests.utils import USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin, run_python

@@ -10,15 +10,11 @@ import pytest
 from mdsfair.evaluation import rouge155
 from mdsfair.evaluation.fairseq_output import decode_sentencepiece, read_generate_output
 from mdsfair.evaluation.fast_rouge import FastRougeScorer, rouge_su, skip_bigram_unigram_counts
-from mdsfair.evaluation.rouge import (
-    METRICS,
-    RougeInputError,
-    cli_main,
-    load_hypotheses_and_references,
-    score,
-    score_files,
-    score_sentences,
-)
+from mdsfair.evaluation.file_scoring import score_files
+from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
+from mdsfair.evaluation.inputs import RougeInputError
+from mdsfair.evaluation.rouge import cli_main
+from mdsfair.evaluation.scoring import METRICS, score, score_sentences
 from mdsfair.text import split_sentences
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures", "evaluation")

@@ -35,7 +35,7 @@ def logged_rouge(built, model, criterion, batches):
 @pytest.mark.parametrize("convention", ["mdsfair-fast", None])
 def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention):
     from mdsfair.evaluation.conventions import CONVENTIONS
-    from mdsfair.evaluation.rouge import score_files
+    from mdsfair.evaluation.file_scoring import score_files
 
     if convention is None:  # a paper's rouge-score preset
         convention = next(name for name, c in sorted(CONVENTIONS.items()) if c.scorer == "rouge-score")

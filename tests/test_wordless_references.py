@@ -5,7 +5,7 @@ import logging
 
 import pytest
 
-from mdsfair.evaluation.rouge import score_files, warn_wordless_references
+from mdsfair.evaluation.file_scoring import score_files, warn_wordless_references
 
 
 def test_only_punctuation_and_symbols_count_as_wordless():

@@ -613,8 +613,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     length = length_description(args)
     print(f"wrote {len(summaries)} {args.method} summaries ({length}) to {args.output}", file=sys.stderr)
     if args.score:
-        from mdsfair.evaluation.rouge import RougeInputError, format_table, score_sentences
+        from mdsfair.evaluation.inputs import RougeInputError
         from mdsfair.evaluation.rouge155 import RougeDependencyError
+        from mdsfair.evaluation.score_table import format_table
+        from mdsfair.evaluation.scoring import score_sentences
 
         references = [[split_sentences(text) for text in reference_summaries(c)] for c in clusters]
         try:

@@ -44,21 +44,20 @@ from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
 from mdsfair.argument_types import at_least, number_between
-from mdsfair.data.manifest import ManifestError, write_json_atomic
+from mdsfair.evaluation.file_scoring import ScoringInputs, load_scoring_inputs, score_inputs
 from mdsfair.evaluation.hypotheses import same_data_bin
+from mdsfair.evaluation.inputs import RougeInputError
 from mdsfair.evaluation.outputs import check_output_paths
-from mdsfair.evaluation.rouge import (
-    RougeDependencyError,
-    RougeInputError,
-    ScoringInputs,
+from mdsfair.evaluation.score_table import MEASURE_NAMES
+from mdsfair.evaluation.scoring_command import (
+    SCORING_ERRORS,
     add_convention_argument,
     add_reference_source_arguments,
-    list_conventions,
-    load_scoring_inputs,
-    score_inputs,
+    check_convention_choice,
+    parse_scoring_arguments,
+    reference_source,
+    write_json_output,
 )
-
-MEASURE_NAMES = {"f": "F1", "r": "recall", "p": "precision"}
 
 logger = logging.getLogger(__name__)
 
@@ -260,28 +259,19 @@ def _check_arguments(parser: argparse.ArgumentParser, args) -> List:
     if args.plot and not args.plot.lower().endswith(".png"):
         parser.error(f"--plot {args.plot}: the file name must end in .png")
     if args.convention is not None:
-        from mdsfair.evaluation.conventions import get_convention
-
         try:
-            get_convention(args.convention)
+            check_convention_choice(args.convention, args.fast)
         except RougeInputError as error:
             parser.error(str(error))
-    if args.fast and args.convention not in (None, "mdsfair-fast"):
-        parser.error(
-            f"--fast is the mdsfair-fast convention; it cannot be combined with --convention {args.convention}"
-        )
     return systems
 
 
 def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-compare``; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.list_conventions:
-        print(list_conventions())
+    args = parse_scoring_arguments(parser, argv)
+    if args is None:
         return 0
-    if not logging.getLogger().handlers:
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s", stream=sys.stderr)
     systems = _check_arguments(parser, args)
     problem = check_output_paths(
         [("--json", args.json), ("--per-cluster", args.per_cluster), ("--plot", args.plot)],
@@ -323,15 +313,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             )
         inputs: "OrderedDict[str, ScoringInputs]" = OrderedDict()
         for name, path in systems:
-            inputs[name] = load_scoring_inputs(
-                path,
-                args.ref,
-                data_bin=args.data_bin,
-                split=args.split,
-                expected=args.expected,
-                target_lines=args.target_lines,
-                ignore_log_data_bin=args.ignore_log_data_bin,
-            )
+            inputs[name] = load_scoring_inputs(path, args.ref, **reference_source(args))
         counts = {name: len(item.hypotheses) for name, item in inputs.items()}
         if len(set(counts.values())) > 1:
             raise RougeInputError(f"the systems cover different numbers of clusters: {counts}")
@@ -386,7 +368,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             from mdsfair.evaluation.per_cluster import write_per_cluster
 
             write_per_cluster(args.per_cluster, results)
-    except (RougeInputError, RougeDependencyError, ManifestError, OSError) as error:
+    except SCORING_ERRORS as error:
         parser.error(str(error))
     metrics = _metrics_of(rows)
     tests = None
@@ -458,29 +440,26 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         except OSError as error:
             parser.error(f"--plot {args.plot}: {error}")
     if args.json:
-        try:
-            write_json_atomic(
-                args.json,
-                {
-                    "systems": results,
-                    "rows": rows,
-                    "tests": tests,
-                    "baseline": args.baseline,
-                    "notes": notes,
-                    "settings": {
-                        "measure": args.measure,
-                        "samples": args.samples,
-                        "seed": args.seed,
-                        "alpha": args.alpha,
-                        "correction": args.correction,
-                        "confidence": args.confidence,
-                        "convention": convention,
-                    },
+        write_json_output(
+            parser,
+            args.json,
+            {
+                "systems": results,
+                "rows": rows,
+                "tests": tests,
+                "baseline": args.baseline,
+                "notes": notes,
+                "settings": {
+                    "measure": args.measure,
+                    "samples": args.samples,
+                    "seed": args.seed,
+                    "alpha": args.alpha,
+                    "correction": args.correction,
+                    "confidence": args.confidence,
+                    "convention": convention,
                 },
-                indent=2,
-            )
-        except OSError as error:
-            parser.error(f"--json {args.json}: {error.strerror or error}")
+            },
+        )
     return 0
 
 

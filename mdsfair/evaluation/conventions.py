@@ -410,8 +410,8 @@ def score_with_convention(
         "info": {...}}`` for the preset's reported metrics, fractions in [0, 1].
     """
     if convention.scorer not in ("rouge155", "rouge-score"):
-        raise ValueError(f"{convention.name} is scored by mdsfair.evaluation.rouge.score")
-    # Unicode NFC first, as mdsfair-rouge scores every convention (see mdsfair.evaluation.rouge).
+        raise ValueError(f"{convention.name} is scored by mdsfair.evaluation.scoring.score")
+    # Unicode NFC first, as mdsfair-rouge scores every convention (see mdsfair.evaluation.scoring).
     refs = [unicodedata.normalize("NFC", text) for text in _single_references(references, convention)]
     split = _reads_lines(convention)
     hyp_lines = [

@@ -49,7 +49,7 @@ from mdsfair.text import character_kind
 
 RougeTriple = Tuple[float, float, float]  # (recall, precision, f1)
 
-#: Metric names of the result, in report order (as ``mdsfair.evaluation.rouge.METRICS``).
+#: Metric names of the result, in report order (as ``mdsfair.evaluation.scoring.METRICS``).
 METRICS = ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum", "rouge-su4")
 
 _ROUGE_SCORE_TYPES = {

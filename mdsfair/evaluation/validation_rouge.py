@@ -58,7 +58,7 @@ class ValidationRouge:
     def per_cluster_f1(self, hypotheses: Sequence[str], references: Sequence[Sequence[str]]) -> Dict[str, List[float]]:
         """Per metric of :data:`LOGGED_METRICS`, every cluster's F1 in [0, 1]."""
         if self.convention_name == "mdsfair-fast":
-            from mdsfair.evaluation.rouge import score
+            from mdsfair.evaluation.scoring import score
 
             result = score(list(hypotheses), [list(r) for r in references], fast=True, per_cluster=True)
         else:
