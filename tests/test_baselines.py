@@ -6,18 +6,17 @@ from pathlib import Path
 
 import pytest
 
-from mdsfair.evaluation.baselines import (
-    BUDGET_PRESETS,
-    ClusterFormatError,
-    cli_main,
+from mdsfair.evaluation.baselines import BUDGET_PRESETS, cli_main
+from mdsfair.evaluation.extractive_baselines import (
     cluster_sentences,
     greedy_oracle,
     lead,
     lexrank,
-    lexrank_scores,
     read_clusters,
     reference_word_budget,
 )
+from mdsfair.lexrank import lexrank_scores
+from mdsfair.raw_contract import InputFormatError
 
 CENTRAL = "The earthquake damaged buildings, roads and bridges across the city."
 
@@ -109,15 +108,15 @@ def _write_jsonl(path, records):
 def test_bad_jsonl_errors_name_file_and_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(CLUSTER) + "\n\n" + '{"id": "broken", "documents": [\n')
-    with pytest.raises(ClusterFormatError, match=r"bad\.jsonl:3: not valid JSON"):
+    with pytest.raises(InputFormatError, match=r"bad\.jsonl:3: not valid JSON"):
         read_clusters(str(bad))
     missing = tmp_path / "missing.jsonl"
     missing.write_text(json.dumps({"id": "a", "documents": ["x"]}) + "\n" + json.dumps({"id": "b"}) + "\n")
-    with pytest.raises(ClusterFormatError, match=r"missing\.jsonl:2: missing key 'documents'"):
+    with pytest.raises(InputFormatError, match=r"missing\.jsonl:2: missing key 'documents'"):
         read_clusters(str(missing))
     wrong = tmp_path / "wrong.jsonl"
     wrong.write_text(json.dumps({"id": "a", "documents": "not a list"}) + "\n")
-    with pytest.raises(ClusterFormatError, match=r"\.jsonl:1: 'documents' must be a list of strings"):
+    with pytest.raises(InputFormatError, match=r"\.jsonl:1: 'documents' must be a list of strings"):
         read_clusters(str(wrong))
 
 

@@ -291,7 +291,7 @@ def _tiny_spm(tmp_path):
 
 
 def test_summary_and_summaries_give_one_reference_list(tmp_path):
-    from mdsfair.evaluation.baselines import reference_summaries
+    from mdsfair.evaluation.extractive_baselines import reference_summaries
     from mdsfair.preprocess.structure import SentenceSplitter, parse_cluster
 
     record = {
@@ -330,7 +330,8 @@ def test_preprocess_accepts_a_byte_order_mark(tmp_path):
 
 
 def test_baseline_accepts_a_byte_order_mark(tmp_path):
-    from mdsfair.evaluation.baselines import cli_main, read_clusters
+    from mdsfair.evaluation.baselines import cli_main
+    from mdsfair.evaluation.extractive_baselines import read_clusters
 
     path = write_jsonl(tmp_path / "bom.jsonl", CLUSTERS, bom=True)
     assert [c["id"] for c in read_clusters(path)] == ["c0", "c1", "c2"]
@@ -352,13 +353,13 @@ def test_convert_strips_a_byte_order_mark(tmp_path):
 
 
 def test_errors_say_file_colon_line(tmp_path):
-    from mdsfair.evaluation.baselines import ClusterFormatError, read_clusters
+    from mdsfair.evaluation.extractive_baselines import read_clusters
     from mdsfair.preprocess.converters.common import ConversionOptions
     from mdsfair.preprocess.converters.driver import convert
     from mdsfair.raw_contract import InputFormatError as ConvertError
 
     bad = write_jsonl(tmp_path / "bad.jsonl", CLUSTERS[:1], raw_lines=[b"{oops\n"])
-    with pytest.raises(ClusterFormatError, match=rf"^{bad}:2: not valid JSON"):
+    with pytest.raises(ConvertError, match=rf"^{bad}:2: not valid JSON"):
         read_clusters(bad)
     events = tmp_path / "events.jsonl"
     events.write_bytes(json.dumps({"id": 7, "summary": "S.", "articles": [{"text": "A b."}]}).encode() + b"\n{oops\n")

@@ -8,7 +8,7 @@ import pickle
 import pytest
 
 from mdsfair import raw_contract, text
-from mdsfair.evaluation import baselines
+from mdsfair.evaluation import extractive_baselines
 from mdsfair.lexrank import lexrank_scores, tfidf_cosine_matrix
 from mdsfair.preprocess import converters, structure
 from mdsfair.preprocess.converters import common as converter_common
@@ -41,14 +41,13 @@ def write_raw(tmp_path, bad_line: bytes) -> str:
 def test_preprocess_and_baselines_refuse_a_bad_line_with_one_error_and_code(tmp_path, bad_line, code):
     path = write_raw(tmp_path, bad_line)
     errors = []
-    for read in (lambda: list(structure.read_clusters(path)), lambda: baselines.read_clusters(path)):
+    for read in (lambda: list(structure.read_clusters(path)), lambda: extractive_baselines.read_clusters(path)):
         with pytest.raises(InputFormatError) as info:
             read()
         errors.append(info.value)
     assert [(e.reason, e.path, e.line) for e in errors] == [(code, path, 2)] * 2
     assert str(errors[0]) == str(errors[1]) and str(errors[0]).startswith(f"{path}:2: ")
-    # the old names are the one type
-    assert structure.InputFormatError is baselines.ClusterFormatError is InputFormatError
+    assert structure.InputFormatError is InputFormatError
     assert code in structure.BAD_INPUT_REASONS
 
 
@@ -148,7 +147,7 @@ def test_one_lexrank_serves_the_baseline_and_the_synthetic_gap_check():
         ["The storm hit Calden. Power failed in Calden.", "The storm cut power. Cats sleep."], num_sentences=2
     ) == " ".join(sentences[i] for i in top_two)
     assert 3 not in top_two  # the unconnected sentence is least central
-    assert baselines.lexrank_scores is lexrank_scores and synthetic.lexrank_scores is lexrank_scores
+    assert extractive_baselines.lexrank_scores is lexrank_scores and synthetic.lexrank_scores is lexrank_scores
 
 
 def test_preprocessing_paragraphs_are_the_text_layers_on_cleaned_text():
