@@ -15,13 +15,13 @@ from fairseq.models.bart import BARTModel
 
 from mdsfair.checkpoints.stamping import restamp_state
 from mdsfair.evaluation.attention_analysis import (
+    cli_main as analyze_attention_main,
+)
+from mdsfair.evaluation.attention_measures import (
     AttentionRecorder,
     cross_document_std,
     self_document_attention,
     uniform_self_document_share,
-)
-from mdsfair.evaluation.attention_analysis import (
-    cli_main as analyze_attention_main,
 )
 from mdsfair.hub_interface import copy_inference_files
 from mdsfair.models.hierencdec_bart import HierEncDecBARTModel
