@@ -14,6 +14,10 @@ Ctrl-C prints one line, not a traceback, and exits with status 130:
 checkpoints (:func:`mdsfair.fairseq_patches.patch_atomic_checkpoint_writes`).
 Both run without printing the notices of :data:`THIRD_PARTY_NOTICES`, which
 fairseq 0.12.3's code raises on every run and no flag avoids.
+
+``-h`` / ``--help`` print mdsfair's short help without importing torch or fairseq
+(:mod:`mdsfair.cli_help`: the tasks, architectures and criterions, and the options of the
+chosen ones); ``--help-all`` prints the fairseq command's own help.
 """
 
 import contextlib
@@ -24,6 +28,7 @@ from typing import Callable, Iterator, List, Optional
 
 import mdsfair
 from mdsfair.argument_types import os_error_message
+from mdsfair.cli_help import asks_short_help, print_short_help, with_full_help
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
@@ -277,8 +282,13 @@ def train_main(argv: Optional[List[str]] = None) -> None:
     ``torchrun`` the distributed flags it implies are filled in
     (:func:`with_torchrun_settings`); a checkpoint that cannot be resumed
     (empty, cut, corrupted, needing pickle, another architecture or dictionary) is one
-    ``error:`` line and exit 1; Ctrl-C prints one line and exits 130."""
-    argv = with_torchrun_settings(sys.argv[1:] if argv is None else argv)
+    ``error:`` line and exit 1; Ctrl-C prints one line and exits 130. ``-h`` prints
+    mdsfair's short help, ``--help-all`` fairseq-train's (:mod:`mdsfair.cli_help`)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if asks_short_help(argv):
+        print_short_help("mdsfair-train", argv)
+        return
+    argv = with_torchrun_settings(with_full_help(argv))
     check_train_arguments(argv)
     from fairseq_cli.train import cli_main
 
@@ -364,8 +374,13 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
     mdsfair; impossible beam-search flags are refused before any model loads; a
     checkpoint it refuses (:func:`checkpoint_refusals`: empty, cut, corrupted,
     needing pickle, trained on another dictionary) is one ``error:`` line and
-    exit 1."""
+    exit 1. ``-h`` prints mdsfair's short help, ``--help-all`` fairseq-generate's
+    (:mod:`mdsfair.cli_help`)."""
     argv = sys.argv[1:] if argv is None else argv
+    if asks_short_help(argv):
+        print_short_help("mdsfair-generate", argv)
+        return
+    argv = with_full_help(argv)
     check_generation_arguments(argv)
     from fairseq_cli import generate
 

@@ -1,0 +1,488 @@
+"""``mdsfair-train -h`` and ``mdsfair-generate -h``: mdsfair's short help, printed without
+importing torch or fairseq; ``--help-all``: the fairseq command's own help.
+
+fairseq's ``--help`` cannot list what a user of mdsfair needs. ``parse_args_and_arch``
+(fairseq/options.py) parses the command line once with fairseq's generic options, then adds
+the options of the chosen ``--task``, ``--arch`` and ``--criterion`` and parses again; ``-h``
+answers at the first parse, so fairseq-train prints its generic options (several hundred
+lines) and never the task's or the model's. Building that parser also imports torch and
+fairseq, seconds of CPU time before the first line.
+
+The short help holds what the user chooses between and sets: mdsfair's tasks, architectures
+(by model) and criterions by name; the options of the task (``multidoc_summarization``
+unless ``--task`` names another), of the architecture ``--arch`` and of the criterion
+``--criterion`` names, each with the options of the fairseq class it extends (BART's,
+the Transformer's, label-smoothed cross-entropy's); and the fairseq command's common options
+(:data:`COMMON_OPTIONS`). Every option line comes from :mod:`mdsfair.cli_help_options`, a
+table that :func:`collect_options` reads from the real parsers (fairseq's, with mdsfair
+registered) and ``python -m mdsfair.cli_help --write`` writes; ``tests/test_cli_help.py``
+compares it with the parsers, so it follows every flag added or changed.
+
+``--help-all`` runs the fairseq command with ``--help``: fairseq's full list of its own options.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import textwrap
+from typing import Dict, List, Optional, Sequence, Tuple
+
+#: One option as the help shows it: ``(invocation, help)``, e.g.
+#: ``("--max-source-positions N", "max number of tokens in the source sequence (default: 1024)")``.
+OptionRow = Tuple[str, str]
+
+#: The flag that prints the fairseq command's own help (fairseq's ``--help``).
+FULL_HELP = "--help-all"
+
+#: The fairseq command behind each mdsfair command, and the parser its options come from.
+FAIRSEQ_COMMAND = {"mdsfair-train": "fairseq-train", "mdsfair-generate": "fairseq-generate"}
+
+#: The fairseq options of each command that its short help lists (their lines are read from
+#: fairseq's parser, :func:`collect_options`): what a run of the command usually sets.
+COMMON_OPTIONS = {
+    "mdsfair-train": (
+        "--arch",
+        "--max-tokens",
+        "--batch-size",
+        "--update-freq",
+        "--lr",
+        "--max-epoch",
+        "--max-update",
+        "--save-dir",
+        "--restore-file",
+        "--keep-last-epochs",
+        "--patience",
+        "--seed",
+        "--cpu",
+        "--fp16",
+        "--num-workers",
+    ),
+    "mdsfair-generate": (
+        "--path",
+        "--gen-subset",
+        "--beam",
+        "--nbest",
+        "--lenpen",
+        "--max-len-a",
+        "--max-len-b",
+        "--min-len",
+        "--no-repeat-ngram-size",
+        "--prefix-size",
+        "--max-tokens",
+        "--batch-size",
+        "--results-path",
+        "--post-process",
+        "--cpu",
+        "--fp16",
+    ),
+}
+
+#: The registries whose mdsfair entries the help lists: kind -> the flag that chooses one.
+KINDS = {"task": "--task", "model": "--arch", "criterion": "--criterion"}
+
+#: The task whose options ``-h`` lists when the command line names none.
+DEFAULT_TASK = "multidoc_summarization"
+
+#: Column of the help texts, and the width of the help, as argparse lays them out.
+HELP_POSITION = 24
+
+
+def asks_short_help(argv: Sequence[str]) -> bool:
+    """Whether the command line asks for help (``-h`` / ``--help``), not for the full
+    fairseq help (:data:`FULL_HELP`)."""
+    return any(arg in ("-h", "--help") for arg in argv) and FULL_HELP not in argv
+
+
+def with_full_help(argv: Sequence[str]) -> List[str]:
+    """``argv`` with :data:`FULL_HELP` as fairseq's ``--help``: the fairseq command then
+    prints its own help, every option of its parser."""
+    return ["--help" if arg == FULL_HELP else arg for arg in argv]
+
+
+def given(argv: Sequence[str], *flags: str) -> Optional[str]:
+    """The value of the last ``FLAG VALUE`` / ``FLAG=VALUE`` of ``flags`` in ``argv``."""
+    value = None
+    for index, arg in enumerate(argv):
+        for flag in flags:
+            if arg == flag and index + 1 < len(argv):
+                value = argv[index + 1]
+            elif arg.startswith(flag + "="):
+                value = arg.split("=", 1)[1]
+    return value
+
+
+# ---------------------------------------------------------------- the short help
+
+
+def width() -> int:
+    """The help's width: the terminal's less 2 columns, as argparse takes it."""
+    return max(shutil.get_terminal_size().columns - 2, 60)
+
+
+def option_lines(rows: Sequence[OptionRow], columns: int) -> List[str]:
+    """The rows laid out as argparse lays out options: the invocation indented by 2, the
+    help from column :data:`HELP_POSITION` (on the next line when the invocation is longer)."""
+    lines = []
+    for invocation, help_text in rows:
+        wrapped = textwrap.wrap(help_text, max(columns - HELP_POSITION, 20), break_on_hyphens=False) or [""]
+        if len(invocation) + 2 <= HELP_POSITION - 2:
+            lines.append(f"  {invocation:<{HELP_POSITION - 4}}  {wrapped[0]}".rstrip())
+            wrapped = wrapped[1:]
+        else:
+            lines.append(f"  {invocation}")
+        lines += [" " * HELP_POSITION + line for line in wrapped]
+    return lines
+
+
+def paragraph(text: str, columns: int, indent: str = "") -> List[str]:
+    return textwrap.wrap(text, columns, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False)
+
+
+def flags_of(row: OptionRow) -> List[str]:
+    """The option strings of a row (``-a``, ``--arch``); a positional's name."""
+    return [part.split()[0] for part in row[0].split(", ")]
+
+
+def options_section(tables, kind: str, name: str, what: str, columns: int) -> List[str]:
+    """The options of ``what`` (``--task NAME``, ...): mdsfair's entry ``name`` of
+    ``kind``, then those of the fairseq class it extends that it does not list itself."""
+    base, rows = tables.MDSFAIR[kind][name]
+    lines = [f"options of {what}:"] + option_lines(rows, columns)
+    if base is not None:
+        own = {flag for row in rows for flag in flags_of(row)}
+        inherited = [row for row in tables.FAIRSEQ[kind][base] if not own & set(flags_of(row))]
+        lines += ["", f"options of {what} from fairseq's {base}:"] + option_lines(inherited, columns)
+    return lines
+
+
+def architecture_section(tables, arch: str, columns: int) -> List[str]:
+    """The options of ``--arch ARCH``: its model's (and the fairseq model's it extends), or
+    those of a fairseq model that mdsfair's extend, or a line saying the help has none."""
+    for model, archs in tables.ARCHITECTURES.items():
+        if arch in archs:
+            return options_section(tables, "model", model, f"--arch {arch} (model {model})", columns)
+    for model, archs in tables.FAIRSEQ_ARCHITECTURES.items():
+        if arch in archs:
+            rows = tables.FAIRSEQ["model"][model]
+            return [f"options of --arch {arch} (fairseq's model {model}):"] + option_lines(rows, columns)
+    return paragraph(
+        f"--arch {arch}: not an architecture of mdsfair nor of the fairseq models they extend; "
+        "fairseq's help lists no model options, see the documentation of the package that registers it.",
+        columns,
+    )
+
+
+def registered_section(tables, prog: str, kind: str, name: str, columns: int) -> List[str]:
+    """The options of ``--task NAME`` / ``--criterion NAME``, or a line saying the help has none."""
+    flag = KINDS[kind]
+    if name in tables.MDSFAIR[kind]:
+        return options_section(tables, kind, name, f"{flag} {name}", columns)
+    return paragraph(f"{flag} {name}: not one of mdsfair's; {prog} {FULL_HELP} prints fairseq's help.", columns)
+
+
+def names_section(tables, prog: str, columns: int) -> List[str]:
+    """mdsfair's tasks, architectures (by model) and, for training, criterions."""
+    lines = paragraph("mdsfair's tasks (--task): " + ", ".join(tables.MDSFAIR["task"]), columns)
+    if prog == "mdsfair-train":
+        lines += ["mdsfair's architectures (--arch), by model:"]
+        for model, archs in tables.ARCHITECTURES.items():
+            lines += paragraph(f"{model}: " + ", ".join(archs), columns, indent="  ")
+        lines += paragraph("mdsfair's criterions (--criterion): " + ", ".join(tables.MDSFAIR["criterion"]), columns)
+    return lines
+
+
+USAGE = {
+    "mdsfair-train": "usage: mdsfair-train DATA --task TASK --arch ARCH [--criterion CRITERION] [options]",
+    "mdsfair-generate": "usage: mdsfair-generate DATA --task TASK --path CHECKPOINT [options]",
+}
+
+DESCRIPTION = {
+    "mdsfair-train": (
+        "fairseq-train with mdsfair's tasks, models and criterions registered (--user-dir: the installed "
+        "mdsfair). DATA is a data-bin written by mdsfair-preprocess. Every fairseq-train option is accepted; "
+        "this help lists mdsfair's and the common ones (docs/training.md)."
+    ),
+    "mdsfair-generate": (
+        "fairseq-generate with mdsfair's tasks and models registered (--user-dir: the installed mdsfair). "
+        "DATA is the data-bin, --path the checkpoint, which holds the model's options. Every fairseq-generate "
+        "option is accepted; this help lists the task's and the common ones (docs/training.md)."
+    ),
+}
+
+
+def short_help(prog: str, argv: Sequence[str], columns: Optional[int] = None) -> str:
+    """The short help of ``prog`` (``mdsfair-train`` or ``mdsfair-generate``) for the
+    command line ``argv``: its ``--task``, ``--arch`` and ``--criterion`` choose the option
+    sections (``--arch`` and ``--criterion`` for ``mdsfair-train`` only, as the checkpoint
+    chooses the model of a generation). Reads :mod:`mdsfair.cli_help_options` only."""
+    from mdsfair import cli_help_options as tables
+
+    columns = columns or width()
+    fairseq_command = FAIRSEQ_COMMAND[prog]
+    lines = [USAGE[prog], ""] + paragraph(DESCRIPTION[prog], columns) + [""]
+    lines += names_section(tables, prog, columns) + [""]
+    lines += registered_section(tables, prog, "task", given(argv, "--task") or DEFAULT_TASK, columns) + [""]
+    more = [("-h --task TASK", "the options of another task")]
+    if prog == "mdsfair-train":
+        arch = given(argv, "--arch", "-a")
+        if arch is not None:
+            lines += architecture_section(tables, arch, columns) + [""]
+        criterion = given(argv, "--criterion")
+        if criterion is not None:
+            lines += registered_section(tables, prog, "criterion", criterion, columns) + [""]
+        more += [
+            ("-h --arch ARCH", "an architecture's options: its model's, and those of the fairseq model it extends"),
+            ("-h --criterion CRITERION", "a criterion's options"),
+        ]
+    lines += [f"common {fairseq_command} options:"] + option_lines(tables.COMMON[prog], columns) + [""]
+    more += [
+        (FULL_HELP, f"{fairseq_command}'s own help: every option of its parser (imports torch and fairseq)"),
+    ]
+    lines += ["more help:"] + option_lines([(f"{prog} {flags}", text) for flags, text in more], columns)
+    return "\n".join(lines) + "\n"
+
+
+def print_short_help(prog: str, argv: Sequence[str]) -> None:
+    sys.stdout.write(short_help(prog, argv))
+
+
+# ---------------------------------------------------------------- the table, from the parsers
+
+
+def help_text(action: argparse.Action) -> str:
+    """An option's help as argparse prints it (``%(default)s`` and the like filled in, the
+    white space joined), with ``(default: VALUE)`` appended where the help does not say its
+    default and the default is a number or a word (not ``None``, a switch's ``False``, or
+    one of fairseq's ``${...}`` references to another option)."""
+    text = action.help or ""
+    if text == argparse.SUPPRESS:
+        return ""
+    if "%" in text:
+        params = {key: value for key, value in vars(action).items() if value is not argparse.SUPPRESS}
+        for key, value in params.items():
+            if hasattr(value, "__name__"):
+                params[key] = value.__name__
+        if params.get("choices") is not None:
+            params["choices"] = ", ".join(str(choice) for choice in params["choices"])
+        try:
+            text = text % params
+        except (KeyError, TypeError, ValueError):  # a help never formatted by argparse (a model's)
+            pass
+    text = " ".join(text.split())
+    default = action.default
+    shown = isinstance(default, (int, float, str)) and not isinstance(default, bool) and default != ""
+    if shown and not (isinstance(default, str) and default.startswith("${")) and "default" not in text.lower():
+        text = (text + " " if text else "") + f"(default: {default})"
+    return text
+
+
+def invocation(action: argparse.Action) -> str:
+    """``-a ARCH, --arch`` style: the option strings, then the value it takes (its metavar;
+    its choices when there are at most 8; else its name in capitals), as argparse shows
+    them; a positional's name."""
+    if action.metavar is not None:
+        metavar = action.metavar if isinstance(action.metavar, str) else " ".join(action.metavar)
+    elif action.choices is not None and len(action.choices) <= 8:
+        metavar = "{" + ",".join(str(choice) for choice in action.choices) + "}"
+    else:
+        metavar = action.dest.upper()
+    if not action.option_strings:
+        return action.metavar or action.dest
+    if action.nargs == 0:
+        return ", ".join(action.option_strings)
+    if action.nargs in ("+", "*"):
+        metavar = f"{metavar} [{metavar} ...]"
+    elif action.nargs == "?":
+        metavar = f"[{metavar}]"
+    return ", ".join(action.option_strings) + " " + metavar
+
+
+def option_rows(parser: argparse.ArgumentParser) -> Tuple[OptionRow, ...]:
+    """Every option of ``parser`` (``-h`` left out, hidden ones too), in its order."""
+    return tuple(
+        (invocation(action), help_text(action))
+        for action in parser._actions
+        if not isinstance(action, argparse._HelpAction) and action.help != argparse.SUPPRESS
+    )
+
+
+def rows_of(cls) -> Tuple[OptionRow, ...]:
+    """The options ``cls.add_args`` adds (a task's, model's or criterion's, as fairseq adds them)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    cls.add_args(parser)
+    return option_rows(parser)
+
+
+def fairseq_base(cls, registry: Dict[str, type]) -> Optional[str]:
+    """The registered name of the nearest fairseq class among ``cls``'s bases."""
+    for ancestor in cls.__mro__[1:]:
+        if ancestor.__module__.startswith("fairseq."):
+            for name, registered in registry.items():
+                if registered is ancestor:
+                    return name
+    return None
+
+
+def collect_options() -> dict:
+    """The tables of :mod:`mdsfair.cli_help_options`, read from fairseq's parsers with
+    mdsfair registered (imports torch and fairseq): mdsfair's tasks, models and criterions
+    (``MDSFAIR``: kind -> name -> (the fairseq class it extends, by its registered name, or
+    None; its options the fairseq class lacks or describes otherwise)), the options of
+    those fairseq classes (``FAIRSEQ``), mdsfair's architectures by model
+    (``ARCHITECTURES``), the architectures of the fairseq models mdsfair's extend
+    (``FAIRSEQ_ARCHITECTURES``) and the :data:`COMMON_OPTIONS` of each command (``COMMON``)."""
+    import fairseq
+    from fairseq import options
+    from fairseq.criterions import CRITERION_REGISTRY
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY, MODEL_REGISTRY
+    from fairseq.tasks import TASK_REGISTRY
+
+    import mdsfair
+
+    mdsfair.register()
+    registries = {"task": TASK_REGISTRY, "model": MODEL_REGISTRY, "criterion": CRITERION_REGISTRY}
+    mdsfair_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
+    fairseq_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
+    for kind, registry in registries.items():
+        for name in sorted(registry):
+            cls = registry[name]
+            if not cls.__module__.startswith("mdsfair."):
+                continue
+            base = fairseq_base(cls, registry)
+            rows = rows_of(cls)
+            if base is not None:
+                fairseq_tables[kind].setdefault(base, rows_of(registry[base]))
+                rows = tuple(row for row in rows if row not in fairseq_tables[kind][base])
+            mdsfair_tables[kind][name] = (base, rows)
+    model_names = {id(cls): name for name, cls in MODEL_REGISTRY.items()}
+    architectures: Dict[str, List[str]] = {}
+    fairseq_architectures: Dict[str, List[str]] = {}
+    for arch in sorted(ARCH_MODEL_REGISTRY):
+        model = model_names[id(ARCH_MODEL_REGISTRY[arch])]
+        if ARCH_CONFIG_REGISTRY[arch].__module__.startswith("mdsfair."):
+            architectures.setdefault(model, []).append(arch)
+        elif model in fairseq_tables["model"]:
+            fairseq_architectures.setdefault(model, []).append(arch)
+    saved_argv = sys.argv
+    sys.argv = [saved_argv[0]]  # fairseq's get_parser reads --user-dir from sys.argv
+    try:
+        parsers = {"mdsfair-train": options.get_training_parser(), "mdsfair-generate": options.get_generation_parser()}
+    finally:
+        sys.argv = saved_argv
+    common = {}
+    for prog, flags in COMMON_OPTIONS.items():
+        rows = {flag: row for row in option_rows(parsers[prog]) for flag in flags_of(row)}
+        missing = [flag for flag in flags if flag not in rows]
+        if missing:
+            raise ValueError(f"mdsfair/cli_help.py: COMMON_OPTIONS[{prog!r}] names {missing}, not options of fairseq")
+        common[prog] = tuple(rows[flag] for flag in flags)
+    return {
+        "FAIRSEQ_VERSION": fairseq.__version__,
+        "MDSFAIR": mdsfair_tables,
+        "FAIRSEQ": fairseq_tables,
+        "ARCHITECTURES": {model: tuple(architectures[model]) for model in sorted(architectures)},
+        "FAIRSEQ_ARCHITECTURES": {
+            model: tuple(fairseq_architectures[model]) for model in sorted(fairseq_architectures)
+        },
+        "COMMON": common,
+    }
+
+
+def stored_options() -> dict:
+    """The tables of :mod:`mdsfair.cli_help_options`, as :func:`collect_options` returns them."""
+    from mdsfair import cli_help_options as tables
+
+    return {name: getattr(tables, name) for name in TABLE_COMMENTS}
+
+
+#: The tables of :mod:`mdsfair.cli_help_options`, each with the comment written above it.
+TABLE_COMMENTS = {
+    "FAIRSEQ_VERSION": "the fairseq whose parsers the tables were read from",
+    "MDSFAIR": (
+        "kind (task, model, criterion) -> mdsfair's name -> (the fairseq class it extends, by its "
+        "registered name, or None; its options, (invocation, help), that the fairseq class lacks or "
+        "describes otherwise)"
+    ),
+    "FAIRSEQ": "kind -> the registered name of a fairseq class mdsfair's extend -> its options",
+    "ARCHITECTURES": "mdsfair's model -> its architectures",
+    "FAIRSEQ_ARCHITECTURES": "fairseq's model that mdsfair's extend -> its architectures",
+    "COMMON": "command -> the fairseq options its short help lists (mdsfair.cli_help.COMMON_OPTIONS)",
+}
+
+LINE_LENGTH = 120  # ruff.toml's
+
+
+def literal(value, indent: int = 0, lead: int = 0) -> str:
+    """``value`` (a dict, tuple, list, str, int or None) as Python source laid out as
+    ``ruff format`` lays it out, for a line indented by ``indent`` on which ``lead``
+    characters precede it: a string in double quotes (single where they need fewer escapes); a
+    tuple of strings on one line when it fits; every other container one item a line, with
+    a trailing comma."""
+    pad = " " * indent
+    if isinstance(value, str):
+        if value.count('"') > value.count("'"):  # the quote that needs fewer escapes
+            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return json.dumps(value, ensure_ascii=False)
+    if value is None or isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = []
+        for key, item in value.items():
+            key_text = literal(key)
+            items.append(f"{pad}    {key_text}: {literal(item, indent + 4, len(key_text) + 2)},")
+        return "{\n" + "\n".join(items) + f"\n{pad}}}"
+    items = list(value)
+    if not items:
+        return "()"
+    if all(isinstance(item, str) for item in items):
+        one_line = "(" + ", ".join(literal(item) for item in items) + ("," if len(items) == 1 else "") + ")"
+        if indent + lead + len(one_line) + 1 <= LINE_LENGTH:
+            return one_line
+    return "(\n" + "\n".join(f"{pad}    {literal(item, indent + 4)}," for item in items) + f"\n{pad})"
+
+
+def module_source(tables: dict) -> str:
+    """The source of :mod:`mdsfair.cli_help_options` holding ``tables``."""
+    parts = [
+        '"""The options that ``mdsfair-train -h`` and ``mdsfair-generate -h`` print '
+        "(:mod:`mdsfair.cli_help`),\nread from fairseq's parsers with mdsfair registered, so that "
+        "the help needs neither torch nor fairseq.\n\nWritten by ``python -m mdsfair.cli_help --write``; "
+        '``tests/test_cli_help.py`` checks it against the parsers.\n"""\n'
+    ]
+    for name, comment in TABLE_COMMENTS.items():
+        parts.append(f"#: {comment}\n{name} = {literal(tables[name], 0, len(name) + 3)}\n")
+    return "\n".join(parts)
+
+
+OPTIONS_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_help_options.py")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m mdsfair.cli_help",
+        description="Read the options of mdsfair's short help from fairseq's parsers (imports torch and fairseq).",
+    )
+    parser.add_argument(
+        "--write", action="store_true", help=f"rewrite {OPTIONS_MODULE} (default: say whether it is current)"
+    )
+    options = parser.parse_args(argv)
+    source = module_source(collect_options())
+    current = False
+    if os.path.exists(OPTIONS_MODULE):
+        with open(OPTIONS_MODULE, encoding="utf-8") as handle:
+            current = handle.read() == source
+    if options.write and not current:
+        with open(OPTIONS_MODULE, "w", encoding="utf-8") as handle:
+            handle.write(source)
+        print(f"rewrote {OPTIONS_MODULE}")
+        return 0
+    print(f"{OPTIONS_MODULE} is {'current' if current else 'out of date: run python -m mdsfair.cli_help --write'}")
+    return 0 if current else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
