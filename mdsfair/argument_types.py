@@ -69,6 +69,14 @@ def check_config_sizes(cfg, names) -> None:
             raise UsageError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
 
 
+def check_choice(what: str, value, choices) -> None:
+    """Refuse a ``value`` outside ``choices`` where code, not the parser,
+    hands a module a flag's value: ``ValueError`` ``"WHAT must be one of
+    CHOICES, got VALUE"``."""
+    if value not in choices:
+        raise ValueError(f"{what} must be one of {choices}, got {value!r}")
+
+
 def os_errors_in_one_line(prog: str):
     """Decorate a command's ``cli_main``: an ``OSError`` it lets through (an
     input that is not there, an output folder it may not write, a read-only

@@ -39,13 +39,13 @@ from mdsfair.modules.sentence_approximator import (
     approximator_parameter_names,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
+from mdsfair.modules.sentence_selection import kept_token_bounds
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
     SENTENCE_SELECTIONS,
     SentenceContext,
     SparseCrossAttention,
-    kept_token_bounds,
 )
 
 logger = logging.getLogger(__name__)

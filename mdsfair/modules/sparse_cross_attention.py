@@ -26,10 +26,10 @@ Two paths compute the same attention:
   unselected sentences' tokens are set to -inf before the softmax;
 * gathered (incremental generation with ``approx``/``random`` selection):
   the selected sentences' encoder states are gathered back to back
-  (:func:`kept_token_layout`), with the key and value projections folded
-  into the query and the output: O(r * N2) per step instead of O(N) (N2:
-  mean sentence length), unless the masked path is cheaper
-  (:meth:`SparseCrossAttention.gathering_pays`).
+  (:func:`~mdsfair.modules.sentence_selection.kept_token_layout`), with the
+  key and value projections folded into the query and the output:
+  O(r * N2) per step instead of O(N) (N2: mean sentence length), unless the
+  masked path is cheaper (:meth:`SparseCrossAttention.gathering_pays`).
 
 In incremental generation the word keys/values and the sentence keys are
 kept once per source example, never expanded or reordered per beam
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.argument_types import check_choice
 from mdsfair.modules.heads import split_heads
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
@@ -54,6 +55,13 @@ from mdsfair.modules.sentence_approximator import (
     sentence_attention_log_scores,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_saliency
+from mdsfair.modules.sentence_selection import (
+    KeptTokens,
+    average_over_hypotheses,
+    kept_token_layout,
+    select_top_r_sentences,
+    selection_mask_from_indices,
+)
 
 SENTENCE_SELECTIONS = ("ideal", "approx", "random", "mix")
 GENERATION_PATHS = ("auto", "gather", "mask")
@@ -68,7 +76,8 @@ class SentenceContext(NamedTuple):
     model-free approximator); ``rows``: the source of every decoder row
     (``B'`` rows, e.g. ``B * beam`` hypotheses, possibly reordered and
     compacted by beam search); ``kept_token_bounds``: a host tensor, see
-    :func:`kept_token_bounds` (None: each step sizes its layout exactly).
+    :func:`~mdsfair.modules.sentence_selection.kept_token_bounds` (None:
+    each step sizes its layout exactly).
     """
 
     src_sent_ids: Tensor
@@ -98,97 +107,6 @@ class SentenceAttention(NamedTuple):
     token_attention: Optional[Tensor] = None
 
 
-def select_top_r_sentences(scores: Tensor, sentence_mask: Tensor, top_r: int) -> Tuple[Tensor, Tensor]:
-    """Eq. 6: the ``top_r`` highest-scoring real sentences per query.
-
-    ``scores [B, T, S]`` (averaged over heads), ``sentence_mask [B, S]``
-    True for real sentences -> ``indices [B, T, k]`` and ``valid [B, T, k]``
-    (``k = min(top_r, S)``; False where an example has fewer than ``k``
-    sentences)."""
-    if top_r < 1:
-        raise ValueError(f"top_r must be >= 1, got {top_r}")
-    bsz, tgt_len, num_slots = scores.shape
-    k = min(top_r, num_slots)
-    masked = scores.float().masked_fill(~sentence_mask[:, None, :], float("-inf"))
-    _, indices = masked.topk(k, dim=-1)
-    valid = sentence_mask.gather(1, indices.view(bsz, -1)).view(bsz, tgt_len, k)
-    return indices, valid
-
-
-def selection_mask_from_indices(indices: Tensor, valid: Tensor, num_slots: int) -> Tensor:
-    """``[B, T, k]`` sentence indices -> ``[B, T, S]`` bool mask."""
-    mask = torch.zeros(*indices.shape[:2], num_slots, dtype=torch.bool, device=indices.device)
-    return mask.scatter(2, indices, valid)
-
-
-class KeptTokens(NamedTuple):
-    """The tokens of every row's selected sentences, back to back.
-
-    ``positions [B', T, n]``: source positions; ``valid [B', T, n]``: False
-    at the padding after a row's last kept token; ``flat_rows [B', T, n]``:
-    the rows of the ``[N * B, C]`` view of the ``[N, B, C]`` encoder output
-    (``position * B + source``). ``n`` is the most tokens any row keeps
-    (not ``r`` times the longest sentence), or a bound of it known on the
-    host (:func:`kept_token_bounds`)."""
-
-    positions: Tensor
-    valid: Tensor
-    flat_rows: Tensor
-
-
-def kept_token_bounds(sentence_lengths: Tensor) -> Tensor:
-    """``[S]`` on the host: entry ``k - 1`` is the most tokens that ``k``
-    sentences of any source hold (its ``k`` longest), from
-    ``sentence_lengths [B, S]``. Read once per generation (one host-device
-    synchronization), it sizes every step's kept-token layout on a GPU
-    without reading the step's selection back (:func:`kept_token_layout`)."""
-    longest_first = sentence_lengths.sort(dim=1, descending=True).values
-    return longest_first.cumsum(dim=1).amax(dim=0).clamp(min=1).cpu()
-
-
-def kept_token_layout(indices: Tensor, valid: Tensor, context: SentenceContext) -> KeptTokens:
-    """The kept tokens of ``indices [B', T, k]`` (the selected sentences,
-    ``valid`` False for a source with fewer than ``k``), vectorized: slot
-    ``p`` of a row belongs to the selected sentence whose running token
-    count first exceeds ``p`` (one ``searchsorted``).
-
-    ``n`` is the most tokens any row keeps at this step, read from the
-    device; with ``context.kept_token_bounds`` (set by the encoder in
-    evaluation) it is the most tokens any ``k`` sentences of the sources
-    hold, known on the host: the extra slots are padding (``valid``
-    False), and no step waits for the device to size its layout."""
-    rows, layout = context.rows, context.layout
-    num_sources, num_slots, max_length = layout.token_index.shape
-    bsz, tgt_len, k = indices.shape
-    sentence_rows = (rows.source_index.view(-1, 1, 1) * num_slots + indices).view(-1, k)  # [B'T, k]
-    lengths = layout.lengths.view(-1).index_select(0, sentence_rows.view(-1)).view(-1, k) * valid.view(-1, k)
-    ends = lengths.cumsum(dim=1)
-    if context.kept_token_bounds is not None:
-        num_kept = int(context.kept_token_bounds[min(k, context.kept_token_bounds.numel()) - 1])
-    else:
-        num_kept = max(int(ends[:, -1].max()), 1)
-    slots = torch.arange(num_kept, device=indices.device).expand(ends.size(0), num_kept).contiguous()
-    which = torch.searchsorted(ends, slots, right=True)  # [B'T, n]: the selected sentence of every slot
-    kept_valid = which < k
-    which = which.clamp(max=k - 1)
-    offset = (slots - (ends - lengths).gather(1, which)).clamp(max=max_length - 1)
-    flat_token = sentence_rows.gather(1, which) * max_length + offset
-    positions = layout.token_index.view(-1).index_select(0, flat_token.view(-1)).view(bsz, tgt_len, num_kept)
-    flat_rows = positions * num_sources + rows.source_index.view(-1, 1, 1)
-    return KeptTokens(positions, kept_valid.view(bsz, tgt_len, num_kept), flat_rows)
-
-
-def average_over_hypotheses(scores: Tensor, rows: HypothesisRows) -> Tensor:
-    """Mean of ``scores [B', ...]`` over the rows of the same source example
-    (the authors' selection shared across beams), broadcast back to ``B'``."""
-    if rows.is_identity:
-        return scores
-    totals = scores.new_zeros(rows.num_sources, *scores.shape[1:]).index_add_(0, rows.source_index, scores)
-    counts = torch.bincount(rows.source_index, minlength=rows.num_sources).clamp(min=1).to(scores.dtype)
-    shape = (-1,) + (1,) * (scores.dim() - 1)
-    return (totals / counts.view(shape)).index_select(0, rows.source_index)
-
-
 class SparseCrossAttention(MultiheadAttention):
     """Encoder-decoder attention over the top-r sentences (Eq. 3, 6), with the
     sentence-level approximator (Eq. 7-10 or App. D) of its decoder layer.
@@ -213,12 +131,9 @@ class SparseCrossAttention(MultiheadAttention):
         generation_path: str = "auto",
     ):
         super().__init__(embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, encoder_decoder_attention=True)
-        if selection not in SENTENCE_SELECTIONS:
-            raise ValueError(f"sentence selection must be one of {SENTENCE_SELECTIONS}, got {selection!r}")
-        if generation_path not in GENERATION_PATHS:
-            raise ValueError(f"generation path must be one of {GENERATION_PATHS}, got {generation_path!r}")
-        if approximator not in APPROXIMATORS:
-            raise ValueError(f"approximator must be one of {APPROXIMATORS}, got {approximator!r}")
+        check_choice("sentence selection", selection, SENTENCE_SELECTIONS)
+        check_choice("generation path", generation_path, GENERATION_PATHS)
+        check_choice("approximator", approximator, APPROXIMATORS)
         if selection == "mix" and not mix_decay_updates:
             raise ValueError(
                 "--sentence-selection mix needs --mix-decay-updates (the paper: the number of updates in one epoch)"
@@ -356,9 +271,10 @@ class SparseCrossAttention(MultiheadAttention):
         raw = model_free_sentence_scores(queries, sentence_keys, sentence_mask, rows.matmul)
         return model_free_log_probabilities(raw, sentence_mask), raw.mean(dim=1)
 
-    def _selection_scores(self, selection: str, exact, approx_scores, sentence_mask, rows, tgt_len) -> Tensor:
-        """``[B, T, S]`` scores averaged over heads (App. A.4); ``approx_scores``
-        come averaged from :meth:`_approximate`."""
+    def _select_sentences(self, selection: str, exact, approx_scores, sentence_mask, rows, tgt_len):
+        """Eq. 6's top-r (:func:`select_top_r_sentences`) by ``[B', T, S]``
+        scores averaged over heads (App. A.4; ``approx_scores`` come averaged
+        from :meth:`_approximate`)."""
         if selection == "ideal":
             scores = exact.mean(dim=1)
         elif selection == "approx":
@@ -368,7 +284,7 @@ class SparseCrossAttention(MultiheadAttention):
             scores = torch.rand(bsz, tgt_len, num_slots, device=sentence_mask.device)
         if self.share_selection_across_beams:
             scores = average_over_hypotheses(scores, rows)
-        return scores
+        return select_top_r_sentences(scores, sentence_mask, self.top_r)
 
     # ------------------------------------------------------------ forward
 
@@ -419,17 +335,15 @@ class SparseCrossAttention(MultiheadAttention):
 
         selected = None
         if sparse_step:
-            scores = self._selection_scores(selection, None, approx_scores, sentence_mask, rows, tgt_len)
-            selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
-            kept = kept_token_layout(*selected, sentence_context)
+            selected = self._select_sentences(selection, None, approx_scores, sentence_mask, rows, tgt_len)
+            kept = kept_token_layout(*selected, rows, sentence_context.layout, sentence_context.kept_token_bounds)
             if self.gathering_pays(kept, key.size(0)):
                 return self._gathered_attention(
                     queries, key, selected, kept, approx_log, sentence_mask, need_weights, weight_heads
                 )
+            keys, values = self._source_keys_values(key, incremental_state)  # a sparse step that masks
 
         # the masked path (Eq. 3 as a mask on the full attention)
-        if keys is None:  # a sparse step that masks
-            keys, values = self._source_keys_values(key, incremental_state)
         logits = rows.matmul(queries, keys.transpose(-1, -2)).float()
         if key_padding_mask is not None:
             padding = rows.lookup(key_padding_mask.to(torch.bool))
@@ -444,8 +358,7 @@ class SparseCrossAttention(MultiheadAttention):
         probs = full_probs
         if selection is not None:
             if selected is None:
-                scores = self._selection_scores(selection, exact, approx_scores, sentence_mask, rows, tgt_len)
-                selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
+                selected = self._select_sentences(selection, exact, approx_scores, sentence_mask, rows, tgt_len)
             indices, valid = selected
             selection_mask = selection_mask_from_indices(indices, valid, num_slots)
             token_sentence = src_sent_ids.clamp(min=0).unsqueeze(1).expand(-1, tgt_len, -1)

@@ -47,7 +47,8 @@ from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
 from mdsfair.modules.sentence_approximator import elu_feature_map, model_free_log_probabilities
 from mdsfair.modules.sentence_saliency import SentenceLayout
-from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention, selection_mask_from_indices
+from mdsfair.modules.sentence_selection import selection_mask_from_indices
+from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 
 #: the incremental-state entry that holds the row tables every layer of a decoder shares
 ROW_TABLES_KEY = "sparse_generation_step.row_tables"
