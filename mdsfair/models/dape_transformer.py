@@ -34,7 +34,7 @@ import logging
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from mdsfair.models.component_model import ComponentEncoder, build_components, encoder_decoder_forward
+from mdsfair.models.component_model import ComponentEncoder, SideInputForward, build_components
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import choose
@@ -84,7 +84,7 @@ DAPE_COMPONENTS = {"encoder_self_attention": "dependency", "encoder_positions": 
 
 
 @register_model("dape_transformer")
-class DapeTransformerModel(MultiDocHubModel, TransformerModel):
+class DapeTransformerModel(MultiDocHubModel, SideInputForward, TransformerModel):
     """Transformer with document-aware positional encoding and linguistic-guided
     encoding (Ma et al., 2022). Train on ``--task multidoc_summarization``
     with a data-bin preprocessed with ``--side-data dep_head dep_rel``."""
@@ -122,32 +122,6 @@ class DapeTransformerModel(MultiDocHubModel, TransformerModel):
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):
         return ComponentEncoder(cfg, src_dict, embed_tokens, build_components(cfg))
-
-    def forward(
-        self,
-        src_tokens,
-        src_lengths,
-        prev_output_tokens,
-        return_all_hiddens: bool = True,
-        features_only: bool = False,
-        alignment_layer=None,
-        alignment_heads=None,
-        **side_inputs,
-    ):
-        """fairseq's Transformer forward; ``side_inputs``: ``src_doc_ids``,
-        ``src_dep_head``, ``src_dep_rel``, ``src_dep_word`` (``[B, T]``, ``-1`` at
-        padding) as the encoder's components declare them (:meth:`side_inputs`)."""
-        return encoder_decoder_forward(
-            self,
-            src_tokens,
-            src_lengths,
-            prev_output_tokens,
-            side_inputs,
-            features_only,
-            return_all_hiddens=return_all_hiddens,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-        )
 
 
 @register_model_architecture("dape_transformer", "dape_transformer")

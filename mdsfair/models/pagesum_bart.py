@@ -47,7 +47,7 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from torch import Tensor
 
 from mdsfair.argument_types import at_least
-from mdsfair.models.component_model import encoder_decoder_forward
+from mdsfair.models.component_model import SideInputForward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
@@ -314,7 +314,7 @@ class PageSumDecoder(TransformerDecoderBase):
 
 
 @register_model("pagesum_bart")
-class PageSumBARTModel(MultiDocHubModel, BARTModel):
+class PageSumBARTModel(MultiDocHubModel, SideInputForward, BARTModel):
     """PageSum on BART (Liu et al. 2022); see the module docstring."""
 
     #: torch.hub entry point (hubconf.py) of this family
@@ -450,38 +450,6 @@ class PageSumBARTModel(MultiDocHubModel, BARTModel):
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
         return PageSumDecoder(
             cfg, tgt_dict, embed_tokens, global_decoding=cfg.global_decoding, no_encoder_attn=cfg.no_cross_attention
-        )
-
-    def forward(
-        self,
-        src_tokens,
-        src_lengths,
-        prev_output_tokens,
-        src_doc_ids: Optional[Tensor] = None,
-        src_para_ids: Optional[Tensor] = None,
-        src_sent_ids: Optional[Tensor] = None,
-        features_only: bool = False,
-        classification_head_name: Optional[str] = None,
-        token_embeddings: Optional[Tensor] = None,
-        return_all_hiddens: bool = True,
-        alignment_layer: Optional[int] = None,
-        alignment_heads: Optional[int] = None,
-    ):
-        if classification_head_name is not None:
-            raise ValueError("PageSum is a summarizer; BART classification heads are not supported")
-        side_inputs = {"src_doc_ids": src_doc_ids, "src_para_ids": src_para_ids, "src_sent_ids": src_sent_ids}
-        return encoder_decoder_forward(
-            self,
-            src_tokens,
-            src_lengths,
-            prev_output_tokens,
-            side_inputs,
-            features_only,
-            None,
-            token_embeddings,
-            return_all_hiddens,
-            alignment_layer,
-            alignment_heads,
         )
 
     def set_beam_size(self, beam):
