@@ -22,7 +22,7 @@ from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
-from mdsfair.argument_types import check_config_sizes
+from mdsfair.argument_types import UsageError, check_config_sizes
 from mdsfair.checkpoints import fingerprints
 from mdsfair.checkpoints.record import RECORD_KEY, make_record
 from mdsfair.data.indexed import NumpyMMapDataset
@@ -38,6 +38,13 @@ from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
 from mdsfair.generation.settings_checks import prefix_within_summaries
+from mdsfair.tasks.checkpoint_limits import (
+    CHECKPOINT,
+    describe_input_limits,
+    option_defaults,
+    resolve_input_limits,
+    with_data_bin_layout,
+)
 from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
 from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
@@ -242,18 +249,28 @@ def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_
     )
 
 
-def resolve_source_layout(explicit: Optional[str], recorded: Optional[Dict], data_dir: str) -> str:
-    """The task's source layout: ``--source-layout`` when given, else the
-    data-bin's record (``mdsfair-preprocess --source-layout``), else
-    ``documents``. A given layout that contradicts the recorded one is
-    refused: the data-bin was prepared for the other (and a PRIMERA model
-    decoded without ``<doc-sep>``, or the reverse, gives wrong summaries
-    without an error)."""
+def resolve_source_layout(
+    explicit: Optional[str], recorded: Optional[Dict], data_dir: str, from_checkpoint: bool = False
+) -> str:
+    """The task's source layout: ``--source-layout`` when given (or, in
+    generation, the checkpoint's: ``from_checkpoint``), else the data-bin's
+    record (``mdsfair-preprocess --source-layout``), else ``documents``. A
+    layout that contradicts the recorded one is refused: the data-bin was
+    prepared for the other (and a PRIMERA model decoded without
+    ``<doc-sep>``, or the reverse, gives wrong summaries without an error)."""
     recorded_name = (recorded or {}).get("name")
+    manifest = os.path.join(os.path.abspath(data_dir), MANIFEST_NAME)
+    if explicit is not None and recorded_name is not None and str(explicit) != recorded_name and from_checkpoint:
+        raise UsageError(
+            f"the checkpoint was trained with --source-layout {explicit}, which contradicts the layout "
+            f"{recorded_name!r} that {manifest} records (mdsfair-preprocess --source-layout {recorded_name}): "
+            f"generate on a data-bin preprocessed as the training data was, or give --source-layout {recorded_name} "
+            "to decode with the data-bin's layout anyway"
+        )
     if explicit is not None and recorded_name is not None and str(explicit) != recorded_name:
         raise ValueError(
             f"--source-layout {explicit} contradicts the layout {recorded_name!r} that "
-            f"{os.path.join(os.path.abspath(data_dir), MANIFEST_NAME)} records (mdsfair-preprocess --source-layout "
+            f"{manifest} records (mdsfair-preprocess --source-layout "
             f"{recorded_name}): drop --source-layout to use the data-bin's, or preprocess the data into another "
             f"--destdir with --source-layout {explicit}"
         )
@@ -401,7 +418,32 @@ class MultiDocSummarizationTask(FairseqTask):
             document_separator=separator,
         )
 
-    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
+    def take_checkpoint_input_limits(self, checkpoint_cfg, split: str) -> None:
+        """Generation's input limits (:mod:`mdsfair.tasks.checkpoint_limits`):
+        a limit given on the command line wins, every other takes the value of
+        the checkpoint's task configuration ``checkpoint_cfg``. The task's
+        configuration then holds them, so its truncation, ``max_positions``
+        (which fairseq-generate resolves against the model's positions: a
+        source past those is refused with the limit to give, as before) and
+        messages follow; one INFO line lists them and where each came from."""
+        limits = resolve_input_limits(self.cfg, checkpoint_cfg, option_defaults(MultiDocSummarizationConfig))
+        for name, limit in limits.items():
+            setattr(self.cfg, name, limit.value)
+        layout = limits["source_layout"]
+        self.source_layout = resolve_source_layout(
+            layout.value, self.recorded_layout, self.data_dir, from_checkpoint=layout.origin == CHECKPOINT
+        )
+        logger.info(
+            describe_input_limits(with_data_bin_layout(limits, self.source_layout, self.recorded_layout), split)
+        )
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, task_cfg=None, **kwargs):
+        """The split ``split`` of the epoch's data-bin folder. ``task_cfg`` is
+        the checkpoint's task configuration, which fairseq-generate and
+        fairseq-validate hand over (:meth:`take_checkpoint_input_limits`);
+        training and its validation give none."""
+        if task_cfg is not None:
+            self.take_checkpoint_input_limits(task_cfg, split)
         shard = self.shards[(epoch - 1) % len(self.shards)]
         data_dir = shard.folder
         require_listed_split(data_dir, split, shard.manifest)  # files of splits the manifest does not list are stale
