@@ -5,9 +5,12 @@ One panel per metric; a row per system (the user's systems filled, published
 rows hollow); a horizontal bar is the ``--ci`` interval; the baseline's
 score is a dotted line; a system significantly different from the baseline
 (approximate randomization, after the chosen correction, at ``--alpha``) has
-a star and its p-value beside it. matplotlib is imported here only, with
-the Agg backend, so ``mdsfair-compare`` without ``--plot`` stays light.
-The picture is drawn in memory and written whole
+a star and its p-value beside it. The mark stands at the row's height, right
+of the interval's upper end; the rows keep half a row of room above the top
+one and below the bottom one, and each panel's x range is widened until its
+marks end inside the frame, so no mark crosses an axis line. matplotlib is
+imported here only, with the Agg backend, so ``mdsfair-compare`` without
+``--plot`` stays light. The picture is drawn in memory and written whole
 (:func:`mdsfair.evaluation.outputs.write_bytes_atomic`).
 """
 
@@ -16,9 +19,11 @@ from typing import Dict, Optional, Sequence
 
 from mdsfair.evaluation.outputs import write_bytes_atomic
 
+# the gap between an interval's upper end (or the score) and its mark, in points
+MARK_OFFSET_POINTS = 4
 
-def plot_comparison(
-    path: str,
+
+def draw_comparison(
     rows: Sequence[Dict],
     metrics: Sequence[str],
     titles: Dict[str, str],
@@ -27,9 +32,10 @@ def plot_comparison(
     tests: Optional[Dict[str, Dict[str, Dict[str, float]]]] = None,
     alpha: float = 0.05,
     caption: str = "",
-) -> None:
-    """Draw ``rows`` (dicts with ``name``, ``published``, ``scores``
-    {metric: fraction}, optional ``ci`` {metric: (low, high)}) into ``path``."""
+):
+    """The comparison's figure (a ``matplotlib.figure.Figure``, not yet saved) of
+    ``rows`` (dicts with ``name``, ``published``, ``scores`` {metric: fraction},
+    optional ``ci`` {metric: (low, high)})."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,9 +73,11 @@ def plot_comparison(
                 p = test["p_randomization_adjusted"]
                 axis.annotate(
                     f"{'*' if p < alpha else ''} p={p:.3f}",
-                    (value, y),
-                    xytext=(6, 5),
+                    (max(value, 100 * ci[1]) if ci is not None else value, y),
+                    xytext=(MARK_OFFSET_POINTS, 0),
                     textcoords="offset points",
+                    ha="left",
+                    va="center",
                     fontsize=7,
                     color="black" if p < alpha else "dimgray",
                 )
@@ -79,13 +87,60 @@ def plot_comparison(
         axis.set_xlabel(f"{measure_name} x 100")
         axis.grid(axis="x", alpha=0.3)
         axis.margins(x=0.25)
+    axes[0][0].set_ylim(-0.6, count - 0.4)
     axes[0][0].set_yticks(positions)
     axes[0][0].set_yticklabels(
         [row["name"] + (" (published)" if row.get("published") else "") for row in rows], fontsize=8
     )
     if caption:
         figure.text(0.01, 0.005, caption, fontsize=7, ha="left", va="bottom", wrap=True)
-    figure.tight_layout(rect=(0, 0.06 if caption else 0, 1, 1))
+    layout = (0, 0.06 if caption else 0, 1, 1)
+    figure.tight_layout(rect=layout)
+    for axis in axes[0]:
+        widen_to_hold_marks(axis)
+    figure.tight_layout(rect=layout)
+    return figure
+
+
+def widen_to_hold_marks(axis) -> None:
+    """Move the panel's right limit so that every mark (a text placed a fixed
+    number of points right of its anchor) ends inside the frame. A mark of
+    width ``w`` pixels anchored at ``x`` ends inside a frame ``W`` pixels wide
+    over ``[x0, x1]`` when ``(x - x0) W / (x1 - x0) + offset + w <= W``, that is
+    ``x1 >= x0 + (x - x0) W / (W - offset - w)``; the widest need sets ``x1``."""
+    marks = axis.texts
+    if not marks:
+        return
+    renderer = axis.figure.canvas.get_renderer()
+    frame = axis.get_window_extent(renderer)
+    left, right = axis.get_xlim()
+    points_to_pixels = renderer.points_to_pixels(1.0)
+    needed = right
+    for mark in marks:
+        room = frame.width - MARK_OFFSET_POINTS * points_to_pixels - mark.get_window_extent(renderer).width
+        if room <= 0:
+            continue  # wider than the panel itself: no limit holds it
+        anchor = mark.xy[0]
+        # a little more than the bound, so that rounding to pixels keeps the mark clear of the frame
+        needed = max(needed, left + (anchor - left) * frame.width / room * 1.02)
+    axis.set_xlim(left, needed)
+
+
+def plot_comparison(
+    path: str,
+    rows: Sequence[Dict],
+    metrics: Sequence[str],
+    titles: Dict[str, str],
+    measure_name: str,
+    baseline: Optional[str] = None,
+    tests: Optional[Dict[str, Dict[str, Dict[str, float]]]] = None,
+    alpha: float = 0.05,
+    caption: str = "",
+) -> None:
+    """Draw ``rows`` (see :func:`draw_comparison`) into the PNG file ``path``."""
+    figure = draw_comparison(rows, metrics, titles, measure_name, baseline, tests, alpha, caption)
+    import matplotlib.pyplot as plt
+
     picture = io.BytesIO()
     figure.savefig(picture, format="png", dpi=110)
     plt.close(figure)
