@@ -46,6 +46,23 @@ SYSTEMS = {
 }
 
 
+def training_argv(config: dict, max_source_positions: int) -> list:
+    """``fairseq-train``'s arguments for ``config["arch"]`` on the data-bin
+    ``config["data"]``, mdsfair as ``--user-dir``: the system's task and
+    criterion (:data:`SYSTEMS`; another arch takes the Hierarchical
+    Transformer's) and ``--max-source-positions``."""
+    return [
+        config["data"],
+        "--user-dir",
+        os.path.join(REPO_ROOT, "mdsfair"),
+        "--arch",
+        config["arch"],
+        *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
+        "--max-source-positions",
+        str(max_source_positions),
+    ]
+
+
 def make_data(work_dir: str) -> str:
     """Synthetic clusters of about 2,000-2,400 source tokens (12 documents),
     with the dependency arcs DAPE reads."""
@@ -72,17 +89,7 @@ def measure(config: dict) -> dict:
 
     mdsfair.register()  # fairseq's --user-dir skips a package that is already imported
     torch.set_num_threads(config["threads"])
-    argv = [
-        config["data"],
-        "--user-dir",
-        os.path.join(REPO_ROOT, "mdsfair"),
-        "--arch",
-        config["arch"],
-        *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
-        "--max-source-positions",
-        str(config["source_tokens"]),
-        *config["flags"],
-    ]
+    argv = [*training_argv(config, config["source_tokens"]), *config["flags"]]
     args = options.parse_args_and_arch(options.get_training_parser(), argv)
     utils.set_torch_seed(1)
     task = tasks.setup_task(args)

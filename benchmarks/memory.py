@@ -60,7 +60,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness, results
-from benchmarks.activation_checkpointing import SYSTEMS, measure
+from benchmarks.activation_checkpointing import measure, training_argv
 from benchmarks.measure import in_fresh_process, spread
 
 #: Each system at base and large dimensions (DAPE's paper model is a base
@@ -140,17 +140,7 @@ def count_parameters(config: dict) -> dict:
     import mdsfair
 
     mdsfair.register()
-    argv = [
-        config["data"],
-        "--user-dir",
-        os.path.join(REPO_ROOT, "mdsfair"),
-        "--arch",
-        config["arch"],
-        *SYSTEMS.get(config["arch"], SYSTEMS["hiertransformer"]),
-        "--max-source-positions",
-        "1024",
-    ]
-    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    args = options.parse_args_and_arch(options.get_training_parser(), training_argv(config, 1024))
     task = tasks.setup_task(args)
     dictionary = task.source_dictionary
     for index in range(len(dictionary), config["vocabulary"]):
