@@ -49,7 +49,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
@@ -233,6 +233,26 @@ def run_in_fresh_process(config: Dict) -> Dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def measured_run(
+    args: argparse.Namespace, splits: List[Dict], destdir: str, spm_model: str, extra_args: Sequence[str] = ()
+) -> Dict:
+    """One measured ``mdsfair-preprocess`` of ``splits`` into ``destdir`` in a fresh process, with
+    this run's ``--workers``, ``--chunk-size`` and ``--side-data`` and ``extra_args``; the
+    data-bin is removed afterwards."""
+    config = {
+        "splits": splits,
+        "destdir": destdir,
+        "spm_model": spm_model,
+        "workers": args.workers,
+        "chunk_size": args.chunk_size,
+        "side_data": args.side_data,
+        "extra_args": list(extra_args),
+    }
+    result = run_in_fresh_process(config)
+    shutil.rmtree(destdir, ignore_errors=True)
+    return result
+
+
 # ----------------------------------------------------------------- profile
 
 
@@ -368,17 +388,7 @@ def compare_with_stock(args: argparse.Namespace, splits: List[Dict], spm_model: 
     destdir = os.path.join(work_dir, "bin-baseline")
     for _ in range(args.repeats):
         for name, extra in variants.items():
-            config = {
-                "splits": chosen,
-                "destdir": destdir,
-                "spm_model": spm_model,
-                "workers": args.workers,
-                "chunk_size": args.chunk_size,
-                "side_data": args.side_data,
-                "extra_args": extra,
-            }
-            runs[name].append(run_in_fresh_process(config))
-            shutil.rmtree(destdir, ignore_errors=True)
+            runs[name].append(measured_run(args, chosen, destdir, spm_model, extra))
     figures = {}
     for name in variants:
         print(f"\nbaseline comparison, {name}:", end="")
@@ -498,21 +508,7 @@ def main(argv=None):
             chosen = corpus_of_size(splits, size)
             words = sum(s["words"] for s in chosen)
             destdir = os.path.join(work_dir, f"bin-{size}")
-            results = []
-            for _ in range(args.repeats):
-                results.append(
-                    run_in_fresh_process(
-                        {
-                            "splits": chosen,
-                            "destdir": destdir,
-                            "spm_model": spm_model,
-                            "workers": args.workers,
-                            "chunk_size": args.chunk_size,
-                            "side_data": args.side_data,
-                        }
-                    )
-                )
-                shutil.rmtree(destdir, ignore_errors=True)
+            results = [measured_run(args, chosen, destdir, spm_model) for _ in range(args.repeats)]
             label = "plain" if not args.side_data else "--side-data " + " ".join(args.side_data)
             rows.add(print_result(words, results, args.side_data, label)["row"])
         if args.baseline_words:
