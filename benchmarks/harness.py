@@ -112,6 +112,12 @@ def add_device(parser: argparse.ArgumentParser, default: str = "cpu") -> None:
     parser.add_argument("--device", default=default, choices=["cpu", "cuda"], help="device to measure on")
 
 
+def add_dims(parser: argparse.ArgumentParser, default: str, meaning: str) -> None:
+    """``--dims``: the model size by name, one of :data:`DIMS`; ``meaning``
+    says what it sizes."""
+    parser.add_argument("--dims", default=default, choices=sorted(DIMS), help=meaning)
+
+
 def add_dtype(parser: argparse.ArgumentParser, meaning: str = "parameter and activation dtype") -> None:
     parser.add_argument("--dtype", default="fp32", choices=sorted(DTYPES), help=meaning)
 

@@ -86,27 +86,40 @@ def encoder_step(encoder, system, tokens, document_ids, inference: bool, autocas
     loss.backward()
 
 
-def measure(config: dict) -> dict:
-    """Seconds of every timed step and peak memory of one (system, documents) configuration."""
-    device = config["device"]
+def prepared_encoder_step(config: dict, max_positions: int, make_source, autocast_dtype):
+    """One encoder step (:func:`encoder_step`) of ``config["system"]``, ready to
+    run: the seed set to 0 and ``config["threads"]`` threads, the encoder built
+    at ``config["dims"]`` for ``max_positions`` source tokens on
+    ``config["device"]`` (training mode unless ``config["inference"]``), then
+    the batch ``make_source(dictionary)`` returns (tokens, ``src_doc_ids``),
+    then the gradients allocated. Returns the step and the batch's tokens."""
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
     encoder, dictionary = build_encoder(
-        config["system"], config["dims"], config["length"], config["vocab_size"], device
+        config["system"], config["dims"], max_positions, config["vocab_size"], config["device"]
     )
     encoder.train(not config["inference"])
-    tokens, document_ids = synthetic_source(
-        dictionary, config["batch_size"], config["length"], config["documents"], device
-    )
-    dtype = harness.autocast_dtype(config["dtype"])
+    tokens, document_ids = make_source(dictionary)
     allocate_gradients(encoder)
 
     def step():
-        encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], dtype)
+        encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], autocast_dtype)
 
+    return step, tokens
+
+
+def measure(config: dict) -> dict:
+    """Seconds of every timed step and peak memory of one (system, documents) configuration."""
+
+    def source(dictionary):
+        return synthetic_source(
+            dictionary, config["batch_size"], config["length"], config["documents"], config["device"]
+        )
+
+    step, _ = prepared_encoder_step(config, config["length"], source, harness.autocast_dtype(config["dtype"]))
     return timed_steps(
         step,
-        device,
+        config["device"],
         config["steps"],
         config["profile"],
         f"one encoder step, {config['system']}, {config['documents']} documents",
@@ -117,11 +130,8 @@ def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
     harness.add_dtype(parser, "autocast dtype")
-    parser.add_argument(
-        "--dims",
-        default="small",
-        choices=sorted(DIMS),
-        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)",
+    harness.add_dims(
+        parser, "small", "encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)"
     )
     harness.add_threads(parser)
     parser.add_argument("--length", type=int, default=4096, help="source tokens per example (paper: 4,096)")

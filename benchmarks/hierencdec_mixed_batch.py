@@ -34,8 +34,8 @@ from benchmarks import (
     results,
 )
 from benchmarks.harness import DIMS
-from benchmarks.hierencdec import build_encoder, encoder_step
-from benchmarks.measure import allocate_gradients, in_fresh_process, peak_memory_and_median_time
+from benchmarks.hierencdec import prepared_encoder_step
+from benchmarks.measure import in_fresh_process, peak_memory_and_median_time
 
 SYSTEMS = ("blocked", "dense-masked")
 
@@ -73,33 +73,22 @@ def mixed_batch(dictionary, short_documents: int, short_length, long_length: int
 
 def measure(config: dict) -> dict:
     """Peak memory (MiB) of one encoder step of ``config["system"]`` on the mixed batch."""
-    device = config["device"]
-    torch.manual_seed(0)
-    torch.set_num_threads(config["threads"])
-    encoder, dictionary = build_encoder(
-        config["system"], config["dims"], config["max_positions"], config["vocab_size"], device
-    )
-    encoder.train(not config["inference"])
-    tokens, document_ids = mixed_batch(
-        dictionary, config["short_documents"], config["short_length"], config["long_length"], device
-    )
-    allocate_gradients(encoder)
 
-    def step():
-        encoder_step(encoder, config["system"], tokens, document_ids, config["inference"], None)
+    def source(dictionary):
+        return mixed_batch(
+            dictionary, config["short_documents"], config["short_length"], config["long_length"], config["device"]
+        )
 
-    measured = peak_memory_and_median_time(step, device, repeats=0)
+    step, tokens = prepared_encoder_step(config, config["max_positions"], source, None)
+    measured = peak_memory_and_median_time(step, config["device"], repeats=0)
     return {"peak_mib": measured["peak_mib"], "source_tokens": tokens.size(1)}
 
 
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
-    parser.add_argument(
-        "--dims",
-        default="small",
-        choices=sorted(DIMS),
-        help="encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)",
+    harness.add_dims(
+        parser, "small", "encoder size: 'small' (2 layers, d 256, 4 heads; CPU default) or 'base' (bart_base)"
     )
     harness.add_threads(parser)
     parser.add_argument("--short-documents", type=int, default=250, help="documents of the short-document cluster")

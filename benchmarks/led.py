@@ -161,12 +161,7 @@ def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
     harness.add_dtype(parser)
-    parser.add_argument(
-        "--dims",
-        default="base",
-        choices=sorted(DIMS),
-        help="encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)",
-    )
+    harness.add_dims(parser, "base", "encoder dimensions of every system (base = BART-base: 6 layers, d 768, 12 heads)")
     parser.add_argument("--lengths", default="2048,4096,8192,16384", help="source lengths in tokens (comma list)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help=f"systems to measure (comma list of {SYSTEMS})")
     parser.add_argument(

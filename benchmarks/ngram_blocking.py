@@ -223,11 +223,8 @@ def main(argv=None):
     parser.add_argument("--batches", type=int, nargs="+", default=[1, 16], help="sources per batch")
     parser.add_argument("--steps", type=int, default=200, help="decoding steps S (min = max length)")
     parser.add_argument("--n", type=int, default=3, help="--no-repeat-ngram-size")
-    parser.add_argument(
-        "--dims",
-        default="small",
-        choices=sorted(DIMS),
-        help="generation model: 'small' (2+2 layers, d 256, 4 heads) or 'base' (transformer base sizes)",
+    harness.add_dims(
+        parser, "small", "generation model: 'small' (2+2 layers, d 256, 4 heads) or 'base' (transformer base sizes)"
     )
     parser.add_argument("--vocab-size", type=int, default=50265, help="dictionary size (BART's: 50,265)")
     parser.add_argument(
