@@ -11,9 +11,10 @@ paragraphs, so gradients are per-paragraph averages.
 from dataclasses import dataclass
 
 import torch.nn.functional as F
-from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import FairseqDataclass
+
+from mdsfair.criterions.logged_means import log_means_per_sample
 
 
 @dataclass
@@ -45,11 +46,7 @@ class ParagraphRankingCriterion(FairseqCriterion):
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
-        loss = sum(log.get("loss", 0) for log in logging_outputs)
-        excess = sum(log.get("excess_loss", 0) for log in logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        metrics.log_scalar("loss", loss / max(sample_size, 1), sample_size, round=4)
-        metrics.log_scalar("excess_loss", excess / max(sample_size, 1), sample_size, round=4)
+        log_means_per_sample(logging_outputs, ("loss", "excess_loss"))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:

@@ -50,7 +50,6 @@ from typing import List, Optional
 
 import torch
 import torch.nn.functional as F
-from fairseq import metrics
 from fairseq.criterions import register_criterion
 from fairseq.criterions.label_smoothed_cross_entropy import (
     LabelSmoothedCrossEntropyCriterion,
@@ -58,6 +57,8 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 )
 from fairseq.dataclass import ChoiceEnum
 from torch import Tensor
+
+from mdsfair.criterions.logged_means import log_means_per_sample
 
 TRAINING_PHASES = ("decoder", "approximator", "kl-only")
 KL_REDUCTIONS = ("mean-over-sentences", "sum-over-sentences")
@@ -248,11 +249,7 @@ class SparseKLCriterion(LabelSmoothedCrossEntropyCriterion):
     @classmethod
     def reduce_metrics(cls, logging_outputs) -> None:
         super().reduce_metrics(logging_outputs)
-        sample_size = sum(log.get("sample_size", 0) for log in logging_outputs)
-        kl_sum = sum(log.get("kl_loss", 0) for log in logging_outputs)
-        entropy_sum = sum(log.get("sentence_entropy", 0) for log in logging_outputs)
-        metrics.log_scalar("kl_loss", kl_sum / max(sample_size, 1), sample_size, round=4)
-        metrics.log_scalar("sentence_entropy", entropy_sum / max(sample_size, 1), sample_size, round=4)
+        log_means_per_sample(logging_outputs, ("kl_loss", "sentence_entropy"))
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
