@@ -47,8 +47,12 @@ setup(
     # scipy: the significance tests are checked against scipy.stats (tests/test_significance.py)
     # docs: the documentation site (mkdocs.yml); tests/test_docs_site.py builds it with --strict
     # ruff: the formatter and linter (ruff.toml) that tests/test_lint.py runs in the fast tier
+    # hub: huggingface_hub, for the importers given a Hugging Face model id instead of a folder
+    # (mdsfair.importers.hf_hub imports it then, and says how to install it when it is absent);
+    # tests/test_hf_hub_names.py resolves ids through it
     extras_require={
-        "test": ["pytest", "transformers", "safetensors", "scipy", "ruff==0.17.6"],
+        "test": ["pytest", "transformers", "safetensors", "scipy", "ruff==0.17.6", "huggingface_hub>=0.24"],
+        "hub": ["huggingface_hub>=0.24"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
     },
     package_data={"mdsfair.evaluation": ["published_results.csv"]},

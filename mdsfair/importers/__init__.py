@@ -2,7 +2,7 @@
 
 One console command per direction, the source kind first::
 
-    mdsfair-import hf-bart HF_DIR OUT_DIR            # Hugging Face BART model directory
+    mdsfair-import hf-bart HF_DIR OUT_DIR            # Hugging Face BART model directory or model id
     mdsfair-import pagesum STATE_DICT HF_CONFIG OUT_DIR --preset multinews
     mdsfair-import hiersumm CKPT SPM_MODEL OUT_DIR    # the Hierarchical Transformer's release
     mdsfair-export hf-bart CKPT DICT OUT_DIR         # a plain bart_* checkpoint -> Hugging Face

@@ -16,15 +16,16 @@ from typing import Dict, List, Optional
 
 IMPORT_KINDS: Dict[str, str] = {
     "hf-bart": "Hugging Face BART model directory (config.json, model.safetensors or pytorch_model.bin, "
-    "vocab.json, merges.txt) -> fairseq BART model.pt + dict.txt, encoder.json, vocab.bpe",
-    "pagesum": "PageSum's released PageSumModel state dict (yixinL7/PageSum) + its BART config "
+    "vocab.json, merges.txt) or model id (facebook/bart-large) -> fairseq BART model.pt + dict.txt, encoder.json, "
+    "vocab.bpe",
+    "pagesum": "PageSum's released PageSumModel state dict (yixinL7/PageSum) + its BART config (or model id) "
     "-> a pagesum_bart checkpoint with the authors' page settings",
     "hiersumm": "hiersumm's released OpenNMT-style checkpoint (nlpyang/hiersumm) + its SentencePiece "
     "model -> a hiertransformer_hiersumm checkpoint, dictionary and data-bin manifest",
     "bart-to-led": "a fairseq BART checkpoint -> an led_* checkpoint as LED was made (encoder positions copied to "
     "--max-source-positions, global q/k/v = local q/k/v), for fairseq-train --restore-file",
-    "hf-led": "Hugging Face LED / PRIMERA model directory -> an led checkpoint (led_*, primera) + dict.txt, "
-    "encoder.json, vocab.bpe",
+    "hf-led": "Hugging Face LED / PRIMERA model directory or model id (allenai/PRIMERA-multinews) -> an led "
+    "checkpoint (led_*, primera) + dict.txt, encoder.json, vocab.bpe",
 }
 
 EXPORT_KINDS: Dict[str, str] = {

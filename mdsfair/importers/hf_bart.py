@@ -13,6 +13,12 @@ sharded or not; ``vocab.json`` and ``merges.txt``) and writes
   ``mdsfair-preprocess --subword gpt2``, built so that the ids it writes are
   the Hugging Face tokenizer's.
 
+``HF_DIR`` (and ``--tokenizer-dir``) may also name a model on the Hugging
+Face Hub, ``ORG/NAME`` or ``ORG/NAME@REVISION`` (``facebook/bart-large-cnn``):
+:mod:`mdsfair.importers.hf_hub` fetches the files above into the Hugging Face
+cache, or finds them there offline, and ``OUT_DIR/mdsfair.json`` records the
+id and commit.
+
 The vocabulary. fairseq's BART ``dict.txt`` lists GPT-2 BPE ids as symbols
 after its four specials ``<s> <pad> </s> <unk>`` (indices 0-3); Hugging Face
 re-indexed ``vocab.json`` so that a token's id *is* that fairseq index. The
@@ -95,6 +101,7 @@ from mdsfair.importers.hf_export import (
     tokenizer_config,
     write_hf_directory,
 )
+from mdsfair.importers.hf_hub import ModelSource, found_where, resolve_model_source
 
 # -------------------------------------------------------------- architecture
 
@@ -230,11 +237,23 @@ def prepare_out_dir(out_dir: str, names: Iterable[str], overwrite: bool) -> None
         raise ImportRefused(f"{out_dir}: {', '.join(existing)} already there; pass --overwrite to replace")
 
 
+def source_record(kind: str, model: ModelSource, tokenizer: ModelSource, weights: str) -> Dict:
+    """The import's ``imported_from``: the model folder and weight file, and
+    the Hub id and commit of a model (and of a separate tokenizer) named by
+    its id."""
+    record = {"kind": kind, "path": os.path.abspath(model.path), "weights": weights, **model.record()}
+    if tokenizer is not model and tokenizer.record():
+        record["tokenizer"] = tokenizer.record()
+    return record
+
+
 def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_dir: Optional[str] = None) -> Dict:
-    """Convert a Hugging Face BART directory; returns a summary (the commands
-    that follow included)."""
-    if not os.path.isdir(hf_dir):
-        raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
+    """Convert a Hugging Face BART model (a folder, or a Hub model id
+    ``ORG/NAME[@REVISION]``: :mod:`mdsfair.importers.hf_hub`); returns a
+    summary (the commands that follow included)."""
+    model = resolve_model_source(hf_dir)
+    tokenizer = resolve_model_source(tokenizer_dir, weights=False) if tokenizer_dir else model
+    hf_dir = model.path
     config_path = os.path.join(hf_dir, "config.json")
     config = read_json(config_path, "the model configuration", dict)
     shape = bart_shape(config, config_path)
@@ -242,7 +261,7 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     check_encoder_decoder_weights(shape.sizes, state, weights_path)  # every size of config.json, before writing
     fairseq_state = fairseq_state_from_hf(state, shape, weights_path)
     num_rows = fairseq_state["decoder.embed_tokens.weight"].size(0)
-    files = bpe_files(tokenizer_dir or hf_dir, num_rows)
+    files = bpe_files(tokenizer.path, num_rows)
     arch, flags = architecture_flags(shape)
     args = checkpoint_namespace(shape, arch, flags)
 
@@ -254,7 +273,7 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
         files.write(output.staging)
         manifest = gpt2_manifest(
             output.staging,
-            {"kind": "hf-bart", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
+            source_record("hf-bart", model, tokenizer, os.path.basename(weights_path)),
         )
         save_fairseq_checkpoint(
             output.path("model.pt"),
@@ -276,6 +295,7 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
         )
     return {
         "source": weights_path,
+        "found": found_where(model, tokenizer),
         "out_dir": out_dir,
         "arch": arch,
         "arch_flags": training_flags(shape, flags),
@@ -297,6 +317,8 @@ def print_import_summary(summary: Dict, dictionary_note: str = "", out=None) -> 
     fairseq-generate (with its ``generate_task_flags``)."""
     out = out or sys.stdout
     out_dir = summary["out_dir"]
+    for found in summary.get("found", ()):
+        print(f"INFO: {found}", file=out)
     print(f"converted {summary['source']}", file=out)
     print(
         f"wrote {out_dir}/model.pt (arch {summary['arch']}), dict.txt ({summary['dictionary_size']} symbols"
@@ -366,8 +388,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         "files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe) that reproduce the Hugging Face "
         "tokenizer's ids.",
         "Hugging Face model directory: config.json, model.safetensors or pytorch_model.bin (or their sharded "
-        "index), vocab.json, merges.txt",
-        "directory with vocab.json and merges.txt when not in HF_DIR",
+        "index), vocab.json, merges.txt; or a Hugging Face model id ORG/NAME[@REVISION] (facebook/bart-large-cnn), "
+        "fetched into the Hugging Face cache, or found there when offline (HF_HUB_OFFLINE=1)",
+        "directory (or Hugging Face model id) with vocab.json and merges.txt when not in HF_DIR",
         import_hf_bart,
         print_summary,
         argv,

@@ -88,6 +88,12 @@ class ModelSource:
         return f"{self.repo_id}: {self.found} {self.path}"
 
 
+def found_where(*sources: ModelSource) -> List[str]:
+    """Where the sources named by their id were found, each once, for the
+    summary of an import."""
+    return list(dict.fromkeys(source.description() for source in sources if source.repo_id is not None))
+
+
 def parse_model_id(source: str) -> Optional[Tuple[str, Optional[str]]]:
     """``(repo id, revision or None)`` of ``ORG/NAME[@REVISION]``; None for a
     string of another shape."""

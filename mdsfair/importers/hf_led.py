@@ -10,8 +10,9 @@ and ``allenai/PRIMERA-multinews`` (``config.json`` with ``model_type: led``;
 ``added_tokens_decoder``, or only among the ``additional_special_tokens`` of
 ``special_tokens_map.json`` / ``tokenizer_config.json``, which gives it the
 next id after ``vocab.json`` as Hugging Face does when it loads them; an
-embedding row that no file names is refused) and
-writes, as ``mdsfair-import hf-bart`` does (:mod:`mdsfair.importers.hf_bart`):
+embedding row that no file names is refused), or names such a model on the
+Hugging Face Hub (``allenai/PRIMERA-multinews``, :mod:`mdsfair.importers.hf_hub`),
+and writes, as ``mdsfair-import hf-bart`` does (:mod:`mdsfair.importers.hf_bart`):
 
 * ``OUT_DIR/model.pt``: an ``led`` checkpoint (``--arch led_base``,
   ``led_large`` or ``primera``, plus the flags that make it exactly the
@@ -80,6 +81,7 @@ from mdsfair.importers.hf_bart import (
     read_json,
     read_merges,
     run_import_cli,
+    source_record,
 )
 from mdsfair.importers.hf_bart_weights import EMBEDDING_KEYS, HF_ACTIVATIONS, cfg_value, fairseq_embeddings
 from mdsfair.importers.hf_export import (
@@ -90,6 +92,7 @@ from mdsfair.importers.hf_export import (
     tokenizer_config,
     write_hf_directory,
 )
+from mdsfair.importers.hf_hub import found_where, resolve_model_source
 from mdsfair.modules.led_parameter_map import (
     FAIRSEQ_TO_HF_ENCODER_ATTENTION,
     led_state_dict_from_hf,
@@ -329,14 +332,16 @@ def expected_parameter_names(args, num_rows: int, separator: Optional[int]):
 
 
 def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_dir: Optional[str] = None) -> Dict:
-    """Convert a Hugging Face LED / PRIMERA directory; returns a summary."""
+    """Convert a Hugging Face LED / PRIMERA model (a folder, or a Hub model id
+    ``ORG/NAME[@REVISION]``: :mod:`mdsfair.importers.hf_hub`); returns a summary."""
     import torch
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
     from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
 
-    if not os.path.isdir(hf_dir):
-        raise ImportRefused(f"{hf_dir}: not a directory (expected a Hugging Face model directory)")
+    model = resolve_model_source(hf_dir)
+    tokenizer = resolve_model_source(tokenizer_dir, weights=False) if tokenizer_dir else model
+    hf_dir = model.path
     config_path = os.path.join(hf_dir, "config.json")
     config = read_json(config_path, "the model configuration", dict)
     shape, encoder_positions, windows = led_shape(config, config_path)
@@ -357,7 +362,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
                     f"{weights_path}: {name} (Hugging Face) differs from the shared embedding although "
                     "config.json ties them (tie_word_embeddings=true)"
                 )
-    files, separator = led_bpe_files(tokenizer_dir or hf_dir, num_rows)
+    files, separator = led_bpe_files(tokenizer.path, num_rows)
     arch, flags = led_arguments(shape, encoder_positions, windows, separator)
     args = checkpoint_namespace(shape, arch, flags, position_arguments(shape, encoder_positions))
     expected = expected_parameter_names(args, num_rows, separator)
@@ -384,7 +389,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
         files.write(output.staging)
         manifest = gpt2_manifest(
             output.staging,
-            {"kind": "hf-led", "path": os.path.abspath(hf_dir), "weights": os.path.basename(weights_path)},
+            source_record("hf-led", model, tokenizer, os.path.basename(weights_path)),
             separator,
         )
         save_fairseq_checkpoint(
@@ -409,6 +414,7 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     train_flags = flags + position_arguments(shape, encoder_positions)
     return {
         "source": weights_path,
+        "found": found_where(model, tokenizer),
         "out_dir": out_dir,
         "arch": arch,
         "arch_flags": train_flags,
@@ -435,8 +441,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         "Convert a Hugging Face LED / PRIMERA model directory into an mdsfair led checkpoint (model.pt) and the "
         "GPT-2 BPE files of mdsfair-preprocess (dict.txt, encoder.json, vocab.bpe).",
         "Hugging Face LED directory: config.json, model.safetensors or pytorch_model.bin (or their sharded index), "
-        "vocab.json, merges.txt (PRIMERA: added_tokens.json)",
-        "directory with the tokenizer files when not in HF_DIR",
+        "vocab.json, merges.txt (PRIMERA: added_tokens.json); or a Hugging Face model id ORG/NAME[@REVISION] "
+        "(allenai/PRIMERA-multinews), fetched into the Hugging Face cache, or found there when offline "
+        "(HF_HUB_OFFLINE=1)",
+        "directory (or Hugging Face model id) with the tokenizer files when not in HF_DIR",
         import_hf_led,
         print_summary,
         argv,

@@ -44,7 +44,7 @@ released model (their ``config.py``); explicit flags override it.
 import argparse
 import os
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from mdsfair.argument_types import at_least
 from mdsfair.importers import ImportRefused
@@ -56,6 +56,7 @@ from mdsfair.importers.hf_bart import (
 )
 from mdsfair.importers.hf_bart_files import bpe_files, load_tensor_file, read_json
 from mdsfair.importers.hf_bart_weights import bart_shape, fairseq_state_from_hf
+from mdsfair.importers.hf_hub import ModelSource, found_where, resolve_model_source
 from mdsfair.modules.pages import EMPTY_PAGE_POLICIES
 
 # The authors' configurations (config.py of yixinL7/PageSum): pages and
@@ -80,11 +81,14 @@ CONFIDENCE_KEYS = ("lin.weight", "lin.bias")
 AUTHORS_EMPTY_PAGES = "filler"
 
 
-def config_location(hf_config: str):
-    """``(config.json path, directory)`` for a directory or a config file."""
-    if os.path.isdir(hf_config):
-        return os.path.join(hf_config, "config.json"), hf_config
-    return hf_config, os.path.dirname(os.path.abspath(hf_config))
+def config_location(hf_config: str) -> Tuple[str, ModelSource]:
+    """``(config.json path, the model folder)`` for a config file, a folder or
+    a Hugging Face model id (its configuration and tokenizer files only: the
+    weights are the state dict's)."""
+    if os.path.isfile(hf_config) or hf_config.endswith(".json"):  # a missing one is named by read_json
+        return hf_config, ModelSource(os.path.dirname(os.path.abspath(hf_config)))
+    model = resolve_model_source(hf_config, weights=False)
+    return os.path.join(model.path, "config.json"), model
 
 
 def page_flags(settings: Dict, max_positions: int) -> List[str]:
@@ -150,7 +154,8 @@ def import_pagesum(
         raise ImportRefused("--pages and --page-length are required without --preset")
     if (settings.get("empty_pages") or AUTHORS_EMPTY_PAGES) not in EMPTY_PAGE_POLICIES:
         raise ImportRefused(f"--empty-pages must be one of {', '.join(EMPTY_PAGE_POLICIES)}")
-    config_path, config_dir = config_location(hf_config)
+    config_path, model = config_location(hf_config)
+    tokenizer = resolve_model_source(tokenizer_dir, weights=False) if tokenizer_dir else model
     shape = bart_shape(read_json(config_path, "the BART configuration (facebook/bart-large-cnn)", dict), config_path)
     if settings["page_length"] > shape.max_positions:
         raise ImportRefused(
@@ -181,7 +186,7 @@ def import_pagesum(
     fairseq_state["decoder.page_confidence.weight"] = weight
     fairseq_state["decoder.page_confidence.bias"] = bias
     num_rows = fairseq_state["decoder.embed_tokens.weight"].size(0)
-    files = bpe_files(tokenizer_dir or config_dir, num_rows)
+    files = bpe_files(tokenizer.path, num_rows)
     arch, shape_flags = architecture_flags(shape, family="pagesum_bart")
     flags = page_flags(settings, shape.max_positions)
     args = checkpoint_namespace(shape, arch, shape_flags, extra=flags)
@@ -191,7 +196,9 @@ def import_pagesum(
 
     with ImportOutput(out_dir, overwrite, "mdsfair-import pagesum") as output:  # lock, stage, commit
         files.write(output.staging)
-        manifest = gpt2_manifest(output.staging, {"kind": "pagesum", "path": os.path.abspath(state_dict_path)})
+        source = {"kind": "pagesum", "path": os.path.abspath(state_dict_path)}
+        source.update({name: s.record() for name, s in (("hf_config", model), ("tokenizer", tokenizer)) if s.record()})
+        manifest = gpt2_manifest(output.staging, source)
         save_fairseq_checkpoint(
             output.path("model.pt"),
             args,
@@ -201,6 +208,7 @@ def import_pagesum(
         output.commit(manifest)
     return {
         "source": state_dict_path,
+        "found": found_where(model, tokenizer),
         "out_dir": out_dir,
         "arch": arch,
         "arch_flags": shape_flags + flags,
@@ -214,6 +222,8 @@ def print_summary(summary: Dict, out=None) -> None:
     out = out or sys.stdout
     out_dir = summary["out_dir"]
     settings = summary["settings"]
+    for found in summary.get("found", ()):
+        print(f"INFO: {found}", file=out)
     print(f"converted {summary['source']}", file=out)
     empty_pages = settings.get("empty_pages") or AUTHORS_EMPTY_PAGES
     empty = (
@@ -250,7 +260,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("state_dict", help="the released model.bin (torch.save of PageSumModel.state_dict())")
     parser.add_argument(
-        "hf_config", help="facebook/bart-large-cnn directory (config.json, vocab.json, merges.txt) or its config.json"
+        "hf_config",
+        help="facebook/bart-large-cnn directory (config.json, vocab.json, merges.txt), its config.json, or the "
+        "Hugging Face model id facebook/bart-large-cnn (its configuration and tokenizer files fetched into the "
+        "Hugging Face cache, or found there when offline, HF_HUB_OFFLINE=1)",
     )
     parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
     parser.add_argument(
@@ -280,7 +293,10 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
         "were trained; 'mask' leaves such a page out of the softmax (mdsfair's default for "
         "models trained here)",
     )
-    parser.add_argument("--tokenizer-dir", help="directory with vocab.json and merges.txt (default: HF_CONFIG's)")
+    parser.add_argument(
+        "--tokenizer-dir",
+        help="directory (or Hugging Face model id) with vocab.json and merges.txt (default: HF_CONFIG's)",
+    )
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
     settings = dict(PRESETS.get(args.preset, {}))
