@@ -52,6 +52,8 @@ from typing import List, Optional, Sequence
 import torch
 from torch import Tensor
 
+from mdsfair.argument_types import check_choice
+
 LOCALITIES = ("spatial", "discourse", "document")
 DISCOURSE_UNITS = ("paragraph", "section")
 OVERFLOW_POLICIES = ("truncate", "merge")
@@ -176,14 +178,10 @@ class PageBuilder:
         empty_pages: str = "mask",
         filler_tokens: Optional[Sequence[int]] = None,
     ):
-        if locality not in LOCALITIES:
-            raise ValueError(f"locality must be one of {LOCALITIES}, got {locality!r}")
-        if discourse_unit not in DISCOURSE_UNITS:
-            raise ValueError(f"discourse unit must be one of {DISCOURSE_UNITS}, got {discourse_unit!r}")
-        if overflow not in OVERFLOW_POLICIES:
-            raise ValueError(f"page overflow policy must be one of {OVERFLOW_POLICIES}, got {overflow!r}")
-        if empty_pages not in EMPTY_PAGE_POLICIES:
-            raise ValueError(f"--empty-pages must be one of {EMPTY_PAGE_POLICIES}, got {empty_pages!r}")
+        check_choice("locality", locality, LOCALITIES)
+        check_choice("discourse unit", discourse_unit, DISCOURSE_UNITS)
+        check_choice("page overflow policy", overflow, OVERFLOW_POLICIES)
+        check_choice("--empty-pages", empty_pages, EMPTY_PAGE_POLICIES)
         if num_pages < 1:
             raise ValueError(f"--num-pages must be at least 1, got {num_pages}")
         if page_tokens < 3:
