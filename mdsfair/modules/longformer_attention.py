@@ -133,25 +133,18 @@ class LongformerSelfAttention(nn.Module):
 
     def reset_parameters(self):
         """fairseq ``MultiheadAttention``'s initialization for every projection."""
-        for projection in (
+        input_projections = (
             self.q_proj,
             self.k_proj,
             self.v_proj,
             self.q_global_proj,
             self.k_global_proj,
             self.v_global_proj,
-        ):
+        )
+        for projection in input_projections:
             nn.init.xavier_uniform_(projection.weight, gain=1 / math.sqrt(2))
         nn.init.xavier_uniform_(self.out_proj.weight)
-        for projection in (
-            self.q_proj,
-            self.k_proj,
-            self.v_proj,
-            self.q_global_proj,
-            self.k_global_proj,
-            self.v_global_proj,
-            self.out_proj,
-        ):
+        for projection in (*input_projections, self.out_proj):
             if projection.bias is not None:
                 nn.init.constant_(projection.bias, 0.0)
 
