@@ -5,16 +5,23 @@ loads (``--sampling`` with ``--beam`` > 1 but not ``--nbest`` = ``--beam``;
 summary is shorter than the prefix generates (the prefix kept to the
 summary, the cluster named in a warning) with fairseq's generator and the
 static one, instead of fairseq's "step < max_len" assertion and the static
-generator's "ran past its length limit"."""
+generator's "ran past its length limit". A cluster the task's limits cannot
+serve (more documents than ``--per-document-budget`` has positions, more
+tokens than ``--max-tokens``) is one error line naming the split's ids file,
+the line and the cluster id, not "example 8" in a traceback."""
 
 import json
 import logging
 import os
 
+import numpy as np
 import pytest
 import torch
+from fairseq.data import Dictionary
 
 from mdsfair import cli
+from mdsfair.argument_types import UsageError
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 from mdsfair.generation.settings_checks import prefix_within_summaries, search_flags_refusal
 from tests.utils import make_tiny_data_bin
@@ -172,3 +179,60 @@ def test_class_1_prefix_size_on_an_empty_summary_generates(empty_summary_run, ca
     hypotheses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("H-")]
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2]
     assert "(S-1) have a summary shorter than --prefix-size 1" in caplog.text
+
+
+def three_cluster_dataset(truncation, cluster_ids_file=None):
+    """Clusters of 1, 4 and 2 documents of 3 tokens each (no targets)."""
+    dictionary = Dictionary()
+    documents = (1, 4, 2)
+    doc = [np.repeat(np.arange(n), 3) for n in documents]
+    tokens = [np.full(len(ids), dictionary.unk()) for ids in doc]
+    structure = {"doc": doc, "para": doc, "sent": doc}
+    return MultiDocSummarizationDataset(
+        tokens, None, structure, dictionary, truncation, name="bin/test", cluster_ids_file=cluster_ids_file
+    )
+
+
+def test_class_1_a_cluster_beyond_the_per_document_budget_is_named_by_its_id(tmp_path):
+    """Class 1: library errors reach users as tracebacks. A budget of 4
+    positions leaves the 4-document cluster (line 2 of the ids file) no
+    token per document: the error names the file, line and cluster id and
+    both flags, and is a UsageError (one line from mdsfair-generate)."""
+    ids = tmp_path / "test.ids.txt"
+    ids.write_text("first\nsite-42/2019\nthird\n", encoding="utf-8")
+    budget = TruncationConfig(max_source_positions=4, per_document_budget=True)
+    with pytest.raises(UsageError) as refused:
+        three_cluster_dataset(budget, cluster_ids_file=str(ids))
+    message = str(refused.value)
+    assert message.startswith(f"{ids}:2: cluster 'site-42/2019': --per-document-budget: 4 documents leave no tokens")
+    assert "--max-source-positions" in message and "--max-documents" in message
+    with pytest.raises(UsageError, match=r"^bin/test: cluster 1: --per-document-budget"):
+        three_cluster_dataset(budget)  # no ids file (the hub's clusters): the index in the order given
+
+
+def test_class_1_a_cluster_above_max_tokens_is_named_by_its_id(tmp_path):
+    """Class 1: --max-tokens below a cluster's length names the cluster, not
+    its index in the dataset."""
+    ids = tmp_path / "test.ids.txt"
+    ids.write_text("first\nsecond\nthird\n", encoding="utf-8")
+    dataset = three_cluster_dataset(TruncationConfig(max_source_positions=100), cluster_ids_file=str(ids))
+    with pytest.raises(UsageError, match=rf"^{ids}:2: cluster 'second': 17 tokens, more than --max-tokens 10"):
+        dataset.batch_by_size(dataset.ordered_indices(), max_tokens=10)
+
+
+def test_class_1_mdsfair_generate_names_the_cluster_the_budget_cannot_serve(empty_summary_run, capsys):
+    """Class 1 through mdsfair-generate: --per-document-budget with fewer
+    positions than the test cluster has documents is one error line naming
+    the split's ids file, line 1 and the cluster's id."""
+    data_bin, checkpoint = empty_summary_run
+    with open(os.path.join(data_bin, "test.ids.txt"), encoding="utf-8") as ids:
+        first_id = ids.readline().rstrip("\n")
+    argv = [data_bin, "--task", "multidoc_summarization", "--gen-subset", "test", "--path", checkpoint, "--cpu"]
+    with pytest.raises(SystemExit) as exited:
+        cli.generate_main(argv + ["--per-document-budget", "--max-source-positions", "2"])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("mdsfair-generate: error: ") and last.endswith("raise --max-source-positions"), last
+    assert f"test.ids.txt:1: cluster {first_id!r}: --per-document-budget: " in last, last

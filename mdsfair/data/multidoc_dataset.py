@@ -25,6 +25,7 @@ renumbered densely after truncation (0, 1, 2, ... in stream order), so a
 model may use them directly as block indices.
 """
 
+import itertools
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset, data_utils
 
+from mdsfair.argument_types import UsageError
 from mdsfair.data.manifest import STRUCTURE_STREAMS
 from mdsfair.data.primera_layout import primera_truncation
 from mdsfair.data.side_data import SideDataSpec
@@ -110,9 +112,11 @@ def dense_renumber(ids: np.ndarray) -> np.ndarray:
     return np.cumsum(first_occurrence_mask(ids)) - 1
 
 
-def batch_indices_by_size(indices, num_tokens, max_tokens=None, max_sentences=None, multiple=1):
+def batch_indices_by_size(indices, num_tokens, max_tokens=None, max_sentences=None, multiple=1, name_of=None):
     """Greedy batching with fairseq's semantics (cost of a batch = its size
-    times its longest example), returning every index exactly once."""
+    times its longest example), returning every index exactly once; an
+    example longer than ``max_tokens`` is refused, named by ``name_of(index)``
+    (default ``example INDEX``)."""
     max_tokens = max_tokens if max_tokens and max_tokens > 0 else None
     max_sentences = max_sentences if max_sentences and max_sentences > 0 else None
     multiple = max(1, multiple or 1)
@@ -120,7 +124,8 @@ def batch_indices_by_size(indices, num_tokens, max_tokens=None, max_sentences=No
     for position in range(len(indices)):
         length = int(num_tokens[position])
         if max_tokens is not None and length > max_tokens:
-            raise ValueError(f"example {indices[position]} has {length} tokens, more than --max-tokens {max_tokens}")
+            name = name_of(int(indices[position])) if name_of is not None else f"example {indices[position]}"
+            raise UsageError(f"{name}: {length} tokens, more than --max-tokens {max_tokens}; raise --max-tokens")
 
         def overflows(size, longest_with_new):
             return size > 0 and (
@@ -157,7 +162,10 @@ class MultiDocSummarizationDataset(FairseqDataset):
         side_data: ``{name: (SideDataSpec, dataset)}``;
         dictionary: the shared fairseq dictionary;
         truncation: a :class:`TruncationConfig`;
-        shuffle: shuffle in :meth:`ordered_indices` (training).
+        shuffle: shuffle in :meth:`ordered_indices` (training);
+        name: the dataset in log lines (a data-bin split: ``DATA_DIR/SPLIT``);
+        cluster_ids_file: the split's ``SPLIT.ids.txt`` (line ``i + 1``: the
+            cluster id of example ``i``), read only to name a cluster in an error.
     """
 
     def __init__(
@@ -170,6 +178,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         side_data: Optional[Dict[str, tuple]] = None,
         shuffle: bool = True,
         name: str = "",
+        cluster_ids_file: Optional[str] = None,
     ):
         self.source = source
         self.target = target
@@ -179,6 +188,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
         self.side_data = side_data or {}
         self.shuffle = shuffle
         self.name = name
+        self.cluster_ids_file = cluster_ids_file
         for key in STRUCTURE_STREAMS:
             if len(structure[key]) != len(source):
                 raise ValueError(
@@ -204,13 +214,29 @@ class MultiDocSummarizationDataset(FairseqDataset):
 
     # ------------------------------------------------------------- views
 
+    def cluster_name(self, index: int) -> str:
+        """Example ``index`` as its user knows it, for error messages:
+        ``IDS_FILE:LINE: cluster 'ID'`` (the id mdsfair-preprocess copied
+        from the raw data), or ``NAME: cluster INDEX`` (0-based, in the order
+        given) when the dataset has no ids file."""
+        if self.cluster_ids_file is not None:
+            try:
+                with open(self.cluster_ids_file, encoding="utf-8") as ids:
+                    line = next(itertools.islice(ids, index, None), None)
+            except (OSError, UnicodeDecodeError):
+                line = None
+            if line is not None:
+                cluster_id = line.rstrip("\n")
+                return f"{self.cluster_ids_file}:{index + 1}: cluster {cluster_id!r}"
+        return f"{self.name}: cluster {index}"
+
     def _raw_item(self, index: int):
         tokens = np.asarray(self.source[index], dtype=np.int64)
         ids = {key: np.asarray(self.structure[key][index], dtype=np.int64) for key in STRUCTURE_STREAMS}
         for key, values in ids.items():
             if len(values) != len(tokens):
                 raise ValueError(
-                    f"{self.name}: example {index}: {key} ids ({len(values)}) not aligned to tokens ({len(tokens)})"
+                    f"{self.cluster_name(index)}: {key} ids ({len(values)}) not aligned to tokens ({len(tokens)})"
                 )
         return tokens, ids
 
@@ -257,9 +283,10 @@ class MultiDocSummarizationDataset(FairseqDataset):
             document_starts = kept_documents * int(cfg.document_start_token)
             share = (cfg.max_source_positions - document_starts) // kept_documents
             if share < 1:
-                raise ValueError(
-                    f"{self.name}: example {index}: {kept_documents} documents leave no tokens in a "
-                    f"budget of {cfg.max_source_positions}; lower --max-documents"
+                raise UsageError(
+                    f"{self.cluster_name(index)}: --per-document-budget: {kept_documents} documents leave no "
+                    f"tokens in a budget of {cfg.max_source_positions} (--max-source-positions); lower "
+                    f"--max-documents or raise --max-source-positions"
                 )
             position_in_document = np.zeros(len(tokens), dtype=np.int64)
             position_in_document[keep] = rank_within_runs(ids["doc"][keep])
@@ -286,7 +313,10 @@ class MultiDocSummarizationDataset(FairseqDataset):
                 cut(mask, "max_source_positions")
                 kept_index = np.flatnonzero(keep)
         if len(kept_index) == 0:
-            raise ValueError(f"{self.name}: example {index}: no source token left after truncation")
+            raise UsageError(
+                f"{self.cluster_name(index)}: no source token left after truncation to --max-source-positions "
+                f"{cfg.max_source_positions}"
+            )
         if keep.sum() < len(tokens):
             counts["examples_truncated"] += 1
 
@@ -439,6 +469,7 @@ class MultiDocSummarizationDataset(FairseqDataset):
             max_tokens=max_tokens,
             max_sentences=max_sentences,
             multiple=required_batch_size_multiple,
+            name_of=self.cluster_name,
         )
 
     def size(self, index: int):

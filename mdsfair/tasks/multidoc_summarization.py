@@ -468,6 +468,7 @@ class MultiDocSummarizationTask(FairseqTask):
             side_data=side_data,
             shuffle=True,
             name=f"{data_dir}/{split}",
+            cluster_ids_file=f"{prefix}.ids.txt",
         )
         # One line per split; mdsfair-rouge finds the data-bin and split of a
         # fairseq-generate log by this line (REPORT_LINE_RE).
