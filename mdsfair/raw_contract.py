@@ -83,7 +83,8 @@ def contract_strings(record: Mapping[str, Any]) -> Iterator[Tuple[str, str]]:
 def contract_string_problem(record: Mapping[str, Any]) -> Optional[Tuple[str, str]]:
     """``(code, detail)`` of the first string of ``record`` that cannot be
     written back as UTF-8 (a lone surrogate such as JSON ``"\\ud800"``), or
-    of an id that is empty or holds a line break or tab; None when fine."""
+    of an id that is not a string or an integer (JSON ``true`` would become
+    the id ``"True"``), is empty or holds a line break or tab; None when fine."""
     for field, text in contract_strings(record):
         try:
             text.encode("utf-8")
@@ -93,6 +94,8 @@ def contract_string_problem(record: Mapping[str, Any]) -> Optional[Tuple[str, st
                 "(half of a UTF-16 pair, not a character; fix the JSON escape)"
             )
     if "id" in record:
+        if isinstance(record["id"], bool) or not isinstance(record["id"], (str, int)):
+            return WRONG_TYPE, f"id must be a string or an integer, got {type(record['id']).__name__} {record['id']!r}"
         cluster_id = str(record["id"])
         if not cluster_id.strip():
             return BAD_ID, f"id {cluster_id!r} is empty (every cluster needs an id to match its summary)"

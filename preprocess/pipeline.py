@@ -335,7 +335,7 @@ class ClusterEncoder:
         if isinstance(cluster, dict):
             if "documents" not in cluster:
                 raise InputFormatError(where, index + 1, "missing_key", f"cluster {index} has no 'documents' key")
-            record = {"summary": "", **cluster, "id": str(cluster.get("id", index))}
+            record = {"summary": "", **cluster, "id": cluster.get("id", str(index))}  # its type checked below
         elif isinstance(cluster, (str, bytes)):
             raise TypeError(
                 f"cluster {index} is {'a string' if isinstance(cluster, str) else 'bytes'}; pass a list of clusters, "

@@ -1,6 +1,10 @@
-"""A lone surrogate in any string of a cluster, and an id that is empty or
-holds a tab or line break, stop mdsfair-preprocess and mdsfair-baseline with
-FILE:LINE and the field; --skip-bad skips and counts them; no partial output."""
+"""A lone surrogate in any string of a cluster, and an id that is empty,
+holds a tab or line break, or is neither a string nor an integer, stop
+mdsfair-preprocess and mdsfair-baseline with FILE:LINE and the field;
+--skip-bad skips and counts them; no partial output. Issue 47, class 6
+(errors that do not say where, silent changes): a converter's id column of
+booleans (Parquet, JSON ``true``) is refused naming the file, row and column,
+never written as the ids "True" / "False"."""
 
 import json
 import os
@@ -30,6 +34,8 @@ CASES = {
     "id_with_newline": (line(id="c1\nc2"), "ids may not contain tabs or line breaks"),
     "id_with_tab": (line(id="c1\tx"), "ids may not contain tabs or line breaks"),
     "empty_id": (line(id=""), "is empty"),
+    "boolean_id": (line(id=True), "id must be a string or an integer, got bool True"),
+    "float_id": (line(id=2.5), "id must be a string or an integer, got float 2.5"),
 }
 
 
@@ -138,3 +144,46 @@ def test_preprocess_training_sentencepiece_on_a_lone_surrogate_is_one_line(tmp_p
         assert json.load(f)["splits"]["train"]["skipped"] == {"lone_surrogate": 1}
     assert len((dest / "train.ids.txt").read_text(encoding="utf-8").splitlines()) == 8
     assert f"{raw / 'train.jsonl'}:2: skipped (lone_surrogate)" in (dest / "train.skipped.txt").read_text("utf-8")
+
+
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_class6_a_parquet_id_column_of_another_type_is_refused_naming_file_row_and_column(tmp_path, kind):
+    """Class 6: a Parquet id column of booleans became the ids "True" and
+    "False" without a word. An id column must hold strings or integers;
+    any other type stops mdsfair-convert at FILE:ROW naming the column."""
+    import pyarrow as pa
+    import pyarrow.parquet as pa_parquet
+
+    ids = {"bool": [True, False], "float": [1.5, 2.0]}[kind]
+    table = tmp_path / "test.parquet"
+    documents = ["The council approved the budget.", "Critics objected to it."]
+    pa_parquet.write_table(pa.table({"document": documents, "summary": ["Passed.", "Objected."], "key": ids}), table)
+    out = tmp_path / "test.jsonl"
+    result = run("mdsfair.preprocess.converters", ["hf", str(table), "-o", str(out), "--id-column", "key"], tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{table}:1: " in result.stderr and f"id column 'key' must be a string or an integer, got {kind}" in (
+        result.stderr
+    )
+    assert not out.exists()
+    integers = tmp_path / "integers.parquet"
+    pa_parquet.write_table(
+        pa.table({"document": documents, "summary": ["Passed.", "Objected."], "key": [7, 8]}), integers
+    )
+    written = run(
+        "mdsfair.preprocess.converters", ["hf", str(integers), "-o", str(out), "--id-column", "key"], tmp_path
+    )
+    assert written.returncode == 0, written.stderr
+    assert [json.loads(row)["id"] for row in out.read_text(encoding="utf-8").splitlines()] == ["7", "8"]
+
+
+def test_class6_a_json_id_of_true_is_refused_by_the_converters(tmp_path):
+    """Class 6 for the JSON formats: ``"id": true`` is a wrong type at
+    FILE:LINE naming the key, not the id "True"."""
+    source = tmp_path / "stories.jsonl"
+    story = {"id": True, "article": "The council approved the budget.", "highlights": "Passed."}
+    source.write_text(json.dumps(story) + "\n", encoding="utf-8")
+    out = tmp_path / "cnn.jsonl"
+    result = run("mdsfair.preprocess.converters", ["cnn_dailymail", str(source), "-o", str(out)], tmp_path)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{source}:1: " in result.stderr and "'id' must be str or int, got bool" in result.stderr
+    assert not out.exists()

@@ -426,6 +426,15 @@ def _type_name(types: Union[type, Tuple[type, ...]]) -> str:
     return types.__name__
 
 
+def has_type(value: Any, types: Union[type, Tuple[type, ...]]) -> bool:
+    """``isinstance(value, types)``, except that a bool (JSON ``true``, a Parquet
+    bool column) is not an ``int`` unless ``bool`` itself is asked for: an id
+    column of booleans would otherwise become the ids ``"True"`` and ``"False"``."""
+    if isinstance(value, bool):
+        return bool in (types if isinstance(types, tuple) else (types,))
+    return isinstance(value, types)
+
+
 def require_field(obj: Any, key: str, types: Union[type, Tuple[type, ...]], where: str = "") -> Any:
     """``obj[key]``, checked to exist and to have one of ``types``."""
     prefix = f"{where}: " if where else ""
@@ -436,7 +445,7 @@ def require_field(obj: Any, key: str, types: Union[type, Tuple[type, ...]], wher
         location = f" in {where}" if where else ""
         raise BadRecord(MISSING_KEY, f"{key!r}{location} (keys: {sorted(obj)})")
     value = obj[key]
-    if not isinstance(value, types):
+    if not has_type(value, types):
         raise BadRecord(WRONG_TYPE, f"{prefix}{key!r} must be {_type_name(types)}, got {type(value).__name__}")
     return value
 
@@ -446,7 +455,7 @@ def optional_field(obj: Dict[str, Any], key: str, types: Union[type, Tuple[type,
     value = obj.get(key)
     if value is None:
         return None
-    if not isinstance(value, types):
+    if not has_type(value, types):
         prefix = f"{where}: " if where else ""
         raise BadRecord(WRONG_TYPE, f"{prefix}{key!r} must be {_type_name(types)}, got {type(value).__name__}")
     return value

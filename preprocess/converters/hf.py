@@ -56,6 +56,7 @@ from .common import (
     Inputs,
     PendingCounts,
     Record,
+    has_type,
     normalize_document,
     normalize_summary,
 )
@@ -204,7 +205,7 @@ def iter_hf(
                 documents.append(Document(normalize_document(text), f"{column} document {len(documents) + 1}"))
         summary = table_column_value(row, summary_column)
         cluster_id = table_column_value(row, id_column) if id_column else None
-        if cluster_id is not None and not isinstance(cluster_id, (str, int)):
+        if cluster_id is not None and not has_type(cluster_id, (str, int)):
             raise BadRecord(
                 WRONG_TYPE, f"id column {id_column!r} must be a string or an integer, got {type(cluster_id).__name__}"
             )
