@@ -350,8 +350,11 @@ class MultiDocSummarizationHubInterface(nn.Module):
         ``truncation`` holding one dict per cluster
         (:meth:`~mdsfair.data.multidoc_dataset.MultiDocSummarizationDataset.example_truncation`).
         """
-        if isinstance(clusters, (str, dict)):
-            raise TypeError("clusters must be a list of clusters (each a list of documents or a raw-contract dict)")
+        if clusters is None or isinstance(clusters, (str, bytes, dict)):  # None would summarize nothing, silently
+            raise TypeError(
+                f"clusters must be a list of clusters (each a list of documents or a raw-contract dict), "
+                f"not {type(clusters).__name__}"
+            )
         if batch_size < 1:
             raise ValueError(f"batch_size must be positive, got {batch_size}")
         generation_config = self.generation_config(**generation_args)

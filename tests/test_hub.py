@@ -394,6 +394,11 @@ def test_bad_input_is_a_clear_error(hub):
     with pytest.raises(ValueError, match="unknown generation option 'beam_size'"):
         hub.summarize([["A document."]], beam_size=3)
     assert hub.summarize([]) == []
+    # Issue 47, class 1: None summarized nothing, silently; a boolean id became "True" (class 6)
+    with pytest.raises(TypeError, match="list of clusters .*not NoneType"):
+        hub.summarize(None)
+    with pytest.raises(InputFormatError, match="<summarize input>:2: id must be a string or an integer, got bool"):
+        hub.summarize([["A real document."], {"id": True, "documents": ["A real document."]}])
 
 
 def test_summarize_refuses_a_beam_below_one_before_encoding_anything(hub, monkeypatch):
