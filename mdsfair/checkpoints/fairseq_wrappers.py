@@ -31,6 +31,7 @@ from mdsfair.checkpoints.diagnosis import (
     raised_by_torch_load,
 )
 from mdsfair.checkpoints.record import METADATA_KEY, RECORD_KEY
+from mdsfair.data.manifest import atomic_replacement
 
 #: The trainer, path and kind (resume or fine-tune) of the load that
 #: :func:`trainer_load_checked` is running, for :func:`load_checked`.
@@ -118,16 +119,6 @@ def atomic_copy(original, src_path: str, dst_path: str, overwrite: bool = False)
 
     if not (is_local_path(src_path) and is_local_path(dst_path)) or (not overwrite and os.path.exists(dst_path)):
         return original(src_path, dst_path, overwrite=overwrite)
-    temporary = os.path.join(
-        os.path.dirname(os.path.abspath(dst_path)), f".{os.path.basename(dst_path)}.{os.getpid()}.tmp"
-    )
-    try:
+    with atomic_replacement(dst_path) as temporary:
         shutil.copyfile(src_path, temporary)
-        with open(temporary, "rb+") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, dst_path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
     return True

@@ -239,24 +239,31 @@ def restore_hint(data_dir: str) -> str:
 
 
 @contextlib.contextmanager
-def atomic_text_file(path: str, newline: Optional[str] = None) -> Iterator:
-    """A text handle whose content appears at ``path`` only when the block
-    ends without an error: it writes a temporary file in the same folder,
-    flushes and fsyncs it, then ``os.replace``s it over ``path``. On any
-    error, Ctrl-C included, the temporary file is removed and ``path`` keeps
-    what it held before (or stays absent): no reader ever sees a part."""
-    directory = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+def atomic_replacement(path: str) -> Iterator[str]:
+    """The path of a temporary file in ``path``'s folder for the block to
+    write; when the block ends without an error the file is fsynced and
+    ``os.replace``d over ``path``. On any error, Ctrl-C included, the
+    temporary file is removed and ``path`` keeps what it held before (or
+    stays absent): no reader ever sees a part."""
+    temporary = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "w", encoding="utf-8", newline=newline) as handle:
-            yield handle
-            handle.flush()
+        yield temporary
+        with open(temporary, "rb+") as handle:
             os.fsync(handle.fileno())
         os.replace(temporary, path)
     except BaseException:
         if os.path.exists(temporary):
             os.remove(temporary)
         raise
+
+
+@contextlib.contextmanager
+def atomic_text_file(path: str, newline: Optional[str] = None) -> Iterator:
+    """A UTF-8 text handle whose content appears at ``path`` only when the
+    block ends without an error (:func:`atomic_replacement`)."""
+    with atomic_replacement(path) as temporary:
+        with open(temporary, "w", encoding="utf-8", newline=newline) as handle:
+            yield handle
 
 
 def write_json_atomic(path: str, obj, trailing_newline: bool = False, **dump_options) -> None:

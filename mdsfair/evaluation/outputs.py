@@ -16,6 +16,8 @@ Pure Python (no torch / fairseq import).
 import os
 from typing import Iterable, Optional, Sequence, Tuple
 
+from mdsfair.data.manifest import atomic_replacement
+
 
 def _same_file(first: str, second: str) -> bool:
     if os.path.exists(first) and os.path.exists(second):
@@ -66,19 +68,9 @@ def check_output_paths(outputs: Sequence[Tuple[str, Optional[str]]], inputs: Ite
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` as :func:`mdsfair.data.manifest.atomic_text_file`
-    writes text: a temporary file in the same folder, flushed, fsynced and
-    renamed over ``path``; on any error the temporary file is removed and
-    ``path`` keeps what it held."""
-    folder = os.path.dirname(os.path.abspath(path))
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
+    """Write ``data`` to ``path`` through
+    :func:`mdsfair.data.manifest.atomic_replacement`: on any error ``path``
+    keeps what it held."""
+    with atomic_replacement(path) as temporary:
         with open(temporary, "wb") as handle:
             handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
