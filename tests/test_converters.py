@@ -622,6 +622,7 @@ def test_wikisum_needs_summary_or_target(tmp_path):
 
 PEERSUM_TRAIN_PAPER = {
     "id": "iclr_2021_abc123",
+    "title": "A Paper",
     "documents": [
         "We propose a method. It works well.\n\nCode is available.",
         "The method is novel.\n\nExperiments are limited.",
@@ -638,11 +639,13 @@ def test_peersum_release_all_labels(tmp_path):
         PEERSUM_TRAIN_PAPER,
         {
             "id": "nips_2021_def456",
+            "title": "Another Paper",
             "documents": ["We study a problem.", "Unclear writing."],
             "summary": "The paper is not ready.",
         },
         {
             "id": "iclr_2022_ghi789",
+            "title": "Third Paper",
             "documents": ["We prove a bound.", "The bound is tight."],
             "summary": "A strong theoretical paper.",
         },
@@ -663,10 +666,16 @@ def test_peersum_label_writers_and_abstract_options(tmp_path):
     assert clusters == [
         {
             "id": "iclr_2021_abc123",
+            "title": "A Paper",
             "documents": ["The method is novel.\n\nExperiments are limited."],
             "summary": PEERSUM_TRAIN_PAPER["summary"],
         },
-        {"id": "iclr_2022_ghi789", "documents": ["The bound is tight."], "summary": "A strong theoretical paper."},
+        {
+            "id": "iclr_2022_ghi789",
+            "title": "Third Paper",
+            "documents": ["The bound is tight."],
+            "summary": "A strong theoretical paper.",
+        },
     ]
     assert report.filtered == Counter({"label_not_selected": 1})
     assert report.dropped_documents == Counter({"writer_not_selected": 2, "review_without_text": 1})
@@ -676,12 +685,14 @@ def test_peersum_label_writers_and_abstract_options(tmp_path):
 def test_peersum_other_layouts(tmp_path):
     crawler = {
         "paper_id": "p1",
+        "title": "Crawled\n title",
         "abstract": "Abs.",
         "meta_review": "Meta.",
         "reviews": [{"writer": "official_reviewer", "content": {"comment": "Nested review."}}],
     }
     huggingface = {
         "paper_id": "p2",
+        "paper_title": "Hub Title",
         "paper_abstract": "Abs two.",
         "meta_review": "Meta two.",
         "review_writers": ["official_reviewer", "author"],
@@ -689,13 +700,41 @@ def test_peersum_other_layouts(tmp_path):
         "label": "test",
     }
     prepared = {"paper_id": "p3", "source_documents": ["S1.", "S2."], "summary": "Meta three.", "label": "val"}
-    path = write_lines(tmp_path / "mixed.jsonl", [json.dumps(r) for r in (crawler, huggingface, prepared)])
+    untitled = {"paper_id": "p4", "paper_title": " ", "paper_abstract": "Abs four.", "meta_review": "M.", "reviews": []}
+    path = write_lines(tmp_path / "mixed.jsonl", [json.dumps(r) for r in (crawler, huggingface, prepared, untitled)])
     clusters, _ = run("peersum", path, tmp_path)
     assert clusters == [
-        {"id": "p1", "documents": ["Abs.", "Nested review."], "summary": "Meta."},
-        {"id": "p2", "documents": ["Abs two.", "R1.", "R2."], "summary": "Meta two."},
+        {"id": "p1", "title": "Crawled title", "documents": ["Abs.", "Nested review."], "summary": "Meta."},
+        {"id": "p2", "title": "Hub Title", "documents": ["Abs two.", "R1.", "R2."], "summary": "Meta two."},
         {"id": "p3", "documents": ["S1.", "S2."], "summary": "Meta three."},
+        {"id": "p4", "documents": ["Abs four."], "summary": "M."},
     ]
+
+
+def test_peersum_title_is_the_tfidf_rankers_query(tmp_path):
+    """``paper_title`` is the cluster's title, so ``mdsfair-rank --method tfidf`` (tf-idf
+    cosine to the title) runs on converted PeerSum and ranks the paragraph that shares
+    the title's rarest words first."""
+    from mdsfair.preprocess.rank import run as rank_main
+
+    paper = {
+        "paper_id": "iclr_2022_xyz",
+        "paper_title": "Contrastive Fine-Tuning of Language Models",
+        "paper_abstract": "We study optimisation.\n\nContrastive fine-tuning helps language models.",
+        "meta_review": "Contrastive fine-tuning is a solid idea.",
+        "reviews": [{"writer": "official_reviewer", "comment": "The experiments are small."}],
+        "label": "test",
+    }
+    path = write_lines(tmp_path / "peersum_all.json", [json.dumps(paper)])
+    raw = tmp_path / "test.jsonl"
+    assert cli_main(["peersum", str(path), "-o", str(raw), "--split", "test"]) == 0
+    assert read_jsonl(raw)[0]["title"] == "Contrastive Fine-Tuning of Language Models"
+    ranked = tmp_path / "ranked" / "test.jsonl"
+    rank_main(["--input", str(raw), "--output", str(ranked), "--method", "tfidf"])
+    [cluster] = read_jsonl(ranked)
+    assert cluster["title"] == "Contrastive Fine-Tuning of Language Models"
+    assert cluster["ranked_paragraphs"][0] == [0, 1]
+    assert cluster["paragraph_scores"][0] > 0 and cluster["paragraph_scores"][1:] == [0.0, 0.0]
 
 
 @pytest.mark.skipif(not PEERSUM_SAMPLE.exists(), reason="shared PeerSum sample not available")

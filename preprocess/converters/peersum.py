@@ -7,8 +7,11 @@ confidence, reply_to}]``, ``writer`` in official_reviewer / author /
 public) and ``label`` (train / val / test). Source: github.com/oaimli/PeerSum
 README and ``crawling_data/prepare_peersum_for_training.py`` (documents =
 ``paper_abstract`` + ``review["comment"]`` of every review that has one,
-summary = ``meta_review``). Also accepted: the crawler's nested layout
-(``review["content"]["comment"]``, ``abstract``), the Hugging Face layout
+summary = ``meta_review``). ``paper_title`` becomes the cluster's
+``title``, the query that ``mdsfair-rank --method tfidf`` and
+``mdsfair-preprocess --title-document`` read. Also accepted: the crawler's
+nested layout (``review["content"]["comment"]``, ``abstract``, ``title``),
+the Hugging Face layout
 (``review_writers``, ``review_contents``; card of huggingface.co/datasets/
 oaimli/PeerSum) and the prepared MDS layout (``source_documents``,
 ``summary``, ``paper_id``). Reviews keep their file order (PeerSum's own
@@ -32,6 +35,7 @@ from .common import (
     PendingCounts,
     Record,
     normalize_document,
+    normalize_paragraph,
     normalize_summary,
     optional_field,
     require_field,
@@ -53,6 +57,14 @@ def _peersum_review_text(review: Any, where: str) -> Optional[str]:
     if isinstance(content, dict) and "comment" in content:
         return optional_field(content, "comment", str, f"{where}.content")
     return None
+
+
+def _peersum_title(paper: Dict[str, Any]) -> Optional[str]:
+    """The paper's title: ``paper_title`` (release, Hugging Face) or ``title``
+    (crawler), on one line; None when absent or empty."""
+    key = "paper_title" if "paper_title" in paper or "title" not in paper else "title"
+    title = normalize_paragraph(optional_field(paper, key, str) or "")
+    return title or None
 
 
 def _comma_list(value: str) -> List[str]:
@@ -96,7 +108,8 @@ def iter_peersum(
     Documents: ``paper_abstract`` (unless ``include_abstract`` is False), then
     the text of every review / comment in file order whose ``writer`` is in
     ``writers`` (default: all); reviews without text are dropped and counted.
-    Summary: ``meta_review``; id: ``paper_id``. ``select_label`` keeps only
+    Summary: ``meta_review``; id: ``paper_id``; title: ``paper_title``
+    (``title`` in the crawler's layout), when present. ``select_label`` keeps only
     papers whose ``label`` matches (the release holds all splits in one file);
     the others are counted as filtered out."""
     if writers is not None:
@@ -131,6 +144,7 @@ def iter_peersum(
                 cluster_id=optional_field(paper, "paper_id", (str, int)),
                 documents=documents,
                 summary=normalize_summary(summary),
+                title=_peersum_title(paper),
             )
 
         summary = require_field(paper, "meta_review", str)
@@ -164,6 +178,7 @@ def iter_peersum(
             cluster_id=optional_field(paper, "paper_id", (str, int)),
             documents=documents,
             summary=normalize_summary(summary),
+            title=_peersum_title(paper),
             pending=pending,
         )
 
