@@ -11,17 +11,20 @@ A page holds a rendered block between two markers::
 
 ``NAME`` is a results file (``led_sparse_cpu``: its header, naming device,
 command, commit, date and provenance, then its rows as a table, one table per
-``part``), or one of the composed blocks of :data:`COMPOSED` (``memory``:
-the CPU and H100 memory files side by side; ``plot:NAME``: a plot and the
-files it is drawn from; ``index``: every results file and its device).
+``part``; a table wider than the page at 1,280 pixels is split into several
+that repeat the settings columns, :func:`table`), or one of the composed
+blocks of :data:`COMPOSED` (``headline``: each system's speed against what it
+improves on, CPU and GPU, one row per system; ``memory``: the CPU and H100
+memory files side by side; ``plot:NAME``: a plot and the files it is drawn
+from; ``index``: every results file and its device).
 
     python benchmarks/render_docs.py            # rewrite the blocks in the pages, redraw the plots
     python benchmarks/render_docs.py --check    # list the blocks that differ from the files (exit 1)
     python benchmarks/render_docs.py --block led_sparse_cpu   # print one block
 
 ``tests/test_figures.py`` runs the check, checks every results file and the
-plots, and refuses a speed ratio or a MiB/GiB figure written in a page
-outside a rendered block.
+plots, keeps every rendered table within the page's width, and refuses a
+speed ratio or a MiB/GiB figure written in a page outside a rendered block.
 """
 
 import argparse
@@ -29,7 +32,7 @@ import glob
 import os
 import re
 import sys
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -78,6 +81,11 @@ def spec_of(key: str, value: float) -> Tuple[str, str]:
     return ".3g", ""
 
 
+# a range's hyphen: U+2011, the non-breaking hyphen, so that a narrow column wraps a
+# spread at its space ("0.612" above "(0.584-0.717)"), never inside the range
+RANGE_HYPHEN = "\u2011"
+
+
 def figure(key: str, value) -> str:
     """One table cell: a number, a median (min-max), text, or nothing."""
     if value is None:
@@ -87,7 +95,7 @@ def figure(key: str, value) -> str:
         spec, suffix = spec_of(key, median)
         if minimum is None or maximum is None:
             return f"{median:{spec}}{suffix}"
-        return f"{median:{spec}}{suffix} ({minimum:{spec}}-{maximum:{spec}})"
+        return f"{median:{spec}}{suffix} ({minimum:{spec}}{RANGE_HYPHEN}{maximum:{spec}})"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (int, float)):
@@ -125,6 +133,7 @@ HEADER_WORDS = {
     "led": "LED",
     "1k": "1k",
     "ckpt": "ckpt",
+    "call": "run",
 }
 
 
@@ -133,10 +142,116 @@ def header(key: str) -> str:
     return " ".join(HEADER_WORDS.get(word, word) for word in words).replace("per s", "/ s")
 
 
-def table(rows: List[dict], skip=("part", "runs")) -> str:
-    keys: List[str] = []
-    for row in rows:
-        keys += [key for key in row if key not in keys and key not in skip]
+# ---------------------------------------------------------------- table widths
+
+# No table scrolls sideways at the documentation's default width. At a window
+# 1,280 pixels wide the Material theme gives a table 765 pixels between its two
+# sidebars (the text column and .8rem on either side), and sets a table's text
+# at .64rem (12.8 pixels): 59.8 em. The browser narrows a column down to its
+# longest word (docs/stylesheets/extra.css lets a cell wrap between words
+# only), so a table fits when the sum of its columns' longest words, plus each
+# column's padding, does. The width of a word is estimated from Roboto's
+# advance widths (em, by character class; code is Roboto Mono at .85 em,
+# headers bold), a little above Chromium's own (tools/site_widths.py measures
+# the built site); TABLE_EM keeps a tenth of the width for the estimate's error.
+TABLE_EM = 54.0
+CELL_PADDING_EM = 1.2  # extra.css: .6em on either side of a cell
+CODE_CHARACTER_EM = 0.6 * 0.85
+BOLD = 1.06
+CHARACTER_EM = [
+    ("0123456789", 0.56),
+    (".,:;'|!il", 0.25),
+    ("()[]{}", 0.34),
+    ("-\u2011", 0.38),
+    ("%@&mwMW", 0.86),
+    ("ABCDEFGHJKLNOPQRSTUVXYZ", 0.65),
+    ("frtjI ", 0.33),
+]
+INLINE_CODE = re.compile(r"`([^`]*)`")
+LINK = re.compile(r"\[([^\]]*)\]\([^)]*\)")
+
+
+def character_em(character: str) -> float:
+    for characters, width in CHARACTER_EM:
+        if character in characters:
+            return width
+    return 0.52
+
+
+def longest_word_em(cell: str, bold: bool = False) -> float:
+    """The width (em) of the longest word of a Markdown table cell, in code or
+    not: where the browser need break it no further (it may break a word after
+    a hyphen too; the estimate does not count on it)."""
+    cell = LINK.sub(lambda m: m.group(1), cell.replace("\\|", "|").replace("**", ""))
+    words = []
+    for index, piece in enumerate(INLINE_CODE.split(cell)):
+        if index % 2 == 1:
+            words += [len(word) * CODE_CHARACTER_EM for word in piece.split()]
+        else:
+            words += [sum(character_em(c) for c in word) for word in piece.split()]
+    return max(words, default=0.0) * (BOLD if bold else 1.0)
+
+
+def cells(line: str) -> List[str]:
+    """The cells of one Markdown table line (``\\|`` is a cell's own bar)."""
+    return [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+
+
+def table_width_em(markdown: str) -> float:
+    """The narrowest the browser can make a Markdown table (em of its text)."""
+    lines = [line for line in markdown.splitlines() if line.startswith("|")]
+    columns: List[float] = []
+    for number, line in enumerate(lines):
+        if number == 1:
+            continue  # the alignment row
+        for index, cell in enumerate(cells(line)):
+            width = longest_word_em(cell, bold=number == 0)
+            if index == len(columns):
+                columns.append(width)
+            columns[index] = max(columns[index], width)
+    return sum(width + CELL_PADDING_EM for width in columns)
+
+
+def tables_of(markdown: str) -> List[str]:
+    """Every table of a Markdown text (a run of lines that start with ``|``)."""
+    found, current = [], []
+    for line in markdown.splitlines() + [""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            found.append("\n".join(current))
+            current = []
+    return found
+
+
+# the columns of counts that say what a row measured (a setting, not a measurement)
+SETTING_COUNTS = {
+    "batch",
+    "batch_size",
+    "beam",
+    "call",
+    "documents",
+    "pages",
+    "paragraphs",
+    "rows",
+    "run",
+    "sentences",
+    "source_tokens",
+    "steps",
+    "target_steps",
+    "threads",
+    "words",
+}
+
+
+def is_setting(key: str, rows: List[dict]) -> bool:
+    """Whether a column says what a row measured (a name, or a count such as
+    the source length) rather than holding a measured figure."""
+    values = [row[key] for row in rows if row.get(key) is not None]
+    return key in SETTING_COUNTS or all(isinstance(value, str) for value in values)
+
+
+def single_table(rows: List[dict], keys: List[str]) -> str:
     lines = [
         "| " + " | ".join(header(key) for key in keys) + " |",
         "|"
@@ -146,6 +261,32 @@ def table(rows: List[dict], skip=("part", "runs")) -> str:
     for row in rows:
         lines.append("| " + " | ".join(figure(key, row.get(key)) for key in keys) + " |")
     return "\n".join(lines)
+
+
+def table(rows: List[dict], skip=("part", "runs")) -> str:
+    """The rows as one Markdown table, or, where that would be wider than
+    :data:`TABLE_EM`, as several: each repeats the settings columns (what a
+    row measured) and takes the next measured columns that fit."""
+    keys: List[str] = []
+    for row in rows:
+        keys += [key for key in row if key not in keys and key not in skip]
+    whole = single_table(rows, keys)
+    if table_width_em(whole) <= TABLE_EM:
+        return whole
+    settings = [key for key in keys if is_setting(key, rows)]
+    groups: List[List[str]] = [[]]
+    for key in (key for key in keys if key not in settings):
+        if groups[-1] and table_width_em(single_table(rows, settings + groups[-1] + [key])) > TABLE_EM:
+            groups.append([])
+        groups[-1].append(key)
+    return "\n\n".join(single_table(rows, settings + group) for group in groups)
+
+
+def command_block(command: str) -> str:
+    """A results file's command as a code block, one command a line (a file
+    joins several with ``; ``): it scrolls inside its block where it is long,
+    and is never broken inside an option."""
+    return "```bash\n" + command.replace("; ", "\n") + "\n```"
 
 
 def describe(name: str, record: dict) -> str:
@@ -164,7 +305,9 @@ def describe(name: str, record: dict) -> str:
     lines = [
         "; ".join(part for part in parts if part) + ".",
         "",
-        f"Command: `{record['command']}`",
+        "Command:",
+        "",
+        command_block(record["command"]),
         "",
         f"Commit `{(record['commit'] or 'not recorded')[:10]}`, {record['date']}; results file "
         f"`benchmarks/results/{name}.json`; "
@@ -212,9 +355,13 @@ def memory_block() -> str:
         f"({files['cpu']['provenance']}). H100: {files['h100']['device']}, torch {files['h100']['torch']}, "
         f"`benchmarks/results/memory_h100.json` ({files['h100']['provenance']}).",
         "",
-        f"CPU commands: `{files['cpu']['command']}`",
+        "CPU commands:",
         "",
-        f"H100 command: `{files['h100']['command']}`",
+        command_block(files["cpu"]["command"]),
+        "",
+        "H100 command:",
+        "",
+        command_block(files["h100"]["command"]),
         "",
         "Activation memory of one training step (batch 1, fp32, Adam), MiB above what the model, batch and "
         "optimizer state hold; median (min-max) where a cell has several runs; empty where the cell was not "
@@ -237,15 +384,22 @@ def memory_block() -> str:
 def index_block() -> str:
     """Every results file: benchmark, device, provenance; and the benchmarks
     that have no GPU figures."""
-    lines = ["| results file | benchmark | device | date | provenance |", "|---|---|---|---|---|"]
+    lines = [
+        "Each results file (`benchmarks/results/NAME.json`), the benchmark that wrote it (`benchmarks/SCRIPT`), "
+        "its device, the day it was measured and whether the benchmark wrote it (measured) or it was transcribed "
+        "from an earlier log.",
+        "",
+        "| results file | benchmark | device | day | provenance |",
+        "|---|---|---|---|---|",
+    ]
     devices: Dict[str, set] = {}
     for name in results.names():
         record = results.load(name)
         devices.setdefault(record["benchmark"], set()).add(record["device_kind"])
         provenance = "measured" if record["provenance"] == "measured" else "transcribed"
-        lines.append(
-            f"| `{name}.json` | `{record['benchmark']}` | {record['device']} | {record['date']} | {provenance} |"
-        )
+        day = record["date"].split("T")[0].replace("/", " to ").replace("-", RANGE_HYPHEN)
+        script = os.path.basename(record["benchmark"])
+        lines.append(f"| `{name}` | `{script}` | {record['device']} | {day} | {provenance} |")
     scripts = sorted(
         f"benchmarks/{os.path.basename(p)}"
         for p in glob.glob(os.path.join(REPO_ROOT, "benchmarks", "*.py"))
@@ -286,6 +440,7 @@ PLOTS: Dict[str, Tuple[str, List[str], str]] = {
             "hiertransformer_h100",
             "pagesum_cpu",
             "pagesum_h100",
+            "dape_transformer_cpu",
             "dape_transformer_h100",
         ],
         "Speed of each system against its stock counterpart (above 1: faster), median with min-max "
@@ -318,69 +473,205 @@ def _mmm(cell, invert: bool = False) -> Tuple[float, float, float]:
     return (1 / median, 1 / high, 1 / low) if invert else (median, low, high)
 
 
-def speed_points() -> List[Tuple[str, str, Tuple[float, float, float]]]:
-    """``(label, device kind, (median, min, max))`` of the speed-ratio plot:
-    each a ratio of the stock model's time to the system's (a file's time
-    ratio the other way round is inverted, min and max swapped)."""
+class SpeedPoint(NamedTuple):
+    """One figure of the speed-ratio plot and of the headline table."""
+
+    system: str  # the system's key in SYSTEMS
+    label: str  # the plot's label
+    kind: str  # the device kind: cpu or cuda
+    setting: str  # what was measured, for the headline table
+    size: Tuple[int, ...]  # orders one system's settings on one device; the headline shows the largest
+    ratio: Tuple[float, float, float]  # median, min, max
+    source: str  # the results file
+
+
+def speed_points() -> List[SpeedPoint]:
+    """The points of the speed-ratio plot: each a ratio of the stock model's
+    time to the system's (a file's time ratio the other way round is
+    inverted, min and max swapped)."""
     points = []
     for row in _rows("led_sparse_cpu"):
         if row["model"] == "led_sparse":
+            tokens = row["source_tokens"]
             points.append(
-                (
-                    f"led_sparse vs led, generation, {row['source_tokens']:,} tok",
+                SpeedPoint(
+                    "led_sparse",
+                    f"led_sparse vs led, generation, {tokens:,} tok",
                     "cpu",
+                    f"{tokens:,} tokens",
+                    (tokens,),
                     _mmm(row["total_speedup_vs_led"]),
+                    "led_sparse_cpu",
                 )
             )
     for name, kind in (("sparse_decoder_cpu", "cpu"), ("sparse_decoder_h100", "cuda")):
         for row in _rows(name):
             if row["attention"] == "r=5" and row["batch_size"] == 4 and row["source_tokens"] == 4096:
+                steps = row["target_steps"]
                 points.append(
-                    (
-                        f"sparse r=5 vs full, generation, 4,096 tok, {row['target_steps']} steps",
+                    SpeedPoint(
+                        "sparse_decoder",
+                        f"sparse r=5 vs full, generation, 4,096 tok, {steps} steps",
                         kind,
+                        f"4,096 tokens, batch 4, {steps} steps",
+                        (steps,),
                         _mmm(row["total_vs_full"]),
+                        name,
                     )
                 )
     for name, kind in (("hierencdec_cpu", "cpu"), ("hierencdec_h100", "cuda")):
         for row in _rows(name):
             if row["documents"] == 16 and row.get("run", 2) == 2:
+                batch = row.get("batch_size", 1)
                 points.append(
-                    (
-                        f"HierEncDec encoder vs BART, batch {row.get('batch_size', 1)}",
+                    SpeedPoint(
+                        "hierencdec",
+                        f"HierEncDec encoder vs BART, batch {batch}",
                         kind,
+                        f"batch {batch}",
+                        (batch,),
                         _mmm(row["bart_vs_blocked"]),
+                        name,
                     )
                 )
     for name, kind in (("hiertransformer_cpu", "cpu"), ("hiertransformer_h100", "cuda")):
         for row in _rows(name):
             if "ht_vs_flat" in row and row.get("attention", "default").startswith("default") and row.get("run", 3) == 3:
+                tokens = row["source_tokens"]
                 points.append(
-                    (f"HT vs flat transformer, training, {row['source_tokens']:,} tok", kind, _mmm(row["ht_vs_flat"]))
+                    SpeedPoint(
+                        "hiertransformer",
+                        f"HT vs flat transformer, training, {tokens:,} tok",
+                        kind,
+                        f"{tokens:,} tokens",
+                        (tokens,),
+                        _mmm(row["ht_vs_flat"]),
+                        name,
+                    )
                 )
     for name, kind in (("pagesum_cpu", "cpu"), ("pagesum_h100", "cuda")):
         rows = [r for r in _rows(name) if r.get("part") == "encoder" and r.get("dense_vs_pagesum_time")]
         if rows:
-            row = rows[-1]
+            tokens = rows[-1]["source_tokens"]
             points.append(
-                (
-                    f"PageSum encoder vs dense BART, {row['source_tokens']:,} tok",
+                SpeedPoint(
+                    "pagesum",
+                    f"PageSum encoder vs dense BART, {tokens:,} tok",
                     kind,
-                    _mmm(row["dense_vs_pagesum_time"]),
+                    f"{tokens:,} tokens",
+                    (tokens,),
+                    _mmm(rows[-1]["dense_vs_pagesum_time"]),
+                    name,
                 )
             )
     for name, kind in (("dape_transformer_cpu", "cpu"), ("dape_transformer_h100", "cuda")):
         rows = [r for r in _rows(name) if r["system"] == "dape"]
         if rows:
-            row = rows[-1]
+            tokens = rows[-1]["source_tokens"]
             points.append(
-                (
-                    f"DAPE vs transformer, training, {row['source_tokens']:,} tok",
+                SpeedPoint(
+                    "dape",
+                    f"DAPE vs transformer, training, {tokens:,} tok",
                     kind,
-                    _mmm(row["time_vs_transformer"], invert=True),
+                    f"{tokens:,} tokens",
+                    (tokens,),
+                    _mmm(rows[-1]["time_vs_transformer"], invert=True),
+                    name,
                 )
             )
     return points
+
+
+# The page of every benchmark's tables, which the headline table links to (the
+# two pages lie side by side in docs/).
+DETAILS_PAGE = "docs/performance-details.md"
+
+# The headline table's rows: per system, its name, what it is measured against
+# and the section (anchor) of the details page with its measurements.
+SYSTEMS: Dict[str, Tuple[str, str, str]] = {
+    "led_sparse": (
+        "LED encoder + sparse decoder (`led_sparse`), whole generation",
+        "LED (`led`): full cross-attention",
+        "#led_sparse-against-led-generation-cpu",
+    ),
+    "sparse_decoder": (
+        "Sparse decoder (`sparse_bart`, r = 5), whole generation",
+        "the same model with full cross-attention",
+        "#sparse-decoder-generation-benchmarkssparse_decoderpy",
+    ),
+    "hierencdec": (
+        "HierEncDec encoder, 16 documents of 4,096 tokens, forward and backward",
+        "BART's encoder",
+        "#hierencdec-the-document-blocked-encoder-benchmarkshierencdecpy",
+    ),
+    "hiertransformer": (
+        "Hierarchical Transformer, training",
+        "the flat transformer of the same size",
+        "#hierarchical-transformer-against-the-flat-transformer-benchmarkshiertransformerpy",
+    ),
+    "pagesum": (
+        "PageSum encoder",
+        "BART's dense encoder",
+        "#pagesum-encoder-and-decoder-benchmarkspagesumpy",
+    ),
+    "dape": (
+        "DAPE, training",
+        "the transformer of the same size",
+        "#dape-the-cost-of-dependency-guided-attention-benchmarksdape_transformerpy",
+    ),
+}
+
+
+# A CPU run that started at a higher load average than this shared the machine
+# with other jobs (the CPUs measured have 2 cores): its ratios moved with the load.
+LOADED = 2.0
+
+
+def headline_block() -> str:
+    """One row per system: its speed against what it improves on, on the CPU
+    and on the GPU, each the largest setting measured on that device; a figure
+    from a loaded machine is marked."""
+    points = speed_points()
+    devices: Dict[str, List[str]] = {"cpu": [], "cuda": []}
+    loaded = False
+    lines = ["| system | against | CPU | GPU | measurements |", "|---|---|---|---|---|"]
+    for system, (name, against, details) in SYSTEMS.items():
+        cells = []
+        for kind in ("cpu", "cuda"):
+            measured = [point for point in points if point.system == system and point.kind == kind]
+            if not measured:
+                cells.append("not measured")
+                continue
+            point = max(measured, key=lambda point: point.size)
+            record = results.load(point.source)
+            device = record["device"].split(", ")[0]  # a file may name its threads after the model
+            devices[kind] += [device] if device not in devices[kind] else []
+            median, low, high = point.ratio
+            cell = f"{figure('vs', {'median': median, 'minimum': low, 'maximum': high})} at {point.setting}"
+            if (record.get("load_average") or 0) > LOADED:
+                cell += f" (loaded machine: load average {record['load_average']:g})"
+                loaded = True
+            cells.append(cell)
+        link = os.path.basename(DETAILS_PAGE) + details
+        lines.append(f"| {name} | {against} | {cells[0]} | {cells[1]} | [details]({link}) |")
+    lines += [
+        "",
+        "Speed: the time of what the system is measured against over the system's time (above 1: the system "
+        "is faster), median (min-max) over the repeats of one run. Where a system was measured at several "
+        "settings on a device, the table shows the largest and the plot below shows them all. CPU: "
+        + ", ".join(devices["cpu"])
+        + "; GPU: "
+        + ", ".join(devices["cuda"])
+        + ". Each figure's command, threads, dtype and results file are in its section of the details page"
+        + (
+            '. A figure marked "loaded machine" comes from a run that shared its 2-core CPU with other '
+            f"jobs (a load average above {LOADED:g} at its start): the load moved its ratio more than its "
+            "spread shows, and its section says what else was measured."
+            if loaded
+            else "."
+        ),
+    ]
+    return "\n".join(lines)
 
 
 def draw(name: str) -> str:
@@ -437,10 +728,11 @@ def draw(name: str) -> str:
     elif name == "speed_ratios":
         points = speed_points()
         fig, axis = plt.subplots(figsize=(10, 0.35 * len(points) + 1.2))
-        for index, (label, kind, (median, low, high)) in enumerate(points):
-            axis.barh(index, median, color=colors[kind], alpha=0.8)
+        for index, point in enumerate(points):
+            median, low, high = point.ratio
+            axis.barh(index, median, color=colors[point.kind], alpha=0.8)
             axis.errorbar(median, index, xerr=[[median - low], [high - median]], color="black", capsize=3)
-        axis.set_yticks(range(len(points)), [label for label, _, _ in points], fontsize=8)
+        axis.set_yticks(range(len(points)), [point.label for point in points], fontsize=8)
         axis.axvline(1.0, color="black", linewidth=0.8)
         axis.set_xscale("log")
         axis.xaxis.set_major_locator(FixedLocator([0.125, 0.25, 0.5, 1, 2, 4, 8, 16]))
@@ -491,7 +783,7 @@ def plot_block(name: str) -> str:
     return f"![{caption}](images/{filename})\n\n{caption} Drawn from {files}."
 
 
-COMPOSED: Dict[str, Callable[[], str]] = {"memory": memory_block, "index": index_block}
+COMPOSED: Dict[str, Callable[[], str]] = {"memory": memory_block, "index": index_block, "headline": headline_block}
 
 
 def render(name: str) -> str:
