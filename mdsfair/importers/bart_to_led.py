@@ -33,7 +33,6 @@ Hugging Face's LED) with BART's projections (tests/test_bart_to_led.py).
 
 import argparse
 import os
-import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
@@ -135,7 +134,7 @@ def convert_bart_to_led(
     import mdsfair
     from mdsfair.checkpoints.record import RECORD_KEY, make_record
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
-    from mdsfair.importers.hf_led import expected_parameter_names
+    from mdsfair.importers.hf_led import expected_parameter_names, parameter_mismatch
     from mdsfair.importers.output import single_file_output
     from mdsfair.modules.self_attention_components import parse_attention_window
 
@@ -209,14 +208,9 @@ def convert_bart_to_led(
     converted = led_state_from_bart(model_state, max_source_positions)
     rows = converted["encoder.embed_tokens.weight"].size(0)
     expected = expected_parameter_names(args, rows, separator)
-    missing = sorted(set(expected) - set(converted))
-    unexpected = sorted(set(converted) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(converted) if tuple(converted[k].shape) != expected[k])
-    if missing or unexpected or wrong:
-        raise ImportRefused(
-            f"{bart_checkpoint}: does not convert to {led_arch} (missing: {', '.join(missing[:4]) or '-'}; not LED's: "
-            f"{', '.join(unexpected[:4]) or '-'}; other shape: {', '.join(wrong[:3]) or '-'})"
-        )
+    mismatch = parameter_mismatch(converted, expected)
+    if mismatch:
+        raise ImportRefused(f"{bart_checkpoint}: does not convert to {led_arch} ({mismatch})")
     converted = OrderedDict((key, converted[key]) for key in expected)
     if args.share_all_embeddings:
         converted["decoder.embed_tokens.weight"] = converted["encoder.embed_tokens.weight"]
@@ -275,19 +269,15 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--overwrite", action="store_true", help="replace OUT when it exists")
     args = parser.parse_args(argv)
-    try:
-        summary = convert_bart_to_led(
-            args.bart_checkpoint,
-            args.out,
-            args.max_source_positions,
-            args.attention_window,
-            args.global_attention,
-            args.overwrite,
-            args.dict,
-        )
-    except ImportRefused as error:
-        print(f"mdsfair-import bart-to-led: error: {error}", file=sys.stderr)
-        return 1
+    summary = convert_bart_to_led(  # a refusal reaches mdsfair.importers.cli, which prints it
+        args.bart_checkpoint,
+        args.out,
+        args.max_source_positions,
+        args.attention_window,
+        args.global_attention,
+        args.overwrite,
+        args.dict,
+    )
     print(
         f"wrote {summary['out']} (arch {summary['arch']}): encoder positions {summary['bart_positions']} -> "
         f"{args.max_source_positions} ({summary['copies']} copies), global q/k/v = local q/k/v"

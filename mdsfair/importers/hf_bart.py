@@ -93,14 +93,7 @@ from mdsfair.importers.hf_bart_weights import (
     fairseq_state_from_hf,
     hf_state_from_fairseq,
 )
-from mdsfair.importers.hf_export import (
-    export_sources,
-    hf_config,
-    load_exported_checkpoint,
-    run_export_cli,
-    tokenizer_config,
-    write_hf_directory,
-)
+from mdsfair.importers.hf_export import HFDirectory, export_hf_directory, hf_config, run_export_cli, tokenizer_config
 from mdsfair.importers.hf_hub import ModelSource, found_where, resolve_model_source
 
 # -------------------------------------------------------------- architecture
@@ -265,23 +258,11 @@ def import_hf_bart(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer
     arch, flags = architecture_flags(shape)
     args = checkpoint_namespace(shape, arch, flags)
 
-    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
-    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
+    from mdsfair.importers.output import write_gpt2_import
 
     generate, generation_notes = generation_flags(hf_dir)  # checked before anything is written
-    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-bart") as output:  # lock, stage, commit
-        files.write(output.staging)
-        manifest = gpt2_manifest(
-            output.staging,
-            source_record("hf-bart", model, tokenizer, os.path.basename(weights_path)),
-        )
-        save_fairseq_checkpoint(
-            output.path("model.pt"),
-            args,
-            fairseq_state,
-            import_record(output.staging, out_dir, manifest, fairseq_state),
-        )
-        output.commit(manifest)
+    source = source_record("hf-bart", model, tokenizer, os.path.basename(weights_path))
+    write_gpt2_import(out_dir, overwrite, "hf-bart", files, source, args, fairseq_state)
     notes = list(generation_notes)
     if shape.scale_embedding:
         notes.append(
@@ -364,19 +345,15 @@ def run_import_cli(
 ) -> int:
     """``mdsfair-import KIND HF_DIR OUT_DIR`` of a Hugging Face model
     directory: ``convert(hf_dir, out_dir, overwrite=..., tokenizer_dir=...)``
-    and ``print_result`` of its summary; a refusal printed as
-    ``mdsfair-import KIND: error: ...`` (exit 1)."""
+    and ``print_result`` of its summary (a refusal reaches
+    :mod:`mdsfair.importers.cli`, which prints it)."""
     parser = argparse.ArgumentParser(prog=f"mdsfair-import {kind}", description=description)
     parser.add_argument("hf_dir", help=hf_dir_help)
     parser.add_argument("out_dir", help="where model.pt, dict.txt, encoder.json and vocab.bpe are written")
     parser.add_argument("--tokenizer-dir", help=tokenizer_dir_help)
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
-    try:
-        summary = convert(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
-    except ImportRefused as error:
-        print(f"mdsfair-import {kind}: error: {error}", file=sys.stderr)
-        return 1
+    summary = convert(args.hf_dir, args.out_dir, overwrite=args.overwrite, tokenizer_dir=args.tokenizer_dir)
     print_result(summary)
     return 0
 
@@ -397,18 +374,18 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     )
 
 
-def export_hf_bart(
-    checkpoint: str,
-    dict_path: str,
-    out_dir: str,
-    encoder_json: Optional[str] = None,
-    vocab_bpe: Optional[str] = None,
-    weights_format: str = "safetensors",
-    overwrite: bool = False,
-) -> Dict:
-    """Write a Hugging Face BART directory for a plain fairseq ``bart_*`` checkpoint."""
-    encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
-    state, model_cfg = load_exported_checkpoint(checkpoint)
+def export_hf_bart(checkpoint: str, dict_path: str, out_dir: str, **options) -> Dict:
+    """Write a Hugging Face BART directory for a plain fairseq ``bart_*``
+    checkpoint (``options``: those of
+    :func:`~mdsfair.importers.hf_export.export_hf_directory`)."""
+    return export_hf_directory("hf-bart", hf_bart_directory, checkpoint, dict_path, out_dir, **options)
+
+
+def hf_bart_directory(
+    checkpoint: str, state: Dict, model_cfg, dict_path: str, encoder_json: str, vocab_bpe: str
+) -> HFDirectory:
+    """The Hugging Face BART directory of a plain fairseq ``bart_*``
+    checkpoint's ``state`` and ``model_cfg``."""
     check_exportable(model_cfg, checkpoint)
     hf_state, tied, layers = hf_state_from_fairseq(state["model"], checkpoint)
     num_rows, d_model = hf_state["model.shared.weight"].shape
@@ -431,20 +408,7 @@ def export_hf_bart(
         embedding={"scale_embedding": not cfg_value(model_cfg, "no_scale_embedding", True)},
         generation={"forced_eos_token_id": 2},
     )
-    names = write_hf_directory(
-        "hf-bart",
-        checkpoint,
-        [checkpoint, dict_path, encoder_json, vocab_bpe],
-        out_dir,
-        overwrite,
-        config,
-        vocab,
-        merges,
-        tokenizer_config("BartTokenizer", positions),
-        hf_state,
-        weights_format,
-    )
-    return {"out_dir": out_dir, "config": config, "files": names}
+    return HFDirectory(config, vocab, merges, tokenizer_config("BartTokenizer", positions), hf_state)
 
 
 def export_cli_main(argv: Optional[List[str]] = None) -> int:

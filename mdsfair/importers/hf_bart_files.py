@@ -9,7 +9,7 @@ import json
 import os
 import pickle
 from dataclasses import dataclass
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
@@ -189,12 +189,21 @@ def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
             raise ImportRefused(
                 f"{tokenizer_dir}: {token!r} has id {token_id} in the tokenizer but {vocab[token]} in vocab.json"
             )
+    check_prefix_space(tokenizer_dir, tokenizer)
+
+
+def check_prefix_space(tokenizer_dir: str, tokenizer: Optional[Dict] = None, models: str = "BART's") -> None:
+    """Refuse a tokenizer that adds a prefix space (``add_prefix_space`` in
+    ``tokenizer_config.json``, or on a ``ByteLevel`` pre-tokenizer of
+    ``tokenizer.json``, given as ``tokenizer`` where already read): the GPT-2
+    encoder of mdsfair-preprocess, like the ``models``' own, adds none."""
     config_path = os.path.join(tokenizer_dir, "tokenizer_config.json")
-    prefix_space = (
-        read_json(config_path, "tokenizer config", dict).get("add_prefix_space")
-        if os.path.isfile(config_path)
-        else None
+    prefix_space = os.path.isfile(config_path) and read_json(config_path, "tokenizer config", dict).get(
+        "add_prefix_space"
     )
+    if tokenizer is None:
+        tokenizer_path = os.path.join(tokenizer_dir, "tokenizer.json")
+        tokenizer = read_json(tokenizer_path, "tokenizer", dict) if os.path.isfile(tokenizer_path) else {}
     pre_tokenizer = tokenizer.get("pre_tokenizer") or {}
     for node in [pre_tokenizer] + list(pre_tokenizer.get("pretokenizers") or []):
         if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
@@ -202,7 +211,7 @@ def check_tokenizer_extras(tokenizer_dir: str, vocab: Dict[str, int]) -> None:
     if prefix_space:
         raise ImportRefused(
             f"{tokenizer_dir}: the tokenizer adds a prefix space (add_prefix_space=true); mdsfair-preprocess's GPT-2 "
-            "encoder, like BART's, does not"
+            f"encoder, like {models}, does not"
         )
 
 

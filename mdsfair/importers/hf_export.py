@@ -6,16 +6,16 @@ Both write a Hugging Face model directory for a fairseq checkpoint and the
 (``model.safetensors`` or ``pytorch_model.bin``), ``vocab.json`` and
 ``merges.txt`` (the GPT-2 BPE files of the dictionary, read next to
 ``DICT`` unless given: :func:`export_sources`) and ``tokenizer_config.json``
-(:func:`tokenizer_config`). The folder is written through
+(:func:`tokenizer_config`). :func:`export_hf_directory` loads the
+checkpoint, has the kind build its :class:`HFDirectory` and writes it through
 :class:`mdsfair.importers.output.ImportOutput` (lock, staging folder,
-commit) by :func:`write_hf_directory`; the command line is
-:func:`run_export_cli`, the same flags for both kinds.
+commit); the command line is :func:`run_export_cli`, the same flags for both
+kinds.
 """
 
 import argparse
 import os
-import sys
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.importers import ImportRefused
@@ -128,39 +128,75 @@ def tokenizer_config(tokenizer_class: str, model_max_length: int, **extra) -> Di
     }
 
 
+class HFDirectory(NamedTuple):
+    """The files of a Hugging Face model directory, before they are written:
+    ``config.json``, ``vocab.json``, the merges of ``merges.txt``,
+    ``tokenizer_config.json``, the weights, and ``added_tokens.json``
+    (None: no such file)."""
+
+    config: Dict
+    vocab: Dict[str, int]
+    merges: List[str]
+    tokenizer: Dict
+    weights: Dict
+    added_tokens: Optional[Dict[str, int]] = None
+
+
+def export_hf_directory(
+    kind: str,
+    build: Callable[..., HFDirectory],
+    checkpoint: str,
+    dict_path: str,
+    out_dir: str,
+    encoder_json: Optional[str] = None,
+    vocab_bpe: Optional[str] = None,
+    weights_format: str = "safetensors",
+    overwrite: bool = False,
+) -> Dict:
+    """``mdsfair-export KIND``: the Hugging Face directory ``out_dir`` of a
+    fairseq ``checkpoint`` and the ``dict.txt`` it was trained with.
+    ``build(checkpoint, state, model_cfg, dict_path, encoder_json,
+    vocab_bpe)`` makes the kind's :class:`HFDirectory` from the loaded
+    checkpoint (:func:`load_exported_checkpoint`) and the dictionary's GPT-2
+    files (:func:`export_sources`); :func:`write_hf_directory` writes it.
+    Returns ``out_dir``, the config, the names of the files written and the
+    added tokens."""
+    encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
+    state, model_cfg = load_exported_checkpoint(checkpoint)
+    directory = build(checkpoint, state, model_cfg, dict_path, encoder_json, vocab_bpe)
+    sources = [checkpoint, dict_path, encoder_json, vocab_bpe]
+    names = write_hf_directory(kind, checkpoint, sources, out_dir, overwrite, directory, weights_format)
+    return {"out_dir": out_dir, "config": directory.config, "files": names, "added_tokens": directory.added_tokens}
+
+
 def write_hf_directory(
     kind: str,
     checkpoint: str,
     sources: Sequence[str],
     out_dir: str,
     overwrite: bool,
-    config: Dict,
-    vocab: Dict[str, int],
-    merges: List[str],
-    tokenizer: Dict,
-    hf_state: Dict,
+    directory: HFDirectory,
     weights_format: str,
-    added_tokens: Optional[Dict[str, int]] = None,
 ) -> List[str]:
-    """Write the Hugging Face directory ``out_dir`` (through
+    """Write ``directory`` to ``out_dir`` (through
     :class:`~mdsfair.importers.output.ImportOutput`, whose manifest names
     ``checkpoint``; ``sources`` are the files read) and return the names of
-    the files written: ``added_tokens.json`` only with ``added_tokens``."""
+    the files written: ``added_tokens.json`` only with added tokens."""
     from mdsfair.importers.output import ImportOutput, export_manifest
 
     weights = WEIGHT_FILES[weights_format]
     names = ["config.json", "vocab.json", "merges.txt", "tokenizer_config.json", weights]
     with ImportOutput(out_dir, overwrite, f"mdsfair-export {kind}", list(sources)) as output:
         staging = output.staging
-        write_json_atomic(os.path.join(staging, "config.json"), config, indent=2)
-        write_json_atomic(os.path.join(staging, "vocab.json"), vocab, ensure_ascii=False)
+        write_json_atomic(os.path.join(staging, "config.json"), directory.config, indent=2)
+        write_json_atomic(os.path.join(staging, "vocab.json"), directory.vocab, ensure_ascii=False)
         with open(os.path.join(staging, "merges.txt"), "w", encoding="utf-8") as f:
-            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in merges))
-        write_json_atomic(os.path.join(staging, "tokenizer_config.json"), tokenizer, indent=2)
-        if added_tokens is not None:
-            write_json_atomic(os.path.join(staging, "added_tokens.json"), added_tokens, indent=2)
+            f.write("#version: 0.2\n" + "".join(merge + "\n" for merge in directory.merges))
+        write_json_atomic(os.path.join(staging, "tokenizer_config.json"), directory.tokenizer, indent=2)
+        if directory.added_tokens is not None:
+            write_json_atomic(os.path.join(staging, "added_tokens.json"), directory.added_tokens, indent=2)
             names.append("added_tokens.json")
-        tensors = {name: tensor.contiguous().clone() for name, tensor in hf_state.items()}
+        tensors = {name: tensor.contiguous().clone() for name, tensor in directory.weights.items()}
         if weights_format == "safetensors":
             try:
                 from safetensors.torch import save_file
@@ -181,8 +217,8 @@ def run_export_cli(
     kind: str, description: str, checkpoint_help: str, export: Callable[..., Dict], argv: Optional[List[str]]
 ) -> int:
     """``mdsfair-export KIND CKPT DICT OUT_DIR``: ``export(checkpoint, dict,
-    out_dir, encoder_json, vocab_bpe, weights_format, overwrite)``, its
-    refusal printed as ``mdsfair-export KIND: error: ...`` (exit 1)."""
+    out_dir, ...)`` with :func:`export_hf_directory`'s options (a refusal
+    reaches :mod:`mdsfair.importers.cli`, which prints it)."""
     parser = argparse.ArgumentParser(prog=f"mdsfair-export {kind}", description=description)
     parser.add_argument("checkpoint", help=checkpoint_help)
     parser.add_argument("dict", help="the dict.txt it was trained with (e.g. data-bin/dict.txt)")
@@ -197,18 +233,12 @@ def run_export_cli(
     )
     parser.add_argument("--overwrite", action="store_true", help="replace files already in OUT_DIR")
     args = parser.parse_args(argv)
-    try:
-        summary = export(
-            args.checkpoint,
-            args.dict,
-            args.out_dir,
-            args.gpt2_encoder_json,
-            args.gpt2_vocab_bpe,
-            args.weights_format,
-            args.overwrite,
-        )
-    except ImportRefused as error:
-        print(f"mdsfair-export {kind}: error: {error}", file=sys.stderr)
-        return 1
+    options = {
+        "encoder_json": args.gpt2_encoder_json,
+        "vocab_bpe": args.gpt2_vocab_bpe,
+        "weights_format": args.weights_format,
+        "overwrite": args.overwrite,
+    }
+    summary = export(args.checkpoint, args.dict, args.out_dir, **options)
     print(f"wrote {', '.join(summary['files'])} to {summary['out_dir']}")
     return 0

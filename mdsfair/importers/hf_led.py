@@ -83,15 +83,9 @@ from mdsfair.importers.hf_bart import (
     run_import_cli,
     source_record,
 )
+from mdsfair.importers.hf_bart_files import check_prefix_space
 from mdsfair.importers.hf_bart_weights import EMBEDDING_KEYS, HF_ACTIVATIONS, cfg_value, fairseq_embeddings
-from mdsfair.importers.hf_export import (
-    export_sources,
-    hf_config,
-    load_exported_checkpoint,
-    run_export_cli,
-    tokenizer_config,
-    write_hf_directory,
-)
+from mdsfair.importers.hf_export import HFDirectory, export_hf_directory, hf_config, run_export_cli, tokenizer_config
 from mdsfair.importers.hf_hub import found_where, resolve_model_source
 from mdsfair.modules.led_parameter_map import (
     FAIRSEQ_TO_HF_ENCODER_ATTENTION,
@@ -179,24 +173,6 @@ def tokenizer_extra_tokens(tokenizer_dir: str, vocab: Dict[str, int]) -> Dict[st
     return extra
 
 
-def check_prefix_space(tokenizer_dir: str) -> None:
-    prefix_space = False
-    path = os.path.join(tokenizer_dir, "tokenizer_config.json")
-    if os.path.isfile(path) and read_json(path, "tokenizer config", dict).get("add_prefix_space"):
-        prefix_space = True
-    path = os.path.join(tokenizer_dir, "tokenizer.json")
-    if os.path.isfile(path):
-        pre = read_json(path, "tokenizer", dict).get("pre_tokenizer") or {}
-        for node in [pre] + list(pre.get("pretokenizers") or []):
-            if node.get("type") == "ByteLevel" and node.get("add_prefix_space"):
-                prefix_space = True
-    if prefix_space:
-        raise ImportRefused(
-            f"{tokenizer_dir}: the tokenizer adds a prefix space (add_prefix_space=true); mdsfair-preprocess's GPT-2 "
-            "encoder, like LED's and BART's, does not"
-        )
-
-
 def led_bpe_files(tokenizer_dir: str, num_rows: int):
     """The GPT-2 files of :func:`mdsfair.importers.hf_bart.bpe_files`, with
     PRIMERA's ``<doc-sep>`` as a dictionary symbol at its id. Returns the
@@ -215,7 +191,7 @@ def led_bpe_files(tokenizer_dir: str, num_rows: int):
             f"{tokenizer_dir}: the tokenizer adds {token!r} (id {token_id}); only PRIMERA's {DOC_SEP} is supported "
             "beyond vocab.json (mdsfair-preprocess's GPT-2 encoder cannot reproduce other added tokens)"
         )
-    check_prefix_space(tokenizer_dir)
+    check_prefix_space(tokenizer_dir, models="LED's and BART's")
     separator = extra.get(DOC_SEP, vocab.get(DOC_SEP))
     if separator is not None and not (len(vocab) - (DOC_SEP in vocab) <= separator < num_rows):
         raise ImportRefused(
@@ -331,13 +307,28 @@ def expected_parameter_names(args, num_rows: int, separator: Optional[int]):
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
 
 
+def parameter_mismatch(state: Dict, expected: Dict[str, tuple]) -> Optional[str]:
+    """Why ``state`` is not the ``led`` parameters ``expected`` (name ->
+    shape, :func:`expected_parameter_names`): the first few names missing,
+    not LED's and of another shape, or None when it is."""
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if tuple(state[k].shape) != expected[k])
+    if not (missing or unexpected or wrong):
+        return None
+    shapes = ", ".join(f"{k} {tuple(state[k].shape)} != {expected[k]}" for k in wrong[:3])
+    return (
+        f"missing: {', '.join(missing[:4]) or '-'}; not LED's: {', '.join(unexpected[:4]) or '-'}; "
+        f"other shape: {shapes or '-'}"
+    )
+
+
 def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_dir: Optional[str] = None) -> Dict:
     """Convert a Hugging Face LED / PRIMERA model (a folder, or a Hub model id
     ``ORG/NAME[@REVISION]``: :mod:`mdsfair.importers.hf_hub`); returns a summary."""
     import torch
 
-    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
-    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
+    from mdsfair.importers.output import write_gpt2_import
 
     model = resolve_model_source(hf_dir)
     tokenizer = resolve_model_source(tokenizer_dir, weights=False) if tokenizer_dir else model
@@ -368,15 +359,9 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
     expected = expected_parameter_names(args, num_rows, separator)
     expected.pop("encoder.version", None)
     expected.pop("decoder.version", None)
-    missing = sorted(set(expected) - set(fairseq_state))
-    unexpected = sorted(set(fairseq_state) - set(expected))
-    wrong = sorted(k for k in set(expected) & set(fairseq_state) if tuple(fairseq_state[k].shape) != expected[k])
-    if missing or unexpected or wrong:
-        raise ImportRefused(
-            f"{weights_path}: the weights do not match config.json's LED "
-            f"(missing: {', '.join(missing[:4]) or '-'}; not LED's: {', '.join(unexpected[:4]) or '-'}; "
-            f"other shape: {', '.join(f'{k} {tuple(fairseq_state[k].shape)} != {expected[k]}' for k in wrong[:3]) or '-'})"
-        )
+    mismatch = parameter_mismatch(fairseq_state, expected)
+    if mismatch:
+        raise ImportRefused(f"{weights_path}: the weights do not match config.json's LED ({mismatch})")
     model_state = OrderedDict((k, fairseq_state[k].contiguous()) for k in expected)
     model_state["encoder.version"] = torch.Tensor([3])
     model_state["decoder.version"] = torch.Tensor([3])
@@ -385,17 +370,8 @@ def import_hf_led(hf_dir: str, out_dir: str, overwrite: bool = False, tokenizer_
             model_state[name] = model_state["encoder.embed_tokens.weight"]
 
     generate, notes = generation_flags(hf_dir)  # checked before anything is written
-    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-led") as output:  # lock, stage, commit
-        files.write(output.staging)
-        manifest = gpt2_manifest(
-            output.staging,
-            source_record("hf-led", model, tokenizer, os.path.basename(weights_path)),
-            separator,
-        )
-        save_fairseq_checkpoint(
-            output.path("model.pt"), args, model_state, import_record(output.staging, out_dir, manifest, model_state)
-        )
-        output.commit(manifest)
+    source = source_record("hf-led", model, tokenizer, os.path.basename(weights_path))
+    write_gpt2_import(out_dir, overwrite, "hf-led", files, source, args, model_state, separator)
     prefix = "led." if any(k.startswith("led.") for k in state) else ""
     shared = state.get(prefix + "shared.weight")
     if (
@@ -476,18 +452,21 @@ def hf_led_state_from_fairseq(state: Dict):
     return out, tied
 
 
-def export_hf_led(
-    checkpoint: str,
-    dict_path: str,
-    out_dir: str,
-    encoder_json: Optional[str] = None,
-    vocab_bpe: Optional[str] = None,
-    weights_format: str = "safetensors",
-    overwrite: bool = False,
-) -> Dict:
-    """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint."""
-    encoder_json, vocab_bpe = export_sources(checkpoint, dict_path, encoder_json, vocab_bpe)
-    state, cfg = load_exported_checkpoint(checkpoint)  # registers the led architectures first
+def export_hf_led(checkpoint: str, dict_path: str, out_dir: str, **options) -> Dict:
+    """Write a Hugging Face LED directory for an mdsfair ``led`` checkpoint
+    (``options``: those of
+    :func:`~mdsfair.importers.hf_export.export_hf_directory`); the summary
+    also names PRIMERA's ``<doc-sep>`` id (None for LED)."""
+    summary = export_hf_directory("hf-led", hf_led_directory, checkpoint, dict_path, out_dir, **options)
+    return {**summary, "document_separator": (summary["added_tokens"] or {}).get(DOC_SEP)}
+
+
+def hf_led_directory(
+    checkpoint: str, state: Dict, cfg, dict_path: str, encoder_json: str, vocab_bpe: str
+) -> HFDirectory:
+    """The Hugging Face LED directory of an ``led`` checkpoint's ``state``
+    and model configuration ``cfg`` (loaded, so the led architectures are
+    registered)."""
     from fairseq.data import Dictionary
     from fairseq.models import ARCH_MODEL_REGISTRY
 
@@ -544,21 +523,8 @@ def export_hf_led(
     if tied:
         for name in ("led.encoder.embed_tokens.weight", "led.decoder.embed_tokens.weight", "lm_head.weight"):
             hf_state.pop(name)
-    names = write_hf_directory(
-        "hf-led",
-        checkpoint,
-        [checkpoint, dict_path, encoder_json, vocab_bpe],
-        out_dir,
-        overwrite,
-        config,
-        vocab,
-        merges,
-        tokenizer,
-        hf_state,
-        weights_format,
-        added_tokens={DOC_SEP: separator} if separator is not None else None,
-    )
-    return {"out_dir": out_dir, "config": config, "files": names, "document_separator": separator}
+    added = {DOC_SEP: separator} if separator is not None else None
+    return HFDirectory(config, vocab, merges, tokenizer, hf_state, added)
 
 
 def export_cli_main(argv: Optional[List[str]] = None) -> int:

@@ -167,6 +167,32 @@ def import_record(staging: str, out_dir: str, manifest: Dict, model_state: Dict)
     return make_record(data, model_state)
 
 
+def write_gpt2_import(
+    out_dir: str,
+    overwrite: bool,
+    kind: str,
+    files,
+    source: Dict[str, object],
+    args,
+    model_state: Dict,
+    separator: Optional[int] = None,
+) -> None:
+    """The folder of ``mdsfair-import KIND`` for a GPT-2 model, through
+    :class:`ImportOutput` (lock, staging folder, commit): ``files``'
+    ``dict.txt``, ``encoder.json`` and ``vocab.bpe``, ``mdsfair.json``
+    (:func:`gpt2_manifest` recording ``source``) and ``model.pt``, the
+    checkpoint of ``args`` and ``model_state`` stamped with
+    :func:`import_record`."""
+    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+
+    with ImportOutput(out_dir, overwrite, f"mdsfair-import {kind}") as output:
+        files.write(output.staging)
+        manifest = gpt2_manifest(output.staging, source, separator)
+        record = import_record(output.staging, out_dir, manifest, model_state)
+        save_fairseq_checkpoint(output.path("model.pt"), args, model_state, record)
+        output.commit(manifest)
+
+
 def _move_without_replacing(temporary: str, path: str) -> None:
     """Move ``temporary`` to ``path`` unless ``path`` exists, atomically: a
     hard link (which fails when the name is taken), then the temporary name

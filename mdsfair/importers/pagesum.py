@@ -191,21 +191,11 @@ def import_pagesum(
     flags = page_flags(settings, shape.max_positions)
     args = checkpoint_namespace(shape, arch, shape_flags, extra=flags)
 
-    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
-    from mdsfair.importers.output import ImportOutput, gpt2_manifest, import_record
+    from mdsfair.importers.output import write_gpt2_import
 
-    with ImportOutput(out_dir, overwrite, "mdsfair-import pagesum") as output:  # lock, stage, commit
-        files.write(output.staging)
-        source = {"kind": "pagesum", "path": os.path.abspath(state_dict_path)}
-        source.update({name: s.record() for name, s in (("hf_config", model), ("tokenizer", tokenizer)) if s.record()})
-        manifest = gpt2_manifest(output.staging, source)
-        save_fairseq_checkpoint(
-            output.path("model.pt"),
-            args,
-            fairseq_state,
-            import_record(output.staging, out_dir, manifest, fairseq_state),
-        )
-        output.commit(manifest)
+    source = {"kind": "pagesum", "path": os.path.abspath(state_dict_path)}
+    source.update({name: s.record() for name, s in (("hf_config", model), ("tokenizer", tokenizer)) if s.record()})
+    write_gpt2_import(out_dir, overwrite, "pagesum", files, source, args, fairseq_state)
     return {
         "source": state_dict_path,
         "found": found_where(model, tokenizer),
@@ -303,12 +293,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     for name in ("locality", "pages", "page_length", "discourse_unit", "empty_pages"):
         if getattr(args, name) is not None:
             settings[name] = getattr(args, name)
-    try:
-        summary = import_pagesum(
-            args.state_dict, args.hf_config, args.out_dir, settings, args.tokenizer_dir, args.overwrite
-        )
-    except ImportRefused as error:
-        print(f"mdsfair-import pagesum: error: {error}", file=sys.stderr)
-        return 1
+    # a refusal reaches mdsfair.importers.cli, which prints it
+    summary = import_pagesum(
+        args.state_dict, args.hf_config, args.out_dir, settings, args.tokenizer_dir, args.overwrite
+    )
     print_summary(summary)
     return 0
