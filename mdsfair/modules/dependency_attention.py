@@ -42,7 +42,7 @@ paper's model), ``linear`` (one linear layer), ``arithmetic`` (fixed weights
 "added on values" variant: ``MHAtt_i = sum_j A_ij V_j + sum_j M_ij V_j``.
 """
 
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn as nn
@@ -346,28 +346,30 @@ class DependencyGuidedMultiheadAttention(MultiheadAttention):
         key: Optional[Tensor],
         value: Optional[Tensor],
         key_padding_mask: Optional[Tensor] = None,
-        incremental_state: Optional[Dict[str, Dict[str, Optional[Tensor]]]] = None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
+        *,
         dependency_mask: Optional[Tensor] = None,
+        **options,
     ) -> Tuple[Tensor, Optional[Tensor]]:
-        """``query`` is ``[T, B, C]``; ``dependency_mask`` ``[B, T, T]``."""
+        """``query`` is ``[T, B, C]``; ``dependency_mask`` ``[B, T, T]``, or None
+        for fairseq's attention (``options``: its other keywords)."""
         if dependency_mask is None:
-            return super().forward(
-                query,
-                key,
-                value,
-                key_padding_mask=key_padding_mask,
-                incremental_state=incremental_state,
-                need_weights=need_weights,
-                static_kv=static_kv,
-                attn_mask=attn_mask,
-                before_softmax=before_softmax,
-                need_head_weights=need_head_weights,
-            )
+            return super().forward(query, key, value, key_padding_mask=key_padding_mask, **options)
+        return self._guided_attention(query, dependency_mask, key_padding_mask, **options)
+
+    def _guided_attention(
+        self,
+        query: Tensor,
+        dependency_mask: Tensor,
+        key_padding_mask: Optional[Tensor],
+        attn_mask: Optional[Tensor] = None,
+        need_weights: bool = True,
+        need_head_weights: bool = False,
+        incremental_state=None,
+        before_softmax: bool = False,
+        static_kv: bool = False,
+    ) -> Tuple[Tensor, Optional[Tensor]]:
+        """Eq. 8-11 on the self-attention of ``query`` (``static_kv`` changes
+        nothing: the keys and values are the query's)."""
         if incremental_state is not None or before_softmax:
             raise ValueError("the dependency mask applies to full encoder self-attention only")
         length, batch_size, _ = query.size()
