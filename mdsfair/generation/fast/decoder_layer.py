@@ -14,9 +14,7 @@ steps of a static beam search:
 Outside a static beam search the layer is its reference.
 """
 
-from typing import Optional
-
-from torch import Tensor, nn
+from torch import nn
 
 from mdsfair.generation.fast import fast_variant_of
 from mdsfair.generation.fast.static_beam_search import FollowsStaticBeamSearch
@@ -36,29 +34,10 @@ class StaticStepDecoderLayer(ComponentDecoderLayer, FollowsStaticBeamSearch):
             if type(linear) is nn.Linear and not linear._forward_pre_hooks and not linear._forward_hooks:
                 linear.__class__ = StepProductLinear
 
-    def forward(
-        self,
-        x: Tensor,
-        encoder_states: Tensor,
-        encoder_padding_mask: Optional[Tensor],
-        cross_context=None,
-        incremental_state=None,
-        self_attn_mask: Optional[Tensor] = None,
-        self_attn_padding_mask: Optional[Tensor] = None,
-        need_attn: bool = False,
-        alignment_heads: Optional[int] = None,
-    ):
+    def forward(self, *args, incremental_state=None, need_attn: bool = False, **options):
+        """The reference's forward (the same arguments), without the alignment
+        layer's attention in the steps whose generator discards it."""
         search = self.static_beam_search
         if search is not None and not search.keep_attention and self.in_static_step(incremental_state):
-            need_attn = False  # the generator discards the alignment layer's attention
-        return super().forward(
-            x,
-            encoder_states,
-            encoder_padding_mask,
-            cross_context,
-            incremental_state=incremental_state,
-            self_attn_mask=self_attn_mask,
-            self_attn_padding_mask=self_attn_padding_mask,
-            need_attn=need_attn,
-            alignment_heads=alignment_heads,
-        )
+            need_attn = False
+        return super().forward(*args, incremental_state=incremental_state, need_attn=need_attn, **options)
