@@ -8,7 +8,7 @@ documents (``--short-length`` tokens each, e.g. 8-12) and one of a single
 padded to the batch's most documents times its longest document would cost
 ``B * D * L * (L + D)`` scores per head, far more than the dense ``B * T^2``;
 the blocked attention buckets its blocks by document length
-(:class:`mdsfair.modules.document_blocked_attention.DocumentLayout`), so that
+(:class:`mdsfair.modules.document_blocks.DocumentLayout`), so that
 the batch costs what its documents cost.
 
 Each configuration runs in a fresh forked process; its figure is the peak

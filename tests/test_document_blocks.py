@@ -6,11 +6,8 @@ documents cost, not its most documents times its longest document."""
 import pytest
 import torch
 
-from mdsfair.modules.document_blocked_attention import (
-    DocumentBlockedSelfAttention,
-    DocumentLayout,
-    document_attention_mask,
-)
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, document_attention_mask
+from mdsfair.modules.document_blocks import DocumentLayout
 
 
 def document_ids_of(*examples, length=None, left_padding=False):

@@ -25,11 +25,8 @@ from mdsfair.evaluation.attention_measures import (
 )
 from mdsfair.hub_interface import copy_inference_files
 from mdsfair.models.hierencdec_bart import HierEncDecBARTModel
-from mdsfair.modules.document_blocked_attention import (
-    DocumentBlockedSelfAttention,
-    DocumentLayout,
-    document_attention_mask,
-)
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, document_attention_mask
+from mdsfair.modules.document_blocks import DocumentLayout
 from mdsfair.modules.hierarchical_cross_attention import (
     HierarchicalCrossAttention,
     hierarchical_attention_logits,

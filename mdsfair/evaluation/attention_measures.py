@@ -221,7 +221,7 @@ class AttentionRecorder:
         # mdsfair's component layers take the self-attention's per-batch context third
         # (mdsfair/modules/transformer_layers.py): HierEncDec's document layout
         context = args[2] if len(args) > 2 else kwargs.get("attention_context", kwargs.get("document_layout"))
-        from mdsfair.modules.document_blocked_attention import DocumentLayout
+        from mdsfair.modules.document_blocks import DocumentLayout
 
         layout = context if isinstance(context, DocumentLayout) else None
         weights = encoder_self_attention_weights(layer, x, padding_mask, layout, kwargs.get("attn_mask"))

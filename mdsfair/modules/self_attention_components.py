@@ -32,7 +32,8 @@ from mdsfair.modules.dependency_attention import (
     DependencyRelationEncoder,
 )
 from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS as DOCUMENT_IMPLEMENTATIONS
-from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, DocumentLayout
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
+from mdsfair.modules.document_blocks import DocumentLayout
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
 
