@@ -8,6 +8,7 @@ already holds torch) and checks which modules it imported, not how long it
 took: ``benchmarks/startup.py`` times the commands."""
 
 import ast
+import json
 import os
 import subprocess
 import sys
@@ -184,3 +185,34 @@ def test_importing_mdsfair_changes_nothing_in_fairseq_warnings_or_the_import_sys
         "True",
         "True",
     ]
+
+
+def test_the_startup_benchmark_runs_every_console_script_and_refuses_an_unknown_one():
+    from benchmarks import startup
+
+    runs = startup.runs_to_measure(None)
+    assert list(runs)[:2] == [startup.INTERPRETER, startup.TORCH_FAIRSEQ]
+    assert {f"{command} --help" for command in console_scripts()} | {
+        "mdsfair-train --help-all",
+        "mdsfair-generate --help-all",
+    } == set(runs) - set(startup.BASELINES)
+    assert "from mdsfair.cli import train_main" in runs["mdsfair-train --help"]
+    with pytest.raises(SystemExit, match=r"--commands: \['mdsfair-nope'\] are not console scripts"):
+        startup.runs_to_measure(["mdsfair-rouge", "mdsfair-nope"])
+
+
+@pytest.mark.slow
+def test_the_startup_benchmark_writes_a_results_file_with_both_baselines(tmp_path):
+    from benchmarks import results
+
+    path = tmp_path / "startup.json"
+    command = [sys.executable, "benchmarks/startup.py", "--commands", "mdsfair-rouge", "--repeats", "1"]
+    finished = subprocess.run(command + ["--json", str(path)], cwd=REPO_ROOT, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    record = json.loads(path.read_text(encoding="utf-8"))
+    assert results.problems(record) == []
+    rows = {row["command"]: row for row in record["rows"]}
+    assert list(rows) == ["python -c pass", 'python -c "import torch, fairseq"', "mdsfair-rouge --help"]
+    assert rows['python -c "import torch, fairseq"']["imports_fairseq"]
+    assert not rows["mdsfair-rouge --help"]["imports_torch"] and not rows["mdsfair-rouge --help"]["imports_fairseq"]
+    assert "load average" in record["notes"] and record["load_average_end"] is not None
