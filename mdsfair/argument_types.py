@@ -1,9 +1,14 @@
 """argparse ``type`` functions that range-check a flag's value, shared by
 every mdsfair command (no torch): a bad value is the parser's one-line
 ``PROG: error: argument --flag: ...`` and exit status 2, never a traceback
-later and never a silently empty or wrong output."""
+later and never a silently empty or wrong output. The output flags of every
+command are checked here too, before any work: each output is written whole
+after the work (through :func:`mdsfair.data.manifest.atomic_text_file`), so
+a path that cannot be written would otherwise be found only at the end."""
 
 import argparse
+import os
+from typing import Iterable, Optional, Sequence, Tuple
 
 
 def at_least(minimum: int):
@@ -97,3 +102,81 @@ def os_errors_in_one_line(prog: str):
         return wrapper
 
     return decorate
+
+
+def _same_file(first: str, second: str) -> bool:
+    if os.path.exists(first) and os.path.exists(second):
+        return os.path.samefile(first, second)
+    return os.path.realpath(first) == os.path.realpath(second)
+
+
+def output_folder_problem(flag: str, path: str) -> Optional[str]:
+    """Why the folder ``path`` (the value of ``flag``; the command creates it
+    and its missing parents) cannot be written, as one line ``FLAG PATH:
+    reason``; ``None`` when it can: it is a file, or the nearest folder that
+    exists on its way is not a folder or not writable."""
+    if path == "":
+        return f"{flag}: the folder name is empty"
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{flag} {path}: is a file, not a folder"
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{flag} {path}: {existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{flag} {path}: the folder {existing} is not writable"
+    return None
+
+
+def output_path_problem(
+    flag: str, path: str, inputs: Iterable[str] = (), creates_folder: bool = False
+) -> Optional[str]:
+    """Why the file ``path`` (the value of ``flag``) cannot be written, as one
+    line ``FLAG PATH: reason``; ``None`` when it can: it is a folder or names
+    one, its folder is missing (unless the command creates it,
+    ``creates_folder``) or not writable, the file exists and is read-only,
+    or it is one of ``inputs``, the files the command reads."""
+    if path == "":
+        return f"{flag}: the file name is empty"
+    if os.path.isdir(path):
+        return f"{flag} {path}: is a folder; give a file name (for example {os.path.join(path, 'out')})"
+    if path.endswith(os.sep) or (os.altsep and path.endswith(os.altsep)):
+        return f"{flag} {path}: names a folder (it ends in {path[-1]!r}); give a file name"
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        if creates_folder:
+            return output_folder_problem(flag, folder)
+        if os.path.exists(folder):
+            return f"{flag} {path}: {folder} is not a folder"
+        return f"{flag} {path}: the folder {folder} does not exist; create it first"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{flag} {path}: the folder {folder} is not writable"
+    if os.path.exists(path) and not os.access(path, os.W_OK):
+        return f"{flag} {path}: the file exists and is not writable"
+    for source in inputs:
+        if source and _same_file(path, source):
+            return f"{flag} {path}: is also an input of this command; writing it would replace what is read"
+    return None
+
+
+def check_output_paths(
+    outputs: Sequence[Tuple[str, Optional[str]]], inputs: Iterable[str] = (), creating_folders: Iterable[str] = ()
+) -> Optional[str]:
+    """The first problem of :func:`output_path_problem` among ``outputs``
+    (``(flag, path)`` pairs; a ``None`` path is not asked for; the flags in
+    ``creating_folders`` are those whose missing folder the command
+    creates), or two flags naming the same file; ``None`` when every output
+    can be written. A command checks its outputs with it before reading any
+    input, since each output is written whole after the work."""
+    inputs = [source for source in inputs if source]
+    given = [(flag, path) for flag, path in outputs if path is not None]
+    for flag, path in given:
+        problem = output_path_problem(flag, path, inputs, creates_folder=flag in creating_folders)
+        if problem is not None:
+            return problem
+    for index, (flag, path) in enumerate(given):
+        for other_flag, other_path in given[index + 1 :]:
+            if _same_file(path, other_path):
+                return f"{flag} and {other_flag} both name {path}: each output needs a file of its own"
+    return None

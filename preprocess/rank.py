@@ -42,7 +42,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mdsfair.argument_types import at_least, os_errors_in_one_line
+from mdsfair.argument_types import at_least, check_output_paths, os_errors_in_one_line
 from mdsfair.data.manifest import atomic_text_file, write_json_atomic
 from mdsfair.text import rouge_l_recall, rouge_tokens
 
@@ -215,6 +215,11 @@ def run(argv: Optional[List[str]] = None) -> Dict[str, Dict[int, float]]:
     args = get_parser().parse_args(argv)
     if not args.output and not args.evaluate:
         raise SystemExit("mdsfair-rank: error: give --output, --evaluate or both")
+    problem = check_output_paths(
+        [("--output", args.output), ("--report", args.report)], inputs=[args.input], creating_folders=["--output"]
+    )
+    if problem is not None:
+        raise SystemExit(f"mdsfair-rank: error: {problem}")
     from mdsfair.preprocess.structure import InputFormatError, SentenceSplitter, read_clusters
 
     try:

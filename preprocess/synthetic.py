@@ -50,7 +50,7 @@ import re
 import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from mdsfair.argument_types import at_least, os_errors_in_one_line
+from mdsfair.argument_types import at_least, os_errors_in_one_line, output_folder_problem
 from mdsfair.lexrank import lexrank_scores
 from mdsfair.preprocess.synthetic_world import (
     AWARD_CANON,
@@ -645,7 +645,8 @@ def check_arguments(parser: argparse.ArgumentParser, args) -> None:
     """Refuse, with an argparse error naming the flags, settings
     :func:`_resolve_options` and the world would refuse: every ``--min-X``
     above its ``--max-X``, more facts than slots, facts the documents cannot
-    hold, a name pool smaller than the world needs."""
+    hold, a name pool smaller than the world needs; and an ``--out-dir``
+    that cannot be written."""
     pairs = [
         ("--min-facts", args.min_facts, "--max-facts", args.max_facts),
         ("--min-facts-per-doc", args.min_facts_per_doc, "--max-facts-per-doc", args.max_facts_per_doc),
@@ -664,6 +665,9 @@ def check_arguments(parser: argparse.ArgumentParser, args) -> None:
         )
     if args.num_names < 8:
         parser.error(f"--num-names {args.num_names}: the world needs at least 8 names")
+    problem = output_folder_problem("--out-dir", args.out_dir)
+    if problem is not None:
+        parser.error(problem)
 
 
 @os_errors_in_one_line("mdsfair-synth")

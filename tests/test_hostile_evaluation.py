@@ -206,6 +206,105 @@ def test_class1_synth_refuses_a_minimum_above_its_maximum_naming_both_flags(argv
     assert not out.exists()
 
 
+def _command_outputs(tmp_path):
+    """Each other command with output flags: its entry point, its arguments
+    with OUT where the output goes, the flag, and the function that would
+    do the work (which must not run)."""
+    from mdsfair.evaluation import attention_analysis, page_importance
+    from mdsfair.preprocess import rank
+    from mdsfair.preprocess.converters import driver
+
+    clusters = _baseline_input(tmp_path)
+    checkpoint = str(tmp_path / "model.pt")  # never read: the output is checked first
+    return {
+        "convert -o": (driver.cli_main, ["cnn_dailymail", clusters, "-o", "OUT"], "-o/--output", driver, "convert"),
+        "convert --report-json": (
+            driver.cli_main,
+            ["cnn_dailymail", clusters, "-o", str(tmp_path / "c.jsonl"), "--report-json", "OUT"],
+            "--report-json",
+            driver,
+            "convert",
+        ),
+        "rank --output": (rank.cli_main, ["--input", clusters, "--method", "tfidf", "--output", "OUT"], "--output"),
+        "rank --report": (
+            rank.cli_main,
+            ["--input", clusters, "--method", "tfidf", "--evaluate", "--report", "OUT"],
+            "--report",
+        ),
+        "synth --out-dir": (
+            synthetic.cli_main,
+            ["--train", "1", "--out-dir", "OUT"],
+            "--out-dir",
+            synthetic,
+            "write_dataset",
+        ),
+        "page-importance --output-dir": (
+            page_importance.cli_main,
+            ["--checkpoint", checkpoint, "--data", str(tmp_path), "--output-dir", "OUT"],
+            "--output-dir",
+        ),
+        "analyze-attention --output-dir": (
+            attention_analysis.cli_main,
+            ["--checkpoint", checkpoint, "--data", str(tmp_path), "--output-dir", "OUT"],
+            "--output-dir",
+        ),
+    }
+
+
+COMMAND_OUTPUTS = [
+    "convert -o",
+    "convert --report-json",
+    "rank --output",
+    "rank --report",
+    "synth --out-dir",
+    "page-importance --output-dir",
+    "analyze-attention --output-dir",
+]
+
+
+@pytest.mark.parametrize("output", COMMAND_OUTPUTS)
+def test_class1_every_command_refuses_an_output_it_cannot_write_before_any_work(output, tmp_path, capsys, monkeypatch):
+    """Class 1, library errors reaching users as tracebacks, for the output
+    flags of mdsfair-convert, -rank, -synth, -page-importance and
+    -analyze-attention: a file output that is a folder or in a missing
+    folder the command does not create, and a folder output that is a file,
+    are one error line naming the flag and path before any input is read or
+    model loaded (they were found at the end, after the work, or as
+    IsADirectoryError / FileExistsError)."""
+    from mdsfair.preprocess import structure
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("the output path must be checked before any work")
+
+    monkeypatch.setattr(structure, "read_clusters", must_not_run)  # mdsfair-rank's input
+    entry = _command_outputs(tmp_path)[output]
+    main, argv, flag = entry[:3]
+    if len(entry) == 5:
+        monkeypatch.setattr(entry[3], entry[4], must_not_run)
+    a_folder = tmp_path / "taken"
+    a_folder.mkdir()
+    a_file = tmp_path / "taken.txt"
+    a_file.write_text("kept\n", encoding="utf-8")
+    if flag.endswith("-dir"):
+        places = {str(a_file): "is a file, not a folder", str(a_file / "sub"): f"{a_file} is not a folder"}
+    else:
+        places = {str(a_folder): "is a folder"}
+        if flag in ("--report-json", "--report"):  # the folder of -o / --output is created, not of these
+            places[str(tmp_path / "nowhere" / "out.json")] = "does not exist"
+    for target, reason in places.items():
+        with pytest.raises(SystemExit) as exited:
+            main([target if arg == "OUT" else arg for arg in argv])
+        if isinstance(exited.value.code, str):  # mdsfair-rank exits with its error line (status 1)
+            message = exited.value.code
+        else:
+            assert exited.value.code == 2
+            message = capsys.readouterr().err
+        assert "Traceback" not in message
+        last = message.strip().splitlines()[-1]
+        assert flag in last and target in last and reason in last, last
+    assert a_file.read_text(encoding="utf-8") == "kept\n" and os.listdir(a_folder) == []
+
+
 # ------------------------------------------------------------------ class 3
 
 

@@ -27,7 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from mdsfair.argument_types import at_least, os_errors_in_one_line
+from mdsfair.argument_types import at_least, os_errors_in_one_line, output_folder_problem
 from mdsfair.data.manifest import atomic_text_file
 from mdsfair.evaluation.attention_measures import CDS_NORMALIZATIONS, DECODER_INPUTS, ModelAnalysis, analyze_model
 
@@ -221,18 +221,22 @@ def select_examples(num_available: int, num_examples: int, seed: int) -> np.ndar
 
 @os_errors_in_one_line("mdsfair-analyze-attention")
 def cli_main(argv: Optional[List[str]] = None) -> int:
-    args = get_parser().parse_args(argv)
+    parser = get_parser()
+    args = parser.parse_args(argv)
     labels = args.labels or args.checkpoint
     if len(labels) != len(args.checkpoint):
-        raise ValueError(f"--labels names {len(labels)} models for {len(args.checkpoint)} checkpoints")
+        parser.error(f"--labels names {len(labels)} models for {len(args.checkpoint)} checkpoints")
     if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be positive, got {args.batch_size}")
+        parser.error(f"--batch-size must be positive, got {args.batch_size}")
     try:
         overrides = json.loads(args.overrides)
     except json.JSONDecodeError as error:
-        raise ValueError(f"--overrides is not JSON: {error}")
+        parser.error(f"--overrides is not JSON: {error}")
     if not isinstance(overrides, dict):
-        raise ValueError("--overrides must be a JSON object")
+        parser.error("--overrides must be a JSON object")
+    problem = output_folder_problem("--output-dir", args.output_dir)
+    if problem is not None:  # before any model loads: the files are written at the end
+        parser.error(problem)
     for path in args.checkpoint:
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint not found: {path}")

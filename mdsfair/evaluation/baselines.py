@@ -24,7 +24,7 @@ import sys
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from mdsfair.argument_types import at_least, number_between
+from mdsfair.argument_types import at_least, check_output_paths, number_between
 from mdsfair.data.manifest import atomic_text_file
 from mdsfair.evaluation.extractive_baselines import (
     DEFAULT_NUM_SENTENCES,
@@ -36,7 +36,6 @@ from mdsfair.evaluation.extractive_baselines import (
     reference_summaries,
     reference_word_budget,
 )
-from mdsfair.evaluation.outputs import check_output_paths
 from mdsfair.raw_contract import InputFormatError
 from mdsfair.text import split_sentences
 

@@ -25,7 +25,7 @@ cluster (a fairseq-generate log with missing ids is refused).
 * ``--per-cluster FILE`` (.jsonl/.csv), ``--json FILE``, ``--plot FILE.png``.
 
 Everything that can be checked is checked before any system is scored: the
-output paths (:mod:`mdsfair.evaluation.outputs`), every system's inputs
+output paths (:func:`mdsfair.argument_types.check_output_paths`), every system's inputs
 (read whole), that all systems were generated from one data-bin and split
 (the data-bin each fairseq-generate log names, or ``--data-bin``; refused
 unless ``--allow-different-data-bins``) and cover as many clusters, and that
@@ -43,11 +43,10 @@ import sys
 from collections import OrderedDict
 from typing import Dict, List, Optional, Sequence
 
-from mdsfair.argument_types import at_least, number_between
+from mdsfair.argument_types import at_least, check_output_paths, number_between
 from mdsfair.evaluation.file_scoring import ScoringInputs, load_scoring_inputs, score_inputs
 from mdsfair.evaluation.hypotheses import same_data_bin
 from mdsfair.evaluation.inputs import RougeInputError
-from mdsfair.evaluation.outputs import check_output_paths
 from mdsfair.evaluation.score_table import MEASURE_NAMES
 from mdsfair.evaluation.scoring_command import (
     SCORING_ERRORS,

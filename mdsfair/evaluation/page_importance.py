@@ -24,7 +24,7 @@ import logging
 import os
 from typing import TYPE_CHECKING, List, Optional
 
-from mdsfair.argument_types import at_least, number_between, os_errors_in_one_line
+from mdsfair.argument_types import at_least, number_between, os_errors_in_one_line, output_folder_problem
 from mdsfair.data.manifest import atomic_text_file
 
 if TYPE_CHECKING:  # torch is imported when a command runs, not for --help
@@ -133,6 +133,9 @@ def cli_main(argv: Optional[List[str]] = None):
     args = parser.parse_args(argv)
     if args.from_generation and args.summaries:
         parser.error("--from-generation and --summaries are exclusive: the summary is either generated or given")
+    problem = output_folder_problem("--output-dir", args.output_dir)
+    if problem is not None:  # before the model loads: the files are written at the end
+        parser.error(problem)
 
     import torch
     from fairseq import checkpoint_utils, utils

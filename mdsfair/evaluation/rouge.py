@@ -25,9 +25,8 @@ import logging
 import sys
 from typing import Optional, Sequence
 
-from mdsfair.argument_types import at_least
+from mdsfair.argument_types import at_least, check_output_paths
 from mdsfair.evaluation.file_scoring import MAX_SUMMARY_WORDS, load_scoring_inputs, score_inputs
-from mdsfair.evaluation.outputs import check_output_paths
 from mdsfair.evaluation.score_table import format_table
 from mdsfair.evaluation.scoring_command import (
     SCORING_ERRORS,

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from mdsfair.argument_types import check_output_paths
 from mdsfair.data.manifest import write_json_atomic
 from mdsfair.raw_contract import InputFormatError
 
@@ -115,6 +116,13 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mdsfair-convert``; returns the exit status (0 ok, 1 bad input)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    problem = check_output_paths(
+        [("-o/--output", args.output), ("--report-json", args.report_json)],
+        inputs=args.inputs,
+        creating_folders=["-o/--output"],  # convert() creates the output's folder
+    )
+    if problem is not None:
+        parser.error(problem)
     accepted = set(format_options(args.format_name))
     own_options = {key: value for key, value in vars(args).items() if key in accepted}
     options = ConversionOptions(
