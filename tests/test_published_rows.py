@@ -1,11 +1,13 @@
-"""The published rows of Shen et al. 2023 (HierEncDec) are the numbers printed in the paper.
+"""Every row of ``published_results.csv`` is the number printed in its paper's table.
 
 ``published_results.csv`` cites HierEncDec's Table 5 (all ten data sets, R-1/R-2/R-L;
 Table 1 is the same table without R-2) and Table 2 (PRIMERA, copied from Xiao et al.
 2022). The tables are read from the paper's text (``shared/papers/hierencdec-shen2023.txt``,
 a PDF text extraction: one tab-separated line per system, a cell per data set holding
 its scores joined by ``/``), and every row of the CSV must equal the cell of its system,
-data set and metric; every cell of Tables 1 and 5 must be in the CSV.
+data set and metric; every cell of Tables 1 and 5 must be in the CSV. The other papers'
+rows are read from their texts in ``shared/papers/`` too, each from its system's line of
+the cited table.
 """
 
 import csv
@@ -210,3 +212,98 @@ def test_mdsfair_compare_lists_the_new_data_sets():
         ]
         assert all(set(entry["scores"]) == {"rouge-1", "rouge-2", "rouge-l"} for entry in systems.values())
         assert systems["LED [Shen et al. 2023, Table 5]"]["convention"] == "led-hierencdec"
+
+
+# ----------------------------------------------------------------------------
+# The other papers' rows: each table's text differs in layout, so a row is found
+# by the text that starts its system's line in the cited table (up to its first
+# number), and its value is the column of its data set and metric on that line.
+# ----------------------------------------------------------------------------
+
+PAPERS = PAPER_TEXT.parent
+OTHER_PAPERS = {
+    "Liu & Lapata 2019": "hiertransformer-liu-lapata2019.txt",
+    "Liu et al. 2022 (PageSum)": "pagesum-liu2022.txt",
+    "Ma et al. 2022": "dape-linguistic-ma2022.txt",
+    "Manakul & Gales 2021": "sparse-encdec-attention-manakul2021.txt",
+}
+# (paper, table, system, convention) -> the text before the row's first number
+ROW_LABELS = {
+    ("Liu & Lapata 2019", "Table 2", "Lead", "hiersumm"): "Lead",
+    ("Liu & Lapata 2019", "Table 2", "LexRank", "hiersumm"): "LexRank",
+    ("Liu & Lapata 2019", "Table 2", "HT (1,600 tokens)", "hiersumm"): "HT (1,600 tokens)",
+    ("Liu & Lapata 2019", "Table 2", "HT (1,600 tokens) + Similarity Graph", "hiersumm"): (
+        "HT (1,600 tokens) + Similarity Graph"
+    ),
+    ("Liu & Lapata 2019", "Table 2", "HT (1,600 tokens) + Discourse Graph", "hiersumm"): (
+        "HT (1,600 tokens) + Discourse Graph"
+    ),
+    ("Liu & Lapata 2019", "Table 2", "HT (train 1,600 / test 3,000 tokens)", "hiersumm"): (
+        "HT (train on 1,600 tokens/test on 3000 tokens)"
+    ),
+    ("Liu et al. 2022 (PageSum)", "Table 2", "LED (16384)", "pagesum"): "LED [‡] (16384)",
+    ("Liu et al. 2022 (PageSum)", "Table 2", "PRIMERA (4096)", "pagesum"): "PRIMERA [‡] (4096)",
+    ("Liu et al. 2022 (PageSum)", "Table 2", "PageSum (7168)", "pagesum"): "PageSum (7168)",
+    ("Liu et al. 2022 (PageSum)", "Table 2", "PageSum (20480)", "pagesum"): "PageSum (20480)",
+    ("Liu et al. 2022 (PageSum)", "Table 3", "PageSum-Discourse (8192)", "pagesum"): "PageSum-Discourse (8192)",
+    ("Liu et al. 2022 (PageSum)", "Table 5", "PRIMERA", "primera"): "PRIMERA*",
+    ("Liu et al. 2022 (PageSum)", "Table 5", "PRIMERA", "pagesum"): "PRIMERA [‡]",
+    ("Liu et al. 2022 (PageSum)", "Table 5", "PageSum-Spatial", "pagesum"): "PageSum-Spatial",
+    ("Liu et al. 2022 (PageSum)", "Table 5", "PageSum-Document", "pagesum"): "PageSum-Document",
+    ("Manakul & Gales 2021", "Table 2", "BART-large-cnn (all sentences)", "sparse"): "Vanilla All N/A",
+    ("Manakul & Gales 2021", "Table 3", "KL-only (r=5)", "sparse"): "KL-only LKL Ir,Apx\nm",
+    ("Manakul & Gales 2021", "Table 3", "Int-Apx (r=5)", "sparse"): "Int-Apx LI(Ir,Apx\n\nm ) Ir,Apx\nm",
+}
+for table in ("Table I", "Table II"):
+    for system in ("LexRank", "Transformer", "Hi-MAP", "HT"):
+        ROW_LABELS[("Ma et al. 2022", table, system, "ma2022")] = system
+    ROW_LABELS[("Ma et al. 2022", table, "Ma et al. 2022", "ma2022")] = "Ours"
+# the column of a metric within a data set's group, and where the group starts
+METRIC_COLUMNS = {"rouge-1": 0, "rouge-2": 1, "rouge-l": 2, "rouge-lsum": 2, "rouge-su*": 2}
+DATASET_OFFSETS = {("Liu et al. 2022 (PageSum)", "Table 2"): {"arxiv": 0, "pubmed": 3, "govreport": 6}}
+NUMBER = re.compile(r"\d+\.\d+|(?<!\S)-(?!\S)")  # a score, or '-' for none
+
+
+def table_block(text: str, table: str) -> str:
+    """The text of ``table``: from the caption before it to its own caption (``Table 2:``),
+    or, for the IEEE captions above the table (``TABLE II``), from its caption to the next
+    caption or section heading."""
+    lines = text.splitlines()
+    if re.fullmatch(r"Table \d+", table):
+        [end] = [i for i, line in enumerate(lines) if line.startswith(f"{table}:")]
+        starts = [i for i in range(end) if re.match(r"Table \d+:", lines[i])]
+        return "\n".join(lines[(starts[-1] + 1 if starts else 0) : end])
+    [start] = [i for i, line in enumerate(lines) if line.strip() == table.upper()]
+    end = next(i for i in range(start + 1, len(lines)) if re.match(r"(TABLE [IVX]+$|[A-Z]\. )", lines[i]))
+    return "\n".join(lines[start + 1 : end])
+
+
+def printed_value(row: Dict, texts: Dict[str, str]) -> float:
+    """The number the row's paper prints in the row's cell."""
+    label = ROW_LABELS[(row["paper"], row["table"], row["system"], row["convention"])]
+    block = table_block(texts[row["paper"]], row["table"])
+    starts = [m.end() for m in re.finditer(rf"(?m)^{re.escape(label)}\s+(?=[\d-])", block)]
+    assert len(starts) == 1, f"{row['paper']} {row['table']}: {label!r} starts {len(starts)} lines"
+    offset = DATASET_OFFSETS.get((row["paper"], row["table"]), {}).get(row["dataset"], 0)
+    cell = NUMBER.findall(block[starts[0] :])[offset + METRIC_COLUMNS[row["metric"]]]
+    assert cell != "-", f"{row}: the paper prints no number there"
+    return float(cell)
+
+
+@pytest.mark.skipif(
+    not all((PAPERS / name).exists() for name in OTHER_PAPERS.values()), reason="the papers' texts are not available"
+)
+def test_every_other_papers_row_is_the_number_in_its_table():
+    texts = {paper: (PAPERS / name).read_text(encoding="utf-8") for paper, name in OTHER_PAPERS.items()}
+    rows = [row for row in read_published() if row["paper"] != PAPER]
+    assert {row["paper"] for row in rows} == set(OTHER_PAPERS)
+    wrong = [
+        f"{cell_key(row)} {row['paper']} {row['table']}" for row in rows if printed_value(row, texts) != row["value"]
+    ]
+    assert wrong == []
+    # a number given to the neighbouring system's line or metric would be caught
+    lead = next(row for row in rows if cell_key(row) == ("Lead", "wikisum", "rouge-2"))
+    assert printed_value(dict(lead, system="LexRank"), texts) == 11.67
+    assert printed_value(dict(lead, metric="rouge-l"), texts) == 26.89
+    govreport = next(row for row in rows if cell_key(row) == ("PageSum (7168)", "govreport", "rouge-1"))
+    assert printed_value(dict(govreport, dataset="pubmed"), texts) == 48.24
