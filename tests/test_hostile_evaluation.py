@@ -305,6 +305,22 @@ def test_class1_every_command_refuses_an_output_it_cannot_write_before_any_work(
     assert a_file.read_text(encoding="utf-8") == "kept\n" and os.listdir(a_folder) == []
 
 
+@pytest.mark.parametrize("command", ["compare", "analyze-attention"])
+def test_class1_a_negative_seed_is_the_parsers_error(command, tmp_path, capsys):
+    """Class 1: ``mdsfair-compare --seed -1`` reached numpy's
+    "expected non-negative integer" as a traceback after all the scoring;
+    every seed flag is range-checked by its parser."""
+    from mdsfair.evaluation import attention_analysis
+
+    if command == "compare":
+        main, argv = compare.cli_main, ["--ref", REF, "--fast", "--ci", "--seed", "-1", "a=" + HYP]
+    else:
+        argv = ["--checkpoint", "m.pt", "--data", str(tmp_path), "--output-dir", str(tmp_path), "--seed", "-1"]
+        main = attention_analysis.cli_main
+    error = _one_line_error(capsys, main, argv)
+    assert "argument --seed: must be at least 0, got -1" in error, error
+
+
 # ------------------------------------------------------------------ class 3
 
 

@@ -163,7 +163,7 @@ def get_parser() -> argparse.ArgumentParser:
         help="examples drawn at random from the split, the same for every checkpoint (default 200, as Sec. 5.6); "
         "0 or more than the split: all",
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the example draw (default 1)")
+    parser.add_argument("--seed", type=at_least(0), default=1, help="seed of the example draw (default 1)")
     parser.add_argument("--batch-size", type=at_least(1), default=4, help="examples per forward pass (default 4)")
     parser.add_argument(
         "--decoder-input",

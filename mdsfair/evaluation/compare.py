@@ -208,7 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--samples", type=at_least(1), default=1000, help="bootstrap resamples and randomization samples (default 1000)"
     )
-    parser.add_argument("--seed", type=int, default=1, help="seed of the resampling (default 1)")
+    parser.add_argument("--seed", type=at_least(0), default=1, help="seed of the resampling (default 1)")
     parser.add_argument(
         "--baseline",
         metavar="NAME",
