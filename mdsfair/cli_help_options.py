@@ -72,12 +72,16 @@ MDSFAIR = {
                     "for the static-shape generator: comma-separated batch sizes; every batch is padded to the smallest that holds it (its last source repeated, the copies' output dropped), so that batches share a few shapes; empty (default): each batch keeps its own size",
                 ),
                 (
+                    "--length-penalty-form {fairseq,gnmt}",
+                    "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with --lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' ((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with (alpha 0.4); either generator (mdsfair.generation.length_penalty) (default: fairseq)",
+                ),
+                (
                     "--eval-rouge",
                     "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 (rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps",
                 ),
                 (
                     "--eval-rouge-args EVAL_ROUGE_ARGS",
-                    'generation settings of --eval-rouge as JSON (fairseq-generate\'s names: beam, max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size) (default: {"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0})',
+                    'generation settings of --eval-rouge as JSON (fairseq-generate\'s names: beam, max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size; and length_penalty_form) (default: {"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0})',
                 ),
                 (
                     "--eval-rouge-convention EVAL_ROUGE_CONVENTION",
@@ -147,12 +151,16 @@ MDSFAIR = {
                     "for the static-shape generator: comma-separated batch sizes; every batch is padded to the smallest that holds it (its last source repeated, the copies' output dropped), so that batches share a few shapes; empty (default): each batch keeps its own size",
                 ),
                 (
+                    "--length-penalty-form {fairseq,gnmt}",
+                    "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with --lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' ((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with (alpha 0.4); either generator (mdsfair.generation.length_penalty) (default: fairseq)",
+                ),
+                (
                     "--eval-rouge",
                     "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 (rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps",
                 ),
                 (
                     "--eval-rouge-args EVAL_ROUGE_ARGS",
-                    'generation settings of --eval-rouge as JSON (fairseq-generate\'s names: beam, max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size) (default: {"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0})',
+                    'generation settings of --eval-rouge as JSON (fairseq-generate\'s names: beam, max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size; and length_penalty_form) (default: {"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0})',
                 ),
                 (
                     "--eval-rouge-convention EVAL_ROUGE_CONVENTION",

@@ -41,6 +41,7 @@ from torch import nn
 
 import mdsfair
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
+from mdsfair.generation.length_penalty import LENGTH_PENALTY_OPTION
 from mdsfair.generation.sequence_generator import check_generation_settings
 
 # The pipeline is the one public way from raw text to model inputs, shared
@@ -319,14 +320,15 @@ class MultiDocSummarizationHubInterface(nn.Module):
 
     def generation_config(self, **generation_args):
         """The checkpoint's generation config with ``generation_args`` applied
-        (any ``fairseq-generate`` option by its dest name; None keeps the
-        configured value)."""
+        (any ``fairseq-generate`` option by its dest name, and
+        ``length_penalty_form``, the task's ``--length-penalty-form``; None
+        keeps the configured value)."""
         config = copy.deepcopy(self.cfg.generation)
         with open_dict(config):
             for key, value in generation_args.items():
                 if value is None:
                     continue
-                if key not in config:
+                if key not in config and key != LENGTH_PENALTY_OPTION:
                     raise ValueError(f"unknown generation option {key!r} (a fairseq-generate option by dest name)")
                 setattr(config, key, value)
         return config
@@ -417,7 +419,9 @@ class MultiDocSummarizationHubInterface(nn.Module):
                 cluster a dict: ``source_tokens`` / ``source_tokens_kept``,
                 ``documents`` / ``documents_kept``, ``paragraphs`` /
                 ``paragraphs_kept`` and ``tokens_cut_by`` (policy -> tokens).
-            generation_args: any other ``fairseq-generate`` option by dest name.
+            generation_args: any other ``fairseq-generate`` option by dest name,
+                and ``length_penalty_form`` ("gnmt": GNMT's length penalty
+                with ``lenpen`` as its alpha; :mod:`mdsfair.generation.length_penalty`).
         """
         hypotheses, truncation = self.generate(
             clusters,

@@ -28,6 +28,11 @@ import weakref
 from fairseq.ngram_repeat_block import NGramRepeatBlock
 from fairseq.tasks import FairseqTask
 
+from mdsfair.generation.length_penalty import (
+    LENGTH_PENALTY_FORMS,
+    LENGTH_PENALTY_OPTION,
+    LengthPenaltySequenceGenerator,
+)
 from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
 from mdsfair.generation.settings_checks import search_flags_refusal
 
@@ -198,6 +203,40 @@ def fairseq_generator_reason(
     return None
 
 
+def generator_with_length_penalty_form(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, form: str):
+    """``(seq_gen_cls, extra_gen_cls_kwargs)`` that score finished hypotheses
+    with the length penalty ``form`` (``--length-penalty-form``,
+    :mod:`mdsfair.generation.length_penalty`). fairseq's form is what every
+    fairseq generator does: the pair is returned as it is. Another form needs
+    a :class:`~mdsfair.generation.length_penalty.LengthPenaltySequenceGenerator`
+    (the static-shape generator is one; fairseq's plain generator becomes
+    one); ``--score-reference`` scores the reference without a search and
+    keeps fairseq's scorer; a generator of another class (``--print-alignment``'s
+    aligning one, or a caller's) is refused with the reason."""
+    if form not in LENGTH_PENALTY_FORMS:
+        raise GenerationSettingsError(
+            f"--length-penalty-form ({LENGTH_PENALTY_OPTION}=) must be one of {', '.join(LENGTH_PENALTY_FORMS)}, "
+            f"got {form!r}"
+        )
+    if form == LENGTH_PENALTY_FORMS[0] or getattr(generation_cfg, "score_reference", False):
+        return seq_gen_cls, extra_gen_cls_kwargs
+    if seq_gen_cls is None and getattr(generation_cfg, "print_alignment", None):
+        raise GenerationSettingsError(
+            f"--length-penalty-form {form} is not available with --print-alignment (fairseq's aligning generator "
+            "divides by len ** --lenpen); generate without one of them"
+        )
+    if seq_gen_cls is None:
+        seq_gen_cls = LengthPenaltySequenceGenerator
+    elif not issubclass(seq_gen_cls, LengthPenaltySequenceGenerator):
+        raise GenerationSettingsError(
+            f"--length-penalty-form {form} needs a generator derived from LengthPenaltySequenceGenerator, "
+            f"but {seq_gen_cls.__name__} was asked for; generate with --length-penalty-form fairseq"
+        )
+    kwargs = dict(extra_gen_cls_kwargs or {})
+    kwargs["length_penalty_form"] = form
+    return seq_gen_cls, kwargs
+
+
 def choose_generator(
     generation_cfg,
     seq_gen_cls,
@@ -207,23 +246,32 @@ def choose_generator(
     static_decoding: bool,
     fairseq_generator: bool,
     bucket_sizes: str,
+    length_penalty_form: str = LENGTH_PENALTY_FORMS[0],
 ):
     """``(seq_gen_cls, extra_gen_cls_kwargs)`` of the generator the task
     builds. The static-shape generator by default, wherever it gives
     fairseq's beams; fairseq's for what it does not cover
     (:func:`fairseq_generator_reason`, with one INFO line saying why) and
     with ``--fairseq-generator``. ``--static-decoding`` insists on the
-    static one: settings it does not cover are refused with the reason."""
+    static one: settings it does not cover are refused with the reason.
+    Either scores its finished hypotheses with the length penalty of the
+    generation config's ``length_penalty_form`` (``--eval-rouge-args``, the
+    hub's ``generate()``) if it has one, else ``length_penalty_form`` (the
+    task's ``--length-penalty-form``): :func:`generator_with_length_penalty_form`."""
+    form = getattr(generation_cfg, LENGTH_PENALTY_OPTION, None) or length_penalty_form
     if fairseq_generator:
         if static_decoding:
             raise GenerationSettingsError(
                 "--static-decoding and --fairseq-generator ask for two different generators; give one of them"
             )
-        return seq_gen_cls, extra_gen_cls_kwargs
-    if static_decoding:
-        return static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)
-    reason = fairseq_generator_reason(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
-    if reason is not None:
-        logger.info("generating with fairseq's generator, not the static-shape one: %s", reason)
-        return seq_gen_cls, extra_gen_cls_kwargs
-    return static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)
+        chosen = seq_gen_cls, extra_gen_cls_kwargs
+    elif static_decoding:
+        chosen = static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)
+    else:
+        reason = fairseq_generator_reason(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        if reason is not None:
+            logger.info("generating with fairseq's generator, not the static-shape one: %s", reason)
+            chosen = seq_gen_cls, extra_gen_cls_kwargs
+        else:
+            chosen = static_decoding_generator(generation_cfg, seq_gen_cls, extra_gen_cls_kwargs, bucket_sizes)
+    return generator_with_length_penalty_form(generation_cfg, *chosen, form)

@@ -61,11 +61,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq.search import BeamSearch
-from fairseq.sequence_generator import SequenceGenerator
 from torch import Tensor
 
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
+from mdsfair.generation.length_penalty import LengthPenaltySequenceGenerator
 
 
 def bucket_size(batch_size: int, bucket_sizes: Optional[Sequence[int]]) -> int:
@@ -165,10 +165,12 @@ def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multipl
     return cand_scores, row_indices.view(bsz, beam_size * per_row).gather(1, flat), cand_beams
 
 
-class StaticShapeSequenceGenerator(SequenceGenerator):
+class StaticShapeSequenceGenerator(LengthPenaltySequenceGenerator):
     """fairseq's beam search (n-gram blocking, prefix tokens, length limits
     and penalties, diverse siblings) with fixed shapes; see the module
-    docstring. Lexical constraints resize the search state per source and
+    docstring. Finished hypotheses are scored by the base class's
+    ``finalize_hypos`` (``--length-penalty-form``,
+    :mod:`mdsfair.generation.length_penalty`), as in fairseq's generator. Lexical constraints resize the search state per source and
     are refused; the task hands the settings this generator does not cover
     to fairseq's (:func:`~mdsfair.generation.sequence_generator.fairseq_generator_reason`)."""
 

@@ -36,6 +36,7 @@ from mdsfair.data.manifest import (
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.generation.length_penalty import LENGTH_PENALTY_FORMS
 from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
 from mdsfair.generation.settings_checks import prefix_within_summaries
 from mdsfair.tasks.checkpoint_limits import (
@@ -153,6 +154,15 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
             "batches share a few shapes; empty (default): each batch keeps its own size"
         },
     )
+    length_penalty_form: ChoiceEnum(list(LENGTH_PENALTY_FORMS)) = field(
+        default=LENGTH_PENALTY_FORMS[0],
+        metadata={
+            "help": "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with "
+            "--lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' "
+            "((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with "
+            "(alpha 0.4); either generator (mdsfair.generation.length_penalty)"
+        },
+    )
     eval_rouge: bool = field(
         default=False,
         metadata={
@@ -166,7 +176,7 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
         default='{"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0}',
         metadata={
             "help": "generation settings of --eval-rouge as JSON (fairseq-generate's names: beam, "
-            "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size)"
+            "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size; and length_penalty_form)"
         },
     )
     eval_rouge_convention: str = field(
@@ -587,6 +597,7 @@ class MultiDocSummarizationTask(FairseqTask):
             static_decoding=getattr(self.cfg, "static_decoding", False),
             fairseq_generator=getattr(self.cfg, "fairseq_generator", False),
             bucket_sizes=getattr(self.cfg, "static_decoding_buckets", ""),
+            length_penalty_form=getattr(self.cfg, "length_penalty_form", LENGTH_PENALTY_FORMS[0]),
         )
         return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
 
