@@ -47,6 +47,7 @@ GENERATION_KEEPS_ITS_OWN = {
     "static_decoding": "the generator, not its inputs",
     "fairseq_generator": "the generator, not its inputs",
     "static_decoding_buckets": "batch padding whose copies' output is dropped",
+    "length_penalty_form": "the search's length penalty, a decoding setting as --lenpen is",
     "eval_rouge": "validation in training",
     "eval_rouge_args": "validation in training",
     "eval_rouge_convention": "validation in training",
