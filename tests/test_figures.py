@@ -218,7 +218,5 @@ def test_the_width_of_a_cell_is_that_of_its_longest_word():
     assert spread == "12.35 (11.23\u201113.46)"
     assert render_docs.longest_word_em(spread) == render_docs.longest_word_em("(11.23\u201113.46)")
     assert render_docs.longest_word_em("`abcdefghij`") == pytest.approx(10 * render_docs.CODE_CHARACTER_EM)
-    assert render_docs.longest_word_em("[details](page.html#a-long-anchor)") == (
-        render_docs.longest_word_em("details")
-    )
+    assert render_docs.longest_word_em("[details](page.html#a-long-anchor)") == (render_docs.longest_word_em("details"))
     assert render_docs.cells("| a \\| b | `c` |") == ["a \\| b", "`c`"]
