@@ -296,3 +296,22 @@ def test_the_hubs_generation_config_takes_the_option_by_name():
     assert "length_penalty_form" not in MultiDocSummarizationHubInterface.generation_config(hub, lenpen=0.4)
     with pytest.raises(ValueError, match="unknown generation option 'length_penalty'"):
         MultiDocSummarizationHubInterface.generation_config(hub, length_penalty="gnmt")
+
+
+def test_the_hubs_generate_scores_with_the_form_it_is_given():
+    from mdsfair.hub_interface import load_hub_entry
+
+    hub = load_hub_entry(
+        "hiertransformer",
+        os.path.join(golden.GOLDEN_DIR, ARCH),
+        checkpoint_file="checkpoint.pt",
+        data_name_or_path=os.path.join(golden.GOLDEN_DIR, "data-bin"),
+    )
+    clusters = [["The cat sat on the mat. It was warm.\n\nThe dog barked.", "Rain fell all day in the town."]]
+    settings = {"beam": 3, "lenpen": 1.0, "min_len": 1, "max_len_b": 6}
+    for form in LENGTH_PENALTY_FORMS:
+        for hypothesis in hub.generate(clusters, length_penalty_form=form, **settings)[0]:
+            length = len(hypothesis["tokens"])
+            expected = hypothesis["positional_scores"].sum().item() / length_penalty(length, 1.0, form)
+            assert hypothesis["score"].item() == pytest.approx(expected, abs=SCORE_TOLERANCE * length)
+        assert isinstance(hub.summarize(clusters, length_penalty_form=form, **settings)[0], str)
