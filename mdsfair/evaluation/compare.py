@@ -31,9 +31,12 @@ output paths (:func:`mdsfair.argument_types.check_output_paths`), every system's
 unless ``--allow-different-data-bins``) and cover as many clusters, and that
 the resampling of ``--samples`` fits in memory
 (:func:`mdsfair.evaluation.significance.largest_samples`). With one cluster
-no interval or p-value is reported, and below
-:data:`mdsfair.evaluation.significance.SMALL_SAMPLE_CLUSTERS` clusters they
-come with a warning (:func:`mdsfair.evaluation.significance.sample_size_problem`).
+no interval or p-value is reported, and each procedure run below its
+sample-size threshold (the bootstrap's
+:data:`mdsfair.evaluation.significance.SMALL_SAMPLE_CLUSTERS`, approximate
+randomization's :func:`mdsfair.evaluation.significance.randomization_min_clusters`)
+comes with a one-line warning naming it and what to use instead
+(:func:`mdsfair.evaluation.significance.sample_size_problem`).
 """
 
 import argparse
@@ -319,12 +322,14 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         if not args.allow_different_data_bins:
             check_same_data_bin(inputs)
         clusters = next(iter(counts.values())) if counts else 0
-        resampling_usable, resampling_warning = True, ""
+        resampling_usable, resampling_warnings = True, []
         if inputs and (args.ci or args.baseline):
             from mdsfair.evaluation import significance
             from mdsfair.evaluation.conventions import ALL_METRICS
 
-            resampling_usable, resampling_warning = significance.sample_size_problem(clusters)
+            resampling_usable, resampling_warnings = significance.sample_size_problem(
+                clusters, interval=args.ci, tests=bool(args.baseline), alpha=args.alpha
+            )
             if resampling_usable:
                 systems_tested = len(inputs) - 1 if args.baseline else 1
                 check_resampling_memory(args.samples, clusters, len(ALL_METRICS) * max(1, systems_tested))
@@ -371,9 +376,9 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(str(error))
     metrics = _metrics_of(rows)
     tests = None
-    if resampling_warning:
-        logger.warning("--ci/--baseline: %s", resampling_warning)
-        notes.append(("no intervals or tests: " if not resampling_usable else "") + resampling_warning)
+    for warning in resampling_warnings:
+        logger.warning("--ci/--baseline: %s", warning)
+        notes.append(("no intervals or tests: " if not resampling_usable else "") + warning)
     if results and (args.ci or args.baseline) and resampling_usable:
         from mdsfair.evaluation import significance
 

@@ -44,23 +44,33 @@ bounds the memory one call takes, and :func:`largest_samples` the
 resamples that fit in :data:`RESAMPLING_MEMORY_BUDGET`; ``mdsfair-compare``
 refuses a ``--samples`` above it before it starts.
 
-How many clusters a test needs (:func:`sample_size_problem`): with one
-cluster there is nothing to resample (every bootstrap resample is the
+How many clusters each procedure needs (:func:`sample_size_problem`): with
+one cluster there is nothing to resample (every bootstrap resample is the
 observed sample, so the paired bootstrap's count is 0 and its p-value the
 smallest it can give, and an interval has width 0), so no p-value or
-interval is reported. Below :data:`SMALL_SAMPLE_CLUSTERS` clusters the
-results are reported with a warning: the bootstrap distribution of a mean
-has the plug-in variance ``(n - 1) / n * s^2 / n`` and a normal shape, so it
-behaves like a z-test where Student's t applies (at 10 clusters a nominal
-5% paired bootstrap rejects a true null about 10% of the time:
-``P(|t_9| > 1.96 sqrt(9/10))``), and approximate randomization cannot go
-below ``2 / 2^n`` (exact enumeration of the ``2^n`` sign patterns).
+interval is reported. Above that, each procedure has its own threshold,
+below which its results come with a one-line warning naming it:
+
+* the percentile interval and the paired bootstrap, below
+  :data:`SMALL_SAMPLE_CLUSTERS` clusters: the bootstrap distribution of a
+  mean has the plug-in variance ``(n - 1) / n * s^2 / n`` and a normal
+  shape, so it behaves like a z-test where Student's t applies (at 10
+  clusters a nominal 5% paired bootstrap rejects a true null about 10% of
+  the time: ``P(|t_9| > 1.96 sqrt(9/10))``); the interval is too narrow and
+  the p-value too small. Approximate randomization does not have this
+  problem: under the null hypothesis that the two systems are exchangeable
+  in every cluster, its ``2^n`` sign patterns are equally likely whatever
+  ``n``, so its p-value is valid at any sample size;
+* approximate randomization, below :func:`randomization_min_clusters`
+  (``alpha``): it cannot go below ``2 / 2^n`` (exact enumeration of the
+  ``2^n`` sign patterns, two-sided), so with fewer clusters than the
+  smallest ``n`` with ``2 / 2^n < alpha`` no difference can be significant.
 
 Torch-free; numpy is imported by ``mdsfair-compare`` only when ``--ci`` or
 ``--baseline`` asks for it.
 """
 
-from typing import Dict, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
@@ -77,7 +87,8 @@ BYTES_PER_DRAW = 32
 #: Bytes per resample and row (metric x system): the resampled statistic and
 #: its temporaries (quantiles, differences, absolute values), float64.
 BYTES_PER_STATISTIC = 40
-#: Fewer clusters than this: intervals and tests are reported with a warning.
+#: Fewer clusters than this: bootstrap intervals and the paired bootstrap
+#: test are reported with a warning (see the module docstring).
 SMALL_SAMPLE_CLUSTERS = 30
 
 
@@ -94,23 +105,62 @@ def largest_samples(clusters: int, rows: int, budget: int = RESAMPLING_MEMORY_BU
     return budget // (BYTES_PER_DRAW * clusters + BYTES_PER_STATISTIC * rows)
 
 
-def sample_size_problem(clusters: int) -> Tuple[bool, str]:
-    """``(usable, reason)`` for intervals and tests over ``clusters``
-    clusters: not usable with one cluster (nothing to resample); usable with
-    a reason to warn below :data:`SMALL_SAMPLE_CLUSTERS`; ``(True, "")`` otherwise."""
+def randomization_min_clusters(alpha: float) -> int:
+    """The fewest clusters at which two-sided approximate randomization can
+    give a p-value below ``alpha``: the smallest ``n`` with ``2 / 2^n < alpha``
+    (``2 / 2^n`` is the exact test's smallest p-value: the observed sign
+    pattern and its mirror image)."""
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha}")
+    clusters = 1
+    while 2 / 2**clusters >= alpha:
+        clusters += 1
+    return clusters
+
+
+def sample_size_problem(
+    clusters: int, interval: bool = True, tests: bool = True, alpha: float = 0.05
+) -> Tuple[bool, List[str]]:
+    """``(usable, warnings)`` for resampling over ``clusters`` clusters.
+
+    Args:
+        clusters: the sample size.
+        interval: percentile bootstrap intervals are computed.
+        tests: the paired bootstrap and approximate randomization tests are run.
+        alpha: the significance level the tests are read at.
+
+    Returns:
+        not usable with fewer than 2 clusters (nothing to resample; one
+        reason); otherwise one warning line per procedure whose threshold
+        (module docstring) the sample is below, naming the procedure, the
+        sample size and what to use instead.
+    """
     if clusters < 2:
-        return False, (
+        return False, [
             f"{clusters} cluster{'' if clusters == 1 else 's'}: there is nothing to resample (every "
             "resample is the sample itself), so no interval or p-value is reported"
+        ]
+    warnings = []
+    if interval and clusters < SMALL_SAMPLE_CLUSTERS:
+        warnings.append(
+            f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the percentile bootstrap interval is too "
+            "narrow (it treats the clusters' spread as known); read it as a lower bound of the uncertainty, "
+            "or score more clusters"
         )
-    if clusters < SMALL_SAMPLE_CLUSTERS:
-        return True, (
-            f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the bootstrap's intervals are too "
-            "narrow and its p-values too small (it treats the clusters' spread as known; at 10 clusters a "
-            "5% test rejects a true null about 10% of the time), and approximate randomization cannot "
-            f"go below p = {2 / 2**clusters:.3g}; read the marks with care, or score more clusters"
+    if tests and clusters < SMALL_SAMPLE_CLUSTERS:
+        warnings.append(
+            f"only {clusters} clusters: below {SMALL_SAMPLE_CLUSTERS} the paired bootstrap's p-values (p_boot) are "
+            "too small (at 10 clusters a 5% test rejects a true null about 10% of the time); trust approximate "
+            "randomization (p_AR) instead"
         )
-    return True, ""
+    smallest = randomization_min_clusters(alpha) if tests else 0
+    if tests and clusters < smallest:
+        warnings.append(
+            f"only {clusters} clusters: approximate randomization cannot go below p = {2 / 2**clusters:.3g} "
+            f"(2 / 2^{clusters}), which is not below alpha {alpha:g}, so p_AR can mark no difference; score at "
+            f"least {smallest} clusters"
+        )
+    return True, warnings
 
 
 def _as_matrix(values) -> np.ndarray:
