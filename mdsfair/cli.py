@@ -27,7 +27,7 @@ import warnings
 from typing import Callable, Iterator, List, Optional
 
 import mdsfair
-from mdsfair.argument_types import os_error_message
+from mdsfair.argument_types import os_error_message, output_folder_problem
 from mdsfair.cli_help import asks_short_help, print_short_help, with_full_help
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -210,6 +210,16 @@ def _flag_value(argv: List[str], flag: str) -> Optional[str]:
     return value
 
 
+def check_output_folder(prog: str, argv: List[str], flag: str) -> None:
+    """Refuse, before fairseq starts, a folder flag (``--save-dir``,
+    ``--results-path``) that names a file or lies under one, or whose
+    nearest existing folder is not writable: one ``error:`` line, exit 2."""
+    path = _flag_value(argv, flag)
+    problem = None if path is None else output_folder_problem(flag, path)
+    if problem is not None:
+        refused(prog, f"{problem} ({flag} names a folder that the command creates if needed)", 2)
+
+
 def has_flag(argv: List[str], flag: str) -> bool:
     return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
 
@@ -290,6 +300,7 @@ def train_main(argv: Optional[List[str]] = None) -> None:
         return
     argv = with_torchrun_settings(with_full_help(argv))
     check_train_arguments(argv)
+    check_output_folder("mdsfair-train", argv, "--save-dir")
     from fairseq_cli.train import cli_main
 
     from mdsfair.fairseq_patches import bf16_kept_on_cuda
@@ -382,6 +393,7 @@ def generate_main(argv: Optional[List[str]] = None) -> None:
         return
     argv = with_full_help(argv)
     check_generation_arguments(argv)
+    check_output_folder("mdsfair-generate", argv, "--results-path")
     from fairseq_cli import generate
 
     from mdsfair.fairseq_patches import generate_results_written_whole

@@ -59,6 +59,30 @@ def test_class_1_mdsfair_generate_refuses_search_flags_before_loading(tmp_path, 
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    "main, prog, flag",
+    [(cli.generate_main, "mdsfair-generate", "--results-path"), (cli.train_main, "mdsfair-train", "--save-dir")],
+)
+@pytest.mark.parametrize("under_a_file", [False, True])
+def test_class_1_an_output_folder_that_is_a_file_is_refused_before_loading(
+    tmp_path, capsys, main, prog, flag, under_a_file
+):
+    """A folder flag naming a file (or a path under one) is one line naming
+    the flag and the path, before any data-bin or checkpoint is read (it
+    read "afile: File exists" after the model had loaded)."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a folder\n")
+    folder = a_file / "inner" if under_a_file else a_file
+    with pytest.raises(SystemExit) as exited:
+        main([str(tmp_path / "no-data-bin"), "--path", str(tmp_path / "none.pt"), flag, str(folder)])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: {flag} {folder}: "), err
+    assert ("is a file, not a folder" if not under_a_file else f"{a_file} is not a folder") in lines[0]
+    assert a_file.read_text() == "not a folder\n"
+
+
 def test_class_1_prefix_is_kept_within_each_summary(caplog):
     eos, pad = 2, 1
     prefix = torch.tensor([[5, 6, 7], [2, 1, 1], [8, 2, 1]])
