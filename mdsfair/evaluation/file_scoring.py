@@ -41,7 +41,7 @@ import logging
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Union
 
-from mdsfair.evaluation.hypotheses import load_hypotheses_and_references
+from mdsfair.evaluation.hypotheses import load_hypotheses_and_references, reference_file_list
 from mdsfair.evaluation.inputs import RougeInputError
 from mdsfair.evaluation.scoring import nfc_normalized, normalised_references, score, warn_nfc_normalized
 from mdsfair.text import has_word
@@ -137,7 +137,7 @@ def load_scoring_inputs(
     (arguments: see :func:`score_files`): the hypotheses and references
     (:func:`load_hypotheses_and_references`), their lengths
     (:func:`check_summary_lengths`), both in NFC, wordless references warned about."""
-    ref_paths = [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
+    ref_paths = reference_file_list(ref_paths)
     sources: Dict = {}
     hypotheses, references = load_hypotheses_and_references(
         hyp_path,

@@ -32,6 +32,11 @@ DATA_BIN_LINE_RE = re.compile(
 )
 
 
+def reference_file_list(ref_paths: Optional[Union[str, Sequence[str]]]) -> List[str]:
+    """The REF files as a list: one path, several, or none (``None``)."""
+    return [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
+
+
 def data_bin_named_in_log(lines: Sequence[str]) -> Optional[Tuple[str, str]]:
     """``(data_bin, split)`` of the last split the task logged in ``lines``."""
     found = None
@@ -308,7 +313,7 @@ def load_hypotheses_and_references(
         its non-empty references. ``info`` (a dict), when given, receives
         where the references came from.
     """
-    ref_paths = [ref_paths] if isinstance(ref_paths, str) else list(ref_paths or [])
+    ref_paths = reference_file_list(ref_paths)
     info = info if info is not None else {}
     if ref_paths and target_lines:
         raise RougeInputError("give REF files or --target-lines, not both")
