@@ -14,7 +14,6 @@ positions is refused as before, naming the limit to give.
 import argparse
 import dataclasses
 import logging
-import os
 import re
 import sys
 
@@ -34,7 +33,7 @@ from mdsfair.tasks.checkpoint_limits import (
     resolve_input_limits,
 )
 from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationConfig
-from tests.utils import USER_DIR, make_tiny_data_bin
+from tests.utils import USER_DIR, make_tiny_data_bin, tiny_transformer, train_in_process
 
 #: The task's options that are not input limits, each with why generation
 #: keeps its own value: a new option of the task must be placed here or in
@@ -63,29 +62,7 @@ GENERATION_KEEPS_ITS_OWN = {
     "allow_arch_change": "a check on resume",
 }
 
-MODEL = [
-    "--task",
-    "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--share-all-embeddings",
-]
+MODEL = ["--task", "multidoc_summarization", *tiny_transformer(embed_dim=16, ffn_embed_dim=32, attention_heads=2)]
 
 #: The training's input limits, none of them the default; the model's
 #: position table has --max-source-positions rows.
@@ -196,30 +173,27 @@ def test_training_and_its_validation_keep_the_command_line(data_bin, caplog):
 def checkpoint(data_bin, tmp_path_factory):
     """mdsfair-train (in this process) for 1 update with non-default limits."""
     save_dir = str(tmp_path_factory.mktemp("generation_limits_checkpoints"))
-    cli.train_main(
-        [
-            data_bin,
-            *MODEL,
-            *TRAINED_LIMITS,
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-sentences",
-            "4",
-            "--max-update",
-            "1",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
-        ]
-    )
-    return os.path.join(save_dir, "checkpoint_last.pt")
+    return train_in_process(data_bin, [*MODEL, *TRAINED_LIMITS], save_dir)
+
+
+def generation_command(data_bin, checkpoint, *flags):
+    """A generation command line: greedy search over the test split, two
+    clusters a batch, on the CPU."""
+    return [
+        data_bin,
+        "--task",
+        "multidoc_summarization",
+        "--gen-subset",
+        "test",
+        "--path",
+        checkpoint,
+        "--beam",
+        "1",
+        "--batch-size",
+        "2",
+        "--cpu",
+        *flags,
+    ]
 
 
 def generate(run, data_bin, checkpoint, caplog, capsys, *flags):
@@ -227,25 +201,7 @@ def generate(run, data_bin, checkpoint, caplog, capsys, *flags):
     source tokens the test split kept and the hypothesis lines."""
     caplog.clear()
     with caplog.at_level(logging.INFO):
-        run(
-            [
-                data_bin,
-                "--task",
-                "multidoc_summarization",
-                "--gen-subset",
-                "test",
-                "--path",
-                checkpoint,
-                "--beam",
-                "1",
-                "--max-len-b",
-                "4",
-                "--batch-size",
-                "2",
-                "--cpu",
-                *flags,
-            ]
-        )
+        run(generation_command(data_bin, checkpoint, "--max-len-b", "4", *flags))
     messages = [record.getMessage() for record in caplog.records]
     reports = [match for match in map(REPORT.fullmatch, messages) if match]
     kept = [match for match in map(KEPT.match, messages) if match]
@@ -303,21 +259,4 @@ def test_a_given_default_value_wins_and_past_the_model_s_positions_is_refused(da
     over the checkpoint's 160, and the model's 160 positions refuse the longer
     sources, naming the limit to give (as before: no cluster is dropped)."""
     with pytest.raises(ValueError, match=r"give --max-source-positions 160 so the task cuts them to fit"):
-        cli.generate_main(
-            [
-                data_bin,
-                "--task",
-                "multidoc_summarization",
-                "--gen-subset",
-                "test",
-                "--path",
-                checkpoint,
-                "--beam",
-                "1",
-                "--batch-size",
-                "2",
-                "--cpu",
-                "--max-source-positions",
-                "1024",
-            ]
-        )
+        cli.generate_main(generation_command(data_bin, checkpoint, "--max-source-positions", "1024"))

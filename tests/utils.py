@@ -160,33 +160,75 @@ def make_tiny_bart_checkpoint(
     return os.path.join(save_dir, "checkpoint_last.pt")
 
 
+def tiny_transformer(
+    embed_dim: int = 32, ffn_embed_dim: int = 64, attention_heads: int = 4, share_all_embeddings: bool = True
+) -> List[str]:
+    """fairseq's ``transformer`` architecture, one encoder and one decoder
+    layer of the given widths: the model flags (from ``--arch``) of a test
+    training that takes seconds on a CPU."""
+    widths = []
+    for side in ("encoder", "decoder"):
+        widths += [f"--{side}-embed-dim", str(embed_dim)]
+    for side in ("encoder", "decoder"):
+        widths += [f"--{side}-ffn-embed-dim", str(ffn_embed_dim)]
+    for side in ("encoder", "decoder"):
+        widths += [f"--{side}-attention-heads", str(attention_heads)]
+    return [
+        "--arch",
+        "transformer",
+        "--encoder-layers",
+        "1",
+        "--decoder-layers",
+        "1",
+        *widths,
+        *(["--share-all-embeddings"] if share_all_embeddings else []),
+    ]
+
+
 TINY_TRANSFORMER_ARGS = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
-    "--share-all-embeddings",
+    *tiny_transformer(),
     "--max-source-positions",
     "1024",
     "--max-target-positions",
     "1024",
 ]
+
+
+def short_training(save_dir: str, updates: int = 1, batch_size: int = 4) -> List[str]:
+    """The optimizer and checkpoint flags of a test training: Adam at 1e-3
+    for ``updates`` updates of ``batch_size`` clusters on the CPU, seed 1,
+    only ``checkpoint_last.pt`` (and ``checkpoint_best.pt``) saved into
+    ``save_dir``, no validation."""
+    return [
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--max-sentences",
+        str(batch_size),
+        "--max-update",
+        str(updates),
+        "--save-dir",
+        save_dir,
+        "--no-epoch-checkpoints",
+        "--no-progress-bar",
+        "--cpu",
+        "--seed",
+        "1",
+        "--disable-validation",
+    ]
+
+
+def train_in_process(data_bin: str, model_args: List[str], save_dir: str, updates: int = 1) -> str:
+    """mdsfair-train's ``main`` in this process on ``data_bin`` with the
+    model flags ``model_args`` (task included) and :func:`short_training`;
+    returns the path of the ``checkpoint_last.pt`` it saved."""
+    from mdsfair import cli
+
+    cli.train_main([data_bin, *model_args, *short_training(save_dir, updates)])
+    return os.path.join(save_dir, "checkpoint_last.pt")
 
 
 def one_update_hub_model(data_bin: str, save_dir: str):
@@ -195,29 +237,7 @@ def one_update_hub_model(data_bin: str, save_dir: str):
     import torch
 
     fairseq_cli(
-        "fairseq_cli.train",
-        [
-            data_bin,
-            "--user-dir",
-            USER_DIR,
-            *TINY_TRANSFORMER_ARGS,
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-sentences",
-            "4",
-            "--max-update",
-            "1",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
-        ],
+        "fairseq_cli.train", [data_bin, "--user-dir", USER_DIR, *TINY_TRANSFORMER_ARGS, *short_training(save_dir)]
     )
     return torch.hub.load(
         REPO_ROOT,
