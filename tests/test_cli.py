@@ -7,29 +7,12 @@ import pytest
 import torch
 
 from mdsfair import cli
-from tests.utils import REPO_ROOT, make_tiny_data_bin
+from tests.utils import REPO_ROOT, make_tiny_data_bin, tiny_transformer, train_in_process
 
 TINY_TRANSFORMER_ARGS = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
+    *tiny_transformer(share_all_embeddings=False),
     "--max-source-positions",
     "1024",
     "--max-target-positions",
@@ -63,29 +46,8 @@ def trained_with_wrapper(data_bin, tmp_path_factory):
     and sys.argv before and after."""
     save_dir = str(tmp_path_factory.mktemp("cli_checkpoints"))
     argv_before = list(sys.argv)
-    cli.train_main(
-        [
-            data_bin,
-            *TINY_TRANSFORMER_ARGS,
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-sentences",
-            "4",
-            "--max-update",
-            "2",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
-        ]
-    )
-    return {"checkpoint": os.path.join(save_dir, "checkpoint_last.pt"), "argv": (argv_before, list(sys.argv))}
+    checkpoint = train_in_process(data_bin, TINY_TRANSFORMER_ARGS, save_dir, updates=2)
+    return {"checkpoint": checkpoint, "argv": (argv_before, list(sys.argv))}
 
 
 def test_train_wrapper_trains(trained_with_wrapper):

@@ -24,7 +24,7 @@ from mdsfair.argument_types import UsageError
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 from mdsfair.generation.settings_checks import prefix_within_summaries, search_flags_refusal
-from tests.utils import make_tiny_data_bin
+from tests.utils import make_tiny_data_bin, tiny_transformer, train_in_process
 
 
 def test_class_1_sampling_needs_nbest_equal_to_beam():
@@ -97,24 +97,7 @@ def test_class_1_prefix_is_kept_within_each_summary(caplog):
 TINY_TRANSFORMER = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "16",
-    "--decoder-ffn-embed-dim",
-    "16",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False),
 ]
 
 
@@ -149,30 +132,7 @@ def empty_summary_run(tmp_path_factory):
             "--no-progress-bar",
         ]
     )
-    save_dir = str(work / "checkpoints")
-    cli.train_main(
-        [
-            data_bin,
-            *TINY_TRANSFORMER,
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-sentences",
-            "4",
-            "--max-update",
-            "1",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
-        ]
-    )
-    return empty_bin, os.path.join(save_dir, "checkpoint_last.pt")
+    return empty_bin, train_in_process(data_bin, TINY_TRANSFORMER, str(work / "checkpoints"))
 
 
 @pytest.mark.parametrize("generator", [[], ["--fairseq-generator"]], ids=["static", "fairseq"])
