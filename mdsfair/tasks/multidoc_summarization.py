@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum
+from fairseq.models.lstm import LSTMEncoder
 from fairseq.tasks import FairseqTask, register_task
 from omegaconf import II
 
@@ -209,6 +210,13 @@ def declared_side_inputs(model) -> Dict[str, bool]:
     components); none for a stock fairseq model."""
     declare = getattr(unwrap_model(model), "side_inputs", None)
     return dict(declare()) if callable(declare) else {}
+
+
+def reads_length_sorted_batches(model) -> bool:
+    """Whether ``model``'s encoder packs its input with ``pack_padded_sequence``
+    on sorted lengths (fairseq's ``LSTMEncoder``), so it needs the batch ordered
+    by source length, longest first."""
+    return isinstance(getattr(unwrap_model(model), "encoder", None), LSTMEncoder)
 
 
 def net_input_for(model, net_input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
@@ -556,11 +564,16 @@ class MultiDocSummarizationTask(FairseqTask):
         """The sample with the inputs ``model`` declares (:func:`net_input_for`)."""
         if not sample or "net_input" not in sample:
             return sample
+        if reads_length_sorted_batches(model):
+            sample = MultiDocSummarizationDataset.sorted_by_source_length(sample)
         return {**sample, "net_input": net_input_for(model, sample["net_input"])}
 
     @staticmethod
     def _sample_for_encoders(models, sample):
-        """The sample with the inputs every model of the ensemble declares."""
+        """The sample with the inputs every model of the ensemble declares,
+        ordered by source length where one of them needs it."""
+        if any(reads_length_sorted_batches(model) for model in models):
+            sample = MultiDocSummarizationDataset.sorted_by_source_length(sample)
         net_input = sample["net_input"]
         for model in models:
             net_input = net_input_for(model, net_input)
