@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from mdsfair import cli
-from tests.utils import REPO_ROOT, make_tiny_data_bin, tiny_transformer, train_in_process
+from tests.utils import REPO_ROOT, hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
 
 TINY_TRANSFORMER_ARGS = [
     "--task",
@@ -81,6 +81,6 @@ def test_generate_wrapper_writes_hypotheses(data_bin, trained_with_wrapper, caps
             "--cpu",
         ]
     )
-    hypotheses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("H-")]
+    hypotheses = hypothesis_lines(capsys.readouterr().out)
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2, 3]
     assert all(len(line.split("\t")) == 3 for line in hypotheses)

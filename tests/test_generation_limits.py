@@ -33,7 +33,7 @@ from mdsfair.tasks.checkpoint_limits import (
     resolve_input_limits,
 )
 from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationConfig
-from tests.utils import USER_DIR, make_tiny_data_bin, tiny_transformer, train_in_process
+from tests.utils import USER_DIR, hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
 
 #: The task's options that are not input limits, each with why generation
 #: keeps its own value: a new option of the task must be placed here or in
@@ -206,7 +206,7 @@ def generate(run, data_bin, checkpoint, caplog, capsys, *flags):
     reports = [match for match in map(REPORT.fullmatch, messages) if match]
     kept = [match for match in map(KEPT.match, messages) if match]
     assert len(reports) == 1 and len(kept) == 1, messages
-    hypotheses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("H-")]
+    hypotheses = hypothesis_lines(capsys.readouterr().out)
     return reports[0]["limits"], int(kept[0]["kept"].replace(",", "")), hypotheses
 
 

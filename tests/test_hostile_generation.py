@@ -24,7 +24,7 @@ from mdsfair.argument_types import UsageError
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 from mdsfair.generation.settings_checks import prefix_within_summaries, search_flags_refusal
-from tests.utils import make_tiny_data_bin, tiny_transformer, train_in_process
+from tests.utils import hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
 
 
 def test_class_1_sampling_needs_nbest_equal_to_beam():
@@ -160,7 +160,7 @@ def test_class_1_prefix_size_on_an_empty_summary_generates(empty_summary_run, ca
                 *generator,
             ]
         )
-    hypotheses = [line for line in capsys.readouterr().out.splitlines() if line.startswith("H-")]
+    hypotheses = hypothesis_lines(capsys.readouterr().out)
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2]
     assert "(S-1) have a summary shorter than --prefix-size 1" in caplog.text
 

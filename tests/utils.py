@@ -196,18 +196,19 @@ TINY_TRANSFORMER_ARGS = [
 ]
 
 
-def short_training(save_dir: str, updates: int = 1, batch_size: int = 4) -> List[str]:
+def short_training(save_dir: str, updates: int = 1, batch_size: int = 4, max_tokens: Optional[int] = None) -> List[str]:
     """The optimizer and checkpoint flags of a test training: Adam at 1e-3
-    for ``updates`` updates of ``batch_size`` clusters on the CPU, seed 1,
-    only ``checkpoint_last.pt`` (and ``checkpoint_best.pt``) saved into
+    for ``updates`` updates of ``batch_size`` clusters (or, given
+    ``max_tokens``, of at most that many tokens) on the CPU, seed 1, only
+    ``checkpoint_last.pt`` (and ``checkpoint_best.pt``) saved into
     ``save_dir``, no validation."""
+    batches = ["--max-sentences", str(batch_size)] if max_tokens is None else ["--max-tokens", str(max_tokens)]
     return [
         "--optimizer",
         "adam",
         "--lr",
         "1e-3",
-        "--max-sentences",
-        str(batch_size),
+        *batches,
         "--max-update",
         str(updates),
         "--save-dir",
@@ -262,6 +263,12 @@ def snapshot(folder: str) -> Dict[str, str]:
         for name in directories:
             listing[os.path.relpath(os.path.join(root, name), folder) + "/"] = "dir"
     return listing
+
+
+def hypothesis_lines(output: str) -> List[str]:
+    """The ``H-<id>\t<score>\t<text>`` lines of a fairseq-generate output
+    (its stdout or its ``generate-<split>.txt``), in the order written."""
+    return [line for line in output.splitlines() if line.startswith("H-")]
 
 
 #: A line of mdsfair's and fairseq's logging format (``2024-01-01 12:00:00,000 | INFO | ...``).
