@@ -98,6 +98,39 @@ def task_arguments(data_bin):
     ]
 
 
+class RowEchoGenerator:
+    """Answers each row of the batch it is given with that row's source and
+    prefix, so a test sees which row each hypothesis was generated from."""
+
+    def generate(self, models, sample, prefix_tokens=None, constraints=None):
+        return [
+            [{"tokens": sample["net_input"]["src_tokens"][row], "prefix": prefix_tokens[row]}]
+            for row in range(sample["net_input"]["src_tokens"].size(0))
+        ]
+
+
+def test_generation_for_a_packed_rnn_returns_hypotheses_in_the_batch_order():
+    from fairseq.models.lstm import LSTMEncoder
+
+    from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = LSTMEncoder.__new__(LSTMEncoder)
+
+    long = make_dataset(TruncationConfig(max_source_positions=100))
+    short = make_dataset(TruncationConfig(max_source_positions=8))[0]
+    middle = make_dataset(TruncationConfig(max_source_positions=12))[0]
+    batch = long.collater([short, middle, long[0]])
+    prefix_tokens = torch.tensor([[101], [102], [103]])  # not the references' first tokens
+    task = MultiDocSummarizationTask.__new__(MultiDocSummarizationTask)
+    hypotheses = task.inference_step(RowEchoGenerator(), [Model()], batch, prefix_tokens=prefix_tokens)
+    for row, (best,) in enumerate(hypotheses):
+        assert torch.equal(best["tokens"], batch["net_input"]["src_tokens"][row])
+        assert torch.equal(best["prefix"], prefix_tokens[row])
+
+
 @pytest.mark.slow
 def test_stock_bidirectional_lstm_trains_and_generates(tmp_path):
     from mdsfair.data.indexed import NumpyMMapDataset
@@ -118,12 +151,16 @@ def test_stock_bidirectional_lstm_trains_and_generates(tmp_path):
     )
     assert len(re.findall(r"train_inner", log)) == 2
     assert "done training" in log
-    out = fairseq_cli(
-        "fairseq_cli.generate",
-        task_arguments(data_bin)
-        + ["--path", str(tmp_path / "lstm" / "checkpoint_last.pt"), "--gen-subset", "test"]
-        + ["--beam", "2", "--max-len-b", "10", "--batch-size", "5", "--post-process", "sentencepiece"],
-    )
+
+    def generate(batch_size):
+        return fairseq_cli(
+            "fairseq_cli.generate",
+            task_arguments(data_bin)
+            + ["--path", str(tmp_path / "lstm" / "checkpoint_last.pt"), "--gen-subset", "test"]
+            + ["--beam", "2", "--max-len-b", "10", "--batch-size", str(batch_size), "--post-process", "sentencepiece"],
+        )
+
+    out = generate(5)
     for kind in "HS":  # every example is generated once
         assert sorted(int(i) for i in re.findall(rf"^{kind}-(\d+)\t", out, flags=re.M)) == list(range(16)), kind
     # each id is printed with its own reference: the batch's id and target rows moved together
@@ -131,3 +168,6 @@ def test_stock_bidirectional_lstm_trains_and_generates(tmp_path):
     with open(os.path.join(data_bin, "test.summary.txt"), encoding="utf-8") as handle:
         references = handle.read().splitlines()
     assert printed == dict(enumerate(references))
+    # and its own hypothesis: the same as when the example is generated alone
+    hypotheses = dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", out, flags=re.M))
+    assert hypotheses == dict(re.findall(r"^D-(\d+)\t\S+\t(.*)$", generate(1), flags=re.M))

@@ -447,31 +447,37 @@ class MultiDocSummarizationDataset(FairseqDataset):
         return batch
 
     @staticmethod
-    def sorted_by_source_length(batch: dict) -> dict:
-        """``batch`` with its examples ordered by source length, longest first,
-        as fairseq's ``LanguagePairDataset`` collates them (``collate``'s
+    def source_length_order(batch: dict) -> torch.Tensor:
+        """The rows of a collated ``batch`` by source length, longest first, as
+        fairseq's ``LanguagePairDataset`` collates them (``collate``'s
         ``src_lengths.sort(descending=True)``): a packed RNN encoder
         (``pack_padded_sequence`` with ``enforce_sorted``, fairseq's
-        ``LSTMEncoder``) needs that order. Every per-example field is taken in
-        the same order: ``id``, ``target``, ``references`` and each tensor of
-        ``net_input`` (batch-first, side inputs included), so an output keyed by
-        ``id`` is unchanged. Ties keep the collated order (a stable sort)."""
-        if not batch or "net_input" not in batch:
-            return batch
-        order = torch.sort(batch["net_input"]["src_lengths"], descending=True, stable=True).indices
-        if torch.equal(order, torch.arange(len(order), device=order.device)):
-            return batch
-        sorted_batch = dict(batch)
-        sorted_batch["net_input"] = {
+        ``LSTMEncoder``) needs that order. Ties keep the collated order."""
+        return torch.sort(batch["net_input"]["src_lengths"], descending=True, stable=True).indices
+
+    @staticmethod
+    def batch_rows(batch: dict, order: torch.Tensor) -> dict:
+        """``batch`` with its examples taken in ``order``: every per-example
+        field alike, ``id``, ``target``, ``references`` and each tensor of
+        ``net_input`` (batch-first, side inputs included)."""
+        taken = dict(batch)
+        taken["net_input"] = {
             name: value.index_select(0, order.to(value.device)) if torch.is_tensor(value) else value
             for name, value in batch["net_input"].items()
         }
         for name in ("id", "target"):
             if torch.is_tensor(batch.get(name)):
-                sorted_batch[name] = batch[name].index_select(0, order.to(batch[name].device))
+                taken[name] = batch[name].index_select(0, order.to(batch[name].device))
         if batch.get("references") is not None:
-            sorted_batch["references"] = [batch["references"][i] for i in order.tolist()]
-        return sorted_batch
+            taken["references"] = [batch["references"][i] for i in order.tolist()]
+        return taken
+
+    @classmethod
+    def sorted_by_source_length(cls, batch: dict) -> dict:
+        """``batch`` in :meth:`source_length_order`."""
+        if not batch or "net_input" not in batch:
+            return batch
+        return cls.batch_rows(batch, cls.source_length_order(batch))
 
     def num_tokens(self, index: int) -> int:
         return int(max(self.src_sizes[index], self.tgt_sizes[index]))

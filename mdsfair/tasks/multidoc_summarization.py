@@ -570,10 +570,7 @@ class MultiDocSummarizationTask(FairseqTask):
 
     @staticmethod
     def _sample_for_encoders(models, sample):
-        """The sample with the inputs every model of the ensemble declares,
-        ordered by source length where one of them needs it."""
-        if any(reads_length_sorted_batches(model) for model in models):
-            sample = MultiDocSummarizationDataset.sorted_by_source_length(sample)
+        """The sample with the inputs every model of the ensemble declares."""
         net_input = sample["net_input"]
         for model in models:
             net_input = net_input_for(model, net_input)
@@ -620,15 +617,33 @@ class MultiDocSummarizationTask(FairseqTask):
         reference) that runs past its summary is kept to the summary's tokens
         (:func:`~mdsfair.generation.settings_checks.prefix_within_summaries`).
         A prefix given otherwise (the hub, a caller's own tokens) is forced as
-        it is, ``</s>`` included, as fairseq's search forces it."""
+        it is, ``</s>`` included, as fairseq's search forces it. A model that
+        reads length-sorted batches (:func:`reads_length_sorted_batches`)
+        generates on the rows longest source first; the hypotheses come back
+        in the batch's order."""
         if prefix_tokens is not None and self._is_reference_prefix(sample, prefix_tokens):
             ids = sample["id"].tolist() if torch.is_tensor(sample.get("id")) else None
             prefix_tokens = prefix_within_summaries(
                 prefix_tokens, self.target_dictionary.eos(), self.target_dictionary.pad(), ids
             )
-        return super().inference_step(
-            generator, models, self._sample_for_encoders(models, sample), prefix_tokens, constraints
+        if not any(reads_length_sorted_batches(model) for model in models):
+            return super().inference_step(
+                generator, models, self._sample_for_encoders(models, sample), prefix_tokens, constraints
+            )
+        # a packed RNN encoder: generate on the rows longest source first, return the hypotheses in the batch's order
+        order = MultiDocSummarizationDataset.source_length_order(sample)
+        sorted_sample = MultiDocSummarizationDataset.batch_rows(sample, order)
+        if prefix_tokens is not None:
+            prefix_tokens = prefix_tokens.index_select(0, order.to(prefix_tokens.device))
+        if torch.is_tensor(constraints):
+            constraints = constraints.index_select(0, order.to(constraints.device))
+        hypotheses = super().inference_step(
+            generator, models, self._sample_for_encoders(models, sorted_sample), prefix_tokens, constraints
         )
+        in_batch_order = [None] * len(hypotheses)
+        for row, original_row in enumerate(order.tolist()):
+            in_batch_order[original_row] = hypotheses[row]
+        return in_batch_order
 
     @staticmethod
     def _is_reference_prefix(sample, prefix_tokens) -> bool:
