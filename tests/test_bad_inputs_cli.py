@@ -21,7 +21,7 @@ from typing import Dict, List
 import pytest
 import torch
 
-from tests.utils import make_tiny_data_bin, run_python
+from tests.utils import make_tiny_data_bin, run_python, tiny_transformer
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
@@ -378,24 +378,7 @@ def test_train_refuses_a_restore_file_it_cannot_resume_in_one_line(data_bin, tmp
             data_bin,
             "--task",
             "multidoc_summarization",
-            "--arch",
-            "transformer",
-            "--encoder-layers",
-            "1",
-            "--decoder-layers",
-            "1",
-            "--encoder-embed-dim",
-            "16",
-            "--decoder-embed-dim",
-            "16",
-            "--encoder-ffn-embed-dim",
-            "16",
-            "--decoder-ffn-embed-dim",
-            "16",
-            "--encoder-attention-heads",
-            "2",
-            "--decoder-attention-heads",
-            "2",
+            *tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False),
             "--optimizer",
             "adam",
             "--lr",

@@ -13,28 +13,12 @@ import pytest
 import torch
 
 from mdsfair import cli, fairseq_patches
+from tests.utils import tiny_transformer
 
 TINY = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "16",
-    "--decoder-ffn-embed-dim",
-    "16",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False),
     "--optimizer",
     "adam",
     "--lr",

@@ -20,7 +20,7 @@ from tests.distributed_harness import (
     split_examples,
     train_steps,
 )
-from tests.utils import TINY_BART_ARGS, make_tiny_data_bin
+from tests.utils import TINY_BART_ARGS, make_tiny_data_bin, tiny_transformer
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
@@ -28,24 +28,7 @@ SHORT_SOURCES = ["--max-source-positions", "128", "--max-target-positions", "128
 TINY_TRANSFORMER_ARGS = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "4",
-    "--decoder-attention-heads",
-    "4",
+    *tiny_transformer(embed_dim=32, ffn_embed_dim=64, attention_heads=4, share_all_embeddings=False),
     "--criterion",
     "label_smoothed_cross_entropy",
     "--label-smoothing",

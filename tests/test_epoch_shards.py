@@ -11,31 +11,11 @@ import shutil
 import pytest
 
 from mdsfair.preprocess.binarize import run
-from tests.utils import USER_DIR, make_synthetic_jsonl
+from tests.utils import USER_DIR, make_synthetic_jsonl, tiny_transformer
 
 TRAIN_CLUSTERS = 9  # odd: the shards differ by one cluster
 
-TINY_TRANSFORMER = [
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "32",
-    "--decoder-ffn-embed-dim",
-    "32",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--share-all-embeddings",
-]
+TINY_TRANSFORMER = tiny_transformer(embed_dim=16, ffn_embed_dim=32, attention_heads=2)
 
 
 def read_lines(path):

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, tiny_transformer
 
 
 @pytest.mark.slow
@@ -61,24 +61,7 @@ def test_data_directory_with_colon_is_refused_not_split(tmp_path):
 TINY_TRAIN = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "16",
-    "--decoder-ffn-embed-dim",
-    "16",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
+    *tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False),
     "--optimizer",
     "adam",
     "--lr",

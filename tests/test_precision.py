@@ -17,7 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, tiny_transformer
 
 PAGE = os.path.join(REPO_ROOT, "docs/precision.md")
 PRECISION_FLAGS = ("--fp16", "--memory-efficient-fp16", "--amp", "--bf16", "--memory-efficient-bf16")
@@ -209,24 +209,7 @@ def test_fairseq_train_refusal_end_to_end(flag, key, tmp_path):
     tiny = [
         "--task",
         "multidoc_summarization",
-        "--arch",
-        "transformer",
-        "--encoder-layers",
-        "1",
-        "--decoder-layers",
-        "1",
-        "--encoder-embed-dim",
-        "16",
-        "--decoder-embed-dim",
-        "16",
-        "--encoder-ffn-embed-dim",
-        "16",
-        "--decoder-ffn-embed-dim",
-        "16",
-        "--encoder-attention-heads",
-        "2",
-        "--decoder-attention-heads",
-        "2",
+        *tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False),
         "--optimizer",
         "adam",
         "--lr",

@@ -45,31 +45,21 @@ from mdsfair.evaluation.file_scoring import score_files
 from mdsfair.evaluation.inputs import RougeInputError, read_lines
 from mdsfair.evaluation.rouge import cli_main as rouge_main
 from mdsfair.hub_interface import MultiDocSummarizationHubInterface
-from tests.utils import USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin, run_python
+from tests.utils import (
+    USER_DIR,
+    fairseq_cli,
+    generate_in_process,
+    hypothesis_lines,
+    make_tiny_data_bin,
+    run_python,
+    tiny_transformer,
+)
 
 TRAIN_TARGET_LIMIT = 16
 TINY_TRANSFORMER = [
     "--task",
     "multidoc_summarization",
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-    "--share-all-embeddings",
+    *tiny_transformer(embed_dim=32, ffn_embed_dim=64, attention_heads=2),
 ]
 
 
@@ -370,7 +360,7 @@ def test_generate_refuses_a_data_bin_with_another_dictionary(trained, other_data
     assert os.path.abspath(trained["data_bin"]) in message and os.path.abspath(other_data_bin) in message
     assert trained["checkpoint"] in message and "--allow-dictionary-mismatch" in message
     text = generate(trained, tmp_path / "allowed", data_bin=other_data_bin, extra=["--allow-dictionary-mismatch"])
-    assert len([line for line in text.splitlines() if line.startswith("H-")]) == 8
+    assert len(hypothesis_lines(text)) == 8
 
 
 def test_hub_refuses_a_data_bin_with_another_dictionary(trained, other_data_bin):

@@ -8,31 +8,11 @@ import sys
 
 import pytest
 
-from tests.utils import REPO_ROOT, make_tiny_data_bin
+from tests.utils import REPO_ROOT, USER_DIR, hypothesis_lines, make_tiny_data_bin, short_training, tiny_transformer
 
 pytestmark = pytest.mark.slow  # the slow tier: docs/tests.md
 
-USER_DIR = os.path.join(REPO_ROOT, "mdsfair")
-MODEL = [
-    "--arch",
-    "transformer",
-    "--encoder-layers",
-    "1",
-    "--decoder-layers",
-    "1",
-    "--encoder-embed-dim",
-    "16",
-    "--decoder-embed-dim",
-    "16",
-    "--encoder-ffn-embed-dim",
-    "16",
-    "--decoder-ffn-embed-dim",
-    "16",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-]
+MODEL = tiny_transformer(embed_dim=16, ffn_embed_dim=16, attention_heads=2, share_all_embeddings=False)
 
 
 def run(module, args):
@@ -59,20 +39,7 @@ def short_model(tmp_path_factory):
             "64",
             "--max-target-positions",
             "64",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-tokens",
-            "4096",
-            "--max-update",
-            "1",
-            "--cpu",
-            "--disable-validation",
-            "--no-progress-bar",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
+            *short_training(save_dir, max_tokens=4096),
         ],
     )
     assert trained.returncode == 0, trained.stderr[-3000:]
@@ -124,5 +91,5 @@ def test_too_long_test_clusters_are_counted_and_refused(short_model, skip_flag):
 def test_the_advised_limit_generates_every_cluster(short_model):
     result = generate(short_model, "--max-source-positions", "64", "--skip-invalid-size-inputs-valid-test")
     assert result.returncode == 0, result.stderr[-3000:]
-    hypotheses = [line for line in result.stdout.splitlines() if line.startswith("H-")]
+    hypotheses = hypothesis_lines(result.stdout)
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2, 3, 4]
