@@ -312,7 +312,7 @@ def test_combinations_train_generate_and_serve(data, arch, tmp_path):
     import json
     import os
 
-    from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
+    from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, hypothesis_lines, short_training
 
     save_dir = str(tmp_path / "checkpoints")
     fairseq_cli(
@@ -322,22 +322,7 @@ def test_combinations_train_generate_and_serve(data, arch, tmp_path):
             "--user-dir",
             USER_DIR,
             *contract.train_args(arch),
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-tokens",
-            "4096",
-            "--max-update",
-            "2",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
+            *short_training(save_dir, updates=2, max_tokens=4096),
         ],
     )
     checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
@@ -366,7 +351,7 @@ def test_combinations_train_generate_and_serve(data, arch, tmp_path):
             "512",
         ],
     )
-    assert len([line for line in output.splitlines() if line.startswith("H-")]) == 4
+    assert len(hypothesis_lines(output)) == 4
 
     hub = torch.hub.load(
         REPO_ROOT,

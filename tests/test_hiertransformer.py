@@ -19,7 +19,15 @@ from mdsfair.modules.multi_head_pooling import MultiHeadPooling
 from mdsfair.modules.paragraph_blocks import ParagraphBlocks
 from mdsfair.modules.sinusoidal import ParagraphTokenPositionalEncoding, SinusoidalPositions, sinusoidal_encoding
 from tests.hiersumm_reference import export_to_hiersumm_layout, hiersumm_positions, ref_decoder, ref_log_probs
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, generate_in_process, make_tiny_data_bin
+from tests.utils import (
+    REPO_ROOT,
+    USER_DIR,
+    fairseq_cli,
+    generate_in_process,
+    hypothesis_lines,
+    make_tiny_data_bin,
+    short_training,
+)
 
 # ------------------------------------------------------------------ helpers
 
@@ -516,22 +524,7 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
             *TRAIN_ARGS,
             "--graph",
             "similarity",
-            "--optimizer",
-            "adam",
-            "--lr",
-            "1e-3",
-            "--max-tokens",
-            "2000",
-            "--max-update",
-            "1",
-            "--save-dir",
-            save_dir,
-            "--no-epoch-checkpoints",
-            "--no-progress-bar",
-            "--cpu",
-            "--seed",
-            "1",
-            "--disable-validation",
+            *short_training(save_dir, max_tokens=2000),
         ],
     )
     output = generate_in_process(  # fairseq-generate's main, without a second interpreter start
@@ -561,7 +554,7 @@ def test_fairseq_train_and_generate_with_similarity_graph(graph_data_bin, tmp_pa
         ],
         results_dir=str(tmp_path / "generate"),
     )
-    hypotheses = [line for line in output.splitlines() if line.startswith("H-")]
+    hypotheses = hypothesis_lines(output)
     assert len(hypotheses) == 4
 
     # torch.hub: raw clusters -> the same preprocessing (graph side data included) -> summaries
