@@ -33,7 +33,14 @@ from mdsfair.tasks.checkpoint_limits import (
     resolve_input_limits,
 )
 from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationConfig
-from tests.utils import USER_DIR, hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
+from tests.utils import (
+    USER_DIR,
+    generation_command,
+    hypothesis_lines,
+    make_tiny_data_bin,
+    tiny_transformer,
+    train_in_process,
+)
 
 #: The task's options that are not input limits, each with why generation
 #: keeps its own value: a new option of the task must be placed here or in
@@ -174,26 +181,6 @@ def checkpoint(data_bin, tmp_path_factory):
     """mdsfair-train (in this process) for 1 update with non-default limits."""
     save_dir = str(tmp_path_factory.mktemp("generation_limits_checkpoints"))
     return train_in_process(data_bin, [*MODEL, *TRAINED_LIMITS], save_dir)
-
-
-def generation_command(data_bin, checkpoint, *flags):
-    """A generation command line: greedy search over the test split, two
-    clusters a batch, on the CPU."""
-    return [
-        data_bin,
-        "--task",
-        "multidoc_summarization",
-        "--gen-subset",
-        "test",
-        "--path",
-        checkpoint,
-        "--beam",
-        "1",
-        "--batch-size",
-        "2",
-        "--cpu",
-        *flags,
-    ]
 
 
 def generate(run, data_bin, checkpoint, caplog, capsys, *flags):

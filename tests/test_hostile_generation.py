@@ -24,7 +24,7 @@ from mdsfair.argument_types import UsageError
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 from mdsfair.generation.settings_checks import prefix_within_summaries, search_flags_refusal
-from tests.utils import hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
+from tests.utils import generation_command, hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process
 
 
 def test_class_1_sampling_needs_nbest_equal_to_beam():
@@ -140,25 +140,9 @@ def test_class_1_prefix_size_on_an_empty_summary_generates(empty_summary_run, ca
     data_bin, checkpoint = empty_summary_run
     with caplog.at_level(logging.WARNING, logger="mdsfair.generation.settings_checks"):
         cli.generate_main(
-            [
-                data_bin,
-                "--task",
-                "multidoc_summarization",
-                "--gen-subset",
-                "test",
-                "--path",
-                checkpoint,
-                "--beam",
-                "3",
-                "--prefix-size",
-                "1",
-                "--max-len-b",
-                "6",
-                "--batch-size",
-                "3",
-                "--cpu",
-                *generator,
-            ]
+            generation_command(
+                data_bin, checkpoint, "--prefix-size", "1", "--max-len-b", "6", *generator, beam=3, batch_size=3
+            )
         )
     hypotheses = hypothesis_lines(capsys.readouterr().out)
     assert sorted(int(line.split("\t")[0][2:]) for line in hypotheses) == [0, 1, 2]

@@ -250,6 +250,28 @@ def snapshot(folder: str) -> Dict[str, str]:
     return listing
 
 
+def generation_command(data_bin: str, checkpoint: str, *flags: str, beam: int = 1, batch_size: int = 2) -> List[str]:
+    """A generation command line (mdsfair-generate's, or fairseq-generate's
+    with ``--user-dir``): beam search of width ``beam`` over the test split
+    of ``data_bin`` with ``checkpoint``, ``batch_size`` clusters a batch, on
+    the CPU, and ``flags``."""
+    return [
+        data_bin,
+        "--task",
+        "multidoc_summarization",
+        "--gen-subset",
+        "test",
+        "--path",
+        checkpoint,
+        "--beam",
+        str(beam),
+        "--batch-size",
+        str(batch_size),
+        "--cpu",
+        *flags,
+    ]
+
+
 def hypothesis_lines(output: str) -> List[str]:
     """The ``H-<id>\t<score>\t<text>`` lines of a fairseq-generate output
     (its stdout or its ``generate-<split>.txt``), in the order written."""
