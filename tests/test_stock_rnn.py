@@ -8,9 +8,8 @@ import re
 import pytest
 import torch
 
-from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
-from tests.test_task import TruncationConfig, make_dataset
-from tests.utils import USER_DIR, fairseq_cli
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+from tests.utils import USER_DIR, fairseq_cli, make_dataset
 
 TINY_LSTM = [
     "--arch",

@@ -8,45 +8,13 @@ from collections import Counter
 import numpy as np
 import pytest
 import torch
-from fairseq.data import Dictionary
 
 from mdsfair.data.multidoc_dataset import (
-    MultiDocSummarizationDataset,
     TruncationConfig,
     batch_indices_by_size,
 )
 from mdsfair.data.side_data import SideDataSpec
-from tests.utils import USER_DIR, fairseq_cli, make_tiny_data_bin
-
-
-def toy_dictionary():
-    d = Dictionary()
-    for i in range(50):
-        d.add_symbol(f"w{i}")
-    return d
-
-
-def toy_example():
-    """3 documents; paragraphs 0,1 | 2 | 3,4; tokens 100.. so positions are visible."""
-    doc = np.array([0] * 6 + [1] * 3 + [2] * 5)
-    para = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4])
-    sent = np.array([0, 0, 1, 2, 2, 2, 3, 3, 4, 5, 5, 6, 6, 7])
-    tokens = np.arange(10, 10 + len(doc))
-    return tokens, doc, para, sent
-
-
-def make_dataset(truncation, side_data=None, examples=1):
-    tokens, doc, para, sent = toy_example()
-    structure = {"doc": [doc] * examples, "para": [para] * examples, "sent": [sent] * examples}
-    return MultiDocSummarizationDataset(
-        [tokens] * examples,
-        [np.array([5, 6, 7])] * examples,
-        structure,
-        toy_dictionary(),
-        truncation,
-        side_data=side_data,
-        name="toy",
-    )
+from tests.utils import USER_DIR, fairseq_cli, make_dataset, make_tiny_data_bin, toy_example
 
 
 def test_document_start_tokens_and_eos_take_neighbouring_structure():

@@ -297,3 +297,45 @@ def message_lines(err: str) -> List[str]:
         if line.strip() and not LOG_LINE.match(line):
             lines.append(line)
     return lines
+
+
+# --- a toy multi-document dataset (3 documents, 5 paragraphs, 8 sentences) ---
+
+
+def toy_dictionary():
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(50):
+        d.add_symbol(f"w{i}")
+    return d
+
+
+def toy_example():
+    """3 documents; paragraphs 0,1 | 2 | 3,4; tokens 100.. so positions are visible."""
+    import numpy as np
+
+    doc = np.array([0] * 6 + [1] * 3 + [2] * 5)
+    para = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 4, 4, 4])
+    sent = np.array([0, 0, 1, 2, 2, 2, 3, 3, 4, 5, 5, 6, 6, 7])
+    tokens = np.arange(10, 10 + len(doc))
+    return tokens, doc, para, sent
+
+
+def make_dataset(truncation, side_data=None, examples=1):
+    """The toy example (:func:`toy_example`) ``examples`` times, with the summary 5 6 7."""
+    import numpy as np
+
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+
+    tokens, doc, para, sent = toy_example()
+    structure = {"doc": [doc] * examples, "para": [para] * examples, "sent": [sent] * examples}
+    return MultiDocSummarizationDataset(
+        [tokens] * examples,
+        [np.array([5, 6, 7])] * examples,
+        structure,
+        toy_dictionary(),
+        truncation,
+        side_data=side_data,
+        name="toy",
+    )
