@@ -141,16 +141,19 @@ class RowTables:
             lambda: torch.empty(shape, dtype=dtype, device=self.rows.source_index.device),
         )
 
-    def gather_buffer(self, rows: int, num_kept: int, bound: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """The first ``rows * n`` rows of a ``[rows * bound, C]`` :meth:`buffer`
-        of ``like``'s dtype, kept for the next layers and steps (``n`` at
-        most ``bound``), and its views ``[rows, n, C]`` and ``[rows, C, n]``:
-        the kept tokens' encoder states are gathered into it
-        (:meth:`SparseGenerationStep._generation_step`, without autograd;
+    def gather_buffer(self, rows: int, num_kept: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """A ``[rows * n, C]`` :meth:`buffer` of ``like``'s dtype, kept for
+        the next layers and steps, and its views ``[rows, n, C]`` and
+        ``[rows, C, n]``: the kept tokens' encoder states are gathered into
+        it (:meth:`SparseGenerationStep._generation_step`, without autograd;
         each layer reads them before the next overwrites them)."""
-        flat = self.buffer("gathered_states", (rows * bound, like.size(-1)), like.dtype)[: rows * num_kept]
-        per_row = flat.view(rows, num_kept, like.size(-1))
-        return flat, per_row, per_row.transpose(1, 2)
+
+        def build():
+            flat = self.buffer("gathered_states", (rows * num_kept, like.size(-1)), like.dtype)
+            per_row = flat.view(rows, num_kept, like.size(-1))
+            return flat, per_row, per_row.transpose(1, 2)
+
+        return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}", build)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
         """The ``[N * B, C]`` view of the encoder output ``[N, B, C]`` (made
@@ -432,11 +435,6 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         # whose running token count first exceeds p, at offset p - (the tokens of the sentences before it)
         lengths = tables.row_lengths().gather(2, indices)  # 0 for a slot past a source's sentences
         ends = lengths.cumsum(dim=2)
-        bound = num_kept  # the most tokens any k sentences of the sources hold
-        if ends.device.type == "cpu":
-            # on the CPU, reading the step's widest row costs nothing: n is what the rows keep at this step,
-            # not the k longest sentences' tokens (several times more where sentence lengths are unequal)
-            num_kept = max(int(ends[:, :, -1].max()), 1)
         slots = tables.slots(num_kept)  # [B', 1, n]
         which = torch.searchsorted(ends, slots, right=True)
         padding_slots = which.ge(k)
@@ -445,10 +443,10 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
         slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
         # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows(bound).index_select(0, slot)
+        flat_rows = tables.token_rows(num_kept).index_select(0, slot)
         # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
         # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
-        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, bound, source_states)
+        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, source_states)
         torch.index_select(tables.flat_source_states(source_states), 0, flat_rows, out=flat_states)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
