@@ -282,11 +282,19 @@ def table(rows: List[dict], skip=("part", "runs")) -> str:
     return "\n\n".join(single_table(rows, settings + group) for group in groups)
 
 
+#: the maintainers' folder of real data samples, outside the project
+MAINTAINERS_DATA = "../shared/data"
+
+
 def command_block(command: str) -> str:
     """A results file's command as a code block, one command a line (a file
     joins several with ``; ``): it scrolls inside its block where it is long,
-    and is never broken inside an option."""
-    return "```bash\n" + command.replace("; ", "\n") + "\n```"
+    and is never broken inside an option. The maintainers' data folder
+    (``../shared/data``, which a clone does not have) is shown as
+    ``RAW_DATA``: a folder of raw-format data sets of the reader's own (the
+    results file's notes say what the run read there)."""
+    shown = command.replace("; ", "\n").replace(MAINTAINERS_DATA, "RAW_DATA")
+    return "```bash\n" + shown + "\n```"
 
 
 def describe(name: str, record: dict) -> str:
