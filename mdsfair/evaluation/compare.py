@@ -11,6 +11,12 @@ R-Lsum, R-SU4), scored exactly as ``mdsfair-rouge`` does: the references are the
 ``--ref`` files or the data-bin's stored ones, and every system must cover every
 cluster (a fairseq-generate log with missing ids is refused).
 
+* A system given more than once (``model=seed1.out model=seed2.out``) is one
+  system of several runs (seeds, or checkpoints): each run keeps its row
+  (``model#1``, ...) and the system's row shows mean ± sample standard
+  deviation over the runs; its intervals and paired tests read its per-cluster
+  scores averaged over the runs (:mod:`mdsfair.evaluation.run_aggregation`).
+
 * ``--convention NAME`` scores as a paper did (see ``--list-conventions``); every
   row shows its convention, and rows of different conventions are refused in one
   table unless ``--mixed`` is given.
@@ -50,6 +56,16 @@ from mdsfair.argument_types import at_least, check_output_paths, number_between
 from mdsfair.evaluation.file_scoring import ScoringInputs, load_scoring_inputs, score_inputs
 from mdsfair.evaluation.hypotheses import same_data_bin
 from mdsfair.evaluation.inputs import RougeInputError
+from mdsfair.evaluation.run_aggregation import (
+    SPREAD_WIDTH,
+    RunSpecificationError,
+    aggregate_row,
+    group_runs,
+    row_title,
+    run_averaged_scores,
+    run_labels,
+    score_spread,
+)
 from mdsfair.evaluation.score_table import MEASURE_NAMES
 from mdsfair.evaluation.scoring_command import (
     SCORING_ERRORS,
@@ -114,12 +130,13 @@ def _metrics_of(rows: Sequence[Dict]) -> List[str]:
 
 
 def format_comparison(rows: Sequence[Dict], metrics: Sequence[str], show_ci: bool = False) -> str:
-    """Systems as rows (name, convention, source), metrics as columns, values x100."""
+    """Systems as rows (name, convention, source), metrics as columns, values x100;
+    a system of several runs shows mean ± sample standard deviation."""
     from mdsfair.evaluation.conventions import TITLES
 
-    width = max(10, max(len(row["name"]) for row in rows) + 2)
+    width = max(10, max(len(row_title(row)) for row in rows) + 2)
     convention_width = max(12, max(len(row["convention"]) for row in rows) + 2)
-    cell = 20 if show_ci else 9
+    cell = (20 if show_ci else 9) + (SPREAD_WIDTH if any(row.get("sd") for row in rows) else 0)
     lines = [
         f"{'system':<{width}}{'convention':<{convention_width}}{'source':<11}"
         + "".join(f"{TITLES[m]:>{cell}}" for m in metrics)
@@ -131,13 +148,13 @@ def format_comparison(rows: Sequence[Dict], metrics: Sequence[str], show_ci: boo
             if value is None:
                 text = "-"
             else:
-                text = f"{100 * value:.2f}"
+                text = f"{100 * value:.2f}" + score_spread(row, metric)
                 ci = (row.get("ci") or {}).get(metric)
                 if ci is not None:
                     text += f" [{100 * ci[0]:.2f},{100 * ci[1]:.2f}]"
             cells.append(f"{text:>{cell}}")
         source = "published" if row.get("published") else "yours"
-        lines.append(f"{row['name']:<{width}}{row['convention']:<{convention_width}}{source:<11}" + "".join(cells))
+        lines.append(f"{row_title(row):<{width}}{row['convention']:<{convention_width}}{source:<11}" + "".join(cells))
     return "\n".join(lines)
 
 
@@ -169,7 +186,11 @@ def format_tests(tests: Dict[str, Dict[str, Dict[str, float]]], metrics: Sequenc
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mdsfair-compare", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "systems", nargs="*", metavar="NAME=PATH", help="a system's hypotheses (or fairseq-generate log)"
+        "systems",
+        nargs="*",
+        metavar="NAME=PATH",
+        help="a system's hypotheses (or fairseq-generate log); a NAME given several times is one system of "
+        "several runs (seeds, checkpoints), shown per run and as mean ± sd over the runs",
     )
     parser.add_argument(
         "--ref",
@@ -242,10 +263,11 @@ def _check_arguments(parser: argparse.ArgumentParser, args) -> List:
     for spec in args.systems:
         if "=" not in spec or not spec.split("=", 1)[0] or not spec.split("=", 1)[1]:
             parser.error(f"expected NAME=PATH, got {spec!r}")
-        name, path = spec.split("=", 1)
-        if name in dict(systems):
-            parser.error(f"system name {name!r} given twice")
-        systems.append((name, path))
+        systems.append(tuple(spec.split("=", 1)))
+    try:
+        group_runs(systems)
+    except RunSpecificationError as error:
+        parser.error(str(error))
     if not systems and not args.published:
         parser.error("give at least one NAME=PATH system (or --published DATASET)")
     if args.samples < 1:
@@ -313,9 +335,12 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 "for like; choose one with --convention NAME (published rows of other conventions are then left out) "
                 "or pass --mixed"
             )
+        runs = group_runs(systems)
+        labels = run_labels(runs)
         inputs: "OrderedDict[str, ScoringInputs]" = OrderedDict()
-        for name, path in systems:
-            inputs[name] = load_scoring_inputs(path, args.ref, **reference_source(args))
+        for name, paths in runs.items():
+            for label, path in zip(labels[name], paths):
+                inputs[label] = load_scoring_inputs(path, args.ref, **reference_source(args))
         counts = {name: len(item.hypotheses) for name, item in inputs.items()}
         if len(set(counts.values())) > 1:
             raise RougeInputError(f"the systems cover different numbers of clusters: {counts}")
@@ -331,7 +356,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 clusters, interval=args.ci, tests=bool(args.baseline), alpha=args.alpha
             )
             if resampling_usable:
-                systems_tested = len(inputs) - 1 if args.baseline else 1
+                systems_tested = len(runs) - 1 if args.baseline else 1
                 check_resampling_memory(args.samples, clusters, len(ALL_METRICS) * max(1, systems_tested))
         for name, item in inputs.items():
             results[name] = score_inputs(
@@ -357,6 +382,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                     f"{name}: scored in Unicode NFC ({nfc['hypotheses']} hypotheses and "
                     f"{nfc['references']} references were not)"
                 )
+        for name, run_names in labels.items():
+            if len(run_names) > 1:
+                last_run = max(index for index, row in enumerate(rows) if row["name"] in run_names)
+                rows.insert(last_run + 1, aggregate_row(name, [row for row in rows if row["name"] in run_names]))
         for label, entry in published:
             rows.append(
                 {
@@ -386,6 +415,14 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             name: {m: result["per_cluster"][m][args.measure] for m in result["per_cluster"]}
             for name, result in results.items()
         }
+        per_system = run_averaged_scores(per_cluster, labels)
+        per_cluster.update(per_system)
+        several = [name for name, run_names in labels.items() if len(run_names) > 1]
+        if several:
+            notes.append(
+                f"{', '.join(several)}: intervals and tests of a system of several runs read each cluster's score "
+                "averaged over its runs (the clusters are resampled, not the runs)"
+            )
         if args.ci:
             for row in rows:
                 if row["published"]:
@@ -397,7 +434,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 row["ci"] = {m: (float(low), float(high)) for m, (low, high) in zip(names, bounds)}
         if args.baseline:
             tests = significance.compare_to_baseline(
-                per_cluster, args.baseline, args.samples, args.seed, args.correction
+                per_system, args.baseline, args.samples, args.seed, args.correction
             )
     print(format_comparison(rows, metrics, show_ci=args.ci))
     count = next(iter(results.values()))["info"].get("num_hypotheses") if results else None
@@ -452,6 +489,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 "rows": rows,
                 "tests": tests,
                 "baseline": args.baseline,
+                "runs": labels,
                 "notes": notes,
                 "settings": {
                     "measure": args.measure,
