@@ -3,7 +3,8 @@ extractive baseline of ``mdsfair-baseline`` (:func:`mdsfair.evaluation.baselines
 and the synthetic data's baseline gap check (:func:`mdsfair.preprocess.synthetic.lexrank_summary`).
 
 Sentences are bags of :func:`mdsfair.text.words`; similarity is the
-idf-modified cosine (:func:`tfidf_cosine_matrix`, Erkan & Radev Eq. 3);
+idf-modified cosine (:func:`tfidf_cosine_matrix`, Erkan & Radev Eq. 3, of the
+:func:`tfidf_vectors`; the MMR baseline's similarities are the same cosine);
 centrality is PageRank over the similarity graph (:func:`lexrank_scores`:
 edges above a threshold, weighted by similarity for continuous LexRank).
 
@@ -12,13 +13,13 @@ Pure Python (networkx is imported when scores are computed).
 
 import math
 from collections import Counter
-from typing import List, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from mdsfair.text import words
 
 
-def tfidf_cosine_matrix(sentences: Sequence[str]) -> List[List[float]]:
-    """Pairwise idf-modified cosine similarity of the sentences (Erkan & Radev).
+def tfidf_vectors(sentences: Sequence[str]) -> List[Dict[str, float]]:
+    """Each sentence's tf-idf vector over :func:`mdsfair.text.words` (Erkan & Radev).
 
     Term frequency is the raw count in the sentence; idf treats each sentence
     of the cluster as a document, smoothed so that it stays positive:
@@ -28,18 +29,48 @@ def tfidf_cosine_matrix(sentences: Sequence[str]) -> List[List[float]]:
     document_frequency = Counter(word for bag in bags for word in bag)
     count = len(sentences)
     idf = {word: math.log((1 + count) / (1 + df)) + 1 for word, df in document_frequency.items()}
-    vectors = [{word: tf * idf[word] for word, tf in bag.items()} for bag in bags]
-    norms = [math.sqrt(sum(value * value for value in vector.values())) for vector in vectors]
+    return [{word: tf * idf[word] for word, tf in bag.items()} for bag in bags]
+
+
+def vector_norm(vector: Mapping[str, float]) -> float:
+    """Euclidean norm of a sparse vector."""
+    return math.sqrt(sum(value * value for value in vector.values()))
+
+
+def cosine_similarity(
+    first: Mapping[str, float],
+    second: Mapping[str, float],
+    first_norm: Optional[float] = None,
+    second_norm: Optional[float] = None,
+) -> float:
+    """Cosine of two sparse vectors (0 when either is zero); their norms may be
+    passed when already computed."""
+    first_norm = vector_norm(first) if first_norm is None else first_norm
+    second_norm = vector_norm(second) if second_norm is None else second_norm
+    if first_norm == 0 or second_norm == 0:
+        return 0.0
+    small, large = (first, second) if len(first) <= len(second) else (second, first)
+    dot = sum(value * large[word] for word, value in small.items() if word in large)
+    return dot / (first_norm * second_norm)
+
+
+def cosine_matrix(vectors: Sequence[Mapping[str, float]]) -> List[List[float]]:
+    """Pairwise :func:`cosine_similarity` of the vectors (1 on the diagonal, 0
+    for a zero vector)."""
+    norms = [vector_norm(vector) for vector in vectors]
+    count = len(vectors)
     matrix = [[0.0] * count for _ in range(count)]
     for i in range(count):
         matrix[i][i] = 1.0 if norms[i] > 0 else 0.0
         for j in range(i + 1, count):
-            if norms[i] == 0 or norms[j] == 0:
-                continue
-            small, large = (vectors[i], vectors[j]) if len(vectors[i]) <= len(vectors[j]) else (vectors[j], vectors[i])
-            dot = sum(value * large[word] for word, value in small.items() if word in large)
-            matrix[i][j] = matrix[j][i] = dot / (norms[i] * norms[j])
+            matrix[i][j] = matrix[j][i] = cosine_similarity(vectors[i], vectors[j], norms[i], norms[j])
     return matrix
+
+
+def tfidf_cosine_matrix(sentences: Sequence[str]) -> List[List[float]]:
+    """Pairwise idf-modified cosine similarity of the sentences (Erkan & Radev
+    Eq. 3): the :func:`cosine_matrix` of their :func:`tfidf_vectors`."""
+    return cosine_matrix(tfidf_vectors(sentences))
 
 
 def lexrank_scores(

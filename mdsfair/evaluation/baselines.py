@@ -1,11 +1,12 @@
 """``mdsfair-baseline``: the extractive baselines of
-:mod:`mdsfair.evaluation.extractive_baselines` (Lead, LexRank, greedy oracle) on
-raw-contract JSONL clusters, one summary per line::
+:mod:`mdsfair.evaluation.extractive_baselines` (Lead, LexRank, TextRank, MMR,
+greedy oracle) on raw-contract JSONL clusters, one summary per line::
 
-    mdsfair-baseline --method lead|lexrank|oracle INPUT.jsonl -o OUT.txt
+    mdsfair-baseline --method lead|lexrank|textrank|mmr|oracle INPUT.jsonl -o OUT.txt
 
-The length of Lead and LexRank is a sentence count (``--lead-sentences``,
-``--num-sentences``; three by default), a word budget (``--lead-tokens W`` /
+LexRank, TextRank and MMR rank sentences or, with ``--unit paragraph``, whole
+paragraphs. The length of Lead and of those three is a sentence count
+(``--lead-sentences``, ``--num-sentences``; three by default), a word budget (``--lead-tokens W`` /
 ``--max-words W``), a data set's budget (``--budget-preset multinews``) or
 each cluster's own reference length (``--budget-from-reference``, an oracle
 length, labelled as such in the output); ``--score`` prints ROUGE of the
@@ -29,19 +30,25 @@ from mdsfair.data.manifest import atomic_text_file
 from mdsfair.evaluation.extractive_baselines import (
     DEFAULT_NUM_SENTENCES,
     LEAD_ORDERS,
+    MMR_LAMBDA,
+    TEXT_UNITS,
+    TEXTRANK_TOLERANCE,
     greedy_oracle,
     lead,
     lexrank,
+    mmr,
     read_clusters,
     reference_summaries,
     reference_word_budget,
+    textrank,
 )
 from mdsfair.raw_contract import InputFormatError
 from mdsfair.text import split_sentences
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("lead", "lexrank", "oracle")
+METHODS = ("lead", "lexrank", "textrank", "mmr", "oracle")
+RANKING_METHODS = ("lexrank", "textrank", "mmr")  # the methods that take --unit, --num-sentences and --max-words
 
 
 @dataclass(frozen=True)
@@ -119,7 +126,8 @@ def length_description(args: argparse.Namespace) -> str:
     if words is not None:
         return f"{words} words"
     sentences = args.lead_sentences if args.method == "lead" else args.num_sentences
-    return f"{sentences or DEFAULT_NUM_SENTENCES} sentences"
+    units = "paragraphs" if args.method in RANKING_METHODS and args.unit == "paragraph" else "sentences"
+    return f"{sentences or DEFAULT_NUM_SENTENCES} {units}"
 
 
 def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
@@ -142,6 +150,24 @@ def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
             damping=args.damping,
             weighted=args.weighted,
             redundancy_threshold=args.redundancy_threshold,
+            unit=args.unit,
+        )
+    if args.method == "textrank":
+        return textrank(
+            cluster,
+            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
+            max_words=cluster_word_budget(cluster, args),
+            damping=args.damping,
+            tolerance=args.textrank_tolerance,
+            unit=args.unit,
+        )
+    if args.method == "mmr":
+        return mmr(
+            cluster,
+            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
+            max_words=cluster_word_budget(cluster, args),
+            trade_off=args.mmr_lambda,
+            unit=args.unit,
         )
     return greedy_oracle(cluster, max_sentences=args.oracle_max_sentences, stemming=not args.no_stemming)
 
@@ -150,8 +176,8 @@ def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``mdsfair-baseline``."""
     parser = argparse.ArgumentParser(
         prog="mdsfair-baseline",
-        description="Extractive baselines (Lead, LexRank, greedy oracle) on raw-contract JSONL clusters; "
-        "writes one summary per line.",
+        description="Extractive baselines (Lead, LexRank, TextRank, MMR, greedy oracle) on raw-contract JSONL "
+        "clusters; writes one summary per line.",
     )
     parser.add_argument("input", help="raw-contract JSONL: one {id, documents, summary[, title]} object per line")
     parser.add_argument("-o", "--output", required=True, help="output file: one summary per line, in input order")
@@ -162,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="string placed between the sentences of a summary (default: one space; must not contain a newline)",
     )
     budget_group = parser.add_argument_group(
-        "word budget of lead and lexrank",
+        "word budget of lead, lexrank, textrank and mmr",
         "a word is a whitespace-separated token; the sentence that crosses the budget is cut at the word",
     )
     budget_choice = budget_group.add_mutually_exclusive_group()
@@ -203,16 +229,24 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="lead: put the cluster's title first (Liu & Lapata 2019's WikiSum Lead: title + ranked paragraphs)",
     )
-    lexrank_group = parser.add_argument_group("lexrank")
+    lexrank_group = parser.add_argument_group("lexrank, textrank and mmr")
     lexrank_group.add_argument(
         "--num-sentences",
         type=at_least(1),
-        help=f"lexrank: sentences to select without a word budget (default {DEFAULT_NUM_SENTENCES})",
+        help="lexrank, textrank, mmr: sentences (paragraphs with --unit paragraph) to select without a word "
+        f"budget (default {DEFAULT_NUM_SENTENCES})",
     )
     lexrank_group.add_argument(
         "--max-words",
         type=at_least(1),
-        help="lexrank: word budget instead of --num-sentences (last sentence cut at the word)",
+        help="lexrank, textrank, mmr: word budget instead of --num-sentences (last sentence cut at the word)",
+    )
+    lexrank_group.add_argument(
+        "--unit",
+        choices=TEXT_UNITS,
+        default="sentence",
+        help="lexrank, textrank, mmr: rank sentences, or whole paragraphs (blank-line separated), as Liu & "
+        "Lapata 2019 rank WikiSum's paragraphs (default: sentence)",
     )
     lexrank_group.add_argument(
         "--threshold",
@@ -224,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--damping",
         type=number_between(0, 1, low_inclusive=False, high_inclusive=False),
         default=0.85,
-        help="lexrank: PageRank damping factor",
+        help="lexrank and textrank: PageRank damping factor (default 0.85)",
     )
     lexrank_group.add_argument(
         "--weighted", action="store_true", help="lexrank: weight edges by similarity (continuous LexRank)"
@@ -233,6 +267,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--redundancy-threshold",
         type=number_between(0, 1, low_inclusive=False),
         help="lexrank: skip sentences whose cosine similarity to a chosen one exceeds this (off by default)",
+    )
+    lexrank_group.add_argument(
+        "--textrank-tolerance",
+        type=number_between(0, 1, low_inclusive=False, high_inclusive=False),
+        default=TEXTRANK_TOLERANCE,
+        help="textrank: stop the power iteration when no sentence's score changes by this much "
+        f"(default {TEXTRANK_TOLERANCE:g})",
+    )
+    lexrank_group.add_argument(
+        "--mmr-lambda",
+        type=number_between(0, 1),
+        default=MMR_LAMBDA,
+        help="mmr: weight of relevance to the cluster centroid against redundancy with the sentences already "
+        f"chosen, lambda of Carbonell & Goldstein 1998 (default {MMR_LAMBDA:g}, the value of the Multi-News "
+        "authors' mmr_summarizer.py)",
     )
     oracle_group = parser.add_argument_group("oracle")
     oracle_group.add_argument(
@@ -267,8 +316,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     )
     if budget_flag is not None:
         if args.method == "oracle":
-            parser.error(f"{budget_flag} applies to lead and lexrank; the oracle stops when ROUGE stops improving")
-        own = {"lead": ("lead_sentences", "lead_tokens"), "lexrank": ("num_sentences", "max_words")}[args.method]
+            parser.error(
+                f"{budget_flag} applies to lead, lexrank, textrank and mmr; the oracle stops when ROUGE stops improving"
+            )
+        own = ("lead_sentences", "lead_tokens") if args.method == "lead" else ("num_sentences", "max_words")
         given = [f"--{name.replace('_', '-')}" for name in own if getattr(args, name) is not None]
         if given:
             parser.error(f"{budget_flag} sets the length; it cannot be combined with {' / '.join(given)}")
