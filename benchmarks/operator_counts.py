@@ -27,7 +27,8 @@ shapes and width:
   same decoder layer, fairseq's cross-attention module, and the in-place
   self-attention caches of every mdsfair decoder), and fairseq's stock
   ``bart`` (its own decoder, the model a user would otherwise run); target
-  at most 1.0x, no synchronization;
+  at most 1.0x, no synchronization (the step as it runs on a GPU: on the
+  CPU it reads each layer's kept-token width, which there waits for nothing);
 * ``hierencdec``: one encoder forward (batch 1) of ``hierencdec_bart``
   against fairseq's ``bart`` encoder; target at most 1.1x, at most one
   synchronization per batch;
@@ -257,8 +258,26 @@ def sparse_decoding_counts(
         ("stock bart", stock, words_only),
     ):
         state = DecodingState(model, inputs, beam)
-        results[name] = count_step(state.step)
+        with kept_width_of_an_accelerator():
+            results[name] = count_step(state.step)
     return results
+
+
+@contextlib.contextmanager
+def kept_width_of_an_accelerator():
+    """The sparse generation step as it runs on a GPU, where the counts
+    matter: its kept-token layout padded to the bound known before the
+    generation. On the CPU it reads each step's widest row instead (one
+    host read per layer, which there waits for nothing:
+    :meth:`~mdsfair.generation.fast.sparse_generation_step.SparseGenerationStep.sizes_kept_tokens_per_step`)."""
+    from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
+
+    policy = SparseGenerationStep.kept_width
+    SparseGenerationStep.kept_width = "bound"
+    try:
+        yield
+    finally:
+        SparseGenerationStep.kept_width = policy
 
 
 # ----------------------------------------------------------------- encoders and training steps

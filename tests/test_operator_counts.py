@@ -3,7 +3,8 @@ calls and host-device synchronizations per step (``benchmarks/operator_counts.py
 which also reports the counts; deterministic on CPU for the pinned torch):
 
 * the sparse decoder's decoding step at most 1.0x the same step with full
-  cross-attention (and at most 1.0x stock BART's), with no synchronization;
+  cross-attention (and at most 1.0x stock BART's), with no synchronization
+  (as the step runs on a GPU);
 * HierEncDec's encoder step at batch 1 at most 1.1x BART's, with at most one
   synchronization per batch;
 * DAPE's training step at most 1.3x the flat Transformer's;

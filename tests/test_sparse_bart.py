@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from mdsfair.generation.fast import make_generation_fast_
-from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
+from mdsfair.generation.fast.sparse_generation_step import RowTables, SparseGenerationStep
 from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
@@ -370,16 +370,19 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("kept_width", ["bound", "step"])
 @pytest.mark.parametrize("approximator", ["model-based", "model-free"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
+def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, kept_width):
     """The fast variant's generation step (row tables kept, projections
     transposed, per-head views of one product, value bias folded into the
     output's) gives the reference's gathered path's output, sentence
     choice, approximator report and alignment, for both approximators,
     with two layers sharing one step's row tables and buffers over several
     steps (each layer's gather overwrites the last's), in float64 and in
-    bfloat16 (its sentence scores in float32, as the reference's)."""
+    bfloat16 (its sentence scores in float32, as the reference's), with its
+    kept tokens laid out to the bound known before the generation (as on
+    an accelerator) and to each step's widest row (as on the CPU)."""
     module, query, key, padding, context = sparse_attention_inputs(top_r=2, approximator=approximator)
     other, *_ = sparse_attention_inputs(top_r=2, approximator=approximator, seed=1)
     rows = HypothesisRows.from_source_index(torch.tensor([0, 0, 1, 1]), 2)  # grouped by source, as in beam search
@@ -391,14 +394,23 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
     context = context._replace(
         rows=rows,
         sentence_states=context.sentence_states.to(dtype),
-        kept_token_bounds=kept_token_bounds(context.layout.lengths),
+        # a bound above every step's widest row, as sources of unequal sentences give
+        kept_token_bounds=kept_token_bounds(context.layout.lengths) + 3,
     )
-    calls = []
+    calls, widths = [], []
     original = SparseGenerationStep._generation_step
     monkeypatch.setattr(
         SparseGenerationStep, "_generation_step", lambda self, *a, **k: calls.append(1) or original(self, *a, **k)
     )
-    tolerance = {"atol": 1e-10, "rtol": 1e-10} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
+    monkeypatch.setattr(SparseGenerationStep, "kept_width", kept_width)
+    slots = RowTables.slots
+    monkeypatch.setattr(RowTables, "slots", lambda self, n: widths.append(n) or slots(self, n))
+    # both compute the attention softmax in float32 (as fairseq's utils.softmax), over kept-token layouts
+    # of different widths: float32 rounding
+    float32_eps = torch.finfo(torch.float32).eps
+    tolerance = (
+        {"atol": 8 * float32_eps, "rtol": 8 * float32_eps} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
+    )
     # one incremental state per decoder, shared by its layers (as a decoder's is): the fast layers share
     # the row tables and buffers kept there
     reference_state, fast_state = {}, {}
@@ -435,6 +447,11 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype):
                 if need_weights:
                     torch.testing.assert_close(report.token_attention, expected_report.token_attention, **tolerance)
     assert len(calls) == 2 * query.size(0)
+    bound = int(context.kept_token_bounds[1])  # the bound of k = 2 sentences
+    if kept_width == "bound":
+        assert set(widths) == {bound}
+    else:
+        assert max(widths) <= bound and min(widths) < bound
 
 
 def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):

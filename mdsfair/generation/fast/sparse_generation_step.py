@@ -19,6 +19,9 @@ in how the work is laid out, never in what is computed:
   one product; the rows of one source are grouped as a view (the rows
   blocked by source); the value bias is
   folded into the output's (``b^O + W^O b^V``: a head's weights sum to one);
+* the kept tokens are laid out to the step's widest row on the CPU (one
+  host read per layer, which waits for nothing there) and to the bound
+  known before the generation on an accelerator (:attr:`SparseGenerationStep.kept_width`);
 * the report (``approx_log``, ``sentence_mask``, ``selection``) is computed
   only if read (:class:`LazySentenceAttention`): a generator reads none of it.
 
@@ -141,19 +144,16 @@ class RowTables:
             lambda: torch.empty(shape, dtype=dtype, device=self.rows.source_index.device),
         )
 
-    def gather_buffer(self, rows: int, num_kept: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """A ``[rows * n, C]`` :meth:`buffer` of ``like``'s dtype, kept for
-        the next layers and steps, and its views ``[rows, n, C]`` and
-        ``[rows, C, n]``: the kept tokens' encoder states are gathered into
-        it (:meth:`SparseGenerationStep._generation_step`, without autograd;
+    def gather_buffer(self, rows: int, num_kept: int, bound: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """The first ``rows * n`` rows of a ``[rows * bound, C]`` :meth:`buffer`
+        of ``like``'s dtype, kept for the next layers and steps (``n`` at
+        most ``bound``), and its views ``[rows, n, C]`` and ``[rows, C, n]``:
+        the kept tokens' encoder states are gathered into it
+        (:meth:`SparseGenerationStep._generation_step`, without autograd;
         each layer reads them before the next overwrites them)."""
-
-        def build():
-            flat = self.buffer("gathered_states", (rows * num_kept, like.size(-1)), like.dtype)
-            per_row = flat.view(rows, num_kept, like.size(-1))
-            return flat, per_row, per_row.transpose(1, 2)
-
-        return self.get(f"gather_buffer_{rows}_{num_kept}_{like.size(-1)}_{like.dtype}", build)
+        flat = self.buffer("gathered_states", (rows * bound, like.size(-1)), like.dtype)[: rows * num_kept]
+        per_row = flat.view(rows, num_kept, like.size(-1))
+        return flat, per_row, per_row.transpose(1, 2)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
         """The ``[N * B, C]`` view of the encoder output ``[N, B, C]`` (made
@@ -273,6 +273,22 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             weight_heads=weight_heads,
             mix_draw=mix_draw,
         )
+
+    #: how a step sizes its kept-token layout: "auto" reads the step's widest row on the CPU (where
+    #: reading a value costs no device synchronization) and pads to the sources' bound on an
+    #: accelerator; "bound" always pads to the bound; "step" always reads the widest row
+    kept_width = "auto"
+
+    def sizes_kept_tokens_per_step(self, ends: Tensor) -> bool:
+        """Whether this step lays out ``n`` = the most tokens any row keeps
+        (one host read of ``ends``) instead of the bound known before the
+        generation (:func:`~mdsfair.modules.sentence_selection.kept_token_bounds`:
+        the ``k`` longest sentences' tokens, several times what the rows keep
+        where sentence lengths are unequal). Reading the value stalls an
+        accelerator's queue, not the CPU."""
+        if self.kept_width == "auto":
+            return ends.device.type == "cpu"
+        return self.kept_width == "step"
 
     def _kept_slots(self, context: SentenceContext, incremental_state, src_len: int) -> Optional[int]:
         """The kept-token slots ``n`` of a step :meth:`_generation_step` can
@@ -435,6 +451,9 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         # whose running token count first exceeds p, at offset p - (the tokens of the sentences before it)
         lengths = tables.row_lengths().gather(2, indices)  # 0 for a slot past a source's sentences
         ends = lengths.cumsum(dim=2)
+        bound = num_kept  # the most tokens any k sentences of the sources hold
+        if self.sizes_kept_tokens_per_step(ends):
+            num_kept = max(int(ends[:, :, -1].max()), 1)
         slots = tables.slots(num_kept)  # [B', 1, n]
         which = torch.searchsorted(ends, slots, right=True)
         padding_slots = which.ge(k)
@@ -443,10 +462,10 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
         slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
         # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows(num_kept).index_select(0, slot)
+        flat_rows = tables.token_rows(bound).index_select(0, slot)
         # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
         # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
-        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, source_states)
+        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, bound, source_states)
         torch.index_select(tables.flat_source_states(source_states), 0, flat_rows, out=flat_states)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
