@@ -69,6 +69,7 @@ def test_registry_names_every_format():
         "csv",
         "mred",
         "wikisum",
+        "wikisum_hiersumm",
         "peersum",
         "scientific_papers",
         "govreport",

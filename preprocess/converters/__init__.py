@@ -16,14 +16,16 @@ Layout, as fairseq lays out its data readers:
 * :mod:`.readers`: the file readers, one module each: :mod:`.readers.text`
   (lines; gzip, UTF-8 and line bookkeeping), :mod:`.readers.json_files`
   (JSON lines / JSON lists), :mod:`.readers.csv_files`,
-  :mod:`.readers.hierencdec_files` (HierEncDec's CSV / JSON files) and
-  :mod:`.readers.tables` (Parquet / Arrow / ``save_to_disk``);
+  :mod:`.readers.hierencdec_files` (HierEncDec's CSV / JSON files),
+  :mod:`.readers.tables` (Parquet / Arrow / ``save_to_disk``) and
+  :mod:`.readers.torch_shards` (``torch.save`` shards of examples);
 * :mod:`.registry`: :func:`register_converter` and :data:`CONVERTERS`;
 * one module per release format, each registering its generator (and its
   ``mdsfair-convert`` flags): :mod:`.multinews`, :mod:`.wcep`,
   :mod:`.multixscience`, :mod:`.hierencdec_csv` (``csv`` and ``mred``),
-  :mod:`.wikisum`, :mod:`.peersum`, :mod:`.scientific_papers` (arXiv,
-  PubMed), :mod:`.govreport`, :mod:`.rottentomatoes`, :mod:`.wikidomains`,
+  :mod:`.wikisum`, :mod:`.wikisum_hiersumm` (hiersumm's ``.pt`` shards),
+  :mod:`.peersum`, :mod:`.scientific_papers` (arXiv, PubMed),
+  :mod:`.govreport`, :mod:`.rottentomatoes`, :mod:`.wikidomains`,
   :mod:`.mred_plus`, :mod:`.cnn_dailymail`, :mod:`.hf` (Parquet / Arrow /
   ``save_to_disk``); each module's docstring names the sources its field
   names come from;
@@ -103,6 +105,7 @@ from .scientific_papers import iter_scientific_papers  # noqa: E402
 from .wcep import iter_wcep  # noqa: E402
 from .wikidomains import WIKIDOMAINS, iter_wikidomains  # noqa: E402
 from .wikisum import iter_wikisum  # noqa: E402
+from .wikisum_hiersumm import iter_wikisum_hiersumm  # noqa: E402
 
 __all__ = [
     # the raw contract, errors and the report (common)
@@ -150,6 +153,7 @@ __all__ = [
     "MRED_PARAGRAPH_SEPARATOR",
     "CONTROL_PREFIX_CHOICES",
     "iter_wikisum",
+    "iter_wikisum_hiersumm",
     "iter_peersum",
     "PEERSUM_WRITERS",
     "iter_scientific_papers",

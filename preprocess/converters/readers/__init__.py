@@ -14,5 +14,8 @@ by the session's error policy); a format module builds clusters from them:
 * :mod:`.hierencdec_files`: HierEncDec's ``.csv`` / ``.json`` data files and
   the cluster of one of their examples (:func:`~.hierencdec_files.iter_hierencdec_records`);
 * :mod:`.tables`: Parquet, Arrow and ``datasets.save_to_disk`` tables read with
-  pyarrow (:func:`~.tables.iter_table_records`).
+  pyarrow (:func:`~.tables.iter_table_records`);
+* :mod:`.torch_shards`: ``torch.save`` shards of examples (hiersumm's WikiSum),
+  loaded with ``weights_only=True``, one record per example located as
+  ``FILE[INDEX]`` (:func:`~.torch_shards.iter_shard_records`).
 """
