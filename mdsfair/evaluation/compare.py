@@ -56,6 +56,7 @@ from mdsfair.argument_types import at_least, check_output_paths, number_between
 from mdsfair.evaluation.file_scoring import ScoringInputs, load_scoring_inputs, score_inputs
 from mdsfair.evaluation.hypotheses import same_data_bin
 from mdsfair.evaluation.inputs import RougeInputError
+from mdsfair.evaluation.model_metrics import add_model_metric_arguments, add_model_metrics, wants_model_metrics
 from mdsfair.evaluation.run_aggregation import (
     SPREAD_WIDTH,
     RunSpecificationError,
@@ -255,6 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--json", metavar="PATH", help="also write every system's scores (and intervals, tests) as JSON"
     )
+    add_model_metric_arguments(parser)
     return parser
 
 
@@ -366,6 +368,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 per_cluster=True,
                 convention=convention,
             )
+            if wants_model_metrics(args):
+                add_model_metrics(results[name], item.hypotheses, item.references, args, per_cluster=True)
             rows.append(
                 {
                     "name": name,

@@ -41,8 +41,9 @@ from mdsfair.evaluation.inputs import RougeInputError
 
 logger = logging.getLogger("mdsfair.evaluation.rouge")
 
-#: Every metric a preset can report, in column order, and its column title.
-ALL_METRICS = ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum", "rouge-su4", "rouge-su*")
+#: Every metric a preset can report, then the model-based columns of
+#: :mod:`mdsfair.evaluation.model_metrics`, in column order, and each column's title.
+ALL_METRICS = ("rouge-1", "rouge-2", "rouge-l", "rouge-lsum", "rouge-su4", "rouge-su*", "bertscore", "nsp-coherence")
 TITLES = {
     "rouge-1": "R-1",
     "rouge-2": "R-2",
@@ -50,6 +51,8 @@ TITLES = {
     "rouge-lsum": "R-Lsum",
     "rouge-su4": "R-SU4",
     "rouge-su*": "R-SU*",
+    "bertscore": "BS",
+    "nsp-coherence": "SC",
 }
 
 SPLITS = ("none", "newline", "nltk", "rules")

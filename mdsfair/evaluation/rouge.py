@@ -27,6 +27,7 @@ from typing import Optional, Sequence
 
 from mdsfair.argument_types import at_least, check_output_paths
 from mdsfair.evaluation.file_scoring import MAX_SUMMARY_WORDS, load_scoring_inputs, score_inputs
+from mdsfair.evaluation.model_metrics import add_model_metric_arguments, add_model_metrics, wants_model_metrics
 from mdsfair.evaluation.score_table import format_table
 from mdsfair.evaluation.scoring_command import (
     SCORING_ERRORS,
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="official scorer: write the SPL files and ROUGE configurations into DIR and keep them",
     )
+    add_model_metric_arguments(parser)
     return parser
 
 
@@ -178,6 +180,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             per_cluster=bool(args.per_cluster),
             convention=args.convention,
         )
+        if wants_model_metrics(args):
+            add_model_metrics(result, inputs.hypotheses, inputs.references, args, per_cluster=bool(args.per_cluster))
         if args.per_cluster:
             from mdsfair.evaluation.per_cluster import write_per_cluster
 

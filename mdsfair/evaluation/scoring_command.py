@@ -16,10 +16,11 @@ from mdsfair.argument_types import at_least
 from mdsfair.data.manifest import ManifestError, write_json_atomic
 from mdsfair.evaluation.conventions import CONVENTIONS, get_convention
 from mdsfair.evaluation.inputs import RougeInputError
+from mdsfair.evaluation.local_models import ModelMetricError
 from mdsfair.evaluation.rouge155 import RougeDependencyError
 
 #: Errors of reading and scoring that end a scoring command with one line (``parser.error``).
-SCORING_ERRORS = (RougeInputError, RougeDependencyError, ManifestError, OSError)
+SCORING_ERRORS = (RougeInputError, RougeDependencyError, ModelMetricError, ManifestError, OSError)
 
 
 def add_reference_source_arguments(parser: argparse.ArgumentParser) -> None:
