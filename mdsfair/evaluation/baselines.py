@@ -141,34 +141,24 @@ def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
             order=args.lead_order,
             include_title=args.lead_title,
         )
-    if args.method == "lexrank":
-        return lexrank(
-            cluster,
-            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
-            max_words=cluster_word_budget(cluster, args),
-            threshold=args.threshold,
-            damping=args.damping,
-            weighted=args.weighted,
-            redundancy_threshold=args.redundancy_threshold,
-            unit=args.unit,
-        )
-    if args.method == "textrank":
-        return textrank(
-            cluster,
-            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
-            max_words=cluster_word_budget(cluster, args),
-            damping=args.damping,
-            tolerance=args.textrank_tolerance,
-            unit=args.unit,
-        )
-    if args.method == "mmr":
-        return mmr(
-            cluster,
-            num_sentences=args.num_sentences or DEFAULT_NUM_SENTENCES,
-            max_words=cluster_word_budget(cluster, args),
-            trade_off=args.mmr_lambda,
-            unit=args.unit,
-        )
+    if args.method in RANKING_METHODS:
+        length = {
+            "num_sentences": args.num_sentences or DEFAULT_NUM_SENTENCES,
+            "max_words": cluster_word_budget(cluster, args),
+            "unit": args.unit,
+        }
+        if args.method == "lexrank":
+            return lexrank(
+                cluster,
+                threshold=args.threshold,
+                damping=args.damping,
+                weighted=args.weighted,
+                redundancy_threshold=args.redundancy_threshold,
+                **length,
+            )
+        if args.method == "textrank":
+            return textrank(cluster, damping=args.damping, tolerance=args.textrank_tolerance, **length)
+        return mmr(cluster, trade_off=args.mmr_lambda, **length)
     return greedy_oracle(cluster, max_sentences=args.oracle_max_sentences, stemming=not args.no_stemming)
 
 

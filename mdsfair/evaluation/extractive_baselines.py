@@ -165,11 +165,20 @@ def _take_words(sentences: Sequence[str], budget: int) -> List[str]:
     return taken
 
 
-def _check_length(num_sentences: int, max_words: Optional[int]) -> None:
-    if max_words is None and num_sentences < 1:
+def _units_to_rank(cluster: Mapping, unit: str, num_sentences: int, max_words: Optional[int]) -> List[str]:
+    """The :func:`text_units` a ranking baseline chooses from; the length is
+    checked when there is anything to choose."""
+    units = text_units(cluster, unit)
+    if units and max_words is None and num_sentences < 1:
         raise ValueError("num_sentences must be at least 1")
-    if max_words is not None and max_words < 1:
+    if units and max_words is not None and max_words < 1:
         raise ValueError("max_words must be at least 1")
+    return units
+
+
+def _best_first(scores: Sequence[float]) -> List[int]:
+    """Indices by decreasing score, ties to the earlier unit."""
+    return sorted(range(len(scores)), key=lambda index: (-scores[index], index))
 
 
 def _take_in_order(
@@ -295,19 +304,21 @@ def lexrank(
     Returns:
         The chosen units in document order.
     """
-    sentences = text_units(cluster, unit)
+    sentences = _units_to_rank(cluster, unit, num_sentences, max_words)
     if not sentences:
         return []
-    _check_length(num_sentences, max_words)
     similarity = tfidf_cosine_matrix(sentences)
     scores = lexrank_scores(sentences, threshold=threshold, damping=damping, weighted=weighted, similarity=similarity)
-    ranked = sorted(range(len(sentences)), key=lambda index: (-scores[index], index))
 
     def not_redundant(index: int, chosen: Mapping[int, str]) -> bool:
         return not any(similarity[index][c] > redundancy_threshold for c in chosen)
 
     return _take_in_order(
-        sentences, ranked, num_sentences, max_words, None if redundancy_threshold is None else not_redundant
+        sentences,
+        _best_first(scores),
+        num_sentences,
+        max_words,
+        None if redundancy_threshold is None else not_redundant,
     )
 
 
@@ -413,13 +424,11 @@ def textrank(
     Returns:
         The chosen units in document order.
     """
-    units = text_units(cluster, unit)
+    units = _units_to_rank(cluster, unit, num_sentences, max_words)
     if not units:
         return []
-    _check_length(num_sentences, max_words)
     scores = textrank_scores(units, damping=damping, tolerance=tolerance)
-    ranked = sorted(range(len(units)), key=lambda index: (-scores[index], index))
-    return _take_in_order(units, ranked, num_sentences, max_words)
+    return _take_in_order(units, _best_first(scores), num_sentences, max_words)
 
 
 # ---------------------------------------------------------------------------
@@ -485,10 +494,9 @@ def mmr(
     Returns:
         The chosen units in document order.
     """
-    units = text_units(cluster, unit)
+    units = _units_to_rank(cluster, unit, num_sentences, max_words)
     if not units:
         return []
-    _check_length(num_sentences, max_words)
     vectors = tfidf_vectors(units)
     order = mmr_order(centroid_relevance(vectors), cosine_matrix(vectors), trade_off)
     return _take_in_order(units, order, num_sentences, max_words)
