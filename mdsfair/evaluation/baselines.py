@@ -42,12 +42,18 @@ from mdsfair.evaluation.extractive_baselines import (
     reference_word_budget,
     textrank,
 )
+from mdsfair.evaluation.summpip import (
+    add_summpip_arguments,
+    summpip_argument_problem,
+    summpip_from_args,
+    summpip_length_description,
+)
 from mdsfair.raw_contract import InputFormatError
 from mdsfair.text import split_sentences
 
 logger = logging.getLogger(__name__)
 
-METHODS = ("lead", "lexrank", "textrank", "mmr", "oracle")
+METHODS = ("lead", "lexrank", "textrank", "mmr", "oracle", "summpip")
 RANKING_METHODS = ("lexrank", "textrank", "mmr")  # the methods that take --unit, --num-sentences and --max-words
 
 
@@ -114,6 +120,8 @@ def cluster_word_budget(cluster: Mapping, args: argparse.Namespace) -> Optional[
 
 def length_description(args: argparse.Namespace) -> str:
     """How long the summaries are, as printed with them (an oracle length says so)."""
+    if args.method == "summpip":
+        return summpip_length_description(args)
     if args.method == "oracle":
         limit = args.oracle_max_sentences
         return "until ROUGE stops improving" + (f", at most {limit} sentences" if limit else "")
@@ -132,6 +140,8 @@ def length_description(args: argparse.Namespace) -> str:
 
 def summarize_cluster(cluster: Mapping, args: argparse.Namespace) -> List[str]:
     """Run the baseline chosen on the command line on one cluster."""
+    if args.method == "summpip":
+        return summpip_from_args(cluster, args)
     if args.method == "lead":
         budget = cluster_word_budget(cluster, args)
         return lead(
@@ -273,6 +283,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"chosen, lambda of Carbonell & Goldstein 1998 (default {MMR_LAMBDA:g}, the value of the Multi-News "
         "authors' mmr_summarizer.py)",
     )
+    add_summpip_arguments(parser)
     oracle_group = parser.add_argument_group("oracle")
     oracle_group.add_argument(
         "--oracle-max-sentences",
@@ -304,6 +315,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     budget_flag = (
         "--budget-preset" if args.budget_preset else "--budget-from-reference" if args.budget_from_reference else None
     )
+    if args.method == "summpip":
+        problem = summpip_argument_problem(args, budget_flag)
+        if problem is not None:
+            parser.error(problem)
     if budget_flag is not None:
         if args.method == "oracle":
             parser.error(
