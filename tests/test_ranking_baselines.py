@@ -22,7 +22,7 @@ from mdsfair.evaluation.extractive_baselines import (
     textrank_similarity,
     weighted_pagerank,
 )
-from mdsfair.lexrank import tfidf_vectors
+from mdsfair.lexrank import lexrank_scores, tfidf_vectors
 from mdsfair.text import words
 from tests.utils import SHARED_DATA
 
@@ -235,6 +235,21 @@ def test_paragraph_units_are_whole_paragraphs():
     assert lexrank(PARAGRAPHS, num_sentences=1, unit="paragraph", weighted=True, threshold=0.0) == [
         "The storm flooded the coast road."
     ]
+
+
+def test_paragraph_lexrank_scores_of_a_hand_worked_graph():
+    """Paragraphs 1 and 2 share "storm", paragraph 3 shares nothing: one edge, one
+    vertex without edges. networkx's PageRank (alpha 0.85) spreads a dangling vertex's
+    score evenly: y = 0.05 + 0.85 y / 3, so y = 3/43, and x = (1 - y) / 2 = 20/43."""
+    cluster = {"id": "p", "documents": ["Storm hit. Rain fell.\n\nStorm passed. Sun rose.", "Cats sleep. Dogs bark."]}
+    paragraphs = text_units(cluster, "paragraph")
+    assert paragraphs == ["Storm hit. Rain fell.", "Storm passed. Sun rose.", "Cats sleep. Dogs bark."]
+    # networkx's default tolerance 1e-6 leaves its scores within N * tol * d / (1 - d).
+    bound = convergence_bound(3, 1e-6)
+    for weighted in (False, True):
+        scores = lexrank_scores(paragraphs, threshold=0.0, weighted=weighted)
+        assert scores == pytest.approx([20 / 43, 20 / 43, 3 / 43], abs=bound)
+    assert lexrank(cluster, num_sentences=1, unit="paragraph", weighted=True, threshold=0.0) == [paragraphs[0]]
 
 
 # ---------------------------------------------------------------------------
