@@ -18,6 +18,7 @@ that no component declares and a missing required one, naming it.
 """
 
 import copy
+import dataclasses
 from typing import Dict, List, Optional
 
 import torch
@@ -48,29 +49,41 @@ from mdsfair.modules.transformer_layers import (
 ROLE_DEFAULTS = {"encoder_self_attention": "full", "encoder_positions": "learned", "cross_attention": "full"}
 
 
-def component_defaults() -> FlagDefaults:
-    """One table: the roles' defaults, every registered component's flags,
-    and ``--max-encoder-positions`` (default: the task's ``--max-source-positions``)."""
+def component_table() -> Dict[str, object]:
+    """The roles' defaults, the paper defaults of every component registered
+    now (:meth:`~mdsfair.modules.components.Component.flag_defaults`), and
+    ``--max-encoder-positions`` (default: the task's ``--max-source-positions``)."""
     table = dict(ROLE_DEFAULTS)
     for cls in component_classes():
-        table.update(cls.defaults)
+        table.update(cls.flag_defaults())
     table["max_encoder_positions"] = derived(
         "the model's --max-source-positions", lambda args: getattr(args, "max_source_positions", None) or 1024
     )
-    return FlagDefaults(table)
+    return table
+
+
+def component_defaults() -> FlagDefaults:
+    """The component model's defaults (:func:`component_table`), read from the
+    registry each time they are used: when an architecture fills its arguments
+    and when a parser is built, so a component registered after this module
+    was imported (a user's ``--user-dir`` package) has its defaults filled."""
+    return FlagDefaults(component_table)
 
 
 def add_component_args(parser) -> None:
-    """The role flags and every registered component's own flags (each once)."""
+    """The role flags and every registered component's own flags (each once:
+    components of one configuration class, such as ``learned`` and
+    ``document-restart``, share their flags)."""
     for role in ROLES:
         parser.add_argument(
             flag_of(role),
             choices=component_names(role),
             help=f"{role.replace('_', ' ')} component (mdsfair/modules/components.py)",
         )
+    added = set()
     for cls in component_classes():
-        if "add_args" in vars(cls):
-            cls.add_args(parser)
+        cls.config_class.add_args(parser, skip=tuple(added))
+        added.update(field.name for field in dataclasses.fields(cls.config_class))
     parser.add_argument(
         "--max-encoder-positions",
         type=at_least(1),

@@ -37,7 +37,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 from mdsfair.models.component_model import ComponentEncoder, SideInputForward, build_components
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
-from mdsfair.models.presets import choose
+from mdsfair.models.presets import Ablation, apply_ablations, choose
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.position_components import DocumentAwarePositions
 from mdsfair.modules.self_attention_components import DependencySelfAttention
@@ -54,8 +54,8 @@ DEFAULTS = FlagDefaults(
     {
         "no_doc_positions": False,
         "no_dependency_encoding": False,
-        **DocumentAwarePositions.defaults,
-        **DependencySelfAttention.defaults,
+        **DocumentAwarePositions.flag_defaults(),
+        **DependencySelfAttention.flag_defaults(),
         "encoder_self_attention": "dependency",
         "encoder_positions": "document-aware",
         "cross_attention": "full",
@@ -70,17 +70,23 @@ DEFAULTS = FlagDefaults(
 def dape_components(args) -> None:
     """DAPE's encoder components, each back to fairseq's under its Table III
     ablation flag; the decoder's cross-attention is fairseq's."""
-    if getattr(args, "no_dependency_encoding", False):
-        choose(args, "encoder_self_attention", "full", "--no-dependency-encoding")
-    if getattr(args, "no_doc_positions", False):
-        token_positions = "learned" if getattr(args, "encoder_learned_pos", False) else "sinusoidal"
-        choose(args, "encoder_positions", token_positions, "--no-doc-positions")
+    apply_ablations(args, "dape_transformer", DAPE_COMPONENTS, DAPE_ABLATIONS)
     DEFAULTS.fill(args, **DAPE_COMPONENTS)
     choose(args, "cross_attention", "full", "the dape_transformer architecture (fairseq's decoder)")
 
 
+def fairseq_token_positions(args) -> str:
+    """fairseq's own token positions: learned under ``--encoder-learned-pos``, else sinusoidal."""
+    return "learned" if getattr(args, "encoder_learned_pos", False) else "sinusoidal"
+
+
 #: DAPE's encoder (Ma et al. 2022, Fig. 1) as components.
 DAPE_COMPONENTS = {"encoder_self_attention": "dependency", "encoder_positions": "document-aware"}
+#: DAPE's Table III ablations: each encoding back to the Transformer's.
+DAPE_ABLATIONS = (
+    Ablation("no_dependency_encoding", "encoder_self_attention", "dependency", "full"),
+    Ablation("no_doc_positions", "encoder_positions", "document-aware", fairseq_token_positions),
+)
 
 
 @register_model("dape_transformer")

@@ -29,6 +29,13 @@ and then
 * the model reads ``args.name`` directly: after the architecture function ran,
   every flag of the table is set.
 
+A table may also be read when it is used: ``FlagDefaults(function)`` calls
+``function()`` for its entries each time it fills, documents or is iterated,
+and the tables ``extended`` from it are read the same way. The component
+model's table is such a one (:func:`mdsfair.models.component_model.component_defaults`):
+its entries are the defaults of the components registered when an
+architecture runs, not when the model's module was imported.
+
 Why not ``argparse`` defaults: fairseq's architectures override a model's
 defaults (``led_base`` and ``primera`` differ in window and positions), and an
 ``add_argument(default=...)`` value cannot be told apart from one the user
@@ -44,10 +51,16 @@ _HELP_TEXT = "_mdsfair_help_text"
 
 
 class FlagDefaults(Mapping):
-    """A model's flag defaults (flag names as argparse ``dest``: underscores)."""
+    """A model's flag defaults (flag names as argparse ``dest``: underscores):
+    a dictionary, or a function returning one, read each time the table is
+    used (see the module docstring)."""
 
-    def __init__(self, table: Dict[str, Default]):
-        self._table = dict(table)
+    def __init__(self, table: Union[Dict[str, Default], Callable[[], Dict[str, Default]]]):
+        self._source = table if callable(table) else dict(table)
+
+    @property
+    def _table(self) -> Dict[str, Default]:
+        return self._source() if callable(self._source) else self._source
 
     def __getitem__(self, name: str) -> Default:
         return self._table[name]
@@ -59,7 +72,10 @@ class FlagDefaults(Mapping):
         return len(self._table)
 
     def extended(self, **more: Default) -> "FlagDefaults":
-        """This table plus (or overriding) ``more``: a derived model's table."""
+        """This table plus (or overriding) ``more``: a derived model's table
+        (read when used if this one is)."""
+        if callable(self._source):
+            return FlagDefaults(lambda: {**self._table, **more})
         return FlagDefaults({**self._table, **more})
 
     def describe(self, name: str) -> str:
@@ -88,8 +104,9 @@ class FlagDefaults(Mapping):
         def add_args_with_defaults(parser):
             first_new = len(parser._actions)  # an argument group shares its parser's action list
             add_args(parser)
+            table = self._table
             for action in parser._actions[first_new:]:
-                if action.dest in self._table:
+                if action.dest in table:
                     text = getattr(action, _HELP_TEXT, action.help or "")
                     setattr(action, _HELP_TEXT, text)
                     action.help = self.help(action.dest, text)
@@ -102,10 +119,11 @@ class FlagDefaults(Mapping):
         architecture value for a flag outside the table is a ``KeyError``).
         Derived defaults (callables) see the values filled before them, in
         table order."""
-        unknown = set(architecture_values) - set(self._table)
+        table = self._table
+        unknown = set(architecture_values) - set(table)
         if unknown:
             raise KeyError(f"architecture values for flags not in the model's table: {sorted(unknown)}")
-        for name, default in self._table.items():
+        for name, default in table.items():
             if getattr(args, name, None) is not None:
                 continue
             value = architecture_values.get(name, default)

@@ -30,10 +30,12 @@ from mdsfair.models.component_model import ComponentBARTModel
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import (
     HIERENCDEC,
-    PRIMERA_ENCODER,
+    HIERENCDEC_ABLATIONS,
+    PRIMERA_HIERENCDEC,
+    apply_ablations,
+    apply_built_ablations,
     bart_dimensions,
     family_defaults,
-    hierencdec_ablations,
     hierencdec_source_positions,
 )
 
@@ -101,23 +103,14 @@ class HierEncDecBARTModel(MultiDocHubModel, ComponentBARTModel):
     def build_model(cls, args, task):
         """The Table 3 ablation flags switch their part off at build time too,
         so a flag set on a configuration whose components were filled before
-        (a checkpoint's) takes effect, as the flags always did."""
-        for flag, role in ABLATIONS.items():
-            if getattr(args, flag, False):
-                setattr(args, role, "full" if role != "encoder_positions" else "learned")
+        (a checkpoint's) takes effect; one whose part the configuration does
+        not have is refused (:func:`mdsfair.models.presets.apply_built_ablations`)."""
+        apply_built_ablations(args, HIERENCDEC_ABLATIONS)
         return super().build_model(args, task)
 
 
-#: HierEncDec's Table 3 ablation flags and the role each switches back to BART's component.
-ABLATIONS = {
-    "no_hierarchical_encoder": "encoder_self_attention",
-    "no_position_restart": "encoder_positions",
-    "no_hierarchical_decoder": "cross_attention",
-}
-
-
 def hierencdec_architecture(args, size: str, **values):
-    hierencdec_ablations(args)
+    apply_ablations(args, f"hierencdec_bart_{size}", HIERENCDEC, HIERENCDEC_ABLATIONS)
     hierencdec_source_positions(args)
     bart_dimensions(args, size)
     DEFAULTS.fill(args, **values)
@@ -142,7 +135,7 @@ def hierencdec_bart_tiny(args):
 # ------------------------------------------------------------ combinations
 
 
-def primera_hierencdec_architecture(args, size: str):
+def primera_hierencdec_architecture(args, arch: str, size: str):
     """PRIMERA's Longformer encoder (4,096 positions, window 512) with
     HierEncDec's document positions and document-scaled cross-attention.
     The sources keep HierEncDec's layout (every document opens with its
@@ -150,20 +143,20 @@ def primera_hierencdec_architecture(args, size: str):
     the global tokens (``--global-attention documents``), as PRIMERA makes its
     document boundaries global. A PRIMERA import (``mdsfair-import hf-led``)
     restores into it with ``--restore-file``: no new parameters, the position
-    table is PRIMERA's."""
-    hierencdec_ablations(args)
+    table is PRIMERA's. ``--no-hierarchical-encoder`` is refused: the encoder
+    attention is PRIMERA's, not HierEncDec's document attention."""
+    apply_ablations(args, arch, PRIMERA_HIERENCDEC, HIERENCDEC_ABLATIONS)
     bart_dimensions(args, size)
-    encoder = {**PRIMERA_ENCODER, "global_attention": "documents", "encoder_positions": HIERENCDEC["encoder_positions"]}
-    DEFAULTS.fill(args, **encoder)
+    DEFAULTS.fill(args, **PRIMERA_HIERENCDEC)
 
 
 @register_model_architecture("hierencdec_bart", "primera_hierencdec")
 def primera_hierencdec(args):
-    primera_hierencdec_architecture(args, "large")
+    primera_hierencdec_architecture(args, "primera_hierencdec", "large")
 
 
 @register_model_architecture("hierencdec_bart", "primera_hierencdec_tiny")
 def primera_hierencdec_tiny(args):
     """Tiny dims for tests; window 8 (several windows per test source)."""
     args.attention_window = getattr(args, "attention_window", None) or "8"
-    primera_hierencdec_architecture(args, "tiny")
+    primera_hierencdec_architecture(args, "primera_hierencdec_tiny", "tiny")

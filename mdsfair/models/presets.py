@@ -4,15 +4,29 @@ the sparse decoder, shared by their architectures and by the combinations.
 
 An architecture fills only what the user left unset (``None`` or absent), so
 a value given on the command line or stored in a checkpoint wins
-(:meth:`mdsfair.models.flag_defaults.FlagDefaults.fill`); a contradiction
-between a system's ablation flag and an explicit component choice is refused.
+(:meth:`mdsfair.models.flag_defaults.FlagDefaults.fill`); the defaults of the
+components are read from the registry when the architecture runs
+(:func:`mdsfair.models.component_model.component_defaults`).
+
+A system's ablation flag (:class:`Ablation`: HierEncDec's Table 3, DAPE's
+Table III) replaces one component of the system's preset with BART's (or the
+Transformer's). It is refused, naming the flag and the architecture, where the
+preset does not have that component (``primera_hierencdec
+--no-hierarchical-encoder``: PRIMERA's encoder has no document attention to
+switch off, and replacing its Longformer attention would silently make another
+system), and where it contradicts an explicit component choice.
 """
+
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Sequence, Union
 
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 
+from mdsfair.argument_types import UsageError
 from mdsfair.models.component_model import component_defaults
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
+from mdsfair.modules.components import flag_of
 
 #: HierEncDec (Shen et al. 2023): every part of the hierarchy on (Table 3 row 0).
 HIERENCDEC = {
@@ -38,6 +52,45 @@ PRIMERA_ENCODER = {
 }
 #: The sparse decoder (Manakul & Gales 2021).
 SPARSE_DECODER = {"cross_attention": "sparse"}
+#: PRIMERA's encoder with HierEncDec's document positions and cross-attention
+#: (``primera_hierencdec``): the documents' ``<s>`` are the global tokens.
+PRIMERA_HIERENCDEC = {
+    **PRIMERA_ENCODER,
+    "global_attention": "documents",
+    "encoder_positions": HIERENCDEC["encoder_positions"],
+    "cross_attention": HIERENCDEC["cross_attention"],
+}
+
+
+@dataclass(frozen=True)
+class Ablation:
+    """An ablation flag of a system: ``flag`` (argparse dest) replaces the
+    system's component ``component`` of ``role`` by ``replacement`` (a name, or
+    a function of the arguments giving it)."""
+
+    flag: str
+    role: str
+    component: str
+    replacement: Union[str, Callable[[Any], str]]
+
+    def replacement_for(self, args) -> str:
+        return self.replacement(args) if callable(self.replacement) else self.replacement
+
+    def refusal(self, arch: str, component: str) -> str:
+        """Why the flag means nothing under ``arch``, whose ``role`` is ``component``."""
+        role = self.role.replace("_", " ")
+        return (
+            f"{flag_of(self.flag)} does not apply to --arch {arch}: it replaces the {role} {self.component}, "
+            f"and {arch}'s {role} is {component} (choose another with {flag_of(self.role)})"
+        )
+
+
+#: HierEncDec's Table 3 ablation flags: each switches its part back to BART's component.
+HIERENCDEC_ABLATIONS = (
+    Ablation("no_hierarchical_encoder", "encoder_self_attention", HIERENCDEC["encoder_self_attention"], "full"),
+    Ablation("no_position_restart", "encoder_positions", HIERENCDEC["encoder_positions"], "learned"),
+    Ablation("no_hierarchical_decoder", "cross_attention", HIERENCDEC["cross_attention"], "full"),
+)
 
 
 def family_defaults(**values) -> FlagDefaults:
@@ -55,14 +108,35 @@ def choose(args, role: str, value: str, because: str) -> None:
         raise ValueError(f"--{role.replace('_', '-')} {current} contradicts {because}")
 
 
-def hierencdec_ablations(args) -> None:
-    """HierEncDec's Table 3 ablation flags as component choices."""
-    if getattr(args, "no_hierarchical_encoder", False):
-        choose(args, "encoder_self_attention", "full", "--no-hierarchical-encoder")
-    if getattr(args, "no_position_restart", False):
-        choose(args, "encoder_positions", "learned", "--no-position-restart")
-    if getattr(args, "no_hierarchical_decoder", False):
-        choose(args, "cross_attention", "full", "--no-hierarchical-decoder")
+def apply_ablations(args, arch: str, preset: Dict[str, str], ablations: Sequence[Ablation]) -> None:
+    """The ablation flags set in ``args`` as component choices, when the
+    architecture ``arch`` fills its arguments: a flag whose component the
+    architecture's ``preset`` (role -> component) does not have is refused
+    (:class:`~mdsfair.argument_types.UsageError`, one line naming the flag and
+    ``arch``), and one contradicting an explicit choice too (:func:`choose`)."""
+    for ablation in ablations:
+        if not getattr(args, ablation.flag, False):
+            continue
+        component = preset.get(ablation.role)
+        if component != ablation.component:
+            raise UsageError(ablation.refusal(arch, component))
+        choose(args, ablation.role, ablation.replacement_for(args), flag_of(ablation.flag))
+
+
+def apply_built_ablations(args, ablations: Sequence[Ablation]) -> None:
+    """The ablation flags set in ``args`` when the model is built from
+    arguments whose components were filled before (a checkpoint's): a flag
+    replaces its component, is satisfied by its replacement, and is refused
+    where the arguments hold another component (the flag means nothing there)."""
+    for ablation in ablations:
+        if not getattr(args, ablation.flag, False):
+            continue
+        current = getattr(args, ablation.role, None)
+        replacement = ablation.replacement_for(args)
+        if current in (None, ablation.component):
+            setattr(args, ablation.role, replacement)
+        elif current != replacement:
+            raise UsageError(ablation.refusal(getattr(args, "arch", None) or "(this model)", current))
 
 
 def hierencdec_source_positions(args) -> None:

@@ -1,21 +1,12 @@
 """Components of the multi-document encoder-decoder, one call shape per role.
 
-mdsfair's BART-based systems differ in three places only, each a *role*:
-
-==========================  ==============================  =========================================
-role (flag)                 components                      what a component supplies
-==========================  ==============================  =========================================
-``--encoder-self-attention``  ``full``, ``document``,        the self-attention module of every encoder
-                            ``longformer``                  layer, the per-batch context it reads
-                                                            (document layout, global mask), computed
-                                                            once per source
-``--encoder-positions``     ``learned``, ``sinusoidal``,    the encoder's position embedding
-                            ``document-restart``
-``--cross-attention``       ``full``, ``document-scaled``,  the cross-attention module of every decoder
-                            ``sparse``                      layer, what it needs in the encoder output,
-                                                            how beam search reorders that output, the
-                                                            per-forward context it reads
-==========================  ==============================  =========================================
+mdsfair's BART-based systems differ in three places only, each a *role*
+(:data:`ROLES`, each chosen by its flag): the self-attention of every encoder
+layer (``--encoder-self-attention``), the encoder's position embedding
+(``--encoder-positions``) and the cross-attention of every decoder layer
+(``--cross-attention``). The registered components of each role, their
+papers, flags and side inputs are listed in ``docs/components.md``, a table
+generated from this registry (:mod:`mdsfair.component_table`).
 
 A component is a class registered with :func:`register_component` under its
 role and name. It declares, by the data contract's names
@@ -23,9 +14,14 @@ role and name. It declares, by the data contract's names
 inputs it reads (:meth:`Component.side_inputs`): the task hands a model exactly
 the union of its components' declarations, and the model refuses a missing
 required input or one that none of its components declares, by name. Its own
-flags (:meth:`Component.add_args`) and their defaults (:attr:`Component.defaults`)
-join the model's flags. :meth:`Component.refusal` says why it cannot work
-with the other components chosen, if it cannot.
+flags are the fields of its typed configuration (:attr:`Component.config_class`,
+a :class:`ComponentConfig` dataclass whose fields, written with
+:func:`component_flag`, carry each flag's help and the paper's default): the
+model's parser gains one flag per field, and a model's architecture fills the
+defaults of every component registered when it runs, so a component registered
+by a user's package after :func:`mdsfair.register` has its defaults too.
+:meth:`Component.refusal` says why it cannot work with the other components
+chosen, if it cannot.
 
 The encoder and decoder layers that hold the modules
 (:mod:`mdsfair.modules.transformer_layers`) write the residual, norm and
@@ -34,6 +30,7 @@ its registration; ``tests/test_components.py`` registers a toy one inside
 the test and runs it through the model contract.
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
@@ -48,18 +45,76 @@ ROLES: Tuple[str, ...] = ("encoder_self_attention", "encoder_positions", "cross_
 _REGISTRY: Dict[str, Dict[str, Type["Component"]]] = {role: {} for role in ROLES}
 
 
-def flag_of(role: str) -> str:
-    return "--" + role.replace("_", "-")
+def flag_of(dest: str) -> str:
+    """The flag of an argparse ``dest`` (a role, a component's field): ``--dest-with-dashes``."""
+    return "--" + dest.replace("_", "-")
+
+
+def component_flag(default: Any = None, help: str = "", **argparse_keywords: Any):
+    """A field of a :class:`ComponentConfig` that is a flag of every model
+    built from components: ``--field-name`` (underscores as dashes) with
+    ``help`` and argparse's ``type``, ``choices``, ``action``, ``metavar`` as
+    given. ``default`` is the paper's value, which the model's architecture
+    fills when the flag is not given (and ``--help`` appends); None is no fixed
+    value (``help`` then says what an unset flag means)."""
+    return field(default=default, metadata={"help": help, "argparse": argparse_keywords})
+
+
+@dataclass
+class ComponentConfig:
+    """A component's typed configuration: one field per flag of the component
+    (:func:`component_flag`), read from the model's arguments when the
+    component is created (:meth:`from_namespace`). The base has no field: a
+    component without flags of its own."""
+
+    @classmethod
+    def defaults(cls) -> Dict[str, Any]:
+        """The fields with a fixed default (argparse ``dest`` -> the paper's value)."""
+        return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not None}
+
+    @classmethod
+    def flags(cls) -> Tuple[str, ...]:
+        """The component's flags as typed on the command line."""
+        return tuple(flag_of(f.name) for f in dataclasses.fields(cls))
+
+    @classmethod
+    def add_args(cls, parser, skip: Tuple[str, ...] = ()) -> None:
+        """One flag per field (but those named in ``skip``), with no argparse
+        default: an unset flag stays None until the architecture fills it, so a
+        value typed on the command line is told apart from a default."""
+        for config_field in dataclasses.fields(cls):
+            if config_field.name not in skip:
+                parser.add_argument(
+                    flag_of(config_field.name), help=config_field.metadata["help"], **config_field.metadata["argparse"]
+                )
+
+    @classmethod
+    def from_namespace(cls, args) -> "ComponentConfig":
+        """The configuration in the model's arguments (None where unset)."""
+        return cls(**{f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)})
 
 
 def register_component(role: str, name: str):
-    """Class decorator: make ``cls`` the component ``name`` of ``role``."""
+    """Class decorator: make ``cls`` the component ``name`` of ``role``. A
+    flag of its configuration that another registered component declares
+    differently is refused (the model's parser holds each flag once)."""
     if role not in _REGISTRY:
         raise ValueError(f"unknown component role {role!r}; roles: {ROLES}")
 
     def register(cls):
         if name in _REGISTRY[role] and _REGISTRY[role][name] is not cls:
             raise ValueError(f"{flag_of(role)} {name!r} is already registered ({_REGISTRY[role][name].__name__})")
+        reserved = set(ROLES) | {"max_encoder_positions"}
+        for config_field in dataclasses.fields(cls.config_class):
+            if config_field.name in reserved:
+                raise ValueError(f"{cls.__name__}: {flag_of(config_field.name)} is a flag of the component model")
+            for other in component_classes():
+                same = {f.name: f for f in dataclasses.fields(other.config_class)}.get(config_field.name)
+                if other is not cls and same is not None and same is not config_field:
+                    raise ValueError(
+                        f"{cls.__name__} ({cls.__module__}): its flag {flag_of(config_field.name)} is already "
+                        f"declared by {other.__name__} ({other.__module__}, {flag_of(other.role)} {other.name})"
+                    )
         cls.role, cls.name = role, name
         _REGISTRY[role][name] = cls
         return cls
@@ -184,8 +239,8 @@ class Component:
 
     role: ClassVar[str]
     name: ClassVar[str]
-    #: this component's flags and their paper-faithful defaults (argparse dests)
-    defaults: ClassVar[Dict[str, Any]] = {}
+    #: this component's flags, their help and paper-faithful defaults
+    config_class: ClassVar[Type[ComponentConfig]] = ComponentConfig
     #: reads every token's document (``src_doc_ids``, else one document per ``<s>``-opened run)
     uses_documents: ClassVar[bool] = False
     #: needs every document to open with ``<s>``, its start-of-document token
@@ -193,10 +248,17 @@ class Component:
 
     def __init__(self, args):
         self.args = args
+        self.config = self.config_class.from_namespace(args)
 
-    @staticmethod
-    def add_args(parser) -> None:
-        """The component's own flags (help strings; defaults in :attr:`defaults`)."""
+    @classmethod
+    def add_args(cls, parser) -> None:
+        """The component's own flags, one per field of :attr:`config_class`."""
+        cls.config_class.add_args(parser)
+
+    @classmethod
+    def flag_defaults(cls) -> Dict[str, Any]:
+        """The paper's defaults of the component's flags (argparse ``dest`` -> value)."""
+        return cls.config_class.defaults()
 
     def side_inputs(self) -> Dict[str, bool]:
         """Data-contract inputs this component reads: name -> required."""

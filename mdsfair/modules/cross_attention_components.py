@@ -21,6 +21,7 @@ returning ``(x, attention, extra)``.
 """
 
 import logging
+from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
 import torch
@@ -29,7 +30,13 @@ from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
-from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.components import (
+    Component,
+    ComponentConfig,
+    SourceStructure,
+    component_flag,
+    register_component,
+)
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
@@ -184,10 +191,8 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
 
     def refusal(self, components):
-        if (
-            getattr(self.args, "global_attention", None) == "doc-sep"
-            and components["encoder_self_attention"].name == "longformer"
-        ):
+        encoder_attention = components["encoder_self_attention"]
+        if encoder_attention.name == "longformer" and encoder_attention.config.global_attention == "doc-sep":
             return (
                 "Eq. 3-5 read each document's opening <s> (its start-of-document token), but PRIMERA's "
                 "layout (--global-attention doc-sep) joins the documents with <doc-sep> and opens none with "
@@ -228,16 +233,16 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
             attention.key_document_ids = None
 
 
-def build_sentence_encoder(args) -> nn.Module:
+def build_sentence_encoder(config: "SparseCrossAttentionConfig", args) -> nn.Module:
     """The sentence encoder of the model-based approximator: the BiGRU of
     Eq. 10 (App. A.1) or the attention pooling proposed in Sec. 4.5."""
-    kind = args.sentence_encoder
+    kind = config.sentence_encoder
     if kind == "bigru":
         return SentenceEncoder(
             args.encoder_embed_dim,
             # unset (absent or None, as checkpoints store it): the model's width
-            getattr(args, "sentence_encoder_hidden_dim", None) or args.encoder_embed_dim,
-            num_layers=args.sentence_encoder_layers,
+            config.sentence_encoder_hidden_dim or args.encoder_embed_dim,
+            num_layers=config.sentence_encoder_layers,
             dropout=args.dropout,
         )
     if kind == "attention-pooling":
@@ -287,103 +292,83 @@ class SparseDecoderContext(NamedTuple):
     mix_draw: Optional[float]
 
 
+@dataclass
+class SparseCrossAttentionConfig(ComponentConfig):
+    """Manakul & Gales 2021: r = 5 (their CNN/DailyMail setting, Table 3) and
+    the 2-layer BiGRU of the model-based approximator with the model's width
+    (App. A.1). Two flags have no fixed value: --sentence-encoder-hidden-dim
+    (unset: the model's --encoder-embed-dim) and --mix-decay-updates (the
+    updates of one epoch; mix requires it)."""
+
+    top_r: Optional[int] = component_flag(
+        5,
+        "sentences kept by every cross-attention query (Eq. 6; the "
+        "paper's r on CNN/DailyMail); 0 keeps all (full attention)",
+        type=at_least(0),
+        metavar="R",
+    )
+    sentence_selection: Optional[str] = component_flag(
+        "approx",
+        "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
+        "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
+        "ideal->approx in training, one draw per forward pass shared by all layers; approx "
+        "in evaluation and generation)",
+        choices=SENTENCE_SELECTIONS,
+    )
+    approximator: Optional[str] = component_flag(
+        "model-based",
+        "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
+        "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
+        "dropped, averaged over heads before top-r, as App. D and the authors' decoding)",
+        choices=APPROXIMATORS,
+    )
+    sentence_encoder: Optional[str] = component_flag(
+        "bigru",
+        "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
+        "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
+        "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
+        "(multi-head pooling, no recurrence)",
+        choices=SENTENCE_ENCODERS,
+    )
+    sentence_encoder_layers: Optional[int] = component_flag(
+        2, "layers of the bidirectional GRU sentence encoder (App. A.1)", type=at_least(1), metavar="N"
+    )
+    sentence_encoder_hidden_dim: Optional[int] = component_flag(
+        None,
+        "hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
+        "BART-large) (default: --encoder-embed-dim)",
+        type=at_least(1),
+        metavar="D",
+    )
+    share_selection_across_beams: bool = component_flag(
+        False,
+        "average the sentence scores over the beam hypotheses of a source before top-r "
+        "(the authors' decoding); off: every hypothesis selects its own sentences",
+        action="store_true",
+    )
+    sparse_generation_path: Optional[str] = component_flag(
+        "auto",
+        "how incremental generation reads the top-r sentences: gather their encoder states "
+        "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
+        "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
+        "hypothesis keeps * heads <= 2 * N",
+        choices=GENERATION_PATHS,
+    )
+    mix_decay_updates: Optional[int] = component_flag(
+        None,
+        "for --sentence-selection mix: use the exact saliency with probability "
+        "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
+        "so N = the updates of one epoch)",
+        type=at_least(1),
+        metavar="N",
+    )
+
+
 @register_component("cross_attention", "sparse")
 class SparseSentenceCrossAttention(CrossAttentionComponent):
     """Manakul & Gales 2021: attention to the top-r sentences (see the module docstring)."""
 
-    #: Manakul & Gales 2021: r = 5 (their CNN/DailyMail setting, Table 3) and the 2-layer BiGRU
-    #: of the model-based approximator with the model's width (App. A.1). Two flags have no
-    #: fixed value and stay out of the table: --sentence-encoder-hidden-dim (unset: the model's
-    #: --encoder-embed-dim) and --mix-decay-updates (the updates of one epoch; mix requires it).
-    defaults = {
-        "top_r": 5,
-        "sentence_selection": "approx",
-        "approximator": "model-based",
-        "sentence_encoder": "bigru",
-        "sentence_encoder_layers": 2,
-        "share_selection_across_beams": False,
-        "sparse_generation_path": "auto",
-    }
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--top-r",
-            type=at_least(0),
-            metavar="R",
-            help=(
-                "sentences kept by every cross-attention query (Eq. 6; the "
-                "paper's r on CNN/DailyMail); 0 keeps all (full attention)"
-            ),
-        )
-        parser.add_argument(
-            "--sentence-selection",
-            choices=SENTENCE_SELECTIONS,
-            help=(
-                "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, "
-                "Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling "
-                "ideal->approx in training, one draw per forward pass shared by all layers; approx "
-                "in evaluation and generation)"
-            ),
-        )
-        parser.add_argument(
-            "--approximator",
-            choices=APPROXIMATORS,
-            help=(
-                "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free "
-                "(App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m "
-                "dropped, averaged over heads before top-r, as App. D and the authors' decoding)"
-            ),
-        )
-        parser.add_argument(
-            "--sentence-encoder",
-            choices=SENTENCE_ENCODERS,
-            help=(
-                "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the "
-                "bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper "
-                "hierarchical attention over each sentence's tokens that Sec. 4.5 proposes "
-                "(multi-head pooling, no recurrence)"
-            ),
-        )
-        parser.add_argument(
-            "--sentence-encoder-layers",
-            type=at_least(1),
-            metavar="N",
-            help="layers of the bidirectional GRU sentence encoder (App. A.1)",
-        )
-        parser.add_argument(
-            "--sentence-encoder-hidden-dim",
-            type=at_least(1),
-            metavar="D",
-            help="hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for "
-            "BART-large) (default: --encoder-embed-dim)",
-        )
-        parser.add_argument(
-            "--share-selection-across-beams",
-            action="store_true",
-            help=(
-                "average the sentence scores over the beam hypotheses of a source before top-r "
-                "(the authors' decoding); off: every hypothesis selects its own sentences"
-            ),
-        )
-        parser.add_argument(
-            "--sparse-generation-path",
-            choices=GENERATION_PATHS,
-            help=(
-                "how incremental generation reads the top-r sentences: gather their encoder states "
-                "per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention "
-                "(cost ~ N, same output), or auto: gather at a step when the most tokens a "
-                "hypothesis keeps * heads <= 2 * N"
-            ),
-        )
-        parser.add_argument(
-            "--mix-decay-updates",
-            type=at_least(1),
-            metavar="N",
-            help="for --sentence-selection mix: use the exact saliency with probability "
-            "max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, "
-            "so N = the updates of one epoch)",
-        )
+    config_class = SparseCrossAttentionConfig
 
     def side_inputs(self):
         return {"src_sent_ids": True}
@@ -394,7 +379,9 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
         """The sentence encoder of the model-based approximator
         (``encoder.sentence_encoder``, shared by all layers), or None."""
         args = self.args
-        sentence_encoder = build_sentence_encoder(args) if args.approximator == "model-based" else None
+        sentence_encoder = (
+            build_sentence_encoder(self.config, args) if self.config.approximator == "model-based" else None
+        )
         if isinstance(sentence_encoder, SentenceEncoder) and activation_checkpointing(args):
             # --checkpoint-activations: the BiGRU's working set over every
             # sentence of the batch is the largest of the model, so it is
@@ -451,21 +438,21 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
     # ----------------------------------------------------------- decoder side
 
     def build(self, layer, embed_dim, cfg):
-        args = self.args
+        config = self.config
         return SparseCrossAttention(
             embed_dim,
             cfg.decoder.attention_heads,
             kdim=cfg.encoder.embed_dim,
             vdim=cfg.encoder.embed_dim,
             dropout=cfg.attention_dropout,
-            top_r=args.top_r,
-            selection=args.sentence_selection,
-            approximator=args.approximator,
+            top_r=config.top_r,
+            selection=config.sentence_selection,
+            approximator=config.approximator,
             sentence_dim=cfg.encoder.embed_dim,
-            share_selection_across_beams=args.share_selection_across_beams,
-            # no default (--sentence-selection mix requires it); absent from checkpoints saved before the flag
-            mix_decay_updates=getattr(args, "mix_decay_updates", None),
-            generation_path=args.sparse_generation_path,
+            share_selection_across_beams=config.share_selection_across_beams,
+            # no default (--sentence-selection mix requires it); None in checkpoints saved before the flag
+            mix_decay_updates=config.mix_decay_updates,
+            generation_path=config.sparse_generation_path,
         )
 
     def decoder_context(self, decoder, encoder_out, incremental_state):

@@ -17,11 +17,18 @@ has ``--max-encoder-positions`` rows (default: the task's
 """
 
 import logging
+from dataclasses import dataclass
 from typing import Optional
 
 from torch import Tensor
 
-from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.components import (
+    Component,
+    ComponentConfig,
+    SourceStructure,
+    component_flag,
+    register_component,
+)
 from mdsfair.modules.document_positional_encoding import (
     DOC_POSITION_FUNCTIONS,
     TOKEN_POSITION_MODES,
@@ -58,25 +65,27 @@ class PositionComponent(Component):
         return encoder.embed_positions(structure.src_tokens)
 
 
+@dataclass
+class PositionTilingConfig(ComponentConfig):
+    """How a learned table longer than a checkpoint's is filled on load:
+    HierEncDec's (Shen et al. 2023, Sec. 5.3), after Longformer."""
+
+    position_tiling: Optional[str] = component_flag(
+        "beltagy",
+        "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
+        "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
+        "including fairseq/HF's two offset rows as the authors' code does",
+        choices=TILING_METHODS,
+    )
+
+
 @register_component("encoder_positions", "learned")
 class LearnedPositions(PositionComponent):
     """BART's learned positions over the whole source. A shorter table in a
     checkpoint (BART's 1,026 rows) is extended when it is loaded, as
     HierEncDec does (Sec. 5.3, ``--position-tiling``)."""
 
-    defaults = {"position_tiling": "beltagy"}
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--position-tiling",
-            choices=TILING_METHODS,
-            help=(
-                "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
-                "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
-                "including fairseq/HF's two offset rows as the authors' code does"
-            ),
-        )
+    config_class = PositionTilingConfig
 
     def upgrade_state_dict(self, model, state_dict, prefix):
         """Extend a shorter position table of the checkpoint (Sec. 5.3), the
@@ -95,9 +104,11 @@ class LearnedPositions(PositionComponent):
                     key,
                     loaded.size(0),
                     target_rows,
-                    self.args.position_tiling,
+                    self.config.position_tiling,
                 )
-                state_dict[key] = tile_position_table(loaded, target_rows, part.padding_idx, self.args.position_tiling)
+                state_dict[key] = tile_position_table(
+                    loaded, target_rows, part.padding_idx, self.config.position_tiling
+                )
 
 
 @register_component("encoder_positions", "sinusoidal")
@@ -147,56 +158,45 @@ class DocumentRestartPositions(LearnedPositions):
         )
 
 
+@dataclass
+class DocumentAwarePositionsConfig(ComponentConfig):
+    """DAPE's document positional encoding (Ma et al. 2022): f_doc = sin with
+    alpha 0.1 (Sec. IV-B, Table IV), token positions restarting at every
+    document (t_i^k of Eq. 1), the 0-based document index."""
+
+    doc_position_fn: Optional[str] = component_flag(
+        "sin",
+        "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
+        "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
+        "linear = slope*k, same = one value for all documents, random = fixed random value per document",
+        choices=DOC_POSITION_FUNCTIONS,
+    )
+    doc_position_alpha: Optional[float] = component_flag(
+        0.1, "alpha of Eq. 2, the weight of the document encoding (the paper's)", type=float
+    )
+    doc_position_linear_slope: Optional[float] = component_flag(
+        1.0, "slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)", type=float
+    )
+    doc_position_offset: Optional[int] = component_flag(
+        0,
+        "k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
+        "comparison of Table IV holds; 1: k = 1..q as in its notation)",
+        type=int,
+    )
+    doc_token_positions: Optional[str] = component_flag(
+        "per-document",
+        "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
+        "(positions over the concatenated source)",
+        choices=TOKEN_POSITION_MODES,
+    )
+
+
 @register_component("encoder_positions", "document-aware")
 class DocumentAwarePositions(PositionComponent):
     """DAPE's document-aware positional encoding (Eq. 4:
     ``E = e + alpha * f_doc(k) + f_token(i)``), ``encoder.document_positional_encoding``."""
 
-    defaults = {
-        "doc_position_fn": "sin",
-        "doc_position_alpha": 0.1,
-        "doc_position_linear_slope": 1.0,
-        "doc_position_offset": 0,
-        "doc_token_positions": "per-document",
-    }
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--doc-position-fn",
-            choices=DOC_POSITION_FUNCTIONS,
-            help=(
-                "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, "
-                "sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), "
-                "linear = slope*k, same = one value for all documents, random = fixed random value per document"
-            ),
-        )
-        parser.add_argument(
-            "--doc-position-alpha",
-            type=float,
-            help="alpha of Eq. 2, the weight of the document encoding (the paper's)",
-        )
-        parser.add_argument(
-            "--doc-position-linear-slope",
-            type=float,
-            help="slope of --doc-position-fn linear (Table V: 1, 2, 5, 10)",
-        )
-        parser.add_argument(
-            "--doc-position-offset",
-            type=int,
-            help=(
-                "k = 0-based document index + offset (0: the reading under which the paper's sin/cos "
-                "comparison of Table IV holds; 1: k = 1..q as in its notation)"
-            ),
-        )
-        parser.add_argument(
-            "--doc-token-positions",
-            choices=TOKEN_POSITION_MODES,
-            help=(
-                "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream "
-                "(positions over the concatenated source)"
-            ),
-        )
+    config_class = DocumentAwarePositionsConfig
 
     def configure(self, cfg) -> None:
         """fairseq's token table as the model's flags say (``--encoder-learned-pos``)."""
@@ -205,15 +205,15 @@ class DocumentAwarePositions(PositionComponent):
         return {"src_doc_ids": False}
 
     def build_encoder_modules(self, encoder):
-        args = self.args
+        config = self.config
         encoder.document_positional_encoding = DocumentAwarePositionalEncoding(
             encoder.embed_tokens.embedding_dim,
             encoder.padding_idx,
-            function=args.doc_position_fn,
-            alpha=args.doc_position_alpha,
-            linear_slope=args.doc_position_linear_slope,
-            offset=args.doc_position_offset,
-            token_positions=args.doc_token_positions,
+            function=config.doc_position_fn,
+            alpha=config.doc_position_alpha,
+            linear_slope=config.doc_position_linear_slope,
+            offset=config.doc_position_offset,
+            token_positions=config.doc_token_positions,
         )
 
     def embed(self, encoder, structure):

@@ -16,6 +16,7 @@ Every one keeps fairseq's parameter names under ``self_attn``
 ``*_global_proj``), so BART checkpoints restore into any of them.
 """
 
+from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
@@ -23,7 +24,13 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.argument_types import UsageError, at_least
-from mdsfair.modules.components import Component, SourceStructure, register_component
+from mdsfair.modules.components import (
+    Component,
+    ComponentConfig,
+    SourceStructure,
+    component_flag,
+    register_component,
+)
 from mdsfair.modules.dependency_attention import (
     ARC_DIRECTIONS,
     DEPENDENCY_ENCODERS,
@@ -84,33 +91,35 @@ class FullSelfAttention(SelfAttentionComponent):
         return x
 
 
+@dataclass
+class DocumentAttentionConfig(ComponentConfig):
+    """How HierEncDec's document attention (Sec. 4.1) is computed; every choice
+    gives the numbers of the authors' dense mask."""
+
+    document_attention: Optional[str] = component_flag(
+        "blocked",
+        "implementation of the document encoder attention: 'blocked' computes attention per "
+        "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
+        "T x T matrix as the authors did (same numbers)",
+        choices=DOCUMENT_IMPLEMENTATIONS,
+    )
+
+
 @register_component("encoder_self_attention", "document")
 class DocumentSelfAttention(SelfAttentionComponent):
     """HierEncDec's hierarchical encoder attention (Sec. 4.1): within each
     document, plus the start-of-document (SOD) tokens among themselves."""
 
-    defaults = {"document_attention": "blocked"}
+    config_class = DocumentAttentionConfig
     uses_documents = True
     needs_document_start_tokens = True
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--document-attention",
-            choices=DOCUMENT_IMPLEMENTATIONS,
-            help=(
-                "implementation of the document encoder attention: 'blocked' computes attention per "
-                "document block (memory grows with the longest document, Sec. 7), 'dense' masks a full "
-                "T x T matrix as the authors did (same numbers)"
-            ),
-        )
 
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
 
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(
-            DocumentBlockedSelfAttention, layer, embed_dim, cfg, implementation=self.args.document_attention
+            DocumentBlockedSelfAttention, layer, embed_dim, cfg, implementation=self.config.document_attention
         )
 
     def prepare(self, encoder, structure):
@@ -192,51 +201,45 @@ def document_separator_index(task) -> int:
     return index
 
 
+@dataclass
+class LongformerAttentionConfig(ComponentConfig):
+    """LED's encoder attention (allenai/led-*-16384): window 1,024, the first
+    token global; PRIMERA's architectures fill 512 and ``doc-sep``."""
+
+    attention_window: Optional[str] = component_flag(
+        "1024",  # a string, as --attention-window (type=str) stores it
+        "Longformer window per encoder layer: one even number for all layers or a comma list with one "
+        "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
+        "attention_window; 512 under the primera architecture, as the released checkpoints)",
+        type=str,
+    )
+    global_attention: Optional[str] = component_flag(
+        "first",
+        "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
+        "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
+        "the first token of every document (from the data-bin's document ids)",
+        choices=GLOBAL_ATTENTION,
+    )
+    longformer_attention: Optional[str] = component_flag(
+        "fused",
+        "computation of the encoder attention (same numbers): 'fused' = every window through "
+        "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
+        "explicit banded score tensors (the portable reference, as Hugging Face computes them)",
+        choices=LONGFORMER_IMPLEMENTATIONS,
+    )
+
+
 @register_component("encoder_self_attention", "longformer")
 class LongformerSelfAttentionComponent(SelfAttentionComponent):
     """LED/PRIMERA's sliding-window + global attention (Beltagy et al. 2020)."""
 
-    defaults = {
-        "attention_window": "1024",  # a string, as --attention-window (type=str) stores it
-        "global_attention": "first",
-        "longformer_attention": "fused",
-    }
+    config_class = LongformerAttentionConfig
 
     def __init__(self, args):
         super().__init__(args)
-        self.windows = parse_attention_window(args.attention_window, args.encoder_layers)
-        self.global_attention: str = args.global_attention
+        self.windows = parse_attention_window(self.config.attention_window, args.encoder_layers)
+        self.global_attention: str = self.config.global_attention
         self.document_separator: Optional[int] = None
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--attention-window",
-            type=str,
-            help=(
-                "Longformer window per encoder layer: one even number for all layers or a comma list with one "
-                "per layer; window w lets each token see w/2 tokens on each side (Hugging Face's "
-                "attention_window; 512 under the primera architecture, as the released checkpoints)"
-            ),
-        )
-        parser.add_argument(
-            "--global-attention",
-            choices=GLOBAL_ATTENTION,
-            help=(
-                "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
-                "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
-                "the first token of every document (from the data-bin's document ids)"
-            ),
-        )
-        parser.add_argument(
-            "--longformer-attention",
-            choices=LONGFORMER_IMPLEMENTATIONS,
-            help=(
-                "computation of the encoder attention (same numbers): 'fused' = every window through "
-                "torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = "
-                "explicit banded score tensors (the portable reference, as Hugging Face computes them)"
-            ),
-        )
 
     def side_inputs(self):
         return {"src_doc_ids": True} if self.global_attention == "documents" else {}
@@ -271,7 +274,7 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
             cfg.encoder.attention_heads,
             self.windows[layer.layer_index],
             dropout=cfg.attention_dropout,
-            implementation=self.args.longformer_attention,
+            implementation=self.config.longformer_attention,
         )
 
     def prepare(self, encoder, structure):
@@ -302,6 +305,49 @@ def parse_dependency_layers(spec: str, num_layers: int) -> List[int]:
     return layers
 
 
+@dataclass
+class DependencyAttentionConfig(ComponentConfig):
+    """DAPE's linguistic-guided encoding (Ma et al. 2022): the MLP ``F_depEnc``
+    (Eq. 7) on the attention weights (Eq. 9) of every encoder layer; where the
+    paper is silent (hidden size, LeakyReLU slope: PyTorch's, arc direction)
+    the choices of examples/dape/README.md."""
+
+    dependency_encoder: Optional[str] = component_flag(
+        "mlp",
+        "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
+        "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
+        "by relation frequency [core dependents first | ROOT first]",
+        choices=DEPENDENCY_ENCODERS,
+    )
+    dependency_encoder_hidden_dim: Optional[int] = component_flag(
+        64, "hidden size of F_depEnc (not given in the paper)", type=at_least(1)
+    )
+    dependency_leaky_relu_slope: Optional[float] = component_flag(
+        0.01, "negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)", type=float
+    )
+    dependency_arc_direction: Optional[str] = component_flag(
+        "both",
+        "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) or head-to-dependent",
+        choices=ARC_DIRECTIONS,
+    )
+    dependency_no_arc_encoding: bool = component_flag(
+        False,
+        "give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
+        action="store_true",
+    )
+    dependency_mask_on: Optional[str] = component_flag(
+        "weights",
+        "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
+        "out = A V + M V (Table VI 'added on values')",
+        choices=MASK_TARGETS,
+    )
+    dependency_layers: Optional[str] = component_flag(
+        "all",
+        "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all'",
+        type=str,
+    )
+
+
 @register_component("encoder_self_attention", "dependency")
 class DependencySelfAttention(SelfAttentionComponent):
     """DAPE's dependency-guided self-attention (Ma et al. 2022, Eq. 8-11): the
@@ -310,81 +356,26 @@ class DependencySelfAttention(SelfAttentionComponent):
     weights (or values) of the ``--dependency-layers``; the other layers attend
     as fairseq's."""
 
-    defaults = {
-        "dependency_encoder": "mlp",
-        "dependency_encoder_hidden_dim": 64,
-        "dependency_leaky_relu_slope": 0.01,
-        "dependency_arc_direction": "both",
-        "dependency_no_arc_encoding": False,
-        "dependency_mask_on": "weights",
-        "dependency_layers": "all",
-    }
-
-    @staticmethod
-    def add_args(parser):
-        parser.add_argument(
-            "--dependency-encoder",
-            choices=DEPENDENCY_ENCODERS,
-            help=(
-                "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); "
-                "linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N "
-                "by relation frequency [core dependents first | ROOT first]"
-            ),
-        )
-        parser.add_argument(
-            "--dependency-encoder-hidden-dim",
-            type=at_least(1),
-            help="hidden size of F_depEnc (not given in the paper)",
-        )
-        parser.add_argument(
-            "--dependency-leaky-relu-slope",
-            type=float,
-            help="negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper)",
-        )
-        parser.add_argument(
-            "--dependency-arc-direction",
-            choices=ARC_DIRECTIONS,
-            help=(
-                "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) or head-to-dependent"
-            ),
-        )
-        parser.add_argument(
-            "--dependency-no-arc-encoding",
-            action="store_true",
-            help="give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0",
-        )
-        parser.add_argument(
-            "--dependency-mask-on",
-            choices=MASK_TARGETS,
-            help=(
-                "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: "
-                "out = A V + M V (Table VI 'added on values')"
-            ),
-        )
-        parser.add_argument(
-            "--dependency-layers",
-            type=str,
-            help=("encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all'"),
-        )
+    config_class = DependencyAttentionConfig
 
     def side_inputs(self):
         # checked in prepare, with what to do (the arcs come from preprocessing's side data)
         return {"src_dep_head": False, "src_dep_rel": False, "src_dep_word": False}
 
     def build_encoder_modules(self, encoder):
-        args = self.args
+        config = self.config
         encoder.dependency_encoder = DependencyRelationEncoder(
-            variant=args.dependency_encoder,
-            hidden_dim=args.dependency_encoder_hidden_dim,
-            negative_slope=args.dependency_leaky_relu_slope,
-            direction=args.dependency_arc_direction,
-            encode_no_arc=args.dependency_no_arc_encoding,
+            variant=config.dependency_encoder,
+            hidden_dim=config.dependency_encoder_hidden_dim,
+            negative_slope=config.dependency_leaky_relu_slope,
+            direction=config.dependency_arc_direction,
+            encode_no_arc=config.dependency_no_arc_encoding,
         )
-        self.layers = parse_dependency_layers(args.dependency_layers, encoder.num_layers)
+        self.layers = parse_dependency_layers(config.dependency_layers, encoder.num_layers)
 
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(
-            DependencyGuidedMultiheadAttention, layer, embed_dim, cfg, mask_on=self.args.dependency_mask_on
+            DependencyGuidedMultiheadAttention, layer, embed_dim, cfg, mask_on=self.config.dependency_mask_on
         )
 
     def prepare(self, encoder, structure):
