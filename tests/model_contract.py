@@ -172,9 +172,10 @@ def tiny_flags(arch: str) -> List[str]:
     return flags
 
 
-def train_args(arch: str, *extra: str) -> List[str]:
-    """fairseq-train flags of ``arch`` at tiny dimensions on its family's task."""
-    return [*family(arch).task_args, "--arch", arch, *tiny_flags(arch), *extra]
+def train_args(arch: str, *extra: str, model_family: Optional[ModelFamily] = None) -> List[str]:
+    """fairseq-train flags of ``arch`` at tiny dimensions on its family's task
+    (``model_family``'s when given: a model whose flags choose how it trains)."""
+    return [*(model_family or family(arch)).task_args, "--arch", arch, *tiny_flags(arch), *extra]
 
 
 def make_contract_data(work_dir: str) -> Dict[str, str]:
@@ -232,15 +233,18 @@ def to_test_device(sample):
 
 class ContractModel:
     """Configuration, task, model and criterion of one architecture, built
-    as fairseq-train builds them (seeded; dropout-like randomness off)."""
+    as fairseq-train builds them (seeded; dropout-like randomness off), on
+    the task of ``arch``'s family or of ``model_family``."""
 
-    def __init__(self, arch: str, data: Dict[str, str], *extra: str, seed: int = 1):
+    def __init__(
+        self, arch: str, data: Dict[str, str], *extra: str, seed: int = 1, model_family: Optional[ModelFamily] = None
+    ):
         from fairseq import tasks, utils
 
         self.arch = arch
-        self.family = family(arch)
+        self.family = model_family or family(arch)
         self.data_dir = data[self.family.data]
-        self.args = train_args(arch, *extra)
+        self.args = train_args(arch, *extra, model_family=self.family)
         self.cfg = parse_training_config(self.args, self.data_dir, seed, cpu=test_device().type == "cpu")
         utils.import_user_module(self.cfg.common)
         self.task = tasks.setup_task(self.cfg.task)

@@ -23,6 +23,7 @@ import copy
 import pytest
 import torch
 
+from tests import contract_checks as checks
 from tests import model_contract as contract
 from tests.distributed_harness import (
     WorkerRun,
@@ -31,7 +32,6 @@ from tests.distributed_harness import (
     single_threaded,
     train_steps,
 )
-from tests.tolerances import close_in_dtype
 
 ARCHITECTURES = contract.mdsfair_architectures()
 GENERATING = [arch for arch in ARCHITECTURES if contract.family(arch).generates]
@@ -100,43 +100,7 @@ def test_forward_shapes_and_padding_and_batch_composition(arch, data):
     """Output shapes; every example's outputs are those it gets alone (no
     padding) and in a batch of another composition and order."""
     built_model = built(arch, data)
-    model = built_model.build_model().eval()
-    indices = built_model.shortest("valid", 3)
-    sample = built_model.batch("valid", indices, model)
-    if not built_model.family.generates:
-        scores = model(**sample["net_input"])
-        assert scores.shape == sample["target"].shape and torch.isfinite(scores).all()
-        other = built_model.batch("valid", indices[::-1][:2], model)
-        reordered = model(**other["net_input"])
-        clusters = sample["net_input"]["paragraph_cluster"]
-        first = scores[clusters == 2]
-        assert torch.allclose(reordered[other["net_input"]["paragraph_cluster"] == 0], first, atol=1e-5)
-        return
-    pad = built_model.task.target_dictionary.pad()
-    with torch.no_grad():
-        logits, extra = model(**sample["net_input"])
-    batch_size, target_length = sample["target"].shape
-    assert logits.shape == (batch_size, target_length, len(built_model.task.target_dictionary))
-    assert isinstance(extra, dict) and torch.isfinite(logits).all()
-    assert sample["net_input"]["src_tokens"].eq(pad).any(), "the batch must hold padding"
-    # another composition and order: examples 2 and 0 only
-    other = built_model.batch("valid", [indices[2], indices[0]], model)
-    with torch.no_grad():
-        other_logits = model(**other["net_input"])[0]
-    for row, original in ((0, 2), (1, 0)):
-        real = other["target"][row].ne(pad)
-        length = int(real.sum())
-        # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
-        assert close_in_dtype(other_logits[row, :length], logits[original, :length]), arch
-    # each example alone, without source or target padding
-    for index in range(batch_size):
-        length = int(sample["target"][index].ne(pad).sum())
-        alone = contract.unpadded_example(sample, index, built_model.task.source_dictionary.pad())
-        prev = sample["net_input"]["prev_output_tokens"][index : index + 1, :length]
-        with torch.no_grad():
-            alone_logits = model(**alone, prev_output_tokens=prev)[0]
-        # float32, two computations: tolerance from dtype and scale (tests/tolerances.py)
-        assert close_in_dtype(alone_logits[0], logits[index, :length]), (arch, index)
+    checks.check_forward_shapes_padding_and_batch_composition(built_model, built_model.build_model().eval())
 
 
 @pytest.mark.parametrize("arch", GENERATING)
@@ -145,29 +109,8 @@ def test_incremental_beam_search_equals_full_decoding(arch, data):
     gives every hypothesis the scores one full forward pass gives it."""
     built_model = built(arch, data)
     model = built_model.build_model().eval()
-    with torch.no_grad():  # a sharper model than the initialization: distinct hypotheses
-        generator = torch.Generator().manual_seed(0)
-        for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator).to(parameter.device) * 0.05)
-    indices = built_model.shortest("valid", 3)
-    sample = built_model.batch("valid", indices)
-    gen_cfg = copy.deepcopy(built_model.cfg.generation)
-    gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = 3, 8, 3, 0
-    generator = built_model.task.build_generator([model], gen_cfg)
-    with torch.no_grad():
-        hypotheses = built_model.task.inference_step(generator, [model], sample)
-    eos = built_model.task.target_dictionary.eos()
-    pad = built_model.task.source_dictionary.pad()
-    forwarded = built_model.batch("valid", indices, model)
-    compared = 0
-    for row, beams in enumerate(hypotheses):
-        alone = contract.unpadded_example(forwarded, row, pad)
-        for hypothesis in beams:
-            with torch.no_grad():
-                full = contract.teacher_forced_scores(model, alone, hypothesis["tokens"], eos)
-            assert torch.allclose(full, hypothesis["positional_scores"], atol=1e-4), (arch, row)
-            compared += 1
-    assert compared == 3 * 3
+    checks.perturb_parameters(model, seed=0)
+    checks.check_incremental_beam_search_equals_full_decoding(built_model, model)
 
 
 # -------------------------------------------------------- save and reload
@@ -175,29 +118,8 @@ def test_incremental_beam_search_equals_full_decoding(arch, data):
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_save_and_load_round_trip(arch, data, tmp_path):
-    from fairseq import checkpoint_utils
-    from fairseq.trainer import Trainer
-
     built_model = built(arch, data)
-    model = built_model.build_model()
-    trainer = Trainer(built_model.cfg, built_model.task, model, built_model.build_criterion())
-    path = str(tmp_path / "checkpoint.pt")
-    trainer.consolidate_optimizer()  # as fairseq's checkpoint_utils.save_checkpoint does
-    trainer.save_checkpoint(path, {"train_iterator": {"epoch": 1}, "val_loss": None})
-    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([path], task=built_model.task)
-    loaded = models[0].to(contract.test_device()).eval()
-    assert type(loaded) is type(model) and cfg.model.arch == arch
-    original_state, loaded_state = model.state_dict(), loaded.state_dict()
-    assert list(original_state) == list(loaded_state)
-    for name, value in original_state.items():
-        assert torch.equal(value, loaded_state[name]), name
-    model.eval()
-    sample = built_model.batch("valid", built_model.shortest("valid", 2), model)
-    with torch.no_grad():
-        expected, actual = model(**sample["net_input"]), loaded(**sample["net_input"])
-    expected = expected[0] if isinstance(expected, tuple) else expected
-    actual = actual[0] if isinstance(actual, tuple) else actual
-    assert torch.equal(expected, actual)
+    checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
 
 
 # --------------------------------------------------- hub == fairseq-generate
@@ -215,10 +137,7 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
 
     built_model = built(arch, data)
     model = built_model.build_model().eval()
-    with torch.no_grad():
-        generator = torch.Generator().manual_seed(1)
-        for parameter in model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator).to(parameter.device) * 0.05)
+    checks.perturb_parameters(model, seed=1)
     task = built_model.task
     dataset = built_model.dataset("test")
     gen_cfg = copy.deepcopy(built_model.cfg.generation)
