@@ -2,7 +2,10 @@
 :mod:`mdsfair.evaluation.extractive_baselines` (Lead, LexRank, TextRank, MMR,
 greedy oracle) on raw-contract JSONL clusters, one summary per line::
 
-    mdsfair-baseline --method lead|lexrank|textrank|mmr|oracle INPUT.jsonl -o OUT.txt
+    mdsfair-baseline --method lead|lexrank|textrank|mmr|oracle|summpip INPUT.jsonl -o OUT.txt
+
+and SummPip (:mod:`mdsfair.evaluation.summpip`), which fuses clusters of
+sentences into new ones (its flags: ``--summpip-*``).
 
 LexRank, TextRank and MMR rank sentences or, with ``--unit paragraph``, whole
 paragraphs. The length of Lead and of those three is a sentence count
