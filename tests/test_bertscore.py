@@ -17,7 +17,7 @@ from mdsfair.evaluation import compare, rouge
 from mdsfair.evaluation.bertscore import DEFAULT_MODEL, bertscore, default_layer
 from mdsfair.evaluation.local_models import ModelMetricError, local_model_folder
 from tests.import_fixtures import import_transformers, write_tokenizer
-from tests.utils import REPO_ROOT
+from tests.utils import REPO_ROOT, run_python
 
 LAYER = 2
 HYPOTHESES = [
@@ -56,6 +56,11 @@ def roberta_folder(tmp_path_factory):
     )
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def bertscore_flags(folder):
+    """mdsfair-rouge's and mdsfair-compare's flags for BERTScore of the tiny model (with --fast ROUGE)."""
+    return ["--fast", "--bertscore", "--bertscore-model", folder, "--bertscore-layer", str(LAYER)]
 
 
 def write_lines(path, lines):
@@ -169,12 +174,7 @@ def test_mdsfair_rouge_adds_the_column_to_table_json_and_per_cluster(roberta_fol
         [
             hyp,
             ref,
-            "--fast",
-            "--bertscore",
-            "--bertscore-model",
-            roberta_folder,
-            "--bertscore-layer",
-            str(LAYER),
+            *bertscore_flags(roberta_folder),
             "--per-cluster",
             per_cluster,
             "--json",
@@ -210,12 +210,7 @@ def test_mdsfair_compare_intervals_and_paired_tests_read_the_column(roberta_fold
         [
             "--ref",
             ref,
-            "--fast",
-            "--bertscore",
-            "--bertscore-model",
-            roberta_folder,
-            "--bertscore-layer",
-            str(LAYER),
+            *bertscore_flags(roberta_folder),
             "--ci",
             "--baseline",
             "good",
@@ -247,3 +242,21 @@ def test_mdsfair_rouge_missing_model_ends_with_one_error_line(tmp_path, capsys):
     assert exit_info.value.code == 2
     error_lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("mdsfair-rouge: error:")]
     assert len(error_lines) == 1 and "--bertscore-model" in error_lines[0] and "does not download" in error_lines[0]
+
+
+@pytest.mark.slow
+def test_mdsfair_rouge_in_a_fresh_process(roberta_folder, tmp_path):
+    """The command as a user runs it: the BS column printed; a model that is
+    neither a folder nor cached is one error line, no traceback."""
+    hyp = write_lines(tmp_path / "hyp.txt", HYPOTHESES)
+    ref = write_lines(tmp_path / "ref.txt", [references[0] for references in REFERENCES])
+    done = run_python(["-m", "mdsfair.evaluation.rouge", hyp, ref, *bertscore_flags(roberta_folder)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0].split()[-1] == "BS"
+    missing = run_python(
+        ["-m", "mdsfair.evaluation.rouge", hyp, ref, "--fast", "--bertscore", "--bertscore-model", "no-org/no-model"],
+        tmp_path,
+    )
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr
+    errors = [line for line in missing.stderr.splitlines() if line.startswith("mdsfair-rouge: error:")]
+    assert len(errors) == 1 and "--bertscore-model no-org/no-model: no such folder" in errors[0]
