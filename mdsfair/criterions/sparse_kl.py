@@ -58,7 +58,7 @@ from fairseq.criterions.label_smoothed_cross_entropy import (
 from fairseq.dataclass import ChoiceEnum
 from torch import Tensor
 
-from mdsfair.criterions.logged_means import log_means_per_sample
+from mdsfair.criterions.logged_means import label_smoothed_logging_output, log_means_per_sample
 
 TRAINING_PHASES = ("decoder", "approximator", "kl-only")
 KL_REDUCTIONS = ("mean-over-sentences", "sum-over-sentences")
@@ -230,20 +230,9 @@ class SparseKLCriterion(LabelSmoothedCrossEntropyCriterion):
                 "with interleaved KL training"
             )
 
-        sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
-        logging_output = {
-            "loss": loss.data,
-            "nll_loss": nll_loss.data,
-            "kl_loss": kl_loss.data,
-            "sentence_entropy": entropy_loss.data,
-            "ntokens": sample["ntokens"],
-            "nsentences": sample["target"].size(0),
-            "sample_size": sample_size,
-        }
-        if self.report_accuracy:
-            n_correct, total = self.compute_accuracy(model, net_output, sample)
-            logging_output["n_correct"] = n_correct.data
-            logging_output["total"] = total.data
+        sample_size, logging_output = label_smoothed_logging_output(
+            self, model, net_output, sample, loss, nll_loss, kl_loss=kl_loss, sentence_entropy=entropy_loss
+        )
         return loss, sample_size, logging_output
 
     @classmethod
