@@ -65,6 +65,7 @@ setup(
             "mdsfair-rouge = mdsfair.evaluation.rouge:cli_main",
             "mdsfair-baseline = mdsfair.evaluation.baselines:cli_main",
             "mdsfair-compare = mdsfair.evaluation.compare:cli_main",
+            "mdsfair-human-eval = mdsfair.evaluation.human_eval:cli_main",
             "mdsfair-page-importance = mdsfair.evaluation.page_importance:cli_main",
             "mdsfair-analyze-attention = mdsfair.evaluation.attention_analysis:cli_main",
             "mdsfair-train = mdsfair.cli:train_main",
