@@ -205,6 +205,52 @@ MDSFAIR = {
         ),
     },
     "model": {
+        "copy_transformer": (
+            "transformer_pointer_generator",
+            (
+                ("--dropout DROPOUT", "dropout probability (default: 0.2)"),
+                ("--attention-dropout ATTENTION_DROPOUT", "dropout probability for attention weights (default: 0.2)"),
+                (
+                    "--activation-dropout ACTIVATION_DROPOUT",
+                    "dropout probability after activation in FFN. (default: 0.2)",
+                ),
+                ("--encoder-embed-dim ENCODER_EMBED_DIM", "encoder: embedding dimension (default: 512)"),
+                (
+                    "--encoder-ffn-embed-dim ENCODER_FFN_EMBED_DIM",
+                    "encoder: embedding dimension for FFN (default: 2048)",
+                ),
+                ("--encoder-layers ENCODER_LAYERS", "encoder: number of layers (default: 4)"),
+                (
+                    "--encoder-attention-heads ENCODER_ATTENTION_HEADS",
+                    "encoder: number of attention heads (default: 8)",
+                ),
+                ("--encoder-normalize-before", "encoder: apply layernorm before each block (default: on)"),
+                ("--decoder-embed-dim DECODER_EMBED_DIM", "decoder: embedding dimension (default: 512)"),
+                (
+                    "--decoder-ffn-embed-dim DECODER_FFN_EMBED_DIM",
+                    "decoder: embedding dimension for FFN (default: 2048)",
+                ),
+                ("--decoder-layers DECODER_LAYERS", "decoder: number of layers (default: 4)"),
+                (
+                    "--decoder-attention-heads DECODER_ATTENTION_HEADS",
+                    "decoder: number of attention heads (default: 8)",
+                ),
+                ("--decoder-normalize-before", "decoder: apply layernorm before each block (default: on)"),
+                (
+                    "--share-all-embeddings",
+                    "share encoder, decoder and output embeddings (requires shared dictionary and embed dim) (default: on)",
+                ),
+                ("--alignment-heads N", "number of attention heads to be used for pointing (default: 1)"),
+                (
+                    "--alignment-layer I",
+                    "layer number to be used for pointing (0 corresponding to the bottommost layer) (default: -1)",
+                ),
+                (
+                    "--source-position-markers N",
+                    "dictionary includes N additional items that represent an OOV token at a particular input position (default: 0)",
+                ),
+            ),
+        ),
         "dape_transformer": (
             "transformer",
             (
@@ -818,6 +864,36 @@ MDSFAIR = {
                 ),
             ),
         ),
+        "pointer_generator": (
+            None,
+            (
+                ("--word-embed-dim N", "size of the word embeddings (Sec. 4) (default: 128)"),
+                (
+                    "--lstm-hidden-dim N",
+                    "size of the decoder LSTM state and of each direction of the encoder LSTM (Sec. 4) (default: 256)",
+                ),
+                (
+                    "--attention-hidden-dim N",
+                    "size of W_h h_i + W_s s_t + w_c c_i in the attention score (Eq. 1, 11) (default: 2 x --lstm-hidden-dim)",
+                ),
+                (
+                    "--no-coverage",
+                    "the pointer-generator without coverage: no w_c c_i term in the attention (Eq. 1 instead of 11) (default: off)",
+                ),
+                (
+                    "--dropout P",
+                    "dropout on the word embeddings and the LSTM states (the paper uses none) (default: 0.0)",
+                ),
+                (
+                    "--checkpoint-activations",
+                    "recompute the LSTM layers' activations in the backward pass instead of keeping them",
+                ),
+                (
+                    "--offload-activations",
+                    "keep the checkpointed LSTM layers' inputs in CPU memory (implies --checkpoint-activations)",
+                ),
+            ),
+        ),
         "sparse_bart": (
             "bart",
             (
@@ -949,6 +1025,15 @@ MDSFAIR = {
             None,
             (),
         ),
+        "pointer_generator_coverage": (
+            "label_smoothed_cross_entropy",
+            (
+                (
+                    "--coverage-weight COVERAGE_WEIGHT",
+                    "lambda of the coverage loss term (Eq. 13; the paper uses 1) (default: 1.0)",
+                ),
+            ),
+        ),
         "sparse_kl": (
             "label_smoothed_cross_entropy",
             (
@@ -981,6 +1066,108 @@ MDSFAIR = {
 FAIRSEQ = {
     "task": {},
     "model": {
+        "transformer_pointer_generator": (
+            ("--activation-fn {relu,gelu,gelu_fast,gelu_accurate,tanh,linear}", "activation function to use"),
+            ("--dropout DROPOUT", "dropout probability"),
+            ("--attention-dropout ATTENTION_DROPOUT", "dropout probability for attention weights"),
+            ("--activation-dropout ACTIVATION_DROPOUT", "dropout probability after activation in FFN."),
+            ("--adaptive-input", ""),
+            ("--encoder-embed-path ENCODER_EMBED_PATH", "encoder: path to pre-trained embedding"),
+            ("--encoder-embed-dim ENCODER_EMBED_DIM", "encoder: embedding dimension"),
+            ("--encoder-ffn-embed-dim ENCODER_FFN_EMBED_DIM", "encoder: embedding dimension for FFN"),
+            ("--encoder-layers ENCODER_LAYERS", "encoder: number of layers"),
+            ("--encoder-attention-heads ENCODER_ATTENTION_HEADS", "encoder: number of attention heads"),
+            ("--encoder-normalize-before", "encoder: apply layernorm before each block"),
+            ("--encoder-learned-pos", "encoder: use learned positional embeddings"),
+            ("--encoder-layerdrop ENCODER_LAYERDROP", "encoder: LayerDrop probability"),
+            ("--encoder-layers-to-keep ENCODER_LAYERS_TO_KEEP", "encoder: which layers to *keep* when pruning"),
+            (
+                "--encoder-xformers-att-config ENCODER_XFORMERS_ATT_CONFIG",
+                "encoder: config for xFormers attention, defined in xformers.components.attention.AttentionConfig",
+            ),
+            ("--max-source-positions MAX_SOURCE_POSITIONS", "Maximum input length supported by the encoder"),
+            ("--decoder-embed-path DECODER_EMBED_PATH", "decoder: path to pre-trained embedding"),
+            ("--decoder-embed-dim DECODER_EMBED_DIM", "decoder: embedding dimension"),
+            ("--decoder-ffn-embed-dim DECODER_FFN_EMBED_DIM", "decoder: embedding dimension for FFN"),
+            ("--decoder-layers DECODER_LAYERS", "decoder: number of layers"),
+            ("--decoder-attention-heads DECODER_ATTENTION_HEADS", "decoder: number of attention heads"),
+            ("--decoder-normalize-before", "decoder: apply layernorm before each block"),
+            ("--decoder-learned-pos", "decoder: use learned positional embeddings"),
+            ("--decoder-layerdrop DECODER_LAYERDROP", "decoder: LayerDrop probability"),
+            ("--decoder-layers-to-keep DECODER_LAYERS_TO_KEEP", "decoder: which layers to *keep* when pruning"),
+            (
+                "--decoder-xformers-att-config DECODER_XFORMERS_ATT_CONFIG",
+                "decoder: config for xFormers attention, defined in xformers.components.attention.AttentionConfig",
+            ),
+            (
+                "--decoder-output-dim DECODER_OUTPUT_DIM",
+                "decoder: decoder output dimension (extra linear layer if different from decoder embed dim)",
+            ),
+            ("--max-target-positions MAX_TARGET_POSITIONS", "Maximum output length supported by the decoder"),
+            ("--share-decoder-input-output-embed", "share decoder input and output embeddings"),
+            (
+                "--share-all-embeddings",
+                "share encoder, decoder and output embeddings (requires shared dictionary and embed dim)",
+            ),
+            (
+                "--merge-src-tgt-embed",
+                "if true then the source and target embedding table is merged into one table. This is going to make the model smaller but it might hurt performance.",
+            ),
+            ("--no-token-positional-embeddings", "if True, disables positional embeddings (outside self attention)"),
+            (
+                "--adaptive-softmax-cutoff ADAPTIVE_SOFTMAX_CUTOFF",
+                "list of adaptive softmax cutoff points. Must be used with adaptive_loss criterion",
+            ),
+            (
+                "--adaptive-softmax-dropout ADAPTIVE_SOFTMAX_DROPOUT",
+                "sets adaptive softmax dropout for the tail projections",
+            ),
+            ("--adaptive-softmax-factor ADAPTIVE_SOFTMAX_FACTOR", "adaptive input factor"),
+            ("--layernorm-embedding", "add layernorm to embedding"),
+            ("--tie-adaptive-weights", "if set, ties the weights of adaptive softmax and adaptive input"),
+            ("--tie-adaptive-proj", "if set, ties the projection weights of adaptive softmax and adaptive input"),
+            ("--no-scale-embedding", "if True, dont scale embeddings"),
+            (
+                "--checkpoint-activations",
+                "checkpoint activations at each layer, which saves GPU memory usage at the cost of some additional compute",
+            ),
+            (
+                "--offload-activations",
+                "checkpoint activations at each layer, then save to gpu. Sets --checkpoint-activations.",
+            ),
+            ("--no-cross-attention", "do not perform cross-attention"),
+            ("--cross-self-attention", "perform cross+self-attention"),
+            ("--quant-noise-pq QUANT_NOISE_PQ", "quant-noise: iterative PQ quantization noise at training time"),
+            (
+                "--quant-noise-pq-block-size QUANT_NOISE_PQ_BLOCK_SIZE",
+                "quant-noise: block size of quantization noise at training time",
+            ),
+            (
+                "--quant-noise-scalar QUANT_NOISE_SCALAR",
+                "quant-noise: scalar quantization noise and scalar quantization at training time",
+            ),
+            (
+                "--min-params-to-wrap MIN_PARAMS_TO_WRAP",
+                "minimum number of params for a layer to be wrapped with FSDP() when training with --ddp-backend=fully_sharded. Smaller values will improve memory efficiency, but may make torch.distributed communication less efficient due to smaller input sizes. This option is set to 0 (i.e., always wrap) when --checkpoint-activations or --offload-activations are passed.",
+            ),
+            ("--char-inputs", "if set, model takes character ids as input"),
+            ("--relu-dropout RELU_DROPOUT", ""),
+            ("--base-layers BASE_LAYERS", "number of BASE layers in total"),
+            ("--base-sublayers BASE_SUBLAYERS", "number of sublayers in each BASE layer"),
+            ("--base-shuffle BASE_SHUFFLE", "shuffle tokens between workers before computing assignment"),
+            ("--export", "make the layernorm exportable with torchscript."),
+            ("--no-decoder-final-norm", "don't add an extra layernorm after the last decoder block"),
+            ("--alignment-heads N", "number of attention heads to be used for pointing"),
+            ("--alignment-layer I", "layer number to be used for pointing (0 corresponding to the bottommost layer)"),
+            (
+                "--source-position-markers N",
+                "dictionary includes N additional items that represent an OOV token at a particular input position",
+            ),
+            (
+                "--force-generation P",
+                "set the vocabulary distribution weight to P, instead of predicting it from the input (1.0 corresponding to generation, 0.0 to pointing)",
+            ),
+        ),
         "transformer": (
             ("--activation-fn {relu,gelu,gelu_fast,gelu_accurate,tanh,linear}", "activation function to use"),
             ("--dropout DROPOUT", "dropout probability"),
@@ -1186,6 +1373,7 @@ FAIRSEQ = {
 
 #: mdsfair's model -> its architectures
 ARCHITECTURES = {
+    "copy_transformer": ("copy_transformer", "copy_transformer_tiny"),
     "dape_transformer": ("dape_transformer", "dape_transformer_tiny"),
     "hierencdec_bart": (
         "hierencdec_bart_base",
@@ -1199,6 +1387,7 @@ ARCHITECTURES = {
     "multidoc_bart": ("multidoc_bart_base", "multidoc_bart_large", "multidoc_bart_tiny"),
     "pagesum_bart": ("pagesum_bart_base", "pagesum_bart_large", "pagesum_bart_tiny"),
     "paragraph_ranker": ("paragraph_ranker", "paragraph_ranker_tiny"),
+    "pointer_generator": ("pointer_generator_see2017", "pointer_generator_tiny"),
     "sparse_bart": (
         "hierencdec_sparse",
         "hierencdec_sparse_tiny",
@@ -1222,6 +1411,15 @@ FAIRSEQ_ARCHITECTURES = {
         "transformer_wmt_en_de",
         "transformer_wmt_en_de_big",
         "transformer_wmt_en_de_big_t2t",
+    ),
+    "transformer_pointer_generator": (
+        "transformer_pointer_generator",
+        "transformer_pointer_generator_iwslt_de_en",
+        "transformer_pointer_generator_vaswani_wmt_en_de_big",
+        "transformer_pointer_generator_vaswani_wmt_en_fr_big",
+        "transformer_pointer_generator_wmt_en_de",
+        "transformer_pointer_generator_wmt_en_de_big",
+        "transformer_pointer_generator_wmt_en_de_big_t2t",
     ),
 }
 
