@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from benchmarks import render_docs, results
+from benchmarks import render_docs, render_headline, render_plots, render_tables, results
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,15 +79,15 @@ def test_the_pages_that_carry_figures_render_them_and_every_plot_they_show_exist
     with open(os.path.join(REPO_ROOT, "docs/performance.md"), encoding="utf-8") as handle:
         performance = handle.read()
     assert "<!-- results:headline -->" in performance and "<!-- results:plot:speed_ratios -->" in performance
-    with open(os.path.join(REPO_ROOT, render_docs.DETAILS_PAGE), encoding="utf-8") as handle:
+    with open(os.path.join(REPO_ROOT, render_headline.DETAILS_PAGE), encoding="utf-8") as handle:
         details = handle.read()
     assert "<!-- results:index -->" in details
     with open(os.path.join(REPO_ROOT, "docs/scaling.md"), encoding="utf-8") as handle:
         scaling = handle.read()
     assert "<!-- results:plot:memory_vs_length -->" in scaling and "<!-- results:plot:checkpointing -->" in scaling
-    assert shown >= set(render_docs.PLOTS)
+    assert shown >= set(render_plots.PLOTS)
     for name in shown:
-        path = os.path.join(render_docs.IMAGES, render_docs.PLOTS[name][0])
+        path = os.path.join(render_plots.IMAGES, render_plots.PLOTS[name][0])
         assert os.path.getsize(path) > 1000, f"plot {relative(path)} missing (run python benchmarks/render_docs.py)"
 
 
@@ -99,12 +99,12 @@ def test_the_led_sparse_table_in_the_components_page_is_rendered_from_its_result
 
 def test_the_renderer_formats_a_spread_and_a_ratio_by_their_keys():
     assert (
-        render_docs.figure("total_speedup_vs_led", {"median": 3.8416, "minimum": 3.2798, "maximum": 3.9353})
+        render_tables.figure("total_speedup_vs_led", {"median": 3.8416, "minimum": 3.2798, "maximum": 3.9353})
         == "3.84x (3.28\u20113.94)"  # a non-breaking hyphen: a narrow column wraps at the space only
     )
-    assert render_docs.figure("peak_mib", 67355) == "67,355"
-    assert render_docs.figure("seconds", {"median": 0.1234, "minimum": None, "maximum": None}) == "0.123"
-    assert render_docs.figure("source_tokens", 16384) == "16,384"
+    assert render_tables.figure("peak_mib", 67355) == "67,355"
+    assert render_tables.figure("seconds", {"median": 0.1234, "minimum": None, "maximum": None}) == "0.123"
+    assert render_tables.figure("source_tokens", 16384) == "16,384"
     page = "a\n<!-- results:led_sparse_cpu -->\nold\n<!-- /results -->\nb\n"
     assert render_docs.blocks(render_docs.rendered(page)) == [("led_sparse_cpu", render_docs.body("led_sparse_cpu"))]
 
@@ -149,15 +149,15 @@ def test_the_performance_page_opens_with_the_headline_table_and_its_plot():
     names = [name for name, _ in render_docs.blocks(page)]
     assert names == ["headline", "plot:speed_ratios"]
     assert page.index("<!-- results:headline -->") < page.index("\n## ")  # before the first section
-    headline = render_docs.tables_of(render_docs.render("headline"))
-    assert len(headline) == 1 and render_docs.tables_of(page) == headline
+    headline = render_tables.tables_of(render_docs.render("headline"))
+    assert len(headline) == 1 and render_tables.tables_of(page) == headline
     lines = headline[0].splitlines()
-    assert render_docs.cells(lines[0]) == ["system", "against", "CPU", "GPU", "measurements"]
-    rows = {render_docs.cells(line)[0]: render_docs.cells(line) for line in lines[2:]}
-    assert len(rows) == len(render_docs.SYSTEMS)
-    points = render_docs.speed_points()
-    for system, (name, _, details) in render_docs.SYSTEMS.items():
-        assert rows[name][4] == f"[details]({os.path.basename(render_docs.DETAILS_PAGE)}{details})"
+    assert render_tables.cells(lines[0]) == ["system", "against", "CPU", "GPU", "measurements"]
+    rows = {render_tables.cells(line)[0]: render_tables.cells(line) for line in lines[2:]}
+    assert len(rows) == len(render_headline.SYSTEMS)
+    points = render_headline.speed_points()
+    for system, (name, _, details) in render_headline.SYSTEMS.items():
+        assert rows[name][4] == f"[details]({os.path.basename(render_headline.DETAILS_PAGE)}{details})"
         for column, kind in ((2, "cpu"), (3, "cuda")):
             measured = [point for point in points if point.system == system and point.kind == kind]
             if not measured:
@@ -165,22 +165,22 @@ def test_the_performance_page_opens_with_the_headline_table_and_its_plot():
                 continue
             largest = max(measured, key=lambda point: point.size)
             median, low, high = largest.ratio
-            shown = render_docs.figure("vs", {"median": median, "minimum": low, "maximum": high})
+            shown = render_tables.figure("vs", {"median": median, "minimum": low, "maximum": high})
             assert rows[name][column].startswith(f"{shown} at {largest.setting}"), (name, kind)
 
 
 def test_no_rendered_table_is_wider_than_the_page():
     """At the documentation's default width (1,280 pixels) no table the renderer
     writes needs a sideways scroll: its narrowest layout (every column as wide
-    as its longest word) fits :data:`render_docs.TABLE_EM`."""
+    as its longest word) fits :data:`render_tables.TABLE_EM`."""
     wide = []
     for path in render_docs.pages():
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
         for name, body in render_docs.blocks(text):
-            for table in render_docs.tables_of(body):
-                width = render_docs.table_width_em(table)
-                if width > render_docs.TABLE_EM:
+            for table in render_tables.tables_of(body):
+                width = render_tables.table_width_em(table)
+                if width > render_tables.TABLE_EM:
                     wide.append(f"{relative(path)}: block {name}: {width:.1f} em ({table.splitlines()[0][:60]}...)")
     assert not wide, wide
 
@@ -192,14 +192,14 @@ def test_a_wide_table_is_split_into_tables_that_repeat_the_settings():
         for tokens in (1024, 4096)
         for attention in ("full", "sparse r=5")
     ]
-    tables = render_docs.tables_of(render_docs.table(rows))
+    tables = render_tables.tables_of(render_tables.table(rows))
     assert len(tables) > 1
     measured = []
     for table in tables:
-        assert render_docs.table_width_em(table) <= render_docs.TABLE_EM
-        header = render_docs.cells(table.splitlines()[0])
+        assert render_tables.table_width_em(table) <= render_tables.TABLE_EM
+        header = render_tables.cells(table.splitlines()[0])
         assert header[:2] == ["source tokens", "attention"]
-        assert [render_docs.cells(line)[:2] for line in table.splitlines()[2:]] == [
+        assert [render_tables.cells(line)[:2] for line in table.splitlines()[2:]] == [
             ["1,024", "full"],
             ["1,024", "sparse r=5"],
             ["4,096", "full"],
@@ -209,14 +209,16 @@ def test_a_wide_table_is_split_into_tables_that_repeat_the_settings():
     assert measured == [f"measure {index} s" for index in range(12)]
     narrow = rows[:1]
     narrow[0] = {key: narrow[0][key] for key in ("source_tokens", "attention", "measure_0_s")}
-    assert len(render_docs.tables_of(render_docs.table(narrow))) == 1
+    assert len(render_tables.tables_of(render_tables.table(narrow))) == 1
 
 
 def test_the_width_of_a_cell_is_that_of_its_longest_word():
     # a spread wraps at its space, never inside "(11.23-13.46)"; code is Roboto Mono at .85 em
-    spread = render_docs.figure("x_s", {"median": 12.3456, "minimum": 11.2345, "maximum": 13.4567})
+    spread = render_tables.figure("x_s", {"median": 12.3456, "minimum": 11.2345, "maximum": 13.4567})
     assert spread == "12.35 (11.23\u201113.46)"
-    assert render_docs.longest_word_em(spread) == render_docs.longest_word_em("(11.23\u201113.46)")
-    assert render_docs.longest_word_em("`abcdefghij`") == pytest.approx(10 * render_docs.CODE_CHARACTER_EM)
-    assert render_docs.longest_word_em("[details](page.html#a-long-anchor)") == (render_docs.longest_word_em("details"))
-    assert render_docs.cells("| a \\| b | `c` |") == ["a \\| b", "`c`"]
+    assert render_tables.longest_word_em(spread) == render_tables.longest_word_em("(11.23\u201113.46)")
+    assert render_tables.longest_word_em("`abcdefghij`") == pytest.approx(10 * render_tables.CODE_CHARACTER_EM)
+    assert render_tables.longest_word_em("[details](page.html#a-long-anchor)") == (
+        render_tables.longest_word_em("details")
+    )
+    assert render_tables.cells("| a \\| b | `c` |") == ["a \\| b", "`c`"]
