@@ -1,0 +1,277 @@
+"""T-DMCA (Liu et al. 2018): its two attentions against naive per-position
+oracles of the paper's rules (the authors' tensor2tensor code is TF1 and does
+not run here), incremental decoding against the full pass, the decoder-only
+packing through the task, training and fairseq-generate. The model contract
+(``tests/test_model_contract.py``) runs ``tdmca`` and ``tdmca_tiny`` too; this
+file runs the contract's checks on ``tdmca_tiny`` as well, in float64."""
+
+import argparse
+import math
+import os
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from mdsfair.modules.local_attention import CausalLocalSelfAttention
+from mdsfair.modules.memory_compressed_attention import CausalMemoryCompressedSelfAttention
+from tests import contract_checks as checks
+from tests import model_contract as contract
+from tests.tolerances import assert_close_in_dtype
+from tests.utils import USER_DIR, fairseq_cli, generation_command, hypothesis_lines, short_training, toy_dictionary
+
+
+def heads_of(x, module, projection):
+    """``projection(x)`` ``[N, D]`` as ``[heads, N, d]``."""
+    return projection(x).view(x.size(0), module.num_heads, module.head_dim).transpose(0, 1)
+
+
+def local_attention_oracle(module: CausalLocalSelfAttention, x):
+    """One query at a time: softmax over the keys j <= i of the query's block
+    and the previous one (tensor2tensor's masked_local_attention_1d)."""
+    q, k, v = (heads_of(x, module, p) for p in (module.q_proj, module.k_proj, module.v_proj))
+    block = module.block_length
+    outputs = []
+    for i in range(x.size(0)):
+        keys = [j for j in range(i + 1) if j // block >= i // block - 1]
+        scores = torch.einsum("hd,hkd->hk", q[:, i], k[:, keys]) / math.sqrt(module.head_dim)
+        outputs.append(torch.einsum("hk,hkd->hd", torch.softmax(scores, dim=-1), v[:, keys]).reshape(-1))
+    return module.out_proj(torch.stack(outputs))
+
+
+def memory_compressed_oracle(module: CausalMemoryCompressedSelfAttention, x):
+    """One query at a time: slot m = sum_r W_r K_{cm+r} + b over the
+    projected keys (values alike), visible when cm + c - 1 <= i, plus a null
+    logit 0 with a zero value (mesh-tensorflow's extra_logit)."""
+    c = module.compression
+    keys, values = module.k_proj(x), module.v_proj(x)
+
+    def slot(convolution, projected, m):
+        weight, bias = convolution.weight, convolution.bias  # [D_out, D_in, c]
+        return bias + sum(weight[:, :, r] @ projected[c * m + r] for r in range(c))
+
+    q = heads_of(x, module, module.q_proj)
+    outputs = []
+    for i in range(x.size(0)):
+        visible = [m for m in range(x.size(0) // c) if c * m + c - 1 <= i]
+        head_output = torch.zeros(module.num_heads, module.head_dim, dtype=x.dtype)
+        if visible:
+            k = torch.stack([slot(module.k_compression, keys, m) for m in visible]).view(
+                len(visible), module.num_heads, module.head_dim
+            )
+            v = torch.stack([slot(module.v_compression, values, m) for m in visible]).view(
+                len(visible), module.num_heads, module.head_dim
+            )
+            scores = torch.einsum("hd,mhd->hm", q[:, i], k) / math.sqrt(module.head_dim)
+            scores = torch.cat([scores, scores.new_zeros(module.num_heads, 1)], dim=-1)
+            weights = torch.softmax(scores, dim=-1)[:, :-1]
+            head_output = torch.einsum("hm,mhd->hd", weights, v)
+        outputs.append(head_output.reshape(-1))
+    return module.out_proj(torch.stack(outputs))
+
+
+@pytest.mark.parametrize("length", [1, 5, 8, 13, 20])
+def test_local_attention_is_the_block_rule(length):
+    torch.manual_seed(0)
+    module = CausalLocalSelfAttention(12, 3, block_length=4).double().eval()
+    x = torch.randn(2, length, 12, dtype=torch.float64)
+    with torch.no_grad():
+        full = module(x)
+        for row in range(2):
+            torch.testing.assert_close(full[row], local_attention_oracle(module, x[row]), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("length", [1, 2, 3, 7, 12, 14])
+@pytest.mark.parametrize("compression", [1, 3])
+def test_memory_compressed_attention_is_the_strided_convolution_rule(length, compression):
+    torch.manual_seed(0)
+    module = CausalMemoryCompressedSelfAttention(12, 3, compression=compression).double().eval()
+    x = torch.randn(2, length, 12, dtype=torch.float64)
+    with torch.no_grad():
+        full = module(x)
+        for row in range(2):
+            oracle = memory_compressed_oracle(module, x[row])
+            torch.testing.assert_close(full[row], oracle, rtol=0, atol=1e-12)
+
+
+def test_the_first_compressed_queries_see_nothing_and_output_the_bias():
+    """Positions 0 and 1 precede the first complete window (c = 3): the null
+    logit takes all the weight, so their output is out_proj's bias."""
+    torch.manual_seed(0)
+    module = CausalMemoryCompressedSelfAttention(12, 3, compression=3).double().eval()
+    with torch.no_grad():
+        output = module(torch.randn(1, 6, 12, dtype=torch.float64))
+    torch.testing.assert_close(output[0, :2], module.out_proj.bias.expand(2, -1), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["local", "memory-compressed"])
+def test_steps_equal_the_full_pass_with_rows_of_different_lengths(kind):
+    """Rows whose first pass covers 5 and 9 positions, then steps at
+    per-row positions: the outputs of the full pass over each row."""
+    torch.manual_seed(0)
+    if kind == "local":
+        module = CausalLocalSelfAttention(12, 3, block_length=4).double().eval()
+    else:
+        module = CausalMemoryCompressedSelfAttention(12, 3, compression=3).double().eval()
+    lengths, steps = torch.tensor([5, 9]), 7
+    x = torch.randn(2, 9 + steps, 12, dtype=torch.float64)
+    with torch.no_grad():
+        cache = {}
+        module(x[:, :9], cache=cache, lengths=lengths)
+        for step in range(steps):
+            position = lengths + step
+            new = torch.stack([x[row, position[row]] for row in range(2)]).unsqueeze(1)
+            output = module.step(new, position, cache)
+            for row in range(2):
+                p = int(position[row])
+                expected = module(x[row : row + 1, : p + 1])[0, p]
+                torch.testing.assert_close(output[row, 0], expected, rtol=0, atol=1e-12)
+
+
+# ------------------------------------------------------------------ the model
+
+
+def build(arch: str, dictionary, **flags):
+    """The model of ``arch`` on ``dictionary``, seeded, in float64, eval mode."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    import mdsfair
+
+    mdsfair.register()
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    args = parser.parse_args([])
+    vars(args).update(flags)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(0)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task).double().eval()
+    checks.perturb_parameters(model, seed=0, scale=0.2)
+    return model
+
+
+def toy_batch(dictionary, lengths=(11, 6), target_length=9, seed=1):
+    """Right-padded sources of ``lengths`` ending in ``</s>`` and teacher-forced targets."""
+    generator = torch.Generator().manual_seed(seed)
+    first_word, vocabulary = dictionary.nspecial, len(dictionary)
+    src_tokens = torch.full((len(lengths), max(lengths)), dictionary.pad())
+    for row, length in enumerate(lengths):
+        src_tokens[row, : length - 1] = torch.randint(first_word, vocabulary, (length - 1,), generator=generator)
+        src_tokens[row, length - 1] = dictionary.eos()
+    target = torch.randint(first_word, vocabulary, (len(lengths), target_length), generator=generator)
+    target[:, -1] = dictionary.eos()
+    prev_output_tokens = torch.cat([target.new_full((len(lengths), 1), dictionary.eos()), target[:, :-1]], dim=1)
+    return src_tokens, torch.tensor(lengths), prev_output_tokens, target
+
+
+def test_the_paper_layer_pattern_block_and_compression():
+    dictionary = toy_dictionary()
+    model = build("tdmca", dictionary)
+    kinds = "".join(
+        "L" if isinstance(layer.self_attn, CausalLocalSelfAttention) else "M" for layer in model.decoder.layers
+    )
+    assert kinds == "LMLML"
+    local, compressed = model.decoder.layers[0].self_attn, model.decoder.layers[1].self_attn
+    assert local.block_length == 256
+    assert compressed.k_compression.kernel_size == compressed.k_compression.stride == (3,)
+    assert compressed.v_compression.kernel_size == compressed.v_compression.stride == (3,)
+    assert (model.decoder.embed_dim, local.num_heads, model.decoder.layers[0].fc1.out_features) == (512, 8, 2048)
+    assert not list(model.encoder.parameters())
+
+
+def test_the_decoder_reads_source_then_summary_as_one_causal_sequence():
+    """The summary outputs are those of one language model over
+    ``[source ; </s> ; summary]`` (a row alone, unpadded); a later summary
+    token changes no earlier output; padding and the other row change nothing."""
+    dictionary = toy_dictionary()
+    model = build("tdmca_tiny", dictionary)
+    src_tokens, src_lengths, prev_output_tokens, _ = toy_batch(dictionary)
+    with torch.no_grad():
+        batch_logits = model(src_tokens, src_lengths, prev_output_tokens)[0]
+        for row in range(2):
+            length = int(src_lengths[row])
+            sequence = torch.cat([src_tokens[row, :length], prev_output_tokens[row]]).unsqueeze(0)
+            positions = torch.arange(sequence.size(1)).unsqueeze(0)
+            x = model.decoder.embed(sequence, positions)
+            for layer in model.decoder.layers:
+                x = layer(x)
+            language_model = model.decoder.output_layer(model.decoder.layer_norm(x))[0, length:]
+            assert_close_in_dtype(batch_logits[row], language_model)
+        changed = prev_output_tokens.clone()
+        changed[:, 5] = dictionary.nspecial + 3
+        changed_logits = model(src_tokens, src_lengths, changed)[0]
+        assert torch.equal(changed_logits[:, :5], batch_logits[:, :5])
+        assert not torch.allclose(changed_logits[:, 5:], batch_logits[:, 5:])
+
+
+def test_incremental_decoding_with_reordering_equals_full_decoding():
+    dictionary = toy_dictionary()
+    model = build("tdmca_tiny", dictionary)
+    src_tokens, src_lengths, prev_output_tokens, _ = toy_batch(dictionary)
+    net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths}
+    checks.check_reordered_incremental_decoding_equals_full_decoding(model, net_input, steps=12)
+
+
+def test_the_paper_settings_refuse_a_pattern_of_other_letters():
+    from mdsfair.models.tdmca import layer_pattern
+
+    assert layer_pattern("lmlml") == "LMLML"
+    with pytest.raises(ValueError, match="L .local. and M"):
+        layer_pattern("LXL")
+
+
+# ------------------------------------------------------------ the contract
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return contract.make_contract_data(str(tmp_path_factory.mktemp("tdmca")))
+
+
+def test_the_contract_checks_in_float64(data, tmp_path):
+    built_model = contract.ContractModel("tdmca_tiny", data)
+    model = built_model.build_model().double().eval()
+    checks.perturb_parameters(model, seed=0)
+    checks.check_forward_shapes_padding_and_batch_composition(built_model, model)
+    checks.check_incremental_beam_search_equals_full_decoding(built_model, model)
+    sample = built_model.batch("valid", built_model.shortest("valid", 3), model)
+    checks.check_reordered_incremental_decoding_equals_full_decoding(model, sample["net_input"])
+    trained = built_model.build_model().train()
+    checks.check_every_parameter_gets_a_gradient(
+        trained, built_model.build_criterion(), built_model.batch("train", [0, 1, 2, 3], trained)
+    )
+    checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
+
+
+@pytest.mark.slow
+def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_path):
+    from tests.utils import make_tiny_data_bin
+
+    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+    save_dir = str(tmp_path / "checkpoints")
+    task = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization"]
+    task += ["--max-source-positions", "400", "--max-target-positions", "100"]
+    log = fairseq_cli(
+        "fairseq_cli.train",
+        task
+        + ["--arch", "tdmca_tiny", "--criterion", "label_smoothed_cross_entropy"]
+        + short_training(save_dir, updates=2)
+        + ["--log-format", "simple"],
+    )
+    assert "done training" in log
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    output = fairseq_cli(
+        "fairseq_cli.generate", generation_command(data_bin, checkpoint, "--user-dir", USER_DIR, beam=2)
+    )
+    assert len(hypothesis_lines(output)) == 4
+
+    import json
+
+    import mdsfair
+    from mdsfair.models.tdmca import TDMCAModel
+
+    mdsfair.register()
+    hub = TDMCAModel.from_pretrained(save_dir, checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin)
+    clusters = [json.loads(line) for line in open(os.path.join(tmp_path, "data", "raw", "test.jsonl"))]
+    summaries = hub.summarize(clusters[:2], beam=2, max_len_b=8)
+    assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)
