@@ -86,7 +86,7 @@ def source_words(path: str) -> Tuple[int, int]:
 def _write_synthetic_part(job) -> str:
     """Write one synthetic split file (kept when it is already there: the
     same seed gives the same file)."""
-    from mdsfair.preprocess.synthetic import generate_clusters
+    from mdsfair.preprocess.synthetic_clusters import generate_clusters
 
     path, seed = job
     if os.path.exists(path):

@@ -1,6 +1,6 @@
 """LexRank (Erkan & Radev 2004), the one implementation of mdsfair: the
 extractive baseline of ``mdsfair-baseline`` (:func:`mdsfair.evaluation.baselines.lexrank`)
-and the synthetic data's baseline gap check (:func:`mdsfair.preprocess.synthetic.lexrank_summary`).
+and the synthetic data's baseline gap check (:func:`mdsfair.preprocess.synthetic_report.lexrank_summary`).
 
 Sentences are bags of :func:`mdsfair.text.words`; similarity is the
 idf-modified cosine (:func:`tfidf_cosine_matrix`, Erkan & Radev Eq. 3, of the

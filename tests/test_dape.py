@@ -318,7 +318,7 @@ def real_clusters(tmp_path_factory):
     papers), split by the rule splitter; where ../shared/data is not present,
     40 mdsfair-synth clusters (short ones: 40 make a stream of many batches)."""
     from mdsfair.preprocess.structure import SentenceSplitter, read_clusters
-    from mdsfair.preprocess.synthetic import generate_clusters
+    from mdsfair.preprocess.synthetic_clusters import generate_clusters
 
     path = os.path.join(SHARED_DATA, "peersum_sample", "jsonl", "valid.jsonl")
     count = 6

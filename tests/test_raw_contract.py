@@ -134,7 +134,7 @@ def test_rouge_tokens_are_rouge_scores_tokens():
 
 
 def test_one_lexrank_serves_the_baseline_and_the_synthetic_gap_check():
-    from mdsfair.preprocess import synthetic
+    from mdsfair.preprocess import synthetic_report
 
     sentences = ["The storm hit Calden.", "Power failed in Calden.", "The storm cut power.", "Cats sleep."]
     matrix = tfidf_cosine_matrix(sentences)
@@ -143,11 +143,11 @@ def test_one_lexrank_serves_the_baseline_and_the_synthetic_gap_check():
     scores = lexrank_scores(sentences, threshold=0.0, weighted=True)
     assert sum(scores) == pytest.approx(1.0)
     top_two = sorted(sorted(range(4), key=lambda i: (-scores[i], i))[:2])
-    assert synthetic.lexrank_summary(
+    assert synthetic_report.lexrank_summary(
         ["The storm hit Calden. Power failed in Calden.", "The storm cut power. Cats sleep."], num_sentences=2
     ) == " ".join(sentences[i] for i in top_two)
     assert 3 not in top_two  # the unconnected sentence is least central
-    assert extractive_baselines.lexrank_scores is lexrank_scores and synthetic.lexrank_scores is lexrank_scores
+    assert extractive_baselines.lexrank_scores is lexrank_scores and synthetic_report.lexrank_scores is lexrank_scores
 
 
 def test_preprocessing_paragraphs_are_the_text_layers_on_cleaned_text():

@@ -5,15 +5,12 @@ import re
 
 import pytest
 
-from mdsfair.preprocess import synthetic
-from mdsfair.preprocess.synthetic import (
-    SLOT_ORDER,
-    baseline_gap_report,
-    canonical_summary,
-    cli_main,
-    generate_clusters,
-    write_dataset,
-)
+from mdsfair.preprocess import synthetic, synthetic_clusters
+from mdsfair.preprocess.synthetic import cli_main, write_dataset
+from mdsfair.preprocess.synthetic_clusters import generate_clusters
+from mdsfair.preprocess.synthetic_report import baseline_gap_report, dataset_statistics
+from mdsfair.preprocess.synthetic_sentences import SLOT_ORDER, canonical_summary
+from mdsfair.preprocess.synthetic_world import ENTITY_TYPES
 
 
 def _mentions(text, phrase):
@@ -64,7 +61,7 @@ def test_schema_of_every_line(tmp_path):
 
 
 def test_lengths_are_in_the_intended_range(clusters):
-    stats = synthetic.dataset_statistics(clusters)
+    stats = dataset_statistics(clusters)
     assert 250 <= stats["source_words"] <= 500
     assert 20 <= stats["summary_words"] <= 50
 
@@ -84,7 +81,7 @@ def test_every_summary_fact_appears_in_a_relevant_document(clusters):
                 )
             ]
             assert supporting, (cluster["id"], slot, value)
-        noun = synthetic.ENTITY_TYPES[meta["type"]].noun
+        noun = ENTITY_TYPES[meta["type"]].noun
         assert any(_mentions(cluster["documents"][d], f"{cluster['title']} {noun}") for d in meta["relevant_docs"])
 
 
@@ -147,7 +144,7 @@ def test_splits_are_disjoint():
     for split, clusters in splits.items():
         for cluster in clusters:
             topic = {"name": cluster["title"], "facts": cluster["meta"]["facts"]}
-            assert synthetic._signature_bucket(topic) in synthetic._SPLIT_BUCKETS[split]
+            assert synthetic_clusters._signature_bucket(topic) in synthetic_clusters._SPLIT_BUCKETS[split]
 
 
 def test_options_are_validated():
