@@ -76,6 +76,14 @@ MDSFAIR = {
                     "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with --lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' ((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with (alpha 0.4); either generator (mdsfair.generation.length_penalty) (default: fairseq)",
                 ),
                 (
+                    "--min-len-words MIN_LEN_WORDS",
+                    "generation: no summary ends before it holds this many words (a word begins at every word-initial subword of the data-bin's subword model), as DAPE's 200 (Multi-News) / 110 (Multi-XScience); --max-len-b still bounds the tokens (mdsfair.generation.word_limits)",
+                ),
+                (
+                    "--max-len-words MAX_LEN_WORDS",
+                    "generation: no summary holds more than this many words (a word may be finished, no new one begun), as DAPE's 300; --max-len-b still bounds the tokens (mdsfair.generation.word_limits)",
+                ),
+                (
                     "--eval-rouge",
                     "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 (rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps",
                 ),
@@ -153,6 +161,14 @@ MDSFAIR = {
                 (
                     "--length-penalty-form {fairseq,gnmt}",
                     "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with --lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' ((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with (alpha 0.4); either generator (mdsfair.generation.length_penalty) (default: fairseq)",
+                ),
+                (
+                    "--min-len-words MIN_LEN_WORDS",
+                    "generation: no summary ends before it holds this many words (a word begins at every word-initial subword of the data-bin's subword model), as DAPE's 200 (Multi-News) / 110 (Multi-XScience); --max-len-b still bounds the tokens (mdsfair.generation.word_limits)",
+                ),
+                (
+                    "--max-len-words MAX_LEN_WORDS",
+                    "generation: no summary holds more than this many words (a word may be finished, no new one begun), as DAPE's 300; --max-len-b still bounds the tokens (mdsfair.generation.word_limits)",
                 ),
                 (
                     "--eval-rouge",

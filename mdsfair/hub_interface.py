@@ -43,6 +43,7 @@ import mdsfair
 from mdsfair.data.manifest import MANIFEST_NAME, read_manifest
 from mdsfair.generation.length_penalty import LENGTH_PENALTY_OPTION
 from mdsfair.generation.sequence_generator import check_generation_settings
+from mdsfair.generation.word_limits import WORD_LIMIT_OPTIONS
 
 # The pipeline is the one public way from raw text to model inputs, shared
 # with ``mdsfair-preprocess``; nothing else of preprocessing is used here.
@@ -321,14 +322,15 @@ class MultiDocSummarizationHubInterface(nn.Module):
     def generation_config(self, **generation_args):
         """The checkpoint's generation config with ``generation_args`` applied
         (any ``fairseq-generate`` option by its dest name, and
-        ``length_penalty_form``, the task's ``--length-penalty-form``; None
+        ``length_penalty_form``, the task's ``--length-penalty-form``, and
+        ``min_len_words`` / ``max_len_words``, the task's word limits; None
         keeps the configured value)."""
         config = copy.deepcopy(self.cfg.generation)
         with open_dict(config):
             for key, value in generation_args.items():
                 if value is None:
                     continue
-                if key not in config and key != LENGTH_PENALTY_OPTION:
+                if key not in config and key != LENGTH_PENALTY_OPTION and key not in WORD_LIMIT_OPTIONS:
                     raise ValueError(f"unknown generation option {key!r} (a fairseq-generate option by dest name)")
                 setattr(config, key, value)
         return config

@@ -7,15 +7,12 @@ read from their texts."""
 
 import json
 import math
-import os
 import re
 
 import pytest
 
 from mdsfair.evaluation import compare, run_aggregation
-from tests.utils import SHARED_DATA
-
-PAPERS = os.path.join(os.path.dirname(SHARED_DATA), "papers")
+from tests.utils import paper_text
 
 
 def test_mean_and_sample_sd_by_hand():
@@ -133,14 +130,6 @@ def test_compare_refuses_one_file_twice_as_two_runs(tmp_path, capsys):
     assert "given twice: a run given twice would count twice in a's mean" in capsys.readouterr().err
 
 
-def _paper(name):
-    path = os.path.join(PAPERS, name)
-    if not os.path.isfile(path):
-        pytest.skip("../shared/papers not available")
-    with open(path, encoding="utf-8") as handle:
-        return " ".join(handle.read().split())
-
-
 def test_the_papers_average_scores_of_runs_and_checkpoints():
     """The sentences the module's docstring and docs/evaluation.md quote:
     HierEncDec (Sec. 5.3) averages 3 seeds; the Hierarchical Transformer
@@ -150,8 +139,8 @@ def test_the_papers_average_scores_of_runs_and_checkpoints():
     nlpyang/hiersumm at 476e6bf, src/train_abstractive.py lines 136-151,
     ``sorted(ppl_lst, key=lambda x: x[0])[:5]`` then ``test(args, cp, step)``
     per checkpoint; that file is not read here)."""
-    assert "The reported results are the average of 3 runs from random seeds." in _paper("hierencdec-shen2023.txt")
-    hiertransformer = _paper("hiertransformer-liu-lapata2019.txt")
+    assert "The reported results are the average of 3 runs from random seeds." in paper_text("hierencdec-shen2023.txt")
+    hiertransformer = paper_text("hiertransformer-liu-lapata2019.txt")
     assert (
         "We selected the 5 best checkpoints based on performance on the validation set and report averaged "
         "results on the test set." in hiertransformer

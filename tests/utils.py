@@ -30,6 +30,19 @@ def _shared_data() -> str:
 SHARED_DATA = _shared_data()
 
 
+def paper_text(name: str) -> str:
+    """The text of ``../shared/papers/NAME`` with every run of whitespace made one
+    space (the line breaks of the PDF's text gone), so that a sentence is found
+    whole; the calling test is skipped where the papers are not available."""
+    import pytest
+
+    path = os.path.join(os.path.dirname(SHARED_DATA), "papers", name)
+    if not os.path.isfile(path):
+        pytest.skip("../shared/papers not available")
+    with open(path, encoding="utf-8") as handle:
+        return " ".join(handle.read().split())
+
+
 def make_synthetic_jsonl(out_dir: str, train: int = 64, valid: int = 16, test: int = 16, seed: int = 1, **options):
     """Write a small synthetic data set (raw JSONL contract) into ``out_dir``."""
     from mdsfair.preprocess.synthetic import write_dataset

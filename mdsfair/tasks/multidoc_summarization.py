@@ -49,6 +49,7 @@ from mdsfair.tasks.checkpoint_limits import (
 )
 from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
 from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
+from mdsfair.tasks.summary_word_limits import add_word_limits
 from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
 
 logger = logging.getLogger(__name__)
@@ -162,6 +163,21 @@ class MultiDocSummarizationConfig(TrainingSetupConfig):
             "--lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' "
             "((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with "
             "(alpha 0.4); either generator (mdsfair.generation.length_penalty)"
+        },
+    )
+    min_len_words: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "generation: no summary ends before it holds this many words (a word begins at every "
+            "word-initial subword of the data-bin's subword model), as DAPE's 200 (Multi-News) / 110 "
+            "(Multi-XScience); --max-len-b still bounds the tokens (mdsfair.generation.word_limits)"
+        },
+    )
+    max_len_words: Optional[int] = field(
+        default=None,
+        metadata={
+            "help": "generation: no summary holds more than this many words (a word may be finished, no new "
+            "one begun), as DAPE's 300; --max-len-b still bounds the tokens (mdsfair.generation.word_limits)"
         },
     )
     eval_rouge: bool = field(
@@ -609,7 +625,10 @@ class MultiDocSummarizationTask(FairseqTask):
             bucket_sizes=getattr(self.cfg, "static_decoding_buckets", ""),
             length_penalty_form=getattr(self.cfg, "length_penalty_form", LENGTH_PENALTY_FORMS[0]),
         )
-        return build_sequence_generator(self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn)
+        generator = build_sequence_generator(
+            self, models, args, seq_gen_cls, extra_gen_cls_kwargs, prefix_allowed_tokens_fn
+        )
+        return add_word_limits(self, generator, args)
 
     def inference_step(self, generator, models, sample, prefix_tokens=None, constraints=None):
         """fairseq's step on the sample the models' encoders read; a
