@@ -1035,6 +1035,37 @@ MDSFAIR = {
                 ),
             ),
         ),
+        "tdmca": (
+            None,
+            (
+                ("--decoder-embed-dim N", "model dimension d (default: 512)"),
+                ("--decoder-ffn-embed-dim N", "hidden size of the feed-forward blocks (default: 2048)"),
+                ("--decoder-attention-heads N", "attention heads (default: 8)"),
+                (
+                    "--layer-pattern PATTERN",
+                    "one letter per layer, bottom first: L = local attention, M = memory-compressed attention (the paper's LMLML) (default: LMLML)",
+                ),
+                (
+                    "--block-length N",
+                    "tokens per block of the local attention; a query sees its block and the previous one (default: 256)",
+                ),
+                (
+                    "--compression-factor N",
+                    "kernel size and stride of the convolutions that compress the keys and values of the memory-compressed attention (default: 3)",
+                ),
+                ("--dropout P", "dropout (default: 0.1)"),
+                ("--attention-dropout P", "dropout of the attention probabilities (default: 0.1)"),
+                ("--activation-dropout P", "dropout after the feed-forward activation (default: 0.1)"),
+                (
+                    "--checkpoint-activations",
+                    "checkpoint every layer's activations: recompute them in the backward pass (default: off)",
+                ),
+                (
+                    "--offload-activations",
+                    "keep the checkpointed layers' saved inputs in CPU memory; implies --checkpoint-activations (default: off)",
+                ),
+            ),
+        ),
     },
     "criterion": {
         "paragraph_ranking": (
@@ -1413,6 +1444,7 @@ ARCHITECTURES = {
         "sparse_bart_large",
         "sparse_bart_tiny",
     ),
+    "tdmca": ("tdmca", "tdmca_tiny"),
 }
 
 #: fairseq's model that mdsfair's extend -> its architectures
