@@ -22,6 +22,7 @@ LIGHT_COMMANDS = {
     "mdsfair-rouge": "mdsfair.evaluation.rouge",
     "mdsfair-compare": "mdsfair.evaluation.compare",
     "mdsfair-baseline": "mdsfair.evaluation.baselines",
+    "mdsfair-human-eval": "mdsfair.evaluation.human_eval",
     "mdsfair-convert": "mdsfair.preprocess.converters",
     "mdsfair-synth": "mdsfair.preprocess.synthetic",
 }
