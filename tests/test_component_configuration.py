@@ -32,7 +32,8 @@ ABLATIONS_OF_MODEL = {"hierencdec_bart": HIERENCDEC_ABLATIONS, "dape_transformer
 
 
 def parsed_model_args(model_name: str, argv=()) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
+    """``argv`` parsed as fairseq parses a model's flags (an unset flag is absent)."""
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
     MODEL_REGISTRY[model_name].add_args(parser)
     return parser.parse_args(list(argv))
 
@@ -127,10 +128,11 @@ def test_every_ablation_flag_of_a_component_model_is_in_an_ablation_table():
             issubclass(cls, ComponentBARTModel) or model_name in ABLATIONS_OF_MODEL
         ):
             continue
-        base = argparse.ArgumentParser()
+        base, model = argparse.ArgumentParser(), argparse.ArgumentParser()
         (BARTModel if issubclass(cls, ComponentBARTModel) else TransformerModel).add_args(base)
         add_component_args(base)
-        own = set(vars(parsed_model_args(model_name))) - set(vars(base.parse_args([])))
+        cls.add_args(model)
+        own = {action.dest for action in model._actions} - {action.dest for action in base._actions}
         tabled = {ablation.flag for ablation in ABLATIONS_OF_MODEL.get(model_name, ())}
         assert {name for name in own if name.startswith("no_")} == tabled, model_name
 
@@ -167,3 +169,88 @@ def test_primera_hierencdec_keeps_primeras_attention_under_no_hierarchical_encod
     hierencdec_args.no_hierarchical_encoder = True
     apply_built_ablations(hierencdec_args, HIERENCDEC_ABLATIONS)
     assert hierencdec_args.encoder_self_attention == "full"
+
+
+# ------------------------------------------- a component in a user's package
+
+#: A researcher's package, loaded with ``fairseq-train --user-dir``: its
+#: ``__init__.py`` registers mdsfair, then every ``*_components.py`` module of
+#: the package (docs/components.md, "Your own components").
+USER_PACKAGE_INIT = '''"""My components for mdsfair."""
+import mdsfair
+from mdsfair.modules.components import import_component_modules
+
+mdsfair.register()
+import_component_modules(__name__, __file__)
+'''
+
+#: A component in a module no file names: BART's cross-attention with a softmax
+#: temperature (the scores divided by --cross-attention-temperature), default 2.
+USER_COMPONENT_MODULE = '''"""Cross-attention with a softmax temperature."""
+from dataclasses import dataclass
+from typing import Optional
+
+from mdsfair.modules.components import ComponentConfig, component_flag, register_component
+from mdsfair.modules.cross_attention_components import FullCrossAttention
+
+
+@dataclass
+class TemperatureConfig(ComponentConfig):
+    cross_attention_temperature: Optional[float] = component_flag(
+        2.0, "softmax temperature of the cross-attention scores", type=float
+    )
+
+
+@register_component("cross_attention", "tempered")
+class TemperedCrossAttention(FullCrossAttention):
+    """softmax(q k^T / (sqrt(d_head) * temperature))."""
+
+    config_class = TemperatureConfig
+
+    def build(self, layer, embed_dim, cfg):
+        attention = super().build(layer, embed_dim, cfg)
+        attention.scaling = attention.scaling / self.config.cross_attention_temperature
+        return attention
+'''
+
+
+@pytest.mark.slow
+def test_a_component_of_a_user_dir_package_trains_with_its_default(tmp_path):
+    """fairseq-train --user-dir on a package of the user's (not mdsfair): its
+    component is a choice of --cross-attention, the architecture fills its
+    flag's default, and the checkpoint records it and builds with it."""
+    import importlib
+    import os
+    import sys
+
+    from fairseq import checkpoint_utils
+
+    from tests.utils import fairseq_cli, make_tiny_data_bin, short_training
+
+    package = tmp_path / "user" / "my_components"
+    (package / "attention").mkdir(parents=True)
+    (package / "__init__.py").write_text(USER_PACKAGE_INIT, encoding="utf-8")
+    (package / "attention" / "__init__.py").write_text("", encoding="utf-8")
+    (package / "attention" / "tempered_components.py").write_text(USER_COMPONENT_MODULE, encoding="utf-8")
+    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=2, test=2, vocab_size=200)
+    save_dir = str(tmp_path / "checkpoints")
+    model_flags = ["--task", "multidoc_summarization", "--arch", "multidoc_bart_tiny", "--cross-attention", "tempered"]
+    fairseq_cli(
+        "fairseq_cli.train",
+        [data_bin, "--user-dir", str(package), *model_flags, *short_training(save_dir, updates=2)],
+    )
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    saved = checkpoint_utils.load_checkpoint_to_cpu(checkpoint)["cfg"]["model"]
+    assert (saved.cross_attention, saved.cross_attention_temperature) == ("tempered", 2.0)
+
+    sys.path.insert(0, str(package.parent))
+    try:
+        importlib.import_module("my_components")
+        models, _, _ = checkpoint_utils.load_model_ensemble_and_task([checkpoint])
+        attention = models[0].decoder.layers[0].encoder_attn
+        assert attention.scaling == pytest.approx(attention.head_dim**-0.5 / 2.0)
+    finally:
+        sys.path.remove(str(package.parent))
+        unregister_component("cross_attention", "tempered")
+        for name in [name for name in sys.modules if name.split(".")[0] == "my_components"]:
+            del sys.modules[name]

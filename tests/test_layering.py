@@ -33,7 +33,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
             "mdsfair.fairseq_patches",
         ),
     ),
-    ("modules", ("mdsfair.modules",)),
+    ("modules", ("mdsfair.modules", "mdsfair.component_table")),
     ("generation", ("mdsfair.generation",)),
     ("models", ("mdsfair.models", "mdsfair.criterions")),
     ("preprocess", ("mdsfair.preprocess",)),

@@ -1,9 +1,9 @@
 """``multidoc_bart``: BART assembled from components by flags.
 
-``--encoder-self-attention {full,document,longformer}``,
-``--encoder-positions {learned,sinusoidal,document-restart}`` and
-``--cross-attention {full,document-scaled,sparse}``, plus each component's
-own flags (:mod:`mdsfair.modules.components`); with the defaults it is BART.
+``--encoder-self-attention``, ``--encoder-positions`` and ``--cross-attention``
+choose among the registered components (their table, generated from the
+registry, is in ``docs/components.md``), plus each component's own flags
+(:mod:`mdsfair.modules.components`); with the defaults it is BART.
 HierEncDec (``hierencdec_bart_*``), LED/PRIMERA (``led_*``, ``primera``)
 and the sparse decoder (``sparse_bart_*``) are presets of the same class
 registered under their own names, as are the combinations

@@ -37,6 +37,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 import torch
 from torch import Tensor
 
+from mdsfair._autoimport import import_submodules_ending_with
 from mdsfair.modules.segment_positions import SegmentRuns, segment_runs
 
 #: The roles, each with the model flag that picks its component (argparse dest).
@@ -120,6 +121,16 @@ def register_component(role: str, name: str):
         return cls
 
     return register
+
+
+def import_component_modules(package_name: str, package_file: str) -> List[str]:
+    """Register the components of a package: import every ``*_components.py``
+    module in its folder and sub-packages, so that their
+    :func:`register_component` classes run with no list of them kept by hand.
+    A user's ``--user-dir`` package calls it from its ``__init__.py``
+    (``import_component_modules(__name__, __file__)``, after
+    ``mdsfair.register()``; ``docs/components.md``). Returns the modules' names."""
+    return import_submodules_ending_with(package_name, package_file, "_components.py")
 
 
 def unregister_component(role: str, name: str) -> None:
@@ -241,6 +252,15 @@ class Component:
     name: ClassVar[str]
     #: this component's flags, their help and paper-faithful defaults
     config_class: ClassVar[Type[ComponentConfig]] = ComponentConfig
+    #: where it comes from (the system, the paper and its section or equations), for the
+    #: generated tables of ``docs/components.md`` and ARCHITECTURE.md
+    paper: ClassVar[str] = ""
+    #: what it does, in a few words, for the same tables
+    summary: ClassVar[str] = ""
+    #: the data-contract inputs it may read, each with when (the tables' "side inputs")
+    side_input_notes: ClassVar[Dict[str, str]] = {}
+    #: the modules that hold its computation beside its own (dotted names)
+    implemented_in: ClassVar[Tuple[str, ...]] = ()
     #: reads every token's document (``src_doc_ids``, else one document per ``<s>``-opened run)
     uses_documents: ClassVar[bool] = False
     #: needs every document to open with ``<s>``, its start-of-document token

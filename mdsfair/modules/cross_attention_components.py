@@ -159,6 +159,9 @@ def stock_attend(
 class FullCrossAttention(CrossAttentionComponent):
     """BART's encoder-decoder attention over every source token."""
 
+    paper = "BART"
+    summary = "attention over every source token"
+
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
 
@@ -183,6 +186,10 @@ class FullCrossAttention(CrossAttentionComponent):
 class DocumentScaledCrossAttention(CrossAttentionComponent):
     """HierEncDec's hierarchical cross-attention (Sec. 4.2, Eq. 3-5)."""
 
+    paper = "HierEncDec (Shen et al. 2023, Sec. 4.2, Eq. 3-5)"
+    summary = "the softmax within each document scaled by one over the documents"
+    side_input_notes = {"src_doc_ids": "optional: else one document per `<s>`"}
+    implemented_in = ("mdsfair.modules.hierarchical_cross_attention",)
     uses_documents = True
     needs_document_start_tokens = True
     encoder_outputs_reordered = ("src_doc_ids",)
@@ -369,6 +376,14 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
     """Manakul & Gales 2021: attention to the top-r sentences (see the module docstring)."""
 
     config_class = SparseCrossAttentionConfig
+    paper = "Manakul & Gales 2021 (Eq. 3-11)"
+    summary = "each query reads the tokens of its top-r sentences, ranked by an approximator trained with a KL loss"
+    side_input_notes = {"src_sent_ids": "required"}
+    implemented_in = (
+        "mdsfair.modules.sparse_cross_attention",
+        "mdsfair.modules.sentence_selection",
+        "mdsfair.modules.sentence_approximator",
+    )
 
     def side_inputs(self):
         return {"src_sent_ids": True}

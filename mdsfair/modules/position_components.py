@@ -86,6 +86,9 @@ class LearnedPositions(PositionComponent):
     HierEncDec does (Sec. 5.3, ``--position-tiling``)."""
 
     config_class = PositionTilingConfig
+    paper = "BART"
+    summary = "one learned position sequence over the source (a shorter checkpoint table tiled on load)"
+    implemented_in = ("mdsfair.modules.segment_positions",)
 
     def upgrade_state_dict(self, model, state_dict, prefix):
         """Extend a shorter position table of the checkpoint (Sec. 5.3), the
@@ -115,6 +118,8 @@ class LearnedPositions(PositionComponent):
 class SinusoidalPositions(PositionComponent):
     """fairseq's sinusoidal positions over the whole source (no parameters)."""
 
+    paper = "the Transformer (Vaswani et al. 2017)"
+    summary = "fairseq's sinusoidal positions, no parameters"
     learned = False
 
 
@@ -123,6 +128,9 @@ class DocumentRestartPositions(LearnedPositions):
     """Positions restart at every document (HierEncDec Sec. 4.1.1), read
     from the learned table (extended on load as :class:`LearnedPositions`)."""
 
+    paper = "HierEncDec (Shen et al. 2023, Sec. 4.1.1)"
+    summary = "positions restart at every document"
+    side_input_notes = {"src_doc_ids": "optional: else one document per `<s>`"}
     uses_documents = True
 
     def side_inputs(self):
@@ -197,6 +205,10 @@ class DocumentAwarePositions(PositionComponent):
     ``E = e + alpha * f_doc(k) + f_token(i)``), ``encoder.document_positional_encoding``."""
 
     config_class = DocumentAwarePositionsConfig
+    paper = "DAPE (Ma et al. 2022, Eq. 1-4)"
+    summary = "token positions plus alpha times an encoding of the document index"
+    side_input_notes = {"src_doc_ids": "optional: else one document per `<s>`"}
+    implemented_in = ("mdsfair.modules.document_positional_encoding",)
 
     def configure(self, cfg) -> None:
         """fairseq's token table as the model's flags say (``--encoder-learned-pos``)."""

@@ -83,6 +83,9 @@ def fairseq_self_attention(cls, layer, embed_dim: int, cfg, **kwargs):
 class FullSelfAttention(SelfAttentionComponent):
     """BART's encoder self-attention over the whole source."""
 
+    paper = "BART"
+    summary = "attention over the whole source"
+
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)
 
@@ -111,6 +114,10 @@ class DocumentSelfAttention(SelfAttentionComponent):
     document, plus the start-of-document (SOD) tokens among themselves."""
 
     config_class = DocumentAttentionConfig
+    paper = "HierEncDec (Shen et al. 2023, Sec. 4.1)"
+    summary = "attention within each document, the documents' `<s>` among themselves (blocked, dense or varlen flash)"
+    side_input_notes = {"src_doc_ids": "optional: else one document per `<s>`"}
+    implemented_in = ("mdsfair.modules.document_blocked_attention", "mdsfair.modules.document_blocks")
     uses_documents = True
     needs_document_start_tokens = True
 
@@ -234,6 +241,10 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
     """LED/PRIMERA's sliding-window + global attention (Beltagy et al. 2020)."""
 
     config_class = LongformerAttentionConfig
+    paper = "LED / PRIMERA (Beltagy et al. 2020, Sec. 3; Xiao et al. 2022)"
+    summary = "sliding window plus global tokens"
+    side_input_notes = {"src_doc_ids": "required with `--global-attention documents`"}
+    implemented_in = ("mdsfair.modules.longformer_attention",)
 
     def __init__(self, args):
         super().__init__(args)
@@ -357,6 +368,12 @@ class DependencySelfAttention(SelfAttentionComponent):
     as fairseq's."""
 
     config_class = DependencyAttentionConfig
+    paper = "DAPE (Ma et al. 2022, Eq. 5-11)"
+    summary = "a relation mask from the dependency arcs added to the attention"
+    side_input_notes = {
+        name: "checked with what to do when missing" for name in ("src_dep_head", "src_dep_rel", "src_dep_word")
+    }
+    implemented_in = ("mdsfair.modules.dependency_attention",)
 
     def side_inputs(self):
         # checked in prepare, with what to do (the arcs come from preprocessing's side data)
