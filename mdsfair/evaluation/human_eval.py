@@ -30,6 +30,7 @@ from mdsfair.evaluation.human_eval_sheets import (
     DEFAULT_CRITERIA,
     KEY_NAME,
     PROTOCOLS,
+    RATING_SCALE,
     ExportInputs,
     export_sheets,
     read_questions,
@@ -173,52 +174,63 @@ def run_export(parser: argparse.ArgumentParser, args) -> int:
     )
     if key.get("qa_sheets"):
         print(f"qa: {len(key['qa_sheets'])} sheet(s), {len(questions)} clusters with questions")
+        undrawn = sorted(set(questions) - set(key["clusters"]))
+        if undrawn:
+            print(
+                f"note: {args.questions} has questions for clusters the {args.protocol} sheets do not hold "
+                f"({', '.join(map(str, undrawn))}); Liu & Lapata asked both on the same clusters"
+            )
     print(f"key: {os.path.join(args.out, KEY_NAME)} (keep it from the judges)")
     return 0
 
 
-def format_scores(title: str, measures: Dict, ci: Optional[float], digits: int) -> List[str]:
-    """One table per measure: system, score, interval, judgments (and best/worst)."""
-    lines = []
-    for measure, result in measures.items():
-        lines.append(f"{title} {measure}: {result['clusters']} clusters")
-        entries = result["systems"]
-        has_counts = any("best" in entry for entry in entries.values())
-        header = ["system", "score"] + ([f"{ci:.0%} CI"] if ci else []) + (["best", "worst"] if has_counts else [])
-        rows = [header + ["judgments"]]
-        for name, entry in sorted(entries.items(), key=lambda pair: -pair[1]["score"]):
-            row = [name, f"{entry['score']:.{digits}f}"]
-            if ci:
-                row.append("-" if entry["low"] is None else f"[{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]")
-            if has_counts:
-                row += [str(entry["best"]), str(entry["worst"])]
-            rows.append(row + [str(entry["judgments"])])
-        widths = [max(len(row[column]) for row in rows) for column in range(len(header) + 1)]
-        lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+def format_table(heading: str, result: Dict, ci: Optional[float], digits: int, counted: str) -> List[str]:
+    """One measure's table: system, score, interval, best/worst (best-worst
+    only), judgments; best first. With intervals, the sample-size notes of
+    :func:`mdsfair.evaluation.significance.sample_size_problem` follow."""
+    from mdsfair.evaluation.significance import sample_size_problem
+
+    entries = result["systems"]
+    has_counts = any("best" in entry for entry in entries.values())
+    header = ["system", "score"] + ([f"{ci:.0%} CI"] if ci else []) + (["best", "worst"] if has_counts else [])
+    rows = [header + [counted]]
+    for name, entry in sorted(entries.items(), key=lambda pair: -pair[1]["score"]):
+        row = [name, f"{entry['score']:.{digits}f}"]
+        if ci:
+            row.append("-" if entry["low"] is None else f"[{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]")
+        if has_counts:
+            row += [str(entry["best"]), str(entry["worst"])]
+        rows.append(row + [str(entry["judgments"])])
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = [f"{heading}: {result['clusters']} clusters"]
+    lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
+    if ci:
+        lines += [f"note: {warning}" for warning in sample_size_problem(result["clusters"], tests=False)[1]]
     return lines
 
 
 def run_score(args) -> int:
     from mdsfair.data.manifest import write_json_atomic
     from mdsfair.evaluation.human_eval_scores import read_judgments, read_key, score_judgments
-    from mdsfair.evaluation.significance import sample_size_problem
 
     key = read_key(args.folder)
     main, qa = read_judgments(args.folder, key)
     options = dict(samples=args.samples, seed=args.seed, confidence=args.confidence, intervals=not args.no_ci)
-    report = {"protocol": key["protocol"], "confidence": None if args.no_ci else args.confidence, "incomplete": {}}
-    report[key["protocol"]] = score_judgments(main, key["systems"], 1.0, **options)
-    if qa is not None:
-        report["qa"] = score_judgments(qa, key["systems"], 100.0, **options)["qa"] if qa.scores else {}
     ci = None if args.no_ci else args.confidence
-    title = (
-        "Best-Worst Scaling ((best - worst) / judgments, -1..1)"
-        if key["protocol"] == "best-worst"
-        else ("Rating (mean, 1..5)")
-    )
-    lines = format_scores(title, report[key["protocol"]], ci, 3)
-    if report.get("qa"):
-        lines += format_scores("QA (mean question score, %; 1 correct, 0.5 partly)", {"": report["qa"]}, ci, 2)
+    report = {"protocol": key["protocol"], "confidence": ci, "incomplete": {}}
+    report[key["protocol"]] = score_judgments(main, key["systems"], 1.0, **options)
+    lines = []
+    for criterion, result in report[key["protocol"]].items():
+        if key["protocol"] == "best-worst":
+            heading = f"Best-Worst Scaling, {criterion} ((best - worst) / judgments, -1..1)"
+        else:
+            heading = f"Rating, {criterion} (mean, {RATING_SCALE[0]}..{RATING_SCALE[1]})"
+        lines += format_table(heading, result, ci, 3, "judgments")
+    if qa is not None:
+        report["qa"] = score_judgments(qa, key["systems"], 100.0, **options).get("qa")
+        if report["qa"]:
+            heading = "QA (mean question score in %: 1 correct, 0.5 partially correct, 0 otherwise)"
+            lines += format_table(heading, report["qa"], ci, 2, "questions")
     for judgments in (main, qa):
         for sheet, items in (judgments.incomplete if judgments else {}).items():
             report["incomplete"][sheet] = items
@@ -226,13 +238,6 @@ def run_score(args) -> int:
                 f"{sheet}: {len(items)} incomplete item(s) left out ({', '.join(items[:10])}"
                 f"{', ...' if len(items) > 10 else ''})"
             )
-    if not args.no_ci:
-        clusters = min(
-            [result["clusters"] for result in report[key["protocol"]].values()]
-            + ([report["qa"]["clusters"]] if report.get("qa") else [])
-            or [0]
-        )
-        lines += [f"note: {warning}" for warning in sample_size_problem(clusters, interval=True, tests=False)[1]]
     print("\n".join(lines))
     if args.json:
         write_json_atomic(args.json, report, trailing_newline=True, indent=1, ensure_ascii=False)

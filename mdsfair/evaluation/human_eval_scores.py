@@ -95,6 +95,18 @@ def _known_item(path: str, line: int, row: Dict[str, str], items: Dict[str, Dict
     return items[item]
 
 
+def item_rows(path: str, columns: Sequence[str], items: Dict[str, Dict]) -> Iterator[Tuple[int, Dict[str, str], Dict]]:
+    """``(line, row, item)`` of a sheet with one row per item: each row's item
+    one of the key's for this sheet, and no item twice."""
+    seen: Dict[str, int] = {}
+    for line, row in sheet_rows(path, columns):
+        item = _known_item(path, line, row, items)
+        if item["item"] in seen:
+            raise RougeInputError(f"{path}:{line}: item {item['item']} again (first on line {seen[item['item']]})")
+        seen[item["item"]] = line
+        yield line, row, item
+
+
 def _add(judgments: SheetJudgments, measure: str, system: str, cluster: int, score: float) -> None:
     cell = judgments.scores[measure][system].setdefault(cluster, [0.0, 0])
     cell[0] += score
@@ -110,13 +122,8 @@ def _record_incomplete(judgments: SheetJudgments, name: str, expected: Sequence[
 def read_best_worst_sheet(path: str, name: str, key: Dict, judgments: SheetJudgments) -> None:
     """Add one best-worst sheet's choices to ``judgments``."""
     items = _items_by_id(key["sheets"][name])
-    seen: Dict[str, int] = {}
     complete = []
-    for line, row in sheet_rows(path, key["columns"]):
-        item = _known_item(path, line, row, items)
-        if item["item"] in seen:
-            raise RougeInputError(f"{path}:{line}: item {item['item']} again (first on line {seen[item['item']]})")
-        seen[item["item"]] = line
+    for line, row, item in item_rows(path, key["columns"], items):
         choices = {
             column: row[column].strip().upper()
             for column in key["columns"]
@@ -155,13 +162,8 @@ def read_rating_sheet(path: str, name: str, key: Dict, judgments: SheetJudgments
     """Add one rating sheet's scores (1..5 per criterion) to ``judgments``."""
     items = _items_by_id(key["sheets"][name])
     low, high = RATING_SCALE
-    seen: Dict[str, int] = {}
     complete = []
-    for line, row in sheet_rows(path, key["columns"]):
-        item = _known_item(path, line, row, items)
-        if item["item"] in seen:
-            raise RougeInputError(f"{path}:{line}: item {item['item']} again (first on line {seen[item['item']]})")
-        seen[item["item"]] = line
+    for line, row, item in item_rows(path, key["columns"], items):
         values = {criterion: row[criterion].strip() for criterion in key["criteria"]}
         if not any(values.values()):
             continue
