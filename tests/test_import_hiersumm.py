@@ -16,7 +16,9 @@ import torch.nn.functional as F
 from fairseq import checkpoint_utils, options, tasks
 from fairseq.data import Dictionary
 
-from mdsfair.importers.hiersumm import HiersummImportError, cli_main, sentencepiece_order
+from mdsfair.importers.hiersumm import cli_main
+from mdsfair.importers.hiersumm_checkpoint import HiersummImportError
+from mdsfair.importers.hiersumm_vocabulary import sentencepiece_order
 from tests.hiersumm_fixtures import (
     DEC_LAYERS,
     DIM,
