@@ -12,25 +12,15 @@ import pytest
 import torch
 
 from tests.tolerances import assert_close_in_dtype
-from tests.utils import USER_DIR, fairseq_cli, generation_command, hypothesis_lines, short_training, toy_dictionary
-
-
-def build(arch: str, dictionary, **flags):
-    """The model of ``arch`` on ``dictionary`` (source = target), seeded, in float64, eval mode."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    import mdsfair
-
-    mdsfair.register()
-    # unset flags are absent, the others take their argparse defaults, as in fairseq-train's model group
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    ARCH_MODEL_REGISTRY[arch].add_args(parser)
-    args = parser.parse_args([])
-    vars(args).update(flags)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    torch.manual_seed(0)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).double().eval()
+from tests.utils import (
+    USER_DIR,
+    fairseq_cli,
+    generation_command,
+    hypothesis_lines,
+    model_on_dictionary,
+    short_training,
+    toy_dictionary,
+)
 
 
 def toy_batch(dictionary, lengths=(7, 4), target_length=5, seed=1):
@@ -64,7 +54,7 @@ def scattered_by_hand(attention, src_tokens, vocabulary: int):
 
 def test_pointer_generator_distribution_is_eq_9_and_sums_to_one():
     dictionary = toy_dictionary()
-    model = build("pointer_generator_tiny", dictionary)
+    model = model_on_dictionary("pointer_generator_tiny", dictionary)
     src_tokens, src_lengths, prev_output_tokens, _ = toy_batch(dictionary)
     with torch.no_grad():
         encoder_out = model.encoder(src_tokens, src_lengths)
@@ -112,7 +102,7 @@ def test_the_model_reports_eq_12_over_its_own_attention_and_the_criterion_adds_e
     from mdsfair.criterions.pointer_generator_coverage import PointerGeneratorCoverageCriterion
 
     dictionary = toy_dictionary()
-    model = build("pointer_generator_tiny", dictionary)
+    model = model_on_dictionary("pointer_generator_tiny", dictionary)
     src_tokens, src_lengths, prev_output_tokens, target = toy_batch(dictionary)
     target[1, -2:] = dictionary.pad()
     net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths, "prev_output_tokens": prev_output_tokens}
@@ -138,8 +128,8 @@ def test_the_model_reports_eq_12_over_its_own_attention_and_the_criterion_adds_e
 
 def test_coverage_enters_the_attention_scores_and_no_coverage_removes_it():
     dictionary = toy_dictionary()
-    with_coverage = build("pointer_generator_tiny", dictionary)
-    without = build("pointer_generator_tiny", dictionary, no_coverage=True)
+    with_coverage = model_on_dictionary("pointer_generator_tiny", dictionary)
+    without = model_on_dictionary("pointer_generator_tiny", dictionary, no_coverage=True)
     assert with_coverage.decoder.attention.coverage_projection is not None
     assert without.decoder.attention.coverage_projection is None
     names = set(with_coverage.state_dict()) - set(without.state_dict())
@@ -152,7 +142,7 @@ def test_coverage_enters_the_attention_scores_and_no_coverage_removes_it():
 @pytest.mark.parametrize("arch", ["pointer_generator_tiny", "copy_transformer_tiny"])
 def test_incremental_decoding_with_reordering_equals_full_decoding(arch):
     dictionary = toy_dictionary()
-    model = build(arch, dictionary)
+    model = model_on_dictionary(arch, dictionary)
     src_tokens, src_lengths, prev_output_tokens, _ = toy_batch(dictionary)
     order = torch.tensor([1, 0, 1])  # a beam reorder: rows swapped and one repeated
     with torch.no_grad():
@@ -183,7 +173,7 @@ def test_incremental_decoding_with_reordering_equals_full_decoding(arch):
 
 def test_copy_transformer_copies_with_the_first_head_of_the_last_decoder_layer():
     dictionary = toy_dictionary()
-    model = build("copy_transformer_tiny", dictionary)
+    model = model_on_dictionary("copy_transformer_tiny", dictionary)
     decoder = model.decoder
     assert (decoder.alignment_layer, decoder.alignment_heads) == (len(decoder.layers) - 1, 1)
     captured = {}
@@ -252,7 +242,7 @@ def test_a_few_training_steps_lower_the_loss(arch, criterion):
     from fairseq.criterions import CRITERION_REGISTRY
 
     dictionary = toy_dictionary()
-    model = build(arch, dictionary, dropout=0.0).train()
+    model = model_on_dictionary(arch, dictionary, dropout=0.0).train()
     src_tokens, src_lengths, prev_output_tokens, target = toy_batch(dictionary)
     sample = {
         "net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths, "prev_output_tokens": prev_output_tokens},

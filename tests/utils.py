@@ -312,6 +312,30 @@ def message_lines(err: str) -> List[str]:
     return lines
 
 
+def model_on_dictionary(arch: str, dictionary, **flags):
+    """The model of ``arch`` built on ``dictionary`` (source = target, no
+    data-bin), seeded (0), in float64 and eval mode. The flags are parsed as
+    fairseq-train's model group parses them (unset flags absent, so the
+    architecture fills them), then ``flags`` override them."""
+    import argparse
+    from types import SimpleNamespace
+
+    import torch
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    import mdsfair
+
+    mdsfair.register()
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    args = parser.parse_args([])
+    vars(args).update(flags)
+    ARCH_CONFIG_REGISTRY[arch](args)
+    torch.manual_seed(0)
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).double().eval()
+
+
 # --- a toy multi-document dataset (3 documents, 5 paragraphs, 8 sentences) ---
 
 
