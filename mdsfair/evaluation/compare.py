@@ -359,7 +359,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
             )
             if resampling_usable:
                 systems_tested = len(runs) - 1 if args.baseline else 1
-                check_resampling_memory(args.samples, clusters, len(ALL_METRICS) * max(1, systems_tested))
+                # the ROUGE columns and the model columns asked for (--bertscore, --nsp-coherence)
+                asked = {"bertscore": args.bertscore, "nsp-coherence": args.nsp_coherence}
+                scored = [metric for metric in ALL_METRICS if asked.get(metric, True)]
+                check_resampling_memory(args.samples, clusters, len(scored) * max(1, systems_tested))
         for name, item in inputs.items():
             results[name] = score_inputs(
                 item,
