@@ -273,3 +273,34 @@ def test_the_protocols_as_the_papers_describe_them():
     assert "We randomly sample 10 examples from the Multi-News dataset" in dape
     assert "Three experienced researcher are invited to score summaries (from 4 models)" in dape
     assert "The score range is 1-5" in dape
+
+
+def test_paired_test_against_a_baseline_with_a_holm_correction(inputs, tmp_path, capsys):
+    folder = tmp_path / "sheets"
+    key = export(inputs, folder)
+    judge_best_worst(key, folder)
+    report = score(folder, tmp_path, "--baseline", "lead", "--samples", "99", "--correction", "holm")
+    systems = report["best-worst"]["overall"]["systems"]
+    assert systems["tdmca"]["delta"] == pytest.approx(1 / 3 + 1, abs=1e-12)
+    # one preference in every cluster: every resample repeats the observed
+    # difference, so no resample is as far from it as 0 is: p = 1 / (99 + 1)
+    assert [systems[name]["p"] for name in ("hiertransformer", "tdmca", "flat")] == pytest.approx([0.01] * 3)
+    # Holm over 3 equal p-values: 3p, 2p, p made monotone: 3p each
+    assert [systems[name]["p_adjusted"] for name in ("hiertransformer", "tdmca", "flat")] == pytest.approx([0.03] * 3)
+    assert "p" not in systems["lead"]
+    assert "against lead, paired bootstrap over clusters (99 resamples); correction holm" in capsys.readouterr().out
+
+
+def test_the_ratio_tests_are_the_mean_tests_when_every_cluster_has_one_judgment():
+    import numpy as np
+
+    from mdsfair.evaluation import human_eval_scores, significance
+
+    scores = np.random.default_rng(3).normal(size=(3, 40))
+    ones = np.ones_like(scores)
+    delta, p = human_eval_scores.paired_ratio_bootstrap(scores, ones, 2, 500, 5)
+    expected_delta, expected_p = significance.paired_bootstrap(scores[:2], np.stack([scores[2]] * 2), 500, 5)
+    assert delta[:2] == pytest.approx(expected_delta, abs=1e-12) and delta[2] == 0
+    assert list(p[:2]) == list(expected_p)
+    bounds = human_eval_scores.ratio_bootstrap_ci(scores, ones, 500, 5, 0.9)
+    assert bounds == pytest.approx(significance.bootstrap_ci(scores, 500, 5, 0.9), abs=1e-12)

@@ -9,7 +9,9 @@ systems, and the systems' scores from the completed sheets.
   system). The sheets and their checks: :mod:`mdsfair.evaluation.human_eval_sheets`.
 * ``mdsfair-human-eval score DIR`` reads the completed sheets back and prints
   each system's score with a bootstrap confidence interval over clusters
-  (:mod:`mdsfair.evaluation.human_eval_scores`); ``--json`` writes them.
+  (:mod:`mdsfair.evaluation.human_eval_scores`), and with ``--baseline`` each
+  other system's difference from it and the paired bootstrap's p-value;
+  ``--json`` writes them.
 
 The summaries are read as ``mdsfair-compare`` reads them: a plain file (one
 summary per line) or a fairseq-generate log
@@ -103,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
     score.add_argument("--samples", type=at_least(1), default=1000, help="bootstrap resamples (default 1000)")
     score.add_argument("--seed", type=at_least(0), default=1, help="seed of the resampling (default 1)")
     score.add_argument("--no-ci", action="store_true", help="scores only, no bootstrap intervals")
+    score.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="test every other system against this one: the paired bootstrap over clusters (delta and p)",
+    )
+    score.add_argument(
+        "--correction",
+        choices=["none", "holm", "bonferroni"],
+        default="none",
+        help="family-wise correction of the p-values across systems x criteria (default none)",
+    )
     score.add_argument("--json", metavar="PATH", help="also write the scores as JSON")
     return parser
 
@@ -188,25 +201,54 @@ def format_table(heading: str, result: Dict, ci: Optional[float], digits: int, c
     """One measure's table: system, score, interval, best/worst (best-worst
     only), judgments; best first. With intervals, the sample-size notes of
     :func:`mdsfair.evaluation.significance.sample_size_problem` follow."""
-    from mdsfair.evaluation.significance import sample_size_problem
+    from mdsfair.evaluation.significance import SMALL_SAMPLE_CLUSTERS, sample_size_problem
 
     entries = result["systems"]
     has_counts = any("best" in entry for entry in entries.values())
+    has_tests = any("p" in entry for entry in entries.values())
     header = ["system", "score"] + ([f"{ci:.0%} CI"] if ci else []) + (["best", "worst"] if has_counts else [])
-    rows = [header + [counted]]
+    rows = [header + [counted] + (["delta", "p"] if has_tests else [])]
     for name, entry in sorted(entries.items(), key=lambda pair: -pair[1]["score"]):
         row = [name, f"{entry['score']:.{digits}f}"]
         if ci:
             row.append("-" if entry["low"] is None else f"[{entry['low']:.{digits}f}, {entry['high']:.{digits}f}]")
         if has_counts:
             row += [str(entry["best"]), str(entry["worst"])]
-        rows.append(row + [str(entry["judgments"])])
+        row.append(str(entry["judgments"]))
+        if has_tests:
+            row += [f"{entry['delta']:+.{digits}f}", f"{entry['p_adjusted']:.4f}"] if "p" in entry else ["-", "-"]
+        rows.append(row)
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = [f"{heading}: {result['clusters']} clusters"]
     lines += ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
     if ci:
         lines += [f"note: {warning}" for warning in sample_size_problem(result["clusters"], tests=False)[1]]
+    if has_tests and result["clusters"] < SMALL_SAMPLE_CLUSTERS:
+        lines.append(
+            f"note: only {result['clusters']} clusters: below {SMALL_SAMPLE_CLUSTERS} the paired bootstrap's "
+            "p-values are too small (it treats the clusters' spread as known); read them with care"
+        )
     return lines
+
+
+def adjust_pvalues(report: Dict, protocols: Sequence[str], correction: str) -> None:
+    """Set every test's ``p_adjusted``: the p-values of all systems x
+    criteria (and QA) as one family, corrected by
+    :func:`mdsfair.evaluation.significance.adjust_pvalues` (``none``: as they are)."""
+    entries = [
+        entry
+        for protocol in protocols
+        for result in ([report.get("qa")] if protocol == "qa" else report[protocol].values())
+        if result
+        for entry in result["systems"].values()
+        if "p" in entry
+    ]
+    if not entries:
+        return
+    from mdsfair.evaluation.significance import adjust_pvalues as adjust
+
+    for entry, adjusted in zip(entries, adjust([entry["p"] for entry in entries], correction)):
+        entry["p_adjusted"] = float(adjusted)
 
 
 def run_score(args) -> int:
@@ -215,10 +257,22 @@ def run_score(args) -> int:
 
     key = read_key(args.folder)
     main, qa = read_judgments(args.folder, key)
-    options = dict(samples=args.samples, seed=args.seed, confidence=args.confidence, intervals=not args.no_ci)
+    if args.baseline is not None and args.baseline not in key["systems"]:
+        raise RougeInputError(f"--baseline {args.baseline}: not a system of {KEY_NAME} ({', '.join(key['systems'])})")
+    options = dict(
+        samples=args.samples,
+        seed=args.seed,
+        confidence=args.confidence,
+        intervals=not args.no_ci,
+        baseline=args.baseline,
+    )
     ci = None if args.no_ci else args.confidence
-    report = {"protocol": key["protocol"], "confidence": ci, "incomplete": {}}
+    report = {"protocol": key["protocol"], "confidence": ci, "baseline": args.baseline, "correction": args.correction}
+    report["incomplete"] = {}
     report[key["protocol"]] = score_judgments(main, key["systems"], 1.0, **options)
+    if qa is not None:
+        report["qa"] = score_judgments(qa, key["systems"], 100.0, **options).get("qa")
+    adjust_pvalues(report, [key["protocol"], "qa"], args.correction)
     lines = []
     for criterion, result in report[key["protocol"]].items():
         if key["protocol"] == "best-worst":
@@ -226,11 +280,14 @@ def run_score(args) -> int:
         else:
             heading = f"Rating, {criterion} (mean, {RATING_SCALE[0]}..{RATING_SCALE[1]})"
         lines += format_table(heading, result, ci, 3, "judgments")
-    if qa is not None:
-        report["qa"] = score_judgments(qa, key["systems"], 100.0, **options).get("qa")
-        if report["qa"]:
-            heading = "QA (mean question score in %: 1 correct, 0.5 partially correct, 0 otherwise)"
-            lines += format_table(heading, report["qa"], ci, 2, "questions")
+    if report.get("qa"):
+        heading = "QA (mean question score in %: 1 correct, 0.5 partially correct, 0 otherwise)"
+        lines += format_table(heading, report["qa"], ci, 2, "questions")
+    if args.baseline is not None:
+        lines.append(
+            f"delta, p: against {args.baseline}, paired bootstrap over clusters ({args.samples} resamples); "
+            f"correction {args.correction}"
+        )
     for judgments in (main, qa):
         for sheet, items in (judgments.incomplete if judgments else {}).items():
             report["incomplete"][sheet] = items

@@ -22,7 +22,9 @@ Each is a ratio of sums over clusters, ``sum_c a_c / sum_c n_c``, so its
 confidence interval is the percentile bootstrap over clusters (the clusters
 are the sample; every sheet's judgments of a cluster stay together), drawn
 with :func:`mdsfair.evaluation.significance.bootstrap_counts` and shared by
-all systems.
+all systems. ``--baseline`` tests every other system against one with the
+paired bootstrap on the same resamples
+(:func:`paired_ratio_bootstrap`).
 """
 
 import csv
@@ -244,13 +246,10 @@ def read_judgments(folder: str, key: Dict) -> Tuple[SheetJudgments, Optional[She
     return main, qa
 
 
-def ratio_bootstrap_ci(
-    sums: Sequence[Sequence[float]], counts: Sequence[Sequence[float]], samples: int, seed: int, confidence: float
-):
-    """Percentile bootstrap interval of ``sum_c sums[r, c] / sum_c counts[r, c]``
-    per row ``r`` (``[rows, clusters]``), the clusters resampled with
-    replacement; ``[rows, 2]`` (a resample in which a row has no judgment
-    is left out of that row's quantiles)."""
+def resampled_ratios(sums, counts, samples: int, seed: int):
+    """``[samples, rows]``: ``sum_c w_c sums[r, c] / sum_c w_c counts[r, c]``
+    for bootstrap weights ``w`` (the clusters drawn with replacement, the
+    same draws for every row); NaN where a row has no judgment in the draw."""
     import numpy as np
 
     from mdsfair.evaluation.significance import bootstrap_counts
@@ -259,9 +258,40 @@ def ratio_bootstrap_ci(
     draws = bootstrap_counts(sums.shape[1], samples, seed)
     resampled_counts = draws @ counts.T
     with np.errstate(invalid="ignore", divide="ignore"):
-        ratios = np.where(resampled_counts > 0, (draws @ sums.T) / resampled_counts, np.nan)
+        return np.where(resampled_counts > 0, (draws @ sums.T) / resampled_counts, np.nan)
+
+
+def ratio_bootstrap_ci(sums, counts, samples: int, seed: int, confidence: float):
+    """Percentile bootstrap interval of ``sum_c sums[r, c] / sum_c counts[r, c]``
+    per row ``r`` (``[rows, clusters]``); ``[rows, 2]`` (a resample in which a
+    row has no judgment is left out of that row's quantiles)."""
+    import numpy as np
+
     tail = (1 - confidence) / 2
-    return np.nanquantile(ratios, [tail, 1 - tail], axis=0).T
+    return np.nanquantile(resampled_ratios(sums, counts, samples, seed), [tail, 1 - tail], axis=0).T
+
+
+def paired_ratio_bootstrap(sums, counts, baseline: int, samples: int, seed: int):
+    """The paired bootstrap test of :func:`mdsfair.evaluation.significance.paired_bootstrap`
+    (Koehn 2004; Berg-Kirkpatrick et al. 2012, two-sided: a resampled
+    difference ``delta*`` counts when ``|delta* - delta| >= |delta|``) for the
+    ratio scores, every row against row ``baseline`` on the same resampled
+    clusters. Returns ``(delta, p)`` per row, ``p = (count + 1) / (valid + 1)``
+    over the resamples in which both rows have judgments."""
+    import numpy as np
+
+    from mdsfair.evaluation.significance import TIE_TOLERANCE
+
+    sums, counts = np.asarray(sums, dtype=np.float64), np.asarray(counts, dtype=np.float64)
+    observed = sums.sum(axis=1) / counts.sum(axis=1)
+    delta = observed - observed[baseline]
+    ratios = resampled_ratios(sums, counts, samples, seed)
+    differences = ratios - ratios[:, baseline : baseline + 1]
+    valid = ~np.isnan(differences)
+    tolerance = TIE_TOLERANCE * np.maximum(1.0, np.abs(delta))
+    with np.errstate(invalid="ignore"):
+        extreme = (valid & (np.abs(differences - delta) >= np.abs(delta) - tolerance)).sum(axis=0)
+    return delta, (extreme + 1) / (valid.sum(axis=0) + 1)
 
 
 def score_judgments(
@@ -272,19 +302,24 @@ def score_judgments(
     seed: int,
     confidence: float,
     intervals: bool,
+    baseline: Optional[str] = None,
 ) -> Dict[str, Dict[str, Dict]]:
-    """Per measure: ``clusters`` judged and per system (``systems``): ``score`` (``scale`` x the ratio of sums),
-    ``judgments``, best/worst counts for best-worst, and ``low`` / ``high``
-    when ``intervals`` (``None`` with fewer than 2 clusters)."""
+    """Per measure: ``clusters`` judged and per system (``systems``): ``score``
+    (``scale`` x the ratio of sums), ``judgments``, best/worst counts for
+    best-worst, ``low`` / ``high`` when ``intervals`` (``None`` with fewer
+    than 2 clusters), and against ``baseline`` (when it was judged on the
+    measure) ``delta`` (``scale`` x the difference) and ``p``."""
     results: Dict[str, Dict[str, Dict]] = {}
     for measure, per_system in judgments.scores.items():
         clusters = sorted({cluster for cells in per_system.values() for cluster in cells})
         names = [name for name in systems if name in per_system]
         sums = [[per_system[name].get(cluster, [0.0, 0])[0] for cluster in clusters] for name in names]
         counts = [[per_system[name].get(cluster, [0.0, 0])[1] for cluster in clusters] for name in names]
-        bounds = None
+        bounds = tests = None
         if intervals and len(clusters) >= 2:
             bounds = ratio_bootstrap_ci(sums, counts, samples, seed, confidence)
+        if baseline in names and len(clusters) >= 2:
+            tests = paired_ratio_bootstrap(sums, counts, names.index(baseline), samples, seed)
         results[measure] = {"clusters": len(clusters), "systems": {}}
         for row, name in enumerate(names):
             entry = {
@@ -297,5 +332,7 @@ def score_judgments(
             if intervals:
                 entry["low"] = None if bounds is None else scale * float(bounds[row, 0])
                 entry["high"] = None if bounds is None else scale * float(bounds[row, 1])
+            if tests is not None and name != baseline:
+                entry["delta"], entry["p"] = scale * float(tests[0][row]), float(tests[1][row])
             results[measure]["systems"][name] = entry
     return results
