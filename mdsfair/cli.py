@@ -347,8 +347,8 @@ GENERATION_PRECISION_IGNORED = (
 def check_generation_arguments(argv: List[str]) -> None:
     """Beam-search flags that cannot work, refused before fairseq loads a
     model (types and defaults: fairseq's ``GenerationConfig``, read from the
-    dataclass itself), and the precision flags generation would ignore
-    (:data:`GENERATION_IGNORES`)."""
+    dataclass itself), word limits no summary can meet, and the precision
+    flags generation would ignore (:data:`GENERATION_IGNORES`)."""
     if any(arg in GENERATION_IGNORES for arg in argv):
         refused("mdsfair-generate", GENERATION_PRECISION_IGNORED, 2)
     import argparse
@@ -357,6 +357,7 @@ def check_generation_arguments(argv: List[str]) -> None:
     from fairseq.dataclass.configs import GenerationConfig
 
     from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
+    from mdsfair.generation.word_limits import check_word_limits
 
     fields = {field.name: field for field in dataclasses.fields(GenerationConfig)}
     parser = argparse.ArgumentParser(prog="mdsfair-generate", add_help=False)
@@ -365,8 +366,11 @@ def check_generation_arguments(argv: List[str]) -> None:
             parser.add_argument("--" + name.replace("_", "-"), action="store_true")
         else:
             parser.add_argument("--" + name.replace("_", "-"), type=fields[name].type, default=fields[name].default)
+    for flag in ("--min-len-words", "--max-len-words"):  # the task's word limits (mdsfair.generation.word_limits)
+        parser.add_argument(flag, type=int, default=None)
     known, _ = parser.parse_known_args(argv)
     try:
+        check_word_limits(known.min_len_words, known.max_len_words)
         check_generation_settings(
             known.beam,
             known.min_len,

@@ -75,6 +75,19 @@ def test_the_limits_wrap_the_ngram_blocker_and_refuse_impossible_settings():
             check_word_limits(low, high)
 
 
+def test_mdsfair_generate_refuses_impossible_limits_before_loading_a_model(capsys):
+    """One line and exit status 2, from the command's early checks (no model, no data: a traceback from the
+    generator's construction otherwise)."""
+    from mdsfair.cli import check_generation_arguments
+
+    with pytest.raises(SystemExit) as exit_info:
+        check_generation_arguments(["DATA", "--path", "missing.pt", "--min-len-words", "9", "--max-len-words", "6"])
+    assert exit_info.value.code == 2
+    error = capsys.readouterr().err.strip()
+    assert error == "mdsfair-generate: error: --min-len-words 9 is above --max-len-words 6: no summary can satisfy both"
+    check_generation_arguments(["DATA", "--path", "missing.pt", "--min-len-words", "6", "--max-len-words", "9"])
+
+
 def test_a_generation_config_limit_takes_precedence_over_the_task_flag():
     class Config:
         min_len_words = 20
