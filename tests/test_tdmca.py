@@ -30,7 +30,7 @@ def local_attention_oracle(module: CausalLocalSelfAttention, x):
     """One query at a time: softmax over the keys j <= i of the query's block
     and the previous one (tensor2tensor's masked_local_attention_1d)."""
     q, k, v = (heads_of(x, module, p) for p in (module.q_proj, module.k_proj, module.v_proj))
-    block = module.block_length
+    block = module.block_length or x.size(0) + 1  # None: full causal attention, one block
     outputs = []
     for i in range(x.size(0)):
         keys = [j for j in range(i + 1) if j // block >= i // block - 1]
@@ -71,9 +71,10 @@ def memory_compressed_oracle(module: CausalMemoryCompressedSelfAttention, x):
 
 
 @pytest.mark.parametrize("length", [1, 5, 8, 13, 20])
-def test_local_attention_is_the_block_rule(length):
+@pytest.mark.parametrize("block_length", [4, None], ids=["blocks-of-4", "full"])
+def test_local_attention_is_the_block_rule(length, block_length):
     torch.manual_seed(0)
-    module = CausalLocalSelfAttention(12, 3, block_length=4).double().eval()
+    module = CausalLocalSelfAttention(12, 3, block_length=block_length).double().eval()
     x = torch.randn(2, length, 12, dtype=torch.float64)
     with torch.no_grad():
         full = module(x)
@@ -104,13 +105,13 @@ def test_the_first_compressed_queries_see_nothing_and_output_the_bias():
     torch.testing.assert_close(output[0, :2], module.out_proj.bias.expand(2, -1), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("kind", ["local", "memory-compressed"])
+@pytest.mark.parametrize("kind", ["local", "full", "memory-compressed"])
 def test_steps_equal_the_full_pass_with_rows_of_different_lengths(kind):
     """Rows whose first pass covers 5 and 9 positions, then steps at
     per-row positions: the outputs of the full pass over each row."""
     torch.manual_seed(0)
-    if kind == "local":
-        module = CausalLocalSelfAttention(12, 3, block_length=4).double().eval()
+    if kind != "memory-compressed":
+        module = CausalLocalSelfAttention(12, 3, block_length=4 if kind == "local" else None).double().eval()
     else:
         module = CausalMemoryCompressedSelfAttention(12, 3, compression=3).double().eval()
     lengths, steps = torch.tensor([5, 9]), 7
@@ -212,11 +213,14 @@ def test_incremental_decoding_with_reordering_equals_full_decoding():
     checks.check_reordered_incremental_decoding_equals_full_decoding(model, net_input, steps=12)
 
 
-def test_the_paper_settings_refuse_a_pattern_of_other_letters():
+def test_the_pattern_takes_three_letters_and_refuses_others():
     from mdsfair.models.tdmca import layer_pattern
 
     assert layer_pattern("lmlml") == "LMLML"
-    with pytest.raises(ValueError, match="L .local. and M"):
+    dictionary = toy_dictionary()
+    decoder = build("tdmca_tiny", dictionary, layer_pattern="FMF").decoder
+    assert [layer.self_attn.block_length for layer in decoder.layers[::2]] == [None, None]
+    with pytest.raises(ValueError, match=r"L \(local\), M \(memory-compressed\) and F"):
         layer_pattern("LXL")
 
 

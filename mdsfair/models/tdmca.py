@@ -16,7 +16,9 @@ paper's ``LMLML``: five layers):
   (:mod:`mdsfair.modules.local_attention`);
 * ``M``, memory-compressed attention over keys and values shortened by a
   strided convolution of kernel and stride 3
-  (:mod:`mdsfair.modules.memory_compressed_attention`).
+  (:mod:`mdsfair.modules.memory_compressed_attention`);
+* ``F``, full causal attention: ``FFFFF`` is the paper's Transformer decoder
+  T-D, the baseline its memory-compressed layers are measured against.
 
 Each layer is pre-layer-norm (tensor2tensor's ``layer_preprocess_sequence``
 ``n``, ``layer_postprocess_sequence`` ``da``) with a ReLU feed-forward;
@@ -61,7 +63,7 @@ from mdsfair.modules.memory_compressed_attention import CausalMemoryCompressedSe
 from mdsfair.modules.sinusoidal import sinusoidal_encoding
 
 #: ``--layer-pattern`` letters: local and memory-compressed attention
-LAYER_KINDS = {"L": "local", "M": "memory-compressed"}
+LAYER_KINDS = {"L": "local", "M": "memory-compressed", "F": "full"}
 
 #: The one source of the tdmca model's defaults (:mod:`mdsfair.models.flag_defaults`).
 DEFAULTS = FlagDefaults(
@@ -82,10 +84,12 @@ DEFAULTS = FlagDefaults(
 
 
 def layer_pattern(text: str) -> str:
-    """``--layer-pattern``: a non-empty string of ``L`` and ``M``."""
+    """``--layer-pattern``: a non-empty string of ``L``, ``M`` and ``F``."""
     pattern = text.strip().upper()
     if not pattern or set(pattern) - set(LAYER_KINDS):
-        raise ValueError(f"--layer-pattern takes letters L (local) and M (memory-compressed), got {text!r}")
+        raise ValueError(
+            f"--layer-pattern takes letters L (local), M (memory-compressed) and F (full attention), got {text!r}"
+        )
     return pattern
 
 
@@ -109,15 +113,16 @@ class SourcePassingEncoder(FairseqEncoder):
 
 class TDMCALayer(nn.Module):
     """One pre-layer-norm layer: ``x + Attention(LN(x))`` then
-    ``x + FFN(LN(x))`` with a local (``L``) or memory-compressed (``M``)
-    causal self-attention."""
+    ``x + FFN(LN(x))`` with a local (``L``), memory-compressed (``M``) or
+    full (``F``) causal self-attention."""
 
     def __init__(self, args, kind: str):
         super().__init__()
         dim = args.decoder_embed_dim
-        if kind == "L":
+        if kind in ("L", "F"):
+            block_length = args.block_length if kind == "L" else None
             self.self_attn = CausalLocalSelfAttention(
-                dim, args.decoder_attention_heads, args.block_length, dropout=args.attention_dropout
+                dim, args.decoder_attention_heads, block_length, dropout=args.attention_dropout
             )
         else:
             self.self_attn = CausalMemoryCompressedSelfAttention(
@@ -255,8 +260,8 @@ class TDMCAModel(MultiDocHubModel, FairseqEncoderDecoderModel):
             "--layer-pattern",
             type=layer_pattern,
             metavar="PATTERN",
-            help="one letter per layer, bottom first: L = local attention, M = memory-compressed attention "
-            "(the paper's LMLML)",
+            help="one letter per layer, bottom first: L = local attention, M = memory-compressed attention, "
+            "F = full causal attention (the paper's LMLML; FFFFF is its Transformer decoder T-D)",
         )
         parser.add_argument(
             "--block-length",

@@ -22,6 +22,9 @@ token of each row, so blocks do not depend on padding or on the batch.
 tensor2tensor treats a sequence shorter than two blocks as one block (a
 shortcut that depends on the whole length and so cannot decode
 incrementally); here the rule above holds at every length.
+
+With ``block_length`` None the module is full causal attention (``j <= i``,
+every past key): the Transformer decoder T-D the paper compares T-DMCA with.
 """
 
 import math
@@ -64,14 +67,15 @@ def masked_softmax(scores: Tensor, allowed: Tensor, null_logit: bool = False) ->
 
 class CausalLocalSelfAttention(nn.Module):
     """Multi-head self-attention within the current and the previous block
-    (see the module docstring); parameters ``q_proj``, ``k_proj``, ``v_proj``,
+    (see the module docstring), or over every past key with ``block_length``
+    None; parameters ``q_proj``, ``k_proj``, ``v_proj``,
     ``out_proj`` as fairseq's ``MultiheadAttention``."""
 
-    def __init__(self, embed_dim: int, num_heads: int, block_length: int, dropout: float = 0.0):
+    def __init__(self, embed_dim: int, num_heads: int, block_length: Optional[int], dropout: float = 0.0):
         super().__init__()
         if embed_dim % num_heads:
             raise ValueError(f"embedding dimension {embed_dim} is not divisible by {num_heads} heads")
-        if block_length < 1:
+        if block_length is not None and block_length < 1:
             raise ValueError(f"the local attention's block length must be positive, got {block_length}")
         self.embed_dim, self.num_heads, self.block_length = embed_dim, num_heads, block_length
         self.head_dim = embed_dim // num_heads
@@ -94,6 +98,11 @@ class CausalLocalSelfAttention(nn.Module):
             positions = torch.arange(length, device=x.device).expand(batch, length)
             cache["key"], cache["value"] = k, v
             cache["position"] = positions.masked_fill(positions >= lengths.unsqueeze(1), EMPTY_POSITION)
+        if self.block_length is None:
+            query, key = torch.arange(length, device=x.device).view(-1, 1), torch.arange(length, device=x.device)
+            probabilities = masked_softmax(q @ k.transpose(-1, -2), key <= query)
+            probabilities = F.dropout(probabilities, p=self.dropout, training=self.training)
+            return self.out_proj(merge_heads(probabilities @ v))
         padding = -length % block
         blocks = (length + padding) // block
         q, k, v = (F.pad(t, (0, 0, 0, padding)).view(batch, self.num_heads, blocks, block, -1) for t in (q, k, v))
@@ -118,6 +127,8 @@ class CausalLocalSelfAttention(nn.Module):
         cache["position"] = torch.cat([cache["position"], position.unsqueeze(1)], dim=1)
         keys = cache["position"]
         query = position.unsqueeze(1)
-        allowed = (keys <= query) & (keys // self.block_length >= query // self.block_length - 1)
+        allowed = keys <= query
+        if self.block_length is not None:
+            allowed &= keys // self.block_length >= query // self.block_length - 1
         probabilities = masked_softmax(q @ cache["key"].transpose(-1, -2), allowed[:, None, None, :])
         return self.out_proj(merge_heads(probabilities @ cache["value"]))
