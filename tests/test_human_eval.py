@@ -12,9 +12,8 @@ import re
 import pytest
 
 from mdsfair.evaluation import human_eval
-from tests.utils import SHARED_DATA
+from tests.utils import paper_text
 
-PAPERS = os.path.join(os.path.dirname(SHARED_DATA), "papers")
 #: The judge's preference (best first); hidden from the sheets as the names are.
 PREFERENCE = ["hiertransformer", "tdmca", "flat", "lead"]
 CLUSTERS = 6
@@ -259,8 +258,7 @@ def test_export_refuses_a_folder_with_a_key_and_a_bad_tuple_size(inputs, tmp_pat
 
 
 def test_the_protocols_as_the_papers_describe_them():
-    with open(os.path.join(PAPERS, "hiertransformer-liu-lapata2019.txt"), encoding="utf-8") as handle:
-        ht = " ".join(handle.read().split())
+    ht = paper_text("hiertransformer-liu-lapata2019.txt")
     assert "judgments on 20 randomly se- lected test instances" in ht
     assert "summaries generated from 3 out of 4 systems" in ht
     assert "correct answers are marked with 1, partially correct ones with 0.5, and 0 otherwise" in ht
@@ -268,8 +266,7 @@ def test_the_protocols_as_the_papers_describe_them():
     assert "Ratings range from −1 (worst) to 1 (best)" in ht
     assert "with 5 responses per hit" in ht
     assert "Informativeness" in ht and "Fluency" in ht and "Succinctness" in ht
-    with open(os.path.join(PAPERS, "dape-linguistic-ma2022.txt"), encoding="utf-8") as handle:
-        dape = " ".join(handle.read().split())
+    dape = paper_text("dape-linguistic-ma2022.txt")
     assert "We randomly sample 10 examples from the Multi-News dataset" in dape
     assert "Three experienced researcher are invited to score summaries (from 4 models)" in dape
     assert "The score range is 1-5" in dape
