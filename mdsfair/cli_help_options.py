@@ -1043,7 +1043,7 @@ MDSFAIR = {
                 ("--decoder-attention-heads N", "attention heads (default: 8)"),
                 (
                     "--layer-pattern PATTERN",
-                    "one letter per layer, bottom first: L = local attention, M = memory-compressed attention (the paper's LMLML) (default: LMLML)",
+                    "one letter per layer, bottom first: L = local attention, M = memory-compressed attention, F = full causal attention (the paper's LMLML; FFFFF is its Transformer decoder T-D) (default: LMLML)",
                 ),
                 (
                     "--block-length N",
