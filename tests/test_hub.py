@@ -121,6 +121,7 @@ MDSFAIR_MODELS = (
     "multidoc_bart",
     "pagesum_bart",
     "sparse_bart",
+    "tdmca",
 )
 
 
