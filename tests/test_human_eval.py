@@ -301,3 +301,41 @@ def test_the_ratio_tests_are_the_mean_tests_when_every_cluster_has_one_judgment(
     assert list(p[:2]) == list(expected_p)
     bounds = human_eval_scores.ratio_bootstrap_ci(scores, ones, 500, 5, 0.9)
     assert bounds == pytest.approx(significance.bootstrap_ci(scores, 500, 5, 0.9), abs=1e-12)
+
+
+def test_a_fairseq_generate_log_is_read_by_its_ids_and_a_short_file_is_refused(inputs, tmp_path, capsys):
+    systems, references, _ = inputs
+    log = tmp_path / "model.out"
+    order = [3, 0, 5, 1, 4, 2]  # fairseq-generate writes clusters as its batches finish
+    log.write_text(
+        "".join(
+            f"S-{cluster}\tsource {cluster}\nH-{cluster}\t-0.5\tlogged {cluster}\nD-{cluster}\t-0.5\tlogged {cluster}\n"
+            for cluster in order
+        )
+    )
+    folder = tmp_path / "sheets"
+    argv = ["export", systems[0], f"model={log}", "--references", references, "--out", str(folder)]
+    assert human_eval.cli_main([*argv, "--protocol", "rating"]) == 0
+    key = json.loads((folder / "key.json").read_text())
+    with open(folder / "rating" / "sheet-01.csv", encoding="utf-8", newline="") as handle:
+        rows = {row["item"]: row["summary"] for row in csv.DictReader(handle)}
+    logged = [item for item in key["sheets"]["rating/sheet-01.csv"] if item["system"] == "model"]
+    assert [rows[item["item"]] for item in logged] == [f"logged {item['cluster']}" for item in logged]
+    assert sorted(item["cluster"] for item in logged) == list(range(CLUSTERS))
+    short = tmp_path / "short.txt"
+    short.write_text("one\ntwo\n")
+    with pytest.raises(SystemExit):
+        human_eval.cli_main(["export", f"short={short}", "--references", references, "--out", str(tmp_path / "x")])
+    assert "best-worst needs at least 2 systems" in capsys.readouterr().err
+    argv = [
+        "export",
+        f"short={short}",
+        "--references",
+        references,
+        "--out",
+        str(tmp_path / "x"),
+        "--protocol",
+        "rating",
+    ]
+    assert human_eval.cli_main(argv) == 1
+    assert f"{short} has 2 hypotheses but {references} has {CLUSTERS} references" in capsys.readouterr().err

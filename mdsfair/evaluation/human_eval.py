@@ -161,10 +161,10 @@ def run_export(parser: argparse.ArgumentParser, args) -> int:
     if len(set(criteria)) != len(criteria) or not all(name.isidentifier() for name in criteria):
         parser.error(f"--criteria {' '.join(criteria)}: each criterion once, a word of letters, digits or _")
     tuple_size = args.tuple_size or min(3, len(systems))
+    if args.protocol == "best-worst" and len(systems) < 2:
+        parser.error("best-worst needs at least 2 systems (--protocol rating judges one alone)")
     if args.protocol == "best-worst" and not 2 <= tuple_size <= len(systems):
         parser.error(f"--tuple-size {tuple_size}: best-worst needs 2..{len(systems)} (the systems given) per item")
-    if args.protocol == "best-worst" and args.tuple_size is None and len(systems) < 2:
-        parser.error("best-worst needs at least 2 systems")
     problem = output_folder_problem("--out", args.out)
     if problem is None and os.path.exists(os.path.join(args.out, KEY_NAME)):
         problem = f"--out {args.out}: holds a {KEY_NAME} already (sheets that may be filled in); choose a new folder"
