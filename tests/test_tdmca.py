@@ -279,3 +279,25 @@ def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_pat
     clusters = [json.loads(line) for line in open(os.path.join(tmp_path, "data", "raw", "test.jsonl"))]
     summaries = hub.summarize(clusters[:2], beam=2, max_len_b=8)
     assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)
+
+
+# ------------------------------------------------------------ the benchmark
+
+
+def test_the_benchmark_measures_both_systems_and_records_the_ratios(tmp_path, capsys):
+    """benchmarks/tdmca.py at toy size: a row per system and length and one
+    of tdmca / full ratios, the device named, a results file of its command."""
+    import json
+
+    from benchmarks import results, tdmca
+
+    out = tmp_path / "tdmca.json"
+    toy = ["--lengths", "64", "--dim", "32", "--heads", "4", "--block-length", "16", "--target-tokens", "8"]
+    tdmca.main([*toy, "--steps", "1", "--vocab-size", "100", "--json", str(out)])
+    record = json.loads(out.read_text())
+    assert results.problems(record) == [] and record["device"]
+    assert [row["system"] for row in record["rows"]] == ["tdmca", "full", "tdmca / full"]
+    ratios = record["rows"][2]
+    assert ratios["memory_ratio"] == pytest.approx(record["rows"][0]["peak_mib"] / record["rows"][1]["peak_mib"])
+    printed = capsys.readouterr().out
+    assert printed.startswith("device: ") and "tdmca" in printed and "x" in printed
