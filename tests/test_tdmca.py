@@ -301,3 +301,23 @@ def test_the_benchmark_measures_both_systems_and_records_the_ratios(tmp_path, ca
     assert ratios["memory_ratio"] == pytest.approx(record["rows"][0]["peak_mib"] / record["rows"][1]["peak_mib"])
     printed = capsys.readouterr().out
     assert printed.startswith("device: ") and "tdmca" in printed and "x" in printed
+
+
+# ------------------------------------------------------------ the papers
+
+
+def test_the_sizes_and_the_table_row_are_the_hierarchical_transformer_papers():
+    """The recipe's sizes and its WikiSum row as Liu & Lapata 2019 state them
+    (Sec. 4 and Table 2), and the tdmca architecture's sizes."""
+    from tests.utils import paper_text
+
+    text = paper_text("hiertransformer-liu-lapata2019.txt")
+    assert "The model has 5 layers as in Liu et al. (2018). Its hidden size is 512" in text
+    assert "feed-forward hidden size is 2, 048" in text
+    assert "truncated to 3,000 tokens" in text
+    assert "T-DMCA (3000 tokens) 40.77 25.60 34.90" in text
+    model = build("tdmca", toy_dictionary())
+    assert len(model.decoder.layers) == 5 and model.decoder.embed_dim == 512
+    assert model.decoder.layers[0].fc1.out_features == 2048
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "tdmca", "README.md")).read()
+    assert "40.77 / 25.60 / 34.90" in readme and "--max-source-positions 3000" in readme
