@@ -247,33 +247,6 @@ def test_the_contract_checks_in_float64(data, tmp_path):
     checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
 
 
-def test_the_static_generator_gives_the_beams_of_fairseqs_generator(data):
-    """The task's default generator (the static-shape beam search, which
-    keeps finished sources as padding and never reorders the encoder output)
-    and fairseq's give the same n-best lists, in float64."""
-    from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
-
-    built_model = contract.ContractModel("tdmca_tiny", data)
-    model = built_model.build_model().double().eval()
-    checks.perturb_parameters(model, seed=2, scale=0.2)
-    task, sample = built_model.task, built_model.batch("test", [0, 1, 2, 3], model)
-    generation = built_model.cfg.generation
-    generation.beam, generation.max_len_a, generation.max_len_b, generation.min_len = 3, 0, 10, 2
-    beams = {}
-    for static in (True, False):
-        task.cfg.static_decoding, task.cfg.fairseq_generator = static, not static
-        generator = task.build_generator([model], generation)
-        assert isinstance(generator, StaticShapeSequenceGenerator) == static
-        with torch.no_grad():
-            beams[static] = task.inference_step(generator, [model], sample)
-    task.cfg.static_decoding = task.cfg.fairseq_generator = False
-    for ours, theirs in zip(beams[True], beams[False]):
-        assert [h["tokens"].tolist() for h in ours] == [h["tokens"].tolist() for h in theirs]
-        for mine, reference in zip(ours, theirs):
-            assert mine["score"].item() == pytest.approx(reference["score"].item(), abs=1e-5)
-    assert any(len(hypotheses[0]["tokens"]) > 2 for hypotheses in beams[True])
-
-
 @pytest.mark.slow
 def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_path):
     from tests.utils import make_tiny_data_bin

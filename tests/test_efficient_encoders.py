@@ -1,0 +1,316 @@
+"""The encoder self-attentions of Huang et al. (2021) Table 2 settings: ``lsh``
+(:mod:`mdsfair.modules.lsh_attention`) and ``sinkhorn``
+(:mod:`mdsfair.modules.sinkhorn_attention`).
+
+Each module is checked against a naive oracle in float64 (one query, one
+round, one block at a time, written from the equations of the module
+docstrings), for padding (padding keys receive no weight), and against the
+authors' modules (``luyang-huang96/LongDocSum``,
+``Model/longbart/utils/{lsh_attention,sinkhorn}.py``) on identical weights and
+identical random draws. The authors' modules import and run on the current
+torch and fairseq when built with keywords, as their encoder layers build
+them; their repository states no licence, so the test reads them from a local
+snapshot of that repository (``LONGDOCSUM_REPO``, a git directory; by default
+the one ``fetch github:luyang-huang96/LongDocSum`` leaves in ``/work/.mirror``)
+and is skipped where there is none.
+"""
+
+import importlib.util
+import math
+import os
+import subprocess
+
+import pytest
+import torch
+
+from mdsfair.modules.efficient_encoder_components import evaluation_generator
+from mdsfair.modules.lsh_attention import LSHSelfAttention, default_bucket_count, lsh_attention
+from mdsfair.modules.sinkhorn_attention import (
+    SinkhornSelfAttention,
+    block_scores,
+    sinkhorn_attention,
+    sinkhorn_sorting,
+)
+
+LONGDOCSUM_REPO = os.environ.get("LONGDOCSUM_REPO", "/work/.mirror/luyang-huang96+LongDocSum/repo")
+F64 = torch.float64
+TOLERANCE = 1e-10  # float64 sums of a few hundred terms of magnitude ~1
+
+
+def naive_lsh(shared_qk, values, rotations, chunk_length, padding_mask):
+    """Per head, round and query: the buckets, the sorted slots, the window of
+    the query's chunk and the chunk before it, the masked softmax, then the
+    rounds weighted by the softmax of their log-normalisers."""
+    batch, heads, length, head_dim = shared_qk.shape
+    hashes, half = rotations.shape[2], rotations.shape[3]
+    out = torch.zeros_like(values)
+    for b in range(batch):
+        for h in range(heads):
+            u = shared_qk[b, h]
+            keys = u / torch.sqrt((u * u).mean(dim=-1, keepdim=True) + 1e-6) / math.sqrt(head_dim)
+            slots = []  # the position in every slot, rounds end to end
+            for r in range(hashes):
+                projected = u @ rotations[h, :, r, :]
+                buckets = [
+                    2 * half if padding_mask[b, t] else int(torch.cat([projected[t], -projected[t]]).argmax())
+                    for t in range(length)
+                ]
+                slots += sorted(range(length), key=lambda t: (buckets[t], t))
+            chunks = len(slots) // chunk_length
+            per_round = {}  # position -> [(log normaliser, output)] one per round
+            for slot, t in enumerate(slots):
+                chunk = slot // chunk_length
+                previous = (chunk - 1) % chunks
+                window = slots[previous * chunk_length : (previous + 1) * chunk_length]
+                window += slots[chunk * chunk_length : (chunk + 1) * chunk_length]
+                logits = []
+                for s in window:
+                    if s == t:
+                        logits.append(-1e5)
+                    elif padding_mask[b, s]:
+                        logits.append(-1e9)
+                    else:
+                        logits.append(float(u[t] @ keys[s]))
+                logits = torch.tensor(logits, dtype=F64)
+                normaliser = torch.logsumexp(logits, dim=0)
+                weights = torch.exp(logits - normaliser)
+                output = sum(w * values[b, h, s] for w, s in zip(weights, window))
+                per_round.setdefault(t, []).append((normaliser, output))
+            for t, rounds in per_round.items():
+                normalisers = torch.stack([n for n, _ in rounds])
+                round_weights = torch.softmax(normalisers, dim=0)
+                out[b, h, t] = sum(w * o for w, (_, o) in zip(round_weights, rounds))
+    return out
+
+
+def lsh_inputs(length=24, heads=2, head_dim=4, padded=(0, 5), seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    shared_qk = torch.randn(len(padded), heads, length, head_dim, generator=generator, dtype=F64)
+    values = torch.randn(len(padded), heads, length, head_dim, generator=generator, dtype=F64)
+    padding_mask = torch.zeros(len(padded), length, dtype=torch.bool)
+    for row, count in enumerate(padded):
+        if count:
+            padding_mask[row, -count:] = True
+    return shared_qk, values, padding_mask, generator
+
+
+@pytest.mark.parametrize("hashes", [1, 3])
+def test_lsh_equals_naive_oracle(hashes):
+    shared_qk, values, padding_mask, generator = lsh_inputs()
+    rotations = torch.randn(2, 4, hashes, 4, generator=generator, dtype=F64)  # 8 buckets
+    expected = naive_lsh(shared_qk, values, rotations, 4, padding_mask)
+    got = lsh_attention(shared_qk, values, rotations, 4, padding_mask)
+    torch.testing.assert_close(got, expected, rtol=0, atol=TOLERANCE)
+
+
+def test_lsh_short_source_is_full_attention_without_self():
+    """No longer than a chunk: full attention, a token's own key masked unless alone."""
+    shared_qk, values, padding_mask, _ = lsh_inputs(length=6, padded=(0, 2))
+    got = lsh_attention(shared_qk, values, None, 8, padding_mask)
+    keys = shared_qk / torch.sqrt(shared_qk.pow(2).mean(-1, keepdim=True) + 1e-6) / 2.0
+    logits = shared_qk @ keys.transpose(-1, -2)
+    logits = logits.masked_fill(padding_mask[:, None, None, :], -1e9)
+    logits = logits.masked_fill(torch.eye(6, dtype=torch.bool), -1e5)
+    expected = logits.softmax(-1) @ values
+    torch.testing.assert_close(got, expected, rtol=0, atol=TOLERANCE)
+
+
+def test_lsh_padding_keys_receive_no_weight():
+    """The contents of padding tokens do not reach a real token's output."""
+    torch.manual_seed(0)
+    attention = LSHSelfAttention(8, 2, chunk_length=4, num_hashes=2, num_buckets=4).double().eval()
+    x = torch.randn(20, 2, 8, dtype=F64)
+    padding_mask = torch.zeros(2, 20, dtype=torch.bool)
+    padding_mask[1, 13:] = True
+    changed = x.clone()
+    changed[13:, 1] = 100 * torch.randn(7, 8, dtype=F64)
+    first = attention.forward_lsh(x, padding_mask, generator=torch.Generator().manual_seed(3))
+    second = attention.forward_lsh(changed, padding_mask, generator=torch.Generator().manual_seed(3))
+    real = ~padding_mask.t()
+    torch.testing.assert_close(first[real], second[real], rtol=0, atol=TOLERANCE)
+
+
+def test_default_bucket_count_is_the_authors():
+    """``2 ** (bit_length(2 * (P // c)) - 1)``: 256 for chunks of 64 over 8,192 positions (their script's
+    --max-source-positions), 32 over 1,024 (the default of their module)."""
+    assert default_bucket_count(8192, 64) == 256
+    assert default_bucket_count(1024, 64) == 32
+    assert default_bucket_count(1000, 64) == 16
+
+
+def test_sinkhorn_sorting_is_doubly_stochastic():
+    """Columns sum to one after every iteration (the last step), rows converge to one."""
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.rand(3, 5, 5, generator=generator, dtype=F64)
+    noise = torch.randn(3, 5, 5, generator=generator, dtype=F64)
+    deviations = []
+    for iterations in (1, 7, 200):
+        sorting = sinkhorn_sorting(scores, noise, iterations, 0.7)
+        torch.testing.assert_close(sorting.sum(dim=1), torch.ones(3, 5, dtype=F64), rtol=0, atol=TOLERANCE)
+        deviations.append(float((sorting.sum(dim=2) - 1).abs().max()))
+    assert deviations[0] > deviations[1] > deviations[2]
+    assert deviations[2] < 1e-9
+
+
+def naive_sinkhorn(queries, keys, values, sorting, block_size, padding_mask, heads):
+    """Per row (batch x head) and block: the block's sorted keys and values
+    (``sum_v P_uv k_v``), its own, the masked softmax."""
+    count, length, head_dim = queries.shape
+    blocks = length // block_size
+    out = torch.zeros_like(queries)
+    for n in range(count):
+        real = ~padding_mask[n // heads]
+        for u in range(blocks):
+            own = slice(u * block_size, (u + 1) * block_size)
+            sorted_keys = sum(sorting[n, u, v] * keys[n, v * block_size : (v + 1) * block_size] for v in range(blocks))
+            sorted_values = sum(
+                sorting[n, u, v] * values[n, v * block_size : (v + 1) * block_size] for v in range(blocks)
+            )
+            chosen = int(sorting[n, u].abs().argmax())
+            key_real = torch.cat([real[chosen * block_size : (chosen + 1) * block_size], real[own]])
+            all_keys = torch.cat([sorted_keys, keys[n, own]])
+            all_values = torch.cat([sorted_values, values[n, own]])
+            for i, t in enumerate(range(u * block_size, (u + 1) * block_size)):
+                logits = all_keys @ queries[n, t] / math.sqrt(head_dim)
+                logits = torch.where(key_real & real[t], logits, torch.full_like(logits, -10000.0))
+                weights = torch.softmax(logits, dim=0)
+                if real[t]:
+                    assert float(weights[~key_real].sum()) == 0.0  # padding keys receive no weight
+                out[n, t] = weights @ all_values
+    return out
+
+
+def test_sinkhorn_equals_naive_oracle():
+    generator = torch.Generator().manual_seed(1)
+    heads, block_size = 2, 4
+    queries, keys, values = (torch.randn(4, 16, 3, generator=generator, dtype=F64) for _ in range(3))
+    padding_mask = torch.zeros(2, 16, dtype=torch.bool)
+    padding_mask[1, 10:] = True
+    scores = block_scores(queries, keys, block_size)
+    noise = torch.randn(4, 4, 4, generator=generator, dtype=F64)
+    sorting = sinkhorn_sorting(scores, noise, 7, 0.7)
+    expected = naive_sinkhorn(queries, keys, values, sorting, block_size, padding_mask, heads)
+    got = sinkhorn_attention(queries, keys, values, sorting, block_size, padding_mask)
+    torch.testing.assert_close(got, expected, rtol=0, atol=TOLERANCE)
+
+
+def test_block_scores_are_relu_of_mean_dot_products():
+    generator = torch.Generator().manual_seed(2)
+    queries, keys = (torch.randn(1, 8, 4, generator=generator, dtype=F64) for _ in range(2))
+    scores = block_scores(queries, keys, 4)
+    for u in range(2):
+        for v in range(2):
+            dot = float(queries[0, 4 * u : 4 * u + 4].mean(0) @ keys[0, 4 * v : 4 * v + 4].mean(0)) / 2.0
+            assert float(scores[0, u, v]) == pytest.approx(max(dot, 0.0), abs=TOLERANCE)
+
+
+def test_evaluation_draws_are_seeded_per_forward():
+    """In evaluation two forwards draw the same rotations; in training the global generator."""
+
+    class Encoder(torch.nn.Module):
+        pass
+
+    encoder = Encoder().eval()
+    attention = LSHSelfAttention(8, 2, chunk_length=4, num_hashes=2, num_buckets=4).double().eval()
+    x = torch.randn(12, 1, 8, dtype=F64)
+    first = attention.forward_lsh(x, None, generator=evaluation_generator(encoder, x.device, 5))
+    torch.randn(3)  # the global generator moves on
+    second = attention.forward_lsh(x, None, generator=evaluation_generator(encoder, x.device, 5))
+    torch.testing.assert_close(first, second, rtol=0, atol=0)
+    assert evaluation_generator(encoder.train(), x.device, 5) is None
+
+
+def authors_module(tmp_path, name):
+    """The authors' ``Model/longbart/utils/NAME.py`` from the local snapshot, imported from ``tmp_path``."""
+    if not os.path.isdir(LONGDOCSUM_REPO):
+        pytest.skip(f"no snapshot of luyang-huang96/LongDocSum at {LONGDOCSUM_REPO} (LONGDOCSUM_REPO)")
+    source = subprocess.run(
+        ["git", f"--git-dir={LONGDOCSUM_REPO}", "show", f"HEAD:Model/longbart/utils/{name}.py"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    path = tmp_path / f"longdocsum_{name}.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(f"longdocsum_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def padded_batch(length, batch, embed_dim, padding):
+    x = torch.randn(length, batch, embed_dim, dtype=F64)
+    padding_mask = torch.zeros(batch, length, dtype=torch.bool)
+    padding_mask[1, -padding:] = True
+    return x, padding_mask
+
+
+@pytest.mark.filterwarnings("ignore:where received a uint8")
+def test_lsh_equals_the_authors_module(tmp_path):
+    """Same weights and the same rotations (their ``hash_seed`` seeds the global generator, ours a
+    generator with the same seed: the same normal draws on the CPU)."""
+    authors = authors_module(tmp_path, "lsh_attention")
+    torch.manual_seed(0)
+    theirs = authors.LSHSelfAttention(
+        16, 2, dropout=0.0, self_attention=True, lsh_attn_chunk_length=4, num_hashes=3, max_position_embeddings=34
+    )
+    theirs = theirs.double().eval()
+    ours = LSHSelfAttention(16, 2, chunk_length=4, num_hashes=3, num_buckets=theirs.num_buckets).double().eval()
+    assert ours.num_buckets == default_bucket_count(32, 4)
+    loaded = ours.load_state_dict(theirs.state_dict(), strict=False)  # their mask-value buffers: constants here
+    assert not loaded.missing_keys
+    x, padding_mask = padded_batch(32, 2, 16, 5)
+    theirs.hash_seed = 7
+    expected = theirs(x, x, x, key_padding_mask=padding_mask)[0]
+    got = ours.forward_lsh(x, padding_mask, generator=torch.Generator().manual_seed(7))
+    real = ~padding_mask.t()
+    torch.testing.assert_close(got[real], expected[real], rtol=0, atol=TOLERANCE)
+
+
+def test_sinkhorn_equals_the_authors_module(tmp_path, monkeypatch):
+    """Same weights and the same Gumbel noise (their ``sample_gumbel`` replaced by the draw given to ours),
+    on sources without padding: with padding the two differ on purpose (their block means and sorted blocks
+    include padding, :mod:`mdsfair.modules.sinkhorn_attention`; tested in
+    :func:`test_sinkhorn_padding_reaches_no_real_token`)."""
+    authors = authors_module(tmp_path, "sinkhorn")
+    torch.manual_seed(0)
+    theirs = authors.SinkhornSelfAttention(16, 2, dropout=0.0, self_attention=True, bucket_size=4).double().eval()
+    ours = SinkhornSelfAttention(16, 2, block_size=4, iterations=7, temperature=0.7).double().eval()
+    assert not ours.load_state_dict(theirs.state_dict(), strict=False).missing_keys
+    x = torch.randn(32, 2, 16, dtype=F64)
+    noise = torch.randn(4, 8, 8, dtype=F64)
+    monkeypatch.setattr(authors, "sample_gumbel", lambda shape, device, dtype, eps=1e-6: noise)
+    no_padding = torch.zeros(2, 32, dtype=torch.bool)
+    expected = theirs(x, x, x, key_padding_mask=no_padding)[0]
+    torch.testing.assert_close(ours.forward_sinkhorn(x, None, noise=noise), expected, rtol=0, atol=TOLERANCE)
+    torch.testing.assert_close(ours.forward_sinkhorn(x, no_padding, noise=noise), expected, rtol=0, atol=TOLERANCE)
+
+
+def test_sinkhorn_padding_reaches_no_real_token():
+    """Padding contents change no real output, and a source alone gives what it gives padded in a batch
+    (within the same number of blocks; the evaluation noise is one draw per head for every source)."""
+    torch.manual_seed(0)
+    attention = SinkhornSelfAttention(8, 2, block_size=4, iterations=7, temperature=0.7).double().eval()
+    x = torch.randn(11, 2, 8, dtype=F64)
+    padding_mask = torch.zeros(2, 11, dtype=torch.bool)
+    padding_mask[1, 9:] = True
+    changed = x.clone()
+    changed[9:, 1] = 100 * torch.randn(2, 8, dtype=F64)
+
+    def run(inputs, mask):
+        return attention.forward_sinkhorn(inputs, mask, generator=torch.Generator().manual_seed(3))
+
+    batched, perturbed = run(x, padding_mask), run(changed, padding_mask)
+    real = ~padding_mask.t()
+    torch.testing.assert_close(batched[real], perturbed[real], rtol=0, atol=TOLERANCE)
+    alone = run(x[:9, 1:], None)  # 9 and 11 tokens: 3 blocks of 4 each
+    torch.testing.assert_close(alone[:, 0], batched[:9, 1], rtol=0, atol=TOLERANCE)
+
+
+def test_block_scores_of_padded_blocks_average_real_tokens():
+    generator = torch.Generator().manual_seed(4)
+    queries, keys = (torch.randn(1, 8, 4, generator=generator, dtype=F64) for _ in range(2))
+    real = torch.tensor([[True] * 6 + [False] * 2])
+    scores = block_scores(queries, keys, 4, real)
+    second_query, second_key = queries[0, 4:6].mean(0), keys[0, 4:6].mean(0)
+    assert float(scores[0, 1, 1]) == pytest.approx(max(float(second_query @ second_key) / 2.0, 0.0), abs=TOLERANCE)
