@@ -5,10 +5,8 @@ packing through the task, training and fairseq-generate. The model contract
 (``tests/test_model_contract.py``) runs ``tdmca`` and ``tdmca_tiny`` too; this
 file runs the contract's checks on ``tdmca_tiny`` as well, in float64."""
 
-import argparse
 import math
 import os
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,7 +16,15 @@ from mdsfair.modules.memory_compressed_attention import CausalMemoryCompressedSe
 from tests import contract_checks as checks
 from tests import model_contract as contract
 from tests.tolerances import assert_close_in_dtype
-from tests.utils import USER_DIR, fairseq_cli, generation_command, hypothesis_lines, short_training, toy_dictionary
+from tests.utils import (
+    USER_DIR,
+    fairseq_cli,
+    generation_command,
+    hypothesis_lines,
+    model_on_dictionary,
+    short_training,
+    toy_dictionary,
+)
 
 
 def heads_of(x, module, projection):
@@ -133,20 +139,9 @@ def test_steps_equal_the_full_pass_with_rows_of_different_lengths(kind):
 
 
 def build(arch: str, dictionary, **flags):
-    """The model of ``arch`` on ``dictionary``, seeded, in float64, eval mode."""
-    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
-
-    import mdsfair
-
-    mdsfair.register()
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    ARCH_MODEL_REGISTRY[arch].add_args(parser)
-    args = parser.parse_args([])
-    vars(args).update(flags)
-    ARCH_CONFIG_REGISTRY[arch](args)
-    torch.manual_seed(0)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    model = ARCH_MODEL_REGISTRY[arch].build_model(args, task).double().eval()
+    """The model of ``arch`` on ``dictionary`` (float64, eval mode), its
+    parameters perturbed so that the outputs differ across positions."""
+    model = model_on_dictionary(arch, dictionary, **flags)
     checks.perturb_parameters(model, seed=0, scale=0.2)
     return model
 
@@ -245,6 +240,33 @@ def test_the_contract_checks_in_float64(data, tmp_path):
         trained, built_model.build_criterion(), built_model.batch("train", [0, 1, 2, 3], trained)
     )
     checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
+
+
+def test_the_static_generator_gives_the_beams_of_fairseqs_generator(data):
+    """The task's default generator (the static-shape beam search, which
+    keeps finished sources as padding and never reorders the encoder output)
+    and fairseq's give the same n-best lists, in float64."""
+    from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
+
+    built_model = contract.ContractModel("tdmca_tiny", data)
+    model = built_model.build_model().double().eval()
+    checks.perturb_parameters(model, seed=2, scale=0.2)
+    task, sample = built_model.task, built_model.batch("test", [0, 1, 2, 3], model)
+    generation = built_model.cfg.generation
+    generation.beam, generation.max_len_a, generation.max_len_b, generation.min_len = 3, 0, 10, 2
+    beams = {}
+    for static in (True, False):
+        task.cfg.static_decoding, task.cfg.fairseq_generator = static, not static
+        generator = task.build_generator([model], generation)
+        assert isinstance(generator, StaticShapeSequenceGenerator) == static
+        with torch.no_grad():
+            beams[static] = task.inference_step(generator, [model], sample)
+    task.cfg.static_decoding = task.cfg.fairseq_generator = False
+    for ours, theirs in zip(beams[True], beams[False]):
+        assert [h["tokens"].tolist() for h in ours] == [h["tokens"].tolist() for h in theirs]
+        for mine, reference in zip(ours, theirs):
+            assert mine["score"].item() == pytest.approx(reference["score"].item(), abs=1e-5)
+    assert any(len(hypotheses[0]["tokens"]) > 2 for hypotheses in beams[True])
 
 
 @pytest.mark.slow
