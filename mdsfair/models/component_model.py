@@ -307,7 +307,8 @@ class ComponentDecoder(TransformerDecoderBase):
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         if no_encoder_attn:
             raise ValueError("mdsfair's encoder-decoders need encoder-decoder attention (--no-cross-attention)")
-        layer = ComponentDecoderLayer(cfg, self.cross_attention_component)
+        layer_class = getattr(self.cross_attention_component, "decoder_layer_class", ComponentDecoderLayer)
+        layer = layer_class(cfg, self.cross_attention_component)
         return self.cross_attention_component.wrap_decoder_layer(layer, cfg)
 
     def extract_features(

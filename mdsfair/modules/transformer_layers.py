@@ -131,6 +131,12 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
     def build_encoder_attention(self, embed_dim, cfg):
         return self.cross_attention_component.build(self, embed_dim, cfg)
 
+    def after_cross_attention(self, x: Tensor, cross_context, incremental_state) -> Tensor:
+        """A sub-layer between the cross-attention block and the
+        feed-forward block (HAT-BART's attention over the sentence states,
+        :mod:`mdsfair.modules.hat_attention`); none here."""
+        return x
+
     def forward(
         self,
         x: Tensor,
@@ -185,6 +191,7 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.encoder_attn_layer_norm(x)
+        x = self.after_cross_attention(x, cross_context, incremental_state)
 
         residual = x
         if self.normalize_before:
