@@ -26,6 +26,8 @@ IMPORT_KINDS: Dict[str, str] = {
     "--max-source-positions, global q/k/v = local q/k/v), for fairseq-train --restore-file",
     "hf-led": "Hugging Face LED / PRIMERA model directory or model id (allenai/PRIMERA-multinews) -> an led "
     "checkpoint (led_*, primera) + dict.txt, encoder.json, vocab.bpe",
+    "hf-t5": "Hugging Face T5 v1.1 model directory (config.json, model.safetensors or pytorch_model.bin, "
+    "spiece.model) or model id (google/t5-v1_1-base) -> a t5_v1_1 checkpoint + dict.txt, spm.model",
 }
 
 EXPORT_KINDS: Dict[str, str] = {
