@@ -65,25 +65,38 @@ def masked_softmax(scores: Tensor, allowed: Tensor, null_logit: bool = False) ->
     return torch.softmax(scores, dim=-1).to(dtype)
 
 
-class CausalLocalSelfAttention(nn.Module):
+class MultiHeadProjections(nn.Module):
+    """The query, key, value and output projections of multi-head attention,
+    under fairseq's ``MultiheadAttention`` names ``q_proj``, ``k_proj``,
+    ``v_proj``, ``out_proj``, and the queries scaled by ``1 / sqrt(d_k)``."""
+
+    def __init__(self, embed_dim: int, num_heads: int, dropout: float = 0.0):
+        super().__init__()
+        if embed_dim % num_heads:
+            raise ValueError(f"embedding dimension {embed_dim} is not divisible by {num_heads} heads")
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.dropout = dropout
+        self.q_proj = nn.Linear(embed_dim, embed_dim)
+        self.k_proj = nn.Linear(embed_dim, embed_dim)
+        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        self.out_proj = nn.Linear(embed_dim, embed_dim)
+
+    def queries(self, x: Tensor) -> Tensor:
+        """``[B, N, D]`` -> the scaled queries ``[B, heads, N, D / heads]``."""
+        return split_heads(self.q_proj(x), self.num_heads) / math.sqrt(self.head_dim)
+
+
+class CausalLocalSelfAttention(MultiHeadProjections):
     """Multi-head self-attention within the current and the previous block
     (see the module docstring), or over every past key with ``block_length``
     None; parameters ``q_proj``, ``k_proj``, ``v_proj``,
     ``out_proj`` as fairseq's ``MultiheadAttention``."""
 
     def __init__(self, embed_dim: int, num_heads: int, block_length: Optional[int], dropout: float = 0.0):
-        super().__init__()
-        if embed_dim % num_heads:
-            raise ValueError(f"embedding dimension {embed_dim} is not divisible by {num_heads} heads")
         if block_length is not None and block_length < 1:
             raise ValueError(f"the local attention's block length must be positive, got {block_length}")
-        self.embed_dim, self.num_heads, self.block_length = embed_dim, num_heads, block_length
-        self.head_dim = embed_dim // num_heads
-        self.dropout = dropout
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
+        super().__init__(embed_dim, num_heads, dropout)
+        self.block_length = block_length
 
     def forward(self, x: Tensor, cache: Optional[Dict[str, Tensor]] = None, lengths: Optional[Tensor] = None) -> Tensor:
         """Full pass over ``x`` ``[B, N, D]`` (row positions 0..N-1). With
@@ -91,7 +104,7 @@ class CausalLocalSelfAttention(nn.Module):
         ``lengths`` positions are stored in it for :meth:`step`."""
         batch, length, _ = x.shape
         block = self.block_length
-        q = split_heads(self.q_proj(x), self.num_heads) / math.sqrt(self.head_dim)
+        q = self.queries(x)
         k = split_heads(self.k_proj(x), self.num_heads)
         v = split_heads(self.v_proj(x), self.num_heads)
         if cache is not None:
@@ -121,7 +134,7 @@ class CausalLocalSelfAttention(nn.Module):
     def step(self, x: Tensor, position: Tensor, cache: Dict[str, Tensor]) -> Tensor:
         """One new token per row: ``x`` ``[B, 1, D]`` at ``position`` ``[B]``;
         its key and value join ``cache``."""
-        q = split_heads(self.q_proj(x), self.num_heads) / math.sqrt(self.head_dim)
+        q = self.queries(x)
         cache["key"] = torch.cat([cache["key"], split_heads(self.k_proj(x), self.num_heads)], dim=2)
         cache["value"] = torch.cat([cache["value"], split_heads(self.v_proj(x), self.num_heads)], dim=2)
         cache["position"] = torch.cat([cache["position"], position.unsqueeze(1)], dim=1)

@@ -24,36 +24,33 @@ An incremental step keeps the projected keys and values of the last ``c - 1``
 positions; when a position completes a window, its slot joins the cache.
 """
 
-import math
 from typing import Dict, Optional
 
 import torch
 from torch import Tensor, nn
 
-from mdsfair.modules.local_attention import EMPTY_POSITION, masked_softmax, merge_heads, split_heads
+from mdsfair.modules.local_attention import (
+    EMPTY_POSITION,
+    MultiHeadProjections,
+    masked_softmax,
+    merge_heads,
+    split_heads,
+)
 
 
-class CausalMemoryCompressedSelfAttention(nn.Module):
+class CausalMemoryCompressedSelfAttention(MultiHeadProjections):
     """Multi-head attention over the strided-convolution compressed keys and
     values (see the module docstring); parameters ``q_proj``, ``k_proj``,
     ``v_proj``, ``out_proj`` as fairseq's ``MultiheadAttention`` plus the
     convolutions ``k_compression`` and ``v_compression``."""
 
     def __init__(self, embed_dim: int, num_heads: int, compression: int, dropout: float = 0.0):
-        super().__init__()
-        if embed_dim % num_heads:
-            raise ValueError(f"embedding dimension {embed_dim} is not divisible by {num_heads} heads")
         if compression < 1:
             raise ValueError(f"the memory compression factor must be positive, got {compression}")
-        self.embed_dim, self.num_heads, self.compression = embed_dim, num_heads, compression
-        self.head_dim = embed_dim // num_heads
-        self.dropout = dropout
-        self.q_proj = nn.Linear(embed_dim, embed_dim)
-        self.k_proj = nn.Linear(embed_dim, embed_dim)
-        self.v_proj = nn.Linear(embed_dim, embed_dim)
+        super().__init__(embed_dim, num_heads, dropout)
+        self.compression = compression
         self.k_compression = nn.Conv1d(embed_dim, embed_dim, compression, stride=compression)
         self.v_compression = nn.Conv1d(embed_dim, embed_dim, compression, stride=compression)
-        self.out_proj = nn.Linear(embed_dim, embed_dim)
 
     def compress(self, convolution: nn.Conv1d, x: Tensor) -> Tensor:
         """``[B, N, D]`` -> ``[B, heads, floor(N / c), D / heads]``."""
@@ -68,7 +65,7 @@ class CausalMemoryCompressedSelfAttention(nn.Module):
         are stored in it for :meth:`step`."""
         batch, length, _ = x.shape
         c = self.compression
-        q = split_heads(self.q_proj(x), self.num_heads) / math.sqrt(self.head_dim)
+        q = self.queries(x)
         keys, values = self.k_proj(x), self.v_proj(x)
         k, v = self.compress(self.k_compression, keys), self.compress(self.v_compression, values)
         slot_end = torch.arange(k.size(2), device=x.device) * c + (c - 1)
@@ -90,7 +87,7 @@ class CausalMemoryCompressedSelfAttention(nn.Module):
         """One new token per row: ``x`` ``[B, 1, D]`` at ``position`` ``[B]``;
         the slot its position completes (if any) joins ``cache``."""
         c = self.compression
-        q = split_heads(self.q_proj(x), self.num_heads) / math.sqrt(self.head_dim)
+        q = self.queries(x)
         window_keys = torch.cat([cache["recent_key"], self.k_proj(x)], dim=1)
         window_values = torch.cat([cache["recent_value"], self.v_proj(x)], dim=1)
         cache["recent_key"], cache["recent_value"] = window_keys[:, 1:], window_values[:, 1:]
