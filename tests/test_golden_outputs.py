@@ -48,6 +48,8 @@ NEW_ARCHITECTURES = {
     "led_sparse_tiny",
     "hierencdec_sparse",
     "hierencdec_sparse_tiny",
+    "hat_bart_large",
+    "hat_bart_tiny",  # HAT-BART (issue 43)
 }
 
 
