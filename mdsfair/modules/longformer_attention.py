@@ -103,6 +103,7 @@ class LongformerSelfAttention(nn.Module):
         dropout: float = 0.0,
         bias: bool = True,
         implementation: str = "fused",
+        global_projections: bool = True,
     ):
         super().__init__()
         if implementation not in IMPLEMENTATIONS:
@@ -125,21 +126,26 @@ class LongformerSelfAttention(nn.Module):
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.q_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        # LoBART's local attention (global tokens none) has BART's projections only
+        self.q_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if global_projections else None
+        self.k_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if global_projections else None
+        self.v_global_proj = nn.Linear(embed_dim, embed_dim, bias=bias) if global_projections else None
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.reset_parameters()
 
     def reset_parameters(self):
         """fairseq ``MultiheadAttention``'s initialization for every projection."""
-        input_projections = (
-            self.q_proj,
-            self.k_proj,
-            self.v_proj,
-            self.q_global_proj,
-            self.k_global_proj,
-            self.v_global_proj,
+        input_projections = tuple(
+            projection
+            for projection in (
+                self.q_proj,
+                self.k_proj,
+                self.v_proj,
+                self.q_global_proj,
+                self.k_global_proj,
+                self.v_global_proj,
+            )
+            if projection is not None
         )
         for projection in input_projections:
             nn.init.xavier_uniform_(projection.weight, gain=1 / math.sqrt(2))
@@ -163,7 +169,9 @@ class LongformerSelfAttention(nn.Module):
             x: ``[T, B, C]``.
             key_padding_mask: ``[B, T]`` bool, True at padding (or None).
             global_mask: ``[B, T]`` bool, True at global tokens (or None);
-                padding is never global.
+                padding is never global. None (or no True) for an attention
+                built with ``global_projections=False`` (LoBART's local
+                attention, Manakul & Gales 2021).
 
         Returns:
             ``[T, B, C]``.
