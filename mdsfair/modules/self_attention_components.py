@@ -44,7 +44,7 @@ from mdsfair.modules.document_blocks import DocumentLayout
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
 
-GLOBAL_ATTENTION = ("first", "doc-sep", "documents")
+GLOBAL_ATTENTION = ("first", "doc-sep", "documents", "none")
 DOCUMENT_SEPARATOR = "<doc-sep>"
 
 
@@ -168,8 +168,11 @@ def global_attention_mask(
       Hugging Face's LED summarization examples set ``global_attention_mask[:, 0] = 1``;
     * ``doc-sep``: the first token and every ``<doc-sep>`` (PRIMERA,
       allenai/PRIMER ``script/primer_hf_main.py``);
-    * ``documents``: the first token of every document, from ``src_doc_ids``.
+    * ``documents``: the first token of every document, from ``src_doc_ids``;
+    * ``none``: no token (LoBART's local attention, Manakul & Gales 2021, ACL).
     """
+    if mode == "none":
+        return torch.zeros_like(src_tokens, dtype=torch.bool)
     real = src_tokens.ne(padding_idx)
     first = real & real.long().cumsum(dim=1).eq(1)
     if mode == "first":
@@ -224,7 +227,8 @@ class LongformerAttentionConfig(ComponentConfig):
         "first",
         "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the "
         "first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = "
-        "the first token of every document (from the data-bin's document ids)",
+        "the first token of every document (from the data-bin's document ids), 'none' = no global "
+        "token, the sliding window alone (LoBART; the attention has no global projections)",
         choices=GLOBAL_ATTENTION,
     )
     longformer_attention: Optional[str] = component_flag(
@@ -286,6 +290,7 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
             self.windows[layer.layer_index],
             dropout=cfg.attention_dropout,
             implementation=self.config.longformer_attention,
+            global_projections=self.global_attention != "none",
         )
 
     def prepare(self, encoder, structure):
