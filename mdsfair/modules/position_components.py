@@ -74,7 +74,8 @@ class PositionTilingConfig(ComponentConfig):
         "beltagy",
         "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real "
         "positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table "
-        "including fairseq/HF's two offset rows as the authors' code does",
+        "including fairseq/HF's two offset rows as the authors' code does, 'mirror' alternates the whole "
+        "table and its reverse as LoBART's code does (the lobart architectures' default)",
         choices=TILING_METHODS,
     )
 

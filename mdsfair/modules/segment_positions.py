@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-TILING_METHODS = ("beltagy", "authors")
+TILING_METHODS = ("beltagy", "authors", "mirror")
 
 
 def segment_start_mask(segment_ids: Tensor, valid: Optional[Tensor] = None) -> Tensor:
@@ -147,6 +147,10 @@ def tile_position_table(weight: Tensor, num_rows: int, padding_idx: int, method:
     ``authors``: the authors' code tiles the whole table including the offset
     rows (``cat([W] * (n // m) + [W[: n % m]])``), so position ``p`` reads
     pretrained row ``(p + offset) mod m``.
+    ``mirror``: LoBART (Manakul & Gales 2021) alternates the whole table and
+    its reverse, ``cat([W, flip(W), W, flip(W), ...])[:n]`` (potsawee/longsum0
+    ``models/localattn.py``, ``expand_learned_embed_positions``), so that
+    neighbouring positions read the same or neighbouring rows across every border.
     """
     if method not in TILING_METHODS:
         raise ValueError(f"unknown position tiling {method!r}; choose one of {TILING_METHODS}")
@@ -156,6 +160,10 @@ def tile_position_table(weight: Tensor, num_rows: int, padding_idx: int, method:
             f"cannot shrink a position table from {old_rows} to {num_rows} rows; "
             "use a --max-source-positions / --max-target-positions at least as large as the checkpoint's"
         )
+    if method == "mirror":
+        pair = torch.cat([weight, weight.flip(0)], dim=0)
+        repeats = -(-num_rows // pair.size(0))
+        return pair.repeat(repeats, 1)[:num_rows].clone()
     if method == "authors":
         repeats = -(-num_rows // old_rows)
         return weight.repeat(repeats, 1)[:num_rows].clone()
