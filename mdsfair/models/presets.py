@@ -50,6 +50,17 @@ PRIMERA_ENCODER = {
     "attention_window": "512",
     "global_attention": "doc-sep",
 }
+#: LoBART(4k)'s encoder (Manakul & Gales, ACL 2021): local attention of width 1,024, no
+#: global token, 4,096 positions, BART's table copied as the authors' code does on load
+#: (the sparse decoder paper, Sec. 2: "that of LoBART is 4096 with attention width of 1024").
+LOBART_ENCODER = {
+    "encoder_self_attention": "longformer",
+    "encoder_positions": "learned",
+    "max_encoder_positions": 4096,
+    "attention_window": "1024",
+    "global_attention": "none",
+    "position_tiling": "mirror",
+}
 #: The sparse decoder (Manakul & Gales 2021).
 SPARSE_DECODER = {"cross_attention": "sparse"}
 #: PRIMERA's encoder with HierEncDec's document positions and cross-attention

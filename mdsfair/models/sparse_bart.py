@@ -18,9 +18,9 @@ sources is tracked exactly, and the cross-attention's key/value cache stays
 
 The model is the component model (:mod:`mdsfair.models.component_model`)
 with ``--cross-attention sparse``
-(:mod:`mdsfair.modules.cross_attention_components`); ``led_sparse`` and
-``hierencdec_sparse`` put the same decoder behind LED's and HierEncDec's
-encoders.
+(:mod:`mdsfair.modules.cross_attention_components`); ``led_sparse``,
+``hierencdec_sparse`` and ``lobart_4k_sparse`` put the same decoder behind
+LED's, HierEncDec's and LoBART's encoders.
 
 Sentences come from ``src_sent_ids`` of mdsfair's data contract (the start-
 of-document ``<s>`` belongs to the following sentence and the closing
@@ -42,6 +42,7 @@ from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import (
     HIERENCDEC,
     LED_ENCODER,
+    LOBART_ENCODER,
     SPARSE_DECODER,
     bart_dimensions,
     family_defaults,
@@ -132,3 +133,21 @@ def hierencdec_sparse(args):
 @register_model_architecture("sparse_bart", "hierencdec_sparse_tiny")
 def hierencdec_sparse_tiny(args):
     hierencdec_sparse_architecture(args, "tiny")
+
+
+@register_model_architecture("sparse_bart", "lobart_4k_sparse")
+def lobart_4k_sparse(args):
+    """LoBART(4k)'s encoder (local attention, width 1,024, 4,096 positions;
+    :mod:`mdsfair.models.lobart`) with the sparse decoder, BART-large
+    dimensions: the model the sparse decoder paper's Fig. 2 fine-tunes. A
+    LoBART or BART checkpoint restores into it (BART's positions copied as
+    LoBART's code does)."""
+    bart_dimensions(args, "large")
+    DEFAULTS.fill(args, **LOBART_ENCODER)
+
+
+@register_model_architecture("sparse_bart", "lobart_4k_sparse_tiny")
+def lobart_4k_sparse_tiny(args):
+    """Tiny dims for tests; 1,024 positions, window 8."""
+    bart_dimensions(args, "tiny")
+    DEFAULTS.fill(args, **{**LOBART_ENCODER, "max_encoder_positions": 1024, "attention_window": "8"})
