@@ -44,10 +44,12 @@ from mdsfair.importers.hf_bart_files import INDEX_SUFFIX
 #: the model's configuration and generation defaults
 CONFIG_FILES = ("config.json", "generation_config.json")
 #: GPT-2 byte-level BPE (vocab.json, merges.txt) and the files that say which
-#: tokens it adds (PRIMERA's <doc-sep>), as hf_bart_files and hf_led read them
+#: tokens it adds (PRIMERA's <doc-sep>), as hf_bart_files and hf_led read them;
+#: T5's SentencePiece model (spiece.model), as hf_t5 reads it
 TOKENIZER_FILES = (
     "vocab.json",
     "merges.txt",
+    "spiece.model",
     "tokenizer.json",
     "tokenizer_config.json",
     "special_tokens_map.json",
