@@ -50,6 +50,10 @@ NEW_ARCHITECTURES = {
     "hierencdec_sparse_tiny",
     "hat_bart_large",
     "hat_bart_tiny",  # HAT-BART (issue 43)
+    "lobart_4k",
+    "lobart_tiny",
+    "lobart_4k_sparse",
+    "lobart_4k_sparse_tiny",  # LoBART alone and with the sparse decoder (issue 43)
 }
 
 
