@@ -191,6 +191,7 @@ def index_block() -> str:
             "measure.py",
             "results.py",
             "harness.py",
+            "against_full.py",
             "render_docs.py",
             "render_tables.py",
             "render_headline.py",

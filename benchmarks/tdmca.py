@@ -27,8 +27,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness, results
+from benchmarks.against_full import compare_against_full, measure_source_and_summary_step
 from benchmarks.harness import SyntheticTask
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
 
 #: system -> layer pattern
 SYSTEMS = {"tdmca": "LMLML", "full": "FFFFF"}
@@ -56,41 +56,10 @@ def build_model(config: dict):
 
 
 def measure(config: dict) -> dict:
-    device = config["device"]
     torch.manual_seed(0)
     torch.set_num_threads(config["threads"])
     model, dictionary = build_model(config)
-    model = model.to(device=device, dtype=harness.DTYPES[config["dtype"]]).train(config["train"])
-    generator = torch.Generator().manual_seed(0)
-    source = torch.randint(dictionary.nspecial, len(dictionary), (1, config["length"]), generator=generator)
-    source[0, -1] = dictionary.eos()
-    target = torch.randint(dictionary.nspecial, len(dictionary), (1, config["target_tokens"]), generator=generator)
-    prev_output_tokens = torch.cat([torch.full((1, 1), dictionary.eos()), target[:, :-1]], dim=1)
-    inputs = {
-        "src_tokens": source.to(device),
-        "src_lengths": torch.tensor([config["length"]], device=device),
-        "prev_output_tokens": prev_output_tokens.to(device),
-    }
-    target = target.to(device)
-    if config["train"]:
-        allocate_gradients(model)
-
-    def step():
-        if not config["train"]:
-            with torch.no_grad():
-                model(**inputs)
-            return
-        logits = model(**inputs)[0]
-        torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1)).backward()
-
-    return timed_steps(step, device, config["steps"])
-
-
-def run(config: dict) -> dict:
-    try:
-        return in_fresh_process(measure, config)
-    except Exception as error:  # a cell that does not fit is reported, the others still run
-        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
+    return measure_source_and_summary_step(model, dictionary, config)
 
 
 def main(argv=None):
@@ -126,61 +95,24 @@ def main(argv=None):
         train=train,
         target_tokens=opts.target_tokens,
     )
-    print(f"{'system':>6} {'tokens':>7} {'peak MiB':>9} {'seconds':>21} {'memory vs full':>15} {'time vs full':>21}")
-    for length in lengths:
-        measured = {}
-        for system in SYSTEMS:
-            measured[system] = result = run(
-                {
-                    "system": system,
-                    "length": length,
-                    "target_tokens": opts.target_tokens,
-                    "dim": opts.dim,
-                    "heads": opts.heads,
-                    "block_length": opts.block_length,
-                    "device": opts.device,
-                    "dtype": opts.dtype,
-                    "train": train,
-                    "steps": opts.steps,
-                    "threads": opts.threads,
-                    "vocab_size": opts.vocab_size,
-                }
-            )
-            if "error" in result:
-                print(f"{system:>6} {length:>7} {result['error']}", flush=True)
-                continue
-            memory_ratio = time_ratio = None
-            if system == "full":
-                reference = measured.get("tdmca", {})
-                if reference.get("peak_mib") and result.get("peak_mib"):
-                    memory_ratio = reference["peak_mib"] / result["peak_mib"]
-                if "seconds_each" in reference:
-                    time_ratio = separate_ratio(reference["seconds_each"], result["seconds_each"])
-            print(
-                f"{system:>6} {length:>7} {result['peak_mib']:>9.1f} "
-                f"{spread(result['seconds_each']).format('.3f'):>21} "
-                f"{'' if memory_ratio is None else f'tdmca {memory_ratio:.2f}x':>15} "
-                f"{'' if time_ratio is None else 'tdmca ' + time_ratio.format('.2f', 'x'):>21}",
-                flush=True,
-            )
-            rows.add(
-                {
-                    "system": system,
-                    "source_tokens": length,
-                    "peak_mib": result["peak_mib"],
-                    "seconds": results.repeats_cell(result["seconds_each"]),
-                }
-            )
-        if "peak_mib" in measured.get("tdmca", {}) and "peak_mib" in measured.get("full", {}):
-            ratio = separate_ratio(measured["tdmca"]["seconds_each"], measured["full"]["seconds_each"])
-            rows.add(
-                {
-                    "system": "tdmca / full",
-                    "source_tokens": length,
-                    "memory_ratio": measured["tdmca"]["peak_mib"] / measured["full"]["peak_mib"],
-                    "time_ratio": results.spread_cell(ratio),
-                }
-            )
+    compare_against_full(
+        "tdmca",
+        lengths,
+        measure,
+        {
+            "target_tokens": opts.target_tokens,
+            "dim": opts.dim,
+            "heads": opts.heads,
+            "block_length": opts.block_length,
+            "device": opts.device,
+            "dtype": opts.dtype,
+            "train": train,
+            "steps": opts.steps,
+            "threads": opts.threads,
+            "vocab_size": opts.vocab_size,
+        },
+        rows,
+    )
 
 
 if __name__ == "__main__":

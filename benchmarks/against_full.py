@@ -1,0 +1,103 @@
+"""What the benchmarks of one efficient attention against full attention on
+the same model share (``benchmarks/tdmca.py``, ``benchmarks/hepos.py``): the
+measured step (one training step, forward and backward of the summed
+cross-entropy of a summary after one source, or a forward without gradient),
+each cell in a fresh process on CPU, and the table that prints the system's
+memory and time as ratios of full attention's at each length and records
+them."""
+
+from typing import Callable, Dict, List
+
+import torch
+
+from benchmarks import harness, results
+from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
+
+
+def measure_source_and_summary_step(model, dictionary, config: dict) -> dict:
+    """Peak memory and time (:func:`benchmarks.measure.timed_steps`) of
+    ``model`` on one source of ``config["length"]`` random tokens and a
+    summary of ``config["target_tokens"]``: a training step when
+    ``config["train"]``, else a forward without gradient."""
+    device = config["device"]
+    model = model.to(device=device, dtype=harness.DTYPES[config["dtype"]]).train(config["train"])
+    generator = torch.Generator().manual_seed(0)
+    source = torch.randint(dictionary.nspecial, len(dictionary), (1, config["length"]), generator=generator)
+    source[0, -1] = dictionary.eos()
+    target = torch.randint(dictionary.nspecial, len(dictionary), (1, config["target_tokens"]), generator=generator)
+    prev_output_tokens = torch.cat([torch.full((1, 1), dictionary.eos()), target[:, :-1]], dim=1)
+    inputs = {
+        "src_tokens": source.to(device),
+        "src_lengths": torch.tensor([config["length"]], device=device),
+        "prev_output_tokens": prev_output_tokens.to(device),
+    }
+    target = target.to(device)
+    if config["train"]:
+        allocate_gradients(model)
+
+    def step():
+        if not config["train"]:
+            with torch.no_grad():
+                model(**inputs)
+            return
+        logits = model(**inputs)[0]
+        torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1)).backward()
+
+    return timed_steps(step, device, config["steps"])
+
+
+def run(measure: Callable[[dict], dict], config: dict) -> dict:
+    """``measure(config)`` (in a fresh process on CPU); a cell that does not
+    fit is reported as ``{"error": ...}`` and the others still run."""
+    try:
+        return in_fresh_process(measure, config)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
+
+
+def compare_against_full(
+    system: str, lengths: List[int], measure: Callable[[dict], dict], config: Dict[str, object], rows
+) -> None:
+    """For every length, ``system`` then ``full`` (``config`` with its
+    ``system`` and ``length``): a printed line and a row each, and a row
+    ``"<system> / full"`` of the memory and time ratios."""
+    print(f"{'system':>6} {'tokens':>7} {'peak MiB':>9} {'seconds':>21} {'memory vs full':>15} {'time vs full':>21}")
+    for length in lengths:
+        measured = {}
+        for name in (system, "full"):
+            measured[name] = result = run(measure, {**config, "system": name, "length": length})
+            if "error" in result:
+                print(f"{name:>6} {length:>7} {result['error']}", flush=True)
+                continue
+            memory_ratio = time_ratio = None
+            if name == "full":
+                reference = measured.get(system, {})
+                if reference.get("peak_mib") and result.get("peak_mib"):
+                    memory_ratio = reference["peak_mib"] / result["peak_mib"]
+                if "seconds_each" in reference:
+                    time_ratio = separate_ratio(reference["seconds_each"], result["seconds_each"])
+            print(
+                f"{name:>6} {length:>7} {result['peak_mib']:>9.1f} "
+                f"{spread(result['seconds_each']).format('.3f'):>21} "
+                f"{'' if memory_ratio is None else f'{system} {memory_ratio:.2f}x':>15} "
+                f"{'' if time_ratio is None else f'{system} ' + time_ratio.format('.2f', 'x'):>21}",
+                flush=True,
+            )
+            rows.add(
+                {
+                    "system": name,
+                    "source_tokens": length,
+                    "peak_mib": result["peak_mib"],
+                    "seconds": results.repeats_cell(result["seconds_each"]),
+                }
+            )
+        if "peak_mib" in measured.get(system, {}) and "peak_mib" in measured.get("full", {}):
+            ratio = separate_ratio(measured[system]["seconds_each"], measured["full"]["seconds_each"])
+            rows.add(
+                {
+                    "system": f"{system} / full",
+                    "source_tokens": length,
+                    "memory_ratio": measured[system]["peak_mib"] / measured["full"]["peak_mib"],
+                    "time_ratio": results.spread_cell(ratio),
+                }
+            )
