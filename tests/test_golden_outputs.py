@@ -54,6 +54,10 @@ NEW_ARCHITECTURES = {
     "lobart_tiny",
     "lobart_4k_sparse",
     "lobart_4k_sparse_tiny",  # LoBART alone and with the sparse decoder (issue 43)
+    "t5_v1_1_small",
+    "t5_v1_1_base",
+    "t5_v1_1_large",
+    "t5_v1_1_tiny",  # T5 v1.1, checked against Hugging Face's instead (tests/test_t5.py; issue 44)
 }
 
 
