@@ -197,3 +197,17 @@ def test_the_benchmark_measures_both_systems_and_records_the_ratios(tmp_path, ca
     assert ratios["memory_ratio"] == pytest.approx(record["rows"][0]["peak_mib"] / record["rows"][1]["peak_mib"])
     printed = capsys.readouterr().out
     assert printed.startswith("device: ") and "hat" in printed
+
+
+# ------------------------------------------------------------ the papers
+
+
+def test_the_recipe_states_pagesums_table_2_row_for_hat_bart():
+    """The input length and scores the recipe quotes are PageSum's Table 2 HAT-BART row."""
+    from tests.utils import paper_text
+
+    text = paper_text("pagesum-liu2022.txt")
+    assert "HAT-BART* (3072) 46.68 19.07 42.17 48.36 21.43 37.00" in text
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "hat_bart", "README.md")).read()
+    assert "46.68 / 19.07 / 42.17" in readme and "48.36 / 21.43 / 37.00" in readme
+    assert "--max-source-positions 3072" in readme

@@ -115,6 +115,7 @@ def test_hubconf_exposes_every_registered_entry():
 
 MDSFAIR_MODELS = (
     "dape_transformer",
+    "hat_bart",
     "hepos_bart",
     "hierencdec_bart",
     "hiertransformer",
