@@ -8,9 +8,10 @@ The model is the component model (:mod:`mdsfair.models.component_model`)
 with the ``hepos`` cross-attention; its encoder self-attention stays a flag
 (``--encoder-self-attention``): the paper pairs HEPOS with an efficient
 encoder (LSH for 7,168 source tokens, Sinkhorn for 10,240; the inputs of
-PageSum's Table 2 and 3 rows ``HEPOS* (7168)`` and ``HEPOS* (10240)``), and
-with BART's full encoder attention it is the paper's enc-dec attention
-comparison. ``hepos_bart_large`` has 7,168 learned source positions;
+PageSum's Table 2 and 3 rows ``HEPOS* (7168)`` and ``HEPOS* (10240)``:
+``--encoder-self-attention lsh`` or ``sinkhorn``); by default the encoder
+keeps BART's full attention and only the cross-attention is HEPOS.
+``hepos_bart_large`` has 7,168 learned source positions;
 ``--max-encoder-positions 10240`` gives the longer setting. A BART
 checkpoint's 1,026-row position table is extended when it is loaded
 (``--position-tiling``); the authors' ``align_embed_position``
