@@ -199,6 +199,10 @@ class LSHSelfAttention(MultiheadAttention):
         values = heads(self.v_proj(x))
         if rotations is None and padded_length > self.chunk_length:
             rotations = self.random_rotations(x.dtype, x.device, generator)
+        if x.dtype == torch.float16:  # the norms and log-sum-exps in float32: beyond float16s range
+            shared_qk, values = shared_qk.float(), values.float()
+            rotations = rotations.float() if rotations is not None else None
         attended = lsh_attention(shared_qk, values, rotations, self.chunk_length, padding_mask, self.dropout_module)
+        attended = attended.to(x.dtype)
         attended = attended.permute(2, 0, 1, 3).reshape(padded_length, batch, -1)[:length]
         return self.out_proj(attended)
