@@ -227,3 +227,22 @@ def check_save_and_load_round_trip(built_model: contract.ContractModel, model, p
     expected = expected[0] if isinstance(expected, tuple) else expected
     actual = actual[0] if isinstance(actual, tuple) else actual
     assert torch.equal(expected, actual)
+
+
+def check_the_contract_in_float64(arch: str, data: Dict[str, str], path: str) -> None:
+    """Every check above on ``arch`` at its tiny sizes, a model's own test
+    suite's run of the contract: the comparisons in float64 with perturbed
+    parameters, the gradients and the save/load round trip (to ``path``) at
+    the suite's dtype."""
+    built_model = contract.ContractModel(arch, data)
+    model = built_model.build_model().double().eval()
+    perturb_parameters(model, seed=0)
+    check_forward_shapes_padding_and_batch_composition(built_model, model)
+    check_incremental_beam_search_equals_full_decoding(built_model, model)
+    sample = built_model.batch("valid", built_model.shortest("valid", 3), model)
+    check_reordered_incremental_decoding_equals_full_decoding(model, sample["net_input"])
+    trained = built_model.build_model().train()
+    check_every_parameter_gets_a_gradient(
+        trained, built_model.build_criterion(), built_model.batch("train", [0, 1, 2, 3], trained)
+    )
+    check_save_and_load_round_trip(built_model, built_model.build_model(), path)
