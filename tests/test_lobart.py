@@ -2,13 +2,24 @@
 tokens, positions extended as the authors' code does, and the architectures
 (alone and with the sparse decoder)."""
 
+import os
+
 import pytest
 import torch
 
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
 from mdsfair.modules.segment_positions import tile_position_table
 from mdsfair.modules.self_attention_components import global_attention_mask
-from tests.utils import model_on_dictionary, toy_dictionary
+from tests.utils import (
+    USER_DIR,
+    fairseq_cli,
+    generation_command,
+    hypothesis_lines,
+    make_tiny_data_bin,
+    model_on_dictionary,
+    short_training,
+    toy_dictionary,
+)
 
 
 def naive_local_attention(attention: LongformerSelfAttention, x, padding):
@@ -110,3 +121,34 @@ def test_published_presets(arch):
     assert (args.max_encoder_positions, args.attention_window, args.global_attention) == (4096, "1024", "none")
     assert args.encoder_self_attention == "longformer" and args.position_tiling == "mirror"
     assert args.cross_attention == ("sparse" if arch.endswith("sparse") else "full")
+
+
+def test_benchmark_measures_local_and_full_attention_at_toy_size(capsys):
+    from benchmarks import lobart as benchmark
+
+    benchmark.main(["--dims", "small", "--lengths", "32,64", "--window", "8", "--steps", "1"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    measured = {(row[0], row[1]) for row in rows if row and row[0] in benchmark.SYSTEMS and "skipped" not in row}
+    assert measured == {(system, length) for system in benchmark.SYSTEMS for length in ("32", "64")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", ["lobart_tiny", "lobart_4k_sparse_tiny"])
+def test_trains_and_generates_through_the_task(tmp_path, arch):
+    """A few updates of fairseq-train and fairseq-generate on a tiny data-bin,
+    LoBART alone and with the sparse decoder (its KL task)."""
+    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+    save_dir = str(tmp_path / "checkpoints")
+    sparse = arch.endswith("sparse_tiny")
+    task = ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl"] if sparse else []
+    task = task or ["--task", "multidoc_summarization", "--criterion", "label_smoothed_cross_entropy"]
+    log = fairseq_cli(
+        "fairseq_cli.train",
+        [data_bin, "--user-dir", USER_DIR, "--arch", arch] + task + short_training(save_dir, updates=2),
+    )
+    assert "done training" in log
+    checkpoint = os.path.join(save_dir, "checkpoint_last.pt")
+    output = fairseq_cli(
+        "fairseq_cli.generate", generation_command(data_bin, checkpoint, "--user-dir", USER_DIR, beam=2)
+    )
+    assert len(hypothesis_lines(output)) == 4
