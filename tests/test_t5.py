@@ -256,3 +256,54 @@ def test_imported_dictionary_maps_ids_as_the_hugging_face_tokenizer(imported, hf
 def test_the_contract_checks_on_t5_v1_1_tiny_in_float64(tmp_path_factory, tmp_path):
     data = contract.make_contract_data(str(tmp_path_factory.mktemp("t5_contract")))
     checks.check_the_contract_in_float64("t5_v1_1_tiny", data, str(tmp_path / "checkpoint.pt"))
+
+
+def test_the_command_imports_again_with_overwrite(hf_folder, tmp_path, capsys):
+    from mdsfair.importers.cli import import_main
+
+    out_dir = str(tmp_path / "t5")
+    assert import_main(["hf-t5", hf_folder, out_dir]) == 0
+    assert f"wrote {out_dir}/model.pt (--arch t5_v1_1_base)" in capsys.readouterr().out
+    assert import_main(["hf-t5", hf_folder, out_dir]) == 1  # the folder is taken
+    assert import_main(["hf-t5", hf_folder, out_dir, "--overwrite"]) == 0
+    assert sorted(os.listdir(out_dir)) == ["dict.txt", "mdsfair.json", "model.pt", "spm.model"]
+
+
+def copy_of(hf_folder: str, tmp_path, config_edit=None, drop_tensor=None) -> str:
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    folder = str(tmp_path / "hf_copy")
+    shutil.copytree(hf_folder, folder)
+    if config_edit:
+        path = os.path.join(folder, "config.json")
+        config = json.load(open(path))
+        config.update(config_edit)
+        json.dump(config, open(path, "w"))
+    if drop_tensor:
+        path = os.path.join(folder, "model.safetensors")
+        state = load_file(path)
+        del state[drop_tensor]
+        save_file(state, path)
+    return folder
+
+
+@pytest.mark.parametrize(
+    "config_edit, drop_tensor, expected",
+    [
+        ({"scale_decoder_outputs": True}, None, "config.json: the decoder output is scaled by d_model ** -0.5"),
+        ({"feed_forward_proj": "gated-silu"}, None, "feed_forward_proj 'gated-silu'"),
+        ({"d_ff": 128}, None, "does not match config.json's sizes"),
+        (None, "decoder.block.1.layer.2.layer_norm.weight", "no tensor 'decoder.block.1.layer.2.layer_norm.weight'"),
+    ],
+)
+def test_the_command_refuses_what_t5_v1_1_is_not(hf_folder, tmp_path, capsys, config_edit, drop_tensor, expected):
+    from mdsfair.importers.cli import import_main
+
+    source = copy_of(hf_folder, tmp_path, config_edit, drop_tensor)
+    out_dir = str(tmp_path / "t5")
+    assert import_main(["hf-t5", source, out_dir]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("mdsfair-import hf-t5: error: ") and expected in error and "\n" not in error
+    assert not os.path.exists(os.path.join(out_dir, "model.pt"))
