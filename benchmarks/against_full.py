@@ -14,11 +14,12 @@ from benchmarks import harness, results
 from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
 
 
-def measure_source_and_summary_step(model, dictionary, config: dict) -> dict:
+def measure_source_and_summary_step(model, dictionary, config: dict, side_inputs=None) -> dict:
     """Peak memory and time (:func:`benchmarks.measure.timed_steps`) of
     ``model`` on one source of ``config["length"]`` random tokens and a
     summary of ``config["target_tokens"]``: a training step when
-    ``config["train"]``, else a forward without gradient."""
+    ``config["train"]``, else a forward without gradient. ``side_inputs``:
+    the data-contract inputs the model reads (name -> ``[1, length]`` tensor)."""
     device = config["device"]
     model = model.to(device=device, dtype=harness.DTYPES[config["dtype"]]).train(config["train"])
     generator = torch.Generator().manual_seed(0)
@@ -30,6 +31,7 @@ def measure_source_and_summary_step(model, dictionary, config: dict) -> dict:
         "src_tokens": source.to(device),
         "src_lengths": torch.tensor([config["length"]], device=device),
         "prev_output_tokens": prev_output_tokens.to(device),
+        **{name: value.to(device) for name, value in (side_inputs or {}).items()},
     }
     target = target.to(device)
     if config["train"]:

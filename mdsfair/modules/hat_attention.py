@@ -28,6 +28,7 @@ from fairseq.modules import LayerNorm, MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerEncoderLayerBase
 from torch import Tensor, nn
 
+from mdsfair.modules.cross_attention_components import fairseq_cross_attention
 from mdsfair.modules.segment_positions import segment_start_mask
 from mdsfair.modules.transformer_layers import ComponentDecoderLayer
 
@@ -92,16 +93,7 @@ class HATDecoderLayer(ComponentDecoderLayer):
     def __init__(self, cfg, cross_attention):
         super().__init__(cfg, cross_attention)
         embed_dim = cfg.decoder.embed_dim
-        self.sentence_attn = MultiheadAttention(
-            embed_dim,
-            cfg.decoder.attention_heads,
-            kdim=cfg.encoder.embed_dim,
-            vdim=cfg.encoder.embed_dim,
-            dropout=cfg.attention_dropout,
-            encoder_decoder_attention=True,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-        )
+        self.sentence_attn = fairseq_cross_attention(MultiheadAttention, self, embed_dim, cfg)
         self.sentence_attn_layer_norm = LayerNorm(embed_dim, export=cfg.export)
 
     def after_cross_attention(self, x: Tensor, cross_context: Optional[SentenceMemory], incremental_state) -> Tensor:
