@@ -126,7 +126,7 @@ def test_published_presets(arch):
 def test_benchmark_measures_local_and_full_attention_at_toy_size(capsys):
     from benchmarks import lobart as benchmark
 
-    benchmark.main(["--dims", "small", "--lengths", "32,64", "--window", "8", "--steps", "1"])
+    benchmark.main(["--lengths", "32,64", "--window", "8", "--target-tokens", "8", "--steps", "1"])
     rows = [line.split() for line in capsys.readouterr().out.splitlines()]
     measured = {(row[0], row[1]) for row in rows if row and row[0] in benchmark.SYSTEMS and "skipped" not in row}
     assert measured == {(system, length) for system in benchmark.SYSTEMS for length in ("32", "64")}
