@@ -140,18 +140,7 @@ def data(tmp_path_factory):
 
 
 def test_the_contract_checks_in_float64(data, tmp_path):
-    built_model = contract.ContractModel("hat_bart_tiny", data)
-    model = built_model.build_model().double().eval()
-    checks.perturb_parameters(model, seed=0)
-    checks.check_forward_shapes_padding_and_batch_composition(built_model, model)
-    checks.check_incremental_beam_search_equals_full_decoding(built_model, model)
-    sample = built_model.batch("valid", built_model.shortest("valid", 3), model)
-    checks.check_reordered_incremental_decoding_equals_full_decoding(model, sample["net_input"])
-    trained = built_model.build_model().train()
-    checks.check_every_parameter_gets_a_gradient(
-        trained, built_model.build_criterion(), built_model.batch("train", [0, 1, 2, 3], trained)
-    )
-    checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
+    checks.check_the_contract_in_float64("hat_bart_tiny", data, str(tmp_path / "checkpoint.pt"))
 
 
 @pytest.mark.slow
