@@ -106,7 +106,7 @@ def test_hub_entry_list_is_the_hubs():
     listed = re.search(
         r"<!-- hub-entries -->(.*?)<!-- /hub-entries -->", read("docs/getting-started.md"), flags=re.S
     ).group(1)
-    names = re.findall(r"`([a-z_]+)`", listed)
+    names = re.findall(r"`([a-z0-9_]+)`", listed)
     assert sorted(names) == sorted(HUB_ENTRIES)
     assert "led" in names
 
