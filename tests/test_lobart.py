@@ -17,6 +17,7 @@ from tests.utils import (
     hypothesis_lines,
     make_tiny_data_bin,
     model_on_dictionary,
+    paper_text,
     short_training,
     toy_dictionary,
 )
@@ -106,6 +107,9 @@ def test_lobart_restores_a_bart_state_dict_and_mirrors_its_positions():
 
 @pytest.mark.parametrize("arch", ["lobart_4k", "lobart_4k_sparse"])
 def test_published_presets(arch):
+    """The sizes the sparse decoder paper gives LoBART (its Sec. 2), on BART-large."""
+    text = paper_text("sparse-encdec-attention-manakul2021.txt")
+    assert "BART’s maximum input length is 1024, while that of LoBART is 4096 with attention width of 1024" in text
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
     import mdsfair
