@@ -307,3 +307,19 @@ def test_the_command_refuses_what_t5_v1_1_is_not(hf_folder, tmp_path, capsys, co
     error = capsys.readouterr().err.strip()
     assert error.startswith("mdsfair-import hf-t5: error: ") and expected in error and "\n" not in error
     assert not os.path.exists(os.path.join(out_dir, "model.pt"))
+
+
+def test_the_hub_encodes_a_cluster_as_the_hugging_face_tokenizer(imported, hf_folder):
+    """The hub on the imported folder (its spm.model, dict.txt and manifest)
+    gives a one-document cluster T5's ids, one place up, without </s> (the
+    data set appends it)."""
+    import mdsfair
+    from mdsfair.models.t5 import T5Model
+
+    _summary, _model, _task, out_dir = imported
+    mdsfair.register()
+    hub = T5Model.from_pretrained(out_dir, checkpoint_file="model.pt")
+    hf_tokenizer = transformers.T5Tokenizer.from_pretrained(hf_folder)
+    for text in real_lines():
+        tokens = hub.encode_cluster({"id": "t5", "documents": [text], "summary": ""}).tokens.tolist()
+        assert tokens == [index + 1 for index in hf_tokenizer(text).input_ids[:-1]], text[:80]
