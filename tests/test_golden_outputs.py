@@ -58,6 +58,18 @@ NEW_ARCHITECTURES = {
     "t5_v1_1_base",
     "t5_v1_1_large",
     "t5_v1_1_tiny",  # T5 v1.1, checked against Hugging Face's instead (tests/test_t5.py; issue 44)
+    "hepos_bart_large",
+    "hepos_bart_tiny",  # HEPOS cross-attention (issue 43; oracle and authors' module: test_hepos_attention.py)
+    "lsh_bart_large",
+    "lsh_bart_tiny",
+    "sinkhorn_bart_large",
+    "sinkhorn_bart_tiny",  # HEPOS's encoders (issue 43; test_efficient_encoders.py)
+    "tdmca",
+    "tdmca_tiny",  # T-DMCA (issue 43; test_tdmca.py)
+    "pointer_generator_see2017",
+    "pointer_generator_tiny",
+    "copy_transformer",
+    "copy_transformer_tiny",  # the copy baselines (issue 45; test_pointer_generator.py)
 }
 
 

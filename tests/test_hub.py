@@ -120,9 +120,11 @@ MDSFAIR_MODELS = (
     "hierencdec_bart",
     "hiertransformer",
     "led",
+    "lobart",
     "multidoc_bart",
     "pagesum_bart",
     "sparse_bart",
+    "t5_v1_1",
     "tdmca",
 )
 

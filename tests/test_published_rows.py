@@ -307,3 +307,16 @@ def test_every_other_papers_row_is_the_number_in_its_table():
     assert printed_value(dict(lead, metric="rouge-l"), texts) == 26.89
     govreport = next(row for row in rows if cell_key(row) == ("PageSum (7168)", "govreport", "rouge-1"))
     assert printed_value(dict(govreport, dataset="pubmed"), texts) == 48.24
+
+
+def test_the_readme_says_why_bart_long_graph_is_not_supported_and_pagesum_compares_against_it():
+    """README.md's sentence on BART-Long-Graph names the paper PageSum cites and its Table 5."""
+    from tests.utils import paper_text
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8").split())
+    title = "Efficiently summarizing text and graph encodings of multi-document clusters"
+    assert f'Not supported: BART-Long-Graph (Pasunuru et al. 2021, "{title}"; PageSum\'s Table 5)' in readme
+    pagesum = paper_text("pagesum-liu2022.txt")
+    assert "include another model BART-Long-Graph (Pasunuru et al., 2021)" in pagesum
+    assert "The results are shown in Tab. 5" in pagesum
+    assert title in pagesum
