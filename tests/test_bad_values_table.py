@@ -239,6 +239,17 @@ ROWS = [
         ["hf-bart", "m.pt", "dict.txt", "out", "--weights-format", "pickle"],
         "argument --weights-format: invalid choice: 'pickle'",
     ),
+    (
+        "mdsfair-human-eval",
+        ["export", "a=hyp.txt", "--references", "ref.txt", "--out", "sheets", "--clusters", "0"],
+        "argument --clusters: must be at least 1, got 0",
+    ),
+    (
+        "mdsfair-human-eval",
+        ["export", "a=hyp.txt", "--references", "ref.txt", "--out", "sheets", "--tuple-size", "1"],
+        "argument --tuple-size: must be at least 2, got 1",
+    ),
+    ("mdsfair-human-eval", ["score", "sheets", "--samples", "0"], "argument --samples: must be at least 1, got 0"),
 ]
 
 

@@ -54,6 +54,8 @@ GENERATION_KEEPS_ITS_OWN = {
     "fairseq_generator": "the generator, not its inputs",
     "static_decoding_buckets": "batch padding whose copies' output is dropped",
     "length_penalty_form": "the search's length penalty, a decoding setting as --lenpen is",
+    "min_len_words": "the summary's length in words, a decoding setting as --min-len is",
+    "max_len_words": "the summary's length in words, a decoding setting as --max-len-b is",
     "eval_rouge": "validation in training",
     "eval_rouge_args": "validation in training",
     "eval_rouge_convention": "validation in training",
