@@ -1,12 +1,15 @@
 """What the benchmarks of one efficient attention against full attention on
-the same model share (``benchmarks/tdmca.py``, ``benchmarks/hepos.py``): the
+the same model share (``benchmarks/tdmca.py``, ``hepos.py``, ``lobart.py``,
+``hat_bart.py``, ``efficient_encoders.py``): the command-line options, the
 measured step (one training step, forward and backward of the summed
 cross-entropy of a summary after one source, or a forward without gradient),
 each cell in a fresh process on CPU, and the table that prints the system's
 memory and time as ratios of full attention's at each length and records
-them."""
+them. A benchmark supplies its model builder, its own options and a line
+describing its setting (:func:`run_against_full`)."""
 
-from typing import Callable, Dict, List
+import functools
+from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
@@ -46,6 +49,94 @@ def measure_source_and_summary_step(model, dictionary, config: dict, side_inputs
         torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1)).backward()
 
     return timed_steps(step, device, config["steps"])
+
+
+def add_length_arguments(parser, lengths: str, target_tokens: int, target_help: str = "summary tokens") -> None:
+    """The device, the dtype, the source lengths and the summary's length."""
+    harness.add_device(parser)
+    harness.add_dtype(parser)
+    parser.add_argument("--lengths", default=lengths, help="source lengths in tokens (comma list)")
+    parser.add_argument(
+        "--target-tokens", type=int, default=target_tokens, help=f"{target_help} (default {target_tokens})"
+    )
+
+
+def add_step_arguments(parser) -> None:
+    """The measured step (training or no-grad forward), its repeats, the
+    threads, the dictionary size and the results file."""
+    parser.add_argument("--no-grad", action="store_true", help="a forward without gradient instead of a training step")
+    harness.add_repeats(parser, "timed runs per cell after the memory run", flag="--steps")
+    harness.add_threads(parser)
+    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (default 1000)")
+    results.add_argument(parser)
+
+
+def built_on_a_synthetic_dictionary(model_class, args, config: dict) -> tuple:
+    """``model_class`` built from ``args`` on a synthetic dictionary of
+    ``config["vocab_size"]`` symbols, and that dictionary."""
+    task = harness.SyntheticTask(harness.synthetic_dictionary(config["vocab_size"]))
+    return model_class.build_model(args, task), task.target_dictionary
+
+
+def measure_built_model(
+    build_model: Callable[[dict], tuple], config: dict, side_inputs: Optional[Callable[[object, dict], dict]] = None
+) -> dict:
+    """:func:`measure_source_and_summary_step` of ``build_model(config)``
+    (seeded, on ``config["threads"]`` threads); ``side_inputs(model,
+    config)`` gives the data-contract inputs it reads."""
+    torch.manual_seed(0)
+    torch.set_num_threads(config["threads"])
+    model, dictionary = build_model(config)
+    return measure_source_and_summary_step(
+        model, dictionary, config, side_inputs(model, config) if side_inputs else None
+    )
+
+
+def run_against_full(
+    name: str,
+    systems: Sequence[str],
+    opts,
+    argv,
+    build_model: Callable[[dict], tuple],
+    setting: str,
+    options: Dict[str, object],
+    side_inputs: Optional[Callable[[object, dict], dict]] = None,
+) -> None:
+    """The benchmark ``name``: a line naming the device and ``setting``,
+    then every system of ``systems`` against ``full`` at every length of
+    ``--lengths`` (:func:`compare_against_full`), recorded with the
+    benchmark's own ``options`` (module-level ``build_model`` and
+    ``side_inputs``: each cell runs in a fresh process)."""
+    train = not opts.no_grad
+    print(
+        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; {setting}; summary of "
+        f"{opts.target_tokens} tokens; {'forward+backward' if train else 'no-grad forward'}; torch {torch.__version__}"
+    )
+    rows = harness.result_rows(
+        opts,
+        name,
+        argv,
+        opts.steps,
+        threads=opts.threads,
+        dtype=opts.dtype,
+        train=train,
+        target_tokens=opts.target_tokens,
+        **options,
+    )
+    config = {
+        "target_tokens": opts.target_tokens,
+        "device": opts.device,
+        "dtype": opts.dtype,
+        "train": train,
+        "steps": opts.steps,
+        "threads": opts.threads,
+        "vocab_size": opts.vocab_size,
+        **options,
+    }
+    measure = functools.partial(measure_built_model, build_model, side_inputs=side_inputs)
+    lengths = [int(length) for length in opts.lengths.split(",")]
+    for system in systems:
+        compare_against_full(system, lengths, measure, config, rows)
 
 
 def run(measure: Callable[[dict], dict], config: dict) -> dict:

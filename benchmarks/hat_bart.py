@@ -28,8 +28,7 @@ import torch
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import against_full, harness, results
-from benchmarks.harness import SyntheticTask
+from benchmarks import against_full, harness
 
 #: system -> cross-attention component
 SYSTEMS = {"hat": "hat", "full": "full"}
@@ -55,26 +54,19 @@ def build_model(config: dict):
     else:
         hat_bart_architecture(args, config["size"])
     args.dropout = args.attention_dropout = args.activation_dropout = 0.0
-    task = SyntheticTask(harness.synthetic_dictionary(config["vocab_size"]))
-    return HATBARTModel.build_model(args, task), task.target_dictionary
+    return against_full.built_on_a_synthetic_dictionary(HATBARTModel, args, config)
 
 
-def measure(config: dict) -> dict:
-    torch.manual_seed(0)
-    torch.set_num_threads(config["threads"])
-    model, dictionary = build_model(config)
-    side_inputs = {}
-    if "src_sent_ids" in model.side_inputs():
-        side_inputs["src_sent_ids"] = (torch.arange(config["length"]) // config["sentence_tokens"]).unsqueeze(0)
-    return against_full.measure_source_and_summary_step(model, dictionary, config, side_inputs)
+def sentence_ids(model, config: dict) -> dict:
+    """``src_sent_ids`` of sentences of ``config["sentence_tokens"]`` tokens, where the model reads them."""
+    if "src_sent_ids" not in model.side_inputs():
+        return {}
+    return {"src_sent_ids": (torch.arange(config["length"]) // config["sentence_tokens"]).unsqueeze(0)}
 
 
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
-    harness.add_device(parser)
-    harness.add_dtype(parser)
-    parser.add_argument("--lengths", default="512,1024,2048,3072", help="source lengths in tokens (comma list)")
-    parser.add_argument("--target-tokens", type=int, default=128, help="summary tokens (default 128)")
+    against_full.add_length_arguments(parser, "512,1024,2048,3072", 128)
     parser.add_argument(
         "--sentence-tokens", type=int, default=25, help="tokens per source sentence (default 25; one start each)"
     )
@@ -84,42 +76,18 @@ def main(argv=None):
         default="base",
         help="BART's dimensions (default base; large is the paper's HAT-BART)",
     )
-    parser.add_argument("--no-grad", action="store_true", help="a forward without gradient instead of a training step")
-    harness.add_repeats(parser, "timed runs per cell after the memory run", flag="--steps")
-    harness.add_threads(parser)
-    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (default 1000)")
-    results.add_argument(parser)
+    against_full.add_step_arguments(parser)
     opts = harness.parse(parser, argv, at_least_one=["steps"])
-    train = not opts.no_grad
-    print(
-        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; BART-{opts.size}, 2 hierarchical "
-        f"layers; sentences of {opts.sentence_tokens} tokens; summary of {opts.target_tokens} tokens; "
-        f"{'forward+backward' if train else 'no-grad forward'}; torch {torch.__version__}"
-    )
-    rows = harness.result_rows(
-        opts,
+    against_full.run_against_full(
         "hat_bart",
+        ["hat"],
+        opts,
         argv,
-        opts.steps,
-        threads=opts.threads,
-        dtype=opts.dtype,
-        size=opts.size,
-        train=train,
-        target_tokens=opts.target_tokens,
-        sentence_tokens=opts.sentence_tokens,
+        build_model,
+        f"BART-{opts.size}, 2 hierarchical layers; sentences of {opts.sentence_tokens} tokens",
+        {"size": opts.size, "sentence_tokens": opts.sentence_tokens},
+        side_inputs=sentence_ids,
     )
-    config = {
-        "target_tokens": opts.target_tokens,
-        "sentence_tokens": opts.sentence_tokens,
-        "size": opts.size,
-        "device": opts.device,
-        "dtype": opts.dtype,
-        "train": train,
-        "steps": opts.steps,
-        "threads": opts.threads,
-        "vocab_size": opts.vocab_size,
-    }
-    against_full.compare_against_full("hat", [int(x) for x in opts.lengths.split(",")], measure, config, rows)
 
 
 if __name__ == "__main__":

@@ -21,14 +21,10 @@ ratios of ``full``'s at the same length.
 import os
 import sys
 
-import torch
-
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
-from benchmarks import harness, results
-from benchmarks.against_full import compare_against_full, measure_source_and_summary_step
-from benchmarks.harness import SyntheticTask
+from benchmarks import against_full, harness
 
 #: system -> its cross-attention component
 SYSTEMS = {"hepos": "hepos", "full": "full"}
@@ -52,72 +48,30 @@ def build_model(config: dict):
         max_target_positions=max(1024, config["target_tokens"]),
     )
     hepos_bart_large_architecture(args)
-    task = SyntheticTask(harness.synthetic_dictionary(config["vocab_size"]))
-    return HeposBARTModel.build_model(args, task), task.target_dictionary
-
-
-def measure(config: dict) -> dict:
-    torch.manual_seed(0)
-    torch.set_num_threads(config["threads"])
-    model, dictionary = build_model(config)
-    return measure_source_and_summary_step(model, dictionary, config)
+    return against_full.built_on_a_synthetic_dictionary(HeposBARTModel, args, config)
 
 
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
-    harness.add_device(parser)
-    harness.add_dtype(parser)
+    against_full.add_length_arguments(parser, "1024,2048,4096,8192", 256)
     harness.add_dims(parser, "small", "encoder and decoder size (base: BART-base's 6 + 6 layers, d 768, 12 heads)")
-    parser.add_argument("--lengths", default="1024,2048,4096,8192", help="source lengths in tokens (comma list)")
-    parser.add_argument("--target-tokens", type=int, default=256, help="summary tokens (default 256)")
     parser.add_argument(
         "--stride",
         type=int,
         default=4,
         help="HEPOS stride s; it must divide the heads of --dims (default 4, the paper's)",
     )
-    parser.add_argument("--no-grad", action="store_true", help="a forward without gradient instead of a training step")
-    harness.add_repeats(parser, "timed runs per cell after the memory run", flag="--steps")
-    harness.add_threads(parser)
-    parser.add_argument("--vocab-size", type=int, default=1000, help="dictionary size (default 1000)")
-    results.add_argument(parser)
+    against_full.add_step_arguments(parser)
     opts = harness.parse(parser, argv, at_least_one=["steps", "stride"])
-    lengths = [int(x) for x in opts.lengths.split(",")]
-    train = not opts.no_grad
     layers, dim, _, heads = harness.DIMS[opts.dims]
-    print(
-        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; {layers} + {layers} layers, d {dim}, "
-        f"{heads} heads, stride {opts.stride}; summary of {opts.target_tokens} tokens; "
-        f"{'forward+backward' if train else 'no-grad forward'}; torch {torch.__version__}"
-    )
-    rows = harness.result_rows(
+    against_full.run_against_full(
+        "hepos",
+        ["hepos"],
         opts,
-        "hepos",
         argv,
-        opts.steps,
-        threads=opts.threads,
-        dtype=opts.dtype,
-        dims=opts.dims,
-        stride=opts.stride,
-        train=train,
-        target_tokens=opts.target_tokens,
-    )
-    compare_against_full(
-        "hepos",
-        lengths,
-        measure,
-        {
-            "target_tokens": opts.target_tokens,
-            "dims": opts.dims,
-            "stride": opts.stride,
-            "device": opts.device,
-            "dtype": opts.dtype,
-            "train": train,
-            "steps": opts.steps,
-            "threads": opts.threads,
-            "vocab_size": opts.vocab_size,
-        },
-        rows,
+        build_model,
+        f"{layers} + {layers} layers, d {dim}, {heads} heads, stride {opts.stride}",
+        {"dims": opts.dims, "stride": opts.stride},
     )
 
 
