@@ -57,7 +57,7 @@ from mdsfair.argument_types import at_least, number_between
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import TINY_DIMENSIONS
-from mdsfair.modules.activation_checkpointing import checkpoint_layer
+from mdsfair.modules.activation_checkpointing import add_activation_checkpointing_args, checkpoint_layer
 from mdsfair.modules.local_attention import CausalLocalSelfAttention
 from mdsfair.modules.memory_compressed_attention import CausalMemoryCompressedSelfAttention
 from mdsfair.modules.sinusoidal import sinusoidal_encoding
@@ -289,16 +289,7 @@ class TDMCAModel(MultiDocHubModel, FairseqEncoderDecoderModel):
             metavar="P",
             help="dropout after the feed-forward activation",
         )
-        parser.add_argument(
-            "--checkpoint-activations",
-            action="store_true",
-            help="checkpoint every layer's activations: recompute them in the backward pass",
-        )
-        parser.add_argument(
-            "--offload-activations",
-            action="store_true",
-            help="keep the checkpointed layers' saved inputs in CPU memory; implies --checkpoint-activations",
-        )
+        add_activation_checkpointing_args(parser)
 
     @classmethod
     def build_model(cls, args, task):

@@ -165,3 +165,18 @@ def checkpointed_call(function, *args, offload_to_cpu: bool = False):
 def checkpointed_modules(model: nn.Module):
     """Names of the modules of ``model`` whose forward is checkpointed."""
     return [name for name, module in model.named_modules() if hasattr(module, "precheckpoint_forward")]
+
+
+def add_activation_checkpointing_args(parser) -> None:
+    """``--checkpoint-activations`` and ``--offload-activations`` of a model
+    whose every layer runs through :func:`checkpoint_layer`."""
+    parser.add_argument(
+        "--checkpoint-activations",
+        action="store_true",
+        help="checkpoint every layer's activations: recompute them in the backward pass",
+    )
+    parser.add_argument(
+        "--offload-activations",
+        action="store_true",
+        help="keep the checkpointed layers' saved inputs in CPU memory; implies --checkpoint-activations",
+    )
