@@ -145,6 +145,26 @@ def flags_of(row: OptionRow) -> List[str]:
     return [part.split()[0] for part in row[0].split(", ")]
 
 
+def extended_rows(base_rows: Sequence[OptionRow], own_rows: Sequence[OptionRow]) -> Tuple[OptionRow, ...]:
+    """The options of a class whose ``add_args`` adds its base's, then its own: the base's
+    ``base_rows`` in their order, each replaced by the row of ``own_rows`` that names one of
+    its option strings (an option the class describes otherwise), then the rest of
+    ``own_rows``."""
+    own_by_flag = {flag: row for row in own_rows for flag in flags_of(row)}
+    rows = tuple(next((own_by_flag[flag] for flag in flags_of(row) if flag in own_by_flag), row) for row in base_rows)
+    return rows + tuple(row for row in own_rows if row not in rows)
+
+
+def fairseq_options(tables, kind: str, name: str) -> Tuple[OptionRow, ...]:
+    """Every option of fairseq's class ``name`` of ``kind``: the table stores only those
+    its own fairseq base lacks or describes otherwise, so they extend the base's, rebuilt
+    the same way (:func:`extended_rows`)."""
+    base, rows = tables.FAIRSEQ[kind][name]
+    if base is None:
+        return rows
+    return extended_rows(fairseq_options(tables, kind, base), rows)
+
+
 def options_section(tables, kind: str, name: str, what: str, columns: int) -> List[str]:
     """The options of ``what`` (``--task NAME``, ...): mdsfair's entry ``name`` of
     ``kind``, then those of the fairseq class it extends that it does not list itself."""
@@ -152,7 +172,7 @@ def options_section(tables, kind: str, name: str, what: str, columns: int) -> Li
     lines = [f"options of {what}:"] + option_lines(rows, columns)
     if base is not None:
         own = {flag for row in rows for flag in flags_of(row)}
-        inherited = [row for row in tables.FAIRSEQ[kind][base] if not own & set(flags_of(row))]
+        inherited = [row for row in fairseq_options(tables, kind, base) if not own & set(flags_of(row))]
         lines += ["", f"options of {what} from fairseq's {base}:"] + option_lines(inherited, columns)
     return lines
 
@@ -165,7 +185,7 @@ def architecture_section(tables, arch: str, columns: int) -> List[str]:
             return options_section(tables, "model", model, f"--arch {arch} (model {model})", columns)
     for model, archs in tables.FAIRSEQ_ARCHITECTURES.items():
         if arch in archs:
-            rows = tables.FAIRSEQ["model"][model]
+            rows = fairseq_options(tables, "model", model)
             return [f"options of --arch {arch} (fairseq's model {model}):"] + option_lines(rows, columns)
     return paragraph(
         f"--arch {arch}: not an architecture of mdsfair nor of the fairseq models they extend; "
@@ -325,12 +345,39 @@ def fairseq_base(cls, registry: Dict[str, type]) -> Optional[str]:
     return None
 
 
+def table_entry(name: str, registry: Dict[str, type], fairseq_table: dict, full_rows: Dict[str, tuple]) -> tuple:
+    """The entry of ``registry``'s class ``name``: ``(the nearest fairseq class among its
+    bases, by its registered name, or None; its options that this base lacks or describes
+    otherwise)``. The base enters ``fairseq_table`` first, as its own entry, so that
+    :func:`fairseq_options` rebuilds every option of a fairseq class from its base's;
+    ``full_rows`` keeps every option of each class read. Raises ValueError when a fairseq
+    class's options are not its base's followed by its own (:func:`extended_rows`)."""
+    cls = registry[name]
+    rows = full_rows[name] = rows_of(cls)
+    base = fairseq_base(cls, registry)
+    if base is None:
+        return None, rows
+    if base not in fairseq_table:
+        fairseq_table[base] = table_entry(base, registry, fairseq_table, full_rows)
+        base_of_base, own_rows = fairseq_table[base]
+        if base_of_base is not None and extended_rows(full_rows[base_of_base], own_rows) != full_rows[base]:
+            base_class = registry[base]
+            raise ValueError(
+                f"mdsfair/cli_help.py: the options of fairseq's {base} ({base_class.__module__}."
+                f"{base_class.__name__}) are not those of its base {base_of_base} followed by its own, "
+                "as the table stores them"
+            )
+    return base, tuple(row for row in rows if row not in full_rows[base])
+
+
 def collect_options() -> dict:
     """The tables of :mod:`mdsfair.cli_help_options`, read from fairseq's parsers with
     mdsfair registered (imports torch and fairseq): mdsfair's tasks, models and criterions
     (``MDSFAIR``: kind -> name -> (the fairseq class it extends, by its registered name, or
     None; its options the fairseq class lacks or describes otherwise)), the options of
-    those fairseq classes (``FAIRSEQ``), mdsfair's architectures by model
+    those fairseq classes and of the fairseq classes they extend (``FAIRSEQ``: kind -> name
+    -> (its fairseq base or None; its options the base lacks or describes otherwise), read
+    back whole by :func:`fairseq_options`), mdsfair's architectures by model
     (``ARCHITECTURES``), the architectures of the fairseq models mdsfair's extend
     (``FAIRSEQ_ARCHITECTURES``) and the :data:`COMMON_OPTIONS` of each command (``COMMON``)."""
     import fairseq
@@ -346,16 +393,10 @@ def collect_options() -> dict:
     mdsfair_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
     fairseq_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
     for kind, registry in registries.items():
+        full_rows: Dict[str, tuple] = {}
         for name in sorted(registry):
-            cls = registry[name]
-            if not cls.__module__.startswith("mdsfair."):
-                continue
-            base = fairseq_base(cls, registry)
-            rows = rows_of(cls)
-            if base is not None:
-                fairseq_tables[kind].setdefault(base, rows_of(registry[base]))
-                rows = tuple(row for row in rows if row not in fairseq_tables[kind][base])
-            mdsfair_tables[kind][name] = (base, rows)
+            if registry[name].__module__.startswith("mdsfair."):
+                mdsfair_tables[kind][name] = table_entry(name, registry, fairseq_tables[kind], full_rows)
     model_names = {id(cls): name for name, cls in MODEL_REGISTRY.items()}
     architectures: Dict[str, List[str]] = {}
     fairseq_architectures: Dict[str, List[str]] = {}
@@ -405,7 +446,11 @@ TABLE_COMMENTS = {
         "registered name, or None; its options, (invocation, help), that the fairseq class lacks or "
         "describes otherwise)"
     ),
-    "FAIRSEQ": "kind -> the registered name of a fairseq class mdsfair's extend -> its options",
+    "FAIRSEQ": (
+        "kind -> the registered name of a fairseq class mdsfair's extend (or that such a class extends) -> "
+        "(the fairseq class it extends, by its registered name, or None; its options that class lacks or "
+        "describes otherwise: mdsfair.cli_help.fairseq_options reads them back whole)"
+    ),
     "ARCHITECTURES": "mdsfair's model -> its architectures",
     "FAIRSEQ_ARCHITECTURES": "fairseq's model that mdsfair's extend -> its architectures",
     "COMMON": "command -> the fairseq options its short help lists (mdsfair.cli_help.COMMON_OPTIONS)",

@@ -54,6 +54,73 @@ def test_the_table_holds_every_mdsfair_task_model_criterion_and_architecture():
     assert tables.MDSFAIR["criterion"]["sparse_kl"][0] == "label_smoothed_cross_entropy"
 
 
+def test_a_fairseq_class_stores_only_the_options_beyond_its_fairseq_base_and_reads_back_whole():
+    from fairseq.models import MODEL_REGISTRY
+
+    tables = cli_help_options
+    for name, base in (("transformer_pointer_generator", "transformer"), ("bart", "transformer")):
+        assert tables.FAIRSEQ["model"][name][0] == base
+        stored = tables.FAIRSEQ["model"][name][1]
+        assert stored and not set(stored) & set(cli_help.fairseq_options(tables, "model", base))
+        assert cli_help.fairseq_options(tables, "model", name) == cli_help.rows_of(MODEL_REGISTRY[name])
+    assert tables.FAIRSEQ["model"]["transformer"][0] is None
+
+
+def test_a_class_options_are_its_bases_each_as_the_class_describes_it_then_its_own():
+    base_rows = (("--a A", "a"), ("-b B, --bee B", "b"), ("--c", "c"))
+    own_rows = (("--new N", "new"), ("--bee B", "b, as the class says"))
+    assert cli_help.extended_rows(base_rows, own_rows) == (
+        ("--a A", "a"),
+        ("--bee B", "b, as the class says"),
+        ("--c", "c"),
+        ("--new N", "new"),
+    )
+    assert cli_help.extended_rows(base_rows, ()) == base_rows
+
+
+def registered_class(name, module, add_args, base=object):
+    """A class as fairseq's registries hold it."""
+    return type(name, (base,), {"__module__": module, "add_args": staticmethod(add_args)})
+
+
+def test_a_fairseq_class_whose_options_do_not_extend_its_bases_is_refused_when_the_table_is_read():
+    def base_args(parser):
+        parser.add_argument("--first", help="first")
+
+    def extended_args(parser):
+        base_args(parser)
+        parser.add_argument("--own", help="own")
+
+    def reordered_args(parser):
+        parser.add_argument("--own", help="own")
+        base_args(parser)
+
+    def mdsfair_args(parser):
+        parser.add_argument("--mine", help="mine")
+        extended_args(parser)
+
+    base = registered_class("Base", "fairseq.models.fake", base_args)
+    extended = registered_class("Extended", "fairseq.models.fake", extended_args, base)
+    reordered = registered_class("Reordered", "fairseq.models.fake", reordered_args, base)
+    registry = {
+        "base": base,
+        "extended": extended,
+        "reordered": reordered,
+        "mine": registered_class("Mine", "mdsfair.models.fake", mdsfair_args, extended),
+        "mine_reordered": registered_class("MineReordered", "mdsfair.models.fake", mdsfair_args, reordered),
+    }
+    fairseq_table, full_rows = {}, {}
+    assert cli_help.table_entry("mine", registry, fairseq_table, full_rows) == ("extended", (("--mine MINE", "mine"),))
+    assert fairseq_table == {
+        "base": (None, (("--first FIRST", "first"),)),
+        "extended": ("base", (("--own OWN", "own"),)),
+    }
+    with pytest.raises(
+        ValueError, match=r"cli_help\.py: the options of fairseq's reordered .* are not those of its base"
+    ):
+        cli_help.table_entry("mine_reordered", registry, fairseq_table, full_rows)
+
+
 def test_a_common_option_fairseq_does_not_have_is_refused_when_the_table_is_read(monkeypatch):
     monkeypatch.setitem(cli_help.COMMON_OPTIONS, "mdsfair-generate", ("--beam", "--no-such-option"))
     with pytest.raises(ValueError, match=r"cli_help\.py: COMMON_OPTIONS\['mdsfair-generate'\] names \['--no-such"):
@@ -87,11 +154,11 @@ def test_train_help_of_an_architecture_lists_its_models_options_and_the_fairseq_
     tables = cli_help_options
     base, own = tables.MDSFAIR["model"]["led"]
     assert "options of --arch led_tiny (model led):" in text and "from fairseq's bart:" in text
-    for invocation in invocations(own) + invocations(tables.FAIRSEQ["model"][base]):
+    for invocation in invocations(own) + invocations(cli_help.fairseq_options(tables, "model", base)):
         assert f"\n  {invocation}" in text, invocation
     for invocation in invocations(tables.MDSFAIR["task"]["multidoc_summarization_sparse"][1]):
         assert f"\n  {invocation}" in text, invocation
-    for invocation in invocations(tables.FAIRSEQ["criterion"]["label_smoothed_cross_entropy"]):
+    for invocation in invocations(cli_help.fairseq_options(tables, "criterion", "label_smoothed_cross_entropy")):
         assert f"\n  {invocation}" in text, invocation
     model_section = text[text.index("options of --arch led_tiny") : text.index("options of --criterion")]
     flags = [line.split()[0].rstrip(",") for line in model_section.splitlines() if line.startswith("  -")]
@@ -102,7 +169,7 @@ def test_a_fairseq_flag_a_model_describes_otherwise_is_listed_once_with_the_mode
     cli.train_main(["-h", "--arch", "hiertransformer_tiny"])
     text = capsys.readouterr().out
     base, own = cli_help_options.MDSFAIR["model"]["hiertransformer"]
-    fairseq_rows = cli_help_options.FAIRSEQ["model"][base]
+    fairseq_rows = cli_help.fairseq_options(cli_help_options, "model", base)
     changed = [row for row in own if row[0] in invocations(fairseq_rows)]
     assert changed and all(row not in fairseq_rows for row in changed)  # the help is the model's own
     model_section = text[text.index("options of --arch hiertransformer_tiny") : text.index("common fairseq-train")]
