@@ -101,6 +101,55 @@ NEWS = [
 ]
 
 
+def test_textrank_follows_mihalcea_and_tarau_2004():
+    """The settings of Mihalcea & Tarau (2004), which docs/evaluation.md states.
+
+    * Sec. 4.1, sentence similarity: the number of words in both sentences over
+      ``log(|S_i|) + log(|S_j|)``, a hand case below;
+    * Sec. 2, the damping factor ``d`` "usually set to 0.85": the default of every
+      function and of ``mdsfair-baseline --damping``;
+    * Sec. 2, convergence: "the computation iterates until convergence below a given
+      threshold is achieved", "when the error rate for any vertex in the graph falls
+      below a given threshold", 0.0001 in their experiments: the default tolerance,
+      and the power iteration stops at the first iteration where no score moves by
+      0.0001 (checked against the iterates computed here by hand)."""
+    import inspect
+
+    from mdsfair.evaluation.baselines import build_parser
+    from mdsfair.evaluation.extractive_baselines import TEXTRANK_TOLERANCE
+
+    # "the cat sat on the mat" (6 words) and "the dog sat" (3): {the, sat} in both.
+    first, second = "the cat sat on the mat".split(), "the dog sat".split()
+    assert textrank_similarity(first, second) == pytest.approx(2 / (math.log(6) + math.log(3)), rel=1e-15)
+    assert TEXTRANK_TOLERANCE == 0.0001
+    for function in (textrank, textrank_scores, weighted_pagerank):
+        parameters = inspect.signature(function).parameters
+        assert parameters["damping"].default == 0.85
+        assert parameters["tolerance"].default == 0.0001
+    args = build_parser().parse_args(["--method", "textrank", "in.jsonl", "-o", "out.txt"])
+    assert (args.damping, args.textrank_tolerance) == (0.85, 0.0001)
+
+    weights = _sentence_weights(NEWS)
+    count = len(weights)
+    out_weight = [sum(weights[j][k] for k in range(count) if k != j) for j in range(count)]
+
+    def iterate(previous):
+        return [
+            0.15 + 0.85 * sum(weights[j][i] / out_weight[j] * previous[j] for j in range(count) if weights[j][i] > 0)
+            for i in range(count)
+        ]
+
+    iterates = [[1.0] * count]
+    while len(iterates) < 2 or max(abs(new - old) for new, old in zip(iterates[-1], iterates[-2])) >= 0.0001:
+        iterates.append(iterate(iterates[-1]))
+    assert len(iterates) > 3  # several iterations
+    got = weighted_pagerank(weights)
+    assert got == pytest.approx(iterates[-1], abs=1e-12)
+    # One iteration earlier or later would differ by far more than 1e-12.
+    for other in (iterates[-2], iterate(iterates[-1])):
+        assert max(abs(a - b) for a, b in zip(got, other)) > 1e-9
+
+
 @pytest.mark.parametrize("seed", [None, 0, 1, 2])
 def test_textrank_scores_equal_networkx_pagerank(seed):
     """On a graph where every vertex has an edge, TextRank's fixed point is N
