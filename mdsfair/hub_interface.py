@@ -48,7 +48,8 @@ from mdsfair.generation.word_limits import WORD_LIMIT_OPTIONS
 # The pipeline is the one public way from raw text to model inputs, shared
 # with ``mdsfair-preprocess``; nothing else of preprocessing is used here.
 from mdsfair.preprocess import pipeline
-from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, unwrap_model
+from mdsfair.tasks.model_inputs import unwrap_model
+from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask
 
 # Explicit: the hub entries are read from fairseq's model registry, and loading
 # checkpoints goes through the checks of mdsfair.fairseq_patches.

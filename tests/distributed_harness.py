@@ -229,7 +229,7 @@ def train_steps(cfg, example_indices: Sequence, steps: int, model_seed: Optional
     from fairseq.logging import metrics
     from fairseq.trainer import Trainer
 
-    from mdsfair.tasks.multidoc_summarization import unwrap_model
+    from mdsfair.tasks.model_inputs import unwrap_model
 
     batches = [list(batch) for batch in example_indices] if _is_batch_list(example_indices) else [list(example_indices)]
     cfg.optimization.update_freq = [len(batches)]

@@ -32,7 +32,7 @@ from mdsfair.tasks.checkpoint_limits import (
     option_defaults,
     resolve_input_limits,
 )
-from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationConfig
+from mdsfair.tasks.multidoc_config import MultiDocSummarizationConfig
 from tests.utils import (
     USER_DIR,
     generation_command,

@@ -405,7 +405,7 @@ def test_checks_fail_on_synthetic_bad_modules():
     bad = synthetic(
         {
             # a module that imports a task (two layers up), lazily
-            "mdsfair.modules.bad_attention": "def f():\n    from mdsfair.tasks.multidoc_summarization import unwrap_model\n",
+            "mdsfair.modules.bad_attention": "def f():\n    from mdsfair.tasks.model_inputs import unwrap_model\n",
             # the text layer importing evaluation, at module level
             "mdsfair.text_bad": "from mdsfair.evaluation import rouge\n",
             # a relative import from models up to the hub
@@ -417,7 +417,7 @@ def test_checks_fail_on_synthetic_bad_modules():
         "mdsfair/models/bad_model.py:1: mdsfair.models.bad_model (layer models) imports mdsfair.hub_interface "
         "(layer applications, above it)",
         "mdsfair/modules/bad_attention.py:2: mdsfair.modules.bad_attention (layer modules) imports "
-        "mdsfair.tasks.multidoc_summarization (layer tasks, above it)",
+        "mdsfair.tasks.model_inputs (layer tasks, above it)",
         "mdsfair/text_bad.py:1: mdsfair.text_bad (layer foundation) imports mdsfair.evaluation.rouge "
         "(layer evaluation, above it)",
     ]

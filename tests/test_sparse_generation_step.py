@@ -24,7 +24,7 @@ from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_saliency import sentence_layout
 from mdsfair.modules.sentence_selection import kept_token_bounds
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
-from mdsfair.tasks.multidoc_summarization import net_input_for
+from mdsfair.tasks.model_inputs import net_input_for
 from tests import golden_outputs as golden
 from tests.golden_outputs import load
 

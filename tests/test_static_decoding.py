@@ -26,7 +26,7 @@ from mdsfair.generation.static_decoding import (
     parse_bucket_sizes,
     row_top_k,
 )
-from mdsfair.tasks.multidoc_summarization import net_input_for
+from mdsfair.tasks.model_inputs import net_input_for
 from tests import golden_outputs as golden
 from tests.golden_outputs import ARCHITECTURES, load
 

@@ -70,7 +70,7 @@ def test_only_a_packed_rnn_encoder_reads_length_sorted_batches():
     from fairseq.models.lstm import LSTMEncoder
     from fairseq.models.transformer import TransformerEncoder
 
-    from mdsfair.tasks.multidoc_summarization import reads_length_sorted_batches
+    from mdsfair.tasks.model_inputs import reads_length_sorted_batches
 
     class Model(torch.nn.Module):
         def __init__(self, encoder_class):

@@ -270,8 +270,11 @@ def test_stock_bart_trains_and_generates_on_the_same_data(tiny_bin, tmp_path):
 def test_task_hands_a_model_exactly_the_side_inputs_it_declares():
     """No signature sniffing: a stock fairseq model declares nothing and gets
     the base inputs; an mdsfair model gets what its components declare; a
-    required input the batch lacks is an error naming it."""
-    from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask, net_input_for
+    required input the batch lacks is refused by the one check of a batch's
+    side inputs, naming it."""
+    from mdsfair.data.side_inputs import check_side_inputs
+    from mdsfair.tasks.model_inputs import net_input_for
+    from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask
 
     class Stock:  # a fairseq model: no side_inputs()
         pass
@@ -297,8 +300,10 @@ def test_task_hands_a_model_exactly_the_side_inputs_it_declares():
         "src_sent_ids",
     }
     without_sentences = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
-    with pytest.raises(ValueError, match="lacks the side input.*src_sent_ids"):
-        net_input_for(Declaring(), without_sentences)
+    assert "src_sent_ids" not in net_input_for(Declaring(), without_sentences)
+    side_inputs = {"src_doc_ids": torch.zeros(2, 3, dtype=torch.long)}
+    with pytest.raises(ValueError, match=r"missing side input src_sent_ids \(needed by Declaring"):
+        check_side_inputs(torch.ones(2, 3, dtype=torch.long), side_inputs, Declaring().side_inputs(), "Declaring")
     sample = {"id": 0, "net_input": net_input}
     assert set(MultiDocSummarizationTask._sample_for(Stock(), sample)["net_input"]) == {
         "src_tokens",

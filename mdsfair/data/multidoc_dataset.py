@@ -8,11 +8,8 @@ policies (all counted), inserts the special tokens, and collates a batch::
     net_input = {
         "src_tokens":  LongTensor [B, T]   right-padded with pad
         "src_lengths": LongTensor [B]
-        "src_doc_ids":  LongTensor [B, T]  document of each token, -1 at pad
-        "src_para_ids": LongTensor [B, T]  paragraph (stream order), -1 at pad
-        "src_sent_ids": LongTensor [B, T]  sentence (stream order), -1 at pad
-        "src_<side>":   side data (token kinds: [B, T], -1 at pad;
-                        paragraph_matrix: [B, P, P], 0 at pad)
+        the side inputs: src_doc_ids, src_para_ids, src_sent_ids and the
+        side data, as the table of mdsfair.data.side_inputs says
         "prev_output_tokens": LongTensor [B, T_tgt]
     }
 
@@ -39,6 +36,7 @@ from mdsfair.argument_types import UsageError
 from mdsfair.data.manifest import STRUCTURE_STREAMS
 from mdsfair.data.primera_layout import primera_truncation
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.data.side_inputs import collate_side_inputs
 
 logger = logging.getLogger(__name__)
 
@@ -413,20 +411,13 @@ class MultiDocSummarizationDataset(FairseqDataset):
         src_tokens = data_utils.collate_tokens([s["source"] for s in samples], pad, eos, left_pad=False)
         src_lengths = torch.LongTensor([s["source"].numel() for s in samples])
         net_input = {"src_tokens": src_tokens, "src_lengths": src_lengths}
-        for key in STRUCTURE_STREAMS:
-            net_input[f"src_{key}_ids"] = data_utils.collate_tokens(
-                [s["structure"][key] for s in samples], -1, left_pad=False
+        net_input.update(
+            collate_side_inputs(
+                [s["structure"] for s in samples],
+                [s["side_data"] for s in samples],
+                [spec for spec, _ in self.side_data.values()],
             )
-        for name, (spec, _) in self.side_data.items():
-            values = [s["side_data"][name] for s in samples]
-            if spec.kind == "paragraph_matrix":
-                size = max(v.size(0) for v in values)
-                batch = values[0].new_zeros(len(values), size, size)
-                for i, v in enumerate(values):
-                    batch[i, : v.size(0), : v.size(1)] = v
-                net_input[f"src_{name}"] = batch
-            else:
-                net_input[f"src_{name}"] = data_utils.collate_tokens(values, -1, left_pad=False)
+        )
         batch = {
             "id": torch.LongTensor([s["id"] for s in samples]),
             "nsentences": len(samples),

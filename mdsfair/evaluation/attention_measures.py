@@ -298,7 +298,7 @@ def analyze_model(
     """
     import torch
 
-    from mdsfair.tasks.multidoc_summarization import net_input_for
+    from mdsfair.tasks.model_inputs import net_input_for
 
     model.eval()
     dictionary = task.target_dictionary

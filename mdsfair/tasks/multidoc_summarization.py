@@ -6,22 +6,20 @@ flat ``src_tokens [B, T]`` plus the structure tensors (document, paragraph,
 sentence of every token) and any side data. Each model builds the view it
 needs from them; stock fairseq models (``transformer``, ``bart_base``,
 ``bart_large``) receive only the inputs their ``forward`` accepts, so they
-train and generate on the same data as flat baselines.
+train and generate on the same data as flat baselines. The task's flags are
+:class:`~mdsfair.tasks.multidoc_config.MultiDocSummarizationConfig`; what it
+hands a model is :func:`~mdsfair.tasks.model_inputs.net_input_for`.
 """
 
 import logging
 import os
 import weakref
-from dataclasses import dataclass, field
 from typing import Dict, Optional, Sequence
 
 import numpy as np
 import torch
 from fairseq.data import Dictionary
-from fairseq.dataclass import ChoiceEnum
-from fairseq.models.lstm import LSTMEncoder
 from fairseq.tasks import FairseqTask, register_task
-from omegaconf import II
 
 from mdsfair.argument_types import UsageError, check_config_sizes
 from mdsfair.checkpoints import fingerprints
@@ -35,7 +33,7 @@ from mdsfair.data.manifest import (
     require_listed_split,
 )
 from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
-from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR, SOURCE_LAYOUTS
+from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.generation.length_penalty import LENGTH_PENALTY_FORMS
 from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
@@ -49,204 +47,12 @@ from mdsfair.tasks.checkpoint_limits import (
 )
 from mdsfair.tasks.data_paths import EpochShard, check_data_paths, data_bin_folders, open_epoch_shards
 from mdsfair.tasks.eval_rouge import EvalRouge, log_rouge_means, validation_references
+from mdsfair.tasks.model_inputs import net_input_for, reads_length_sorted_batches
+from mdsfair.tasks.multidoc_config import MultiDocSummarizationConfig
 from mdsfair.tasks.summary_word_limits import add_word_limits
-from mdsfair.tasks.training_setup import TrainingSetupConfig, check_not_fully_sharded, check_training_setup
+from mdsfair.tasks.training_setup import check_not_fully_sharded, check_training_setup
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class MultiDocSummarizationConfig(TrainingSetupConfig):
-    data: str = field(
-        default="",
-        metadata={
-            "help": "data-bin directory written by mdsfair-preprocess (several joined by ':' are "
-            "visited round-robin per epoch)"
-        },
-    )
-    max_source_positions: int = field(
-        default=1024,
-        metadata={"help": "total source budget in tokens, special tokens included; longer sources are cut and counted"},
-    )
-    max_target_positions: int = field(
-        default=1024, metadata={"help": "maximum target length in tokens (longer targets are cut and counted)"}
-    )
-    max_documents: Optional[int] = field(
-        default=None, metadata={"help": "keep at most this many documents per cluster (counted)"}
-    )
-    max_paragraphs: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "keep the first L' paragraphs in stream (ranked) order, as the Hierarchical "
-            "Transformer does (counted)"
-        },
-    )
-    max_paragraph_tokens: Optional[int] = field(
-        default=None, metadata={"help": "cut every paragraph to this many tokens (counted)"}
-    )
-    per_document_budget: bool = field(
-        default=False,
-        metadata={
-            "help": "every document keeps its first (M - n) // n tokens (M = --max-source-positions, "
-            "n = documents), HierEncDec's per-passage limit as the authors' code computes it; "
-            "the source is then cut at M as without this flag (on by default when the data-bin "
-            "records PRIMERA's layout)"
-        },
-    )
-    no_document_start_token: bool = field(
-        default=False,
-        metadata={
-            "help": "do not start every document with <s> (the start-of-document token); by default "
-            "each document starts with <s> and one </s> closes the source"
-        },
-    )
-    source_layout: Optional[ChoiceEnum(list(SOURCE_LAYOUTS))] = field(
-        default=None,
-        metadata={
-            "help": "how documents are joined: 'documents' starts each with <s> (see "
-            "--no-document-start-token); 'primera' is PRIMERA's <s> doc_1 <doc-sep> ... doc_n "
-            "<doc-sep> </s> (allenai/PRIMER script/dataloader.py), the <doc-sep> id taken from "
-            "the data-bin's dictionary; with --per-document-budget every document then keeps "
-            "its first M // n - 2 tokens, as the authors' code does (counted). Default: the "
-            "layout the data-bin records (mdsfair-preprocess --source-layout; a recorded "
-            "'primera' also brings its per-document truncation), else 'documents'; a value "
-            "that contradicts the recorded one is refused"
-        },
-    )
-    no_truncate_target: bool = field(
-        default=False,
-        metadata={"help": "do not cut long targets; fairseq then filters them by --max-target-positions"},
-    )
-    allow_dictionary_mismatch: bool = field(
-        default=False,
-        metadata={
-            "help": "load a checkpoint trained on a data-bin whose dictionary or subword model differs "
-            "from this one's (deliberate vocabulary transfer); by default such a load stops "
-            "with both data-bins named"
-        },
-    )
-    no_checkpoint_checksum: bool = field(
-        default=False,
-        metadata={
-            "help": "do not store a SHA-256 checksum of the model weights in saved checkpoints "
-            "(saves one pass over the weights per save; see mdsfair/checkpoints/checksums.py)"
-        },
-    )
-    static_decoding: bool = field(
-        default=False,
-        metadata={
-            "help": "insist on the static-shape beam search (mdsfair.generation.static_decoding: a fixed "
-            "batch x beam shape, the encoder output expanded once; the default generator wherever it "
-            "gives fairseq's beams): refuse --constraints and --print-alignment instead of handing "
-            "them to fairseq's generator"
-        },
-    )
-    fairseq_generator: bool = field(
-        default=False,
-        metadata={
-            "help": "generate with fairseq's SequenceGenerator instead of the static-shape beam search "
-            "(the default, same best beams; mdsfair.generation.static_decoding)"
-        },
-    )
-    static_decoding_buckets: str = field(
-        default="",
-        metadata={
-            "help": "for the static-shape generator: comma-separated batch sizes; every batch is padded to the "
-            "smallest that holds it (its last source repeated, the copies' output dropped), so that "
-            "batches share a few shapes; empty (default): each batch keeps its own size"
-        },
-    )
-    length_penalty_form: ChoiceEnum(list(LENGTH_PENALTY_FORMS)) = field(
-        default=LENGTH_PENALTY_FORMS[0],
-        metadata={
-            "help": "the length penalty lp(len) a finished hypothesis's log-probability is divided by, with "
-            "--lenpen as its alpha (len: its tokens with </s>): 'fairseq' len^alpha, fairseq's; 'gnmt' "
-            "((5 + len) / 6)^alpha, GNMT's (Wu et al. 2016), which the Hierarchical Transformer decodes with "
-            "(alpha 0.4); either generator (mdsfair.generation.length_penalty)"
-        },
-    )
-    min_len_words: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "generation: no summary ends before it holds this many words (a word begins at every "
-            "word-initial subword of the data-bin's subword model), as DAPE's 200 (Multi-News) / 110 "
-            "(Multi-XScience); --max-len-b still bounds the tokens (mdsfair.generation.word_limits)"
-        },
-    )
-    max_len_words: Optional[int] = field(
-        default=None,
-        metadata={
-            "help": "generation: no summary holds more than this many words (a word may be finished, no new "
-            "one begun), as DAPE's 300; --max-len-b still bounds the tokens (mdsfair.generation.word_limits)"
-        },
-    )
-    eval_rouge: bool = field(
-        default=False,
-        metadata={
-            "help": "in validation, generate every cluster's summary and log ROUGE-1/2/L/Lsum F1 x 100 "
-            "(rouge_1, rouge_2, rouge_l, rouge_lsum; the mean over the clusters, every stored reference "
-            "of the data-bin) and rouge_avg, the mean of rouge_1/2/l, so --best-checkpoint-metric "
-            "rouge_avg --maximize-best-checkpoint-metric keeps the checkpoint PRIMERA's avgr keeps"
-        },
-    )
-    eval_rouge_args: str = field(
-        default='{"beam": 4, "max_len_a": 0, "max_len_b": 256, "min_len": 1, "lenpen": 1.0}',
-        metadata={
-            "help": "generation settings of --eval-rouge as JSON (fairseq-generate's names: beam, "
-            "max_len_a, max_len_b, min_len, lenpen, no_repeat_ngram_size; and length_penalty_form)"
-        },
-    )
-    eval_rouge_convention: str = field(
-        default="mdsfair-fast",
-        metadata={
-            "help": "the ROUGE of --eval-rouge: mdsfair-fast (rouge-score with mdsfair's sentence "
-            "splitting and stemming) or a convention scored by rouge-score (mdsfair-rouge "
-            "--list-conventions); ROUGE-1.5.5's conventions average over bootstrap resamples of "
-            "the whole set and are refused here"
-        },
-    )
-    seed: int = II("common.seed")
-    train_subset: str = II("dataset.train_subset")
-
-
-def unwrap_model(model):
-    """The fairseq model inside DDP / legacy distributed wrappers."""
-    while hasattr(model, "module"):
-        model = model.module
-    return model
-
-
-#: The net-input entries of every fairseq encoder-decoder.
-BASE_INPUTS = ("src_tokens", "src_lengths", "prev_output_tokens")
-
-
-def declared_side_inputs(model) -> Dict[str, bool]:
-    """The data-contract side inputs ``model`` reads, as it declares them
-    (``side_inputs()``: name -> required; mdsfair's models, from their
-    components); none for a stock fairseq model."""
-    declare = getattr(unwrap_model(model), "side_inputs", None)
-    return dict(declare()) if callable(declare) else {}
-
-
-def reads_length_sorted_batches(model) -> bool:
-    """Whether ``model``'s encoder packs its input with ``pack_padded_sequence``
-    on sorted lengths (fairseq's ``LSTMEncoder``), so it needs the batch ordered
-    by source length, longest first."""
-    return isinstance(getattr(unwrap_model(model), "encoder", None), LSTMEncoder)
-
-
-def net_input_for(model, net_input: Dict[str, torch.Tensor]) -> Dict[str, torch.Tensor]:
-    """``net_input`` with exactly the base inputs and the side inputs
-    ``model`` declares; a required one the batch lacks is an error naming it."""
-    declared = declared_side_inputs(model)
-    missing = [name for name, required in declared.items() if required and net_input.get(name) is None]
-    if missing:
-        raise ValueError(
-            f"the batch lacks the side input(s) {', '.join(missing)} that {type(unwrap_model(model)).__name__} "
-            "reads; it is produced by the multidoc_summarization task from an mdsfair data-bin "
-            "(docs/data_contract.md)"
-        )
-    return {name: value for name, value in net_input.items() if name in BASE_INPUTS or name in declared}
 
 
 def describe_size_filter(dataset, ignored, total, max_positions, cfg, skip_flag_given: bool) -> str:

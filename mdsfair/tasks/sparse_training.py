@@ -39,11 +39,9 @@ from typing import List
 from fairseq.dataclass import ChoiceEnum
 from fairseq.tasks import register_task
 
-from mdsfair.tasks.multidoc_summarization import (
-    MultiDocSummarizationConfig,
-    MultiDocSummarizationTask,
-    unwrap_model,
-)
+from mdsfair.tasks.model_inputs import unwrap_model
+from mdsfair.tasks.multidoc_config import MultiDocSummarizationConfig
+from mdsfair.tasks.multidoc_summarization import MultiDocSummarizationTask
 
 SPARSE_TRAINING_STAGES = ChoiceEnum(["kl-only", "interleaved", "joint"])
 
