@@ -56,7 +56,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from mdsfair.argument_types import at_least, number_between
 from mdsfair.models.flag_defaults import FlagDefaults, derived
-from mdsfair.modules.activation_checkpointing import checkpoint_layer
+from mdsfair.modules.activation_checkpointing import add_activation_checkpointing_args, checkpoint_layer
 from mdsfair.modules.pointer_attention import CoverageAttention, at_least_float32, copy_mixture, coverage_loss_terms
 
 logger = logging.getLogger(__name__)
@@ -265,16 +265,7 @@ class PointerGeneratorModel(FairseqEncoderDecoderModel):
             metavar="P",
             help="dropout on the word embeddings and the LSTM states (the paper uses none)",
         )
-        parser.add_argument(
-            "--checkpoint-activations",
-            action="store_true",
-            help="recompute the LSTM layers' activations in the backward pass instead of keeping them",
-        )
-        parser.add_argument(
-            "--offload-activations",
-            action="store_true",
-            help="keep the checkpointed LSTM layers' inputs in CPU memory (implies --checkpoint-activations)",
-        )
+        add_activation_checkpointing_args(parser, layer="LSTM layer")
 
     @classmethod
     def build_model(cls, args, task):

@@ -167,16 +167,17 @@ def checkpointed_modules(model: nn.Module):
     return [name for name, module in model.named_modules() if hasattr(module, "precheckpoint_forward")]
 
 
-def add_activation_checkpointing_args(parser) -> None:
+def add_activation_checkpointing_args(parser, layer: str = "layer") -> None:
     """``--checkpoint-activations`` and ``--offload-activations`` of a model
-    whose every layer runs through :func:`checkpoint_layer`."""
+    whose every ``layer`` (its helps' word for them: ``"LSTM layer"`` where
+    only the LSTMs are) runs through :func:`checkpoint_layer`."""
     parser.add_argument(
         "--checkpoint-activations",
         action="store_true",
-        help="checkpoint every layer's activations: recompute them in the backward pass",
+        help=f"checkpoint every {layer}'s activations: recompute them in the backward pass",
     )
     parser.add_argument(
         "--offload-activations",
         action="store_true",
-        help="keep the checkpointed layers' saved inputs in CPU memory; implies --checkpoint-activations",
+        help=f"keep the checkpointed {layer}s' saved inputs in CPU memory; implies --checkpoint-activations",
     )
