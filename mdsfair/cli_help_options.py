@@ -1481,11 +1481,11 @@ MDSFAIR = {
                 ),
                 (
                     "--checkpoint-activations",
-                    "recompute the LSTM layers' activations in the backward pass instead of keeping them",
+                    "checkpoint every LSTM layer's activations: recompute them in the backward pass",
                 ),
                 (
                     "--offload-activations",
-                    "keep the checkpointed LSTM layers' inputs in CPU memory (implies --checkpoint-activations)",
+                    "keep the checkpointed LSTM layers' saved inputs in CPU memory; implies --checkpoint-activations",
                 ),
             ),
         ),
