@@ -338,8 +338,56 @@ def test_the_sizes_and_the_table_row_are_the_hierarchical_transformer_papers():
     assert "feed-forward hidden size is 2, 048" in text
     assert "truncated to 3,000 tokens" in text
     assert "T-DMCA (3000 tokens) 40.77 25.60 34.90" in text
+    assert "T-DMCA is the best performing model of Liu et al. (2018)" in " ".join(text.split())
     model = build("tdmca", toy_dictionary())
     assert len(model.decoder.layers) == 5 and model.decoder.embed_dim == 512
     assert model.decoder.layers[0].fc1.out_features == 2048
     readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "tdmca", "README.md")).read()
     assert "40.77 / 25.60 / 34.90" in readme and "--max-source-positions 3000" in readme
+
+
+#: A local snapshot of tensor2tensor, the authors' code (``fetch github:tensorflow/tensor2tensor``).
+TENSOR2TENSOR_REPO = os.environ.get("TENSOR2TENSOR_REPO", "/work/.mirror/tensorflow+tensor2tensor/repo")
+
+
+def tensor2tensor_source(path):
+    """The text of ``path`` in the tensor2tensor snapshot, its whitespace runs made single spaces."""
+    import subprocess
+
+    if not os.path.isdir(TENSOR2TENSOR_REPO):
+        pytest.skip(f"no snapshot of tensorflow/tensor2tensor at {TENSOR2TENSOR_REPO} (TENSOR2TENSOR_REPO)")
+    text = subprocess.run(
+        ["git", f"--git-dir={TENSOR2TENSOR_REPO}", "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
+    ).stdout
+    return " ".join(text.split())
+
+
+def test_the_pattern_block_and_compression_are_the_authors_tensor2tensor_settings():
+    """The authors' code, tensor2tensor: ``transformer_moe_prepend_8k`` (decoder-only over prepended
+    inputs) sets ``layer_types = "locm/redm/locm-moe/redm/locm"`` (``locm``: masked local attention,
+    ``redm``: masked memory-compressed attention), ``common_attention.py`` sets
+    ``attention_loc_block_length`` 256 and ``attention_red_factor`` 3, and ``conv_elems_1d``
+    compresses with ``kernel_size=(1, factor), strides=(1, factor)``: the tdmca architecture's
+    pattern (without the mixture of experts), block and convolution."""
+    moe = tensor2tensor_source("tensor2tensor/models/research/transformer_moe.py")
+    settings = moe[moe.index("def transformer_moe_prepend_8k") :]
+    settings = settings[: settings.index("return hparams")]
+    assert 'hparams.layer_types = "locm/redm/locm-moe/redm/locm"' in settings
+    assert '"loc/red/loc/red": Alternate between local and memory compressed attention' in moe
+    attention = tensor2tensor_source("tensor2tensor/layers/common_attention.py")
+    assert 'hparams.add_hparam("attention_loc_block_length", 256)' in attention
+    assert 'hparams.add_hparam("attention_red_factor", 3)' in attention
+    assert 'hparams.add_hparam("attention_red_type", "conv")' in attention
+    assert "kernel_size=(1, factor), strides=(1, factor)" in attention
+    assert "locm=local_attention_masked_fn," in attention and "redm=compressed_attention_masked_fn," in attention
+
+    letters = {"locm": "L", "redm": "M"}
+    pattern = "".join(letters[kind.split("-")[0]] for kind in "locm/redm/locm-moe/redm/locm".split("/"))
+    model = build("tdmca", toy_dictionary())
+    kinds = "".join(
+        "L" if isinstance(layer.self_attn, CausalLocalSelfAttention) else "M" for layer in model.decoder.layers
+    )
+    assert kinds == pattern == "LMLML"
+    assert model.decoder.layers[0].self_attn.block_length == 256
+    compression = model.decoder.layers[1].self_attn.k_compression
+    assert compression.kernel_size == compression.stride == (3,)

@@ -9,24 +9,31 @@ taken on the summary only, as the authors' tensor2tensor code weights the
 labels (``weights_prepend_inputs_to_targets``: the targets past the
 separator). Generation continues the sequence after the separator.
 
-Its layers alternate two causal self-attentions (``--layer-pattern``, the
-paper's ``LMLML``: five layers):
+Its layers alternate two causal self-attentions (``--layer-pattern``
+``LMLML``, five layers: tensor2tensor's ``locm/redm/locm-moe/redm/locm`` of
+``transformer_moe_prepend_8k``, its decoder-only hyper-parameters over
+prepended inputs, without the mixture of experts):
 
 * ``L``, local attention within blocks of 256 tokens and the previous block
-  (:mod:`mdsfair.modules.local_attention`);
+  (:mod:`mdsfair.modules.local_attention`; tensor2tensor's
+  ``attention_loc_block_length``);
 * ``M``, memory-compressed attention over keys and values shortened by a
-  strided convolution of kernel and stride 3
+  strided convolution of kernel and stride 3 (tensor2tensor's
+  ``attention_red_factor`` and ``conv_elems_1d``)
   (:mod:`mdsfair.modules.memory_compressed_attention`);
-* ``F``, full causal attention: ``FFFFF`` is the paper's Transformer decoder
-  T-D, the baseline its memory-compressed layers are measured against.
+* ``F``, full causal attention: ``FFFFF``, a Transformer decoder (T-D), the
+  baseline the memory-compressed layers are measured against.
 
 Each layer is pre-layer-norm (tensor2tensor's ``layer_preprocess_sequence``
 ``n``, ``layer_postprocess_sequence`` ``da``) with a ReLU feed-forward;
 token embeddings are scaled by ``sqrt(d)`` and shared with the output
 projection; positions are sinusoidal (Vaswani et al. 2017), counted from the
-first source token. Sizes are tensor2tensor's ``transformer_base``, the
-hyper-parameter set the authors' WikiSum recipe trains with (d 512, 8 heads,
-feed-forward 2,048, dropout 0.1).
+first source token. Sizes are those Liu & Lapata (2019, Sec. 4) state for
+their T-DMCA baseline (5 layers, hidden size 512, feed-forward 2,048), with
+tensor2tensor's ``transformer_base`` 8 heads and dropout 0.1; not
+``transformer_moe_prepend_8k``'s (hidden size 1,024, masked separable
+convolutions as feed-forward blocks, a 256-expert mixture of experts in the
+third layer), which this model does not build.
 
 Inside fairseq the model is an encoder-decoder whose encoder holds no
 parameters and hands the source tokens to the decoder: ``fairseq-train``,
@@ -261,7 +268,7 @@ class TDMCAModel(MultiDocHubModel, FairseqEncoderDecoderModel):
             type=layer_pattern,
             metavar="PATTERN",
             help="one letter per layer, bottom first: L = local attention, M = memory-compressed attention, "
-            "F = full causal attention (the paper's LMLML; FFFFF is its Transformer decoder T-D)",
+            "F = full causal attention (LMLML: tensor2tensor's T-DMCA pattern; FFFFF: a Transformer decoder T-D)",
         )
         parser.add_argument(
             "--block-length",
@@ -314,8 +321,8 @@ class TDMCAModel(MultiDocHubModel, FairseqEncoderDecoderModel):
 
 @register_model_architecture("tdmca", "tdmca")
 def tdmca_architecture(args):
-    """Liu et al. 2018's T-DMCA: layers LMLML, blocks of 256, compression 3,
-    at tensor2tensor's transformer_base sizes (d 512, 8 heads, FFN 2,048)."""
+    """T-DMCA (Liu et al. 2018): layers LMLML, blocks of 256, compression 3
+    (tensor2tensor's settings), at Liu & Lapata's sizes (d 512, FFN 2,048; 8 heads)."""
     DEFAULTS.fill(args)
 
 
