@@ -131,6 +131,48 @@ def test_the_large_preset_is_bart_large_with_two_hierarchical_layers_and_3072_to
     assert args.max_source_positions == 3072 and args.max_encoder_positions == 3072
 
 
+#: The placement examples/hat_bart/README.md states (this implementation's reading of Rohde et al.
+#: 2021: the paper's Sec. 3 was not readable here, only its abstract; the README says so).
+TOKEN_LAYERS, HIERARCHICAL_LAYERS, DECODER_LAYERS = 12, 2, 12  # hat_bart_large: BART-large + 2
+DECODER_LAYER_ORDER = ["token cross-attention", "sentence cross-attention", "feed-forward"]
+
+
+def test_the_built_model_places_the_layers_as_the_recipe_states():
+    """On a 12 + 12-layer hat_bart (tiny widths): the 12 token layers all run before the 2
+    hierarchical layers, and each of the 12 decoder layers runs its token cross-attention, then
+    its sentence cross-attention, then its feed-forward (forward hooks record the order)."""
+    dictionary = toy_dictionary()
+    model = build(encoder_layers=TOKEN_LAYERS, decoder_layers=DECODER_LAYERS)
+    assert len(model.encoder.hierarchical_encoder.layers) == HIERARCHICAL_LAYERS
+    calls = []
+
+    def record(name):
+        return lambda module, inputs, output: calls.append(name)
+
+    for index, layer in enumerate(model.encoder.layers):
+        layer.register_forward_hook(record(("token layer", index)))
+    for index, layer in enumerate(model.encoder.hierarchical_encoder.layers):
+        layer.register_forward_hook(record(("hierarchical layer", index)))
+    for index, layer in enumerate(model.decoder.layers):
+        layer.encoder_attn.register_forward_hook(record(("token cross-attention", index)))
+        layer.sentence_attn.register_forward_hook(record(("sentence cross-attention", index)))
+        layer.fc1.register_forward_hook(record(("feed-forward", index)))
+    tokens, lengths, sentences = toy_batch(dictionary)
+    prev = torch.tensor([[dictionary.eos(), 7, 8], [dictionary.eos(), 10, 11]])
+    with torch.no_grad():
+        model.decoder(prev, encoder_out=model.encoder(tokens, lengths, src_sent_ids=sentences))
+    encoder_calls = [call for call in calls if call[0] in ("token layer", "hierarchical layer")]
+    assert encoder_calls == [("token layer", i) for i in range(TOKEN_LAYERS)] + [
+        ("hierarchical layer", i) for i in range(HIERARCHICAL_LAYERS)
+    ]
+    decoder_calls = [call for call in calls if call not in encoder_calls]
+    assert decoder_calls == [(name, i) for i in range(DECODER_LAYERS) for name in DECODER_LAYER_ORDER]
+    readme = open(os.path.join(os.path.dirname(os.path.dirname(__file__)), "examples", "hat_bart", "README.md")).read()
+    flat = " ".join(readme.split())
+    assert "12 token layers, then `--hierarchical-sentence-layers` 2 layers over the sentence starts" in flat
+    assert "in each of the 12 decoder layers the sentence cross-attention after the token cross-attention" in flat
+
+
 # ------------------------------------------------------------ the contract
 
 

@@ -19,6 +19,14 @@ name, so a BART checkpoint restores with exactly these missing.
 
 Here the start of a sentence is the first token of each sentence of the data
 contract's ``src_sent_ids`` (``docs/data_contract.md``).
+
+The paper's Sec. 3 could not be read for this implementation (only its
+abstract, which names the hierarchical layers and a "hierarchical
+encoder-decoder attention"): the place of the hierarchical layers (after the
+last token layer), their number (2 in ``hat_bart_large``) and the order of the
+two cross-attentions are this implementation's reading, listed in
+``examples/hat_bart/README.md`` and checked on a built model by
+``tests/test_hat_bart.py``.
 """
 
 from typing import NamedTuple, Optional, Tuple

@@ -31,7 +31,7 @@ class HATConfig(ComponentConfig):
     hierarchical_sentence_layers: Optional[int] = component_flag(
         2,
         "Transformer encoder layers over the sentence-start states after the token encoder "
-        "(HAT-BART, Rohde et al. 2021, Sec. 3)",
+        "(HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md)",
         type=at_least(1),
         metavar="N",
     )
