@@ -42,6 +42,7 @@ from mdsfair.modules.transformer_layers import (
     ComponentEncoderLayer,
     OutputProjection,
     embed_source,
+    logits_without,
     wrap_layer,
 )
 
@@ -290,11 +291,47 @@ class ComponentDecoder(TransformerDecoderBase):
     """BART's decoder whose cross-attention is a component's. The extra
     output holds ``attn`` (the ``alignment_layer``'s cross-attention averaged
     over ``alignment_heads``, as fairseq's) and ``inner_states``, plus the
-    component's entries (the sparse decoder's ``sentence_attention``)."""
+    component's entries (the sparse decoder's ``sentence_attention``).
 
-    def __init__(self, args, dictionary, embed_tokens, components):
+    A family whose vocabulary and positions are not BART's sets (its
+    :meth:`ComponentBARTModel.decoder_options`): ``start_index``, the token
+    the decoder reads at the first target position in place of the
+    collater's ``</s>`` (PEGASUS starts from ``<pad>``; None: ``</s>``, as
+    BART); ``absent_index``, a dictionary entry the model never predicts
+    (:func:`~mdsfair.modules.transformer_layers.logits_without`); and
+    ``positions``, the decoder's ``embed_positions`` in place of fairseq's."""
+
+    def __init__(
+        self,
+        args,
+        dictionary,
+        embed_tokens,
+        components,
+        start_index: Optional[int] = None,
+        absent_index: Optional[int] = None,
+        positions: Optional[nn.Module] = None,
+    ):
         self.cross_attention_component = components["cross_attention"]
         super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, no_encoder_attn=False)
+        self.start_index = start_index
+        self.absent_index = absent_index
+        if positions is not None and self.embed_positions is not None:
+            self.embed_positions = positions
+
+    def input_tokens(self, prev_output_tokens: Tensor) -> Tensor:
+        """The tokens the decoder embeds: ``prev_output_tokens`` with the
+        first read as ``start_index`` when the family sets one."""
+        if self.start_index is None:
+            return prev_output_tokens
+        tokens = prev_output_tokens.clone()
+        tokens[:, 0] = self.start_index
+        return tokens
+
+    def output_layer(self, features: Tensor) -> Tensor:
+        """fairseq's output projection; the ``absent_index`` entry below every
+        other when the family sets one."""
+        logits = super().output_layer(features)
+        return logits if self.absent_index is None else logits_without(logits, self.absent_index)
 
     def build_output_projection(self, cfg, dictionary, embed_tokens):
         """fairseq's output projection (tied to the token embedding or its
@@ -333,11 +370,13 @@ class ComponentDecoder(TransformerDecoderBase):
             if self.embed_positions is not None
             else None
         )
+        input_tokens = self.input_tokens(prev_output_tokens)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
+            input_tokens = input_tokens[:, -1:]
             if positions is not None:
                 positions = positions[:, -1:]
-        x = self.embed_scale * self.embed_tokens(prev_output_tokens.contiguous())
+        x = self.embed_scale * self.embed_tokens(input_tokens.contiguous())
         if self.quant_noise is not None:
             x = self.quant_noise(x)
         if self.project_in_dim is not None:
@@ -489,7 +528,14 @@ class ComponentBARTModel(SideInputForward, BARTModel):
 
     @classmethod
     def build_decoder(cls, args, tgt_dict, embed_tokens):
-        return ComponentDecoder(args, tgt_dict, embed_tokens, cls._components_being_built or build_components(args))
+        components = cls._components_being_built or build_components(args)
+        return ComponentDecoder(args, tgt_dict, embed_tokens, components, **cls.decoder_options(args, tgt_dict))
+
+    @classmethod
+    def decoder_options(cls, args, dictionary) -> Dict[str, object]:
+        """A family's settings of :class:`ComponentDecoder` (its start token,
+        a token it never predicts, its positions); BART's are the defaults."""
+        return {}
 
     def __init__(self, args, encoder, decoder):
         super().__init__(args, encoder, decoder)

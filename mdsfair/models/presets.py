@@ -63,6 +63,27 @@ LOBART_ENCODER = {
 }
 #: The sparse decoder (Manakul & Gales 2021).
 SPARSE_DECODER = {"cross_attention": "sparse"}
+#: PEGASUS's backbone (Zhang et al. 2020; the fields of Hugging Face's PegasusConfig in
+#: google/pegasus-large and its fine-tuned checkpoints): pre-norm layers with a final layer
+#: norm in both stacks, no embedding layer norm, token embeddings scaled by sqrt(d_model),
+#: ReLU, dropout 0.1 on the sub-layers, the attention and the activation, one embedding
+#: for both stacks and the output, sinusoidal (not learned) positions in both stacks.
+PEGASUS_BACKBONE = {
+    "encoder_normalize_before": True,
+    "decoder_normalize_before": True,
+    "layernorm_embedding": False,
+    "no_scale_embedding": False,
+    "activation_fn": "relu",
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+    "activation_dropout": 0.1,
+    "encoder_learned_pos": False,
+    "decoder_learned_pos": False,
+    "share_all_embeddings": True,
+    "share_decoder_input_output_embed": True,
+}
+#: PEGASUS's encoder positions (the decoder's are the family's: mdsfair.models.pegasus).
+PEGASUS_ENCODER = {"encoder_positions": "pegasus-sinusoidal"}
 #: PRIMERA's encoder with HierEncDec's document positions and cross-attention
 #: (``primera_hierencdec``): the documents' ``<s>`` are the global tokens.
 PRIMERA_HIERENCDEC = {
@@ -162,3 +183,15 @@ def bart_dimensions(args, size: str) -> None:
     if size == "tiny":
         set_tiny_dimensions(args)
     (bart_large_architecture if size == "large" else bart_base_architecture)(args)
+
+
+def pegasus_dimensions(args, size: str) -> None:
+    """google/pegasus-large's sizes (d_model 1,024, 16 + 16 layers, 16 heads,
+    feed-forward 4,096, 1,024 positions per stack: BART-large's apart from
+    the layers) or the tiny test dimensions; values already given are kept.
+    The family fills :data:`PEGASUS_BACKBONE` (its table) before, so that
+    BART's architecture keeps those values."""
+    if size == "large":
+        args.encoder_layers = getattr(args, "encoder_layers", 16)
+        args.decoder_layers = getattr(args, "decoder_layers", 16)
+    bart_dimensions(args, size)

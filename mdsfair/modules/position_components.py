@@ -2,6 +2,10 @@
 
 * ``learned``: BART's learned table, one position sequence over the source;
 * ``sinusoidal``: fairseq's sinusoidal positions (Vaswani et al. 2017), no parameters;
+* ``pegasus-sinusoidal``: the same encoding in PEGASUS's layout (Zhang et al.
+  2020, as Hugging Face's PEGASUS): sines in the first half of the dimensions,
+  cosines in the second, frequency ``10000^(-2i/d)``, positions from 0
+  (:mod:`mdsfair.modules.sinusoidal`), no parameters;
 * ``document-restart``: HierEncDec's position restart (Shen et al. 2023,
   Sec. 4.1.1): the learned table, positions counted from 0 again at every
   document (:mod:`mdsfair.modules.segment_positions`); a shorter table in a
@@ -41,6 +45,7 @@ from mdsfair.modules.segment_positions import (
     restarted_position_rows,
     tile_position_table,
 )
+from mdsfair.modules.sinusoidal import HalvesSinusoidalPositions
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +127,32 @@ class SinusoidalPositions(PositionComponent):
     paper = "the Transformer (Vaswani et al. 2017)"
     summary = "fairseq's sinusoidal positions, no parameters"
     learned = False
+
+
+@register_component("encoder_positions", "pegasus-sinusoidal")
+class PegasusSinusoidalPositions(SinusoidalPositions):
+    """PEGASUS's sinusoidal positions over the whole source (Zhang et al.
+    2020, whose Transformer keeps Vaswani et al.'s Sec. 3.5 encoding), laid
+    out as Hugging Face's ``PegasusSinusoidalPositionalEmbedding``: the sines
+    of the frequencies ``10000^(-2i/d)`` in the first half of the dimensions
+    and their cosines in the second, the first token at position 0. fairseq's
+    ``sinusoidal`` differs in the frequencies (``10000^(-i/(d/2-1))``) and
+    starts at ``padding_idx + 1``. No parameters; the encoder's
+    ``embed_positions`` (:class:`~mdsfair.modules.sinusoidal.HalvesSinusoidalPositions`)
+    has ``--max-encoder-positions`` rows."""
+
+    paper = "PEGASUS (Zhang et al. 2020)"
+    summary = (
+        "sinusoidal positions from 0, the sines in the first half of the dimensions and the cosines in the "
+        "second (Hugging Face's PEGASUS), no parameters"
+    )
+    implemented_in = ("mdsfair.modules.sinusoidal",)
+
+    def build_encoder_modules(self, encoder):
+        if encoder.embed_positions is not None:  # (none under --no-token-positional-embeddings)
+            encoder.embed_positions = HalvesSinusoidalPositions(
+                encoder.max_source_positions, encoder.embed_tokens.embedding_dim, encoder.padding_idx
+            )
 
 
 @register_component("encoder_positions", "document-restart")

@@ -17,11 +17,14 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
   :mod:`mdsfair.generation.fast` replace exactly these (and no other
   attention or linear layer) when a generator asks for them;
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
-  own layer builders do.
+  own layer builders do;
+* :func:`logits_without`: the logits of a vocabulary imported with a token
+  the model never predicts (fairseq's ``<s>`` in PEGASUS's dictionary).
 """
 
 from typing import Optional
 
+import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.modules import MultiheadAttention
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
@@ -94,6 +97,22 @@ class DecoderSelfAttention(MultiheadAttention):
     """The decoder layer's causal self-attention: fairseq's
     ``MultiheadAttention`` (Vaswani et al. 2017, Sec. 3.2.2), with its
     key/value cache in the incremental state and reordered with the beams."""
+
+
+#: How far below a step's lowest logit a token the model never predicts lies.
+ABSENT_TOKEN_MARGIN = 100.0
+
+
+def logits_without(logits: Tensor, index: int) -> Tensor:
+    """``logits [..., V]`` with the token ``index`` set ``ABSENT_TOKEN_MARGIN``
+    below the lowest logit of its step, with no gradient: a probability under
+    ``e^-100`` of the least likely token's, below float64's resolution of the
+    others' log-probabilities, so their softmax is the vocabulary's without
+    that token (a dictionary imported from Hugging Face has fairseq's ``<s>``
+    in front of the model's own tokens), and finite, so a loss that sums
+    every log-probability (label smoothing) stays finite."""
+    lowest = logits.detach().min(dim=-1, keepdim=True).values - ABSENT_TOKEN_MARGIN
+    return logits.index_copy(-1, torch.tensor([index], device=logits.device), lowest)
 
 
 class OutputProjection(nn.Linear):
