@@ -9,7 +9,6 @@ import torch
 
 from mdsfair.modules.hat_components import is_hierarchical_parameter
 from tests import contract_checks as checks
-from tests import model_contract as contract
 from tests.utils import (
     USER_DIR,
     fairseq_cli,
@@ -176,20 +175,13 @@ def test_the_built_model_places_the_layers_as_the_recipe_states():
 # ------------------------------------------------------------ the contract
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return contract.make_contract_data(str(tmp_path_factory.mktemp("hat_bart")))
-
-
-def test_the_contract_checks_in_float64(data, tmp_path):
-    checks.check_the_contract_in_float64("hat_bart_tiny", data, str(tmp_path / "checkpoint.pt"))
+def test_the_contract_checks_in_float64(contract_data, tmp_path):
+    checks.check_the_contract_in_float64("hat_bart_tiny", contract_data, str(tmp_path / "checkpoint.pt"))
 
 
 @pytest.mark.slow
-def test_trains_and_generates_through_the_task(tmp_path):
-    from tests.utils import make_tiny_data_bin
-
-    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+def test_trains_and_generates_through_the_task(tmp_path, tiny_data):
+    data_bin = tiny_data["data-bin"]
     save_dir = str(tmp_path / "checkpoints")
     log = fairseq_cli(
         "fairseq_cli.train",

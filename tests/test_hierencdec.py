@@ -38,7 +38,7 @@ from mdsfair.modules.segment_positions import (
     tile_position_table,
 )
 from tests.tolerances import assert_close_in_dtype
-from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli, make_tiny_bart_checkpoint, make_tiny_data_bin
+from tests.utils import REPO_ROOT, USER_DIR, fairseq_cli
 
 # Three examples: 3, 1 and 4 documents of uneven lengths, right-padded to 14.
 DOCUMENT_IDS = torch.tensor(
@@ -55,13 +55,13 @@ ALL_OFF = ["--no-hierarchical-encoder", "--no-hierarchical-decoder", "--no-posit
 
 
 @pytest.fixture(scope="module")
-def data_bin(tmp_path_factory):
-    return make_tiny_data_bin(str(tmp_path_factory.mktemp("hierencdec")), train=24, valid=8, test=8)
+def data_bin(tiny_bart):
+    return tiny_bart["data-bin"]
 
 
 @pytest.fixture(scope="module")
-def bart_checkpoint(data_bin, tmp_path_factory):
-    return make_tiny_bart_checkpoint(data_bin, str(tmp_path_factory.mktemp("bart")))
+def bart_checkpoint(tiny_bart):
+    return tiny_bart["checkpoint"]
 
 
 @pytest.fixture(scope="module")

@@ -478,14 +478,6 @@ def test_best_beam_equals_hugging_face_generate(transformers, lenpen):
 
 
 @pytest.fixture(scope="module")
-def contract_data(tmp_path_factory):
-    """The model contract's clusters and data-bin (its dictionary has <doc-sep>)."""
-    from tests import model_contract
-
-    return model_contract.make_contract_data(str(tmp_path_factory.mktemp("led-contract")))
-
-
-@pytest.fixture(scope="module")
 def primera_run(tmp_path_factory, contract_data):
     """``fairseq-train --arch primera`` (tiny dims, window 8,
     ``--checkpoint-activations``) for 2 updates on the contract's data-bin,

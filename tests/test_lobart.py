@@ -15,7 +15,6 @@ from tests.utils import (
     fairseq_cli,
     generation_command,
     hypothesis_lines,
-    make_tiny_data_bin,
     model_on_dictionary,
     paper_text,
     short_training,
@@ -138,10 +137,10 @@ def test_benchmark_measures_local_and_full_attention_at_toy_size(capsys):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", ["lobart_tiny", "lobart_4k_sparse_tiny"])
-def test_trains_and_generates_through_the_task(tmp_path, arch):
+def test_trains_and_generates_through_the_task(tmp_path, tiny_data, arch):
     """A few updates of fairseq-train and fairseq-generate on a tiny data-bin,
     LoBART alone and with the sparse decoder (its KL task)."""
-    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+    data_bin = tiny_data["data-bin"]
     save_dir = str(tmp_path / "checkpoints")
     sparse = arch.endswith("sparse_tiny")
     task = ["--task", "multidoc_summarization_sparse", "--criterion", "sparse_kl"] if sparse else []

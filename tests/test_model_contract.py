@@ -41,19 +41,14 @@ STEPS = 2
 GENERATION = {"beam": 2, "max_len_b": 6, "min_len": 2}
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return contract.make_contract_data(str(tmp_path_factory.mktemp("contract")))
-
-
 _BUILT = {}
 
 
-def built(arch, data, *extra):
+def built(arch, contract_data, *extra):
     """The :class:`ContractModel` of ``arch`` (cached per flags)."""
     key = (arch, extra)
     if key not in _BUILT:
-        _BUILT[key] = contract.ContractModel(arch, data, *extra)
+        _BUILT[key] = contract.ContractModel(arch, contract_data, *extra)
     return _BUILT[key]
 
 
@@ -96,18 +91,18 @@ def test_a_model_without_tiny_architecture_fails_the_contract():
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_forward_shapes_and_padding_and_batch_composition(arch, data):
+def test_forward_shapes_and_padding_and_batch_composition(arch, contract_data):
     """Output shapes; every example's outputs are those it gets alone (no
     padding) and in a batch of another composition and order."""
-    built_model = built(arch, data)
+    built_model = built(arch, contract_data)
     checks.check_forward_shapes_padding_and_batch_composition(built_model, built_model.build_model().eval())
 
 
 @pytest.mark.parametrize("arch", GENERATING)
-def test_incremental_beam_search_equals_full_decoding(arch, data):
+def test_incremental_beam_search_equals_full_decoding(arch, contract_data):
     """Beam search (incremental states, reordered encoder outputs, batch 3)
     gives every hypothesis the scores one full forward pass gives it."""
-    built_model = built(arch, data)
+    built_model = built(arch, contract_data)
     model = built_model.build_model().eval()
     checks.perturb_parameters(model, seed=0)
     checks.check_incremental_beam_search_equals_full_decoding(built_model, model)
@@ -117,8 +112,8 @@ def test_incremental_beam_search_equals_full_decoding(arch, data):
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_save_and_load_round_trip(arch, data, tmp_path):
-    built_model = built(arch, data)
+def test_save_and_load_round_trip(arch, contract_data, tmp_path):
+    built_model = built(arch, contract_data)
     checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
 
 
@@ -126,7 +121,7 @@ def test_save_and_load_round_trip(arch, data, tmp_path):
 
 
 @pytest.mark.parametrize("arch", GENERATING)
-def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
+def test_hub_equals_the_task_generator_on_the_binarized_split(arch, contract_data):
     """fairseq-generate's path (the task's generator and ``inference_step``
     over the binarized test split) and the hub interface on the raw test
     clusters give the same hypotheses and scores."""
@@ -135,7 +130,7 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
 
     from mdsfair.hub_interface import MultiDocSummarizationHubInterface
 
-    built_model = built(arch, data)
+    built_model = built(arch, contract_data)
     model = built_model.build_model().eval()
     checks.perturb_parameters(model, seed=1)
     task = built_model.task
@@ -158,7 +153,7 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, data):
             for index, hypotheses_of_one in zip(sample["id"].tolist(), hypotheses):
                 generated[index] = hypotheses_of_one[0]
     hub = MultiDocSummarizationHubInterface(built_model.cfg, task, [model])
-    raw_test = os.path.join(data["raw"], "test.jsonl")
+    raw_test = os.path.join(contract_data["raw"], "test.jsonl")
     clusters = [json.loads(line) for line in open(raw_test, encoding="utf-8")]
     assert len(clusters) == len(dataset) == len(generated)
     for index, hypotheses in enumerate(hub.generate(clusters, batch_size=3, **GENERATION)):
@@ -176,11 +171,11 @@ HALF_TOLERANCES = {  # relative loss difference, 1 - cosine of the gradients
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_half_precision_forward_and_backward_close_to_fp32(arch, data, dtype):
+def test_half_precision_forward_and_backward_close_to_fp32(arch, contract_data, dtype):
     """CPU kernels stand in for the GPU's: the loss and every gradient stay
     finite, the loss and the gradient direction stay close to fp32 (masks
     use dtype-aware fill values)."""
-    built_model = built(arch, data)
+    built_model = built(arch, contract_data)
     criterion = built_model.build_criterion()
     model = built_model.build_model().train()
     sample = built_model.batch("train", TRAIN_EXAMPLES, model)
@@ -224,13 +219,13 @@ def layers_outside_checkpoints(model):
 
 @pytest.mark.parametrize("flag", ["--checkpoint-activations", "--offload-activations"])
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_activation_checkpointing_wraps_every_layer_and_changes_nothing(arch, data, flag):
-    built_model = built(arch, data)
+def test_activation_checkpointing_wraps_every_layer_and_changes_nothing(arch, contract_data, flag):
+    built_model = built(arch, contract_data)
     criterion = built_model.build_criterion()
     plain = built_model.build_model().train()
     sample = built_model.batch("train", TRAIN_EXAMPLES, plain)
     loss, _, gradients = contract.loss_and_gradients(plain, criterion, sample)
-    checkpointing = built(arch, data, flag)
+    checkpointing = built(arch, contract_data, flag)
     model = checkpointing.build_model().train()
     checkpointed, missing = layers_outside_checkpoints(model)
     assert checkpointed and not missing, (arch, checkpointed, missing)
@@ -248,19 +243,19 @@ def test_activation_checkpointing_wraps_every_layer_and_changes_nothing(arch, da
 
 
 @pytest.fixture(scope="module")
-def one_process_reference(data):
+def one_process_reference(contract_data):
     """One process, batch of examples 0-3, two Trainer steps, per architecture."""
     references = {}
     with single_threaded():
         for arch in ARCHITECTURES:
-            built_model = built(arch, data)
+            built_model = built(arch, contract_data)
             references[arch] = train_steps(built_model.cfg, TRAIN_EXAMPLES, STEPS)
     return references
 
 
 @pytest.mark.parametrize("arch", ARCHITECTURES)
-def test_update_freq_2_at_batch_2_equals_batch_4(arch, data, one_process_reference):
-    built_model = built(arch, data)
+def test_update_freq_2_at_batch_2_equals_batch_4(arch, contract_data, one_process_reference):
+    built_model = built(arch, contract_data)
     with single_threaded():
         accumulated = train_steps(built_model.cfg, SHARDS, STEPS)
     reference = one_process_reference[arch]
@@ -272,7 +267,7 @@ def test_update_freq_2_at_batch_2_equals_batch_4(arch, data, one_process_referen
 
 
 @pytest.fixture(scope="module")
-def data_parallel_runs(data):
+def data_parallel_runs(contract_data):
     """Two gloo workers (one spawn), each training every architecture on its
     half of the batch under fairseq's ``pytorch_ddp`` wrapper."""
     if contract.test_device().type != "cpu":
@@ -281,7 +276,7 @@ def data_parallel_runs(data):
         WorkerRun(
             "pytorch_ddp",
             train_args=tuple(contract.train_args(arch)),
-            data_dir=data[contract.family(arch).data],
+            data_dir=contract_data[contract.family(arch).data],
             name=arch,
         )
         for arch in ARCHITECTURES

@@ -18,8 +18,6 @@ from tests.utils import (
     USER_DIR,
     fairseq_cli,
     generate_in_process,
-    make_tiny_bart_checkpoint,
-    make_tiny_data_bin,
 )
 
 BOS, PAD, EOS = 0, 1, 2
@@ -300,13 +298,13 @@ def workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def data_bin(workdir):
-    return make_tiny_data_bin(workdir, train=24, valid=8, test=8)
+def data_bin(tiny_bart):
+    return tiny_bart["data-bin"]
 
 
 @pytest.fixture(scope="module")
-def bart_checkpoint(workdir, data_bin):
-    return make_tiny_bart_checkpoint(data_bin, os.path.join(workdir, "bart"))
+def bart_checkpoint(tiny_bart):
+    return tiny_bart["checkpoint"]
 
 
 def build(data_bin, arch="pagesum_bart_tiny", extra=()):
@@ -929,7 +927,7 @@ def test_page_importance_from_generation_replays_the_decoding_steps(workdir, dat
         )
 
 
-def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_checkpoint, caplog):
+def test_hub_entry_loads_pagesum_checkpoints_only(data_bin, pagesum_checkpoint, caplog):
     """torch.hub entry ``pagesum_bart`` summarizes raw clusters with a
     checkpoint trained from BART (its generation equals the task's generator,
     at any batch size, in the model-contract suite) and reports the page
@@ -945,7 +943,10 @@ def test_hub_entry_loads_pagesum_checkpoints_only(workdir, data_bin, pagesum_che
         data_name_or_path=data_bin,
         source="local",
     )
-    raw = [json.loads(line) for line in open(os.path.join(workdir, "raw", "valid.jsonl"), encoding="utf-8")]
+    raw = [
+        json.loads(line)
+        for line in open(os.path.join(os.path.dirname(data_bin), "raw", "valid.jsonl"), encoding="utf-8")
+    ]
     clusters = [cluster["documents"] for cluster in raw[:2]]
     generation = dict(beam=2, lenpen=2.0, max_len_b=8, min_len=3, no_repeat_ngram_size=3)
     with caplog.at_level(logging.INFO, logger="mdsfair.models.pagesum_bart"):

@@ -277,10 +277,8 @@ def test_a_few_training_steps_lower_the_loss(arch, criterion):
         ("copy_transformer_tiny", "label_smoothed_cross_entropy"),
     ],
 )
-def test_trains_and_generates_through_the_task(tmp_path, arch, criterion):
-    from tests.utils import make_tiny_data_bin
-
-    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+def test_trains_and_generates_through_the_task(tmp_path, tiny_data, arch, criterion):
+    data_bin = tiny_data["data-bin"]
     save_dir = str(tmp_path / "checkpoints")
     task = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization"]
     task += ["--max-source-positions", "400", "--max-target-positions", "100"]

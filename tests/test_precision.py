@@ -234,6 +234,7 @@ def test_fairseq_train_refusal_end_to_end(flag, key, tmp_path):
             *tiny,
             *flags_of(flag),
         ],
+        cwd=tmp_path,  # fairseq-train writes a probe file into its --save-dir (default ./checkpoints) at start
         capture_output=True,
         text=True,
         timeout=600,

@@ -222,13 +222,8 @@ def test_the_pattern_takes_three_letters_and_refuses_others():
 # ------------------------------------------------------------ the contract
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return contract.make_contract_data(str(tmp_path_factory.mktemp("tdmca")))
-
-
-def test_the_contract_checks_in_float64(data, tmp_path):
-    built_model = contract.ContractModel("tdmca_tiny", data)
+def test_the_contract_checks_in_float64(contract_data, tmp_path):
+    built_model = contract.ContractModel("tdmca_tiny", contract_data)
     model = built_model.build_model().double().eval()
     checks.perturb_parameters(model, seed=0)
     checks.check_forward_shapes_padding_and_batch_composition(built_model, model)
@@ -242,13 +237,13 @@ def test_the_contract_checks_in_float64(data, tmp_path):
     checks.check_save_and_load_round_trip(built_model, built_model.build_model(), str(tmp_path / "checkpoint.pt"))
 
 
-def test_the_static_generator_gives_the_beams_of_fairseqs_generator(data):
+def test_the_static_generator_gives_the_beams_of_fairseqs_generator(contract_data):
     """The task's default generator (the static-shape beam search, which
     keeps finished sources as padding and never reorders the encoder output)
     and fairseq's give the same n-best lists, in float64."""
     from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
 
-    built_model = contract.ContractModel("tdmca_tiny", data)
+    built_model = contract.ContractModel("tdmca_tiny", contract_data)
     model = built_model.build_model().double().eval()
     checks.perturb_parameters(model, seed=2, scale=0.2)
     task, sample = built_model.task, built_model.batch("test", [0, 1, 2, 3], model)
@@ -270,10 +265,8 @@ def test_the_static_generator_gives_the_beams_of_fairseqs_generator(data):
 
 
 @pytest.mark.slow
-def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_path):
-    from tests.utils import make_tiny_data_bin
-
-    data_bin = make_tiny_data_bin(str(tmp_path / "data"), train=8, valid=4, test=4, vocab_size=200)
+def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_path, tiny_data):
+    data_bin = tiny_data["data-bin"]
     save_dir = str(tmp_path / "checkpoints")
     task = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization"]
     task += ["--max-source-positions", "400", "--max-target-positions", "100"]
@@ -298,7 +291,7 @@ def test_trains_and_generates_through_the_task_and_loads_through_the_hub(tmp_pat
 
     mdsfair.register()
     hub = TDMCAModel.from_pretrained(save_dir, checkpoint_file="checkpoint_last.pt", data_name_or_path=data_bin)
-    clusters = [json.loads(line) for line in open(os.path.join(tmp_path, "data", "raw", "test.jsonl"))]
+    clusters = [json.loads(line) for line in open(os.path.join(tiny_data["raw"], "test.jsonl"))]
     summaries = hub.summarize(clusters[:2], beam=2, max_len_b=8)
     assert len(summaries) == 2 and all(isinstance(summary, str) for summary in summaries)
 

@@ -13,11 +13,6 @@ from tests import model_contract as contract
 GENERATION = {"beam": 2, "max_len_a": 0, "max_len_b": 24, "min_len": 4}
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return contract.make_contract_data(str(tmp_path_factory.mktemp("validation_rouge")))
-
-
 def logged_rouge(built, model, criterion, batches):
     from fairseq.logging import metrics
 
@@ -33,7 +28,7 @@ def logged_rouge(built, model, criterion, batches):
 
 
 @pytest.mark.parametrize("convention", ["mdsfair-fast", None])
-def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention):
+def test_logged_validation_rouge_equals_mdsfair_rouge(contract_data, tmp_path, convention):
     from mdsfair.evaluation.conventions import CONVENTIONS
     from mdsfair.evaluation.file_scoring import score_files
 
@@ -43,7 +38,7 @@ def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention
 
     built = contract.ContractModel(
         "hierencdec_bart_tiny",
-        data,
+        contract_data,
         "--eval-rouge",
         "--eval-rouge-args",
         json.dumps(GENERATION),
@@ -81,7 +76,7 @@ def test_logged_validation_rouge_equals_mdsfair_rouge(data, tmp_path, convention
     hyp_file.write_text("".join(texts[i] + "\n" for i in range(len(texts))), encoding="utf-8")
     expected = score_files(
         str(hyp_file),
-        data_bin=data["data-bin"],
+        data_bin=contract_data["data-bin"],
         split="valid",
         fast=convention == "mdsfair-fast",
         convention=None if convention == "mdsfair-fast" else convention,
