@@ -121,7 +121,6 @@ MDSFAIR_MODELS = (
     "hiertransformer",
     "led",
     "lobart",
-    "longt5",
     "multidoc_bart",
     "pagesum_bart",
     "pegasus",
