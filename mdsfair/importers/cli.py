@@ -2,7 +2,9 @@
 
 The first positional argument names the source kind; the rest goes to
 ``mdsfair.importers.<kind with - as _>.cli_main`` (``export_cli_main`` for
-exports). Listing the kinds (``--help``) and one kind's ``--help`` import
+exports, of the module ``<kind with - as _>_export`` where the kind has one:
+``hf_t5_export`` imports the importer ``hf_t5`` it inverts, which therefore
+cannot import it). Listing the kinds (``--help``) and one kind's ``--help`` import
 nothing heavy; any other run calls :func:`mdsfair.register` first, since
 ``import mdsfair`` in a process that has not imported fairseq registers
 nothing (fairseq's registries and mdsfair's checkpoint checks, without which
@@ -33,6 +35,7 @@ IMPORT_KINDS: Dict[str, str] = {
 EXPORT_KINDS: Dict[str, str] = {
     "hf-bart": "a plain fairseq bart_* checkpoint + its dict.txt -> a Hugging Face BART model directory",
     "hf-led": "an led checkpoint (led_*, primera) + its dict.txt -> a Hugging Face LED model directory",
+    "hf-t5": "a t5_v1_1 checkpoint + its dict.txt and spm.model -> a Hugging Face T5 v1.1 model directory",
 }
 
 
@@ -46,7 +49,11 @@ def usage(program: str, kinds: Dict[str, str]) -> str:
     return "\n".join(lines)
 
 
-def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[List[str]]) -> int:
+def dispatch(
+    program: str, kinds: Dict[str, str], entry: str, argv: Optional[List[str]], own_module: Optional[str] = None
+) -> int:
+    """Run ``entry`` of the module of ``argv``'s kind: ``mdsfair.importers.<kind with - as _>``, or that name
+    followed by ``own_module`` when the kind has such a module."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in HELP_FLAGS:
         print(usage(program, kinds))
@@ -56,6 +63,8 @@ def dispatch(program: str, kinds: Dict[str, str], entry: str, argv: Optional[Lis
         print(f"{program}: unknown kind {kind!r}\n\n{usage(program, kinds)}", file=sys.stderr)
         return 2
     name = f"mdsfair.importers.{kind.replace('-', '_')}"
+    if own_module and importlib.util.find_spec(name + own_module) is not None:
+        name += own_module
     if importlib.util.find_spec(name) is None:
         print(f"{program}: kind {kind!r} is not part of this installation ({name} missing)", file=sys.stderr)
         return 2
@@ -88,7 +97,7 @@ def import_main(argv: Optional[List[str]] = None) -> int:
 
 
 def export_main(argv: Optional[List[str]] = None) -> int:
-    return dispatch("mdsfair-export", EXPORT_KINDS, "export_cli_main", argv)
+    return dispatch("mdsfair-export", EXPORT_KINDS, "export_cli_main", argv, own_module="_export")
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.config_checks import config_integer, config_value
@@ -54,7 +54,8 @@ RELEASED_SIZES = {
 
 #: fairseq's name of each T5 block's parameter, by (stack, sub-layer index, Hugging Face name)
 ATTENTION_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
-FEED_FORWARD_NAMES = {"wi_0": "fc_gate", "wi_1": "fc1", "wi": "fc1", "wo": "fc2"}
+#: the feed-forward's matrices by ``feed_forward_proj``: Hugging Face's ``DenseReluDense`` name -> fairseq's
+FEED_FORWARD_NAMES = {"gated-gelu": {"wi_0": "fc_gate", "wi_1": "fc1", "wo": "fc2"}, "relu": {"wi": "fc1", "wo": "fc2"}}
 SENTENCEPIECE_FILE = "spiece.model"
 
 
@@ -149,6 +150,31 @@ def t5_symbols(spm_path: str, extra_ids: int, num_rows: int) -> List[str]:
     return named + [f"madeupword{index:04d}" for index in range(num_rows - 3 - len(named))]
 
 
+def t5_parameter_names(config: Dict) -> Iterator[Tuple[str, str]]:
+    """``(Hugging Face name, fairseq name)`` of every tensor but the
+    embeddings and the output layer, for ``config``'s layers and
+    feed-forward (module docstring); the export reads it the other way."""
+    for stack, layers in (("encoder", config["num_layers"]), ("decoder", config["num_decoder_layers"])):
+        yield (
+            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+            f"{stack}.position_bias.relative_attention_bias.weight",
+        )
+        yield f"{stack}.final_layer_norm.weight", f"{stack}.layer_norm.weight"
+        attentions = [("SelfAttention", "self_attn")]
+        if stack == "decoder":
+            attentions.append(("EncDecAttention", "encoder_attn"))
+        for index in range(layers):
+            hf, ours = f"{stack}.block.{index}.layer", f"{stack}.layers.{index}"
+            for sub, (hf_name, our_name) in enumerate(attentions):
+                for projection, our_projection in ATTENTION_NAMES.items():
+                    yield f"{hf}.{sub}.{hf_name}.{projection}.weight", f"{ours}.{our_name}.{our_projection}.weight"
+                yield f"{hf}.{sub}.layer_norm.weight", f"{ours}.{our_name}_layer_norm.weight"
+            last = len(attentions)
+            for hf_name, our_name in FEED_FORWARD_NAMES[config["feed_forward_proj"]].items():
+                yield f"{hf}.{last}.DenseReluDense.{hf_name}.weight", f"{ours}.ffn.{our_name}.weight"
+            yield f"{hf}.{last}.layer_norm.weight", f"{ours}.final_layer_norm.weight"
+
+
 def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
     """The ``t5_v1_1`` state dict of Hugging Face's tensors (module docstring)."""
     import torch
@@ -172,28 +198,8 @@ def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
         "decoder.embed_tokens.weight": with_start_row(shared),
         "decoder.output_projection.weight": with_start_row(shared if lm_head is None else lm_head),
     }
-    for stack, layers in (("encoder", config["num_layers"]), ("decoder", config["num_decoder_layers"])):
-        out[f"{stack}.position_bias.relative_attention_bias.weight"] = take(
-            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
-        )
-        out[f"{stack}.layer_norm.weight"] = take(f"{stack}.final_layer_norm.weight")
-        attentions = [("SelfAttention", "self_attn")]
-        if stack == "decoder":
-            attentions.append(("EncDecAttention", "encoder_attn"))
-        for index in range(layers):
-            hf, ours = f"{stack}.block.{index}.layer", f"{stack}.layers.{index}"
-            for sub, (hf_name, our_name) in enumerate(attentions):
-                for projection, our_projection in ATTENTION_NAMES.items():
-                    out[f"{ours}.{our_name}.{our_projection}.weight"] = take(
-                        f"{hf}.{sub}.{hf_name}.{projection}.weight"
-                    )
-                out[f"{ours}.{our_name}_layer_norm.weight"] = take(f"{hf}.{sub}.layer_norm.weight")
-            last = len(attentions)
-            for hf_name, our_name in FEED_FORWARD_NAMES.items():
-                name = f"{hf}.{last}.DenseReluDense.{hf_name}.weight"
-                if name in state:
-                    out[f"{ours}.ffn.{our_name}.weight"] = state.pop(name)
-            out[f"{ours}.final_layer_norm.weight"] = take(f"{hf}.{last}.layer_norm.weight")
+    for hf_name, fairseq_name in t5_parameter_names(config):
+        out[fairseq_name] = take(hf_name)
     if state:
         raise ImportRefused(f"{weights_path}: tensors a T5 v1.1 model does not have: {', '.join(sorted(state)[:8])}")
     return out
