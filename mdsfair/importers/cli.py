@@ -30,11 +30,14 @@ IMPORT_KINDS: Dict[str, str] = {
     "checkpoint (led_*, primera) + dict.txt, encoder.json, vocab.bpe",
     "hf-t5": "Hugging Face T5 v1.1 model directory (config.json, model.safetensors or pytorch_model.bin, "
     "spiece.model) or model id (google/t5-v1_1-base) -> a t5_v1_1 checkpoint + dict.txt, spm.model",
+    "hf-pegasus": "Hugging Face PEGASUS model directory (config.json, model.safetensors or pytorch_model.bin, "
+    "spiece.model) or model id (google/pegasus-multi_news) -> a pegasus checkpoint + dict.txt, spm.model",
 }
 
 EXPORT_KINDS: Dict[str, str] = {
     "hf-bart": "a plain fairseq bart_* checkpoint + its dict.txt -> a Hugging Face BART model directory",
     "hf-led": "an led checkpoint (led_*, primera) + its dict.txt -> a Hugging Face LED model directory",
+    "hf-pegasus": "a pegasus checkpoint + its dict.txt and spm.model -> a Hugging Face PEGASUS model directory",
     "hf-t5": "a t5_v1_1 checkpoint + its dict.txt and spm.model -> a Hugging Face T5 v1.1 model directory",
 }
 
