@@ -58,6 +58,11 @@ NEW_ARCHITECTURES = {
     "t5_v1_1_base",
     "t5_v1_1_large",
     "t5_v1_1_tiny",  # T5 v1.1, checked against Hugging Face's instead (tests/test_t5.py; issue 44)
+    "longt5_tglobal_base",
+    "longt5_tglobal_large",
+    "longt5_local_base",
+    "longt5_tiny",
+    "longt5_local_tiny",  # LongT5, checked against Hugging Face's instead (tests/test_longt5.py; issue 44)
     "pegasus_large",
     "pegasus_tiny",  # PEGASUS, checked against Hugging Face's instead (tests/test_pegasus.py; issue 44)
     "hepos_bart_large",

@@ -121,6 +121,7 @@ MDSFAIR_MODELS = (
     "hiertransformer",
     "led",
     "lobart",
+    "longt5",
     "multidoc_bart",
     "pagesum_bart",
     "pegasus",

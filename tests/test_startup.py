@@ -112,7 +112,7 @@ REGISTRY_CHECK = (
     "'pagesum_bart_large', 'sparse_bart_base', 'hierencdec_bart_large', 'paragraph_ranker', 'primera')))\n"
     "print('criterions', all(c in CRITERION_REGISTRY for c in ('sparse_kl', 'paragraph_ranking')))\n"
     "print('hub', sorted(HUB_ENTRIES) == sorted(['bart', 'dape_transformer', 'hat_bart', 'hepos_bart', "
-    "'hierencdec_bart', 'hiertransformer', 'led', 'lobart', 'multidoc_bart', 'pagesum_bart', 'pegasus', "
+    "'hierencdec_bart', 'hiertransformer', 'led', 'lobart', 'longt5', 'multidoc_bart', 'pagesum_bart', 'pegasus', "
     "'sparse_bart', 'summarizer', 't5_v1_1', 'tdmca', 'transformer']))\n"
     "print('checkpoint hooks', getattr(checkpoint_utils.load_checkpoint_to_cpu, '__mdsfair_checked__', False))\n"
     "print('registered', mdsfair.is_registered())\n"

@@ -26,6 +26,18 @@ decoder reads the first token of every target row (fairseq's ``</s>``, which
 the task's collater and both generators put there) as ``<pad>``. The decoder
 masks no padding of its own input (T5's does not): a row's padding comes
 after its tokens and the attention is causal.
+
+**LongT5** (Guo et al. 2022), ``--arch longt5_{tglobal,local}_base``,
+``longt5_tglobal_large``, equal to Hugging Face's
+``LongT5ForConditionalGeneration`` on the weights ``mdsfair-import
+hf-longt5`` converts: T5 v1.1 whose encoder self-attention is local or
+transient-global (``--encoder-self-attention``, Sec. 2.1;
+:mod:`mdsfair.modules.longt5_attention`: ``--local-radius`` 127,
+``--global-block-size`` 16) over up to 16,384 source tokens, and whose
+output layer is the token embedding (``--share-decoder-input-output-embed``),
+not scaled. Its encoder reads each source row from its first token
+(:func:`~mdsfair.modules.longt5_attention.right_padded`), since its blocks
+start there.
 """
 
 from typing import Dict, List, Optional
@@ -46,6 +58,12 @@ from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.tiny_dimensions import TINY_DIMENSIONS
 from mdsfair.modules.activation_checkpointing import add_activation_checkpointing_args, checkpoint_layer
+from mdsfair.modules.longt5_attention import (
+    ENCODER_SELF_ATTENTION_KINDS,
+    encoder_position_bias,
+    encoder_self_attention,
+    right_padded,
+)
 from mdsfair.modules.t5_layers import (
     FEED_FORWARD_KINDS,
     RelativePositionBias,
@@ -71,6 +89,10 @@ DEFAULTS = FlagDefaults(
         "relative_attention_num_buckets": 32,
         "relative_attention_max_distance": 128,
         "t5_feed_forward": "gated-gelu",
+        "encoder_self_attention": "full",
+        "local_radius": 127,
+        "global_block_size": 16,
+        "share_decoder_input_output_embed": False,
         "layer_norm_eps": 1e-6,
         "dropout": 0.1,
         "max_source_positions": 1024,
@@ -83,7 +105,8 @@ DEFAULTS = FlagDefaults(
 
 class T5Encoder(FairseqEncoder):
     """Embedding, dropout, the layers with the stack's bidirectional position
-    bias, final layer norm and dropout."""
+    bias (LongT5: its blocked biases, on the rows right-padded), final layer
+    norm and dropout."""
 
     def __init__(self, args, dictionary, embed_tokens: nn.Embedding):
         super().__init__(dictionary)
@@ -92,17 +115,26 @@ class T5Encoder(FairseqEncoder):
         self.dropout = args.dropout
         self.heads = args.encoder_attention_heads
         self.max_source_positions = args.max_source_positions
-        self.position_bias = RelativePositionBias(
-            self.heads, args.relative_attention_num_buckets, args.relative_attention_max_distance, bidirectional=True
+        self.blocked = args.encoder_self_attention != "full"
+        self.position_bias = encoder_position_bias(args)
+        self.layers = nn.ModuleList(
+            [
+                checkpoint_layer(T5EncoderLayer(args, encoder_self_attention(args)), args, structured=self.blocked)
+                for _ in range(args.encoder_layers)
+            ]
         )
-        self.layers = nn.ModuleList([checkpoint_layer(T5EncoderLayer(args), args) for _ in range(args.encoder_layers)])
         self.layer_norm = T5LayerNorm(args.encoder_embed_dim, args.layer_norm_eps)
 
     def forward(self, src_tokens: Tensor, src_lengths: Optional[Tensor] = None):
         padding_mask = src_tokens.eq(self.padding_idx)
+        if self.blocked:
+            src_tokens, padding_mask = right_padded(src_tokens, padding_mask)
         x = F.dropout(self.embed_tokens(src_tokens), p=self.dropout, training=self.training)
         length = src_tokens.size(1)
-        bias = attention_bias(self.position_bias(length, length), x, padding_mask[:, None, None, :], self.heads)
+        if self.blocked:
+            bias = self.position_bias(padding_mask, x.dtype)
+        else:
+            bias = attention_bias(self.position_bias(length, length), x, padding_mask[:, None, None, :], self.heads)
         for layer in self.layers:
             x = layer(x, bias)
         x = F.dropout(self.layer_norm(x), p=self.dropout, training=self.training)
@@ -257,6 +289,29 @@ class T5Model(MultiDocHubModel, FairseqEncoderDecoderModel):
             choices=FEED_FORWARD_KINDS,
             help="feed-forward block: relu (T5) or gated-gelu (T5 v1.1, tanh GELU)",
         )
+        parser.add_argument(
+            "--encoder-self-attention",
+            choices=ENCODER_SELF_ATTENTION_KINDS,
+            help="encoder self-attention: full (T5), or LongT5's local or transient-global (Guo et al. 2022, Sec. 2.1)",
+        )
+        parser.add_argument(
+            "--local-radius",
+            type=at_least(1),
+            metavar="R",
+            help="LongT5: each token attends to the tokens within R positions of it (blocks of R + 1 tokens)",
+        )
+        parser.add_argument(
+            "--global-block-size",
+            type=at_least(1),
+            metavar="K",
+            help="LongT5 transient-global: one global token per block of K tokens, the sum of their states",
+        )
+        parser.add_argument(
+            "--share-decoder-input-output-embed",
+            action="store_true",
+            default=None,
+            help="the output layer is the token embedding, unscaled (LongT5), not its own matrix (T5 v1.1)",
+        )
         parser.add_argument("--layer-norm-eps", type=float, metavar="EPS", help="epsilon of the RMS layer norms")
         parser.add_argument(
             "--dropout",
@@ -279,8 +334,29 @@ class T5Model(MultiDocHubModel, FairseqEncoderDecoderModel):
         embed_tokens = nn.Embedding(len(dictionary), args.encoder_embed_dim)
         nn.init.normal_(embed_tokens.weight, mean=0.0, std=1.0)
         model = cls(T5Encoder(args, dictionary, embed_tokens), T5Decoder(args, dictionary, embed_tokens))
-        nn.init.normal_(model.decoder.output_projection.weight, mean=0.0, std=args.encoder_embed_dim**-0.5)
+        if args.share_decoder_input_output_embed:
+            model.decoder.output_projection.weight = embed_tokens.weight
+        else:
+            nn.init.normal_(model.decoder.output_projection.weight, mean=0.0, std=args.encoder_embed_dim**-0.5)
         return model
+
+
+@register_model("longt5")
+class LongT5Model(T5Model):
+    """LongT5 (Guo et al. 2022) as Hugging Face's LongT5ForConditionalGeneration
+    computes it (module docstring); import a Hugging Face folder with
+    ``mdsfair-import hf-longt5``."""
+
+    #: torch.hub entry point (hubconf.py) of this family
+    hub_description = (
+        "LongT5 (Guo et al. 2022): T5 with local or transient-global encoder attention, "
+        "imported from Hugging Face with mdsfair-import hf-longt5"
+    )
+
+    @classmethod
+    def build_model(cls, args, task):
+        longt5_tglobal_base_architecture(args)
+        return super().build_model(args, task)
 
 
 @register_model_architecture("t5_v1_1", "t5_v1_1_base")
@@ -315,12 +391,68 @@ def t5_v1_1_large_architecture(args):
     )
 
 
-@register_model_architecture("t5_v1_1", "t5_v1_1_tiny")
-def t5_v1_1_tiny_architecture(args):
+def tiny_architecture(args, **values) -> None:
     """Tiny dimensions for tests (d 32, 4 heads of 8, d_ff 64, 2 + 2 layers),
     8 buckets up to distance 16, so that the tests' sequences reach the
-    logarithmic buckets (one model dimension: no decoder sizes of its own)."""
+    logarithmic buckets (one model dimension: no decoder sizes of its own);
+    ``values``: the architecture's other flags."""
     for name in ("encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_attention_heads", "encoder_layers"):
         setattr(args, name, getattr(args, name, TINY_DIMENSIONS[name]))
     args.decoder_layers = getattr(args, "decoder_layers", TINY_DIMENSIONS["decoder_layers"])
-    DEFAULTS.fill(args, attention_head_dim=8, relative_attention_num_buckets=8, relative_attention_max_distance=16)
+    DEFAULTS.fill(
+        args, attention_head_dim=8, relative_attention_num_buckets=8, relative_attention_max_distance=16, **values
+    )
+
+
+@register_model_architecture("t5_v1_1", "t5_v1_1_tiny")
+def t5_v1_1_tiny_architecture(args):
+    """:func:`tiny_architecture`."""
+    tiny_architecture(args)
+
+
+#: what every LongT5 release shares (google/long-t5-*'s config.json): the
+#: output layer is the embedding; 16,384 source tokens, the paper's longest inputs
+LONGT5 = {"share_decoder_input_output_embed": True, "max_source_positions": 16384}
+#: google/long-t5-*-large: d_model 1,024, d_ff 2,816, 16 heads of 64, 24 + 24 layers
+LONGT5_LARGE = {
+    "encoder_embed_dim": 1024,
+    "encoder_ffn_embed_dim": 2816,
+    "encoder_attention_heads": 16,
+    "encoder_layers": 24,
+    "decoder_layers": 24,
+}
+
+
+@register_model_architecture("longt5", "longt5_tglobal_base")
+def longt5_tglobal_base_architecture(args):
+    """google/long-t5-tglobal-base: T5 v1.1 base's sizes (d_model 768, d_ff
+    2,048, 12 heads of 64, 12 + 12 layers), transient-global attention with
+    radius 127 and global blocks of 16."""
+    DEFAULTS.fill(args, encoder_self_attention="transient-global", **LONGT5)
+
+
+@register_model_architecture("longt5", "longt5_local_base")
+def longt5_local_base_architecture(args):
+    """google/long-t5-local-base: T5 v1.1 base's sizes, local attention with radius 127."""
+    DEFAULTS.fill(args, encoder_self_attention="local", **LONGT5)
+
+
+@register_model_architecture("longt5", "longt5_tglobal_large")
+def longt5_tglobal_large_architecture(args):
+    """google/long-t5-tglobal-large: :data:`LONGT5_LARGE`, transient-global attention."""
+    DEFAULTS.fill(args, encoder_self_attention="transient-global", **LONGT5, **LONGT5_LARGE)
+
+
+@register_model_architecture("longt5", "longt5_tiny")
+def longt5_tiny_architecture(args):
+    """:func:`tiny_architecture` with transient-global attention, radius 3
+    and global blocks of 4, so that the tests' sources span many blocks (the
+    model's ``_tiny``, whose sizes the model contract runs every ``longt5``
+    architecture at)."""
+    tiny_architecture(args, encoder_self_attention="transient-global", local_radius=3, global_block_size=4, **LONGT5)
+
+
+@register_model_architecture("longt5", "longt5_local_tiny")
+def longt5_local_tiny_architecture(args):
+    """:func:`tiny_architecture` with local attention of radius 3."""
+    tiny_architecture(args, encoder_self_attention="local", local_radius=3, **LONGT5)

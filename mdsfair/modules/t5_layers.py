@@ -185,18 +185,22 @@ class T5FeedForward(nn.Module):
 
 
 class T5EncoderLayer(nn.Module):
-    """``x + dropout(SelfAttention(norm(x)))``, then ``x + dropout(FFN(norm(x)))``."""
+    """``x + dropout(SelfAttention(norm(x)))``, then ``x + dropout(FFN(norm(x)))``.
+    ``self_attention``: T5's :class:`T5Attention` unless given (LongT5's,
+    :mod:`mdsfair.modules.longt5_attention`); it reads the stack's ``bias``."""
 
-    def __init__(self, args):
+    def __init__(self, args, self_attention: Optional[nn.Module] = None):
         super().__init__()
         dim, eps = args.encoder_embed_dim, args.layer_norm_eps
         self.dropout = args.dropout
-        self.self_attn = T5Attention(dim, args.encoder_attention_heads, args.attention_head_dim, args.dropout)
+        if self_attention is None:
+            self_attention = T5Attention(dim, args.encoder_attention_heads, args.attention_head_dim, args.dropout)
+        self.self_attn = self_attention
         self.self_attn_layer_norm = T5LayerNorm(dim, eps)
         self.ffn = T5FeedForward(dim, args.encoder_ffn_embed_dim, args.t5_feed_forward, args.dropout)
         self.final_layer_norm = T5LayerNorm(dim, eps)
 
-    def forward(self, x: Tensor, bias: Tensor) -> Tensor:
+    def forward(self, x: Tensor, bias) -> Tensor:
         x = x + F.dropout(self.self_attn(self.self_attn_layer_norm(x), bias), p=self.dropout, training=self.training)
         return x + F.dropout(self.ffn(self.final_layer_norm(x)), p=self.dropout, training=self.training)
 

@@ -1,0 +1,242 @@
+"""LongT5's encoder self-attention (Guo et al. 2022, "LongT5: Efficient
+Text-To-Text Transformer for Long Sequences", Sec. 2.1), as Hugging Face's
+``modeling_longt5.py`` computes it on the released checkpoints.
+
+**Local attention** (Sec. 2.1.1): the source is cut into blocks of
+``b = r + 1`` tokens (``r``, the local radius: 127 in the releases); each
+token attends to the keys of its own block and of the two blocks beside it
+that lie within ``r`` positions of it: token ``i`` attends to ``j`` iff
+``|i - j| <= r``. The scores carry T5's bucketed relative position bias
+(:func:`mdsfair.modules.t5_layers.relative_position_bucket`, bidirectional)
+of the offset ``j - i`` within the three-block window.
+
+**Transient-global attention** (Sec. 2.1.2): local attention plus, for every
+token, ``G = T // k`` global tokens (``k``, the global block size: 16). The
+source is cut into fixed blocks of ``k`` tokens from position 0; a trailing
+block shorter than ``k`` is merged into the full block before it (a source
+shorter than ``k`` has no global token). Global token ``g`` is the sum of
+the states of block ``g`` through its own RMS layer norm (one per layer:
+``global_input_layer_norm``); the layer's key and value projections map it
+as they map the tokens. Its scores carry a second bias table,
+``global_relative_attention_bias``, indexed by the bucket of
+``g - block(i)``. The global tokens are "transient": computed afresh in every
+layer from that layer's input, never carried between layers.
+
+As in T5, the stack computes the biases and masks once (its layer 0 holds
+the tables) and every layer adds them (:class:`BlockedRelativePositionBias`).
+A masked score gets ``-1e10`` added, the value of the authors' Flaxformer
+code and of Hugging Face, so that a padding query, all of whose keys are
+masked, still gets finite weights.
+
+**Softmax precision.** Hugging Face computes these softmaxes in float32
+whatever the model's dtype (``softmax(scores.float())``), which in a
+float64 model rounds the attention weights to float32. mdsfair computes
+them in float32 when the model runs in float16 or bfloat16 (the scores, the
+biases and the masks are added in float32 too, so that ``-1e10`` stays
+finite), and in the model's own dtype otherwise: in float32 the arithmetic
+is Hugging Face's; in float64 the weights keep float64 precision
+(``tests/test_longt5.py`` checks both).
+
+**Padding.** The blocks start at a row's first token, so the attention of a
+row depends on where its padding lies; Hugging Face's models expect
+right-padded sources. fairseq's data sets pad sources on the left:
+:func:`right_padded` moves every row's tokens to its start before the
+encoder runs, so that a row's states are those it gets alone.
+
+Tensors are batch-major (``[B, T, C]``).
+"""
+
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from mdsfair.modules.t5_layers import RelativePositionBias, T5Attention, T5LayerNorm, relative_position_bucket
+
+#: ``--encoder-self-attention`` choices of the T5 model: T5's full attention,
+#: LongT5's local and transient-global attention
+ENCODER_SELF_ATTENTION_KINDS = ("full", "local", "transient-global")
+
+#: what a masked score gets added (the authors' Flaxformer code; Hugging Face's LongT5)
+MASKED_SCORE = -1e10
+
+
+def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
+    """float32 for float16 and bfloat16, the model's dtype otherwise."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def right_padded(tokens: Tensor, padding_mask: Tensor):
+    """``tokens`` and ``padding_mask`` ``[B, T]`` with every row's tokens
+    first, in their order, and its padding after them."""
+    order = torch.argsort(padding_mask.to(torch.long), dim=1, stable=True)
+    return tokens.gather(1, order), padding_mask.gather(1, order)
+
+
+def split_into_blocks(x: Tensor, block_length: int) -> Tensor:
+    """``[B, T, ...]`` -> ``[B, ceil(T / b), b, ...]``, the last block padded with zeros."""
+    blocks = -(-x.size(1) // block_length)
+    missing = blocks * block_length - x.size(1)
+    if missing:
+        x = torch.cat([x, x.new_zeros(x.size(0), missing, *x.shape[2:])], dim=1)
+    return x.view(x.size(0), blocks, block_length, *x.shape[2:])
+
+
+def three_blocks(blocks: Tensor) -> Tensor:
+    """``[B, n, b, ...]`` -> ``[B, n, 3b, ...]``: each block with the block
+    before and the block after it (zeros beyond the ends)."""
+    edge = blocks.new_zeros(blocks.size(0), 1, *blocks.shape[2:])
+    padded = torch.cat([edge, blocks, edge], dim=1)
+    return torch.cat([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], dim=2)
+
+
+class BlockedAttentionBias(NamedTuple):
+    """What every encoder layer of a LongT5 stack adds and reads, computed
+    once per batch: ``scores`` ``[B, n, heads, b, 3b + G]``, the position
+    biases and masks of each block's queries over its three-block window and
+    the ``G`` global tokens (``G = 0`` for local attention), in the softmax's
+    dtype; ``global_blocks`` ``[B, T, G]``, one where token ``t`` belongs to
+    global block ``g``, in the states' dtype."""
+
+    scores: Tensor
+    global_blocks: Tensor
+
+
+class BlockedRelativePositionBias(nn.Module):
+    """The encoder stack's relative position bias tables (Hugging Face keeps
+    them in layer 0's attention) and the masks of the local window and of
+    the global tokens; its ``forward`` gives the :class:`BlockedAttentionBias`
+    of a right-padded batch."""
+
+    def __init__(self, heads: int, num_buckets: int, max_distance: int, local_radius: int, global_block_size: int = 0):
+        super().__init__()
+        self.num_buckets, self.max_distance = num_buckets, max_distance
+        self.block_length = local_radius + 1
+        self.global_block_size = global_block_size
+        self.relative_attention_bias = nn.Embedding(num_buckets, heads)
+        if global_block_size:
+            self.global_relative_attention_bias = nn.Embedding(num_buckets, heads)
+
+    def bucket_bias(self, table: nn.Embedding, offsets: Tensor) -> Tensor:
+        """``[..., heads]``: the table's value for the bucket of each offset."""
+        return table(relative_position_bucket(offsets, True, self.num_buckets, self.max_distance))
+
+    def forward(self, padding_mask: Tensor, states_dtype: torch.dtype) -> BlockedAttentionBias:
+        """``padding_mask`` ``[B, T]``, right-padded (:func:`right_padded`)."""
+        real = ~padding_mask
+        batch_size, length = real.shape
+        device, dtype, block = real.device, softmax_dtype(states_dtype), self.block_length
+        real_blocks = split_into_blocks(real, block)  # [B, n, b]
+        offsets = (
+            torch.arange(3 * block, device=device)[None, :] - torch.arange(block, 2 * block, device=device)[:, None]
+        )
+        allowed = real_blocks[..., :, None] & three_blocks(real_blocks)[..., None, :] & (offsets.abs() < block)
+        local = self.bucket_bias(self.relative_attention_bias, offsets).permute(2, 0, 1).to(dtype)  # [heads, b, 3b]
+        scores = torch.where(allowed[:, :, None], local, MASKED_SCORE)  # [B, n, heads, b, 3b]
+        if not self.global_block_size:
+            return BlockedAttentionBias(scores, real.new_zeros(batch_size, length, 0, dtype=states_dtype))
+        size = self.global_block_size
+        globals_count = length // size
+        full_blocks = real.sum(1, keepdim=True) // size  # [B, 1]
+        positions = torch.arange(length, device=device)[None, :]
+        # the trailing partial block joins the last full one; padding (and a row shorter than k) in none
+        global_block = torch.where(real, torch.minimum(positions // size, full_blocks - 1), -1)  # [B, T]
+        global_index = torch.arange(globals_count, device=device)
+        side = self.bucket_bias(self.global_relative_attention_bias, global_index - global_block[..., None])
+        side_allowed = real[..., None] & (global_index < full_blocks)[:, None, :]  # [B, T, G]
+        side = torch.where(side_allowed[..., None], side.to(dtype), MASKED_SCORE)  # [B, T, G, heads]
+        side = split_into_blocks(side, block).permute(0, 1, 4, 2, 3)  # [B, n, heads, b, G]
+        global_blocks = F.one_hot(global_block + 1, globals_count + 1)[..., 1:].to(states_dtype)
+        return BlockedAttentionBias(torch.cat([scores, side], dim=-1), global_blocks)
+
+
+class LocalSelfAttention(T5Attention):
+    """Sec. 2.1.1: each block's queries over the keys of its three-block
+    window, ``softmax(Q K^T + bias) V`` (T5's unscaled scores), with T5's
+    projections (the same parameters as :class:`T5Attention`)."""
+
+    def __init__(self, embed_dim: int, heads: int, head_dim: int, dropout: float, local_radius: int):
+        super().__init__(embed_dim, heads, head_dim, dropout)
+        self.block_length = local_radius + 1
+
+    def project_blocks(self, projection: nn.Linear, x: Tensor) -> Tensor:
+        """``[B, n, b, heads, d_kv]``."""
+        projected = projection(x)
+        return split_into_blocks(projected.view(x.size(0), x.size(1), self.heads, self.head_dim), self.block_length)
+
+    def attention_weights(self, scores: Tensor, bias: Tensor) -> Tensor:
+        """The softmax over the last dimension in :func:`softmax_dtype`, back in the scores' dtype, then dropout."""
+        weights = F.softmax(scores.to(bias.dtype) + bias, dim=-1).to(scores.dtype)
+        return F.dropout(weights, p=self.dropout, training=self.training)
+
+    def forward(self, x: Tensor, bias: BlockedAttentionBias) -> Tensor:
+        batch_size, length, _ = x.shape
+        query = self.project_blocks(self.q_proj, x)
+        key, value = (
+            three_blocks(self.project_blocks(self.k_proj, x)),
+            three_blocks(self.project_blocks(self.v_proj, x)),
+        )
+        local_scores = torch.einsum("bnqhd,bnkhd->bnhqk", query, key)
+        scores, global_value = self.with_global_scores(x, query, local_scores, bias)
+        weights = self.attention_weights(scores, bias.scores)
+        window = key.size(2)
+        output = torch.einsum("bnhqk,bnkhd->bnqhd", weights[..., :window], value)
+        if global_value is not None:
+            output = output + torch.einsum("bnhqg,bghd->bnqhd", weights[..., window:], global_value)
+        return self.out_proj(output.reshape(batch_size, -1, self.heads * self.head_dim)[:, :length])
+
+    def with_global_scores(self, x: Tensor, query: Tensor, local_scores: Tensor, bias: BlockedAttentionBias):
+        """The scores over every key, and the global tokens' values (none here)."""
+        return local_scores, None
+
+
+class TransientGlobalSelfAttention(LocalSelfAttention):
+    """Sec. 2.1.2: :class:`LocalSelfAttention` plus every query over the
+    ``G`` global tokens, the layer-normed sums of the fixed blocks' states
+    under the layer's own key and value projections."""
+
+    def __init__(self, embed_dim: int, heads: int, head_dim: int, dropout: float, local_radius: int, eps: float):
+        super().__init__(embed_dim, heads, head_dim, dropout, local_radius)
+        self.global_input_layer_norm = T5LayerNorm(embed_dim, eps)
+
+    def with_global_scores(self, x: Tensor, query: Tensor, local_scores: Tensor, bias: BlockedAttentionBias):
+        global_inputs = self.global_input_layer_norm(torch.einsum("btc,btg->bgc", x, bias.global_blocks))
+        global_key = self.split_heads(self.k_proj(global_inputs)).transpose(1, 2)  # [B, G, heads, d_kv]
+        global_value = self.split_heads(self.v_proj(global_inputs)).transpose(1, 2)
+        global_scores = torch.einsum("bnqhd,bghd->bnhqg", query, global_key)
+        return torch.cat([local_scores, global_scores], dim=-1), global_value
+
+
+def encoder_self_attention(args) -> nn.Module:
+    """The self-attention of one T5 encoder layer that
+    ``args.encoder_self_attention`` names."""
+    dim, heads, head_dim, dropout = (
+        args.encoder_embed_dim,
+        args.encoder_attention_heads,
+        args.attention_head_dim,
+        args.dropout,
+    )
+    kind = args.encoder_self_attention
+    if kind == "full":
+        return T5Attention(dim, heads, head_dim, dropout)
+    if kind == "local":
+        return LocalSelfAttention(dim, heads, head_dim, dropout, args.local_radius)
+    if kind == "transient-global":
+        return TransientGlobalSelfAttention(dim, heads, head_dim, dropout, args.local_radius, args.layer_norm_eps)
+    raise ValueError(f"--encoder-self-attention {kind!r}: choose one of {', '.join(ENCODER_SELF_ATTENTION_KINDS)}")
+
+
+def encoder_position_bias(args) -> nn.Module:
+    """The encoder stack's bias tables for ``args.encoder_self_attention``:
+    T5's :class:`~mdsfair.modules.t5_layers.RelativePositionBias` for full
+    attention, a :class:`BlockedRelativePositionBias` for LongT5's."""
+    heads, buckets, distance = (
+        args.encoder_attention_heads,
+        args.relative_attention_num_buckets,
+        args.relative_attention_max_distance,
+    )
+    if args.encoder_self_attention == "full":
+        return RelativePositionBias(heads, buckets, distance, bidirectional=True)
+    global_block_size = args.global_block_size if args.encoder_self_attention == "transient-global" else 0
+    return BlockedRelativePositionBias(heads, buckets, distance, args.local_radius, global_block_size)
