@@ -342,7 +342,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: full)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -481,7 +481,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -501,7 +501,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: full)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -640,7 +640,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -660,7 +660,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: document)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: document-restart)",
                 ),
                 (
@@ -799,7 +799,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -933,7 +933,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: longformer)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -1072,7 +1072,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -1092,7 +1092,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: longformer)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -1231,7 +1231,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -1243,6 +1243,58 @@ MDSFAIR = {
                 ),
             ),
         ),
+        "longt5": (
+            None,
+            (
+                ("--encoder-embed-dim N", "model dimension d_model (default: 768)"),
+                ("--encoder-ffn-embed-dim N", "hidden size d_ff of the feed-forward (default: 2048)"),
+                ("--encoder-attention-heads N", "attention heads (default: 12)"),
+                ("--encoder-layers N", "encoder layers (default: 12)"),
+                ("--decoder-layers N", "decoder layers (default: 12)"),
+                ("--attention-head-dim N", "width d_kv of one attention head (default: 64)"),
+                (
+                    "--relative-attention-num-buckets N",
+                    "buckets of the relative position bias, half of them for exact offsets (default: 32)",
+                ),
+                (
+                    "--relative-attention-max-distance N",
+                    "offsets from this distance on share the last bucket of the relative position bias (default: 128)",
+                ),
+                (
+                    "--t5-feed-forward {relu,gated-gelu}",
+                    "feed-forward block: relu (T5) or gated-gelu (T5 v1.1, tanh GELU) (default: gated-gelu)",
+                ),
+                (
+                    "--encoder-self-attention {full,local,transient-global}",
+                    "encoder self-attention: full (T5), or LongT5's local or transient-global (Guo et al. 2022, Sec. 2.1) (default: full)",
+                ),
+                (
+                    "--local-radius R",
+                    "LongT5: each token attends to the tokens within R positions of it (blocks of R + 1 tokens) (default: 127)",
+                ),
+                (
+                    "--global-block-size K",
+                    "LongT5 transient-global: one global token per block of K tokens, the sum of their states (default: 16)",
+                ),
+                (
+                    "--share-decoder-input-output-embed",
+                    "the output layer is the token embedding, unscaled (LongT5), not its own matrix (T5 v1.1) (default: off)",
+                ),
+                ("--layer-norm-eps EPS", "epsilon of the RMS layer norms (default: 1e-06)"),
+                (
+                    "--dropout P",
+                    "dropout of the embeddings, attention probabilities, sub-layer outputs and feed-forward (default: 0.1)",
+                ),
+                (
+                    "--checkpoint-activations",
+                    "checkpoint every layer's activations: recompute them in the backward pass (default: off)",
+                ),
+                (
+                    "--offload-activations",
+                    "keep the checkpointed layers' saved inputs in CPU memory; implies --checkpoint-activations (default: off)",
+                ),
+            ),
+        ),
         "multidoc_bart": (
             "bart",
             (
@@ -1251,7 +1303,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: full)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -1390,7 +1442,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -1459,6 +1511,186 @@ MDSFAIR = {
                 ),
             ),
         ),
+        "pegasus": (
+            "bart",
+            (
+                (
+                    "--activation-fn {relu,gelu,gelu_fast,gelu_accurate,tanh,linear}",
+                    "activation function to use (default: relu)",
+                ),
+                ("--dropout DROPOUT", "dropout probability (default: 0.1)"),
+                ("--attention-dropout ATTENTION_DROPOUT", "dropout probability for attention weights (default: 0.1)"),
+                (
+                    "--activation-dropout ACTIVATION_DROPOUT",
+                    "dropout probability after activation in FFN. (default: 0.1)",
+                ),
+                ("--encoder-normalize-before", "encoder: apply layernorm before each block (default: on)"),
+                ("--encoder-learned-pos", "encoder: use learned positional embeddings (default: off)"),
+                ("--decoder-normalize-before", "decoder: apply layernorm before each block (default: on)"),
+                ("--decoder-learned-pos", "decoder: use learned positional embeddings (default: off)"),
+                ("--share-decoder-input-output-embed", "share decoder input and output embeddings (default: on)"),
+                (
+                    "--share-all-embeddings",
+                    "share encoder, decoder and output embeddings (requires shared dictionary and embed dim) (default: on)",
+                ),
+                ("--layernorm-embedding", "add layernorm to embedding (default: off)"),
+                ("--no-scale-embedding", "if True, dont scale embeddings (default: off)"),
+                (
+                    "--encoder-self-attention {full,document,longformer,dependency,lsh,sinkhorn}",
+                    "encoder self attention component (mdsfair/modules/components.py) (default: full)",
+                ),
+                (
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
+                    "encoder positions component (mdsfair/modules/components.py) (default: pegasus-sinusoidal)",
+                ),
+                (
+                    "--cross-attention {full,document-scaled,sparse,hat,hepos}",
+                    "cross attention component (mdsfair/modules/components.py) (default: full)",
+                ),
+                (
+                    "--document-attention {blocked,dense}",
+                    "implementation of the document encoder attention: 'blocked' computes attention per document block (memory grows with the longest document, Sec. 7), 'dense' masks a full T x T matrix as the authors did (same numbers) (default: blocked)",
+                ),
+                (
+                    "--attention-window ATTENTION_WINDOW",
+                    "Longformer window per encoder layer: one even number for all layers or a comma list with one per layer; window w lets each token see w/2 tokens on each side (Hugging Face's attention_window; 512 under the primera architecture, as the released checkpoints) (default: 1024)",
+                ),
+                (
+                    "--global-attention {first,doc-sep,documents,none}",
+                    "tokens with global attention: 'first' = the first source token (LED), 'doc-sep' = the first token and every <doc-sep> (PRIMERA; the primera architecture's), 'documents' = the first token of every document (from the data-bin's document ids), 'none' = no global token, the sliding window alone (LoBART; the attention has no global projections) (default: first)",
+                ),
+                (
+                    "--longformer-attention {fused,banded}",
+                    "computation of the encoder attention (same numbers): 'fused' = every window through torch's scaled_dot_product_attention with a shared band mask (fused kernels), 'banded' = explicit banded score tensors (the portable reference, as Hugging Face computes them) (default: fused)",
+                ),
+                (
+                    "--dependency-encoder {mlp,linear,arithmetic,arithmetic-core,arithmetic-root}",
+                    "relation encoding (Table VI): mlp = F_depEnc, Linear-LeakyReLU-Linear (the paper's, Eq. 7); linear = one linear layer; arithmetic[-core|-root] = fixed weights 1, (N-1)/N, ..., 1/N by relation frequency [core dependents first | ROOT first] (default: mlp)",
+                ),
+                (
+                    "--dependency-encoder-hidden-dim DEPENDENCY_ENCODER_HIDDEN_DIM",
+                    "hidden size of F_depEnc (not given in the paper) (default: 64)",
+                ),
+                (
+                    "--dependency-leaky-relu-slope DEPENDENCY_LEAKY_RELU_SLOPE",
+                    "negative slope of F_depEnc's LeakyReLU (PyTorch's; not given in the paper) (default: 0.01)",
+                ),
+                (
+                    "--dependency-arc-direction {both,dependent-to-head,head-to-dependent}",
+                    "which cells an arc fills: both (M_ij = M_ji), dependent-to-head (row = dependent) or head-to-dependent (default: both)",
+                ),
+                (
+                    "--dependency-no-arc-encoding",
+                    "give token pairs without an arc F_depEnc(0) (literal Eq. 5-6) instead of 0 (default: off)",
+                ),
+                (
+                    "--dependency-mask-on {weights,values}",
+                    "weights: A~ = M*A + A on the attention weights (Eq. 9, the paper's); values: out = A V + M V (Table VI 'added on values') (default: weights)",
+                ),
+                (
+                    "--dependency-layers DEPENDENCY_LAYERS",
+                    "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
+                ),
+                (
+                    "--lsh-chunk-length N",
+                    "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
+                ),
+                ("--lsh-hashes N", "LSH attention: hashing rounds, each with its own random rotation (default: 4)"),
+                (
+                    "--lsh-buckets N",
+                    "LSH attention: buckets per hashing round (even); unset, the largest power of two not above 2 * (max source positions // chunk length), as the authors compute it",
+                ),
+                (
+                    "--lsh-seed N",
+                    "LSH attention: the seed of the random rotations of every forward in evaluation (default: 1)",
+                ),
+                (
+                    "--sinkhorn-block-size N",
+                    "Sinkhorn attention: tokens per block (the authors' --bucket_size) (default: 64)",
+                ),
+                (
+                    "--sinkhorn-iterations N",
+                    "Sinkhorn attention: row and column normalisations of the block sorting matrix (default: 7)",
+                ),
+                ("--sinkhorn-temperature T", "Sinkhorn attention: the Gumbel-Sinkhorn temperature (default: 0.7)"),
+                (
+                    "--sinkhorn-seed N",
+                    "Sinkhorn attention: the seed of the Gumbel noise of every forward in evaluation (default: 1)",
+                ),
+                (
+                    "--position-tiling {beltagy,authors,mirror}",
+                    "how a shorter checkpoint position table is extended on load: 'beltagy' repeats the real positions (the paper, Sec. 5.3, after Longformer), 'authors' repeats the whole table including fairseq/HF's two offset rows as the authors' code does, 'mirror' alternates the whole table and its reverse as LoBART's code does (the lobart architectures' default) (default: beltagy)",
+                ),
+                (
+                    "--doc-position-fn {sin,cos,sin-cos,scaled-sin-cos,linear,same,random}",
+                    "document positional encoding function f_doc (Eq. 1; Tables IV, V): sin (the paper's), cos, sin-cos = iter(sin, cos) over dimensions, scaled-sin-cos = iter(sin(0.1k), cos(0.1k)), linear = slope*k, same = one value for all documents, random = fixed random value per document (default: sin)",
+                ),
+                (
+                    "--doc-position-alpha DOC_POSITION_ALPHA",
+                    "alpha of Eq. 2, the weight of the document encoding (the paper's) (default: 0.1)",
+                ),
+                (
+                    "--doc-position-linear-slope DOC_POSITION_LINEAR_SLOPE",
+                    "slope of --doc-position-fn linear (Table V: 1, 2, 5, 10) (default: 1.0)",
+                ),
+                (
+                    "--doc-position-offset DOC_POSITION_OFFSET",
+                    "k = 0-based document index + offset (0: the reading under which the paper's sin/cos comparison of Table IV holds; 1: k = 1..q as in its notation) (default: 0)",
+                ),
+                (
+                    "--doc-token-positions {per-document,stream}",
+                    "token position i of Eq. 1: per-document (restarts at every document, t_i^k) or stream (positions over the concatenated source) (default: per-document)",
+                ),
+                (
+                    "--top-r R",
+                    "sentences kept by every cross-attention query (Eq. 6; the paper's r on CNN/DailyMail); 0 keeps all (full attention) (default: 5)",
+                ),
+                (
+                    "--sentence-selection {ideal,approx,random,mix}",
+                    "saliency that ranks sentences: ideal (exact Eq. 4), approx (the approximator, Eq. 7, or the model-free Eq. 19), random, or mix (Sec. 4.3 scheduled sampling ideal->approx in training, one draw per forward pass shared by all layers; approx in evaluation and generation) (default: approx)",
+                ),
+                (
+                    "--approximator {model-based,model-free}",
+                    "model-based (BiGRU sentence encoder + W^Q/W^K, Eq. 8-10) or model-free (App. D Eq. 19, phi = ELU + 1, no parameters; the unnormalized scores, Z_m dropped, averaged over heads before top-r, as App. D and the authors' decoding) (default: model-based)",
+                ),
+                (
+                    "--sentence-encoder {bigru,attention-pooling}",
+                    "sentence encoder of the model-based approximator (f2 of Eq. 7): bigru, the bidirectional GRU of Eq. 10 (App. A.1), or attention-pooling, the cheaper hierarchical attention over each sentence's tokens that Sec. 4.5 proposes (multi-head pooling, no recurrence) (default: bigru)",
+                ),
+                (
+                    "--sentence-encoder-layers N",
+                    "layers of the bidirectional GRU sentence encoder (App. A.1) (default: 2)",
+                ),
+                (
+                    "--sentence-encoder-hidden-dim D",
+                    "hidden size per direction of the GRU (App. A.1: the model dimension, 1024 for BART-large) (default: --encoder-embed-dim)",
+                ),
+                (
+                    "--share-selection-across-beams",
+                    "average the sentence scores over the beam hypotheses of a source before top-r (the authors' decoding); off: every hypothesis selects its own sentences (default: off)",
+                ),
+                (
+                    "--sparse-generation-path {auto,gather,mask}",
+                    "how incremental generation reads the top-r sentences: gather their encoder states per hypothesis (cost ~ kept tokens * heads), mask the full per-source attention (cost ~ N, same output), or auto: gather at a step when the most tokens a hypothesis keeps * heads <= 2 * N (default: auto)",
+                ),
+                (
+                    "--mix-decay-updates N",
+                    "for --sentence-selection mix: use the exact saliency with probability max(0, 1 - update/N), else the approximation (Sec. 4.3: 1 - step/epoch_size, so N = the updates of one epoch)",
+                ),
+                (
+                    "--hierarchical-sentence-layers N",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
+                ),
+                (
+                    "--hepos-stride S",
+                    "HEPOS stride s: head h of the cross-attention reads the source positions j with j mod s = h mod s, 1/s of the source (Huang et al. 2021, Sec. 3); s must divide the decoder's attention heads (default: 4)",
+                ),
+                (
+                    "--max-encoder-positions MAX_ENCODER_POSITIONS",
+                    "rows of the encoder's learned position table (16384 under the led architectures, 4096 under primera and hierencdec, as the released models); the task's --max-source-positions may not exceed it (default: the model's --max-source-positions)",
+                ),
+            ),
+        ),
         "pointer_generator": (
             None,
             (
@@ -1497,7 +1729,7 @@ MDSFAIR = {
                     "encoder self attention component (mdsfair/modules/components.py) (default: full)",
                 ),
                 (
-                    "--encoder-positions {learned,sinusoidal,document-restart,document-aware}",
+                    "--encoder-positions {learned,sinusoidal,pegasus-sinusoidal,document-restart,document-aware}",
                     "encoder positions component (mdsfair/modules/components.py) (default: learned)",
                 ),
                 (
@@ -1636,7 +1868,7 @@ MDSFAIR = {
                 ),
                 (
                     "--hierarchical-sentence-layers N",
-                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021, Sec. 3) (default: 2)",
+                    "Transformer encoder layers over the sentence-start states after the token encoder (HAT-BART, Rohde et al. 2021; 2 is this implementation's choice, see examples/hat_bart/README.md) (default: 2)",
                 ),
                 (
                     "--hepos-stride S",
@@ -1669,6 +1901,22 @@ MDSFAIR = {
                     "--t5-feed-forward {relu,gated-gelu}",
                     "feed-forward block: relu (T5) or gated-gelu (T5 v1.1, tanh GELU) (default: gated-gelu)",
                 ),
+                (
+                    "--encoder-self-attention {full,local,transient-global}",
+                    "encoder self-attention: full (T5), or LongT5's local or transient-global (Guo et al. 2022, Sec. 2.1) (default: full)",
+                ),
+                (
+                    "--local-radius R",
+                    "LongT5: each token attends to the tokens within R positions of it (blocks of R + 1 tokens) (default: 127)",
+                ),
+                (
+                    "--global-block-size K",
+                    "LongT5 transient-global: one global token per block of K tokens, the sum of their states (default: 16)",
+                ),
+                (
+                    "--share-decoder-input-output-embed",
+                    "the output layer is the token embedding, unscaled (LongT5), not its own matrix (T5 v1.1) (default: off)",
+                ),
                 ("--layer-norm-eps EPS", "epsilon of the RMS layer norms (default: 1e-06)"),
                 (
                     "--dropout P",
@@ -1692,7 +1940,7 @@ MDSFAIR = {
                 ("--decoder-attention-heads N", "attention heads (default: 8)"),
                 (
                     "--layer-pattern PATTERN",
-                    "one letter per layer, bottom first: L = local attention, M = memory-compressed attention, F = full causal attention (the paper's LMLML; FFFFF is its Transformer decoder T-D) (default: LMLML)",
+                    "one letter per layer, bottom first: L = local attention, M = memory-compressed attention, F = full causal attention (LMLML: tensor2tensor's T-DMCA pattern; FFFFF: a Transformer decoder T-D) (default: LMLML)",
                 ),
                 (
                     "--block-length N",
@@ -1921,6 +2169,7 @@ ARCHITECTURES = {
     "hiertransformer": ("hiertransformer", "hiertransformer_hiersumm", "hiertransformer_tiny"),
     "led": ("led_base", "led_large", "led_tiny", "primera"),
     "lobart": ("lobart_4k", "lobart_tiny"),
+    "longt5": ("longt5_local_base", "longt5_local_tiny", "longt5_tglobal_base", "longt5_tglobal_large", "longt5_tiny"),
     "multidoc_bart": (
         "lsh_bart_large",
         "lsh_bart_tiny",
@@ -1932,6 +2181,7 @@ ARCHITECTURES = {
     ),
     "pagesum_bart": ("pagesum_bart_base", "pagesum_bart_large", "pagesum_bart_tiny"),
     "paragraph_ranker": ("paragraph_ranker", "paragraph_ranker_tiny"),
+    "pegasus": ("pegasus_large", "pegasus_tiny"),
     "pointer_generator": ("pointer_generator_see2017", "pointer_generator_tiny"),
     "sparse_bart": (
         "hierencdec_sparse",
