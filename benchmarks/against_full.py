@@ -78,6 +78,37 @@ def built_on_a_synthetic_dictionary(model_class, args, config: dict) -> tuple:
     return model_class.build_model(args, task), task.target_dictionary
 
 
+def bart_benchmark_parser(docstring: str):
+    """The parser of a benchmark of a BART-based model: its device, dtype,
+    source lengths (1,024 to 8,192 tokens), 256 summary tokens and its
+    dimensions (small)."""
+    parser = harness.argument_parser(docstring)
+    add_length_arguments(parser, "1024,2048,4096,8192", 256)
+    harness.add_dims(parser, "small", "encoder and decoder size (base: BART-base's 6 + 6 layers, d 768, 12 heads)")
+    return parser
+
+
+def bart_model_at_length(model_class, architecture: Callable, config: dict, **flags) -> tuple:
+    """A BART-based ``model_class`` at ``config["dims"]`` with ``flags`` (the
+    system's attention), no dropout and the positions ``config["length"]``
+    source tokens and the summary need (at least BART's 1,024), its
+    ``architecture`` filling the rest, built on a synthetic dictionary
+    (:func:`built_on_a_synthetic_dictionary`)."""
+    args = harness.model_args(
+        model_class,
+        config["dims"],
+        **flags,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        max_encoder_positions=config["length"],
+        max_source_positions=config["length"],
+        max_target_positions=max(1024, config["target_tokens"]),
+    )
+    architecture(args)
+    return built_on_a_synthetic_dictionary(model_class, args, config)
+
+
 def measure_built_model(
     build_model: Callable[[dict], tuple], config: dict, side_inputs: Optional[Callable[[object, dict], dict]] = None
 ) -> dict:

@@ -37,28 +37,19 @@ def build_model(config: dict):
     from mdsfair.models.multidoc_bart import MultiDocBARTModel, multidoc_bart_large
 
     mdsfair.register()
-    args = harness.model_args(
+    return against_full.bart_model_at_length(
         MultiDocBARTModel,
-        config["dims"],
+        multidoc_bart_large,
+        config,
         encoder_self_attention=config["system"],
         lsh_chunk_length=config["chunk_length"],
         lsh_hashes=config["hashes"],
         sinkhorn_block_size=config["chunk_length"],
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_encoder_positions=config["length"],
-        max_source_positions=config["length"],
-        max_target_positions=max(1024, config["target_tokens"]),
     )
-    multidoc_bart_large(args)
-    return against_full.built_on_a_synthetic_dictionary(MultiDocBARTModel, args, config)
 
 
 def main(argv=None):
-    parser = harness.argument_parser(__doc__)
-    against_full.add_length_arguments(parser, "1024,2048,4096,8192", 256)
-    harness.add_dims(parser, "small", "encoder and decoder size (base: BART-base's 6 + 6 layers, d 768, 12 heads)")
+    parser = against_full.bart_benchmark_parser(__doc__)
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="encoder attentions to measure (comma list)")
     parser.add_argument(
         "--chunk-length", type=int, default=64, help="LSH chunk and Sinkhorn block in tokens (default 64, the authors')"

@@ -35,26 +35,17 @@ def build_model(config: dict):
     from mdsfair.models.hepos_bart import HeposBARTModel, hepos_bart_large_architecture
 
     mdsfair.register()
-    args = harness.model_args(
+    return against_full.bart_model_at_length(
         HeposBARTModel,
-        config["dims"],
+        hepos_bart_large_architecture,
+        config,
         cross_attention=SYSTEMS[config["system"]],
         hepos_stride=config["stride"],
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_encoder_positions=config["length"],
-        max_source_positions=config["length"],
-        max_target_positions=max(1024, config["target_tokens"]),
     )
-    hepos_bart_large_architecture(args)
-    return against_full.built_on_a_synthetic_dictionary(HeposBARTModel, args, config)
 
 
 def main(argv=None):
-    parser = harness.argument_parser(__doc__)
-    against_full.add_length_arguments(parser, "1024,2048,4096,8192", 256)
-    harness.add_dims(parser, "small", "encoder and decoder size (base: BART-base's 6 + 6 layers, d 768, 12 heads)")
+    parser = against_full.bart_benchmark_parser(__doc__)
     parser.add_argument(
         "--stride",
         type=int,

@@ -36,26 +36,17 @@ def build_model(config: dict):
     from mdsfair.models.lobart import LoBARTModel, lobart_4k_architecture
 
     mdsfair.register()
-    args = harness.model_args(
+    return against_full.bart_model_at_length(
         LoBARTModel,
-        config["dims"],
+        lobart_4k_architecture,
+        config,
         encoder_self_attention=SYSTEMS[config["system"]],
         attention_window=str(config["window"]),
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        max_encoder_positions=config["length"],
-        max_source_positions=config["length"],
-        max_target_positions=max(1024, config["target_tokens"]),
     )
-    lobart_4k_architecture(args)
-    return against_full.built_on_a_synthetic_dictionary(LoBARTModel, args, config)
 
 
 def main(argv=None):
-    parser = harness.argument_parser(__doc__)
-    against_full.add_length_arguments(parser, "1024,2048,4096,8192", 256)
-    harness.add_dims(parser, "small", "encoder and decoder size (base: BART-base's 6 + 6 layers, d 768, 12 heads)")
+    parser = against_full.bart_benchmark_parser(__doc__)
     parser.add_argument(
         "--window", type=int, default=1024, help="LoBART's attention width, an even number (default 1024, the paper's)"
     )
