@@ -99,8 +99,10 @@ def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
         model(**net_input)
         with pytest.raises(ValueError, match="src_para_ids not declared by any component"):
             model(**net_input, src_para_ids=net_input["src_doc_ids"])
+        with pytest.raises(ValueError, match=r"src_sent_ids \[2, \d+\] is not aligned to src_tokens \[2, \d+\]"):
+            model(**{**net_input, "src_sent_ids": net_input["src_sent_ids"][:, :-1]})
         net_input.pop("src_sent_ids")
-        with pytest.raises(ValueError, match=r"missing side input\(s\): src_sent_ids \(needed by .*sparse"):
+        with pytest.raises(ValueError, match=r"missing side input src_sent_ids \(needed by .*sparse"):
             model(**net_input)
     # a stock model declares nothing: the task hands it the base inputs only
     led = contract.ContractModel("led_tiny", data)

@@ -2,6 +2,7 @@
 sentence-start states only, the decoder's second cross-attention, restoring
 from BART with only the new layers new, and the model contract."""
 
+import dataclasses
 import os
 
 import pytest
@@ -58,9 +59,9 @@ def test_the_hierarchical_layers_see_only_the_sentence_start_states():
             x = torch.stack([token_states[t, row] for t in starts]).unsqueeze(1)  # S x 1 x C
             for layer in model.encoder.hierarchical_encoder.layers:
                 x = layer(x, encoder_padding_mask=torch.zeros(1, len(starts), dtype=torch.bool))
-            got = out["sentence_states"][0][row, : len(starts)]
+            got = out["source_context"][0].sentence_states[row, : len(starts)]
             assert torch.allclose(got, x[:, 0], atol=1e-12), row
-            padding = out["sentence_padding_mask"][0][row]
+            padding = out["source_context"][0].sentence_padding_mask[row]
             assert padding.tolist() == [False] * len(starts) + [True] * (padding.numel() - len(starts))
 
 
@@ -90,7 +91,8 @@ def test_every_decoder_layer_attends_to_the_sentence_states():
     with torch.no_grad():
         out = model.encoder(tokens, lengths, src_sent_ids=sentences)
         logits = model.decoder(prev, encoder_out=out)[0]
-        out["sentence_states"] = [out["sentence_states"][0] + 0.5]
+        (source,) = out["source_context"]
+        out["source_context"] = [dataclasses.replace(source, sentence_states=source.sentence_states + 0.5)]
         moved = model.decoder(prev, encoder_out=out)[0]
     assert not torch.allclose(logits, moved)
     assert all(hasattr(layer, "sentence_attn") for layer in model.decoder.layers)

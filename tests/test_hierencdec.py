@@ -665,7 +665,7 @@ def test_reorder_encoder_out_reorders_documents(bart_state, task):
         encoder_out = model.encoder(**{k: sample["net_input"][k] for k in ("src_tokens", "src_doc_ids")})
     order = torch.tensor([2, 2, 0, 1])
     reordered = model.encoder.reorder_encoder_out(encoder_out, order)
-    assert torch.equal(reordered["src_doc_ids"][0], sample["net_input"]["src_doc_ids"][order])
+    assert torch.equal(reordered["source_context"][0].document_ids, sample["net_input"]["src_doc_ids"][order])
 
 
 def test_fairseq_generate_beam_search_at_batch_size_above_one(restored_checkpoint, data_bin, tmp_path):

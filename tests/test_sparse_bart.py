@@ -3,6 +3,7 @@
 stages of ``multidoc_summarization_sparse``."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -18,7 +19,7 @@ from mdsfair.modules.sentence_approximator import (
     sentence_length_buckets,
     sentence_token_states,
 )
-from mdsfair.modules.sentence_saliency import sentence_layout, sentence_saliency
+from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout, sentence_saliency
 from mdsfair.modules.sentence_selection import kept_token_bounds, kept_token_layout, select_top_r_sentences
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 from tests.sparse_fixtures import (
@@ -461,19 +462,19 @@ def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):
     read them."""
     _, task, model, _ = built
     net_input = batch(task, model)["net_input"]
-    from mdsfair.modules.cross_attention_components import sentence_context_from_encoder_out
-
     model.eval()
     try:
         encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"], net_input["src_sent_ids"])
     finally:
         model.train()
-    bounds = sentence_context_from_encoder_out(encoder_out).kept_token_bounds
+    (source,) = encoder_out["source_context"]
+    bounds = source.rows_context().kept_token_bounds
     assert bounds is not None and bounds.device.type == "cpu"
-    assert torch.equal(bounds, kept_token_bounds(encoder_out["sentence_lengths"][0]))
+    assert torch.equal(bounds, kept_token_bounds(source.layout.lengths))
     encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"], net_input["src_sent_ids"])
-    assert encoder_out["kept_token_bounds"] == []
-    assert sentence_context_from_encoder_out(encoder_out).kept_token_bounds is None
+    (source,) = encoder_out["source_context"]
+    assert source.kept_token_bounds is None
+    assert source.rows_context().kept_token_bounds is None
 
 
 def test_generation_path_auto_gathers_only_when_it_pays():
@@ -569,12 +570,29 @@ def expand_per_hypothesis(model):
     copied to each hypothesis row and reordered at every step."""
 
     def reorder_encoder_out(encoder_out, new_order):
-        # the kept-token bounds hold one entry per number of sentences, for the whole batch: kept as they are
-        reordered = {"hypothesis_source_index": [], "kept_token_bounds": encoder_out.get("kept_token_bounds", [])}
-        for name, tensors in encoder_out.items():
-            if name not in reordered:
-                dim = 1 if name in ("encoder_out", "encoder_states") else 0
-                reordered[name] = [tensor.index_select(dim, new_order) for tensor in tensors]
+        reordered = {
+            name: [
+                tensor.index_select(1 if name in ("encoder_out", "encoder_states") else 0, new_order)
+                for tensor in tensors
+            ]
+            for name, tensors in encoder_out.items()
+            if name != "source_context"
+        }
+        (source,) = encoder_out["source_context"]
+        # every row reads its own copy of its source's sentences (no hypothesis rows); the kept-token
+        # bounds hold one entry per number of sentences, for the whole batch: kept as they are
+        reordered["source_context"] = [
+            dataclasses.replace(
+                source,
+                sentence_ids=source.sentence_ids.index_select(0, new_order),
+                sentence_states=None
+                if source.sentence_states is None
+                else source.sentence_states.index_select(0, new_order),
+                layout=SentenceLayout(*(table.index_select(0, new_order) for table in source.layout)),
+                hypothesis_source_index=None,
+                sentence_context=None,
+            )
+        ]
         return reordered
 
     def reorder_cache(attention):

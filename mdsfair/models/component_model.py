@@ -13,8 +13,14 @@ contract know) as the same class with presets of the flags
 
 Side inputs: every component declares the data-contract inputs it reads;
 :meth:`ComponentBARTModel.side_inputs` is their union, the task hands the
-model exactly those, and :meth:`ComponentEncoder.forward` refuses an input
-that no component declares and a missing required one, naming it.
+model exactly those, and :meth:`ComponentEncoder.forward` checks them once
+(:func:`~mdsfair.data.side_inputs.check_side_inputs`: an input that no
+component declares, a missing required one, one out of its shape), naming
+it. The components read them from the batch's
+:class:`~mdsfair.modules.source_structure.SourceStructure`; what the
+cross-attention reads of the source is one entry of the encoder output, its
+:class:`~mdsfair.modules.source_structure.SourceContext`, reordered with the
+hypotheses in beam search.
 """
 
 import copy
@@ -27,16 +33,17 @@ from fairseq.models.transformer import TransformerConfig, TransformerDecoderBase
 from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
+from mdsfair.data.side_inputs import check_side_inputs
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules.components import (
     ROLES,
-    SourceStructure,
     component_class,
     component_classes,
     component_names,
     flag_of,
 )
 from mdsfair.modules.segment_positions import segment_ids_from_start_tokens
+from mdsfair.modules.source_structure import SOURCE_CONTEXT, SourceStructure
 from mdsfair.modules.transformer_layers import (
     ComponentDecoderLayer,
     ComponentEncoderLayer,
@@ -129,6 +136,11 @@ class ComponentEncoder(TransformerEncoderBase):
         self.position_component = components["encoder_positions"]
         self.cross_attention_component = components["cross_attention"]
         self.side_input_declarations = side_input_declarations(components)
+        #: the components that need each declared input, for the check's message
+        self.side_input_readers = {
+            name: [repr(c) for c in components.values() if c.side_inputs().get(name)]
+            for name in self.side_input_declarations
+        }
         self.uses_documents = any(c.uses_documents for c in components.values())
         self.needs_document_start_tokens = any(c.needs_document_start_tokens for c in components.values())
         self._layers_built = 0
@@ -146,9 +158,11 @@ class ComponentEncoder(TransformerEncoderBase):
 
     # ------------------------------------------------------------- forward
 
-    def side_inputs_of(self, positional, side_inputs: Dict[str, Optional[Tensor]]) -> Dict[str, Tensor]:
-        """The side inputs by name (positional ones in declaration order),
-        refusing undeclared and missing required ones."""
+    def side_inputs_of(
+        self, src_tokens: Tensor, positional, side_inputs: Dict[str, Optional[Tensor]]
+    ) -> Dict[str, Tensor]:
+        """The side inputs by name (positional ones in declaration order, None:
+        not given), checked once (:func:`~mdsfair.data.side_inputs.check_side_inputs`)."""
         names = list(self.side_input_declarations)
         if len(positional) > len(names):
             raise TypeError(f"the encoder takes {len(names)} positional side inputs ({names}), got {len(positional)}")
@@ -157,28 +171,15 @@ class ComponentEncoder(TransformerEncoderBase):
             if name in given:
                 raise TypeError(f"side input {name} given twice")
             given[name] = value
-        given = {name: value for name, value in given.items() if value is not None}  # None: not given
-        unknown = sorted(set(given) - set(names))
-        if unknown:
-            raise ValueError(
-                f"side input(s) {', '.join(unknown)} not declared by any component of this model "
-                f"({', '.join(repr(c) for c in self.components.values())}); it reads {names or 'none'}"
-            )
-        missing = [
-            name for name, required in self.side_input_declarations.items() if required and given.get(name) is None
-        ]
-        if missing:
-            readers = {
-                name: [repr(c) for c in self.components.values() if c.side_inputs().get(name)] for name in missing
-            }
-            raise ValueError(
-                "missing side input(s): "
-                + "; ".join(
-                    f"{name} (needed by {', '.join(readers[name])}; the multidoc_summarization task gives it)"
-                    for name in missing
-                )
-            )
-        return {name: value for name, value in given.items() if value is not None}
+        given = {name: value for name, value in given.items() if value is not None}
+        check_side_inputs(
+            src_tokens,
+            given,
+            self.side_input_declarations,
+            ", ".join(repr(c) for c in self.components.values()),
+            self.side_input_readers,
+        )
+        return given
 
     def document_ids(
         self, src_tokens: Tensor, src_doc_ids: Optional[Tensor], structure: Optional[SourceStructure] = None
@@ -189,8 +190,6 @@ class ComponentEncoder(TransformerEncoderBase):
         (:meth:`SourceStructure.read`); without it they are read here."""
         if src_doc_ids is None:
             src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
-        if src_doc_ids.shape != src_tokens.shape:
-            raise ValueError(f"src_doc_ids {tuple(src_doc_ids.shape)} must match src_tokens {tuple(src_tokens.shape)}")
         checks = (
             structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
         )
@@ -232,10 +231,11 @@ class ComponentEncoder(TransformerEncoderBase):
         **side_inputs: Optional[Tensor],
     ):
         """fairseq's encoder output dictionary (``encoder_out [T, B, C]``)
-        plus the cross-attention component's entries. ``side_inputs``: the
+        plus the cross-attention component's ``source_context`` (none or one
+        :class:`~mdsfair.modules.source_structure.SourceContext`). ``side_inputs``: the
         data-contract inputs the components declare (by name, or positional
         after ``src_lengths`` in :attr:`side_input_declarations` order)."""
-        side_inputs = self.side_inputs_of(positional_side_inputs, side_inputs)
+        side_inputs = self.side_inputs_of(src_tokens, positional_side_inputs, side_inputs)
         if src_tokens.size(1) > self.max_source_positions:
             raise ValueError(
                 f"source of {src_tokens.size(1)} tokens exceeds the encoder's {self.max_source_positions} positions "
@@ -276,7 +276,8 @@ class ComponentEncoder(TransformerEncoderBase):
             "src_tokens": [],
             "src_lengths": [src_lengths],
         }
-        encoder_out.update(self.cross_attention_component.encoder_outputs(self, encoder_out, structure))
+        source_context = self.cross_attention_component.source_context(self, x, structure)
+        encoder_out[SOURCE_CONTEXT] = [source_context] if source_context is not None else []
         return encoder_out
 
     def reorder_stock_encoder_out(self, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
@@ -363,7 +364,10 @@ class ComponentDecoder(TransformerDecoderBase):
             alignment_layer = self.num_layers - 1
         encoder_states = encoder_out["encoder_out"][0]
         padding_mask = encoder_out["encoder_padding_mask"][0] if len(encoder_out["encoder_padding_mask"]) else None
-        context = self.cross_attention_component.decoder_context(self, encoder_out, incremental_state)
+        source_context = encoder_out.get(SOURCE_CONTEXT, [])
+        context = self.cross_attention_component.decoder_context(
+            self, source_context[0] if len(source_context) > 0 else None, incremental_state
+        )
 
         positions = (
             self.embed_positions(prev_output_tokens, incremental_state=incremental_state)

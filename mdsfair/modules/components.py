@@ -34,11 +34,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 
-import torch
 from torch import Tensor
 
 from mdsfair._autoimport import import_submodules_ending_with
-from mdsfair.modules.segment_positions import SegmentRuns, segment_runs
 
 #: The roles, each with the model flag that picks its component (argparse dest).
 ROLES: Tuple[str, ...] = ("encoder_self_attention", "encoder_positions", "cross_attention")
@@ -154,90 +152,6 @@ def component_class(role: str, name: str) -> Type["Component"]:
         raise ValueError(
             f"{flag_of(role)} {name!r} is not a registered component; choose one of {', '.join(component_names(role))}"
         ) from None
-
-
-@dataclass
-class SourceStructure:
-    """What the encoder knows about a batch of sources before its layers run,
-    computed once: the tokens, the padding, the side inputs the task handed
-    over, and (when a component works on documents) each token's document."""
-
-    src_tokens: Tensor
-    padding_mask: Tensor  # [B, T] True at padding
-    side_inputs: Dict[str, Tensor]
-    document_ids: Optional[Tensor] = None  # [B, T], -1 at padding
-    #: what components computed for their later steps (e.g. the position rows)
-    prepared: Dict[str, Any] = field(default_factory=dict)
-    #: checks of the input waiting for the host: (0-dim bool tensor, True when failed; message)
-    pending_checks: List[Tuple[Tensor, Any]] = field(default_factory=list)
-
-    def check(self, failed: Tensor, message) -> None:
-        """Refuse the batch with ``message`` if ``failed`` (a 0-dim bool
-        tensor) is True, read at the next :meth:`read`: the checks of every
-        component then cost one host read together, not one each."""
-        self.pending_checks.append((failed, message))
-
-    #: values a later step needs on the host, read with the next :meth:`read` (see :meth:`value`)
-    requested: Dict[str, Tensor] = field(default_factory=dict)
-    values: Dict[str, int] = field(default_factory=dict)
-
-    def request(self, name: str, value: Tensor) -> None:
-        """Read ``value`` (a 0-dim tensor) with the next :meth:`read`; then
-        :meth:`value` gives it."""
-        self.requested[name] = value
-
-    def document_runs(self) -> SegmentRuns:
-        """The runs of :attr:`document_ids` (each document's start, every
-        token's document and offset within it), computed once per batch and
-        shared by the position restart and the document layout (HierEncDec,
-        Shen et al. 2023, Sec. 4.1)."""
-        cached = self.prepared.get("document_runs")
-        if cached is None or cached[0] is not self.document_ids:
-            cached = self.prepared["document_runs"] = (self.document_ids, segment_runs(self.document_ids))
-        return cached[1]
-
-    def value(self, name: str) -> int:
-        """A requested value, read now if no :meth:`read` has happened since."""
-        if name in self.requested:
-            self.read()
-        return self.values[name]
-
-    def read(self, *values: Tensor) -> List[int]:
-        """``values`` (0-dim integer or bool tensors) as Python ints, every
-        requested value and every pending check, in one host read (one
-        synchronization on a GPU); raises ``ValueError`` with the first
-        failed check's message."""
-        checks, self.pending_checks = self.pending_checks, []
-        requested, self.requested = self.requested, {}
-        tensors = list(values) + list(requested.values()) + [failed for failed, _ in checks]
-        if not tensors:
-            return []
-        numbers = read_scalars(tensors)
-        for failed, (_, message) in zip(numbers[len(values) + len(requested) :], checks):
-            if failed:  # a message may be a function: the details of a refusal are read only then
-                raise ValueError(message() if callable(message) else message)
-        self.values.update(zip(requested, numbers[len(values) : len(values) + len(requested)]))
-        return numbers[: len(values)]
-
-
-def read_scalars(scalars: List[Tensor]) -> List[int]:
-    """The 0-dim (or one-element) integer and bool tensors ``scalars`` as
-    Python ints, in order, in one host read (``tolist``) and with few
-    operators: one ``cat`` of the scalars of each dtype and one conversion of
-    each dtype other than int64 (converting every scalar on its own costs a
-    ``reshape`` and a ``to`` each)."""
-    groups: Dict[torch.dtype, List[int]] = {}
-    for index, scalar in enumerate(scalars):
-        groups.setdefault(scalar.dtype, []).append(index)
-    parts, order = [], []
-    for dtype, indices in groups.items():
-        part = torch.cat([scalars[index].view(1) for index in indices])
-        parts.append(part if dtype == torch.int64 else part.long())
-        order += indices
-    numbers = [0] * len(scalars)
-    for index, number in zip(order, (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()):
-        numbers[index] = number
-    return numbers
 
 
 class Component:

@@ -4,22 +4,26 @@
 * ``document-scaled``: HierEncDec's hierarchical decoder (Shen et al. 2023,
   Sec. 4.2, Eq. 3-5): the softmax within each document scaled by a softmax
   over the start-of-document scores
-  (:mod:`mdsfair.modules.hierarchical_cross_attention`); the encoder output
-  carries ``src_doc_ids``, reordered with it in beam search;
+  (:mod:`mdsfair.modules.hierarchical_cross_attention`); its source context
+  holds the documents, reordered with the hypotheses in beam search;
 * ``sparse``: Manakul & Gales 2021: every query attends to the tokens of its
   top-r sentences (Eq. 3, 6), ranked by the approximator (Eq. 7-10) or the
   model-free Eq. 19, trained with the KL loss of Eq. 4, 11
   (:mod:`mdsfair.modules.sparse_cross_attention`); the encoder output keeps
-  one copy per source through beam search (``hypothesis_source_index``).
+  one copy per source through beam search (:class:`SparseSourceContext`
+  reorders the rows, not the sources).
 
 Call shape: :meth:`CrossAttentionComponent.build` the module of one decoder
-layer; :meth:`~CrossAttentionComponent.encoder_outputs` what it needs in the
-encoder output; :meth:`~CrossAttentionComponent.reorder_encoder_out` for beam
-search; :meth:`~CrossAttentionComponent.decoder_context` once per decoder
-pass; :meth:`~CrossAttentionComponent.attend` in every decoder layer,
+layer; :meth:`~CrossAttentionComponent.source_context` what the decoder reads
+of the source, once per batch (a
+:class:`~mdsfair.modules.source_structure.SourceContext`, one entry of the
+encoder output, which reorders itself for beam search);
+:meth:`~CrossAttentionComponent.decoder_context` once per decoder pass, from
+that context; :meth:`~CrossAttentionComponent.attend` in every decoder layer,
 returning ``(x, attention, extra)``.
 """
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
@@ -30,13 +34,7 @@ from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
-from mdsfair.modules.components import (
-    Component,
-    ComponentConfig,
-    SourceStructure,
-    component_flag,
-    register_component,
-)
+from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
@@ -47,6 +45,7 @@ from mdsfair.modules.sentence_approximator import (
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout
 from mdsfair.modules.sentence_selection import kept_token_bounds
+from mdsfair.modules.source_structure import SOURCE_CONTEXT, SourceContext, SourceStructure
 from mdsfair.modules.sparse_cross_attention import (
     APPROXIMATORS,
     GENERATION_PATHS,
@@ -67,24 +66,21 @@ class CrossAttentionComponent(Component):
     def build(self, layer, embed_dim: int, cfg):
         raise NotImplementedError
 
-    def encoder_outputs(
-        self, encoder, encoder_out: Dict[str, List[Tensor]], structure: SourceStructure
-    ) -> Dict[str, List[Tensor]]:
-        """Entries this cross-attention needs in the encoder output."""
-        return {}
+    def source_context(self, encoder, encoder_states: Tensor, structure: SourceStructure) -> Optional[SourceContext]:
+        """What the decoder reads of the source beside the encoder states
+        ``[T, B, C]``, made once per batch from ``structure``; None: nothing."""
+        return None
 
     def reorder_encoder_out(self, encoder, encoder_out: Dict[str, List[Tensor]], new_order: Tensor):
-        """fairseq's reordering (every entry expanded to the hypotheses)."""
+        """fairseq's reordering (every entry expanded to the hypotheses), the
+        source context with it (:meth:`SourceContext.index_select`)."""
         reordered = encoder.reorder_stock_encoder_out(encoder_out, new_order)
-        for key in self.encoder_outputs_reordered:
-            reordered[key] = [t.index_select(0, new_order) for t in encoder_out.get(key, [])]
+        reordered[SOURCE_CONTEXT] = [context.index_select(new_order) for context in encoder_out.get(SOURCE_CONTEXT, [])]
         return reordered
 
-    #: batch-first encoder-output entries of this component reordered with the rest
-    encoder_outputs_reordered = ()
-
-    def decoder_context(self, decoder, encoder_out: Dict[str, List[Tensor]], incremental_state):
-        """The per-pass context every layer's :meth:`attend` receives."""
+    def decoder_context(self, decoder, source: Optional[SourceContext], incremental_state):
+        """The per-pass context every layer's :meth:`attend` receives, from
+        the :meth:`source_context` of the encoder output (None when it has none)."""
         return None
 
     def attend(
@@ -102,8 +98,11 @@ class CrossAttentionComponent(Component):
         """``(x [T_tgt, B, C], attention, extra)``: with ``need_attn`` the
         cross-attention weights ``[B, T_tgt, S]`` averaged over the first
         ``alignment_heads`` heads (all when None), else None; ``extra`` what
-        the component reports per layer, or None."""
-        raise NotImplementedError
+        the component reports per layer, or None. By default fairseq's call
+        of the module :meth:`build` made (:func:`stock_attend`)."""
+        return stock_attend(
+            attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads, need_weights
+        )
 
     def decoder_extra(self, extras: List) -> Dict[str, List]:
         """What the decoder output's extra dictionary gains from the layers' extras."""
@@ -165,22 +164,6 @@ class FullCrossAttention(CrossAttentionComponent):
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
 
-    def attend(
-        self,
-        attention,
-        x,
-        encoder_states,
-        padding_mask,
-        context,
-        incremental_state=None,
-        need_attn=False,
-        alignment_heads=None,
-        need_weights=None,
-    ):
-        return stock_attend(
-            attention, x, encoder_states, padding_mask, incremental_state, need_attn, alignment_heads, need_weights
-        )
-
 
 @register_component("cross_attention", "document-scaled")
 class DocumentScaledCrossAttention(CrossAttentionComponent):
@@ -192,7 +175,6 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
     implemented_in = ("mdsfair.modules.hierarchical_cross_attention",)
     uses_documents = True
     needs_document_start_tokens = True
-    encoder_outputs_reordered = ("src_doc_ids",)
 
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
@@ -210,13 +192,11 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(HierarchicalCrossAttention, layer, embed_dim, cfg)
 
-    def encoder_outputs(self, encoder, encoder_out, structure):
-        return {"src_doc_ids": [structure.document_ids]}  # B x T
+    def source_context(self, encoder, encoder_states, structure):
+        return SourceContext(document_ids=structure.document_ids)
 
-    def decoder_context(self, decoder, encoder_out, incremental_state):
-        if encoder_out is None or len(encoder_out.get("src_doc_ids", [])) == 0:
-            raise ValueError("--cross-attention document-scaled needs the encoder output's src_doc_ids")
-        return encoder_out["src_doc_ids"][0]
+    def decoder_context(self, decoder, source, incremental_state):
+        return required_context(source, self).document_ids
 
     def attend(
         self,
@@ -259,34 +239,54 @@ def build_sentence_encoder(config: "SparseCrossAttentionConfig", args) -> nn.Mod
     raise ValueError(f"--sentence-encoder must be one of {SENTENCE_ENCODERS}, got {kind!r}")
 
 
-def sentence_layout_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceLayout:
-    """The sentence layout the encoder stored in its output (per source)."""
-    lengths = encoder_out["sentence_lengths"][0]
-    return SentenceLayout(
-        encoder_out["sentence_token_index"][0], encoder_out["sentence_token_mask"][0], lengths, lengths.gt(0)
-    )
+def required_context(source: Optional[SourceContext], component) -> SourceContext:
+    """``source``, the encoder output's context that ``component`` reads; its
+    absence (an encoder output made without it) is refused, naming the component."""
+    if source is None:
+        raise ValueError(f"{component!r} needs the encoder output's {SOURCE_CONTEXT!r}, which it lacks")
+    return source
 
 
-def sentence_context_from_encoder_out(encoder_out: Dict[str, List[Tensor]]) -> SentenceContext:
-    """The sparse cross-attention's view of an encoder output (per source):
-    the one :meth:`SparseSentenceCrossAttention.reorder_encoder_out` kept
-    for the reordered rows, else built here."""
-    if len(encoder_out.get("sentence_context", [])) > 0:
-        return encoder_out["sentence_context"][0]
-    src_sent_ids = encoder_out["src_sent_ids"][0]
-    states = encoder_out["sentence_states"][0] if len(encoder_out["sentence_states"]) > 0 else None
-    bounds = encoder_out.get("kept_token_bounds", [])
-    if len(encoder_out["hypothesis_source_index"]) > 0:
-        rows = HypothesisRows.from_source_index(encoder_out["hypothesis_source_index"][0], src_sent_ids.size(0))
-    else:
-        rows = HypothesisRows.identity(src_sent_ids.size(0), src_sent_ids.device)
-    return SentenceContext(
-        src_sent_ids,
-        sentence_layout_from_encoder_out(encoder_out),
-        states,
-        rows,
-        bounds[0] if len(bounds) > 0 else None,
-    )
+@dataclass
+class SparseSourceContext(SourceContext):
+    """The sparse cross-attention's source (Manakul & Gales 2021), one copy
+    per source through beam search: the sentences of every source
+    (:attr:`sentence_ids`, their :attr:`layout`, the approximator's
+    :attr:`sentence_states`, Eq. 10), the source each decoder row reads
+    (:attr:`hypothesis_source_index`, None: row ``i`` reads source ``i``)
+    and, in evaluation, the kept-token bounds of generation's layouts."""
+
+    layout: Optional[SentenceLayout] = None
+    #: a host tensor (:func:`~mdsfair.modules.sentence_selection.kept_token_bounds`); None in training
+    kept_token_bounds: Optional[Tensor] = None
+    #: ``[B']`` the source of every decoder row; None before any reordering
+    hypothesis_source_index: Optional[Tensor] = None
+    #: the rows' :class:`SentenceContext`, made once per reordering
+    sentence_context: Optional[SentenceContext] = None
+
+    def index_select(self, new_order: Tensor) -> "SparseSourceContext":
+        """Reorder the decoder rows, not the sources: row ``i`` now reads the
+        source that row ``new_order[i]`` read (``new_order`` may expand to the
+        beam, permute hypotheses, or drop finished sources)."""
+        rows = self.hypothesis_source_index
+        source_index = rows.index_select(0, new_order) if rows is not None else new_order
+        reordered = dataclasses.replace(self, hypothesis_source_index=source_index, sentence_context=None)
+        # the rows and the sentence context, once per reordering (one synchronization, here); under
+        # static decoding the rows never change after the expansion
+        reordered.sentence_context = reordered.rows_context()
+        return reordered
+
+    def rows_context(self) -> SentenceContext:
+        """The sparse cross-attention's view of the rows: the one
+        :meth:`index_select` made for the reordered rows, else built here."""
+        if self.sentence_context is not None:
+            return self.sentence_context
+        num_sources = self.sentence_ids.size(0)
+        if self.hypothesis_source_index is not None:
+            rows = HypothesisRows.from_source_index(self.hypothesis_source_index, num_sources)
+        else:
+            rows = HypothesisRows.identity(num_sources, self.sentence_ids.device)
+        return SentenceContext(self.sentence_ids, self.layout, self.sentence_states, rows, self.kept_token_bounds)
 
 
 class SparseDecoderContext(NamedTuple):
@@ -412,42 +412,26 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             sentence_encoder = checkpoint_layer(sentence_encoder, args)
         encoder.sentence_encoder = sentence_encoder
 
-    def encoder_outputs(self, encoder, encoder_out, structure):
-        src_sent_ids = structure.side_inputs["src_sent_ids"]
-        if src_sent_ids.shape != structure.src_tokens.shape:
-            raise ValueError(
-                f"src_sent_ids {tuple(src_sent_ids.shape)} must have the shape of src_tokens "
-                f"{tuple(structure.src_tokens.shape)}"
-            )
-        layout = sentence_layout(src_sent_ids)
-        sentence_states: List[Tensor] = []
-        if encoder.sentence_encoder is not None:
-            states = encoder_out["encoder_out"][0].transpose(0, 1)
-            sentence_states = [encoder.sentence_encoder(states, layout)]
-        return dict(
-            src_sent_ids=[src_sent_ids],
-            sentence_token_index=[layout.token_index],
-            sentence_token_mask=[layout.token_mask],
-            sentence_lengths=[layout.lengths],
-            sentence_states=sentence_states,
-            hypothesis_source_index=[],
+    def source_context(self, encoder, encoder_states, structure):
+        layout = sentence_layout(structure.sentence_ids)
+        return SparseSourceContext(
+            sentence_ids=structure.sentence_ids,
+            sentence_states=(
+                encoder.sentence_encoder(encoder_states.transpose(0, 1), layout)
+                if encoder.sentence_encoder is not None
+                else None
+            ),
+            layout=layout,
             # in evaluation: sizes generation's kept-token layouts without a synchronization per step
             # (one per batch, here)
-            kept_token_bounds=[] if encoder.training else [kept_token_bounds(layout.lengths)],
+            kept_token_bounds=None if encoder.training else kept_token_bounds(layout.lengths),
         )
 
     def reorder_encoder_out(self, encoder, encoder_out, new_order):
-        """Reorder the decoder rows, not the encoder output: row ``i`` now
-        reads the source that row ``new_order[i]`` read (``new_order`` may
-        expand to the beam, permute hypotheses, or drop finished sources)."""
-        rows = encoder_out["hypothesis_source_index"]
-        source_index = rows[0].index_select(0, new_order) if len(rows) > 0 else new_order
+        """The encoder output stays one copy per source; its context
+        reorders the decoder rows (:meth:`SparseSourceContext.index_select`)."""
         reordered = dict(encoder_out)
-        reordered["hypothesis_source_index"] = [source_index]
-        reordered.pop("sentence_context", None)
-        # the rows and the sentence context, once per reordering (one synchronization, here); under
-        # static decoding the rows never change after the expansion
-        reordered["sentence_context"] = [sentence_context_from_encoder_out(reordered)]
+        reordered[SOURCE_CONTEXT] = [context.index_select(new_order) for context in encoder_out.get(SOURCE_CONTEXT, [])]
         return reordered
 
     # ----------------------------------------------------------- decoder side
@@ -470,14 +454,13 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             generation_path=config.sparse_generation_path,
         )
 
-    def decoder_context(self, decoder, encoder_out, incremental_state):
-        if encoder_out is None or "src_sent_ids" not in encoder_out:
-            raise ValueError("--cross-attention sparse needs an encoder output with the sentence layout (src_sent_ids)")
+    def decoder_context(self, decoder, source, incremental_state):
+        sentences = required_context(source, self).rows_context()
         mix_draw = None
         if decoder.training and any(layer.encoder_attn.selection == "mix" for layer in decoder.layers):
             # Sec. 4.3's scheduled mix: one uniform draw per training forward pass, shared by every layer
             mix_draw = torch.rand(()).item()
-        return SparseDecoderContext(sentence_context_from_encoder_out(encoder_out), incremental_state is None, mix_draw)
+        return SparseDecoderContext(sentences, incremental_state is None, mix_draw)
 
     def attend(
         self,

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from mdsfair.modules.segment_positions import segment_boundaries, segment_runs, segment_start_mask
+from mdsfair.modules.source_structure import SourceStructure
 
 
 @dataclass
@@ -151,14 +152,12 @@ class DocumentLayout:
         documents per example, the longest document, the documents of
         every length bucket) and the checks of the ids are read in one host
         read, together with what ``structure`` (a
-        :class:`~mdsfair.modules.components.SourceStructure`) holds: one
+        :class:`~mdsfair.modules.source_structure.SourceStructure`) holds: one
         synchronization per batch. ``read_segment_sizes`` (default: on a
         GPU, where the variable-length flash path may run): the sizes of
         :meth:`flat_segments` are read in the same host read.
         ``shortest_bucket``: the first bucket's block length (default
         :attr:`SHORTEST_BUCKET`)."""
-        from mdsfair.modules.components import SourceStructure
-
         if document_ids.dim() != 2:
             raise ValueError(f"document ids must be [batch, length], got shape {tuple(document_ids.shape)}")
         batch_size, length = document_ids.shape

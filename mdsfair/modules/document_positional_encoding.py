@@ -187,14 +187,14 @@ class DocumentAwarePositionalEncoding(nn.Module):
         ``embed_positions`` is the model's token positional embedding
         (``f_token``: fairseq's sinusoidal or learned one; ``None`` for a model
         without token positions). It stays owned by the model, so the state
-        dict keeps fairseq's parameter names.
+        dict keeps fairseq's parameter names. ``doc_ids`` is aligned to
+        ``src_tokens`` (the encoder checks its side inputs once,
+        :func:`~mdsfair.data.side_inputs.check_side_inputs`).
         """
         if doc_ids is None:
             raise ValueError(
                 "document-aware positional encoding needs src_doc_ids (task multidoc_summarization provides them)"
             )
-        if doc_ids.shape != src_tokens.shape:
-            raise ValueError(f"src_doc_ids {tuple(doc_ids.shape)} does not match src_tokens {tuple(src_tokens.shape)}")
         encoding = self.alpha * self.document_encoding(doc_ids)
         token = self.token_encoding(src_tokens, doc_ids, embed_positions)
         return encoding if token is None else encoding + token.to(encoding.dtype)

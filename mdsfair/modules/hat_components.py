@@ -9,9 +9,10 @@ from typing import Optional
 
 from mdsfair.argument_types import at_least
 from mdsfair.modules.components import ComponentConfig, component_flag, register_component
-from mdsfair.modules.cross_attention_components import FullCrossAttention
+from mdsfair.modules.cross_attention_components import FullCrossAttention, required_context
 from mdsfair.modules.hat_attention import HATDecoderLayer, HierarchicalSentenceEncoder, SentenceMemory
 from mdsfair.modules.segment_positions import segment_start_mask
+from mdsfair.modules.source_structure import SourceContext
 from mdsfair.modules.transformer_layers import wrap_layer
 
 logger = logging.getLogger(__name__)
@@ -51,7 +52,6 @@ class HATCrossAttention(FullCrossAttention):
     implemented_in = ("mdsfair.modules.hat_attention",)
     config_class = HATConfig
     decoder_layer_class = HATDecoderLayer
-    encoder_outputs_reordered = ("sentence_states", "sentence_padding_mask")
 
     def side_inputs(self):
         return {"src_sent_ids": True}
@@ -61,27 +61,15 @@ class HATCrossAttention(FullCrossAttention):
             encoder.cfg, self.config.hierarchical_sentence_layers, wrap=lambda layer: wrap_layer(layer, encoder.cfg)
         )
 
-    def encoder_outputs(self, encoder, encoder_out, structure):
-        src_sent_ids = structure.side_inputs["src_sent_ids"]
-        if src_sent_ids.shape != structure.src_tokens.shape:
-            raise ValueError(
-                f"src_sent_ids {tuple(src_sent_ids.shape)} must have the shape of src_tokens "
-                f"{tuple(structure.src_tokens.shape)}"
-            )
-        src_sent_ids = src_sent_ids.masked_fill(structure.padding_mask, -1)
+    def source_context(self, encoder, encoder_states, structure):
+        src_sent_ids = structure.sentence_ids.masked_fill(structure.padding_mask, -1)
         (num_sentences,) = structure.read(segment_start_mask(src_sent_ids).sum(dim=1).max())
-        memory = encoder.hierarchical_encoder(encoder_out["encoder_out"][0], src_sent_ids, num_sentences)
-        return {
-            "sentence_states": [memory.states.transpose(0, 1)],  # B x S x C
-            "sentence_padding_mask": [memory.padding_mask],  # B x S
-        }
+        memory = encoder.hierarchical_encoder(encoder_states, src_sent_ids, num_sentences)
+        return SourceContext(sentence_states=memory.states.transpose(0, 1), sentence_padding_mask=memory.padding_mask)
 
-    def decoder_context(self, decoder, encoder_out, incremental_state):
-        if encoder_out is None or len(encoder_out.get("sentence_states", [])) == 0:
-            raise ValueError("--cross-attention hat needs the encoder output's sentence states")
-        return SentenceMemory(
-            encoder_out["sentence_states"][0].transpose(0, 1), encoder_out["sentence_padding_mask"][0]
-        )
+    def decoder_context(self, decoder, source, incremental_state):
+        source = required_context(source, self)
+        return SentenceMemory(source.sentence_states.transpose(0, 1), source.sentence_padding_mask)
 
     def upgrade_state_dict(self, model, state_dict, prefix):
         """Restoring a checkpoint without HAT's layers (BART): the new layers

@@ -26,13 +26,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from mdsfair.modules.components import (
-    Component,
-    ComponentConfig,
-    SourceStructure,
-    component_flag,
-    register_component,
-)
+from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
 from mdsfair.modules.document_positional_encoding import (
     DOC_POSITION_FUNCTIONS,
     TOKEN_POSITION_MODES,
@@ -45,6 +39,7 @@ from mdsfair.modules.segment_positions import (
     restarted_position_rows,
     tile_position_table,
 )
+from mdsfair.modules.source_structure import SourceStructure
 from mdsfair.modules.sinusoidal import HalvesSinusoidalPositions
 
 logger = logging.getLogger(__name__)
@@ -262,5 +257,5 @@ class DocumentAwarePositions(PositionComponent):
 
     def embed(self, encoder, structure):
         return encoder.document_positional_encoding(
-            structure.src_tokens, structure.side_inputs.get("src_doc_ids"), encoder.embed_positions
+            structure.src_tokens, structure.side_input("src_doc_ids"), encoder.embed_positions
         )

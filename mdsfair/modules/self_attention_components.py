@@ -24,13 +24,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.argument_types import UsageError, at_least
-from mdsfair.modules.components import (
-    Component,
-    ComponentConfig,
-    SourceStructure,
-    component_flag,
-    register_component,
-)
+from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
 from mdsfair.modules.dependency_attention import (
     ARC_DIRECTIONS,
     DEPENDENCY_ENCODERS,
@@ -43,6 +37,7 @@ from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttent
 from mdsfair.modules.document_blocks import DocumentLayout
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
+from mdsfair.modules.source_structure import SourceStructure
 
 GLOBAL_ATTENTION = ("first", "doc-sep", "documents", "none")
 DOCUMENT_SEPARATOR = "<doc-sep>"
@@ -299,7 +294,7 @@ class LongformerSelfAttentionComponent(SelfAttentionComponent):
             encoder.padding_idx,
             self.global_attention,
             self.document_separator,
-            structure.side_inputs.get("src_doc_ids"),
+            structure.side_input("src_doc_ids"),
         )
         return global_mask
 
@@ -402,19 +397,14 @@ class DependencySelfAttention(SelfAttentionComponent):
 
     def prepare(self, encoder, structure):
         """The dependency relation mask ``[B, T, T]`` shared by the guided layers."""
-        arcs = {name: structure.side_inputs.get(name) for name in ("src_dep_head", "src_dep_rel", "src_dep_word")}
-        if arcs["src_dep_head"] is None or arcs["src_dep_rel"] is None:
+        head, relation = structure.side_input("src_dep_head"), structure.side_input("src_dep_rel")
+        if head is None or relation is None:
             raise ValueError(
                 "the linguistic-guided encoding (--encoder-self-attention dependency) needs dependency arcs "
                 "(src_dep_head, src_dep_rel): preprocess with `mdsfair-preprocess --side-data dep_head dep_rel`, "
                 "or train with --no-dependency-encoding"
             )
-        for name, tensor in arcs.items():
-            if tensor is not None and tensor.shape != structure.src_tokens.shape:
-                raise ValueError(
-                    f"{name} {tuple(tensor.shape)} does not match src_tokens {tuple(structure.src_tokens.shape)}"
-                )
-        return encoder.dependency_encoder(arcs["src_dep_head"], arcs["src_dep_rel"], arcs["src_dep_word"])
+        return encoder.dependency_encoder(head, relation, structure.side_input("src_dep_word"))
 
     def attend(self, attention, x, padding_mask, context, layer_index):
         mask = context if layer_index in self.layers else None
