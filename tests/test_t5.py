@@ -6,7 +6,6 @@ greedy and beam-search outputs, and the same token ids on real text; the
 relative position buckets follow the paper's rule; incremental decoding
 equals the full pass; the model contract's checks run on ``t5_v1_1_tiny``."""
 
-import glob
 import json
 import os
 
@@ -15,22 +14,18 @@ import torch
 
 from tests import contract_checks as checks
 from tests import model_contract as contract
+from tests.hf_t5_family import (
+    copy_of,
+    fairseq_hypotheses,
+    hf_hypotheses,
+    left_padded,
+    padded_batch,
+    real_lines,
+    save_t5_tokenizer,
+    sentencepiece,
+    transformers,
+)
 from tests.tolerances import assert_close_in_dtype
-
-transformers = pytest.importorskip("transformers")
-sentencepiece = pytest.importorskip("sentencepiece")
-
-SHARED_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data")
-
-#: A few lines to train the tiny SentencePiece model on.
-TRAINING_LINES = [
-    "The committee approved the new budget for the coming year.",
-    "Researchers reported that the model summarizes several documents at once.",
-    "Reviewers asked the authors to compare against stronger baselines.",
-    "The city council met on Tuesday to discuss public transport.",
-    "A summary should keep the facts that every source agrees on.",
-    "Prices rose by 3 percent in March, the agency said.",
-] * 4
 
 
 @pytest.fixture(scope="module")
@@ -38,21 +33,7 @@ def hf_folder(tmp_path_factory):
     """A tiny T5 v1.1 (gated GELU, untied lm_head, 4 unnamed embedding rows)
     with random weights, its spiece.model and tokenizer files."""
     folder = str(tmp_path_factory.mktemp("hf_t5"))
-    spm_prefix = os.path.join(folder, "spiece")
-    sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(TRAINING_LINES),
-        model_prefix=spm_prefix,
-        vocab_size=80,
-        pad_id=0,
-        eos_id=1,
-        unk_id=2,
-        bos_id=-1,
-        character_coverage=1.0,
-        minloglevel=2,
-    )
-    # loaded from a folder holding only spiece.model, as the Hub's v1.1 folders were made
-    tokenizer = transformers.T5Tokenizer.from_pretrained(folder, extra_ids=100)
-    tokenizer.save_pretrained(folder)
+    save_t5_tokenizer(folder)
     config = transformers.T5Config(
         vocab_size=184,  # 80 pieces + 100 sentinels + 4 unnamed rows
         d_model=32,
@@ -99,15 +80,8 @@ def hf_model(hf_folder):
     return transformers.T5ForConditionalGeneration.from_pretrained(hf_folder).double().eval()
 
 
-def padded_batch():
-    """Two Hugging Face sources of different lengths, right-padded with 0, and their mask."""
-    generator = torch.Generator().manual_seed(1)
-    lengths = [23, 15]
-    ids = torch.zeros(2, max(lengths), dtype=torch.long)
-    for row, length in enumerate(lengths):
-        ids[row, : length - 1] = torch.randint(3, 180, (length - 1,), generator=generator)
-        ids[row, length - 1] = 1
-    return ids, ids.ne(0).long()
+#: the lengths of the two sources of the padded batch
+LENGTHS = [23, 15]
 
 
 def test_relative_position_buckets_follow_the_paper():
@@ -140,7 +114,7 @@ def test_the_import_writes_a_t5_checkpoint_and_dictionary(imported, hf_folder):
 
 def test_teacher_forced_logits_equal_hugging_face_in_float64(imported, hf_model):
     _summary, model, task, _out_dir = imported
-    ids, mask = padded_batch()
+    ids, mask = padded_batch(LENGTHS)
     targets = torch.tensor([[5, 9, 33, 40, 1, 0], [7, 12, 1, 0, 0, 0]])
     decoder_input = torch.cat([torch.zeros(2, 1, dtype=torch.long), targets[:, :-1]], dim=1)
     with torch.no_grad():
@@ -153,64 +127,15 @@ def test_teacher_forced_logits_equal_hugging_face_in_float64(imported, hf_model)
     probabilities = torch.softmax(logits, -1)
     assert torch.all(probabilities[..., 0] <= torch.exp(torch.tensor(-99.0)) * probabilities[..., 1:].min(-1).values)
     # the source left-padded, as fairseq's data sets pad it: relative positions are unchanged
-    left = torch.ones_like(ids)  # fairseq's <pad>
-    for row, length in enumerate(mask.sum(1).tolist()):
-        left[row, ids.size(1) - length :] = ids[row, :length] + 1
     with torch.no_grad():
-        left_logits, _ = model(left, mask.sum(1), prev_output_tokens)
+        left_logits, _ = model(left_padded(ids, mask), mask.sum(1), prev_output_tokens)
     assert_close_in_dtype(left_logits, logits)
-
-
-def fairseq_hypotheses(model, task, ids, mask, beam: int, max_len: int):
-    from fairseq.sequence_generator import SequenceGenerator
-
-    generator = SequenceGenerator([model], task.target_dictionary, beam_size=beam, max_len_a=0, max_len_b=max_len,
-                                  min_len=0)  # fmt: skip
-    sample = {"net_input": {"src_tokens": ids + 1, "src_lengths": mask.sum(1)}}
-    with torch.no_grad():
-        results = generator.generate([model], sample)
-    return [(result[0]["tokens"] - 1).tolist() for result in results]
-
-
-class FairseqLengthLimit(transformers.LogitsProcessor):
-    """fairseq's rule at its length limit, for Hugging Face's generate: after
-    ``max_len`` tokens only ``</s>`` remains, with its own log-probability
-    (Hugging Face's ``forced_eos_token_id`` gives it 0)."""
-
-    def __init__(self, max_len: int, eos: int):
-        self.max_len, self.eos = max_len, eos
-
-    def __call__(self, input_ids, scores):
-        if input_ids.size(1) - 1 < self.max_len:  # without the start token
-            return scores
-        limited = torch.full_like(scores, -float("inf"))
-        limited[:, self.eos] = scores[:, self.eos]
-        return limited
-
-
-def hf_hypotheses(hf_model, ids, mask, beam: int, max_len: int):
-    with torch.no_grad():
-        output = hf_model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            num_beams=beam,
-            do_sample=False,
-            max_new_tokens=max_len + 1,
-            early_stopping=True,
-            length_penalty=1.0,
-            suppress_tokens=[0],  # fairseq's generators never produce <pad>
-            logits_processor=transformers.LogitsProcessorList([FairseqLengthLimit(max_len, eos=1)]),
-        )
-    hypotheses = []
-    for row in output[:, 1:].tolist():  # without the start token
-        hypotheses.append(row[: row.index(1) + 1] if 1 in row else row)
-    return hypotheses
 
 
 @pytest.mark.parametrize("beam", [1, 4])
 def test_greedy_and_beam_outputs_equal_hugging_face(imported, hf_model, beam):
     _summary, model, task, _out_dir = imported
-    ids, mask = padded_batch()
+    ids, mask = padded_batch(LENGTHS)
     max_len = 12
     ours = fairseq_hypotheses(model, task, ids, mask, beam, max_len)
     theirs = hf_hypotheses(hf_model, ids, mask, beam, max_len)
@@ -219,7 +144,7 @@ def test_greedy_and_beam_outputs_equal_hugging_face(imported, hf_model, beam):
 
 def test_incremental_decoding_equals_the_full_pass(imported):
     _summary, model, task, _out_dir = imported
-    ids, mask = padded_batch()
+    ids, mask = padded_batch(LENGTHS)
     tokens = torch.tensor([[2, 6, 10, 34, 41], [2, 8, 13, 2, 1]])
     with torch.no_grad():
         encoder_out = model.encoder(ids + 1, mask.sum(1))
@@ -228,15 +153,6 @@ def test_incremental_decoding_equals_the_full_pass(imported):
         steps = [model.decoder(tokens[:, : step + 1], encoder_out, incremental_state=state)[0]
                  for step in range(tokens.size(1))]  # fmt: skip
     assert_close_in_dtype(torch.cat(steps, dim=1), full)
-
-
-def real_lines():
-    files = sorted(glob.glob(os.path.join(SHARED_DATA, "multi_xscience", "jsonl", "*.jsonl")))
-    if not files:
-        pytest.skip(f"{SHARED_DATA}/multi_xscience is not there")
-    with open(files[0]) as handle:
-        clusters = [json.loads(line) for _index, line in zip(range(3), handle)]
-    return [cluster["summary"] for cluster in clusters] + [cluster["documents"][0][:500] for cluster in clusters]
 
 
 def test_imported_dictionary_maps_ids_as_the_hugging_face_tokenizer(imported, hf_folder):
@@ -267,26 +183,6 @@ def test_the_command_imports_again_with_overwrite(hf_folder, tmp_path, capsys):
     assert import_main(["hf-t5", hf_folder, out_dir]) == 1  # the folder is taken
     assert import_main(["hf-t5", hf_folder, out_dir, "--overwrite"]) == 0
     assert sorted(os.listdir(out_dir)) == ["dict.txt", "mdsfair.json", "model.pt", "spm.model"]
-
-
-def copy_of(hf_folder: str, tmp_path, config_edit=None, drop_tensor=None) -> str:
-    import shutil
-
-    from safetensors.torch import load_file, save_file
-
-    folder = str(tmp_path / "hf_copy")
-    shutil.copytree(hf_folder, folder)
-    if config_edit:
-        path = os.path.join(folder, "config.json")
-        config = json.load(open(path))
-        config.update(config_edit)
-        json.dump(config, open(path, "w"))
-    if drop_tensor:
-        path = os.path.join(folder, "model.safetensors")
-        state = load_file(path)
-        del state[drop_tensor]
-        save_file(state, path)
-    return folder
 
 
 @pytest.mark.parametrize(

@@ -32,6 +32,8 @@ IMPORT_KINDS: Dict[str, str] = {
     "spiece.model) or model id (google/t5-v1_1-base) -> a t5_v1_1 checkpoint + dict.txt, spm.model",
     "hf-pegasus": "Hugging Face PEGASUS model directory (config.json, model.safetensors or pytorch_model.bin, "
     "spiece.model) or model id (google/pegasus-multi_news) -> a pegasus checkpoint + dict.txt, spm.model",
+    "hf-longt5": "Hugging Face LongT5 model directory (local or transient-global; config.json, weights, "
+    "spiece.model) or model id (google/long-t5-tglobal-base) -> a longt5 checkpoint + dict.txt, spm.model",
 }
 
 EXPORT_KINDS: Dict[str, str] = {

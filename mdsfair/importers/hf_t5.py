@@ -38,7 +38,7 @@ import os
 import re
 import shutil
 import sys
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Callable, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.config_checks import config_integer, config_value
@@ -59,10 +59,10 @@ FEED_FORWARD_NAMES = {"gated-gelu": {"wi_0": "fc_gate", "wi_1": "fc1", "wo": "fc
 SENTENCEPIECE_FILE = "spiece.model"
 
 
-def t5_configuration(config: Dict, path: str) -> Dict:
+def t5_configuration(config: Dict, path: str, model_type: str = "t5") -> Dict:
     """The sizes and settings of ``config.json``, checked."""
-    if config.get("model_type") != "t5":
-        raise ImportRefused(f"{path}: model_type is {config.get('model_type')!r}, not 't5'")
+    if config.get("model_type") != model_type:
+        raise ImportRefused(f"{path}: model_type is {config.get('model_type')!r}, not {model_type!r}")
     scaled = config.get("scale_decoder_outputs", config.get("tie_word_embeddings", True) is not False)
     if scaled:
         raise ImportRefused(
@@ -250,34 +250,52 @@ def import_manifest(source: Dict[str, object]) -> Dict:
     }
 
 
-def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dict:
-    """Convert a Hugging Face T5 v1.1 folder (or Hub model id); returns a summary."""
+class T5Family(NamedTuple):
+    """What one member of the T5 family imports differently: its kind
+    (``hf-t5``), its name, fairseq model and a model id (for ``--help``), how it reads
+    ``config.json`` (:func:`t5_configuration`), Hugging Face's tensors
+    (:func:`fairseq_state_from_hf`) and the architecture and its flags
+    (:func:`architecture_flags`)."""
+
+    kind: str
+    name: str
+    model: str
+    example: str
+    configuration: Callable[[Dict, str], Dict]
+    state: Callable[[Dict, Dict, str], Dict]
+    flags: Callable[[Dict], Tuple[str, List[str]]]
+
+
+def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False, family: Optional[T5Family] = None) -> Dict:
+    """Convert a Hugging Face T5 v1.1 folder (or Hub model id), or one of
+    another ``family`` member; returns a summary."""
     from fairseq.data import Dictionary
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
     from mdsfair.importers.output import ImportOutput, import_record
     from mdsfair.preprocess.subword import SPM_MODEL_NAME
 
+    family = family or T5_V1_1
     model = resolve_model_source(hf_dir)
     config_path = os.path.join(model.path, "config.json")
-    config = t5_configuration(read_json(config_path, "the model configuration", dict), config_path)
+    config = family.configuration(read_json(config_path, "the model configuration", dict), config_path)
     spm_path = os.path.join(model.path, SENTENCEPIECE_FILE)
     if not os.path.isfile(spm_path):
         raise ImportRefused(f"{model.path}: no {SENTENCEPIECE_FILE} (T5's SentencePiece model)")
     state, weights_path = load_hf_weights(model.path)
-    fairseq_state = fairseq_state_from_hf(state, config, weights_path)
+    fairseq_state = family.state(state, config, weights_path)
     num_rows = fairseq_state["encoder.embed_tokens.weight"].size(0) - 1
     symbols = t5_symbols(spm_path, extra_id_count(model.path), num_rows)
-    arch, flags = architecture_flags(config)
+    arch, flags = family.flags(config)
     args = training_namespace(arch, flags)
     check_against_model(args, symbols, fairseq_state, weights_path)
-    source = {"kind": "hf-t5", "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
+    source = {"kind": family.kind, "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
     source.update(model.record())
     manifest = import_manifest(source)
     dictionary = Dictionary()
     for symbol in symbols:
         dictionary.add_symbol(symbol)
-    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-t5") as output:
+    with ImportOutput(out_dir, overwrite, f"mdsfair-import {family.kind}") as output:
         dictionary.save(output.path("dict.txt"))
         shutil.copyfile(spm_path, output.path(SPM_MODEL_NAME))
         record = import_record(output.staging, out_dir, manifest, fairseq_state)
@@ -293,19 +311,25 @@ def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dict:
     }
 
 
-def cli_main(argv: Optional[List[str]] = None) -> int:
+#: T5 v1.1: ``mdsfair-import hf-t5``
+T5_V1_1 = T5Family("hf-t5", "T5 v1.1", "t5_v1_1", "google/t5-v1_1-base", t5_configuration, fairseq_state_from_hf,
+                   architecture_flags)  # fmt: skip
+
+
+def cli_main(argv: Optional[List[str]] = None, family: T5Family = T5_V1_1) -> int:
     parser = argparse.ArgumentParser(
-        prog="mdsfair-import hf-t5",
-        description="Convert a Hugging Face T5 v1.1 model (config.json, model.safetensors or pytorch_model.bin, "
-        "spiece.model) to a t5_v1_1 fairseq checkpoint with its dictionary (fairseq index = Hugging Face id + 1).",
+        prog=f"mdsfair-import {family.kind}",
+        description=f"Convert a Hugging Face {family.name} model (config.json, model.safetensors or "
+        f"pytorch_model.bin, spiece.model) to a {family.model} fairseq checkpoint with its dictionary (fairseq index "
+        "= Hugging Face id + 1).",
     )
-    parser.add_argument("hf_dir", metavar="HF_DIR", help="Hugging Face model folder, or model id (google/t5-v1_1-base)")
+    parser.add_argument("hf_dir", metavar="HF_DIR", help=f"Hugging Face model folder, or model id ({family.example})")
     parser.add_argument(
         "out_dir", metavar="OUT_DIR", help="output folder (model.pt, dict.txt, spm.model, mdsfair.json)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier import in OUT_DIR")
     args = parser.parse_args(argv)
-    summary = import_hf_t5(args.hf_dir, args.out_dir, overwrite=args.overwrite)
+    summary = import_hf_t5(args.hf_dir, args.out_dir, overwrite=args.overwrite, family=family)
     out = sys.stdout
     for line in summary["found"]:
         print(line, file=out)
