@@ -39,8 +39,8 @@ from mdsfair.modules.segment_positions import (
     restarted_position_rows,
     tile_position_table,
 )
-from mdsfair.modules.source_structure import SourceStructure
 from mdsfair.modules.sinusoidal import HalvesSinusoidalPositions
+from mdsfair.modules.source_structure import SourceStructure
 
 logger = logging.getLogger(__name__)
 
