@@ -82,7 +82,7 @@ def test_readme_shape():
     assert block[0].startswith("bash install.sh") and "minute" in block[0]
     assert block[1].startswith("bash examples/quickstart.sh") and "minute" in block[1]
     tests = text.split("## Tests")[1].split("## Documentation")[0]
-    assert "python3 -m pytest -q tests && python3 -m pytest -q -m slow tests" in tests and "minutes" in tests
+    assert "python3 -m pytest -q -n 2 tests && python3 -m pytest -q -n 2 -m slow tests" in tests and "minutes" in tests
     for stale in ("../shared", "the issue", "device call", "2026-"):
         assert stale not in text, stale
 
@@ -92,7 +92,7 @@ def test_ci_runs_the_readme_commands():
     text = read("README.md")
     ci = read(".ci/run")
     assert "bash install.sh" in ci and "bash install.sh" in text
-    assert "python3 -m pytest -q tests && python3 -m pytest -q -m slow tests" in ci
+    assert "python3 -m pytest -q -n 2 tests && python3 -m pytest -q -n 2 -m slow tests" in ci
     # the install command installs what the site build needs
     assert '".[test,docs]"' in read("install.sh")
     assert '"docs": [' in read("setup.py")
