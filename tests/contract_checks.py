@@ -54,6 +54,9 @@ def check_forward_shapes_padding_and_batch_composition(built_model: contract.Con
     """Output shapes and finite outputs; every example's outputs are those
     it gets alone (no padding) and in a batch of another composition and
     order. ``model`` is in evaluation mode."""
+    if built_model.family is contract.CONTENT_SELECTOR:
+        check_content_selector_batch_composition(built_model, model)
+        return
     indices = built_model.shortest("valid", 3)
     sample = built_model.batch("valid", indices, model)
     arch = built_model.arch
@@ -89,6 +92,30 @@ def check_forward_shapes_padding_and_batch_composition(built_model: contract.Con
         with torch.no_grad():
             alone_logits = model(**alone, prev_output_tokens=prev)[0]
         assert close_in_model_dtype(alone_logits[0], logits[index, :length]), (arch, index)
+
+
+def check_content_selector_batch_composition(built_model: contract.ContractModel, model) -> None:
+    """LoBART's content selector: finite outputs of the right shapes, and
+    every cluster's summary logits, sentence attention and extractive logits
+    in a padded batch are those it gets alone."""
+    indices = built_model.shortest("valid", 3)
+    sample = built_model.batch("valid", indices, model)
+    with torch.no_grad():
+        logits, extra = model(**sample["net_input"])
+    sentences = sample["net_input"]["sentence_tokens"].ne(built_model.task.source_dictionary.pad()).any(-1)
+    assert logits.shape[:2] == sample["target"].shape and torch.isfinite(logits).all()
+    assert extra["extraction_logits"].shape == sentences.shape
+    assert extra["sentence_attention"].shape == (*sample["target"].shape, sentences.size(1))
+    for row, index in enumerate(indices):
+        alone = built_model.batch("valid", [index], model)
+        with torch.no_grad():
+            alone_logits, alone_extra = model(**alone["net_input"])
+        steps, count = alone["target"].size(1), alone["net_input"]["sentence_tokens"].size(1)
+        assert close_in_model_dtype(logits[row, :steps], alone_logits[0]), (built_model.arch, row)
+        attention = extra["sentence_attention"][row, :steps, :count]
+        assert close_in_model_dtype(attention, alone_extra["sentence_attention"][0]), (built_model.arch, row)
+        extraction = extra["extraction_logits"][row, :count]
+        assert close_in_model_dtype(extraction, alone_extra["extraction_logits"][0]), (built_model.arch, row)
 
 
 def check_incremental_beam_search_equals_full_decoding(built_model: contract.ContractModel, model) -> None:

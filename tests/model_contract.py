@@ -14,7 +14,8 @@ without a line of test code. This module holds what the suite needs:
 * the model *family* says how the contract drives it (:class:`ModelFamily`):
   summarizers train on ``multidoc_summarization`` with label-smoothed
   cross-entropy and generate; the paragraph ranker trains on
-  ``paragraph_ranking`` and does not generate;
+  ``paragraph_ranking`` and LoBART's content selector on
+  ``content_selection``, and neither generates;
 * :class:`ContractModel` builds the configuration, task, model and criterion
   of one architecture the way ``fairseq-train`` does (through
   ``tests/distributed_harness.parse_training_config``: fixed seed, every
@@ -98,9 +99,18 @@ SPARSE_SUMMARIZER = ModelFamily(
     True,
 )
 RANKER = ModelFamily("ranker", ("--task", "paragraph_ranking", "--criterion", "paragraph_ranking"), "raw", False)
+#: LoBART's content selector trains on the raw clusters with its two-task
+#: loss; it decodes only inside mdsfair-rank, not through the task's generator.
+CONTENT_SELECTOR = ModelFamily(
+    "content selector", ("--task", "content_selection", "--criterion", "content_selection"), "raw", False
+)
 
 #: Model name (``@register_model``) -> family; every other mdsfair model is a summarizer.
-FAMILIES: Dict[str, ModelFamily] = {"paragraph_ranker": RANKER, "sparse_bart": SPARSE_SUMMARIZER}
+FAMILIES: Dict[str, ModelFamily] = {
+    "paragraph_ranker": RANKER,
+    "sparse_bart": SPARSE_SUMMARIZER,
+    "lobart_mcs": CONTENT_SELECTOR,
+}
 
 #: fairseq-preprocess side data every summarizer may need (DAPE's dependency arcs).
 SIDE_DATA = ("dep_head", "dep_rel")

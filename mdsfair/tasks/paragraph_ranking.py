@@ -23,7 +23,7 @@ Every paragraph's target is its ROUGE-2 recall against the gold summary
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import numpy as np
 import torch
@@ -75,7 +75,60 @@ def read_ranking_clusters(path: str):
     return list(read_clusters(path, SentenceSplitter("rule"), require_summary=True))
 
 
-class ParagraphRankingDataset(FairseqDataset):
+def load_word_dictionary(
+    path: str, data: str, vocab_size: int, cluster_texts: Callable[[object], List[str]]
+) -> Dictionary:
+    """The word dictionary at ``path``; when missing, built from the words of
+    ``cluster_texts(cluster)`` over ``{data}/train.jsonl`` (the ``vocab_size``
+    most frequent) and saved there."""
+    if os.path.exists(path):
+        return Dictionary.load(path)
+    train = os.path.join(data, "train.jsonl")
+    if not os.path.exists(train):
+        raise FileNotFoundError(f"neither {path} nor {train} (to build it from) exists")
+    dictionary = Dictionary()
+    for cluster in read_ranking_clusters(train):
+        for text in cluster_texts(cluster):
+            for word in words(text):
+                dictionary.add_symbol(word)
+    dictionary.finalize(nwords=vocab_size)
+    dictionary.save(path)
+    logger.info("built the word dictionary from %s: %d types -> %s", train, len(dictionary), path)
+    return dictionary
+
+
+def encode_words(dictionary: Dictionary, text: str, limit: int) -> torch.Tensor:
+    """The first ``limit`` words of ``text`` as ids of ``dictionary`` (one
+    ``<unk>`` for a text without a word)."""
+    # the pipeline's lookup (a word is never a control id of the dictionary; issue 34 item 1)
+    tokens = text_symbol_indices(dictionary, words(text)[:limit]).tolist()
+    return torch.LongTensor(tokens or [dictionary.unk()])
+
+
+class RawClusterDataset(FairseqDataset):
+    """Clusters read from raw JSONL, each a list of token sequences (its
+    paragraphs or sentences), batched by size: a cluster's size is its
+    sequences times its longest one (the tokens of the padded block it makes);
+    the train split is shuffled within equal sizes."""
+
+    def __init__(self, sequences: List[List[torch.Tensor]], shuffle: bool):
+        self.shuffle = shuffle
+        self.sizes = np.array([len(seqs) * max(len(x) for x in seqs) for seqs in sequences], dtype=np.int64)
+
+    def num_tokens(self, index):
+        return int(self.sizes[index])
+
+    def size(self, index):
+        return int(self.sizes[index])
+
+    def ordered_indices(self):
+        if self.shuffle:
+            order = np.random.permutation(len(self))
+            return order[np.argsort(self.sizes[order], kind="mergesort")]
+        return np.argsort(self.sizes, kind="mergesort")
+
+
+class ParagraphRankingDataset(RawClusterDataset):
     """Clusters as (title, paragraphs, ROUGE-2 recall targets)."""
 
     def __init__(
@@ -86,12 +139,11 @@ class ParagraphRankingDataset(FairseqDataset):
         pad: int,
         shuffle: bool = True,
     ):
+        super().__init__(paragraphs, shuffle)
         self.titles = titles
         self.paragraphs = paragraphs
         self.targets = targets
         self.pad = pad
-        self.shuffle = shuffle
-        self.sizes = np.array([len(ps) * max(len(p) for p in ps) for ps in paragraphs], dtype=np.int64)
 
     def __getitem__(self, index):
         return {
@@ -121,27 +173,15 @@ class ParagraphRankingDataset(FairseqDataset):
             "target": torch.cat([s["target"] for s in samples]),
         }
 
-    def num_tokens(self, index):
-        return int(self.sizes[index])
 
-    def size(self, index):
-        return int(self.sizes[index])
+class RawClusterTask(FairseqTask):
+    """A task that reads raw JSONL splits (``{data}/{split}.jsonl``) with one
+    word dictionary for its inputs and targets; ``name`` is the name it is
+    registered under."""
 
-    def ordered_indices(self):
-        if self.shuffle:
-            order = np.random.permutation(len(self))
-            return order[np.argsort(self.sizes[order], kind="mergesort")]
-        return np.argsort(self.sizes, kind="mergesort")
+    name = ""
 
-
-@register_task("paragraph_ranking", dataclass=ParagraphRankingConfig)
-class ParagraphRankingTask(FairseqTask):
-    """Learn ROUGE-2 recall of paragraphs against the gold summary from the
-    title and the paragraph (Section 3.1)."""
-
-    cfg: ParagraphRankingConfig
-
-    def __init__(self, cfg: ParagraphRankingConfig, dictionary: Dictionary):
+    def __init__(self, cfg, dictionary: Dictionary):
         super().__init__(cfg)
         self.dictionary = dictionary
 
@@ -151,6 +191,33 @@ class ParagraphRankingTask(FairseqTask):
         if not from_checkpoint:
             check_training_setup(self.cfg)
         return super().build_model(cfg, from_checkpoint)
+
+    def split_path(self, split: str) -> str:
+        """``{data}/{split}.jsonl``; FileNotFoundError naming the task when missing."""
+        path = os.path.join(self.cfg.data, f"{split}.jsonl")
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"{path} not found (split {split!r} of task {self.name})")
+        return path
+
+    def max_positions(self):
+        return None
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+
+@register_task("paragraph_ranking", dataclass=ParagraphRankingConfig)
+class ParagraphRankingTask(RawClusterTask):
+    """Learn ROUGE-2 recall of paragraphs against the gold summary from the
+    title and the paragraph (Section 3.1)."""
+
+    name = "paragraph_ranking"
+    cfg: ParagraphRankingConfig
 
     @classmethod
     def dictionary_path(cls, cfg: ParagraphRankingConfig) -> str:
@@ -165,27 +232,16 @@ class ParagraphRankingTask(FairseqTask):
         check_config_sizes(
             cfg, ("ranker_vocab_size", "max_title_tokens", "max_paragraph_tokens", "max_cluster_paragraphs")
         )
-        path = cls.dictionary_path(cfg)
-        if os.path.exists(path):
-            dictionary = Dictionary.load(path)
-        else:
-            train = os.path.join(cfg.data, "train.jsonl")
-            if not os.path.exists(train):
-                raise FileNotFoundError(f"neither {path} nor {train} (to build it from) exists")
-            dictionary = Dictionary()
-            for cluster in read_ranking_clusters(train):
-                for text in [cluster.title or ""] + cluster.paragraphs():
-                    for word in words(text):
-                        dictionary.add_symbol(word)
-            dictionary.finalize(nwords=cfg.ranker_vocab_size)
-            dictionary.save(path)
-            logger.info("built the ranker dictionary from %s: %d types -> %s", train, len(dictionary), path)
+        dictionary = load_word_dictionary(
+            cls.dictionary_path(cfg),
+            cfg.data,
+            cfg.ranker_vocab_size,
+            lambda cluster: [cluster.title or ""] + cluster.paragraphs(),
+        )
         return cls(cfg, dictionary)
 
     def encode_words(self, text: str, limit: int) -> torch.Tensor:
-        # the pipeline's lookup (a word is never a control id of the dictionary; issue 34 item 1)
-        tokens = text_symbol_indices(self.dictionary, words(text)[:limit]).tolist()
-        return torch.LongTensor(tokens or [self.dictionary.unk()])
+        return encode_words(self.dictionary, text, limit)
 
     def encode_cluster(self, cluster, max_paragraphs: Optional[int] = None):
         """(title tensor, paragraph tensors, ROUGE-2 recall targets or None)."""
@@ -199,11 +255,8 @@ class ParagraphRankingTask(FairseqTask):
         return title, encoded, targets
 
     def load_dataset(self, split, epoch=1, combine=False, **kwargs):
-        path = os.path.join(self.cfg.data, f"{split}.jsonl")
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} not found (split {split!r} of task paragraph_ranking)")
         titles, paragraphs, targets = [], [], []
-        for cluster in read_ranking_clusters(path):
+        for cluster in read_ranking_clusters(self.split_path(split)):
             title, encoded, target = self.encode_cluster(cluster, self.cfg.max_cluster_paragraphs)
             titles.append(title)
             paragraphs.append(encoded)
@@ -212,14 +265,3 @@ class ParagraphRankingTask(FairseqTask):
             titles, paragraphs, targets, self.dictionary.pad(), shuffle=split == "train"
         )
         logger.info("%s: %d clusters, %d paragraphs", split, len(titles), sum(len(p) for p in paragraphs))
-
-    def max_positions(self):
-        return None
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
