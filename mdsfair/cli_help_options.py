@@ -10,6 +10,36 @@ FAIRSEQ_VERSION = "0.12.3"
 #: kind (task, model, criterion) -> mdsfair's name -> (the fairseq class it extends, by its registered name, or None; its options, (invocation, help), that the fairseq class lacks or describes otherwise)
 MDSFAIR = {
     "task": {
+        "content_selection": (
+            None,
+            (
+                (
+                    "--allow-arch-change",
+                    "resume (--restore-file, or checkpoint_last.pt in --save-dir) although the model's architecture flags differ from the checkpoint's (e.g. --decoder-attention-heads, --activation-fn: same tensor shapes, another model); by default such a resume stops naming each flag with its old and new value. Dropouts and other non-architecture values may always change (mdsfair/checkpoints/architecture_change.py)",
+                ),
+                ("data", "directory of raw JSONL splits ({split}.jsonl) with summaries"),
+                (
+                    "--selector-dict SELECTOR_DICT",
+                    "word dictionary of the selector (default: {data}/dict.selector.txt, built from the train split when missing)",
+                ),
+                (
+                    "--selector-vocab-size SELECTOR_VOCAB_SIZE",
+                    "words kept when building the dictionary (most frequent first) (default: 50000)",
+                ),
+                (
+                    "--max-sentences MAX_SENTENCES",
+                    "read at most this many sentences of a cluster, the first ones (the authors' num_utterances) (default: 1000)",
+                ),
+                (
+                    "--max-sentence-words MAX_SENTENCE_WORDS",
+                    "cut every sentence to this many words (the authors' num_words) (default: 50)",
+                ),
+                (
+                    "--max-summary-words MAX_SUMMARY_WORDS",
+                    "cut the summary to this many words before </s> (the authors' summary_length of 144 tokens with the start token) (default: 143)",
+                ),
+            ),
+        ),
         "multidoc_summarization": (
             None,
             (
@@ -1243,6 +1273,33 @@ MDSFAIR = {
                 ),
             ),
         ),
+        "lobart_mcs": (
+            None,
+            (
+                ("--selector-embed-dim N", "word embedding dimension (encoder and decoder) (default: 256)"),
+                (
+                    "--selector-hidden-dim N",
+                    "size of the sentence, word and decoder states (each bidirectional GRU direction has half) (default: 512)",
+                ),
+                (
+                    "--selector-encoder-layers N",
+                    "layers of the word-level GRU and of the sentence-level GRU (default: 2)",
+                ),
+                ("--selector-decoder-layers N", "layers of the decoder GRU (default: 1)"),
+                (
+                    "--dropout D",
+                    "dropout between the layers of each GRU and before the labeller (the authors' places) (default: 0.1)",
+                ),
+                (
+                    "--checkpoint-activations",
+                    "checkpoint every GRU's activations: recompute them in the backward pass (default: off)",
+                ),
+                (
+                    "--offload-activations",
+                    "keep the checkpointed GRUs' saved inputs in CPU memory; implies --checkpoint-activations (default: off)",
+                ),
+            ),
+        ),
         "longt5": (
             None,
             (
@@ -1965,6 +2022,15 @@ MDSFAIR = {
         ),
     },
     "criterion": {
+        "content_selection": (
+            None,
+            (
+                (
+                    "--extraction-weight EXTRACTION_WEIGHT",
+                    "gamma of L = (1 - gamma) L_seq2seq + gamma L_ext, in [0, 1] (0.2 in the authors' conf/hiermodel_v1.txt) (default: 0.2)",
+                ),
+            ),
+        ),
         "paragraph_ranking": (
             None,
             (),
@@ -2169,6 +2235,7 @@ ARCHITECTURES = {
     "hiertransformer": ("hiertransformer", "hiertransformer_hiersumm", "hiertransformer_tiny"),
     "led": ("led_base", "led_large", "led_tiny", "primera"),
     "lobart": ("lobart_4k", "lobart_tiny"),
+    "lobart_mcs": ("lobart_mcs", "lobart_mcs_tiny"),
     "longt5": ("longt5_local_base", "longt5_local_tiny", "longt5_tglobal_base", "longt5_tglobal_large", "longt5_tiny"),
     "multidoc_bart": (
         "lsh_bart_large",
