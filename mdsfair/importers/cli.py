@@ -41,6 +41,7 @@ EXPORT_KINDS: Dict[str, str] = {
     "hf-led": "an led checkpoint (led_*, primera) + its dict.txt -> a Hugging Face LED model directory",
     "hf-pegasus": "a pegasus checkpoint + its dict.txt and spm.model -> a Hugging Face PEGASUS model directory",
     "hf-t5": "a t5_v1_1 checkpoint + its dict.txt and spm.model -> a Hugging Face T5 v1.1 model directory",
+    "hf-longt5": "a longt5 checkpoint + its dict.txt and spm.model -> a Hugging Face LongT5 model directory",
 }
 
 
