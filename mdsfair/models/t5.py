@@ -56,6 +56,7 @@ from torch.nn import functional as F
 from mdsfair.argument_types import at_least, number_between
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
+from mdsfair.models.t5_component_flags import add_refused_component_args, own_role_choice, refuse_component_flags
 from mdsfair.models.tiny_dimensions import TINY_DIMENSIONS
 from mdsfair.modules.activation_checkpointing import add_activation_checkpointing_args, checkpoint_layer
 from mdsfair.modules.longt5_attention import (
@@ -291,6 +292,7 @@ class T5Model(MultiDocHubModel, FairseqEncoderDecoderModel):
         )
         parser.add_argument(
             "--encoder-self-attention",
+            type=own_role_choice("encoder_self_attention", ENCODER_SELF_ATTENTION_KINDS),
             choices=ENCODER_SELF_ATTENTION_KINDS,
             help="encoder self-attention: full (T5), or LongT5's local or transient-global (Guo et al. 2022, Sec. 2.1)",
         )
@@ -320,10 +322,12 @@ class T5Model(MultiDocHubModel, FairseqEncoderDecoderModel):
             help="dropout of the embeddings, attention probabilities, sub-layer outputs and feed-forward",
         )
         add_activation_checkpointing_args(parser)
+        add_refused_component_args(parser)
 
     @classmethod
     def build_model(cls, args, task):
         t5_v1_1_base_architecture(args)
+        refuse_component_flags(args, own=tuple(DEFAULTS))
         # one model dimension: the decoder's sizes are the encoder's
         args.decoder_embed_dim = args.encoder_embed_dim
         args.decoder_ffn_embed_dim = args.encoder_ffn_embed_dim
