@@ -24,6 +24,7 @@ import pytest
 import torch
 
 from mdsfair.modules.efficient_encoder_components import evaluation_generator
+from mdsfair.modules.longformer_attention import LongformerSelfAttention
 from mdsfair.modules.lsh_attention import LSHSelfAttention, default_bucket_count, lsh_attention
 from mdsfair.modules.sinkhorn_attention import (
     SinkhornSelfAttention,
@@ -31,6 +32,7 @@ from mdsfair.modules.sinkhorn_attention import (
     sinkhorn_attention,
     sinkhorn_sorting,
 )
+from tests.utils import model_on_dictionary, toy_dictionary
 
 LONGDOCSUM_REPO = os.environ.get("LONGDOCSUM_REPO", "/work/.mirror/luyang-huang96+LongDocSum/repo")
 F64 = torch.float64
@@ -314,3 +316,109 @@ def test_block_scores_of_padded_blocks_average_real_tokens():
     scores = block_scores(queries, keys, 4, real)
     second_query, second_key = queries[0, 4:6].mean(0), keys[0, 4:6].mean(0)
     assert float(scores[0, 1, 1]) == pytest.approx(max(float(second_query @ second_key) / 2.0, 0.0), abs=TOLERANCE)
+
+
+# ------------------------------------------------------------ the authors' layer pattern and defaults
+
+#: The authors' encoder, ``SparseTransformerEncoder`` in LongDocSum's ``Model/longbart/longbartmodel.py``
+#: (unless ``--encoder_not_hybrid``): layer ``i`` is ``build_sparse_encoder_layer(args, self._window[i],
+#: ...)`` if ``i % 2 == 0``, else ``build_lsh_encoder_layer`` (``build_sinkhorn_layer`` under
+#: ``--sinkhorn``). BART-large's 12 encoder layers: the sliding-window ones are these.
+AUTHORS_SLIDING_WINDOW_LAYERS = [0, 2, 4, 6, 8, 10]
+AUTHORS_WINDOW_EACH_SIDE = 128  # their --window default ['128'], Longformer's one-sided w
+AUTHORS_BUCKET_SIZE = 64  # their --bucket_size default: the LSH chunk and the Sinkhorn block
+AUTHORS_HASHES = 4  # LSHSelfAttention(..., num_hashes=4) in build_lsh_self_attention
+AUTHORS_SINKHORN = (7, 0.7)  # SinkhornSelfAttention's sinkhorn_iter=7, temperature=0.7
+
+
+def authors_source(name):
+    """The text of the authors' ``Model/longbart/NAME`` in the local snapshot."""
+    if not os.path.isdir(LONGDOCSUM_REPO):
+        pytest.skip(f"no snapshot of luyang-huang96/LongDocSum at {LONGDOCSUM_REPO} (LONGDOCSUM_REPO)")
+    return subprocess.run(
+        ["git", f"--git-dir={LONGDOCSUM_REPO}", "show", f"HEAD:Model/longbart/{name}"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+
+
+def test_the_numbers_of_this_file_are_the_authors():
+    """The pattern and defaults above, read in the authors' ``longbartmodel.py`` and ``utils/sinkhorn.py``."""
+    encoder = " ".join(authors_source("longbartmodel.py").split())
+    for attention in (
+        "build_lsh_encoder_layer(args, self.padding_idx)",
+        "build_sinkhorn_layer(args, self.padding_idx)",
+    ):
+        assert (
+            "[self.build_sparse_encoder_layer(args, self._window[i], self.padding_idx) if i % 2 == 0 else self."
+            + attention
+        ) in encoder
+    assert "if args.encoder_not_hybrid:" in encoder
+    assert "parser.add_argument('--window', default=['128']" in encoder
+    assert "parser.add_argument('--bucket_size', action='store', default=64" in encoder
+    assert "lsh_attn_chunk_length=args.bucket_size, num_hashes=4," in encoder
+    assert (
+        "attention_window = window_size" in encoder
+        and "sliding_chunks_matmul_qk(q, k, self.attention_window" in encoder
+    )
+    sinkhorn = " ".join(authors_source("utils/sinkhorn.py").split())
+    assert "sinkhorn_iter=7, bucket_size=256, temperature=0.7" in sinkhorn
+
+
+@pytest.mark.parametrize("arch", ["lsh_bart_large", "sinkhorn_bart_large"])
+def test_the_presets_take_the_authors_defaults(arch):
+    import argparse
+
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    import mdsfair
+
+    mdsfair.register()
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    ARCH_MODEL_REGISTRY[arch].add_args(parser)
+    args = parser.parse_args([])
+    ARCH_CONFIG_REGISTRY[arch](args)
+    assert args.encoder_layers == 12 and args.efficient_attention_layers == "hybrid"
+    assert args.hybrid_sliding_window == 2 * AUTHORS_WINDOW_EACH_SIDE
+    if arch == "lsh_bart_large":
+        assert (args.lsh_chunk_length, args.lsh_hashes) == (AUTHORS_BUCKET_SIZE, AUTHORS_HASHES)
+    else:
+        assert args.sinkhorn_block_size == AUTHORS_BUCKET_SIZE
+        assert (args.sinkhorn_iterations, args.sinkhorn_temperature) == AUTHORS_SINKHORN
+
+
+@pytest.mark.parametrize(
+    "arch, efficient", [("lsh_bart_tiny", LSHSelfAttention), ("sinkhorn_bart_tiny", SinkhornSelfAttention)]
+)
+def test_the_encoder_layers_follow_the_authors_hybrid_pattern(arch, efficient):
+    """Twelve encoder layers under ``--efficient-attention-layers hybrid`` (the default): the authors'
+    sliding-window layers (window 128 on each side, no global token) where they put them, the efficient
+    attention in the others; ``all`` (their ``--encoder_not_hybrid``) puts it in every layer."""
+    dictionary = toy_dictionary()
+    hybrid = model_on_dictionary(arch, dictionary, encoder_layers=12, hybrid_sliding_window=256)
+    attentions = [layer.self_attn for layer in hybrid.encoder.layers]
+    sliding = [index for index, attention in enumerate(attentions) if isinstance(attention, LongformerSelfAttention)]
+    assert sliding == AUTHORS_SLIDING_WINDOW_LAYERS
+    assert all(isinstance(attentions[index], efficient) for index in range(12) if index not in sliding)
+    assert all(attentions[index].one_sided_window == AUTHORS_WINDOW_EACH_SIDE for index in sliding)
+    assert all(attentions[index].q_global_proj is None for index in sliding)
+    every = model_on_dictionary(arch, dictionary, encoder_layers=12, efficient_attention_layers="all")
+    assert all(isinstance(layer.self_attn, efficient) for layer in every.encoder.layers)
+
+
+def test_the_sliding_window_layers_attend_within_the_window():
+    """A hybrid encoder's first layer (sliding window) ignores a token further than the one-sided
+    window: changing the last token of a source changes no first-layer output more than 8 tokens
+    before it (``lsh_bart_tiny``: window 16)."""
+    dictionary = toy_dictionary()
+    model = model_on_dictionary("lsh_bart_tiny", dictionary)
+    layer = model.encoder.layers[0]
+    assert isinstance(layer.self_attn, LongformerSelfAttention) and layer.self_attn.one_sided_window == 8
+    x = torch.randn(40, 1, model.encoder.embed_tokens.embedding_dim, dtype=F64)
+    changed = x.clone()
+    changed[-1] += 1.0
+    with torch.no_grad():
+        first, second = (layer.self_attn(inputs, None) for inputs in (x, changed))
+    torch.testing.assert_close(first[: 40 - 1 - 8], second[: 40 - 1 - 8], rtol=0, atol=0)
+    assert not torch.allclose(first[40 - 1 - 8 :], second[40 - 1 - 8 :])

@@ -11,9 +11,26 @@ The defaults are the authors' (``luyang-huang96/LongDocSum``,
 ``Model/longbart/longbartmodel.py``): ``--bucket_size 64`` is both the LSH
 chunk and the Sinkhorn block, 4 hashing rounds, the number of buckets from the
 longest source (:func:`mdsfair.modules.lsh_attention.default_bucket_count`),
-7 Sinkhorn iterations at temperature 0.7. Their encoder alternates these
-layers with sliding-window ones unless ``--encoder_not_hybrid``; here every
-encoder layer takes the chosen attention.
+7 Sinkhorn iterations at temperature 0.7.
+
+**The layers that take them** (``--efficient-attention-layers``). The authors'
+encoder (``SparseTransformerEncoder``) is a hybrid unless
+``--encoder_not_hybrid``: layer ``i`` (0 = the bottom one) is built by
+``build_sparse_encoder_layer`` when ``i % 2 == 0`` and by
+``build_lsh_encoder_layer`` / ``build_sinkhorn_layer`` otherwise, so the
+first, third, ... layers take sliding-window attention and the second,
+fourth, ... LSH or Sinkhorn attention: BART-large's 12 encoder layers are 6
+of each. ``hybrid`` (the default) builds that pattern; ``all`` is their
+``--encoder_not_hybrid``, every layer LSH or Sinkhorn. Their sliding window
+is Longformer's ``sliding_chunks_matmul_qk`` with ``--window 128`` tokens on
+each side and no global token; here it is
+:class:`mdsfair.modules.longformer_attention.LongformerSelfAttention` without
+global projections (the window of ``--hybrid-sliding-window``, 256, counts
+both sides, as Hugging Face's ``attention_window``). Their sliding-window
+layer exists only under their ``--sw`` flag: without it (their released
+``Model/train_script/finetune_sinkhorn_hepos.sh`` passes ``--sinkhorn`` and
+neither ``--sw`` nor ``--encoder_not_hybrid``) their hybrid encoder raises
+``NotImplementedError`` when it is built.
 
 In evaluation every forward draws its random rotations (LSH) or Gumbel noise
 (Sinkhorn) from a generator seeded with ``--lsh-seed`` / ``--sinkhorn-seed``,
@@ -27,6 +44,7 @@ from typing import Optional
 import torch
 
 from mdsfair.modules.components import ComponentConfig, component_flag, register_component
+from mdsfair.modules.longformer_attention import LongformerSelfAttention
 from mdsfair.modules.lsh_attention import LSHSelfAttention, default_bucket_count
 from mdsfair.modules.self_attention_components import SelfAttentionComponent
 from mdsfair.modules.sinkhorn_attention import SinkhornSelfAttention
@@ -42,8 +60,74 @@ def evaluation_generator(encoder, device, seed: int) -> Optional[torch.Generator
     return generator
 
 
+#: ``--efficient-attention-layers``: the authors' hybrid encoder, or every layer.
+LAYER_PATTERNS = ("hybrid", "all")
+
+
+def takes_efficient_attention(layer_index: int, pattern: str) -> bool:
+    """Whether encoder layer ``layer_index`` (0 = the bottom one) takes the
+    LSH or Sinkhorn attention: every layer under ``all``; under ``hybrid`` the
+    odd-numbered ones (1, 3, ...), the others taking sliding-window attention,
+    as the authors' ``SparseTransformerEncoder`` builds them (``i % 2 == 0``:
+    the sliding-window layer)."""
+    if pattern not in LAYER_PATTERNS:
+        raise ValueError(f"--efficient-attention-layers must be one of {LAYER_PATTERNS}, got {pattern!r}")
+    return pattern == "all" or layer_index % 2 == 1
+
+
 @dataclass
-class LSHAttentionConfig(ComponentConfig):
+class HybridEncoderConfig(ComponentConfig):
+    """The layer pattern both attentions share (one pair of flags)."""
+
+    efficient_attention_layers: Optional[str] = component_flag(
+        "hybrid",
+        "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... "
+        "layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); "
+        "'all' = every encoder layer",
+        choices=LAYER_PATTERNS,
+    )
+    hybrid_sliding_window: Optional[int] = component_flag(
+        256,
+        "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, "
+        "even; each token sees window/2 tokens on each side (the authors' --window 128 on each side)",
+        type=int,
+        metavar="N",
+    )
+
+
+class HybridEncoderAttention(SelfAttentionComponent):
+    """An efficient attention in the layers :func:`takes_efficient_attention`
+    picks and sliding-window attention in the others; subclasses build and
+    run the efficient one."""
+
+    def build_efficient(self, embed_dim: int, cfg):
+        raise NotImplementedError
+
+    def attend_efficient(self, attention, x, padding_mask, generator):
+        raise NotImplementedError
+
+    def build(self, layer, embed_dim, cfg):
+        config = self.config
+        if takes_efficient_attention(layer.layer_index, config.efficient_attention_layers):
+            return self.build_efficient(embed_dim, cfg)
+        window = config.hybrid_sliding_window
+        if window <= 0 or window % 2:
+            raise ValueError(
+                f"--hybrid-sliding-window {window}: the window must be a positive even number (window/2 tokens on "
+                "each side)"
+            )
+        return LongformerSelfAttention(
+            embed_dim, cfg.encoder.attention_heads, window, dropout=cfg.attention_dropout, global_projections=False
+        )
+
+    def attend(self, attention, x, padding_mask, context, layer_index):
+        if isinstance(attention, LongformerSelfAttention):
+            return attention(x, padding_mask)
+        return self.attend_efficient(attention, x, padding_mask, context)
+
+
+@dataclass
+class LSHAttentionConfig(HybridEncoderConfig):
     """Reformer's LSH attention as Huang et al. (2021) set it."""
 
     lsh_chunk_length: Optional[int] = component_flag(
@@ -69,15 +153,19 @@ class LSHAttentionConfig(ComponentConfig):
 
 
 @register_component("encoder_self_attention", "lsh")
-class LSHSelfAttentionComponent(SelfAttentionComponent):
-    """Reformer's LSH self-attention (Kitaev et al. 2020) in every encoder layer."""
+class LSHSelfAttentionComponent(HybridEncoderAttention):
+    """Reformer's LSH self-attention (Kitaev et al. 2020) in the encoder
+    layers of ``--efficient-attention-layers``."""
 
     config_class = LSHAttentionConfig
     paper = "Huang et al. 2021 (Sec. 3, Table 2; Reformer, Kitaev et al. 2020)"
-    summary = "shared-QK attention within chunks of tokens sorted by random-rotation hash buckets"
-    implemented_in = ("mdsfair.modules.lsh_attention",)
+    summary = (
+        "shared-QK attention within chunks of tokens sorted by random-rotation hash buckets, in every second "
+        "encoder layer (the authors' hybrid: sliding-window attention in the others) or in all"
+    )
+    implemented_in = ("mdsfair.modules.lsh_attention", "mdsfair.modules.longformer_attention")
 
-    def build(self, layer, embed_dim, cfg):
+    def build_efficient(self, embed_dim, cfg):
         config = self.config
         buckets = config.lsh_buckets
         if buckets is None:
@@ -94,12 +182,12 @@ class LSHSelfAttentionComponent(SelfAttentionComponent):
     def prepare(self, encoder, structure):
         return evaluation_generator(encoder, structure.src_tokens.device, self.config.lsh_seed)
 
-    def attend(self, attention, x, padding_mask, context, layer_index):
-        return attention.forward_lsh(x, padding_mask, generator=context)
+    def attend_efficient(self, attention, x, padding_mask, generator):
+        return attention.forward_lsh(x, padding_mask, generator=generator)
 
 
 @dataclass
-class SinkhornAttentionConfig(ComponentConfig):
+class SinkhornAttentionConfig(HybridEncoderConfig):
     """Sparse Sinkhorn attention as Huang et al. (2021) set it."""
 
     sinkhorn_block_size: Optional[int] = component_flag(
@@ -117,15 +205,19 @@ class SinkhornAttentionConfig(ComponentConfig):
 
 
 @register_component("encoder_self_attention", "sinkhorn")
-class SinkhornSelfAttentionComponent(SelfAttentionComponent):
-    """Sparse Sinkhorn self-attention (Tay et al. 2020) in every encoder layer."""
+class SinkhornSelfAttentionComponent(HybridEncoderAttention):
+    """Sparse Sinkhorn self-attention (Tay et al. 2020) in the encoder layers
+    of ``--efficient-attention-layers``."""
 
     config_class = SinkhornAttentionConfig
     paper = "Huang et al. 2021 (Sec. 3, Table 2; Sinkhorn, Tay et al. 2020)"
-    summary = "attention within the block and a block sorted to it by Gumbel-Sinkhorn over block scores"
-    implemented_in = ("mdsfair.modules.sinkhorn_attention",)
+    summary = (
+        "attention within the block and a block sorted to it by Gumbel-Sinkhorn over block scores, in every "
+        "second encoder layer (the authors' hybrid: sliding-window attention in the others) or in all"
+    )
+    implemented_in = ("mdsfair.modules.sinkhorn_attention", "mdsfair.modules.longformer_attention")
 
-    def build(self, layer, embed_dim, cfg):
+    def build_efficient(self, embed_dim, cfg):
         config = self.config
         return SinkhornSelfAttention(
             embed_dim,
@@ -139,5 +231,5 @@ class SinkhornSelfAttentionComponent(SelfAttentionComponent):
     def prepare(self, encoder, structure):
         return evaluation_generator(encoder, structure.src_tokens.device, self.config.sinkhorn_seed)
 
-    def attend(self, attention, x, padding_mask, context, layer_index):
-        return attention.forward_sinkhorn(x, padding_mask, generator=context)
+    def attend_efficient(self, attention, x, padding_mask, generator):
+        return attention.forward_sinkhorn(x, padding_mask, generator=generator)
