@@ -53,7 +53,15 @@ setup(
     # (mdsfair.importers.hf_hub imports it then, and says how to install it when it is absent);
     # tests/test_hf_hub_names.py resolves ids through it
     extras_require={
-        "test": ["pytest", "transformers", "safetensors", "scipy", "ruff==0.17.6", "huggingface_hub>=0.24"],
+        "test": [
+            "pytest",
+            "pytest-xdist",
+            "transformers",
+            "safetensors",
+            "scipy",
+            "ruff==0.17.6",
+            "huggingface_hub>=0.24",
+        ],
         "hub": ["huggingface_hub>=0.24"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
     },
