@@ -89,9 +89,7 @@ def longt5_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
     attention = ENCODER_ATTENTION_MODULES[config["encoder_attention_type"]]
     out = {}
     for ours, theirs in global_parameter_names(config):
-        if theirs not in state:
-            raise ImportRefused(f"{weights_path}: no tensor {theirs!r}")
-        out[ours] = state.pop(theirs)
+        out[ours] = hf_t5.pop_tensor(state, theirs, weights_path)
     lm_head = state.pop("lm_head.weight", None)
     if lm_head is not None and "shared.weight" in state and not torch.equal(lm_head, state["shared.weight"]):
         raise ImportRefused(

@@ -25,6 +25,7 @@ from typing import Dict, List, Optional
 
 from mdsfair.importers import ImportRefused
 from mdsfair.importers.hf_longt5 import ENCODER_ATTENTION_MODULES, global_parameter_names
+from mdsfair.importers.hf_t5 import pop_tensor
 from mdsfair.importers.hf_t5_export import (
     T5Export,
     export_t5_family,
@@ -57,9 +58,7 @@ def hf_longt5_state_from_fairseq(state: Dict, config: Dict, checkpoint: str) -> 
     attention = ENCODER_ATTENTION_MODULES[config["encoder_attention_type"]]
     out = {}
     for fairseq_name, hf_name in global_parameter_names(config):
-        if fairseq_name not in state:
-            raise ImportRefused(f"{checkpoint}: no tensor {fairseq_name!r}")
-        out[hf_name] = state.pop(fairseq_name)
+        out[hf_name] = pop_tensor(state, fairseq_name, checkpoint)
     in_t5 = hf_t5_state_from_fairseq(state, config, checkpoint)
     if not torch.equal(in_t5.pop("lm_head.weight"), in_t5["shared.weight"]):
         raise ImportRefused(f"{checkpoint}: the output layer is not the embedding; LongT5's is (shared.weight)")

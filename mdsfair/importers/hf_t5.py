@@ -175,6 +175,13 @@ def t5_parameter_names(config: Dict) -> Iterator[Tuple[str, str]]:
             yield f"{hf}.{last}.layer_norm.weight", f"{ours}.final_layer_norm.weight"
 
 
+def pop_tensor(state: Dict, name: str, source: str):
+    """``state[name]``, removed from ``state``; a missing tensor is refused, naming ``source``."""
+    if name not in state:
+        raise ImportRefused(f"{source}: no tensor {name!r}")
+    return state.pop(name)
+
+
 def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
     """The ``t5_v1_1`` state dict of Hugging Face's tensors (module docstring)."""
     import torch
@@ -182,9 +189,7 @@ def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
     state = dict(state)
 
     def take(name: str):
-        if name not in state:
-            raise ImportRefused(f"{weights_path}: no tensor {name!r}")
-        return state.pop(name)
+        return pop_tensor(state, name, weights_path)
 
     def with_start_row(matrix):
         return torch.cat([matrix.new_zeros(1, matrix.size(1)), matrix])

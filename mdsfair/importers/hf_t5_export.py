@@ -45,7 +45,7 @@ from mdsfair.importers.hf_export import (
     export_hf_directory,
     run_export_cli,
 )
-from mdsfair.importers.hf_t5 import SENTENCEPIECE_FILE, t5_parameter_names, t5_symbols
+from mdsfair.importers.hf_t5 import SENTENCEPIECE_FILE, pop_tensor, t5_parameter_names, t5_symbols
 
 #: The fields of ``config.json`` that come from the checkpoint's flags.
 CONFIG_FLAGS = {
@@ -132,9 +132,7 @@ def hf_t5_state_from_fairseq(state: Dict, config: Dict, checkpoint: str) -> Dict
     state = dict(state)
 
     def take(name: str):
-        if name not in state:
-            raise ImportRefused(f"{checkpoint}: no tensor {name!r}")
-        return state.pop(name)
+        return pop_tensor(state, name, checkpoint)
 
     embedding = take("encoder.embed_tokens.weight")
     if not torch.equal(take("decoder.embed_tokens.weight"), embedding):
