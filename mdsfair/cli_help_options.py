@@ -424,6 +424,14 @@ MDSFAIR = {
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
                 ),
                 (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
+                ),
+                (
                     "--lsh-chunk-length N",
                     "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
                 ),
@@ -583,6 +591,14 @@ MDSFAIR = {
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
                 ),
                 (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
+                ),
+                (
                     "--lsh-chunk-length N",
                     "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
                 ),
@@ -740,6 +756,14 @@ MDSFAIR = {
                 (
                     "--dependency-layers DEPENDENCY_LAYERS",
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
+                ),
+                (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
                 ),
                 (
                     "--lsh-chunk-length N",
@@ -1015,6 +1039,14 @@ MDSFAIR = {
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
                 ),
                 (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
+                ),
+                (
                     "--lsh-chunk-length N",
                     "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
                 ),
@@ -1172,6 +1204,14 @@ MDSFAIR = {
                 (
                     "--dependency-layers DEPENDENCY_LAYERS",
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
+                ),
+                (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
                 ),
                 (
                     "--lsh-chunk-length N",
@@ -1412,6 +1452,14 @@ MDSFAIR = {
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
                 ),
                 (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
+                ),
+                (
                     "--lsh-chunk-length N",
                     "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
                 ),
@@ -1649,6 +1697,14 @@ MDSFAIR = {
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
                 ),
                 (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
+                ),
+                (
                     "--lsh-chunk-length N",
                     "LSH attention: slots per chunk of the sorted sequence; each chunk attends to itself and the chunk before (the authors' --bucket_size) (default: 64)",
                 ),
@@ -1836,6 +1892,14 @@ MDSFAIR = {
                 (
                     "--dependency-layers DEPENDENCY_LAYERS",
                     "encoder layers (0-based, comma-separated) whose self-attention uses the dependency mask, or 'all' (default: all)",
+                ),
+                (
+                    "--efficient-attention-layers {hybrid,all}",
+                    "lsh, sinkhorn: the encoder layers that take that attention: 'hybrid' = the second, fourth, ... layers, the others sliding-window attention (the authors' encoder unless --encoder_not_hybrid); 'all' = every encoder layer (default: hybrid)",
+                ),
+                (
+                    "--hybrid-sliding-window N",
+                    "lsh, sinkhorn under --efficient-attention-layers hybrid: the window of the sliding-window layers, even; each token sees window/2 tokens on each side (the authors' --window 128 on each side) (default: 256)",
                 ),
                 (
                     "--lsh-chunk-length N",
