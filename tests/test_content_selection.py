@@ -90,6 +90,29 @@ def test_selection_keeps_the_original_order_and_never_exceeds_the_budget():
         select_within_budget([0], [1], 0)
 
 
+def test_sentence_lengths_in_the_summarizers_gpt2_bpe_tokens(tmp_path):
+    """``--gpt2-encoder-json``/``--gpt2-vocab-bpe``: a sentence's length is
+    the number of BPE ids the checkpoint's own tokenizer gives it in running
+    text (after a space); without the files, its white-space words."""
+    from tokenizers import ByteLevelBPETokenizer
+
+    from mdsfair.preprocess.rank import sentence_token_counter
+    from tests.import_fixtures import TEXTS, write_tokenizer
+
+    write_tokenizer(str(tmp_path))
+    files = {"gpt2_encoder_json": str(tmp_path / "vocab.json"), "gpt2_vocab_bpe": str(tmp_path / "merges.txt")}
+    count = sentence_token_counter(Namespace(sentencepiece_model=None, **files))
+    tokenizer = ByteLevelBPETokenizer(files["gpt2_encoder_json"], files["gpt2_vocab_bpe"])
+    for sentence in TEXTS:
+        assert count(sentence) == len(tokenizer.encode(" " + sentence).ids), sentence
+    words = sentence_token_counter(Namespace(sentencepiece_model=None, gpt2_encoder_json=None, gpt2_vocab_bpe=None))
+    assert words("Rain  fell all day.") == 4
+    with pytest.raises(SystemExit, match="go together"):
+        sentence_token_counter(
+            Namespace(sentencepiece_model=None, gpt2_encoder_json=files["gpt2_encoder_json"], gpt2_vocab_bpe=None)
+        )
+
+
 # -------------------------------------------------- the authors' settings
 
 
@@ -124,6 +147,27 @@ def test_the_recipe_quotes_the_sparse_decoder_paper_on_mcs():
     with open(os.path.join(REPO_ROOT, "examples", "lobart", "README.md"), encoding="utf-8") as handle:
         assert quote in " ".join(handle.read().split())
     assert quote in paper_text("sparse-encdec-attention-manakul2021.txt").replace("selec- tion", "selection")
+
+
+def test_the_recipe_trains_the_selector_at_the_authors_learning_rate():
+    """The recipe's fairseq-train command: fairseq's inverse_sqrt schedule at
+    update s equals the authors' ``adjust_lr`` with lr0 0.002 and 10,000
+    warm-up steps (``conf/hiermodel_v1.txt``), whose steps count examples,
+    two per update (``gradient_accum = 2``): 0.002 * min((2s)^-0.5, 2s * 10000^-1.5)."""
+    import re
+    import shlex
+
+    from tests.test_sparse_fidelity import scheduler_from
+
+    with open(os.path.join(REPO_ROOT, "examples", "lobart", "README.md"), encoding="utf-8") as handle:
+        blocks = re.findall(r"```bash\n(fairseq-train [^`]*?--task content_selection[^`]*?)```", handle.read())
+    assert len(blocks) == 1
+    argv = shlex.split(blocks[0].replace("\\\n", " "))[1:]
+    assert argv[argv.index("--update-freq") + 1] == "2" and argv[argv.index("--batch-size") + 1] == "1"
+    scheduler = scheduler_from(argv)
+    for s in [1, 10, 2500, 4999, 5000, 5001, 50000, 10**6]:
+        expected = 0.002 * min((2 * s) ** -0.5, 2 * s * 10000**-1.5)
+        assert scheduler.step_update(s) == pytest.approx(expected, rel=1e-12, abs=0)
 
 
 # ----------------------------------------------------------------- model
