@@ -50,6 +50,53 @@ def save_t5_tokenizer(folder: str) -> None:
     tokenizer.save_pretrained(folder)
 
 
+#: The tiny models' configuration: d 32, 4 heads of 8, d_ff 64, 2 + 2
+#: layers, 8 buckets up to distance 16, gated GELU, no output scaling, no
+#: dropout, T5's special ids; 184 embedding rows (80 pieces, 100 sentinels
+#: and 4 rows no token names).
+TINY_CONFIG = {
+    "vocab_size": 184,
+    "d_model": 32,
+    "d_ff": 64,
+    "d_kv": 8,
+    "num_heads": 4,
+    "num_layers": 2,
+    "num_decoder_layers": 2,
+    "relative_attention_num_buckets": 8,
+    "relative_attention_max_distance": 16,
+    "feed_forward_proj": "gated-gelu",
+    "tie_word_embeddings": False,
+    "dropout_rate": 0.0,
+    "layer_norm_epsilon": 1e-6,
+    "decoder_start_token_id": 0,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+}
+
+
+def save_perturbed(model, folder: str) -> str:
+    """``model``'s weights moved off their initial values (layer norms away
+    from 1, a spread of logits), saved in ``folder`` as the Hub stores them."""
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(0.2 * torch.randn_like(parameter))
+    model.save_pretrained(folder)
+    return folder
+
+
+def imported_model(import_function, hf_folder: str, out_dir: str):
+    """``import_function(hf_folder, out_dir)`` (an ``mdsfair-import`` kind's)
+    and its ``model.pt`` loaded as ``fairseq-generate`` loads it, in float64:
+    the import's summary, the model, the task and ``out_dir``."""
+    from fairseq import checkpoint_utils
+
+    summary = import_function(hf_folder, out_dir, overwrite=True)
+    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": out_dir}
+    )
+    return summary, models[0].double().eval(), task, out_dir
+
+
 def padded_batch(lengths: Sequence[int], seed: int = 1):
     """Hugging Face sources of ``lengths`` (random pieces, then ``</s>``),
     right-padded with 0, and their mask."""

@@ -25,14 +25,18 @@ from mdsfair.modules import longt5_attention
 from tests import contract_checks as checks
 from tests import model_contract as contract
 from tests.hf_t5_family import (
+    TINY_CONFIG,
     copy_of,
     fairseq_hypotheses,
     hf_hypotheses,
+    imported_model,
     left_padded,
     padded_batch,
+    save_perturbed,
     save_t5_tokenizer,
     transformers,
 )
+from tests.t5_fixtures import tiny_hf_t5
 from tests.tolerances import assert_close_in_dtype
 from tests.utils import REPO_ROOT, paper_text
 
@@ -46,52 +50,16 @@ ATTENTIONS = ["local", "transient-global"]
 def hf_folder(request, tmp_path_factory):
     """A tiny LongT5 (gated GELU, output tied to ``shared``, 4 unnamed
     embedding rows) with random weights, its spiece.model and tokenizer
-    files. Global blocks of 4 (a power of two: Hugging Face counts the block
-    of each token by summing 1 / k in floating point)."""
-    folder = str(tmp_path_factory.mktemp("hf_longt5"))
-    save_t5_tokenizer(folder)
-    config = transformers.LongT5Config(
-        vocab_size=184,  # 80 pieces + 100 sentinels + 4 unnamed rows
-        d_model=32,
-        d_ff=64,
-        d_kv=8,
-        num_heads=4,
-        num_layers=2,
-        num_decoder_layers=2,
-        relative_attention_num_buckets=8,
-        relative_attention_max_distance=16,
-        feed_forward_proj="gated-gelu",
-        encoder_attention_type=request.param,
-        local_radius=3,
-        global_block_size=4,
-        tie_word_embeddings=False,  # the releases' config.json: LongT5 v1.1, no output scaling
-        dropout_rate=0.0,
-        layer_norm_epsilon=1e-6,
-        decoder_start_token_id=0,
-        pad_token_id=0,
-        eos_token_id=1,
-    )
-    torch.manual_seed(0)
-    model = transformers.LongT5ForConditionalGeneration(config)
-    with torch.no_grad():
-        for parameter in model.parameters():  # layer norms away from 1, a spread of logits
-            parameter.add_(0.2 * torch.randn_like(parameter))
-    model.save_pretrained(folder)
-    return folder
+    files (tests/t5_fixtures.py). Global blocks of 4 (a power of two: Hugging
+    Face counts the block of each token by summing 1 / k in floating point)."""
+    return tiny_hf_t5(str(tmp_path_factory.mktemp("hf_longt5")), longt5_attention=request.param)
 
 
 @pytest.fixture(scope="module")
 def imported(hf_folder, tmp_path_factory):
-    from fairseq import checkpoint_utils
-
     from mdsfair.importers.hf_longt5 import import_hf_longt5
 
-    out_dir = str(tmp_path_factory.mktemp("imported_longt5"))
-    summary = import_hf_longt5(hf_folder, out_dir, overwrite=True)
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-        [os.path.join(out_dir, "model.pt")], arg_overrides={"data": out_dir}
-    )
-    return summary, models[0].double().eval(), task, out_dir
+    return imported_model(import_hf_longt5, hf_folder, str(tmp_path_factory.mktemp("imported_longt5")))
 
 
 @pytest.fixture(scope="module")
