@@ -25,15 +25,12 @@ from mdsfair.modules import longt5_attention
 from tests import contract_checks as checks
 from tests import model_contract as contract
 from tests.hf_t5_family import (
-    TINY_CONFIG,
     copy_of,
     fairseq_hypotheses,
     hf_hypotheses,
     imported_model,
     left_padded,
     padded_batch,
-    save_perturbed,
-    save_t5_tokenizer,
     transformers,
 )
 from tests.t5_fixtures import tiny_hf_t5

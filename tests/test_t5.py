@@ -15,7 +15,6 @@ import torch
 from tests import contract_checks as checks
 from tests import model_contract as contract
 from tests.hf_t5_family import (
-    TINY_CONFIG,
     copy_of,
     fairseq_hypotheses,
     hf_hypotheses,
@@ -23,8 +22,6 @@ from tests.hf_t5_family import (
     left_padded,
     padded_batch,
     real_lines,
-    save_perturbed,
-    save_t5_tokenizer,
     sentencepiece,
     transformers,
 )
