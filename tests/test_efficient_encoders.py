@@ -132,6 +132,25 @@ def test_lsh_padding_keys_receive_no_weight():
     torch.testing.assert_close(first[real], second[real], rtol=0, atol=TOLERANCE)
 
 
+def test_lsh_output_depends_on_how_much_padding_follows():
+    """The hashing rounds are laid end to end before the chunking (Reformer Sec. 3,
+    the authors' layout), so padding added after a source moves the chunk boundaries
+    of its later rounds: the same real tokens attend over other windows. The hub check
+    of tests/test_model_contract.py (PADDING_DEPENDENT) therefore batches LSH models as
+    the task does. Checked with three rounds: the same source alone and followed by
+    eight padding tokens."""
+    torch.manual_seed(0)
+    attention = LSHSelfAttention(8, 2, chunk_length=4, num_hashes=3, num_buckets=4).double().eval()
+    x = torch.randn(14, 1, 8, dtype=F64)
+    longer = torch.cat([x, torch.zeros(8, 1, 8, dtype=F64)])
+    padding = torch.zeros(1, 22, dtype=torch.bool)
+    padding[0, 14:] = True
+    rotations = attention.random_rotations(F64, "cpu", torch.Generator().manual_seed(3))
+    alone = attention.forward_lsh(x, None, rotations=rotations)
+    padded = attention.forward_lsh(longer, padding, rotations=rotations)[:14]
+    assert (alone - padded).abs().max() > 1e-6
+
+
 def test_default_bucket_count_is_the_authors():
     """``2 ** (bit_length(2 * (P // c)) - 1)``: 256 for chunks of 64 over 8,192 positions (their script's
     --max-source-positions), 32 over 1,024 (the default of their module)."""

@@ -40,6 +40,13 @@ SHARDS = [[0, 1], [2, 3]]
 STEPS = 2
 GENERATION = {"beam": 2, "max_len_b": 6, "min_len": 2}
 
+#: Architectures whose encoder output depends on how much padding the batch adds (not only
+#: through rounding): LSH attention lays its hashing rounds end to end before cutting them into
+#: chunks, so the padding of one round moves the chunk boundaries of the next (Reformer's and
+#: the authors' layout; tests/test_efficient_encoders.py checks the effect). Their hub check
+#: batches the clusters as the task does.
+PADDING_DEPENDENT = {"lsh_bart_tiny"}
+
 
 _BUILT = {}
 
@@ -156,7 +163,10 @@ def test_hub_equals_the_task_generator_on_the_binarized_split(arch, contract_dat
     raw_test = os.path.join(contract_data["raw"], "test.jsonl")
     clusters = [json.loads(line) for line in open(raw_test, encoding="utf-8")]
     assert len(clusters) == len(dataset) == len(generated)
-    for index, hypotheses in enumerate(hub.generate(clusters, batch_size=3, **GENERATION)):
+    # the hub batches 3 clusters where the task batched 2, so the padding differs, except for LSH:
+    # its output depends on the batch's padding (see PADDING_DEPENDENT)
+    hub_batch = 2 if arch in PADDING_DEPENDENT else 3
+    for index, hypotheses in enumerate(hub.generate(clusters, batch_size=hub_batch, **GENERATION)):
         assert torch.equal(hypotheses[0]["tokens"], generated[index]["tokens"]), (arch, index)
         assert hypotheses[0]["score"].item() == pytest.approx(generated[index]["score"].item(), abs=1e-4)
 
