@@ -157,7 +157,7 @@ def test_the_recipe_trains_the_selector_at_the_authors_learning_rate():
     import re
     import shlex
 
-    from tests.test_sparse_fidelity import scheduler_from
+    from tests.utils import scheduler_from
 
     with open(os.path.join(REPO_ROOT, "examples", "lobart", "README.md"), encoding="utf-8") as handle:
         blocks = re.findall(r"```bash\n(fairseq-train [^`]*?--task content_selection[^`]*?)```", handle.read())

@@ -22,7 +22,7 @@ from mdsfair.modules.sentence_approximator import (
 from mdsfair.modules.sentence_saliency import sentence_layout
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 from tests.sparse_fixtures import ROW_SOURCES, batch, build, model_free_sentence_log_scores, random_sentence_ids
-from tests.utils import REPO_ROOT, USER_DIR, make_tiny_data_bin
+from tests.utils import REPO_ROOT, make_tiny_data_bin, scheduler_from
 
 AUTHORS_EPS = 1e-8  # their ``eps`` of train_KL.py / train_integrated.py
 
@@ -277,18 +277,6 @@ def readme_training_commands():
     blocks = re.findall(r"```\n(fairseq-train .*?)```", text, flags=re.S)
     commands = [shlex.split(block.replace("\\\n", " ")) for block in blocks]
     return [command[1:] for command in commands if "--lr" in command]
-
-
-def scheduler_from(argv):
-    from fairseq import options
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.optim import build_optimizer
-    from fairseq.optim.lr_scheduler import build_lr_scheduler
-
-    argv = [USER_DIR if previous == "--user-dir" else value for previous, value in zip([None] + argv, argv)]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
-    return build_lr_scheduler(cfg.lr_scheduler, optimizer)
 
 
 def test_recipe_learning_rate_is_appendix_a3_schedule():

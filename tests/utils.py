@@ -376,3 +376,19 @@ def make_dataset(truncation, side_data=None, examples=1):
         side_data=side_data,
         name="toy",
     )
+
+
+def scheduler_from(argv: List[str]):
+    """The learning-rate scheduler fairseq-train builds from a recipe's
+    ``argv`` (``--user-dir`` pointed at this checkout), on one dummy parameter:
+    ``step_update(s)`` then gives the recipe's rate at update ``s``."""
+    import torch
+    from fairseq import options
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim import build_optimizer
+    from fairseq.optim.lr_scheduler import build_lr_scheduler
+
+    argv = [USER_DIR if previous == "--user-dir" else value for previous, value in zip([None] + argv, argv)]
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    optimizer = build_optimizer(cfg.optimizer, [torch.nn.Parameter(torch.zeros(1))])
+    return build_lr_scheduler(cfg.lr_scheduler, optimizer)
