@@ -295,8 +295,27 @@ def data_parallel_runs(contract_data):
     return data_parallel_train_steps(list(first.train_args), first.data_dir, SHARDS, runs, steps=STEPS)
 
 
+#: Architectures whose training step draws noise of the batch's shape from the global generator,
+#: as their authors' code does: a data-parallel rank draws it for its own rows, so its gradients
+#: are not those of one process on the whole batch. Sinkhorn attention's Gumbel noise over the
+#: block-sorting scores (mdsfair/modules/sinkhorn_attention.py, gumbel_noise) is one: its step-1
+#: gradients differed from one process's beyond 1e-5 on 2026-11-29. Strict, so that a change
+#: making them equal is noticed.
+BATCH_SHAPED_TRAINING_NOISE = {
+    "sinkhorn_bart_tiny": "Gumbel noise of the batch's shape, drawn per rank (authors' training)",
+}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("arch", ARCHITECTURES)
+@pytest.mark.parametrize(
+    "arch",
+    [
+        pytest.param(arch, marks=pytest.mark.xfail(strict=True, reason=BATCH_SHAPED_TRAINING_NOISE[arch]))
+        if arch in BATCH_SHAPED_TRAINING_NOISE
+        else arch
+        for arch in ARCHITECTURES
+    ],
+)
 def test_data_parallel_gradients_equal_one_process(arch, one_process_reference, data_parallel_runs):
     label = f"{arch}/pytorch_ddp"
     report = check_data_parallel_results(
