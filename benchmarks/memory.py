@@ -125,9 +125,13 @@ def paper_vocabulary_size(arch: str) -> int:
     """The vocabulary the system is trained with in its paper: BART's GPT-2
     BPE (50,265) for the BART- and LED-based systems (PRIMERA adds
     ``<doc-sep>``), a 32,000-piece SentencePiece model for the others
-    (Liu & Lapata 2019; the same size for DAPE's Transformer)."""
+    (Liu & Lapata 2019; the same size for DAPE's Transformer), and the T5
+    family's 32,128 embedding rows plus fairseq's ``<s>`` (fairseq index = T5
+    id + 1: :mod:`mdsfair.importers.hf_t5`)."""
     if arch == "primera":
         return 50266
+    if arch.startswith(("t5_", "longt5_")):
+        return 32129
     return 50265 if any(name in arch for name in ("bart", "led")) else 32000
 
 
