@@ -9,7 +9,6 @@ pass; the model contract runs on ``pegasus_tiny`` and on its combinations
 with the seeds' components, and the position components PEGASUS cannot use
 are refused with the reason."""
 
-import glob
 import json
 import os
 
@@ -18,8 +17,8 @@ import torch
 
 from tests import contract_checks as checks
 from tests import model_contract as contract
+from tests.hf_t5_family import hf_hypotheses, real_lines
 from tests.tolerances import assert_close_in_dtype
-from tests.utils import SHARED_DATA
 
 transformers = pytest.importorskip("transformers")
 sentencepiece = pytest.importorskip("sentencepiece")
@@ -182,41 +181,6 @@ def fairseq_hypotheses(model, task, ids, mask, beam: int, max_len: int):
     return [to_hf(result[0]["tokens"].tolist()) for result in results]
 
 
-class FairseqLengthLimit(transformers.LogitsProcessor):
-    """fairseq's rule at its length limit, for Hugging Face's generate: after
-    ``max_len`` tokens only ``</s>`` remains, with its own log-probability."""
-
-    def __init__(self, max_len: int, eos: int):
-        self.max_len, self.eos = max_len, eos
-
-    def __call__(self, input_ids, scores):
-        if input_ids.size(1) - 1 < self.max_len:  # without the start token
-            return scores
-        limited = torch.full_like(scores, -float("inf"))
-        limited[:, self.eos] = scores[:, self.eos]
-        return limited
-
-
-def hf_hypotheses(hf_model, ids, mask, beam: int, max_len: int):
-    """Hugging Face's ``generate`` under fairseq's rules (no ``<pad>``, its length limit, length penalty 1)."""
-    with torch.no_grad():
-        output = hf_model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            num_beams=beam,
-            do_sample=False,
-            max_new_tokens=max_len + 1,
-            early_stopping=True,
-            length_penalty=1.0,
-            suppress_tokens=[0],  # fairseq's generators never produce <pad>
-            logits_processor=transformers.LogitsProcessorList([FairseqLengthLimit(max_len, eos=1)]),
-        )
-    hypotheses = []
-    for row in output[:, 1:].tolist():  # without the start token
-        hypotheses.append(row[: row.index(1) + 1] if 1 in row else row)
-    return hypotheses
-
-
 @pytest.mark.parametrize("beam", [1, 4])
 def test_greedy_and_beam_outputs_equal_hugging_face(imported, hf_model, beam):
     _summary, model, task, _out_dir = imported
@@ -239,15 +203,6 @@ def test_incremental_decoding_equals_the_full_pass(imported):
     incremental = torch.cat(steps, dim=1)  # (a step's self-attention softmax is fairseq's float32 one)
     assert checks.close_in_model_dtype(incremental[:, :4], full[:, :4])
     assert checks.close_in_model_dtype(incremental[0], full[0])  # (row 1's last token is padding)
-
-
-def real_lines():
-    files = sorted(glob.glob(os.path.join(SHARED_DATA, "multi_xscience", "jsonl", "*.jsonl")))
-    if not files:
-        pytest.skip(f"{SHARED_DATA}/multi_xscience is not there")
-    with open(files[0]) as handle:
-        clusters = [json.loads(line) for _index, line in zip(range(3), handle)]
-    return [cluster["summary"] for cluster in clusters] + [cluster["documents"][0][:500] for cluster in clusters]
 
 
 def test_the_hub_encodes_a_cluster_as_the_hugging_face_tokenizer(imported, hf_folder):
