@@ -42,7 +42,6 @@ and the ``dict.txt`` of its import.
 
 import os
 import re
-import shutil
 import sys
 from typing import Dict, List, Optional, Tuple
 
@@ -61,7 +60,12 @@ from mdsfair.importers.hf_bart_weights import (
 )
 from mdsfair.importers.hf_export import SENTENCEPIECE_FILES, HFDirectory, export_hf_directory, run_export_cli
 from mdsfair.importers.hf_hub import found_where, resolve_model_source
-from mdsfair.importers.hf_t5 import SENTENCEPIECE_FILE, check_against_model, import_manifest
+from mdsfair.importers.hf_t5 import (
+    SENTENCEPIECE_FILE,
+    check_against_model,
+    import_manifest,
+    write_sentencepiece_import,
+)
 
 #: PegasusTokenizer's ``offset``: ids 2-104 are its mask and pre-training ``<unk_N>`` tokens.
 OFFSET = 103
@@ -274,11 +278,8 @@ def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
 
 def import_hf_pegasus(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dict:
     """Convert a Hugging Face PEGASUS folder (or Hub model id); returns a summary."""
-    from fairseq.data import Dictionary
 
-    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
-    from mdsfair.importers.output import ImportOutput, import_record
-    from mdsfair.preprocess.subword import SPM_MODEL_NAME
+    from mdsfair.importers.fairseq_bart import training_namespace
 
     model = resolve_model_source(hf_dir)
     config_path = os.path.join(model.path, "config.json")
@@ -298,15 +299,9 @@ def import_hf_pegasus(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dic
     source = {"kind": "hf-pegasus", "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
     source.update(model.record())
     manifest = import_manifest(source)
-    dictionary = Dictionary()
-    for symbol in symbols:
-        dictionary.add_symbol(symbol)
-    with ImportOutput(out_dir, overwrite, "mdsfair-import hf-pegasus") as output:
-        dictionary.save(output.path("dict.txt"))
-        shutil.copyfile(spm_path, output.path(SPM_MODEL_NAME))
-        record = import_record(output.staging, out_dir, manifest, fairseq_state)
-        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state, record)
-        output.commit(manifest)
+    dictionary = write_sentencepiece_import(
+        out_dir, overwrite, "hf-pegasus", symbols, spm_path, manifest, args, fairseq_state
+    )
     return {
         "source": weights_path,
         "found": found_where(model),

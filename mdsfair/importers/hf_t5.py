@@ -274,11 +274,8 @@ class T5Family(NamedTuple):
 def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False, family: Optional[T5Family] = None) -> Dict:
     """Convert a Hugging Face T5 v1.1 folder (or Hub model id), or one of
     another ``family`` member; returns a summary."""
-    from fairseq.data import Dictionary
 
-    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint, training_namespace
-    from mdsfair.importers.output import ImportOutput, import_record
-    from mdsfair.preprocess.subword import SPM_MODEL_NAME
+    from mdsfair.importers.fairseq_bart import training_namespace
 
     family = family or T5_V1_1
     model = resolve_model_source(hf_dir)
@@ -297,15 +294,9 @@ def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False, family: Opt
     source = {"kind": family.kind, "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
     source.update(model.record())
     manifest = import_manifest(source)
-    dictionary = Dictionary()
-    for symbol in symbols:
-        dictionary.add_symbol(symbol)
-    with ImportOutput(out_dir, overwrite, f"mdsfair-import {family.kind}") as output:
-        dictionary.save(output.path("dict.txt"))
-        shutil.copyfile(spm_path, output.path(SPM_MODEL_NAME))
-        record = import_record(output.staging, out_dir, manifest, fairseq_state)
-        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state, record)
-        output.commit(manifest)
+    dictionary = write_sentencepiece_import(
+        out_dir, overwrite, family.kind, symbols, spm_path, manifest, args, fairseq_state
+    )
     return {
         "source": weights_path,
         "found": found_where(model),
@@ -314,6 +305,30 @@ def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False, family: Opt
         "arch_flags": flags,
         "dictionary_size": len(dictionary),
     }
+
+
+def write_sentencepiece_import(
+    out_dir: str, overwrite: bool, kind: str, symbols: List[str], spm_path: str, manifest: Dict, args, fairseq_state
+):
+    """The output folder of a SentencePiece family's import: ``dict.txt`` of
+    ``symbols``, the SentencePiece model, ``model.pt`` and the manifest, staged
+    and committed at once; returns the dictionary written."""
+    from fairseq.data import Dictionary
+
+    from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
+    from mdsfair.importers.output import ImportOutput, import_record
+    from mdsfair.preprocess.subword import SPM_MODEL_NAME
+
+    dictionary = Dictionary()
+    for symbol in symbols:
+        dictionary.add_symbol(symbol)
+    with ImportOutput(out_dir, overwrite, f"mdsfair-import {kind}") as output:
+        dictionary.save(output.path("dict.txt"))
+        shutil.copyfile(spm_path, output.path(SPM_MODEL_NAME))
+        record = import_record(output.staging, out_dir, manifest, fairseq_state)
+        save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state, record)
+        output.commit(manifest)
+    return dictionary
 
 
 #: T5 v1.1: ``mdsfair-import hf-t5``
