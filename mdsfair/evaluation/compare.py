@@ -469,7 +469,7 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
         print(format_tests(tests, [m for m in metrics if m in next(iter(tests.values()))], args.alpha))
     if args.plot:
         from mdsfair.evaluation.conventions import TITLES
-        from mdsfair.evaluation.plot import plot_comparison
+        from mdsfair.evaluation.plot import draw_comparison, write_png
 
         caption = (
             f"{len(rows)} rows; convention{'s' if len(set(r['convention'] for r in rows)) > 1 else ''}: "
@@ -482,9 +482,10 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
                 f"; * approximate randomization p < {args.alpha:g} vs {args.baseline} (correction: {args.correction})"
             )
         try:
-            plot_comparison(
-                args.plot, rows, metrics, TITLES, MEASURE_NAMES[args.measure], args.baseline, tests, args.alpha, caption
+            figure = draw_comparison(
+                rows, metrics, TITLES, MEASURE_NAMES[args.measure], args.baseline, tests, args.alpha, caption
             )
+            write_png(args.plot, figure)
         except OSError as error:
             parser.error(f"--plot {args.plot}: {error}")
     if args.json:

@@ -126,19 +126,9 @@ def widen_to_hold_marks(axis) -> None:
     axis.set_xlim(left, needed)
 
 
-def plot_comparison(
-    path: str,
-    rows: Sequence[Dict],
-    metrics: Sequence[str],
-    titles: Dict[str, str],
-    measure_name: str,
-    baseline: Optional[str] = None,
-    tests: Optional[Dict[str, Dict[str, Dict[str, float]]]] = None,
-    alpha: float = 0.05,
-    caption: str = "",
-) -> None:
-    """Draw ``rows`` (see :func:`draw_comparison`) into the PNG file ``path``."""
-    figure = draw_comparison(rows, metrics, titles, measure_name, baseline, tests, alpha, caption)
+def write_png(path: str, figure) -> None:
+    """Write ``figure`` (a ``matplotlib.figure.Figure``, e.g. :func:`draw_comparison`'s)
+    into the PNG file ``path``, whole, and close it."""
     import matplotlib.pyplot as plt
 
     picture = io.BytesIO()
