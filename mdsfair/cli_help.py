@@ -13,15 +13,25 @@ The short help holds what the user chooses between and sets: mdsfair's tasks, ar
 unless ``--task`` names another), of the architecture ``--arch`` and of the criterion
 ``--criterion`` names, each with the options of the fairseq class it extends (BART's,
 the Transformer's, label-smoothed cross-entropy's); and the fairseq command's common options
-(:data:`COMMON_OPTIONS`). Every option line comes from :mod:`mdsfair.cli_help_options`, a
-table that :func:`collect_options` reads from the real parsers (fairseq's, with mdsfair
-registered) and ``python -m mdsfair.cli_help --write`` writes; ``tests/test_cli_help.py``
-compares it with the parsers, so it follows every flag added or changed.
+(:data:`COMMON_OPTIONS`). Every option line comes from ``mdsfair/cli_help_options.json``
+(:class:`OptionTables`), which :func:`collect_options` reads from the real parsers
+(fairseq's, with mdsfair registered) and ``python -m mdsfair.cli_help --write`` writes;
+``tests/test_cli_help.py`` compares it with the parsers, so it follows every flag added or
+changed.
+
+The tables store each option once. A class's options are its base's followed by its own,
+each base option replaced where the class describes it otherwise (:func:`extended_rows`),
+so a class stores only what its base lacks or describes otherwise: a fairseq class beyond
+its fairseq base (:func:`fairseq_options`), and an mdsfair class beyond the mdsfair class
+it extends (:func:`mdsfair_base`: the component model for the BART-based families, whose
+presets differ in a few defaults; T5 for LongT5; the summarization task for the sparse
+decoder's), else beyond its fairseq base (:func:`mdsfair_options`).
 
 ``--help-all`` runs the fairseq command with ``--help``: fairseq's full list of its own options.
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -155,20 +165,117 @@ def extended_rows(base_rows: Sequence[OptionRow], own_rows: Sequence[OptionRow])
     return rows + tuple(row for row in own_rows if row not in rows)
 
 
-def fairseq_options(tables, kind: str, name: str) -> Tuple[OptionRow, ...]:
+#: An mdsfair class's entry in the tables: ``(the fairseq class it extends, by its registered
+#: name, or None; the mdsfair class whose options it extends (:func:`mdsfair_base`), by its
+#: registered name or, unregistered, its qualified name, or None; its options that this
+#: mdsfair class lacks or describes otherwise, or without one, those the fairseq class lacks
+#: or describes otherwise)``.
+MdsfairEntry = Tuple[Optional[str], Optional[str], Tuple[OptionRow, ...]]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptionTables:
+    """The options the short help prints (``mdsfair/cli_help_options.json``), read from
+    fairseq's parsers with mdsfair registered by :func:`collect_options`."""
+
+    #: the fairseq whose parsers the tables were read from
+    fairseq_version: str
+    #: kind (task, model, criterion) -> mdsfair's registered name -> its :data:`MdsfairEntry`
+    mdsfair: Dict[str, Dict[str, MdsfairEntry]]
+    #: kind -> the qualified name of an unregistered mdsfair class that registered ones extend
+    #: (the component model) -> its :data:`MdsfairEntry`
+    mdsfair_bases: Dict[str, Dict[str, MdsfairEntry]]
+    #: kind -> the registered name of a fairseq class mdsfair's extend (or that such a class
+    #: extends) -> (the fairseq class it extends, by its registered name, or None; its options
+    #: that class lacks or describes otherwise: :func:`fairseq_options` reads them back whole)
+    fairseq: Dict[str, Dict[str, Tuple[Optional[str], Tuple[OptionRow, ...]]]]
+    #: mdsfair's model -> its architectures
+    architectures: Dict[str, Tuple[str, ...]]
+    #: fairseq's model that mdsfair's extend -> its architectures
+    fairseq_architectures: Dict[str, Tuple[str, ...]]
+    #: command -> the fairseq options its short help lists (:data:`COMMON_OPTIONS`)
+    common: Dict[str, Tuple[OptionRow, ...]]
+
+    def to_json(self) -> str:
+        """The tables as the JSON file holds them, with a line saying where they come from."""
+        return json.dumps({"about": TABLES_ABOUT, **dataclasses.asdict(self)}, indent=1, ensure_ascii=False) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> "OptionTables":
+        """The tables of :meth:`to_json`'s ``text``, every JSON list a tuple."""
+        fields = json.loads(text)
+        fields.pop("about")
+        return cls(**{name: as_tuples(value) for name, value in fields.items()})
+
+
+#: The first entry of the JSON file: where its tables come from.
+TABLES_ABOUT = (
+    "The options that mdsfair-train -h and mdsfair-generate -h print (mdsfair/cli_help.py), read from fairseq's "
+    "parsers with mdsfair registered, so that the help needs neither torch nor fairseq. Written by python -m "
+    "mdsfair.cli_help --write; tests/test_cli_help.py checks it against the parsers."
+)
+
+#: The file of the tables, beside this module (a package data file).
+OPTIONS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_help_options.json")
+
+
+def as_tuples(value):
+    """``value`` read from JSON with each list a tuple (the tables' rows and entries)."""
+    if isinstance(value, list):
+        return tuple(as_tuples(item) for item in value)
+    if isinstance(value, dict):
+        return {key: as_tuples(item) for key, item in value.items()}
+    return value
+
+
+def stored_tables() -> OptionTables:
+    """The tables of ``mdsfair/cli_help_options.json``."""
+    with open(OPTIONS_FILE, encoding="utf-8") as handle:
+        return OptionTables.from_json(handle.read())
+
+
+def fairseq_options(tables: OptionTables, kind: str, name: str) -> Tuple[OptionRow, ...]:
     """Every option of fairseq's class ``name`` of ``kind``: the table stores only those
     its own fairseq base lacks or describes otherwise, so they extend the base's, rebuilt
     the same way (:func:`extended_rows`)."""
-    base, rows = tables.FAIRSEQ[kind][name]
+    base, rows = tables.fairseq[kind][name]
     if base is None:
         return rows
     return extended_rows(fairseq_options(tables, kind, base), rows)
 
 
-def options_section(tables, kind: str, name: str, what: str, columns: int) -> List[str]:
+def mdsfair_entry(tables: OptionTables, kind: str, name: str) -> MdsfairEntry:
+    """The entry of mdsfair's class ``name``: a registered one's, or an unregistered base's."""
+    if name in tables.mdsfair[kind]:
+        return tables.mdsfair[kind][name]
+    return tables.mdsfair_bases[kind][name]
+
+
+def every_mdsfair_option(tables: OptionTables, kind: str, name: str) -> Tuple[OptionRow, ...]:
+    """Every option of mdsfair's class ``name``, its base's (mdsfair's, else fairseq's)
+    extended by its own (:func:`extended_rows`)."""
+    fairseq_base, base, rows = mdsfair_entry(tables, kind, name)
+    if base is not None:
+        return extended_rows(every_mdsfair_option(tables, kind, base), rows)
+    if fairseq_base is not None:
+        return extended_rows(fairseq_options(tables, kind, fairseq_base), rows)
+    return rows
+
+
+def mdsfair_options(tables: OptionTables, kind: str, name: str) -> Tuple[Optional[str], Tuple[OptionRow, ...]]:
+    """``(the fairseq class mdsfair's class name extends, or None; its options that this
+    fairseq class lacks or describes otherwise)``, read back from its entry."""
+    fairseq_base, base, rows = mdsfair_entry(tables, kind, name)
+    if base is None:
+        return fairseq_base, rows
+    inherited = fairseq_options(tables, kind, fairseq_base) if fairseq_base is not None else ()
+    return fairseq_base, tuple(row for row in every_mdsfair_option(tables, kind, name) if row not in inherited)
+
+
+def options_section(tables: OptionTables, kind: str, name: str, what: str, columns: int) -> List[str]:
     """The options of ``what`` (``--task NAME``, ...): mdsfair's entry ``name`` of
     ``kind``, then those of the fairseq class it extends that it does not list itself."""
-    base, rows = tables.MDSFAIR[kind][name]
+    base, rows = mdsfair_options(tables, kind, name)
     lines = [f"options of {what}:"] + option_lines(rows, columns)
     if base is not None:
         own = {flag for row in rows for flag in flags_of(row)}
@@ -177,13 +284,13 @@ def options_section(tables, kind: str, name: str, what: str, columns: int) -> Li
     return lines
 
 
-def architecture_section(tables, arch: str, columns: int) -> List[str]:
+def architecture_section(tables: OptionTables, arch: str, columns: int) -> List[str]:
     """The options of ``--arch ARCH``: its model's (and the fairseq model's it extends), or
     those of a fairseq model that mdsfair's extend, or a line saying the help has none."""
-    for model, archs in tables.ARCHITECTURES.items():
+    for model, archs in tables.architectures.items():
         if arch in archs:
             return options_section(tables, "model", model, f"--arch {arch} (model {model})", columns)
-    for model, archs in tables.FAIRSEQ_ARCHITECTURES.items():
+    for model, archs in tables.fairseq_architectures.items():
         if arch in archs:
             rows = fairseq_options(tables, "model", model)
             return [f"options of --arch {arch} (fairseq's model {model}):"] + option_lines(rows, columns)
@@ -194,22 +301,22 @@ def architecture_section(tables, arch: str, columns: int) -> List[str]:
     )
 
 
-def registered_section(tables, prog: str, kind: str, name: str, columns: int) -> List[str]:
+def registered_section(tables: OptionTables, prog: str, kind: str, name: str, columns: int) -> List[str]:
     """The options of ``--task NAME`` / ``--criterion NAME``, or a line saying the help has none."""
     flag = KINDS[kind]
-    if name in tables.MDSFAIR[kind]:
+    if name in tables.mdsfair[kind]:
         return options_section(tables, kind, name, f"{flag} {name}", columns)
     return paragraph(f"{flag} {name}: not one of mdsfair's; {prog} {FULL_HELP} prints fairseq's help.", columns)
 
 
-def names_section(tables, prog: str, columns: int) -> List[str]:
+def names_section(tables: OptionTables, prog: str, columns: int) -> List[str]:
     """mdsfair's tasks, architectures (by model) and, for training, criterions."""
-    lines = paragraph("mdsfair's tasks (--task): " + ", ".join(tables.MDSFAIR["task"]), columns)
+    lines = paragraph("mdsfair's tasks (--task): " + ", ".join(tables.mdsfair["task"]), columns)
     if prog == "mdsfair-train":
         lines += ["mdsfair's architectures (--arch), by model:"]
-        for model, archs in tables.ARCHITECTURES.items():
+        for model, archs in tables.architectures.items():
             lines += paragraph(f"{model}: " + ", ".join(archs), columns, indent="  ")
-        lines += paragraph("mdsfair's criterions (--criterion): " + ", ".join(tables.MDSFAIR["criterion"]), columns)
+        lines += paragraph("mdsfair's criterions (--criterion): " + ", ".join(tables.mdsfair["criterion"]), columns)
     return lines
 
 
@@ -236,9 +343,8 @@ def short_help(prog: str, argv: Sequence[str], columns: Optional[int] = None) ->
     """The short help of ``prog`` (``mdsfair-train`` or ``mdsfair-generate``) for the
     command line ``argv``: its ``--task``, ``--arch`` and ``--criterion`` choose the option
     sections (``--arch`` and ``--criterion`` for ``mdsfair-train`` only, as the checkpoint
-    chooses the model of a generation). Reads :mod:`mdsfair.cli_help_options` only."""
-    from mdsfair import cli_help_options as tables
-
+    chooses the model of a generation). Reads ``mdsfair/cli_help_options.json`` only."""
+    tables = stored_tables()
     columns = columns or width()
     fairseq_command = FAIRSEQ_COMMAND[prog]
     lines = [USAGE[prog], ""] + paragraph(DESCRIPTION[prog], columns) + [""]
@@ -256,7 +362,7 @@ def short_help(prog: str, argv: Sequence[str], columns: Optional[int] = None) ->
             ("-h --arch ARCH", "an architecture's options: its model's, and those of the fairseq model it extends"),
             ("-h --criterion CRITERION", "a criterion's options"),
         ]
-    lines += [f"common {fairseq_command} options:"] + option_lines(tables.COMMON[prog], columns) + [""]
+    lines += [f"common {fairseq_command} options:"] + option_lines(tables.common[prog], columns) + [""]
     more += [
         (FULL_HELP, f"{fairseq_command}'s own help: every option of its parser (imports torch and fairseq)"),
     ]
@@ -345,14 +451,17 @@ def fairseq_base(cls, registry: Dict[str, type]) -> Optional[str]:
     return None
 
 
-def table_entry(name: str, registry: Dict[str, type], fairseq_table: dict, full_rows: Dict[str, tuple]) -> tuple:
-    """The entry of ``registry``'s class ``name``: ``(the nearest fairseq class among its
-    bases, by its registered name, or None; its options that this base lacks or describes
-    otherwise)``. The base enters ``fairseq_table`` first, as its own entry, so that
-    :func:`fairseq_options` rebuilds every option of a fairseq class from its base's;
-    ``full_rows`` keeps every option of each class read. Raises ValueError when a fairseq
-    class's options are not its base's followed by its own (:func:`extended_rows`)."""
-    cls = registry[name]
+def table_entry(
+    name: str, registry: Dict[str, type], fairseq_table: dict, full_rows: Dict[str, tuple], cls: Optional[type] = None
+) -> tuple:
+    """The entry of ``registry``'s class ``name`` (or of ``cls``, a class the registry does not
+    hold, by its qualified name): ``(the nearest fairseq class among its bases, by its
+    registered name, or None; its options that this base lacks or describes otherwise)``. The
+    base enters ``fairseq_table`` first, as its own entry, so that :func:`fairseq_options`
+    rebuilds every option of a fairseq class from its base's; ``full_rows`` keeps every option
+    of each class read. Raises ValueError when a fairseq class's options are not its base's
+    followed by its own (:func:`extended_rows`)."""
+    cls = registry[name] if cls is None else cls
     rows = full_rows[name] = rows_of(cls)
     base = fairseq_base(cls, registry)
     if base is None:
@@ -370,16 +479,58 @@ def table_entry(name: str, registry: Dict[str, type], fairseq_table: dict, full_
     return base, tuple(row for row in rows if row not in full_rows[base])
 
 
-def collect_options() -> dict:
-    """The tables of :mod:`mdsfair.cli_help_options`, read from fairseq's parsers with
-    mdsfair registered (imports torch and fairseq): mdsfair's tasks, models and criterions
-    (``MDSFAIR``: kind -> name -> (the fairseq class it extends, by its registered name, or
-    None; its options the fairseq class lacks or describes otherwise)), the options of
-    those fairseq classes and of the fairseq classes they extend (``FAIRSEQ``: kind -> name
-    -> (its fairseq base or None; its options the base lacks or describes otherwise), read
-    back whole by :func:`fairseq_options`), mdsfair's architectures by model
-    (``ARCHITECTURES``), the architectures of the fairseq models mdsfair's extend
-    (``FAIRSEQ_ARCHITECTURES``) and the :data:`COMMON_OPTIONS` of each command (``COMMON``)."""
+def mdsfair_base(cls, registry: Dict[str, type]) -> Optional[type]:
+    """The nearest of ``cls``'s bases that is mdsfair's and registered in ``registry`` or
+    adds options itself (its own ``add_args``), or None: the class whose options ``cls``
+    shares (the component model for the BART-based families, T5 for LongT5, the
+    summarization task for the sparse decoder's)."""
+    registered = {id(registered_class) for registered_class in registry.values()}
+    for ancestor in cls.__mro__[1:]:
+        if ancestor.__module__.startswith("mdsfair.") and (id(ancestor) in registered or "add_args" in vars(ancestor)):
+            return ancestor
+    return None
+
+
+def class_name(cls, registry: Dict[str, type]) -> str:
+    """``cls``'s registered name in ``registry``, or its qualified name (``module.Class``)."""
+    for name, registered in registry.items():
+        if registered is cls:
+            return name
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def store_beyond_mdsfair_base(
+    tables: OptionTables, kind: str, name: str, registry: Dict[str, type], full_rows: Dict[str, tuple]
+) -> None:
+    """Store mdsfair's class ``name`` of ``kind`` as the options beyond its
+    :func:`mdsfair_base` (an unregistered base enters ``tables.mdsfair_bases`` as its own
+    entry) where that stores fewer rows and :func:`mdsfair_options` reads back the options
+    beyond its fairseq base; else its entry stays as it is."""
+    base_class = mdsfair_base(registry[name], registry)
+    if base_class is None:
+        return
+    base_name = class_name(base_class, registry)
+    fairseq_base_name, _, own_rows = entry = tables.mdsfair[kind][name]
+    new_base = base_name not in tables.mdsfair[kind] and base_name not in tables.mdsfair_bases[kind]
+    if new_base:
+        base_fairseq, base_rows = table_entry(base_name, registry, tables.fairseq[kind], full_rows, cls=base_class)
+        tables.mdsfair_bases[kind][base_name] = (base_fairseq, None, base_rows)
+    rows = tuple(row for row in full_rows[name] if row not in full_rows[base_name])
+    tables.mdsfair[kind][name] = (fairseq_base_name, base_name, rows)
+    if len(rows) >= len(own_rows) or mdsfair_options(tables, kind, name) != (fairseq_base_name, own_rows):
+        tables.mdsfair[kind][name] = entry
+        if new_base:
+            del tables.mdsfair_bases[kind][base_name]
+
+
+def collect_options() -> OptionTables:
+    """The tables of ``mdsfair/cli_help_options.json``, read from fairseq's parsers with
+    mdsfair registered (imports torch and fairseq): each mdsfair task, model and criterion
+    (:data:`MdsfairEntry`: against the mdsfair class it extends, :func:`store_beyond_mdsfair_base`,
+    else against the fairseq class it extends), the options of those fairseq classes and of
+    the fairseq classes they extend (read back whole by :func:`fairseq_options`), mdsfair's
+    architectures by model, the architectures of the fairseq models mdsfair's extend and the
+    :data:`COMMON_OPTIONS` of each command."""
     import fairseq
     from fairseq import options
     from fairseq.criterions import CRITERION_REGISTRY
@@ -390,13 +541,23 @@ def collect_options() -> dict:
 
     mdsfair.register()
     registries = {"task": TASK_REGISTRY, "model": MODEL_REGISTRY, "criterion": CRITERION_REGISTRY}
-    mdsfair_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
-    fairseq_tables: Dict[str, dict] = {kind: {} for kind in KINDS}
+    tables = OptionTables(
+        fairseq_version=fairseq.__version__,
+        mdsfair={kind: {} for kind in KINDS},
+        mdsfair_bases={kind: {} for kind in KINDS},
+        fairseq={kind: {} for kind in KINDS},
+        architectures={},
+        fairseq_architectures={},
+        common={},
+    )
     for kind, registry in registries.items():
         full_rows: Dict[str, tuple] = {}
-        for name in sorted(registry):
-            if registry[name].__module__.startswith("mdsfair."):
-                mdsfair_tables[kind][name] = table_entry(name, registry, fairseq_tables[kind], full_rows)
+        names = [name for name in sorted(registry) if registry[name].__module__.startswith("mdsfair.")]
+        for name in names:
+            base, rows = table_entry(name, registry, tables.fairseq[kind], full_rows)
+            tables.mdsfair[kind][name] = (base, None, rows)
+        for name in names:
+            store_beyond_mdsfair_base(tables, kind, name, registry, full_rows)
     model_names = {id(cls): name for name, cls in MODEL_REGISTRY.items()}
     architectures: Dict[str, List[str]] = {}
     fairseq_architectures: Dict[str, List[str]] = {}
@@ -404,106 +565,25 @@ def collect_options() -> dict:
         model = model_names[id(ARCH_MODEL_REGISTRY[arch])]
         if ARCH_CONFIG_REGISTRY[arch].__module__.startswith("mdsfair."):
             architectures.setdefault(model, []).append(arch)
-        elif model in fairseq_tables["model"]:
+        elif model in tables.fairseq["model"]:
             fairseq_architectures.setdefault(model, []).append(arch)
+    tables.architectures.update((model, tuple(architectures[model])) for model in sorted(architectures))
+    tables.fairseq_architectures.update(
+        (model, tuple(fairseq_architectures[model])) for model in sorted(fairseq_architectures)
+    )
     saved_argv = sys.argv
     sys.argv = [saved_argv[0]]  # fairseq's get_parser reads --user-dir from sys.argv
     try:
         parsers = {"mdsfair-train": options.get_training_parser(), "mdsfair-generate": options.get_generation_parser()}
     finally:
         sys.argv = saved_argv
-    common = {}
     for prog, flags in COMMON_OPTIONS.items():
         rows = {flag: row for row in option_rows(parsers[prog]) for flag in flags_of(row)}
         missing = [flag for flag in flags if flag not in rows]
         if missing:
             raise ValueError(f"mdsfair/cli_help.py: COMMON_OPTIONS[{prog!r}] names {missing}, not options of fairseq")
-        common[prog] = tuple(rows[flag] for flag in flags)
-    return {
-        "FAIRSEQ_VERSION": fairseq.__version__,
-        "MDSFAIR": mdsfair_tables,
-        "FAIRSEQ": fairseq_tables,
-        "ARCHITECTURES": {model: tuple(architectures[model]) for model in sorted(architectures)},
-        "FAIRSEQ_ARCHITECTURES": {
-            model: tuple(fairseq_architectures[model]) for model in sorted(fairseq_architectures)
-        },
-        "COMMON": common,
-    }
-
-
-def stored_options() -> dict:
-    """The tables of :mod:`mdsfair.cli_help_options`, as :func:`collect_options` returns them."""
-    from mdsfair import cli_help_options as tables
-
-    return {name: getattr(tables, name) for name in TABLE_COMMENTS}
-
-
-#: The tables of :mod:`mdsfair.cli_help_options`, each with the comment written above it.
-TABLE_COMMENTS = {
-    "FAIRSEQ_VERSION": "the fairseq whose parsers the tables were read from",
-    "MDSFAIR": (
-        "kind (task, model, criterion) -> mdsfair's name -> (the fairseq class it extends, by its "
-        "registered name, or None; its options, (invocation, help), that the fairseq class lacks or "
-        "describes otherwise)"
-    ),
-    "FAIRSEQ": (
-        "kind -> the registered name of a fairseq class mdsfair's extend (or that such a class extends) -> "
-        "(the fairseq class it extends, by its registered name, or None; its options that class lacks or "
-        "describes otherwise: mdsfair.cli_help.fairseq_options reads them back whole)"
-    ),
-    "ARCHITECTURES": "mdsfair's model -> its architectures",
-    "FAIRSEQ_ARCHITECTURES": "fairseq's model that mdsfair's extend -> its architectures",
-    "COMMON": "command -> the fairseq options its short help lists (mdsfair.cli_help.COMMON_OPTIONS)",
-}
-
-LINE_LENGTH = 120  # ruff.toml's
-
-
-def literal(value, indent: int = 0, lead: int = 0) -> str:
-    """``value`` (a dict, tuple, list, str, int or None) as Python source laid out as
-    ``ruff format`` lays it out, for a line indented by ``indent`` on which ``lead``
-    characters precede it: a string in double quotes (single where they need fewer escapes); a
-    tuple of strings on one line when it fits; every other container one item a line, with
-    a trailing comma."""
-    pad = " " * indent
-    if isinstance(value, str):
-        if value.count('"') > value.count("'"):  # the quote that needs fewer escapes
-            return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-        return json.dumps(value, ensure_ascii=False)
-    if value is None or isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        items = []
-        for key, item in value.items():
-            key_text = literal(key)
-            items.append(f"{pad}    {key_text}: {literal(item, indent + 4, len(key_text) + 2)},")
-        return "{\n" + "\n".join(items) + f"\n{pad}}}"
-    items = list(value)
-    if not items:
-        return "()"
-    if all(isinstance(item, str) for item in items):
-        one_line = "(" + ", ".join(literal(item) for item in items) + ("," if len(items) == 1 else "") + ")"
-        if indent + lead + len(one_line) + 1 <= LINE_LENGTH:
-            return one_line
-    return "(\n" + "\n".join(f"{pad}    {literal(item, indent + 4)}," for item in items) + f"\n{pad})"
-
-
-def module_source(tables: dict) -> str:
-    """The source of :mod:`mdsfair.cli_help_options` holding ``tables``."""
-    parts = [
-        '"""The options that ``mdsfair-train -h`` and ``mdsfair-generate -h`` print '
-        "(:mod:`mdsfair.cli_help`),\nread from fairseq's parsers with mdsfair registered, so that "
-        "the help needs neither torch nor fairseq.\n\nWritten by ``python -m mdsfair.cli_help --write``; "
-        '``tests/test_cli_help.py`` checks it against the parsers.\n"""\n'
-    ]
-    for name, comment in TABLE_COMMENTS.items():
-        parts.append(f"#: {comment}\n{name} = {literal(tables[name], 0, len(name) + 3)}\n")
-    return "\n".join(parts)
-
-
-OPTIONS_MODULE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cli_help_options.py")
+        tables.common[prog] = tuple(rows[flag] for flag in flags)
+    return tables
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -512,20 +592,20 @@ def main(argv: Optional[List[str]] = None) -> int:
         description="Read the options of mdsfair's short help from fairseq's parsers (imports torch and fairseq).",
     )
     parser.add_argument(
-        "--write", action="store_true", help=f"rewrite {OPTIONS_MODULE} (default: say whether it is current)"
+        "--write", action="store_true", help=f"rewrite {OPTIONS_FILE} (default: say whether it is current)"
     )
     options = parser.parse_args(argv)
-    source = module_source(collect_options())
+    text = collect_options().to_json()
     current = False
-    if os.path.exists(OPTIONS_MODULE):
-        with open(OPTIONS_MODULE, encoding="utf-8") as handle:
-            current = handle.read() == source
+    if os.path.exists(OPTIONS_FILE):
+        with open(OPTIONS_FILE, encoding="utf-8") as handle:
+            current = handle.read() == text
     if options.write and not current:
-        with open(OPTIONS_MODULE, "w", encoding="utf-8") as handle:
-            handle.write(source)
-        print(f"rewrote {OPTIONS_MODULE}")
+        with open(OPTIONS_FILE, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        print(f"rewrote {OPTIONS_FILE}")
         return 0
-    print(f"{OPTIONS_MODULE} is {'current' if current else 'out of date: run python -m mdsfair.cli_help --write'}")
+    print(f"{OPTIONS_FILE} is {'current' if current else 'out of date: run python -m mdsfair.cli_help --write'}")
     return 0 if current else 1
 
 

@@ -1,11 +1,10 @@
 """``mdsfair-train -h`` and ``mdsfair-generate -h``: mdsfair's short help, printed from
-:mod:`mdsfair.cli_help_options`, which must be what fairseq's parsers list with mdsfair
+``mdsfair/cli_help_options.json``, which must be what fairseq's parsers list with mdsfair
 registered; ``--help-all``: the fairseq command's own help.
 
 That ``-h`` imports neither torch nor fairseq is checked in a fresh interpreter by
 ``tests/test_startup.py``."""
 
-import ast
 import os
 import subprocess
 import sys
@@ -13,7 +12,7 @@ import sys
 import fairseq
 import pytest
 
-from mdsfair import cli, cli_help, cli_help_options
+from mdsfair import cli, cli_help
 from tests.utils import REPO_ROOT
 
 
@@ -25,10 +24,11 @@ def test_the_table_of_options_is_what_fairseqs_parsers_list_with_mdsfair_registe
         [sys.executable, "-m", "mdsfair.cli_help"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
     )
     assert finished.returncode == 0, finished.stdout[-3000:] + finished.stderr[-3000:]
-    assert "cli_help_options.py is current" in finished.stdout
-    assert cli_help_options.FAIRSEQ_VERSION == fairseq.__version__
-    with open(cli_help.OPTIONS_MODULE, encoding="utf-8") as handle:
-        assert handle.read() == cli_help.module_source(cli_help.stored_options())
+    assert "cli_help_options.json is current" in finished.stdout
+    tables = cli_help.stored_tables()
+    assert tables.fairseq_version == fairseq.__version__
+    with open(cli_help.OPTIONS_FILE, encoding="utf-8") as handle:
+        assert handle.read() == tables.to_json()
 
 
 def test_the_table_holds_every_mdsfair_task_model_criterion_and_architecture():
@@ -36,34 +36,34 @@ def test_the_table_holds_every_mdsfair_task_model_criterion_and_architecture():
     from fairseq.models import ARCH_MODEL_REGISTRY
     from fairseq.tasks import TASK_REGISTRY
 
-    tables = cli_help_options
+    tables = cli_help.stored_tables()
     assert {"multidoc_summarization", "multidoc_summarization_sparse", "paragraph_ranking"} <= set(
-        tables.MDSFAIR["task"]
+        tables.mdsfair["task"]
     )
-    assert {"sparse_kl", "paragraph_ranking"} <= set(tables.MDSFAIR["criterion"])
-    assert set(tables.MDSFAIR["task"]) <= set(TASK_REGISTRY) and set(tables.MDSFAIR["criterion"]) <= set(
+    assert {"sparse_kl", "paragraph_ranking"} <= set(tables.mdsfair["criterion"])
+    assert set(tables.mdsfair["task"]) <= set(TASK_REGISTRY) and set(tables.mdsfair["criterion"]) <= set(
         CRITERION_REGISTRY
     )
-    archs = [arch for model in tables.ARCHITECTURES.values() for arch in model]
+    archs = [arch for model in tables.architectures.values() for arch in model]
     assert {"multidoc_bart_base", "led_tiny", "primera", "pagesum_bart_large", "hiertransformer_hiersumm"} <= set(archs)
     assert set(archs) <= set(ARCH_MODEL_REGISTRY)
     # the component flags are the component models' own; BART's are fairseq's bart's
-    _, multidoc_rows = tables.MDSFAIR["model"]["multidoc_bart"]
+    base, multidoc_rows = cli_help.mdsfair_options(tables, "model", "multidoc_bart")
     assert "--encoder-self-attention" in {flag for row in multidoc_rows for flag in cli_help.flags_of(row)}
-    assert tables.MDSFAIR["model"]["multidoc_bart"][0] == "bart"
-    assert tables.MDSFAIR["criterion"]["sparse_kl"][0] == "label_smoothed_cross_entropy"
+    assert base == "bart"
+    assert tables.mdsfair["criterion"]["sparse_kl"][0] == "label_smoothed_cross_entropy"
 
 
 def test_a_fairseq_class_stores_only_the_options_beyond_its_fairseq_base_and_reads_back_whole():
     from fairseq.models import MODEL_REGISTRY
 
-    tables = cli_help_options
+    tables = cli_help.stored_tables()
     for name, base in (("transformer_pointer_generator", "transformer"), ("bart", "transformer")):
-        assert tables.FAIRSEQ["model"][name][0] == base
-        stored = tables.FAIRSEQ["model"][name][1]
+        assert tables.fairseq["model"][name][0] == base
+        stored = tables.fairseq["model"][name][1]
         assert stored and not set(stored) & set(cli_help.fairseq_options(tables, "model", base))
         assert cli_help.fairseq_options(tables, "model", name) == cli_help.rows_of(MODEL_REGISTRY[name])
-    assert tables.FAIRSEQ["model"]["transformer"][0] is None
+    assert tables.fairseq["model"]["transformer"][0] is None
 
 
 def test_a_class_options_are_its_bases_each_as_the_class_describes_it_then_its_own():
@@ -121,6 +121,60 @@ def test_a_fairseq_class_whose_options_do_not_extend_its_bases_is_refused_when_t
         cli_help.table_entry("mine_reordered", registry, fairseq_table, full_rows)
 
 
+def test_a_class_is_stored_beyond_its_mdsfair_base_where_its_options_read_back_so():
+    def base_args(parser):
+        parser.add_argument("--shared", help="shared")
+        parser.add_argument("--preset", type=int, default=1, help="preset")
+
+    def sibling_args(parser):  # the base's options, another default
+        parser.add_argument("--shared", help="shared")
+        parser.add_argument("--preset", type=int, default=2, help="preset")
+
+    def reordered_args(parser):  # not the base's order: stored whole
+        parser.add_argument("--preset", type=int, default=2, help="preset")
+        parser.add_argument("--shared", help="shared")
+
+    base = registered_class("Base", "mdsfair.models.fake", base_args)
+    registry = {
+        "reordered": registered_class("Reordered", "mdsfair.models.fake", reordered_args, base),
+        "sibling": registered_class("Sibling", "mdsfair.models.fake", sibling_args, base),
+    }
+    tables = cli_help.OptionTables("0", {"model": {}}, {"model": {}}, {"model": {}}, {}, {}, {})
+    full_rows = {}
+    for name in registry:
+        _, rows = cli_help.table_entry(name, registry, tables.fairseq["model"], full_rows)
+        tables.mdsfair["model"][name] = (None, None, rows)
+    for name in registry:
+        cli_help.store_beyond_mdsfair_base(tables, "model", name, registry, full_rows)
+    preset = ("--preset PRESET", "preset (default: 2)")
+    assert tables.mdsfair["model"]["sibling"] == (None, "mdsfair.models.fake.Base", (preset,))
+    assert tables.mdsfair["model"]["reordered"] == (None, None, (preset, ("--shared SHARED", "shared")))
+    base_rows = (("--shared SHARED", "shared"), ("--preset PRESET", "preset (default: 1)"))
+    assert tables.mdsfair_bases["model"] == {"mdsfair.models.fake.Base": (None, None, base_rows)}
+    assert cli_help.mdsfair_options(tables, "model", "sibling") == (None, full_rows["sibling"])
+
+
+def test_the_bart_based_families_store_only_what_they_set_otherwise_than_the_component_model():
+    tables = cli_help.stored_tables()
+    component_model = "mdsfair.models.component_model.ComponentBARTModel"
+    _, _, component_rows = tables.mdsfair_bases["model"][component_model]
+    for name in (
+        "multidoc_bart",
+        "hat_bart",
+        "hepos_bart",
+        "hierencdec_bart",
+        "led",
+        "lobart",
+        "sparse_bart",
+        "pegasus",
+    ):
+        fairseq_base, base, rows = tables.mdsfair["model"][name]
+        assert (fairseq_base, base) == ("bart", component_model)
+        assert not set(rows) & set(component_rows)
+    assert tables.mdsfair["model"]["longt5"] == (None, "t5_v1_1", ())
+    assert tables.mdsfair["task"]["multidoc_summarization_sparse"][:2] == (None, "multidoc_summarization")
+
+
 def test_a_common_option_fairseq_does_not_have_is_refused_when_the_table_is_read(monkeypatch):
     monkeypatch.setitem(cli_help.COMMON_OPTIONS, "mdsfair-generate", ("--beam", "--no-such-option"))
     with pytest.raises(ValueError, match=r"cli_help\.py: COMMON_OPTIONS\['mdsfair-generate'\] names \['--no-such"):
@@ -134,13 +188,13 @@ def invocations(rows):
 def test_train_help_lists_the_task_the_architectures_and_the_common_options(capsys):
     cli.train_main(["--help"])
     text = capsys.readouterr().out
-    tables = cli_help_options
+    tables = cli_help.stored_tables()
     assert text.startswith("usage: mdsfair-train DATA --task TASK --arch ARCH")
-    for invocation in invocations(tables.MDSFAIR["task"]["multidoc_summarization"][1]):
+    for invocation in invocations(cli_help.mdsfair_options(tables, "task", "multidoc_summarization")[1]):
         assert f"\n  {invocation}" in text
-    for invocation in invocations(tables.COMMON["mdsfair-train"]):
+    for invocation in invocations(tables.common["mdsfair-train"]):
         assert f"\n  {invocation}" in text
-    for archs in tables.ARCHITECTURES.values():
+    for archs in tables.architectures.values():
         assert all(arch in text for arch in archs)
     assert "mdsfair-train --help-all" in text
     # no architecture named: no model's options
@@ -151,12 +205,12 @@ def test_train_help_lists_the_task_the_architectures_and_the_common_options(caps
 def test_train_help_of_an_architecture_lists_its_models_options_and_the_fairseq_models(capsys):
     cli.train_main(["-h", "--arch", "led_tiny", "--criterion", "sparse_kl", "--task", "multidoc_summarization_sparse"])
     text = capsys.readouterr().out
-    tables = cli_help_options
-    base, own = tables.MDSFAIR["model"]["led"]
+    tables = cli_help.stored_tables()
+    base, own = cli_help.mdsfair_options(tables, "model", "led")
     assert "options of --arch led_tiny (model led):" in text and "from fairseq's bart:" in text
     for invocation in invocations(own) + invocations(cli_help.fairseq_options(tables, "model", base)):
         assert f"\n  {invocation}" in text, invocation
-    for invocation in invocations(tables.MDSFAIR["task"]["multidoc_summarization_sparse"][1]):
+    for invocation in invocations(cli_help.mdsfair_options(tables, "task", "multidoc_summarization_sparse")[1]):
         assert f"\n  {invocation}" in text, invocation
     for invocation in invocations(cli_help.fairseq_options(tables, "criterion", "label_smoothed_cross_entropy")):
         assert f"\n  {invocation}" in text, invocation
@@ -168,8 +222,9 @@ def test_train_help_of_an_architecture_lists_its_models_options_and_the_fairseq_
 def test_a_fairseq_flag_a_model_describes_otherwise_is_listed_once_with_the_models_help(capsys):
     cli.train_main(["-h", "--arch", "hiertransformer_tiny"])
     text = capsys.readouterr().out
-    base, own = cli_help_options.MDSFAIR["model"]["hiertransformer"]
-    fairseq_rows = cli_help.fairseq_options(cli_help_options, "model", base)
+    tables = cli_help.stored_tables()
+    base, own = cli_help.mdsfair_options(tables, "model", "hiertransformer")
+    fairseq_rows = cli_help.fairseq_options(tables, "model", base)
     changed = [row for row in own if row[0] in invocations(fairseq_rows)]
     assert changed and all(row not in fairseq_rows for row in changed)  # the help is the model's own
     model_section = text[text.index("options of --arch hiertransformer_tiny") : text.index("common fairseq-train")]
@@ -193,11 +248,11 @@ def test_train_help_of_a_fairseq_architecture_and_of_unknown_names(capsys):
 def test_generate_help_lists_the_task_and_the_common_generation_options(capsys):
     cli.generate_main(["--help", "--task", "paragraph_ranking"])
     text = capsys.readouterr().out
-    tables = cli_help_options
+    tables = cli_help.stored_tables()
     assert text.startswith("usage: mdsfair-generate DATA --task TASK --path CHECKPOINT")
-    for invocation in invocations(tables.MDSFAIR["task"]["paragraph_ranking"][1]):
+    for invocation in invocations(cli_help.mdsfair_options(tables, "task", "paragraph_ranking")[1]):
         assert f"\n  {invocation}" in text
-    for invocation in invocations(tables.COMMON["mdsfair-generate"]):
+    for invocation in invocations(tables.common["mdsfair-generate"]):
         assert f"\n  {invocation}" in text
     assert "mdsfair-generate --help-all" in text and "--arch" not in text
 
@@ -230,6 +285,15 @@ def test_option_lines_are_laid_out_as_argparse_lays_them_out():
     assert lines[-2:] == ["  --a-very-long-option-name VALUE", " " * 24 + "x"]
 
 
-def test_the_tables_are_written_as_python_literals():
-    value = {"a": ("x", 'say "y"', "it's"), "b": (None, (("--f N", "help \\ text"),))}
-    assert ast.literal_eval(cli_help.literal(value)) == value
+def test_the_tables_read_back_from_json_as_they_were_written():
+    rows = (("--f N", 'help "quoted" \\ text'),)
+    tables = cli_help.OptionTables(
+        fairseq_version="0.12.3",
+        mdsfair={"model": {"mine": ("bart", None, rows), "sibling": ("bart", "pkg.Base", ())}},
+        mdsfair_bases={"model": {"pkg.Base": ("bart", None, rows)}},
+        fairseq={"model": {"bart": (None, (("--g", "g"),))}},
+        architectures={"mine": ("mine_tiny",)},
+        fairseq_architectures={"bart": ("bart_base", "bart_large")},
+        common={"mdsfair-train": rows},
+    )
+    assert cli_help.OptionTables.from_json(tables.to_json()) == tables

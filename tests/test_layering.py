@@ -38,10 +38,7 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("models", ("mdsfair.models", "mdsfair.criterions")),
     ("preprocess", ("mdsfair.preprocess",)),
     ("tasks", ("mdsfair.tasks",)),
-    (
-        "applications",
-        ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli", "mdsfair.cli_help", "mdsfair.cli_help_options"),
-    ),
+    ("applications", ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli", "mdsfair.cli_help")),
     ("evaluation", ("mdsfair.evaluation",)),
 ]
 
