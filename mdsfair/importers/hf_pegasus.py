@@ -42,7 +42,6 @@ and the ``dict.txt`` of its import.
 
 import os
 import re
-import sys
 from typing import Dict, List, Optional, Tuple
 
 from mdsfair.importers import ImportRefused
@@ -64,6 +63,7 @@ from mdsfair.importers.hf_t5 import (
     SENTENCEPIECE_FILE,
     check_against_model,
     import_manifest,
+    run_sentencepiece_import_cli,
     write_sentencepiece_import,
 )
 
@@ -315,39 +315,15 @@ def import_hf_pegasus(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dic
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
-    import argparse
-
-    parser = argparse.ArgumentParser(
-        prog="mdsfair-import hf-pegasus",
-        description="Convert a Hugging Face PEGASUS model (config.json, model.safetensors or pytorch_model.bin, "
-        "spiece.model) to a pegasus fairseq checkpoint with its dictionary (fairseq index = Hugging Face id + 1, "
-        "<unk> and <mask_1> exchanged).",
+    return run_sentencepiece_import_cli(
+        "hf-pegasus",
+        "Convert a Hugging Face PEGASUS model (config.json, model.safetensors or pytorch_model.bin, spiece.model) "
+        "to a pegasus fairseq checkpoint with its dictionary (fairseq index = Hugging Face id + 1, <unk> and "
+        "<mask_1> exchanged).",
+        "google/pegasus-multi_news",
+        import_hf_pegasus,
+        argv,
     )
-    parser.add_argument(
-        "hf_dir", metavar="HF_DIR", help="Hugging Face model folder, or model id (google/pegasus-multi_news)"
-    )
-    parser.add_argument(
-        "out_dir", metavar="OUT_DIR", help="output folder (model.pt, dict.txt, spm.model, mdsfair.json)"
-    )
-    parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier import in OUT_DIR")
-    args = parser.parse_args(argv)
-    summary = import_hf_pegasus(args.hf_dir, args.out_dir, overwrite=args.overwrite)
-    out = sys.stdout
-    for line in summary["found"]:
-        print(line, file=out)
-    print(
-        f"wrote {summary['out_dir']}/model.pt (--arch {summary['arch']}), dict.txt ({summary['dictionary_size']} "
-        f"entries), spm.model and mdsfair.json from {summary['source']}",
-        file=out,
-    )
-    for note in summary["notes"]:
-        print(f"  note: {note}", file=out)
-    generate = " ".join(summary["generate_flags"])
-    print(
-        f"  fairseq-generate DATA_BIN --user-dir mdsfair --path {summary['out_dir']}/model.pt {generate}".rstrip(),
-        file=out,
-    )
-    return 0
 
 
 # --------------------------------------------------------------------- export

@@ -34,6 +34,7 @@ refused: this model is v1.1's.
 """
 
 import argparse
+import functools
 import os
 import re
 import shutil
@@ -336,20 +337,22 @@ T5_V1_1 = T5Family("hf-t5", "T5 v1.1", "t5_v1_1", "google/t5-v1_1-base", t5_conf
                    architecture_flags)  # fmt: skip
 
 
-def cli_main(argv: Optional[List[str]] = None, family: T5Family = T5_V1_1) -> int:
-    parser = argparse.ArgumentParser(
-        prog=f"mdsfair-import {family.kind}",
-        description=f"Convert a Hugging Face {family.name} model (config.json, model.safetensors or "
-        f"pytorch_model.bin, spiece.model) to a {family.model} fairseq checkpoint with its dictionary (fairseq index "
-        "= Hugging Face id + 1).",
-    )
-    parser.add_argument("hf_dir", metavar="HF_DIR", help=f"Hugging Face model folder, or model id ({family.example})")
+def run_sentencepiece_import_cli(
+    kind: str, description: str, example: str, import_model: Callable[..., Dict], argv: Optional[List[str]]
+) -> int:
+    """``mdsfair-import KIND HF_DIR OUT_DIR``: ``import_model(hf_dir, out_dir,
+    overwrite=...)`` for a SentencePiece family (T5, LongT5, PEGASUS; the folder of
+    :func:`write_sentencepiece_import`), then what it found and wrote, its notes and the
+    fairseq-generate command with the summary's ``generate_flags`` (a refusal reaches
+    :mod:`mdsfair.importers.cli`, which prints it)."""
+    parser = argparse.ArgumentParser(prog=f"mdsfair-import {kind}", description=description)
+    parser.add_argument("hf_dir", metavar="HF_DIR", help=f"Hugging Face model folder, or model id ({example})")
     parser.add_argument(
         "out_dir", metavar="OUT_DIR", help="output folder (model.pt, dict.txt, spm.model, mdsfair.json)"
     )
     parser.add_argument("--overwrite", action="store_true", help="replace the files of an earlier import in OUT_DIR")
     args = parser.parse_args(argv)
-    summary = import_hf_t5(args.hf_dir, args.out_dir, overwrite=args.overwrite, family=family)
+    summary = import_model(args.hf_dir, args.out_dir, overwrite=args.overwrite)
     out = sys.stdout
     for line in summary["found"]:
         print(line, file=out)
@@ -358,5 +361,23 @@ def cli_main(argv: Optional[List[str]] = None, family: T5Family = T5_V1_1) -> in
         f"entries), spm.model and mdsfair.json from {summary['source']}",
         file=out,
     )
-    print(f"  fairseq-generate DATA_BIN --user-dir mdsfair --path {summary['out_dir']}/model.pt", file=out)
+    for note in summary.get("notes", ()):
+        print(f"  note: {note}", file=out)
+    generate = " ".join(summary.get("generate_flags", ()))
+    print(
+        f"  fairseq-generate DATA_BIN --user-dir mdsfair --path {summary['out_dir']}/model.pt {generate}".rstrip(),
+        file=out,
+    )
     return 0
+
+
+def cli_main(argv: Optional[List[str]] = None, family: T5Family = T5_V1_1) -> int:
+    return run_sentencepiece_import_cli(
+        family.kind,
+        f"Convert a Hugging Face {family.name} model (config.json, model.safetensors or pytorch_model.bin, "
+        f"spiece.model) to a {family.model} fairseq checkpoint with its dictionary (fairseq index = Hugging Face "
+        "id + 1).",
+        family.example,
+        functools.partial(import_hf_t5, family=family),
+        argv,
+    )
