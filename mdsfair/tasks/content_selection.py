@@ -92,23 +92,9 @@ class ContentSelectionDataset(RawClusterDataset):
         eos: int,
         shuffle: bool = True,
     ):
-        super().__init__(sentences, shuffle)
-        self.sentences = sentences
-        self.summaries = summaries
-        self.labels = labels
+        super().__init__(sentences, shuffle, {"sentences": sentences, "summary": summaries, "labels": labels})
         self.pad = pad
         self.eos = eos
-
-    def __getitem__(self, index):
-        return {
-            "id": index,
-            "sentences": self.sentences[index],
-            "summary": self.summaries[index],
-            "labels": self.labels[index],
-        }
-
-    def __len__(self):
-        return len(self.sentences)
 
     def collater(self, samples):
         if not samples:

@@ -23,7 +23,7 @@ Every paragraph's target is its ROUGE-2 recall against the gold summary
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -109,11 +109,20 @@ class RawClusterDataset(FairseqDataset):
     """Clusters read from raw JSONL, each a list of token sequences (its
     paragraphs or sentences), batched by size: a cluster's size is its
     sequences times its longest one (the tokens of the padded block it makes);
-    the train split is shuffled within equal sizes."""
+    the train split is shuffled within equal sizes. Example ``i`` is its
+    ``id`` and the ``i``-th value of each of ``fields`` (name -> one value a
+    cluster), under the field's name."""
 
-    def __init__(self, sequences: List[List[torch.Tensor]], shuffle: bool):
+    def __init__(self, sequences: List[List[torch.Tensor]], shuffle: bool, fields: Dict[str, Sequence]):
         self.shuffle = shuffle
+        self.fields = fields
         self.sizes = np.array([len(seqs) * max(len(x) for x in seqs) for seqs in sequences], dtype=np.int64)
+
+    def __getitem__(self, index):
+        return {"id": index, **{name: values[index] for name, values in self.fields.items()}}
+
+    def __len__(self):
+        return len(self.sizes)
 
     def num_tokens(self, index):
         return int(self.sizes[index])
@@ -139,22 +148,8 @@ class ParagraphRankingDataset(RawClusterDataset):
         pad: int,
         shuffle: bool = True,
     ):
-        super().__init__(paragraphs, shuffle)
-        self.titles = titles
-        self.paragraphs = paragraphs
-        self.targets = targets
+        super().__init__(paragraphs, shuffle, {"title": titles, "paragraphs": paragraphs, "target": targets})
         self.pad = pad
-
-    def __getitem__(self, index):
-        return {
-            "id": index,
-            "title": self.titles[index],
-            "paragraphs": self.paragraphs[index],
-            "target": self.targets[index],
-        }
-
-    def __len__(self):
-        return len(self.titles)
 
     def collater(self, samples):
         if not samples:
