@@ -129,25 +129,9 @@ def iter_peersum(
         session.filter_out("label_not_selected")
         return False
 
-    def build(record: Record) -> Optional[Dict[str, Any]]:
-        paper = record.payload
-        if not isinstance(paper, dict):
-            raise BadRecord(WRONG_TYPE, f"expected a JSON object, got {type(paper).__name__}")
-        pending = PendingCounts()
+    def review_documents(paper: Dict[str, Any], pending: PendingCounts) -> List[Document]:
+        """The abstract (unless ``include_abstract`` is False) and the selected reviews with text."""
         documents: List[Document] = []
-        if "source_documents" in paper:  # prepare_peersum_for_training.py layout
-            texts = string_list(require_field(paper, "source_documents", list), "source_documents")
-            documents = [Document(normalize_document(t), f"source document {n}") for n, t in enumerate(texts, 1)]
-            summary = require_field(paper, "summary", str)
-            return session.finish(
-                record,
-                cluster_id=optional_field(paper, "paper_id", (str, int)),
-                documents=documents,
-                summary=normalize_summary(summary),
-                title=_peersum_title(paper),
-            )
-
-        summary = require_field(paper, "meta_review", str)
         if include_abstract:
             key = "paper_abstract" if "paper_abstract" in paper or "abstract" not in paper else "abstract"
             documents.append(Document(normalize_document(require_field(paper, key, str)), "abstract"))
@@ -173,6 +157,20 @@ def iter_peersum(
                 pending.dropped_documents["review_without_text"] += 1
                 continue
             documents.append(Document(normalize_document(text), where))
+        return documents
+
+    def build(record: Record) -> Optional[Dict[str, Any]]:
+        paper = record.payload
+        if not isinstance(paper, dict):
+            raise BadRecord(WRONG_TYPE, f"expected a JSON object, got {type(paper).__name__}")
+        pending = PendingCounts()
+        if "source_documents" in paper:  # prepare_peersum_for_training.py layout
+            texts = string_list(require_field(paper, "source_documents", list), "source_documents")
+            documents = [Document(normalize_document(t), f"source document {n}") for n, t in enumerate(texts, 1)]
+            summary = require_field(paper, "summary", str)
+        else:
+            summary = require_field(paper, "meta_review", str)
+            documents = review_documents(paper, pending)
         return session.finish(
             record,
             cluster_id=optional_field(paper, "paper_id", (str, int)),
