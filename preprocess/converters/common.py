@@ -87,6 +87,7 @@ TRAINING_SPLITS = frozenset({"train", "training"})
 # counts by the reason codes of mdsfair.raw_contract, shared with mdsfair-preprocess and -baseline).
 _MAX_SKIP_EXAMPLES = 20
 _ANY_WHITESPACE = re.compile(r"\s+")
+_SUMMARY_DASH_PREFIX = re.compile(r"^[\u2013\u2014-]\s+")
 
 
 @dataclass
@@ -197,6 +198,14 @@ class PendingCounts:
     dropped_documents: Counter = field(default_factory=Counter)
     truncated: Counter = field(default_factory=Counter)
     notes: Counter = field(default_factory=Counter)
+
+    def strip_counted(self, pattern: re.Pattern, text: str, note: str) -> str:
+        """``text`` without the first match of ``pattern`` (a prefix the format's release adds),
+        the removal counted under ``note``."""
+        stripped = pattern.sub("", text, count=1)
+        if stripped != text:
+            self.notes[note] += 1
+        return stripped
 
 
 class BadRecord(Exception):
@@ -398,6 +407,13 @@ def normalize_document(text: str, paragraph_separator: Optional[str] = None) -> 
 def normalize_summary(text: str) -> str:
     """A summary is one line: all whitespace collapsed to single spaces."""
     return normalize_paragraph(text)
+
+
+def strip_summary_dash(summary: str, pending: PendingCounts) -> str:
+    """A Multi-News summary without the en dash it starts with in the release (``"– "``, which the
+    Hugging Face loader's ``lstrip("- ")`` leaves), counted as ``summary_dash_prefix_stripped``:
+    ``mdsfair-convert multinews`` and ``hf --preset multi_news`` read the same summaries."""
+    return pending.strip_counted(_SUMMARY_DASH_PREFIX, summary, "summary_dash_prefix_stripped")
 
 
 # --------------------------------------------------------------------------

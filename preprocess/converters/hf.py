@@ -42,7 +42,6 @@ format artifact: removed and counted as ``trailing_separator``.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
@@ -59,6 +58,7 @@ from .common import (
     has_type,
     normalize_document,
     normalize_summary,
+    strip_summary_dash,
 )
 from .readers.tables import iter_table_records, table_column_value
 from .registry import register_converter
@@ -87,9 +87,6 @@ HF_PRESETS: Dict[str, Dict[str, Any]] = {
         documents_columns=["article"], document_separator=None, summary_column="highlights", id_column="id"
     ),
 }
-
-# Multi-News' summaries start with an en dash (the release's "– "); the HF loader strips only "-" and " ".
-_LEADING_DASH = re.compile(r"^[\u2013\u2014-]\s+")
 
 
 def _texts(value: Any, column: str, separator: Optional[str], pending: PendingCounts) -> List[str]:
@@ -223,10 +220,7 @@ def iter_hf(
             )
         summary = normalize_summary(summary or "")
         if defaults.get("strip_summary_dash"):
-            stripped = _LEADING_DASH.sub("", summary)
-            if stripped != summary:
-                pending.notes["summary_dash_prefix_stripped"] += 1
-            summary = stripped
+            summary = strip_summary_dash(summary, pending)
         return session.finish(record, cluster_id=cluster_id, documents=documents, pending=pending, summary=summary)
 
     yield from session.clusters(iter_table_records(session.paths, session, split, check_columns), build)

@@ -167,10 +167,7 @@ def _csv_format(
             text = row[text_index]
             pending = PendingCounts()
             if control_prefix == "strip":
-                stripped = _CONTROL_PREFIX.sub("", text, count=1)
-                if stripped != text:
-                    pending.notes["control_prefix_stripped"] += 1
-                text = stripped
+                text = pending.strip_counted(_CONTROL_PREFIX, text, "control_prefix_stripped")
             pieces = text.split(document_separator)
             documents = [
                 Document(normalize_document(piece, paragraph_separator), f"document {number}")

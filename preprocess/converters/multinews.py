@@ -31,6 +31,7 @@ from .common import (
     as_paths,
     normalize_document,
     normalize_summary,
+    strip_summary_dash,
 )
 from .readers.text import invalid_utf8_detail, iter_lines
 from .registry import register_converter
@@ -38,7 +39,6 @@ from .registry import register_converter
 MULTINEWS_STORY_SEPARATOR = "story_separator_special_tag"
 MULTINEWS_RAW_SEPARATOR = "|||||"
 _MULTINEWS_NEWLINE = re.compile(r"[^\S\n]*NEWLINE_CHAR[^\S\n]*")
-_LEADING_DASH = re.compile(r"^[\u2013\u2014-]\s+")
 
 
 def _multinews_target_for(source: Path) -> Path:
@@ -170,10 +170,7 @@ def iter_multinews(
             for number, piece in enumerate(pieces, start=1)
         ]
         pending = PendingCounts()
-        summary = normalize_summary(_MULTINEWS_NEWLINE.sub(" ", target_text))
-        stripped = _LEADING_DASH.sub("", summary)
-        if stripped != summary:
-            pending.notes["summary_dash_prefix_stripped"] += 1
-        return session.finish(record, cluster_id=None, documents=documents, summary=stripped, pending=pending)
+        summary = strip_summary_dash(normalize_summary(_MULTINEWS_NEWLINE.sub(" ", target_text)), pending)
+        return session.finish(record, cluster_id=None, documents=documents, summary=summary, pending=pending)
 
     yield from session.clusters(records(), build)
