@@ -18,7 +18,6 @@ spaces). Ids: ``id`` when present, else ``{split}-{index}``.
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any, Dict, Iterator, Optional
 
 from .common import (
@@ -32,8 +31,7 @@ from .common import (
     optional_field,
     require_field,
 )
-from .readers.csv_files import iter_csv_rows
-from .readers.json_files import iter_json_records
+from .readers.csv_files import iter_csv_or_json_records
 from .registry import register_converter
 
 
@@ -53,17 +51,6 @@ def iter_cnn_dailymail(
     ``highlights`` on one line; id: ``id``."""
     session = ConversionSession(options, "cnn_dailymail", split, inputs)
 
-    def records() -> Iterator[Record]:
-        for path in session.paths:
-            name = path.name[:-3] if path.name.endswith(".gz") else path.name
-            if os.path.splitext(name)[1].lower() != ".csv":
-                yield from iter_json_records([path], session)
-                continue
-            header, rows = iter_csv_rows(path, session, delimiter)
-            for record, row in rows:
-                record.payload = dict(zip(header, row))
-                yield record
-
     def build(record: Record) -> Optional[Dict[str, Any]]:
         story = record.payload
         article = require_field(story, "article", str)
@@ -75,4 +62,4 @@ def iter_cnn_dailymail(
             summary=normalize_summary(highlights),
         )
 
-    yield from session.clusters(records(), build)
+    yield from session.clusters(iter_csv_or_json_records(session.paths, session, delimiter), build)

@@ -10,7 +10,8 @@ by the session's error policy); a format module builds clusters from them:
 * :mod:`.json_files`: JSON lines or one JSON list per file, and whole-file
   JSON records (:func:`~.json_files.iter_json_records`,
   :func:`~.json_files.read_json_file_record`);
-* :mod:`.csv_files`: CSV rows located at their first line (:func:`~.csv_files.iter_csv_rows`);
+* :mod:`.csv_files`: CSV rows located at their first line (:func:`~.csv_files.iter_csv_rows`),
+  and files read as CSV or JSON by their extension (:func:`~.csv_files.iter_csv_or_json_records`);
 * :mod:`.hierencdec_files`: HierEncDec's ``.csv`` / ``.json`` data files and
   the cluster of one of their examples (:func:`~.hierencdec_files.iter_hierencdec_records`);
 * :mod:`.tables`: Parquet, Arrow and ``datasets.save_to_disk`` tables read with

@@ -1,5 +1,6 @@
 """CSV inputs: the header and one record per row, located at the row's
-first line (a quoted field may span lines)."""
+first line (a quoted field may span lines); and inputs that are CSV or JSON
+by their extension."""
 
 from __future__ import annotations
 
@@ -7,12 +8,13 @@ import csv
 import io
 import sys
 from pathlib import Path
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Sequence, Tuple
 
 from mdsfair.raw_contract import INVALID_UTF8, MALFORMED_CSV_ROW, InputFormatError
 
 from ..common import ConversionSession, Record
-from .text import first_invalid_utf8_error, invalid_utf8_detail, read_text
+from .json_files import iter_json_records
+from .text import first_invalid_utf8_error, invalid_utf8_detail, read_text, uncompressed_extension
 
 
 def _raise_csv_field_limit() -> None:
@@ -75,3 +77,16 @@ def iter_csv_rows(
                 yield record, row
 
     return header, rows()
+
+
+def iter_csv_or_json_records(paths: Sequence[Path], session: ConversionSession, delimiter: str) -> Iterator[Record]:
+    """Records of ``.csv`` files (``.csv.gz`` too) read as CSV with a header, each payload a dict
+    column -> value, and of any other file read as JSON lines or one JSON list."""
+    for path in paths:
+        if uncompressed_extension(path) != ".csv":
+            yield from iter_json_records([path], session)
+            continue
+        header, rows = iter_csv_rows(path, session, delimiter)
+        for record, row in rows:
+            record.payload = dict(zip(header, row))
+            yield record

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
@@ -19,8 +18,8 @@ from ..common import (
     normalize_summary,
     require_field,
 )
-from .csv_files import iter_csv_rows
-from .json_files import iter_json_records
+from .csv_files import iter_csv_or_json_records
+from .text import uncompressed_extension
 
 # HierEncDec's data files (github.com/DAMO-NLP-SG/HierEncDec run_summarization.py): read with
 # ``load_dataset(extension)`` for extension "csv" or "json", documents joined by " <REVBREAK> ".
@@ -112,14 +111,7 @@ def iter_hierencdec_records(
     two layouts ``load_dataset("json")`` reads); a ``.gz`` suffix is looked
     through. Another extension is refused, as ``run_summarization.py`` does."""
     for path in paths:
-        name = path.name[:-3] if path.name.endswith(".gz") else path.name
-        extension = os.path.splitext(name)[1].lower()
+        extension = uncompressed_extension(path)
         if extension not in HIERENCDEC_EXTENSIONS:
             raise ValueError(f"{path}: HierEncDec data files are .csv or .json (got {extension or 'no extension'})")
-        if extension == ".csv":
-            header, rows = iter_csv_rows(path, session, delimiter)
-            for record, row in rows:
-                record.payload = dict(zip(header, row))
-                yield record
-        else:
-            yield from iter_json_records([path], session)
+        yield from iter_csv_or_json_records([path], session, delimiter)

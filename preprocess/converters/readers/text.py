@@ -5,6 +5,7 @@ escapes so that the reader can name the line and column of the first one."""
 from __future__ import annotations
 
 import gzip
+import os
 import re
 from pathlib import Path
 from typing import IO, Iterator, Optional, Tuple
@@ -23,6 +24,12 @@ def open_binary(path: Path) -> IO[bytes]:
         handle.close()
         return gzip.open(path, "rb")
     return handle
+
+
+def uncompressed_extension(path: Path) -> str:
+    """The lower-case extension of ``path``, a ``.gz`` suffix looked through (``train.csv.gz``: ``.csv``)."""
+    name = path.name[:-3] if path.name.endswith(".gz") else path.name
+    return os.path.splitext(name)[1].lower()
 
 
 def iter_lines(path: Path) -> Iterator[Tuple[int, str]]:
