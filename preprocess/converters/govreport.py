@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from mdsfair.argument_types import at_least
 from mdsfair.raw_contract import WRONG_TYPE
@@ -59,15 +59,18 @@ GOVREPORT_SUBSETS = ("crs", "gao")
 _SPLIT_FILE_NAMES = {"val": "valid", "validation": "valid", "dev": "valid"}
 
 
+def _own_paragraphs(section: Any, where: str) -> Tuple[str, List[str]]:
+    """A section's title and its own paragraphs (not those of its subsections), each on one line."""
+    title = normalize_paragraph(require_field(section, "section_title", str, where))
+    paragraphs = string_list(require_field(section, "paragraphs", list, where), f"{where}.paragraphs")
+    return title, [normalize_paragraph(p) for p in paragraphs]
+
+
 def _section_paragraphs(section: Any, where: str) -> List[str]:
     """Title (when not empty) and paragraphs of a section and, depth first, of its subsections.
 
     A section with no paragraph anywhere below it gives nothing (not even its title)."""
-    title = normalize_paragraph(require_field(section, "section_title", str, where))
-    body = [
-        normalize_paragraph(p)
-        for p in string_list(require_field(section, "paragraphs", list, where), f"{where}.paragraphs")
-    ]
+    title, body = _own_paragraphs(section, where)
     for number, child in enumerate(optional_field(section, "subsections", list, where) or []):
         body += _section_paragraphs(child, f"{where}.subsections[{number}]")
     body = [p for p in body if p]
@@ -97,11 +100,7 @@ def _section_documents(sections: Sequence[Any], depth: int, where: str) -> List[
 
 def _preamble_documents(section: Any, where: str) -> List[Document]:
     """A section's own title and paragraphs (without its subsections) as one document, if it has paragraphs."""
-    title = normalize_paragraph(require_field(section, "section_title", str, where))
-    paragraphs = [
-        normalize_paragraph(p)
-        for p in string_list(require_field(section, "paragraphs", list, where), f"{where}.paragraphs")
-    ]
+    title, paragraphs = _own_paragraphs(section, where)
     paragraphs = [p for p in paragraphs if p]
     if not paragraphs:
         return []
