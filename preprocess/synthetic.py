@@ -47,6 +47,23 @@ from mdsfair.preprocess.synthetic_clusters import DEFAULT_OPTIONS, generate_clus
 from mdsfair.preprocess.synthetic_report import baseline_gap_report
 from mdsfair.preprocess.synthetic_sentences import SLOT_ORDER
 
+# The options of generate_clusters that mdsfair-synth sets, in the order of its --help: the option
+# (its flag: dashes for underscores), the least value it takes and what it is; the default is
+# DEFAULT_OPTIONS's.
+CLUSTER_FLAGS = (
+    ("num_docs", 1, "relevant documents per cluster"),
+    ("distractor_docs", 0, "distractor documents about other entities per cluster"),
+    ("min_facts", 1, "minimum facts in a summary"),
+    ("max_facts", 1, f"maximum facts in a summary, at most {len(SLOT_ORDER)}"),
+    ("min_facts_per_doc", 1, "minimum topic facts stated by a relevant document"),
+    ("max_facts_per_doc", 1, "maximum topic facts stated by a relevant document"),
+    ("min_fact_mentions", 1, "target number of documents stating each fact, capacity permitting"),
+    ("noise_sentences", 0, "mean filler sentences per document, varied by +-1"),
+    ("distractor_sentences", 0, "sentences about other entities inside each relevant document"),
+    ("max_paragraphs", 1, "maximum paragraphs per document"),
+    ("num_names", 1, "size of the entity name pool of the world"),
+)
+
 
 def write_dataset(
     out_dir: str, seed: int = 1, train: int = 2000, valid: int = 200, test: int = 200, **options
@@ -94,72 +111,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--train", type=at_least(0), default=2000, help="number of training clusters (default: 2000)")
     parser.add_argument("--valid", type=at_least(0), default=200, help="number of validation clusters (default: 200)")
     parser.add_argument("--test", type=at_least(0), default=200, help="number of test clusters (default: 200)")
-    parser.add_argument(
-        "--num-docs",
-        type=at_least(1),
-        default=d["num_docs"],
-        help=f"relevant documents per cluster (default: {d['num_docs']})",
-    )
-    parser.add_argument(
-        "--distractor-docs",
-        type=at_least(0),
-        default=d["distractor_docs"],
-        help=f"distractor documents about other entities per cluster (default: {d['distractor_docs']})",
-    )
-    parser.add_argument(
-        "--min-facts",
-        type=at_least(1),
-        default=d["min_facts"],
-        help=f"minimum facts in a summary (default: {d['min_facts']})",
-    )
-    parser.add_argument(
-        "--max-facts",
-        type=at_least(1),
-        default=d["max_facts"],
-        help=f"maximum facts in a summary, at most {len(SLOT_ORDER)} (default: {d['max_facts']})",
-    )
-    parser.add_argument(
-        "--min-facts-per-doc",
-        type=at_least(1),
-        default=d["min_facts_per_doc"],
-        help=f"minimum topic facts stated by a relevant document (default: {d['min_facts_per_doc']})",
-    )
-    parser.add_argument(
-        "--max-facts-per-doc",
-        type=at_least(1),
-        default=d["max_facts_per_doc"],
-        help=f"maximum topic facts stated by a relevant document (default: {d['max_facts_per_doc']})",
-    )
-    parser.add_argument(
-        "--min-fact-mentions",
-        type=at_least(1),
-        default=d["min_fact_mentions"],
-        help=f"target number of documents stating each fact, capacity permitting (default: {d['min_fact_mentions']})",
-    )
-    parser.add_argument(
-        "--noise-sentences",
-        type=at_least(0),
-        default=d["noise_sentences"],
-        help=f"mean filler sentences per document, varied by +-1 (default: {d['noise_sentences']})",
-    )
-    parser.add_argument(
-        "--distractor-sentences",
-        type=at_least(0),
-        default=d["distractor_sentences"],
-        help=f"sentences about other entities inside each relevant document (default: {d['distractor_sentences']})",
-    )
-    parser.add_argument(
-        "--max-paragraphs",
-        type=at_least(1),
-        default=d["max_paragraphs"],
-        help=f"maximum paragraphs per document (default: {d['max_paragraphs']})",
-    )
-    parser.add_argument(
-        "--num-names",
-        type=at_least(1),
-        default=d["num_names"],
-        help=f"size of the entity name pool of the world (default: {d['num_names']})",
-    )
+    for option, least, description in CLUSTER_FLAGS:
+        parser.add_argument(
+            "--" + option.replace("_", "-"),
+            type=at_least(least),
+            default=d[option],
+            help=f"{description} (default: {d[option]})",
+        )
     parser.add_argument(
         "--report",
         type=at_least(0),
@@ -207,20 +165,8 @@ def cli_main(argv: Optional[Sequence[str]] = None) -> int:
     if args.train + args.valid + args.test == 0:  # would write three empty files and exit 0
         parser.error("--train, --valid and --test are all 0: there would be no cluster to write")
     check_arguments(parser, args)
-    options = {
-        "num_docs": args.num_docs,
-        "distractor_docs": args.distractor_docs,
-        "min_facts": args.min_facts,
-        "max_facts": args.max_facts,
-        "min_facts_per_doc": args.min_facts_per_doc,
-        "max_facts_per_doc": args.max_facts_per_doc,
-        "min_fact_mentions": args.min_fact_mentions,
-        "noise_sentences": args.noise_sentences,
-        "distractor_sentences": args.distractor_sentences,
-        "max_paragraphs": args.max_paragraphs,
-        "num_names": args.num_names,
-        "world_seed": args.world_seed,
-    }
+    options = {option: getattr(args, option) for option, _, _ in CLUSTER_FLAGS}
+    options["world_seed"] = args.world_seed
     paths = write_dataset(args.out_dir, seed=args.seed, train=args.train, valid=args.valid, test=args.test, **options)
     counts = {"train": args.train, "valid": args.valid, "test": args.test}
     for split, path in paths.items():
