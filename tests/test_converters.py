@@ -441,6 +441,31 @@ def test_broken_json_list_is_fatal_even_when_skipping(tmp_path):
     assert not info.value.skippable
 
 
+@pytest.mark.parametrize(
+    "text, line, detail",
+    [
+        ("[] x\n", 1, "unexpected data after the top-level list"),
+        ('[\n  {"aid": "a"}\n]\n\nmore\n', 5, "unexpected data after the top-level list"),
+        ('[\n  {"aid": "a"}\n  {"aid": "b"}\n]\n', 3, "expected ',' or ']' after a list element"),
+        ('[\n  {"aid": "a"},\n', 3, "file ends inside the top-level list"),
+    ],
+)
+def test_a_json_list_that_does_not_close_is_fatal_at_its_line(tmp_path, text, line, detail):
+    path = tmp_path / "test.json"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(InputFormatError) as info:
+        run("multixscience", path, tmp_path, options=SKIP_BAD)
+    assert (info.value.reason, info.value.line, info.value.skippable) == (converters.INVALID_JSON, line, False)
+    assert str(info.value).startswith(f"{path}:{line}: ") and detail in str(info.value)
+
+
+def test_an_empty_json_list_is_no_record(tmp_path):
+    path = tmp_path / "test.json"
+    path.write_text("  [ \n ]  \n", encoding="utf-8")
+    clusters, report = run("multixscience", path, tmp_path)
+    assert clusters == [] and report.records_read == 0
+
+
 def test_invalid_utf8_inside_json_list_element(tmp_path):
     path = tmp_path / "test.json"
     path.write_bytes(

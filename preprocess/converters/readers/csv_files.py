@@ -14,7 +14,7 @@ from mdsfair.raw_contract import INVALID_UTF8, MALFORMED_CSV_ROW, InputFormatErr
 
 from ..common import ConversionSession, Record
 from .json_files import iter_json_records
-from .text import first_invalid_utf8_error, invalid_utf8_detail, read_text, uncompressed_extension
+from .text import invalid_utf8_detail, read_checked_text, uncompressed_extension
 
 
 def _raise_csv_field_limit() -> None:
@@ -33,11 +33,7 @@ def iter_csv_rows(
 ) -> Tuple[List[str], Iterator[Tuple[Record, List[str]]]]:
     """Header and (record, row) pairs of a CSV file; each record is located at its row's first line."""
     _raise_csv_field_limit()
-    text = read_text(path)
-    if not session.options.skip_bad:
-        error = first_invalid_utf8_error(path, text)
-        if error is not None:
-            raise error
+    text = read_checked_text(path, session.options.skip_bad)
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True)
     try:
         header = next(reader)

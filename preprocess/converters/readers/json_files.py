@@ -12,7 +12,7 @@ from typing import Iterator, Optional, Sequence, Tuple
 from mdsfair.raw_contract import INVALID_JSON, INVALID_UTF8, MISSING_FILE, InputFormatError
 
 from ..common import ConversionSession, Record
-from .text import first_invalid_utf8_error, invalid_utf8_detail, iter_lines, open_binary, read_text
+from .text import invalid_utf8_detail, iter_lines, open_binary, read_checked_text, read_text
 
 _JSON_WHITESPACE = re.compile(r"[ \t\n\r]*")
 
@@ -73,11 +73,7 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
 
     A syntax error in the list itself is fatal: element boundaries cannot be
     recovered after it."""
-    text = read_text(path)
-    if not session.options.skip_bad:
-        error = first_invalid_utf8_error(path, text)
-        if error is not None:
-            raise error
+    text = read_checked_text(path, session.options.skip_bad)
     lines = _LineCounter(text)
     decoder = json.JSONDecoder()
     length = len(text)
@@ -91,12 +87,18 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
             skippable=False,
         )
 
-    position = _JSON_WHITESPACE.match(text, 0).end() + 1  # past "["
-    position = _JSON_WHITESPACE.match(text, position).end()
-    if position < length and text[position] == "]":
+    def at_list_end(position: int) -> bool:
+        """Whether ``position`` is the list's closing ``]``; past it, only whitespace may follow."""
+        if position >= length or text[position] != "]":
+            return False
         position = _JSON_WHITESPACE.match(text, position + 1).end()
         if position != length:
             raise fatal(position, "unexpected data after the top-level list")
+        return True
+
+    position = _JSON_WHITESPACE.match(text, 0).end() + 1  # past "["
+    position = _JSON_WHITESPACE.match(text, position).end()
+    if at_list_end(position):
         return
     while True:
         if position >= length:
@@ -124,10 +126,7 @@ def _iter_json_list(path: Path, session: ConversionSession) -> Iterator[Record]:
         if position < length and text[position] == ",":
             position = _JSON_WHITESPACE.match(text, position + 1).end()
             continue
-        if position < length and text[position] == "]":
-            position = _JSON_WHITESPACE.match(text, position + 1).end()
-            if position != length:
-                raise fatal(position, "unexpected data after the top-level list")
+        if at_list_end(position):
             return
         raise fatal(position, "expected ',' or ']' after a list element")
 

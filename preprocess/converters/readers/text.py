@@ -53,6 +53,18 @@ def read_text(path: Path) -> str:
     return text[1:] if text.startswith("\ufeff") else text
 
 
+def read_checked_text(path: Path, skip_bad: bool) -> str:
+    """The whole file as :func:`read_text` reads it. Unless ``skip_bad``, a byte that is not UTF-8
+    is an :class:`InputFormatError` at its line and column (:func:`first_invalid_utf8_error`) before
+    any record is read; with ``skip_bad`` the reader skips the record that holds it."""
+    text = read_text(path)
+    if not skip_bad:
+        error = first_invalid_utf8_error(path, text)
+        if error is not None:
+            raise error
+    return text
+
+
 def invalid_utf8_detail(text: str) -> Optional[Tuple[int, str]]:
     """(character offset, message) of the first undecodable byte in ``text``, or None."""
     match = _SURROGATE_ESCAPES.search(text)
