@@ -15,10 +15,11 @@ the one ``fetch github:luyang-huang96/LongDocSum`` leaves in ``/work/.mirror``)
 and is skipped where there is none.
 """
 
+import argparse
 import importlib.util
+import logging
 import math
 import os
-import subprocess
 
 import pytest
 import torch
@@ -29,10 +30,11 @@ from mdsfair.modules.lsh_attention import LSHSelfAttention, default_bucket_count
 from mdsfair.modules.sinkhorn_attention import (
     SinkhornSelfAttention,
     block_scores,
+    gumbel_noise,
     sinkhorn_attention,
     sinkhorn_sorting,
 )
-from tests.utils import model_on_dictionary, toy_dictionary
+from tests.utils import USER_DIR, authors_source, model_on_dictionary, toy_dictionary
 
 LONGDOCSUM_REPO = os.environ.get("LONGDOCSUM_REPO", "/work/.mirror/luyang-huang96+LongDocSum/repo")
 F64 = torch.float64
@@ -241,18 +243,20 @@ def test_evaluation_draws_are_seeded_per_forward():
     assert evaluation_generator(encoder.train(), x.device, 5) is None
 
 
+def longdocsum_source(name):
+    """The text of the authors' ``Model/longbart/NAME`` in the local snapshot."""
+    return authors_source("luyang-huang96/LongDocSum", f"Model/longbart/{name}", LONGDOCSUM_REPO)
+
+
+def authors_module_source(name):
+    """The text of the authors' ``Model/longbart/utils/NAME.py`` in the local snapshot."""
+    return longdocsum_source(f"utils/{name}.py")
+
+
 def authors_module(tmp_path, name):
     """The authors' ``Model/longbart/utils/NAME.py`` from the local snapshot, imported from ``tmp_path``."""
-    if not os.path.isdir(LONGDOCSUM_REPO):
-        pytest.skip(f"no snapshot of luyang-huang96/LongDocSum at {LONGDOCSUM_REPO} (LONGDOCSUM_REPO)")
-    source = subprocess.run(
-        ["git", f"--git-dir={LONGDOCSUM_REPO}", "show", f"HEAD:Model/longbart/utils/{name}.py"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
     path = tmp_path / f"longdocsum_{name}.py"
-    path.write_text(source)
+    path.write_text(authors_module_source(name))
     spec = importlib.util.spec_from_file_location(f"longdocsum_{name}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -267,20 +271,25 @@ def padded_batch(length, batch, embed_dim, padding):
 
 
 @pytest.mark.filterwarnings("ignore:where received a uint8")
-def test_lsh_equals_the_authors_module(tmp_path):
+@pytest.mark.parametrize("chunk_length, hashes, length, padding", [(4, 3, 32, 5), (8, 2, 8, 3)])
+def test_lsh_equals_the_authors_module(tmp_path, chunk_length, hashes, length, padding):
     """Same weights and the same rotations (their ``hash_seed`` seeds the global generator, ours a
-    generator with the same seed: the same normal draws on the CPU)."""
+    generator with the same seed: the same normal draws on the CPU). A source no longer than a chunk
+    (8 of 8) takes their ``do_standard_self_attention``: full attention with the shared-QK keys,
+    normalisation and masks, no hashing."""
     authors = authors_module(tmp_path, "lsh_attention")
     torch.manual_seed(0)
     theirs = authors.LSHSelfAttention(
-        16, 2, dropout=0.0, self_attention=True, lsh_attn_chunk_length=4, num_hashes=3, max_position_embeddings=34
-    )
+        16, 2, dropout=0.0, self_attention=True, lsh_attn_chunk_length=chunk_length, num_hashes=hashes,
+        max_position_embeddings=34,
+    )  # fmt: skip
     theirs = theirs.double().eval()
-    ours = LSHSelfAttention(16, 2, chunk_length=4, num_hashes=3, num_buckets=theirs.num_buckets).double().eval()
-    assert ours.num_buckets == default_bucket_count(32, 4)
+    ours = LSHSelfAttention(16, 2, chunk_length=chunk_length, num_hashes=hashes, num_buckets=theirs.num_buckets)
+    ours = ours.double().eval()
+    assert ours.num_buckets == default_bucket_count(32, chunk_length)
     loaded = ours.load_state_dict(theirs.state_dict(), strict=False)  # their mask-value buffers: constants here
     assert not loaded.missing_keys
-    x, padding_mask = padded_batch(32, 2, 16, 5)
+    x, padding_mask = padded_batch(length, 2, 16, padding)
     theirs.hash_seed = 7
     expected = theirs(x, x, x, key_padding_mask=padding_mask)[0]
     got = ours.forward_lsh(x, padding_mask, generator=torch.Generator().manual_seed(7))
@@ -305,6 +314,52 @@ def test_sinkhorn_equals_the_authors_module(tmp_path, monkeypatch):
     expected = theirs(x, x, x, key_padding_mask=no_padding)[0]
     torch.testing.assert_close(ours.forward_sinkhorn(x, None, noise=noise), expected, rtol=0, atol=TOLERANCE)
     torch.testing.assert_close(ours.forward_sinkhorn(x, no_padding, noise=noise), expected, rtol=0, atol=TOLERANCE)
+
+
+def test_the_authors_draw_from_the_global_generator(tmp_path):
+    """Their LSH rotations are ``torch.randn`` with no generator, seeded only when ``hash_seed`` is set
+    (None from their constructor), and their Gumbel noise is ``sample_gumbel``'s
+    ``-log(-log(u + 1e-6) + 1e-6)`` of a uniform draw from the global generator: the same numbers as
+    :func:`gumbel_noise` without a generator (training) and with one of the same seed (evaluation)."""
+    lsh = " ".join(authors_module_source("lsh_attention").split())
+    assert (
+        "self.hash_seed = None" in lsh
+        and "if self.hash_seed is not None: # for determinism torch.manual_seed(self.hash_seed)" in lsh
+    )
+    assert "random_rotations = torch.randn(rotations_shape, device=vectors.device, dtype=vectors.dtype)" in lsh
+    authors = authors_module(tmp_path, "sinkhorn")
+    shape = (4, 8, 8)
+    torch.manual_seed(11)
+    theirs = authors.sample_gumbel(shape, "cpu", F64)
+    torch.manual_seed(11)
+    torch.testing.assert_close(gumbel_noise(shape, F64, "cpu", None), theirs, rtol=0, atol=0)
+    generator = torch.Generator().manual_seed(11)
+    torch.testing.assert_close(gumbel_noise(shape, F64, "cpu", generator), theirs, rtol=0, atol=0)
+
+
+def test_the_authors_mask_a_sorted_key_slot_by_the_block_of_largest_weight():
+    """Their padding mask of a sorted key slot is the slot's in the block ``argmax_v |P_uv|``, and masked
+    logits take -10000 (:mod:`mdsfair.modules.sinkhorn_attention`, step 3)."""
+    sinkhorn = " ".join(authors_module_source("sinkhorn").split())
+    assert "mk_r = batched_index_select(mk, R.abs().argmax(dim=-1))" in sinkhorn
+    assert "mask_value = -10000" in sinkhorn and "dots.masked_fill_(~mask, mask_value)" in sinkhorn
+
+
+def test_the_authors_sinkhorn_lets_padding_into_real_tokens(tmp_path, monkeypatch):
+    """Where this module departs from theirs (:mod:`mdsfair.modules.sinkhorn_attention`, "Padding"): in
+    their module, the contents of a source's padding change its real tokens' outputs (their block means
+    and sorted blocks include it); :func:`test_sinkhorn_padding_reaches_no_real_token` shows ours do not."""
+    authors = authors_module(tmp_path, "sinkhorn")
+    torch.manual_seed(0)
+    theirs = authors.SinkhornSelfAttention(16, 2, dropout=0.0, self_attention=True, bucket_size=4).double().eval()
+    noise = torch.randn(4, 8, 8, dtype=F64)
+    monkeypatch.setattr(authors, "sample_gumbel", lambda shape, device, dtype, eps=1e-6: noise)
+    x, padding_mask = padded_batch(32, 2, 16, 5)
+    changed = x.clone()
+    changed[-5:, 1] = 100 * torch.randn(5, 16, dtype=F64)
+    first, second = (theirs(inputs, inputs, inputs, key_padding_mask=padding_mask)[0] for inputs in (x, changed))
+    real = ~padding_mask.t()
+    assert (first[real] - second[real]).abs().max() > 1e-3
 
 
 def test_sinkhorn_padding_reaches_no_real_token():
@@ -350,21 +405,9 @@ AUTHORS_HASHES = 4  # LSHSelfAttention(..., num_hashes=4) in build_lsh_self_atte
 AUTHORS_SINKHORN = (7, 0.7)  # SinkhornSelfAttention's sinkhorn_iter=7, temperature=0.7
 
 
-def authors_source(name):
-    """The text of the authors' ``Model/longbart/NAME`` in the local snapshot."""
-    if not os.path.isdir(LONGDOCSUM_REPO):
-        pytest.skip(f"no snapshot of luyang-huang96/LongDocSum at {LONGDOCSUM_REPO} (LONGDOCSUM_REPO)")
-    return subprocess.run(
-        ["git", f"--git-dir={LONGDOCSUM_REPO}", "show", f"HEAD:Model/longbart/{name}"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-
-
 def test_the_numbers_of_this_file_are_the_authors():
     """The pattern and defaults above, read in the authors' ``longbartmodel.py`` and ``utils/sinkhorn.py``."""
-    encoder = " ".join(authors_source("longbartmodel.py").split())
+    encoder = " ".join(longdocsum_source("longbartmodel.py").split())
     for attention in (
         "build_lsh_encoder_layer(args, self.padding_idx)",
         "build_sinkhorn_layer(args, self.padding_idx)",
@@ -381,7 +424,7 @@ def test_the_numbers_of_this_file_are_the_authors():
         "attention_window = window_size" in encoder
         and "sliding_chunks_matmul_qk(q, k, self.attention_window" in encoder
     )
-    sinkhorn = " ".join(authors_source("utils/sinkhorn.py").split())
+    sinkhorn = " ".join(authors_module_source("sinkhorn").split())
     assert "sinkhorn_iter=7, bucket_size=256, temperature=0.7" in sinkhorn
 
 
@@ -441,3 +484,124 @@ def test_the_sliding_window_layers_attend_within_the_window():
         first, second = (layer.self_attn(inputs, None) for inputs in (x, changed))
     torch.testing.assert_close(first[: 40 - 1 - 8], second[: 40 - 1 - 8], rtol=0, atol=0)
     assert not torch.allclose(first[40 - 1 - 8 :], second[40 - 1 - 8 :])
+
+
+# ------------------------------------------------ checkpoints saved before --efficient-attention-layers existed
+
+UPGRADE_LOGGER = "mdsfair.modules.efficient_encoder_components"
+
+
+def efficient_encoder_setup(data_bin, arch, *flags):
+    """fairseq-train's parsed arguments, the task and the model (seeded) of
+    ``arch`` with ``flags`` on ``data_bin``."""
+    from fairseq import options, tasks
+
+    argv = [data_bin, "--user-dir", USER_DIR, "--task", "multidoc_summarization", "--arch", arch, "--cpu", *flags]
+    args = options.parse_args_and_arch(options.get_training_parser(), argv)
+    task = tasks.setup_task(args)
+    torch.manual_seed(0)
+    return args, task, task.build_model(args)
+
+
+def save_checkpoint(path, args, model, layout):
+    """``model``'s weights and the configuration ``args`` in a checkpoint of
+    fairseq 0.9-0.10's layout (``args``) or of 0.12's (``cfg``, as
+    fairseq-train writes it)."""
+    from fairseq import checkpoint_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    if layout == "args":
+        configuration = {"args": args}
+    else:
+        configuration = {"args": None, "cfg": convert_namespace_to_omegaconf(args)}
+    training_state = {
+        "extra_state": {},
+        "optimizer_history": [
+            {"criterion_name": "CrossEntropyCriterion", "optimizer_name": "Adam", "lr_scheduler_state": {}}
+        ],
+    }
+    checkpoint_utils.torch_persistent_save({**configuration, "model": model.state_dict(), **training_state}, path)
+    return configuration
+
+
+def collated_test_clusters(task, model):
+    """Two test clusters collated, with the inputs the task hands ``model``."""
+    from mdsfair.tasks.model_inputs import net_input_for
+
+    task.load_dataset("test")
+    dataset = task.datasets["test"]
+    return net_input_for(model, dataset.collater([dataset[i] for i in range(2)])["net_input"])
+
+
+def float64_logits(model, net_input):
+    model.double().eval()
+    with torch.no_grad():
+        return model(**net_input)[0]
+
+
+def upgrade_messages(caplog):
+    return [record.getMessage() for record in caplog.records if record.name == UPGRADE_LOGGER]
+
+
+@pytest.mark.parametrize("layout", ["args", "cfg"])
+@pytest.mark.parametrize("arch", ["lsh_bart_tiny", "sinkhorn_bart_tiny"])
+def test_a_checkpoint_saved_before_the_layer_pattern_loads_with_every_layer(tiny_data, tmp_path, caplog, arch, layout):
+    """A checkpoint whose saved configuration lacks ``efficient_attention_layers`` (the code before the
+    flag: LSH or Sinkhorn attention in every encoder layer) loads as ``all`` through fairseq's
+    ``load_model_ensemble`` and the hub, with one INFO line, and gives the logits of the model built with
+    ``--efficient-attention-layers all`` on its weights; the hybrid encoder on the same weights does not."""
+    from fairseq import checkpoint_utils
+
+    from mdsfair.models.multidoc_bart import MultiDocBARTModel
+
+    data_bin = tiny_data["data-bin"]
+    args, task, every_layer = efficient_encoder_setup(data_bin, arch, "--efficient-attention-layers", "all")
+    old_args = argparse.Namespace(**vars(args))
+    del old_args.efficient_attention_layers, old_args.hybrid_sliding_window
+    path = str(tmp_path / "checkpoint_old.pt")
+    saved = save_checkpoint(path, old_args, every_layer, layout)
+    saved_model_config = old_args if layout == "args" else saved["cfg"].model
+    assert not hasattr(saved_model_config, "efficient_attention_layers")
+    net_input = collated_test_clusters(task, every_layer)
+    weights = {name: tensor.clone() for name, tensor in every_layer.state_dict().items()}
+    expected = float64_logits(every_layer, net_input)
+    _, _, hybrid = efficient_encoder_setup(data_bin, arch)
+    hybrid.load_state_dict(weights)
+    assert not torch.allclose(float64_logits(hybrid, net_input), expected)
+
+    caplog.set_level(logging.INFO, logger=UPGRADE_LOGGER)
+    models, cfg = checkpoint_utils.load_model_ensemble([path])
+    messages = upgrade_messages(caplog)
+    assert len(messages) == 1 and path in messages[0] and "--efficient-attention-layers all" in messages[0]
+    assert cfg.model.efficient_attention_layers == "all"
+    assert not any(isinstance(layer.self_attn, LongformerSelfAttention) for layer in models[0].encoder.layers)
+    torch.testing.assert_close(float64_logits(models[0], net_input), expected, rtol=0, atol=0)
+
+    caplog.clear()
+    hub = MultiDocBARTModel.from_pretrained(
+        str(tmp_path), checkpoint_file="checkpoint_old.pt", data_name_or_path=data_bin
+    )
+    assert len(upgrade_messages(caplog)) == 1
+    assert hub.cfg.model.efficient_attention_layers == "all"
+    torch.testing.assert_close(float64_logits(hub.models[0], net_input), expected, rtol=0, atol=0)
+
+    caplog.clear()
+    _, cfg = checkpoint_utils.load_model_ensemble([path], arg_overrides={"efficient_attention_layers": "hybrid"})
+    assert cfg.model.efficient_attention_layers == "hybrid" and not upgrade_messages(caplog)
+
+
+@pytest.mark.parametrize("pattern", ["hybrid", "all"])
+def test_a_checkpoint_that_saved_the_layer_pattern_keeps_it(tiny_data, tmp_path, caplog, pattern):
+    from fairseq import checkpoint_utils
+
+    args, task, model = efficient_encoder_setup(
+        tiny_data["data-bin"], "lsh_bart_tiny", "--efficient-attention-layers", pattern
+    )
+    path = str(tmp_path / "checkpoint.pt")
+    save_checkpoint(path, args, model, "cfg")
+    net_input = collated_test_clusters(task, model)
+    expected = float64_logits(model, net_input)
+    caplog.set_level(logging.INFO, logger=UPGRADE_LOGGER)
+    models, cfg = checkpoint_utils.load_model_ensemble([path])
+    assert cfg.model.efficient_attention_layers == pattern and not upgrade_messages(caplog)
+    torch.testing.assert_close(float64_logits(models[0], net_input), expected, rtol=0, atol=0)

@@ -43,6 +43,28 @@ def paper_text(name: str) -> str:
         return " ".join(handle.read().split())
 
 
+#: Where ``fetch github:OWNER/NAME`` leaves its snapshots (``OWNER+NAME/repo``, a git directory).
+MIRRORS = os.environ.get("MDSFAIR_MIRRORS", "/work/.mirror")
+
+
+def authors_source(repository: str, path: str, git_dir: Optional[str] = None) -> str:
+    """The text of ``path`` at HEAD of a local snapshot of the GitHub
+    repository ``OWNER/NAME``: the git directory ``git_dir``, else the one
+    ``fetch`` leaves under :data:`MIRRORS`; the calling test is skipped where
+    there is none (the authors' repositories state no licence, so the tests
+    read them there instead of copying them)."""
+    import pytest
+
+    if git_dir is None:
+        folder = os.path.join(MIRRORS, repository.replace("/", "+"), "repo")
+        git_dir = os.path.join(folder, ".git") if os.path.isdir(os.path.join(folder, ".git")) else folder
+    if not os.path.isdir(git_dir):
+        pytest.skip(f"no snapshot of {repository} at {git_dir}")
+    return subprocess.run(
+        ["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"], check=True, capture_output=True, text=True
+    ).stdout
+
+
 def make_synthetic_jsonl(out_dir: str, train: int = 64, valid: int = 16, test: int = 16, seed: int = 1, **options):
     """Write a small synthetic data set (raw JSONL contract) into ``out_dir``."""
     from mdsfair.preprocess.synthetic import write_dataset

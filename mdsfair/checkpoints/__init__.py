@@ -11,6 +11,9 @@ One module per job:
   subword model) and the check of it when a model loads its weights;
 * :mod:`~mdsfair.checkpoints.architecture_change`: what may change between a
   checkpoint's model configuration and the run that resumes from it;
+* :mod:`~mdsfair.checkpoints.config_upgrades`: the values an old checkpoint's
+  model configuration lacks, set as it loads (a flag added later whose
+  default would change what its weights compute);
 * :mod:`~mdsfair.checkpoints.diagnosis`: why a file cannot be read (empty,
   Git LFS pointer, missing, truncated, not a checkpoint);
 * :mod:`~mdsfair.checkpoints.fairseq_wrappers`: the functions that
@@ -63,6 +66,11 @@ with :func:`~mdsfair.checkpoints.fairseq_wrappers.load_checked`:
   different dictionary or subword model raises
   :class:`~mdsfair.checkpoints.fingerprints.DictionaryMismatchError` naming
   both data-bins unless ``--allow-dictionary-mismatch`` is set.
+
+* a checkpoint saved before a flag existed whose default changes what its
+  weights compute gets the value it was trained with
+  (:func:`~mdsfair.checkpoints.config_upgrades.upgrade_model_config`: the
+  upgrades the flags' owners register, each logging what it set);
 
 * resuming training (``fairseq-train`` / ``mdsfair-train`` with
   ``--restore-file``, or ``checkpoint_last.pt`` in ``--save-dir``) compares the

@@ -8,9 +8,10 @@ needed):
   ``weights_only`` allow-list (:mod:`mdsfair.checkpoint_loading`), its
   weights verified against their checksum
   (:mod:`mdsfair.checkpoints.checksums`), its data fingerprint handed to the
-  model's ``load_state_dict`` (:mod:`mdsfair.checkpoints.fingerprints`) and,
-  when the trainer resumes from it, its model configuration compared with
-  the run's (:mod:`mdsfair.checkpoints.architecture_change`);
+  model's ``load_state_dict`` (:mod:`mdsfair.checkpoints.fingerprints`), its
+  model configuration brought up to date (:mod:`mdsfair.checkpoints.config_upgrades`)
+  and, when the trainer resumes from it, compared with the run's
+  (:mod:`mdsfair.checkpoints.architecture_change`);
 * :func:`trainer_load_checked` wraps ``Trainer.load_checkpoint``, the one
   place that knows whether the load is a resume or a fine-tune (the
   optimizer is reset): it tells :func:`load_checked` for that load;
@@ -24,6 +25,7 @@ import os
 from mdsfair.checkpoint_loading import call_with_checkpoint_globals
 from mdsfair.checkpoints.architecture_change import check_architecture
 from mdsfair.checkpoints.checksums import verification_enabled, verify_model_checksum
+from mdsfair.checkpoints.config_upgrades import upgrade_model_config
 from mdsfair.checkpoints.diagnosis import (
     CheckpointFileError,
     check_checkpoint_file,
@@ -79,6 +81,7 @@ def load_checked(original, path, arg_overrides=None, load_on_all_ranks=False):
         if raised_by_torch_load(error):
             raise CheckpointFileError(describe_unreadable(path, error)) from error
         raise
+    upgrade_model_config(state, path)
     context = _LOADING["context"]
     if context is not None and context["path"] == path and isinstance(state, dict):
         check_architecture(state, path, context)

@@ -32,22 +32,36 @@ layer exists only under their ``--sw`` flag: without it (their released
 neither ``--sw`` nor ``--encoder_not_hybrid``) their hybrid encoder raises
 ``NotImplementedError`` when it is built.
 
+**Checkpoints saved before the layer pattern.** A checkpoint whose saved
+configuration lacks ``efficient_attention_layers`` was trained when LSH or
+Sinkhorn attention took every encoder layer; under today's default it would
+load its tensors (the same names and shapes) into the hybrid encoder, a
+different model. :func:`every_layer_before_the_layer_pattern`, a
+configuration upgrade (:mod:`mdsfair.checkpoints.config_upgrades`) that runs
+on every checkpoint fairseq loads (``fairseq-generate``, the hub, resuming),
+sets ``all`` for it and logs one INFO line saying so; a checkpoint that saved
+the flag keeps its value.
+
 In evaluation every forward draws its random rotations (LSH) or Gumbel noise
 (Sinkhorn) from a generator seeded with ``--lsh-seed`` / ``--sinkhorn-seed``,
 so a source's summary does not depend on the batches before it; in training
 they come from the global generator, as the authors draw them always.
 """
 
+import logging
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Dict, Mapping, Optional
 
 import torch
 
+from mdsfair.checkpoints.config_upgrades import register_config_upgrade
 from mdsfair.modules.components import ComponentConfig, component_flag, register_component
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
 from mdsfair.modules.lsh_attention import LSHSelfAttention, default_bucket_count
 from mdsfair.modules.self_attention_components import SelfAttentionComponent
 from mdsfair.modules.sinkhorn_attention import SinkhornSelfAttention
+
+logger = logging.getLogger(__name__)
 
 
 def evaluation_generator(encoder, device, seed: int) -> Optional[torch.Generator]:
@@ -233,3 +247,25 @@ class SinkhornSelfAttentionComponent(HybridEncoderAttention):
 
     def attend_efficient(self, attention, x, padding_mask, generator):
         return attention.forward_sinkhorn(x, padding_mask, generator=generator)
+
+
+#: The encoder self-attentions whose layers ``--efficient-attention-layers`` picks.
+HYBRID_ENCODER_ATTENTIONS = (LSHSelfAttentionComponent.name, SinkhornSelfAttentionComponent.name)
+
+
+@register_config_upgrade
+def every_layer_before_the_layer_pattern(saved: Mapping[str, Any], path: str) -> Dict[str, Any]:
+    """``{"efficient_attention_layers": "all"}`` for a checkpoint at ``path``
+    of an LSH or Sinkhorn encoder whose saved configuration lacks the flag:
+    it was trained with that attention in every encoder layer (module
+    docstring); ``{}`` for any other checkpoint."""
+    attention = saved.get("encoder_self_attention")
+    if attention not in HYBRID_ENCODER_ATTENTIONS or "efficient_attention_layers" in saved:
+        return {}
+    logger.info(
+        "%s: saved before --efficient-attention-layers existed, with %s attention in every encoder layer: "
+        "loaded with --efficient-attention-layers all",
+        path,
+        attention,
+    )
+    return {"efficient_attention_layers": "all"}
