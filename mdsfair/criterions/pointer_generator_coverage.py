@@ -8,7 +8,7 @@ target tokens, which gives Eq. 7's mean over the summary). The model reports
 ``covloss_t`` per step (``extra["coverage_loss"]``, the ``pointer_generator``
 model's decoder); ``-log P(w*_t)`` is fairseq's label-smoothed cross-entropy,
 which is the negative log-likelihood of Eq. 6 at ``--label-smoothing 0`` (the
-default here, as the paper trains).
+default here).
 """
 
 from dataclasses import dataclass, field
