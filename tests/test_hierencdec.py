@@ -231,7 +231,8 @@ def test_per_document_budget_equals_the_authors_per_passage_limit(lengths, kept,
     import numpy as np
     from fairseq.data import Dictionary
 
-    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+    from mdsfair.data.source_truncation import TruncationConfig
 
     dictionary = Dictionary()
     for i in range(300):

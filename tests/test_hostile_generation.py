@@ -21,7 +21,8 @@ from fairseq.data import Dictionary
 
 from mdsfair import cli
 from mdsfair.argument_types import UsageError
-from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+from mdsfair.data.source_truncation import TruncationConfig
 from mdsfair.generation.sequence_generator import GenerationSettingsError, check_generation_settings
 from mdsfair.generation.settings_checks import prefix_within_summaries, search_flags_refusal
 from tests.utils import generation_command, hypothesis_lines, make_tiny_data_bin, tiny_transformer, train_in_process

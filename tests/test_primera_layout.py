@@ -79,7 +79,8 @@ def test_task_layout_equals_the_authors_join(max_source_positions):
     import numpy as np
     from fairseq.data import Dictionary
 
-    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+    from mdsfair.data.source_truncation import TruncationConfig
 
     with tempfile.TemporaryDirectory() as directory:
         tokenizer = primera_tokenizer(directory)
@@ -126,7 +127,8 @@ def test_separator_layout_cuts_at_the_budget_and_counts():
     import numpy as np
     from fairseq.data import Dictionary
 
-    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+    from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+    from mdsfair.data.source_truncation import TruncationConfig
 
     dictionary = Dictionary()
     for i in range(40):

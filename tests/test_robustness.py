@@ -39,7 +39,8 @@ from mdsfair.checkpoints.fingerprints import (
 )
 from mdsfair.checkpoints.record import RECORD_KEY
 from mdsfair.checkpoints.stamping import stamp, verify
-from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+from mdsfair.data.source_truncation import TruncationConfig
 from mdsfair.evaluation import compare
 from mdsfair.evaluation.file_scoring import score_files
 from mdsfair.evaluation.inputs import RougeInputError, read_lines

@@ -8,7 +8,8 @@ import re
 import pytest
 import torch
 
-from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
+from mdsfair.data.source_truncation import TruncationConfig
 from tests.utils import USER_DIR, fairseq_cli, make_dataset
 
 TINY_LSTM = [

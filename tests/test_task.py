@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-from mdsfair.data.multidoc_dataset import (
-    TruncationConfig,
-    batch_indices_by_size,
-)
+from mdsfair.data.batching import batch_indices_by_size
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.data.source_truncation import TruncationConfig
 from tests.utils import USER_DIR, fairseq_cli, make_dataset, make_tiny_data_bin, toy_example
 
 
@@ -302,8 +300,11 @@ def test_task_hands_a_model_exactly_the_side_inputs_it_declares():
     without_sentences = {k: v for k, v in net_input.items() if k != "src_sent_ids"}
     assert "src_sent_ids" not in net_input_for(Declaring(), without_sentences)
     side_inputs = {"src_doc_ids": torch.zeros(2, 3, dtype=torch.long)}
+    src_tokens = torch.ones(2, 3, dtype=torch.long)
     with pytest.raises(ValueError, match=r"missing side input src_sent_ids \(needed by Declaring"):
-        check_side_inputs(torch.ones(2, 3, dtype=torch.long), side_inputs, Declaring().side_inputs(), "Declaring")
+        check_side_inputs(
+            src_tokens, side_inputs, Declaring().side_inputs(), "Declaring", padding_mask=src_tokens.eq(0)
+        )
     sample = {"id": 0, "net_input": net_input}
     assert set(MultiDocSummarizationTask._sample_for(Stock(), sample)["net_input"]) == {
         "src_tokens",

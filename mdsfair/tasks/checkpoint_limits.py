@@ -3,7 +3,7 @@
 A model learns from the sources as the task's input limits leave them: how
 many tokens (``--max-source-positions``), documents, paragraphs and tokens per
 paragraph, with or without an even share per document, joined by which layout
-(:class:`~mdsfair.data.multidoc_dataset.TruncationConfig`). Generation has to
+(:class:`~mdsfair.data.source_truncation.TruncationConfig`). Generation has to
 cut the sources the same way, or the model reads what it never saw in
 training: a Hierarchical Transformer trained on 24 paragraphs in 1,600 tokens
 and decoded at the default 1,024 tokens keeps a third fewer source tokens.

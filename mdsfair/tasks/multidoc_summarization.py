@@ -32,9 +32,10 @@ from mdsfair.data.manifest import (
     recorded_source_layout,
     require_listed_split,
 )
-from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset, TruncationConfig
+from mdsfair.data.multidoc_dataset import MultiDocSummarizationDataset
 from mdsfair.data.primera_layout import DOCUMENT_SEPARATOR
 from mdsfair.data.side_data import SideDataSpec
+from mdsfair.data.source_truncation import TruncationConfig
 from mdsfair.generation.length_penalty import LENGTH_PENALTY_FORMS
 from mdsfair.generation.sequence_generator import build_sequence_generator, choose_generator
 from mdsfair.generation.settings_checks import prefix_within_summaries
