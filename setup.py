@@ -65,7 +65,7 @@ setup(
         "hub": ["huggingface_hub>=0.24"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
     },
-    package_data={"mdsfair.evaluation": ["published_results.csv"]},
+    package_data={"mdsfair": ["cli_help_options.json"], "mdsfair.evaluation": ["published_results.csv"]},
     entry_points={
         "console_scripts": [
             "mdsfair-preprocess = mdsfair.preprocess.binarize:cli_main",
