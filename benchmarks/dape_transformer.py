@@ -47,8 +47,8 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 from benchmarks import harness, results
 from benchmarks.harness import SyntheticTask
 from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread
+from mdsfair.data.dependency_relations import DEPENDENCY_RELATIONS
 from mdsfair.models.dape_transformer import DapeTransformerModel, dape_transformer_architecture
-from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
 
 VOCAB = 1000
 SENTENCE_TOKENS = 20

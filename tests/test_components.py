@@ -82,6 +82,27 @@ def test_dapes_components_combine_with_barts(data):
     assert torch.isfinite(combined).all() and not torch.allclose(combined, reference, atol=1e-4)
 
 
+def test_dependency_arcs_out_of_range_are_refused_by_the_batch_check(data):
+    built = contract.ContractModel("multidoc_bart_tiny", data, "--encoder-self-attention", "dependency")
+    model = built.build_model().eval()
+    net_input = dict(built.batch("valid", [0, 1], model)["net_input"])
+    length = net_input["src_tokens"].size(1)
+    relations, heads = net_input["src_dep_rel"].clone(), net_input["src_dep_head"].clone()
+    relations[0, 1] = 45  # one past the 45 relations
+    heads[1, 0] = length
+    with torch.no_grad():
+        model(**net_input)
+        with pytest.raises(
+            ValueError, match=rf"^src_dep_rel \[2, {length}\] holds 45 at example 0, position 1: -1 for none, else"
+        ):
+            model(**{**net_input, "src_dep_rel": relations})
+        with pytest.raises(
+            ValueError,
+            match=rf"^src_dep_head \[2, {length}\] holds {length} at example 1, position 0: -1 for none, else a",
+        ):
+            model(**{**net_input, "src_dep_head": heads})
+
+
 def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
     built = contract.ContractModel("hierencdec_sparse_tiny", data)
     model = built.build_model().eval()
@@ -101,6 +122,23 @@ def test_side_inputs_are_declared_handed_over_and_checked_by_name(data):
             model(**net_input, src_para_ids=net_input["src_doc_ids"])
         with pytest.raises(ValueError, match=r"src_sent_ids \[2, \d+\] is not aligned to src_tokens \[2, \d+\]"):
             model(**{**net_input, "src_sent_ids": net_input["src_sent_ids"][:, :-1]})
+        # the values, read with the encoder's other checks of the batch, before any layer runs
+        split_sentence = net_input["src_sent_ids"].clone()
+        split_sentence[0, 1] = split_sentence[0].max() + 1
+        with pytest.raises(
+            ValueError,
+            match=r"^src_sent_ids \[2, \d+\] must be non-decreasing runs along each example \(one run per sentence\), "
+            r"but example 0 goes from \d+ to \d+ at position 2$",
+        ):
+            model(**{**net_input, "src_sent_ids": split_sentence})
+        no_document = net_input["src_doc_ids"].clone()
+        no_document[1, 1] = -1
+        with pytest.raises(
+            ValueError,
+            match=r"^src_doc_ids \[2, \d+\] is negative at a non-pad token of src_tokens \[2, \d+\] "
+            r"\(example 1, position 1: -1\); every source token needs a document$",
+        ):
+            model(**{**net_input, "src_doc_ids": no_document})
         net_input.pop("src_sent_ids")
         with pytest.raises(ValueError, match=r"missing side input src_sent_ids \(needed by .*sparse"):
             model(**net_input)

@@ -13,9 +13,9 @@ from fairseq import options, tasks
 from fairseq.models.transformer import TransformerModel
 from fairseq.modules import MultiheadAttention, SinusoidalPositionalEmbedding
 
+from mdsfair.data.dependency_relations import DEPENDENCY_RELATIONS
 from mdsfair.data.indexed import NumpyMMapDataset
 from mdsfair.modules.dependency_attention import (
-    DEPENDENCY_RELATIONS,
     DependencyGuidedMultiheadAttention,
     DependencyRelationEncoder,
     arithmetic_relation_order,

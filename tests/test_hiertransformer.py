@@ -129,10 +129,28 @@ def test_paragraph_blocks_match_loop_reference():
             assert blocks.block_padding_mask()[n].tolist() == [False] * len(tokens) + [True] * (5 - len(tokens))
     assert torch.equal(blocks.to_flat(block_view), x * mask.unsqueeze(-1))
     assert blocks.paragraph_mask().tolist() == [[True, True, True], [True, True, False]]
-    with pytest.raises(ValueError, match="non-decreasing"):
-        ParagraphBlocks.from_paragraph_ids(torch.tensor([[0, 1, 0]]), torch.ones(1, 3, dtype=torch.bool))
-    with pytest.raises(ValueError, match="negative"):
-        ParagraphBlocks.from_paragraph_ids(torch.tensor([[0, -1]]), torch.ones(1, 2, dtype=torch.bool))
+
+
+def test_the_encoder_refuses_paragraph_ids_that_are_not_runs():
+    """The batch check (``check_side_inputs``) runs in the encoder, before the
+    paragraph blocks are built."""
+    model = build_model()
+    split = toy_batch()
+    split["src_para_ids"] = torch.tensor([[0, 0, 0, 1, 0, 2, 2, 2], [0, 0, 1, 1, 1, 1, 1, -1]])
+    with pytest.raises(ValueError) as refused:
+        encode(model, split)
+    assert refused.value.args[0] == (
+        "src_para_ids [2, 8] must be non-decreasing runs along each example (one run per paragraph), but "
+        "example 0 goes from 1 to 0 at position 4"
+    )
+    negative = toy_batch()
+    negative["src_para_ids"][1, 3] = -1
+    with pytest.raises(ValueError) as refused:
+        encode(model, negative)
+    assert refused.value.args[0] == (
+        "src_para_ids [2, 8] is negative at a non-pad token of src_tokens [2, 8] (example 1, position 3: -1); "
+        "every source token needs a paragraph"
+    )
 
 
 @pytest.mark.parametrize("head_projection", [True, False])
@@ -289,10 +307,28 @@ def test_post_ln_global_layer_follows_eq_21_to_23():
 
 def test_missing_graph_side_data_is_a_clear_error():
     model = build_model("--graph", "discourse")
-    with pytest.raises(ValueError, match="graph_discourse"):
+    assert model.side_inputs() == {"src_para_ids": True, "src_graph_similarity": False, "src_graph_discourse": True}
+    with pytest.raises(
+        ValueError,
+        match=r"^missing side input src_graph_discourse \(needed by hiertransformer --graph discourse; .* "
+        r"mdsfair-preprocess --side-data graph_discourse",
+    ):
         encode(model, toy_batch())
-    with pytest.raises(ValueError, match="src_para_ids"):
+    with pytest.raises(ValueError, match=r"missing side input src_para_ids \(needed by hiertransformer"):
         model.encoder(src_tokens=toy_batch()["src_tokens"])
+
+
+def test_a_graph_with_fewer_rows_than_paragraphs_is_refused():
+    model = build_model("--graph", "similarity")
+    batch = toy_batch(graph=True)
+    encode(model, batch)
+    batch["src_graph_similarity"] = batch["src_graph_similarity"][:, :2, :2]
+    with pytest.raises(ValueError) as refused:
+        encode(model, batch)
+    assert refused.value.args[0] == (
+        "src_graph_similarity [2, 2, 2] has 2 paragraph rows, but example 0 of src_para_ids [2, 8] has 3 "
+        "paragraphs: expected [B, P, P] with P >= 3"
+    )
 
 
 # ---------------------------------------------------------- decoding

@@ -278,15 +278,9 @@ def test_filler_dot_is_bart_id_4_with_gpt2_bpe(tmp_path):
         filler_page_tokens(encoder, Dictionary())
 
 
-def test_unit_rank_handles_gaps_and_rejects_bad_ids():
+def test_unit_rank_handles_gaps():
     mask = torch.tensor([[True, True, True, True, False]])
     assert unit_rank(torch.tensor([[3, 3, 7, 9, -1]]), mask).tolist() == [[0, 0, 1, 2, -1]]
-    with pytest.raises(ValueError, match="non-decreasing"):
-        unit_rank(torch.tensor([[0, 1, 0, 1, -1]]), mask)
-    with pytest.raises(ValueError, match="negative"):
-        unit_rank(torch.tensor([[0, -1, 1, 1, -1]]), mask)
-    with pytest.raises(ValueError, match="src_sent_ids"):
-        PageBuilder("spatial", 2, 16, BOS, EOS, PAD)(torch.tensor([[5, 6]]), torch.zeros(1, 2, dtype=torch.long))
 
 
 # ---------------------------------------------------------------- model
@@ -361,6 +355,40 @@ def single_document_batch(vocab_size):
         "src_para_ids": structure,
         "src_sent_ids": sentence,
     }
+
+
+def test_the_encoder_refuses_structure_ids_that_are_not_runs_and_a_missing_unit(data_bin):
+    """The batch check (``check_side_inputs``) runs once in the encoder, before
+    the pages are built: the locality's unit ids are required, and every
+    structure id given is checked."""
+    task, model = build(data_bin)
+    batch = single_document_batch(len(task.source_dictionary))
+    assert model.side_inputs() == {"src_doc_ids": True, "src_para_ids": False, "src_sent_ids": False}
+    with torch.no_grad():
+        model(**batch)
+        no_document = batch["src_doc_ids"].clone()
+        no_document[0, 3] = -1
+        with pytest.raises(ValueError) as refused:
+            model(**{**batch, "src_doc_ids": no_document})
+        assert refused.value.args[0] == (
+            "src_doc_ids [2, 14] is negative at a non-pad token of src_tokens [2, 14] (example 0, position 3: -1); "
+            "every source token needs a document"
+        )
+        split_sentence = batch["src_sent_ids"].clone()
+        split_sentence[1, 6] = 0
+        with pytest.raises(ValueError) as refused:
+            model(**{**batch, "src_sent_ids": split_sentence})
+        assert refused.value.args[0] == (
+            "src_sent_ids [2, 14] must be non-decreasing runs along each example (one run per sentence), but "
+            "example 1 goes from 1 to 0 at position 6"
+        )
+        with pytest.raises(ValueError, match=r"^missing side input src_doc_ids \(needed by pagesum_bart --locality "):
+            model(**{name: value for name, value in batch.items() if name != "src_doc_ids"})
+    _, spatial = build(data_bin, extra=("--locality", "spatial"))
+    with pytest.raises(
+        ValueError, match=r"^missing side input src_sent_ids \(needed by pagesum_bart --locality spatial"
+    ):
+        spatial(**{name: value for name, value in batch.items() if name != "src_sent_ids"})
 
 
 def test_one_page_equals_bart_and_restores_bart_checkpoint(data_bin, bart_checkpoint):

@@ -15,8 +15,8 @@ Side inputs: every component declares the data-contract inputs it reads;
 :meth:`ComponentBARTModel.side_inputs` is their union, the task hands the
 model exactly those, and :meth:`ComponentEncoder.forward` checks them once
 (:func:`~mdsfair.data.side_inputs.check_side_inputs`: an input that no
-component declares, a missing required one, one out of its shape), naming
-it. The components read them from the batch's
+component declares, a missing required one, one out of its dtype or shape,
+values off their rule), naming it. The components read them from the batch's
 :class:`~mdsfair.modules.source_structure.SourceStructure`; what the
 cross-attention reads of the source is one entry of the encoder output, its
 :class:`~mdsfair.modules.source_structure.SourceContext`, reordered with the
@@ -159,10 +159,17 @@ class ComponentEncoder(TransformerEncoderBase):
     # ------------------------------------------------------------- forward
 
     def side_inputs_of(
-        self, src_tokens: Tensor, positional, side_inputs: Dict[str, Optional[Tensor]]
+        self,
+        src_tokens: Tensor,
+        positional,
+        side_inputs: Dict[str, Optional[Tensor]],
+        padding_mask: Tensor,
+        value_checks: List,
     ) -> Dict[str, Tensor]:
         """The side inputs by name (positional ones in declaration order, None:
-        not given), checked once (:func:`~mdsfair.data.side_inputs.check_side_inputs`)."""
+        not given), checked once (:func:`~mdsfair.data.side_inputs.check_side_inputs`;
+        the checks of their values are appended to ``value_checks``, which the
+        batch's :class:`SourceStructure` reads with its other checks)."""
         names = list(self.side_input_declarations)
         if len(positional) > len(names):
             raise TypeError(f"the encoder takes {len(names)} positional side inputs ({names}), got {len(positional)}")
@@ -178,27 +185,31 @@ class ComponentEncoder(TransformerEncoderBase):
             self.side_input_declarations,
             ", ".join(repr(c) for c in self.components.values()),
             self.side_input_readers,
+            padding_mask=padding_mask,
+            pending=value_checks,
         )
         return given
 
     def document_ids(
         self, src_tokens: Tensor, src_doc_ids: Optional[Tensor], structure: Optional[SourceStructure] = None
     ) -> Tensor:
-        """The data contract's ``src_doc_ids``, or, when the input has none
-        (hub, plain token batches), one document per ``<s>``-opened run. The
-        checks of the ids wait in ``structure`` for its one host read
-        (:meth:`SourceStructure.read`); without it they are read here."""
-        if src_doc_ids is None:
-            src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
+        """The data contract's ``src_doc_ids`` (its values checked with the
+        other side inputs, :func:`~mdsfair.data.side_inputs.check_side_inputs`),
+        or, when the input has none (hub, plain token batches), one document
+        per ``<s>``-opened run. The checks of the ids wait in ``structure`` for
+        its one host read (:meth:`SourceStructure.read`); without it they are
+        read here."""
         checks = (
             structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
         )
         padding = checks.padding_mask
-        # a negative id at a token that is not padding (True > False)
-        checks.check(
-            torch.gt(src_doc_ids.lt(0), padding).any(),
-            "every source token needs a document: the source must start with <s> (or pass src_doc_ids)",
-        )
+        if src_doc_ids is None:
+            src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
+            # a negative id at a token that is not padding (True > False)
+            checks.check(
+                torch.gt(src_doc_ids.lt(0), padding).any(),
+                "every source token needs a document: the source must start with <s> (or pass src_doc_ids)",
+            )
         src_doc_ids = src_doc_ids.masked_fill(padding, -1)
         if self.needs_document_start_tokens:
             users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
@@ -235,14 +246,17 @@ class ComponentEncoder(TransformerEncoderBase):
         :class:`~mdsfair.modules.source_structure.SourceContext`). ``side_inputs``: the
         data-contract inputs the components declare (by name, or positional
         after ``src_lengths`` in :attr:`side_input_declarations` order)."""
-        side_inputs = self.side_inputs_of(src_tokens, positional_side_inputs, side_inputs)
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        value_checks = []
+        side_inputs = self.side_inputs_of(
+            src_tokens, positional_side_inputs, side_inputs, encoder_padding_mask, value_checks
+        )
         if src_tokens.size(1) > self.max_source_positions:
             raise ValueError(
                 f"source of {src_tokens.size(1)} tokens exceeds the encoder's {self.max_source_positions} positions "
                 "(--max-encoder-positions)"
             )
-        encoder_padding_mask = src_tokens.eq(self.padding_idx)
-        structure = SourceStructure(src_tokens, encoder_padding_mask, side_inputs)
+        structure = SourceStructure(src_tokens, encoder_padding_mask, side_inputs, pending_checks=value_checks)
         if self.uses_documents:
             structure.document_ids = self.document_ids(src_tokens, side_inputs.get("src_doc_ids"), structure)
         # the components' host values and every check of the input: one host read, before any layer

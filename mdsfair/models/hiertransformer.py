@@ -45,6 +45,7 @@ from fairseq.modules import FairseqDropout, LayerNorm, TransformerEncoderLayer
 from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least, number_between
+from mdsfair.data.side_inputs import check_side_inputs
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.modules.activation_checkpointing import checkpoint_layer
@@ -158,23 +159,26 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
             mask = mask | src_tokens.eq(symbol)
         return mask
 
+    def side_inputs(self) -> Dict[str, bool]:
+        """Data-contract inputs this encoder reads: name -> required (the
+        paragraph of every token; the paragraph graph that ``--graph``
+        chooses; the other graph is handed over when the batch has it)."""
+        return {
+            "src_para_ids": True,
+            "src_graph_similarity": self.graph == "similarity",
+            "src_graph_discourse": self.graph == "discourse",
+        }
+
     def graph_input(
         self, blocks: ParagraphBlocks, src_graph_similarity: Optional[Tensor], src_graph_discourse: Optional[Tensor]
     ) -> Optional[Tensor]:
+        """The ``[B, P, P]`` graph of Eq. 24 over the batch's ``P`` paragraphs
+        (the batch check made sure the ``--graph`` one is given and covers
+        them), or None without ``--graph``."""
         if self.graph == "none":
             return None
         graph = src_graph_similarity if self.graph == "similarity" else src_graph_discourse
-        if graph is None:
-            raise ValueError(
-                f"--graph {self.graph} needs the side data src_graph_{self.graph}: preprocess with "
-                f"mdsfair-preprocess --side-data graph_{self.graph}"
-            )
         num_paragraphs = blocks.num_paragraphs
-        if graph.dim() != 3 or graph.size(1) < num_paragraphs or graph.size(1) != graph.size(2):
-            raise ValueError(
-                f"src_graph_{self.graph} has shape {tuple(graph.shape)}; expected [B, P, P] with P >= "
-                f"{num_paragraphs} paragraphs"
-            )
         return graph[:, :num_paragraphs, :num_paragraphs]
 
     def forward(
@@ -191,12 +195,22 @@ class HierarchicalTransformerEncoder(FairseqEncoder):
             src_lengths: ``[B]`` (unused; padding is read from the tokens).
             src_para_ids: ``[B, T]`` paragraph (rank) of every token, -1 at pad.
             src_graph_similarity / src_graph_discourse: ``[B, P, P]`` graphs.
+
+        The side inputs are checked once, here
+        (:func:`~mdsfair.data.side_inputs.check_side_inputs`).
         """
-        if src_para_ids is None:
-            raise ValueError(
-                "hiertransformer needs src_para_ids (the paragraph of every source token); "
-                "train it with --task multidoc_summarization"
-            )
+        given = {
+            "src_para_ids": src_para_ids,
+            "src_graph_similarity": src_graph_similarity,
+            "src_graph_discourse": src_graph_discourse,
+        }
+        check_side_inputs(
+            src_tokens,
+            {name: value for name, value in given.items() if value is not None},
+            self.side_inputs(),
+            "hiertransformer" + (f" --graph {self.graph}" if self.graph != "none" else ""),
+            padding_mask=src_tokens.eq(self.padding_idx),
+        )
         padding_mask = self.source_padding_mask(src_tokens)
         blocks = ParagraphBlocks.from_paragraph_ids(src_para_ids, ~padding_mask)
         graph = self.graph_input(blocks, src_graph_similarity, src_graph_discourse)
@@ -307,9 +321,9 @@ class HierarchicalTransformerModel(MultiDocHubModel, TransformerModel):
     hub_description = "Hierarchical Transformer (Liu & Lapata 2019) with graph-informed heads"
 
     def side_inputs(self):
-        """Data-contract inputs this model reads: name -> required
-        (paragraphs and their graphs; each derived or left out when absent)."""
-        return {"src_para_ids": False, "src_graph_similarity": False, "src_graph_discourse": False}
+        """Data-contract inputs this model reads: name -> required (its
+        encoder's: the paragraphs and the ``--graph`` one)."""
+        return self.encoder.side_inputs()
 
     @staticmethod
     @DEFAULTS.documented

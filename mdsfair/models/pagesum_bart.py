@@ -47,6 +47,7 @@ from fairseq.models.transformer import TransformerDecoderBase, TransformerEncode
 from torch import Tensor
 
 from mdsfair.argument_types import at_least
+from mdsfair.data.side_inputs import check_side_inputs
 from mdsfair.models.component_model import SideInputForward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
@@ -122,6 +123,14 @@ class PageSumEncoder(TransformerEncoderBase):
         self.register_buffer("page_counts", torch.zeros(len(PAGE_STATISTICS), dtype=torch.long), persistent=False)
         self.examples_encoded = 0
 
+    def side_inputs(self) -> Dict[str, bool]:
+        """Data-contract inputs this encoder reads: name -> required (the
+        structure ids whose runs are the pages' units, :meth:`PageBuilder.unit_input`,
+        are required; the other structure ids are handed over when the batch
+        has them)."""
+        unit = self.page_builder.unit_input()
+        return {name: name == unit for name in ("src_doc_ids", "src_para_ids", "src_sent_ids")}
+
     def forward(
         self,
         src_tokens,
@@ -134,6 +143,14 @@ class PageSumEncoder(TransformerEncoderBase):
     ):
         if token_embeddings is not None:
             raise ValueError("PageSum builds its pages from src_tokens; precomputed token_embeddings are not supported")
+        given = {"src_doc_ids": src_doc_ids, "src_para_ids": src_para_ids, "src_sent_ids": src_sent_ids}
+        check_side_inputs(
+            src_tokens,
+            {name: value for name, value in given.items() if value is not None},
+            self.side_inputs(),
+            f"pagesum_bart --locality {self.page_builder.locality}",
+            padding_mask=src_tokens.eq(self.padding_idx),
+        )
         layout = self.page_builder(src_tokens, src_doc_ids, src_para_ids, src_sent_ids)
         self.record_page_statistics(layout)
         batch_size, num_pages, page_length = layout.tokens.shape
@@ -323,9 +340,9 @@ class PageSumBARTModel(MultiDocHubModel, SideInputForward, BARTModel):
     )
 
     def side_inputs(self):
-        """Data-contract inputs this model reads: name -> required
-        (the page structure; pages are derived from the tokens when absent)."""
-        return {"src_doc_ids": False, "src_para_ids": False, "src_sent_ids": False}
+        """Data-contract inputs this model reads: name -> required (its
+        encoder's: the structure ids that make its pages)."""
+        return self.encoder.side_inputs()
 
     @staticmethod
     @DEFAULTS.documented

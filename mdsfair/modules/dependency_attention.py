@@ -50,57 +50,8 @@ from fairseq import utils
 from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
+from mdsfair.data.dependency_relations import DEPENDENCY_RELATIONS
 from mdsfair.modules.heads import merge_heads, split_heads
-
-# spaCy's English parser labels (en_core_web_sm 3.x, ClearNLP scheme): 45
-# relations, as many as the paper's biaffine parser. Relation id = index here.
-DEPENDENCY_RELATIONS: Tuple[str, ...] = (
-    "ROOT",
-    "acl",
-    "acomp",
-    "advcl",
-    "advmod",
-    "agent",
-    "amod",
-    "appos",
-    "attr",
-    "aux",
-    "auxpass",
-    "case",
-    "cc",
-    "ccomp",
-    "compound",
-    "conj",
-    "csubj",
-    "csubjpass",
-    "dative",
-    "dep",
-    "det",
-    "dobj",
-    "expl",
-    "intj",
-    "mark",
-    "meta",
-    "neg",
-    "nmod",
-    "npadvmod",
-    "nsubj",
-    "nsubjpass",
-    "nummod",
-    "oprd",
-    "parataxis",
-    "pcomp",
-    "pobj",
-    "poss",
-    "preconj",
-    "predet",
-    "prep",
-    "prt",
-    "punct",
-    "quantmod",
-    "relcl",
-    "xcomp",
-)
 
 # Relations by decreasing frequency in parsed source documents (spaCy's
 # en_core_web_sm on the first 400 documents of ../shared/data/peersum_sample
@@ -221,25 +172,25 @@ def build_dependency_mask(
         no_arc_weight: scalar for pairs without an arc (``None``: 0).
 
     Row ``i`` is the query, column ``j`` the key, as in the attention weights.
+    The side data's shapes and ranges are the batch check's
+    (:func:`mdsfair.data.side_inputs.check_side_inputs`, read before any layer
+    runs); the indices are clamped into range so that a batch it refuses
+    indexes nothing out of bounds before then.
     """
     if direction not in ARC_DIRECTIONS:
         raise ValueError(f"--dependency-arc-direction {direction!r}: choose from {ARC_DIRECTIONS}")
-    if dep_head.shape != dep_rel.shape:
-        raise ValueError(f"src_dep_head {tuple(dep_head.shape)} and src_dep_rel {tuple(dep_rel.shape)} differ")
     batch_size, length = dep_head.shape
     num_relations = relation_weights.size(0)
-    if bool((dep_rel >= num_relations).any()) or bool((dep_head >= length).any()):
-        raise ValueError(f"dependency side data out of range ({num_relations} relations, {length} tokens)")
     has_arc = (dep_head >= 0) & (dep_rel >= 0)
-    arc_value = relation_weights[dep_rel.clamp(min=0)] * has_arc.to(relation_weights.dtype)
-    column = dep_head.clamp(min=0).unsqueeze(-1)
+    arc_value = relation_weights[dep_rel.clamp(0, num_relations - 1)] * has_arc.to(relation_weights.dtype)
+    column = dep_head.clamp(0, length - 1).unsqueeze(-1)
     # One scatter per row: row i receives its arc's scalar in its head's column
     # (rows without an arc write 0, which changes nothing).
     mask = arc_value.new_zeros(batch_size, length, length).scatter(2, column, arc_value.unsqueeze(-1))
     is_arc = has_arc.new_zeros(batch_size, length, length).scatter(2, column, has_arc.unsqueeze(-1))
     if dep_word is not None:
         # M[i, j] = M_first[i, word(j)]: every subword of the head word.
-        word = dep_word.clamp(min=0).unsqueeze(1).expand(batch_size, length, length)
+        word = dep_word.clamp(0, length - 1).unsqueeze(1).expand(batch_size, length, length)
         in_word = (dep_word >= 0).unsqueeze(1)
         mask = mask.gather(2, word) * in_word.to(mask.dtype)
         is_arc = is_arc.gather(2, word) & in_word

@@ -105,20 +105,12 @@ def unit_rank(unit_ids: Tensor, content_mask: Tensor) -> Tensor:
     """0, 1, 2, ... for the consecutive runs of equal ``unit_ids`` among the
     content tokens of each example (-1 elsewhere), so ids with gaps, or
     numbered across a truncated cluster, still give dense unit numbers.
-
-    Raises ``ValueError`` when a content token has no unit (a negative id) or
-    ids decrease along an example (a unit split into several runs)."""
-    if unit_ids.shape != content_mask.shape:
-        raise ValueError(
-            f"structure ids {tuple(unit_ids.shape)} are not aligned to src_tokens {tuple(content_mask.shape)}"
-        )
-    if bool((unit_ids[content_mask] < 0).any()):
-        raise ValueError("a structure id is negative at a source token; every source token needs a unit")
+    ``unit_ids``: ``[B, T]``, every content token's unit, one run per unit
+    (the data contract's structure ids, as the batch check passed them:
+    :func:`mdsfair.data.side_inputs.check_side_inputs`)."""
     # The id of the previous content token (padding and specials skipped).
     running_max = unit_ids.masked_fill(~content_mask, -1).cummax(1).values
     previous_id = torch.nn.functional.pad(running_max[:, :-1], (1, 0), value=-1)
-    if bool((content_mask & (unit_ids < previous_id)).any()):
-        raise ValueError("structure ids must be non-decreasing along each example (one run per unit)")
     starts = content_mask & (unit_ids != previous_id)
     rank = starts.long().cumsum(1) - 1
     return rank.masked_fill(~content_mask, -1)
@@ -218,19 +210,19 @@ class PageBuilder:
         para_ids: Optional[Tensor],
         sent_ids: Optional[Tensor],
     ) -> Tensor:
-        """The structure tensor whose runs are this locality's units."""
+        """The structure tensor whose runs are this locality's units
+        (:meth:`unit_input` names it)."""
+        return {"src_doc_ids": doc_ids, "src_para_ids": para_ids, "src_sent_ids": sent_ids}[self.unit_input()]
+
+    def unit_input(self) -> str:
+        """The side input whose runs are this locality's units: the sentences
+        (spatial), the paragraphs (discourse, by paragraph) or the documents
+        (discourse by section, document)."""
         if self.locality == "spatial":
-            name, ids = "src_sent_ids", sent_ids
-        elif self.locality == "discourse" and self.discourse_unit == "paragraph":
-            name, ids = "src_para_ids", para_ids
-        else:
-            name, ids = "src_doc_ids", doc_ids
-        if ids is None:
-            raise ValueError(
-                f"PageSum with --locality {self.locality} needs {name} in net_input "
-                "(use the multidoc_summarization task, whose batches carry the structure tensors)"
-            )
-        return ids
+            return "src_sent_ids"
+        if self.locality == "discourse" and self.discourse_unit == "paragraph":
+            return "src_para_ids"
+        return "src_doc_ids"
 
     def page_of_token(self, rank: Tensor):
         """Page index of every token (-1: not in any page) and the overflow
@@ -254,10 +246,6 @@ class PageBuilder:
         src_sent_ids: Optional[Tensor] = None,
     ) -> PageLayout:
         unit_ids = self.unit_ids(src_doc_ids, src_para_ids, src_sent_ids)
-        if unit_ids.shape != src_tokens.shape:
-            raise ValueError(
-                f"structure ids {tuple(unit_ids.shape)} are not aligned to src_tokens {tuple(src_tokens.shape)}"
-            )
         content_mask = src_tokens.ne(self.pad) & src_tokens.ne(self.bos) & src_tokens.ne(self.eos)
         if not bool(content_mask.any(dim=1).all()):
             raise ValueError("an example has no source token besides <s>, </s> and padding; it cannot form a page")

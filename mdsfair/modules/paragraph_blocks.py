@@ -2,7 +2,7 @@
 
 The data contract gives every source token its paragraph index
 (``src_para_ids [B, T]``, -1 at padding; paragraphs are contiguous runs in
-stream order). :class:`ParagraphBlocks` computes, with vectorized index
+stream order, which the batch check holds the batch to). :class:`ParagraphBlocks` computes, with vectorized index
 arithmetic only, where every token goes in
 
 * the *block* view ``[N, L, d]``: one row per paragraph that has tokens, over
@@ -43,15 +43,10 @@ class ParagraphBlocks:
 
     @classmethod
     def from_paragraph_ids(cls, paragraph_ids: Tensor, token_mask: Tensor) -> "ParagraphBlocks":
-        """``paragraph_ids``: ``[B, T]``; ``token_mask``: ``[B, T]`` True at real
-        tokens. Raises ``ValueError`` when a real token has no paragraph or a
-        paragraph is split into several runs."""
-        if paragraph_ids.shape != token_mask.shape:
-            raise ValueError(
-                f"src_para_ids {tuple(paragraph_ids.shape)} is not aligned to src_tokens {tuple(token_mask.shape)}"
-            )
-        if bool((paragraph_ids[token_mask] < 0).any()):
-            raise ValueError("src_para_ids is negative at a non-pad token; every source token needs a paragraph")
+        """``paragraph_ids``: ``[B, T]``, every real token's paragraph, one run
+        per paragraph (the data contract's ``src_para_ids``, as the batch check
+        passed it: :func:`mdsfair.data.side_inputs.check_side_inputs`);
+        ``token_mask``: ``[B, T]`` True at real tokens."""
         batch_size, length = paragraph_ids.shape
         previous = torch.nn.functional.pad(paragraph_ids[:, :-1], (1, 0), value=-1)
         previous_real = torch.nn.functional.pad(token_mask[:, :-1], (1, 0), value=False)
@@ -63,9 +58,6 @@ class ParagraphBlocks:
         block_start = token_index[starts]
         block_batch = batch_index[starts]
         block_paragraph = paragraph_ids[starts]
-        same_example = block_batch[1:] == block_batch[:-1]
-        if bool((same_example & (block_paragraph[1:] <= block_paragraph[:-1])).any()):
-            raise ValueError("src_para_ids must be non-decreasing runs along each example (one run per paragraph)")
         position_in_block = (token_index - block_start[block_of_token]).masked_fill(~token_mask, 0)
         num_blocks = int(block_start.numel())
         block_length = int(position_in_block.max()) + 1 if num_blocks else 0

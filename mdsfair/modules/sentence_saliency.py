@@ -41,9 +41,9 @@ def num_sentences(src_sent_ids: Tensor) -> int:
 
 def sentence_layout(src_sent_ids: Tensor, num_sentence_slots: int = None) -> SentenceLayout:
     """Tables of the token positions of every sentence (vectorized: one
-    stable sort over the sentence ids, no loop over sentences)."""
-    if src_sent_ids.dim() != 2:
-        raise ValueError(f"src_sent_ids must be [batch, source length], got shape {tuple(src_sent_ids.shape)}")
+    stable sort over the sentence ids, no loop over sentences). ``src_sent_ids``
+    ``[B, N]`` as the batch check passed it
+    (:func:`mdsfair.data.side_inputs.check_side_inputs`)."""
     bsz, src_len = src_sent_ids.shape
     if num_sentence_slots is None:
         num_sentence_slots = max(num_sentences(src_sent_ids), 1)

@@ -8,7 +8,7 @@ Side data for the linguistic-guided encoding (``--arch dape_transformer``):
     points to itself;
 ``dep_rel`` (``token``)
     the relation id of that arc (index in
-    :data:`mdsfair.modules.dependency_attention.DEPENDENCY_RELATIONS`, spaCy's
+    :data:`mdsfair.data.dependency_relations.DEPENDENCY_RELATIONS`, spaCy's
     45 English labels), ``-1`` for none;
 ``dep_word`` (``token_pointer``, needed by ``--dep-subword-arcs all-subwords``)
     the stream position of the first subword of the subword's own word.
@@ -70,6 +70,7 @@ from typing import Dict, Iterator, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mdsfair.argument_types import at_least
+from mdsfair.data.dependency_relations import DEPENDENCY_RELATIONS
 from mdsfair.data.side_data import SideDataSpec
 from mdsfair.preprocess.side_data import SideDataProducer, producer_argument_group, register_side_data_producer
 from mdsfair.preprocess.spacy_pipeline import gemm_setting, load_spacy_pipeline
@@ -97,10 +98,7 @@ NON_PARSER_COMPONENTS = (
 
 @functools.lru_cache(maxsize=None)
 def relation_ids() -> Dict[str, int]:
-    """Relation label -> id (:data:`mdsfair.modules.dependency_attention.DEPENDENCY_RELATIONS`;
-    imported here, not at module level, so that ``mdsfair-preprocess --help`` loads no torch)."""
-    from mdsfair.modules.dependency_attention import DEPENDENCY_RELATIONS
-
+    """Relation label -> id (:data:`mdsfair.data.dependency_relations.DEPENDENCY_RELATIONS`)."""
     return {relation: i for i, relation in enumerate(DEPENDENCY_RELATIONS)}
 
 
@@ -127,7 +125,7 @@ def load_parser(model: str = DEFAULT_SPACY_MODEL, gemm: str = "numpy"):
     if unknown:
         raise ValueError(
             f"spaCy model {model!r} has dependency labels {unknown} outside the relation inventory "
-            "(mdsfair.modules.dependency_attention.DEPENDENCY_RELATIONS)"
+            "(mdsfair.data.dependency_relations.DEPENDENCY_RELATIONS)"
         )
     return nlp
 
