@@ -37,6 +37,7 @@ from mdsfair.data.side_inputs import check_side_inputs
 from mdsfair.models.flag_defaults import FlagDefaults, derived
 from mdsfair.modules.components import (
     ROLES,
+    BackboneConfig,
     component_class,
     component_classes,
     component_names,
@@ -45,11 +46,13 @@ from mdsfair.modules.components import (
 from mdsfair.modules.segment_positions import segment_ids_from_start_tokens
 from mdsfair.modules.source_structure import SOURCE_CONTEXT, SourceStructure
 from mdsfair.modules.transformer_layers import (
+    STACK_NORMS,
     ComponentDecoderLayer,
     ComponentEncoderLayer,
     OutputProjection,
     embed_source,
     logits_without,
+    use_backbone_norms,
     wrap_layer,
 )
 
@@ -62,6 +65,7 @@ def component_table() -> Dict[str, object]:
     now (:meth:`~mdsfair.modules.components.Component.flag_defaults`), and
     ``--max-encoder-positions`` (default: the task's ``--max-source-positions``)."""
     table = dict(ROLE_DEFAULTS)
+    table.update(BackboneConfig.defaults())
     for cls in component_classes():
         table.update(cls.flag_defaults())
     table["max_encoder_positions"] = derived(
@@ -88,7 +92,8 @@ def add_component_args(parser) -> None:
             choices=component_names(role),
             help=f"{role.replace('_', ' ')} component (mdsfair/modules/components.py)",
         )
-    added = set()
+    BackboneConfig.add_args(parser)
+    added = {field.name for field in dataclasses.fields(BackboneConfig)}
     for cls in component_classes():
         cls.config_class.add_args(parser, skip=tuple(added))
         added.update(field.name for field in dataclasses.fields(cls.config_class))
@@ -106,6 +111,16 @@ def build_components(args) -> Dict[str, object]:
     """role -> component object for ``args``; a combination that cannot
     work is refused with the reason."""
     components = {role: component_class(role, getattr(args, role))(args) for role in ROLES}
+    backbone = BackboneConfig.of(args)
+    if not backbone.linear_bias or backbone.attention_scaling == "none":
+        for component in components.values():
+            if component.role != "encoder_positions" and not component.follows_backbone:
+                raise ValueError(
+                    f"{flag_of(component.role)} {component.name} builds BART's attention (biased projections, "
+                    f"scores scaled by head_dim^-0.5) and does not follow --linear-biases {backbone.linear_biases} "
+                    f"--attention-scaling {backbone.attention_scaling}; on T5's backbone choose "
+                    "--encoder-self-attention full or document and --cross-attention full or document-scaled"
+                )
     for component in components.values():
         reason = component.refusal(components)
         if reason:
@@ -148,6 +163,7 @@ class ComponentEncoder(TransformerEncoderBase):
         cfg.max_source_positions = getattr(args, "max_encoder_positions", None) or cfg.max_source_positions
         self.position_component.configure(cfg)
         super().__init__(cfg, dictionary, embed_tokens)
+        use_backbone_norms(self, STACK_NORMS, BackboneConfig.of(args))
         for component in components.values():
             component.build_encoder_modules(self)
 
@@ -271,10 +287,12 @@ class ComponentEncoder(TransformerEncoderBase):
         if has_pads:
             x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        position_bias = self.position_component.attention_bias(self, structure)  # once for every layer
+        layer_inputs = (context,) if position_bias is None else (context, position_bias)
 
         encoder_states = [x] if return_all_hiddens else []
         for layer in self.layers:
-            x = layer(x, encoder_padding_mask if has_pads else None, context)
+            x = layer(x, encoder_padding_mask if has_pads else None, *layer_inputs)
             if return_all_hiddens:
                 encoder_states.append(x)
         if self.layer_norm is not None:
@@ -314,7 +332,12 @@ class ComponentDecoder(TransformerDecoderBase):
     collater's ``</s>`` (PEGASUS starts from ``<pad>``; None: ``</s>``, as
     BART); ``absent_index``, a dictionary entry the model never predicts
     (:func:`~mdsfair.modules.transformer_layers.logits_without`); and
-    ``positions``, the decoder's ``embed_positions`` in place of fairseq's."""
+    ``positions``, the decoder's ``embed_positions`` in place of fairseq's.
+
+    The position component may give the decoder its own positions (T5's
+    causal relative bias: no ``embed_positions``, a bias added to every
+    self-attention layer's scores); the backbone (``--normalization``,
+    ``--untie-output-embedding``) sets its norms and output layer."""
 
     def __init__(
         self,
@@ -327,7 +350,15 @@ class ComponentDecoder(TransformerDecoderBase):
         positions: Optional[nn.Module] = None,
     ):
         self.cross_attention_component = components["cross_attention"]
-        super().__init__(TransformerConfig.from_namespace(args), dictionary, embed_tokens, no_encoder_attn=False)
+        self.position_component = components["encoder_positions"]
+        backbone = BackboneConfig.of(args)
+        cfg = TransformerConfig.from_namespace(args)
+        self.position_component.configure_decoder(cfg)
+        if backbone.untie_output_embedding:
+            cfg.share_decoder_input_output_embed = False
+        super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
+        use_backbone_norms(self, STACK_NORMS, backbone)
+        self.position_component.build_decoder_modules(self)
         self.start_index = start_index
         self.absent_index = absent_index
         if positions is not None and self.embed_positions is not None:
@@ -388,6 +419,7 @@ class ComponentDecoder(TransformerDecoderBase):
             if self.embed_positions is not None
             else None
         )
+        position_bias = self.position_component.decoder_attention_bias(self, prev_output_tokens, incremental_state)
         input_tokens = self.input_tokens(prev_output_tokens)
         if incremental_state is not None:
             prev_output_tokens = prev_output_tokens[:, -1:]
@@ -416,6 +448,8 @@ class ComponentDecoder(TransformerDecoderBase):
         self_attn_mask = (
             self.buffered_future_mask(x) if incremental_state is None and not full_context_alignment else None
         )
+        if position_bias is not None:  # [B * H, T, S], the future mask added
+            self_attn_mask = position_bias if self_attn_mask is None else position_bias + self_attn_mask
 
         inner_states: List[Optional[Tensor]] = [x]
         extras = []

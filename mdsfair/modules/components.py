@@ -25,7 +25,9 @@ chosen, if it cannot.
 
 The encoder and decoder layers that hold the modules
 (:mod:`mdsfair.modules.transformer_layers`) write the residual, norm and
-feed-forward block once. A new attention kind is one component class plus
+feed-forward block once, on the backbone of :class:`BackboneConfig` (BART's
+by default, or T5's: RMSNorm, the gated GELU, no biases, unscaled scores),
+whose fields are flags of the model as the components' are. A new attention kind is one component class plus
 its registration; ``tests/test_components.py`` registers a toy one inside
 the test and runs it through the model contract.
 """
@@ -93,6 +95,81 @@ class ComponentConfig:
         return cls(**{f.name: getattr(args, f.name, None) for f in dataclasses.fields(cls)})
 
 
+#: ``--normalization`` choices: fairseq's LayerNorm, or T5's RMSNorm (no mean subtracted, no bias)
+NORMALIZATIONS = ("layernorm", "rmsnorm")
+#: ``--feed-forward`` choices: fairseq's fc1, --activation-fn, fc2, or T5 v1.1's gated GELU
+FEED_FORWARDS = ("fairseq", "gated-gelu")
+#: ``--linear-biases`` choices: biases in the attention projections and the feed-forward, or none (T5)
+LINEAR_BIASES = ("on", "off")
+#: ``--attention-scaling`` choices: scores scaled by ``d_head^-0.5`` (Vaswani et al. 2017, Eq. 1), or not (T5)
+ATTENTION_SCALINGS = ("inverse-sqrt", "none")
+
+
+@dataclass
+class BackboneConfig(ComponentConfig):
+    """The backbone of the component model's layers: the choices, beside the
+    three roles, in which the Transformers the components run on differ. Each
+    default is BART's, so an architecture that names none of them is BART's
+    backbone; T5 v1.1 (Raffel et al. 2020, Sec. 2.1; the v1.1 changes of its
+    released checkpoints) is RMSNorm, the gated GELU, no biases and unscaled
+    scores (with ``--encoder-positions t5-relative-bias``). Before or after
+    each block is fairseq's ``--encoder-normalize-before`` /
+    ``--decoder-normalize-before``; the embeddings' scale fairseq's
+    ``--no-scale-embedding``."""
+
+    normalization: Optional[str] = component_flag(
+        "layernorm",
+        "the layers' and stacks' normalisation: layernorm (fairseq's LayerNorm, BART) or rmsnorm (T5's "
+        "T5LayerNorm: y = w * x / sqrt(mean(x^2) + eps), no mean subtracted, no bias)",
+        choices=NORMALIZATIONS,
+    )
+    rms_norm_eps: Optional[float] = component_flag(
+        1e-6, "epsilon of --normalization rmsnorm (T5's layer_norm_epsilon)", type=float
+    )
+    feed_forward: Optional[str] = component_flag(
+        "fairseq",
+        "the feed-forward block: fairseq (fc2(activation(fc1 x)), --activation-fn) or gated-gelu (T5 v1.1: "
+        "fc2(gelu_tanh(fc_gate x) * fc1 x), Shazeer 2020, Eq. 6; --activation-fn is not read)",
+        choices=FEED_FORWARDS,
+    )
+    linear_biases: Optional[str] = component_flag(
+        "on",
+        "biases in the attention projections and the feed-forward layers: on (BART) or off (T5)",
+        choices=LINEAR_BIASES,
+    )
+    attention_scaling: Optional[str] = component_flag(
+        "inverse-sqrt",
+        "attention scores: inverse-sqrt scales the queries by head_dim^-0.5 (BART), none does not (T5, whose "
+        "initialisation absorbs the scale)",
+        choices=ATTENTION_SCALINGS,
+    )
+    untie_output_embedding: bool = component_flag(
+        False,
+        "the decoder's output layer is a matrix of its own, not the token embedding, also when "
+        "--share-all-embeddings shares the token embedding between the stacks (T5 v1.1)",
+        action="store_true",
+    )
+
+    @classmethod
+    def of(cls, args) -> "BackboneConfig":
+        """The backbone in the model's arguments, BART's value where one is
+        unset (a checkpoint or a model written before these flags)."""
+        config = cls.from_namespace(args)
+        for config_field in dataclasses.fields(cls):
+            if getattr(config, config_field.name) is None:
+                setattr(config, config_field.name, config_field.default)
+        return config
+
+    @property
+    def linear_bias(self) -> bool:
+        return self.linear_biases == "on"
+
+    @property
+    def is_barts(self) -> bool:
+        """Whether every choice is BART's (:meth:`defaults`)."""
+        return all(getattr(self, name) == value for name, value in self.defaults().items())
+
+
 def register_component(role: str, name: str):
     """Class decorator: make ``cls`` the component ``name`` of ``role``. A
     flag of its configuration that another registered component declares
@@ -103,7 +180,7 @@ def register_component(role: str, name: str):
     def register(cls):
         if name in _REGISTRY[role] and _REGISTRY[role][name] is not cls:
             raise ValueError(f"{flag_of(role)} {name!r} is already registered ({_REGISTRY[role][name].__name__})")
-        reserved = set(ROLES) | {"max_encoder_positions"}
+        reserved = set(ROLES) | {"max_encoder_positions"} | {f.name for f in dataclasses.fields(BackboneConfig)}
         for config_field in dataclasses.fields(cls.config_class):
             if config_field.name in reserved:
                 raise ValueError(f"{cls.__name__}: {flag_of(config_field.name)} is a flag of the component model")
@@ -179,6 +256,9 @@ class Component:
     uses_documents: ClassVar[bool] = False
     #: needs every document to open with ``<s>``, its start-of-document token
     needs_document_start_tokens: ClassVar[bool] = False
+    #: builds its attention with the backbone's biases and lets the layer set its
+    #: scaling (:class:`BackboneConfig`), so it runs on T5's backbone as on BART's
+    follows_backbone: ClassVar[bool] = False
 
     def __init__(self, args):
         self.args = args

@@ -13,6 +13,11 @@
   one copy per source through beam search (:class:`SparseSourceContext`
   reorders the rows, not the sources).
 
+``full`` and ``document-scaled`` also run on T5's backbone (projections
+without biases, unscaled scores; :class:`~mdsfair.modules.components.BackboneConfig`):
+fairseq's attention honours both in the decoder, whose cross-attention
+always takes its own computation (``static_kv``), not PyTorch's.
+
 Call shape: :meth:`CrossAttentionComponent.build` the module of one decoder
 layer; :meth:`~CrossAttentionComponent.source_context` what the decoder reads
 of the source, once per batch (a
@@ -115,13 +120,15 @@ class CrossAttentionComponent(Component):
 
 
 def fairseq_cross_attention(cls, layer, embed_dim: int, cfg, **kwargs):
-    """``cls`` built as fairseq's decoder layer builds its encoder attention."""
+    """``cls`` built as fairseq's decoder layer builds its encoder attention,
+    with the biases of the layer's backbone (``--linear-biases``)."""
     return cls(
         embed_dim,
         cfg.decoder.attention_heads,
         kdim=cfg.encoder.embed_dim,
         vdim=cfg.encoder.embed_dim,
         dropout=cfg.attention_dropout,
+        bias=layer.backbone.linear_bias,
         encoder_decoder_attention=True,
         q_noise=layer.quant_noise,
         qn_block_size=layer.quant_noise_block_size,
@@ -160,6 +167,7 @@ class FullCrossAttention(CrossAttentionComponent):
 
     paper = "BART"
     summary = "attention over every source token"
+    follows_backbone = True
 
     def build(self, layer, embed_dim, cfg):
         return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
@@ -175,6 +183,7 @@ class DocumentScaledCrossAttention(CrossAttentionComponent):
     implemented_in = ("mdsfair.modules.hierarchical_cross_attention",)
     uses_documents = True
     needs_document_start_tokens = True
+    follows_backbone = True
 
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run

@@ -10,6 +10,12 @@
   Sec. 4.1.1): the learned table, positions counted from 0 again at every
   document (:mod:`mdsfair.modules.segment_positions`); a shorter table in a
   checkpoint is extended when it is loaded (Sec. 5.3, ``--position-tiling``);
+* ``t5-relative-bias``: T5's relative position bias (Raffel et al. 2020,
+  Sec. 2.1): no position embedding; one learned scalar per head and
+  bucketed offset ``key - query`` added to the scores of every
+  self-attention, computed once per stack (bidirectional in the encoder,
+  causal in the decoder, each stack its own table;
+  :class:`~mdsfair.modules.t5_layers.RelativePositionBias`);
 * ``document-aware``: DAPE's positions (Ma et al. 2022, Eq. 1-4): the token
   positions of fairseq's table (sinusoidal unless ``--encoder-learned-pos``)
   plus ``alpha`` times an encoding of the document index
@@ -26,7 +32,8 @@ from typing import Optional
 
 from torch import Tensor
 
-from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
+from mdsfair.argument_types import at_least
+from mdsfair.modules.components import Component, ComponentConfig, component_flag, flag_of, register_component
 from mdsfair.modules.document_positional_encoding import (
     DOC_POSITION_FUNCTIONS,
     TOKEN_POSITION_MODES,
@@ -41,6 +48,7 @@ from mdsfair.modules.segment_positions import (
 )
 from mdsfair.modules.sinusoidal import HalvesSinusoidalPositions
 from mdsfair.modules.source_structure import SourceStructure
+from mdsfair.modules.t5_layers import RelativePositionBias
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +71,25 @@ class PositionComponent(Component):
         if encoder.embed_positions is None:
             return None
         return encoder.embed_positions(structure.src_tokens)
+
+    def attention_bias(self, encoder, structure: SourceStructure) -> Optional[Tensor]:
+        """``[B * H, T, T]`` added to the scores of every encoder layer's
+        self-attention, computed once per batch (None: nothing)."""
+        return None
+
+    def configure_decoder(self, cfg) -> None:
+        """The decoder's fairseq config before it builds its positions; the
+        decoder keeps fairseq's by default."""
+
+    def build_decoder_modules(self, decoder) -> None:
+        """Modules the decoder holds for this component (``decoder.<name>``)."""
+
+    def decoder_attention_bias(self, decoder, prev_output_tokens: Tensor, incremental_state) -> Optional[Tensor]:
+        """``[B * H, T, S]`` added to the scores of every decoder layer's
+        self-attention for the target prefix ``prev_output_tokens [B, S]``
+        (its last position only, ``T = 1``, in an incremental step), once
+        per decoder pass (None: nothing)."""
+        return None
 
 
 @dataclass
@@ -191,6 +218,91 @@ class DocumentRestartPositions(LearnedPositions):
             encoder.padding_idx,
             structure.prepared.get("restarted_position_rows"),
         )
+
+
+@dataclass
+class RelativePositionBiasConfig(ComponentConfig):
+    """T5's buckets (Raffel et al. 2020, Sec. 2.1; google/t5-v1_1-*'s config.json)."""
+
+    relative_attention_num_buckets: Optional[int] = component_flag(
+        32,
+        "buckets of --encoder-positions t5-relative-bias per stack, half of them for exact offsets (T5's 32)",
+        type=at_least(2),
+        metavar="N",
+    )
+    relative_attention_max_distance: Optional[int] = component_flag(
+        128,
+        "offsets from this distance on share the last bucket of --encoder-positions t5-relative-bias (T5's 128)",
+        type=at_least(1),
+        metavar="N",
+    )
+
+
+def per_row(bias: Tensor, rows: int) -> Tensor:
+    """``bias [1, H, T, S]`` as the attention's mask per row and head ``[rows * H, T, S]``."""
+    return bias.expand(rows, -1, -1, -1).reshape(-1, bias.size(2), bias.size(3))
+
+
+@register_component("encoder_positions", "t5-relative-bias")
+class T5RelativePositionBias(PositionComponent):
+    """T5's positions (Raffel et al. 2020, Sec. 2.1): no position embedding
+    in either stack; each stack adds its own learned bias, one scalar per
+    head and bucket of the offset ``key - query``
+    (:func:`~mdsfair.modules.t5_layers.relative_position_bucket`), to the
+    scores of every self-attention layer, computed once per stack:
+    ``encoder.relative_position_bias`` tells left from right,
+    ``decoder.relative_position_bias`` sees the past only (in an incremental
+    step, the row of the step's position). The offsets are those of the
+    whole source, so left padding changes nothing (the padded keys are masked)."""
+
+    config_class = RelativePositionBiasConfig
+    paper = "T5 (Raffel et al. 2020, Sec. 2.1)"
+    summary = (
+        "no position embedding; a learned bias per head and bucketed offset added to every self-attention's "
+        "scores (bidirectional in the encoder, causal in the decoder)"
+    )
+    implemented_in = ("mdsfair.modules.t5_layers", "mdsfair.modules.biased_self_attention")
+    learned = False
+
+    def refusal(self, components):
+        attention = components["encoder_self_attention"]
+        if not getattr(attention, "takes_position_bias", False):
+            return (
+                f"the relative position bias is added to the scores of every self-attention layer, and "
+                f"{flag_of(attention.role)} {attention.name} takes no bias per head (full and document do)"
+            )
+        return None
+
+    def configure(self, cfg) -> None:
+        cfg.no_token_positional_embeddings = True
+
+    def configure_decoder(self, cfg) -> None:
+        cfg.no_token_positional_embeddings = True
+
+    def position_bias(self, heads: int, bidirectional: bool) -> RelativePositionBias:
+        config = self.config
+        return RelativePositionBias(
+            heads, config.relative_attention_num_buckets, config.relative_attention_max_distance, bidirectional
+        )
+
+    def build_encoder_modules(self, encoder):
+        encoder.relative_position_bias = self.position_bias(self.args.encoder_attention_heads, bidirectional=True)
+
+    def build_decoder_modules(self, decoder):
+        decoder.relative_position_bias = self.position_bias(self.args.decoder_attention_heads, bidirectional=False)
+
+    def embed(self, encoder, structure):
+        return None
+
+    def attention_bias(self, encoder, structure):
+        rows, length = structure.src_tokens.shape
+        return per_row(encoder.relative_position_bias(length, length), rows)
+
+    def decoder_attention_bias(self, decoder, prev_output_tokens, incremental_state):
+        rows, length = prev_output_tokens.shape
+        if incremental_state is None:
+            return per_row(decoder.relative_position_bias(length, length), rows)
+        return per_row(decoder.relative_position_bias(1, length, first_query=length - 1), rows)
 
 
 @dataclass

@@ -11,6 +11,13 @@
   a relation mask from the dependency arcs added to the attention of the
   ``--dependency-layers`` (:mod:`mdsfair.modules.dependency_attention`).
 
+``full`` and ``document`` also run on T5's backbone (projections without
+biases, unscaled scores; :class:`~mdsfair.modules.components.BackboneConfig`)
+and add the position component's bias per head to their scores (T5's
+relative position bias, ``--encoder-positions t5-relative-bias``):
+:mod:`mdsfair.modules.biased_self_attention`, over the document mask for
+``document``.
+
 Every one keeps fairseq's parameter names under ``self_attn``
 (``q_proj``/``k_proj``/``v_proj``/``out_proj``; Longformer adds its
 ``*_global_proj``), so BART checkpoints restore into any of them.
@@ -24,6 +31,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.argument_types import UsageError, at_least
+from mdsfair.modules.biased_self_attention import biased_self_attention, runs_as_fairseq
 from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
 from mdsfair.modules.dependency_attention import (
     ARC_DIRECTIONS,
@@ -33,7 +41,7 @@ from mdsfair.modules.dependency_attention import (
     DependencyRelationEncoder,
 )
 from mdsfair.modules.document_blocked_attention import IMPLEMENTATIONS as DOCUMENT_IMPLEMENTATIONS
-from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention
+from mdsfair.modules.document_blocked_attention import DocumentBlockedSelfAttention, document_attention_mask
 from mdsfair.modules.document_blocks import DocumentLayout
 from mdsfair.modules.longformer_attention import IMPLEMENTATIONS as LONGFORMER_IMPLEMENTATIONS
 from mdsfair.modules.longformer_attention import LongformerSelfAttention
@@ -45,7 +53,13 @@ DOCUMENT_SEPARATOR = "<doc-sep>"
 
 class SelfAttentionComponent(Component):
     """Call shape of the role: :meth:`build` the module of one layer,
-    :meth:`prepare` the batch's context once, :meth:`attend` in every layer."""
+    :meth:`prepare` the batch's context once, :meth:`attend` in every layer.
+    A component that sets :attr:`takes_position_bias` also takes the
+    keyword ``position_bias`` (``[B * H, T, T]``, added to the scores of
+    every head) in :meth:`attend`."""
+
+    #: its :meth:`attend` adds a position component's bias per head to the scores
+    takes_position_bias: bool = False
 
     def build(self, layer, embed_dim: int, cfg):
         raise NotImplementedError
@@ -61,11 +75,13 @@ class SelfAttentionComponent(Component):
 
 def fairseq_self_attention(cls, layer, embed_dim: int, cfg, **kwargs):
     """``cls`` (fairseq's ``MultiheadAttention`` or a subclass) built as
-    fairseq's encoder layer builds its self-attention."""
+    fairseq's encoder layer builds its self-attention, with the biases of
+    the layer's backbone (``--linear-biases``)."""
     return cls(
         embed_dim,
         cfg.encoder.attention_heads,
         dropout=cfg.attention_dropout,
+        bias=layer.backbone.linear_bias,
         self_attention=True,
         q_noise=layer.quant_noise,
         qn_block_size=layer.quant_noise_block_size,
@@ -80,12 +96,17 @@ class FullSelfAttention(SelfAttentionComponent):
 
     paper = "BART"
     summary = "attention over the whole source"
+    takes_position_bias = True
+    follows_backbone = True
 
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)
 
-    def attend(self, attention, x, padding_mask, context, layer_index):
-        x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False)
+    def attend(self, attention, x, padding_mask, context, layer_index, position_bias=None):
+        if position_bias is None and runs_as_fairseq(attention):
+            x, _ = attention(query=x, key=x, value=x, key_padding_mask=padding_mask, need_weights=False)
+        else:
+            x, _ = biased_self_attention(attention, x, padding_mask, position_bias)
         return x
 
 
@@ -115,6 +136,8 @@ class DocumentSelfAttention(SelfAttentionComponent):
     implemented_in = ("mdsfair.modules.document_blocked_attention", "mdsfair.modules.document_blocks")
     uses_documents = True
     needs_document_start_tokens = True
+    takes_position_bias = True
+    follows_backbone = True
 
     def side_inputs(self):
         return {"src_doc_ids": False}  # else one document per <s>-opened run
@@ -127,8 +150,18 @@ class DocumentSelfAttention(SelfAttentionComponent):
     def prepare(self, encoder, structure):
         return DocumentLayout.from_document_ids(structure.document_ids, structure)
 
-    def attend(self, attention, x, padding_mask, context, layer_index):
-        x, _ = attention.forward_documents(x, context)
+    def attend(self, attention, x, padding_mask, context, layer_index, position_bias=None):
+        """The document rule (Sec. 4.1); with a ``position_bias`` (T5's
+        relative bias) the bias of every head with the rule's disallowed
+        pairs at ``-inf``, over the whole source (``[B * H, T, T]``, as
+        the ``dense`` implementation's mask)."""
+        if position_bias is None:
+            x, _ = attention.forward_documents(x, context)
+            return x
+        allowed = document_attention_mask(context.document_ids)
+        heads, length = attention.num_heads, allowed.size(-1)
+        allowed = allowed.unsqueeze(1).expand(-1, heads, -1, -1).reshape(-1, length, length)
+        x, _ = biased_self_attention(attention, x, None, position_bias.masked_fill(~allowed, float("-inf")))
         return x
 
 

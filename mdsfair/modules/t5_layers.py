@@ -61,6 +61,14 @@ def gelu_tanh(x: Tensor) -> Tensor:
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
 
 
+def gated_gelu(x: Tensor, gate: nn.Module, linear: nn.Module) -> Tensor:
+    """The hidden layer of T5 v1.1's feed-forward (Shazeer 2020, "GLU
+    Variants Improve Transformer", Eq. 6, GEGLU): ``gelu_tanh(gate x) *
+    linear x`` (Hugging Face's ``wi_0`` and ``wi_1``); the feed-forward's
+    output layer reads it."""
+    return gelu_tanh(gate(x)) * linear(x)
+
+
 def relative_position_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int):
     """The bucket of each offset ``key - query`` (Raffel et al. 2020, Sec.
     2.1; mesh-tensorflow's ``_relative_position_bucket``). Bidirectional:
@@ -178,7 +186,7 @@ class T5FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.fc_gate is not None:
-            hidden = gelu_tanh(self.fc_gate(x)) * self.fc1(x)
+            hidden = gated_gelu(x, self.fc_gate, self.fc1)
         else:
             hidden = F.relu(self.fc1(x))
         return self.fc2(F.dropout(hidden, p=self.dropout, training=self.training))

@@ -12,10 +12,20 @@ self-attention or cross-attention component (:mod:`mdsfair.modules.components`).
   ``attend`` with the context it prepared once per decoder pass, then the
   feed-forward; returns ``(x, attention, extra)``;
 * :class:`DecoderSelfAttention` and :class:`OutputProjection`: fairseq's
-  ``MultiheadAttention`` and the decoder's ``nn.Linear`` output projection,
-  unchanged, as classes of their own: the generation speed-ups of
-  :mod:`mdsfair.generation.fast` replace exactly these (and no other
-  attention or linear layer) when a generator asks for them;
+  ``MultiheadAttention`` (which also takes a bias per head, T5's relative
+  position bias, :mod:`mdsfair.modules.biased_self_attention`) and the
+  decoder's ``nn.Linear`` output projection, as classes of their own: the
+  generation speed-ups of :mod:`mdsfair.generation.fast` replace exactly
+  these (and no other attention or linear layer) when a generator asks for them;
+* the backbone (:class:`~mdsfair.modules.components.BackboneConfig`, BART's
+  unless the flags say otherwise): LayerNorm or T5's RMSNorm
+  (:class:`~mdsfair.modules.t5_layers.T5LayerNorm`) in every norm of the
+  layers and stacks (:func:`use_backbone_norms`), the feed-forward
+  ``fc2(activation(fc1 x))`` or T5 v1.1's gated GELU
+  ``fc2(gelu_tanh(fc_gate x) * fc1 x)``
+  (:func:`~mdsfair.modules.t5_layers.gated_gelu`), biases in the attention
+  projections and feed-forward or none, and the scores scaled by
+  ``d_head^-0.5`` or not (:meth:`BackboneLayer.configure_attention`);
 * :func:`wrap_layer`: activation checkpointing and FSDP wrapping, as fairseq's
   own layer builders do;
 * :func:`logits_without`: the logits of a vocabulary imported with a token
@@ -27,10 +37,31 @@ from typing import Optional
 import torch
 from fairseq.distributed import fsdp_wrap
 from fairseq.modules import MultiheadAttention
+from fairseq.modules.quant_noise import quant_noise
 from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, TransformerEncoderLayerBase
 from torch import Tensor, nn
 
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+from mdsfair.modules.biased_self_attention import biased_self_attention, runs_as_fairseq
+from mdsfair.modules.components import BackboneConfig
+from mdsfair.modules.t5_layers import T5LayerNorm, gated_gelu
+
+#: The norms of fairseq's layers (the decoder's ``attn_ln`` and ``ffn_layernorm``
+#: under --scale-attn / --scale-fc) and of its stacks, by attribute name.
+LAYER_NORMS = ("self_attn_layer_norm", "encoder_attn_layer_norm", "attn_ln", "ffn_layernorm", "final_layer_norm")
+STACK_NORMS = ("layernorm_embedding", "layer_norm")
+
+
+def use_backbone_norms(module: nn.Module, names, backbone: BackboneConfig) -> None:
+    """``module``'s norms ``names`` (those it has) as the backbone's: under
+    ``--normalization rmsnorm`` each LayerNorm becomes T5's RMSNorm of the
+    same width (weight 1, ``--rms-norm-eps``); under ``layernorm`` they stay."""
+    if backbone.normalization != "rmsnorm":
+        return
+    for name in names:
+        norm = getattr(module, name, None)
+        if norm is not None:
+            setattr(module, name, T5LayerNorm(norm.weight.numel(), backbone.rms_norm_eps))
 
 
 def wrap_layer(layer, cfg, structured: bool = False):
@@ -60,33 +91,91 @@ def embed_source(encoder, src_tokens: Tensor, token_embedding: Optional[Tensor],
     return x, embed
 
 
-class ComponentEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's encoder layer whose self-attention is a component's."""
+class BackboneLayer:
+    """What the encoder layer and the decoder layer build as the backbone
+    says (``self.backbone``, set before fairseq's ``__init__``): the
+    feed-forward's layers with or without biases, the gate of the gated
+    GELU, the norms, and the attention's scaling."""
+
+    backbone: BackboneConfig
+
+    def build_fc1(self, input_dim, output_dim, q_noise, qn_block_size):
+        return quant_noise(nn.Linear(input_dim, output_dim, bias=self.backbone.linear_bias), q_noise, qn_block_size)
+
+    def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
+        return quant_noise(nn.Linear(input_dim, output_dim, bias=self.backbone.linear_bias), q_noise, qn_block_size)
+
+    def build_backbone_modules(self) -> None:
+        """After fairseq's ``__init__``: T5 v1.1's gate ``fc_gate`` (Hugging
+        Face's ``wi_0``; ``fc1`` is its ``wi_1``) under ``--feed-forward
+        gated-gelu``, and the norms (:func:`use_backbone_norms`)."""
+        if self.backbone.feed_forward == "gated-gelu":
+            self.fc_gate = nn.Linear(self.fc1.in_features, self.fc1.out_features, bias=self.backbone.linear_bias)
+        use_backbone_norms(self, LAYER_NORMS, self.backbone)
+
+    def configure_attention(self, attention: nn.Module) -> nn.Module:
+        """``attention`` (a fairseq ``MultiheadAttention``) with the scores
+        unscaled under ``--attention-scaling none`` (``scaling`` 1)."""
+        if self.backbone.attention_scaling == "none":
+            attention.scaling = 1.0
+        return attention
+
+    def feed_forward_hidden(self, x: Tensor) -> Tensor:
+        """The feed-forward's hidden layer: ``activation(fc1 x)``, or
+        ``gelu_tanh(fc_gate x) * fc1 x`` (gated GELU)."""
+        if self.backbone.feed_forward == "gated-gelu":
+            return gated_gelu(x, self.fc_gate, self.fc1)
+        return self.activation_fn(self.fc1(x))
+
+
+class ComponentEncoderLayer(BackboneLayer, TransformerEncoderLayerBase):
+    """fairseq's encoder layer whose self-attention is a component's, on the
+    backbone of the model's arguments."""
 
     def __init__(self, cfg, self_attention, layer_index: int):
         self.self_attention_component = self_attention
         self.layer_index = layer_index
+        self.backbone = BackboneConfig.of(self_attention.args)
         super().__init__(cfg)
+        self.build_backbone_modules()
 
     def build_self_attention(self, embed_dim, cfg):
-        return self.self_attention_component.build(self, embed_dim, cfg)
+        return self.configure_attention(self.self_attention_component.build(self, embed_dim, cfg))
 
-    def forward(self, x: Tensor, encoder_padding_mask: Optional[Tensor], attention_context=None):
+    def forward(
+        self,
+        x: Tensor,
+        encoder_padding_mask: Optional[Tensor],
+        attention_context=None,
+        position_bias: Optional[Tensor] = None,
+    ):
         """``x [T, B, C]``; ``encoder_padding_mask [B, T]`` (None without
-        padding); ``attention_context``: what the component prepared for the batch."""
+        padding); ``attention_context``: what the component prepared for the
+        batch; ``position_bias [B * H, T, T]``: what the position component
+        adds to every layer's scores (T5's relative bias), or None."""
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        x = self.self_attention_component.attend(
-            self.self_attn, x, encoder_padding_mask, attention_context, self.layer_index
-        )
+        if position_bias is None:
+            x = self.self_attention_component.attend(
+                self.self_attn, x, encoder_padding_mask, attention_context, self.layer_index
+            )
+        else:
+            x = self.self_attention_component.attend(
+                self.self_attn,
+                x,
+                encoder_padding_mask,
+                attention_context,
+                self.layer_index,
+                position_bias=position_bias,
+            )
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        x = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+        x = self.fc2(self.activation_dropout_module(self.feed_forward_hidden(x)))
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.final_layer_norm(x)
@@ -96,7 +185,44 @@ class ComponentEncoderLayer(TransformerEncoderLayerBase):
 class DecoderSelfAttention(MultiheadAttention):
     """The decoder layer's causal self-attention: fairseq's
     ``MultiheadAttention`` (Vaswani et al. 2017, Sec. 3.2.2), with its
-    key/value cache in the incremental state and reordered with the beams."""
+    key/value cache in the incremental state and reordered with the beams.
+    A mask per head (``attn_mask [B * H, T, S]``: T5's causal relative
+    position bias plus the future mask) and a backbone without biases or
+    scaling run :func:`~mdsfair.modules.biased_self_attention.biased_self_attention`
+    (the same cache), which fairseq's computation does not take."""
+
+    def forward(
+        self,
+        query: Tensor,
+        key: Optional[Tensor],
+        value: Optional[Tensor],
+        key_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        need_weights: bool = True,
+        static_kv: bool = False,
+        attn_mask: Optional[Tensor] = None,
+        before_softmax: bool = False,
+        need_head_weights: bool = False,
+    ):
+        if runs_as_fairseq(self, attn_mask):
+            return super().forward(
+                query,
+                key,
+                value,
+                key_padding_mask=key_padding_mask,
+                incremental_state=incremental_state,
+                need_weights=need_weights,
+                static_kv=static_kv,
+                attn_mask=attn_mask,
+                before_softmax=before_softmax,
+                need_head_weights=need_head_weights,
+            )
+        if static_kv or before_softmax or need_head_weights:
+            raise ValueError(
+                "the decoder's self-attention with a mask per head or T5's backbone (no biases, unscaled) takes "
+                "neither static_kv, before_softmax nor need_head_weights"
+            )
+        return biased_self_attention(self, query, key_padding_mask, attn_mask, incremental_state, need_weights)
 
 
 #: How far below a step's lowest logit a token the model never predicts lies.
@@ -121,12 +247,15 @@ class OutputProjection(nn.Linear):
     its own, as fairseq builds it."""
 
 
-class ComponentDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's decoder layer whose cross-attention is a component's."""
+class ComponentDecoderLayer(BackboneLayer, TransformerDecoderLayerBase):
+    """fairseq's decoder layer whose cross-attention is a component's, on
+    the backbone of the model's arguments."""
 
     def __init__(self, cfg, cross_attention):
         self.cross_attention_component = cross_attention
+        self.backbone = BackboneConfig.of(cross_attention.args)
         super().__init__(cfg)
+        self.build_backbone_modules()
         if self.c_attn is not None:
             raise ValueError("--scale-heads is not supported by mdsfair's component decoder layer")
         if self.cross_self_attention:
@@ -134,21 +263,25 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
 
     def build_self_attention(self, embed_dim, cfg, add_bias_kv=False, add_zero_attn=False):
         """fairseq's self-attention, built as ``TransformerDecoderLayerBase``
-        builds it (same arguments, same parameters)."""
-        return DecoderSelfAttention(
-            embed_dim,
-            cfg.decoder.attention_heads,
-            dropout=cfg.attention_dropout,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-            self_attention=not cfg.cross_self_attention,
-            q_noise=self.quant_noise,
-            qn_block_size=self.quant_noise_block_size,
-            xformers_att_config=cfg.decoder.xformers_att_config,
+        builds it (same arguments, same parameters), with the backbone's
+        biases and scaling."""
+        return self.configure_attention(
+            DecoderSelfAttention(
+                embed_dim,
+                cfg.decoder.attention_heads,
+                dropout=cfg.attention_dropout,
+                bias=self.backbone.linear_bias,
+                add_bias_kv=add_bias_kv,
+                add_zero_attn=add_zero_attn,
+                self_attention=not cfg.cross_self_attention,
+                q_noise=self.quant_noise,
+                qn_block_size=self.quant_noise_block_size,
+                xformers_att_config=cfg.decoder.xformers_att_config,
+            )
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
-        return self.cross_attention_component.build(self, embed_dim, cfg)
+        return self.configure_attention(self.cross_attention_component.build(self, embed_dim, cfg))
 
     def after_cross_attention(self, x: Tensor, cross_context, incremental_state) -> Tensor:
         """A sub-layer between the cross-attention block and the
@@ -215,7 +348,7 @@ class ComponentDecoderLayer(TransformerDecoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.final_layer_norm(x)
-        x = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        x = self.activation_dropout_module(self.feed_forward_hidden(x))
         if self.ffn_layernorm is not None:
             x = self.ffn_layernorm(x)
         x = self.dropout_module(self.fc2(x))
