@@ -80,7 +80,9 @@ def test_every_flag_of_the_component_registry_is_refused_with_its_reason(arch, t
     for dest, words in component_flag_words():
         argv = [str(tmp_path), "--task", "multidoc_summarization", "--arch", arch, *words]
         if words[0] in own:
-            if words[1] not in own[words[0]]:
+            if own[words[0]] is None:  # T5's own flag of the same meaning (the relative bias's buckets)
+                checked.add(dest)
+            elif words[1] not in own[words[0]]:
                 with pytest.raises(SystemExit):
                     options.parse_args_and_arch(options.get_training_parser(), argv)
                 error = capsys.readouterr().err

@@ -17,7 +17,16 @@ from ``--help``: they are not T5's options), and the model refuses each one
 given, saying why and what to use (:func:`refuse_component_flags`), before
 anything is built.
 
-Why each role has no T5 counterpart yet:
+The component model itself expresses T5 v1.1's backbone by flags (RMSNorm,
+the gated GELU, no biases, unscaled scores, an untied output layer,
+``--encoder-positions t5-relative-bias``; :class:`~mdsfair.modules.components.BackboneConfig`),
+and the seeds' document attention and document-scaled cross-attention run on
+it (``tests/test_t5_backbone.py``: on the weights of this model renamed, it
+gives this model's logits and hypotheses). That is where a user who wants
+them on T5 goes (:data:`INSTEAD`); no architecture of the component model
+restores an ``mdsfair-import hf-t5`` checkpoint yet.
+
+Why each role has no counterpart in this model's own layers:
 
 * ``--encoder-positions``: T5 has no position embedding to replace. Its only
   position signal is the bucketed relative bias of each stack (Raffel et al.
@@ -61,8 +70,13 @@ ROLE_REASONS = {
 
 #: What a user who wants the seeds' methods runs instead.
 INSTEAD = (
-    "the seeds' methods run on the component model: --arch multidoc_bart_base (or hierencdec_bart_base, "
-    "sparse_bart_base) with the same flags, restored from an mdsfair-import hf-bart checkpoint"
+    "the five systems' methods run on the component model: --arch multidoc_bart_base (or hierencdec_bart_base, "
+    "sparse_bart_base) with the same flags, restored from an mdsfair-import hf-bart checkpoint; on T5 v1.1's "
+    "backbone add --encoder-positions t5-relative-bias --normalization rmsnorm --feed-forward gated-gelu "
+    "--linear-biases off --attention-scaling none --untie-output-embedding --no-scale-embedding "
+    "--encoder-normalize-before --decoder-normalize-before, with --encoder-self-attention full or document and "
+    "--cross-attention full or document-scaled (docs/importing.md; no architecture of it restores an "
+    "mdsfair-import hf-t5 checkpoint yet)"
 )
 
 
