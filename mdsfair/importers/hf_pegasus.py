@@ -58,11 +58,10 @@ from mdsfair.importers.hf_bart_weights import (
     layer_keys,
 )
 from mdsfair.importers.hf_export import SENTENCEPIECE_FILES, HFDirectory, export_hf_directory, run_export_cli
-from mdsfair.importers.hf_hub import found_where, resolve_model_source
+from mdsfair.importers.hf_hub import resolve_model_source
 from mdsfair.importers.hf_t5 import (
     SENTENCEPIECE_FILE,
     check_against_model,
-    import_manifest,
     run_sentencepiece_import_cli,
     write_sentencepiece_import,
 )
@@ -296,22 +295,10 @@ def import_hf_pegasus(hf_dir: str, out_dir: str, overwrite: bool = False) -> Dic
     args = training_namespace(arch, flags)
     check_against_model(args, symbols, fairseq_state, weights_path)
     generate, generation_notes = generation_flags(model.path)  # checked before anything is written
-    source = {"kind": "hf-pegasus", "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
-    source.update(model.record())
-    manifest = import_manifest(source)
-    dictionary = write_sentencepiece_import(
-        out_dir, overwrite, "hf-pegasus", symbols, spm_path, manifest, args, fairseq_state
+    summary = write_sentencepiece_import(
+        out_dir, overwrite, "hf-pegasus", model, weights_path, symbols, spm_path, args, fairseq_state, flags
     )
-    return {
-        "source": weights_path,
-        "found": found_where(model),
-        "out_dir": out_dir,
-        "arch": arch,
-        "arch_flags": flags,
-        "generate_flags": generate,
-        "notes": generation_notes,
-        "dictionary_size": len(dictionary),
-    }
+    return {**summary, "generate_flags": generate, "notes": generation_notes}
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:

@@ -292,34 +292,39 @@ def import_hf_t5(hf_dir: str, out_dir: str, overwrite: bool = False, family: Opt
     arch, flags = family.flags(config)
     args = training_namespace(arch, flags)
     check_against_model(args, symbols, fairseq_state, weights_path)
-    source = {"kind": family.kind, "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
-    source.update(model.record())
-    manifest = import_manifest(source)
-    dictionary = write_sentencepiece_import(
-        out_dir, overwrite, family.kind, symbols, spm_path, manifest, args, fairseq_state
+    return write_sentencepiece_import(
+        out_dir, overwrite, family.kind, model, weights_path, symbols, spm_path, args, fairseq_state, flags
     )
-    return {
-        "source": weights_path,
-        "found": found_where(model),
-        "out_dir": out_dir,
-        "arch": arch,
-        "arch_flags": flags,
-        "dictionary_size": len(dictionary),
-    }
 
 
 def write_sentencepiece_import(
-    out_dir: str, overwrite: bool, kind: str, symbols: List[str], spm_path: str, manifest: Dict, args, fairseq_state
-):
-    """The output folder of a SentencePiece family's import: ``dict.txt`` of
-    ``symbols``, the SentencePiece model, ``model.pt`` and the manifest, staged
-    and committed at once; returns the dictionary written."""
+    out_dir: str,
+    overwrite: bool,
+    kind: str,
+    model,
+    weights_path: str,
+    symbols: List[str],
+    spm_path: str,
+    args,
+    fairseq_state,
+    arch_flags: List[str],
+) -> Dict:
+    """The output folder of a SentencePiece family's import (``mdsfair-import
+    kind`` of the resolved ``model`` source, its weights read from
+    ``weights_path``): ``dict.txt`` of ``symbols``, the SentencePiece model,
+    ``model.pt`` (``args``: its ``--arch`` and ``arch_flags``) and the manifest
+    naming the source, staged and committed at once. Returns the import's
+    summary: ``source`` (the weights), ``found``, ``out_dir``, ``arch``,
+    ``arch_flags`` and ``dictionary_size``."""
     from fairseq.data import Dictionary
 
     from mdsfair.importers.fairseq_bart import save_fairseq_checkpoint
     from mdsfair.importers.output import ImportOutput, import_record
     from mdsfair.preprocess.subword import SPM_MODEL_NAME
 
+    source = {"kind": kind, "path": os.path.abspath(model.path), "weights": os.path.basename(weights_path)}
+    source.update(model.record())
+    manifest = import_manifest(source)
     dictionary = Dictionary()
     for symbol in symbols:
         dictionary.add_symbol(symbol)
@@ -329,7 +334,14 @@ def write_sentencepiece_import(
         record = import_record(output.staging, out_dir, manifest, fairseq_state)
         save_fairseq_checkpoint(output.path("model.pt"), args, fairseq_state, record)
         output.commit(manifest)
-    return dictionary
+    return {
+        "source": weights_path,
+        "found": found_where(model),
+        "out_dir": out_dir,
+        "arch": args.arch,
+        "arch_flags": arch_flags,
+        "dictionary_size": len(dictionary),
+    }
 
 
 #: T5 v1.1: ``mdsfair-import hf-t5``
