@@ -7,7 +7,6 @@ what to use instead; so is one given as a checkpoint override (what the
 torch.hub interface passes); T5's ``--help`` lists none of them."""
 
 import argparse
-import dataclasses
 import os
 from types import SimpleNamespace
 
@@ -18,8 +17,8 @@ from fairseq.models import ARCH_MODEL_REGISTRY
 
 import mdsfair
 from mdsfair.models.t5 import T5Model
-from mdsfair.models.t5_component_flags import INSTEAD, ROLE_REASONS, component_model_flags
-from mdsfair.modules.components import ROLES, component_classes, component_names, flag_of
+from mdsfair.models.t5_component_flags import INSTEAD, ROLE_REASONS, component_model_fields, component_model_flags
+from mdsfair.modules.components import ROLES, component_names, flag_of
 
 mdsfair.register()
 
@@ -35,7 +34,7 @@ def component_flag_words():
     """``(dest, command-line words)``: each role flag with each of its
     components, and each component's own flag with a value it accepts (its
     default, else its first choice, else 1; a switch alone)."""
-    fields = {field.name: field for cls in component_classes() for field in dataclasses.fields(cls.config_class)}
+    fields = component_model_fields()
     for dest in component_model_flags():
         if dest in ROLES:
             for name in component_names(dest):

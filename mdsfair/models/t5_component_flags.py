@@ -6,7 +6,8 @@ components"): HierEncDec's document attention, restarted document positions
 and document-scaled cross-attention (Shen et al. 2023, Sec. 4.1-4.2, Eq.
 3-5), the sparse decoder's sentence-level cross-attention (Manakul & Gales
 2021, Eq. 3-11), DAPE's document-aware positions and the others of the
-registry (:mod:`mdsfair.modules.components`). T5 (:mod:`mdsfair.models.t5`)
+registry (:mod:`mdsfair.modules.components`), and the flags of its backbone
+(``--normalization``, ``--linear-biases``, ...). T5 (:mod:`mdsfair.models.t5`)
 is a model of its own: its layers are T5's (:mod:`mdsfair.modules.t5_layers`),
 which hold no component, so none of these flags can change what it computes.
 fairseq's parser would stop at such a flag with ``unrecognized arguments``
@@ -49,10 +50,18 @@ import argparse
 import dataclasses
 from typing import Callable, Dict, Sequence, Tuple
 
-from mdsfair.modules.components import ROLES, component_classes, component_names, flag_of
+from mdsfair.modules.components import ROLES, BackboneConfig, component_classes, component_names, flag_of
+
+#: The role name :func:`component_model_flags` gives the component model's backbone flags.
+BACKBONE = "backbone"
 
 #: Why a role's components do not run on T5's layers (module docstring).
 ROLE_REASONS = {
+    BACKBONE: (
+        "T5's layers are T5 v1.1's own (RMSNorm, no biases, unscaled scores, --t5-feed-forward for the "
+        "feed-forward, its output layer its own or the embedding by --share-decoder-input-output-embed); "
+        "the backbone flags choose the component model's"
+    ),
     "encoder_positions": (
         "T5 has no position embedding, only the relative position bias of each stack, read from the offset between "
         "key and query; restarted positions under it would put token k of every document 0 apart from token k of "
@@ -82,21 +91,30 @@ INSTEAD = (
 
 def component_model_flags() -> Dict[str, Tuple[str, str]]:
     """Every flag of the component model by its argparse ``dest``: the role
-    flags (``--cross-attention``) and every registered component's own
-    (``--top-r``), each with its role and what it is (``"a component of
+    flags (``--cross-attention``), the backbone's (``--normalization``) and
+    every registered component's own (``--top-r``), each with its role
+    (:data:`BACKBONE` for the backbone's) and what it is (``"a component of
     --cross-attention"``, ``"a flag of --cross-attention sparse"``)."""
     flags = {role: (role, f"a component of {flag_of(role)}") for role in ROLES}
+    for field in dataclasses.fields(BackboneConfig):
+        flags[field.name] = (BACKBONE, "a flag of the component model's backbone")
     for cls in component_classes():
         for field in dataclasses.fields(cls.config_class):
             flags.setdefault(field.name, (cls.role, f"a flag of {flag_of(cls.role)} {cls.name}"))
     return flags
 
 
+def component_model_fields() -> Dict[str, dataclasses.Field]:
+    """The dataclass field of every flag of :func:`component_model_flags` but the role flags."""
+    configs = [BackboneConfig] + [cls.config_class for cls in component_classes()]
+    return {field.name: field for config in configs for field in dataclasses.fields(config)}
+
+
 def add_refused_component_args(parser) -> None:
     """The component model's flags that ``parser`` (T5's) lacks, each parsed
     as the component model parses it (its choices, type or switch), with its
     help hidden: they are accepted only for :func:`refuse_component_flags`."""
-    fields = {field.name: field for cls in component_classes() for field in dataclasses.fields(cls.config_class)}
+    fields = component_model_fields()
     for dest in component_model_flags():
         if flag_of(dest) in parser._option_string_actions:
             continue  # a flag T5 declares itself
