@@ -146,7 +146,9 @@ def test_biased_self_attention_is_fairseqs_computation(incremental):
 def test_t5_shaped_component_model_equals_mdsfairs_t5_in_float64(data):
     """The proof: T5 v1.1's choices on the component model, with the weights
     of mdsfair's T5 copied by name, give its teacher-forced logits (a padded
-    batch of three) and its greedy and beam hypotheses."""
+    batch of three) and its greedy and beam hypotheses (the task's
+    static-shape generator, whose fast decoder modules fall back to the
+    reference under a per-head mask, and fairseq's)."""
     built, component = t5_shaped(data)
     t5 = mdsfair_t5(built.task)
     checks.perturb_parameters(t5, seed=3, scale=0.1)
@@ -167,7 +169,8 @@ def test_t5_shaped_component_model_equals_mdsfairs_t5_in_float64(data):
     assert checks.close_in_model_dtype(actual[real], expected[real])
     assert not checks.close_in_model_dtype(actual[real], expected[real] * 1.001)
 
-    for beam in (1, 3):
+    for beam, fairseq_generator in ((1, False), (3, False), (3, True)):  # the static-shape generator, fairseq's
+        built.task.cfg.fairseq_generator = fairseq_generator
         gen_cfg = copy.deepcopy(built.cfg.generation)
         gen_cfg.beam, gen_cfg.max_len_b, gen_cfg.min_len, gen_cfg.max_len_a = beam, 8, 1, 0
         hypotheses = {}
