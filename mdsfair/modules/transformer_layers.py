@@ -103,14 +103,16 @@ class BackboneLayer:
         return quant_noise(nn.Linear(input_dim, output_dim, bias=self.backbone.linear_bias), q_noise, qn_block_size)
 
     def build_fc2(self, input_dim, output_dim, q_noise, qn_block_size):
-        return quant_noise(nn.Linear(input_dim, output_dim, bias=self.backbone.linear_bias), q_noise, qn_block_size)
+        return self.build_fc1(input_dim, output_dim, q_noise, qn_block_size)
 
     def build_backbone_modules(self) -> None:
         """After fairseq's ``__init__``: T5 v1.1's gate ``fc_gate`` (Hugging
         Face's ``wi_0``; ``fc1`` is its ``wi_1``) under ``--feed-forward
         gated-gelu``, and the norms (:func:`use_backbone_norms`)."""
         if self.backbone.feed_forward == "gated-gelu":
-            self.fc_gate = nn.Linear(self.fc1.in_features, self.fc1.out_features, bias=self.backbone.linear_bias)
+            self.fc_gate = self.build_fc1(
+                self.fc1.in_features, self.fc1.out_features, self.quant_noise, self.quant_noise_block_size
+            )
         use_backbone_norms(self, LAYER_NORMS, self.backbone)
 
     def configure_attention(self, attention: nn.Module) -> nn.Module:
