@@ -147,10 +147,12 @@ def test_the_encoder_refuses_paragraph_ids_that_are_not_runs():
     negative["src_para_ids"][1, 3] = -1
     with pytest.raises(ValueError) as refused:
         encode(model, negative)
-    assert refused.value.args[0] == (
+    assert refused.value.args[0].splitlines() == [
         "src_para_ids [2, 8] is negative at a non-pad token of src_tokens [2, 8] (example 1, position 3: -1); "
-        "every source token needs a paragraph"
-    )
+        "every source token needs a paragraph",
+        "src_para_ids [2, 8] must be non-decreasing runs along each example (one run per paragraph), but "
+        "example 1 goes from 1 to -1 at position 3",
+    ]
 
 
 @pytest.mark.parametrize("head_projection", [True, False])

@@ -370,10 +370,12 @@ def test_the_encoder_refuses_structure_ids_that_are_not_runs_and_a_missing_unit(
         no_document[0, 3] = -1
         with pytest.raises(ValueError) as refused:
             model(**{**batch, "src_doc_ids": no_document})
-        assert refused.value.args[0] == (
+        assert refused.value.args[0].splitlines() == [
             "src_doc_ids [2, 14] is negative at a non-pad token of src_tokens [2, 14] (example 0, position 3: -1); "
-            "every source token needs a document"
-        )
+            "every source token needs a document",
+            "src_doc_ids [2, 14] must be non-decreasing runs along each example (one run per document), but "
+            "example 0 goes from 0 to -1 at position 3",
+        ]
         split_sentence = batch["src_sent_ids"].clone()
         split_sentence[1, 6] = 0
         with pytest.raises(ValueError) as refused:

@@ -135,20 +135,27 @@ def test_structure_ids_are_runs_of_non_negative_ids_at_the_real_tokens():
         check_side_inputs(SOURCES, {name: PARAGRAPHS}, {name: True}, "m", padding_mask=SOURCES.eq(PAD))
     negative = PARAGRAPHS.clone()
     negative[1, 2] = -1
-    assert refusal({"src_para_ids": negative}) == (
+    assert refusal({"src_para_ids": negative}).splitlines() == [
         "src_para_ids [2, 5] is negative at a non-pad token of src_tokens [2, 5] (example 1, position 2: -1); "
-        "every source token needs a paragraph"
-    )
+        "every source token needs a paragraph",
+        "src_para_ids [2, 5] must be non-decreasing runs along each example (one run per paragraph), but "
+        "example 1 goes from 0 to -1 at position 2",
+    ]
     split = PARAGRAPHS.clone()
     split[0, 3] = 0  # paragraph 0, then 1, then 0 again
     assert refusal({"src_doc_ids": split}) == (
         "src_doc_ids [2, 5] must be non-decreasing runs along each example (one run per document), but "
         "example 0 goes from 1 to 0 at position 3"
     )
-    # padding may hold anything: it is no token
+    # padding holds no unit: a negative id (the data contract's -1)
     padded = PARAGRAPHS.clone()
     padded[1, 4] = -7
     check_side_inputs(SOURCES, {"src_sent_ids": padded}, {"src_sent_ids": True}, "m", padding_mask=SOURCES.eq(PAD))
+    padded[1, 4] = 1
+    assert refusal({"src_sent_ids": padded}) == (
+        "src_sent_ids [2, 5] holds 1 at padding of src_tokens [2, 5] (example 1, position 4); the data contract "
+        "pads it with -1"
+    )
 
 
 def test_dependency_pointers_stay_in_the_source_and_relations_in_the_inventory():
@@ -194,16 +201,16 @@ def test_a_paragraph_graph_covers_the_paragraphs_of_the_tokens():
 
 
 def test_every_value_failure_is_named_and_the_checks_can_wait_for_one_read():
-    negative, beyond = PARAGRAPHS.clone(), PARAGRAPHS.clone()
-    negative[0, 1] = -1
+    split, beyond = PARAGRAPHS.clone(), PARAGRAPHS.clone()
+    split[0, 3] = 0
     beyond[1, 0] = 9
-    given = {"src_sent_ids": negative, "src_dep_head": beyond}
+    given = {"src_sent_ids": split, "src_dep_head": beyond}
     lines = refusal(given).splitlines()
     assert [line.split(" ")[0] for line in lines] == ["src_sent_ids", "src_dep_head"]
     pending = []
     check_side_inputs(SOURCES, given, dict.fromkeys(given, False), "m", padding_mask=SOURCES.eq(PAD), pending=pending)
     failed = [bool(flag) for flag, _ in pending]  # the encoder reads them with its other checks
-    assert failed == [True, False, True]  # negative (not also decreasing), decreasing, outside
+    assert failed == [False, True, True]  # misplaced (negative or at padding), decreasing, outside
     assert [message() for flag, message in pending if bool(flag)] == lines
 
 

@@ -64,29 +64,45 @@ class ValueRule:
         raise NotImplementedError
 
 
+def pairwise_view(value: Tensor, start: int) -> Tensor:
+    """The ``[B, T - 1]`` view of ``value [B, T]`` at positions ``start ..
+    start + T - 2`` (``start`` 0: each token's predecessor; 1: the token), as
+    one strided view (a slice is two operators, and the encoder's step counts
+    them: ``tests/test_operator_counts.py``)."""
+    size = (value.size(0), max(value.size(1) - 1, 0))
+    return value.as_strided(size, value.stride(), value.storage_offset() + start * value.stride(1))
+
+
 class StructureRuns(ValueRule):
-    """Structure ids (``doc``, ``para``, ``sent``): every real token has a
-    ``unit`` (an id >= 0), and the ids never decrease along an example, so
-    each unit is one run of tokens (the data contract renumbers them 0, 1, 2,
-    ... in stream order)."""
+    """Structure ids (``doc``, ``para``, ``sent``): negative at padding (the
+    data contract pads with -1), every real token has a ``unit`` (an id >=
+    0), and the ids never decrease along an example, so each unit is one run
+    of tokens (the data contract renumbers them 0, 1, 2, ... in stream order)."""
 
     def __init__(self, unit: str):
         self.unit = unit
-        self.description = f">= 0 at every non-pad token, non-decreasing along the example (one run per {unit})"
+        self.description = (
+            f"negative at padding (-1), >= 0 at every other token, non-decreasing along the example "
+            f"(one run per {unit})"
+        )
 
     def checks(self, name, value, padding_mask, given):
-        below_zero = value.lt(0)
-        negative = torch.gt(below_zero, padding_mask)  # True > False: negative at a real token
-        # a real token whose id (>= 0: a negative one is refused above) is below its
-        # predecessor's (padding holds -1, below every id)
-        decreasing = torch.gt(value[:, 1:].lt(value[:, :-1]), torch.bitwise_or(padding_mask, below_zero)[:, 1:])
+        # a real token without a unit, or padding with one
+        misplaced = torch.ne(value.lt(0), padding_mask)
+        # a real token whose id is below its predecessor's (padding is negative, below every id)
+        decreasing = torch.gt(pairwise_view(value, 1).lt(pairwise_view(value, 0)), pairwise_view(padding_mask, 1))
 
-        def negative_message():
-            row, position = first_offender(negative)
+        def misplaced_message():
+            row, position = first_offender(misplaced)
+            found = int(value[row, position])
+            if bool(padding_mask[row, position]):
+                return (
+                    f"{name} {shape_of(value)} holds {found} at padding of src_tokens {shape_of(padding_mask)} "
+                    f"(example {row}, position {position}); the data contract pads it with -1"
+                )
             return (
                 f"{name} {shape_of(value)} is negative at a non-pad token of src_tokens {shape_of(padding_mask)} "
-                f"(example {row}, position {position}: {int(value[row, position])}); "
-                f"every source token needs a {self.unit}"
+                f"(example {row}, position {position}: {found}); every source token needs a {self.unit}"
             )
 
         def decreasing_message():
@@ -97,7 +113,7 @@ class StructureRuns(ValueRule):
                 f"{int(value[row, position + 1])} at position {position + 1}"
             )
 
-        return [(negative.any(), negative_message), (decreasing.any(), decreasing_message)]
+        return [(misplaced.any(), misplaced_message), (decreasing.any(), decreasing_message)]
 
 
 class IndexRange(ValueRule):

@@ -210,23 +210,21 @@ class ComponentEncoder(TransformerEncoderBase):
         self, src_tokens: Tensor, src_doc_ids: Optional[Tensor], structure: Optional[SourceStructure] = None
     ) -> Tensor:
         """The data contract's ``src_doc_ids`` (its values checked with the
-        other side inputs, :func:`~mdsfair.data.side_inputs.check_side_inputs`),
-        or, when the input has none (hub, plain token batches), one document
-        per ``<s>``-opened run. The checks of the ids wait in ``structure`` for
-        its one host read (:meth:`SourceStructure.read`); without it they are
-        read here."""
+        other side inputs, :func:`~mdsfair.data.side_inputs.check_side_inputs`:
+        >= 0 at every token, negative at padding), or, when the input has none
+        (hub, plain token batches), one document per ``<s>``-opened run (-1 at
+        padding). The checks of the ids wait in ``structure`` for its one host
+        read (:meth:`SourceStructure.read`); without it they are read here."""
         checks = (
             structure if structure is not None else SourceStructure(src_tokens, src_tokens.eq(self.padding_idx), {})
         )
-        padding = checks.padding_mask
         if src_doc_ids is None:
             src_doc_ids = segment_ids_from_start_tokens(src_tokens, self.dictionary.bos(), self.padding_idx)
             # a negative id at a token that is not padding (True > False)
             checks.check(
-                torch.gt(src_doc_ids.lt(0), padding).any(),
+                torch.gt(src_doc_ids.lt(0), checks.padding_mask).any(),
                 "every source token needs a document: the source must start with <s> (or pass src_doc_ids)",
             )
-        src_doc_ids = src_doc_ids.masked_fill(padding, -1)
         if self.needs_document_start_tokens:
             users = [repr(c) for c in self.components.values() if c.needs_document_start_tokens]
             checks.document_ids = src_doc_ids  # its runs are computed once, here, for every component
