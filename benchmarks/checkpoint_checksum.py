@@ -30,13 +30,12 @@ import os
 import shlex
 import sys
 import tempfile
-import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness, results
-from benchmarks.measure import interleaved_ratio, spread
+from benchmarks.measure import interleaved_ratio, spread, timed_call
 
 #: BART's released vocabulary (GPT-2 BPE symbols plus fairseq's 4 specials).
 BART_VOCABULARY = 50265
@@ -63,22 +62,18 @@ def one_repeat(state, path: str) -> dict:
 
     from mdsfair.checkpoints.checksums import model_checksum, verify_model_checksum
 
+    def save():
+        with open(path, "wb") as handle:
+            torch.save(state, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+
     times = {}
-    start = time.perf_counter()
-    with open(path, "wb") as handle:
-        torch.save(state, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
-    times["save"] = time.perf_counter() - start
-    start = time.perf_counter()
-    checksum = model_checksum(state)
-    times["checksum"] = time.perf_counter() - start
-    start = time.perf_counter()
-    loaded = torch.load(path, weights_only=True)
-    times["load"] = time.perf_counter() - start
-    start = time.perf_counter()
-    verify_model_checksum(loaded, checksum, path)  # raises if the weights read back differ
-    times["verify"] = time.perf_counter() - start
+    times["save"], _ = timed_call(save, "cpu")
+    times["checksum"], checksum = timed_call(lambda: model_checksum(state), "cpu")
+    times["load"], loaded = timed_call(lambda: torch.load(path, weights_only=True), "cpu")
+    # raises if the weights read back differ
+    times["verify"], _ = timed_call(lambda: verify_model_checksum(loaded, checksum, path), "cpu")
     os.remove(path)
     return times
 

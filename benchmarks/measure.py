@@ -25,7 +25,7 @@ import os
 import resource
 import statistics
 import time
-from typing import Callable, Dict, List, NamedTuple, Sequence
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 import torch
 
@@ -110,14 +110,19 @@ def synchronize(device) -> None:
         torch.cuda.synchronize()
 
 
-def timed(function: Callable[[], object], device) -> float:
+def timed_call(function: Callable[[], object], device) -> Tuple[float, object]:
     """Seconds of one call of ``function``, until the GPU work it queued is
-    done."""
+    done, and what the call returned."""
     synchronize(device)
     start = time.perf_counter()
-    function()
+    result = function()
     synchronize(device)
-    return time.perf_counter() - start
+    return time.perf_counter() - start, result
+
+
+def timed(function: Callable[[], object], device) -> float:
+    """Seconds of one call of ``function`` (:func:`timed_call`)."""
+    return timed_call(function, device)[0]
 
 
 def peak_memory_and_median_time(

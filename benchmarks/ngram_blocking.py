@@ -48,7 +48,6 @@ blocking (so that blocking had work to do).
 
 import os
 import sys
-import time
 from types import SimpleNamespace
 
 import torch
@@ -68,8 +67,8 @@ from benchmarks.measure import (
     peak_memory_and_median_time,
     separate_ratio,
     spread,
-    synchronize,
     timed,
+    timed_call,
 )
 from mdsfair.generation.ngram_blocking import VectorizedNGramRepeatBlock
 
@@ -145,11 +144,8 @@ class TimedBlocker(torch.nn.Module):
         self.blocker, self.device, self.seconds = blocker, device, 0.0
 
     def forward(self, tokens, lprobs, bsz: int, beam_size: int, step: int):
-        synchronize(self.device)
-        start = time.perf_counter()
-        lprobs = self.blocker(tokens, lprobs, bsz, beam_size, step)
-        synchronize(self.device)
-        self.seconds += time.perf_counter() - start
+        seconds, lprobs = timed_call(lambda: self.blocker(tokens, lprobs, bsz, beam_size, step), self.device)
+        self.seconds += seconds
         return lprobs
 
 

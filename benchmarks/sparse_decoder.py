@@ -63,7 +63,6 @@ import argparse
 import math
 import os
 import sys
-import time
 from types import SimpleNamespace
 
 import torch
@@ -77,7 +76,7 @@ from fairseq.models.bart import BARTModel
 from fairseq.sequence_generator import SequenceGenerator
 
 from benchmarks import harness, results
-from benchmarks.measure import interleaved_ratio, profile_table, spread, synchronize, timed
+from benchmarks.measure import interleaved_ratio, profile_table, spread, timed, timed_call
 from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
 from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture
 
@@ -192,11 +191,7 @@ def set_top_r(model, top_r):
 
 def encode(model, sample, device):
     """Seconds of one encoder run and its output."""
-    synchronize(device)
-    start = time.perf_counter()
-    encoder_out = model.encoder(**sample["net_input"])
-    synchronize(device)
-    return time.perf_counter() - start, encoder_out
+    return timed_call(lambda: model.encoder(**sample["net_input"]), device)
 
 
 def decoding_runner(model, dictionary, sample, encoder_out, options):
