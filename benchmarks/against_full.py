@@ -14,7 +14,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from benchmarks import harness, results
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
+from benchmarks.measure import allocate_gradients, in_fresh_process_or_error, separate_ratio, spread, timed_steps
 
 
 def measure_source_and_summary_step(model, dictionary, config: dict, side_inputs=None) -> dict:
@@ -170,15 +170,6 @@ def run_against_full(
         compare_against_full(system, lengths, measure, config, rows)
 
 
-def run(measure: Callable[[dict], dict], config: dict) -> dict:
-    """``measure(config)`` (in a fresh process on CPU); a cell that does not
-    fit is reported as ``{"error": ...}`` and the others still run."""
-    try:
-        return in_fresh_process(measure, config)
-    except Exception as error:
-        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
-
-
 def compare_against_full(
     system: str, lengths: List[int], measure: Callable[[dict], dict], config: Dict[str, object], rows
 ) -> None:
@@ -189,7 +180,7 @@ def compare_against_full(
     for length in lengths:
         measured = {}
         for name in (system, "full"):
-            measured[name] = result = run(measure, {**config, "system": name, "length": length})
+            measured[name] = result = in_fresh_process_or_error(measure, {**config, "system": name, "length": length})
             if "error" in result:
                 print(f"{name:>6} {length:>7} {result['error']}", flush=True)
                 continue

@@ -49,7 +49,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness, results
 from benchmarks.harness import DIMS, SyntheticTask
-from benchmarks.measure import allocate_gradients, in_fresh_process, separate_ratio, spread, timed_steps
+from benchmarks.measure import allocate_gradients, in_fresh_process_or_error, separate_ratio, spread, timed_steps
 
 SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
 
@@ -150,13 +150,6 @@ def measure(config: dict) -> dict:
     return timed_steps(step, device, config["steps"])
 
 
-def run(config: dict) -> dict:
-    try:
-        return in_fresh_process(measure, config)
-    except Exception as error:  # a cell that does not fit is reported, the others still run
-        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
-
-
 def main(argv=None):
     parser = harness.argument_parser(__doc__)
     harness.add_device(parser)
@@ -222,7 +215,8 @@ def main(argv=None):
             if limit and length > limit[1]:
                 measured[system, length] = {"error": f"skipped (> {limit[0]} {limit[1]})"}
             else:
-                measured[system, length] = run(
+                measured[system, length] = in_fresh_process_or_error(
+                    measure,
                     {
                         "system": system,
                         "dims": opts.dims,
@@ -234,7 +228,7 @@ def main(argv=None):
                         "threads": opts.threads,
                         "vocab_size": opts.vocab_size,
                         "document_tokens": opts.document_tokens,
-                    }
+                    },
                 )
             result = measured[system, length]
             if "error" in result:

@@ -189,6 +189,16 @@ def in_fresh_process(function: Callable[[dict], dict], config: dict) -> dict:
         return pool.apply(function, (config,))
 
 
+def in_fresh_process_or_error(function: Callable[[dict], dict], config: dict) -> dict:
+    """:func:`in_fresh_process`; a configuration that fails (one that does
+    not fit) gives ``{"error": "TYPE: MESSAGE"}`` instead, so that a
+    benchmark reports it and still runs the others."""
+    try:
+        return in_fresh_process(function, config)
+    except Exception as error:
+        return {"error": f"{type(error).__name__}: {str(error)[:60]}"}
+
+
 def profile_table(function, device: str, row_limit: int, label: str) -> str:
     """torch.profiler over one call of ``function``: the operators that take
     the most device time (self), those that take the most host time (self),
