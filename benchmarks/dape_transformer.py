@@ -64,14 +64,7 @@ SYSTEMS = {
 def build(opts, system: str, source_positions: int):
     cls, flags = SYSTEMS[system]
     args = Namespace(
-        encoder_embed_dim=opts.embed_dim,
-        decoder_embed_dim=opts.embed_dim,
-        encoder_ffn_embed_dim=4 * opts.embed_dim,
-        decoder_ffn_embed_dim=4 * opts.embed_dim,
-        encoder_layers=opts.layers,
-        decoder_layers=opts.layers,
-        encoder_attention_heads=opts.heads,
-        decoder_attention_heads=opts.heads,
+        **harness.dimensions(opts.layers, opts.embed_dim, 4 * opts.embed_dim, opts.heads),
         share_all_embeddings=True,
         dropout=0.1,
         max_source_positions=source_positions,

@@ -74,26 +74,69 @@ class SyntheticTask:
         return None
 
 
-def set_dimensions(args: Namespace, layers: int, embed_dim: int, ffn_dim: int, heads: int) -> Namespace:
-    """The same layers, width, feed-forward width and heads in the encoder
-    and the decoder."""
-    args.encoder_layers = args.decoder_layers = layers
-    args.encoder_embed_dim = args.decoder_embed_dim = embed_dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = ffn_dim
-    args.encoder_attention_heads = args.decoder_attention_heads = heads
+def dimensions(layers: int, embed_dim: int, ffn_dim: int, heads: int, **more) -> Dict[str, object]:
+    """The size flags of an encoder-decoder with the same layers, width,
+    feed-forward width and heads in the encoder and the decoder, plus
+    ``more``."""
+    return dict(
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_embed_dim=embed_dim,
+        decoder_embed_dim=embed_dim,
+        encoder_ffn_embed_dim=ffn_dim,
+        decoder_ffn_embed_dim=ffn_dim,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        **more,
+    )
+
+
+def model_flags(model_class, parser_defaults: bool = False, **fields) -> Namespace:
+    """``model_class``'s flags as fairseq parses model arguments (a flag not
+    given is absent, so that the architecture function fills it), then
+    ``fields``. With ``parser_defaults``, a flag whose parser default is not
+    None keeps that default instead: every switch (``store_true``) is off,
+    whatever the architecture would set."""
+    if parser_defaults:
+        parser = argparse.ArgumentParser()
+        model_class.add_args(parser)
+        args = Namespace(**{name: value for name, value in vars(parser.parse_args([])).items() if value is not None})
+    else:
+        parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+        model_class.add_args(parser)
+        args = parser.parse_args([])
+    for name, value in fields.items():
+        setattr(args, name, value)
     return args
 
 
 def model_args(model_class, dims: str, **fields) -> Namespace:
-    """``model_class``'s flags as fairseq parses model arguments (a flag not
-    given is absent, so that the architecture function fills it), at the
-    :data:`DIMS` ``dims``, then ``fields``."""
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class.add_args(parser)
-    args = set_dimensions(parser.parse_args([]), *DIMS[dims])
-    for name, value in fields.items():
-        setattr(args, name, value)
+    """:func:`model_flags` at the :data:`DIMS` ``dims``, then ``fields``."""
+    return model_flags(model_class, **{**dimensions(*DIMS[dims]), **fields})
+
+
+def architecture_args(arch: str, parser_defaults: bool = False, **fields) -> Namespace:
+    """The arguments ``fairseq-train`` builds the registered architecture
+    ``arch`` with for the summarization task: its model's
+    :func:`model_flags` (``parser_defaults``) with ``fields``, then the
+    architecture's settings."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
+
+    args = model_flags(ARCH_MODEL_REGISTRY[arch], parser_defaults, **fields)
+    args.arch = arch
+    args.task = "multidoc_summarization"
+    ARCH_CONFIG_REGISTRY[arch](args)
     return args
+
+
+def synthetic_model(arch: str, dictionary, parser_defaults: bool = False, **fields):
+    """The registered architecture ``arch`` (:func:`architecture_args` with
+    ``parser_defaults`` and ``fields``) built on ``dictionary``
+    (:class:`SyntheticTask`)."""
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    args = architecture_args(arch, parser_defaults, **fields)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, SyntheticTask(dictionary))
 
 
 # --------------------------------------------------------------- command line

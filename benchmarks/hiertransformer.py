@@ -56,24 +56,40 @@ from mdsfair.models.hiertransformer import HierarchicalTransformerModel
 from mdsfair.models.hiertransformer import base_architecture as hiertransformer_architecture
 
 
+def model_flags(system: str, dim: int = 256, heads: int = 8, **more) -> dict:
+    """The flags both models share (width ``dim``, feed-forward ``4 * dim``,
+    ``heads`` heads, 6 decoder layers, shared embeddings) and the encoder's
+    depth: 5 local + 2 global layers for ``hiertransformer``, 7 layers for
+    the flat ``transformer``; then ``more``."""
+    depth = dict(local_layers=5, global_layers=2) if system == "hiertransformer" else dict(encoder_layers=7)
+    return dict(
+        encoder_embed_dim=dim,
+        decoder_embed_dim=dim,
+        encoder_ffn_embed_dim=4 * dim,
+        decoder_ffn_embed_dim=4 * dim,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        decoder_layers=6,
+        share_all_embeddings=True,
+        **depth,
+        **more,
+    )
+
+
 def model_args(system: str) -> Namespace:
     args = Namespace(
-        encoder_embed_dim=256,
-        encoder_ffn_embed_dim=1024,
-        encoder_attention_heads=8,
-        decoder_layers=6,
-        dropout=0.1,
-        share_all_embeddings=True,
-        max_source_positions=100000,
-        max_target_positions=1024,
-        encoder_layers_to_keep=None,
-        decoder_layers_to_keep=None,
+        **model_flags(
+            system,
+            dropout=0.1,
+            max_source_positions=100000,
+            max_target_positions=1024,
+            encoder_layers_to_keep=None,
+            decoder_layers_to_keep=None,
+        )
     )
     if system == "hiertransformer":
-        args.local_layers, args.global_layers = 5, 2
         hiertransformer_architecture(args)
     else:
-        args.encoder_layers = 7
         transformer_architecture(args)
     return args
 

@@ -27,10 +27,8 @@ the documentation's table from it.
     python benchmarks/led_sparse.py --device cuda --dtype bf16
 """
 
-import argparse
 import os
 import sys
-from types import SimpleNamespace
 
 import torch
 
@@ -39,7 +37,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import mdsfair
 
 mdsfair.register()
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 
 from benchmarks import harness, results
@@ -48,24 +45,18 @@ from benchmarks.sparse_decoder import encode, synthetic_batch
 
 
 def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
-    model_class = ARCH_MODEL_REGISTRY[arch]
-    parser = argparse.ArgumentParser()
-    model_class.add_args(parser)
-    args = parser.parse_args([])
-    for name, value in list(vars(args).items()):
-        if value is None:
-            delattr(args, name)
-    harness.set_dimensions(args, options.layers, options.dim, 4 * options.dim, options.heads)
-    args.max_source_positions = max_positions
-    args.max_encoder_positions = max_positions
-    args.max_target_positions = 1024
-    args.attention_window = str(options.window)
-    args.top_r = top_r
-    args.arch = arch
-    args.task = "multidoc_summarization"
-    ARCH_CONFIG_REGISTRY[arch](args)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return model_class.build_model(args, task)
+    # the parser's defaults: every switch off (no layernorm_embedding, learned positions or shared embeddings)
+    return harness.synthetic_model(
+        arch,
+        dictionary,
+        parser_defaults=True,
+        **harness.dimensions(options.layers, options.dim, 4 * options.dim, options.heads),
+        max_source_positions=max_positions,
+        max_encoder_positions=max_positions,
+        max_target_positions=1024,
+        attention_window=str(options.window),
+        top_r=top_r,
+    )
 
 
 def decoding_runner(model, dictionary, sample, encoder_out, options):

@@ -48,7 +48,6 @@ blocking (so that blocking had work to do).
 
 import os
 import sys
-from types import SimpleNamespace
 
 import torch
 
@@ -131,8 +130,7 @@ def build_model(dims: str, dictionary: Dictionary, source_length: int, steps: in
         dropout=0.0,
     )
     base_architecture(args)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return TransformerModel.build_model(args, task).eval()
+    return TransformerModel.build_model(args, harness.SyntheticTask(dictionary)).eval()
 
 
 class TimedBlocker(torch.nn.Module):

@@ -46,7 +46,6 @@ import contextlib
 import os
 import sys
 from argparse import Namespace
-from types import SimpleNamespace
 from typing import Callable, Dict, NamedTuple
 
 import torch
@@ -57,9 +56,8 @@ sys.path.insert(0, REPO_ROOT)
 import mdsfair
 
 mdsfair.register()
-from fairseq.data import Dictionary
-from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
+from benchmarks import harness
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.static_beam_search import (
     StaticBeamSearch,
@@ -118,45 +116,12 @@ def count_step(step: Callable[[], object]) -> Counts:
     return Counts(operators, syncs, detail)
 
 
-def encoder_decoder_dims(layers: int, dim: int, heads: int, **more) -> dict:
-    """The size flags of an encoder-decoder with ``layers`` layers on each
-    side, width ``dim``, feed-forward ``4 * dim`` and ``heads`` heads, plus
-    ``more``."""
-    return dict(
-        encoder_layers=layers,
-        decoder_layers=layers,
-        encoder_embed_dim=dim,
-        decoder_embed_dim=dim,
-        encoder_ffn_embed_dim=4 * dim,
-        decoder_ffn_embed_dim=4 * dim,
-        encoder_attention_heads=heads,
-        decoder_attention_heads=heads,
-        **more,
-    )
-
-
-def dictionary_of(size: int) -> Dictionary:
-    dictionary = Dictionary()
-    for index in range(size - len(dictionary)):
-        dictionary.add_symbol(f"w{index}")
-    return dictionary
-
-
-def build(arch: str, dictionary: Dictionary, **overrides):
+def build(arch: str, dictionary, **overrides):
     """``arch`` (a registered architecture) with its parser's defaults, the
-    architecture's settings and ``overrides``, as fairseq-train builds it."""
-    model_class = ARCH_MODEL_REGISTRY[arch]
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    model_class.add_args(parser)
-    args = parser.parse_args([])
-    for name, value in overrides.items():
-        setattr(args, name, value)
-    args.arch = arch
-    args.task = "multidoc_summarization"
-    ARCH_CONFIG_REGISTRY[arch](args)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    architecture's settings and ``overrides``, as fairseq-train builds it
+    (:func:`benchmarks.harness.synthetic_model`), seeded, in eval mode."""
     torch.manual_seed(0)
-    return model_class.build_model(args, task).eval()
+    return harness.synthetic_model(arch, dictionary, **overrides).eval()
 
 
 # ----------------------------------------------------------------- decoding
@@ -243,8 +208,8 @@ def sparse_decoding_counts(
     the same decoder, in-place self-attention caches included), and
     fairseq's stock ``bart`` (its own decoder, beamable cross-attention as
     ``set_beam_size`` makes it for beam search)."""
-    dictionary = dictionary_of(vocab)
-    dims = encoder_decoder_dims(layers, dim, heads, max_source_positions=source_tokens, max_target_positions=128)
+    dictionary = harness.synthetic_dictionary(vocab)
+    dims = harness.dimensions(layers, dim, 4 * dim, heads, max_source_positions=source_tokens, max_target_positions=128)
     net_input = sentence_source(dictionary, batch_size, source_tokens, sentence_tokens)
     sparse = build("sparse_bart_base", dictionary, top_r=top_r, **dims)
     full = build("sparse_bart_base", dictionary, cross_attention="full", **dims)
@@ -289,9 +254,9 @@ def hierencdec_encoder_counts(
     """Counts of one encoder forward at batch 1: ``hierencdec_bart`` and BART."""
     from benchmarks.hierencdec import synthetic_source
 
-    dictionary = dictionary_of(vocab)
-    dims = encoder_decoder_dims(
-        layers, dim, heads, max_source_positions=source_tokens, dropout=0.0, attention_dropout=0.0
+    dictionary = harness.synthetic_dictionary(vocab)
+    dims = harness.dimensions(
+        layers, dim, 4 * dim, heads, max_source_positions=source_tokens, dropout=0.0, attention_dropout=0.0
     )
     torch.manual_seed(0)
     tokens, document_ids = synthetic_source(dictionary, 1, source_tokens, documents, "cpu")
@@ -338,9 +303,15 @@ def dape_training_counts(
     """Counts of one training step: ``dape_transformer`` and fairseq's ``transformer``."""
     from benchmarks.dape_transformer import batch as dape_batch
 
-    dictionary = dictionary_of(vocab)
-    dims = encoder_decoder_dims(
-        layers, dim, heads, max_source_positions=source_tokens, max_target_positions=64, share_all_embeddings=True
+    dictionary = harness.synthetic_dictionary(vocab)
+    dims = harness.dimensions(
+        layers,
+        dim,
+        4 * dim,
+        heads,
+        max_source_positions=source_tokens,
+        max_target_positions=64,
+        share_all_embeddings=True,
     )
     opts = Namespace(batch_size=batch_size, doc_tokens=doc_tokens, device="cpu")
     net_input = dape_batch(opts, source_tokens)
@@ -359,30 +330,15 @@ def hiertransformer_training_counts(
 ):
     """Counts of one training step: ``hiertransformer`` (5 local + 2 global
     layers) and the flat ``transformer`` with 7 encoder layers, d 64."""
-    from benchmarks.hiertransformer import synthetic_batch
+    from benchmarks.hiertransformer import model_flags, synthetic_batch
 
-    dictionary = dictionary_of(vocab)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    batch, _ = synthetic_batch(task, batch_size, paragraphs, length, target_tokens, "cpu")
-    dims = dict(
-        encoder_embed_dim=64,
-        decoder_embed_dim=64,
-        encoder_ffn_embed_dim=256,
-        decoder_ffn_embed_dim=256,
-        encoder_attention_heads=4,
-        decoder_attention_heads=4,
-        decoder_layers=6,
-        share_all_embeddings=True,
-        max_source_positions=1024,
-        max_target_positions=64,
-    )
+    dictionary = harness.synthetic_dictionary(vocab)
+    batch, _ = synthetic_batch(harness.SyntheticTask(dictionary), batch_size, paragraphs, length, target_tokens, "cpu")
     stock_input = {k: v for k, v in batch.items() if k != "src_para_ids"}
     results = {}
-    for name, inputs, extra in (
-        ("hiertransformer", batch, dict(local_layers=5, global_layers=2)),
-        ("transformer", stock_input, dict(encoder_layers=7)),
-    ):
-        results.update(training_counts(name, inputs, dictionary, dict(dims, **extra)))
+    for name, inputs in (("hiertransformer", batch), ("transformer", stock_input)):
+        dims = model_flags(name, 64, 4, max_source_positions=1024, max_target_positions=64)
+        results.update(training_counts(name, inputs, dictionary, dims))
     return results
 
 

@@ -54,12 +54,7 @@ VOCAB = 1000  # words after fairseq's four specials
 
 def model_args(opts, pagesum: bool, source_positions: int) -> Namespace:
     args = Namespace(
-        encoder_embed_dim=opts.embed_dim,
-        encoder_ffn_embed_dim=4 * opts.embed_dim,
-        encoder_layers=opts.layers,
-        decoder_layers=opts.layers,
-        encoder_attention_heads=opts.heads,
-        decoder_attention_heads=opts.heads,
+        **harness.dimensions(opts.layers, opts.embed_dim, 4 * opts.embed_dim, opts.heads),
         dropout=0.0,
         task="multidoc_summarization",
         max_target_positions=1024,

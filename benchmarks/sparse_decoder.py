@@ -63,7 +63,6 @@ import argparse
 import math
 import os
 import sys
-from types import SimpleNamespace
 
 import torch
 
@@ -78,35 +77,27 @@ from fairseq.sequence_generator import SequenceGenerator
 from benchmarks import harness, results
 from benchmarks.measure import interleaved_ratio, profile_table, spread, timed, timed_call
 from mdsfair.generation.static_decoding import StaticShapeSequenceGenerator
-from mdsfair.models.sparse_bart import SparseBARTModel, sparse_bart_base_architecture
+from mdsfair.models.sparse_bart import SparseBARTModel
 
 
 def build_model(options, dictionary, max_source_positions, approximator="model-based", sentence_encoder="bigru"):
-    parser = argparse.ArgumentParser()
-    SparseBARTModel.add_args(parser)
-    args = parser.parse_args([])
-    args.approximator = approximator
-    args.sentence_encoder = sentence_encoder
-    args.encoder_layers = args.decoder_layers = options.layers
-    args.encoder_embed_dim = args.decoder_embed_dim = options.dim
-    args.encoder_ffn_embed_dim = args.decoder_ffn_embed_dim = 4 * options.dim
-    args.encoder_attention_heads = args.decoder_attention_heads = options.heads
-    args.max_source_positions = max_source_positions
-    args.max_target_positions = 1024
-    args.share_selection_across_beams = options.share_selection_across_beams
-    args.task = "multidoc_summarization"
-    for name, value in list(vars(args).items()):
-        if value is None:
-            delattr(args, name)
-    sparse_bart_base_architecture(args)
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    return SparseBARTModel.build_model(args, task), args
+    # the parser's defaults: every switch off (no layernorm_embedding, learned positions or shared embeddings)
+    args = harness.architecture_args(
+        "sparse_bart_base",
+        parser_defaults=True,
+        approximator=approximator,
+        sentence_encoder=sentence_encoder,
+        **harness.dimensions(options.layers, options.dim, 4 * options.dim, options.heads),
+        max_source_positions=max_source_positions,
+        max_target_positions=1024,
+        share_selection_across_beams=options.share_selection_across_beams,
+    )
+    return SparseBARTModel.build_model(args, harness.SyntheticTask(dictionary)), args
 
 
 def stock_bart_like(sparse_model, args, dictionary):
     """fairseq's ``bart`` with the sparse model's word-level weights."""
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    stock = BARTModel.build_model(args, task)
+    stock = BARTModel.build_model(args, harness.SyntheticTask(dictionary))
     state = {k: v for k, v in sparse_model.state_dict().items() if k in stock.state_dict()}
     stock.load_state_dict(state, strict=True)
     return stock

@@ -18,7 +18,7 @@ import pytest
 import torch
 from fairseq.modules import MultiheadAttention
 
-from benchmarks import operator_counts
+from benchmarks import harness, operator_counts
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.beam_cached_self_attention import BeamCachedSelfAttention
 from mdsfair.generation.fast.static_beam_search import (
@@ -150,8 +150,8 @@ def test_a_decoder_with_beam_groups_gives_the_logits_of_fairseqs_caches(arch):
     runs it), every self-attention cache stays in place, and the
     log-probabilities are those of the reference decoder with fairseq's
     caches."""
-    dictionary = operator_counts.dictionary_of(60)
-    dims = operator_counts.encoder_decoder_dims(6, 16, 4, max_source_positions=48, max_target_positions=32)
+    dictionary = harness.synthetic_dictionary(60)
+    dims = harness.dimensions(6, 16, 64, 4, max_source_positions=48, max_target_positions=32)
     reference = operator_counts.build(arch, dictionary, **dims).double().eval()
     fast = make_generation_fast_(copy.deepcopy(reference))
     sources, beam, steps = 2, 3, 7

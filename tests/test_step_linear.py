@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks import operator_counts
+from benchmarks import harness, operator_counts
 from mdsfair.generation.fast import step_linear as step_linear_module
 from mdsfair.generation.fast.static_beam_search import following_static_beam_search
 from mdsfair.generation.fast.step_linear import (
@@ -81,8 +81,8 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     feed-forward, output layer) at 8 rows (2 sources x beam 4) taken
     transposed gives the logits of the step with fairseq's F.linear, step
     after step."""
-    dictionary = operator_counts.dictionary_of(120)
-    dims = operator_counts.encoder_decoder_dims(2, 32, 4, max_source_positions=96, max_target_positions=32)
+    dictionary = harness.synthetic_dictionary(120)
+    dims = harness.dimensions(2, 32, 128, 4, max_source_positions=96, max_target_positions=32)
     model = operator_counts.build(arch, dictionary, **extra, **dims)
     net_input = operator_counts.sentence_source(dictionary, 2, 96, 12)
     if arch != "sparse_bart_base":
