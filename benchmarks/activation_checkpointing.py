@@ -63,24 +63,6 @@ def training_argv(config: dict, max_source_positions: int) -> list:
     ]
 
 
-def make_data(work_dir: str) -> str:
-    """Synthetic clusters of about 2,000-2,400 source tokens (12 documents),
-    with the dependency arcs DAPE reads."""
-    from tests.utils import make_tiny_data_bin
-
-    return make_tiny_data_bin(
-        work_dir,
-        train=4,
-        valid=1,
-        test=1,
-        vocab_size=2000,
-        extra_args=["--side-data", "dep_head", "dep_rel"],
-        num_docs=8,
-        distractor_docs=4,
-        noise_sentences=6,
-    )
-
-
 def measure(config: dict) -> dict:
     import torch
     from fairseq import options, tasks, utils
@@ -129,7 +111,8 @@ def main(argv=None):
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
-        args.data = make_data(work.name)
+        # clusters of about 2,000-2,400 source tokens (12 documents)
+        args.data = harness.synthetic_data_bin(work.name, 2048, train=4, document_separator=False)
     print(f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, fp32")
     print(f"{'architecture':<22} {'tokens':>6} {'plain MiB':>22} {'checkpointed MiB':>22} {'ratio':>6}")
     for arch in args.archs:

@@ -13,6 +13,7 @@ count below one and ``--device cuda`` without a GPU), prints
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 from argparse import Namespace
@@ -137,6 +138,34 @@ def synthetic_model(arch: str, dictionary, parser_defaults: bool = False, **fiel
 
     args = architecture_args(arch, parser_defaults, **fields)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, SyntheticTask(dictionary))
+
+
+def synthetic_data_bin(
+    work_dir: str, longest: int, train: int = 2, valid: int = 1, test: int = 1, document_separator: bool = True
+) -> str:
+    """A data-bin under ``work_dir`` of synthetic clusters (``train`` /
+    ``valid`` / ``test`` of them) longer than ``longest`` source tokens, with
+    the dependency arcs DAPE reads, and (``document_separator``) PRIMERA's
+    ``<doc-sep>`` in its dictionary; returns its path."""
+    from tests.utils import make_tiny_data_bin
+
+    documents = max(8, 8 * -(-longest // 2048))
+    data_bin = make_tiny_data_bin(
+        work_dir,
+        train=train,
+        valid=valid,
+        test=test,
+        vocab_size=2000,
+        extra_args=["--side-data", "dep_head", "dep_rel"],
+        num_docs=documents,
+        distractor_docs=documents // 2,
+        noise_sentences=6,
+    )
+    if document_separator:
+        # PRIMERA's layout joins documents with <doc-sep>, a symbol of its imported dictionary
+        with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as handle:
+            handle.write("<doc-sep> 1\n")
+    return data_bin
 
 
 # --------------------------------------------------------------- command line

@@ -98,29 +98,6 @@ GIB = 2**30
 MIB = 2**20
 
 
-def make_long_data(work_dir: str, longest: int, train: int = 2, valid: int = 1, test: int = 1) -> str:
-    """Synthetic clusters (``train`` / ``valid`` / ``test`` of them) longer
-    than ``longest`` source tokens, with the dependency arcs DAPE reads."""
-    from tests.utils import make_tiny_data_bin
-
-    documents = max(8, 8 * -(-longest // 2048))
-    data_bin = make_tiny_data_bin(
-        work_dir,
-        train=train,
-        valid=valid,
-        test=test,
-        vocab_size=2000,
-        extra_args=["--side-data", "dep_head", "dep_rel"],
-        num_docs=documents,
-        distractor_docs=documents // 2,
-        noise_sentences=6,
-    )
-    # PRIMERA's layout joins documents with <doc-sep>, a symbol of its imported dictionary
-    with open(os.path.join(data_bin, "dict.txt"), "a", encoding="utf-8") as handle:
-        handle.write("<doc-sep> 1\n")
-    return data_bin
-
-
 def paper_vocabulary_size(arch: str) -> int:
     """The vocabulary the system is trained with in its paper: BART's GPT-2
     BPE (50,265) for the BART- and LED-based systems (PRIMERA adds
@@ -348,7 +325,7 @@ def main(argv=None):
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-memory-bench-")
-        args.data = make_long_data(work.name, max(args.lengths))
+        args.data = harness.synthetic_data_bin(work.name, max(args.lengths))
     print(
         f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, Adam; "
         f"lengths measured: {args.lengths}; "

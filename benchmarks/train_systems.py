@@ -105,10 +105,8 @@ OVERFLOW = "gradient overflow detected"
 def make_data(work_dir: str, clusters: int, longest: int, test: int = 16) -> str:
     """A data-bin of ``clusters`` train and ``test`` test clusters longer than
     ``longest`` source tokens (dependency arcs, PRIMERA's ``<doc-sep>``): the
-    memory benchmark's data (:func:`benchmarks.memory.make_long_data`)."""
-    from benchmarks.memory import make_long_data
-
-    return make_long_data(work_dir, longest, train=clusters, valid=2, test=test)
+    memory benchmark's data (:func:`benchmarks.harness.synthetic_data_bin`)."""
+    return harness.synthetic_data_bin(work_dir, longest, train=clusters, valid=2, test=test)
 
 
 def peak_memory_hook(path: str) -> None:
