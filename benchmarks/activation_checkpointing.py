@@ -105,15 +105,21 @@ def main(argv=None):
     parser.add_argument("--data", help="a data-bin with dep_head/dep_rel side data (default: synthesized)")
     results.add_argument(parser)
     args = harness.parse(parser, argv)
-    rows = harness.result_rows(
-        args, "activation_checkpointing", argv, args.repeats, dtype="fp32", batch_size=1, threads=args.threads
-    )
     work = None
     if args.data is None:
         work = tempfile.TemporaryDirectory(prefix="mdsfair-ckpt-bench-")
         # clusters of about 2,000-2,400 source tokens (12 documents)
         args.data = harness.synthetic_data_bin(work.name, 2048, train=4, document_separator=False)
-    print(f"{harness.device_line(args.device, args.threads)}; one training step, batch 1, fp32")
+    rows = harness.begin(
+        args,
+        "activation_checkpointing",
+        argv,
+        args.repeats,
+        "one training step, batch 1, fp32",
+        dtype="fp32",
+        batch_size=1,
+        threads=args.threads,
+    )
     print(f"{'architecture':<22} {'tokens':>6} {'plain MiB':>22} {'checkpointed MiB':>22} {'ratio':>6}")
     for arch in args.archs:
         peaks = {(): [], ("--checkpoint-activations",): []}

@@ -139,15 +139,13 @@ def run_against_full(
     benchmark's own ``options`` (module-level ``build_model`` and
     ``side_inputs``: each cell runs in a fresh process)."""
     train = not opts.no_grad
-    print(
-        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; {setting}; summary of "
-        f"{opts.target_tokens} tokens; {'forward+backward' if train else 'no-grad forward'}; torch {torch.__version__}"
-    )
-    rows = harness.result_rows(
+    rows = harness.begin(
         opts,
         name,
         argv,
         opts.steps,
+        f"dtype {opts.dtype}; {setting}; summary of {opts.target_tokens} tokens; "
+        f"{'forward+backward' if train else 'no-grad forward'}; torch {torch.__version__}",
         threads=opts.threads,
         dtype=opts.dtype,
         train=train,

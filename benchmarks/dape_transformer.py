@@ -158,29 +158,25 @@ def main(argv=None):
     opts = parse_args(argv)
     if harness.answer_measure_one(opts, measure):
         return
-    print(
-        f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, "
-        f"{opts.layers}+{opts.layers} layers, "
-        f"{opts.heads} heads, batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; "
-        f"torch {torch.__version__}"
-    )
-    run = harness.in_fresh_interpreter_on_cpu(
-        opts,
-        __file__,
-        measure,
-        ["device", "dtype", "batch_size", "doc_tokens", "embed_dim", "layers", "heads", "repeats"],
-    )
-    rows = harness.result_rows(
+    rows = harness.begin(
         opts,
         "dape_transformer",
         argv,
         opts.repeats,
+        f"dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers}+{opts.layers} layers, {opts.heads} heads, "
+        f"batch {opts.batch_size}, documents of {opts.doc_tokens} tokens; torch {torch.__version__}",
         dtype=opts.dtype,
         batch_size=opts.batch_size,
         embed_dim=opts.embed_dim,
         layers=opts.layers,
         heads=opts.heads,
         doc_tokens=opts.doc_tokens,
+    )
+    run = harness.in_fresh_interpreter_on_cpu(
+        opts,
+        __file__,
+        measure,
+        ["device", "dtype", "batch_size", "doc_tokens", "embed_dim", "layers", "heads", "repeats"],
     )
     print("one training step (forward + backward); ratios against the stock fairseq transformer of the same run")
     print(f"{'tokens':>6} {'system':>16} {'seconds':>21} {'time ratio':>18} {'peak MiB':>9} {'mem ratio':>9}")

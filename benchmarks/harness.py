@@ -302,6 +302,22 @@ def result_rows(
     return Rows(results.ResultsFile(options.json, script, argv, device or options.device, repeats, **fields))
 
 
+def begin(
+    options: Namespace,
+    script: str,
+    argv: Optional[Sequence[str]],
+    repeats: Optional[int],
+    setting: str,
+    device: Optional[str] = None,
+    **fields,
+) -> Rows:
+    """The start of a benchmark's run: print its :func:`device_line` (with
+    ``--threads`` where the benchmark has it) followed by ``setting``, and
+    return the run's :func:`result_rows`."""
+    print(f"{device_line(options.device, getattr(options, 'threads', None))}; {setting}")
+    return result_rows(options, script, argv, repeats, device, **fields)
+
+
 # ------------------------------------------------------------ fresh processes
 
 

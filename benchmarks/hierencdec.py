@@ -146,11 +146,20 @@ def main(argv=None):
     results.add_argument(parser)
     args = harness.parse(parser, argv, at_least_one=["steps"])
     layers, embed_dim, ffn_dim, heads = DIMS[args.dims]
-    print(
-        f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; batch {args.batch_size}; "
-        f"{args.length} source tokens; "
+    rows = harness.begin(
+        args,
+        "hierencdec",
+        argv,
+        args.steps,
+        f"dtype {args.dtype}; batch {args.batch_size}; {args.length} source tokens; "
         f"encoder {layers} layers, d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
-        f"{'forward (no grad)' if args.inference else 'forward + backward'}"
+        f"{'forward (no grad)' if args.inference else 'forward + backward'}",
+        threads=args.threads,
+        dtype=args.dtype,
+        dims=args.dims,
+        batch_size=args.batch_size,
+        source_tokens=args.length,
+        inference=args.inference,
     )
     base = {
         key: getattr(args, key)
@@ -170,18 +179,6 @@ def main(argv=None):
     print(
         f"{'docs':>4} | {'blocked s':>21} {'dense s':>21} {'BART s':>21} {'dense/blk':>17} {'BART/blk':>17} | "
         f"{'blocked MiB':>11} {'dense MiB':>9} {'BART MiB':>8} {'dense/blk':>9} {'BART/blk':>8}"
-    )
-    rows = harness.result_rows(
-        args,
-        "hierencdec",
-        argv,
-        args.steps,
-        threads=args.threads,
-        dtype=args.dtype,
-        dims=args.dims,
-        batch_size=args.batch_size,
-        source_tokens=args.length,
-        inference=args.inference,
     )
     for documents in (int(d) for d in args.documents.split(",")):
         result = {

@@ -107,17 +107,14 @@ def main(argv=None):
     short_length = parse_length_range(args.short_length)
     max_positions = max(args.short_documents * short_length[1], args.long_length)
     layers, embed_dim, ffn_dim, heads = DIMS[args.dims]
-    print(
-        f"{harness.device_line(args.device, args.threads)}; batch 2: {args.short_documents} documents of "
-        f"{args.short_length} tokens | one document of {args.long_length} tokens; encoder {layers} layers, "
-        f"d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
-        f"{'forward (no grad)' if args.inference else 'forward + backward'}; load {os.getloadavg()[0]:.2f}"
-    )
-    rows = harness.result_rows(
+    rows = harness.begin(
         args,
         "hierencdec_mixed_batch",
         argv,
         1,
+        f"batch 2: {args.short_documents} documents of {args.short_length} tokens | one document of "
+        f"{args.long_length} tokens; encoder {layers} layers, d {embed_dim}, ffn {ffn_dim}, {heads} heads; "
+        f"{'forward (no grad)' if args.inference else 'forward + backward'}; load {os.getloadavg()[0]:.2f}",
         threads=args.threads,
         dims=args.dims,
         short_documents=args.short_documents,

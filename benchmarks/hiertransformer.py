@@ -183,11 +183,17 @@ def main(argv=None):
     harness.add_profile(parser, "after each part-1 configuration's timings, profile one more step")
     results.add_argument(parser)
     args = harness.parse(parser, argv, at_least_one=["steps"])
-    print(
-        f"{harness.device_line(args.device, args.threads)}; dtype {args.dtype}; attention {args.attention_backend}; "
-        f"batch {args.batch_size}; "
-        f"vocab {args.vocab_size}; "
-        f"target {args.target_tokens} tokens; d 256, 7 encoder + 6 decoder layers"
+    rows = harness.begin(
+        args,
+        "hiertransformer",
+        argv,
+        args.steps,
+        f"dtype {args.dtype}; attention {args.attention_backend}; batch {args.batch_size}; vocab {args.vocab_size}; "
+        f"target {args.target_tokens} tokens; d 256, 7 encoder + 6 decoder layers",
+        threads=args.threads,
+        dtype=args.dtype,
+        batch_size=args.batch_size,
+        attention=args.attention_backend,
     )
     base = {
         "device": args.device,
@@ -199,16 +205,6 @@ def main(argv=None):
         "attention_backend": args.attention_backend,
         "target_tokens": args.target_tokens,
     }
-    rows = harness.result_rows(
-        args,
-        "hiertransformer",
-        argv,
-        args.steps,
-        threads=args.threads,
-        dtype=args.dtype,
-        batch_size=args.batch_size,
-        attention=args.attention_backend,
-    )
     print("\n(1) paper input sizes: source tokens/s and peak step memory (MiB)")
     print(
         f"{'P x L':>8} {'tokens':>7} | {'HT tok/s':>17} {'flat tok/s':>17} {'ratio':>17} | "

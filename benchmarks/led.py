@@ -189,23 +189,21 @@ def main(argv=None):
     lengths = [int(x) for x in opts.lengths.split(",")]
     systems = [s for s in opts.systems.split(",") if s]
     layers, embed_dim, ffn_dim, heads = DIMS[opts.dims]
-    print(
-        f"{harness.device_line(opts.device, opts.threads)}; dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, "
-        f"{heads} heads); {'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of "
-        f"{opts.document_tokens} tokens; torch {torch.__version__}"
-    )
-    measured = {}
-    rows = harness.result_rows(
+    rows = harness.begin(
         opts,
         "led",
         argv,
         opts.steps,
+        f"dtype {opts.dtype}; dims {opts.dims} ({layers} layers, d {embed_dim}, ffn {ffn_dim}, {heads} heads); "
+        f"{'forward+backward' if opts.train else 'no-grad forward'}; documents/pages of {opts.document_tokens} "
+        f"tokens; torch {torch.__version__}",
         threads=opts.threads,
         dtype=opts.dtype,
         dims=opts.dims,
         train=opts.train,
         document_tokens=opts.document_tokens,
     )
+    measured = {}
     print(f"{'system':>10} {'tokens':>7} {'peak MiB':>9} {'MiB/1k tok':>10} {'seconds':>21} {'mem vs led-1024':>15}")
     for length in lengths:
         for system in systems:

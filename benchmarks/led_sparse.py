@@ -109,8 +109,18 @@ def main(argv=None):
         torch.set_num_threads(options.threads)
     device = torch.device(options.device)
 
-    rows = harness.result_rows(options, "led_sparse", argv, options.repeats, dtype=options.dtype)
     dictionary = harness.synthetic_dictionary(options.vocab_size)
+    rows = harness.begin(
+        options,
+        "led_sparse",
+        argv,
+        options.repeats,
+        f"dtype {options.dtype}; torch {torch.__version__}; random weights, {options.layers}+{options.layers} layers, "
+        f"d {options.dim}, window {options.window}, vocab {len(dictionary)}; batch {options.batch_size}, "
+        f"beam {options.beam}, {options.target_length} steps, r = {options.top_r}, "
+        f"sentences of {options.sentence_tokens} tokens",
+        dtype=options.dtype,
+    )
     max_positions = max(options.source_lengths)
     torch.manual_seed(0)
     led = build("led_base", options, dictionary, max_positions)
@@ -120,12 +130,6 @@ def main(argv=None):
     led_sparse.load_state_dict(state)
     models = {"led": led, "led_sparse": led_sparse}
     models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval() for name, m in models.items()}
-    print(
-        f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
-        f"{options.layers}+{options.layers} layers, d {options.dim}, window {options.window}, vocab "
-        f"{len(dictionary)}; batch {options.batch_size}, beam {options.beam}, {options.target_length} steps, "
-        f"r = {options.top_r}, sentences of {options.sentence_tokens} tokens"
-    )
     header = f"{'N':>6} {'model':>12} {'enc s':>20} {'dec s':>20} {'total s':>20} {'dec x led':>18} {'total x led':>18}"
     harness.print_header(header)
     random = torch.Generator().manual_seed(0)

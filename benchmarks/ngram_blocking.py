@@ -234,17 +234,14 @@ def main(argv=None):
     options = harness.parse(parser, argv)
     torch.set_num_threads(options.threads)
     layers, embed_dim, ffn_dim, heads = DIMS[options.dims]
-    print(
-        f"{harness.device_line(options.device)}; torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; "
-        f"vocab {options.vocab_size}; generation model: random-weight transformer {layers}+{layers} layers, "
-        f"d {embed_dim}, {heads} heads, source {options.source_length} tokens"
-    )
-
-    rows = harness.result_rows(
+    rows = harness.begin(
         options,
         "ngram_blocking",
         argv,
         options.repeats,
+        f"torch {torch.__version__}; n = {options.n}; S = {options.steps} steps; vocab {options.vocab_size}; "
+        f"generation model: random-weight transformer {layers}+{layers} layers, d {embed_dim}, {heads} heads, "
+        f"source {options.source_length} tokens",
         threads=options.threads,
         n=options.n,
         steps=options.steps,

@@ -41,7 +41,6 @@ shapes and width:
     python benchmarks/operator_counts.py --json benchmarks/results/operator_counts_cpu.json
 """
 
-import argparse
 import contextlib
 import os
 import sys
@@ -382,12 +381,12 @@ def measure_all() -> Dict[str, dict]:
 def main(argv=None):
     from benchmarks import results
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = harness.argument_parser(__doc__, whole_docstring=True)
     results.add_argument(parser)
     options = parser.parse_args(argv)
     torch.set_num_threads(1)
     # counts are deterministic: one "repeat", and the cells' spread is the count itself
-    record = results.ResultsFile(options.json, "operator_counts", argv, "cpu", 1) if options.json else None
+    rows = harness.result_rows(options, "operator_counts", argv, 1, device="cpu")
     table = measure_all()
     print(f"torch {torch.__version__}; operator calls per step (aten::, nested included) and host-device syncs")
     width = max(len(label) for label in table)
@@ -398,29 +397,30 @@ def main(argv=None):
             f"{label:<{width}} {row['operators']:>6} {row['stock_operators']:>6} {row['ratio']:>6.2f} "
             f"{row['target']:>6.2f} {row['syncs']:>6} {row['stock_syncs']:>6}  {met}  {row['sync_detail']}"
         )
-    if record is not None:
-        record.write(
-            [
-                {
-                    "step": label,
-                    "system": row["system"],
-                    "stock": row["stock"],
-                    "operators": results.cell(row["operators"], row["operators"], row["operators"]),
-                    "stock_operators": results.cell(
-                        row["stock_operators"], row["stock_operators"], row["stock_operators"]
-                    ),
-                    "ratio": results.cell(round(row["ratio"], 3), round(row["ratio"], 3), round(row["ratio"], 3)),
-                    "target": row["target"],
-                    "target_met": row["ratio"] <= row["target"],
-                    "syncs": row["syncs"],
-                    "stock_syncs": row["stock_syncs"],
-                    "most_syncs_allowed": row["most_syncs"],
-                }
-                for label, row in table.items()
-            ],
-            notes="operator calls are every aten:: call of one step (nested included); syncs are item / "
-            "_local_scalar_dense, nonzero and Tensor.tolist calls; both deterministic on CPU",
-        )
+
+    def count(value):
+        return results.cell(value, value, value)
+
+    rows.add(
+        *[
+            {
+                "step": label,
+                "system": row["system"],
+                "stock": row["stock"],
+                "operators": count(row["operators"]),
+                "stock_operators": count(row["stock_operators"]),
+                "ratio": count(round(row["ratio"], 3)),
+                "target": row["target"],
+                "target_met": row["ratio"] <= row["target"],
+                "syncs": row["syncs"],
+                "stock_syncs": row["stock_syncs"],
+                "most_syncs_allowed": row["most_syncs"],
+            }
+            for label, row in table.items()
+        ],
+        notes="operator calls are every aten:: call of one step (nested included); syncs are item / "
+        "_local_scalar_dense, nonzero and Tensor.tolist calls; both deterministic on CPU",
+    )
 
 
 if __name__ == "__main__":

@@ -166,23 +166,21 @@ def main(argv=None):
     opts = parse_args(argv)
     if harness.answer_measure_one(opts, measure_encoder):
         return
-    print(
-        f"{harness.device_line(opts.device)}; dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, "
-        f"{opts.heads} heads, pages of {opts.page_tokens} tokens; torch {torch.__version__}"
-    )
-    measure = harness.in_fresh_interpreter_on_cpu(
-        opts, __file__, measure_encoder, ["device", "dtype", "page_tokens", "embed_dim", "layers", "heads", "repeats"]
-    )
-    rows = harness.result_rows(
+    rows = harness.begin(
         opts,
         "pagesum",
         argv,
         opts.repeats,
+        f"dtype {opts.dtype}; d={opts.embed_dim}, {opts.layers} layers, {opts.heads} heads, "
+        f"pages of {opts.page_tokens} tokens; torch {torch.__version__}",
         dtype=opts.dtype,
         embed_dim=opts.embed_dim,
         layers=opts.layers,
         heads=opts.heads,
         page_tokens=opts.page_tokens,
+    )
+    measure = harness.in_fresh_interpreter_on_cpu(
+        opts, __file__, measure_encoder, ["device", "dtype", "page_tokens", "embed_dim", "layers", "heads", "repeats"]
     )
     cell = results.repeats_cell
 

@@ -318,9 +318,13 @@ def main(argv=None):
         "pool": variant_like(model, options, dictionary, max_positions, sentence_encoder="attention-pooling"),
     }
     models = {name: m.to(device=device, dtype=harness.DTYPES[options.dtype]).eval() for name, m in models.items()}
-    print(
-        f"{harness.device_line(options.device)}; dtype {options.dtype}; torch {torch.__version__}; random weights, "
-        f"{options.layers}+{options.layers} layers, d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
+    measured = harness.begin(
+        options,
+        "sparse_decoder",
+        argv,
+        options.repeats,
+        f"dtype {options.dtype}; torch {torch.__version__}; random weights, {options.layers}+{options.layers} layers, "
+        f"d {options.dim}, {options.heads} heads, vocab {len(dictionary)}; "
         f"beam {options.beam}, lenpen 2.0, M = {options.target_length} steps; "
         + (
             f"sentences of {options.sentence_tokens} tokens"
@@ -331,7 +335,11 @@ def main(argv=None):
             f", lengths spread {options.sentence_length_spread} (log-normal)"
             if options.sentence_length_spread > 0
             else ", equal lengths"
-        )
+        ),
+        dtype=options.dtype,
+        target_steps=options.target_length,
+        beam=options.beam,
+        sentence_length_spread=options.sentence_length_spread,
     )
     header = (
         f"{'B':>3} {'N':>6} {'N1':>5} {'attention':>11} {'enc s':>18} {'dec s':>18} {'total s':>18} "
@@ -342,16 +350,6 @@ def main(argv=None):
     rows += [(f"r={r}", "bigru", r) for r in options.top_r]
     rows += [(f"free r={r}", "free", r) for r in options.model_free_top_r]
     rows += [(f"pool r={r}", "pool", r) for r in options.pooling_top_r]
-    measured = harness.result_rows(
-        options,
-        "sparse_decoder",
-        argv,
-        options.repeats,
-        dtype=options.dtype,
-        target_steps=options.target_length,
-        beam=options.beam,
-        sentence_length_spread=options.sentence_length_spread,
-    )
     random = torch.Generator().manual_seed(0)
     for batch_size in options.batch_sizes:
         for source_tokens in options.source_lengths:
