@@ -56,7 +56,7 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness
 from benchmarks import results as results_file
-from benchmarks.measure import cpu_model, interleaved_ratio, spread
+from benchmarks.measure import cpu_model, current_rss_bytes, interleaved_ratio, spread
 
 SHARED_DATA = os.path.join(os.path.dirname(REPO_ROOT), "shared", "data")
 STAGES = ("structure", "subwords", "side_data", "binarization")
@@ -161,11 +161,6 @@ def train_spm_on_sample(splits: List[Dict], model_prefix: str, vocab_size: int, 
 # --------------------------------------------------------- one measured run
 
 
-def _rss_kib() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
-
-
 def run_once(config: Dict) -> Dict:
     """Preprocess ``config["splits"]`` in this (fresh) process; returns timings,
     stage CPU seconds, CPU time of this process and its workers, peak RSS."""
@@ -195,7 +190,7 @@ def run_once(config: Dict) -> Dict:
         argv += ["--side-data", *config["side_data"]]
     argv += config.get("extra_args", [])
     args = get_parser().parse_args(argv)
-    rss_before = _rss_kib()
+    rss_before = current_rss_bytes() // 1024
     self_before, children_before = (
         resource.getrusage(resource.RUSAGE_SELF),
         resource.getrusage(resource.RUSAGE_CHILDREN),
