@@ -88,15 +88,21 @@ def bart_benchmark_parser(docstring: str):
     return parser
 
 
-def bart_model_at_length(model_class, architecture: Callable, config: dict, **flags) -> tuple:
-    """A BART-based ``model_class`` at ``config["dims"]`` with ``flags`` (the
-    system's attention), no dropout and the positions ``config["length"]``
-    source tokens and the summary need (at least BART's 1,024), its
-    ``architecture`` filling the rest, built on a synthetic dictionary
-    (:func:`built_on_a_synthetic_dictionary`)."""
-    args = harness.model_args(
-        model_class,
-        config["dims"],
+def bart_model_at_length(arch: str, config: dict, **flags) -> tuple:
+    """The registered BART-based architecture ``arch`` at ``config["dims"]``
+    with ``flags`` (the system's attention), no dropout and the positions
+    ``config["length"]`` source tokens and the summary need (at least BART's
+    1,024), the architecture filling the rest, built on a synthetic
+    dictionary of ``config["vocab_size"]`` symbols
+    (:func:`benchmarks.harness.synthetic_model`); and that dictionary."""
+    import mdsfair
+
+    mdsfair.register()
+    dictionary = harness.synthetic_dictionary(config["vocab_size"])
+    model = harness.synthetic_model(
+        arch,
+        dictionary,
+        **harness.dimensions(*harness.DIMS[config["dims"]]),
         **flags,
         dropout=0.0,
         attention_dropout=0.0,
@@ -105,8 +111,7 @@ def bart_model_at_length(model_class, architecture: Callable, config: dict, **fl
         max_source_positions=config["length"],
         max_target_positions=max(1024, config["target_tokens"]),
     )
-    architecture(args)
-    return built_on_a_synthetic_dictionary(model_class, args, config)
+    return model, dictionary
 
 
 def measure_built_model(

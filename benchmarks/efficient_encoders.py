@@ -33,13 +33,8 @@ SYSTEMS = ("lsh", "sinkhorn")
 
 
 def build_model(config: dict):
-    import mdsfair
-    from mdsfair.models.multidoc_bart import MultiDocBARTModel, multidoc_bart_large
-
-    mdsfair.register()
     return against_full.bart_model_at_length(
-        MultiDocBARTModel,
-        multidoc_bart_large,
+        "multidoc_bart_large",
         config,
         encoder_self_attention=config["system"],
         lsh_chunk_length=config["chunk_length"],

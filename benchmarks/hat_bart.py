@@ -35,17 +35,13 @@ SYSTEMS = {"hat": "hat", "full": "full"}
 
 
 def build_model(config: dict):
-    import argparse
-
     from fairseq.models import ARCH_CONFIG_REGISTRY
 
     import mdsfair
     from mdsfair.models.hat_bart import HATBARTModel, hat_bart_architecture
 
     mdsfair.register()
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    HATBARTModel.add_args(parser)
-    args = parser.parse_args([])
+    args = harness.model_flags(HATBARTModel)
     args.cross_attention = SYSTEMS[config["system"]]
     args.max_source_positions = args.max_encoder_positions = config["length"]
     args.max_target_positions = max(1024, config["target_tokens"])

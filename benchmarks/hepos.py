@@ -31,13 +31,8 @@ SYSTEMS = {"hepos": "hepos", "full": "full"}
 
 
 def build_model(config: dict):
-    import mdsfair
-    from mdsfair.models.hepos_bart import HeposBARTModel, hepos_bart_large_architecture
-
-    mdsfair.register()
     return against_full.bart_model_at_length(
-        HeposBARTModel,
-        hepos_bart_large_architecture,
+        "hepos_bart_large",
         config,
         cross_attention=SYSTEMS[config["system"]],
         hepos_stride=config["stride"],

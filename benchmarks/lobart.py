@@ -32,13 +32,8 @@ SYSTEMS = {"lobart": "longformer", "full": "full"}
 
 
 def build_model(config: dict):
-    import mdsfair
-    from mdsfair.models.lobart import LoBARTModel, lobart_4k_architecture
-
-    mdsfair.register()
     return against_full.bart_model_at_length(
-        LoBARTModel,
-        lobart_4k_architecture,
+        "lobart_4k",
         config,
         encoder_self_attention=SYSTEMS[config["system"]],
         attention_window=str(config["window"]),

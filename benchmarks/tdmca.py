@@ -31,13 +31,9 @@ SYSTEMS = {"tdmca": "LMLML", "full": "FFFFF"}
 
 
 def build_model(config: dict):
-    import argparse
-
     from mdsfair.models.tdmca import TDMCAModel
 
-    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-    TDMCAModel.add_args(parser)
-    args = parser.parse_args([])
+    args = harness.model_flags(TDMCAModel)
     args.decoder_embed_dim, args.decoder_ffn_embed_dim, args.decoder_attention_heads = (
         config["dim"],
         4 * config["dim"],
