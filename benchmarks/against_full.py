@@ -6,7 +6,17 @@ cross-entropy of a summary after one source, or a forward without gradient),
 each cell in a fresh process on CPU, and the table that prints the system's
 memory and time as ratios of full attention's at each length and records
 them. A benchmark supplies its model builder, its own options and a line
-describing its setting (:func:`run_against_full`)."""
+describing its setting (:func:`run_against_full`).
+
+Measured per cell (``--steps`` timed runs after the memory run, printed as
+median (min-max)): one training step, forward and backward of the summed
+cross-entropy of a summary of ``--target-tokens`` tokens given a source of
+the cell's length (``--no-grad``: a forward without gradient). Peak memory
+above what the model and batch already hold: on CUDA
+``torch.cuda.max_memory_allocated``; on CPU every cell runs in a fresh
+forked process and the figure is the growth of its peak resident set size
+(:mod:`benchmarks.measure`). Each row prints the system's memory and time
+as ratios of ``full``'s at the same length."""
 
 import functools
 from typing import Callable, Dict, List, Optional, Sequence

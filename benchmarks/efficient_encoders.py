@@ -6,15 +6,9 @@ Sinkhorn attention, blocks of ``--chunk-length`` tokens), and ``full``
 (BART's encoder self-attention), the ``multidoc_bart`` model otherwise the
 same (same parameters, full cross-attention), one run.
 
-Measured per cell (``--steps`` timed runs after the memory run, printed as
-median (min-max)): one training step, forward and backward of the summed
-cross-entropy of a summary of ``--target-tokens`` tokens given a source of
-the given length (``--no-grad``: a forward without gradient). Peak memory
-above what the model and batch already hold: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU every cell runs in a fresh
-forked process and the figure is the growth of its peak resident set size
-(:mod:`benchmarks.measure`). Each row prints the system's memory and time as
-ratios of ``full``'s at the same length.
+Each cell is measured as in every benchmark against full attention
+(:mod:`benchmarks.against_full`): one training step (``--no-grad``: a
+forward), its peak memory and its time, printed as ratios of ``full``'s.
 
     python benchmarks/efficient_encoders.py                                   # CPU, small dims, 1k..8k tokens
     python benchmarks/efficient_encoders.py --systems lsh --lengths 512,1024 --steps 1 --target-tokens 16

@@ -6,15 +6,10 @@ BART's cross-attention only), same dimensions, one run. Both encoders attend
 over every token (HAT-BART keeps full attention); the figure is what the
 hierarchy adds.
 
-Measured per cell (``--steps`` timed runs after the memory run, printed as
-median (min-max)): one training step, forward and backward of the summed
-cross-entropy of a summary of ``--target-tokens`` tokens for a source of the
-given length cut into sentences of ``--sentence-tokens`` tokens (``--no-grad``:
-a forward without gradient). Peak memory above what the model and batch
-already hold: on CUDA ``torch.cuda.max_memory_allocated``; on CPU every cell
-runs in a fresh forked process and the figure is the growth of its peak
-resident set size (:mod:`benchmarks.measure`). Each row prints ``hat``'s
-memory and time as ratios of ``full``'s at the same length.
+Each cell is measured as in every benchmark against full attention
+(:mod:`benchmarks.against_full`): one training step (``--no-grad``: a
+forward), its peak memory and its time, printed as ratios of ``full``'s.
+The source is cut into sentences of ``--sentence-tokens`` tokens.
 
     python benchmarks/hat_bart.py                                     # CPU, BART-base sizes, 512..3072 tokens
     python benchmarks/hat_bart.py --device cuda --size large --lengths 1024,2048,3072,4096

@@ -4,15 +4,9 @@ head-wise positional strides, stride ``--stride``, Huang et al. 2021) and
 ``full`` (BART's cross-attention), the same ``hepos_bart`` model otherwise
 (same encoder, same parameters), one run.
 
-Measured per cell (``--steps`` timed runs after the memory run, printed as
-median (min-max)): one training step, forward and backward of the summed
-cross-entropy of a summary of ``--target-tokens`` tokens given a source of
-the given length (``--no-grad``: a forward without gradient). Peak memory
-above what the model and batch already hold: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU every cell runs in a fresh
-forked process and the figure is the growth of its peak resident set size
-(:mod:`benchmarks.measure`). Each row prints ``hepos``'s memory and time as
-ratios of ``full``'s at the same length.
+Each cell is measured as in every benchmark against full attention
+(:mod:`benchmarks.against_full`): one training step (``--no-grad``: a
+forward), its peak memory and its time, printed as ratios of ``full``'s.
 
     python benchmarks/hepos.py                                          # CPU, small dims, 1k..8k tokens
     python benchmarks/hepos.py --device cuda --dtype bf16 --dims base --lengths 2048,4096,7168,10240

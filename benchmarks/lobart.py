@@ -4,15 +4,9 @@ the same model: ``lobart`` (every encoder layer's self-attention local, width
 encoder self-attention), the same ``lobart`` model otherwise (same decoder,
 same parameters), one run.
 
-Measured per cell (``--steps`` timed runs after the memory run, printed as
-median (min-max)): one training step, forward and backward of the summed
-cross-entropy of a summary of ``--target-tokens`` tokens given a source of
-the given length (``--no-grad``: a forward without gradient). Peak memory
-above what the model and batch already hold: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU every cell runs in a fresh
-forked process and the figure is the growth of its peak resident set size
-(:mod:`benchmarks.measure`). Each row prints ``lobart``'s memory and time as
-ratios of ``full``'s at the same length (:mod:`benchmarks.against_full`).
+Each cell is measured as in every benchmark against full attention
+(:mod:`benchmarks.against_full`): one training step (``--no-grad``: a
+forward), its peak memory and its time, printed as ratios of ``full``'s.
 
     python benchmarks/lobart.py --lengths 64,128 --window 16 --target-tokens 8 --steps 1   # a quick check
     python benchmarks/lobart.py                                       # CPU, small dims, 1k..8k tokens, window 1,024

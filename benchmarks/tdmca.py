@@ -4,15 +4,9 @@ memory-compressed attention with compression 3) and ``full`` (layers FFFFF:
 full causal attention, the paper's Transformer decoder T-D), same dimensions,
 same weights' shapes, one run.
 
-Measured per cell (``--steps`` timed runs after the memory run, printed as
-median (min-max)): one training step, forward and backward of the summed
-cross-entropy of a summary of ``--target-tokens`` tokens after a source of
-the given length (``--no-grad``: a forward without gradient). Peak memory
-above what the model and batch already hold: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU every cell runs in a fresh
-forked process and the figure is the growth of its peak resident set size
-(:mod:`benchmarks.measure`). Each row prints ``tdmca``'s memory and time as
-ratios of ``full``'s at the same length.
+Each cell is measured as in every benchmark against full attention
+(:mod:`benchmarks.against_full`): one training step (``--no-grad``: a
+forward), its peak memory and its time, printed as ratios of ``full``'s.
 
     python benchmarks/tdmca.py                                       # CPU, 1k..8k tokens
     python benchmarks/tdmca.py --device cuda --lengths 2048,4096,8192,16384
