@@ -24,7 +24,14 @@ from typing import Callable, Dict, List, Optional, Sequence
 import torch
 
 from benchmarks import harness, results
-from benchmarks.measure import allocate_gradients, in_fresh_process_or_error, separate_ratio, spread, timed_steps
+from benchmarks.measure import (
+    allocate_gradients,
+    in_fresh_process_or_error,
+    separate_ratio,
+    spread,
+    timed_steps,
+    training_or_forward_step,
+)
 
 
 def measure_source_and_summary_step(model, dictionary, config: dict, side_inputs=None) -> dict:
@@ -50,14 +57,11 @@ def measure_source_and_summary_step(model, dictionary, config: dict, side_inputs
     if config["train"]:
         allocate_gradients(model)
 
-    def step():
-        if not config["train"]:
-            with torch.no_grad():
-                model(**inputs)
-            return
-        logits = model(**inputs)[0]
-        torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1)).backward()
+    def summary_loss(output):
+        logits = output[0]
+        return torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), target.view(-1))
 
+    step = training_or_forward_step(lambda: model(**inputs), summary_loss, config["train"])
     return timed_steps(step, device, config["steps"])
 
 

@@ -46,7 +46,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 
 from benchmarks import harness, results
 from benchmarks.harness import SyntheticTask
-from benchmarks.measure import peak_memory_and_median_time, separate_ratio, spread
+from benchmarks.measure import every_logit_training_step, peak_memory_and_median_time, separate_ratio, spread
 from mdsfair.data.dependency_relations import DEPENDENCY_RELATIONS
 from mdsfair.models.dape_transformer import DapeTransformerModel, dape_transformer_architecture
 
@@ -116,13 +116,7 @@ def measure(opts, system: str, num_tokens: int) -> dict:
     net_input = {
         k: v for k, v in net_input.items() if k in ("src_tokens", "src_lengths", "prev_output_tokens") or k in declared
     }
-
-    def step():
-        logits = model(**net_input)[0]
-        logits.float().logsumexp(-1).mean().backward()
-        model.zero_grad(set_to_none=True)
-
-    return peak_memory_and_median_time(step, opts.device, opts.repeats)
+    return peak_memory_and_median_time(every_logit_training_step(model, net_input), opts.device, opts.repeats)
 
 
 def parse_args(argv=None):

@@ -49,7 +49,14 @@ sys.path.insert(0, REPO_ROOT)
 
 from benchmarks import harness, results
 from benchmarks.harness import DIMS, SyntheticTask
-from benchmarks.measure import allocate_gradients, in_fresh_process_or_error, separate_ratio, spread, timed_steps
+from benchmarks.measure import (
+    allocate_gradients,
+    in_fresh_process_or_error,
+    separate_ratio,
+    spread,
+    timed_steps,
+    training_or_forward_step,
+)
 
 SYSTEMS = ("led-512", "led-1024", "bart", "bart-math", "hierencdec", "pagesum")
 
@@ -132,12 +139,9 @@ def measure(config: dict) -> dict:
     if config["train"]:
         allocate_gradients(encoder)
 
-    def forward_and_backward():
-        if not config["train"]:
-            with torch.no_grad():
-                encoder(**inputs)
-            return
-        encoder(**inputs)["encoder_out"][0].float().pow(2).mean().backward()
+    forward_and_backward = training_or_forward_step(
+        lambda: encoder(**inputs), lambda output: output["encoder_out"][0].float().pow(2).mean(), config["train"]
+    )
 
     def step():
         if config["system"] != "bart-math":

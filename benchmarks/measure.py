@@ -166,6 +166,35 @@ def allocate_gradients(module: torch.nn.Module) -> None:
             parameter.grad = torch.zeros_like(parameter)
 
 
+def training_or_forward_step(
+    forward: Callable[[], object], loss: Callable[[object], torch.Tensor], train: bool
+) -> Callable[[], None]:
+    """The step a benchmark measures: ``forward()`` without gradient, or
+    (``train``) the backward of ``loss`` of its output."""
+
+    def step():
+        if not train:
+            with torch.no_grad():
+                forward()
+            return
+        loss(forward()).backward()
+
+    return step
+
+
+def every_logit_training_step(model: torch.nn.Module, inputs: dict) -> Callable[[], None]:
+    """A training step of ``model`` on ``inputs`` whose loss reads every
+    logit (the mean log-sum-exp over the vocabulary): forward, backward, then
+    the gradients freed."""
+
+    def step():
+        logits = model(**inputs)[0]
+        logits.float().logsumexp(-1).mean().backward()
+        model.zero_grad(set_to_none=True)
+
+    return step
+
+
 def timed_steps(
     step: Callable[[], object], device: str, steps: int, profile_rows: int = 0, label: str = ""
 ) -> Dict[str, object]:

@@ -57,6 +57,7 @@ import mdsfair
 mdsfair.register()
 
 from benchmarks import harness
+from benchmarks.measure import every_logit_training_step
 from mdsfair.generation.fast import make_generation_fast_
 from mdsfair.generation.fast.static_beam_search import (
     StaticBeamSearch,
@@ -279,13 +280,7 @@ def hierencdec_encoder_counts(
 def training_counts(arch: str, inputs: dict, dictionary, dims: dict) -> Dict[str, Counts]:
     """``{arch: counts}`` of one training step (forward, a loss over every
     logit, backward) of ``arch`` on ``inputs``."""
-    model = build(arch, dictionary, **dims).train()
-
-    def step():
-        logits = model(**inputs)[0]
-        logits.float().logsumexp(-1).mean().backward()
-        model.zero_grad(set_to_none=True)
-
+    step = every_logit_training_step(build(arch, dictionary, **dims).train(), inputs)
     step()
     return {arch: count_step(step)}
 
