@@ -102,13 +102,6 @@ TRANSLATED = re.compile(r"Translated ([\d,]+) sentences \(([\d,]+) tokens\) in (
 OVERFLOW = "gradient overflow detected"
 
 
-def make_data(work_dir: str, clusters: int, longest: int, test: int = 16) -> str:
-    """A data-bin of ``clusters`` train and ``test`` test clusters longer than
-    ``longest`` source tokens (dependency arcs, PRIMERA's ``<doc-sep>``): the
-    memory benchmark's data (:func:`benchmarks.harness.synthetic_data_bin`)."""
-    return harness.synthetic_data_bin(work_dir, longest, train=clusters, valid=2, test=test)
-
-
 def peak_memory_hook(path: str) -> None:
     """Write this process's peak memory (MiB) to ``path`` at exit."""
     import atexit
@@ -433,7 +426,8 @@ def main(argv=None):
     results_file.add_argument(parser)
     args = parser.parse_args(argv)
     if args.make_data:
-        print(make_data(args.make_data, args.clusters, args.longest))
+        # the memory benchmark's data, with 16 test clusters to generate from
+        print(harness.synthetic_data_bin(args.make_data, args.longest, train=args.clusters, valid=2, test=16))
         return None
     if not args.data:
         parser.error("--data (or --make-data DIR first)")
