@@ -46,7 +46,7 @@ encoder runs, so that a row's states are those it gets alone.
 Tensors are batch-major (``[B, T, C]``).
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
@@ -67,10 +67,16 @@ def softmax_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def right_padding_order(padding_mask: Tensor) -> Tensor:
+    """``[B, T]``: the positions of every row's tokens, in their order, then
+    of its padding (gathering a row by it right-pads the row)."""
+    return torch.argsort(padding_mask.to(torch.long), dim=1, stable=True)
+
+
 def right_padded(tokens: Tensor, padding_mask: Tensor):
     """``tokens`` and ``padding_mask`` ``[B, T]`` with every row's tokens
     first, in their order, and its padding after them."""
-    order = torch.argsort(padding_mask.to(torch.long), dim=1, stable=True)
+    order = right_padding_order(padding_mask)
     return tokens.gather(1, order), padding_mask.gather(1, order)
 
 
@@ -103,52 +109,79 @@ class BlockedAttentionBias(NamedTuple):
     global_blocks: Tensor
 
 
+def blocked_attention_bias(
+    padding_mask: Tensor,
+    states_dtype: torch.dtype,
+    relative_attention_bias: nn.Embedding,
+    global_relative_attention_bias: Optional[nn.Embedding],
+    num_buckets: int,
+    max_distance: int,
+    local_radius: int,
+    global_block_size: int = 0,
+) -> BlockedAttentionBias:
+    """The :class:`BlockedAttentionBias` of a right-padded batch
+    (``padding_mask`` ``[B, T]``, :func:`right_padded`): the local table's
+    bias of the bucketed offset ``j - i`` within every block's three-block
+    window (offsets beyond ``local_radius`` and padded keys masked) and,
+    when ``global_block_size`` is set, the global table's bias of
+    ``g - block(i)`` over the ``G = T // global_block_size`` global tokens
+    (a row's global tokens beyond its own full blocks masked)."""
+    real = ~padding_mask
+    batch_size, length = real.shape
+    device, dtype, block = real.device, softmax_dtype(states_dtype), local_radius + 1
+
+    def bucket_bias(table: nn.Embedding, offsets: Tensor) -> Tensor:  # [..., heads]
+        return table(relative_position_bucket(offsets, True, num_buckets, max_distance))
+
+    real_blocks = split_into_blocks(real, block)  # [B, n, b]
+    offsets = torch.arange(3 * block, device=device)[None, :] - torch.arange(block, 2 * block, device=device)[:, None]
+    allowed = real_blocks[..., :, None] & three_blocks(real_blocks)[..., None, :] & (offsets.abs() < block)
+    local = bucket_bias(relative_attention_bias, offsets).permute(2, 0, 1).to(dtype)  # [heads, b, 3b]
+    scores = torch.where(allowed[:, :, None], local, MASKED_SCORE)  # [B, n, heads, b, 3b]
+    if not global_block_size:
+        return BlockedAttentionBias(scores, real.new_zeros(batch_size, length, 0, dtype=states_dtype))
+    size = global_block_size
+    globals_count = length // size
+    full_blocks = real.sum(1, keepdim=True) // size  # [B, 1]
+    positions = torch.arange(length, device=device)[None, :]
+    # the trailing partial block joins the last full one; padding (and a row shorter than k) in none
+    global_block = torch.where(real, torch.minimum(positions // size, full_blocks - 1), -1)  # [B, T]
+    global_index = torch.arange(globals_count, device=device)
+    side = bucket_bias(global_relative_attention_bias, global_index - global_block[..., None])
+    side_allowed = real[..., None] & (global_index < full_blocks)[:, None, :]  # [B, T, G]
+    side = torch.where(side_allowed[..., None], side.to(dtype), MASKED_SCORE)  # [B, T, G, heads]
+    side = split_into_blocks(side, block).permute(0, 1, 4, 2, 3)  # [B, n, heads, b, G]
+    global_blocks = F.one_hot(global_block + 1, globals_count + 1)[..., 1:].to(states_dtype)
+    return BlockedAttentionBias(torch.cat([scores, side], dim=-1), global_blocks)
+
+
 class BlockedRelativePositionBias(nn.Module):
     """The encoder stack's relative position bias tables (Hugging Face keeps
     them in layer 0's attention) and the masks of the local window and of
     the global tokens; its ``forward`` gives the :class:`BlockedAttentionBias`
-    of a right-padded batch."""
+    of a right-padded batch (:func:`blocked_attention_bias`)."""
 
     def __init__(self, heads: int, num_buckets: int, max_distance: int, local_radius: int, global_block_size: int = 0):
         super().__init__()
         self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.block_length = local_radius + 1
+        self.local_radius = local_radius
         self.global_block_size = global_block_size
         self.relative_attention_bias = nn.Embedding(num_buckets, heads)
         if global_block_size:
             self.global_relative_attention_bias = nn.Embedding(num_buckets, heads)
 
-    def bucket_bias(self, table: nn.Embedding, offsets: Tensor) -> Tensor:
-        """``[..., heads]``: the table's value for the bucket of each offset."""
-        return table(relative_position_bucket(offsets, True, self.num_buckets, self.max_distance))
-
     def forward(self, padding_mask: Tensor, states_dtype: torch.dtype) -> BlockedAttentionBias:
         """``padding_mask`` ``[B, T]``, right-padded (:func:`right_padded`)."""
-        real = ~padding_mask
-        batch_size, length = real.shape
-        device, dtype, block = real.device, softmax_dtype(states_dtype), self.block_length
-        real_blocks = split_into_blocks(real, block)  # [B, n, b]
-        offsets = (
-            torch.arange(3 * block, device=device)[None, :] - torch.arange(block, 2 * block, device=device)[:, None]
+        return blocked_attention_bias(
+            padding_mask,
+            states_dtype,
+            self.relative_attention_bias,
+            getattr(self, "global_relative_attention_bias", None),
+            self.num_buckets,
+            self.max_distance,
+            self.local_radius,
+            self.global_block_size,
         )
-        allowed = real_blocks[..., :, None] & three_blocks(real_blocks)[..., None, :] & (offsets.abs() < block)
-        local = self.bucket_bias(self.relative_attention_bias, offsets).permute(2, 0, 1).to(dtype)  # [heads, b, 3b]
-        scores = torch.where(allowed[:, :, None], local, MASKED_SCORE)  # [B, n, heads, b, 3b]
-        if not self.global_block_size:
-            return BlockedAttentionBias(scores, real.new_zeros(batch_size, length, 0, dtype=states_dtype))
-        size = self.global_block_size
-        globals_count = length // size
-        full_blocks = real.sum(1, keepdim=True) // size  # [B, 1]
-        positions = torch.arange(length, device=device)[None, :]
-        # the trailing partial block joins the last full one; padding (and a row shorter than k) in none
-        global_block = torch.where(real, torch.minimum(positions // size, full_blocks - 1), -1)  # [B, T]
-        global_index = torch.arange(globals_count, device=device)
-        side = self.bucket_bias(self.global_relative_attention_bias, global_index - global_block[..., None])
-        side_allowed = real[..., None] & (global_index < full_blocks)[:, None, :]  # [B, T, G]
-        side = torch.where(side_allowed[..., None], side.to(dtype), MASKED_SCORE)  # [B, T, G, heads]
-        side = split_into_blocks(side, block).permute(0, 1, 4, 2, 3)  # [B, n, heads, b, G]
-        global_blocks = F.one_hot(global_block + 1, globals_count + 1)[..., 1:].to(states_dtype)
-        return BlockedAttentionBias(torch.cat([scores, side], dim=-1), global_blocks)
 
 
 class LocalSelfAttention(T5Attention):
