@@ -119,7 +119,8 @@ def build_components(args) -> Dict[str, object]:
                     f"{flag_of(component.role)} {component.name} builds BART's attention (biased projections, "
                     f"scores scaled by head_dim^-0.5) and does not follow --linear-biases {backbone.linear_biases} "
                     f"--attention-scaling {backbone.attention_scaling}; on T5's backbone choose "
-                    "--encoder-self-attention full or document and --cross-attention full or document-scaled"
+                    "--encoder-self-attention full, document, local or transient-global and --cross-attention full or "
+                    "document-scaled"
                 )
     for component in components.values():
         reason = component.refusal(components)
@@ -285,7 +286,9 @@ class ComponentEncoder(TransformerEncoderBase):
         if has_pads:
             x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x))
         x = x.transpose(0, 1)  # B x T x C -> T x B x C
-        position_bias = self.position_component.attention_bias(self, structure)  # once for every layer
+        position_bias = None  # once for every layer; LongT5's attention reads the tables itself (prepare)
+        if not getattr(self.self_attention_component, "reads_position_tables", False):
+            position_bias = self.position_component.attention_bias(self, structure)
         layer_inputs = (context,) if position_bias is None else (context, position_bias)
 
         encoder_states = [x] if return_all_hiddens else []
