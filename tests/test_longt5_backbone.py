@@ -109,3 +109,25 @@ def test_longt5_attention_is_refused_on_barts_backbone(data, attention):
         contract.ContractModel(
             "multidoc_bart_tiny", data, "--encoder-positions", "t5-relative-bias", "--encoder-self-attention", attention
         ).build_model()
+
+
+def test_the_encoders_gradients_under_activation_checkpointing(data):
+    """The blocked bias, a function of the trainable tables, reaches every
+    checkpointed encoder layer as a recorded input: the tables' and the
+    layers' gradients under ``--checkpoint-activations`` are those without
+    (float64, one computation recomputed: equal to rounding)."""
+    flags = LONGT5_TINY_FLAGS["longt5_tiny"]
+    gradients = []
+    for extra in ((), ("--checkpoint-activations",)):
+        built, model = longt5_shaped(data, *flags, *extra)
+        model = model.double().train()
+        net_input = built.batch("train", [0, 1], model)["net_input"]
+        encoder_out = model.encoder(net_input["src_tokens"], net_input["src_lengths"])
+        encoder_out["encoder_out"][0].pow(2).sum().backward()
+        gradients.append({name: p.grad for name, p in model.encoder.named_parameters() if p.grad is not None})
+    without, checkpointed = gradients
+    assert "relative_position_bias.relative_attention_bias.weight" in without
+    assert "global_relative_position_bias.weight" in without
+    assert checkpointed.keys() == without.keys()
+    for name, gradient in without.items():
+        torch.testing.assert_close(checkpointed[name], gradient, rtol=1e-12, atol=1e-12, msg=name)

@@ -171,7 +171,8 @@ class ComponentEncoder(TransformerEncoderBase):
     def build_encoder_layer(self, cfg):
         layer = ComponentEncoderLayer(cfg, self.self_attention_component, self._layers_built)
         self._layers_built += 1
-        return wrap_layer(layer, cfg)
+        # LongT5's context holds the blocked bias, a function of trainable tables: checkpointing records it
+        return wrap_layer(layer, cfg, structured=getattr(self.self_attention_component, "reads_position_tables", False))
 
     # ------------------------------------------------------------- forward
 
