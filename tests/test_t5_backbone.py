@@ -134,3 +134,24 @@ def test_components_that_cannot_run_on_t5s_backbone_are_refused(data):
         ).build_model()
     with pytest.raises(ValueError, match="--cross-attention hepos builds BART's attention"):
         t5_shaped(data, "--cross-attention", "hepos")
+
+
+def test_the_whole_models_gradients_under_activation_checkpointing(data):
+    """The decoder's causal relative bias, a function of the trainable
+    table computed once per pass, reaches every checkpointed decoder layer
+    (as the encoder's reaches every encoder layer): a training step's
+    gradients under ``--checkpoint-activations`` are those without (float64,
+    one computation recomputed: equal to rounding)."""
+    gradients = []
+    for extra in ((), ("--checkpoint-activations",)):
+        built, model = t5_shaped(data, *extra)
+        model = model.double().train()
+        net_input = built.batch("train", [0, 1], model)["net_input"]
+        logits = model(**net_input)[0]
+        logits.pow(2).mean().backward()
+        gradients.append({name: p.grad for name, p in model.named_parameters() if p.grad is not None})
+    without, checkpointed = gradients
+    assert "decoder.relative_position_bias.relative_attention_bias.weight" in without
+    assert checkpointed.keys() == without.keys()
+    for name, gradient in without.items():
+        torch.testing.assert_close(checkpointed[name], gradient, rtol=1e-12, atol=1e-12, msg=name)

@@ -115,7 +115,8 @@ def _checkpointed_layer_forward(
         # backward pass recompute a layer whose outputs cannot require grad
         return original_forward(*args, **kwargs)
     if structured:
-        leaves, spec = pytree.tree_flatten((args, kwargs), is_leaf=_is_passed_by_reference)
+        # the keyword values as a list: the keywords' own dict is not one the layer updates in place
+        leaves, spec = pytree.tree_flatten((args, list(kwargs.values())), is_leaf=_is_passed_by_reference)
     else:
         leaves, spec = [*args, *kwargs.values()], None
     keys = list(kwargs)
@@ -124,7 +125,8 @@ def _checkpointed_layer_forward(
     def run(anchor, *values_and_leaves):
         values, flat = values_and_leaves[: len(holders)], list(values_and_leaves[len(holders) :])
         if structured:
-            call_args, call_kwargs = pytree.tree_unflatten(flat, spec)
+            call_args, keyword_values = pytree.tree_unflatten(flat, spec)
+            call_kwargs = dict(zip(keys, keyword_values))
         else:
             split = len(flat) - len(keys)
             call_args, call_kwargs = flat[:split], dict(zip(keys, flat[split:]))
