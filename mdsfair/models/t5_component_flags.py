@@ -83,7 +83,8 @@ INSTEAD = (
     "sparse_bart_base) with the same flags, restored from an mdsfair-import hf-bart checkpoint; on T5 v1.1's "
     "backbone add --encoder-positions t5-relative-bias --normalization rmsnorm --feed-forward gated-gelu "
     "--linear-biases off --attention-scaling none --untie-output-embedding --no-scale-embedding "
-    "--encoder-normalize-before --decoder-normalize-before, with --encoder-self-attention full or document and "
+    "--encoder-normalize-before --decoder-normalize-before, with --encoder-self-attention full or document "
+    "(LongT5's local or transient-global) and "
     "--cross-attention full or document-scaled (docs/importing.md; no architecture of it restores an "
     "mdsfair-import hf-t5 checkpoint yet)"
 )
