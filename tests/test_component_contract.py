@@ -6,7 +6,9 @@ As Hugging Face's ``ModelTesterMixin`` runs its checks over
 (``mdsfair.modules.components``), read when the tests are collected: each
 choice of each role on :data:`HOST` (the model assembled from the role
 flags, at tiny dimensions), the other roles at the defaults its
-architecture fills. A component registered later is run without a line of
+architecture fills (a component that refuses BART's backbone and takes
+T5's, as LongT5's encoder attentions, runs on T5's backbone and relative
+positions: :func:`on_a_backbone_it_accepts`). A component registered later is run without a line of
 test code; a role's default component runs in the one configuration of
 defaults. The presets and every other registered architecture run the
 contract in ``tests/test_model_contract.py``, parametrized from
@@ -74,6 +76,8 @@ class Configuration:
     """The components of one model: role -> name, every role named."""
 
     choices: Tuple[Tuple[str, str], ...]
+    #: backbone flags (T5's, for a component that needs T5's backbone), none for BART's
+    backbone: Tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -83,7 +87,7 @@ class Configuration:
     def flags(self) -> List[str]:
         from mdsfair.modules.components import flag_of
 
-        return [item for role, name in self.choices for item in (flag_of(role), name)]
+        return [item for role, name in self.choices for item in (flag_of(role), name)] + list(self.backbone)
 
     def family(self) -> contract.ModelFamily:
         """The sparse decoder's KL task (its encoder trained too) for a
@@ -109,11 +113,32 @@ def component_configurations() -> List[Configuration]:
     for role in ROLES:
         for name in component_names(role):
             if name != defaults[role]:
-                configurations.append(Configuration(tuple({**defaults, role: name}.items())))
+                configurations.append(on_a_backbone_it_accepts({**defaults, role: name}))
     return configurations
 
 
-CONFIGURATIONS = component_configurations()
+#: T5 v1.1's backbone (``tests/t5_shaped_models.py``): its positions, and these flags with their argparse values
+T5_POSITIONS = "t5-relative-bias"
+T5_BACKBONE = {
+    "--normalization": ("normalization", "rmsnorm"),
+    "--feed-forward": ("feed_forward", "gated-gelu"),
+    "--linear-biases": ("linear_biases", "off"),
+    "--attention-scaling": ("attention_scaling", "none"),
+}
+
+
+def on_a_backbone_it_accepts(choices: Dict[str, str]) -> Configuration:
+    """The configuration of ``choices`` on BART's backbone, or, for a
+    component that refuses BART's backbone and accepts T5's (LongT5's
+    encoder attentions), on T5's: its relative positions and its backbone
+    flags, the other roles still at their defaults."""
+    if refusal(host_args(**choices)) is None or choices["encoder_positions"] == T5_POSITIONS:
+        return Configuration(tuple(choices.items()))
+    on_t5 = {**choices, "encoder_positions": T5_POSITIONS}
+    if refusal(host_args(**on_t5, **dict(T5_BACKBONE.values()))) is not None:
+        return Configuration(tuple(choices.items()))  # refused on both: skipped with the reason
+    flags = tuple(item for flag, (_, value) in T5_BACKBONE.items() for item in (flag, value))
+    return Configuration(tuple(on_t5.items()), flags)
 
 
 def refusal(args) -> Optional[str]:
@@ -132,6 +157,9 @@ def skip_if_refused(configuration: Configuration, args) -> None:
     reason = refusal(args)
     if reason:
         pytest.skip(f"{configuration.name}: {reason}")
+
+
+CONFIGURATIONS = component_configurations()
 
 
 _BUILT: Dict[Configuration, contract.ContractModel] = {}
