@@ -158,19 +158,11 @@ class ComponentEncoderLayer(BackboneLayer, TransformerEncoderLayerBase):
         residual = x
         if self.normalize_before:
             x = self.self_attn_layer_norm(x)
-        if position_bias is None:
-            x = self.self_attention_component.attend(
-                self.self_attn, x, encoder_padding_mask, attention_context, self.layer_index
-            )
-        else:
-            x = self.self_attention_component.attend(
-                self.self_attn,
-                x,
-                encoder_padding_mask,
-                attention_context,
-                self.layer_index,
-                position_bias=position_bias,
-            )
+        # only a component that takes a position bias is handed one (a user's attend need not know the keyword)
+        bias = {} if position_bias is None else {"position_bias": position_bias}
+        x = self.self_attention_component.attend(
+            self.self_attn, x, encoder_padding_mask, attention_context, self.layer_index, **bias
+        )
         x = self.residual_connection(self.dropout_module(x), residual)
         if not self.normalize_before:
             x = self.self_attn_layer_norm(x)
