@@ -118,6 +118,25 @@ def test_summpip_settings_are_the_authors_calls():
     assert "nn = word_vectors.most_similar(positive=[noun])" in sentence_graph
 
 
+def test_summpips_nearest_neighbours_are_gensims_most_similar_default():
+    """``NEAREST_NEIGHBOURS`` (``mdsfair/evaluation/summpip.py``) is the default ``topn`` of gensim's
+    ``KeyedVectors.most_similar`` (``gensim/models/keyedvectors.py``), which the authors' call leaves unset
+    (:func:`test_summpip_settings_are_the_authors_calls`)."""
+    import ast
+
+    from mdsfair.evaluation.summpip import NEAREST_NEIGHBOURS
+
+    module = ast.parse(authors_source("piskvorky/gensim", "gensim/models/keyedvectors.py"))
+    keyed_vectors = next(node for node in module.body if isinstance(node, ast.ClassDef) and node.name == "KeyedVectors")
+    most_similar = next(
+        node for node in keyed_vectors.body if isinstance(node, ast.FunctionDef) and node.name == "most_similar"
+    )
+    parameters = most_similar.args
+    names = [parameter.arg for parameter in parameters.args]
+    defaults = dict(zip(names[len(names) - len(parameters.defaults) :], parameters.defaults))
+    assert ast.literal_eval(defaults["topn"]) == NEAREST_NEIGHBOURS
+
+
 # ------------------------------------------------------------------------- LED (Hugging Face)
 
 
