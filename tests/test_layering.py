@@ -38,7 +38,10 @@ LAYERS: List[Tuple[str, Tuple[str, ...]]] = [
     ("models", ("mdsfair.models", "mdsfair.criterions")),
     ("preprocess", ("mdsfair.preprocess",)),
     ("tasks", ("mdsfair.tasks",)),
-    ("applications", ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli", "mdsfair.cli_help")),
+    (
+        "applications",
+        ("mdsfair.hub_interface", "mdsfair.importers", "mdsfair.cli", "mdsfair.cli_help", "mdsfair.cli_help_table"),
+    ),
     ("evaluation", ("mdsfair.evaluation",)),
 ]
 
