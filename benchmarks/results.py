@@ -14,8 +14,8 @@ A results file is one JSON object:
 * ``repeats``: how many timed repeats each median is over (``None`` where a
   transcribed log did not say);
 * ``provenance``: ``measured`` (written by the benchmark) or ``transcribed
-  from README.md at COMMIT`` (a figure of an earlier session's log that cannot
-  be re-measured here, e.g. a GPU figure; its missing fields are ``None``);
+  from README.md at COMMIT`` (a figure of a run's log quoted in README.md that
+  cannot be re-measured here, e.g. a GPU figure; its missing fields are ``None``);
 * ``load_average``: the 1-minute load average when the run started (a shared
   machine slows timings, never memory);
 * ``rows``: one object per measured cell; a timed figure (or a ratio of

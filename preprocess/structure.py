@@ -24,7 +24,6 @@ from mdsfair.data.manifest import TEXT_NORMALIZATIONS
 from mdsfair.preprocess.references import clean_references
 from mdsfair.preprocess.spacy_pipeline import load_spacy_pipeline
 from mdsfair.raw_contract import (
-    CLUSTER_LINE_REASONS,
     EMPTY_CLUSTER,
     EMPTY_DOCUMENT,
     EMPTY_SUMMARY,
@@ -35,12 +34,8 @@ from mdsfair.raw_contract import (
 )
 
 # Paragraphs (of cleaned text) and the rule-based sentence splitter are the
-# text layer's (mdsfair.text); their names stay importable from here.
+# text layer's (mdsfair.text), shared with the evaluation's readers.
 from mdsfair.text import has_content, split_paragraphs, split_sentences_rule
-
-# One error type and one set of reason codes for every reader of the raw
-# contract (mdsfair.raw_contract); the old names stay importable from here.
-BAD_INPUT_REASONS = CLUSTER_LINE_REASONS
 
 
 @dataclass

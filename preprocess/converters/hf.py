@@ -1,6 +1,6 @@
 """Hugging Face data sets as local files: Parquet, Arrow, ``datasets.save_to_disk`` folders.
 
-``datasets`` dropped loading scripts, so Multi-News and friends now come as
+``datasets`` runs no loading scripts, so Multi-News and friends are read as
 Parquet (the Hub's ``refs/convert/parquet`` branch: ``default/train/0000.parquet``,
 or ``data/train-00000-of-00001.parquet``) or as folders a user saved with
 ``save_to_disk`` (``state.json`` + ``dataset_info.json`` + ``data-*.arrow``
