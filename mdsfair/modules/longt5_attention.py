@@ -43,6 +43,15 @@ right-padded sources. fairseq's data sets pad sources on the left:
 :func:`right_padded` moves every row's tokens to its start before the
 encoder runs, so that a row's states are those it gets alone.
 
+**What the backward pass keeps.** The scores of a layer are ``T (3b + G)``
+per head, so what autograd keeps of them sets the layer's training memory.
+The blocks are laid out head-major (``[B, heads, n, b, 3b + G]``), so that
+the weights of the global tokens are a view of the softmax's output when
+they meet the global values (a block-major layout has them copied), and the
+dropout of the attention weights keeps a boolean mask
+(:func:`attention_dropout`): per score, a layer keeps the softmax's output,
+the dropped weights the values read and one byte of mask.
+
 Tensors are batch-major (``[B, T, C]``).
 """
 
@@ -89,17 +98,34 @@ def split_into_blocks(x: Tensor, block_length: int) -> Tensor:
     return x.view(x.size(0), blocks, block_length, *x.shape[2:])
 
 
-def three_blocks(blocks: Tensor) -> Tensor:
-    """``[B, n, b, ...]`` -> ``[B, n, 3b, ...]``: each block with the block
-    before and the block after it (zeros beyond the ends)."""
-    edge = blocks.new_zeros(blocks.size(0), 1, *blocks.shape[2:])
-    padded = torch.cat([edge, blocks, edge], dim=1)
-    return torch.cat([padded[:, :-2], padded[:, 1:-1], padded[:, 2:]], dim=2)
+def three_blocks(blocks: Tensor, dim: int = 1) -> Tensor:
+    """``[..., n, b, ...]`` (the blocks at ``dim``) -> ``[..., n, 3b, ...]``:
+    each block with the block before and the block after it (zeros beyond
+    the ends)."""
+    edge_shape = list(blocks.shape)
+    edge_shape[dim] = 1
+    edge = blocks.new_zeros(edge_shape)
+    padded = torch.cat([edge, blocks, edge], dim=dim)
+    blocks_count = blocks.size(dim)
+    return torch.cat([padded.narrow(dim, start, blocks_count) for start in range(3)], dim=dim + 1)
+
+
+def attention_dropout(weights: Tensor, p: float, training: bool) -> Tensor:
+    """``F.dropout(weights, p, training)``: the same draws and the same
+    weights, with a boolean mask kept for the backward pass
+    (``torch.native_dropout``, which ``F.dropout`` calls on CUDA; on a CPU
+    ``F.dropout`` keeps its mask in the weights' dtype, four bytes a score in
+    float32). The gradient is the same in float32 and float64; in bfloat16
+    it is scaled by ``1 / (1 - p)`` before rounding, where ``F.dropout``'s
+    mask holds that factor rounded to bfloat16."""
+    if not training or p == 0:
+        return weights
+    return torch.native_dropout(weights, p, True)[0]
 
 
 class BlockedAttentionBias(NamedTuple):
     """What every encoder layer of a LongT5 stack adds and reads, computed
-    once per batch: ``scores`` ``[B, n, heads, b, 3b + G]``, the position
+    once per batch: ``scores`` ``[B, heads, n, b, 3b + G]``, the position
     biases and masks of each block's queries over its three-block window and
     the ``G`` global tokens (``G = 0`` for local attention), in the softmax's
     dtype; ``global_blocks`` ``[B, T, G]``, one where token ``t`` belongs to
@@ -137,7 +163,7 @@ def blocked_attention_bias(
     offsets = torch.arange(3 * block, device=device)[None, :] - torch.arange(block, 2 * block, device=device)[:, None]
     allowed = real_blocks[..., :, None] & three_blocks(real_blocks)[..., None, :] & (offsets.abs() < block)
     local = bucket_bias(relative_attention_bias, offsets).permute(2, 0, 1).to(dtype)  # [heads, b, 3b]
-    scores = torch.where(allowed[:, :, None], local, MASKED_SCORE)  # [B, n, heads, b, 3b]
+    scores = torch.where(allowed[:, None], local[:, None], MASKED_SCORE)  # [B, heads, n, b, 3b]
     if not global_block_size:
         return BlockedAttentionBias(scores, real.new_zeros(batch_size, length, 0, dtype=states_dtype))
     size = global_block_size
@@ -150,7 +176,7 @@ def blocked_attention_bias(
     side = bucket_bias(global_relative_attention_bias, global_index - global_block[..., None])
     side_allowed = real[..., None] & (global_index < full_blocks)[:, None, :]  # [B, T, G]
     side = torch.where(side_allowed[..., None], side.to(dtype), MASKED_SCORE)  # [B, T, G, heads]
-    side = split_into_blocks(side, block).permute(0, 1, 4, 2, 3)  # [B, n, heads, b, G]
+    side = split_into_blocks(side, block).permute(0, 4, 1, 2, 3)  # [B, heads, n, b, G]
     global_blocks = F.one_hot(global_block + 1, globals_count + 1)[..., 1:].to(states_dtype)
     return BlockedAttentionBias(torch.cat([scores, side], dim=-1), global_blocks)
 
@@ -194,30 +220,30 @@ class LocalSelfAttention(T5Attention):
         self.block_length = local_radius + 1
 
     def project_blocks(self, projection: nn.Linear, x: Tensor) -> Tensor:
-        """``[B, n, b, heads, d_kv]``."""
-        projected = projection(x)
-        return split_into_blocks(projected.view(x.size(0), x.size(1), self.heads, self.head_dim), self.block_length)
+        """``[B, heads, n, b, d_kv]``."""
+        projected = projection(x).view(x.size(0), x.size(1), self.heads, self.head_dim)
+        return split_into_blocks(projected, self.block_length).permute(0, 3, 1, 2, 4)
 
     def attention_weights(self, scores: Tensor, bias: Tensor) -> Tensor:
         """The softmax over the last dimension in :func:`softmax_dtype`, back in the scores' dtype, then dropout."""
         weights = F.softmax(scores.to(bias.dtype) + bias, dim=-1).to(scores.dtype)
-        return F.dropout(weights, p=self.dropout, training=self.training)
+        return attention_dropout(weights, self.dropout, self.training)
 
     def forward(self, x: Tensor, bias: BlockedAttentionBias) -> Tensor:
         batch_size, length, _ = x.shape
-        query = self.project_blocks(self.q_proj, x)
-        key, value = (
-            three_blocks(self.project_blocks(self.k_proj, x)),
-            three_blocks(self.project_blocks(self.v_proj, x)),
-        )
-        local_scores = torch.einsum("bnqhd,bnkhd->bnhqk", query, key)
+        query = self.project_blocks(self.q_proj, x).contiguous()  # one copy, read by both products
+        key = three_blocks(self.project_blocks(self.k_proj, x), dim=2)  # [B, heads, n, 3b, d_kv]
+        value = three_blocks(self.project_blocks(self.v_proj, x), dim=2)
+        local_scores = torch.matmul(query, key.transpose(-1, -2))  # [B, heads, n, b, 3b]
         scores, global_value = self.with_global_scores(x, query, local_scores, bias)
         weights = self.attention_weights(scores, bias.scores)
-        window = key.size(2)
-        output = torch.einsum("bnhqk,bnkhd->bnqhd", weights[..., :window], value)
+        window = key.size(-2)
+        output = torch.matmul(weights[..., :window], value)  # [B, heads, n, b, d_kv]
         if global_value is not None:
-            output = output + torch.einsum("bnhqg,bghd->bnqhd", weights[..., window:], global_value)
-        return self.out_proj(output.reshape(batch_size, -1, self.heads * self.head_dim)[:, :length])
+            # the blocks' rows of every head as one matrix, a view of the weights
+            output = output + torch.matmul(weights[..., window:].flatten(2, 3), global_value).view(output.shape)
+        output = output.permute(0, 2, 3, 1, 4).reshape(batch_size, -1, self.heads * self.head_dim)
+        return self.out_proj(output[:, :length])
 
     def with_global_scores(self, x: Tensor, query: Tensor, local_scores: Tensor, bias: BlockedAttentionBias):
         """The scores over every key, and the global tokens' values (none here)."""
@@ -235,9 +261,10 @@ class TransientGlobalSelfAttention(LocalSelfAttention):
 
     def with_global_scores(self, x: Tensor, query: Tensor, local_scores: Tensor, bias: BlockedAttentionBias):
         global_inputs = self.global_input_layer_norm(torch.einsum("btc,btg->bgc", x, bias.global_blocks))
-        global_key = self.split_heads(self.k_proj(global_inputs)).transpose(1, 2)  # [B, G, heads, d_kv]
-        global_value = self.split_heads(self.v_proj(global_inputs)).transpose(1, 2)
-        global_scores = torch.einsum("bnqhd,bghd->bnhqg", query, global_key)
+        global_key = self.split_heads(self.k_proj(global_inputs))  # [B, heads, G, d_kv]
+        global_value = self.split_heads(self.v_proj(global_inputs))
+        global_scores = torch.matmul(query.flatten(2, 3), global_key.transpose(-1, -2))  # [B, heads, n b, G]
+        global_scores = global_scores.view(*local_scores.shape[:-1], -1)
         return torch.cat([local_scores, global_scores], dim=-1), global_value
 
 

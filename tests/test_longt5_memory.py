@@ -1,0 +1,89 @@
+"""What LongT5's blocked attention (:mod:`mdsfair.modules.longt5_attention`)
+keeps for the backward pass, and that keeping less left its computation as
+it was: the dropout of the attention weights draws the masks ``F.dropout``
+draws, and a training step's output and gradients are those of the layer
+with ``F.dropout`` (float64)."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+from mdsfair.modules import longt5_attention
+from tests.test_longt5 import attention_and_bias_tables
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_attention_dropout_draws_what_f_dropout_draws(dtype):
+    """The same weights from the same seed, and the generator left where
+    ``F.dropout`` leaves it (the draws that follow are the same too)."""
+    weights = torch.rand(2, 3, 4, 5, 37, dtype=dtype)
+    torch.manual_seed(3)
+    expected, expected_next = F.dropout(weights, 0.1, True), torch.rand(4)
+    torch.manual_seed(3)
+    dropped, following = longt5_attention.attention_dropout(weights, 0.1, True), torch.rand(4)
+    assert torch.equal(dropped, expected) and torch.equal(following, expected_next)
+    assert (dropped == 0).any() and (dropped != 0).any()
+    assert longt5_attention.attention_dropout(weights, 0.1, False) is weights
+    assert longt5_attention.attention_dropout(weights, 0.0, True) is weights
+
+
+@pytest.mark.parametrize("kind", ["local", "transient-global"])
+def test_a_training_step_equals_the_layer_with_f_dropout(monkeypatch, kind):
+    """Output and gradients (inputs, projections, both bias tables) of a
+    layer with dropout 0.3 in training mode, equal to those of the same
+    layer whose weights go through ``F.dropout``, from the same seed
+    (float64, a right-padded batch of 23 and 14 tokens, radius 3, global
+    blocks of 4)."""
+    attention, table = attention_and_bias_tables(kind, global_block_size=4, dtype=torch.float64)
+    attention.dropout = 0.3
+    attention.train()
+    padding = torch.arange(23)[None, :] >= torch.tensor([23, 14])[:, None]
+    x = torch.randn(2, 23, 16, dtype=torch.float64)
+
+    def step():
+        torch.manual_seed(11)
+        inputs = x.clone().requires_grad_()
+        output = attention(inputs, table(padding, inputs.dtype))
+        parameters = [inputs, *attention.parameters(), *table.parameters()]
+        gradients = torch.autograd.grad((output * torch.cos(output)).sum(), parameters)
+        return output.detach(), gradients
+
+    output, gradients = step()
+    monkeypatch.setattr(longt5_attention, "attention_dropout", F.dropout)
+    expected_output, expected_gradients = step()
+    assert torch.equal(output, expected_output)
+    for gradient, expected in zip(gradients, expected_gradients):
+        torch.testing.assert_close(gradient, expected, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("global_block_size", [0, 2])
+def test_per_score_a_layer_keeps_the_softmax_the_dropped_weights_and_a_boolean_mask(global_block_size):
+    """What autograd saves of a layer in training mode with dropout, among
+    tensors of as many bytes as its blocked scores ``[B, heads, n, b, 3b +
+    G]`` in float32 or in booleans: the softmax's output and the dropped
+    weights (float32) and the dropout's boolean mask, no copy of the weights
+    for the global tokens' values, no mask in float32 (local attention and
+    transient-global attention with ``G = 32``; 64 tokens, radius 3, 2 heads
+    of 8, so that no other saved tensor has the scores' size)."""
+    if global_block_size:
+        attention = longt5_attention.TransientGlobalSelfAttention(16, 2, 8, 0.1, 3, 1e-6)
+    else:
+        attention = longt5_attention.LocalSelfAttention(16, 2, 8, 0.1, 3)
+    table = longt5_attention.BlockedRelativePositionBias(2, 8, 16, 3, global_block_size)
+    bias = table(torch.zeros(1, 64, dtype=torch.bool), torch.float32)
+    scores = bias.scores.numel()
+    saved = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    x = torch.randn(1, 64, 16, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        attention.train()(x, bias)
+    assert sorted(nbytes for nbytes in saved.values() if nbytes in (scores, 4 * scores)) == [
+        scores,
+        4 * scores,
+        4 * scores,
+    ]
