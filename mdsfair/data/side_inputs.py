@@ -64,15 +64,6 @@ class ValueRule:
         raise NotImplementedError
 
 
-def pairwise_view(value: Tensor, start: int) -> Tensor:
-    """The ``[B, T - 1]`` view of ``value [B, T]`` at positions ``start ..
-    start + T - 2`` (``start`` 0: each token's predecessor; 1: the token), as
-    one strided view (a slice is two operators, and the encoder's step counts
-    them: ``tests/test_operator_counts.py``)."""
-    size = (value.size(0), max(value.size(1) - 1, 0))
-    return value.as_strided(size, value.stride(), value.storage_offset() + start * value.stride(1))
-
-
 class StructureRuns(ValueRule):
     """Structure ids (``doc``, ``para``, ``sent``): negative at padding (the
     data contract pads with -1), every real token has a ``unit`` (an id >=
@@ -88,9 +79,9 @@ class StructureRuns(ValueRule):
 
     def checks(self, name, value, padding_mask, given):
         # a real token without a unit, or padding with one
-        misplaced = torch.ne(value.lt(0), padding_mask)
+        misplaced = value.lt(0) != padding_mask
         # a real token whose id is below its predecessor's (padding is negative, below every id)
-        decreasing = torch.gt(pairwise_view(value, 1).lt(pairwise_view(value, 0)), pairwise_view(padding_mask, 1))
+        decreasing = value[:, 1:].lt(value[:, :-1]) & ~padding_mask[:, 1:]
 
         def misplaced_message():
             row, position = first_offender(misplaced)
@@ -130,7 +121,7 @@ class IndexRange(ValueRule):
 
     def checks(self, name, value, padding_mask, given):
         limit = value.size(1) if self.count is None else self.count
-        outside = torch.bitwise_or(value.lt(-1), value.ge(limit))
+        outside = value.lt(-1) | value.ge(limit)
 
         def message():
             row, position = first_offender(outside)
@@ -159,7 +150,7 @@ class CoversParagraphs(ValueRule):
         if paragraph_ids is None or paragraph_ids.shape != padding_mask.shape:
             return []
         size = value.size(1)
-        beyond = torch.gt(paragraph_ids.ge(size), padding_mask)
+        beyond = paragraph_ids.ge(size) & ~padding_mask
 
         def message():
             row, position = first_offender(beyond)

@@ -194,7 +194,7 @@ class DocumentLayout:
         if read_segment_sizes:  # every document and every run of padding is one segment
             segment_counts = (segment_boundaries(document_ids).sum(), document_ids.lt(0).sum(dim=1).max())
         num_documents, lowest_offset, highest_offset, *counts = checks.read(
-            num_documents, *runs.offset_range, *longer_than.unbind(0), *segment_counts
+            num_documents, *runs.offset_range, longer_than, *segment_counts
         )
         longer_than, segment_counts = counts[: len(bucket_bounds)] + [0], counts[len(bucket_bounds) :]
         longest, padded = highest_offset + 1, lowest_offset < 0

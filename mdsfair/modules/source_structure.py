@@ -87,41 +87,41 @@ class SourceStructure:
         return self.values[name]
 
     def read(self, *values: Tensor) -> List[int]:
-        """``values`` (0-dim integer or bool tensors) as Python ints, every
-        requested value and every pending check, in one host read (one
-        synchronization on a GPU); raises ``ValueError`` with the first
-        failed check's message."""
+        """The elements of ``values`` (integer or bool tensors, each read whole,
+        in order) as Python ints, every requested value and every pending
+        check, in one host read (one synchronization on a GPU); raises
+        ``ValueError`` with the first failed check's message."""
         checks, self.pending_checks = self.pending_checks, []
         requested, self.requested = self.requested, {}
         tensors = list(values) + list(requested.values()) + [failed for failed, _ in checks]
         if not tensors:
             return []
-        numbers = read_scalars(tensors)
-        for failed, (_, message) in zip(numbers[len(values) + len(requested) :], checks):
+        numbers = read_integers(tensors)
+        value_count = sum(value.numel() for value in values)
+        requested_numbers = numbers[value_count : value_count + len(requested)]
+        for failed, (_, message) in zip(numbers[value_count + len(requested) :], checks):
             if failed:  # a message may be a function: the details of a refusal are read only then
                 raise ValueError(message() if callable(message) else message)
-        self.values.update(zip(requested, numbers[len(values) : len(values) + len(requested)]))
-        return numbers[: len(values)]
+        self.values.update(zip(requested, requested_numbers))
+        return numbers[:value_count]
 
 
-def read_scalars(scalars: List[Tensor]) -> List[int]:
-    """The 0-dim (or one-element) integer and bool tensors ``scalars`` as
-    Python ints, in order, in one host read (``tolist``) and with few
-    operators: one ``cat`` of the scalars of each dtype and one conversion of
-    each dtype other than int64 (converting every scalar on its own costs a
-    ``reshape`` and a ``to`` each)."""
-    groups: Dict[torch.dtype, List[int]] = {}
-    for index, scalar in enumerate(scalars):
-        groups.setdefault(scalar.dtype, []).append(index)
-    parts, order = [], []
-    for dtype, indices in groups.items():
-        part = torch.cat([scalars[index].view(1) for index in indices])
-        parts.append(part if dtype == torch.int64 else part.long())
-        order += indices
-    numbers = [0] * len(scalars)
-    for index, number in zip(order, (torch.cat(parts) if len(parts) > 1 else parts[0]).tolist()):
-        numbers[index] = number
-    return numbers
+def read_integers(tensors: List[Tensor]) -> List[int]:
+    """The elements of the integer and bool ``tensors`` as Python ints,
+    tensor after tensor, in one host read (``tolist``). The tensors of each
+    dtype are joined, and each join converted to int64 once rather than each
+    tensor on its own."""
+    indices_by_dtype: Dict[torch.dtype, List[int]] = {}
+    for index, tensor in enumerate(tensors):
+        indices_by_dtype.setdefault(tensor.dtype, []).append(index)
+    joined = [torch.cat([tensors[index].view(-1) for index in indices]).long() for indices in indices_by_dtype.values()]
+    numbers = torch.cat(joined).tolist()
+    elements, position = {}, 0
+    for index in [index for indices in indices_by_dtype.values() for index in indices]:  # the order of ``numbers``
+        count = tensors[index].numel()
+        elements[index] = numbers[position : position + count]
+        position += count
+    return [number for index in range(len(tensors)) for number in elements[index]]
 
 
 @dataclass
