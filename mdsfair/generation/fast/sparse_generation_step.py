@@ -45,7 +45,6 @@ from torch import Tensor
 
 from mdsfair.generation.fast import fast_variant_of
 from mdsfair.generation.fast.static_beam_search import FollowsStaticBeamSearch
-from mdsfair.generation.fast.step_linear import transposed
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.parameter_cache import derived_from_parameters, linear_bias, linear_parameters
 from mdsfair.modules.sentence_approximator import elu_feature_map, model_free_log_probabilities
@@ -390,9 +389,7 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         k = min(self.top_r, num_slots)
         weights = self._generation_weights()
         # [q_proj; W^Q] x^T: [C or 2C, B'], the head h, dimension d of row b' at (h * d_h + d, b')
-        projected = torch.addmm(
-            weights["query_bias"], weights["query_weight"], transposed(query.view(num_rows, embed_dim))
-        )
+        projected = torch.addmm(weights["query_bias"], weights["query_weight"], query.view(num_rows, embed_dim).t())
         # the word queries as [H, B', d_h], and the model-based sentence queries' rows of one source
         # grouped per head, [B, H, R, d_h] (copied into a buffer: one batched product per source and head)
         word_queries = projected.as_strided((heads, num_rows, head_dim), (head_dim * num_rows, 1, num_rows))

@@ -68,17 +68,11 @@ def transposed_product_pays(rows: int, x: Tensor) -> bool:
     )
 
 
-def transposed(matrix: Tensor) -> Tensor:
-    """``matrix.t()`` of a 2-D tensor, as one strided view (one operator
-    call, ``t()`` dispatches three)."""
-    return matrix.as_strided((matrix.size(1), matrix.size(0)), (matrix.stride(1), matrix.stride(0)))
-
-
 def _transposed_product(x: Tensor, weight: Tensor, bias_column: Optional[Tensor]) -> Tensor:
     """``(weight @ x^T + bias_column)^T``: ``[rows, out]``, a transposed view."""
     if bias_column is None:
-        return transposed(torch.mm(weight, transposed(x)))
-    return transposed(torch.addmm(bias_column, weight, transposed(x)))
+        return torch.mm(weight, x.t()).t()
+    return torch.addmm(bias_column, weight, x.t()).t()
 
 
 def rows_times_weight(
@@ -139,8 +133,7 @@ def step_product(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tens
         bias_column = derived_from_parameters(
             linear, "_step_bias_column", linear_parameters(linear), lambda: linear.bias.unsqueeze(1)
         )
-    # [1, rows, in] (a decoder step) as [rows, in]: a view whatever the strides (one operator; reshape is two)
-    flat = x.view(rows, x.size(-1)) if x.dim() == 3 and x.size(0) == 1 else x.reshape(rows, x.size(-1))
+    flat = x.reshape(rows, x.size(-1))
     if contiguous:
         product = row_major_product(flat, linear.weight, bias_column)
     else:
