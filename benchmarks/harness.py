@@ -92,20 +92,13 @@ def dimensions(layers: int, embed_dim: int, ffn_dim: int, heads: int, **more) ->
     )
 
 
-def model_flags(model_class, parser_defaults: bool = False, **fields) -> Namespace:
+def model_flags(model_class, **fields) -> Namespace:
     """``model_class``'s flags as fairseq parses model arguments (a flag not
     given is absent, so that the architecture function fills it), then
-    ``fields``. With ``parser_defaults``, a flag whose parser default is not
-    None keeps that default instead: every switch (``store_true``) is off,
-    whatever the architecture would set."""
-    if parser_defaults:
-        parser = argparse.ArgumentParser()
-        model_class.add_args(parser)
-        args = Namespace(**{name: value for name, value in vars(parser.parse_args([])).items() if value is not None})
-    else:
-        parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
-        model_class.add_args(parser)
-        args = parser.parse_args([])
+    ``fields``."""
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS)
+    model_class.add_args(parser)
+    args = parser.parse_args([])
     for name, value in fields.items():
         setattr(args, name, value)
     return args
@@ -116,27 +109,25 @@ def model_args(model_class, dims: str, **fields) -> Namespace:
     return model_flags(model_class, **{**dimensions(*DIMS[dims]), **fields})
 
 
-def architecture_args(arch: str, parser_defaults: bool = False, **fields) -> Namespace:
+def architecture_args(arch: str, **fields) -> Namespace:
     """The arguments ``fairseq-train`` builds the registered architecture
     ``arch`` with for the summarization task: its model's
-    :func:`model_flags` (``parser_defaults``) with ``fields``, then the
-    architecture's settings."""
+    :func:`model_flags` with ``fields``, then the architecture's settings."""
     from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 
-    args = model_flags(ARCH_MODEL_REGISTRY[arch], parser_defaults, **fields)
+    args = model_flags(ARCH_MODEL_REGISTRY[arch], **fields)
     args.arch = arch
     args.task = "multidoc_summarization"
     ARCH_CONFIG_REGISTRY[arch](args)
     return args
 
 
-def synthetic_model(arch: str, dictionary, parser_defaults: bool = False, **fields):
+def synthetic_model(arch: str, dictionary, **fields):
     """The registered architecture ``arch`` (:func:`architecture_args` with
-    ``parser_defaults`` and ``fields``) built on ``dictionary``
-    (:class:`SyntheticTask`)."""
+    ``fields``) built on ``dictionary`` (:class:`SyntheticTask`)."""
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    args = architecture_args(arch, parser_defaults, **fields)
+    args = architecture_args(arch, **fields)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, SyntheticTask(dictionary))
 
 

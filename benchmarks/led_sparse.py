@@ -5,8 +5,10 @@ cross-attention), on the same weights.
 The sparse decoder's argument is that a generation step costs O(N1 + r N2)
 instead of O(N) in the source length N: it is strongest behind an encoder
 that reads 16,384 tokens (issue 31, item 4). Two random-weight models with
-the same word-level weights (``led_base`` dimensions unless changed: 6+6
-layers, d 768, window 1,024, the first token global, vocabulary 50,265):
+the same word-level weights, each its registered architecture's settings
+(BART-base's: embedding layer norm, learned positions, shared embeddings) at
+``led_base``'s dimensions unless changed (6+6 layers, d 768, window 1,024,
+the first token global, vocabulary 50,265):
 
 * ``led``: ``--arch led_base``;
 * ``led_sparse r=R``: ``--arch led_sparse``, the model-based approximator's
@@ -45,11 +47,9 @@ from benchmarks.sparse_decoder import encode, synthetic_batch
 
 
 def build(arch: str, options, dictionary, max_positions: int, top_r: int = 5):
-    # the parser's defaults: every switch off (no layernorm_embedding, learned positions or shared embeddings)
     return harness.synthetic_model(
         arch,
         dictionary,
-        parser_defaults=True,
         **harness.dimensions(options.layers, options.dim, 4 * options.dim, options.heads),
         max_source_positions=max_positions,
         max_encoder_positions=max_positions,

@@ -50,8 +50,11 @@ ratio (``dec %`` and the speed-ups) is computed per repeat and the median
 (:func:`benchmarks.measure.interleaved_ratio`).
 
 Random weights are enough for speed: the cost does not depend on their values.
-The default dimensions are BART-base's (6+6 layers, d 768, 12 heads, FFN 3072,
-vocabulary 50,265); the output layer over 50k words then costs about as much
+Every model is the registered architecture ``sparse_bart_base`` (BART-base's
+settings: embedding layer norm, learned positions, one embedding shared by
+both stacks and the output; stock BART is built from the same arguments), at
+the dimensions given, by default BART-base's (6+6 layers, d 768, 12 heads,
+FFN 3072, vocabulary 50,265); the output layer over 50k words then costs about as much
 per step as the cross-attention over 4,096 tokens, so ``--vocab-size`` lets a
 run isolate the attention.
 
@@ -81,10 +84,8 @@ from mdsfair.models.sparse_bart import SparseBARTModel
 
 
 def build_model(options, dictionary, max_source_positions, approximator="model-based", sentence_encoder="bigru"):
-    # the parser's defaults: every switch off (no layernorm_embedding, learned positions or shared embeddings)
     args = harness.architecture_args(
         "sparse_bart_base",
-        parser_defaults=True,
         approximator=approximator,
         sentence_encoder=sentence_encoder,
         **harness.dimensions(options.layers, options.dim, 4 * options.dim, options.heads),

@@ -370,6 +370,36 @@ def test_led_sparse_benchmark_times_both_models_on_shared_weights_and_records_it
     assert "led_sparse" in capsys.readouterr().out
 
 
+def test_sparse_benchmarks_build_their_registered_architectures():
+    """benchmarks/sparse_decoder.py builds sparse_bart_base with BART-base's
+    settings as fairseq registers bart_base (every field of bart_base's
+    arguments equal: embedding layer norm, learned positions, shared
+    embeddings), and stock BART from the same arguments; led_sparse.py builds
+    led_base and led_sparse with theirs."""
+    from argparse import Namespace
+
+    from benchmarks import harness, led_sparse, sparse_decoder
+
+    options = Namespace(layers=1, dim=16, heads=2, share_selection_across_beams=False)
+    dictionary = harness.synthetic_dictionary(50)
+    model, args = sparse_decoder.build_model(options, dictionary, 64)
+    bart = harness.architecture_args(
+        "bart_base", **harness.dimensions(1, 16, 64, 2), max_source_positions=64, max_target_positions=1024
+    )
+    assert {name: getattr(args, name, None) for name in vars(bart) if name != "arch"} == {
+        name: value for name, value in vars(bart).items() if name != "arch"
+    }
+    assert args.layernorm_embedding and args.share_all_embeddings and args.encoder_learned_pos
+    stock = sparse_decoder.stock_bart_like(model, args, dictionary)
+    for built in (model, stock):
+        assert built.encoder.layernorm_embedding is not None and built.decoder.layernorm_embedding is not None
+        assert built.encoder.embed_tokens.weight is built.decoder.embed_tokens.weight
+    led_options = Namespace(layers=1, dim=32, heads=4, window=32)
+    for arch in ("led_base", "led_sparse"):
+        built = led_sparse.build(arch, led_options, harness.synthetic_dictionary(300), 256)
+        assert built.encoder.layernorm_embedding is not None and built.args.share_all_embeddings, arch
+
+
 def test_sparse_decoder_sweeps_the_sentence_count_at_a_fixed_source_length(tmp_path, capsys):
     """benchmarks/sparse_decoder.py --sentences-per-source at toy size: each
     source split into S near-equal sentences for every S given, every row of
