@@ -16,8 +16,8 @@ from mdsfair.modules.sentence_approximator import (
     PoolingSentenceEncoder,
     SentenceEncoder,
     model_free_sentence_keys,
-    sentence_length_buckets,
-    sentence_token_states,
+    pack_sentences,
+    sentences_longest_first,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout, sentence_saliency
 from mdsfair.modules.sentence_selection import kept_token_bounds, kept_token_layout, select_top_r_sentences
@@ -823,15 +823,14 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
         assert hasattr(encoder, "precheckpoint_forward") and encoder.forward.args[1] == offload
         assert not hasattr(plain.encoder.sentence_encoder, "precheckpoint_forward")
     sample = batch(task, plain)
-    # the BiGRU runs once per group of similar-length sentences, the pooling once
-    groups = sentence_length_buckets(sentence_layout(sample["net_input"]["src_sent_ids"]).lengths.view(-1))
-    calls = len(groups) if sentence_encoder == "bigru" else 1
+    # the BiGRU runs once over all sentences (by chunks when checkpointed), the pooling once
+    sentences = int(sentence_layout(sample["net_input"]["src_sent_ids"]).sentence_mask.sum())
     loss, gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(plain, criterion, sample)
-    assert forward_modes == [True] * calls and backward_modes == []
+    assert forward_modes == [True] and backward_modes == []
     checkpointed_loss, checkpointed_gradients, forward_modes, backward_modes = loss_gradients_and_encoder_calls(
         model, criterion, sample
     )
-    chunks = sum(-(-rows.numel() // chunk) for rows, _ in groups) if sentence_encoder == "bigru" else 1
+    chunks = -(-sentences // chunk) if sentence_encoder == "bigru" else 1
     assert sentence_encoder == "attention-pooling" or chunks > 1
     assert forward_modes == [False] * chunks and backward_modes == [True] * chunks
     assert torch.equal(checkpointed_loss, loss)
@@ -842,64 +841,83 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
 
 
 def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
-    """The BiGRU of Eq. 10 runs on right-padded sentences (fused kernels)
-    with the backward direction reading each sentence reversed within its
-    length: its final states equal ``nn.GRU``'s on the packed sentences
-    (float64), for sentences of different lengths, in 1 and 2 layers."""
-    from torch.nn.utils.rnn import pack_padded_sequence
-
-    from mdsfair.modules.sentence_approximator import SentenceEncoder
+    """The BiGRU of Eq. 10 as one packed recurrence (pack_sentences,
+    gru_over_packed): its final states, its sentence vectors and their
+    gradients equal ``nn.GRU``'s on a ``PackedSequence`` of the same
+    sentences (float64), for sentences of different lengths, in 1 and 2
+    layers."""
+    from torch.nn.utils.rnn import pack_sequence
 
     torch.manual_seed(0)
+    lengths = [5, 1, 3, 5, 2, 4]
+    src_sent_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]).unsqueeze(0)
+    layout = sentence_layout(src_sent_ids)
     for layers in (1, 2):
-        encoder = SentenceEncoder(12, 10, num_layers=layers).double().eval()
-        lengths = torch.tensor([5, 1, 3, 5, 2])
-        states = torch.randn(5, 5, 12, dtype=torch.float64)
-        states = states * (torch.arange(5).view(1, -1, 1) < lengths.view(-1, 1, 1))  # padding after each end
-        packed = pack_padded_sequence(states, lengths, batch_first=True, enforce_sorted=False)
-        _, final = encoder.gru(packed)
-        forward, backward = encoder.bidirectional_final_states(states, lengths)
+        encoder = SentenceEncoder(12, 10, num_layers=layers).double()
+        for parameter in encoder.parameters():  # off the zero-bias start, so that every term counts
+            torch.nn.init.normal_(parameter, std=0.3)
+        states = torch.randn(1, src_sent_ids.size(1), 12, dtype=torch.float64)
+        rows = sentences_longest_first(layout.lengths.view(-1))
+        packed = pack_sentences(layout, rows, src_sent_ids.size(1))
+        forward, backward = encoder.bidirectional_final_states(states[0].index_select(0, packed.tokens), packed)
+        sentences = [states[0, src_sent_ids[0] == row] for row in rows.tolist()]
+        _, final = encoder.gru(pack_sequence(sentences))
         torch.testing.assert_close(forward, final[-2], atol=1e-12, rtol=0)
         torch.testing.assert_close(backward, final[-1], atol=1e-12, rtol=0)
-        # what padding holds does not matter
-        noisy = states + torch.randn_like(states) * (torch.arange(5).view(1, -1, 1) >= lengths.view(-1, 1, 1))
-        torch.testing.assert_close(
-            encoder.sentence_vectors(noisy, lengths), encoder.sentence_vectors(states, lengths), atol=1e-12, rtol=0
+
+        reference = copy.deepcopy(encoder)
+        ours = encoder(states, layout)[0]
+        _, final = reference.gru(
+            pack_sequence([states[0, src_sent_ids[0] == s] for s in range(len(lengths))], enforce_sorted=False)
         )
+        theirs = reference.output_proj(torch.cat([final[-2], final[-1]], dim=-1))
+        torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+        ours.pow(2).sum().backward()
+        theirs.pow(2).sum().backward()
+        for (name, got), expected in zip(encoder.named_parameters(), reference.parameters()):
+            torch.testing.assert_close(got.grad, expected.grad, atol=1e-12, rtol=0, msg=name)
 
 
-def test_sentence_length_buckets_pad_each_group_to_its_own_longest():
-    """The BiGRU of Eq. 10 runs on groups of similar-length sentences: every
-    non-empty sentence in exactly one group, none of a group shorter than
-    its longest / 1.5, empty slots in none; the sentence vectors equal one
-    call over all sentences padded to the batch's longest (float64), and a
-    batch of unequal sentences pads to well under the longest per sentence."""
-    lengths = torch.tensor([0, 7, 1, 30, 20, 21, 0, 5, 4, 3, 29, 2])
-    groups = sentence_length_buckets(lengths)
-    rows = torch.cat([rows for rows, _ in groups])
-    assert sorted(rows.tolist()) == lengths.gt(0).nonzero().view(-1).tolist()
-    for group, longest in groups:
-        assert int(lengths[group].max()) == longest and bool((lengths[group] * 1.5 > longest).all())
-    assert [longest for _, longest in groups] == [30, 20, 7, 4, 2, 1]  # 20 * 1.5 is not above 30
-    assert sentence_length_buckets(torch.zeros(3, dtype=torch.long)) == []
-
-    torch.manual_seed(0)
-    encoder = SentenceEncoder(12, 10, num_layers=2).double().eval()
-    sentence_ids = torch.cat([torch.full((int(n),), i) for i, n in enumerate([3, 1, 17, 6, 2, 9])])
+def test_packed_sentences_read_every_token_once_and_no_padding():
+    """pack_sentences: step t holds token t of every sentence longer than t,
+    longest first (so the running sentences of a step are a prefix of those
+    of the step before); the packed rows are exactly the sentences' tokens
+    (no padding, whatever the lengths); reversed_rows reads every sentence
+    from its last token and is an involution; empty slots are left out."""
+    lengths = [3, 1, 17, 6, 2, 9]
+    sentence_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
     src_sent_ids = torch.stack([sentence_ids, sentence_ids.flip(0)])  # [2, 38], differently ordered
-    src_sent_ids[1, -4:] = -1  # padding
+    src_sent_ids[1, -4:] = -1  # padding: sentence 0 of the second example loses 3 tokens, sentence 1 becomes empty
     layout = sentence_layout(src_sent_ids)
-    states = torch.randn(2, src_sent_ids.size(1), 12, dtype=torch.float64)
-    with torch.no_grad():
-        bucketed = encoder(states, layout).flatten(0, 1)
-        lengths = layout.lengths.view(-1)
-        real = lengths.gt(0).nonzero(as_tuple=True)[0]
-        padded = sentence_token_states(states, layout).index_select(0, real)
-        one_call = encoder.sentence_vectors(padded, lengths.index_select(0, real))
-    torch.testing.assert_close(bucketed.index_select(0, real), one_call, atol=1e-12, rtol=0)
-    assert bool(bucketed[lengths.eq(0)].eq(0).all())
-    padded_slots = sum(rows.numel() * longest for rows, longest in sentence_length_buckets(lengths))
-    assert padded_slots < 1.5 * int(lengths.sum()) < real.numel() * int(lengths.max())
+    source_length = src_sent_ids.size(1)
+    rows = sentences_longest_first(layout.lengths.view(-1))
+    slot_lengths = layout.lengths.view(-1)
+    assert rows.tolist() == sorted(slot_lengths.gt(0).nonzero().view(-1).tolist(), key=lambda r: -int(slot_lengths[r]))
+    packed = pack_sentences(layout, rows, source_length)
+    num_slots = layout.lengths.size(1)
+    positions = {  # the flat source positions of every sentence's tokens, in order
+        row: [
+            (row // num_slots) * source_length + n
+            for n in range(source_length)
+            if int(src_sent_ids[row // num_slots, n]) == row % num_slots
+        ]
+        for row in rows.tolist()
+    }
+    expected_tokens, expected_reversed, row_of = [], [], {}
+    for step in range(int(slot_lengths.max())):
+        for row in rows.tolist():
+            if len(positions[row]) > step:
+                row_of[(row, step)] = len(expected_tokens)
+                expected_tokens.append(positions[row][step])
+    for step in range(int(slot_lengths.max())):
+        for row in rows.tolist():
+            if len(positions[row]) > step:
+                expected_reversed.append(row_of[(row, len(positions[row]) - 1 - step)])
+    assert packed.tokens.tolist() == expected_tokens
+    assert packed.reversed_rows.tolist() == expected_reversed
+    assert torch.equal(packed.reversed_rows[packed.reversed_rows], torch.arange(len(expected_tokens)))
+    assert sum(packed.batch_sizes) == len(expected_tokens) == int(slot_lengths.sum())
+    assert packed.batch_sizes == [int(slot_lengths.gt(step).sum()) for step in range(int(slot_lengths.max()))]
 
 
 @pytest.mark.parametrize(

@@ -10,11 +10,12 @@ a sentence-level attention (Eq. 7)::
     y_i     = RNN(k_{i,1}, ..., k_{i,J_i})     (Eq. 10)
 
 * :class:`SentenceEncoder` is the RNN of Eq. 10: a 2-layer bidirectional GRU
-  run over each sentence's encoder states, the sentences of the batch in a
-  few calls of similar-length sentences; the sentence vector is a linear map of the final forward
-  and the final backward state (the authors' ``SentLevelNN`` reads the last
-  layer's forward output at the last token and backward output at the first
-  token: the same states). It is shared by every decoder layer.
+  run over each sentence's encoder states, all sentences of the batch in one
+  packed recurrence (:func:`pack_sentences`, :func:`gru_over_packed`); the
+  sentence vector is a linear map of the final forward and the final
+  backward state (the authors' ``SentLevelNN`` reads the last layer's
+  forward output at the last token and backward output at the first token:
+  the same states). It is shared by every decoder layer.
 * :class:`PoolingSentenceEncoder` is the cheaper replacement Sec. 4.5
   proposes ("replace RNN by a hierarchical attention that runs over
   sentences", cost growing with N1 N2 D instead of N1 N2 D^2 per step of a
@@ -31,7 +32,7 @@ a sentence-level attention (Eq. 7)::
   distribution is needed (losses, reports).
 """
 
-from typing import Callable, List, Tuple
+from typing import Callable, List, NamedTuple, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -54,18 +55,94 @@ def sentence_token_states(encoder_states: Tensor, layout: SentenceLayout) -> Ten
     return gathered.view(bsz * num_slots, max_length, embed_dim)
 
 
-def reversal_index(lengths: Tensor, longest: int) -> Tensor:
-    """``[n, L]``: position ``t`` of sentence ``i`` reads position
-    ``lengths[i] - 1 - t`` while ``t < lengths[i]``, and itself in the
-    padding after (an involution: applied twice it is the identity)."""
-    time = torch.arange(longest, device=lengths.device).view(1, -1)
-    return torch.where(time < lengths.view(-1, 1), lengths.view(-1, 1) - 1 - time, time)
+class PackedSentences(NamedTuple):
+    """The tokens of some sentences of a batch in the packed order of one
+    recurrence over all of them (``nn.utils.rnn.PackedSequence``'s order):
+    step ``t`` holds token ``t`` of every sentence longer than ``t``, the
+    sentences longest first, so that the sentences still running at a step
+    are the first ones of the step before and no step reads padding.
+
+    ``rows``: ``[n]`` the sentences' flat slots ``b * S + s``, longest first.
+    ``tokens``: ``[T]`` the flat source position ``b * N + j`` of every packed
+    row (``T`` the sentences' tokens), each sentence read from its first token.
+    ``reversed_rows``: ``[T]`` for the packed row of token ``t`` of a sentence
+    of ``J`` tokens, the packed row of its token ``J - 1 - t``: the order in
+    which the backward direction reads the same tokens (an involution).
+    ``batch_sizes``: the number of sentences running at every step.
+    """
+
+    rows: Tensor
+    tokens: Tensor
+    reversed_rows: Tensor
+    batch_sizes: List[int]
 
 
-def reverse_within_lengths(sequences: Tensor, index: Tensor) -> Tensor:
-    """``[n, L, C]`` right-padded sequences, each reversed within its length
-    (``index`` from :func:`reversal_index`)."""
-    return sequences.gather(1, index.unsqueeze(-1).expand(-1, -1, sequences.size(-1)))
+def sentences_longest_first(lengths: Tensor) -> Tensor:
+    """The non-empty slots of ``lengths`` (``[n]`` token counts), longest
+    first (ties in slot order)."""
+    real = lengths.gt(0).nonzero(as_tuple=True)[0]
+    _, order = lengths.index_select(0, real).sort(descending=True, stable=True)
+    return real.index_select(0, order)
+
+
+def pack_sentences(layout: SentenceLayout, rows: Tensor, source_length: int) -> PackedSentences:
+    """:class:`PackedSentences` of the sentence slots ``rows`` (flat
+    ``b * S + s``, non-empty, longest first) of ``layout``, over a source of
+    ``source_length`` tokens per example."""
+    num_slots, max_length = layout.token_index.shape[1:]
+    lengths = layout.lengths.view(-1).index_select(0, rows)
+    running = torch.arange(int(lengths[0]), device=rows.device).view(-1, 1) < lengths.view(1, -1)  # [steps, n]
+    step, sentence = running.nonzero(as_tuple=True)  # packed rows, step by step
+    positions = layout.token_index.view(-1, max_length).index_select(0, rows)
+    example_start = torch.div(rows, num_slots, rounding_mode="floor") * source_length
+    batch_sizes = running.sum(1)
+    step_start = batch_sizes.cumsum(0) - batch_sizes
+    return PackedSentences(
+        rows=rows,
+        tokens=example_start[sentence] + positions[sentence, step],
+        reversed_rows=step_start[lengths[sentence] - 1 - step] + sentence,
+        batch_sizes=batch_sizes.tolist(),
+    )
+
+
+def gru_over_packed(
+    input_gates: Tensor, weight_hh: Tensor, bias_hh: Tensor, batch_sizes: List[int]
+) -> Tuple[Tensor, Tensor]:
+    """One direction of a GRU layer over packed sequences (``nn.GRU``'s
+    equations, its gate order r, z, n)::
+
+        r_t = sigmoid(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
+        z_t = sigmoid(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
+        n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))
+        h_t = (1 - z_t) * n_t + z_t * h_{t-1}
+
+    Args:
+        input_gates: ``[T, 3H]`` ``W_i x + b_i`` of every packed row, computed
+            for all steps at once (one matrix product).
+        weight_hh, bias_hh: ``W_h`` ``[3H, H]`` and ``b_h`` ``[3H]``.
+        batch_sizes: sequences running at every step (non-increasing), as
+            :class:`PackedSentences` gives them; ``h_0 = 0``.
+
+    Returns:
+        ``[T, H]`` ``h_t`` of every packed row and ``[n, H]`` every
+        sequence's final state (after its last step).
+    """
+    hidden = input_gates.new_zeros(batch_sizes[0], weight_hh.size(1))
+    outputs, finished = [], []
+    start = 0
+    for running in batch_sizes:
+        if running < hidden.size(0):  # the last sequences ended at the step before
+            finished.append(hidden[running:])
+            hidden = hidden[:running]
+        input_r_z, input_n = input_gates[start : start + running].split([2 * hidden.size(1), hidden.size(1)], dim=1)
+        hidden_r_z, hidden_n = F.linear(hidden, weight_hh, bias_hh).split([2 * hidden.size(1), hidden.size(1)], dim=1)
+        reset, update = torch.sigmoid(input_r_z + hidden_r_z).chunk(2, dim=1)
+        candidate = torch.tanh(input_n + reset * hidden_n)
+        hidden = candidate + update * (hidden - candidate)
+        outputs.append(hidden)
+        start += running
+    finished.append(hidden)
+    return torch.cat(outputs), torch.cat(finished[::-1])
 
 
 class SentenceEncoder(nn.Module):
@@ -103,51 +180,6 @@ class SentenceEncoder(nn.Module):
         self.checkpoint_chunk_sentences = chunk_sentences
         self.offload_activations = offload_to_cpu
 
-    def sentence_vectors(self, states: Tensor, lengths: Tensor) -> Tensor:
-        """``y_i`` (Eq. 10) of ``[n, L, C]`` right-padded sentences of ``lengths``:
-        the last layer's forward state after the sentence's last token and its
-        backward state after its first, through :meth:`bidirectional_final_states`."""
-        last_forward, last_backward = self.bidirectional_final_states(states, lengths)
-        return self.output_proj(torch.cat([last_forward, last_backward], dim=-1))
-
-    def bidirectional_final_states(self, states: Tensor, lengths: Tensor) -> Tuple[Tensor, Tensor]:
-        """The bidirectional GRU's last-layer final states ``[n, H]`` of each
-        right-padded sentence, as ``nn.GRU`` gives them on the packed
-        sentences, without packing: packed sequences run PyTorch's step-by-step
-        GRU, padded ones its fused kernels (oneDNN on CPU, about twice as
-        fast). The forward direction reads a right-padded sentence as it is
-        (the padding after its end never reaches the state at its last
-        token); the backward direction reads every sentence reversed within
-        its length (:func:`reverse_within_lengths`), so it too starts at
-        the sentence's own end. Each layer's input is the concatenation of
-        the two directions' outputs at every token, as in ``nn.GRU``."""
-        gru = self.gru
-        count, longest, _ = states.shape
-        reverse_index = reversal_index(lengths, longest)
-        last = (lengths - 1).view(-1, 1, 1).expand(-1, 1, gru.hidden_size)
-        initial = states.new_zeros(1, count, gru.hidden_size)
-        layer_input = states
-        for layer in range(gru.num_layers):
-            outputs = []
-            for suffix, sequence in (
-                ("", layer_input),
-                ("_reverse", reverse_within_lengths(layer_input, reverse_index)),
-            ):
-                params = [
-                    getattr(gru, f"{name}_l{layer}{suffix}")
-                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-                ]
-                output, _ = torch.gru(sequence, initial, params, True, 1, 0.0, self.training, False, True)
-                outputs.append(output)
-            forward, backward_reversed = outputs
-            if layer == gru.num_layers - 1:
-                # each direction's state after the last token it read: position length - 1 of its output
-                return forward.gather(1, last).squeeze(1), backward_reversed.gather(1, last).squeeze(1)
-            layer_input = torch.cat([forward, reverse_within_lengths(backward_reversed, reverse_index)], dim=-1)
-            if gru.dropout > 0 and self.training:  # nn.GRU's dropout between layers
-                layer_input = F.dropout(layer_input, gru.dropout, training=True)
-        raise AssertionError("unreachable: the GRU has at least one layer")
-
     def forward(self, encoder_states: Tensor, layout: SentenceLayout) -> Tensor:
         """
         Args:
@@ -157,83 +189,75 @@ class SentenceEncoder(nn.Module):
         Returns:
             ``[B, S, C]`` sentence vectors, zero for empty sentence slots.
 
-        The sentences run in groups of similar length
-        (:func:`sentence_length_buckets`), each padded to its own longest:
-        the recurrence then costs about the sentences' tokens, not the number
-        of sentences times the longest sentence of the batch (real sentence
-        lengths vary several-fold: a cluster's longest is often five times
-        its mean).
+        All sentences of the batch run in one packed recurrence
+        (:func:`pack_sentences`), which reads every sentence's tokens and no
+        padding; under ``--checkpoint-activations`` one chunk of sentences
+        at a time (sentences are independent sequences), so that the
+        backward pass recomputes the GRU of one chunk.
         """
         bsz, num_slots, _ = layout.token_index.shape
-        lengths = layout.lengths.view(-1)
+        source_states = encoder_states.reshape(-1, encoder_states.size(-1))
         sentences = torch.zeros(
             bsz * num_slots, self.output_proj.out_features, dtype=encoder_states.dtype, device=encoder_states.device
         )
-        buckets = sentence_length_buckets(lengths)
-        if not buckets:
+        rows = sentences_longest_first(layout.lengths.view(-1))
+        if rows.numel() == 0:
             return sentences.view(bsz, num_slots, -1)
-        vectors = [
-            self.encode_sentences(
-                bucket_token_states(encoder_states, layout, rows, longest), lengths.index_select(0, rows)
-            )
-            for rows, longest in buckets
-        ]
-        rows = torch.cat([rows for rows, _ in buckets])
+        chunk = rows.numel()
+        if self.checkpoint_chunk_sentences > 0 and torch.is_grad_enabled():
+            chunk = self.checkpoint_chunk_sentences
+        vectors = []
+        for start in range(0, rows.numel(), chunk):
+            packed = pack_sentences(layout, rows[start : start + chunk], encoder_states.size(1))
+            tokens = source_states.index_select(0, packed.tokens)
+            if chunk < rows.numel():
+                vectors.append(
+                    checkpointed_call(self.sentence_vectors, tokens, packed, offload_to_cpu=self.offload_activations)
+                )
+            else:
+                vectors.append(self.sentence_vectors(tokens, packed))
         vectors = torch.cat(vectors)
         sentences = sentences.to(vectors.dtype).index_copy(0, rows, vectors)
         return sentences.view(bsz, num_slots, -1)
 
-    def encode_sentences(self, states: Tensor, lengths: Tensor) -> Tensor:
-        """:meth:`sentence_vectors` of ``[n, L, C]`` right-padded sentences;
-        under ``--checkpoint-activations`` one chunk of sentences at a time
-        (sentences are independent sequences), so that the backward pass
-        recomputes the GRU of one chunk."""
-        if self.checkpoint_chunk_sentences > 0 and torch.is_grad_enabled():
-            chunk = self.checkpoint_chunk_sentences
-            return torch.cat(
-                [
-                    checkpointed_call(
-                        self.sentence_vectors,
-                        states[start : start + chunk],
-                        lengths[start : start + chunk],
-                        offload_to_cpu=self.offload_activations,
-                    )
-                    for start in range(0, states.size(0), chunk)
-                ]
-            )
-        return self.sentence_vectors(states, lengths)
+    def sentence_vectors(self, tokens: Tensor, packed: PackedSentences) -> Tensor:
+        """``y_i`` (Eq. 10) ``[n, C]`` of the sentences ``packed.rows``, their
+        ``[T, C]`` token states ``tokens`` in packed order: the last layer's
+        forward state after the sentence's last token and its backward state
+        after its first, through :meth:`bidirectional_final_states`."""
+        last_forward, last_backward = self.bidirectional_final_states(tokens, packed)
+        return self.output_proj(torch.cat([last_forward, last_backward], dim=-1))
 
-
-def sentence_length_buckets(lengths: Tensor, ratio: float = 1.5) -> List[Tuple[Tensor, int]]:
-    """The non-empty sentences of ``lengths`` (``[n]`` token counts) in
-    groups of similar length: ``(rows, longest)`` per group, the rows in
-    decreasing length, every row of a group longer than ``longest / ratio``.
-    Padding each group to its own longest wastes less than ``ratio`` times
-    its tokens, however unequal the sentences."""
-    real = lengths.gt(0).nonzero(as_tuple=True)[0]
-    if real.numel() == 0:
-        return []
-    sorted_lengths, order = lengths.index_select(0, real).sort(descending=True, stable=True)
-    rows = real.index_select(0, order)
-    host_lengths = sorted_lengths.tolist()
-    buckets, start = [], 0
-    while start < len(host_lengths):
-        longest = host_lengths[start]
-        end = start + 1
-        while end < len(host_lengths) and host_lengths[end] * ratio > longest:
-            end += 1
-        buckets.append((rows[start:end], longest))
-        start = end
-    return buckets
-
-
-def bucket_token_states(encoder_states: Tensor, layout: SentenceLayout, rows: Tensor, longest: int) -> Tensor:
-    """``[n, longest, C]``: the encoder states of the sentence slots ``rows``
-    (flat ``b * S + s`` indices), each row its sentence's tokens, right-padded."""
-    num_slots = layout.token_index.size(1)
-    positions = layout.token_index.view(-1, layout.token_index.size(-1)).index_select(0, rows)[:, :longest]
-    examples = torch.div(rows, num_slots, rounding_mode="floor").unsqueeze(1)
-    return encoder_states[examples, positions]
+    def bidirectional_final_states(self, tokens: Tensor, packed: PackedSentences) -> Tuple[Tensor, Tensor]:
+        """The bidirectional GRU's last-layer final states ``[n, H]`` of the
+        packed sentences, as ``nn.GRU`` gives them on a ``PackedSequence``:
+        each direction's input projections for every token in one matrix
+        product, then the recurrence (:func:`gru_over_packed`). The backward
+        direction reads the same rows in ``packed.reversed_rows`` order,
+        every sentence from its last token; each layer's input is the
+        concatenation of the two directions' outputs at every token."""
+        gru = self.gru
+        layer_input = tokens
+        for layer in range(gru.num_layers):
+            directions = []
+            for suffix, sequence in (
+                ("", layer_input),
+                ("_reverse", layer_input.index_select(0, packed.reversed_rows)),
+            ):
+                weight_ih, weight_hh, bias_ih, bias_hh = (
+                    getattr(gru, f"{name}_l{layer}{suffix}")
+                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+                )
+                directions.append(
+                    gru_over_packed(F.linear(sequence, weight_ih, bias_ih), weight_hh, bias_hh, packed.batch_sizes)
+                )
+            (forward, last_forward), (backward_reversed, last_backward) = directions
+            if layer == gru.num_layers - 1:
+                return last_forward, last_backward
+            layer_input = torch.cat([forward, backward_reversed.index_select(0, packed.reversed_rows)], dim=-1)
+            if gru.dropout > 0 and self.training:  # nn.GRU's dropout between layers
+                layer_input = F.dropout(layer_input, gru.dropout, training=True)
+        raise AssertionError("unreachable: the GRU has at least one layer")
 
 
 class PoolingSentenceEncoder(nn.Module):
