@@ -6,10 +6,31 @@ with ``F.dropout`` (float64)."""
 
 import pytest
 import torch
+from torch import nn
 from torch.nn import functional as F
 
 from mdsfair.modules import longt5_attention
-from tests.test_longt5 import attention_and_bias_tables
+
+
+def attention_and_bias(global_block_size: int, padding_mask, dtype, head_dim: int, dropout: float):
+    """One layer's attention in training mode (d 16, 2 heads of
+    ``head_dim``, radius 3; transient-global with ``global_block_size``, else
+    local), its bias tables (the local one, and the global tokens' one for
+    transient-global; 8 buckets up to distance 16, random) and a
+    function giving the blocked bias of the right-padded ``padding_mask``."""
+    if global_block_size:
+        attention = longt5_attention.TransientGlobalSelfAttention(16, 2, head_dim, dropout, 3, 1e-6)
+    else:
+        attention = longt5_attention.LocalSelfAttention(16, 2, head_dim, dropout, 3)
+    tables = [nn.Embedding(8, 2).to(dtype) for _ in range(2 if global_block_size else 1)]
+
+    def bias():
+        local, global_table = tables[0], tables[1] if global_block_size else None
+        return longt5_attention.blocked_attention_bias(
+            padding_mask, dtype, local, global_table, 8, 16, 3, global_block_size
+        )
+
+    return attention.to(dtype).train(), tables, bias
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -27,24 +48,22 @@ def test_attention_dropout_draws_what_f_dropout_draws(dtype):
     assert longt5_attention.attention_dropout(weights, 0.0, True) is weights
 
 
-@pytest.mark.parametrize("kind", ["local", "transient-global"])
-def test_a_training_step_equals_the_layer_with_f_dropout(monkeypatch, kind):
+@pytest.mark.parametrize("global_block_size", [0, 4])
+def test_a_training_step_equals_the_layer_with_f_dropout(monkeypatch, global_block_size):
     """Output and gradients (inputs, projections, both bias tables) of a
     layer with dropout 0.3 in training mode, equal to those of the same
     layer whose weights go through ``F.dropout``, from the same seed
-    (float64, a right-padded batch of 23 and 14 tokens, radius 3, global
-    blocks of 4)."""
-    attention, table = attention_and_bias_tables(kind, global_block_size=4, dtype=torch.float64)
-    attention.dropout = 0.3
-    attention.train()
+    (float64, a right-padded batch of 23 and 14 tokens, local attention and
+    transient-global attention with global blocks of 4)."""
     padding = torch.arange(23)[None, :] >= torch.tensor([23, 14])[:, None]
+    attention, tables, bias = attention_and_bias(global_block_size, padding, torch.float64, 4, 0.3)
     x = torch.randn(2, 23, 16, dtype=torch.float64)
 
     def step():
         torch.manual_seed(11)
         inputs = x.clone().requires_grad_()
-        output = attention(inputs, table(padding, inputs.dtype))
-        parameters = [inputs, *attention.parameters(), *table.parameters()]
+        output = attention(inputs, bias())
+        parameters = [inputs, *attention.parameters(), *(table.weight for table in tables)]
         gradients = torch.autograd.grad((output * torch.cos(output)).sum(), parameters)
         return output.detach(), gradients
 
@@ -65,12 +84,9 @@ def test_per_score_a_layer_keeps_the_softmax_the_dropped_weights_and_a_boolean_m
     for the global tokens' values, no mask in float32 (local attention and
     transient-global attention with ``G = 32``; 64 tokens, radius 3, 2 heads
     of 8, so that no other saved tensor has the scores' size)."""
-    if global_block_size:
-        attention = longt5_attention.TransientGlobalSelfAttention(16, 2, 8, 0.1, 3, 1e-6)
-    else:
-        attention = longt5_attention.LocalSelfAttention(16, 2, 8, 0.1, 3)
-    table = longt5_attention.BlockedRelativePositionBias(2, 8, 16, 3, global_block_size)
-    bias = table(torch.zeros(1, 64, dtype=torch.bool), torch.float32)
+    padding = torch.zeros(1, 64, dtype=torch.bool)
+    attention, _, bias = attention_and_bias(global_block_size, padding, torch.float32, 8, 0.1)
+    bias = bias()
     scores = bias.scores.numel()
     saved = {}
 
@@ -81,7 +97,7 @@ def test_per_score_a_layer_keeps_the_softmax_the_dropped_weights_and_a_boolean_m
 
     x = torch.randn(1, 64, 16, requires_grad=True)
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        attention.train()(x, bias)
+        attention(x, bias)
     assert sorted(nbytes for nbytes in saved.values() if nbytes in (scores, 4 * scores)) == [
         scores,
         4 * scores,
