@@ -42,7 +42,7 @@ from tests.distributed_harness import parse_training_config
 
 #: Arguments of a tiny architecture that set a size (the tiny configuration
 #: of every other architecture of the same model).
-DIMENSION_ARGUMENT = re.compile(r"(_embed_dim|_hidden_dim|_layers|_heads)$")
+DIMENSION_ARGUMENT = re.compile(r"(_embed_dim|_hidden_dim|_head_dim|_layers|_heads)$")
 
 
 @dataclass(frozen=True)

@@ -117,7 +117,7 @@ def component_configurations() -> List[Configuration]:
     return configurations
 
 
-#: T5 v1.1's backbone (``tests/t5_shaped_models.py``): its positions, and these flags with their argparse values
+#: T5 v1.1's backbone (``mdsfair.models.presets.T5_BACKBONE``): its positions, and these flags with their argparse values
 T5_POSITIONS = "t5-relative-bias"
 T5_BACKBONE = {
     "--normalization": ("normalization", "rmsnorm"),

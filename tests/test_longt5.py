@@ -1,4 +1,4 @@
-"""LongT5 (``longt5``, :mod:`mdsfair.models.t5`; its encoder attention,
+"""LongT5 (``longt5``, :mod:`mdsfair.models.longt5`; its encoder attention,
 :mod:`mdsfair.modules.longt5_attention`) against Hugging Face's
 ``LongT5ForConditionalGeneration``, local and transient-global: tiny random
 models with a tiny SentencePiece model saved as the Hub stores them,

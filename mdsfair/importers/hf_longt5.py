@@ -1,4 +1,4 @@
-"""Hugging Face LongT5 -> mdsfair's ``longt5`` model.
+"""Hugging Face LongT5 -> mdsfair's ``longt5`` model (the component model on T5's backbone).
 
 ``mdsfair-import hf-longt5 HF_DIR OUT_DIR`` reads a Hugging Face
 ``LongT5ForConditionalGeneration`` folder in the layout of
@@ -14,7 +14,7 @@ the Hub, and writes what ``mdsfair-import hf-t5`` writes
 * the weights map as T5 v1.1's, the encoder's ``LocalSelfAttention`` or
   ``TransientGlobalSelfAttention`` in place of ``SelfAttention``; block 0's
   ``global_relative_attention_bias`` becomes
-  ``encoder.position_bias.global_relative_attention_bias`` and layer ``i``'s
+  ``encoder.global_relative_position_bias`` and layer ``i``'s
   ``global_input_layer_norm``
   ``encoder.layers.i.self_attn.global_input_layer_norm``;
 * the output layer is ``shared`` (``--share-decoder-input-output-embed``, as
@@ -71,7 +71,7 @@ def global_parameter_names(config: Dict) -> Iterator[Tuple[str, str]]:
         return
     attention = ENCODER_ATTENTION_MODULES["transient-global"]
     yield (
-        "encoder.position_bias.global_relative_attention_bias.weight",
+        "encoder.global_relative_position_bias.weight",
         f"encoder.block.0.layer.0.{attention}.global_relative_attention_bias.weight",
     )
     for index in range(config["num_layers"]):

@@ -1,4 +1,4 @@
-"""Hugging Face T5 v1.1 -> mdsfair's ``t5_v1_1`` model.
+"""Hugging Face T5 v1.1 -> mdsfair's ``t5_v1_1`` model (the component model on T5's backbone).
 
 ``mdsfair-import hf-t5 HF_DIR OUT_DIR`` reads a Hugging Face
 ``T5ForConditionalGeneration`` folder in the layout of ``google/t5-v1_1-*``
@@ -8,9 +8,12 @@ them: tensors only, never other pickled objects; ``spiece.model``), or a
 model id on the Hub (:mod:`mdsfair.importers.hf_hub`), and writes:
 
 * ``OUT_DIR/model.pt``: a ``t5_v1_1`` checkpoint whose flags are the
-  configuration's sizes, loadable by ``fairseq-generate --path`` and the hub;
+  configuration's sizes and settings (``--attention-head-dim`` its ``d_kv``,
+  ``--feed-forward``, ``--rms-norm-eps``, its dropout on the sub-layers,
+  attention probabilities and feed-forward), loadable by ``fairseq-generate
+  --path`` and the hub;
 * ``OUT_DIR/dict.txt``: T5's vocabulary in Hugging Face's order after
-  fairseq's ``<s>`` (:mod:`mdsfair.models.t5`: fairseq index = Hugging Face
+  fairseq's ``<s>`` (:mod:`mdsfair.models.t5_family`: fairseq index = Hugging Face
   id + 1): ``<pad>``, ``</s>``, ``<unk>``, every SentencePiece piece, the
   sentinels ``<extra_id_99>`` ... ``<extra_id_0>`` (``extra_ids`` of
   ``tokenizer_config.json``, 100 when it says none), then one
@@ -26,8 +29,10 @@ model it ties, the output layer is a copy of ``shared``); both gain the row
 of fairseq's ``<s>`` (zeros; the model gives ``<s>`` no probability). Layer
 ``i``'s ``layer.0`` (self-attention), ``layer.1`` (cross-attention, decoder)
 and last layer (``DenseReluDense``: ``wi_0``, ``wi_1`` or ``wi``, ``wo``) map
-to :mod:`mdsfair.modules.t5_layers`' names; the relative bias tables of
-block 0 become each stack's ``position_bias``. A configuration that scales
+to fairseq's names in the component model's layer (``self_attn``,
+``encoder_attn``, ``fc_gate``, ``fc1``, ``fc2`` and their norms); the
+relative bias tables of block 0 become each stack's
+``relative_position_bias``. A configuration that scales
 the decoder output by ``d_model ** -0.5`` (T5 v1.0: ``scale_decoder_outputs``,
 or ``tie_word_embeddings`` not false in a configuration without it) is
 refused: this model is v1.1's.
@@ -57,6 +62,11 @@ RELEASED_SIZES = {
 ATTENTION_NAMES = {"q": "q_proj", "k": "k_proj", "v": "v_proj", "o": "out_proj"}
 #: the feed-forward's matrices by ``feed_forward_proj``: Hugging Face's ``DenseReluDense`` name -> fairseq's
 FEED_FORWARD_NAMES = {"gated-gelu": {"wi_0": "fc_gate", "wi_1": "fc1", "wo": "fc2"}, "relu": {"wi": "fc1", "wo": "fc2"}}
+#: the component model's flags of each ``feed_forward_proj``
+FEED_FORWARD_FLAGS = {
+    "gated-gelu": ("--feed-forward", "gated-gelu"),
+    "relu": ("--feed-forward", "fairseq", "--activation-fn", "relu"),
+}
 SENTENCEPIECE_FILE = "spiece.model"
 
 
@@ -94,20 +104,27 @@ def t5_configuration(config: Dict, path: str, model_type: str = "t5") -> Dict:
 
 def architecture_flags(config: Dict) -> Tuple[str, List[str]]:
     """The released architecture of these sizes (``t5_v1_1_base`` for other
-    sizes) and every size as a flag."""
+    sizes) and every size and setting as a flag (one dropout, ``dropout_rate``,
+    on the sub-layers, attention probabilities and feed-forward, as T5's)."""
     key = (config["d_model"], config["d_ff"], config["num_heads"], config["num_layers"], config["num_decoder_layers"])
+    dropout = repr(config["dropout_rate"])
     flags = [
         "--encoder-embed-dim", str(config["d_model"]),
+        "--decoder-embed-dim", str(config["d_model"]),
         "--encoder-ffn-embed-dim", str(config["d_ff"]),
+        "--decoder-ffn-embed-dim", str(config["d_ff"]),
         "--encoder-attention-heads", str(config["num_heads"]),
+        "--decoder-attention-heads", str(config["num_heads"]),
         "--encoder-layers", str(config["num_layers"]),
         "--decoder-layers", str(config["num_decoder_layers"]),
         "--attention-head-dim", str(config["d_kv"]),
         "--relative-attention-num-buckets", str(config["relative_attention_num_buckets"]),
         "--relative-attention-max-distance", str(config["relative_attention_max_distance"]),
-        "--t5-feed-forward", config["feed_forward_proj"],
-        "--layer-norm-eps", repr(config["layer_norm_epsilon"]),
-        "--dropout", repr(config["dropout_rate"]),
+        *FEED_FORWARD_FLAGS[config["feed_forward_proj"]],
+        "--rms-norm-eps", repr(config["layer_norm_epsilon"]),
+        "--dropout", dropout,
+        "--attention-dropout", dropout,
+        "--activation-dropout", dropout,
     ]  # fmt: skip
     return RELEASED_SIZES.get(key, "t5_v1_1_base"), flags
 
@@ -158,7 +175,7 @@ def t5_parameter_names(config: Dict) -> Iterator[Tuple[str, str]]:
     for stack, layers in (("encoder", config["num_layers"]), ("decoder", config["num_decoder_layers"])):
         yield (
             f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
-            f"{stack}.position_bias.relative_attention_bias.weight",
+            f"{stack}.relative_position_bias.relative_attention_bias.weight",
         )
         yield f"{stack}.final_layer_norm.weight", f"{stack}.layer_norm.weight"
         attentions = [("SelfAttention", "self_attn")]
@@ -172,7 +189,7 @@ def t5_parameter_names(config: Dict) -> Iterator[Tuple[str, str]]:
                 yield f"{hf}.{sub}.layer_norm.weight", f"{ours}.{our_name}_layer_norm.weight"
             last = len(attentions)
             for hf_name, our_name in FEED_FORWARD_NAMES[config["feed_forward_proj"]].items():
-                yield f"{hf}.{last}.DenseReluDense.{hf_name}.weight", f"{ours}.ffn.{our_name}.weight"
+                yield f"{hf}.{last}.DenseReluDense.{hf_name}.weight", f"{ours}.{our_name}.weight"
             yield f"{hf}.{last}.layer_norm.weight", f"{ours}.final_layer_norm.weight"
 
 
@@ -200,6 +217,8 @@ def fairseq_state_from_hf(state: Dict, config: Dict, weights_path: str) -> Dict:
     for copy in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
         state.pop(copy, None)
     out = {
+        "encoder.version": torch.Tensor([3]),  # fairseq's stack version: the final layer norms are there
+        "decoder.version": torch.Tensor([3]),
         "encoder.embed_tokens.weight": with_start_row(shared),
         "decoder.embed_tokens.weight": with_start_row(shared),
         "decoder.output_projection.weight": with_start_row(shared if lm_head is None else lm_head),

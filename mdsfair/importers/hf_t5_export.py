@@ -1,4 +1,4 @@
-"""mdsfair's ``t5_v1_1`` -> a Hugging Face T5 v1.1 folder.
+"""mdsfair's ``t5_v1_1`` (the component model on T5's backbone) -> a Hugging Face T5 v1.1 folder.
 
 ``mdsfair-export hf-t5 CHECKPOINT DICT OUT_DIR`` writes, for a ``t5_v1_1``
 checkpoint (imported with ``mdsfair-import hf-t5`` or trained here) and the
@@ -57,10 +57,13 @@ CONFIG_FLAGS = {
     "num_heads": "encoder_attention_heads",
     "relative_attention_num_buckets": "relative_attention_num_buckets",
     "relative_attention_max_distance": "relative_attention_max_distance",
-    "feed_forward_proj": "t5_feed_forward",
-    "layer_norm_epsilon": "layer_norm_eps",
+    "layer_norm_epsilon": "rms_norm_eps",
     "dropout_rate": "dropout",
 }
+
+#: What Hugging Face's T5 computes, as the component model's choices: a checkpoint with others is refused.
+T5_CHOICES = {"encoder_positions": "t5-relative-bias", "cross_attention": "full", "normalization": "rmsnorm",
+              "linear_biases": "off", "attention_scaling": "none"}  # fmt: skip
 
 
 class T5Export(NamedTuple):
@@ -95,13 +98,36 @@ def model_flags(model_cfg, checkpoint: str, family: T5Export) -> argparse.Namesp
     return flags
 
 
-def hf_t5_config(flags: argparse.Namespace, num_rows: int) -> Dict:
-    """``config.json`` of ``T5ForConditionalGeneration`` (module docstring)."""
+def feed_forward_proj(flags: argparse.Namespace, checkpoint: str) -> str:
+    """Hugging Face's ``feed_forward_proj`` of the checkpoint's feed-forward
+    (``--feed-forward gated-gelu``, or fairseq's with ``--activation-fn relu``)."""
+    if flags.feed_forward == "gated-gelu":
+        return "gated-gelu"
+    if flags.activation_fn == "relu":
+        return "relu"
+    raise ImportRefused(
+        f"{checkpoint}: --feed-forward {flags.feed_forward} --activation-fn {flags.activation_fn}: Hugging Face's T5 "
+        "has the gated GELU (gated-gelu) and ReLU (fairseq with --activation-fn relu)"
+    )
+
+
+def hf_t5_config(flags: argparse.Namespace, num_rows: int, checkpoint: str) -> Dict:
+    """``config.json`` of ``T5ForConditionalGeneration`` (module docstring);
+    a checkpoint whose choices Hugging Face's T5 does not compute
+    (:data:`T5_CHOICES`) is refused."""
+    from mdsfair.modules.components import flag_of
+
+    others = [f"{flag_of(name)} {getattr(flags, name)}" for name, value in T5_CHOICES.items()
+              if getattr(flags, name) != value]  # fmt: skip
+    if others:
+        computed = ", ".join(f"{flag_of(name)} {value}" for name, value in T5_CHOICES.items())
+        raise ImportRefused(f"{checkpoint}: {', '.join(others)}: Hugging Face's T5 computes {computed}")
     return {
         "model_type": "t5",
         "architectures": ["T5ForConditionalGeneration"],
         "vocab_size": num_rows,
         **{field: getattr(flags, flag) for field, flag in CONFIG_FLAGS.items()},
+        "feed_forward_proj": feed_forward_proj(flags, checkpoint),
         "initializer_factor": 1.0,
         "tie_word_embeddings": False,
         "scale_decoder_outputs": False,
@@ -134,6 +160,8 @@ def hf_t5_state_from_fairseq(state: Dict, config: Dict, checkpoint: str) -> Dict
     def take(name: str):
         return pop_tensor(state, name, checkpoint)
 
+    for stack in ("encoder", "decoder"):
+        state.pop(f"{stack}.version", None)  # fairseq's stack version, no weight
     embedding = take("encoder.embed_tokens.weight")
     if not torch.equal(take("decoder.embed_tokens.weight"), embedding):
         raise ImportRefused(f"{checkpoint}: the encoder and decoder embeddings differ; T5 shares one (shared.weight)")
@@ -178,7 +206,7 @@ def t5_family_directory(
     its ``state`` and model configuration (module docstring)."""
     flags = model_flags(model_cfg, checkpoint, family)
     num_rows = state["model"]["encoder.embed_tokens.weight"].size(0) - 1
-    config = {**hf_t5_config(flags, num_rows), **family.fields(flags, checkpoint)}
+    config = {**hf_t5_config(flags, num_rows, checkpoint), **family.fields(flags, checkpoint)}
     weights = family.weights(state["model"], config, checkpoint)
     tokenizer = {
         "tokenizer_class": "T5Tokenizer",

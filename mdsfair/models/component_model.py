@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from mdsfair.argument_types import at_least
 from mdsfair.data.side_inputs import check_side_inputs
 from mdsfair.models.flag_defaults import FlagDefaults, derived
+from mdsfair.models.side_input_forward import SideInputForward
 from mdsfair.modules.components import (
     ROLES,
     BackboneConfig,
@@ -122,6 +123,14 @@ def build_components(args) -> Dict[str, object]:
                     "--encoder-self-attention full, document, local or transient-global and --cross-attention full or "
                     "document-scaled"
                 )
+    widened = backbone.widened_stacks(args)
+    for component in components.values() if widened else ():
+        if not component.takes_head_width:
+            raise ValueError(
+                f"{flag_of(component.role)} {component.name} takes heads of d_model / heads, and "
+                f"{widened[0]}: choose --encoder-self-attention full, --cross-attention full and "
+                "--encoder-positions t5-relative-bias, or leave --attention-head-dim unset"
+            )
     for component in components.values():
         reason = component.refusal(components)
         if reason:
@@ -164,7 +173,9 @@ class ComponentEncoder(TransformerEncoderBase):
         cfg.max_source_positions = getattr(args, "max_encoder_positions", None) or cfg.max_source_positions
         self.position_component.configure(cfg)
         super().__init__(cfg, dictionary, embed_tokens)
-        use_backbone_norms(self, STACK_NORMS, BackboneConfig.of(args))
+        backbone = BackboneConfig.of(args)
+        use_backbone_norms(self, STACK_NORMS, backbone)
+        self.stack_output_dropout = backbone.stack_output_dropout
         for component in components.values():
             component.build_encoder_modules(self)
 
@@ -299,6 +310,8 @@ class ComponentEncoder(TransformerEncoderBase):
                 encoder_states.append(x)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
+        if self.stack_output_dropout:
+            x = self.dropout_module(x)
 
         src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
         encoder_out = {
@@ -333,8 +346,10 @@ class ComponentDecoder(TransformerDecoderBase):
     the decoder reads at the first target position in place of the
     collater's ``</s>`` (PEGASUS starts from ``<pad>``; None: ``</s>``, as
     BART); ``absent_index``, a dictionary entry the model never predicts
-    (:func:`~mdsfair.modules.transformer_layers.logits_without`); and
-    ``positions``, the decoder's ``embed_positions`` in place of fairseq's.
+    (:func:`~mdsfair.modules.transformer_layers.logits_without`); ``positions``,
+    the decoder's ``embed_positions`` in place of fairseq's; and
+    ``masks_input_padding`` False for a decoder whose inputs attend to the
+    padding after them, as T5's (the tokens before it see none of it).
 
     The position component may give the decoder its own positions (T5's
     causal relative bias: no ``embed_positions``, a bias added to every
@@ -350,8 +365,9 @@ class ComponentDecoder(TransformerDecoderBase):
         start_index: Optional[int] = None,
         absent_index: Optional[int] = None,
         positions: Optional[nn.Module] = None,
+        masks_input_padding: bool = True,
     ):
-        self.cross_attention_component = components["cross_attention"]
+        self.cross_attention_component, self.masks_input_padding = components["cross_attention"], masks_input_padding
         self.position_component = components["encoder_positions"]
         backbone = BackboneConfig.of(args)
         cfg = TransformerConfig.from_namespace(args)
@@ -360,6 +376,7 @@ class ComponentDecoder(TransformerDecoderBase):
             cfg.share_decoder_input_output_embed = False
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=False)
         use_backbone_norms(self, STACK_NORMS, backbone)
+        self.stack_output_dropout = backbone.stack_output_dropout
         self.position_component.build_decoder_modules(self)
         self.start_index = start_index
         self.absent_index = absent_index
@@ -439,7 +456,7 @@ class ComponentDecoder(TransformerDecoderBase):
             x = self.layernorm_embedding(x)
         x = self.dropout_module(x).transpose(0, 1)
 
-        if incremental_state is not None:
+        if incremental_state is not None or not self.masks_input_padding:
             # a generation step's token is never padding (beam search never chooses it, and forced
             # prefix tokens skip it): no mask, and no host read of one at every step
             self_attn_padding_mask = None
@@ -475,57 +492,12 @@ class ComponentDecoder(TransformerDecoderBase):
 
         if self.layer_norm is not None:
             x = self.layer_norm(x)
+        if self.stack_output_dropout:
+            x = self.dropout_module(x)
         x = x.transpose(0, 1)
         if self.project_out_dim is not None:
             x = self.project_out_dim(x)
         return x, {"attn": [attn], "inner_states": inner_states, **self.cross_attention_component.decoder_extra(extras)}
-
-
-class SideInputForward:
-    """BART's ``forward``, written once for mdsfair's encoder-decoders (the
-    component model, PageSum, DAPE; the first base before fairseq's model):
-    the encoder on the source and the side inputs its model declares
-    (``side_inputs()``, keywords), the decoder on its output, and BART's
-    sentence classification head (the last ``</s>``'s features) when one is
-    named. Returns ``(x, extra)``."""
-
-    def forward(
-        self,
-        src_tokens: Tensor,
-        src_lengths: Optional[Tensor],
-        prev_output_tokens: Tensor,
-        features_only: bool = False,
-        classification_head_name: Optional[str] = None,
-        token_embeddings: Optional[Tensor] = None,
-        return_all_hiddens: bool = True,
-        alignment_layer: Optional[int] = None,
-        alignment_heads: Optional[int] = None,
-        **side_inputs: Optional[Tensor],
-    ):
-        if classification_head_name is not None:
-            heads = getattr(self, "classification_heads", None)
-            if heads is None or classification_head_name not in heads:
-                raise ValueError(f"{type(self).__name__} has no classification head {classification_head_name!r}")
-            features_only = True
-        encoder_inputs = dict(side_inputs)
-        if token_embeddings is not None:
-            encoder_inputs["token_embeddings"] = token_embeddings
-        encoder_out = self.encoder(
-            src_tokens, src_lengths=src_lengths, return_all_hiddens=return_all_hiddens, **encoder_inputs
-        )
-        x, extra = self.decoder(
-            prev_output_tokens,
-            encoder_out=encoder_out,
-            features_only=features_only,
-            alignment_layer=alignment_layer,
-            alignment_heads=alignment_heads,
-            src_lengths=src_lengths,
-            return_all_hiddens=return_all_hiddens,
-        )
-        if classification_head_name is not None:
-            sentence_representation = x[src_tokens.eq(self.eos), :].view(x.size(0), -1, x.size(-1))[:, -1, :]
-            x = self.classification_heads[classification_head_name](sentence_representation)
-        return x, extra
 
 
 class ComponentBARTModel(SideInputForward, BARTModel):

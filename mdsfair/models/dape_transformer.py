@@ -34,10 +34,11 @@ import logging
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from mdsfair.models.component_model import ComponentEncoder, SideInputForward, build_components
+from mdsfair.models.component_model import ComponentEncoder, build_components
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import Ablation, apply_ablations, choose
+from mdsfair.models.side_input_forward import SideInputForward
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.position_components import DocumentAwarePositions
 from mdsfair.modules.self_attention_components import DependencySelfAttention

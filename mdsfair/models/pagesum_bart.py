@@ -48,9 +48,9 @@ from torch import Tensor
 
 from mdsfair.argument_types import at_least
 from mdsfair.data.side_inputs import check_side_inputs
-from mdsfair.models.component_model import SideInputForward
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
+from mdsfair.models.side_input_forward import SideInputForward
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.pages import (
     DISCOURSE_UNITS,

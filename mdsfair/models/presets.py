@@ -84,6 +84,35 @@ PEGASUS_BACKBONE = {
 }
 #: PEGASUS's encoder positions (the decoder's are the family's: mdsfair.models.pegasus).
 PEGASUS_ENCODER = {"encoder_positions": "pegasus-sinusoidal"}
+#: T5 v1.1's backbone (Raffel et al. 2020, Sec. 2.1, and the v1.1 changes of its released
+#: checkpoints; google/t5-v1_1-*'s config.json as Hugging Face's T5ForConditionalGeneration reads
+#: it): no position embedding but a relative bias per head and bucketed offset (32 buckets up to
+#: distance 128) in every self-attention, pre-norm layers with RMSNorm (eps 1e-6) and a final norm
+#: in both stacks followed by dropout, no embedding layer norm, unscaled token embeddings shared by
+#: both stacks, the gated-GELU feed-forward, no biases, unscaled scores, heads of 64, dropout 0.1 on
+#: the embeddings, sub-layers, attention probabilities and feed-forward. T5 v1.1 unties the output
+#: layer from the embedding (``untie_output_embedding``); LongT5 keeps it tied.
+T5_BACKBONE = {
+    "encoder_positions": "t5-relative-bias",
+    "relative_attention_num_buckets": 32,
+    "relative_attention_max_distance": 128,
+    "normalization": "rmsnorm",
+    "rms_norm_eps": 1e-6,
+    "feed_forward": "gated-gelu",
+    "linear_biases": "off",
+    "attention_scaling": "none",
+    "attention_head_dim": 64,
+    "stack_output_dropout": True,
+    "encoder_normalize_before": True,
+    "decoder_normalize_before": True,
+    "layernorm_embedding": False,
+    "no_scale_embedding": True,
+    "dropout": 0.1,
+    "attention_dropout": 0.1,
+    "activation_dropout": 0.1,
+    "share_all_embeddings": True,
+    "share_decoder_input_output_embed": True,
+}
 #: PRIMERA's encoder with HierEncDec's document positions and cross-attention
 #: (``primera_hierencdec``): the documents' ``<s>`` are the global tokens.
 PRIMERA_HIERENCDEC = {
@@ -183,6 +212,24 @@ def bart_dimensions(args, size: str) -> None:
     if size == "tiny":
         set_tiny_dimensions(args)
     (bart_large_architecture if size == "large" else bart_base_architecture)(args)
+
+
+def t5_dimensions(args, d_model: int, d_ff: int, heads: int, layers: int) -> None:
+    """T5's sizes (``d_model``, ``d_ff``, heads and layers) in the encoder, the
+    decoder's the encoder's unless given (one model dimension; Hugging Face's
+    ``num_decoder_layers`` defaults to ``num_layers``), values already given
+    kept; then BART-large's remaining settings (1,024 target positions; the
+    family fills its table before, so that BART's architecture keeps its values)."""
+    for name, value in (
+        ("embed_dim", d_model),
+        ("ffn_embed_dim", d_ff),
+        ("attention_heads", heads),
+        ("layers", layers),
+    ):
+        encoder_value = getattr(args, f"encoder_{name}", None) or value
+        setattr(args, f"encoder_{name}", encoder_value)
+        setattr(args, f"decoder_{name}", getattr(args, f"decoder_{name}", None) or encoder_value)
+    bart_large_architecture(args)
 
 
 def pegasus_dimensions(args, size: str) -> None:

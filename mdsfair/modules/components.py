@@ -39,6 +39,7 @@ from typing import Any, ClassVar, Dict, List, Optional, Tuple, Type
 from torch import Tensor
 
 from mdsfair._autoimport import import_submodules_ending_with
+from mdsfair.argument_types import at_least
 
 #: The roles, each with the model flag that picks its component (argparse dest).
 ROLES: Tuple[str, ...] = ("encoder_self_attention", "encoder_positions", "cross_attention")
@@ -149,6 +150,20 @@ class BackboneConfig(ComponentConfig):
         "--share-all-embeddings shares the token embedding between the stacks (T5 v1.1)",
         action="store_true",
     )
+    attention_head_dim: Optional[int] = component_flag(
+        None,
+        "width of one attention head (T5's d_kv): the query, key and value projections map d_model to heads x N "
+        "and the output projection back (google/t5-v1_1-small: 6 heads of 64 on d_model 512); unset: d_model / "
+        "heads (BART)",
+        type=at_least(1),
+        metavar="N",
+    )
+    stack_output_dropout: bool = component_flag(
+        False,
+        "--dropout on each stack's output after its final layer norm (T5: Hugging Face's T5Stack applies its "
+        "dropout after final_layer_norm); BART and PEGASUS have none",
+        action="store_true",
+    )
 
     @classmethod
     def of(cls, args) -> "BackboneConfig":
@@ -163,6 +178,24 @@ class BackboneConfig(ComponentConfig):
     @property
     def linear_bias(self) -> bool:
         return self.linear_biases == "on"
+
+    def attention_width(self, embed_dim: int, heads: int) -> int:
+        """The width of an attention's heads together: ``heads x --attention-head-dim``,
+        or ``embed_dim`` when the flag is unset."""
+        return embed_dim if self.attention_head_dim is None else heads * self.attention_head_dim
+
+    def widened_stacks(self, args) -> List[str]:
+        """The stacks of ``args`` whose heads together ``--attention-head-dim``
+        makes other than the model's width, each said with its flags."""
+        return [
+            f"--{stack}-attention-heads {heads} x --attention-head-dim {self.attention_head_dim} != "
+            f"--{stack}-embed-dim {embed_dim}"
+            for stack in ("encoder", "decoder")
+            for embed_dim, heads in [
+                (getattr(args, f"{stack}_embed_dim", None), getattr(args, f"{stack}_attention_heads", None))
+            ]
+            if embed_dim is not None and heads is not None and self.attention_width(embed_dim, heads) != embed_dim
+        ]
 
     @property
     def is_barts(self) -> bool:
@@ -259,6 +292,9 @@ class Component:
     #: builds its attention with the backbone's biases and lets the layer set its
     #: scaling (:class:`BackboneConfig`), so it runs on T5's backbone as on BART's
     follows_backbone: ClassVar[bool] = False
+    #: runs with heads of ``--attention-head-dim`` when they are not d_model / heads
+    #: (its attention is fairseq's ``MultiheadAttention`` the layer widens, or it builds none)
+    takes_head_width: ClassVar[bool] = False
 
     def __init__(self, args):
         self.args = args

@@ -16,7 +16,10 @@
 ``full`` and ``document-scaled`` also run on T5's backbone (projections
 without biases, unscaled scores; :class:`~mdsfair.modules.components.BackboneConfig`):
 fairseq's attention honours both in the decoder, whose cross-attention
-always takes its own computation (``static_kv``), not PyTorch's.
+always takes its own computation (``static_kv``), not PyTorch's; ``full``'s
+(:class:`~mdsfair.modules.biased_self_attention.EncoderDecoderAttention`)
+then takes its softmax in the model's dtype (float64 in a float64 model), as
+Hugging Face's T5, and heads of ``--attention-head-dim``.
 
 Call shape: :meth:`CrossAttentionComponent.build` the module of one decoder
 layer; :meth:`~CrossAttentionComponent.source_context` what the decoder reads
@@ -34,11 +37,11 @@ from dataclasses import dataclass
 from typing import Dict, List, NamedTuple, Optional
 
 import torch
-from fairseq.modules import MultiheadAttention
 from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
+from mdsfair.modules.biased_self_attention import EncoderDecoderAttention
 from mdsfair.modules.components import Component, ComponentConfig, component_flag, register_component
 from mdsfair.modules.hierarchical_cross_attention import HierarchicalCrossAttention
 from mdsfair.modules.hypothesis_rows import HypothesisRows
@@ -168,9 +171,10 @@ class FullCrossAttention(CrossAttentionComponent):
     paper = "BART"
     summary = "attention over every source token"
     follows_backbone = True
+    takes_head_width = True
 
     def build(self, layer, embed_dim, cfg):
-        return fairseq_cross_attention(MultiheadAttention, layer, embed_dim, cfg)
+        return fairseq_cross_attention(EncoderDecoderAttention, layer, embed_dim, cfg)
 
 
 @register_component("cross_attention", "document-scaled")

@@ -263,6 +263,7 @@ class T5RelativePositionBias(PositionComponent):
     )
     implemented_in = ("mdsfair.modules.t5_layers", "mdsfair.modules.biased_self_attention")
     learned = False
+    takes_head_width = True
 
     def refusal(self, components):
         attention = components["encoder_self_attention"]

@@ -98,6 +98,7 @@ class FullSelfAttention(SelfAttentionComponent):
     summary = "attention over the whole source"
     takes_position_bias = True
     follows_backbone = True
+    takes_head_width = True
 
     def build(self, layer, embed_dim, cfg):
         return fairseq_self_attention(MultiheadAttention, layer, embed_dim, cfg)

@@ -15,14 +15,16 @@ form, as Hugging Face's ``modeling_t5.py`` computes them.
   computed once per stack and added to the scores of every layer of it.
 * :class:`T5Attention`: multi-head attention without biases and without the
   ``1/sqrt(d)`` scaling of the scores (the initialisation absorbs it):
-  ``softmax(Q K^T + B) V`` with the position bias ``B`` (zero for the
-  cross-attention); the head width ``d_kv`` need not be ``d_model / heads``.
-* :class:`T5FeedForward`: ``wo(relu(wi x))`` (T5) or the gated GELU of T5
-  v1.1 (Shazeer 2020, "GLU Variants Improve Transformer", Eq. 6):
-  ``wo(gelu_tanh(wi_0 x) * wi_1 x)`` with the tanh approximation of GELU.
-* :class:`T5EncoderLayer` and :class:`T5DecoderLayer`: pre-norm blocks,
-  ``x + dropout(f(norm(x)))`` for the self-attention, the cross-attention
-  (decoder) and the feed-forward.
+  ``softmax(Q K^T + B) V`` with the position bias ``B``; the head width
+  ``d_kv`` need not be ``d_model / heads``. LongT5's blocked attentions
+  (:mod:`mdsfair.modules.longt5_attention`) are built on it.
+* :func:`gated_gelu`: the hidden layer of T5 v1.1's feed-forward (Shazeer
+  2020, "GLU Variants Improve Transformer", Eq. 6):
+  ``gelu_tanh(wi_0 x) * wi_1 x`` with the tanh approximation of GELU.
+
+The layers around them are the component model's
+(:mod:`mdsfair.modules.transformer_layers`, on T5's backbone:
+:data:`mdsfair.models.presets.T5_BACKBONE`).
 
 Tensors are batch-major (``[B, T, C]``); the attention's incremental cache
 holds each layer's keys and values (``[B, heads, T, d_kv]``).
@@ -34,9 +36,6 @@ from typing import Dict, Optional
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
-
-#: ``--t5-feed-forward`` choices: T5's ReLU and T5 v1.1's gated GELU
-FEED_FORWARD_KINDS = ("relu", "gated-gelu")
 
 
 class T5LayerNorm(nn.Module):
@@ -156,94 +155,3 @@ class T5Attention(nn.Module):
         weights = F.dropout(F.softmax(scores, dim=-1), p=self.dropout, training=self.training)
         output = torch.matmul(weights, value).transpose(1, 2).reshape(x.size(0), x.size(1), -1)
         return self.out_proj(output)
-
-
-def attention_bias(position_bias: Optional[Tensor], hidden: Tensor, masked: Optional[Tensor], heads: int) -> Tensor:
-    """``position_bias`` (or zeros) with ``masked`` ``[B or 1, 1, Tq, Tk]``
-    entries set to the dtype's lowest value, as Hugging Face adds its masks
-    to the bias."""
-    if position_bias is None:
-        position_bias = hidden.new_zeros(1, heads, 1, 1)
-    bias = position_bias.to(hidden.dtype)
-    if masked is not None:
-        bias = torch.where(masked, torch.finfo(hidden.dtype).min, bias)
-    return bias
-
-
-class T5FeedForward(nn.Module):
-    """``wo(relu(wi x))`` or ``wo(gelu_tanh(wi_0 x) * wi_1 x)`` (gated GELU),
-    no biases; fairseq's names: ``fc1`` (``wi`` / ``wi_1``), ``fc_gate``
-    (``wi_0``), ``fc2`` (``wo``)."""
-
-    def __init__(self, embed_dim: int, ffn_dim: int, kind: str, dropout: float):
-        super().__init__()
-        if kind not in FEED_FORWARD_KINDS:
-            raise ValueError(f"T5 feed-forward {kind!r}: choose one of {', '.join(FEED_FORWARD_KINDS)}")
-        self.kind, self.dropout = kind, dropout
-        self.fc_gate = nn.Linear(embed_dim, ffn_dim, bias=False) if kind == "gated-gelu" else None
-        self.fc1 = nn.Linear(embed_dim, ffn_dim, bias=False)
-        self.fc2 = nn.Linear(ffn_dim, embed_dim, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.fc_gate is not None:
-            hidden = gated_gelu(x, self.fc_gate, self.fc1)
-        else:
-            hidden = F.relu(self.fc1(x))
-        return self.fc2(F.dropout(hidden, p=self.dropout, training=self.training))
-
-
-class T5EncoderLayer(nn.Module):
-    """``x + dropout(SelfAttention(norm(x)))``, then ``x + dropout(FFN(norm(x)))``.
-    ``self_attention``: T5's :class:`T5Attention` unless given (LongT5's,
-    :mod:`mdsfair.modules.longt5_attention`); it reads the stack's ``bias``."""
-
-    def __init__(self, args, self_attention: Optional[nn.Module] = None):
-        super().__init__()
-        dim, eps = args.encoder_embed_dim, args.layer_norm_eps
-        self.dropout = args.dropout
-        if self_attention is None:
-            self_attention = T5Attention(dim, args.encoder_attention_heads, args.attention_head_dim, args.dropout)
-        self.self_attn = self_attention
-        self.self_attn_layer_norm = T5LayerNorm(dim, eps)
-        self.ffn = T5FeedForward(dim, args.encoder_ffn_embed_dim, args.t5_feed_forward, args.dropout)
-        self.final_layer_norm = T5LayerNorm(dim, eps)
-
-    def forward(self, x: Tensor, bias) -> Tensor:
-        x = x + F.dropout(self.self_attn(self.self_attn_layer_norm(x), bias), p=self.dropout, training=self.training)
-        return x + F.dropout(self.ffn(self.final_layer_norm(x)), p=self.dropout, training=self.training)
-
-
-class T5DecoderLayer(nn.Module):
-    """Causal self-attention, cross-attention over the encoder's states,
-    feed-forward; each ``x + dropout(f(norm(x)))``."""
-
-    def __init__(self, args):
-        super().__init__()
-        dim, eps = args.decoder_embed_dim, args.layer_norm_eps
-        heads = args.decoder_attention_heads
-        self.dropout = args.dropout
-        self.self_attn = T5Attention(dim, heads, args.attention_head_dim, args.dropout)
-        self.self_attn_layer_norm = T5LayerNorm(dim, eps)
-        self.encoder_attn = T5Attention(dim, heads, args.attention_head_dim, args.dropout)
-        self.encoder_attn_layer_norm = T5LayerNorm(dim, eps)
-        self.ffn = T5FeedForward(dim, args.decoder_ffn_embed_dim, args.t5_feed_forward, args.dropout)
-        self.final_layer_norm = T5LayerNorm(dim, eps)
-
-    def forward(
-        self,
-        x: Tensor,
-        self_bias: Tensor,
-        encoder_states: Tensor,
-        cross_bias: Tensor,
-        cache: Optional[Dict[str, Dict[str, Tensor]]] = None,
-    ) -> Tensor:
-        self_cache = cross_cache = None
-        if cache is not None:
-            self_cache, cross_cache = cache.setdefault("self", {}), cache.setdefault("cross", {})
-        attended = self.self_attn(self.self_attn_layer_norm(x), self_bias, cache=self_cache)
-        x = x + F.dropout(attended, p=self.dropout, training=self.training)
-        attended = self.encoder_attn(
-            self.encoder_attn_layer_norm(x), cross_bias, key_value=encoder_states, cache=cross_cache, static_keys=True
-        )
-        x = x + F.dropout(attended, p=self.dropout, training=self.training)
-        return x + F.dropout(self.ffn(self.final_layer_norm(x)), p=self.dropout, training=self.training)

@@ -42,7 +42,7 @@ from fairseq.modules.transformer_layer import TransformerDecoderLayerBase, Trans
 from torch import Tensor, nn
 
 from mdsfair.modules.activation_checkpointing import activation_checkpointing, checkpoint_layer
-from mdsfair.modules.biased_self_attention import biased_self_attention, runs_as_fairseq
+from mdsfair.modules.biased_self_attention import BackboneAttention, biased_self_attention
 from mdsfair.modules.components import BackboneConfig
 from mdsfair.modules.t5_layers import T5LayerNorm, gated_gelu
 
@@ -91,6 +91,29 @@ def embed_source(encoder, src_tokens: Tensor, token_embedding: Optional[Tensor],
     return x, embed
 
 
+def with_model_width(attention: MultiheadAttention, embed_dim: int, source_dim: int) -> MultiheadAttention:
+    """``attention``, a fairseq ``MultiheadAttention`` built at the width of
+    its heads together (``heads x d_kv``, T5's ``inner_dim``), with
+    projections from and to a model of width ``embed_dim``: the query from
+    ``embed_dim``, the key and value from ``source_dim`` (the encoder's for a
+    cross-attention), each to ``heads x d_kv``, and the output back to
+    ``embed_dim`` (Raffel et al. 2020; T5 v1.1 small: 6 heads of 64 on
+    d_model 512), newly initialised as fairseq initialises its own. fairseq's
+    computation reads its widths from the projections once its check that
+    queries are ``embed_dim`` wide is off; PyTorch's fused call, which
+    assumes ``heads x d_kv = embed_dim``, is then never taken."""
+    width = attention.embed_dim
+    bias = attention.q_proj.bias is not None
+    attention.q_proj = nn.Linear(embed_dim, width, bias=bias)
+    attention.k_proj = nn.Linear(source_dim, width, bias=bias)
+    attention.v_proj = nn.Linear(source_dim, width, bias=bias)
+    attention.out_proj = nn.Linear(width, embed_dim, bias=attention.out_proj.bias is not None)
+    attention.kdim = attention.vdim = source_dim
+    attention._set_skip_embed_dim_check()
+    attention.reset_parameters()
+    return attention
+
+
 class BackboneLayer:
     """What the encoder layer and the decoder layer build as the backbone
     says (``self.backbone``, set before fairseq's ``__init__``): the
@@ -115,9 +138,21 @@ class BackboneLayer:
             )
         use_backbone_norms(self, LAYER_NORMS, self.backbone)
 
-    def configure_attention(self, attention: nn.Module) -> nn.Module:
+    def attention_width(self, embed_dim: int, heads: int) -> int:
+        """The width the layer builds its attentions at: ``heads x
+        --attention-head-dim``, or ``embed_dim`` (:meth:`BackboneConfig.attention_width`)."""
+        return self.backbone.attention_width(embed_dim, heads)
+
+    def configure_attention(
+        self, attention: nn.Module, embed_dim: Optional[int] = None, source_dim: Optional[int] = None
+    ) -> nn.Module:
         """``attention`` (a fairseq ``MultiheadAttention``) with the scores
-        unscaled under ``--attention-scaling none`` (``scaling`` 1)."""
+        unscaled under ``--attention-scaling none`` (``scaling`` 1); built at
+        a width of its heads other than the layer's ``embed_dim`` (``--attention-head-dim``),
+        it reads ``embed_dim``-wide queries and ``source_dim``-wide keys and values
+        (:func:`with_model_width`)."""
+        if embed_dim is not None and getattr(attention, "embed_dim", embed_dim) != embed_dim:
+            attention = with_model_width(attention, embed_dim, source_dim or embed_dim)
         if self.backbone.attention_scaling == "none":
             attention.scaling = 1.0
         return attention
@@ -142,7 +177,8 @@ class ComponentEncoderLayer(BackboneLayer, TransformerEncoderLayerBase):
         self.build_backbone_modules()
 
     def build_self_attention(self, embed_dim, cfg):
-        return self.configure_attention(self.self_attention_component.build(self, embed_dim, cfg))
+        width = self.attention_width(embed_dim, cfg.encoder.attention_heads)
+        return self.configure_attention(self.self_attention_component.build(self, width, cfg), embed_dim)
 
     def forward(
         self,
@@ -176,7 +212,7 @@ class ComponentEncoderLayer(BackboneLayer, TransformerEncoderLayerBase):
         return x
 
 
-class DecoderSelfAttention(MultiheadAttention):
+class DecoderSelfAttention(BackboneAttention):
     """The decoder layer's causal self-attention: fairseq's
     ``MultiheadAttention`` (Vaswani et al. 2017, Sec. 3.2.2), with its
     key/value cache in the incremental state and reordered with the beams.
@@ -185,36 +221,12 @@ class DecoderSelfAttention(MultiheadAttention):
     scaling run :func:`~mdsfair.modules.biased_self_attention.biased_self_attention`
     (the same cache), which fairseq's computation does not take."""
 
-    def forward(
-        self,
-        query: Tensor,
-        key: Optional[Tensor],
-        value: Optional[Tensor],
-        key_padding_mask: Optional[Tensor] = None,
-        incremental_state=None,
-        need_weights: bool = True,
-        static_kv: bool = False,
-        attn_mask: Optional[Tensor] = None,
-        before_softmax: bool = False,
-        need_head_weights: bool = False,
+    def own_attention(
+        self, query, key, key_padding_mask, incremental_state, need_weights, attn_mask, need_head_weights
     ):
-        if runs_as_fairseq(self, attn_mask):
-            return super().forward(
-                query,
-                key,
-                value,
-                key_padding_mask=key_padding_mask,
-                incremental_state=incremental_state,
-                need_weights=need_weights,
-                static_kv=static_kv,
-                attn_mask=attn_mask,
-                before_softmax=before_softmax,
-                need_head_weights=need_head_weights,
-            )
-        if static_kv or before_softmax or need_head_weights:
+        if need_head_weights:
             raise ValueError(
-                "the decoder's self-attention with a mask per head or T5's backbone (no biases, unscaled) takes "
-                "neither static_kv, before_softmax nor need_head_weights"
+                "the decoder's self-attention with a mask per head or T5's backbone takes no need_head_weights"
             )
         return biased_self_attention(self, query, key_padding_mask, attn_mask, incremental_state, need_weights)
 
@@ -261,7 +273,7 @@ class ComponentDecoderLayer(BackboneLayer, TransformerDecoderLayerBase):
         biases and scaling."""
         return self.configure_attention(
             DecoderSelfAttention(
-                embed_dim,
+                self.attention_width(embed_dim, cfg.decoder.attention_heads),
                 cfg.decoder.attention_heads,
                 dropout=cfg.attention_dropout,
                 bias=self.backbone.linear_bias,
@@ -271,11 +283,15 @@ class ComponentDecoderLayer(BackboneLayer, TransformerDecoderLayerBase):
                 q_noise=self.quant_noise,
                 qn_block_size=self.quant_noise_block_size,
                 xformers_att_config=cfg.decoder.xformers_att_config,
-            )
+            ),
+            embed_dim,
         )
 
     def build_encoder_attention(self, embed_dim, cfg):
-        return self.configure_attention(self.cross_attention_component.build(self, embed_dim, cfg))
+        width = self.attention_width(embed_dim, cfg.decoder.attention_heads)
+        return self.configure_attention(
+            self.cross_attention_component.build(self, width, cfg), embed_dim, cfg.encoder.embed_dim
+        )
 
     def after_cross_attention(self, x: Tensor, cross_context, incremental_state) -> Tensor:
         """A sub-layer between the cross-attention block and the
