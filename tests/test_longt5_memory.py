@@ -103,3 +103,21 @@ def test_per_score_a_layer_keeps_the_softmax_the_dropped_weights_and_a_boolean_m
         4 * scores,
         4 * scores,
     ]
+
+
+def test_reading_the_rows_right_padded_keeps_only_the_positions():
+    """The component model reads every row right-padded and writes it back
+    (:func:`~mdsfair.modules.longt5_components.rows_gathered`): the backward
+    pass keeps the positions, not the states, and the gradient reaches the
+    states' own positions (float64)."""
+    from mdsfair.modules.longt5_components import rows_gathered
+
+    x = torch.randn(2, 5, 3, dtype=torch.float64, requires_grad=True)
+    positions = torch.tensor([[2, 3, 4, 0, 1], [0, 1, 2, 3, 4]])
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda tensor: saved.append(tensor) or tensor, lambda t: t):
+        gathered = rows_gathered(x, positions)
+    assert torch.equal(gathered[0], x[0, [2, 3, 4, 0, 1]]) and torch.equal(gathered[1], x[1])
+    assert saved and not any(tensor.is_floating_point() for tensor in saved)
+    (gradient,) = torch.autograd.grad(gathered, x, torch.arange(30, dtype=torch.float64).view(2, 5, 3))
+    assert torch.equal(gradient[0, [2, 3, 4, 0, 1]], torch.arange(15, dtype=torch.float64).view(5, 3))

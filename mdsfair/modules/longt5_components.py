@@ -35,6 +35,7 @@ refused with the reason.
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
+import torch
 from torch import Tensor, nn
 
 from mdsfair.argument_types import at_least
@@ -84,8 +85,11 @@ class RightPaddedBlocks(NamedTuple):
 
 
 def rows_gathered(x: Tensor, positions: Tensor) -> Tensor:
-    """``x [B, T, C]`` with row ``b`` read at ``positions[b]`` ``[B, T]``."""
-    return x.gather(1, positions.unsqueeze(-1).expand(-1, -1, x.size(-1)))
+    """``x [B, T, C]`` with row ``b`` read at ``positions[b]`` ``[B, T]``
+    (indexed: the backward pass keeps the positions, where ``gather`` keeps
+    ``x`` too)."""
+    rows = torch.arange(x.size(0), device=x.device)[:, None]
+    return x[rows, positions]
 
 
 @register_component("encoder_self_attention", "local")
