@@ -16,10 +16,10 @@ paper's."""
 import contextlib
 import os
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
+from torch import nn
 
 from mdsfair.modules import longt5_attention
 from tests import contract_checks as checks
@@ -189,15 +189,33 @@ def per_token_attention(attention, table, x, length, radius, block_size):
     return attention.out_proj(torch.stack(out))
 
 
+class BiasTables(nn.Module):
+    """An encoder stack's bias tables (8 buckets up to distance 16; the
+    global tokens' table with global blocks), called on a right-padded
+    batch's padding mask for its blocked bias
+    (:func:`~mdsfair.modules.longt5_attention.blocked_attention_bias`, radius 3)."""
+
+    def __init__(self, global_block_size: int):
+        super().__init__()
+        self.global_block_size = global_block_size
+        self.relative_attention_bias = nn.Embedding(8, 2)
+        self.global_relative_attention_bias = nn.Embedding(8, 2) if global_block_size else None
+
+    def forward(self, padding_mask, states_dtype):
+        return longt5_attention.blocked_attention_bias(
+            padding_mask, states_dtype, self.relative_attention_bias, self.global_relative_attention_bias,
+            8, 16, 3, self.global_block_size,
+        )  # fmt: skip
+
+
 def attention_and_bias_tables(kind: str, global_block_size: int, dtype: torch.dtype):
     """One encoder layer's attention of ``kind`` and the stack's bias tables
     (d 16, 2 heads of 4, radius 3, 8 buckets up to distance 16)."""
-    args = SimpleNamespace(encoder_embed_dim=16, encoder_attention_heads=2, attention_head_dim=4, dropout=0.0,
-                           encoder_self_attention=kind, local_radius=3, global_block_size=global_block_size,
-                           relative_attention_num_buckets=8, relative_attention_max_distance=16,
-                           layer_norm_eps=1e-6)  # fmt: skip
-    attention = longt5_attention.encoder_self_attention(args).to(dtype)
-    return attention, longt5_attention.encoder_position_bias(args).to(dtype)
+    if kind == "transient-global":
+        attention = longt5_attention.TransientGlobalSelfAttention(16, 2, 4, 0.0, 3, 1e-6)
+    else:
+        attention, global_block_size = longt5_attention.LocalSelfAttention(16, 2, 4, 0.0, 3), 0
+    return attention.to(dtype), BiasTables(global_block_size).to(dtype)
 
 
 @pytest.mark.parametrize("attention_kind", ATTENTIONS)

@@ -22,8 +22,10 @@ as they map the tokens. Its scores carry a second bias table,
 ``g - block(i)``. The global tokens are "transient": computed afresh in every
 layer from that layer's input, never carried between layers.
 
-As in T5, the stack computes the biases and masks once (its layer 0 holds
-the tables) and every layer adds them (:class:`BlockedRelativePositionBias`).
+As in T5, the biases and masks are computed once per batch from the
+stack's tables (:func:`blocked_attention_bias`; the component model's
+encoder holds the tables, :mod:`mdsfair.modules.longt5_components`) and
+every layer adds them.
 A masked score gets ``-1e10`` added, the value of the authors' Flaxformer
 code and of Hugging Face, so that a padding query, all of whose keys are
 masked, still gets finite weights.
@@ -40,13 +42,14 @@ is Hugging Face's; in float64 the weights keep float64 precision
 **Padding.** The blocks start at a row's first token, so the attention of a
 row depends on where its padding lies; Hugging Face's models expect
 right-padded sources. fairseq's data sets pad sources on the left:
-:func:`right_padded` moves every row's tokens to its start before the
-encoder runs, so that a row's states are those it gets alone.
+:func:`right_padding_order` puts every row's tokens first, and the
+components read each row in that order and write the output back to the
+row's own positions, so that a row's states are those it gets alone.
 
 **What the backward pass keeps.** The scores of a layer are ``T (3b + G)``
 per head, so what autograd keeps of them sets the layer's training memory.
 The blocks are laid out head-major (``[B, heads, n, b, 3b + G]``), so that
-the weights of the global tokens are a view of the softmax's output when
+the weights of the global tokens are a view of the attention weights when
 they meet the global values (a block-major layout has them copied), and the
 dropout of the attention weights keeps a boolean mask
 (:func:`attention_dropout`): per score, a layer keeps the softmax's output,
@@ -61,11 +64,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
-from mdsfair.modules.t5_layers import RelativePositionBias, T5Attention, T5LayerNorm, relative_position_bucket
-
-#: ``--encoder-self-attention`` choices of the T5 model: T5's full attention,
-#: LongT5's local and transient-global attention
-ENCODER_SELF_ATTENTION_KINDS = ("full", "local", "transient-global")
+from mdsfair.modules.t5_layers import T5Attention, T5LayerNorm, relative_position_bucket
 
 #: what a masked score gets added (the authors' Flaxformer code; Hugging Face's LongT5)
 MASKED_SCORE = -1e10
@@ -80,13 +79,6 @@ def right_padding_order(padding_mask: Tensor) -> Tensor:
     """``[B, T]``: the positions of every row's tokens, in their order, then
     of its padding (gathering a row by it right-pads the row)."""
     return torch.argsort(padding_mask.to(torch.long), dim=1, stable=True)
-
-
-def right_padded(tokens: Tensor, padding_mask: Tensor):
-    """``tokens`` and ``padding_mask`` ``[B, T]`` with every row's tokens
-    first, in their order, and its padding after them."""
-    order = right_padding_order(padding_mask)
-    return tokens.gather(1, order), padding_mask.gather(1, order)
 
 
 def split_into_blocks(x: Tensor, block_length: int) -> Tensor:
@@ -146,7 +138,7 @@ def blocked_attention_bias(
     global_block_size: int = 0,
 ) -> BlockedAttentionBias:
     """The :class:`BlockedAttentionBias` of a right-padded batch
-    (``padding_mask`` ``[B, T]``, :func:`right_padded`): the local table's
+    (``padding_mask`` ``[B, T]``, :func:`right_padding_order`): the local table's
     bias of the bucketed offset ``j - i`` within every block's three-block
     window (offsets beyond ``local_radius`` and padded keys masked) and,
     when ``global_block_size`` is set, the global table's bias of
@@ -179,35 +171,6 @@ def blocked_attention_bias(
     side = split_into_blocks(side, block).permute(0, 4, 1, 2, 3)  # [B, heads, n, b, G]
     global_blocks = F.one_hot(global_block + 1, globals_count + 1)[..., 1:].to(states_dtype)
     return BlockedAttentionBias(torch.cat([scores, side], dim=-1), global_blocks)
-
-
-class BlockedRelativePositionBias(nn.Module):
-    """The encoder stack's relative position bias tables (Hugging Face keeps
-    them in layer 0's attention) and the masks of the local window and of
-    the global tokens; its ``forward`` gives the :class:`BlockedAttentionBias`
-    of a right-padded batch (:func:`blocked_attention_bias`)."""
-
-    def __init__(self, heads: int, num_buckets: int, max_distance: int, local_radius: int, global_block_size: int = 0):
-        super().__init__()
-        self.num_buckets, self.max_distance = num_buckets, max_distance
-        self.local_radius = local_radius
-        self.global_block_size = global_block_size
-        self.relative_attention_bias = nn.Embedding(num_buckets, heads)
-        if global_block_size:
-            self.global_relative_attention_bias = nn.Embedding(num_buckets, heads)
-
-    def forward(self, padding_mask: Tensor, states_dtype: torch.dtype) -> BlockedAttentionBias:
-        """``padding_mask`` ``[B, T]``, right-padded (:func:`right_padded`)."""
-        return blocked_attention_bias(
-            padding_mask,
-            states_dtype,
-            self.relative_attention_bias,
-            getattr(self, "global_relative_attention_bias", None),
-            self.num_buckets,
-            self.max_distance,
-            self.local_radius,
-            self.global_block_size,
-        )
 
 
 class LocalSelfAttention(T5Attention):
@@ -266,37 +229,3 @@ class TransientGlobalSelfAttention(LocalSelfAttention):
         global_scores = torch.matmul(query.flatten(2, 3), global_key.transpose(-1, -2))  # [B, heads, n b, G]
         global_scores = global_scores.view(*local_scores.shape[:-1], -1)
         return torch.cat([local_scores, global_scores], dim=-1), global_value
-
-
-def encoder_self_attention(args) -> nn.Module:
-    """The self-attention of one T5 encoder layer that
-    ``args.encoder_self_attention`` names."""
-    dim, heads, head_dim, dropout = (
-        args.encoder_embed_dim,
-        args.encoder_attention_heads,
-        args.attention_head_dim,
-        args.dropout,
-    )
-    kind = args.encoder_self_attention
-    if kind == "full":
-        return T5Attention(dim, heads, head_dim, dropout)
-    if kind == "local":
-        return LocalSelfAttention(dim, heads, head_dim, dropout, args.local_radius)
-    if kind == "transient-global":
-        return TransientGlobalSelfAttention(dim, heads, head_dim, dropout, args.local_radius, args.layer_norm_eps)
-    raise ValueError(f"--encoder-self-attention {kind!r}: choose one of {', '.join(ENCODER_SELF_ATTENTION_KINDS)}")
-
-
-def encoder_position_bias(args) -> nn.Module:
-    """The encoder stack's bias tables for ``args.encoder_self_attention``:
-    T5's :class:`~mdsfair.modules.t5_layers.RelativePositionBias` for full
-    attention, a :class:`BlockedRelativePositionBias` for LongT5's."""
-    heads, buckets, distance = (
-        args.encoder_attention_heads,
-        args.relative_attention_num_buckets,
-        args.relative_attention_max_distance,
-    )
-    if args.encoder_self_attention == "full":
-        return RelativePositionBias(heads, buckets, distance, bidirectional=True)
-    global_block_size = args.global_block_size if args.encoder_self_attention == "transient-global" else 0
-    return BlockedRelativePositionBias(heads, buckets, distance, args.local_radius, global_block_size)
