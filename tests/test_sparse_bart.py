@@ -156,10 +156,18 @@ def test_model_free_scores_match_eq19_loop():
 
 
 def sparse_attention_inputs(
-    top_r, selection="approx", share=False, seed=0, approximator="model-based", generation_path="gather"
+    top_r,
+    selection="approx",
+    share=False,
+    seed=0,
+    approximator="model-based",
+    generation_path="gather",
+    backbone="bart",
 ):
     """Two sources (of different lengths) and four decoder rows reading them
-    through the per-source cache."""
+    through the per-source cache; the attention on BART's backbone (biased
+    projections, scaled queries) or T5's (``backbone="t5"``: no biases,
+    ``scaling`` 1 as the decoder layer sets it under ``--attention-scaling none``)."""
     torch.manual_seed(seed)
     ids = random_sentence_ids(bsz=2)
     module = SparseCrossAttention(
@@ -170,7 +178,10 @@ def sparse_attention_inputs(
         approximator=approximator,
         share_selection_across_beams=share,
         generation_path=generation_path,
+        bias=backbone == "bart",
     ).eval()
+    if backbone == "t5":
+        module.scaling = 1.0
     for parameter in module.parameters():
         torch.nn.init.normal_(parameter, std=0.3)
     context = SentenceContext(
@@ -287,17 +298,19 @@ def test_per_source_cache_equals_per_row_expansion(top_r):
 
 
 @pytest.mark.parametrize(
-    "selection,share,approximator",
+    "selection,share,approximator,backbone",
     [
-        ("approx", False, "model-based"),
-        ("random", False, "model-based"),
-        ("approx", True, "model-based"),
-        ("approx", False, "model-free"),
+        ("approx", False, "model-based", "bart"),
+        ("random", False, "model-based", "bart"),
+        ("approx", True, "model-based", "bart"),
+        ("approx", False, "model-free", "bart"),
+        ("approx", False, "model-based", "t5"),
+        ("random", False, "model-free", "t5"),
     ],
 )
-def test_gathered_kv_equals_masked_attention(selection, share, approximator):
+def test_gathered_kv_equals_masked_attention(selection, share, approximator, backbone):
     module, query, key, padding, context = sparse_attention_inputs(
-        top_r=2, selection=selection, share=share, approximator=approximator
+        top_r=2, selection=selection, share=share, approximator=approximator, backbone=backbone
     )
     torch.manual_seed(5)
     masked, masked_attention = module(query, key, padding, context)
@@ -371,10 +384,11 @@ def test_kept_token_bounds_size_the_layout_without_reading_the_step_back():
     torch.testing.assert_close(outputs[1], outputs[0], atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("backbone", ["bart", "t5"])
 @pytest.mark.parametrize("kept_width", ["bound", "step"])
 @pytest.mark.parametrize("approximator", ["model-based", "model-free"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
-def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, kept_width):
+def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, kept_width, backbone):
     """The fast variant's generation step (row tables kept, projections
     transposed, per-head views of one product, value bias folded into the
     output's) gives the reference's gathered path's output, sentence
@@ -383,9 +397,13 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, k
     steps (each layer's gather overwrites the last's), in float64 and in
     bfloat16 (its sentence scores in float32, as the reference's), with its
     kept tokens laid out to the bound known before the generation (as on
-    an accelerator) and to each step's widest row (as on the CPU)."""
-    module, query, key, padding, context = sparse_attention_inputs(top_r=2, approximator=approximator)
-    other, *_ = sparse_attention_inputs(top_r=2, approximator=approximator, seed=1)
+    an accelerator) and to each step's widest row (as on the CPU), on BART's
+    backbone and on T5's (no biases, unscaled word queries, the word-level
+    softmax in float64 in a float64 model)."""
+    module, query, key, padding, context = sparse_attention_inputs(
+        top_r=2, approximator=approximator, backbone=backbone
+    )
+    other, *_ = sparse_attention_inputs(top_r=2, approximator=approximator, seed=1, backbone=backbone)
     rows = HypothesisRows.from_source_index(torch.tensor([0, 0, 1, 1]), 2)  # grouped by source, as in beam search
     assert rows.blocked
     layers = [module.to(dtype), other.to(dtype)]

@@ -197,8 +197,8 @@ def test_document_attention_with_the_bias_is_full_attention_within_one_document(
 
 def test_what_cannot_run_on_t5s_backbone_is_refused(data):
     """A self-attention that takes no bias per head under the relative bias;
-    a component that builds BART's attention on T5's backbone (the sparse
-    cross-attention, HEPOS); a position component other than T5's relative
+    a component that builds BART's attention on T5's backbone (HEPOS); a
+    position component other than T5's relative
     bias under a T5 architecture (HierEncDec's restarted positions would read
     a table T5 has not)."""
     with pytest.raises(ValueError, match="takes no bias per head"):
@@ -212,9 +212,6 @@ def test_what_cannot_run_on_t5s_backbone_is_refused(data):
         ).build_model()
     with pytest.raises(ValueError, match="--cross-attention hepos builds BART's attention"):
         t5_family(data, "t5_v1_1_tiny", "--cross-attention", "hepos")
-    with pytest.raises(ValueError, match="--cross-attention sparse builds BART's attention"):
-        contract.ContractModel("t5_v1_1_tiny", data, "--cross-attention", "sparse",
-                               model_family=contract.SPARSE_SUMMARIZER).build_model()  # fmt: skip
     with pytest.raises(ValueError, match="--encoder-positions document-restart cannot be used with the t5_v1_1_tiny"):
         t5_family(data, "t5_v1_1_tiny", "--encoder-positions", "document-restart")
 
@@ -254,12 +251,14 @@ def test_heads_of_their_own_width_equal_hugging_face_in_float64(tmp_path):
     [
         ("t5_v1_1_tiny", ("--encoder-self-attention", "document"), "--encoder-self-attention document"),
         ("t5_v1_1_tiny", ("--cross-attention", "document-scaled"), "--cross-attention document-scaled"),
+        ("t5_v1_1_tiny", ("--cross-attention", "sparse"), "--cross-attention sparse"),
         ("longt5_tiny", (), "--encoder-self-attention transient-global"),
         ("multidoc_bart_tiny", (), "--encoder-positions learned"),
     ],
 )
 def test_heads_of_their_own_width_are_refused_where_a_component_cannot_take_them(data, arch, flags, refused):
-    """Document attention, the document-scaled cross-attention, LongT5's
+    """Document attention, the document-scaled and sparse cross-attentions
+    (the sparse one's approximator reads the model's width), LongT5's
     blocked attentions and the decoder of learned positions (whose
     generation speed-up computes heads of d_model / heads): refused when the
     model is built, naming the component and the widths."""

@@ -120,8 +120,8 @@ def build_components(args) -> Dict[str, object]:
                     f"{flag_of(component.role)} {component.name} builds BART's attention (biased projections, "
                     f"scores scaled by head_dim^-0.5) and does not follow --linear-biases {backbone.linear_biases} "
                     f"--attention-scaling {backbone.attention_scaling}; on T5's backbone choose "
-                    "--encoder-self-attention full, document, local or transient-global and --cross-attention full or "
-                    "document-scaled"
+                    "--encoder-self-attention full, document, local or transient-global and --cross-attention full, "
+                    "document-scaled or sparse"
                 )
     widened = backbone.widened_stacks(args)
     for component in components.values() if widened else ():

@@ -26,13 +26,18 @@ attention is causal.
 
 **The seeds' methods** combine by flags as on BART: HierEncDec's document
 attention (``--encoder-self-attention document``, the relative bias within
-the document rule) and its document-scaled cross-attention
-(``--cross-attention document-scaled``). What cannot run on T5's backbone is
-refused when the model is built, with the reason: the sparse cross-attention
-and the other components that build BART's attention (biased projections,
-scaled scores), position components other than the relative bias
+the document rule), its document-scaled cross-attention
+(``--cross-attention document-scaled``) and Manakul & Gales 2021's sparse
+cross-attention (``--cross-attention sparse``, trained with ``--task
+multidoc_summarization_sparse --criterion sparse_kl``; its word-level
+attention on T5's projections without biases and unscaled scores, its
+approximator's W^Q/W^K initialised from them, App. A.1). What cannot run on
+T5's backbone is refused when the model is built, with the reason: the
+components that build BART's attention (biased projections, scaled scores:
+HEPOS, HAT, ...), position components other than the relative bias
 (HierEncDec's restarted positions read a learned table; T5 has none), a
-component that computes heads of ``d_model / heads`` when
+component that computes heads of ``d_model / heads`` (the document
+attention, the document-scaled and sparse cross-attentions) when
 ``--attention-head-dim`` says otherwise.
 
 **Checkpoints of the former T5 model** (its own layers, before T5 was the

@@ -13,13 +13,18 @@
   one copy per source through beam search (:class:`SparseSourceContext`
   reorders the rows, not the sources).
 
-``full`` and ``document-scaled`` also run on T5's backbone (projections
-without biases, unscaled scores; :class:`~mdsfair.modules.components.BackboneConfig`):
-fairseq's attention honours both in the decoder, whose cross-attention
-always takes its own computation (``static_kv``), not PyTorch's; ``full``'s
+``full``, ``document-scaled`` and ``sparse`` also run on T5's backbone
+(projections without biases, unscaled scores;
+:class:`~mdsfair.modules.components.BackboneConfig`): fairseq's attention
+honours both in the decoder, whose cross-attention always takes its own
+computation (``static_kv``), not PyTorch's; ``full``'s
 (:class:`~mdsfair.modules.biased_self_attention.EncoderDecoderAttention`)
 then takes its softmax in the model's dtype (float64 in a float64 model), as
-Hugging Face's T5, and heads of ``--attention-head-dim``.
+Hugging Face's T5, and heads of ``--attention-head-dim``; so does
+``sparse``'s word-level attention
+(:meth:`~mdsfair.modules.sparse_cross_attention.SparseCrossAttention.softmax_dtype`),
+whose heads are d_model / heads (its approximator's W^Q reads and writes
+the model's width, App. A.1).
 
 Call shape: :meth:`CrossAttentionComponent.build` the module of one decoder
 layer; :meth:`~CrossAttentionComponent.source_context` what the decoder reads
@@ -388,6 +393,7 @@ class SparseCrossAttentionConfig(ComponentConfig):
 class SparseSentenceCrossAttention(CrossAttentionComponent):
     """Manakul & Gales 2021: attention to the top-r sentences (see the module docstring)."""
 
+    follows_backbone = True
     config_class = SparseCrossAttentionConfig
     paper = "Manakul & Gales 2021 (Eq. 3-11)"
     summary = "each query reads the tokens of its top-r sentences, ranked by an approximator trained with a KL loss"
@@ -465,6 +471,7 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             # no default (--sentence-selection mix requires it); None in checkpoints saved before the flag
             mix_decay_updates=config.mix_decay_updates,
             generation_path=config.sparse_generation_path,
+            bias=layer.backbone.linear_bias,
         )
 
     def decoder_context(self, decoder, source, incremental_state):
@@ -514,10 +521,12 @@ class SparseSentenceCrossAttention(CrossAttentionComponent):
             layer.encoder_attn.initialize_approximator_from_cross_attention()
 
     def upgrade_state_dict(self, model, state_dict, prefix):
-        """Restoring a checkpoint without the approximator (BART, LED, ...):
-        create it (App. A.1), W^Q/W^K copied from the checkpoint's
-        cross-attention q_proj/k_proj (weights and biases), the sentence
-        encoder freshly initialized."""
+        """Restoring a checkpoint without the approximator (BART, LED, T5,
+        ...): create it (App. A.1), W^Q/W^K copied from the checkpoint's
+        cross-attention q_proj/k_proj (weights and biases; where the
+        checkpoint's projections have no biases, T5's, W^Q/W^K's stay at the
+        zeros :meth:`after_init` gave them), the sentence encoder freshly
+        initialized."""
         created = 0
         for key, value in model.state_dict().items():
             full_key = prefix + key

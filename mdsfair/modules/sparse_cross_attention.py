@@ -35,6 +35,18 @@ In incremental generation the word keys/values and the sentence keys are
 kept once per source example, never expanded or reordered per beam
 hypothesis: every decoder row finds its source through
 :class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`.
+
+The word-level attention follows the backbone of its decoder layer: its
+projections with or without biases (``bias``; T5's have none) and its
+queries scaled by ``d_h^-0.5`` or not (``scaling``, which the layer sets to 1
+under ``--attention-scaling none``). On BART's backbone its softmax is in
+float32, as fairseq's attention; on T5's it is in the model's dtype where
+that is wider (:meth:`SparseCrossAttention.softmax_dtype`), as the full
+cross-attention on that backbone
+(:class:`~mdsfair.modules.biased_self_attention.EncoderDecoderAttention`)
+and Hugging Face's T5, so that with every sentence kept it computes that
+attention (Eq. 3 with ``I^r_m`` all positions). The approximator keeps its
+own queries' scaling (Eq. 8, ``d_h^-0.5``) on either backbone.
 """
 
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -45,6 +57,7 @@ from fairseq.modules import MultiheadAttention
 from torch import Tensor
 
 from mdsfair.argument_types import check_choice
+from mdsfair.modules.biased_self_attention import runs_as_fairseq
 from mdsfair.modules.heads import split_heads
 from mdsfair.modules.hypothesis_rows import HypothesisRows
 from mdsfair.modules.sentence_approximator import (
@@ -112,7 +125,8 @@ class SparseCrossAttention(MultiheadAttention):
     sentence-level approximator (Eq. 7-10 or App. D) of its decoder layer.
 
     The word-level projections keep fairseq's names (``q_proj``, ``k_proj``,
-    ``v_proj``, ``out_proj``), so BART checkpoints load unchanged.
+    ``v_proj``, ``out_proj``), so BART checkpoints load unchanged; ``bias``
+    False builds them without biases (T5's backbone).
     """
 
     def __init__(
@@ -129,8 +143,11 @@ class SparseCrossAttention(MultiheadAttention):
         share_selection_across_beams: bool = False,
         mix_decay_updates: Optional[int] = None,
         generation_path: str = "auto",
+        bias: bool = True,
     ):
-        super().__init__(embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, encoder_decoder_attention=True)
+        super().__init__(
+            embed_dim, num_heads, kdim=kdim, vdim=vdim, dropout=dropout, bias=bias, encoder_decoder_attention=True
+        )
         check_choice("sentence selection", selection, SENTENCE_SELECTIONS)
         check_choice("generation path", generation_path, GENERATION_PATHS)
         check_choice("approximator", approximator, APPROXIMATORS)
@@ -157,7 +174,9 @@ class SparseCrossAttention(MultiheadAttention):
         return max(0.0, 1.0 - self.num_updates / float(self.mix_decay_updates))
 
     def initialize_approximator_from_cross_attention(self):
-        """App. A.1: W^Q, W^K (weights and biases) from q_proj, k_proj."""
+        """App. A.1: W^Q, W^K (weights and biases) from q_proj, k_proj; on a
+        backbone without biases W^Q's and W^K's biases start at zero, so the
+        approximator's projections start equal to the cross-attention's."""
         if self.sentence_attention is not None:
             self.sentence_attention.initialize_from(self.q_proj, self.k_proj)
 
@@ -186,6 +205,17 @@ class SparseCrossAttention(MultiheadAttention):
         if self.generation_path != "auto":
             return self.generation_path == "gather"
         return kept.positions.size(-1) * self.num_heads <= 2 * src_len
+
+    def softmax_dtype(self, logits_dtype: torch.dtype) -> torch.dtype:
+        """The dtype of the word-level softmax for logits of ``logits_dtype``:
+        float32 on BART's backbone (biased projections, scaled queries), as
+        fairseq's attention takes it whatever the model's dtype; on T5's at
+        least float32 and the model's dtype where wider, as
+        :class:`~mdsfair.modules.biased_self_attention.EncoderDecoderAttention`
+        (a float64 model computes Hugging Face's T5 in float64)."""
+        if runs_as_fairseq(self):
+            return torch.float32
+        return torch.promote_types(logits_dtype, torch.float32)
 
     def reorder_incremental_state(self, incremental_state, new_order: Tensor):
         """Nothing to reorder: the cache is kept once per source; the encoder
@@ -344,7 +374,8 @@ class SparseCrossAttention(MultiheadAttention):
             keys, values = self._source_keys_values(key, incremental_state)  # a sparse step that masks
 
         # the masked path (Eq. 3 as a mask on the full attention)
-        logits = rows.matmul(queries, keys.transpose(-1, -2)).float()
+        logits = rows.matmul(queries, keys.transpose(-1, -2))
+        logits = logits.to(self.softmax_dtype(logits.dtype))
         if key_padding_mask is not None:
             padding = rows.lookup(key_padding_mask.to(torch.bool))
             logits = logits.masked_fill(padding[:, None, None, :], float("-inf"))
@@ -405,7 +436,8 @@ class SparseCrossAttention(MultiheadAttention):
         head_queries = queries.transpose(0, 1).reshape(num_heads, bsz * tgt_len, head_dim)
         key_weight = self.k_proj.weight.view(num_heads, head_dim, source_dim)
         source_queries = torch.matmul(head_queries, key_weight).transpose(0, 1)
-        logits = torch.matmul(source_queries, states.transpose(1, 2)).float()  # [B'T, H, n]
+        logits = torch.matmul(source_queries, states.transpose(1, 2))  # [B'T, H, n]
+        logits = logits.to(self.softmax_dtype(logits.dtype))
         token_valid = kept.valid.view(bsz * tgt_len, 1, num_kept)
         probs = F.softmax(logits.masked_fill(~token_valid, float("-inf")), dim=-1)
         token_attention = None

@@ -25,6 +25,13 @@ in how the work is laid out, never in what is computed:
 * the report (``approx_log``, ``sentence_mask``, ``selection``) is computed
   only if read (:class:`LazySentenceAttention`): a generator reads none of it.
 
+On either backbone it is the reference's computation: projections without
+biases (T5's) enter as zero biases, the word queries are scaled by the
+module's ``scaling`` (1 under ``--attention-scaling none``) and the
+approximator's sentence queries by its own (Eq. 8), and the word-level
+softmax takes the reference's dtype
+(:meth:`~mdsfair.modules.sparse_cross_attention.SparseCrossAttention.softmax_dtype`).
+
 It runs only in the steps of a static beam search
 (:class:`~mdsfair.generation.fast.static_beam_search.FollowsStaticBeamSearch`:
 ``--static-decoding`` keeps the rows blocked by source for the whole
@@ -33,7 +40,7 @@ generation); training, autograd, teacher forcing, fairseq's generator,
 (:meth:`~SparseCrossAttention.gathering_pays`) and steps without the
 kept-token bounds run the reference ``forward``. ``tests/test_sparse_bart.py``
 compares this step with the reference (output, selection, approximator
-report, alignment) in float64 and bfloat16.
+report, alignment) in float64 and bfloat16, on BART's and T5's backbones.
 """
 
 from typing import Dict, Optional, Tuple
@@ -220,12 +227,12 @@ pytree.register_pytree_node(
 )
 
 
-def softmax_in_float32(logits: Tensor) -> Tensor:
-    """Softmax over the last dimension computed in float32 (as fairseq's
-    ``utils.softmax``), without a cast where the logits already are."""
-    if logits.dtype == torch.float32:
+def softmax_in(logits: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Softmax over the last dimension computed in ``dtype`` (float32: as
+    fairseq's ``utils.softmax``), without a cast where the logits already are."""
+    if logits.dtype == dtype:
         return F.softmax(logits, dim=-1)
-    return F.softmax(logits, dim=-1, dtype=torch.float32)
+    return F.softmax(logits, dim=-1, dtype=dtype)
 
 
 def row_tables(incremental_state: Dict, context: SentenceContext) -> RowTables:
@@ -332,7 +339,10 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         times the rows' states, ``W x^T``: for a few decoder rows the faster
         product on CPUs, and the per-head views it needs come out of it
         without a copy): the word queries stacked with the sentence queries
-        of Eq. 8 (model-based), scaled, with their bias as a column; the key
+        of Eq. 8 (model-based), each scaled by its own attention's scaling
+        (the word queries by ``scaling``, the sentence queries by the
+        approximator's), with their bias as a column (zeros where a
+        projection has none); the key
         and value projections per head ``[H, d_h, C]``; the output
         projection with the value bias folded into its bias
         (``b^O + W^O b^V``: the attention weights of a head sum to one, so
@@ -343,16 +353,19 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             projections.append(self.sentence_attention.sentence_query_proj)
 
         def build() -> Dict[str, Tensor]:
-            query_weight, query_bias = self.q_proj.weight, linear_bias(self.q_proj)
+            query_weight, query_bias = self.q_proj.weight * self.scaling, linear_bias(self.q_proj) * self.scaling
             if self.sentence_attention is not None:
-                sentence = self.sentence_attention.sentence_query_proj
-                query_weight = torch.cat([query_weight, sentence.weight])
-                query_bias = torch.cat([query_bias, linear_bias(sentence)])
+                sentence, sentence_scaling = (
+                    self.sentence_attention.sentence_query_proj,
+                    self.sentence_attention.scaling,
+                )
+                query_weight = torch.cat([query_weight, sentence.weight * sentence_scaling])
+                query_bias = torch.cat([query_bias, linear_bias(sentence) * sentence_scaling])
             source_dim = self.k_proj.weight.size(1)
             out_weight = self.out_proj.weight
             return {
-                "query_weight": (query_weight * self.scaling).contiguous(),
-                "query_bias": (query_bias * self.scaling).unsqueeze(1),
+                "query_weight": query_weight.contiguous(),
+                "query_bias": query_bias.unsqueeze(1),
                 "key_heads": self.k_proj.weight.view(heads, head_dim, source_dim),
                 "value_heads": self.v_proj.weight.view(heads, head_dim, source_dim),
                 "out_weight": out_weight,
@@ -414,7 +427,7 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             sentence_logits = torch.bmm(grouped_by_source(embed_dim), keys)
             if empty_slots:
                 sentence_logits.add_(tables.sentence_score_bias(heads, keys.dtype))
-            probs = softmax_in_float32(sentence_logits)  # [B * H, R, S], alpha~ of Eq. 7
+            probs = softmax_in(sentence_logits)  # [B * H, R, S], alpha~ of Eq. 7
             # summed over heads: H times the mean of App. A.4, the same ranking
             ranking = probs.view(num_sources, heads, per_source, num_slots).sum(dim=1)
 
@@ -474,7 +487,7 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             states_t,
         )
         logits.masked_fill_(padding_slots, float("-inf"))  # [B', H, n]
-        probs = softmax_in_float32(logits)
+        probs = softmax_in(logits, self.softmax_dtype(logits.dtype))
         token_attention = None
         if need_weights:  # the alignment layer: the attention over the source, averaged over heads
             token_slot = slot.clamp(max=layout.token_index.numel() - 1)
