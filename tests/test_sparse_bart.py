@@ -17,6 +17,7 @@ from mdsfair.modules.sentence_approximator import (
     SentenceEncoder,
     model_free_sentence_keys,
     pack_sentences,
+    sentence_token_states,
     sentences_longest_first,
 )
 from mdsfair.modules.sentence_saliency import SentenceLayout, sentence_layout, sentence_saliency
@@ -858,84 +859,63 @@ def test_checkpoint_activations_reach_the_sentence_encoder(data_bin, sentence_en
         torch.testing.assert_close(checkpointed_gradients[name], gradient, atol=1e-6, rtol=1e-5, msg=name)
 
 
-def test_sentence_encoder_final_states_equal_the_packed_bidirectional_gru():
-    """The BiGRU of Eq. 10 as one packed recurrence (pack_sentences,
-    gru_over_packed): its final states, its sentence vectors and their
-    gradients equal ``nn.GRU``'s on a ``PackedSequence`` of the same
-    sentences (float64), for sentences of different lengths, in 1 and 2
-    layers."""
-    from torch.nn.utils.rnn import pack_sequence
-
+def test_sentence_encoder_equals_the_bidirectional_gru_on_each_sentence_alone():
+    """The BiGRU of Eq. 10 over all sentences of a batch as one packed
+    sequence: every sentence vector, and the gradients of the parameters and
+    of the encoder states, equal ``nn.GRU`` run on that sentence alone
+    (float64), for sentences of different lengths in two examples (padding,
+    an empty slot), in 1 and 2 layers."""
     torch.manual_seed(0)
-    lengths = [5, 1, 3, 5, 2, 4]
-    src_sent_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)]).unsqueeze(0)
+    sentence_ids = torch.cat([torch.full((n,), i) for i, n in enumerate([5, 1, 3, 5, 2, 4])])
+    src_sent_ids = torch.stack([sentence_ids, sentence_ids.flip(0)])
+    src_sent_ids[1, -3:] = -1  # padding; the second example's sentence 0 loses 3 tokens, sentence 1 is empty
     layout = sentence_layout(src_sent_ids)
     for layers in (1, 2):
         encoder = SentenceEncoder(12, 10, num_layers=layers).double()
         for parameter in encoder.parameters():  # off the zero-bias start, so that every term counts
             torch.nn.init.normal_(parameter, std=0.3)
-        states = torch.randn(1, src_sent_ids.size(1), 12, dtype=torch.float64)
-        rows = sentences_longest_first(layout.lengths.view(-1))
-        packed = pack_sentences(layout, rows, src_sent_ids.size(1))
-        forward, backward = encoder.bidirectional_final_states(states[0].index_select(0, packed.tokens), packed)
-        sentences = [states[0, src_sent_ids[0] == row] for row in rows.tolist()]
-        _, final = encoder.gru(pack_sequence(sentences))
-        torch.testing.assert_close(forward, final[-2], atol=1e-12, rtol=0)
-        torch.testing.assert_close(backward, final[-1], atol=1e-12, rtol=0)
-
         reference = copy.deepcopy(encoder)
-        ours = encoder(states, layout)[0]
-        _, final = reference.gru(
-            pack_sequence([states[0, src_sent_ids[0] == s] for s in range(len(lengths))], enforce_sorted=False)
-        )
-        theirs = reference.output_proj(torch.cat([final[-2], final[-1]], dim=-1))
+        states = torch.randn(2, src_sent_ids.size(1), 12, dtype=torch.float64)
+        inputs = [states.clone().requires_grad_(True) for _ in range(2)]
+        ours = encoder(inputs[0], layout)
+        theirs = torch.zeros_like(ours)
+        for b in range(2):
+            for s in range(layout.lengths.size(1)):
+                if layout.lengths[b, s] > 0:
+                    _, final = reference.gru(inputs[1][b, src_sent_ids[b] == s].unsqueeze(0))
+                    theirs[b, s] = reference.output_proj(torch.cat([final[-2], final[-1]], dim=-1))[0]
         torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+        assert bool(ours[~layout.sentence_mask].eq(0).all())
         ours.pow(2).sum().backward()
         theirs.pow(2).sum().backward()
         for (name, got), expected in zip(encoder.named_parameters(), reference.parameters()):
             torch.testing.assert_close(got.grad, expected.grad, atol=1e-12, rtol=0, msg=name)
+        torch.testing.assert_close(inputs[0].grad, inputs[1].grad, atol=1e-12, rtol=0)
 
 
-def test_packed_sentences_read_every_token_once_and_no_padding():
-    """pack_sentences: step t holds token t of every sentence longer than t,
-    longest first (so the running sentences of a step are a prefix of those
-    of the step before); the packed rows are exactly the sentences' tokens
-    (no padding, whatever the lengths); reversed_rows reads every sentence
-    from its last token and is an involution; empty slots are left out."""
+def test_packed_sentences_hold_every_token_once_in_packed_sequence_order():
+    """pack_sentences: the non-empty sentences longest first, step t holding
+    token t of every sentence longer than t: the data and batch sizes
+    ``pack_padded_sequence`` gives for the sentences padded, without a token
+    of padding (whatever the lengths)."""
+    from torch.nn.utils.rnn import pack_padded_sequence
+
     lengths = [3, 1, 17, 6, 2, 9]
     sentence_ids = torch.cat([torch.full((n,), i) for i, n in enumerate(lengths)])
     src_sent_ids = torch.stack([sentence_ids, sentence_ids.flip(0)])  # [2, 38], differently ordered
     src_sent_ids[1, -4:] = -1  # padding: sentence 0 of the second example loses 3 tokens, sentence 1 becomes empty
     layout = sentence_layout(src_sent_ids)
-    source_length = src_sent_ids.size(1)
-    rows = sentences_longest_first(layout.lengths.view(-1))
     slot_lengths = layout.lengths.view(-1)
+    rows = sentences_longest_first(slot_lengths)
     assert rows.tolist() == sorted(slot_lengths.gt(0).nonzero().view(-1).tolist(), key=lambda r: -int(slot_lengths[r]))
-    packed = pack_sentences(layout, rows, source_length)
-    num_slots = layout.lengths.size(1)
-    positions = {  # the flat source positions of every sentence's tokens, in order
-        row: [
-            (row // num_slots) * source_length + n
-            for n in range(source_length)
-            if int(src_sent_ids[row // num_slots, n]) == row % num_slots
-        ]
-        for row in rows.tolist()
-    }
-    expected_tokens, expected_reversed, row_of = [], [], {}
-    for step in range(int(slot_lengths.max())):
-        for row in rows.tolist():
-            if len(positions[row]) > step:
-                row_of[(row, step)] = len(expected_tokens)
-                expected_tokens.append(positions[row][step])
-    for step in range(int(slot_lengths.max())):
-        for row in rows.tolist():
-            if len(positions[row]) > step:
-                expected_reversed.append(row_of[(row, len(positions[row]) - 1 - step)])
-    assert packed.tokens.tolist() == expected_tokens
-    assert packed.reversed_rows.tolist() == expected_reversed
-    assert torch.equal(packed.reversed_rows[packed.reversed_rows], torch.arange(len(expected_tokens)))
-    assert sum(packed.batch_sizes) == len(expected_tokens) == int(slot_lengths.sum())
-    assert packed.batch_sizes == [int(slot_lengths.gt(step).sum()) for step in range(int(slot_lengths.max()))]
+    packed = pack_sentences(layout, rows, src_sent_ids.size(1))
+    states = torch.randn(2, src_sent_ids.size(1), 5, dtype=torch.float64)
+    padded = sentence_token_states(states, layout).index_select(0, rows)
+    expected = pack_padded_sequence(padded, slot_lengths.index_select(0, rows), batch_first=True)
+    assert torch.equal(states.flatten(0, 1).index_select(0, packed.tokens), expected.data)
+    assert torch.equal(packed.batch_sizes, expected.batch_sizes)
+    assert packed.tokens.numel() == int(slot_lengths.sum()) < rows.numel() * int(slot_lengths.max())
+    assert packed.tokens.unique().numel() == packed.tokens.numel()
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,8 @@ a sentence-level attention (Eq. 7)::
     y_i     = RNN(k_{i,1}, ..., k_{i,J_i})     (Eq. 10)
 
 * :class:`SentenceEncoder` is the RNN of Eq. 10: a 2-layer bidirectional GRU
-  run over each sentence's encoder states, all sentences of the batch in one
-  packed recurrence (:func:`pack_sentences`, :func:`gru_over_packed`); the
+  run over each sentence's encoder states, all sentences of the batch as one
+  packed sequence (:func:`pack_sentences`); the
   sentence vector is a linear map of the final forward and the final
   backward state (the authors' ``SentLevelNN`` reads the last layer's
   forward output at the last token and backward output at the first token:
@@ -32,11 +32,12 @@ a sentence-level attention (Eq. 7)::
   distribution is needed (losses, reports).
 """
 
-from typing import Callable, List, NamedTuple, Tuple
+from typing import Callable, NamedTuple, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.nn.utils.rnn import PackedSequence
 
 from mdsfair.modules.activation_checkpointing import checkpointed_call
 from mdsfair.modules.heads import split_heads, to_heads
@@ -56,25 +57,21 @@ def sentence_token_states(encoder_states: Tensor, layout: SentenceLayout) -> Ten
 
 
 class PackedSentences(NamedTuple):
-    """The tokens of some sentences of a batch in the packed order of one
-    recurrence over all of them (``nn.utils.rnn.PackedSequence``'s order):
+    """Some sentences of a batch as the data of one ``PackedSequence``:
     step ``t`` holds token ``t`` of every sentence longer than ``t``, the
-    sentences longest first, so that the sentences still running at a step
-    are the first ones of the step before and no step reads padding.
+    sentences longest first (the order ``pack_padded_sequence`` gives sorted
+    sequences), so that no step reads padding.
 
     ``rows``: ``[n]`` the sentences' flat slots ``b * S + s``, longest first.
     ``tokens``: ``[T]`` the flat source position ``b * N + j`` of every packed
-    row (``T`` the sentences' tokens), each sentence read from its first token.
-    ``reversed_rows``: ``[T]`` for the packed row of token ``t`` of a sentence
-    of ``J`` tokens, the packed row of its token ``J - 1 - t``: the order in
-    which the backward direction reads the same tokens (an involution).
-    ``batch_sizes``: the number of sentences running at every step.
+    row (``T`` the sentences' tokens).
+    ``batch_sizes``: ``[steps]`` the number of sentences running at every
+    step (int64, on the CPU, as ``PackedSequence`` holds it).
     """
 
     rows: Tensor
     tokens: Tensor
-    reversed_rows: Tensor
-    batch_sizes: List[int]
+    batch_sizes: Tensor
 
 
 def sentences_longest_first(lengths: Tensor) -> Tensor:
@@ -95,54 +92,11 @@ def pack_sentences(layout: SentenceLayout, rows: Tensor, source_length: int) -> 
     step, sentence = running.nonzero(as_tuple=True)  # packed rows, step by step
     positions = layout.token_index.view(-1, max_length).index_select(0, rows)
     example_start = torch.div(rows, num_slots, rounding_mode="floor") * source_length
-    batch_sizes = running.sum(1)
-    step_start = batch_sizes.cumsum(0) - batch_sizes
     return PackedSentences(
         rows=rows,
         tokens=example_start[sentence] + positions[sentence, step],
-        reversed_rows=step_start[lengths[sentence] - 1 - step] + sentence,
-        batch_sizes=batch_sizes.tolist(),
+        batch_sizes=running.sum(1).cpu(),
     )
-
-
-def gru_over_packed(
-    input_gates: Tensor, weight_hh: Tensor, bias_hh: Tensor, batch_sizes: List[int]
-) -> Tuple[Tensor, Tensor]:
-    """One direction of a GRU layer over packed sequences (``nn.GRU``'s
-    equations, its gate order r, z, n)::
-
-        r_t = sigmoid(W_ir x_t + b_ir + W_hr h_{t-1} + b_hr)
-        z_t = sigmoid(W_iz x_t + b_iz + W_hz h_{t-1} + b_hz)
-        n_t = tanh(W_in x_t + b_in + r_t * (W_hn h_{t-1} + b_hn))
-        h_t = (1 - z_t) * n_t + z_t * h_{t-1}
-
-    Args:
-        input_gates: ``[T, 3H]`` ``W_i x + b_i`` of every packed row, computed
-            for all steps at once (one matrix product).
-        weight_hh, bias_hh: ``W_h`` ``[3H, H]`` and ``b_h`` ``[3H]``.
-        batch_sizes: sequences running at every step (non-increasing), as
-            :class:`PackedSentences` gives them; ``h_0 = 0``.
-
-    Returns:
-        ``[T, H]`` ``h_t`` of every packed row and ``[n, H]`` every
-        sequence's final state (after its last step).
-    """
-    hidden = input_gates.new_zeros(batch_sizes[0], weight_hh.size(1))
-    outputs, finished = [], []
-    start = 0
-    for running in batch_sizes:
-        if running < hidden.size(0):  # the last sequences ended at the step before
-            finished.append(hidden[running:])
-            hidden = hidden[:running]
-        input_r_z, input_n = input_gates[start : start + running].split([2 * hidden.size(1), hidden.size(1)], dim=1)
-        hidden_r_z, hidden_n = F.linear(hidden, weight_hh, bias_hh).split([2 * hidden.size(1), hidden.size(1)], dim=1)
-        reset, update = torch.sigmoid(input_r_z + hidden_r_z).chunk(2, dim=1)
-        candidate = torch.tanh(input_n + reset * hidden_n)
-        hidden = candidate + update * (hidden - candidate)
-        outputs.append(hidden)
-        start += running
-    finished.append(hidden)
-    return torch.cat(outputs), torch.cat(finished[::-1])
 
 
 class SentenceEncoder(nn.Module):
@@ -189,8 +143,8 @@ class SentenceEncoder(nn.Module):
         Returns:
             ``[B, S, C]`` sentence vectors, zero for empty sentence slots.
 
-        All sentences of the batch run in one packed recurrence
-        (:func:`pack_sentences`), which reads every sentence's tokens and no
+        All sentences of the batch run as one packed sequence
+        (:func:`pack_sentences`), which holds every sentence's tokens and no
         padding; under ``--checkpoint-activations`` one chunk of sentences
         at a time (sentences are independent sequences), so that the
         backward pass recomputes the GRU of one chunk.
@@ -212,52 +166,25 @@ class SentenceEncoder(nn.Module):
             tokens = source_states.index_select(0, packed.tokens)
             if chunk < rows.numel():
                 vectors.append(
-                    checkpointed_call(self.sentence_vectors, tokens, packed, offload_to_cpu=self.offload_activations)
+                    checkpointed_call(
+                        self.sentence_vectors, tokens, packed.batch_sizes, offload_to_cpu=self.offload_activations
+                    )
                 )
             else:
-                vectors.append(self.sentence_vectors(tokens, packed))
+                vectors.append(self.sentence_vectors(tokens, packed.batch_sizes))
         vectors = torch.cat(vectors)
         sentences = sentences.to(vectors.dtype).index_copy(0, rows, vectors)
         return sentences.view(bsz, num_slots, -1)
 
-    def sentence_vectors(self, tokens: Tensor, packed: PackedSentences) -> Tensor:
-        """``y_i`` (Eq. 10) ``[n, C]`` of the sentences ``packed.rows``, their
-        ``[T, C]`` token states ``tokens`` in packed order: the last layer's
-        forward state after the sentence's last token and its backward state
-        after its first, through :meth:`bidirectional_final_states`."""
-        last_forward, last_backward = self.bidirectional_final_states(tokens, packed)
-        return self.output_proj(torch.cat([last_forward, last_backward], dim=-1))
-
-    def bidirectional_final_states(self, tokens: Tensor, packed: PackedSentences) -> Tuple[Tensor, Tensor]:
-        """The bidirectional GRU's last-layer final states ``[n, H]`` of the
-        packed sentences, as ``nn.GRU`` gives them on a ``PackedSequence``:
-        each direction's input projections for every token in one matrix
-        product, then the recurrence (:func:`gru_over_packed`). The backward
-        direction reads the same rows in ``packed.reversed_rows`` order,
-        every sentence from its last token; each layer's input is the
-        concatenation of the two directions' outputs at every token."""
-        gru = self.gru
-        layer_input = tokens
-        for layer in range(gru.num_layers):
-            directions = []
-            for suffix, sequence in (
-                ("", layer_input),
-                ("_reverse", layer_input.index_select(0, packed.reversed_rows)),
-            ):
-                weight_ih, weight_hh, bias_ih, bias_hh = (
-                    getattr(gru, f"{name}_l{layer}{suffix}")
-                    for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-                )
-                directions.append(
-                    gru_over_packed(F.linear(sequence, weight_ih, bias_ih), weight_hh, bias_hh, packed.batch_sizes)
-                )
-            (forward, last_forward), (backward_reversed, last_backward) = directions
-            if layer == gru.num_layers - 1:
-                return last_forward, last_backward
-            layer_input = torch.cat([forward, backward_reversed.index_select(0, packed.reversed_rows)], dim=-1)
-            if gru.dropout > 0 and self.training:  # nn.GRU's dropout between layers
-                layer_input = F.dropout(layer_input, gru.dropout, training=True)
-        raise AssertionError("unreachable: the GRU has at least one layer")
+    def sentence_vectors(self, tokens: Tensor, batch_sizes: Tensor) -> Tensor:
+        """``y_i`` (Eq. 10) ``[n, C]`` of packed sentences (their ``[T, C]``
+        token states ``tokens`` and ``batch_sizes``, as
+        :class:`PackedSentences` gives them, longest first): the GRU's
+        last-layer final forward state (after the sentence's last token) and
+        final backward state (after its first), as ``nn.GRU`` gives them for
+        a ``PackedSequence``."""
+        _, final = self.gru(PackedSequence(tokens, batch_sizes))
+        return self.output_proj(torch.cat([final[-2], final[-1]], dim=-1))
 
 
 class PoolingSentenceEncoder(nn.Module):
