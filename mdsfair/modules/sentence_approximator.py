@@ -11,11 +11,11 @@ a sentence-level attention (Eq. 7)::
 
 * :class:`SentenceEncoder` is the RNN of Eq. 10: a 2-layer bidirectional GRU
   run over each sentence's encoder states, all sentences of the batch as one
-  packed sequence (:func:`pack_sentences`); the
-  sentence vector is a linear map of the final forward and the final
-  backward state (the authors' ``SentLevelNN`` reads the last layer's
-  forward output at the last token and backward output at the first token:
-  the same states). It is shared by every decoder layer.
+  packed sequence (:func:`pack_sentences`); the sentence vector is a linear
+  map of the final forward and the final backward state (the authors'
+  ``SentLevelNN`` reads the last layer's forward output at the last token and
+  backward output at the first token: the same states). It is shared by
+  every decoder layer.
 * :class:`PoolingSentenceEncoder` is the cheaper replacement Sec. 4.5
   proposes ("replace RNN by a hierarchical attention that runs over
   sentences", cost growing with N1 N2 D instead of N1 N2 D^2 per step of a
