@@ -108,6 +108,19 @@ def incremental_logits(model, sample, steps: int, beam: int):
     return logits
 
 
+def assert_fast_incremental_logits(reference, fast, sample, monkeypatch) -> list:
+    """Five incremental steps over three beam-expanded rows per source: the
+    fast model gives the reference's float64 logits to round-off (the
+    reference runs no fast step). Returns the fast steps taken."""
+    calls = counting_fast_steps(monkeypatch)
+    expected = incremental_logits(reference, sample, steps=5, beam=3)
+    assert not calls
+    for mine, theirs in zip(incremental_logits(fast, sample, steps=5, beam=3), expected):
+        assert mine.dtype == torch.float64
+        torch.testing.assert_close(mine, theirs, atol=1e-10 * max(1.0, theirs.abs().max().item()), rtol=0)
+    return calls
+
+
 @pytest.mark.parametrize("path", ["gather", "auto"])
 def test_fast_step_gives_the_reference_logits(golden_model, monkeypatch, path):
     """Teacher forcing on the fast model is the reference's computation
@@ -124,12 +137,7 @@ def test_fast_step_gives_the_reference_logits(golden_model, monkeypatch, path):
     assert torch.equal(
         golden.teacher_forced_lprobs(task, fast, sample), golden.teacher_forced_lprobs(task, reference, sample)
     )
-    calls = counting_fast_steps(monkeypatch)
-    expected = incremental_logits(reference, sample, steps=5, beam=3)
-    assert not calls
-    for mine, theirs in zip(incremental_logits(fast, sample, steps=5, beam=3), expected):
-        assert mine.dtype == torch.float64
-        torch.testing.assert_close(mine, theirs, atol=1e-10 * max(1.0, theirs.abs().max().item()), rtol=0)
+    calls = assert_fast_incremental_logits(reference, fast, sample, monkeypatch)
     if path == "gather":
         assert len(calls) == 5 * len(fast.decoder.layers)
 

@@ -24,10 +24,9 @@ from tests import model_contract as contract
 from tests.t5_family_checks import assert_contract_and_training, t5_backbone_data
 from tests.t5_fixtures import tiny_hf_t5
 from tests.test_sparse_generation_step import (
+    assert_fast_incremental_logits,
     assert_same_beams,
-    counting_fast_steps,
     generate,
-    incremental_logits,
     sparse_attention_classes,
 )
 
@@ -130,12 +129,7 @@ def test_the_fast_generation_step_gives_the_reference_logits_and_beams_in_float6
     fast = make_generation_fast_(copy.deepcopy(reference))
     assert sparse_attention_classes(fast) == {SparseGenerationStep}
     sample = built.batch("valid", [0, 1, 2], reference)
-    calls = counting_fast_steps(monkeypatch)
-    expected = incremental_logits(reference, sample, steps=5, beam=3)
-    assert not calls
-    for mine, theirs in zip(incremental_logits(fast, sample, steps=5, beam=3), expected):
-        assert mine.dtype == torch.float64
-        torch.testing.assert_close(mine, theirs, atol=1e-10 * max(1.0, theirs.abs().max().item()), rtol=0)
+    calls = assert_fast_incremental_logits(reference, fast, sample, monkeypatch)
     assert len(calls) == 5 * len(fast.decoder.layers)
     dynamic = generate(built.task, reference, built.cfg, sample, static=False)
     static_fast = generate(built.task, fast, built.cfg, sample, static=True)
