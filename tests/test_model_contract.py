@@ -32,6 +32,7 @@ from tests.distributed_harness import (
     single_threaded,
     train_steps,
 )
+from tests.tolerances import assert_close_in_dtype
 
 ARCHITECTURES = contract.mdsfair_architectures()
 GENERATING = [arch for arch in ARCHITECTURES if contract.family(arch).generates]
@@ -243,9 +244,11 @@ def test_activation_checkpointing_wraps_every_layer_and_changes_nothing(arch, co
     checkpointed_loss, _, checkpointed_gradients = contract.loss_and_gradients(model, criterion, sample)
     assert torch.equal(checkpointed_loss, loss), (arch, loss.item(), checkpointed_loss.item())
     # the same operations; only the order gradients of shared tensors are
-    # summed in may differ (rounding, ~1e-6)
-    difference, where = contract.max_difference(gradients, checkpointed_gradients)
-    assert difference <= 1e-5, (arch, where, difference)
+    # summed in may differ: rounding, a tolerance of the dtype and each
+    # gradient's scale (T5's initialisation gives larger gradients than BART's)
+    assert set(checkpointed_gradients) == set(gradients)
+    for name, gradient in gradients.items():
+        assert_close_in_dtype(checkpointed_gradients[name], gradient, msg=f"{arch}: {name}")
     assert contract.flat_gradient(gradients).abs().sum() > 0
 
 

@@ -386,3 +386,66 @@ def test_a_checkpoint_of_the_former_t5_model_loads_to_the_same_logits(data, tmp_
         expected, _ = model.double().eval()(**net_input)
         actual, _ = loaded.double().eval()(**net_input)
     assert torch.equal(actual, expected)
+
+
+def initialisation_std(name: str, d_model: int, d_kv: int, heads: int, d_ff: int):
+    """The standard deviation Hugging Face's ``T5PreTrainedModel._init_weights``
+    gives a parameter (``initializer_factor`` 1), by its name in this model
+    or in Hugging Face's (``shared``, ``lm_head``, ``q``/``k``/``v``/``o``,
+    ``wi_0``/``wi_1``/``wo``); None for a norm's weight (constant 1), and a
+    KeyError for a parameter of neither."""
+    kinds = [
+        (r"(embed_tokens|output_projection|shared|lm_head)\.weight$", 1.0),
+        (r"\.(q_proj|q)\.weight$", (d_model * d_kv) ** -0.5),
+        (r"\.(k_proj|v_proj|k|v)\.weight$", d_model**-0.5),
+        (r"\.(out_proj|o)\.weight$", (heads * d_kv) ** -0.5),
+        (r"\.(fc1|fc_gate|wi_0|wi_1)\.weight$", d_model**-0.5),
+        (r"\.(fc2|wo)\.weight$", d_ff**-0.5),
+        (r"(relative_attention_bias|global_relative_position_bias)\.weight$", d_model**-0.5),
+        (r"(layer_norm|global_input_layer_norm)\.weight$", None),
+    ]
+    for pattern, std in kinds:
+        if re.search(pattern, name):
+            return pattern, std
+    raise KeyError(name)
+
+
+def assert_initialised_as_t5(named_parameters, d_model: int, d_kv: int, heads: int, d_ff: int) -> None:
+    """Every parameter, pooled by kind, has the mean 0 and the standard
+    deviation of :func:`initialisation_std`, within 5 standard errors of
+    ``n`` draws (the sample std's is ``sigma / sqrt(2 (n - 1))``, the mean's
+    ``sigma / sqrt(n)``); norms' weights are exactly 1."""
+    pooled = {}
+    for name, parameter in named_parameters:
+        pattern, std = initialisation_std(name, d_model, d_kv, heads, d_ff)
+        if std is None:
+            assert torch.equal(parameter, torch.ones_like(parameter)), name
+            continue
+        pooled.setdefault((pattern, std), []).append(parameter.detach().double().flatten())
+    assert len(pooled) == 7, sorted(pooled)
+    for (pattern, std), values in pooled.items():
+        draws = torch.cat(values)
+        n = draws.numel()
+        assert abs(draws.std().item() - std) < 5 * std / (2 * (n - 1)) ** 0.5, (pattern, draws.std().item(), std, n)
+        assert abs(draws.mean().item()) < 5 * std / n**0.5, (pattern, draws.mean().item(), std, n)
+
+
+@pytest.mark.parametrize("arch", ["t5_v1_1_tiny", "longt5_tiny"])
+def test_a_t5_trained_from_scratch_starts_from_hugging_faces_initialisation(data, arch):
+    """T5 v1.1 and LongT5 built from scratch draw each parameter with the
+    standard deviation of Hugging Face's ``_init_weights`` (factor 1: the
+    embedding and untied output layer 1, the query ``(d_model d_kv)^-0.5``,
+    key and value ``d_model^-0.5``, output ``(heads d_kv)^-0.5``, the
+    feed-forward's ``d_model^-0.5`` and ``d_ff^-0.5``, the bias tables
+    ``d_model^-0.5``), not BART's 0.02; the same formula holds for
+    Hugging Face's own T5 of the tiny dimensions (d 32, 4 heads of 8, d_ff 64)."""
+    _built, model = t5_family(data, arch)
+    dimensions = dict(d_model=32, d_kv=8, heads=4, d_ff=64)
+    assert model.encoder.layers[0].fc2.in_features == dimensions["d_ff"]
+    assert model.encoder.layers[0].self_attn.head_dim == dimensions["d_kv"]
+    assert_initialised_as_t5(model.named_parameters(), **dimensions)
+    torch.manual_seed(0)
+    config = transformers.T5Config(vocab_size=176, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
+                                   feed_forward_proj="gated-gelu", relative_attention_num_buckets=8,
+                                   tie_word_embeddings=False)  # fmt: skip
+    assert_initialised_as_t5(transformers.T5ForConditionalGeneration(config).named_parameters(), **dimensions)

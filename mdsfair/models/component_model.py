@@ -566,8 +566,14 @@ class ComponentBARTModel(SideInputForward, BARTModel):
     def __init__(self, args, encoder, decoder):
         super().__init__(args, encoder, decoder)
         self.components = encoder.components
+        self.initialize_backbone()
         for component in self.components.values():
             component.after_init(self)
+
+    def initialize_backbone(self) -> None:
+        """A family's initialisation of its backbone, after BART's
+        (``init_bert_params``, which ``BARTModel`` applies) and before the
+        components' own (:meth:`Component.after_init`); BART's has no other."""
 
     def side_inputs(self) -> Dict[str, bool]:
         """Data-contract inputs the components read: name -> required."""

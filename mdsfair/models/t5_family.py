@@ -40,6 +40,12 @@ component that computes heads of ``d_model / heads`` (the document
 attention, the document-scaled and sparse cross-attentions) when
 ``--attention-head-dim`` says otherwise.
 
+**Initialisation** (a model trained from scratch) is Hugging Face's
+``T5PreTrainedModel._init_weights`` with ``initializer_factor`` 1
+(:func:`initialize_as_t5`; Mesh TensorFlow's, which T5's unscaled scores
+rely on: the query's ``(d_model d_kv)^-0.5`` takes the place of the
+scores' ``d_kv^-0.5``), not BART's ``N(0, 0.02)`` everywhere.
+
 **Checkpoints of the former T5 model** (its own layers, before T5 was the
 component model) load: their configuration is upgraded
 (:func:`former_t5_configuration`) and their parameters renamed
@@ -50,11 +56,15 @@ import logging
 import re
 from typing import Any, Dict, Mapping
 
+import torch
+from torch import nn
+
 from mdsfair.checkpoints.config_upgrades import register_config_upgrade
 from mdsfair.models.component_model import ComponentBARTModel
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import T5_BACKBONE, t5_dimensions
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
+from mdsfair.modules.t5_layers import T5LayerNorm
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +99,12 @@ class T5Family(MultiDocHubModel, ComponentBARTModel):
         after its tokens, and the attention is causal)."""
         return {"start_index": dictionary.pad(), "absent_index": dictionary.bos(), "masks_input_padding": False}
 
+    def initialize_backbone(self) -> None:
+        """Hugging Face's T5 initialisation (:func:`initialize_as_t5`), in
+        place of BART's, before the components' own (the sparse
+        approximator's W^Q/W^K then start as the T5-initialised projections)."""
+        initialize_as_t5(self)
+
     def upgrade_state_dict_named(self, state_dict, name):
         """The former T5 model's parameter names as this model's
         (:func:`former_t5_parameter_name`), with the stacks' ``version``
@@ -101,6 +117,56 @@ class T5Family(MultiDocHubModel, ComponentBARTModel):
             for stack in ("encoder", "decoder"):
                 state_dict.setdefault(f"{prefix}{stack}.version", getattr(self, stack).version.clone())
         super().upgrade_state_dict_named(state_dict, name)
+
+
+@torch.no_grad()
+def initialize_as_t5(model, factor: float = 1.0) -> None:
+    """Hugging Face's ``T5PreTrainedModel._init_weights`` (transformers
+    5.24, ``initializer_factor`` = ``factor``) on the component model's
+    parameters, each drawn from ``N(0, std^2)`` with its own std:
+
+    * the shared token embedding and an untied output layer (``lm_head``): ``factor``;
+    * every attention of the layers: query ``factor (d_model d_kv)^-0.5``, key and value
+      ``factor d_model^-0.5`` (their input's width: the encoder's for the cross-attention),
+      output ``factor (heads d_kv)^-0.5``;
+    * the feed-forward: ``fc_gate`` and ``fc1`` (``wi_0``, ``wi_1``) ``factor d_model^-0.5``,
+      ``fc2`` (``wo``) ``factor d_ff^-0.5``;
+    * the relative-bias tables (LongT5's global one too): ``factor d_model^-0.5``;
+    * the RMS norms' weights ``factor``; biases, where ``--linear-biases on`` adds them, zero.
+
+    Parameters of the components' own (the sparse approximator and its
+    sentence encoder) keep theirs."""
+    d_model = model.encoder.embed_tokens.embedding_dim
+
+    def normal(linear: nn.Linear, std: float) -> None:
+        nn.init.normal_(linear.weight, mean=0.0, std=std)
+        if linear.bias is not None:
+            nn.init.zeros_(linear.bias)
+
+    nn.init.normal_(model.encoder.embed_tokens.weight, mean=0.0, std=factor)
+    decoder = model.decoder
+    if decoder.embed_tokens.weight is not model.encoder.embed_tokens.weight:
+        nn.init.normal_(decoder.embed_tokens.weight, mean=0.0, std=factor)
+    if decoder.output_projection.weight is not decoder.embed_tokens.weight:
+        nn.init.normal_(decoder.output_projection.weight, mean=0.0, std=factor)
+    for layer in (*model.encoder.layers, *decoder.layers):
+        for attention in (layer.self_attn, getattr(layer, "encoder_attn", None)):
+            if attention is None:
+                continue
+            normal(attention.q_proj, factor * (attention.q_proj.in_features * attention.head_dim) ** -0.5)
+            normal(attention.k_proj, factor * attention.k_proj.in_features**-0.5)
+            normal(attention.v_proj, factor * attention.v_proj.in_features**-0.5)
+            normal(attention.out_proj, factor * attention.out_proj.in_features**-0.5)
+        for linear in (layer.fc1, getattr(layer, "fc_gate", None), layer.fc2):
+            if linear is not None:
+                normal(linear, factor * linear.in_features**-0.5)
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding) and name.endswith(
+            ("relative_attention_bias", "global_relative_position_bias")
+        ):
+            nn.init.normal_(module.weight, mean=0.0, std=factor * d_model**-0.5)
+        elif isinstance(module, T5LayerNorm):
+            nn.init.constant_(module.weight, factor)
 
 
 #: The former T5 model's tables (``<stack>.position_bias.*``) -> this model's, by prefix after the stack.
