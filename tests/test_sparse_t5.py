@@ -21,14 +21,14 @@ from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
 from mdsfair.modules.sparse_cross_attention import SparseCrossAttention
 from tests import contract_checks as checks
 from tests import model_contract as contract
-from tests.t5_family_checks import assert_contract_and_training, t5_backbone_data
-from tests.t5_fixtures import tiny_hf_t5
-from tests.test_sparse_generation_step import (
+from tests.sparse_generation_checks import (
     assert_fast_incremental_logits,
     assert_same_beams,
     generate,
     sparse_attention_classes,
 )
+from tests.t5_family_checks import assert_contract_and_training, t5_backbone_data
+from tests.t5_fixtures import tiny_hf_t5
 
 PAPER = "/work/shared/papers/sparse-encdec-attention-manakul2021.txt"
 
