@@ -39,7 +39,7 @@ class LongT5Model(T5Family):
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
         "LongT5 (Guo et al. 2022): T5 with local or transient-global encoder attention, imported from Hugging "
-        "Face with mdsfair-import hf-longt5; document-scaled cross-attention by flags"
+        "Face with mdsfair-import hf-longt5; document-scaled and sparse cross-attention by flags"
     )
 
 

@@ -39,8 +39,8 @@ class T5Model(T5Family):
     defaults = DEFAULTS
     #: torch.hub entry point (hubconf.py) of this family
     hub_description = (
-        "T5 v1.1 (Raffel et al. 2020): imported from Hugging Face with mdsfair-import hf-t5; document attention "
-        "and document-scaled cross-attention by flags"
+        "T5 v1.1 (Raffel et al. 2020): imported from Hugging Face with mdsfair-import hf-t5; document "
+        "attention, document-scaled and sparse cross-attention by flags"
     )
 
 
