@@ -21,14 +21,14 @@ from mdsfair.modules.sentence_saliency import sentence_layout
 from mdsfair.modules.sentence_selection import kept_token_bounds
 from mdsfair.modules.sparse_cross_attention import SentenceContext, SparseCrossAttention
 from tests import golden_outputs as golden
-from tests.golden_outputs import load
-from tests.sparse_generation_checks import (
+from tests.generation_checks import (
     assert_fast_incremental_logits,
     assert_same_beams,
     counting_fast_steps,
     generate,
     sparse_attention_classes,
 )
+from tests.golden_outputs import load
 
 ARCH = "sparse_bart_tiny"
 

@@ -21,7 +21,7 @@ from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
 from mdsfair.modules.sparse_cross_attention import SparseCrossAttention
 from tests import contract_checks as checks
 from tests import model_contract as contract
-from tests.sparse_generation_checks import (
+from tests.generation_checks import (
     assert_fast_incremental_logits,
     assert_same_beams,
     generate,

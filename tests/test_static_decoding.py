@@ -28,12 +28,8 @@ from mdsfair.generation.static_decoding import (
 )
 from mdsfair.tasks.model_inputs import net_input_for
 from tests import golden_outputs as golden
+from tests.generation_checks import SCORE_TOLERANCE, assert_same_beams
 from tests.golden_outputs import ARCHITECTURES, load
-
-#: fairseq's get_normalized_probs casts every step's log-probabilities to float32 whatever the
-#: model's dtype: two batch shapes may round a float32 sum differently, a few units of float32
-#: round-off at the scale of the scores; anything else would be a different computation.
-SCORE_TOLERANCE = 64 * torch.finfo(torch.float32).eps
 
 
 def generate(
@@ -54,19 +50,6 @@ def generate(
         generator.keep_attention = keep_attention
     with torch.no_grad():
         return task.inference_step(generator, [model], sample, prefix_tokens=prefix_tokens)
-
-
-def assert_same_beams(static, dynamic):
-    assert len(static) == len(dynamic)
-    for ours, theirs in zip(static, dynamic):
-        assert len(ours) == len(theirs)
-        for mine, reference in zip(ours, theirs):
-            assert mine["tokens"].tolist() == reference["tokens"].tolist()
-            scale = max(1.0, reference["positional_scores"].abs().max().item())
-            torch.testing.assert_close(
-                mine["positional_scores"], reference["positional_scores"], atol=SCORE_TOLERANCE * scale, rtol=0
-            )
-            torch.testing.assert_close(mine["score"], reference["score"], atol=SCORE_TOLERANCE * scale, rtol=0)
 
 
 @pytest.fixture(scope="module")

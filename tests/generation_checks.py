@@ -1,6 +1,7 @@
-"""Checks shared by the sparse generation step's tests (``tests/test_sparse_generation_step.py``,
-``tests/test_sparse_t5.py``): fairseq's or the static generator's hypotheses, their equality,
-and the fast step's incremental logits against the reference's."""
+"""Checks shared by the generation tests (``tests/test_static_decoding.py``,
+``tests/test_sparse_generation_step.py``, ``tests/test_sparse_t5.py``): fairseq's or the
+static generator's hypotheses, their equality, and the fast sparse step's incremental logits
+against the reference's."""
 
 import torch
 from fairseq.sequence_generator import SequenceGenerator
