@@ -37,16 +37,12 @@ hypothesis: every decoder row finds its source through
 :class:`~mdsfair.modules.hypothesis_rows.HypothesisRows`.
 
 The word-level attention follows the backbone of its decoder layer: its
-projections with or without biases (``bias``; T5's have none) and its
-queries scaled by ``d_h^-0.5`` or not (``scaling``, which the layer sets to 1
-under ``--attention-scaling none``). On BART's backbone its softmax is in
-float32, as fairseq's attention; on T5's it is in the model's dtype where
-that is wider (:meth:`SparseCrossAttention.softmax_dtype`), as the full
-cross-attention on that backbone
-(:class:`~mdsfair.modules.biased_self_attention.EncoderDecoderAttention`)
-and Hugging Face's T5, so that with every sentence kept it computes that
-attention (Eq. 3 with ``I^r_m`` all positions). The approximator keeps its
-own queries' scaling (Eq. 8, ``d_h^-0.5``) on either backbone.
+projections with or without biases (``bias``; T5's have none), its queries'
+``scaling`` (1 under ``--attention-scaling none``) and its softmax's dtype
+(:meth:`SparseCrossAttention.softmax_dtype`), so that with every sentence kept
+it computes that backbone's full cross-attention (Eq. 3 with ``I^r_m`` all
+positions). The approximator keeps its own queries' scaling (Eq. 8,
+``d_h^-0.5``) on either backbone.
 """
 
 from typing import Dict, NamedTuple, Optional, Tuple
@@ -228,14 +224,6 @@ class SparseCrossAttention(MultiheadAttention):
         """``[L, B, C]`` -> ``[B, H, L, d_h]``."""
         return split_heads(x, self.num_heads)
 
-    def _project_queries(self, query: Tensor, with_sentence_queries: bool) -> Tuple[Tensor, Optional[Tensor]]:
-        """Scaled word-level queries ``[B', H, T, d_h]`` and, for the
-        model-based approximator when asked, the sentence queries of Eq. 8."""
-        queries = self._split_heads(self.q_proj(query) * self.scaling)
-        if not with_sentence_queries or self.sentence_attention is None:
-            return queries, None
-        return queries, self.sentence_attention.project_queries(query)
-
     def _cached(self, incremental_state, name: str, compute):
         """``compute()`` once per generation, kept per source in the
         incremental state (computed afresh without one)."""
@@ -282,20 +270,15 @@ class SparseCrossAttention(MultiheadAttention):
 
     # ------------------------------------------------------------ sentence selection
 
-    def _approximate(
-        self,
-        queries: Tensor,
-        sentence_queries: Optional[Tensor],
-        sentence_keys: Tensor,
-        sentence_mask: Tensor,
-        rows: HypothesisRows,
-    ) -> Tuple[Tensor, Tensor]:
+    def _approximate(self, query, queries, sentence_keys, sentence_mask, rows) -> Tuple[Tensor, Tensor]:
         """log alpha~ ``[B', H, T, S]`` (Eq. 7, or Eq. 19 normalized per head)
         and the ranking scores ``[B', T, S]`` averaged over heads (App. A.4):
-        alpha~ (model-based), or the raw Eq. 19 scores with Z_m dropped
-        (model-free, App. D; per-head normalized ones would rank differently
-        when heads' totals differ)."""
+        alpha~ (model-based, from the decoder states ``query`` projected by
+        Eq. 8), or the raw Eq. 19 scores of the scaled word-level ``queries``
+        with Z_m dropped (model-free, App. D; per-head normalized ones would
+        rank differently when heads' totals differ)."""
         if self.sentence_attention is not None:
+            sentence_queries = self.sentence_attention.project_queries(query)
             approx_log = sentence_attention_log_scores(sentence_queries, sentence_keys, sentence_mask, rows.matmul)
             return approx_log, approx_log.exp().mean(dim=1)
         raw = model_free_sentence_scores(queries, sentence_keys, sentence_mask, rows.matmul)
@@ -304,7 +287,8 @@ class SparseCrossAttention(MultiheadAttention):
     def _select_sentences(self, selection: str, exact, approx_scores, sentence_mask, rows, tgt_len):
         """Eq. 6's top-r (:func:`select_top_r_sentences`) by ``[B', T, S]``
         scores averaged over heads (App. A.4; ``approx_scores`` come averaged
-        from :meth:`_approximate`)."""
+        from :meth:`_approximate`): the selected ``(indices, valid)`` and
+        their ``[B', T, S]`` mask."""
         if selection == "ideal":
             scores = exact.mean(dim=1)
         elif selection == "approx":
@@ -314,7 +298,8 @@ class SparseCrossAttention(MultiheadAttention):
             scores = torch.rand(bsz, tgt_len, num_slots, device=sentence_mask.device)
         if self.share_selection_across_beams:
             scores = average_over_hypotheses(scores, rows)
-        return select_top_r_sentences(scores, sentence_mask, self.top_r)
+        selected = select_top_r_sentences(scores, sentence_mask, self.top_r)
+        return selected, selection_mask_from_indices(*selected, sentence_mask.size(1))
 
     # ------------------------------------------------------------ forward
 
@@ -352,7 +337,7 @@ class SparseCrossAttention(MultiheadAttention):
         selection = self.effective_selection(mix_draw) if self.top_r > 0 else None
         needs_approx = compute_saliency or selection == "approx"
         sparse_step = incremental_state is not None and selection in ("approx", "random")
-        queries, sentence_queries = self._project_queries(query, needs_approx)
+        queries = self._split_heads(self.q_proj(query) * self.scaling)
 
         sentence_mask = rows.lookup(sentence_context.layout.sentence_mask)
         num_slots = sentence_mask.size(1)
@@ -361,16 +346,17 @@ class SparseCrossAttention(MultiheadAttention):
         keys, values = (None, None) if sparse_step else self._source_keys_values(key, incremental_state)
         if needs_approx:
             sentence_keys = self._source_sentence_keys(key, sentence_context, incremental_state, keys)
-            approx_log, approx_scores = self._approximate(queries, sentence_queries, sentence_keys, sentence_mask, rows)
+            approx_log, approx_scores = self._approximate(query, queries, sentence_keys, sentence_mask, rows)
 
-        selected = None
+        selection_mask = None
         if sparse_step:
-            selected = self._select_sentences(selection, None, approx_scores, sentence_mask, rows, tgt_len)
+            selected, selection_mask = self._select_sentences(
+                selection, None, approx_scores, sentence_mask, rows, tgt_len
+            )
             kept = kept_token_layout(*selected, rows, sentence_context.layout, sentence_context.kept_token_bounds)
             if self.gathering_pays(kept, key.size(0)):
-                return self._gathered_attention(
-                    queries, key, selected, kept, approx_log, sentence_mask, need_weights, weight_heads
-                )
+                output, token_attention = self._gathered_attention(queries, key, kept, need_weights, weight_heads)
+                return output, SentenceAttention(None, approx_log, sentence_mask, selection_mask, token_attention)
             keys, values = self._source_keys_values(key, incremental_state)  # a sparse step that masks
 
         # the masked path (Eq. 3 as a mask on the full attention)
@@ -385,13 +371,12 @@ class SparseCrossAttention(MultiheadAttention):
         if compute_saliency or selection == "ideal":
             exact = sentence_saliency(full_probs, src_sent_ids, num_slots)
 
-        selection_mask = None
         probs = full_probs
         if selection is not None:
-            if selected is None:
-                selected = self._select_sentences(selection, exact, approx_scores, sentence_mask, rows, tgt_len)
-            indices, valid = selected
-            selection_mask = selection_mask_from_indices(indices, valid, num_slots)
+            if selection_mask is None:
+                _, selection_mask = self._select_sentences(
+                    selection, exact, approx_scores, sentence_mask, rows, tgt_len
+                )
             token_sentence = src_sent_ids.clamp(min=0).unsqueeze(1).expand(-1, tgt_len, -1)
             kept_tokens = selection_mask.gather(2, token_sentence)
             probs = F.softmax(logits.masked_fill(~kept_tokens[:, None], float("-inf")), dim=-1)
@@ -402,17 +387,7 @@ class SparseCrossAttention(MultiheadAttention):
         output = self.out_proj(output.permute(2, 0, 1, 3).reshape(tgt_len, bsz, self.embed_dim))
         return output, SentenceAttention(exact, approx_log, sentence_mask, selection_mask, token_attention)
 
-    def _gathered_attention(
-        self,
-        queries,
-        source_states,
-        selected: Tuple[Tensor, Tensor],
-        kept: KeptTokens,
-        approx_log,
-        sentence_mask,
-        need_weights: bool,
-        weight_heads: Optional[int],
-    ) -> Tuple[Tensor, SentenceAttention]:
+    def _gathered_attention(self, queries, source_states, kept: KeptTokens, need_weights, weight_heads):
         """Eq. 3 on the selected sentences only, O(r * N2) per query: each
         row's kept encoder states ``x_j`` (``kept``) are read from the
         per-source ``source_states [N, B, C]`` with one ``index_select`` of
@@ -423,7 +398,8 @@ class SparseCrossAttention(MultiheadAttention):
             sum_j p_hj (W^V_h x_j + b^V_h) = W^V_h (sum_j p_hj x_j) + b^V_h
 
         (the softmax drops the constant ``q_h . b^K_h``; the p_hj sum to one):
-        O(C^2 + n * H * C) per row, never the O(N * C^2) projection of the source.
+        O(C^2 + n * H * C) per row, never the O(N * C^2) projection of the
+        source. Returns the ``[T, B', C]`` output and the token attention.
         """
         bsz, num_heads, tgt_len, head_dim = queries.shape
         src_len, num_sources, source_dim = source_states.shape
@@ -453,7 +429,4 @@ class SparseCrossAttention(MultiheadAttention):
         if self.v_proj.bias is not None:
             output = output + self.v_proj.bias.view(num_heads, 1, head_dim)
         output = output.permute(1, 0, 2).reshape(bsz, tgt_len, self.embed_dim).transpose(0, 1)
-        output = self.out_proj(output)
-        indices, valid = selected
-        selection_mask = selection_mask_from_indices(indices, valid, sentence_mask.size(1))
-        return output, SentenceAttention(None, approx_log, sentence_mask, selection_mask, token_attention)
+        return self.out_proj(output), token_attention
