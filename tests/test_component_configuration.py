@@ -14,7 +14,8 @@ import pytest
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_INV_REGISTRY, MODEL_REGISTRY
 
 from mdsfair.argument_types import UsageError
-from mdsfair.models.component_model import ComponentBARTModel, add_component_args
+from mdsfair.models.component_flags import add_component_args
+from mdsfair.models.component_model import ComponentBARTModel
 from mdsfair.models.dape_transformer import DAPE_ABLATIONS
 from mdsfair.models.presets import HIERENCDEC_ABLATIONS, apply_built_ablations
 from mdsfair.modules.components import (

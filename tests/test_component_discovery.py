@@ -42,7 +42,7 @@ import mdsfair
 mdsfair.register()
 registered = {role: sorted(component_names(role)) for role in ROLES}
 import argparse
-from mdsfair.models.component_model import add_component_args
+from mdsfair.models.component_flags import add_component_args
 parser = argparse.ArgumentParser()
 add_component_args(parser)
 choices = {action.dest: sorted(action.choices) for action in parser._actions if action.dest in ROLES}

@@ -34,7 +34,8 @@ import logging
 from fairseq.models import register_model, register_model_architecture
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from mdsfair.models.component_model import ComponentEncoder, build_components
+from mdsfair.models.component_flags import build_components
+from mdsfair.models.component_model import ComponentEncoder
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.hub import MultiDocHubModel
 from mdsfair.models.presets import Ablation, apply_ablations, choose

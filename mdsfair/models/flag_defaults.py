@@ -32,7 +32,7 @@ and then
 A table may also be read when it is used: ``FlagDefaults(function)`` calls
 ``function()`` for its entries each time it fills, documents or is iterated,
 and the tables ``extended`` from it are read the same way. The component
-model's table is such a one (:func:`mdsfair.models.component_model.component_defaults`):
+model's table is such a one (:func:`mdsfair.models.component_flags.component_defaults`):
 its entries are the defaults of the components registered when an
 architecture runs, not when the model's module was imported.
 

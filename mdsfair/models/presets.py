@@ -6,7 +6,7 @@ An architecture fills only what the user left unset (``None`` or absent), so
 a value given on the command line or stored in a checkpoint wins
 (:meth:`mdsfair.models.flag_defaults.FlagDefaults.fill`); the defaults of the
 components are read from the registry when the architecture runs
-(:func:`mdsfair.models.component_model.component_defaults`).
+(:func:`mdsfair.models.component_flags.component_defaults`).
 
 A system's ablation flag (:class:`Ablation`: HierEncDec's Table 3, DAPE's
 Table III) replaces one component of the system's preset with BART's (or the
@@ -23,7 +23,7 @@ from typing import Any, Callable, Dict, Sequence, Union
 from fairseq.models.bart.model import bart_base_architecture, bart_large_architecture
 
 from mdsfair.argument_types import UsageError
-from mdsfair.models.component_model import component_defaults
+from mdsfair.models.component_flags import component_defaults
 from mdsfair.models.flag_defaults import FlagDefaults
 from mdsfair.models.tiny_dimensions import set_tiny_dimensions
 from mdsfair.modules.components import flag_of
