@@ -222,8 +222,8 @@ def sparse_decoding_counts(
         ("full cross-attention", full, words_only),
         ("stock bart", stock, words_only),
     ):
-        state = DecodingState(model, inputs, beam)
-        with kept_width_of_an_accelerator():
+        with kept_width_of_an_accelerator():  # the warm-up steps too: their tables are the counted step's
+            state = DecodingState(model, inputs, beam)
             results[name] = count_step(state.step)
     return results
 

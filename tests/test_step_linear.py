@@ -1,4 +1,5 @@
-"""A generation step's products taken as ``W x^T`` (mdsfair.generation.fast.step_linear)."""
+"""A generation step's products taken as ``W x^T`` or by oneDNN on a packed
+weight (mdsfair.generation.fast.step_linear)."""
 
 import pytest
 import torch
@@ -7,14 +8,16 @@ from torch import nn
 
 from benchmarks import harness, operator_counts
 from mdsfair.generation.fast import step_linear as step_linear_module
-from mdsfair.generation.fast.static_beam_search import following_static_beam_search
+from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
 from mdsfair.generation.fast.step_linear import (
-    ROW_MAJOR_BLOCK_ELEMENTS,
     TRANSPOSED_ROWS,
-    row_major_product,
+    StepProductOutputProjection,
+    onednn_linear_available,
+    packed_product,
     rows_times_weight,
-    step_linear,
+    step_product,
 )
+from mdsfair.modules.transformer_layers import OutputProjection
 
 
 def float32_tolerance(inner: int) -> dict:
@@ -50,23 +53,74 @@ def test_elsewhere_the_product_is_f_linear(case):
         torch.testing.assert_close(x.grad, weight.sum(0).expand(rows, 24))
 
 
-def test_step_linear_keeps_its_bias_column_and_follows_the_parameters():
+def test_step_product_keeps_its_bias_column_and_follows_the_parameters():
     linear = nn.Linear(16, 24)
     x = torch.randn(1, 12, 16)
     with torch.no_grad():
-        first = step_linear(linear, x)
+        first = step_product(linear, x)
         assert first.shape == (1, 12, 24) and not first.is_contiguous()
         torch.testing.assert_close(first, linear(x), **float32_tolerance(16))
         linear.bias.add_(1.0)  # in place: the kept column is rebuilt
-        torch.testing.assert_close(step_linear(linear, x), linear(x), **float32_tolerance(16))
+        torch.testing.assert_close(step_product(linear, x), linear(x), **float32_tolerance(16))
 
 
-def test_a_linear_with_hooks_is_called_as_it_is():
-    linear, calls = nn.Linear(16, 8), []
-    linear.register_forward_pre_hook(lambda module, inputs: calls.append(1))
+needs_onednn = pytest.mark.skipif(not onednn_linear_available(), reason="this PyTorch has no oneDNN linear")
+
+
+@needs_onednn
+@pytest.mark.parametrize("rows", [1, 4, 16, 64])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_packed_product_is_f_linears_product_row_major(rows, with_bias):
+    """oneDNN's product on the packed weight, at row counts around its
+    layout's hint: row major, F.linear's values to float32 rounding."""
+    generator = torch.Generator().manual_seed(rows)
+    linear = nn.Linear(48, 1000, bias=with_bias)
+    x = torch.randn(rows, 1, 48, generator=generator)
     with torch.no_grad():
-        out = step_linear(linear, torch.randn(12, 16))
-    assert calls == [1] and out.is_contiguous()
+        product = packed_product(linear, x)
+        assert product.shape == (rows, 1, 1000) and product.is_contiguous()
+        torch.testing.assert_close(product, linear(x), **float32_tolerance(48))
+
+
+@needs_onednn
+def test_packed_product_follows_the_parameters():
+    """The packed weight is kept while the parameters stay, and rebuilt
+    when one changes in place or is replaced."""
+    linear = nn.Linear(16, 40)
+    x = torch.randn(8, 16)
+    with torch.no_grad():
+        packed_product(linear, x)
+        kept = linear.__dict__["_packed_weight"][1]
+        packed_product(linear, x)
+        assert linear.__dict__["_packed_weight"][1] is kept
+        linear.weight.mul_(2.0)  # in place
+        torch.testing.assert_close(packed_product(linear, x), linear(x), **float32_tolerance(16))
+        linear.weight = nn.Parameter(torch.randn(40, 16))  # replaced
+        torch.testing.assert_close(packed_product(linear, x), linear(x), **float32_tolerance(16))
+
+
+@pytest.mark.parametrize("onednn", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_output_projection_of_a_static_step_gives_row_major_logits(monkeypatch, onednn, dtype):
+    """In a static beam search's step the output projection gives
+    nn.Linear's logits, row major: by oneDNN's packed product in float32
+    where oneDNN is present, else by the step's product made contiguous
+    (F.linear itself in float64)."""
+    if onednn and not onednn_linear_available():
+        pytest.skip("this PyTorch has no oneDNN linear")
+    monkeypatch.setattr(step_linear_module, "onednn_linear_available", lambda: onednn)
+    packed = []
+    original = step_linear_module.packed_product
+    monkeypatch.setattr(step_linear_module, "packed_product", lambda *a: packed.append(1) or original(*a))
+    reference = OutputProjection(32, 500, bias=False).to(dtype)
+    fast = StepProductOutputProjection(32, 500, bias=False).to(dtype).eval()
+    fast.load_state_dict(reference.state_dict())
+    x = torch.randn(1, 16, 32, dtype=dtype)
+    with torch.no_grad(), following_static_beam_search([fast], [StaticBeamSearch(16, 4)]):
+        logits = fast(x)
+    assert logits.is_contiguous() and bool(packed) == (onednn and dtype == torch.float32)
+    eps = torch.finfo(dtype).eps
+    torch.testing.assert_close(logits, reference(x), atol=4 * 32 * eps, rtol=4 * 32 * eps)
 
 
 @pytest.mark.parametrize("arch,extra", [("sparse_bart_base", {"top_r": 3}), ("multidoc_bart_base", {})])
@@ -106,52 +160,3 @@ def test_decoding_steps_with_transposed_products_equal_f_linears(monkeypatch, ar
     transposed_steps = logits(TRANSPOSED_ROWS)
     assert taken  # the transposed products ran
     torch.testing.assert_close(transposed_steps, standard, **float32_tolerance(4 * 32))
-
-
-@pytest.mark.parametrize(
-    "rows,features,bias",
-    [
-        (16, 5 * ROW_MAJOR_BLOCK_ELEMENTS // 16, False),  # whole blocks only
-        (16, 50265, False),  # BART's vocabulary: whole blocks and a remainder
-        (12, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 7, True),  # a remainder, a bias
-        (48, 2 * ROW_MAJOR_BLOCK_ELEMENTS // 48 + 1, True),
-        (16, ROW_MAJOR_BLOCK_ELEMENTS // 16, True),  # one block: one product, one copy
-    ],
-)
-def test_row_major_product_is_the_product_block_by_block(monkeypatch, rows, features, bias):
-    """Each block of output features is its own W x^T product, copied into
-    the rows: the result is contiguous, each block equals that product
-    exactly, and the whole is F.linear's to float64 rounding."""
-    generator = torch.Generator().manual_seed(rows + features)
-    weight = torch.randn(features, 24, generator=generator, dtype=torch.float64)
-    bias_column = torch.randn(features, 1, generator=generator, dtype=torch.float64) if bias else None
-    x = torch.randn(rows, 24, generator=generator, dtype=torch.float64)
-    products = []
-    mm, addmm = torch.mm, torch.addmm
-    monkeypatch.setattr(torch, "mm", lambda *a: products.append(a[0].size(0)) or mm(*a))
-    monkeypatch.setattr(torch, "addmm", lambda *a: products.append(a[1].size(0)) or addmm(*a))
-    result = row_major_product(x, weight, bias_column)
-    monkeypatch.undo()
-    block = ROW_MAJOR_BLOCK_ELEMENTS // rows
-    assert products == [min(block, features - start) for start in range(0, features, block)]
-    assert result.is_contiguous() and result.shape == (rows, features)
-    for start in range(0, features, block):
-        # the same call on the block's rows of the weight (addmm adds the bias inside the product: on some
-        # CPUs that rounds differently from a product followed by an addition)
-        if bias:
-            part = torch.addmm(bias_column[start : start + block], weight[start : start + block], x.t())
-        else:
-            part = torch.mm(weight[start : start + block], x.t())
-        assert torch.equal(result[:, start : start + block], part.t())
-    reference = F.linear(x, weight, None if bias_column is None else bias_column.squeeze(1))
-    eps = torch.finfo(torch.float64).eps  # another summation order: a few roundings per term
-    torch.testing.assert_close(result, reference, atol=4 * 24 * eps, rtol=4 * 24 * eps)
-
-
-def test_step_linear_contiguous_gives_row_major_logits():
-    linear = nn.Linear(16, 3 * ROW_MAJOR_BLOCK_ELEMENTS // 12 + 5)
-    x = torch.randn(12, 1, 16)
-    with torch.no_grad():
-        as_view, as_rows = step_linear(linear, x), step_linear(linear, x, contiguous=True)
-    assert not as_view.is_contiguous() and as_rows.is_contiguous()
-    torch.testing.assert_close(as_rows, as_view, **float32_tolerance(16))  # blocks: another product call

@@ -18,26 +18,30 @@ GPU, training, half precision, other row counts) the product is
 summation order; ``tests/test_step_linear.py``). The choice depends only on
 the shapes, so a run is reproducible.
 
-The transposed product's result is a transposed view. Most of a step reads
-it as it is, but the log-softmax over the output layer's 50,265 logits per
-row makes its input contiguous first, and PyTorch's copy of a transposed
-matrix walks the whole ``[vocabulary, rows]`` source once per row: it misses
-the cache at every element and costs a large part of what the transposed
-product saved. :func:`row_major_product` takes the product block by block of
-output features instead, and copies each block's ``[block, rows]`` result
-into the rows while it is still in a core's cache (the loop tiles one
-matrix product for the cache; a block's product is the same call on fewer
-rows of the weight).
+The output projection is the largest product of a step (BART's embedding,
+154 MB in float32, read once per step) and the log-softmax over its logits
+reads them row by row, so a transposed result would be copied whole. It
+is taken instead by oneDNN (the library behind PyTorch's ``mkldnn``
+operators, in every official CPU wheel) on the weight reordered once into
+oneDNN's blocked layout (:func:`packed_product`): the result comes out row
+major, and oneDNN's kernel for a few rows against a packed weight reads
+the embedding faster than either ``F.linear`` or the transposed product at
+every row count ``benchmarks/step_linear.py`` times, from 1 to 128 rows
+(``benchmarks/results/step_linear_cpu.json``). The reordered copy is kept
+until a parameter changes (as much memory again as the embedding, during
+generation only); where oneDNN is missing the output projection takes
+:func:`step_product`'s product, made contiguous.
 
 In a static beam search's steps (:mod:`mdsfair.generation.fast.static_beam_search`)
 the decoder layers' feed-forward products (:class:`StepProductLinear`, put
-in place of ``fc1`` and ``fc2`` by the fast decoder layer) and the decoder's
-output projection (:class:`StepProductOutputProjection`, the fast variant of
-:class:`~mdsfair.modules.transformer_layers.OutputProjection`, contiguous
-logits by :func:`row_major_product`) are taken this way; every other call
-is ``nn.Linear``'s.
+in place of ``fc1`` and ``fc2`` by the fast decoder layer) are taken as
+:func:`step_product` takes them, and the decoder's output projection
+(:class:`StepProductOutputProjection`, the fast variant of
+:class:`~mdsfair.modules.transformer_layers.OutputProjection`) as
+:func:`packed_product`; every other call is ``nn.Linear``'s.
 """
 
+import functools
 from typing import Optional
 
 import torch
@@ -52,9 +56,9 @@ from mdsfair.modules.transformer_layers import OutputProjection
 #: rows (inclusive) for which a CPU step takes the transposed product (see the module docstring)
 TRANSPOSED_ROWS = (8, 48)
 
-#: elements of one block of :func:`row_major_product`'s result (512 KiB of float32: within a core's L2
-#: cache; 8,192 of BART's 50,265 output features at 16 rows, the fastest of 2,048-16,384 on CPU)
-ROW_MAJOR_BLOCK_ELEMENTS = 131072
+#: the rows oneDNN lays a packed weight out for (its reorder takes a row count as a hint; one fixed
+#: hint keeps the numbers of a run independent of the row count of its first step)
+PACKED_ROWS_HINT = 16
 
 
 def transposed_product_pays(rows: int, x: Tensor) -> bool:
@@ -89,39 +93,48 @@ def rows_times_weight(
     return _transposed_product(x, weight, bias_column)
 
 
-def row_major_product(x: Tensor, weight: Tensor, bias_column: Optional[Tensor]) -> Tensor:
-    """``x [rows, in] @ weight[out, in]^T + bias_column^T`` as a contiguous
-    ``[rows, out]`` tensor, taken as :func:`_transposed_product` (``W x^T``)
-    block by block of :data:`ROW_MAJOR_BLOCK_ELEMENTS` ``/ rows`` output
-    features: each block's ``[block, rows]`` product is copied into the rows
-    while it is in the cache (see the module docstring). One block's worth
-    of features is one product and one copy."""
-    rows, out_features = x.size(0), weight.size(0)
-    block = max(1, ROW_MAJOR_BLOCK_ELEMENTS // max(rows, 1))
-    if out_features <= block:
-        return _transposed_product(x, weight, bias_column).contiguous()
-    result = torch.empty((rows, out_features), dtype=x.dtype, device=x.device)
-    for start in range(0, out_features, block):  # cache tiling of one product (7 blocks for BART's vocabulary)
-        end = min(start + block, out_features)
-        bias_block = None if bias_column is None else bias_column[start:end]
-        result[:, start:end].copy_(_transposed_product(x, weight[start:end], bias_block))
-    return result
+@functools.lru_cache(maxsize=None)
+def onednn_linear_available() -> bool:
+    """Whether this PyTorch has oneDNN's packed-weight linear (checked once
+    on a 2 x 3 product)."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        packed = torch.ops.mkldnn._reorder_linear_weight(torch.ones(3, 2), 1)
+        product = torch.ops.mkldnn._linear_pointwise(torch.ones(1, 2), packed, None, "none", [], "")
+    except (AttributeError, RuntimeError):
+        return False
+    return torch.equal(product, torch.full((1, 3), 2.0))
 
 
-def step_linear(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tensor:
-    """``linear(x)`` for the states ``x [..., in]`` of a generation step:
-    the transposed product where :func:`transposed_product_pays` (its bias
-    column kept on ``linear``), else ``linear(x)``. The result may be a
-    transposed view; with ``contiguous``, the product is taken contiguous
-    by :func:`row_major_product` (for a consumer that would copy it anyway). A
-    linear with hooks (quantization noise, pruning) or of another class is
-    called as it is."""
-    if type(linear) is not nn.Linear or linear._forward_hooks or linear._forward_pre_hooks:
-        return linear(x)
-    return step_product(linear, x, contiguous)
+def packed_product_pays(x: Tensor) -> bool:
+    """Whether the states ``x`` of a generation step are multiplied by
+    :func:`packed_product` (float32 on a CPU, no autograd, oneDNN present)."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and not torch.is_grad_enabled()
+        and onednn_linear_available()
+    )
 
 
-def step_product(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tensor:
+def packed_product(linear: nn.Linear, x: Tensor) -> Tensor:
+    """``linear(x)`` for ``x [..., in]`` as oneDNN's product with the weight
+    reordered into its blocked layout (kept on ``linear`` until a parameter
+    changes; see the module docstring): a contiguous result, equal to
+    ``F.linear``'s to float rounding (another summation order)."""
+    packed = derived_from_parameters(
+        linear,
+        "_packed_weight",
+        linear_parameters(linear),
+        lambda: torch.ops.mkldnn._reorder_linear_weight(linear.weight.contiguous(), PACKED_ROWS_HINT),
+    )
+    flat = x.reshape(-1, x.size(-1)).contiguous()
+    product = torch.ops.mkldnn._linear_pointwise(flat, packed, linear.bias, "none", [], "")
+    return product.view(*x.shape[:-1], linear.out_features)
+
+
+def step_product(linear: nn.Linear, x: Tensor) -> Tensor:
     """The product of :func:`step_linear` with ``linear``'s parameters, its
     hooks not called (a module's ``forward``, which its call runs after the
     hooks): the transposed product where it pays, else ``F.linear``."""
@@ -133,11 +146,7 @@ def step_product(linear: nn.Linear, x: Tensor, contiguous: bool = False) -> Tens
         bias_column = derived_from_parameters(
             linear, "_step_bias_column", linear_parameters(linear), lambda: linear.bias.unsqueeze(1)
         )
-    flat = x.reshape(rows, x.size(-1))
-    if contiguous:
-        product = row_major_product(flat, linear.weight, bias_column)
-    else:
-        product = _transposed_product(flat, linear.weight, bias_column)
+    product = _transposed_product(x.reshape(rows, x.size(-1)), linear.weight, bias_column)
     return product.view(*x.shape[:-1], linear.out_features)
 
 
@@ -155,11 +164,13 @@ class StepProductLinear(nn.Linear, FollowsStaticBeamSearch):
 @fast_variant_of(OutputProjection)
 class StepProductOutputProjection(OutputProjection, FollowsStaticBeamSearch):
     """The decoder's output projection: in a static beam search's step, the
-    logits as :func:`step_product` takes them, contiguous (block by block,
-    :func:`row_major_product`), as the log-softmax over the vocabulary reads
-    them; ``nn.Linear``'s everywhere else."""
+    logits as :func:`packed_product` takes them where it pays (else
+    :func:`step_product`'s, contiguous), row major as the log-softmax over
+    the vocabulary reads them; ``nn.Linear``'s everywhere else."""
 
     def forward(self, x: Tensor) -> Tensor:
         if self.static_beam_search is None or self.training:
             return super().forward(x)
-        return step_product(self, x, contiguous=True)
+        if packed_product_pays(x):
+            return packed_product(self, x)
+        return step_product(self, x).contiguous()
