@@ -24,13 +24,11 @@ reads them row by row, so a transposed result would be copied whole. It
 is taken instead by oneDNN (the library behind PyTorch's ``mkldnn``
 operators, in every official CPU wheel) on the weight reordered once into
 oneDNN's blocked layout (:func:`packed_product`): the result comes out row
-major, and oneDNN's kernel for a few rows against a packed weight reads
-the embedding faster than either ``F.linear`` or the transposed product at
-every row count ``benchmarks/step_linear.py`` times, from 1 to 128 rows
-(``benchmarks/results/step_linear_cpu.json``). The reordered copy is kept
-until a parameter changes (as much memory again as the embedding, during
-generation only); where oneDNN is missing the output projection takes
-:func:`step_product`'s product, made contiguous.
+major, and ``benchmarks/step_linear.py`` times it against the other two
+products (``benchmarks/results/step_linear_packed_cpu.json``). The
+reordered copy is kept until a parameter changes (as much memory again as
+the embedding, during generation only); where oneDNN is missing the output
+projection takes :func:`step_product`'s product, made contiguous.
 
 In a static beam search's steps (:mod:`mdsfair.generation.fast.static_beam_search`)
 the decoder layers' feed-forward products (:class:`StepProductLinear`, put
