@@ -133,9 +133,11 @@ def packed_product(linear: nn.Linear, x: Tensor) -> Tensor:
 
 
 def step_product(linear: nn.Linear, x: Tensor) -> Tensor:
-    """The product of :func:`step_linear` with ``linear``'s parameters, its
-    hooks not called (a module's ``forward``, which its call runs after the
-    hooks): the transposed product where it pays, else ``F.linear``."""
+    """``linear(x)`` for the states ``x [..., in]`` of a generation step,
+    ``linear``'s hooks not called (a module's ``forward``, which its call
+    runs after the hooks): the transposed product where
+    :func:`transposed_product_pays` (its bias column kept on ``linear``;
+    the result a transposed view), else ``F.linear``."""
     rows = x.numel() // x.size(-1) if x.size(-1) else 0
     if not transposed_product_pays(rows, x):
         return F.linear(x, linear.weight, linear.bias)
