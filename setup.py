@@ -52,6 +52,7 @@ setup(
     # hub: huggingface_hub, for the importers given a Hugging Face model id instead of a folder
     # (mdsfair.importers.hf_hub imports it then, and says how to install it when it is absent);
     # tests/test_hf_hub_names.py resolves ids through it
+    # bert-score: tests/test_bertscore.py checks mdsfair-rouge's BERTScore columns against bert_score.score
     extras_require={
         "test": [
             "pytest",
@@ -61,6 +62,7 @@ setup(
             "scipy",
             "ruff==0.17.6",
             "huggingface_hub>=0.24",
+            "bert-score",
         ],
         "hub": ["huggingface_hub>=0.24"],
         "docs": ["mkdocs>=1.6", "mkdocs-material>=9.5", "mkdocs-include-markdown-plugin>=6"],
