@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast import make_generation_fast_, sparse_generation_step
 from mdsfair.generation.fast.sparse_generation_step import RowTables, SparseGenerationStep
 from mdsfair.generation.fast.static_beam_search import StaticBeamSearch, following_static_beam_search
 from mdsfair.modules.hypothesis_rows import HypothesisRows
@@ -398,8 +398,8 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, k
     steps (each layer's gather overwrites the last's), in float64 and in
     bfloat16 (its sentence scores in float32, as the reference's), with its
     kept tokens laid out to the bound known before the generation (as on
-    an accelerator) and to each step's widest row (as on the CPU), on BART's
-    backbone and on T5's (no biases, unscaled word queries, the word-level
+    an accelerator) and to each source's widest row in the step, one
+    product per source (as on the CPU), on BART's backbone and on T5's (no biases, unscaled word queries, the word-level
     softmax in float64 in a float64 model)."""
     module, query, key, padding, context = sparse_attention_inputs(
         top_r=2, approximator=approximator, backbone=backbone
@@ -425,6 +425,12 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, k
     monkeypatch.setattr(SparseGenerationStep, "kept_width", kept_width)
     slots = RowTables.slots
     monkeypatch.setattr(RowTables, "slots", lambda self, n: widths.append(n) or slots(self, n))
+    row_groups, rows_in = [], sparse_generation_step.rows_in  # the rows of every per-source product
+    monkeypatch.setattr(
+        sparse_generation_step,
+        "rows_in",
+        lambda t, first, count, n: row_groups.append(count) or rows_in(t, first, count, n),
+    )
     # both compute the attention softmax in float32 (as fairseq's utils.softmax), over kept-token layouts
     # of different widths: float32 rounding
     float32_eps = torch.finfo(torch.float32).eps
@@ -470,8 +476,10 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, k
     bound = int(context.kept_token_bounds[1])  # the bound of k = 2 sentences
     if kept_width == "bound":
         assert set(widths) == {bound}
+        assert set(row_groups) == {4}  # one product over all rows
     else:
         assert max(widths) <= bound and min(widths) < bound
+        assert 2 in row_groups  # steps whose sources kept different widths: one product per source
 
 
 def test_encoder_sets_kept_token_bounds_in_evaluation_only(built):

@@ -19,9 +19,13 @@ in how the work is laid out, never in what is computed:
   one product; the rows of one source are grouped as a view (the rows
   blocked by source); the value bias is
   folded into the output's (``b^O + W^O b^V``: a head's weights sum to one);
-* the kept tokens are laid out to the step's widest row on the CPU (one
-  host read per layer, which waits for nothing there) and to the bound
-  known before the generation on an accelerator (:attr:`SparseGenerationStep.kept_width`);
+* on the CPU the kept tokens of a source's rows are laid out to that
+  source's widest row in the step (one host read per layer, which waits
+  for nothing there), and the word-level attention runs as one batched
+  product per source over its own width, so that no source multiplies the
+  padding of another's longer sentences; on an accelerator every row is
+  laid out to the bound known before the generation, for one product
+  (:attr:`SparseGenerationStep.kept_width`);
 * the report (``approx_log``, ``sentence_mask``, ``selection``) is computed
   only if read (:class:`LazySentenceAttention`): a generator reads none of it.
 
@@ -150,16 +154,13 @@ class RowTables:
             lambda: torch.empty(shape, dtype=dtype, device=self.rows.source_index.device),
         )
 
-    def gather_buffer(self, rows: int, num_kept: int, bound: int, like: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """The first ``rows * n`` rows of a ``[rows * bound, C]`` :meth:`buffer`
-        of ``like``'s dtype, kept for the next layers and steps (``n`` at
-        most ``bound``), and its views ``[rows, n, C]`` and ``[rows, C, n]``:
-        the kept tokens' encoder states are gathered into it
-        (:meth:`SparseGenerationStep._generation_step`, without autograd;
-        each layer reads them before the next overwrites them)."""
-        flat = self.buffer("gathered_states", (rows * bound, like.size(-1)), like.dtype)[: rows * num_kept]
-        per_row = flat.view(rows, num_kept, like.size(-1))
-        return flat, per_row, per_row.transpose(1, 2)
+    def gather_buffer(self, rows: int, bound: int, like: Tensor) -> Tensor:
+        """A ``[rows * bound, C]`` :meth:`buffer` of ``like``'s dtype, kept for
+        the next layers and steps: the kept tokens' encoder states are
+        gathered into its first rows (:meth:`SparseGenerationStep._generation_step`,
+        without autograd; each layer reads them before the next overwrites
+        them)."""
+        return self.buffer("gathered_states", (rows * bound, like.size(-1)), like.dtype)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
         """The ``[N * B, C]`` view of the encoder output ``[N, B, C]`` (made
@@ -235,6 +236,12 @@ def softmax_in(logits: Tensor, dtype: torch.dtype = torch.float32) -> Tensor:
     return F.softmax(logits, dim=-1, dtype=dtype)
 
 
+def rows_in(tensor: Tensor, first: int, count: int, num_rows: int) -> Tensor:
+    """Rows ``first .. first + count`` of ``tensor`` (all of them without a
+    slicing operator)."""
+    return tensor if count == num_rows else tensor[first : first + count]
+
+
 def row_tables(incremental_state: Dict, context: SentenceContext) -> RowTables:
     """The :class:`RowTables` of ``context.rows``, kept in the decoder's
     incremental state (shared by its layers) until the rows change."""
@@ -280,14 +287,14 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             mix_draw=mix_draw,
         )
 
-    #: how a step sizes its kept-token layout: "auto" reads the step's widest row on the CPU (where
-    #: reading a value costs no device synchronization) and pads to the sources' bound on an
-    #: accelerator; "bound" always pads to the bound; "step" always reads the widest row
+    #: how a step sizes its kept-token layout: "auto" reads every source's widest row in the step on
+    #: the CPU (where reading a value costs no device synchronization) and pads to the sources' bound
+    #: on an accelerator; "bound" always pads to the bound; "step" always reads the widest rows
     kept_width = "auto"
 
     def sizes_kept_tokens_per_step(self, ends: Tensor) -> bool:
-        """Whether this step lays out ``n`` = the most tokens any row keeps
-        (one host read of ``ends``) instead of the bound known before the
+        """Whether this step lays out every source's rows to the most tokens
+        any of them keeps (one host read of ``ends``) instead of the bound known before the
         generation (:func:`~mdsfair.modules.sentence_selection.kept_token_bounds`:
         the ``k`` longest sentences' tokens, several times what the rows keep
         where sentence lengths are unequal). Reading the value stalls an
@@ -462,8 +469,11 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         lengths = tables.row_lengths().gather(2, indices)  # 0 for a slot past a source's sentences
         ends = lengths.cumsum(dim=2)
         bound = num_kept  # the most tokens any k sentences of the sources hold
+        source_widths = None
         if self.sizes_kept_tokens_per_step(ends):
-            num_kept = max(int(ends[:, :, -1].max()), 1)
+            source_widths = ends[:, 0, -1].view(num_sources, per_source).amax(dim=1).clamp_(min=1)
+            widths = source_widths.tolist()
+            num_kept = max(widths)
         slots = tables.slots(num_kept)  # [B', 1, n]
         which = torch.searchsorted(ends, slots, right=True)
         padding_slots = which.ge(k)
@@ -471,33 +481,43 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         # the sentence's first slot in the [B * S * L] token tables, less the tokens kept before it
         first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
         slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
+        # the rows of one source laid out to that source's widest row where the widths differ and the step
+        # reads them (fewer padding slots to gather and multiply); otherwise every row to the widest
+        if source_widths is None or need_weights or min(widths) == num_kept:
+            groups, kept_slots = [(0, num_rows, num_kept)], slot
+        else:
+            groups = [(source * per_source, per_source, width) for source, width in enumerate(widths)]
+            in_source_width = slots.view(num_sources, per_source, num_kept) < source_widths.view(-1, 1, 1)
+            kept_slots = slot.view(num_sources, per_source, num_kept)[in_source_width]
         # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows(bound).index_select(0, slot)
+        flat_rows = tables.token_rows(bound).index_select(0, kept_slots)
         # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
         # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
-        flat_states, states, states_t = tables.gather_buffer(num_rows, num_kept, bound, source_states)
+        flat_states = tables.gather_buffer(num_rows, bound, source_states)[: flat_rows.numel()]
         torch.index_select(tables.flat_source_states(source_states), 0, flat_rows, out=flat_states)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
         source_queries = torch.bmm(word_queries, weights["key_heads"])
-        logits = torch.bmm(
-            source_queries.as_strided(
-                (num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1), source_queries.storage_offset()
-            ),
-            states_t,
+        row_queries = source_queries.as_strided(
+            (num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1), source_queries.storage_offset()
         )
-        logits.masked_fill_(padding_slots, float("-inf"))  # [B', H, n]
-        probs = softmax_in(logits, self.softmax_dtype(logits.dtype))
+        mixed = tables.buffer("mixed", (num_rows, heads, embed_dim), source_states.dtype)  # [B', H, C]
+        kept_before = 0
+        for first_row, count, width in groups:
+            states = flat_states[kept_before : kept_before + count * width].view(count, width, embed_dim)
+            kept_before += count * width
+            logits = torch.bmm(rows_in(row_queries, first_row, count, num_rows), states.transpose(1, 2))
+            logits.masked_fill_(rows_in(padding_slots, first_row, count, num_rows)[:, :, :width], float("-inf"))
+            probs = softmax_in(logits, self.softmax_dtype(logits.dtype))  # [rows, H, width]
+            weights_of_states = probs if probs.dtype == states.dtype else probs.to(states.dtype)
+            torch.bmm(weights_of_states, states, out=rows_in(mixed, first_row, count, num_rows))  # sum_j p_hj x_j
         token_attention = None
-        if need_weights:  # the alignment layer: the attention over the source, averaged over heads
+        if need_weights:  # the alignment layer (one group): the attention over the source, averaged over heads
             token_slot = slot.clamp(max=layout.token_index.numel() - 1)
             positions = layout.token_index.view(-1).index_select(0, token_slot).view(num_rows, 1, num_kept)
             token_attention = probs.new_zeros(num_rows, 1, source_states.size(0)).scatter_add_(
                 2, positions, probs[:, :weight_heads].mean(dim=1, keepdim=True)
             )
-        if probs.dtype != states.dtype:
-            probs = probs.to(states.dtype)
-        mixed = torch.bmm(probs, states)  # [B', H, C]: sum_j p_hj x_j
         # W^V_h per head, transposed: [H, d_h, C] @ [H, C, B'] -> [H, d_h, B'], i.e. [C, B'] with the heads' rows
         per_head = torch.bmm(
             weights["value_heads"],
