@@ -23,6 +23,7 @@ from mdsfair.generation.static_decoding import (
     StaticShapeSequenceGenerator,
     beam_candidates,
     bucket_size,
+    decoder_state_reorders,
     parse_bucket_sizes,
     row_top_k,
 )
@@ -486,3 +487,37 @@ def test_no_stale_beam_search_reaches_fairseqs_generator(golden_models, monkeypa
         for mine, reference_hypothesis in zip(ours, theirs):
             assert mine["tokens"].tolist() == reference_hypothesis["tokens"].tolist()
             assert torch.equal(mine["positional_scores"], reference_hypothesis["positional_scores"])
+
+
+@pytest.mark.parametrize("arch", ARCHITECTURES)
+def test_the_state_reorders_found_once_are_fairseqs_walk(golden_models, arch):
+    """The reorders the static generator finds once per generation call the
+    modules fairseq's ``reorder_incremental_state_scripting`` finds at every
+    step, in its order, each given the state the one before returned; a
+    decoder with its own walk (PageSum's) keeps it."""
+    from fairseq.models import FairseqIncrementalDecoder
+    from fairseq.sequence_generator import EnsembleModel
+
+    model = golden_models[arch][0]
+    (reorder,) = decoder_state_reorders(EnsembleModel([model]))
+    walk = FairseqIncrementalDecoder.reorder_incremental_state_scripting
+    if type(model.decoder).reorder_incremental_state_scripting is not walk:
+        assert reorder == model.decoder.reorder_incremental_state_scripting
+        return
+    calls = []
+    for name, module in model.decoder.named_modules():
+        if hasattr(module, "reorder_incremental_state"):
+
+            def record(state, new_order, name=name):
+                calls.append((name, state["step"]))
+                return {"step": state["step"] + 1}
+
+            module.reorder_incremental_state = record
+    try:
+        model.decoder.reorder_incremental_state_scripting({"step": 0}, torch.arange(2))
+        walked, calls[:] = list(calls), []
+        reorder({"step": 0}, torch.arange(2))
+    finally:
+        for _, module in model.decoder.named_modules():
+            module.__dict__.pop("reorder_incremental_state", None)
+    assert len(walked) > 1 and calls == walked

@@ -57,9 +57,10 @@ generating architecture).
 """
 
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
+from fairseq.models import FairseqIncrementalDecoder
 from fairseq.search import BeamSearch
 from torch import Tensor
 
@@ -163,6 +164,36 @@ def beam_candidates(step: int, lprobs: Tensor, scores: Tensor, candidate_multipl
     cand_scores, flat = torch.topk(sums, k)
     cand_beams = torch.div(flat, per_row, rounding_mode="trunc")
     return cand_scores, row_indices.view(bsz, beam_size * per_row).gather(1, flat), cand_beams
+
+
+def decoder_state_reorders(model) -> List[Callable]:
+    """One function per member of fairseq's ``EnsembleModel`` that reorders
+    its decoder's incremental state, as ``reorder_incremental_state`` does
+    (nothing without incremental states). fairseq's
+    ``reorder_incremental_state_scripting`` walks the decoder's modules at
+    every step to find those with a ``reorder_incremental_state``; a
+    generation's modules do not change, so they are found once here and
+    called in the same order, each given the state the one before returned.
+    A decoder with its own ``reorder_incremental_state_scripting`` keeps it."""
+    if not model.has_incremental_states():
+        return []
+    walk = FairseqIncrementalDecoder.reorder_incremental_state_scripting
+    reorders = []
+    for member in model.models:
+        decoder = member.decoder
+        if type(decoder).reorder_incremental_state_scripting is not walk:
+            reorders.append(decoder.reorder_incremental_state_scripting)
+            continue
+        modules = [module for module in decoder.modules() if hasattr(module, "reorder_incremental_state")]
+
+        def reorder(incremental_state, new_order, modules=modules):
+            for module in modules:
+                result = module.reorder_incremental_state(incremental_state, new_order)
+                if result is not None:
+                    incremental_state = result
+
+        reorders.append(reorder)
+    return reorders
 
 
 class StaticShapeSequenceGenerator(LengthPenaltySequenceGenerator):
@@ -286,12 +317,14 @@ class StaticShapeSequenceGenerator(LengthPenaltySequenceGenerator):
             original_batch_idxs = torch.arange(0, bsz).type_as(tokens)
 
         reorder_state: Optional[Tensor] = None
+        state_reorders = decoder_state_reorders(self.model)
         for step in range(max_len + 1):  # one extra step for the end of sentence
             if reorder_state is not None:
                 # the decoder's caches follow their hypotheses; the encoder output stays (see above)
                 for search in searches:
                     search.reorder(reorder_state)
-                self.model.reorder_incremental_state(incremental_states, reorder_state)
+                for reorder, incremental_state in zip(state_reorders, incremental_states):
+                    reorder(incremental_state, reorder_state)
             with torch.autograd.profiler.record_function("EnsembleModel: forward_decoder"):
                 lprobs, avg_attn_scores = self.model.forward_decoder(
                     tokens[:, : step + 1], encoder_outs, incremental_states, self.temperature
