@@ -19,7 +19,7 @@ import torch
 from fairseq.modules import MultiheadAttention
 
 from benchmarks import harness, operator_counts
-from mdsfair.generation.fast import make_generation_fast_
+from mdsfair.generation.fast import make_generation_fast_, static_beam_search
 from mdsfair.generation.fast.beam_cached_self_attention import BeamCachedSelfAttention
 from mdsfair.generation.fast.static_beam_search import (
     INITIAL_CAPACITY,
@@ -69,17 +69,27 @@ def float32_close(actual, expected):
     torch.testing.assert_close(actual, expected, atol=atol, rtol=rtol)
 
 
+@pytest.mark.parametrize("settle_interval", [None, 1])
 @pytest.mark.parametrize("capacity", [None, 2])
-def test_each_step_equals_fairseqs_attention_through_reorders(capacity):
+def test_each_step_equals_fairseqs_attention_through_reorders(capacity, settle_interval, monkeypatch):
     """Steps with a reorder before each (rows copied from others of their
     source, so histories diverge and merge): every step's output equals
-    fairseq's. ``capacity`` 2: the buffers grow while decoding."""
+    fairseq's. ``capacity`` 2: the buffers grow while decoding.
+    ``settle_interval`` 1: the history looks for settled steps after every
+    step, and a reorder where every row continues its source's first row
+    settles the steps before it, twice (each layer then keeps one key per
+    source for them and moves the later keys)."""
     sources, beam, steps = 3, 4, 9
+    if settle_interval:
+        monkeypatch.setattr(static_beam_search, "SETTLE_INTERVAL", settle_interval)
     stock, ours = attention_pair()
     stock_state, our_state = {}, {}
     search = StaticBeamSearch(sources * beam, beam, capacity)
     generator = torch.Generator().manual_seed(1)
     orders = within_group_orders(sources, beam, steps)
+    orders[5] = (torch.arange(sources) * beam).repeat_interleave(beam)  # every row continues its source's first
+    orders[7] = orders[5] + 1  # and later its source's second
+    settled = []
     with torch.no_grad():
         for index in range(steps):
             if index:
@@ -89,9 +99,14 @@ def test_each_step_equals_fairseqs_attention_through_reorders(capacity):
             x = torch.randn(1, sources * beam, EMBED_DIM, generator=generator, dtype=torch.float64)
             expected, _ = stock(x, x, x, incremental_state=stock_state, need_weights=False)
             float32_close(step(ours, x, our_state, search), expected)
+            settled.append(search.history.settled)
     # the in-place cache was used and never reordered: fairseq's keys are absent from its state
     assert ours.get_incremental_state(our_state, "beam_cache") is not None
     assert ours._get_input_buffer(our_state) == {}
+    if settle_interval:  # the steps before the merging reorder settled, and later ones after them
+        assert settled[5] >= 5 and settled[7] >= 7
+    else:
+        assert set(settled) == {0}
 
 
 def test_a_history_that_is_not_reordered_gives_other_outputs():

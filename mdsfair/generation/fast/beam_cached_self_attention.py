@@ -11,29 +11,31 @@ every beam reorder ``index_select``s both (a second copy), so each step moves
 the cache three times (two copies and the attention's read) and the copies
 grow with the summary.
 
-Here the cache is one buffer per layer, ``[2, B, H, capacity, beam, d]``
-(``B`` sources of ``beam`` rows; for one source and head, step ``s`` of
-every beam row side by side), written once per step and never moved. Beam
-search moves a hypothesis only among the ``beam`` rows of its own source, so
-a row's history at step ``s`` is one of those rows' keys at ``s``:
-the generator's
+Here the cache is one buffer per layer, ``[2, B, H, capacity, d]`` (``B``
+sources of ``beam`` rows; for one source and head, step ``s`` of every beam
+row side by side), written once per step. Beam search moves a hypothesis
+only among the ``beam`` rows of its own source, so a row's history at step
+``s`` is one of those rows' keys at ``s``: the generator's
 :class:`~mdsfair.generation.fast.static_beam_search.BeamHistory` records, for every row and step, which of its source's
 rows (``0 .. beam - 1``) holds it, and a reorder permutes that small integer
 table once for all layers instead of copying every layer's cache. The
-attention of one step then reads each layer's cache once, as one batched
-product per source and head (the cached steps of all beam rows are one
-``[t * beam, d]`` matrix of the buffer, a view):
+hypotheses of a source share their first words, so at their first steps
+every row reads the same key: once the history finds such settled steps,
+each layer keeps that one key per step and moves the few later steps' keys
+after them (``BeamHistory.settled``, on the CPU), and the cache holds about
+as many keys as steps instead of ``beam`` times as many. The attention of
+one step then reads each layer's cache once, as one batched product per
+source and head (the cached keys of all beam rows are one matrix of the
+buffer, a view):
 
 * scores of every query against every key of its source's ``beam`` rows,
   ``q_j . k_{s,c}`` (``beam`` times the multiply-adds of one row's scores,
   but one read of the keys), plus -inf for the keys outside the row's own
-  history (one additive ``[B, 1, j, t * beam]`` table for all layers,
-  ``BeamHistory.key_bias``);
-* one softmax over those ``t * beam`` scores: the -inf scores weigh an exact
-  zero, so it is the softmax over the row's own ``t`` steps, already spread
-  over ``c``;
-* the values the same way: the weights times the ``[t * beam, d]`` values
-  (every term but one per step an exact zero).
+  history (one additive table for all layers, ``BeamHistory.key_bias``);
+* one softmax over those scores: the -inf scores weigh an exact zero, so
+  it is the softmax over the row's own ``t`` steps;
+* the values the same way: the weights times the cached values (every
+  term but one per step an exact zero).
 
 The three are one ``F.scaled_dot_product_attention`` call (PyTorch's fused
 kernel: on a CPU it reads the keys and values once in blocks, and never
@@ -142,20 +144,42 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         )
 
     def _cache(self, incremental_state, history: BeamHistory, like: Tensor) -> Tensor:
-        """This layer's ``[2, B, H, capacity, beam, d]`` key/value buffer,
-        made (or grown) to hold the history's next step."""
+        """This layer's ``[2, B, H, capacity, d]`` key/value buffer, laid
+        out as the history's :attr:`~BeamHistory.settled` steps say (one key
+        per settled step, then ``beam`` per step), made (or grown) to hold
+        the history's next step."""
         state = self.get_incremental_state(incremental_state, "beam_cache")
-        needed = history.length + 1
-        buffer = None if state is None else state["keys_values"]
+        buffer, settled = (None, 0) if state is None else (state["keys_values"], state["settled"])
+        if buffer is not None and settled < history.settled:
+            self._settle(buffer, settled, history)
+        used = history.cached_keys(history.length)
+        needed = used + history.group_size
         if buffer is None or buffer.size(3) < needed:
-            capacity = max(history.capacity, needed)
-            beam = history.group_size
-            grown = like.new_empty(2, history.rows // beam, self.num_heads, capacity, beam, self.head_dim)
+            capacity = max(history.capacity * history.group_size, needed)
+            grown = like.new_empty(2, history.rows // history.group_size, self.num_heads, capacity, self.head_dim)
             if buffer is not None:
-                grown[:, :, :, : history.length] = buffer[:, :, :, : history.length]
+                grown[:, :, :, :used] = buffer[:, :, :, :used]
             buffer = grown
-            self.set_incremental_state(incremental_state, "beam_cache", {"keys_values": buffer})
+        if state is None or buffer is not state["keys_values"] or settled != history.settled:
+            self.set_incremental_state(
+                incremental_state, "beam_cache", {"keys_values": buffer, "settled": history.settled}
+            )
         return buffer
+
+    @staticmethod
+    def _settle(buffer: Tensor, settled: int, history: BeamHistory) -> None:
+        """Keep one key per source for the steps ``settled .. history.settled - 1``
+        (the one that all its rows read) and move the later steps' keys
+        after them, in place."""
+        _, sources, heads, _, head_dim = buffer.shape
+        beam, newly = history.group_size, history.settled - settled
+        steps = history.length - settled
+        live = buffer[:, :, :, settled : settled + steps * beam].view(2, sources, heads, steps, beam, head_dim)
+        slots = history.settled_slots(settled, history.settled).view(1, sources, 1, newly, 1, 1)
+        kept = live[:, :, :, :newly].gather(4, slots.expand(2, sources, heads, newly, 1, head_dim))
+        later = live[:, :, :, newly:].clone()  # (the destination overlaps it)
+        buffer[:, :, :, settled : history.settled] = kept.squeeze(4)
+        buffer[:, :, :, history.settled : history.settled + later.size(3) * beam] = later.flatten(3, 4)
 
     def _beam_step(self, query: Tensor, incremental_state, history: BeamHistory) -> Tensor:
         """One generation step of ``query [1, rows, C]`` (see the module
@@ -173,18 +197,18 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         )
         row_stride, feature_stride = projected.stride()
         buffer = self._cache(incremental_state, history, projected)
-        _, _, _, capacity, _, _ = buffer.shape
-        step, steps = history.length, history.length + 1
+        capacity = buffer.size(3)
+        first_key, keys = history.cached_keys(history.length), history.cached_keys(history.length + 1)
 
         def of_projected(shape, strides, first_feature):  # a view of projected's [b, ., c/j, ., d] entries
             return projected.as_strided(shape, strides, projected.storage_offset() + first_feature * feature_stride)
 
-        # this step's keys and values into the buffer: [2, B, H, beam, d] at step `step`
-        per_head = capacity * beam * head_dim
+        # this step's keys and values into the buffer: [2, B, H, beam, d] after the cached keys
+        per_head = capacity * head_dim
         step_slots = buffer.as_strided(
             (2, sources, heads, beam, head_dim),
             (buffer.stride(0), heads * per_head, per_head, head_dim, 1),
-            buffer.storage_offset() + step * beam * head_dim,
+            buffer.storage_offset() + first_key * head_dim,
         )
         step_slots.copy_(
             of_projected(
@@ -198,8 +222,8 @@ class BeamCachedSelfAttention(DecoderSelfAttention, FollowsStaticBeamSearch):
         queries.copy_(
             of_projected(queries.shape, (beam * row_stride, head_dim * feature_stride, row_stride, feature_stride), 0)
         )
-        # the cached steps of every beam row of a source and head: [B, H, t * beam, d], views of the buffer
-        cached_shape = (sources, heads, steps * beam, head_dim)
+        # the cached keys of a source and head (every beam row's after the settled steps), views of the buffer
+        cached_shape = (sources, heads, keys, head_dim)
         cached_strides = (heads * per_head, per_head, head_dim, 1)
         cached_keys = buffer.as_strided(cached_shape, cached_strides, buffer.storage_offset())
         cached_values = buffer.as_strided(cached_shape, cached_strides, buffer.storage_offset() + buffer.stride(0))

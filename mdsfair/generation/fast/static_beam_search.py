@@ -23,6 +23,9 @@ from torch import Tensor, nn
 #: full (a summary that ends early never holds memory for the limit)
 INITIAL_CAPACITY = 128
 
+#: steps between two looks for newly settled steps (see :meth:`BeamHistory.settle`)
+SETTLE_INTERVAL = 16
+
 
 class BeamHistory:
     """Which row of its source every row's history reads at every cached
@@ -31,7 +34,16 @@ class BeamHistory:
     ``parents [rows, capacity]``: at step ``s`` row ``r`` reads the cache of
     row ``(r // beam) * beam + parents[r, s]``. Steps not yet reached hold the
     row's own slot (``r % beam``), which is where the row's next step is
-    written. ``length``: the steps cached."""
+    written. ``length``: the steps cached.
+
+    ``settled``: the first steps at which every row of each source reads the
+    same slot (beam search's hypotheses share their first words: their
+    histories meet there and, since a reorder only copies one row's history
+    to another of its source, stay met). The caches keep one key per source
+    for a settled step instead of ``beam`` (:meth:`settle`), so the
+    attention reads a few more keys than steps instead of ``beam`` times as
+    many. Looking for them reads a value on the host, so it is done on the
+    CPU only, every :data:`SETTLE_INTERVAL` steps."""
 
     def __init__(self, rows: int, group_size: int, capacity: int, device):
         if group_size < 1:
@@ -41,6 +53,8 @@ class BeamHistory:
         self.rows, self.group_size, self.capacity = rows, group_size, capacity
         self.parents = self._own_slots(capacity, device)
         self.length = 0
+        self.settled = 0
+        self.settles = torch.device(device).type == "cpu"
         self._key_bias: Dict[torch.dtype, Tensor] = {}
         self._bias_tables: Dict[torch.dtype, Tensor] = {}
 
@@ -77,28 +91,57 @@ class BeamHistory:
         self.ensure_capacity(self.length + 1)
         self.length += 1
         self._key_bias = {}
+        if self.settles and self.length % SETTLE_INTERVAL == 0:
+            self.settle()
+
+    def settle(self) -> None:
+        """Extend :attr:`settled` over the steps after it at which every
+        row of every source reads one slot of its source (the fewest such
+        steps over the sources: one layout for all)."""
+        beam = self.group_size
+        live = self.parents[:, self.settled : self.length].view(self.rows // beam, beam, -1)
+        shared = live.eq(live[:, :1]).all(dim=1)  # [B, steps]
+        self.settled += int(shared.long().cumprod(dim=1).sum(dim=1).min()) if shared.numel() else 0
+        self._key_bias = {}
+
+    def settled_slots(self, first: int, last: int) -> Tensor:
+        """``[B, last - first]``: the slot that every row of each source
+        reads at the settled steps ``first .. last - 1``."""
+        return self.parents[:: self.group_size, first:last]
+
+    def cached_keys(self, steps: int) -> int:
+        """How many keys a cache holds for ``steps`` steps: one per settled
+        step, ``beam`` per step after them."""
+        return self.settled + (steps - self.settled) * self.group_size
 
     def key_bias(self, dtype: torch.dtype) -> Tensor:
         """The additive attention mask of this step's keys (``length + 1``
-        steps of every beam row), shared by all layers: ``[B, 1, j, t *
-        beam]`` in ``dtype``, at ``(b, j, s * beam + c)`` 0 where beam row
+        steps: one key per :attr:`settled` step, then every beam row's),
+        shared by all layers: ``[B, 1, j, settled + (t - settled) * beam]``
+        in ``dtype``; 0 at the settled keys (in every row's history), and at
+        ``(b, j, settled + (s - settled) * beam + c)`` 0 where beam row
         ``c``'s key at step ``s`` is in row ``j``'s history and -inf where
         it is not. Looked up in a ``[beam, beam]`` table (0 on the diagonal,
         -inf off it) at the parents of every row and step, once per step
         and dtype."""
         bias = self._key_bias.get(dtype)
         if bias is None:
-            steps, beam = self.length + 1, self.group_size
+            steps, beam, settled = self.length + 1, self.group_size, self.settled
             self.ensure_capacity(steps)
             table = self._bias_tables.get(dtype)
             if table is None:
                 table = torch.full((beam, beam), float("-inf"), dtype=dtype, device=self.parents.device)
                 table = self._bias_tables[dtype] = table.fill_diagonal_(0.0)
-            # [rows * capacity, beam] -> [B, 1, j, capacity * beam], its first steps * beam keys (a view)
+            # [rows * capacity, beam] -> [B, 1, j, capacity * beam], the keys of steps settled .. steps - 1 (a view)
             looked_up = table.index_select(0, self.parents.view(-1))
-            bias = self._key_bias[dtype] = looked_up.as_strided(
-                (self.rows // beam, 1, beam, steps * beam), (beam * self.capacity * beam, 0, self.capacity * beam, 1)
+            bias = looked_up.as_strided(
+                (self.rows // beam, 1, beam, (steps - settled) * beam),
+                (beam * self.capacity * beam, 0, self.capacity * beam, 1),
+                settled * beam,
             )
+            if settled:
+                bias = torch.cat([bias.new_zeros(bias.shape[:-1] + (settled,)), bias], dim=-1)
+            self._key_bias[dtype] = bias
         return bias
 
 
