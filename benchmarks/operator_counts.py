@@ -232,8 +232,10 @@ def sparse_decoding_counts(
 def kept_width_of_an_accelerator():
     """The sparse generation step as it runs on a GPU, where the counts
     matter: its kept-token layout padded to the bound known before the
-    generation. On the CPU it reads each step's widest row instead (one
-    host read per layer, which there waits for nothing:
+    generation, for one pair of products. On the CPU it reads every
+    source's widest row in the step instead and multiplies each source's
+    rows over that width (one host read per layer, which there waits for
+    nothing:
     :meth:`~mdsfair.generation.fast.sparse_generation_step.SparseGenerationStep.sizes_kept_tokens_per_step`)."""
     from mdsfair.generation.fast.sparse_generation_step import SparseGenerationStep
 

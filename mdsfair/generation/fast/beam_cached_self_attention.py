@@ -39,7 +39,7 @@ buffer, a view):
 
 The three are one ``F.scaled_dot_product_attention`` call (PyTorch's fused
 kernel: on a CPU it reads the keys and values once in blocks, and never
-writes the ``[j, t * beam]`` scores out; it accumulates in float32 for half
+writes the scores out; it accumulates in float32 for half
 precision, as fairseq's ``utils.softmax``).
 
 This is the attention of fairseq's layer (same parameters, same state-dict
