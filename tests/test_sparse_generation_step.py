@@ -111,7 +111,11 @@ def test_fast_step_masks_empty_sentence_slots_only_where_a_source_has_some(monke
     """Float64, six steps over three rows per source: the fast step (which
     adds the score bias and masks the ranking only when a source has fewer
     sentences than the S slots) selects the reference's sentences and gives
-    its output and approximator report, with and without empty slots."""
+    its output (up to the round-off of the word-level softmax, which both
+    compute in float32 as fairseq's ``utils.softmax``, over kept-token
+    layouts of different widths: the fast step lays out each source's rows
+    to that source's widest) and approximator report, with and without
+    empty slots."""
     torch.manual_seed(0)
     src_len, dim, beam = 30, 16, 3
     ids = sentence_ids_of(sentence_lengths, src_len)
@@ -139,7 +143,8 @@ def test_fast_step_masks_empty_sentence_slots_only_where_a_source_has_some(monke
                 queries[step : step + 1], key, padding, context, incremental_state=reference_state
             )
             out, report = fast(queries[step : step + 1], key, padding, context, incremental_state=fast_state)
-            torch.testing.assert_close(out, expected, atol=1e-10, rtol=1e-10)
+            float32_eps = torch.finfo(torch.float32).eps
+            torch.testing.assert_close(out, expected, atol=8 * float32_eps, rtol=8 * float32_eps)
             assert torch.equal(report.selection, expected_report.selection)
             finite = expected_report.approx_log.isfinite()
             assert torch.equal(report.approx_log.isfinite(), finite)
