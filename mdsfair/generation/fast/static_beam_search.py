@@ -101,7 +101,7 @@ class BeamHistory:
         beam = self.group_size
         live = self.parents[:, self.settled : self.length].view(self.rows // beam, beam, -1)
         shared = live.eq(live[:, :1]).all(dim=1)  # [B, steps]
-        self.settled += int(shared.long().cumprod(dim=1).sum(dim=1).min()) if shared.numel() else 0
+        self.settled += int(shared.long().cumprod(dim=1).sum(dim=1).min())
         self._key_bias = {}
 
     def settled_slots(self, first: int, last: int) -> Tensor:
