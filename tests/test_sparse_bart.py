@@ -31,6 +31,7 @@ from tests.sparse_fixtures import (
     model_free_sentence_log_scores,
     random_sentence_ids,
 )
+from tests.tolerances import FLOAT32_SOFTMAX_ROUND_OFF
 from tests.utils import make_tiny_bart_checkpoint, make_tiny_data_bin
 
 # ---------------------------------------------------------------- fixtures
@@ -247,8 +248,8 @@ def test_fast_step_follows_an_in_place_change_of_the_projections(monkeypatch):
                     module.v_proj.bias.add_(1.0)
             expected, expected_report = reference(query[:1], key, padding, context, incremental_state={})
             out, report = fast(query[:1], key, padding, context, incremental_state={})
-            float32_eps = torch.finfo(torch.float32).eps
-            torch.testing.assert_close(out, expected, atol=8 * float32_eps, rtol=8 * float32_eps)
+            atol, rtol = FLOAT32_SOFTMAX_ROUND_OFF
+            torch.testing.assert_close(out, expected, atol=atol, rtol=rtol)
             assert torch.equal(report.selection, expected_report.selection)
     assert len(calls) == 3
 
@@ -437,10 +438,8 @@ def test_generation_step_equals_general_path(monkeypatch, approximator, dtype, k
     )
     # both compute the attention softmax in float32 (as fairseq's utils.softmax), over kept-token layouts
     # of different widths: float32 rounding
-    float32_eps = torch.finfo(torch.float32).eps
-    tolerance = (
-        {"atol": 8 * float32_eps, "rtol": 8 * float32_eps} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
-    )
+    atol, rtol = FLOAT32_SOFTMAX_ROUND_OFF
+    tolerance = {"atol": atol, "rtol": rtol} if dtype == torch.float64 else {"atol": 4e-2, "rtol": 4e-2}
     # one incremental state per decoder, shared by its layers (as a decoder's is): the fast layers share
     # the row tables and buffers kept there
     reference_state, fast_state = {}, {}

@@ -23,6 +23,13 @@ import torch
 MODEL_ULPS = 256
 
 
+#: ``(atol, rtol)`` for a float64 comparison of two computations that both take
+#: one step in float32, a softmax (as fairseq's ``utils.softmax``) over layouts
+#: of different widths (the sparse generation step's kept tokens against the
+#: reference's): eight units of float32's last place, absolute and relative.
+FLOAT32_SOFTMAX_ROUND_OFF = (8 * torch.finfo(torch.float32).eps, 8 * torch.finfo(torch.float32).eps)
+
+
 def tolerance(expected: torch.Tensor, ulps: int = MODEL_ULPS):
     """``(atol, rtol)`` for values of ``expected``'s dtype and scale:
     ``rtol = ulps * eps(dtype)``, ``atol = rtol * max(1, max|expected|)``."""
