@@ -26,6 +26,10 @@ in how the work is laid out, never in what is computed:
   padding of another's longer sentences; on an accelerator every row is
   laid out to the bound known before the generation, for one product
   (:attr:`SparseGenerationStep.kept_width`);
+* a product's kept tokens are gathered just before it reads them, into
+  the same buffer for every product (where it finds them in cache), and
+  the padding slots past a row's kept tokens enter as the bias of the
+  score product (``baddbmm``), not as a pass of their own;
 * the report (``approx_log``, ``sentence_mask``, ``selection``) is computed
   only if read (:class:`LazySentenceAttention`): a generator reads none of it.
 
@@ -168,6 +172,17 @@ class RowTables:
         same encoder output."""
         key = f"flat_source_states_{source_states.data_ptr()}_{tuple(source_states.shape)}_{source_states.dtype}"
         return self.get(key, lambda: source_states.contiguous().view(-1, source_states.size(-1)))
+
+    def padding_bias(self, k: int, dtype) -> Tensor:
+        """``[k + 1]``: 0 for the ``k`` kept sentences, -inf after them,
+        indexed by the sentence a kept-token slot falls in (``k`` at the
+        padding slots past a row's last kept token)."""
+
+        def build():
+            bias = torch.zeros(k + 1, dtype=dtype, device=self.rows.source_index.device)
+            return bias.index_fill_(0, bias.new_tensor([k], dtype=torch.long), float("-inf"))
+
+        return self.get(f"padding_bias_{k}_{dtype}", build)
 
     def slots(self, num_kept: int) -> Tensor:
         """``[B', 1, n]``: 0 .. n - 1 in every row."""
@@ -475,26 +490,25 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             widths = source_widths.tolist()
             num_kept = max(widths)
         slots = tables.slots(num_kept)  # [B', 1, n]
-        which = torch.searchsorted(ends, slots, right=True)
-        padding_slots = which.ge(k)
+        which = torch.searchsorted(ends, slots, right=True)  # k at the padding slots past a row's kept tokens
+        padding_bias = torch.take(tables.padding_bias(k, source_states.dtype), which)  # [B', 1, n]: 0 or -inf
         which = which.clamp_(max=k - 1)
         # the sentence's first slot in the [B * S * L] token tables, less the tokens kept before it
         first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
         slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
+        # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
+        flat_rows = tables.token_rows(bound).index_select(0, slot).view(num_rows, num_kept)
         # the rows of one source laid out to that source's widest row where the widths differ and the step
         # reads them (fewer padding slots to gather and multiply); otherwise every row to the widest
         if source_widths is None or need_weights or min(widths) == num_kept:
-            groups, kept_slots = [(0, num_rows, num_kept)], slot
+            groups = [(0, num_rows, num_kept)]
         else:
             groups = [(source * per_source, per_source, width) for source, width in enumerate(widths)]
-            in_source_width = slots.view(num_sources, per_source, num_kept) < source_widths.view(-1, 1, 1)
-            kept_slots = slot.view(num_sources, per_source, num_kept)[in_source_width]
-        # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows(bound).index_select(0, kept_slots)
-        # into one buffer that every layer of the step reuses (a fresh [B' * n, C] tensor per layer and
-        # step costs more than the gather on the CPU: the allocator maps and faults in its pages anew)
-        flat_states = tables.gather_buffer(num_rows, bound, source_states)[: flat_rows.numel()]
-        torch.index_select(tables.flat_source_states(source_states), 0, flat_rows, out=flat_states)
+        source_rows = tables.flat_source_states(source_states)
+        # one buffer that every group, layer and step reuses (a fresh [B' * n, C] tensor per layer and step
+        # costs more than the gather on the CPU: the allocator maps and faults in its pages anew); a group's
+        # kept tokens are gathered into it just before its products read them, while they are in cache
+        gathered = tables.gather_buffer(num_rows, bound, source_states)
 
         # Eq. 3 with the key and value projections folded in (see _gathered_attention): W^K_h^T q_h, [H, B', C]
         source_queries = torch.bmm(word_queries, weights["key_heads"])
@@ -502,13 +516,20 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
             (num_rows, heads, embed_dim), (embed_dim, num_rows * embed_dim, 1), source_queries.storage_offset()
         )
         mixed = tables.buffer("mixed", (num_rows, heads, embed_dim), source_states.dtype)  # [B', H, C]
-        kept_before = 0
+        word_softmax_dtype = self.softmax_dtype(source_states.dtype)
         for first_row, count, width in groups:
-            states = flat_states[kept_before : kept_before + count * width].view(count, width, embed_dim)
-            kept_before += count * width
-            logits = torch.bmm(rows_in(row_queries, first_row, count, num_rows), states.transpose(1, 2))
-            logits.masked_fill_(rows_in(padding_slots, first_row, count, num_rows)[:, :, :width], float("-inf"))
-            probs = softmax_in(logits, self.softmax_dtype(logits.dtype))  # [rows, H, width]
+            group_rows = rows_in(flat_rows, first_row, count, num_rows)
+            if width < num_kept:
+                group_rows = group_rows[:, :width]
+            states = gathered[: count * width]
+            torch.index_select(source_rows, 0, group_rows.reshape(-1), out=states)
+            states = states.view(count, width, embed_dim)
+            group_bias = rows_in(padding_bias, first_row, count, num_rows)
+            if width < num_kept:
+                group_bias = group_bias[:, :, :width]
+            # the padding slots' logits -inf: the bias added by the product (baddbmm), not a pass of its own
+            logits = torch.baddbmm(group_bias, rows_in(row_queries, first_row, count, num_rows), states.transpose(1, 2))
+            probs = softmax_in(logits, word_softmax_dtype)  # [rows, H, width]
             weights_of_states = probs if probs.dtype == states.dtype else probs.to(states.dtype)
             torch.bmm(weights_of_states, states, out=rows_in(mixed, first_row, count, num_rows))  # sum_j p_hj x_j
         token_attention = None
