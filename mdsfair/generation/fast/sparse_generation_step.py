@@ -160,10 +160,10 @@ class RowTables:
 
     def gather_buffer(self, rows: int, bound: int, like: Tensor) -> Tensor:
         """A ``[rows * bound, C]`` :meth:`buffer` of ``like``'s dtype, kept for
-        the next layers and steps: the kept tokens' encoder states are
-        gathered into its first rows (:meth:`SparseGenerationStep._generation_step`,
-        without autograd; each layer reads them before the next overwrites
-        them)."""
+        the next products, layers and steps: one product's kept tokens'
+        encoder states are gathered into its first rows
+        (:meth:`SparseGenerationStep._generation_step`, without autograd;
+        each product reads them before the next overwrites them)."""
         return self.buffer("gathered_states", (rows * bound, like.size(-1)), like.dtype)
 
     def flat_source_states(self, source_states: Tensor) -> Tensor:
@@ -180,7 +180,8 @@ class RowTables:
 
         def build():
             bias = torch.zeros(k + 1, dtype=dtype, device=self.rows.source_index.device)
-            return bias.index_fill_(0, bias.new_tensor([k], dtype=torch.long), float("-inf"))
+            bias[k] = float("-inf")
+            return bias
 
         return self.get(f"padding_bias_{k}_{dtype}", build)
 
@@ -255,6 +256,14 @@ def rows_in(tensor: Tensor, first: int, count: int, num_rows: int) -> Tensor:
     """Rows ``first .. first + count`` of ``tensor`` (all of them without a
     slicing operator)."""
     return tensor if count == num_rows else tensor[first : first + count]
+
+
+def group_slots(tensor: Tensor, first: int, count: int, num_rows: int, width: int, num_kept: int) -> Tensor:
+    """Rows ``first .. first + count`` of ``tensor`` (:func:`rows_in`) and
+    their first ``width`` of ``num_kept`` kept-token slots (the last
+    dimension; all of them without a slicing operator)."""
+    rows = rows_in(tensor, first, count, num_rows)
+    return rows if width == num_kept else rows[..., :width]
 
 
 def row_tables(incremental_state: Dict, context: SentenceContext) -> RowTables:
@@ -497,7 +506,7 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         first = torch.add(tables.row_sentence_base(max_length), indices, alpha=max_length).add_(lengths).sub_(ends)
         slot = first.gather(2, which).add_(slots).view(-1)  # padding slots may run past a sentence: see token_rows
         # the row of every kept token in the [N * B, C] view of the encoder output, from a per-source table
-        flat_rows = tables.token_rows(bound).index_select(0, slot).view(num_rows, num_kept)
+        flat_rows = tables.token_rows(bound).index_select(0, slot).view(num_rows, 1, num_kept)
         # the rows of one source laid out to that source's widest row where the widths differ and the step
         # reads them (fewer padding slots to gather and multiply); otherwise every row to the widest
         if source_widths is None or need_weights or min(widths) == num_kept:
@@ -518,17 +527,16 @@ class SparseGenerationStep(SparseCrossAttention, FollowsStaticBeamSearch):
         mixed = tables.buffer("mixed", (num_rows, heads, embed_dim), source_states.dtype)  # [B', H, C]
         word_softmax_dtype = self.softmax_dtype(source_states.dtype)
         for first_row, count, width in groups:
-            group_rows = rows_in(flat_rows, first_row, count, num_rows)
-            if width < num_kept:
-                group_rows = group_rows[:, :width]
+            group_rows = group_slots(flat_rows, first_row, count, num_rows, width, num_kept)
             states = gathered[: count * width]
             torch.index_select(source_rows, 0, group_rows.reshape(-1), out=states)
             states = states.view(count, width, embed_dim)
-            group_bias = rows_in(padding_bias, first_row, count, num_rows)
-            if width < num_kept:
-                group_bias = group_bias[:, :, :width]
             # the padding slots' logits -inf: the bias added by the product (baddbmm), not a pass of its own
-            logits = torch.baddbmm(group_bias, rows_in(row_queries, first_row, count, num_rows), states.transpose(1, 2))
+            logits = torch.baddbmm(
+                group_slots(padding_bias, first_row, count, num_rows, width, num_kept),
+                rows_in(row_queries, first_row, count, num_rows),
+                states.transpose(1, 2),
+            )
             probs = softmax_in(logits, word_softmax_dtype)  # [rows, H, width]
             weights_of_states = probs if probs.dtype == states.dtype else probs.to(states.dtype)
             torch.bmm(weights_of_states, states, out=rows_in(mixed, first_row, count, num_rows))  # sum_j p_hj x_j
